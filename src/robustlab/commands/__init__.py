@@ -1,0 +1,1 @@
+"""Subcommands of the ``robustlab`` CLI, one module each (see :mod:`robustlab.cli`)."""

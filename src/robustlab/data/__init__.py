@@ -1,0 +1,1 @@
+"""Data: image decoding, sources, label spaces and the embedded demo set."""

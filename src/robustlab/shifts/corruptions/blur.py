@@ -1,0 +1,1 @@
+"""blur corruptions (to be filled)."""

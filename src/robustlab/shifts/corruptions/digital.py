@@ -1,0 +1,1 @@
+"""digital corruptions (to be filled)."""

@@ -1,0 +1,1 @@
+"""extra corruptions (to be filled)."""

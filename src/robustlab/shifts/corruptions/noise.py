@@ -1,0 +1,21 @@
+"""Noise corruptions: gaussian_noise, shot_noise, impulse_noise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from robustlab.shifts.registry import register_shift
+
+_TAGS = ("imagenet-c",)
+
+
+@register_shift(
+    "gaussian_noise",
+    family="noise",
+    params={1: 0.08, 2: 0.12, 3: 0.18, 4: 0.26, 5: 0.38},
+    tags=_TAGS,
+)
+def gaussian_noise(x, sigma, rng, ctx):
+    """Additive Gaussian noise with standard deviation ``sigma`` on [0, 1] intensities."""
+    x = np.asarray(x) / 255.0
+    return np.clip(x + rng.normal(size=x.shape, scale=sigma), 0, 1) * 255

@@ -1,0 +1,1 @@
+"""weather corruptions (to be filled)."""

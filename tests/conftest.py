@@ -1,0 +1,46 @@
+"""Shared fixtures: paths into ../shared/data, skipped with a message when it is absent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SAMPLES = SHARED / "imagenet-samples"
+REFERENCE_NPZ = SHARED / "imagenet_c_reference.npz"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"shared test data not found at {path} (CI provides ../shared/data)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def samples_dir() -> Path:
+    """Folder of 500 real ImageNet photos with labels.csv."""
+    return _need(SAMPLES)
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """The reference ImageNet-C outputs: (npz mapping, meta dict)."""
+    data = np.load(_need(REFERENCE_NPZ))
+    return data, json.loads(str(data["meta"]))
+
+
+@pytest.fixture(scope="session")
+def photo(samples_dir) -> np.ndarray:
+    """One real 224x224 RGB photo (resize 256, center crop 224)."""
+    from PIL import Image
+
+    img = Image.open(samples_dir / "n01440764_tench.JPEG").convert("RGB")
+    w, h = img.size
+    s = 256 / min(w, h)
+    img = img.resize((round(w * s), round(h * s)), Image.BILINEAR)
+    w, h = img.size
+    left, top = (w - 224) // 2, (h - 224) // 2
+    return np.asarray(img.crop((left, top, left + 224, top + 224))).copy()
