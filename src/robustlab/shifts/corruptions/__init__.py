@@ -1,8 +1,7 @@
 """ImageNet-C common corruptions (Hendrycks & Dietterich, 2019) and the four extra ones.
 
 Public surface: :func:`corrupt` and :func:`list_corruptions`. Each corruption lives in a
-family module (``noise``, ``blur``, ``weather``, ``digital``, ``extra``) as one registered
-function plus its per-severity parameter table, written to match the reference code
+module of its own (one registered function plus its per-severity parameter table), written to match the reference code
 (``imagenet-c`` 0.0.3) and generalised to any image size of at least 32x32.
 """
 
@@ -13,7 +12,13 @@ import fnmatch
 import numpy as np
 
 # Import order = registration order = the canonical ImageNet-C order.
-from robustlab.shifts.corruptions import noise, blur, weather, digital, extra  # noqa: F401,E401
+from robustlab.shifts.corruptions import (  # noqa: F401
+    gaussian_noise, shot_noise, impulse_noise,
+    defocus_blur, glass_blur, motion_blur, zoom_blur,
+    snow, frost, fog, brightness,
+    contrast, elastic_transform, pixelate, jpeg_compression,
+    speckle_noise, gaussian_blur, spatter, saturate,
+)
 from robustlab.data.images import array_to_rgb, check_size
 from robustlab.seeding import make_rng
 from robustlab.shifts.registry import Shift, list_shifts

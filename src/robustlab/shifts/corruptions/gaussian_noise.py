@@ -1,4 +1,4 @@
-"""Noise corruptions: gaussian_noise, shot_noise, impulse_noise."""
+"""gaussian_noise: additive Gaussian noise (ImageNet-C, noise family)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ import numpy as np
 
 from robustlab.shifts.registry import register_shift
 
-_TAGS = ("imagenet-c",)
-
 
 @register_shift(
     "gaussian_noise",
     family="noise",
     params={1: 0.08, 2: 0.12, 3: 0.18, 4: 0.26, 5: 0.38},
-    tags=_TAGS,
+    tags=("imagenet-c",),
 )
 def gaussian_noise(x, sigma, rng, ctx):
     """Additive Gaussian noise with standard deviation ``sigma`` on [0, 1] intensities."""

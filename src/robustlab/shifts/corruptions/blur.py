@@ -1,1 +1,0 @@
-"""blur corruptions (to be filled)."""

@@ -1,0 +1,1 @@
+"""brightness (ImageNet-C, weather): not implemented yet; registers nothing."""

@@ -1,0 +1,1 @@
+"""contrast (ImageNet-C, digital): not implemented yet; registers nothing."""

@@ -1,0 +1,1 @@
+"""defocus_blur (ImageNet-C, blur): not implemented yet; registers nothing."""

@@ -1,1 +1,0 @@
-"""digital corruptions (to be filled)."""

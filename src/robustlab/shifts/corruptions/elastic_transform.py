@@ -1,0 +1,1 @@
+"""elastic_transform (ImageNet-C, digital): not implemented yet; registers nothing."""

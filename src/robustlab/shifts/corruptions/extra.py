@@ -1,1 +1,0 @@
-"""extra corruptions (to be filled)."""

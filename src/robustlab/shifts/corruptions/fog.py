@@ -1,0 +1,1 @@
+"""fog (ImageNet-C, weather): not implemented yet; registers nothing."""

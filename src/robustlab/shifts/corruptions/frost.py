@@ -1,0 +1,1 @@
+"""frost (ImageNet-C, weather): not implemented yet; registers nothing."""

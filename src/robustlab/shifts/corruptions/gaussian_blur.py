@@ -1,0 +1,1 @@
+"""gaussian_blur (ImageNet-C, extra): not implemented yet; registers nothing."""

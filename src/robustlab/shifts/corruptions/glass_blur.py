@@ -1,0 +1,1 @@
+"""glass_blur (ImageNet-C, blur): not implemented yet; registers nothing."""

@@ -1,0 +1,1 @@
+"""impulse_noise (ImageNet-C, noise): not implemented yet; registers nothing."""

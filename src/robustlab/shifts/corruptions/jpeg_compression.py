@@ -1,0 +1,1 @@
+"""jpeg_compression (ImageNet-C, digital): not implemented yet; registers nothing."""

@@ -1,0 +1,1 @@
+"""motion_blur (ImageNet-C, blur): not implemented yet; registers nothing."""

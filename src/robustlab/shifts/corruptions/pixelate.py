@@ -1,0 +1,1 @@
+"""pixelate (ImageNet-C, digital): not implemented yet; registers nothing."""

@@ -1,0 +1,1 @@
+"""saturate (ImageNet-C, extra): not implemented yet; registers nothing."""

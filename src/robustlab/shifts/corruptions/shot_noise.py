@@ -1,0 +1,1 @@
+"""shot_noise (ImageNet-C, noise): not implemented yet; registers nothing."""

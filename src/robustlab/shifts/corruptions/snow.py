@@ -1,0 +1,1 @@
+"""snow (ImageNet-C, weather): not implemented yet; registers nothing."""

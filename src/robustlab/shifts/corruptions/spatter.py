@@ -1,0 +1,1 @@
+"""spatter (ImageNet-C, extra): not implemented yet; registers nothing."""

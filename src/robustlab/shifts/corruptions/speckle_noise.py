@@ -1,0 +1,1 @@
+"""speckle_noise (ImageNet-C, extra): not implemented yet; registers nothing."""

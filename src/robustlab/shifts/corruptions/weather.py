@@ -1,1 +1,0 @@
-"""weather corruptions (to be filled)."""

@@ -1,0 +1,1 @@
+"""zoom_blur (ImageNet-C, blur): not implemented yet; registers nothing."""
