@@ -106,7 +106,7 @@ def register_shift(
 
 # Modules whose import registers shifts; loaded lazily so that importing the registry
 # alone has no side effects. A new family adds its module here.
-FAMILY_MODULES = ("robustlab.shifts.corruptions",)
+FAMILY_MODULES = ("robustlab.shifts.corruptions", "robustlab.shifts.scenes")
 
 
 def _ensure_loaded() -> None:
