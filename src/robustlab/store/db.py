@@ -1,0 +1,330 @@
+"""The DuckDB results database: short locked transactions, resume queries, Parquet export.
+
+DuckDB allows a single read-write process per file. To let several ``robustlab evaluate``
+processes (and a ``robustlab results`` reader) share one workspace file, every operation
+here opens a connection under an exclusive OS lock (:mod:`robustlab.store.lock`), does
+its work in one transaction and closes again, typically in tens of milliseconds. Nothing
+is created on disk until the first write, so a run that fails validation leaves no file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robustlab.store.lock import LockTimeout, backoff_delays, file_lock
+from robustlab.store.schema import (
+    DDL, PREDICTION_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, RunRecord,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DB = "robustlab.duckdb"
+
+
+def utcnow() -> datetime:
+    """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Store:
+    """A robustlab results database file.
+
+    Args:
+        path: The DuckDB file (created on the first write).
+        timeout: Seconds to wait for other processes' transactions before giving up.
+        threads: DuckDB worker threads per connection; 1 keeps the database out of the
+            way of the model's forward pass on small machines.
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_DB, *, timeout: float = 600.0, threads: int = 1):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.timeout = float(timeout)
+        self.threads = int(threads)
+        self._initialised = False
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ connections
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def require(self) -> None:
+        """Raise a one-line ValueError when there is no database to read."""
+        if not self.path.exists():
+            raise ValueError(f"no results database at {self.path}; run `robustlab evaluate` first")
+
+    @contextmanager
+    def connect(self, *, read_only: bool = False):
+        """A DuckDB connection held under the file lock for the ``with`` block.
+
+        Connection errors caused by a process that does not use our lock (say, the duckdb
+        CLI holding the file open) are retried with backoff until ``timeout``.
+        """
+        import duckdb
+
+        if read_only:
+            self.require()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.lock_path, self.timeout):
+            deadline = time.monotonic() + self.timeout
+            for delay in backoff_delays(0.01, 1.0):
+                try:
+                    con = duckdb.connect(str(self.path), read_only=read_only,
+                                         config={"threads": self.threads})
+                    break
+                except duckdb.IOException as exc:
+                    if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                        raise
+                    time.sleep(delay)
+            try:
+                if not read_only and not self._initialised:
+                    self._create_schema(con)
+                yield con
+            finally:
+                con.close()
+
+    def _create_schema(self, con) -> None:
+        for stmt in DDL:
+            con.execute(stmt)
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise ValueError(
+                f"{self.path} has results schema version {row[0]}; this robustlab writes "
+                f"version {SCHEMA_VERSION} (export it with an older robustlab or use a new --db)"
+            )
+        self._initialised = True
+
+    # ------------------------------------------------------------------ runs
+    def start_run(self, record: RunRecord) -> bool:
+        """Insert the run, or mark an existing run with the same id as running again.
+
+        Returns:
+            True when the run id was new, False when this resumes an earlier run (whose
+            ``started_at`` is kept).
+        """
+        record.started_at = record.started_at or utcnow()
+        with self.connect() as con:
+            exists = con.execute("SELECT 1 FROM runs WHERE run_id = ?", [record.run_id]).fetchone()
+            if exists:
+                con.execute(
+                    "UPDATE runs SET status = 'running', finished_at = NULL, config = ? WHERE run_id = ?",
+                    [json.dumps(record.config, sort_keys=True, default=str), record.run_id],
+                )
+                return False
+            placeholders = ", ".join("?" for _ in RUN_COLUMNS)
+            con.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders})",
+                        record.as_row())
+            return True
+
+    def finish_run(self, run_id: str, *, status: str, n_samples: int | None = None,
+                   skipped: Sequence[Any] | None = None) -> None:
+        """Record the end state of a run (``finished``, ``interrupted`` or ``failed``)."""
+        sets, params = ["status = ?", "finished_at = ?"], [status, utcnow()]
+        if n_samples is not None:
+            sets.append("n_samples = ?")
+            params.append(int(n_samples))
+        if skipped is not None:
+            sets += ["n_skipped = ?", "skipped = ?"]
+            params += [len(skipped), json.dumps(list(skipped), default=str)]
+        with self.connect() as con:
+            con.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
+
+    def runs(self, run_ids: Iterable[str] | None = None):
+        """The ``runs`` table as a DataFrame (JSON columns decoded), oldest first."""
+        import pandas as pd
+
+        if not self.exists():
+            return pd.DataFrame(columns=list(RUN_COLUMNS))
+        where, params = _in_clause("run_id", run_ids)
+        with self.connect(read_only=True) as con:
+            df = con.execute(f"SELECT * FROM runs {where} ORDER BY started_at, run_id", params).df()
+        for c in ("preprocessing", "versions", "config", "skipped"):
+            df[c] = [json.loads(v) if isinstance(v, str) else v for v in df[c]]
+        return df
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        df = self.runs([run_id])
+        return None if df.empty else df.iloc[0].to_dict()
+
+    # ------------------------------------------------------------------ predictions
+    def write_predictions(self, run_id: str, rows: dict[str, Any]) -> int:
+        """Insert one batch of predictions in a single transaction.
+
+        Args:
+            run_id: The run the rows belong to.
+            rows: Column -> sequence: ``sample_id``, ``shift``, ``level`` (str),
+                ``label``, ``class_name``, ``top5_ids`` (B x k ints), ``top5_probs``
+                (B x k floats), ``correct``, ``correct5``.
+
+        Returns:
+            The number of rows in the batch. Keys already stored are left untouched
+            (``INSERT OR IGNORE``), so a replayed batch never duplicates rows.
+        """
+        import pyarrow as pa
+
+        n = len(rows["sample_id"])
+        if n == 0:
+            return 0
+        ids = np.ascontiguousarray(rows["top5_ids"], dtype=np.int32)
+        probs = np.ascontiguousarray(rows["top5_probs"], dtype=np.float32)
+        k = ids.shape[1]
+        offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32))
+        label = [None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
+                 for v in rows["label"]]
+        table = pa.table({
+            "run_id": pa.array([run_id] * n, pa.string()),
+            "sample_id": pa.array(list(rows["sample_id"]), pa.string()),
+            "shift": pa.array(list(rows["shift"]), pa.string()),
+            "level": pa.array([str(v) for v in rows["level"]], pa.string()),
+            "label": pa.array(label, pa.int32()),
+            "class_name": pa.array(list(rows["class_name"]), pa.string()),
+            "top5_ids": pa.ListArray.from_arrays(offsets, pa.array(ids.ravel())),
+            "top5_probs": pa.ListArray.from_arrays(offsets, pa.array(probs.ravel())),
+            "correct": pa.array(np.asarray(rows["correct"], bool)),
+            "correct5": pa.array(np.asarray(rows["correct5"], bool)),
+        })
+        with self.connect() as con:
+            con.register("batch_rows", table)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(f"INSERT OR IGNORE INTO predictions SELECT {', '.join(PREDICTION_COLUMNS)} "
+                            "FROM batch_rows")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return n
+
+    def done_counts(self, run_id: str) -> dict[str, int]:
+        """Sample id -> number of cells already stored for ``run_id`` (resume)."""
+        if not self.exists():
+            return {}
+        with self.connect(read_only=True) as con:
+            rows = con.execute(
+                "SELECT sample_id, count(*) FROM predictions WHERE run_id = ? GROUP BY sample_id",
+                [run_id]).fetchall()
+        return dict(rows)
+
+    def done_keys(self, run_id: str, sample_ids: Iterable[str]) -> set[tuple[str, str, str]]:
+        """The (sample_id, shift, level) keys stored for some samples of ``run_id``."""
+        ids = list(sample_ids)
+        if not ids or not self.exists():
+            return set()
+        import pyarrow as pa
+
+        with self.connect(read_only=True) as con:
+            con.register("wanted", pa.table({"sample_id": pa.array(ids, pa.string())}))
+            rows = con.execute(
+                "SELECT p.sample_id, p.shift, p.level FROM predictions p "
+                "JOIN wanted w USING (sample_id) WHERE p.run_id = ?", [run_id]).fetchall()
+        return {tuple(r) for r in rows}
+
+    def count(self, run_id: str | None = None) -> int:
+        """Number of prediction rows (for one run, or all)."""
+        if not self.exists():
+            return 0
+        with self.connect(read_only=True) as con:
+            if run_id is None:
+                return con.execute("SELECT count(*) FROM predictions").fetchone()[0]
+            return con.execute("SELECT count(*) FROM predictions WHERE run_id = ?",
+                               [run_id]).fetchone()[0]
+
+    def predictions(self, run_ids: Iterable[str] | None = None, *,
+                    columns: Sequence[str] | None = None):
+        """Prediction rows as a DataFrame (optionally only some runs / columns)."""
+        cols = list(columns or PREDICTION_COLUMNS)
+        bad = [c for c in cols if c not in PREDICTION_COLUMNS]
+        if bad:
+            raise ValueError(f"unknown prediction column {bad[0]!r}; columns are {', '.join(PREDICTION_COLUMNS)}")
+        where, params = _in_clause("run_id", run_ids)
+        with self.connect(read_only=True) as con:
+            return con.execute(
+                f"SELECT {', '.join(cols)} FROM predictions {where} "
+                "ORDER BY run_id, shift, level, sample_id", params).df()
+
+    def cell_table(self, run_ids: Iterable[str] | None = None):
+        """Per-cell counts and accuracies computed in SQL (same columns as
+        :func:`robustlab.metrics.accuracy.cell_table`): run_id, shift, level, n,
+        n_correct, n_correct5, top1, top5, error, top5_error.
+        """
+        where, params = _in_clause("run_id", run_ids)
+        with self.connect(read_only=True) as con:
+            df = con.execute(
+                f"""
+                SELECT run_id, shift, level, count(*) AS n,
+                       sum(correct::INTEGER) AS n_correct, sum(correct5::INTEGER) AS n_correct5
+                FROM predictions {where}
+                GROUP BY run_id, shift, level
+                """, params).df()
+        df["n"] = df["n"].astype("int64")
+        df["n_correct"] = df["n_correct"].astype("int64")
+        df["n_correct5"] = df["n_correct5"].astype("int64")
+        df["top1"] = df["n_correct"] / df["n"]
+        df["top5"] = df["n_correct5"] / df["n"]
+        df["error"] = 1.0 - df["top1"]
+        df["top5_error"] = 1.0 - df["top5"]
+        from robustlab.metrics.accuracy import sort_cells
+
+        return sort_cells(df)
+
+    def run_stats(self, run_id: str) -> dict[str, int]:
+        """Distinct samples and labels stored for a run's clean cell (baseline checks)."""
+        with self.connect(read_only=True) as con:
+            n, k = con.execute(
+                "SELECT count(DISTINCT sample_id), count(DISTINCT label) FROM predictions "
+                "WHERE run_id = ? AND shift = 'clean'", [run_id]).fetchone()
+        return {"n_samples": int(n), "n_classes": int(k)}
+
+    # ------------------------------------------------------------------ export
+    def export_parquet(self, out_dir: str | Path, run_ids: Iterable[str] | None = None) -> list[Path]:
+        """Write ``runs.parquet`` and ``predictions.parquet`` into ``out_dir``.
+
+        The copy is done by DuckDB itself (streaming), so exporting a large database does
+        not load it into Python memory.
+        """
+        self.require()
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        where, params = _in_clause("run_id", run_ids)
+        paths = []
+        with self.connect(read_only=True) as con:
+            for table in ("runs", "predictions"):
+                dest = out / f"{table}.parquet"
+                order = "started_at, run_id" if table == "runs" else "run_id, shift, level, sample_id"
+                sql = f"SELECT * FROM {table} {where} ORDER BY {order}"
+                # COPY does not take prepared parameters; inline the (quoted) run ids.
+                for p in params:
+                    sql = sql.replace("?", _quote(p), 1)
+                con.execute(f"COPY ({sql}) TO {_quote(str(dest))} (FORMAT PARQUET)")
+                paths.append(dest)
+        return paths
+
+
+def _quote(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _in_clause(column: str, values: Iterable[str] | None) -> tuple[str, list]:
+    if values is None:
+        return "", []
+    values = list(values)
+    if not values:
+        return "WHERE FALSE", []
+    return f"WHERE {column} IN ({', '.join('?' for _ in values)})", values
+
+
+__all__ = ["Store", "DEFAULT_DB", "LockTimeout", "utcnow"]

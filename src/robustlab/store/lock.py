@@ -1,0 +1,83 @@
+"""An inter-process file lock, so that many robustlab processes can share one DuckDB file.
+
+DuckDB lets only one process at a time open a database file for writing (and none may read
+it meanwhile). robustlab therefore never keeps a connection open: every read or write is a
+short connect-work-close transaction taken under an exclusive OS lock on a sidecar file
+``<db>.lock``. Waiting processes retry with exponential backoff instead of failing, so two
+``robustlab evaluate`` processes writing to the same file interleave their batches.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+if os.name == "nt":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+
+    def _unlock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+class LockTimeout(RuntimeError):
+    """The lock stayed busy for longer than the caller was willing to wait."""
+
+
+def backoff_delays(first: float = 0.002, cap: float = 0.25):
+    """Exponentially growing waits (``first``, 2*``first``, ... up to ``cap`` seconds)."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(cap, delay * 2)
+
+
+@contextmanager
+def file_lock(path: str | Path, timeout: float = 600.0):
+    """Hold an exclusive lock on ``path`` (created if needed) for the ``with`` block.
+
+    Args:
+        path: The lock file. It is never deleted: removing it while another process waits
+            on the old inode would let two processes in at once.
+        timeout: Seconds to keep retrying before raising :class:`LockTimeout`.
+    """
+    path = Path(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        deadline = time.monotonic() + timeout
+        for delay in backoff_delays():
+            if _try_lock(fd):
+                break
+            if time.monotonic() > deadline:
+                raise LockTimeout(
+                    f"{path} has been locked by another process for more than {timeout:.0f} s"
+                )
+            time.sleep(delay)
+        try:
+            yield
+        finally:
+            _unlock(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,113 @@
+"""The results database schema (docs/INTERFACES.md, "Store").
+
+``runs`` holds one row per run identity: everything needed to say what produced the
+numbers (model spec and weights hash, suite and version, preprocessing, seed, data
+fingerprint, package versions). ``predictions`` holds one row per (run, sample, shift,
+level): the label, the top-5 class ids and probabilities, and whether top-1 / top-5 was
+correct. Metrics are computed from ``predictions``; nothing keeps running counters.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Clean predictions are stored with this (shift, level).
+CLEAN_SHIFT = "clean"
+CLEAN_LEVEL = "0"
+
+DDL = [
+    """
+    CREATE TABLE IF NOT EXISTS meta (
+        key VARCHAR PRIMARY KEY,
+        value VARCHAR
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id VARCHAR PRIMARY KEY,
+        model_spec VARCHAR NOT NULL,
+        weights_hash VARCHAR,
+        suite VARCHAR,
+        suite_version VARCHAR,
+        data_root VARCHAR,
+        data_fingerprint VARCHAR,
+        label_space VARCHAR,
+        preprocessing JSON,
+        seed BIGINT,
+        versions JSON,
+        config JSON,
+        started_at TIMESTAMP,
+        finished_at TIMESTAMP,
+        status VARCHAR,
+        n_samples INTEGER,
+        n_skipped INTEGER,
+        skipped JSON
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS predictions (
+        run_id VARCHAR NOT NULL,
+        sample_id VARCHAR NOT NULL,
+        shift VARCHAR NOT NULL,
+        level VARCHAR NOT NULL,
+        label INTEGER,
+        class_name VARCHAR,
+        top5_ids INTEGER[],
+        top5_probs FLOAT[],
+        correct BOOLEAN,
+        correct5 BOOLEAN,
+        PRIMARY KEY (run_id, sample_id, shift, level)
+    )
+    """,
+]
+
+RUN_COLUMNS = (
+    "run_id", "model_spec", "weights_hash", "suite", "suite_version", "data_root",
+    "data_fingerprint", "label_space", "preprocessing", "seed", "versions", "config",
+    "started_at", "finished_at", "status", "n_samples", "n_skipped", "skipped",
+)
+PREDICTION_COLUMNS = (
+    "run_id", "sample_id", "shift", "level", "label", "class_name", "top5_ids",
+    "top5_probs", "correct", "correct5",
+)
+_JSON_COLUMNS = ("preprocessing", "versions", "config", "skipped")
+
+
+@dataclass
+class RunRecord:
+    """One row of ``runs``; JSON columns are plain Python dicts/lists here."""
+
+    run_id: str
+    model_spec: str
+    weights_hash: str | None = None
+    suite: str | None = None
+    suite_version: str | None = None
+    data_root: str | None = None
+    data_fingerprint: str | None = None
+    label_space: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    versions: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    status: str = "running"
+    n_samples: int = 0
+    n_skipped: int = 0
+    skipped: list[Any] = field(default_factory=list)
+
+    def as_row(self) -> list[Any]:
+        """Values in :data:`RUN_COLUMNS` order, JSON columns serialised."""
+        d = asdict(self)
+        return [json.dumps(d[c], sort_keys=True, default=str) if c in _JSON_COLUMNS else d[c]
+                for c in RUN_COLUMNS]
+
+
+def level_key(level: Any) -> str:
+    """Levels are stored as text: severities '1'..'5', scenarios by name, clean '0'."""
+    return str(level)
