@@ -7,6 +7,7 @@ One place decides how grayscale, palette, CMYK, 16-bit and RGBA input become 8-b
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,21 +36,31 @@ def pil_to_rgb(img: Image.Image) -> tuple[np.ndarray, np.ndarray | None]:
             lo, hi = float(np.nanmin(arr)), float(np.nanmax(arr))
             scale = 255.0 / (hi - lo) if hi > lo else 0.0
             arr8 = np.clip((arr - lo) * scale, 0, 255).astype(np.uint8)
+        elif mode == "I":
+            # 32-bit integer images carry no bit depth: judge it from the value range.
+            lo, hi = int(arr.min(initial=0)), int(arr.max(initial=0))
+            if lo >= 0 and hi <= 255:
+                arr8 = arr.astype(np.uint8)
+            elif lo >= 0 and hi <= 65535:
+                arr8 = (arr.astype(np.uint32) >> 8).astype(np.uint8)
+            else:
+                scale = 255.0 / (hi - lo)
+                arr8 = np.clip((arr.astype(np.float64) - lo) * scale, 0, 255).astype(np.uint8)
         else:
             arr8 = (arr.astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8)
-            if mode == "I" and arr.max(initial=0) <= 255:
-                arr8 = arr.astype(np.uint8)
         return np.repeat(arr8[..., None], 3, axis=2), None
     alpha = None
     if mode in ("RGBA", "LA", "PA") or (mode == "P" and "transparency" in img.info):
         img = img.convert("RGBA")
         arr = np.asarray(img)
         return np.ascontiguousarray(arr[..., :3]), np.ascontiguousarray(arr[..., 3])
-    if mode == "CMYK":
-        img = ImageOps.invert(img.convert("RGB")) if img.info.get("adobe_inverted") else img
-        img = img.convert("RGB")
-    elif mode != "RGB":
-        img = img.convert("RGB")
+    if mode != "RGB":
+        # CMYK: Pillow's JPEG decoder already undoes Adobe's inverted CMYK, so a plain
+        # conversion is right. 1, L, P (opaque), YCbCr, RGBX ... convert the same way.
+        try:
+            img = img.convert("RGB")
+        except ValueError as exc:  # e.g. LAB or HSV, which Pillow cannot turn into RGB
+            raise ImageError(f"unsupported image mode {mode}: {exc}") from None
     return np.asarray(img).copy(), alpha
 
 
@@ -90,11 +101,47 @@ def check_size(rgb: np.ndarray, min_side: int = MIN_SIDE) -> None:
         raise ValueError(f"image is {w}x{h}; robustlab needs at least {min_side}x{min_side} pixels")
 
 
-def load_image(path: str | Path, max_pixels: int = MAX_PIXELS) -> tuple[np.ndarray, np.ndarray | None]:
-    """Decode ``path`` to (HxWx3 uint8 RGB, alpha or None), applying EXIF orientation.
+@dataclass(frozen=True)
+class DecodedImage:
+    """A decoded file plus what it was, so callers can record conversions.
+
+    Attributes:
+        rgb: HxWx3 uint8 RGB.
+        alpha: HxW uint8 alpha plane, or None when the file had no transparency.
+        mode: The Pillow mode of the file (``"RGB"``, ``"L"``, ``"CMYK"``, ``"I;16"``, ...).
+        format: The Pillow format name (``"JPEG"``, ``"PNG"``, ...).
+        size: (width, height) as stored in the file, before EXIF orientation.
+    """
+
+    rgb: np.ndarray
+    alpha: np.ndarray | None
+    mode: str
+    format: str | None
+    size: tuple[int, int]
+
+    @property
+    def converted(self) -> bool:
+        """True when the file was not plain 8-bit RGB (a conversion took place)."""
+        return self.mode != "RGB" or self.alpha is not None
+
+
+def read_image(
+    path: str | Path, max_pixels: int = MAX_PIXELS, *, exif_transpose: bool = True
+) -> DecodedImage:
+    """Decode ``path`` once and report what it was (see :class:`DecodedImage`).
+
+    The pixel-count check happens on the header, before any pixel is decoded, so a file
+    that claims an enormous size (a decompression bomb) costs nothing.
+
+    Args:
+        path: Image file.
+        max_pixels: Largest width x height accepted.
+        exif_transpose: Apply the EXIF orientation tag (a phone photo stored sideways is
+            turned upright). A broken EXIF block is ignored rather than fatal.
 
     Raises:
-        ImageError: unreadable, truncated, not an image, or larger than ``max_pixels``.
+        ImageError: unreadable, truncated, not an image, an unsupported mode, or larger
+            than ``max_pixels``; ``reason`` says which.
     """
     path = Path(path)
     try:
@@ -102,18 +149,38 @@ def load_image(path: str | Path, max_pixels: int = MAX_PIXELS) -> tuple[np.ndarr
             w, h = img.size
             if w * h > max_pixels:
                 raise ImageError(f"too large: {w}x{h} pixels exceeds the limit of {max_pixels}")
+            if w < 1 or h < 1:
+                raise ImageError(f"empty image: {w}x{h}")
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 img.load()
-            img = ImageOps.exif_transpose(img) or img
-            return pil_to_rgb(img)
+            mode, fmt = img.mode, img.format
+            if exif_transpose:
+                try:
+                    img = ImageOps.exif_transpose(img) or img
+                except Exception:  # noqa: BLE001 - bad EXIF must not lose a good image
+                    pass
+            rgb, alpha = pil_to_rgb(img)
+            return DecodedImage(rgb, alpha, mode, fmt, (w, h))
     except ImageError:
         raise
     except FileNotFoundError:
         raise ImageError("file not found") from None
+    except IsADirectoryError:
+        raise ImageError("is a directory") from None
     except Image.DecompressionBombError as exc:
         raise ImageError(f"too large: {exc}") from None
     except Image.UnidentifiedImageError:
         raise ImageError("not an image (unrecognised format)") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombWarning) as exc:
+    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombWarning) as exc:
         raise ImageError(f"unreadable: {exc}") from None
+
+
+def load_image(path: str | Path, max_pixels: int = MAX_PIXELS) -> tuple[np.ndarray, np.ndarray | None]:
+    """Decode ``path`` to (HxWx3 uint8 RGB, alpha or None), applying EXIF orientation.
+
+    Raises:
+        ImageError: unreadable, truncated, not an image, or larger than ``max_pixels``.
+    """
+    d = read_image(path, max_pixels)
+    return d.rgb, d.alpha

@@ -1,0 +1,283 @@
+"""Where images come from: ImageFolder trees and flat folders with a labels CSV.
+
+:func:`discover` turns a data folder into a sorted list of :class:`Sample` records. It
+only looks at names (no image is opened), so listing ImageNet's 50,000 validation files
+takes a moment, and a broken file is found later by the decoder, where it is counted and
+skipped with its reason. Files that are plainly not images (by extension) are skipped here
+and reported in ``SampleList.skipped``.
+
+Two layouts are understood:
+
+- **ImageFolder**: ``<root>/<class>/<file>`` (deeper folders are kept in the id; the class
+  is the first folder). Files lying directly in ``root`` are skipped with a reason.
+- **Flat folder plus labels CSV**: ``<root>/<file>`` and a CSV with a ``file`` column and
+  one of ``wnid``, ``class``, ``label``, ``index``. A ``labels.csv`` inside ``root`` is used
+  automatically. Without any CSV, a flat folder gives samples whose class is unknown.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+log = logging.getLogger(__name__)
+
+# Extensions Pillow decodes that photo datasets use; anything else is not an image input.
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
+     ".pgm", ".pbm", ".pnm"}
+)
+# Columns a labels CSV may use for the class, in order of preference.
+LABEL_COLUMNS = ("wnid", "class", "label", "index")
+MASK_EXTENSIONS = (".png", ".bmp", ".tif", ".tiff")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One source image.
+
+    Attributes:
+        id: Posix path relative to the data root, e.g. ``"n01440764/x.JPEG"``; unique, and
+            the key of the seed rule, so it must not depend on where the folder lives.
+        path: Absolute path of the file.
+        class_name: Folder name or CSV label (a wnid for ImageNet trees); None if unknown.
+        label: Class index, filled from an ``index`` CSV column or later by a label space.
+        mask_path: Parallel foreground mask, when a masks folder holds one.
+        bbox: ``(x0, y0, x1, y1)`` object box in source pixels, when a box CSV gives one.
+    """
+
+    id: str
+    path: Path
+    class_name: str | None
+    label: int | None = None
+    mask_path: Path | None = None
+    bbox: tuple[int, int, int, int] | None = None
+
+
+class SampleList(list):
+    """A ``list[Sample]`` that also carries what was left out and why.
+
+    Attributes:
+        skipped: ``(relative path, reason)`` for every file that is not a usable input.
+        layout: ``"imagefolder"`` or ``"flat"``.
+        labels_csv: The CSV the labels came from, if any.
+    """
+
+    def __init__(self, items: Iterable[Sample] = (), *, skipped=(), layout: str = "",
+                 labels_csv: Path | None = None):
+        super().__init__(items)
+        self.skipped: list[tuple[str, str]] = list(skipped)
+        self.layout = layout
+        self.labels_csv = labels_csv
+
+
+def is_image_name(name: str) -> bool:
+    """True when ``name`` has an image extension (case-insensitive)."""
+    return PurePosixPath(name).suffix.lower() in IMAGE_EXTENSIONS
+
+
+def _hidden(rel: PurePosixPath) -> bool:
+    """.DS_Store, .ipynb_checkpoints/ and generate's temp files are never inputs."""
+    return any(part.startswith(".") for part in rel.parts)
+
+
+def _walk(root: Path) -> list[PurePosixPath]:
+    """Every regular file under ``root`` as a relative posix path.
+
+    Hidden files and folders are pruned (``.DS_Store``, ``.ipynb_checkpoints``, and the
+    temp files an interrupted ``generate`` leaves). Symlinked folders are followed, since
+    datasets are often assembled from links.
+    """
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        base = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
+        for name in filenames:
+            if name.startswith("."):
+                continue
+            rel = base / name if str(base) != "." else PurePosixPath(name)
+            out.append(rel)
+    return out
+
+
+def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
+    """``file -> (class_name, label index)`` from a labels CSV.
+
+    Raises:
+        ValueError: unreadable CSV, no ``file`` column, no label column, duplicate files.
+    """
+    try:
+        with open(csv_path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            fields = [f.strip().lower() for f in (reader.fieldnames or [])]
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"cannot read labels CSV {csv_path}: {exc}") from None
+    if "file" not in fields:
+        raise ValueError(f"labels CSV {csv_path} needs a 'file' column; it has {fields}")
+    col = next((c for c in LABEL_COLUMNS if c in fields), None)
+    if col is None:
+        raise ValueError(
+            f"labels CSV {csv_path} needs one of the columns {', '.join(LABEL_COLUMNS)}; "
+            f"it has {fields}"
+        )
+    out: dict[str, tuple[str | None, int | None]] = {}
+    for n, raw in enumerate(rows, start=2):
+        row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
+        name = PurePosixPath(row["file"].replace("\\", "/")).as_posix()
+        if not row["file"]:
+            continue
+        if name in out:
+            raise ValueError(f"labels CSV {csv_path} line {n}: {name!r} is listed twice")
+        label = None
+        if row.get("index", "") != "":
+            try:
+                label = int(row["index"])
+            except ValueError:
+                raise ValueError(
+                    f"labels CSV {csv_path} line {n}: index {row['index']!r} is not an integer"
+                ) from None
+        cls = row.get(col) or None
+        out[name] = (cls, label)
+    return out
+
+
+def _read_bboxes(csv_path: Path) -> dict[str, tuple[int, int, int, int]]:
+    """``file -> (x0, y0, x1, y1)`` from a CSV with columns file (or id), x0, y0, x1, y1."""
+    try:
+        with open(csv_path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"cannot read boxes CSV {csv_path}: {exc}") from None
+    out = {}
+    for n, raw in enumerate(rows, start=2):
+        row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
+        key = row.get("file") or row.get("id")
+        try:
+            box = tuple(int(round(float(row[k]))) for k in ("x0", "y0", "x1", "y1"))
+        except (KeyError, ValueError):
+            raise ValueError(
+                f"boxes CSV {csv_path} line {n}: needs file (or id), x0, y0, x1, y1 numbers"
+            ) from None
+        if not key:
+            raise ValueError(f"boxes CSV {csv_path} line {n}: empty file name")
+        out[PurePosixPath(key).as_posix()] = box
+    return out
+
+
+def _mask_for(masks: Path, rel: PurePosixPath) -> Path | None:
+    """The mask parallel to ``rel``: same relative path, any mask extension."""
+    stem = masks / rel.parent / rel.stem
+    for ext in MASK_EXTENSIONS:
+        for cand in (stem.with_name(stem.name + ext), stem.with_name(stem.name + ext.upper())):
+            if cand.is_file():
+                return cand
+    return None
+
+
+def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
+    """List the images under ``root`` as samples sorted by id.
+
+    Args:
+        root: Data folder: an ImageFolder tree, or a flat folder of images.
+        labels_csv: CSV giving each flat file's class (default: ``root/labels.csv`` when
+            present). Columns: ``file`` plus one of ``wnid``, ``class``, ``label``,
+            ``index``; an ``index`` column also fills :attr:`Sample.label`.
+        masks: Folder of foreground masks parallel to ``root`` (``<id stem>.png``).
+        bboxes: CSV of object boxes in source pixels (``file``, ``x0``, ``y0``, ``x1``,
+            ``y1``).
+
+    Returns:
+        A :class:`SampleList`; ``.skipped`` lists non-image files and, for a CSV, images
+        it does not label and rows whose file is missing.
+
+    Raises:
+        ValueError: ``root`` is missing, not a folder, or holds no image; a CSV is bad.
+    """
+    root = Path(root).expanduser()
+    if not root.exists():
+        raise ValueError(f"data folder {root} does not exist")
+    if not root.is_dir():
+        raise ValueError(f"data folder {root} is not a folder")
+    root = root.resolve()
+    csv_path = Path(labels_csv).expanduser().resolve() if labels_csv else None
+    if csv_path is None and (root / "labels.csv").is_file():
+        csv_path = root / "labels.csv"
+    if csv_path is not None and not csv_path.is_file():
+        raise ValueError(f"labels CSV {csv_path} does not exist")
+    masks_dir = Path(masks).expanduser().resolve() if masks else None
+    if masks_dir is not None and not masks_dir.is_dir():
+        raise ValueError(f"masks folder {masks_dir} does not exist")
+    boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
+
+    files = _walk(root)
+    skipped: list[tuple[str, str]] = []
+    images: list[PurePosixPath] = []
+    for rel in files:
+        if csv_path is not None and root / rel == csv_path:
+            continue
+        if masks_dir is not None and (root / rel).is_relative_to(masks_dir):
+            continue
+        if is_image_name(rel.name):
+            images.append(rel)
+        else:
+            skipped.append((rel.as_posix(), f"not an image file (extension {rel.suffix or 'none'!r})"))
+
+    entries: list[tuple[PurePosixPath, str | None, int | None]] = []
+    if csv_path is not None:
+        layout = "flat"
+        labels = _read_labels(csv_path)
+        present = {rel.as_posix(): rel for rel in images}
+        for rel in images:
+            key = rel.as_posix()
+            if key not in labels:
+                skipped.append((key, f"not listed in {csv_path.name}"))
+        for key, (cls, label) in labels.items():
+            if key in present:
+                entries.append((present[key], cls, label))
+            elif (root / key).is_file() or _hidden(PurePosixPath(key)):
+                continue  # a non-image or hidden file: reported above or never an input
+            else:
+                skipped.append((key, f"listed in {csv_path.name} but missing"))
+    else:
+        nested = [rel for rel in images if len(rel.parts) > 1]
+        if nested:
+            layout = "imagefolder"
+            for rel in images:
+                if len(rel.parts) == 1:
+                    skipped.append((rel.as_posix(), "not inside a class folder"))
+                else:
+                    entries.append((rel, rel.parts[0], None))
+        else:
+            layout = "flat"
+            entries = [(rel, None, None) for rel in images]
+
+    if not entries:
+        what = f"{len(skipped)} other files" if skipped else "nothing"
+        raise ValueError(f"no images found in {root} (found {what})")
+
+    samples = []
+    for rel, cls, label in entries:
+        key = rel.as_posix()
+        samples.append(
+            Sample(
+                id=key,
+                path=root / rel,
+                class_name=cls,
+                label=label,
+                mask_path=_mask_for(masks_dir, rel) if masks_dir is not None else None,
+                bbox=boxes.get(key) or boxes.get(rel.name),
+            )
+        )
+    samples.sort(key=lambda s: s.id)
+    skipped.sort()
+    for rel, reason in skipped:
+        log.debug("skipping %s: %s", rel, reason)
+    return SampleList(samples, skipped=skipped, layout=layout, labels_csv=csv_path)
+
+
+__all__ = ["Sample", "SampleList", "discover", "is_image_name", "IMAGE_EXTENSIONS"]

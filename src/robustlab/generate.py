@@ -1,0 +1,642 @@
+"""``generate``: write a suite's shifted images to disk in the published layout.
+
+Output: ``<out>/<shift>/<level>/<class>/<file>`` plus ``<out>/manifest.json``.
+
+How it stays correct when things go wrong:
+
+- **One work unit per source image.** A worker decodes and prepares the image once and
+  writes all of its cells from that, so decoding is never repeated and memory stays flat
+  (a bounded number of images is in flight, whatever the dataset size).
+- **Seed rule.** Every cell draws from ``derive_seed(seed, sample.id, shift, level)``, so
+  the files are identical for any worker count or order.
+- **Atomic writes.** A cell is written to a hidden temp file in its own folder and moved
+  into place with ``os.replace``; a killed run leaves only temp files, never a
+  half-written image. A rerun removes the temp files and skips cells whose file exists.
+- **Bad input never stops a run.** A source that cannot be decoded or prepared is
+  skipped with its reason; a cell whose shift fails is counted as failed with its reason;
+  a worker process that crashes is replaced and its images are retried, then skipped.
+  Everything lands in the manifest.
+
+Small sources: with the default protocol (resize the shorter side to 256) they are
+upscaled, as the reference pipeline does. Without a resize (``keep_size``) a source below
+32x32, or below the crop size, is skipped with the reason ``too small: ...``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import multiprocessing
+import os
+import platform
+import time
+from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from robustlab.data.images import MAX_PIXELS, ImageError
+from robustlab.data.sources import Sample, discover
+from robustlab.pipeline import (
+    DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
+)
+from robustlab.shifts.registry import get_shift, list_shifts
+from robustlab.suites import Protocol, Suite, get_suite
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+TEMP_SUFFIX = ".rltmp"
+MAX_ATTEMPTS = 2  # a sample whose worker process died this often is skipped
+LIBRARIES = {  # manifest key -> distribution names to try, in order
+    "numpy": ("numpy",),
+    "scipy": ("scipy",),
+    "opencv": ("opencv-python-headless", "opencv-python", "opencv-contrib-python"),
+    "pillow": ("pillow",),
+    "scikit-image": ("scikit-image",),
+    "numba": ("numba",),
+}
+
+
+# --------------------------------------------------------------------------- results
+@dataclass
+class SampleOutcome:
+    """What happened to one source image (returned by a worker)."""
+
+    id: str
+    written: int = 0
+    existing: int = 0
+    failures: list[tuple[str, str, str]] = field(default_factory=list)  # (shift, level, reason)
+    skip_reason: str | None = None
+    note: str = ""
+
+
+@dataclass
+class GenerateResult:
+    """Summary of a ``generate`` call (the manifest holds the full record).
+
+    Attributes:
+        out: Output folder.
+        manifest_path: ``out/manifest.json``.
+        samples: Source images considered.
+        cells: (shift, level) cells per image.
+        written: Files written by this call.
+        skipped_existing: Files found finished and left untouched.
+        failed: Cells whose shift failed (see ``failures``).
+        skipped_inputs: ``(id, reason)`` of sources not used (undecodable, non-image...).
+        failures: ``(id, shift, level, reason)`` per failed cell.
+        seconds: Wall time.
+    """
+
+    out: Path
+    manifest_path: Path
+    samples: int
+    cells: int
+    written: int = 0
+    skipped_existing: int = 0
+    failed: int = 0
+    skipped_inputs: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[tuple[str, str, str, str]] = field(default_factory=list)
+    converted: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------- worker
+@dataclass(frozen=True)
+class _Job:
+    """What every worker needs, sent once per process (not once per image)."""
+
+    out: str
+    cells: tuple[tuple[str, Any], ...]
+    protocol: Protocol
+    seed: int
+    max_pixels: int
+    need_mask: bool
+    donors: Any = None  # DonorIndex or None
+
+
+_JOB: _Job | None = None
+
+
+def _init_worker(job: _Job, single_thread: bool) -> None:
+    global _JOB
+    _JOB = job
+    if single_thread:
+        # One image per process already fills the cores; nested thread pools would
+        # oversubscribe them.
+        try:
+            import cv2
+
+            cv2.setNumThreads(1)
+        except Exception:  # noqa: BLE001 - OpenCV threading is an optimisation only
+            pass
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that the file is either absent or complete.
+
+    The bytes go to a hidden temp file in the same folder (same file system, so
+    ``os.replace`` is an atomic rename); a crash before the rename leaves only the temp
+    file, which :func:`remove_temp_files` cleans and :func:`discover` ignores.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
+    """Write every missing cell of one source image (the work unit)."""
+    job = job or _JOB
+    assert job is not None, "worker not initialised"
+    res = SampleOutcome(sample.id)
+    out = Path(job.out)
+    todo = []
+    for name, level in job.cells:
+        path = cell_path(out, sample, name, level, job.protocol)
+        if path.exists():
+            res.existing += 1
+        else:
+            todo.append((name, level, path))
+    if not todo:
+        return res  # finished earlier: not even decoded
+    try:
+        prep = load_prepared(sample, job.protocol, with_mask=job.need_mask,
+                             max_pixels=job.max_pixels)
+    except ImageError as exc:
+        res.skip_reason = exc.reason
+        return res
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+        res.skip_reason = f"unreadable: {type(exc).__name__}: {exc}"
+        return res
+    res.note = prep.note
+    for name, level, path in todo:
+        try:
+            ctx = shift_context(sample, prep, name, level, job.seed, job.protocol,
+                                job.donors, max_pixels=job.max_pixels)
+            img = apply_shift(prep.rgb, sample.id, name, level, job.seed, ctx)
+            atomic_write(path, encode(img, job.protocol))
+            res.written += 1
+        except (ValueError, ImageError) as exc:
+            res.failures.append((name, str(level), str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a shift bug: count it, keep going
+            log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
+            res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
+    return res
+
+
+def _run_in_worker(sample: Sample) -> SampleOutcome:
+    return process_sample(sample)
+
+
+# --------------------------------------------------------------------------- planning
+def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
+    """Shift names of ``suite`` selected by names, families, tags or globs.
+
+    ``imagenet-c``-style group words work too: ``common``, ``extra``, ``all``.
+
+    Raises:
+        ValueError: a pattern matches no shift of the suite (the message lists them).
+    """
+    if not patterns:
+        return list(suite.shifts)
+    import fnmatch
+
+    groups = {"all": None, "common": "imagenet-c", "extra": "imagenet-c-extra",
+              "validation": "imagenet-c-extra"}
+    chosen: list[str] = []
+    for raw in patterns:
+        pat = raw.strip()
+        if not pat:
+            continue
+        if pat in groups:
+            tag = groups[pat]
+            hits = [n for n in suite.shifts if tag is None or tag in get_shift(n).tags]
+        else:
+            hits = [n for n in suite.shifts
+                    if n == pat or fnmatch.fnmatchcase(n, pat) or get_shift(n).family == pat
+                    or pat in get_shift(n).tags]
+        if not hits:
+            known = {s.name for s in list_shifts()}
+            where = (f"{pat!r} is a shift but not part of suite {suite.name!r}" if pat in known
+                     else f"no shift of suite {suite.name!r} matches {pat!r}")
+            raise ValueError(f"{where}; its shifts are: {', '.join(suite.shifts)}")
+        chosen.extend(h for h in hits if h not in chosen)
+    return [n for n in suite.shifts if n in chosen]
+
+
+def parse_levels(text: str | Sequence | None) -> list | None:
+    """``"1,3,5"`` or ``"1-3"`` -> ``[1, 3, 5]`` / ``[1, 2, 3]``; names stay strings."""
+    if text is None:
+        return None
+    tokens = text.split(",") if isinstance(text, str) else list(text)
+    out: list = []
+    for tok in tokens:
+        tok = str(tok).strip()
+        if not tok:
+            continue
+        if "-" in tok and all(p.strip().isdigit() for p in tok.split("-", 1)):
+            a, b = (int(p) for p in tok.split("-", 1))
+            if a > b:
+                raise ValueError(f"level range {tok!r} runs backwards")
+            out.extend(range(a, b + 1))
+        elif tok.lstrip("-").isdigit():
+            out.append(int(tok))
+        else:
+            out.append(tok)
+    return out or None
+
+
+def _jsonable(x: Any) -> Any:
+    """Parameters as JSON: dataclasses, tuples, numpy scalars and arrays included."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _jsonable(dataclasses.asdict(x))
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+def library_versions() -> dict[str, str | None]:
+    """Versions of the libraries whose behaviour shapes the pixels, for the manifest."""
+    from importlib import metadata
+
+    import robustlab
+
+    out: dict[str, str | None] = {"robustlab": robustlab.__version__,
+                                  "python": platform.python_version()}
+    for key, dists in LIBRARIES.items():
+        out[key] = None
+        for d in dists:
+            try:
+                out[key] = metadata.version(d)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
+    """Delete the temp files an interrupted run left under the given shift folders."""
+    n = 0
+    for name in shift_names:
+        base = out / name
+        if not base.is_dir():
+            continue
+        for dirpath, _, files in os.walk(base):
+            for f in files:
+                if f.startswith(".") and f.endswith(TEMP_SUFFIX):
+                    try:
+                        os.unlink(os.path.join(dirpath, f))
+                        n += 1
+                    except OSError:
+                        pass
+    return n
+
+
+def available_cpus() -> int:
+    """CPUs this process may use (respects affinity masks and container limits)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _load_manifest(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the previous manifest {path}: {exc}; move it away to start over") from None
+    return data if isinstance(data, dict) else None
+
+
+def _check_compatible(prev: dict, seed: int, protocol: dict, cells: dict, suite: Suite, path: Path) -> None:
+    """Refuse to add files made under other settings to an existing output folder."""
+    hint = "use a new --out folder (or delete this one) to generate with other settings"
+    if prev.get("seed") is not None and int(prev["seed"]) != int(seed):
+        raise ValueError(f"{path} was generated with seed {prev['seed']}, not {seed}; {hint}")
+    if prev.get("protocol") and prev["protocol"] != protocol:
+        raise ValueError(f"{path} was generated with protocol {prev['protocol']}, not {protocol}; {hint}")
+    prev_suite = (prev.get("suite") or {}).get("name")
+    if prev_suite and prev_suite != suite.name:
+        raise ValueError(f"{path} was generated for suite {prev_suite!r}, not {suite.name!r}; {hint}")
+    for c in prev.get("cells", []):
+        key = f"{c.get('shift')}/{c.get('level')}"
+        if key in cells and cells[key]["params"] != c.get("params"):
+            raise ValueError(
+                f"{path}: parameters of {key} changed since it was generated "
+                f"({c.get('params')} -> {cells[key]['params']}); {hint}"
+            )
+
+
+def _write_json(path: Path, data: dict) -> None:
+    atomic_write(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode())
+
+
+# --------------------------------------------------------------------------- engine
+def generate(
+    suite: str | Suite,
+    data: str | Path,
+    out: str | Path,
+    *,
+    shifts: Sequence[str] | None = None,
+    levels: Sequence | str | None = None,
+    seed: int = 0,
+    workers: int = 1,
+    fmt: str | None = None,
+    keep_size: bool = False,
+    limit: int | None = None,
+    labels_csv: str | Path | None = None,
+    masks: str | Path | None = None,
+    bboxes: str | Path | None = None,
+    max_pixels: int = MAX_PIXELS,
+    progress: bool = True,
+) -> GenerateResult:
+    """Generate a suite's cells for every image under ``data`` into ``out``.
+
+    Args:
+        suite: Built-in suite name, YAML path, or a :class:`Suite`.
+        data: ImageFolder tree or flat folder with a labels CSV (see :func:`discover`).
+        out: Output folder; rerunning with the same arguments resumes.
+        shifts: Names, families, tags or globs selecting the suite's shifts (default all).
+        levels: Levels to build (``[1, 3]`` or ``"1,3"`` / ``"1-3"``; default all).
+        seed: Global seed of the seed rule.
+        workers: Processes; 1 runs in this process, 0 means one per available CPU.
+        fmt: Output format override (``"png"`` or ``"jpeg"``).
+        keep_size: No resize and no crop: shifts run on the source size.
+        limit: Use only the first ``limit`` images (sorted by id).
+        labels_csv, masks, bboxes: Passed to :func:`discover`.
+        max_pixels: Decompression-bomb limit for sources.
+        progress: Show a tqdm progress bar on stderr.
+
+    Returns:
+        A :class:`GenerateResult`; the manifest at ``out/manifest.json`` holds the record.
+
+    Raises:
+        ValueError: unknown suite/shift/level, missing or empty data folder, an output
+            folder made with other settings, or a shift that needs masks without them.
+    """
+    started = time.perf_counter()
+    suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
+    names = resolve_shifts(suite_obj, shifts)
+    level_list = parse_levels(levels) if isinstance(levels, str) else (list(levels) if levels else None)
+    suite_obj = suite_obj.select(names, level_list)
+    protocol = suite_obj.protocol
+    if fmt:
+        protocol = dataclasses.replace(protocol, format=str(fmt).lower())
+    if keep_size:
+        protocol = dataclasses.replace(protocol, resize=None, crop=None)
+    if str(protocol.format).lower() not in ("jpeg", "jpg", "png"):
+        raise ValueError(f"unknown output format {protocol.format!r}; use jpeg or png")
+    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+    if limit is not None and int(limit) < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    cells = tuple(suite_obj.cells())
+    shift_objs = {n: get_shift(n) for n in names}
+
+    data_root = Path(data).expanduser()
+    out_root = Path(out).expanduser()
+    if data_root.exists() and out_root.resolve().is_relative_to(data_root.resolve()):
+        raise ValueError(f"--out {out_root} is inside --data {data_root}; choose a folder outside it")
+
+    needs = set().union(*(s.needs for s in shift_objs.values())) if shift_objs else set()
+    need_mask = "mask" in needs
+    if need_mask and not masks:
+        which = ", ".join(n for n, s in shift_objs.items() if "mask" in s.needs)
+        raise ValueError(f"{which} need foreground masks; pass --masks DIR")
+    for s in shift_objs.values():
+        if s.extra.get("channels") == 4 and str(protocol.format).lower() != "png":
+            raise ValueError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
+
+    samples = discover(data_root, labels_csv=labels_csv, masks=masks, bboxes=bboxes)
+    skipped_listing = list(samples.skipped)
+    donors = None
+    if any(s.extra.get("donor_rule") or (s.needs & DONOR_KEYS) for s in shift_objs.values()):
+        from robustlab.shifts.scenes import DonorIndex
+
+        donor_needs_mask = any("background_mask" in s.needs for s in shift_objs.values())
+        donors = DonorIndex(list(samples), (lambda s: s.mask_path is not None) if donor_needs_mask else None)
+    if need_mask:
+        no_mask = [s for s in samples if s.mask_path is None]
+        skipped_listing += [(s.id, "no mask in the masks folder") for s in no_mask]
+        samples = [s for s in samples if s.mask_path is not None]
+    else:
+        samples = list(samples)
+    if limit is not None:
+        samples = samples[: int(limit)]
+    if not samples:
+        raise ValueError(f"no usable images in {data_root}")
+
+    # The output names must be unique, or two sources would silently share one file.
+    seen: dict[str, str] = {}
+    unique = []
+    for s in samples:
+        key = str(cell_path("", s, "x", "1", protocol))
+        if key in seen:
+            skipped_listing.append((s.id, f"its output name collides with {seen[key]}"))
+        else:
+            seen[key] = s.id
+            unique.append(s)
+    samples = unique
+
+    cell_records = {
+        f"{n}/{lv}": {"shift": n, "level": lv, "family": shift_objs[n].family,
+                      "deterministic": shift_objs[n].deterministic,
+                      "params": _jsonable(shift_objs[n].params[lv])}
+        for n, lv in cells
+    }
+    protocol_record = _jsonable(protocol.describe())
+    manifest_path = out_root / MANIFEST
+    prev = _load_manifest(manifest_path)
+    if prev is not None:
+        _check_compatible(prev, seed, protocol_record, cell_records, suite_obj, manifest_path)
+    out_root.mkdir(parents=True, exist_ok=True)
+    n_tmp = remove_temp_files(out_root, names)
+    if n_tmp:
+        log.info("removed %d temp files left by an interrupted run", n_tmp)
+
+    job = _Job(str(out_root), cells, protocol, seed, int(max_pixels), need_mask, donors)
+    result = GenerateResult(out_root, manifest_path, len(samples), len(cells),
+                            skipped_inputs=list(skipped_listing))
+    n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
+    run_record = {"started_at": _now(), "workers": n_workers, "status": "running",
+                  "shifts": names, "levels": level_list, "limit": limit}
+    log.info("generating %d cells x %d images into %s with %d worker(s)",
+             len(cells), len(samples), out_root, n_workers)
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(samples), unit="img", desc=f"generate {suite_obj.name}", dynamic_ncols=True)
+
+    def collect(o: SampleOutcome) -> None:
+        result.written += o.written
+        result.skipped_existing += o.existing
+        if o.skip_reason:
+            result.skipped_inputs.append((o.id, o.skip_reason))
+            log.info("skipped %s: %s", o.id, o.skip_reason)
+        if o.note:
+            result.converted.append((o.id, o.note))
+        for shift_name, lv, reason in o.failures:
+            result.failures.append((o.id, shift_name, lv, reason))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(written=result.written, failed=len(result.failures), refresh=False)
+
+    status = "interrupted"
+    try:
+        if n_workers == 1:
+            _init_worker(job, single_thread=False)
+            for s in samples:
+                collect(process_sample(s, job))
+        else:
+            _run_pool(samples, job, n_workers, collect, result)
+        status = "complete"
+    finally:
+        if bar is not None:
+            bar.close()
+        result.failed = len(result.failures)
+        result.seconds = time.perf_counter() - started
+        run_record.update(finished_at=_now(), status=status, seconds=round(result.seconds, 3),
+                          written=result.written, skipped_existing=result.skipped_existing,
+                          failed=result.failed, skipped_inputs=len(result.skipped_inputs))
+        manifest = _merge_manifest(prev, result, suite_obj, protocol_record, cell_records, seed,
+                                   data_root, labels_csv, samples, run_record, masks)
+        _write_json(manifest_path, manifest)
+    return result
+
+
+def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result: GenerateResult) -> None:
+    """Process samples in a pool with a bounded queue; survive crashed workers."""
+    methods = multiprocessing.get_all_start_methods()
+    mp = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    queue = list(reversed(samples))
+    attempts: dict[str, int] = {}
+    window = n_workers * 4
+    while queue:
+        broken: list[Sample] = []
+        with cf.ProcessPoolExecutor(n_workers, mp_context=mp, initializer=_init_worker,
+                                    initargs=(job, True)) as pool:
+            inflight: dict[cf.Future, Sample] = {}
+            while queue or inflight:
+                while queue and len(inflight) < window and not broken:
+                    s = queue.pop()
+                    try:
+                        inflight[pool.submit(_run_in_worker, s)] = s
+                    except BrokenProcessPool:
+                        broken.append(s)
+                if not inflight:
+                    break
+                done, _ = cf.wait(inflight, return_when=cf.FIRST_COMPLETED)
+                for fut in done:
+                    s = inflight.pop(fut)
+                    try:
+                        collect(fut.result())
+                    except BrokenProcessPool:
+                        broken.append(s)
+                    except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
+                        collect(SampleOutcome(s.id, skip_reason=f"worker error: {type(exc).__name__}: {exc}"))
+                if broken:
+                    # The pool is unusable; everything still in flight must be redone.
+                    for fut, s in inflight.items():
+                        fut.cancel()
+                        broken.append(s)
+                    inflight.clear()
+                    break
+        for s in broken:
+            attempts[s.id] = attempts.get(s.id, 0) + 1
+            if attempts[s.id] >= MAX_ATTEMPTS:
+                collect(SampleOutcome(s.id, skip_reason="a worker process crashed on it"))
+            else:
+                queue.append(s)
+        if broken:
+            log.warning("a worker process died; retrying %d image(s) in a fresh pool", len(queue))
+
+
+def _merge_manifest(prev: dict | None, result: GenerateResult, suite: Suite, protocol: dict,
+                    cells: dict, seed: int, data_root: Path, labels_csv, samples, run_record: dict,
+                    masks) -> dict:
+    """This run's record merged into the previous manifest.
+
+    Cells are the union of all runs (a later run may add shifts or levels). Skipped inputs,
+    conversions and failures are keyed by sample (and cell): this run's word replaces the
+    previous one, and a sample or cell that succeeded now is removed from the lists.
+    ``counts.written`` adds up over runs; the rest describe the state after this run.
+    """
+    prev = prev or {}
+    done_ids = {s.id for s in samples}
+    skip_now = dict(result.skipped_inputs)
+    skipped = {d["id"]: d["reason"] for d in prev.get("skipped_inputs", []) if d.get("id") not in done_ids}
+    skipped.update(skip_now)
+    ok_ids = done_ids - set(skip_now)
+    for i in ok_ids:
+        skipped.pop(i, None)
+    converted = {d["id"]: d["note"] for d in prev.get("converted", [])}
+    converted.update(dict(result.converted))
+    fail_now = {(i, s, lv): r for i, s, lv, r in result.failures}
+    failures = {}
+    for d in prev.get("failures", []):
+        key = (d.get("id"), d.get("shift"), str(d.get("level")))
+        # A cell considered again in this run either failed again or now exists.
+        if key[0] in done_ids and f"{key[1]}/{key[2]}" in cells:
+            continue
+        failures[key] = d.get("reason")
+    failures.update(fail_now)
+    all_cells = {f"{c['shift']}/{c['level']}": c for c in prev.get("cells", [])}
+    all_cells.update(cells)
+    runs = list(prev.get("runs", [])) + [run_record]
+    return {
+        "format": "robustlab-generate/1",
+        "versions": library_versions(),
+        "seed": seed,
+        "seed_rule": "derive_seed(seed, sample_id, shift, level) -> PCG64",
+        "suite": {"name": suite.name, "version": suite.version, "label_space": suite.label_space},
+        "protocol": protocol,
+        "data": {"root": str(data_root.resolve()), "labels_csv": str(labels_csv) if labels_csv else None,
+                 "masks": str(masks) if masks else None, "samples": len(samples)},
+        "layout": "<out>/<shift>/<level>/<class>/<file>",
+        "cells": list(all_cells.values()),
+        "counts": {
+            "written": int(prev.get("counts", {}).get("written", 0)) + result.written,
+            "written_this_run": result.written,
+            "skipped_existing": result.skipped_existing,
+            "failed": len(failures),
+            "skipped_inputs": len(skipped),
+        },
+        "skipped_inputs": [{"id": k, "reason": v} for k, v in sorted(skipped.items())],
+        "converted": [{"id": k, "note": v} for k, v in sorted(converted.items())],
+        "failures": [{"id": k[0], "shift": k[1], "level": k[2], "reason": v}
+                     for k, v in sorted(failures.items())],
+        "created_at": prev.get("created_at", run_record["started_at"]),
+        "updated_at": _now(),
+        "runs": runs,
+    }
+
+
+__all__ = ["generate", "GenerateResult", "SampleOutcome", "process_sample", "atomic_write",
+           "resolve_shifts", "parse_levels", "library_versions", "remove_temp_files", "MANIFEST"]
