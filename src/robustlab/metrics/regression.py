@@ -1,0 +1,185 @@
+"""Regression analysis of accuracy on categorical factors (XIMAGENET-12's Model/Scenario/Class).
+
+Accuracy is regressed on dummy-coded factors with statsmodels OLS. Treatment coding: each
+factor has a reference level (chosen by the user, e.g. ``Scenario = "original"``), and a
+level's estimate is its difference in accuracy from the reference, holding the other
+factors fixed. The design matrix is built here, not by a formula parser, so level names
+with spaces or quotes are safe and term names are readable (``Scenario[blur_bg]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# (upper bound on p, stars), checked in order; p >= 0.05 is "ns".
+STAR_LEVELS = ((0.0001, "****"), (0.001, "***"), (0.01, "**"), (0.05, "*"))
+
+
+def significance_stars(p: float) -> str:
+    """``****`` p < 0.0001, ``***`` < 0.001, ``**`` < 0.01, ``*`` < 0.05, else ``ns``."""
+    if p is None or not np.isfinite(p):
+        return "ns"
+    for bound, stars in STAR_LEVELS:
+        if p < bound:
+            return stars
+    return "ns"
+
+
+def cell_accuracy(predictions: pd.DataFrame, by: Sequence[str], correct: str = "correct") -> pd.DataFrame:
+    """Mean of ``correct`` per cell of ``by`` (e.g. model, shift, class_name), with ``n``."""
+    missing = [c for c in [*by, correct] if c not in predictions.columns]
+    if missing:
+        raise ValueError(f"predictions table lacks column(s) {', '.join(missing)}")
+    g = predictions.groupby(list(by), sort=True, observed=True)[correct]
+    return g.agg(accuracy="mean", n="size").reset_index()
+
+
+@dataclass
+class RegressionResult:
+    """The coefficient table plus the fitted statsmodels results.
+
+    Attributes:
+        table: One row per term: ``term``, ``factor``, ``level``, ``estimate``,
+            ``std_error``, ``ci_low``, ``ci_high``, ``t``, ``p``, ``stars``.
+        fit: ``statsmodels`` RegressionResults (residuals, fitted values, R^2, ...).
+        reference: Factor -> reference level used.
+    """
+
+    table: pd.DataFrame
+    fit: Any
+    reference: dict[str, str]
+
+    def plots(self, out_dir: str | Path, prefix: str = "regression") -> dict[str, Path]:
+        """Write residuals-vs-fitted and normal QQ plots as PNG; returns their paths."""
+        return regression_plots(self.fit, out_dir, prefix)
+
+
+def _levels(series: pd.Series) -> list[str]:
+    return sorted(series.astype(str).unique())
+
+
+def design_matrix(data: pd.DataFrame, factors: Mapping[str, str],
+                  reference: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Intercept plus treatment-coded dummies; returns (X, factor -> reference level).
+
+    Args:
+        factors: Display name -> column, e.g. ``{"Model": "model", "Scenario": "shift"}``.
+        reference: Display name -> reference level; default the first level in sorted
+            order (as patsy does).
+    """
+    reference = dict(reference or {})
+    unknown = set(reference) - set(factors)
+    if unknown:
+        raise ValueError(f"reference given for unknown factor(s) {sorted(unknown)}; factors: {list(factors)}")
+    cols = {"Intercept": np.ones(len(data))}
+    used = {}
+    for name, col in factors.items():
+        if col not in data.columns:
+            raise ValueError(f"data lacks column {col!r} for factor {name}")
+        values = data[col].astype(str)
+        levels = _levels(values)
+        if len(levels) < 2:
+            raise ValueError(f"factor {name} has a single level {levels!r}; drop it from the model")
+        ref = str(reference.get(name, levels[0]))
+        if ref not in levels:
+            raise ValueError(f"reference {ref!r} is not a level of {name}; levels: {', '.join(levels)}")
+        used[name] = ref
+        for lv in levels:
+            if lv != ref:
+                cols[f"{name}[{lv}]"] = (values == lv).to_numpy(dtype=float)
+    return pd.DataFrame(cols, index=data.index), used
+
+
+def regress_accuracy(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[str], *,
+                     response: str = "accuracy", reference: Mapping[str, str] | None = None,
+                     alpha: float = 0.05) -> RegressionResult:
+    """OLS of ``response`` on categorical factors with treatment coding.
+
+    Args:
+        data: One row per observation: per-cell accuracies (see :func:`cell_accuracy`) or
+            per-prediction 0/1 ``correct`` values (a linear probability model).
+        factors: Column names, or display name -> column (``{"Model": "model",
+            "Scenario": "shift", "Class": "class_name"}``).
+        response: The numeric column to explain.
+        reference: Display name -> reference level.
+        alpha: 1 - confidence of the intervals (0.05: 95 % CI).
+
+    Raises:
+        ValueError: missing columns, a one-level factor, an unknown reference level, too few
+            rows for the number of terms, or confounded factors (rank-deficient design).
+    """
+    import statsmodels.api as sm
+
+    if not isinstance(factors, Mapping):
+        factors = {c: c for c in factors}
+    if response not in data.columns:
+        raise ValueError(f"data lacks response column {response!r}")
+    y = pd.to_numeric(data[response], errors="coerce").astype(float)
+    if y.isna().any():
+        raise ValueError(f"response {response!r} has {int(y.isna().sum())} missing or non-numeric values")
+    X, used = design_matrix(data, factors, reference)
+    if len(X) <= X.shape[1]:
+        raise ValueError(f"{len(X)} rows cannot fit {X.shape[1]} terms; need more observations")
+    if np.linalg.matrix_rank(X.to_numpy()) < X.shape[1]:
+        raise ValueError("factors are confounded (some level combinations never vary independently); "
+                         "the coefficients are not identifiable")
+    fit = sm.OLS(y.to_numpy(), X).fit()
+    ci = fit.conf_int(alpha)
+    rows = []
+    for term in X.columns:
+        factor, level = ("", "") if term == "Intercept" else term[:-1].split("[", 1)
+        p = float(fit.pvalues[term])
+        rows.append({"term": term, "factor": factor, "level": level,
+                     "estimate": float(fit.params[term]), "std_error": float(fit.bse[term]),
+                     "ci_low": float(ci.loc[term, 0]), "ci_high": float(ci.loc[term, 1]),
+                     "t": float(fit.tvalues[term]), "p": p, "stars": significance_stars(p)})
+    return RegressionResult(pd.DataFrame(rows), fit, used)
+
+
+def regression_plots(fit, out_dir: str | Path, prefix: str = "regression") -> dict[str, Path]:
+    """Residuals vs fitted values and a normal QQ plot of the residuals, as PNG files.
+
+    Uses matplotlib's Agg canvas directly (no pyplot), so it works headless and leaves the
+    user's backend alone.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from scipy import stats
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    resid = np.asarray(fit.resid, float)
+    fitted = np.asarray(fit.fittedvalues, float)
+    paths = {}
+
+    fig = Figure(figsize=(5, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.scatter(fitted, resid, s=10, alpha=0.7)
+    ax.axhline(0, color="grey", lw=1)
+    ax.set_xlabel("fitted accuracy")
+    ax.set_ylabel("residual")
+    ax.set_title("Residuals vs fitted")
+    fig.tight_layout()
+    paths["residuals"] = out_dir / f"{prefix}_residuals.png"
+    fig.savefig(paths["residuals"])
+
+    fig = Figure(figsize=(5, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    (theo, ordered), (slope, intercept, _) = stats.probplot(resid, dist="norm")
+    ax.scatter(theo, ordered, s=10, alpha=0.7)
+    ax.plot(theo, slope * np.asarray(theo) + intercept, color="grey", lw=1)
+    ax.set_xlabel("theoretical normal quantile")
+    ax.set_ylabel("residual quantile")
+    ax.set_title("Normal QQ plot of residuals")
+    fig.tight_layout()
+    paths["qq"] = out_dir / f"{prefix}_qq.png"
+    fig.savefig(paths["qq"])
+    return paths
