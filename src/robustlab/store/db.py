@@ -138,8 +138,10 @@ class Store:
             sets.append("n_samples = ?")
             params.append(int(n_samples))
         if skipped is not None:
+            # ``skipped`` rows are [sample_id, reason]; a sample can fail in several cells.
+            n_skipped = len({str(s[0]) if isinstance(s, (list, tuple)) else str(s) for s in skipped})
             sets += ["n_skipped = ?", "skipped = ?"]
-            params += [len(skipped), json.dumps(list(skipped), default=str)]
+            params += [n_skipped, json.dumps(list(skipped), default=str)]
         with self.connect() as con:
             con.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
 

@@ -1,0 +1,85 @@
+"""``robustlab results``: accuracy per model x suite x cell, CE / mCE rows, Parquet export."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("results", help="show stored results (per cell, CE, mCE) or export them")
+    p.add_argument("--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)")
+    p.add_argument("--format", default="table", choices=["table", "csv", "json", "markdown"],
+                   help="output format (default: table)")
+    p.add_argument("--model", action="append", help="only this model spec (repeatable)")
+    p.add_argument("--suite", action="append", help="only this suite (repeatable)")
+    p.add_argument("--run", action="append", help="only this run id or id prefix (repeatable)")
+    p.add_argument("--baseline", default=None,
+                   help="CE baseline: 'alexnet' (bundled errors; full ImageNet val only) or a "
+                        "model spec evaluated on the same images (default: alexnet when valid)")
+    p.add_argument("--export", metavar="DIR", default=None,
+                   help="write runs.parquet and predictions.parquet into DIR instead of a table")
+    p.add_argument("--output", "-o", default=None, help="write the table to this file")
+    p.set_defaults(func=run)
+
+
+def format_table(df, fmt: str) -> str:
+    """Render the results table; fractions as percentages for the human formats."""
+    import math
+
+    if fmt == "csv":
+        return df.to_csv(index=False)
+    if fmt == "json":
+        return df.to_json(orient="records", indent=1) + "\n"
+
+    def cell(col, v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return ""
+        if col in ("top1", "top5", "error", "ce", "relative_ce"):
+            return f"{100 * float(v):.2f}"
+        if col == "n":
+            return str(int(v))
+        return str(v)
+
+    cols = list(df.columns)
+    heads = [c + (" %" if c in ("top1", "top5", "error", "ce", "relative_ce") else "") for c in cols]
+    rows = [[cell(c, v) for c, v in zip(cols, rec)] for rec in df.itertuples(index=False)]
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(heads) + " |",
+                 "|" + "|".join("---:" if c in ("n", "top1", "top5", "error", "ce", "relative_ce")
+                                else "---" for c in cols) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    numeric = {"n", "top1", "top5", "error", "ce", "relative_ce"}
+    def line(vals):
+        return "  ".join(v.rjust(w) if c in numeric else v.ljust(w)
+                         for v, w, c in zip(vals, widths, cols)).rstrip()
+    return "\n".join([line(heads), *(line(r) for r in rows)]) + "\n"
+
+
+def run(args) -> int:
+    from robustlab.store import Store
+    from robustlab.store.queries import results_table, select_runs
+
+    store = Store(args.db)
+    store.require()
+    if args.export:
+        ids = None
+        if args.run or args.model or args.suite:
+            ids = list(select_runs(store, run_ids=args.run, models=args.model,
+                                   suites=args.suite)["run_id"])
+        paths = store.export_parquet(args.export, ids)
+        for p in paths:
+            print(p)
+        return 0
+    table, notes = results_table(store, run_ids=args.run, models=args.model, suites=args.suite,
+                                 baseline=args.baseline)
+    text = format_table(table, args.format)
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0

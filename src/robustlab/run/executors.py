@@ -1,0 +1,49 @@
+"""Executors: how tasks are spread over processes.
+
+``local`` (the default) is a ``torch.utils.data.DataLoader`` over the task dataset: its
+worker processes decode, shift and preprocess ahead of the model while the main process
+runs the forward pass, and results come back in task order, so output never depends on
+the worker count. ``workers=0`` runs everything in the calling process (debugging,
+tests, tiny jobs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from robustlab.run.tasks import TaskDataset, worker_init
+
+
+def _identity(item):
+    return item
+
+
+def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2) -> Iterator:
+    """Yield ``dataset`` items in order, computed by ``workers`` processes ahead of use.
+
+    Args:
+        dataset: The tasks.
+        workers: Worker processes (0: in this process).
+        prefetch: Tasks each worker keeps ready; bounds memory independently of the
+            dataset size.
+    """
+    if workers <= 0:
+        for i in range(len(dataset)):
+            yield dataset[i]
+        return
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(workers),
+                        collate_fn=_identity, prefetch_factor=max(1, int(prefetch)),
+                        worker_init_fn=worker_init, persistent_workers=False)
+    yield from loader
+
+
+EXECUTORS = {"local": iterate_local}
+
+
+def get_executor(name: str):
+    try:
+        return EXECUTORS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; available: {', '.join(EXECUTORS)}") from None

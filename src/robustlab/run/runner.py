@@ -1,0 +1,237 @@
+"""The streaming runner: tasks -> workers -> batched forward pass -> one transaction per batch.
+
+Memory stays flat as the dataset grows: the sample list is the only per-image state
+(a path and a label each); images live only inside the bounded DataLoader prefetch queue
+and the current batch; predictions go to the database batch by batch. A crash or Ctrl-C
+loses at most the rows not yet written (less than one batch plus the prefetched tasks),
+and a rerun skips every (sample, shift, level) already stored for the same run id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from robustlab.run.executors import get_executor
+from robustlab.run.progress import CellProgress
+from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset
+from robustlab.store import RunRecord, Store, level_key
+
+log = logging.getLogger(__name__)
+
+TOPK = 5
+
+
+@dataclass
+class RunOptions:
+    """How the work is executed (none of this changes a prediction).
+
+    Attributes:
+        batch_size: Images per forward pass and per database transaction.
+        workers: DataLoader worker processes (0: in the main process).
+        prefetch: Tasks each worker prepares ahead.
+        cells_per_task: Cells produced per decoded image in one task; bounds the size of
+            one work item for suites with many cells.
+        backend: Executor name (``local``).
+        progress: Show per-cell progress bars.
+    """
+
+    batch_size: int = 32
+    workers: int = 1
+    prefetch: int = 2
+    cells_per_task: int = 16
+    backend: str = "local"
+    progress: bool = True
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    resumed: bool
+    n_samples: int
+    n_written: int = 0
+    n_already_done: int = 0
+    skipped: list[list[str]] = field(default_factory=list)
+
+
+def _to_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def plan_tasks(samples: Sequence, cells: Sequence[Cell], store: Store, run_id: str,
+               cells_per_task: int) -> tuple[list[Task], dict[tuple[str, str], int], int]:
+    """Tasks for every (sample, cell) not yet stored for ``run_id``.
+
+    Returns:
+        (tasks, done per cell key, rows already stored). Only samples with some but not
+        all cells stored are looked up key by key, so resuming a large run reads one
+        count per sample, not every stored key.
+    """
+    keys = [(shift, level_key(level)) for shift, level in cells]
+    counts = store.done_counts(run_id)
+    partial = [s.id for s in samples if 0 < counts.get(s.id, 0)]
+    done_keys = store.done_keys(run_id, partial) if partial else set()
+    step = max(1, int(cells_per_task))
+    full_groups = [tuple(cells[i:i + step]) for i in range(0, len(cells), step)]
+    tasks: list[Task] = []
+    done_per_cell: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
+    already = 0
+    for i, s in enumerate(samples):
+        if counts.get(s.id, 0) == 0:
+            tasks.extend(Task(i, g) for g in full_groups)
+            continue
+        todo = []
+        for cell, key in zip(cells, keys):
+            if (s.id, *key) in done_keys:
+                done_per_cell[key] += 1
+                already += 1
+            else:
+                todo.append(cell)
+        tasks.extend(Task(i, tuple(todo[j:j + step])) for j in range(0, len(todo), step))
+    return tasks, done_per_cell, already
+
+
+class Runner:
+    """Evaluates one model on the cells of a suite and streams predictions to a store.
+
+    Args:
+        model: A loaded :class:`robustlab.models.Model`.
+        samples: Source samples (sorted by id); each needs a ``label`` in ``labels``.
+        labels: Label index per sample (same order as ``samples``).
+        cells: (shift, level) cells to evaluate, clean included as ("clean", 0).
+        images: Makes the pixels of each cell (on the fly or from a generated folder).
+        store: The results database.
+        record: The run row (its ``run_id`` decides what counts as already done).
+        options: Execution options.
+        transform: Image -> tensor (default: ``model.transform(img, crop=False)``, since
+            the suite protocol has already resized and cropped the image).
+    """
+
+    def __init__(self, model, samples: Sequence, labels: Sequence[int], cells: Sequence[Cell],
+                 images: CellImages, store: Store, record: RunRecord, options: RunOptions,
+                 transform: Callable | None = None):
+        self.model = model
+        self.samples = samples
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.cells = list(cells)
+        self.images = images
+        self.store = store
+        self.record = record
+        self.options = options
+        self.transform = transform or _ModelTransform(model)
+
+    def run(self) -> RunSummary:
+        run_id = self.record.run_id
+        resumed = not self.store.start_run(self.record)
+        tasks, done_per_cell, already = plan_tasks(
+            self.samples, self.cells, self.store, run_id, self.options.cells_per_task)
+        summary = RunSummary(run_id, resumed, len(self.samples), n_already_done=already)
+        if resumed:
+            log.info("resuming run %s: %d predictions already stored, %d tasks to do",
+                     run_id, already, len(tasks))
+        totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
+        progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
+        skipped: dict[tuple[str, str], None] = {}
+        status = "failed"
+        try:
+            dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
+            items = get_executor(self.options.backend)(
+                dataset, workers=self.options.workers, prefetch=self.options.prefetch)
+            pending: list[tuple[Task, Any, list[int]]] = []
+            n_pending = 0
+            for index, tensor, errors in items:
+                task = tasks[index]
+                sample = self.samples[task.sample_index]
+                failed = set()
+                for cell_index, reason in errors:
+                    skipped[(sample.id, reason)] = None
+                    log.warning("skipping %s: %s", sample.id, reason)
+                    if cell_index < 0:
+                        failed = set(range(len(task.cells)))
+                    else:
+                        failed.add(cell_index)
+                ok = [j for j in range(len(task.cells)) if j not in failed]
+                if not ok or tensor is None:
+                    continue
+                pending.append([task, tensor, ok, 0])
+                n_pending += len(ok)
+                while n_pending >= self.options.batch_size:
+                    n_pending -= self._flush(pending, self.options.batch_size, progress, summary)
+            while pending:
+                self._flush(pending, self.options.batch_size, progress, summary)
+            status = "finished"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            progress.close()
+            summary.skipped = [list(k) for k in skipped]
+            try:
+                self.store.finish_run(run_id, status=status, n_samples=len(self.samples),
+                                      skipped=summary.skipped)
+            except Exception:  # never mask the original error
+                if status == "finished":
+                    raise
+                log.exception("could not record the end of run %s", run_id)
+        return summary
+
+    def _flush(self, pending: list, limit: int, progress: CellProgress, summary: RunSummary) -> int:
+        """Forward up to ``limit`` pending images and store them in one transaction.
+
+        ``pending`` holds ``[task, tensor, ok, start]``: row r of ``tensor`` is the image of
+        cell ``task.cells[ok[r]]``, and rows before ``start`` were already used.
+        """
+        import torch
+
+        pieces, rows = [], []
+        taken = 0
+        while pending and taken < limit:
+            task, tensor, ok, start = pending[0]
+            n = min(len(ok) - start, limit - taken)
+            pieces.append(tensor[start:start + n])
+            rows.extend((task, ok[r]) for r in range(start, start + n))
+            taken += n
+            if start + n == len(ok):
+                pending.pop(0)
+            else:
+                pending[0][3] = start + n
+        batch = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+        logits = self.model.predict(batch)
+        probs = torch.softmax(logits.float(), dim=1)
+        k = min(TOPK, probs.shape[1])
+        top = torch.topk(probs, k, dim=1)
+        sample_idx = [task.sample_index for task, _ in rows]
+        labels = torch.as_tensor(self.labels[sample_idx])
+        top1, topk = self.model.correct(top.indices.cpu(), labels)
+        cells = [task.cells[j] for task, j in rows]
+        out = {
+            "sample_id": [self.samples[i].id for i in sample_idx],
+            "shift": [c[0] for c in cells],
+            "level": [level_key(c[1]) for c in cells],
+            "label": self.labels[sample_idx].tolist(),
+            "class_name": [self.samples[i].class_name for i in sample_idx],
+            "top5_ids": _to_numpy(top.indices).astype(np.int32),
+            "top5_probs": _to_numpy(top.values).astype(np.float32),
+            "correct": _to_numpy(top1).astype(bool).reshape(-1),
+            "correct5": _to_numpy(topk).astype(bool).reshape(-1),
+        }
+        self.store.write_predictions(self.record.run_id, out)
+        summary.n_written += taken
+        progress.update(zip(out["shift"], out["level"]))
+        return taken
+
+
+class _ModelTransform:
+    """Picklable ``img -> model.transform(img, crop=False)``."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, img):
+        return self.model.transform(img, crop=False)

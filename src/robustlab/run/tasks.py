@@ -1,0 +1,158 @@
+"""Worker-side work units: decode a source image once, produce its cells, preprocess.
+
+A task is one sample plus a group of its (shift, level) cells. The worker decodes the
+image once, prepares it with the suite's protocol, and for each cell either applies the
+shift on the fly (``as_stored(apply_shift(prepare(rgb)))``, exactly the pixels a
+generated file holds) or reads the generated file back; then the model's transform turns
+each image into a tensor. Decoding once per task is what makes on-the-fly evaluation
+cheap: a 76-cell suite decodes each photo a handful of times, not 76 times.
+
+Everything here must be picklable (spawned workers) and use no global random state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robustlab.store.schema import CLEAN_SHIFT
+
+log = logging.getLogger(__name__)
+
+Cell = tuple[str, Any]  # (shift name, level as the registry defines it)
+
+
+@dataclass(frozen=True)
+class Task:
+    sample_index: int
+    cells: tuple[Cell, ...]
+
+
+class CellImages:
+    """Makes the uint8 image of each cell of one sample (on the fly or from disk).
+
+    Uses :mod:`robustlab.pipeline` for every step (``load_prepared``, ``shift_context``,
+    ``apply_shift``, ``as_stored``, ``cell_path``/``decode``), the same functions
+    ``robustlab generate`` uses, so both paths give identical pixels.
+
+    Args:
+        protocol: The suite's :class:`~robustlab.suites.Protocol`.
+        seed: Global seed of the seed rule.
+        generated_root: A folder written by ``robustlab generate``; shifted cells are read
+            from it instead of being computed. The clean cell always comes from the source.
+        donors: Candidate background donors (all samples) for shifts with a donor rule.
+        with_mask: Load each sample's mask (scene shifts need one).
+    """
+
+    def __init__(self, protocol, seed: int, generated_root: str | Path | None = None,
+                 donors: Sequence | None = None, with_mask: bool = False):
+        self.protocol = protocol
+        self.seed = int(seed)
+        self.generated_root = Path(generated_root) if generated_root is not None else None
+        self.donor_samples = donors
+        self.with_mask = with_mask
+        self._donor_index = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_donor_index"] = None  # rebuilt in each worker
+        return state
+
+    def base(self, sample):
+        """Decode and prepare the source once: a ``pipeline.Prepared`` (rgb = clean cell)."""
+        from robustlab.pipeline import load_prepared
+
+        return load_prepared(sample, self.protocol,
+                             with_mask=self.with_mask and sample.mask_path is not None)
+
+    def _donors(self):
+        if self._donor_index is None and self.donor_samples is not None:
+            from robustlab.shifts.scenes import DonorIndex
+
+            self._donor_index = DonorIndex(self.donor_samples)
+        return self._donor_index
+
+    def cell(self, sample, prepared, shift: str, level: Any) -> np.ndarray:
+        """HxWx3 uint8 pixels of one cell (an RGBA result keeps its colour channels)."""
+        from robustlab import pipeline
+
+        if shift == CLEAN_SHIFT:
+            return prepared.rgb
+        if self.generated_root is not None:
+            path = pipeline.cell_path(self.generated_root, sample, shift, level, self.protocol)
+            img = pipeline.decode(Path(path).read_bytes())
+        else:
+            sh = pipeline.resolve_shift(shift)
+            ctx = None
+            if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
+                ctx = pipeline.shift_context(sample, prepared, sh, level, self.seed,
+                                             self.protocol, self._donors())
+            img = pipeline.as_stored(
+                pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx),
+                self.protocol)
+        return img[..., :3] if img.shape[2] == 4 else img
+
+
+class TaskDataset:
+    """A map-style dataset over tasks, for ``torch.utils.data.DataLoader``.
+
+    Each item is ``(task_index, tensor K x C x H x W or None, errors)``. Unreadable images
+    and failing cells come back as ``(cell index or -1 for the whole sample, reason)``
+    instead of raising, so one bad file never stops a run; the runner counts and lists them.
+    """
+
+    def __init__(self, samples: Sequence, tasks: Sequence[Task], images: CellImages,
+                 transform: Callable[[np.ndarray], Any]):
+        self.samples = samples
+        self.tasks = tasks
+        self.images = images
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, i: int):
+        """``(i, tensor of the cells that worked, [(cell index or -1, reason), ...])``."""
+        import torch
+
+        from robustlab.data.images import ImageError
+
+        task = self.tasks[i]
+        sample = self.samples[task.sample_index]
+        try:
+            base = self.images.base(sample)
+        except ImageError as exc:
+            return i, None, [(-1, exc.reason)]
+        except (OSError, ValueError) as exc:
+            return i, None, [(-1, f"unreadable: {exc}")]
+        tensors, errors = [], []
+        for j, (shift, level) in enumerate(task.cells):
+            try:
+                img = self.images.cell(sample, base, shift, level)
+            except FileNotFoundError:
+                errors.append((j, f"{shift}/{level}: generated file missing"))
+                continue
+            except (OSError, ValueError) as exc:
+                errors.append((j, f"{shift}/{level}: {exc}"))
+                continue
+            t = self.transform(img)
+            tensors.append(t if isinstance(t, torch.Tensor) else torch.as_tensor(t))
+        return i, (torch.stack(tensors) if tensors else None), errors
+
+
+def worker_init(_worker_id: int) -> None:
+    """One thread per worker: the workers already run in parallel with the forward pass."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+    except ImportError:  # pragma: no cover
+        pass

@@ -1,0 +1,149 @@
+"""Results tables built from the store: per-cell accuracy plus CE / mCE summary rows.
+
+The per-cell numbers are SQL aggregates over ``predictions``; the CE rows are the pure
+functions of :mod:`robustlab.metrics.mce` applied to those cell tables, with either the
+bundled AlexNet errors or a baseline run from the same database.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from robustlab.metrics.mce import (
+    ALEXNET, alexnet_cells, check_full_imagenet_val, corruption_errors, mce,
+)
+from robustlab.store.db import Store
+from robustlab.store.schema import CLEAN_SHIFT
+
+log = logging.getLogger(__name__)
+
+RESULT_COLUMNS = ["model", "suite", "run_id", "shift", "level", "n", "top1", "top5", "error",
+                  "ce", "relative_ce", "baseline"]
+
+
+def _is_corruption(shift: str) -> bool:
+    from robustlab.metrics.mce import alexnet_table
+
+    if shift in set(alexnet_table()["corruption"]) - {CLEAN_SHIFT}:
+        return True
+    try:
+        from robustlab.shifts.corruptions import list_corruptions
+
+        return shift in list_corruptions("all")
+    except ValueError:
+        return False
+
+
+def select_runs(store: Store, *, run_ids=None, models=None, suites=None) -> pd.DataFrame:
+    """Runs filtered by id (or unique id prefix), model spec and suite."""
+    runs = store.runs()
+    if run_ids:
+        keep = []
+        for rid in run_ids:
+            hits = runs[runs["run_id"].str.startswith(rid)]
+            if hits.empty:
+                raise ValueError(f"no run {rid!r} in {store.path}")
+            if len(hits) > 1:
+                raise ValueError(f"run id prefix {rid!r} is ambiguous in {store.path}")
+            keep.append(hits.iloc[0]["run_id"])
+        runs = runs[runs["run_id"].isin(keep)]
+    if models:
+        runs = runs[runs["model_spec"].isin(list(models))]
+    if suites:
+        runs = runs[runs["suite"].isin(list(suites))]
+    return runs.reset_index(drop=True)
+
+
+def find_baseline_run(store: Store, run: dict, spec: str) -> str:
+    """The latest run of model ``spec`` on the same images and suite as ``run``.
+
+    Raises:
+        ValueError: no such run in the database (the message says how to make one).
+    """
+    runs = store.runs()
+    same = runs[(runs["model_spec"] == spec)
+                & (runs["data_fingerprint"] == run["data_fingerprint"])
+                & (runs["suite"].fillna("") == (run["suite"] or ""))]
+    if same.empty:
+        raise ValueError(
+            f"no run of baseline {spec!r} on the same images and suite as {run['model_spec']!r} "
+            f"({run['suite']}, {run['data_root']}) in {store.path}; run `robustlab evaluate "
+            f"{spec} --data {run['data_root']} --suite {run['suite']}` first")
+    finished = same[same["status"] == "finished"]
+    pick = finished if not finished.empty else same
+    return str(pick.iloc[-1]["run_id"])
+
+
+def summary_rows(store: Store, run: dict, cells: pd.DataFrame, baseline: str | None):
+    """CE rows per corruption plus one mCE row for ``run``, or None with a reason.
+
+    Args:
+        baseline: ``"alexnet"``, a model spec, or None (AlexNet when it applies, else no
+            CE rows).
+
+    Raises:
+        ValueError: an explicit baseline cannot be used (wrong data, missing cells).
+    """
+    corr = [s for s in dict.fromkeys(cells["shift"]) if s != CLEAN_SHIFT and _is_corruption(s)]
+    if not corr:
+        return None, "no corruption cells"
+    if baseline is None or baseline == ALEXNET:
+        try:
+            check_full_imagenet_val(cells, store.run_stats(run["run_id"])["n_classes"])
+        except ValueError as exc:
+            if baseline == ALEXNET:
+                raise
+            return None, str(exc)
+        base_cells, label = alexnet_cells(), ALEXNET
+    else:
+        base_id = find_baseline_run(store, run, baseline)
+        base_cells, label = store.cell_table([base_id]), f"{baseline} ({base_id[:8]})"
+    ce = corruption_errors(cells[["shift", "level", "error"]], base_cells, corr)
+    summary = mce(ce)
+    rows = [{"shift": r.shift, "level": "all", "n": None, "top1": None, "top5": None,
+             "error": r.error_sum / len(r.levels.split(",")), "ce": r.ce,
+             "relative_ce": r.relative_ce, "baseline": label} for r in ce.itertuples()]
+    rows.append({"shift": f"mCE ({summary['n_corruptions']} corruptions)", "level": "all",
+                 "n": None, "top1": None, "top5": None, "error": None,
+                 "ce": summary["mce"], "relative_ce": summary["relative_mce"], "baseline": label})
+    return pd.DataFrame(rows), None
+
+
+def results_table(store: Store, *, run_ids=None, models=None, suites=None,
+                  baseline: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """One row per model x suite x cell, then CE / mCE rows per run.
+
+    Returns:
+        (table with :data:`RESULT_COLUMNS`, notes explaining missing summary rows).
+    """
+    store.require()
+    runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
+    if runs.empty:
+        raise ValueError(f"no runs match in {store.path}")
+    all_cells = store.cell_table(list(runs["run_id"]))
+    parts, notes = [], []
+    for run in runs.to_dict("records"):
+        cells = all_cells[all_cells["run_id"] == run["run_id"]]
+        if cells.empty:
+            notes.append(f"run {run['run_id'][:8]} ({run['model_spec']}) has no predictions yet")
+            continue
+        head = {"model": run["model_spec"], "suite": run["suite"] or "clean",
+                "run_id": run["run_id"][:8]}
+        part = cells[["shift", "level", "n", "top1", "top5", "error"]].assign(
+            ce=None, relative_ce=None, baseline=None)
+        summary, why = summary_rows(store, run, cells, baseline)
+        if summary is not None:
+            part = pd.concat([part, summary], ignore_index=True)
+        elif why != "no corruption cells":
+            notes.append(f"{run['model_spec']} ({run['suite']}, run {run['run_id'][:8]}): "
+                         f"no CE/mCE rows: {why}")
+        for k, v in reversed(list(head.items())):
+            part.insert(0, k, v)
+        if run["status"] != "finished":
+            notes.append(f"run {run['run_id'][:8]} ({run['model_spec']}) is {run['status']}; "
+                         "rerun the same evaluate command to complete it")
+        parts.append(part)
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=RESULT_COLUMNS)
+    return table[RESULT_COLUMNS], notes

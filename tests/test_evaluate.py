@@ -1,0 +1,258 @@
+"""End-to-end evaluation with the real bundled lite0 model on a few real photos.
+
+8 photos x (clean + 2 corruptions' worth of cells at 2 severities) keeps each run to a few
+seconds on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import robustlab
+from robustlab.cli import main as cli
+from robustlab.store import Store
+
+N_PHOTOS = 8
+LEVELS = [1, 3]
+
+
+def _corruptions() -> list[str]:
+    from robustlab.shifts.registry import list_shifts
+
+    have = {s.name for s in list_shifts()}
+    names = [n for n in ("gaussian_noise", "jpeg_compression", "contrast") if n in have]
+    return names[:2]
+
+
+CORRUPTIONS = _corruptions()
+
+
+def _make_folder(src: Path, dst: Path, n: int, *, extra_rows=()) -> Path:
+    """A flat folder of ``n`` real photos (hard links) plus a labels.csv subset."""
+    dst.mkdir(parents=True)
+    with open(src / "labels.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))[:n]
+    for r in rows:
+        os.link(src / r["file"], dst / r["file"])
+    with open(dst / "labels.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        for extra in extra_rows:
+            w.writerow(extra)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def photos(samples_dir, tmp_path_factory) -> Path:
+    return _make_folder(samples_dir, tmp_path_factory.mktemp("data") / "photos", N_PHOTOS)
+
+
+@pytest.fixture(scope="module")
+def lite0():
+    from robustlab.models import load_model
+
+    return load_model("lite0", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def first_run(photos, lite0, tmp_path_factory):
+    db = tmp_path_factory.mktemp("db") / "r.duckdb"
+    df = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
+                            db=db, seed=0, workers=1, batch_size=6, progress=False)
+    return df, db
+
+
+def test_one_row_per_cell_and_predictions_stored(first_run, lite0, photos):
+    df, db = first_run
+    cells = [("clean", "0")] + [(c, str(lv)) for c in CORRUPTIONS for lv in LEVELS]
+    assert list(zip(df["shift"], df["level"])) == cells
+    assert (df["n"] == N_PHOTOS).all() and (df["model"] == "lite0").all()
+    # lite0 scores ~89 % on these photos; corruptions at severity 3 never help on average.
+    assert df.loc[df["shift"] == "clean", "top1"].item() >= 0.5
+    assert ((df["top5"] >= df["top1"]) & (df["error"] == 1 - df["top1"])).all()
+    store = Store(db)
+    assert store.count(df.attrs["run_id"]) == N_PHOTOS * len(cells)
+    run = store.get_run(df.attrs["run_id"])
+    assert run["status"] == "finished" and run["n_samples"] == N_PHOTOS and run["n_skipped"] == 0
+    assert run["model_spec"] == "lite0" and run["weights_hash"] == lite0.weights_hash
+    assert run["seed"] == 0 and run["suite"] == "imagenet-c" and run["label_space"] == "imagenet1k"
+    assert run["preprocessing"]["protocol"]["crop"] == 224 and run["versions"]["torch"]
+    preds = store.predictions([df.attrs["run_id"]])
+    clean = preds[preds["shift"] == "clean"]
+    with open(photos / "labels.csv", newline="") as fh:
+        index = {r["file"]: int(r["index"]) for r in csv.DictReader(fh)}
+    assert dict(zip(clean["sample_id"], clean["label"])) == index
+    assert all(len(ids) == 5 and list(p) == sorted(p, reverse=True)
+               for ids, p in zip(preds["top5_ids"], preds["top5_probs"]))
+    assert (preds["correct"] == [ids[0] == lab for ids, lab in zip(preds["top5_ids"], preds["label"])]).all()
+
+
+def test_rerun_skips_stored_keys_and_worker_count_does_not_matter(first_run, photos, lite0):
+    df, db = first_run
+    before = Store(db).predictions([df.attrs["run_id"]])
+    again = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
+                               db=db, seed=0, workers=0, batch_size=5, progress=False)
+    assert again.attrs["run_id"] == df.attrs["run_id"] and again.attrs["n_written"] == 0
+    # Simulate a crash that lost some rows, then resume with a different worker count.
+    with Store(db).connect() as con:
+        con.execute("DELETE FROM predictions WHERE run_id = ? AND (sample_id LIKE 'n015%' OR shift = ?)",
+                    [df.attrs["run_id"], CORRUPTIONS[-1]])
+    resumed = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
+                                 db=db, seed=0, workers=2, batch_size=7, progress=False)
+    assert 0 < resumed.attrs["n_written"] < len(before)
+    after = Store(db).predictions([df.attrs["run_id"]])
+    pd.testing.assert_frame_equal(before, after)
+
+
+def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, tmp_path):
+    from robustlab.generate import generate
+
+    df, db = first_run
+    out = tmp_path / "gen"
+    generate("imagenet-c", photos, out, shifts=CORRUPTIONS, levels=",".join(map(str, LEVELS)),
+             seed=0, workers=1, progress=False)
+    gen = robustlab.evaluate(lite0, out, shifts=CORRUPTIONS, levels=LEVELS, db=db,
+                             workers=1, batch_size=6, progress=False)
+    assert gen.attrs["run_id"] != df.attrs["run_id"]
+    store = Store(db)
+    a = store.predictions([df.attrs["run_id"]]).drop(columns="run_id")
+    b = store.predictions([gen.attrs["run_id"]]).drop(columns="run_id")
+    pd.testing.assert_frame_equal(a, b)
+    with pytest.raises(ValueError, match="generated with seed 0, not 1"):
+        robustlab.evaluate(lite0, out, db=db, seed=1, progress=False)
+
+
+def test_other_seed_is_another_run(first_run, photos, lite0):
+    df, db = first_run
+    other = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS[:1], levels=[3],
+                               db=db, seed=1, workers=0, batch_size=8, progress=False)
+    assert other.attrs["run_id"] != df.attrs["run_id"]
+    store = Store(db)
+    key = ["sample_id", "shift", "level"]
+    a = store.predictions([df.attrs["run_id"]]).set_index(key)
+    b = store.predictions([other.attrs["run_id"]]).set_index(key)
+    clean = ("clean" == b.index.get_level_values("shift"))
+    assert (a.loc[b.index[clean], "top5_ids"].map(list) == b.loc[clean, "top5_ids"].map(list)).all()
+    noisy = b.index[~clean]
+    # a different seed draws different noise: some probabilities must move.
+    assert not np.allclose(np.stack(a.loc[noisy, "top5_probs"]), np.stack(b.loc[noisy, "top5_probs"]))
+
+
+def test_bad_inputs_fail_before_anything_is_written(photos, tmp_path, samples_dir):
+    db = tmp_path / "never.duckdb"
+    with pytest.raises(ValueError, match="nosuchmodel"):
+        robustlab.evaluate("nosuchmodel", photos, db=db, progress=False)
+    with pytest.raises((ValueError, FileNotFoundError), match="missing.pth"):
+        robustlab.evaluate("lite0", photos, db=db, weights=tmp_path / "missing.pth", progress=False)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no images"):
+        robustlab.evaluate("lite0", tmp_path / "empty", db=db, progress=False)
+    bad = _make_folder(samples_dir, tmp_path / "badlabel", 2)
+    text = (bad / "labels.csv").read_text()
+    (bad / "labels.csv").write_text(text.replace("n01440764", "n99999999"))
+    with pytest.raises(ValueError, match="n99999999"):
+        robustlab.evaluate("lite0", bad, db=db, progress=False)
+    with pytest.raises(ValueError, match="unknown suite"):
+        robustlab.evaluate("lite0", photos, suite="nosuite", db=db, progress=False)
+    assert not db.exists()
+    assert cli(["evaluate", "nosuchmodel", "--data", str(photos), "--db", str(db)]) == 2
+    assert not db.exists()
+
+
+def test_unreadable_images_are_skipped_counted_and_listed(samples_dir, lite0, tmp_path):
+    data = _make_folder(samples_dir, tmp_path / "d", 3)
+    rows = (data / "labels.csv").read_text().splitlines()
+    (data / "broken.JPEG").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    (data / "labels.csv").write_text("\n".join([*rows, "broken.JPEG,0,n01440764,tench"]) + "\n")
+    db = tmp_path / "r.duckdb"
+    df = robustlab.evaluate(lite0, data, suite="imagenet-c", shifts=CORRUPTIONS[:1], levels=[1],
+                            db=db, workers=1, batch_size=4, progress=False)
+    assert (df["n"] == 3).all()
+    run = Store(db).get_run(df.attrs["run_id"])
+    assert run["n_skipped"] == 1 and run["skipped"][0][0] == "broken.JPEG"
+    assert run["status"] == "finished" and run["n_samples"] == 4
+
+
+def test_cli_evaluate_results_formats_and_export(photos, tmp_path, capsys):
+    db = tmp_path / "cli.duckdb"
+    assert cli(["evaluate", "lite0", "--data", str(photos), "--suite", "imagenet-c", "--db", str(db),
+                "--shift", CORRUPTIONS[0], "--level", "2", "--workers", "0", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "clean" in out and CORRUPTIONS[0] in out
+    assert cli(["results", "--db", str(db), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["shift"], r["level"]) for r in rows] == [("clean", "0"), (CORRUPTIONS[0], "2")]
+    assert all(r["n"] == N_PHOTOS and r["model"] == "lite0" for r in rows)
+    assert cli(["results", "--db", str(db), "--format", "csv"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.splitlines()[0].startswith("model,suite,run_id,shift,level,n,top1,top5,error")
+    assert "full ImageNet validation set" in cap.err  # why there are no CE rows
+    assert cli(["results", "--db", str(db), "--format", "markdown"]) == 0
+    assert capsys.readouterr().out.startswith("| model | suite |")
+    assert cli(["results", "--db", str(db), "--baseline", "alexnet"]) == 2
+    assert "full ImageNet validation set" in capsys.readouterr().err
+    assert cli(["results", "--db", str(db), "--baseline", "lite1"]) == 2
+    assert "no run of baseline 'lite1'" in capsys.readouterr().err
+    assert cli(["results", "--db", str(db), "--export", str(tmp_path / "pq")]) == 0
+    preds = pd.read_parquet(tmp_path / "pq" / "predictions.parquet")
+    assert len(preds) == 2 * N_PHOTOS
+
+
+@pytest.mark.slow
+def test_ce_rows_against_a_stored_baseline(photos, tmp_path, capsys):
+    db = tmp_path / "ce.duckdb"
+    kw = dict(suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS, db=db, workers=1, progress=False)
+    a = robustlab.evaluate("lite0", photos, **kw)
+    b = robustlab.evaluate("lite1", photos, **kw)
+    assert cli(["results", "--db", str(db), "--model", "lite0", "--baseline", "lite1",
+                "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    ce = {r["shift"]: r for r in rows if r["ce"] is not None}
+    ea, eb = a.set_index(["shift", "level"])["error"], b.set_index(["shift", "level"])["error"]
+    for c in CORRUPTIONS:
+        num = sum(ea[(c, str(lv))] for lv in LEVELS)
+        den = sum(eb[(c, str(lv))] for lv in LEVELS)
+        if den > 0:
+            assert ce[c]["ce"] == pytest.approx(num / den)
+    mrow = [r for r in rows if r["shift"].startswith("mCE")]
+    assert len(mrow) == 1
+
+
+def test_interrupt_then_resume_loses_at_most_a_batch(photos, tmp_path):
+    db = tmp_path / "int.duckdb"
+    args = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(photos),
+            "--suite", "imagenet-c", "--db", str(db), "--batch-size", "2", "--workers", "1",
+            "--no-progress"] + sum((["--shift", c] for c in CORRUPTIONS), []) + \
+           sum((["--level", str(lv)] for lv in LEVELS), [])
+    total = N_PHOTOS * (1 + len(CORRUPTIONS) * len(LEVELS))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store(db)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if store.exists() and 0 < store.count() < total - 4:
+            break
+        time.sleep(0.2)
+    if proc.poll() is not None:
+        pytest.skip("the run finished before it could be interrupted")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    runs = store.runs()
+    assert runs["status"].tolist() == ["interrupted"]
+    partial = store.count()
+    assert 0 < partial < total
+    assert subprocess.run(args, capture_output=True, text=True, timeout=300).returncode == 0
+    assert store.count() == total and store.runs()["status"].tolist() == ["finished"]
