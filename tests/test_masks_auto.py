@@ -150,3 +150,20 @@ def test_cli_masks_bad_arguments(tmp_path, capsys):
 
     assert main(["masks", "--data", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_unusable_masks_are_recorded_but_not_written(tmp_path):
+    """A uniform image gives GrabCut nothing to separate: flagged, no PNG, so scenarios skip it."""
+    from robustlab.data.sources import discover
+    from robustlab.masks.build import build_masks
+
+    data = tmp_path / "data" / "grey"
+    data.mkdir(parents=True)
+    Image.fromarray(np.full((100, 100, 3), 128, np.uint8)).save(data / "flat.png")
+    (tmp_path / "boxes.csv").write_text("file,x0,y0,x1,y1\ngrey/flat.png,20,20,80,80\n")
+    samples = discover(tmp_path / "data", bboxes=tmp_path / "boxes.csv")
+    summary = build_masks(samples, tmp_path / "out", AutoMasker("grabcut"))
+    assert summary["flag_counts"] == {"empty": 1} and summary["n_suspicious"] == 0
+    assert not (tmp_path / "out/grey/flat.png").exists()
+    rec = json.loads((tmp_path / "out/masks_quality.json").read_text())["records"][0]
+    assert rec["mask"] == "" and rec["flags"] == ["empty"]

@@ -268,6 +268,11 @@ def test_missing_or_bad_donor(scene, name):
     if name == "mixed_same":
         with pytest.raises(ValueError, match="background_mask is empty"):
             _run(name, level, scene, background_mask=np.zeros((50, 50), bool))
+        # the donor's box alone is enough for the tiling
+        out = _run(name, level, scene, background_mask=np.zeros((224, 224), bool),
+                   background_bbox=(100, 50, 224, 150))
+        bg = tile_fill(scene[2], (100, 50, 224, 150))
+        np.testing.assert_array_equal(out[~scene[1]], bg[~scene[1]])
 
 
 # ------------------------------------------------------------------ donors

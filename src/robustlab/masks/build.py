@@ -2,7 +2,9 @@
 
 Output layout (parallel to the data, so ``discover(root, masks=out)`` finds them)::
 
-    out/<id stem>.png          0/255 mask, same size as the source image
+    out/<id stem>.png          0/255 mask, same size as the source image; empty or full
+                               masks are not written (a scenario cannot use them), so
+                               the folder holds usable masks only and a rerun retries them
     out/masks_quality.csv      one row per image: area, pieces, border contact, flags
     out/masks_quality.json     the same records plus method, parameters, versions, skips
 
@@ -67,13 +69,14 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
                 rgb, _ = load_image(s.path)
                 cls = s.label if cam_class == "label" else None
                 mask, info = masker(rgb, bbox=s.bbox, class_index=cls)
-                save_mask(target, mask)
+                if mask.any() and not mask.all():
+                    save_mask(target, mask)
         except (ImageError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or str(exc)
             log.warning("skipped %s: %s", s.id, reason)
             skipped.append({"id": s.id, "reason": reason})
             continue
-        rec = {"id": s.id, "mask": target.relative_to(out).as_posix(), **info,
+        rec = {"id": s.id, "mask": target.relative_to(out).as_posix() if target.exists() else "", **info,
                **mask_record(mask, thresholds), "seconds": round(time.perf_counter() - t0, 4)}
         records.append(rec)
         if progress:

@@ -64,12 +64,11 @@ def only_bg_t(image, p, rng, ctx):
 def _mixed(image, ctx):
     x, m = _prep(image, ctx)
     bg = fit_donor(ctx.get("background"), x.shape)
-    if ctx.get("background_bbox") is not None and ctx.get("background_mask") is None:
+    if ctx.get("background_bbox") is not None:
+        # the donor's own box is all the tiling needs; its mask may then be unusable
         box = check_bbox(ctx["background_bbox"], x.shape)
     else:
-        donor_mask = fit_mask(ctx.get("background_mask"), x.shape, name="background_mask")
-        box = (check_bbox(ctx["background_bbox"], x.shape)
-               if ctx.get("background_bbox") is not None else mask_bbox(donor_mask))
+        box = mask_bbox(fit_mask(ctx.get("background_mask"), x.shape, name="background_mask"))
     canvas = tile_fill(bg, box)
     canvas[m] = x[m]
     return canvas
