@@ -132,7 +132,7 @@ def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path):
         m = load_mask(out / (f.stem + ".png"))
         assert m.shape == Image.open(f).size[::-1] and 0 < m.mean() < 1
     report = json.loads((out / "masks_quality.json").read_text())
-    assert report["n"] == 3 and report["n_skipped"] == 1
+    assert report["n"] == 3 and report["n_written"] == 3 and report["n_skipped"] == 1
     assert report["skipped"][0]["id"] == "broken.jpg"
     assert {r["seed"] for r in report["records"]} == {"bbox"}
     rows = list(csv.DictReader(open(out / "masks_quality.csv")))

@@ -31,6 +31,7 @@ def run(args) -> int:
     params = MaskerParams(max_side=args.max_side, iterations=args.iterations)
     summary = build_masks(samples, args.out, AutoMasker(args.method, params=params),
                           overwrite=args.overwrite, cam_class=args.cam_class)
-    print(f"masks: {summary['n']} written to {args.out}, {summary['n_skipped']} skipped, "
-          f"{summary['n_suspicious']} suspicious; flags: {summary['flag_counts'] or 'none'}")
+    print(f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
+          f"({summary['n'] - summary['n_written']} empty/full not written), {summary['n_skipped']} "
+          f"unreadable, {summary['n_suspicious']} suspicious; flags: {summary['flag_counts'] or 'none'}")
     return 0
