@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -79,7 +78,7 @@ def test_layout_and_pixels(generated, three):
 
 
 def test_manifest(generated):
-    out, res = generated
+    out, _ = generated
     m = json.loads((out / MANIFEST).read_text())
     for lib in ("robustlab", "numpy", "scipy", "opencv", "pillow", "scikit-image", "numba"):
         assert m["versions"][lib], lib

@@ -35,7 +35,7 @@ def test_prepare_matches_the_reference_bit_for_bit(samples_dir, reference):
 
 
 def test_grayscale_source_is_converted_before_resizing(samples_dir, reference):
-    data, meta = reference
+    data, _ = reference
     with Image.open(samples_dir / "n03388043_fountain.JPEG") as im:
         assert im.mode == "L"
         gray = np.asarray(im)

@@ -540,9 +540,10 @@ def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result:
     window = n_workers * 4
     while queue:
         broken: list[Sample] = []
-        with cf.ProcessPoolExecutor(n_workers, mp_context=mp, initializer=_init_worker,
-                                    initargs=(job, True)) as pool:
-            inflight: dict[cf.Future, Sample] = {}
+        pool = cf.ProcessPoolExecutor(n_workers, mp_context=mp, initializer=_init_worker,
+                                      initargs=(job, True))
+        inflight: dict[cf.Future, Sample] = {}
+        try:
             while queue or inflight:
                 while queue and len(inflight) < window and not broken:
                     s = queue.pop()
@@ -568,6 +569,11 @@ def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result:
                         broken.append(s)
                     inflight.clear()
                     break
+        except BaseException:
+            # Ctrl-C or a bug here: do not wait for queued images, just stop.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         for s in broken:
             attempts[s.id] = attempts.get(s.id, 0) + 1
             if attempts[s.id] >= MAX_ATTEMPTS:

@@ -253,8 +253,7 @@ def as_stored(img, protocol) -> np.ndarray:
     """
     if _format(protocol) == "png":
         x = np.asarray(img)
-        encode_check = x.dtype == np.uint8 and x.ndim == 3 and x.shape[2] in (3, 4)
-        if not encode_check:
+        if not (x.dtype == np.uint8 and x.ndim == 3 and x.shape[2] in (3, 4)):
             raise ValueError(f"encode needs HxWx3 or HxWx4 uint8, got {x.dtype} {x.shape}")
         return x.copy()
     return decode(encode(img, protocol))
