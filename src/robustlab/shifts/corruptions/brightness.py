@@ -1,1 +1,23 @@
-"""brightness (ImageNet-C, weather): not implemented yet; registers nothing."""
+"""brightness: raise the HSV value channel (ImageNet-C, weather family).
+
+The reference converts ``x / 255.`` to HSV with scikit-image, adds ``c`` to V, clips V to
+[0, 1] and converts back. :func:`._hsv.hsv_adjust` does the same double-precision
+arithmetic per pixel (bit-exact for all 2**24 colours) without the full-size temporaries.
+"""
+
+from __future__ import annotations
+
+from robustlab.shifts.corruptions._hsv import hsv_adjust
+from robustlab.shifts.registry import register_shift
+
+
+@register_shift(
+    "brightness",
+    family="weather",
+    params={1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4, 5: 0.5},
+    tags=("imagenet-c",),
+    deterministic=True,
+)
+def brightness(x, shift, rng, ctx):
+    """Brighter image: HSV value (on [0, 1]) raised by ``shift`` and clipped at 1."""
+    return hsv_adjust(x, v_shift=shift)
