@@ -1,0 +1,198 @@
+"""Speed and memory of ``robustlab evaluate`` (prints ratios; nothing here is a test).
+
+1. Throughput: on-the-fly evaluation of lite0 on clean + cheap corruptions (noise,
+   brightness, contrast, jpeg) against the bare forward pass of the same model on the same
+   batches (tensors prepared in advance, so only ``model.predict`` is timed). The target is
+   a ratio of at least 0.85: the data work (decode, shift, JPEG round trip, transform) runs
+   in DataLoader workers while the main process runs the forward pass.
+2. Memory: peak RSS of the whole process tree (main + workers) of ``robustlab evaluate``
+   on folders of 1,000 and 10,000 images, built by hard-linking the shared photos under
+   different names. The target is a growth below 100 MB.
+
+Usage:
+    python benchmarks/evaluate.py                      # both parts
+    python benchmarks/evaluate.py --part speed --photos 64
+    python benchmarks/evaluate.py --part memory --sizes 1000 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "imagenet-samples"
+CHEAP = ("gaussian_noise", "brightness", "contrast", "jpeg_compression")
+
+
+def make_folder(dst: Path, n: int) -> Path:
+    """A flat folder of ``n`` images: the shared photos hard-linked under new names."""
+    with open(SHARED / "labels.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    dst.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        r = rows[i % len(rows)]
+        name = f"img{i:06d}_{r['file']}"
+        target = dst / name
+        if not target.exists():
+            try:
+                os.link(SHARED / r["file"], target)
+            except OSError:
+                target.symlink_to(SHARED / r["file"])
+        out.append({**r, "file": name})
+    with open(dst / "labels.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(out[0]))
+        w.writeheader()
+        w.writerows(out)
+    return dst
+
+
+def available_cheap() -> list[str]:
+    from robustlab.shifts.registry import list_shifts
+
+    have = {s.name for s in list_shifts()}
+    return [c for c in CHEAP if c in have]
+
+
+def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int) -> None:
+    import torch
+
+    import robustlab
+    from robustlab.evaluate import plan_run
+    from robustlab.models import load_model
+    from robustlab.run.runner import _ModelTransform
+    from robustlab.run.tasks import TaskDataset, Task
+
+    shifts = available_cheap()
+    if not shifts:
+        print("speed: none of the cheap corruptions is registered yet; skipped")
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="rl-bench-"))
+    data = make_folder(tmp / "photos", n_photos)
+    model = load_model("lite0", device="cpu")
+    plan = plan_run(model, data, suite="imagenet-c", shifts=shifts, levels=[level])
+    cells = plan["cells"]
+    n_images = n_photos * len(cells)
+    # The same batches, prepared up front: only the forward pass is timed.
+    ds = TaskDataset(plan["samples"], [Task(i, tuple(cells)) for i in range(len(plan["samples"]))],
+                     plan["images"], _ModelTransform(model))
+    tensors = torch.cat([ds[i][1] for i in range(len(ds))])
+    batches = list(torch.split(tensors, batch_size))
+    model.predict(batches[0])  # warm-up
+    bare = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for b in batches:
+            model.predict(b)
+        bare.append(time.perf_counter() - t0)
+    del tensors, batches
+    full = []
+    for r in range(repeats):
+        db = tmp / f"speed{r}.duckdb"
+        t0 = time.perf_counter()
+        robustlab.evaluate(model, data, suite="imagenet-c", shifts=shifts, levels=[level], db=db,
+                           batch_size=batch_size, workers=workers, progress=False)
+        full.append(time.perf_counter() - t0)
+    fb, ff = min(bare), min(full)
+    print(f"speed: lite0, {n_photos} photos x {len(cells)} cells (clean + {', '.join(shifts)} "
+          f"at severity {level}) = {n_images} images, batch {batch_size}, {workers} worker(s), "
+          f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs")
+    print(f"  bare forward pass : {n_images / fb:7.1f} images/s (best of {repeats})")
+    print(f"  on-the-fly evaluate: {n_images / ff:7.1f} images/s (best of {repeats}, incl. worker "
+          "start-up and database writes)")
+    print(f"  ratio evaluate / forward = {fb / ff:.3f} (target >= 0.85)")
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident set size in bytes of ``pid`` and all its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+        stack.extend(children.get(p, []))
+    return total
+
+
+def peak_tree_rss(cmd: list[str], interval: float = 0.1) -> tuple[int, float, int]:
+    """Run ``cmd``; return (peak RSS of its process tree, seconds, exit status)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+
+    def watch():
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            time.sleep(interval)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    _, err = proc.communicate()
+    th.join()
+    if proc.returncode:
+        print(err.strip().splitlines()[-1] if err.strip() else "failed", file=sys.stderr)
+    return peak[0], time.perf_counter() - t0, proc.returncode
+
+
+def memory(sizes: list[int], workers: int, batch_size: int, shift: str | None) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="rl-bench-mem-"))
+    peaks = []
+    for n in sizes:
+        data = make_folder(tmp / f"d{n}", n)
+        cmd = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(data),
+               "--db", str(tmp / f"m{n}.duckdb"), "--workers", str(workers),
+               "--batch-size", str(batch_size), "--no-progress"]
+        if shift:
+            cmd += ["--suite", "imagenet-c", "--shift", shift, "--level", "3"]
+        peak, secs, rc = peak_tree_rss(cmd)
+        peaks.append(peak)
+        print(f"memory: {n:6d} images{' (+' + shift + '/3)' if shift else ''}: peak RSS of the "
+              f"process tree {peak / 2**20:7.1f} MB, {secs:6.1f} s, exit {rc}")
+    if len(peaks) >= 2:
+        grow = (peaks[-1] - peaks[0]) / 2**20
+        print(f"  growth {sizes[0]} -> {sizes[-1]} images: {grow:+.1f} MB (target < 100 MB)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["speed", "memory", "all"], default="all")
+    ap.add_argument("--photos", type=int, default=48)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--level", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--memory-shift", default=None,
+                    help="also evaluate this corruption in the memory runs (default: clean only)")
+    args = ap.parse_args()
+    if not SHARED.exists():
+        sys.exit(f"shared photos not found at {SHARED}")
+    if args.part in ("speed", "all"):
+        speed(args.photos, args.batch_size, args.workers, args.level, args.repeats)
+    if args.part in ("memory", "all"):
+        memory(args.sizes, args.workers, args.batch_size, args.memory_shift)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Runner pieces: resume planning against a real store, worker tasks on real photos,
+executor order independence, progress grouping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robustlab import pipeline
+from robustlab.data.sources import discover
+from robustlab.run.executors import get_executor, iterate_local
+from robustlab.run.progress import CellProgress
+from robustlab.run.runner import plan_tasks
+from robustlab.run.tasks import CellImages, Task, TaskDataset
+from robustlab.store import RunRecord, Store
+from robustlab.suites import Protocol
+
+CELLS = [("clean", 0), ("gaussian_noise", 1), ("gaussian_noise", 3)]
+
+
+def _hwc_tensor(img: np.ndarray) -> torch.Tensor:
+    """Plain uint8 HWC -> CHW tensor: keeps the exact pixels for comparison."""
+    return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)
+
+
+@pytest.fixture(scope="module")
+def samples(samples_dir):
+    return discover(samples_dir)[:4]
+
+
+def test_plan_tasks_skips_stored_keys(tmp_path, samples):
+    store = Store(tmp_path / "r.duckdb")
+    store.start_run(RunRecord(run_id="r", model_spec="lite0"))
+    one = {"sample_id": [samples[0].id, samples[1].id], "shift": ["clean", "gaussian_noise"],
+           "level": ["0", "3"], "label": [0, 0], "class_name": ["a", "b"],
+           "top5_ids": np.zeros((2, 5), np.int32), "top5_probs": np.zeros((2, 5), np.float32),
+           "correct": [True, False], "correct5": [True, True]}
+    store.write_predictions("r", one)
+    # samples[2] is complete
+    full = {k: [] for k in one}
+    for shift, level in CELLS:
+        full["sample_id"].append(samples[2].id)
+        full["shift"].append(shift)
+        full["level"].append(str(level))
+    full.update(label=[0] * 3, class_name=["c"] * 3, top5_ids=np.zeros((3, 5), np.int32),
+                top5_probs=np.zeros((3, 5), np.float32), correct=[True] * 3, correct5=[True] * 3)
+    store.write_predictions("r", full)
+    tasks, done, already = plan_tasks(samples, CELLS, store, "r", cells_per_task=2)
+    got = {(t.sample_index, c) for t in tasks for c in t.cells}
+    want = {(i, c) for i in range(4) for c in CELLS} - {(0, CELLS[0]), (1, CELLS[2])} - {
+        (2, c) for c in CELLS}
+    assert got == want
+    assert all(len(t.cells) <= 2 for t in tasks)
+    assert already == 5 and done == {("clean", "0"): 2, ("gaussian_noise", "1"): 1,
+                                      ("gaussian_noise", "3"): 2}
+
+
+def test_tasks_produce_the_pipeline_pixels(samples):
+    proto = Protocol()
+    images = CellImages(proto, seed=7)
+    ds = TaskDataset(samples, [Task(0, tuple(CELLS))], images, _hwc_tensor)
+    i, tensor, errors = ds[0]
+    assert i == 0 and errors == [] and tensor.shape == (3, 3, 224, 224)
+    prep = pipeline.load_prepared(samples[0], proto)
+    np.testing.assert_array_equal(tensor[0].permute(1, 2, 0).numpy(), prep.rgb)
+    want = pipeline.as_stored(pipeline.apply_shift(prep.rgb, samples[0].id, "gaussian_noise", 3, 7), proto)
+    np.testing.assert_array_equal(tensor[2].permute(1, 2, 0).numpy(), want)
+
+
+def test_unreadable_source_and_bad_cell_are_reported_not_raised(tmp_path, samples):
+    bad = tmp_path / "x" / "bad.JPEG"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not an image at all")
+    broken = discover(tmp_path)
+    ds = TaskDataset(broken, [Task(0, tuple(CELLS))], CellImages(Protocol(), 0), _hwc_tensor)
+    _, tensor, errors = ds[0]
+    assert tensor is None and errors[0][0] == -1 and "image" in errors[0][1]
+    ds = TaskDataset(samples, [Task(0, (("clean", 0), ("gaussian_noise", 9)))],
+                     CellImages(Protocol(), 0), _hwc_tensor)
+    _, tensor, errors = ds[0]
+    assert tensor.shape[0] == 1 and errors[0][0] == 1 and "level 9" in errors[0][1]
+
+
+def test_worker_count_does_not_change_items(samples):
+    tasks = [Task(i, tuple(CELLS[j:j + 2])) for i in range(len(samples)) for j in (0, 2)]
+    ds = TaskDataset(samples, tasks, CellImages(Protocol(), 3), _hwc_tensor)
+    a = list(iterate_local(ds, workers=0))
+    b = list(iterate_local(ds, workers=2, prefetch=1))
+    assert [x[0] for x in a] == [x[0] for x in b] == list(range(len(tasks)))
+    for (_, ta, _), (_, tb, _) in zip(a, b):
+        assert torch.equal(ta, tb)
+    with pytest.raises(ValueError, match="unknown backend"):
+        get_executor("ray-typo")
+
+
+def test_progress_groups_levels_when_there_are_many_cells():
+    totals = {("clean", "0"): 4, **{("fog", str(lv)): 4 for lv in range(1, 6)}}
+    p = CellProgress(totals, enabled=True, max_bars=3)
+    assert sorted(p.bars) == ["clean", "fog"] and p.bars["fog"].total == 20
+    p.update([("fog", "1"), ("fog", "5"), ("clean", "0")])
+    assert p.bars["fog"].n == 2 and p.bars["clean"].n == 1
+    p.close()
+    assert CellProgress(totals, enabled=False).bars == {}
