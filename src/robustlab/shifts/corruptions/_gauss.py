@@ -1,0 +1,106 @@
+"""Gaussian smoothing that reproduces scikit-image ``gaussian`` (scipy.ndimage) bit for bit.
+
+The reference's ``skimage.filters.gaussian(img, sigma, multichannel=...)`` is
+``scipy.ndimage.gaussian_filter`` with mode ``'nearest'`` and ``truncate=4``: one 1-D
+correlation per spatial axis (rows first, then columns; none across channels), each in
+double precision, with the intermediate stored in the output dtype (float32 input →
+float32 intermediate). scipy's C loop for a symmetric kernel computes
+``x[i] * w0`` and then adds ``(x[i - k] + x[i + k]) * w_k`` for k from the radius down to 1.
+The numba loops below do exactly those operations in that order (no fast-math, so no
+fused multiply-add or reassociation; float32 samples are widened before the pair
+sum, as scipy's double line buffer does), which makes the results identical to scipy's while
+walking memory contiguously (about 2x faster than scipy on 224x224x3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def gaussian_weights(sigma: float, truncate: float = 4.0) -> np.ndarray:
+    """The 1-D kernel scipy's ``gaussian_filter1d`` uses: radius ``int(truncate*sigma+.5)``.
+
+    Computed with the same numpy expressions (``exp(-0.5 / sigma**2 * k**2)`` normalised
+    by numpy's sum), so the weights are the same doubles.
+    """
+    sigma = float(sigma)
+    radius = int(truncate * sigma + 0.5)
+    k = np.arange(-radius, radius + 1)
+    phi = np.exp(-0.5 / (sigma * sigma) * k**2)
+    return phi / phi.sum()
+
+
+@njit(cache=True, nogil=True)
+def _smooth_axis0(src, dst, w):
+    """Correlate along axis 0 of a 2-D (rows, K) array; edge rows repeat ('nearest')."""
+    n, k = src.shape
+    r = (w.shape[0] - 1) // 2
+    acc = np.empty(k, np.float64)
+    for i in range(n):
+        c = w[r]
+        s0 = src[i]
+        for j in range(k):
+            acc[j] = np.float64(s0[j]) * c
+        for d in range(r, 0, -1):
+            a = src[max(i - d, 0)]
+            b = src[min(i + d, n - 1)]
+            c = w[r - d]
+            for j in range(k):
+                acc[j] += (np.float64(a[j]) + np.float64(b[j])) * c
+        o = dst[i]
+        for j in range(k):
+            o[j] = acc[j]
+
+
+@njit(cache=True, nogil=True)
+def _smooth_axis1(src, dst, w, channels):
+    """Correlate along axis 1 of a (rows, cols * channels) array, channels interleaved."""
+    n = src.shape[0]
+    cols = src.shape[1] // channels
+    r = (w.shape[0] - 1) // 2
+    padded = np.empty((cols + 2 * r) * channels, np.float64)
+    k = cols * channels
+    acc = np.empty(k, np.float64)
+    for i in range(n):
+        # the row in double precision with 'nearest' padding of r pixels on each side
+        s = src[i]
+        for j in range(cols + 2 * r):
+            sj = min(max(j - r, 0), cols - 1)
+            for ch in range(channels):
+                padded[j * channels + ch] = np.float64(s[sj * channels + ch])
+        c = w[r]
+        mid = padded[r * channels:r * channels + k]
+        for j in range(k):
+            acc[j] = mid[j] * c
+        for d in range(r, 0, -1):
+            c = w[r - d]
+            # slices, not computed indices: lets LLVM vectorise the inner loop
+            a = padded[(r - d) * channels:(r - d) * channels + k]
+            b = padded[(r + d) * channels:(r + d) * channels + k]
+            for j in range(k):
+                acc[j] += (a[j] + b[j]) * c
+        o = dst[i]
+        for j in range(k):
+            o[j] = acc[j]
+
+
+def gaussian_nearest(img: np.ndarray, sigma: float) -> np.ndarray:
+    """``skimage.filters.gaussian(img, sigma)`` for HxW or HxWxC float32/float64 images.
+
+    A 3-D input is smoothed over its two spatial axes only (``channel_axis=-1``). The
+    output (and the intermediate between the two passes) has the input's dtype, as in
+    scipy.
+    """
+    img = np.ascontiguousarray(img)
+    if img.dtype not in (np.float32, np.float64):
+        raise ValueError(f"gaussian_nearest needs float32 or float64, got {img.dtype}")
+    h, wd = img.shape[:2]
+    channels = img.shape[2] if img.ndim == 3 else 1
+    w = gaussian_weights(sigma)
+    flat = img.reshape(h, wd * channels)
+    tmp = np.empty_like(flat)
+    _smooth_axis0(flat, tmp, w)
+    out = np.empty_like(flat)
+    _smooth_axis1(tmp, out, w, channels)
+    return out.reshape(img.shape)
