@@ -245,6 +245,8 @@ def test_interrupt_then_resume_loses_at_most_a_batch(photos, tmp_path):
             break
         time.sleep(0.2)
     if proc.poll() is not None:
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err
         pytest.skip("the run finished before it could be interrupted")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

@@ -32,10 +32,12 @@ def samples(samples_dir):
 def test_plan_tasks_skips_stored_keys(tmp_path, samples):
     store = Store(tmp_path / "r.duckdb")
     store.start_run(RunRecord(run_id="r", model_spec="lite0"))
-    one = {"sample_id": [samples[0].id, samples[1].id], "shift": ["clean", "gaussian_noise"],
-           "level": ["0", "3"], "label": [0, 0], "class_name": ["a", "b"],
-           "top5_ids": np.zeros((2, 5), np.int32), "top5_probs": np.zeros((2, 5), np.float32),
-           "correct": [True, False], "correct5": [True, True]}
+    # samples[3] has rows only for cells not requested now (an earlier, other selection).
+    one = {"sample_id": [samples[0].id, samples[1].id] + [samples[3].id] * 3,
+           "shift": ["clean", "gaussian_noise", "fog", "fog", "fog"],
+           "level": ["0", "3", "1", "2", "3"], "label": [0] * 5, "class_name": ["a"] * 5,
+           "top5_ids": np.zeros((5, 5), np.int32), "top5_probs": np.zeros((5, 5), np.float32),
+           "correct": [True] * 5, "correct5": [True] * 5}
     store.write_predictions("r", one)
     # samples[2] is complete
     full = {k: [] for k in one}

@@ -70,21 +70,27 @@ def plan_tasks(samples: Sequence, cells: Sequence[Cell], store: Store, run_id: s
 
     Returns:
         (tasks, done per cell key, rows already stored). Only samples with some but not
-        all cells stored are looked up key by key, so resuming a large run reads one
-        count per sample, not every stored key.
+        all requested cells stored are looked up key by key, so resuming a large run reads
+        one count per sample, not every stored key.
     """
     keys = [(shift, level_key(level)) for shift, level in cells]
-    counts = store.done_counts(run_id)
-    partial = [s.id for s in samples if 0 < counts.get(s.id, 0)]
-    done_keys = store.done_keys(run_id, partial) if partial else set()
+    counts = store.done_counts(run_id, keys)
+    partial = [s.id for s in samples if 0 < counts.get(s.id, 0) < len(keys)]
+    done_keys = store.done_keys(run_id, partial, keys) if partial else set()
     step = max(1, int(cells_per_task))
     full_groups = [tuple(cells[i:i + step]) for i in range(0, len(cells), step)]
     tasks: list[Task] = []
     done_per_cell: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
     already = 0
     for i, s in enumerate(samples):
-        if counts.get(s.id, 0) == 0:
+        n_done = counts.get(s.id, 0)
+        if n_done == 0:
             tasks.extend(Task(i, g) for g in full_groups)
+            continue
+        if n_done >= len(keys):
+            for key in keys:
+                done_per_cell[key] += 1
+            already += len(keys)
             continue
         todo = []
         for cell, key in zip(cells, keys):

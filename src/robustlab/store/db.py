@@ -211,17 +211,24 @@ class Store:
                 raise
         return n
 
-    def done_counts(self, run_id: str) -> dict[str, int]:
-        """Sample id -> number of cells already stored for ``run_id`` (resume)."""
+    def done_counts(self, run_id: str, cells: Iterable[tuple[str, str]] | None = None) -> dict[str, int]:
+        """Sample id -> number of cells already stored for ``run_id`` (resume).
+
+        Args:
+            cells: Only count these (shift, level) keys, so that a sample's count equals
+                the number of requested cells exactly when all of them are stored.
+        """
         if not self.exists():
             return {}
         with self.connect(read_only=True) as con:
+            join = self._register_cells(con, cells)
             rows = con.execute(
-                "SELECT sample_id, count(*) FROM predictions WHERE run_id = ? GROUP BY sample_id",
-                [run_id]).fetchall()
+                f"SELECT p.sample_id, count(*) FROM predictions p {join} WHERE p.run_id = ? "
+                "GROUP BY p.sample_id", [run_id]).fetchall()
         return dict(rows)
 
-    def done_keys(self, run_id: str, sample_ids: Iterable[str]) -> set[tuple[str, str, str]]:
+    def done_keys(self, run_id: str, sample_ids: Iterable[str],
+                  cells: Iterable[tuple[str, str]] | None = None) -> set[tuple[str, str, str]]:
         """The (sample_id, shift, level) keys stored for some samples of ``run_id``."""
         ids = list(sample_ids)
         if not ids or not self.exists():
@@ -230,10 +237,23 @@ class Store:
 
         with self.connect(read_only=True) as con:
             con.register("wanted", pa.table({"sample_id": pa.array(ids, pa.string())}))
+            join = self._register_cells(con, cells)
             rows = con.execute(
                 "SELECT p.sample_id, p.shift, p.level FROM predictions p "
-                "JOIN wanted w USING (sample_id) WHERE p.run_id = ?", [run_id]).fetchall()
+                f"JOIN wanted w USING (sample_id) {join} WHERE p.run_id = ?", [run_id]).fetchall()
         return {tuple(r) for r in rows}
+
+    @staticmethod
+    def _register_cells(con, cells) -> str:
+        if cells is None:
+            return ""
+        import pyarrow as pa
+
+        cells = list(cells)
+        con.register("wanted_cells", pa.table({
+            "shift": pa.array([c[0] for c in cells], pa.string()),
+            "level": pa.array([str(c[1]) for c in cells], pa.string())}))
+        return "JOIN wanted_cells c ON p.shift = c.shift AND p.level = c.level"
 
     def count(self, run_id: str | None = None) -> int:
         """Number of prediction rows (for one run, or all)."""
