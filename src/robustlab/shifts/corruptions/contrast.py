@@ -1,19 +1,49 @@
 """contrast: pull every channel towards its image mean (ImageNet-C, digital family).
 
-Reference: ``x = img / 255.``; ``m`` = per-channel mean of ``x`` (numpy's float64
-reduction); output ``clip((x - m) * c + m, 0, 1) * 255``, truncated to uint8. The output
-of a channel depends only on the input value of that channel, so after computing ``m``
-exactly as the reference does, a 256-entry table per channel gives the same bytes without
-any full-size float arithmetic.
+Reference: ``x = img / 255.``; ``m = np.mean(x, axis=(0, 1))``; output
+``clip((x - m) * c + m, 0, 1) * 255``, truncated to uint8.
+
+Two observations make this cheap and still bit-exact:
+
+* numpy reduces the (H, W, 3) float64 array over axes (0, 1) with the channel axis as
+  its inner loop, i.e. a plain left-to-right running sum per channel in row-major pixel
+  order, divided by H*W. The numba loop below adds the same doubles in the same order
+  (no fast-math), so the means are the same to the last bit. (A last-bit difference can
+  flip a truncated output value, which is why an exact integer mean is not used.)
+* each output value depends only on the input value of its channel, so a 3x256 table
+  computed with the reference's float64 expression replaces the full-size arithmetic.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from robustlab.shifts.registry import register_shift
 
 _LEVELS = np.arange(256, dtype=np.float64) / 255.0
+
+
+@njit(cache=True, nogil=True)
+def _channel_means(img):
+    """Per-channel mean of ``img / 255.`` summed in numpy's order for axis=(0, 1)."""
+    h, w, c = img.shape
+    sums = np.zeros(c, np.float64)
+    for i in range(h):
+        for j in range(w):
+            for k in range(c):
+                sums[k] += img[i, j, k] / 255.0
+    return sums / (h * w)
+
+
+@njit(cache=True, nogil=True)
+def _apply_tables(img, lut, out):
+    h, w, c = img.shape
+    for i in range(h):
+        for j in range(w):
+            for k in range(c):
+                out[i, j, k] = lut[k, img[i, j, k]]
+    return out
 
 
 @register_shift(
@@ -25,10 +55,7 @@ _LEVELS = np.arange(256, dtype=np.float64) / 255.0
 )
 def contrast(x, factor, rng, ctx):
     """Contrast scaled by ``factor`` around the per-channel mean intensity."""
-    x = np.asarray(x)
-    # the mean must be numpy's float64 reduction over x / 255 (not an exact integer
-    # mean): a last-bit difference in it can flip a truncated output value
-    means = np.mean(x / 255.0, axis=(0, 1))
-    lut = np.clip((_LEVELS[None, :] - means[:, None]) * factor + means[:, None], 0, 1) * 255
-    lut = lut.astype(np.uint8)  # (3, 256): row = channel
-    return lut[np.arange(3), x]
+    x = np.ascontiguousarray(x, dtype=np.uint8)
+    means = _channel_means(x)[:, None]
+    lut = (np.clip((_LEVELS[None, :] - means) * factor + means, 0, 1) * 255).astype(np.uint8)
+    return _apply_tables(x, lut, np.empty_like(x))
