@@ -25,24 +25,31 @@ _LEVELS = np.arange(256, dtype=np.float64) / 255.0
 
 
 @njit(cache=True, nogil=True)
-def _channel_means(img):
-    """Per-channel mean of ``img / 255.`` summed in numpy's order for axis=(0, 1)."""
-    h, w, c = img.shape
-    sums = np.zeros(c, np.float64)
-    for i in range(h):
-        for j in range(w):
-            for k in range(c):
-                sums[k] += img[i, j, k] / 255.0
-    return sums / (h * w)
+def _channel_means(flat, levels):
+    """Per-channel mean of ``img / 255.`` summed in numpy's order for axis=(0, 1).
+
+    ``flat`` is the HxWx3 image raveled; ``levels[v]`` is ``v / 255.`` (the same double
+    as the division, looked up instead of recomputed).
+    """
+    n = flat.shape[0] // 3
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    for p in range(n):
+        s0 += levels[flat[3 * p]]
+        s1 += levels[flat[3 * p + 1]]
+        s2 += levels[flat[3 * p + 2]]
+    return np.array([s0, s1, s2]) / n
 
 
 @njit(cache=True, nogil=True)
-def _apply_tables(img, lut, out):
-    h, w, c = img.shape
-    for i in range(h):
-        for j in range(w):
-            for k in range(c):
-                out[i, j, k] = lut[k, img[i, j, k]]
+def _apply_tables(flat, lut, out):
+    """``out[p, k] = lut[k, flat[p, k]]`` over the raveled HxWx3 image."""
+    l0, l1, l2 = lut[0], lut[1], lut[2]
+    for p in range(flat.shape[0] // 3):
+        out[3 * p] = l0[flat[3 * p]]
+        out[3 * p + 1] = l1[flat[3 * p + 1]]
+        out[3 * p + 2] = l2[flat[3 * p + 2]]
     return out
 
 
@@ -56,6 +63,7 @@ def _apply_tables(img, lut, out):
 def contrast(x, factor, rng, ctx):
     """Contrast scaled by ``factor`` around the per-channel mean intensity."""
     x = np.ascontiguousarray(x, dtype=np.uint8)
-    means = _channel_means(x)[:, None]
+    flat = x.reshape(-1)
+    means = _channel_means(flat, _LEVELS)[:, None]
     lut = (np.clip((_LEVELS[None, :] - means) * factor + means, 0, 1) * 255).astype(np.uint8)
-    return _apply_tables(x, lut, np.empty_like(x))
+    return _apply_tables(flat, lut, np.empty_like(flat)).reshape(x.shape)
