@@ -159,9 +159,11 @@ class Reference:
     def __init__(self, python: Path, images_path: Path):
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)  # keep robustlab's environment out of the reference's
+        # stderr goes to a file: a pipe nobody reads could fill up and stall the worker.
+        self.log = open(images_path.with_suffix(".stderr.txt"), "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [str(python), str(HERE / "_reference_worker.py"), str(images_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             text=True, env=env, cwd=str(HERE),
         )
         hello = self._read()
@@ -170,8 +172,10 @@ class Reference:
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
-            err = self.proc.stderr.read()
-            raise RuntimeError(f"reference worker exited: {err.strip().splitlines()[-1:] or '?'}")
+            self.proc.wait(timeout=30)
+            self.log.seek(0)
+            last = (self.log.read().strip().splitlines() or ["no message"])[-1]
+            raise RuntimeError(f"reference worker exited ({self.proc.returncode}): {last}")
         return json.loads(line)
 
     def time(self, name: str, severities, repeats: int) -> dict:
@@ -188,6 +192,7 @@ class Reference:
             self.proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
+        self.log.close()
 
 
 # ---------------------------------------------------------------------------- summary
@@ -290,6 +295,7 @@ def main(argv=None) -> int:
 
     ref = None
     ref_note = None
+    ref_versions = None
     tmp = tempfile.TemporaryDirectory(prefix="rl-bench-")
     if args.no_reference:
         ref_note = "reference not run (--no-reference): ours only, no ratios"
@@ -303,6 +309,7 @@ def main(argv=None) -> int:
             np.save(npy, images)
             try:
                 ref = Reference(py, npy)
+                ref_versions = ref.versions
             except (RuntimeError, OSError, ValueError) as exc:
                 ref_note = f"REFERENCE WORKER FAILED TO START ({exc}): ours only, no ratios"
     if ref_note:
@@ -320,7 +327,13 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     for n in names:
         if ref is not None:
-            theirs[n] = ref.time(n, SEVERITIES, args.repeats)
+            try:
+                theirs[n] = ref.time(n, SEVERITIES, args.repeats)
+            except (RuntimeError, OSError, ValueError) as exc:
+                ref_note = f"REFERENCE WORKER DIED during {n} ({exc}): later corruptions ours only"
+                print(ref_note, flush=True)
+                ref.close()
+                ref = None
         if n in implemented:
             ours[n] = time_ours(images, n, SEVERITIES, args.repeats)
         print(f"  timed {n}", file=sys.stderr, flush=True)
@@ -369,8 +382,8 @@ def main(argv=None) -> int:
     common = [n for n in names if n in COMMON]
     ours_common = [n for n in common if n in ours and not ours[n].get("error")]
     tot_o = total_per_repeat(ours, ours_common, clock) if ours_common else None
-    tot_r_same = total_per_repeat(theirs, ours_common, clock) if ref and ours_common else None
-    tot_r_all = total_per_repeat(theirs, common, clock) if ref else None
+    tot_r_same = total_per_repeat(theirs, ours_common, clock) if theirs and ours_common else None
+    tot_r_all = total_per_repeat(theirs, common, clock) if theirs else None
 
     def med(v):
         return None if v is None else statistics.median(v)
@@ -386,7 +399,7 @@ def main(argv=None) -> int:
                  f"speedup {fmt_x(med(tot_o), med(tot_r_same))}" if tot_r_same else ""))
     other = "wall" if clock == "cpu" else "cpu"
     oo = total_per_repeat(ours, ours_common, other) if ours_common else None
-    orr = total_per_repeat(theirs, ours_common, other) if ref and ours_common else None
+    orr = total_per_repeat(theirs, ours_common, other) if theirs and ours_common else None
     if oo:
         print(f"  same cells by {other} time: ours {med(oo) * 1e3:.0f} ms"
               + (f", reference {med(orr) * 1e3:.0f} ms" if orr else ""))
@@ -447,7 +460,7 @@ def main(argv=None) -> int:
             "targets": {"common_total_s": TARGET_COMMON_TOTAL_S, "glass_blur_s": TARGET_GLASS_BLUR_S},
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                         "loadavg_start": load0, "loadavg_end": load1},
-            "versions": {"ours": _our_versions(cv2), "reference": ref.versions if ref else None},
+            "versions": {"ours": _our_versions(cv2), "reference": ref_versions},
             "reference_note": ref_note, "not_implemented": missing,
             "ours": ours, "reference": theirs, "cells": rows,
             "checks": [{"name": a, "status": b, "detail": c} for a, b, c in checks],
@@ -456,7 +469,7 @@ def main(argv=None) -> int:
         print(f"\nwrote {args.json}")
 
     failed = [c for c in checks if c[1] != "PASS"]
-    return 1 if args.strict and (failed or ref is None) else 0
+    return 1 if args.strict and (failed or ref_note) else 0
 
 
 def _our_versions(cv2) -> dict:
