@@ -12,8 +12,22 @@ all uint8 ``v``).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from robustlab.shifts.registry import register_shift
+
+
+@njit(cache=True, nogil=True)
+def _salt_and_pepper(flat, u, amount, out):
+    half = amount / 2
+    for i in range(flat.shape[0]):
+        if u[i] < half:
+            out[i] = 0
+        elif u[i] < amount:
+            out[i] = 255
+        else:
+            out[i] = flat[i]
+    return out
 
 
 @register_shift(
@@ -24,8 +38,6 @@ from robustlab.shifts.registry import register_shift
 )
 def impulse_noise(x, amount, rng, ctx):
     """Salt and pepper: a fraction ``amount`` of the values set to 0 or 255 (half each)."""
-    u = rng.random(x.shape)
-    out = np.array(x, dtype=np.uint8, copy=True)
-    out[u < amount / 2] = 0
-    out[(u >= amount / 2) & (u < amount)] = 255
-    return out
+    x = np.ascontiguousarray(x, dtype=np.uint8)
+    u = rng.random(x.size)
+    return _salt_and_pepper(x.reshape(-1), u, float(amount), np.empty(x.size, np.uint8)).reshape(x.shape)

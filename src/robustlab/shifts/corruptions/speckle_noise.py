@@ -1,14 +1,29 @@
 """speckle_noise: multiplicative Gaussian noise (ImageNet-C extra/validation corruption).
 
 Reference: ``x + x * N(0, sigma)`` on ``x / 255``, clipped to [0, 1]; one normal draw
-over the HxWx3 array, so a ``RandomState`` reproduces it exactly.
+over the HxWx3 array, so a ``RandomState`` reproduces it exactly. The arithmetic after
+the draw is fused into one numba loop doing the same double operations per value
+(``v / 255`` by table lookup), which saves four full-size temporaries.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from robustlab.shifts.registry import register_shift
+
+
+_LEVELS = np.arange(256, dtype=np.float64) / 255.0
+
+
+@njit(cache=True, nogil=True)
+def _speckle(flat, noise, levels, out):
+    """``out = uint8(clip(x + x * noise, 0, 1) * 255)`` with ``x = flat / 255``."""
+    for i in range(flat.shape[0]):
+        x = levels[flat[i]]
+        out[i] = np.uint8(min(max(x + x * noise[i], 0.0), 1.0) * 255)
+    return out
 
 
 @register_shift(
@@ -19,5 +34,6 @@ from robustlab.shifts.registry import register_shift
 )
 def speckle_noise(x, sigma, rng, ctx):
     """Noise proportional to intensity: ``x + x * N(0, sigma)``."""
-    x = np.asarray(x) / 255.0
-    return np.clip(x + x * rng.normal(size=x.shape, scale=sigma), 0, 1) * 255
+    x = np.ascontiguousarray(x, dtype=np.uint8)
+    noise = rng.normal(size=x.shape, scale=sigma)
+    return _speckle(x.reshape(-1), noise.reshape(-1), _LEVELS, np.empty(x.size, np.uint8)).reshape(x.shape)
