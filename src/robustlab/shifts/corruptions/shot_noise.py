@@ -22,7 +22,6 @@ from functools import lru_cache
 
 import numpy as np
 from numba import njit
-from scipy.special import pdtr
 
 from robustlab.seeding import is_legacy
 from robustlab.shifts.registry import register_shift
@@ -33,6 +32,8 @@ def _tables(photons: int) -> tuple[np.ndarray, np.ndarray]:
     """(cdf, values): ``cdf[v, k] = P(Poisson(v / 255 * c) <= k)`` for ``k < c``, and
     ``values[k]``, the uint8 the reference produces for count ``k`` (``k = c`` for all
     larger counts, which clip to 255)."""
+    from scipy.special import pdtr  # only the Generator path needs it
+
     lam = (np.arange(256) / 255.0) * photons
     cdf = pdtr(np.arange(photons)[None, :], lam[:, None])
     cdf.setflags(write=False)
