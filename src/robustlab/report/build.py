@@ -1,0 +1,468 @@
+"""Assemble the report: summary, paper-style tables, plots, image grid, all cells.
+
+:func:`build_report` is what ``robustlab report`` calls. It gathers the numbers
+(:mod:`robustlab.report.gather`), draws the plots (:mod:`robustlab.report.plots`),
+renders the grid (:mod:`robustlab.report.grid`) and writes one self-contained HTML file
+atomically (a reader never sees half a report).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from robustlab.report import plots
+from robustlab.report.gather import ReportData, class_namer, family, gather, is_corruption
+from robustlab.report.html import (
+    CORRECT_MARK,
+    WRONG_MARK,
+    Column,
+    Table,
+    data_uri,
+    esc,
+    figure,
+    integer,
+    notes_list,
+    num,
+    page,
+    pct,
+    render_table,
+)
+from robustlab.store import CLEAN_SHIFT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReportResult:
+    """What was written.
+
+    Attributes:
+        path: The HTML file.
+        tables: Ids of the tables in the page.
+        figures: Ids of the plot figures in the page.
+        grids: Number of image grids.
+        notes: Everything left out or partial, with the reason.
+    """
+
+    path: Path
+    tables: list[str] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
+    grids: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Page:
+    """Collects sections and remembers which tables and figures went in."""
+
+    def __init__(self):
+        self.parts: list[str] = []
+        self.toc: list[tuple[str, str]] = []
+        self.tables: list[str] = []
+        self.figures: list[str] = []
+
+    def section(self, sid: str, title: str, intro: str = "") -> None:
+        self.toc.append((sid, title))
+        self.parts.append(f'<h2 id="{esc(sid)}">{esc(title)}</h2>')
+        if intro:
+            self.parts.append(f'<p class="note">{esc(intro)}</p>')
+
+    def add(self, html_text: str) -> None:
+        self.parts.append(html_text)
+
+    def table(self, t: Table) -> None:
+        self.tables.append(t.id)
+        self.parts.append(render_table(t))
+
+    def figure(self, fig_id: str, png: bytes, caption: str, alt: str) -> None:
+        self.figures.append(fig_id)
+        self.parts.append(figure(fig_id, png, caption, alt))
+
+
+# ---------------------------------------------------------------------------- sections
+def _summary(p: _Page, d: ReportData, generated: str) -> None:
+    from robustlab import __version__
+
+    runs = d.runs
+    models = list(dict.fromkeys(r.record["model_spec"] for r in runs))
+    suites = list(dict.fromkeys(f"{r.record['suite'] or 'clean only'}"
+                                + (f" v{r.record['suite_version']}" if r.record.get("suite_version") else "")
+                                for r in runs))
+    roots = list(dict.fromkeys(str(r.record["data_root"]) for r in runs))
+    seeds = list(dict.fromkeys(int(r.record["seed"] or 0) for r in runs))
+    p.section("summary", "Summary")
+    items = [("Models", ", ".join(models)), ("Suites", ", ".join(suites)),
+             ("Data", "; ".join(roots)), ("Seeds", ", ".join(map(str, seeds))),
+             ("Runs", str(len(runs))), ("Database", str(d.db)),
+             ("CE baseline", d.baseline or "AlexNet constants when valid (full ImageNet val)"),
+             ("Intervals", f"{100 * d.confidence:.0f} % percentile bootstrap, {d.n_resamples} resamples"),
+             ("Generated", f"{generated} by robustlab {__version__}")]
+    p.add('<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>")
+    rows = []
+    for r in runs:
+        rec = r.record
+        v = rec.get("versions") or {}
+        rows.append({
+            "label": r.label, "run": r.short, "model": rec["model_spec"],
+            "weights": (rec.get("weights_hash") or "")[:12],
+            "suite": rec["suite"] or "clean only", "suite_version": rec.get("suite_version"),
+            "data": rec["data_root"], "fingerprint": (rec.get("data_fingerprint") or "")[:12],
+            "label_space": rec.get("label_space"), "seed": rec.get("seed"),
+            "n_samples": rec.get("n_samples"), "n_skipped": rec.get("n_skipped"),
+            "status": rec.get("status"), "started": str(rec.get("started_at") or "")[:19],
+            "finished": str(rec.get("finished_at") or "")[:19] if not pd.isna(rec.get("finished_at")) else "",
+            "robustlab": v.get("robustlab"), "torch": v.get("torch"), "timm": v.get("timm"),
+            "numpy": v.get("numpy"),
+        })
+    p.table(Table("runs", [
+        Column("label", "Model"), Column("run", "Run"), Column("weights", "Weights hash"),
+        Column("suite", "Suite"), Column("suite_version", "Version"), Column("data", "Data root"),
+        Column("fingerprint", "Data fingerprint"), Column("label_space", "Label space"),
+        Column("seed", "Seed", integer, True), Column("n_samples", "Images", integer, True),
+        Column("n_skipped", "Skipped", integer, True), Column("status", "Status"),
+        Column("started", "Started (UTC)"), Column("finished", "Finished (UTC)"),
+        Column("robustlab", "robustlab"), Column("torch", "torch"), Column("timm", "timm"),
+        Column("numpy", "numpy"),
+    ], rows, caption="Runs in this report"))
+    for r in runs:
+        rec = r.record
+        detail = {"preprocessing": rec.get("preprocessing"), "versions": rec.get("versions"),
+                  "config": {k: v for k, v in (rec.get("config") or {}).items() if k != "cells"}}
+        skipped = rec.get("skipped") or []
+        body = esc(json.dumps(detail, indent=1, sort_keys=True, default=str))
+        extra = ""
+        if skipped:
+            shown = "".join(f"<li>{esc(s[0] if isinstance(s, list) else s)}: "
+                            f"{esc(s[1] if isinstance(s, list) and len(s) > 1 else '')}</li>"
+                            for s in skipped[:20])
+            more = f"<li>... and {len(skipped) - 20} more</li>" if len(skipped) > 20 else ""
+            extra = f"<p>Skipped inputs:</p><ul>{shown}{more}</ul>"
+        p.add(f"<details><summary>{esc(r.label)} (run {esc(r.short)}): preprocessing, "
+              f"versions, configuration</summary>{extra}<pre>{body}</pre></details>")
+
+
+def _leaderboard(p: _Page, d: ReportData) -> None:
+    rows = []
+    for r in d.runs:
+        pooled = d.pooled.get(r.run_id, {})
+        m = d.mce.get(r.run_id, {})
+        rs = d.robustness.get(r.run_id)
+        gap = d.bg_gap[d.bg_gap["run_id"] == r.run_id]["bg_gap"] if not d.bg_gap.empty else []
+        rows.append({"label": r.label, "run": r.short, "suite": r.record["suite"] or "clean only",
+                     "n": pooled.get("clean_n"), "clean": pooled.get("clean"),
+                     "shifted": pooled.get("shifted"), "mce": m.get("mce"),
+                     "rel_mce": m.get("relative_mce"),
+                     "s_partial": rs.s_partial if rs is not None else None,
+                     "bg_gap": float(gap.iloc[0]) if len(gap) else None})
+    rows.sort(key=lambda x: -(x["shifted"] if x["shifted"] is not None else -1))
+    cols = [Column("label", "Model"), Column("run", "Run"), Column("suite", "Suite"),
+            Column("n", "Images", integer, True),
+            Column("clean", "Clean top-1 %", pct, True),
+            Column("shifted", "Shifted top-1 %", pct, True, tip="all shifted cells pooled")]
+    if any(x["mce"] is not None for x in rows):
+        cols += [Column("mce", "mCE %", pct, True), Column("rel_mce", "Rel. mCE %", pct, True)]
+    if any(x["s_partial"] is not None for x in rows):
+        cols.append(Column("s_partial", "S_robust (EX1)", num, True))
+    if any(x["bg_gap"] is not None for x in rows):
+        cols.append(Column("bg_gap", "BG-gap %", pct, True))
+    p.section("leaderboard", "Leaderboard",
+              "One row per run, best pooled shifted accuracy first. Click a header to sort.")
+    p.table(Table("leaderboard", cols, rows))
+
+
+def _corruption_tables(p: _Page, d: ReportData) -> None:
+    ce_runs = [r for r in d.runs if r.run_id in d.mce]
+    corr = list(dict.fromkeys(d.corruption_error["shift"]))
+    if not corr:
+        return
+    fam = {s: family(s) for s in corr}
+    p.section("corruptions", "Corruptions (ImageNet-C)",
+              "Like ImageNet-C Table 1: per corruption, the top-1 error averaged over the "
+              "stored severities; CE divides the summed errors by the baseline's (lower is better).")
+    clean = d.cells[d.cells["shift"] == CLEAN_SHIFT].set_index("run_full")["error"]
+    rows = []
+    for r in d.runs:
+        g = d.corruption_error[d.corruption_error["run_full"] == r.run_id].set_index("shift")["mean_error"]
+        if g.empty:
+            continue
+        rows.append({"label": r.label, "run": r.short, "clean": clean.get(r.run_id),
+                     **{f"e:{s}": g.get(s) for s in corr}})
+    cols = [Column("label", "Model"), Column("run", "Run"), Column("clean", "Clean error %", pct, True)]
+    cols += [Column(f"e:{s}", s.replace("_", " "), pct, True, note=fam[s]) for s in corr]
+    p.table(Table("corruption-errors", cols, rows,
+                  caption="Top-1 error (%) per corruption, mean over the stored severities"))
+    if ce_runs:
+        rows = []
+        for r in ce_runs:
+            g = d.ce[d.ce["run_full"] == r.run_id].set_index("shift")
+            m = d.mce[r.run_id]
+            rows.append({"label": r.label, "run": r.short, "baseline": m["baseline"],
+                         "clean": clean.get(r.run_id), "mce": m["mce"], "rel": m["relative_mce"],
+                         **{f"ce:{s}": g["ce"].get(s) for s in corr},
+                         **{f"rce:{s}": g["relative_ce"].get(s) for s in corr}})
+        cols = [Column("label", "Model"), Column("run", "Run"), Column("baseline", "Baseline"),
+                Column("clean", "Clean error %", pct, True),
+                Column("mce", "mCE %", pct, True, tip="mean CE over the corruptions"),
+                Column("rel", "Rel. mCE %", pct, True, tip="mean relative CE")]
+        cols += [Column(f"ce:{s}", s.replace("_", " "), pct, True, note=f"{fam[s]} CE") for s in corr]
+        p.table(Table("ce-table", cols, rows, caption="Corruption Error (CE, %) and mCE against the baseline"))
+        cols = [Column("label", "Model"), Column("run", "Run"), Column("rel", "Rel. mCE %", pct, True)]
+        cols += [Column(f"rce:{s}", s.replace("_", " "), pct, True, note=f"{fam[s]} rel. CE") for s in corr]
+        p.table(Table("relative-ce-table", cols, rows, caption="Relative CE (%): degradation from clean, "
+                      "relative to the baseline's"))
+    missing = [r for r in d.runs if r.run_id not in d.mce and
+               not d.corruption_error[d.corruption_error["run_full"] == r.run_id].empty]
+    if missing:
+        why = [n for n in d.notes if "CE/mCE" in n]
+        p.add(f'<p class="note"><strong>No mCE for {esc(", ".join(r.label for r in missing))}.</strong> '
+              "mCE needs a baseline measured on the same images: the bundled AlexNet errors are "
+              "valid only for the full ImageNet validation set, so pass a model evaluated on these "
+              "images with <code>--baseline SPEC</code>. The table above shows the errors "
+              "themselves.</p>" + notes_list(why))
+
+
+def _scenario_tables(p: _Page, d: ReportData) -> None:
+    if not d.scenarios:
+        return
+    names = list(dict.fromkeys(k for _, acc in d.scenarios.values() for k in acc))
+    p.section("scenarios", "Background scenarios",
+              "Like XIMAGENET-12 Table 1: top-1 accuracy of the original-trained model on each "
+              "scenario (EX1).")
+    rows = []
+    for r in d.runs:
+        if r.run_id not in d.scenarios:
+            continue
+        mu, acc = d.scenarios[r.run_id]
+        rows.append({"label": r.label, "run": r.short, "mu": mu, **{f"s:{k}": acc.get(k) for k in names}})
+    cols = [Column("label", "Model"), Column("run", "Run"), Column("mu", "Original %", pct, True)]
+    cols += [Column(f"s:{k}", k.replace("_", " "), pct, True) for k in names]
+    p.table(Table("scenarios", cols, rows, caption="Scenario top-1 accuracy (%)"))
+    rows = []
+    for r in d.runs:
+        rs = d.robustness.get(r.run_id)
+        if rs is None:
+            continue
+        rows.append({"label": r.label, "run": r.short, "mu": rs.mu, "s2c": rs.sigma2_cross,
+                     "s2i": rs.sigma2_inner, "partial": rs.s_partial, "full": rs.s_robust,
+                     "n": len(rs.scenarios)})
+    p.table(Table("robustness", [
+        Column("label", "Model"), Column("run", "Run"), Column("mu", "mu %", pct, True),
+        Column("n", "Scenarios", integer, True),
+        Column("s2c", "sigma2 cross", num, True), Column("s2i", "sigma2 inner", num, True),
+        Column("partial", "S partial", num, True, tip="1 - sigma2_cross (EX1 only)"),
+        Column("full", "S_robust", num, True, tip="needs EX2 (inner) accuracies too"),
+    ], rows, caption="XIMAGENET-12 robustness score S_robust = 1 - (sigma2_cross + sigma2_inner)"))
+    if not d.bg_gap.empty:
+        labels = d.labels
+        rows = [{"label": labels.get(g.run_id, g.run_id), "n": g.n, "same": g.acc_same,
+                 "rand": g.acc_rand, "gap": g.bg_gap} for g in d.bg_gap.itertuples()]
+        p.table(Table("bg-gap", [
+            Column("label", "Model"), Column("n", "Paired images", integer, True),
+            Column("same", "mixed_same %", pct, True), Column("rand", "mixed_rand %", pct, True),
+            Column("gap", "BG-gap %", pct, True)], rows,
+            caption="ImageNet-9 BG-gap = acc(mixed_same) - acc(mixed_rand), paired images"))
+
+
+def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
+    reg = d.regression
+    if reg is None:
+        return
+    p.section("regression", "Regression analysis",
+              "OLS of per-cell accuracy (model x shift x class, levels pooled) on categorical "
+              "factors with treatment coding; an estimate is the difference in accuracy from the "
+              "reference level (" + ", ".join(f"{k} = {v}" for k, v in reg.reference.items())
+              + "), holding the other factors fixed.")
+    rows = reg.table.to_dict("records")
+    p.table(Table("regression", [
+        Column("term", "Term"), Column("estimate", "Estimate", num, True),
+        Column("std_error", "Std. error", num, True), Column("ci_low", "95 % CI low", num, True),
+        Column("ci_high", "95 % CI high", num, True), Column("t", "t", num, True),
+        Column("p", "p", num, True), Column("stars", "Signif."),
+    ], rows, caption=f"R^2 = {reg.fit.rsquared:.3f}, {int(reg.fit.nobs)} cells; "
+                     "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns"))
+    paths = reg.plots(tmp, "regression")
+    p.figure("fig-regression-residuals", paths["residuals"].read_bytes(),
+             "Regression residuals vs fitted values", "scatter of residuals against fitted accuracy")
+    p.figure("fig-regression-qq", paths["qq"].read_bytes(), "Normal QQ plot of the regression residuals",
+             "QQ plot of residual quantiles against normal quantiles")
+
+
+def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
+    p.section("plots", "Plots", "Shaded bands and whiskers are bootstrap intervals of each cell.")
+    labels = d.labels
+    corr = list(dict.fromkeys(s for s in d.cells["shift"] if is_corruption(s)))
+    numeric = [s for s in corr if any(plots._severity(v) is not None
+                                      for v in d.cells[d.cells["shift"] == s]["level"])]
+    if numeric:
+        p.figure("fig-severity-corruption",
+                 plots.severity_curves(d.cells, [(s, [s]) for s in numeric], labels,
+                                       title="Top-1 accuracy vs severity per corruption"),
+                 "Top-1 accuracy vs severity for each corruption (severity 0 = clean).",
+                 "line plots of accuracy against corruption severity, one panel per corruption")
+        fams = d.families[d.families["family"].isin(["clean", *{family(s) for s in numeric}])]
+        p.figure("fig-severity-family", plots.family_curves(fams, labels),
+                 "Top-1 accuracy vs severity pooled over the corruptions of each family.",
+                 "line plots of accuracy against severity, one panel per corruption family")
+    if d.scenarios:
+        rows = []
+        for rid, (mu, acc) in d.scenarios.items():
+            cells = d.cells[d.cells["run_full"] == rid]
+            for name in acc:
+                shift, _, level = name.partition(":")
+                c = cells[(cells["shift"] == shift) & ((cells["level"] == level) if level else True)]
+                one = len(c) == 1
+                rows.append({"run_full": rid, "scenario": name, "top1": acc[name],
+                             "top1_lo": float(c["top1_lo"].iloc[0]) if one else np.nan,
+                             "top1_hi": float(c["top1_hi"].iloc[0]) if one else np.nan})
+        clean = {rid: mu for rid, (mu, _) in d.scenarios.items()}
+        p.figure("fig-scenarios", plots.scenario_bars(pd.DataFrame(rows), labels, clean),
+                 "Scenario accuracy per run with bootstrap intervals; dashed lines: clean accuracy.",
+                 "grouped bar chart of accuracy per background scenario")
+    if not d.class_drops.empty:
+        for i, r in enumerate(d.runs):
+            g = d.class_drops[d.class_drops["run_id"] == r.run_id]
+            if g.empty:
+                continue
+            namer = class_namer(r.record.get("label_space"))
+            png, note = plots.class_drop_heatmap(
+                g, namer, f"{r.label}: drop from clean top-1 per class (points)")
+            p.figure(f"fig-class-drop-{i}", png,
+                     f"{r.label} (run {r.short}): accuracy drop per class and shift, levels pooled"
+                     + (f"; {note}" if note else "") + ".",
+                     "heatmap of per-class accuracy drops, classes by shifts")
+    rows = [{"label": r.label, **d.pooled.get(r.run_id, {})} for r in d.runs]
+    df = pd.DataFrame(rows)
+    for c in ("clean", "clean_lo", "clean_hi", "shifted", "shifted_lo", "shifted_hi"):
+        if c not in df.columns:
+            df[c] = np.nan
+    p.figure("fig-intervals", plots.interval_plot(df),
+             "Clean and pooled shifted top-1 per run with bootstrap intervals (images resampled).",
+             "dot plot with interval whiskers of clean and shifted accuracy per run")
+
+
+def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> int:
+    from robustlab.report.grid import PNG_LIMIT, build_grids, encode_thumb
+
+    grids, grid_notes = build_grids(d, sample_id=sample_id)
+    notes.extend(grid_notes)
+    p.section("examples", "Example images",
+              "One sample, clean and under every stored cell, re-rendered from the run's data "
+              "root and seed with the same pipeline the model saw. Under each image: each "
+              f"model's top-1 prediction, {CORRECT_MARK} correct / {WRONG_MARK} wrong.")
+    if not grids:
+        p.add(notes_list(grid_notes or ["no image grid: no sample to show"]))
+        return 0
+    for gi, g in enumerate(grids):
+        n_img = sum(len(c) for _, c in g.rows)
+        lossless = n_img <= PNG_LIMIT
+        p.add(f"<h3>{esc(g.sample_id)}: true class {esc(g.true_class)}</h3>"
+              f'<p class="note">Runs: {esc(", ".join(g.runs))}; data root {esc(g.data_root)}; '
+              f"seed {g.seed}; pictures embedded as {'PNG (exact pixels)' if lossless else 'JPEG q90'}.</p>")
+        width = max(len(c) for _, c in g.rows)
+        out = [f'<div class="table-wrap"><table class="grid" id="grid-{gi}"><tbody>']
+        for shift, cells in g.rows:
+            out.append(f'<tr><th scope="row">{esc(shift.replace("_", " "))}</th>')
+            for c in cells:
+                cap = "clean" if shift == CLEAN_SHIFT else f"level {c.level}"
+                if c.image is not None:
+                    data, mime = encode_thumb(c.image, lossless)
+                    img = (f'<img src="{data_uri(data, mime)}" alt="{esc(g.sample_id)} '
+                           f'{esc(shift)} level {esc(c.level)}">')
+                else:
+                    img = f'<p class="note">not rendered: {esc(c.error)}</p>'
+                preds = "".join(
+                    f'<span class="pred {"ok" if pr.correct else "bad"}"><span class="mark" '
+                    f'aria-label="{"correct" if pr.correct else "wrong"}">'
+                    f'{CORRECT_MARK if pr.correct else WRONG_MARK}</span>{esc(pr.label)}: '
+                    f"{esc(pr.top1)} ({100 * pr.prob:.0f} %)</span>" for pr in c.predictions)
+                out.append(f'<td><figure class="thumb">{img}<figcaption><strong>{esc(cap)}</strong>'
+                           f"{preds}</figcaption></figure></td>")
+            out.append("<td></td>" * (width - len(cells)) + "</tr>")
+        out.append("</tbody></table></div>")
+        p.add("".join(out) + notes_list(g.notes))
+    return len(grids)
+
+
+def _cells_table(p: _Page, d: ReportData) -> None:
+    p.section("cells", "All cells",
+              "Every stored cell as `robustlab results` prints it (same numbers), with bootstrap "
+              "intervals of top-1. CE rows (level 'all') follow each run's cells.")
+    res = d.results.merge(d.cells[["run_full", "shift", "level", "family", "top1_lo", "top1_hi"]],
+                          on=["run_full", "shift", "level"], how="left")
+    rows = res.to_dict("records")
+    p.table(Table("cells", [
+        Column("model", "Model"), Column("suite", "Suite"), Column("run_id", "Run"),
+        Column("shift", "Shift"), Column("family", "Family"), Column("level", "Level"),
+        Column("n", "n", integer, True), Column("top1", "top1 %", pct, True),
+        Column("top1_lo", "top1 low %", pct, True), Column("top1_hi", "top1 high %", pct, True),
+        Column("top5", "top5 %", pct, True), Column("error", "error %", pct, True),
+        Column("ce", "ce %", pct, True), Column("relative_ce", "relative_ce %", pct, True),
+        Column("baseline", "Baseline"),
+    ], rows, row_class=lambda r: "summary" if r.get("level") == "all" else ""))
+
+
+# ---------------------------------------------------------------------------- entry point
+def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str | None = None,
+                 grid: bool = True, grid_sample: str | None = None, seed: int = 0,
+                 n_resamples: int = 1000, title: str | None = None) -> ReportResult:
+    """Write the HTML report of the runs in ``db`` to ``out``.
+
+    Args:
+        db: Results database.
+        out: Output HTML path (parent folders are created).
+        run_ids: Runs (ids or unique prefixes) to include; default all.
+        baseline: CE baseline, as for ``robustlab results --baseline``.
+        grid: Include the example image grid (re-renders images from the data root).
+        grid_sample: Sample id to show in the grid (default: chosen deterministically).
+        seed: Seed of the bootstrap generator (the report is reproducible for a seed).
+        n_resamples: Bootstrap resamples per interval.
+        title: Page title.
+
+    Raises:
+        ValueError: missing database, no matching runs, a bad output path.
+    """
+    import tempfile
+
+    out = Path(out)
+    if out.exists() and out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give a file name such as report.html")
+    rng = np.random.default_rng(int(seed))
+    d = gather(db, run_ids=run_ids, baseline=baseline, rng=rng, n_resamples=n_resamples)
+    notes = list(d.notes)
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    title = title or "robustlab report"
+    p = _Page()
+    _summary(p, d, generated)
+    if len(d.runs) > 1:
+        _leaderboard(p, d)
+    _corruption_tables(p, d)
+    _scenario_tables(p, d)
+    with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:
+        _regression(p, d, Path(tmp))
+    _plots(p, d, notes)
+    n_grids = 0
+    if grid:
+        n_grids = _grids(p, d, grid_sample, notes)
+    else:
+        notes.append("image grid left out (--no-grid)")
+    _cells_table(p, d)
+    if notes:
+        p.section("notes", "Notes", "What is missing or partial, and why.")
+        p.add(notes_list(list(dict.fromkeys(notes))))
+    toc = '<nav class="toc" aria-label="Contents"><ul>' + "".join(
+        f'<li><a href="#{esc(s)}">{esc(t)}</a></li>' for s, t in p.toc) + "</ul></nav>"
+    head = (f'<header class="top"><h1>{esc(title)}</h1><p class="meta">{len(d.runs)} run(s) from '
+            f"{esc(d.db)}; generated {esc(generated)}</p>{toc}</header>")
+    document = page(title, head + "".join(p.parts))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp_out.write_text(document, encoding="utf-8")
+    os.replace(tmp_out, out)
+    return ReportResult(out, p.tables, p.figures, n_grids, list(dict.fromkeys(notes)))

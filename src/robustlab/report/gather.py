@@ -1,0 +1,348 @@
+"""Everything the report shows, read from the results database and computed by the metrics
+module (never by hand here).
+
+The per-cell and CE / mCE numbers come from :func:`robustlab.store.queries.results_table`,
+the same function ``robustlab results`` prints, so the two always agree. The rest
+(bootstrap intervals, per-family and per-class accuracy, scenario accuracies, robustness
+score, BG-gap, regression) are the functions of :mod:`robustlab.metrics` applied to the
+stored predictions. A part that cannot be computed becomes a note saying why, never a
+silently missing or wrong number.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from robustlab.store import CLEAN_SHIFT, Store
+
+log = logging.getLogger(__name__)
+
+# The columns of predictions the report needs (top-5 lists are read only for the grid).
+PRED_COLUMNS = ["run_id", "sample_id", "shift", "level", "label", "class_name", "correct", "correct5"]
+# The regression's Class factor is left out above this many classes (dense design matrix).
+MAX_REGRESSION_CLASSES = 200
+
+
+@dataclass
+class RunView:
+    """One selected run: its ``runs`` row and the name the report shows for it.
+
+    Attributes:
+        run_id: Full run id.
+        label: The model spec, or ``spec [run8]`` when the selection holds the same spec
+            more than once (two seeds, two suites).
+        record: The ``runs`` row (JSON columns decoded).
+    """
+
+    run_id: str
+    label: str
+    record: dict[str, Any]
+
+    @property
+    def short(self) -> str:
+        return self.run_id[:8]
+
+
+@dataclass
+class ReportData:
+    """All numbers of one report.
+
+    Attributes:
+        db: The database file.
+        runs: Selected runs, oldest first.
+        baseline: The ``--baseline`` spec given, if any.
+        results: ``results_table`` rows of every run (what ``robustlab results`` prints),
+            plus ``run_full`` (the full run id) and ``label``.
+        cells: The per-cell rows of ``results`` with bootstrap intervals
+            (``top1_lo``/``top1_hi``/``top5_lo``/``top5_hi``) and ``family``.
+        ce: CE rows (run_full, shift, error, ce, relative_ce, baseline).
+        mce: run id -> {mce, relative_mce, n_corruptions, baseline}.
+        corruption_error: run_full, shift, family, mean_error (over stored severities).
+        families: per-family accuracy per run and level (for the family plot).
+        pooled: run id -> dict(clean top-1, shifted top-1 and intervals).
+        scenarios: run id -> (mu, {scenario: accuracy}).
+        robustness: run id -> RobustnessScore (EX1 only: partial).
+        bg_gap: BG-gap rows (run_id, n, acc_same, acc_rand, bg_gap).
+        class_drops: per-class drop rows (run_id, shift, label, class name, top1, drop).
+        regression: RegressionResult or None.
+        notes: Why something is absent or partial, one line each.
+    """
+
+    db: Path
+    runs: list[RunView]
+    baseline: str | None
+    results: pd.DataFrame
+    cells: pd.DataFrame
+    ce: pd.DataFrame
+    mce: dict[str, dict[str, Any]]
+    corruption_error: pd.DataFrame
+    families: pd.DataFrame
+    pooled: dict[str, dict[str, float]]
+    scenarios: dict[str, tuple[float, dict[str, float]]]
+    robustness: dict[str, Any]
+    bg_gap: pd.DataFrame
+    class_drops: pd.DataFrame
+    regression: Any = None
+    n_resamples: int = 0
+    confidence: float = 0.95
+    notes: list[str] = field(default_factory=list)
+
+    def run(self, run_id: str) -> RunView:
+        return next(r for r in self.runs if r.run_id == run_id)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {r.run_id: r.label for r in self.runs}
+
+
+def is_corruption(shift: str) -> bool:
+    """The same test ``robustlab results`` uses to decide which shifts get CE rows."""
+    from robustlab.store.queries import _is_corruption
+
+    return shift != CLEAN_SHIFT and _is_corruption(shift)
+
+
+def family(shift: str) -> str:
+    from robustlab.metrics.accuracy import family_of
+
+    return family_of(shift)
+
+
+def _labels(runs: pd.DataFrame) -> list[str]:
+    specs = list(runs["model_spec"])
+    return [s if specs.count(s) == 1 else f"{s} [{rid[:8]}]" for s, rid in zip(specs, runs["run_id"])]
+
+
+class ClassNames:
+    """id -> readable class name of a label space (``class <id>`` when unknown).
+
+    Attributes:
+        size: Number of classes known (0 when the label space cannot be loaded).
+    """
+
+    def __init__(self, label_space: str | None):
+        self.classes: Sequence[str] = ()
+        if label_space:
+            try:
+                from robustlab.data.labels import get_label_space
+
+                self.classes = list(get_label_space(label_space).classes)
+            except (ImportError, ValueError, KeyError) as exc:
+                log.info("class names of %s unavailable: %s", label_space, exc)
+
+    @property
+    def size(self) -> int:
+        return len(self.classes)
+
+    def __call__(self, i) -> str:
+        if i is None or (isinstance(i, float) and np.isnan(i)):
+            return "?"
+        i = int(i)
+        return str(self.classes[i]) if 0 <= i < len(self.classes) else f"class {i}"
+
+
+def class_namer(label_space: str | None) -> ClassNames:
+    """Cached :class:`ClassNames` for a label space name."""
+    if label_space not in _NAMERS:
+        _NAMERS[label_space] = ClassNames(label_space)
+    return _NAMERS[label_space]
+
+
+_NAMERS: dict[str | None, ClassNames] = {}
+
+
+def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: str | None = None,
+           rng: np.random.Generator | None = None, n_resamples: int = 1000,
+           confidence: float = 0.95, regression: bool = True) -> ReportData:
+    """Read the selected runs and compute every table and plot input.
+
+    Args:
+        db: Results database file.
+        run_ids: Run ids or unique prefixes (default: every run in the database).
+        baseline: CE baseline as ``robustlab results --baseline`` takes it: ``"alexnet"``
+            or a model spec evaluated on the same images (default: AlexNet when valid).
+        rng: Generator for the bootstrap intervals (default ``default_rng(0)``, so a
+            report is reproducible).
+        n_resamples: Bootstrap resamples per interval.
+        confidence: Interval coverage.
+        regression: Fit the accuracy regression when the data allows it.
+
+    Raises:
+        ValueError: no database, no matching runs, or none with predictions.
+    """
+    from robustlab.metrics.accuracy import accuracy_drop, per_class, per_family
+    from robustlab.metrics.bootstrap import bootstrap_ci, cell_intervals
+    from robustlab.metrics.scenes import bg_gap, robustness_score, scenario_accuracies
+    from robustlab.store.queries import results_table, select_runs
+
+    if rng is None:
+        rng = np.random.default_rng(0)
+    store = Store(db)
+    store.require()
+    runs_df = select_runs(store, run_ids=run_ids)
+    if runs_df.empty:
+        raise ValueError(f"no runs in {store.path}; run `robustlab evaluate` first")
+    notes: list[str] = []
+    runs = [RunView(rid, lab, rec) for rid, lab, rec in
+            zip(runs_df["run_id"], _labels(runs_df), runs_df.to_dict("records"))]
+
+    # Results exactly as `robustlab results` computes them, one run at a time so that a
+    # baseline missing for one run leaves the others' CE rows in place.
+    parts, kept = [], []
+    for r in runs:
+        try:
+            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=baseline)
+        except ValueError as exc:
+            if baseline is None:
+                raise
+            notes.append(f"{r.label}: no CE/mCE against baseline {baseline!r}: {exc}")
+            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=None)
+            part = part[part["level"] != "all"]
+        notes.extend(run_notes)
+        if part.empty:
+            continue
+        parts.append(part.assign(run_full=r.run_id, label=r.label))
+        kept.append(r)
+    if not parts:
+        raise ValueError(f"none of the selected runs in {store.path} has predictions yet")
+    runs = kept
+    results = pd.concat(parts, ignore_index=True)
+    ids = [r.run_id for r in runs]
+
+    preds = store.predictions(ids, columns=PRED_COLUMNS)
+    preds["level"] = preds["level"].astype(str)
+
+    # Per-cell rows plus bootstrap intervals.
+    cells = results[results["level"] != "all"].copy()
+    ci = cell_intervals(preds, rng, by=("run_id", "shift", "level"), n_resamples=n_resamples,
+                        confidence=confidence).rename(columns={"run_id": "run_full"})
+    cells = cells.merge(ci, on=["run_full", "shift", "level"], how="left")
+    cells["family"] = [family(s) for s in cells["shift"]]
+
+    # CE / mCE rows.
+    summary = results[results["level"] == "all"]
+    is_mce = summary["shift"].astype(str).str.startswith("mCE (")
+    ce = summary[~is_mce][["run_full", "label", "shift", "error", "ce", "relative_ce", "baseline"]]
+    mce_rows = {row.run_full: {"mce": row.ce, "relative_mce": row.relative_ce,
+                               "n_corruptions": int(str(row.shift).split("(")[1].split()[0]),
+                               "baseline": row.baseline}
+                for row in summary[is_mce].itertuples()}
+
+    # Mean error over the stored severities of each corruption (ImageNet-C's E_c when no
+    # baseline makes CE possible); where CE rows exist their `error` column is the same mean.
+    corr_cells = cells[[is_corruption(s) for s in cells["shift"]]]
+    corruption_error = (corr_cells.groupby(["run_full", "shift"], sort=False)["error"].mean()
+                        .rename("mean_error").reset_index())
+    corruption_error["family"] = [family(s) for s in corruption_error["shift"]]
+
+    # Pooled accuracy per family and level (plot), and per run (leaderboard, with a
+    # per-image bootstrap: the images, not the predictions, are the independent units).
+    fam_map = {s: family(s) for s in preds["shift"].unique()}
+    families = per_family(preds, by=("run_id", "level"), families=fam_map)
+    pooled: dict[str, dict[str, float]] = {}
+    for rid, g in preds.groupby("run_id", sort=False):
+        clean = g[g["shift"] == CLEAN_SHIFT]
+        shifted = g[g["shift"] != CLEAN_SHIFT]
+        entry: dict[str, float] = {}
+        if not clean.empty:
+            row = cells[(cells["run_full"] == rid) & (cells["shift"] == CLEAN_SHIFT)].iloc[0]
+            entry.update(clean=float(row["top1"]), clean_lo=float(row["top1_lo"]),
+                         clean_hi=float(row["top1_hi"]), clean_n=int(row["n"]))
+        if not shifted.empty:
+            pf = per_family(shifted, by=(), families=dict.fromkeys(shifted["shift"].unique(), "shifted"))
+            per_image = shifted.groupby("sample_id")["correct"].agg(["sum", "size"]).to_numpy(float)
+            lo, hi = bootstrap_ci(per_image, rng, n_resamples=n_resamples, confidence=confidence,
+                                  statistic=lambda a: a[:, 0].sum() / a[:, 1].sum())
+            entry.update(shifted=float(pf["top1"].iloc[0]), shifted_lo=lo, shifted_hi=hi,
+                         shifted_n=int(pf["n"].iloc[0]))
+        pooled[rid] = entry
+
+    # Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap.
+    scenarios, robustness, gaps = {}, {}, []
+    for r in runs:
+        g = preds[preds["run_id"] == r.run_id]
+        scen = [s for s in g["shift"].unique() if s != CLEAN_SHIFT and not is_corruption(s)]
+        if not scen:
+            continue
+        try:
+            mu, acc = scenario_accuracies(g, scenarios=scen)
+        except ValueError as exc:
+            notes.append(f"{r.label}: no scenario table: {exc}")
+            continue
+        scenarios[r.run_id] = (mu, acc)
+        rs = robustness_score(mu, acc)
+        robustness[r.run_id] = rs
+        if {"mixed_same", "mixed_rand"} <= set(scen):
+            try:
+                gaps.append(bg_gap(g, by=("run_id",)))
+            except ValueError as exc:
+                notes.append(f"{r.label}: no BG-gap: {exc}")
+    if robustness:
+        notes.append("robustness score: only EX1 (train on original, test on each scenario) can "
+                      "be measured from stored predictions; sigma2_inner needs EX2 models trained "
+                      "on each scenario, so S_robust is shown as the partial score 1 - sigma2_cross")
+    bg = pd.concat(gaps, ignore_index=True) if gaps else pd.DataFrame(
+        columns=["run_id", "n", "acc_same", "acc_rand", "bg_gap"])
+
+    # Per-class drop from clean, pooled over the levels of each shift.
+    class_drops = pd.DataFrame()
+    labelled = preds.dropna(subset=["label"])
+    if (labelled["shift"] != CLEAN_SHIFT).any():
+        pc = per_class(labelled, by=("run_id", "shift"), class_column="label")
+        have_clean = pc[pc["shift"] == CLEAN_SHIFT][["run_id", "label"]]
+        pc = pc.merge(have_clean, on=["run_id", "label"])
+        try:
+            class_drops = accuracy_drop(pc, by=("run_id", "label"))
+            class_drops = class_drops[class_drops["shift"] != CLEAN_SHIFT].reset_index(drop=True)
+        except ValueError as exc:
+            notes.append(f"no per-class drops: {exc}")
+
+    reg = None
+    if regression:
+        reg = _regression(preds, runs, notes)
+
+    return ReportData(db=store.path, runs=runs, baseline=baseline, results=results, cells=cells,
+                      ce=ce.reset_index(drop=True), mce=mce_rows, corruption_error=corruption_error,
+                      families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
+                      bg_gap=bg, class_drops=class_drops, regression=reg,
+                      n_resamples=n_resamples, confidence=confidence, notes=notes)
+
+
+def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
+    """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis).
+
+    Cells are (model, shift, class) with the shift's levels pooled; ``clean`` is the Shift
+    reference and the first run the Model reference. Factors with one level are left out.
+    """
+    from robustlab.metrics.regression import cell_accuracy, regress_accuracy
+
+    if not (preds["shift"] != CLEAN_SHIFT).any():
+        return None
+    labels = {r.run_id: r.label for r in runs}
+    data = preds.assign(model=preds["run_id"].map(labels))
+    factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
+    reference = {"Model": runs[0].label, "Shift": CLEAN_SHIFT}
+    n_classes = data["class_name"].nunique()
+    if n_classes > MAX_REGRESSION_CLASSES:
+        notes.append(f"regression: Class factor left out ({n_classes} classes; at most "
+                     f"{MAX_REGRESSION_CLASSES} are fitted as dummies)")
+        factors.pop("Class")
+    for name in list(factors):
+        if data[factors[name]].nunique() < 2:
+            factors.pop(name)
+            reference.pop(name, None)
+    if "Shift" not in factors:
+        return None
+    cells = cell_accuracy(data, by=list(factors.values()))
+    try:
+        return regress_accuracy(cells, factors, reference=reference)
+    except ValueError as exc:
+        notes.append(f"no regression table: {exc}")
+        return None
