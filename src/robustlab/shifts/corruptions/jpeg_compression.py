@@ -27,5 +27,5 @@ def jpeg_compression(x, quality, rng, ctx):
     buf = BytesIO()
     Image.fromarray(np.ascontiguousarray(x)).save(buf, "JPEG", quality=quality)
     buf.seek(0)
-    with Image.open(buf) as im:
-        return np.asarray(im.convert("RGB"))
+    with Image.open(buf) as im:  # an RGB JPEG decodes as RGB: no conversion needed
+        return np.asarray(im)
