@@ -161,7 +161,7 @@ def test_bad_inputs_fail_before_anything_is_written(photos, tmp_path, samples_di
         robustlab.evaluate("lite0", tmp_path / "empty", db=db, progress=False)
     bad = _make_folder(samples_dir, tmp_path / "badlabel", 2)
     text = (bad / "labels.csv").read_text()
-    (bad / "labels.csv").write_text(text.replace("n01440764", "n99999999"))
+    (bad / "labels.csv").write_text(text.replace(",n01440764,", ",n99999999,"))  # the wnid column
     with pytest.raises(ValueError, match="n99999999"):
         robustlab.evaluate("lite0", bad, db=db, progress=False)
     with pytest.raises(ValueError, match="unknown suite"):
