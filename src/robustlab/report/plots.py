@@ -213,8 +213,7 @@ def interval_plot(rows: pd.DataFrame) -> bytes:
     ax.set_xlabel("top-1 accuracy (%)")
     ax.set_xlim(-2, 102)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.6 / max(1, n)),
-              ncol=2)
+    ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title("Top-1 with bootstrap intervals (per-image resampling for the pooled value)", fontsize=10)
     fig.tight_layout()
     return to_png(fig)

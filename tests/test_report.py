@@ -1,0 +1,340 @@
+"""The HTML report, end to end: real lite0 / lite1 evaluations of a few real photos through
+``robustlab.evaluate``, then ``build_report`` / ``robustlab report`` on that database, and a
+headless Chromium that opens the file, sorts a table and takes a screenshot.
+
+The database holds two models on the same 4 photos x 3 corruptions x 2 severities (lite1
+is the CE baseline), so every table, the leaderboard and the plots have something to show.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+from contextlib import redirect_stdout
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import robustlab
+from robustlab.cli import main as cli
+from robustlab.report import build_report
+from robustlab.store import Store
+
+N_PHOTOS = 4
+LEVELS = [1, 3]
+CORRUPTIONS = ["gaussian_noise", "brightness", "contrast"]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+
+def _make_folder(src: Path, dst: Path, n: int) -> Path:
+    """A flat folder of ``n`` real photos (copies) plus their labels.csv rows."""
+    dst.mkdir(parents=True)
+    with open(src / "labels.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))[:n]
+    for r in rows:
+        shutil.copy(src / r["file"], dst / r["file"])
+    with open(dst / "labels.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def models():
+    from robustlab.models import load_model
+
+    return {"lite0": load_model("lite0"), "lite1": load_model("lite1")}
+
+
+@pytest.fixture(scope="module")
+def world(samples_dir, tmp_path_factory, models):
+    """Two real runs (lite0, lite1) on the same photos, in one database."""
+    root = tmp_path_factory.mktemp("report")
+    data = _make_folder(samples_dir, root / "photos", N_PHOTOS)
+    db = root / "results.duckdb"
+    runs = {}
+    for spec, model in models.items():
+        df = robustlab.evaluate(model, data, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
+                                db=db, workers=0, progress=False)
+        runs[spec] = df.attrs["run_id"]
+    out = root / "report.html"
+    result = build_report(db, out, baseline="lite1", n_resamples=200)
+    return {"root": root, "data": data, "db": db, "runs": runs, "out": out, "result": result,
+            "html": out.read_text(encoding="utf-8")}
+
+
+# ---------------------------------------------------------------------------- HTML parsing
+class _Tables(HTMLParser):
+    """Collects every <table id=...>: header texts and rows of (text, data-sort)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, dict] = {}
+        self._t = None
+        self._cell = None
+        self._row = None
+        self._in_head = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and "id" in a:
+            self._t = self.tables.setdefault(a["id"], {"head": [], "rows": [], "class": a.get("class", "")})
+        elif self._t is None:
+            return
+        elif tag == "thead":
+            self._in_head = True
+        elif tag == "tbody":
+            self._in_head = False
+        elif tag == "tr" and not self._in_head:
+            self._row = []
+        elif tag in ("td", "th"):
+            self._cell = {"text": "", "sort": a.get("data-sort")}
+
+    def handle_endtag(self, tag):
+        if self._t is None:
+            return
+        if tag == "table":
+            self._t = None
+        elif tag in ("td", "th") and self._cell is not None:
+            if self._in_head:
+                self._t["head"].append(self._cell["text"].strip())
+            elif self._row is not None:
+                self._row.append(self._cell)
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self._t["rows"].append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell["text"] += data
+
+
+def tables_of(html_text: str) -> dict[str, dict]:
+    p = _Tables()
+    p.feed(html_text)
+    return p.tables
+
+
+def as_records(table: dict) -> list[dict]:
+    return [{h: c for h, c in zip(table["head"], row)} for row in table["rows"]]
+
+
+# ---------------------------------------------------------------------------- content
+def test_report_numbers_equal_robustlab_results(world):
+    """Every per-cell and CE/mCE number in the report is the one `robustlab results` prints."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert cli(["results", "--db", str(world["db"]), "--baseline", "lite1", "--format", "csv"]) == 0
+    import pandas as pd
+
+    expected = pd.read_csv(io.StringIO(buf.getvalue()), dtype={"level": str})
+    got = as_records(tables_of(world["html"])["cells"])
+    assert len(got) == len(expected) > 0
+    cols = {"n": "n", "top1": "top1 %", "top5": "top5 %", "error": "error %", "ce": "ce %",
+            "relative_ce": "relative_ce %"}
+    for want, row in zip(expected.to_dict("records"), got):
+        assert row["Model"]["text"] == want["model"] and row["Shift"]["text"] == want["shift"]
+        assert row["Run"]["text"] == want["run_id"] and row["Level"]["text"] == str(want["level"])
+        for col, head in cols.items():
+            v, cell = want[col], row[head]
+            if pd.isna(v):
+                assert cell["sort"] == "" and cell["text"] == ""
+            else:
+                assert float(cell["sort"]) == pytest.approx(float(v), rel=1e-12, abs=1e-12)
+                if col != "n":
+                    assert cell["text"] == f"{100 * float(v):.2f}"
+    # The mCE shown in the paper table and the leaderboard is results' mCE row.
+    mce = expected[expected["shift"].str.startswith("mCE")]
+    assert len(mce) == 2
+    ce_rows = as_records(tables_of(world["html"])["ce-table"])
+    by_run = {r["Run"]["text"]: r for r in ce_rows}
+    for m in mce.itertuples():
+        assert float(by_run[m.run_id]["mCE %"]["sort"]) == pytest.approx(m.ce)
+        assert float(by_run[m.run_id]["Rel. mCE %"]["sort"]) == pytest.approx(m.relative_ce)
+    # The baseline's own CE is 1 for every corruption, by definition.
+    lite1 = by_run[world["runs"]["lite1"][:8]]
+    assert float(lite1["mCE %"]["sort"]) == pytest.approx(1.0)
+
+
+def test_report_has_every_section(world):
+    res, page = world["result"], world["html"]
+    for t in ("runs", "leaderboard", "corruption-errors", "ce-table", "relative-ce-table", "regression",
+              "cells"):
+        assert t in res.tables, t
+        assert f'id="{t}"' in page
+    for f in ("fig-severity-corruption", "fig-severity-family", "fig-class-drop-0", "fig-class-drop-1",
+              "fig-intervals", "fig-regression-residuals", "fig-regression-qq"):
+        assert f in res.figures, f
+    assert res.grids == 1 and 'id="grid-0"' in page
+    tabs = tables_of(page)
+    board = as_records(tabs["leaderboard"])
+    assert {r["Model"]["text"] for r in board} == {"lite0", "lite1"}
+    summary = as_records(tabs["runs"])
+    assert {r["Seed"]["text"] for r in summary} == {"0"}
+    assert all(r["Data root"]["text"] == str(world["data"].resolve()) for r in summary)
+    # mean error per corruption = the mean of the stored severities' errors
+    cells = as_records(tabs["cells"])
+    for row in as_records(tabs["corruption-errors"]):
+        for c in CORRUPTIONS:
+            errs = [float(x["error %"]["sort"]) for x in cells
+                    if x["Run"]["text"] == row["Run"]["text"] and x["Shift"]["text"] == c
+                    and x["Level"]["text"] in {str(lv) for lv in LEVELS}]
+            head = next(h for h in row if h.startswith(c.replace("_", " ")))
+            assert float(row[head]["sort"]) == pytest.approx(np.mean(errs))
+
+
+def test_report_is_self_contained(world):
+    page = world["html"]
+    assert 'http-equiv="Content-Security-Policy"' in page and "default-src 'none'" in page
+    refs = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert refs and all(r.startswith(("data:", "#")) for r in refs), [r for r in refs if not r.startswith(("data:", "#"))]
+    assert "<link" not in page and "@import" not in page and "url(" not in page
+
+
+def test_grid_shows_exactly_what_the_model_saw(world, models):
+    """Re-rendered grid pixels, fed to the model again, give the stored top-1 for every cell."""
+    import torch
+
+    from robustlab.report.grid import pick_sample, render_cells
+
+    store = Store(world["db"])
+    rid = world["runs"]["lite0"]
+    record = store.get_run(rid)
+    sid = pick_sample(store, [rid])
+    preds = store.predictions([rid])
+    preds = preds[preds["sample_id"] == sid]
+    keys = [(s, str(lv)) for s, lv in zip(preds["shift"], preds["level"])]
+    images, errors = render_cells(record, sid, keys)
+    assert not errors and len(images) == 1 + len(CORRUPTIONS) * len(LEVELS)
+    model = models["lite0"]
+    batch = torch.stack([model.transform(images[k]) for k in keys])
+    top1 = model.predict(batch).argmax(1).numpy()
+    stored = np.array([int(ids[0]) for ids in preds["top5_ids"]])
+    np.testing.assert_array_equal(top1, stored)
+    # One mark per (run, cell) in the page, with symbol and text, not colour alone.
+    page = world["html"]
+    grid = page[page.index('id="grid-0"'):]
+    grid = grid[:grid.index("</table>")]
+    n_marks = grid.count('aria-label="correct"') + grid.count('aria-label="wrong"')
+    assert n_marks == 2 * len(keys)
+    assert grid.count("<img ") == len(keys)
+
+
+def test_no_baseline_shows_errors_and_says_why(world, tmp_path):
+    res = build_report(world["db"], tmp_path / "r.html", grid=False, n_resamples=50)
+    page = (tmp_path / "r.html").read_text()
+    assert "ce-table" not in res.tables and "corruption-errors" in res.tables
+    assert "No mCE for" in page and "full ImageNet validation set" in page
+    assert "grid-0" not in page and any("--no-grid" in n for n in res.notes)
+
+
+def test_grid_skipped_with_note_when_data_root_is_gone(world, models, tmp_path):
+    data = _make_folder(world["data"], tmp_path / "gone", 2)
+    db = tmp_path / "r.duckdb"
+    robustlab.evaluate(models["lite0"], data, db=db, workers=0, progress=False)
+    shutil.rmtree(data)
+    res = build_report(db, tmp_path / "r.html", n_resamples=50)
+    assert res.grids == 0
+    assert any("skipped" in n and "not readable" in n for n in res.notes)
+    assert "not readable" in (tmp_path / "r.html").read_text()
+
+
+def test_run_selection_and_bad_input(world, tmp_path, capsys):
+    one = world["runs"]["lite0"]
+    out = tmp_path / "one.html"
+    assert cli(["report", "--db", str(world["db"]), "--run", one[:6], "--out", str(out), "--no-grid",
+                "--resamples", "50"]) == 0
+    tabs = tables_of(out.read_text())
+    assert [r["Run"]["text"] for r in as_records(tabs["runs"])] == [one[:8]]
+    assert "leaderboard" not in tabs  # a single run has no leaderboard
+    capsys.readouterr()
+    assert cli(["report", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("robustlab report: error: no results database") and "\n" not in err
+    assert cli(["report", "--db", str(world["db"]), "--run", "zzzz", "--out", str(out)]) == 2
+    assert "no run 'zzzz'" in capsys.readouterr().err
+    assert cli(["report", "--db", str(world["db"]), "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- browser
+def _browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"browser test needs Chromium at {CHROMIUM} (Debian package 'chromium')")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("browser test needs the playwright Python package (pip install playwright)")
+    return sync_playwright
+
+
+def test_report_in_a_real_browser(world, tmp_path):
+    sync_playwright = _browser()
+    res = world["result"]
+    problems, requests = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 860})
+            page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(world["out"].resolve().as_uri(), wait_until="load")
+            assert problems == []
+            assert all(u.startswith(("file:", "data:")) for u in requests), requests
+            # every table and every plot is there, and every image decoded
+            for t in res.tables:
+                assert page.locator(f"table#{t}").count() == 1, t
+            for f in res.figures:
+                assert page.locator(f"figure#{f} img").count() == 1, f
+            n_plots = page.locator("figure.plot img").count()
+            assert n_plots == len(res.figures)
+            broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length")
+            assert broken == 0
+            assert page.locator("img").count() == n_plots + page.locator("table.grid img").count()
+
+            # clicking a header sorts the table (ascending, then descending)
+            def column(name):
+                idx = page.evaluate(
+                    "([t, n]) => Array.from(document.querySelectorAll(`table#${t} thead th`))"
+                    ".findIndex(th => th.textContent.trim().startsWith(n))", ["cells", name])
+                assert idx >= 0
+                vals = page.evaluate(
+                    "([t, i]) => Array.from(document.querySelectorAll(`table#${t} tbody tr`))"
+                    ".map(r => r.cells[i].getAttribute('data-sort'))", ["cells", idx])
+                return idx, [float(v) if v else None for v in vals]
+
+            idx, before = column("top1 %")
+            header = page.locator("table#cells thead th").nth(idx)
+            header.locator("button").click()
+            _, up = column("top1 %")
+            nums = [v for v in up if v is not None]
+            assert nums == sorted(nums) and up[len(nums):] == [None] * (len(up) - len(nums))
+            assert header.get_attribute("aria-sort") == "ascending"
+            header.locator("button").click()
+            _, down = column("top1 %")
+            nums = [v for v in down if v is not None]
+            assert nums == sorted(nums, reverse=True)
+            assert header.get_attribute("aria-sort") == "descending"
+            assert sorted(v for v in before if v is not None) == sorted(nums)
+            # text columns sort too
+            board = page.locator("table#leaderboard thead th").nth(0)
+            board.locator("button").click()
+            names = page.evaluate("Array.from(document.querySelectorAll('table#leaderboard tbody tr'))"
+                                  ".map(r => r.cells[0].textContent)")
+            assert names == sorted(names)
+            assert problems == []
+            shot = tmp_path / "report.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 10_000
+        finally:
+            browser.close()
