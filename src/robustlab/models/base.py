@@ -1,0 +1,406 @@
+"""What every model adapter shares: preprocessing, label-space head, scoring and the record.
+
+An adapter only has to build a backend (a torch module, an ONNX session, ...) and say how
+a normalised batch becomes logits. Everything that decides a result -- how an image is
+resized and normalised, which logit columns count, when a prediction is correct -- lives
+here once, so a ``timm:`` model and an ``onnx:`` export of it score the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+NUM_IMAGENET = 1000
+# Environment switches that mean "never touch the network" (checked at call time, so a
+# test or a user can set them after import).
+OFFLINE_VARS = ("ROBUSTLAB_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+_PIL_FILTERS = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
+
+
+def offline() -> bool:
+    """True when the user switched downloads off (``HF_HUB_OFFLINE=1`` and friends)."""
+    return any(os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no", "off")
+               for v in OFFLINE_VARS)
+
+
+def weights_hash(*paths) -> str:
+    """First 16 hex digits of the SHA-256 of the weights file(s), read in the given order.
+
+    Recorded with every run so two runs of ``timm:resnet50`` with different checkpoints
+    never look like the same model.
+    """
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def auto_device(device=None) -> str:
+    """``device`` as a string, or ``"cuda"`` when a GPU is available and ``"cpu"`` otherwise."""
+    import torch
+
+    if device is None or str(device) == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    dev = str(device)
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {dev!r} requested but no CUDA GPU is available")
+    return dev
+
+
+def default_batch_size(cpu_default: int, device: str) -> int:
+    """A sensible batch: the adapter's CPU default, four times that on a GPU."""
+    return cpu_default * 4 if device.startswith("cuda") else cpu_default
+
+
+def package_versions(*dists: str) -> dict[str, str]:
+    out = {}
+    for dist in ("torch", *dists):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How an adapter turns an RGB image into its input tensor.
+
+    Eval transform of timm/torchvision: resize the shorter side to
+    ``floor(input_size / crop_pct)`` (long side truncated, as torchvision's ``Resize``),
+    center-crop ``input_size``, scale to [0, 1], subtract ``mean``, divide by ``std``.
+
+    Attributes:
+        input_size: Side of the square input, or ``(height, width)``.
+        crop_pct: Fraction of the resized image kept by the center crop (1.0: no margin).
+        interpolation: ``bicubic``, ``bilinear``, ``nearest``, ``lanczos``, ``box``, ``hamming``.
+        mean, std: Per-channel normalisation on the [0, 1] scale.
+        resize_mode: ``"shorter"`` (scale the shorter side, keep the aspect ratio: timm,
+            torchvision) or ``"squash"`` (scale both sides to the target square, as the
+            ViT/BEiT processors of transformers do).
+    """
+
+    input_size: int | tuple[int, int]
+    crop_pct: float
+    interpolation: str
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    resize_mode: str = "shorter"
+
+    def __post_init__(self) -> None:
+        size = self.input_size
+        sizes = (size,) if isinstance(size, int) else tuple(size)
+        if len(sizes) not in (1, 2) or any(not isinstance(s, int) or s < 1 for s in sizes):
+            raise ValueError(f"input_size must be a positive int or (height, width), got {size!r}")
+        if not 0 < float(self.crop_pct) <= 1:
+            raise ValueError(f"crop_pct must be in (0, 1], got {self.crop_pct!r}")
+        if self.interpolation not in _PIL_FILTERS:
+            raise ValueError(f"interpolation must be one of {', '.join(_PIL_FILTERS)}, "
+                             f"got {self.interpolation!r}")
+        if self.resize_mode not in ("shorter", "squash"):
+            raise ValueError(f"resize_mode must be 'shorter' or 'squash', got {self.resize_mode!r}")
+        if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
+            raise ValueError("mean and std need 3 values each (std > 0)")
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        s = self.input_size
+        return (s, s) if isinstance(s, int) else (int(s[0]), int(s[1]))
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["input_size"] = self.input_size if isinstance(self.input_size, int) else list(self.hw)
+        d["mean"], d["std"] = list(self.mean), list(self.std)
+        return d
+
+    def resize_crop(self, rgb: np.ndarray, *, crop: bool = True) -> np.ndarray:
+        """The uint8 HxWx3 image the model sees (before normalisation).
+
+        ``crop=False`` only resizes: in ``shorter`` mode the shorter side to the input size
+        (a square image becomes exactly ``input_size``; a non-square one is kept whole, for
+        class maps), in ``squash`` mode (or for a non-square input size) to exactly it.
+        """
+        from PIL import Image
+
+        h, w = rgb.shape[:2]
+        th, tw = self.hw
+        resample = _PIL_FILTERS[self.interpolation]
+        shorter = th == tw and self.resize_mode == "shorter"
+        if crop:
+            if shorter:
+                size = _short_side_size(h, w, _scaled(th, self.crop_pct))
+            else:
+                size = (_scaled(th, self.crop_pct), _scaled(tw, self.crop_pct))
+        else:
+            size = _short_side_size(h, w, th) if shorter else (th, tw)
+        if size != (h, w):
+            rgb = np.asarray(Image.fromarray(rgb).resize((size[1], size[0]), resample=resample))
+        if crop:
+            h, w = rgb.shape[:2]
+            top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+            rgb = rgb[top:top + th, left:left + tw]
+        return rgb
+
+    def to_tensor(self, rgb, *, crop: bool = True):
+        """CxHxW float32 tensor of ``rgb`` (uint8 HxW[x1|3|4] array or PIL image)."""
+        import torch
+
+        from robustlab.data.images import array_to_rgb
+
+        rgb, _ = array_to_rgb(rgb)
+        out = np.ascontiguousarray(self.resize_crop(rgb, crop=crop))
+        if not out.flags.writeable:  # torch wants to own writable memory
+            out = out.copy()
+        x = torch.from_numpy(out).permute(2, 0, 1).float().div_(255.0)
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(3, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(3, 1, 1)
+        return x.sub_(mean).div_(std)
+
+
+def _scaled(size: int, crop_pct: float) -> int:
+    """``floor(size / crop_pct)`` as timm computes it, immune to float noise such as
+    ``240 / (240 / 255) = 254.99999999999997``."""
+    return math.floor(size / crop_pct + 1e-6)
+
+
+def _short_side_size(h: int, w: int, short: int) -> tuple[int, int]:
+    """(height, width) with the shorter side ``short`` and the longer truncated (torchvision)."""
+    if h <= w:
+        return short, int(short * w / h)
+    return int(short * h / w), short
+
+
+class Model:
+    """A classifier behind one interface, over a label space.
+
+    Subclasses set ``adapter`` and implement :meth:`_forward`. How model outputs relate to
+    the label space is decided once at construction:
+
+    - outputs are the label space's own classes (CLIP zero-shot, or a model trained on
+      exactly that space): scored directly;
+    - 1,000 ImageNet outputs and a *subset* space: :meth:`predict` keeps the subset's
+      columns, so labels and predictions are subset indices;
+    - 1,000 ImageNet outputs and a *mapping* space: :meth:`predict` returns all 1,000
+      logits and :meth:`correct` counts a hit on any ImageNet id mapped to the label.
+
+    Attributes:
+        spec: The spec string it was loaded from.
+        preprocessing: :class:`Preprocessing`.
+        batch_size: Default batch size for this model on its device.
+        weights_hash: First 16 hex digits of the weights file's SHA-256.
+        label_space: The :class:`robustlab.data.labels.LabelSpace` it is scored on.
+        num_outputs: Columns of :meth:`predict`'s logits.
+        device: Torch device string (``cpu``, ``cuda``...).
+    """
+
+    adapter = "base"
+
+    def __init__(self, spec: str, *, preprocessing: Preprocessing, batch_size: int,
+                 device: str, label_space, weights_path, weights_hash: str,
+                 model_outputs: int, native: bool = False, details: dict | None = None):
+        from robustlab.data.labels import get_label_space
+
+        self.spec = spec
+        self.preprocessing = preprocessing
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        self.device = device
+        self.label_space = get_label_space(label_space or "imagenet1k")
+        self.weights_path = None if weights_path is None else str(weights_path)
+        self.weights_hash = weights_hash
+        self.model_outputs = int(model_outputs)
+        self.details = dict(details or {})
+        self._setup_head(native)
+
+    # ------------------------------------------------------------ label-space head
+    def _setup_head(self, native: bool) -> None:
+        import torch
+
+        space, n = self.label_space, self.model_outputs
+        self._columns = None
+        self._hits = None
+        if native or (n == len(space) and not (n == NUM_IMAGENET and space.kind == "mapping")):
+            if n != len(space):
+                raise ValueError(f"{self.spec} gives {n} outputs but label space {space.name!r} "
+                                 f"has {len(space)} classes")
+            self.head = "direct"
+            self.num_outputs = n
+        elif n == NUM_IMAGENET and space.kind == "subset":
+            self.head = "subset"
+            self._columns = torch.tensor(space.subset_ids, dtype=torch.long)
+            self.num_outputs = len(space)
+        elif n == NUM_IMAGENET and space.kind == "mapping":
+            self.head = "mapping"
+            hits = torch.zeros(len(space), NUM_IMAGENET, dtype=torch.bool)
+            for label, ids in enumerate(space.imagenet_ids):
+                hits[label, list(ids)] = True
+            self._hits = hits
+            self.num_outputs = NUM_IMAGENET
+        else:
+            raise ValueError(f"{self.spec} gives {n} outputs; label space {space.name!r} needs "
+                             f"{NUM_IMAGENET} (an ImageNet-1k classifier) or {len(space)}")
+
+    # ------------------------------------------------------------ the interface
+    def transform(self, rgb_uint8_hwc, *, crop: bool = True):
+        """CxHxW float tensor for one image; ``crop=False`` resizes only (see Preprocessing)."""
+        return self.preprocessing.to_tensor(rgb_uint8_hwc, crop=crop)
+
+    def _forward(self, batch):  # pragma: no cover - every adapter overrides it
+        raise NotImplementedError
+
+    def predict(self, batch):
+        """Logits (B, num_outputs) as float32 on the CPU, in eval mode without gradients."""
+        import torch
+
+        if not isinstance(batch, torch.Tensor) or batch.ndim != 4 or batch.shape[1] != 3:
+            shape = tuple(batch.shape) if hasattr(batch, "shape") else type(batch).__name__
+            raise ValueError(f"predict needs a Bx3xHxW tensor, got {shape}")
+        with torch.inference_mode():
+            logits = self._forward(batch)
+            if logits.ndim != 2 or logits.shape[0] != batch.shape[0] or logits.shape[1] != self.model_outputs:
+                raise ValueError(f"{self.spec} returned logits of shape {tuple(logits.shape)}, "
+                                 f"expected ({batch.shape[0]}, {self.model_outputs})")
+            logits = logits.float().cpu()
+            if self._columns is not None:
+                logits = logits.index_select(1, self._columns)
+        return logits
+
+    def correct(self, topk_ids, labels):
+        """(top-1 correct, top-k correct) as bool tensors of length B.
+
+        Args:
+            topk_ids: (B, k) column indices of :meth:`predict`'s logits, best first (a
+                (B,) vector is taken as k = 1).
+            labels: (B,) label indices in the label space.
+        """
+        import torch
+
+        ids = torch.as_tensor(np.asarray(topk_ids) if not isinstance(topk_ids, torch.Tensor) else topk_ids)
+        ids = ids.detach().cpu().long()
+        if ids.ndim == 1:
+            ids = ids[:, None]
+        lab = torch.as_tensor(np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels)
+        lab = lab.detach().cpu().long().reshape(-1)
+        if ids.ndim != 2 or ids.shape[0] != lab.shape[0] or ids.shape[1] < 1:
+            raise ValueError(f"topk_ids {tuple(ids.shape)} and labels {tuple(lab.shape)} do not match")
+        n = len(self.label_space)
+        if lab.numel() and (int(lab.min()) < 0 or int(lab.max()) >= n):
+            raise ValueError(f"labels must be in 0..{n - 1} for label space {self.label_space.name!r}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_outputs):
+            raise ValueError(f"predicted ids must be in 0..{self.num_outputs - 1}")
+        if self.head == "mapping":
+            hit = self._hits[lab[:, None], ids]
+        else:
+            hit = ids == lab[:, None]
+        return hit[:, 0].clone(), hit.any(dim=1)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able record of everything that decides this model's predictions."""
+        return {
+            "spec": self.spec,
+            "adapter": self.adapter,
+            "weights": self.weights_path,
+            "weights_hash": self.weights_hash,
+            "preprocessing": self.preprocessing.as_dict(),
+            "batch_size": self.batch_size,
+            "device": self.device,
+            "label_space": self.label_space.describe(),
+            "head": self.head,
+            "model_outputs": self.model_outputs,
+            "num_outputs": self.num_outputs,
+            **self.details,
+        }
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.spec!r}, label_space={self.label_space.name!r}, "
+                f"device={self.device!r})")
+
+
+class TorchModel(Model):
+    """An adapter whose backend is a ``torch.nn.Module`` returning logits."""
+
+    adapter = "torch"
+
+    def __init__(self, spec: str, module, **kwargs):
+        self.module = module.eval().to(kwargs["device"])
+        super().__init__(spec, **kwargs)
+
+    def _forward(self, batch):
+        return self.module(batch.to(self.device, non_blocking=True))
+
+
+def load_state_dict_file(path) -> dict:
+    """Tensors of a checkpoint file (``.safetensors``, or a torch file holding a state dict,
+    possibly under ``state_dict`` / ``model`` / ``state_dict_ema``), ``module.`` prefix removed."""
+    import torch
+
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            sd = load_file(str(path))
+        else:
+            sd = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt file, pickle with code, wrong format
+        raise ValueError(f"cannot read weights file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if isinstance(sd, dict):
+        for key in ("state_dict", "model", "model_state_dict", "module"):
+            if key in sd and isinstance(sd[key], dict):
+                sd = sd[key]
+                break
+    if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ValueError(f"weights file {path} does not hold a state dict of tensors")
+    if all(k.startswith("module.") for k in sd):
+        sd = {k[len("module."):]: v for k, v in sd.items()}
+    return dict(sd)
+
+
+def head_classes(module, sd: dict) -> int | None:
+    """Output classes the checkpoint's head has when it differs from the module's, else None.
+
+    Finds tensors whose shape disagrees with the module's; if they are all head tensors
+    sharing one leading size (a checkpoint fine-tuned to another class count), returns it.
+    """
+    target = module.state_dict()
+    bad = [k for k in sd if k in target and tuple(sd[k].shape) != tuple(target[k].shape)]
+    if not bad:
+        return None
+    sizes = {int(sd[k].shape[0]) for k in bad}
+    if len(sizes) == 1 and all(sd[k].ndim in (1, 2, 4) for k in bad):
+        return sizes.pop()
+    return None
+
+
+def load_strict(module, sd: dict, what: str) -> None:
+    """``load_state_dict(strict=True)`` with a one-line ValueError saying what does not fit."""
+    target = module.state_dict()
+    missing = [k for k in target if k not in sd]
+    unexpected = [k for k in sd if k not in target]
+    shape = [k for k in sd if k in target and tuple(sd[k].shape) != tuple(target[k].shape)]
+    if missing or unexpected or shape:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
+        if shape:
+            k = shape[0]
+            parts.append(f"{len(shape)} of another shape (e.g. {k}: {tuple(sd[k].shape)} vs "
+                         f"{tuple(target[k].shape)})")
+        raise ValueError(f"weights do not fit {what}: {'; '.join(parts)} tensors")
+    module.load_state_dict(sd, strict=True)
