@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import shutil
 from contextlib import redirect_stdout
@@ -338,3 +337,57 @@ def test_report_in_a_real_browser(world, tmp_path):
             assert shot.stat().st_size > 10_000
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------------------- scenarios
+def _ellipse_masks(data: Path, dst: Path) -> Path:
+    """A centred elliptical foreground mask per photo (same size as the photo)."""
+    from PIL import Image, ImageDraw
+
+    dst.mkdir()
+    for f in sorted(data.glob("*.JPEG")):
+        w, h = Image.open(f).size
+        m = Image.new("L", (w, h), 0)
+        ImageDraw.Draw(m).ellipse((w * 0.2, h * 0.15, w * 0.8, h * 0.85), fill=255)
+        m.save(dst / f"{f.stem}.png")
+    return dst
+
+
+@pytest.mark.slow
+def test_scenario_tables_robustness_and_bars(world, models, tmp_path):
+    """XIMAGENET-12 scenarios: Table-1 style accuracies, the (EX1-only) robustness score and
+    the scenario bar plot, all from the metrics module's functions."""
+    from robustlab.metrics.scenes import robustness_score, scenario_accuracies
+
+    scen = ["blur_bg", "color_grey", "segmented"]
+    masks = _ellipse_masks(world["data"], tmp_path / "masks")
+    db = tmp_path / "scen.duckdb"
+    for spec in ("lite0", "lite1"):
+        robustlab.evaluate(models[spec], world["data"], suite="ximagenet12", shifts=scen, masks=masks,
+                           db=db, workers=0, progress=False)
+    res = build_report(db, tmp_path / "s.html", n_resamples=50)
+    page = (tmp_path / "s.html").read_text()
+    assert {"scenarios", "robustness", "leaderboard"} <= set(res.tables)
+    assert "fig-scenarios" in res.figures and "fig-severity-corruption" not in res.figures
+    store = Store(db)
+    tabs = tables_of(page)
+    rows = {r["Run"]["text"]: r for r in as_records(tabs["scenarios"])}
+    scores = {r["Run"]["text"]: r for r in as_records(tabs["robustness"])}
+    for rid in store.runs()["run_id"]:
+        preds = store.predictions([rid])
+        mu, acc = scenario_accuracies(preds)
+        assert set(acc) == set(scen)
+        row = rows[rid[:8]]
+        assert float(row["Original %"]["sort"]) == pytest.approx(mu)
+        for s in scen:
+            head = next(h for h in row if h.startswith(s.replace("_", " ")))
+            assert float(row[head]["sort"]) == pytest.approx(acc[s])
+        rs = robustness_score(mu, acc)
+        assert float(scores[rid[:8]]["S partial"]["sort"]) == pytest.approx(rs.s_partial)
+        assert scores[rid[:8]]["S_robust"]["sort"] == ""  # EX2 is not in the database
+    assert "sigma2_inner needs EX2" in page
+    # the grid shows the clean picture; scene cells are drawn or say why not (their mask)
+    grid = page[page.index('id="grid-0"'):]
+    grid = grid[:grid.index("</table>")]
+    assert grid.count("<img ") >= 1
+    assert grid.count("<img ") + grid.count("not rendered") == 1 + len(scen)
