@@ -61,6 +61,10 @@ def test_imagenet9_mapping_is_the_official_one():
     dog = space.imagenet_ids[space.index_of("00_dog")]
     assert in1k.index_of("Chihuahua") in dog and in1k.index_of("tench") not in dog
     assert space.index_of("dog") == space.index_of("00_dog") == space.index_of("0") == 0
+    # ImageNet photos filed by wnid resolve to their super-class; unmapped ones do not.
+    assert space.index_of("n02085620") == 0                      # Chihuahua -> dog
+    with pytest.raises(ValueError, match="'n03126707' is not a class of label space 'imagenet9'"):
+        space.index_of("n03126707")                              # crane (machine): unmapped
 
 
 def test_imagenet_d_mapping():

@@ -85,6 +85,13 @@ class LabelSpace:
         for key, i in names.items():
             if key not in ambiguous:
                 lookup.setdefault(key, i)
+        if self.kind == "mapping":
+            # An ImageNet photo filed under its wnid (an ImageNet val tree used as the source
+            # of ImageNet-9 scenes) belongs to the class its ImageNet id is mapped to.
+            rows = _imagenet_rows()
+            for i, ids in enumerate(self.imagenet_ids):
+                for j in ids:
+                    lookup.setdefault(rows[j][0], i)
         object.__setattr__(self, "_lookup", lookup)
         object.__setattr__(self, "_ambiguous", frozenset(ambiguous - set(lookup)))
 
@@ -93,6 +100,9 @@ class LabelSpace:
 
     def index_of(self, key) -> int:
         """Label index of ``key``: a folder name, wnid, readable name or index string.
+
+        In a mapping space the wnid of a mapped ImageNet class also gives its class
+        (``n02085620``, Chihuahua, is ImageNet-9's ``dog``).
 
         Raises:
             ValueError: naming the key when it is not a class of this space (or a readable

@@ -139,7 +139,7 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
     classes = [c.replace("_", " ") for c in space.classes]
     class_weights = zero_shot_weights(net, tokenizer, classes, templates, dev)
     return OpenCLIPModel(
-        spec, net, class_weights, float(net.logit_scale.exp()),
+        spec, net, class_weights, float(net.logit_scale.exp().detach()),
         preprocessing=_preprocessing(net), batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
         device=dev, label_space=space, weights_path=path, weights_hash=weights_hash(path),
         model_outputs=len(space),
