@@ -1,0 +1,54 @@
+"""Throughput of the bundled models: preprocessing (decode + transform) and forward passes.
+
+    python benchmarks/models.py [--models lite0 lite1 lite2] [--batch 32] [--batches 4]
+
+Prints images/s for the transform of real photos from ../shared/data and for
+``Model.predict`` on batches of them, on the device ``load_model`` picks (``--device``).
+No thresholds: machines differ; compare numbers from the same machine only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from pathlib import Path
+
+import torch
+
+from robustlab.data.images import load_image
+from robustlab.models import load_model
+
+SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "imagenet-samples"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["lite0"])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--device", default=None)
+    args = ap.parse_args()
+    rows = list(csv.DictReader(open(SAMPLES / "labels.csv", encoding="utf-8")))
+    n = args.batch * args.batches
+    photos = [load_image(SAMPLES / r["file"])[0] for r in rows[:n]]
+    print(f"torch threads: {torch.get_num_threads()}  images: {len(photos)}  batch: {args.batch}")
+    for spec in args.models:
+        model = load_model(spec, device=args.device, batch_size=args.batch)
+        t0 = time.perf_counter()
+        xs = [model.transform(p) for p in photos]
+        t1 = time.perf_counter()
+        batches = [torch.stack(xs[i:i + args.batch]) for i in range(0, len(xs), args.batch)]
+        model.predict(batches[0])  # warm-up
+        t2 = time.perf_counter()
+        for b in batches:
+            model.predict(b)
+        if model.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        print(f"{spec:8s} device {model.device}: transform {len(xs) / (t1 - t0):7.1f} img/s   "
+              f"predict {len(xs) / (t3 - t2):7.1f} img/s")
+
+
+if __name__ == "__main__":
+    main()
