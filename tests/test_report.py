@@ -263,6 +263,10 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
     assert "no run 'zzzz'" in capsys.readouterr().err
     assert cli(["report", "--db", str(world["db"]), "--out", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+    # a baseline no run can use is refused, as `robustlab results` refuses it
+    assert cli(["report", "--db", str(world["db"]), "--out", str(out), "--baseline", "lite2"]) == 2
+    err = capsys.readouterr().err
+    assert "no run of baseline 'lite2'" in err and err.count("\n") == 1
 
 
 # ---------------------------------------------------------------------------- browser

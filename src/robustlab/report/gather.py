@@ -195,16 +195,20 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
 
     # Results exactly as `robustlab results` computes them, one run at a time so that a
     # baseline missing for one run leaves the others' CE rows in place.
-    parts, kept = [], []
+    # A baseline that fits no run at all is the user's mistake (as in `robustlab results`);
+    # one that fits only some runs (several data sets in one database) leaves a note.
+    parts, kept, failed = [], [], []
     for r in runs:
         try:
             part, run_notes = results_table(store, run_ids=[r.run_id], baseline=baseline)
         except ValueError as exc:
             if baseline is None:
                 raise
+            failed.append(exc)
             notes.append(f"{r.label}: no CE/mCE against baseline {baseline!r}: {exc}")
             part, run_notes = results_table(store, run_ids=[r.run_id], baseline=None)
             part = part[part["level"] != "all"]
+            run_notes = [n for n in run_notes if "CE/mCE" not in n]
         notes.extend(run_notes)
         if part.empty:
             continue
@@ -212,6 +216,8 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
         kept.append(r)
     if not parts:
         raise ValueError(f"none of the selected runs in {store.path} has predictions yet")
+    if failed and len(failed) == len(runs):
+        raise failed[0]
     runs = kept
     results = pd.concat(parts, ignore_index=True)
     ids = [r.run_id for r in runs]
