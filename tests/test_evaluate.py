@@ -230,7 +230,9 @@ def test_ce_rows_against_a_stored_baseline(photos, tmp_path, capsys):
     assert len(mrow) == 1
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_loses_at_most_a_batch(photos, tmp_path):
+    """A real Ctrl-C (SIGINT) to a running ``robustlab evaluate``, then the same command."""
     db = tmp_path / "int.duckdb"
     args = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(photos),
             "--suite", "imagenet-c", "--db", str(db), "--batch-size", "2", "--workers", "1",
