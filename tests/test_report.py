@@ -395,3 +395,36 @@ def test_scenario_tables_robustness_and_bars(world, models, tmp_path):
     grid = grid[:grid.index("</table>")]
     assert grid.count("<img ") >= 1
     assert grid.count("<img ") + grid.count("not rendered") == 1 + len(scen)
+
+
+@pytest.mark.slow
+def test_bg_gap_table_for_imagenet9(samples_dir, models, tmp_path):
+    """ImageNet-9 mixed_same / mixed_rand on a class-folder tree of dog and bird photos: the
+    BG-gap row is the metrics module's paired bg_gap, and no XIMAGENET-12 score is shown."""
+    from PIL import Image, ImageDraw
+
+    from robustlab.metrics.scenes import bg_gap
+
+    with open(samples_dir / "labels.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    pick = {"dog": [r for r in rows if 151 <= int(r["index"]) <= 268][:3],
+            "bird": [r for r in rows if 10 <= int(r["index"]) <= 24][:3]}
+    data, masks = tmp_path / "in9", tmp_path / "in9-masks"
+    for cls, chosen in pick.items():
+        (data / cls).mkdir(parents=True)
+        (masks / cls).mkdir(parents=True)
+        for r in chosen:
+            shutil.copy(samples_dir / r["file"], data / cls / r["file"])
+            w, h = Image.open(samples_dir / r["file"]).size
+            m = Image.new("L", (w, h), 0)
+            ImageDraw.Draw(m).ellipse((w * 0.2, h * 0.15, w * 0.8, h * 0.85), fill=255)
+            m.save(masks / cls / f"{Path(r['file']).stem}.png")
+    db = tmp_path / "in9.duckdb"
+    robustlab.evaluate(models["lite0"], data, suite="imagenet9", shifts=["mixed_same", "mixed_rand"],
+                       masks=masks, db=db, workers=0, progress=False)
+    res = build_report(db, tmp_path / "in9.html", n_resamples=50, grid=False)
+    assert "bg-gap" in res.tables and "scenarios" in res.tables and "robustness" not in res.tables
+    want = bg_gap(Store(db).predictions()).iloc[0]
+    row = as_records(tables_of((tmp_path / "in9.html").read_text())["bg-gap"])[0]
+    assert float(row["BG-gap %"]["sort"]) == pytest.approx(want["bg_gap"])
+    assert int(row["Paired images"]["sort"].split(".")[0]) == want["n"] == 6

@@ -252,13 +252,14 @@ def _scenario_tables(p: _Page, d: ReportData) -> None:
         rows.append({"label": r.label, "run": r.short, "mu": rs.mu, "s2c": rs.sigma2_cross,
                      "s2i": rs.sigma2_inner, "partial": rs.s_partial, "full": rs.s_robust,
                      "n": len(rs.scenarios)})
-    p.table(Table("robustness", [
-        Column("label", "Model"), Column("run", "Run"), Column("mu", "mu %", pct, True),
-        Column("n", "Scenarios", integer, True),
-        Column("s2c", "sigma2 cross", num, True), Column("s2i", "sigma2 inner", num, True),
-        Column("partial", "S partial", num, True, tip="1 - sigma2_cross (EX1 only)"),
-        Column("full", "S_robust", num, True, tip="needs EX2 (inner) accuracies too"),
-    ], rows, caption="XIMAGENET-12 robustness score S_robust = 1 - (sigma2_cross + sigma2_inner)"))
+    if rows:
+        p.table(Table("robustness", [
+            Column("label", "Model"), Column("run", "Run"), Column("mu", "mu %", pct, True),
+            Column("n", "Scenarios", integer, True),
+            Column("s2c", "sigma2 cross", num, True), Column("s2i", "sigma2 inner", num, True),
+            Column("partial", "S partial", num, True, tip="1 - sigma2_cross (EX1 only)"),
+            Column("full", "S_robust", num, True, tip="needs EX2 (inner) accuracies too"),
+        ], rows, caption="XIMAGENET-12 robustness score S_robust = 1 - (sigma2_cross + sigma2_inner)"))
     if not d.bg_gap.empty:
         labels = d.labels
         rows = [{"label": labels.get(g.run_id, g.run_id), "n": g.n, "same": g.acc_same,

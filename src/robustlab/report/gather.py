@@ -109,6 +109,15 @@ def is_corruption(shift: str) -> bool:
     return shift != CLEAN_SHIFT and _is_corruption(shift)
 
 
+def _is_ximagenet12(shift: str) -> bool:
+    from robustlab.shifts.registry import get_shift
+
+    try:
+        return "ximagenet12" in get_shift(shift).tags
+    except ValueError:
+        return False
+
+
 def family(shift: str) -> str:
     from robustlab.metrics.accuracy import family_of
 
@@ -283,8 +292,10 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
             notes.append(f"{r.label}: no scenario table: {exc}")
             continue
         scenarios[r.run_id] = (mu, acc)
-        rs = robustness_score(mu, acc)
-        robustness[r.run_id] = rs
+        # S_robust is XIMAGENET-12's score: only over that benchmark's scenarios.
+        xim = {k: v for k, v in acc.items() if _is_ximagenet12(k.split(":")[0])}
+        if xim:
+            robustness[r.run_id] = robustness_score(mu, xim)
         if {"mixed_same", "mixed_rand"} <= set(scen):
             try:
                 gaps.append(bg_gap(g, by=("run_id",)))
