@@ -1,1 +1,60 @@
-"""snow (ImageNet-C, weather): not implemented yet; registers nothing."""
+"""snow: falling snow over a brightened, washed-out scene (ImageNet-C, weather family).
+
+The reference, step by step (and here in the same order, with the same dtypes):
+
+1. A snow layer of ``normal(loc, scale)`` noise, one value per pixel (float64), zoomed about
+   the center by ``zoom`` with ``clipped_zoom`` (shared :mod:`._zoom`), and set to 0 below
+   ``threshold``.
+2. The layer is clipped to [0, 1] and stored as an 8-bit grey PNG (``(v * 255)`` truncated),
+   motion-blurred by ImageMagick with ``(radius, sigma)`` and an angle drawn
+   ``uniform(-135, -45)`` degrees (the streaks fall downwards), decoded and divided by 255.
+   :mod:`._motion` reproduces that ImageMagick blur byte for byte, so the PNG round trip is
+   just the uint8 array.
+3. The image (float32 in [0, 1]) becomes ``blend * x + (1 - blend) * max(x, 1.5 * grey(x) + 0.5)``
+   in float32, with OpenCV's RGB-to-grey weights.
+4. Output: ``clip(x + snow + snow rotated by 180 degrees, 0, 1) * 255`` in float64.
+
+The reference reshapes the grey image to 224x224; here it keeps the image's own height and
+width, so any size works (``clipped_zoom`` treats the two axes separately).
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from robustlab.shifts.corruptions._motion import motion_blur_uint8
+from robustlab.shifts.corruptions._zoom import clipped_zoom
+from robustlab.shifts.registry import register_shift
+
+
+@register_shift(
+    "snow",
+    family="weather",
+    params={
+        1: (0.1, 0.3, 3, 0.5, 10, 4, 0.8),
+        2: (0.2, 0.3, 2, 0.5, 12, 4, 0.7),
+        3: (0.55, 0.3, 4, 0.9, 12, 8, 0.7),
+        4: (0.55, 0.3, 4.5, 0.85, 12, 8, 0.65),
+        5: (0.55, 0.3, 2.5, 0.85, 12, 12, 0.55),
+    },
+    tags=("imagenet-c",),
+)
+def snow(x, params, rng, ctx):
+    """Snow flakes (zoomed, thresholded noise, motion-blurred downwards) over a brightened image.
+
+    ``params`` is ``(loc, scale, zoom, threshold, blur radius, blur sigma, blend)``.
+    """
+    loc, scale, zoom, threshold, radius, sigma, blend = params
+    x = np.asarray(x, dtype=np.float32) / 255.0
+    height, width = x.shape[:2]
+    layer = rng.normal(size=(height, width), loc=loc, scale=scale)
+    layer = clipped_zoom(layer[..., np.newaxis], zoom)[..., 0]
+    layer[layer < threshold] = 0
+    layer8 = (np.clip(layer, 0, 1) * 255).astype(np.uint8)
+    angle = rng.uniform(-135, -45)
+    flakes = motion_blur_uint8(layer8, radius, sigma, angle) / 255.0
+    flakes = flakes[..., np.newaxis]
+    grey = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY).reshape(height, width, 1)
+    x = blend * x + (1 - blend) * np.maximum(x, grey * 1.5 + 0.5)
+    return np.clip(x + flakes + np.rot90(flakes, k=2), 0, 1) * 255
