@@ -52,11 +52,12 @@ def _run(name, level, scene, seed=0, **kw):
 
 
 def test_registered_with_suite_tags():
-    assert tuple(s.name for s in list_shifts(tag="ximagenet12")) == XIMAGENET12
+    # ai_bg (diffusion inpainting, tests/test_inpaint.py) is the suite's thirteenth scenario
+    assert tuple(s.name for s in list_shifts(tag="ximagenet12")) == XIMAGENET12 + ("ai_bg",)
     assert tuple(s.name for s in list_shifts(tag="imagenet9")) == IMAGENET9
     from robustlab.suites import get_suite
 
-    assert len(get_suite("ximagenet12").cells()) == 13
+    assert len(get_suite("ximagenet12").cells()) == 14
     assert len(get_suite("imagenet9").cells()) == 7
     for n in ALL:
         assert "mask" in get_shift(n).needs

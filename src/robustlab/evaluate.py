@@ -30,7 +30,8 @@ def default_workers() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-def _resolve_suite(suite, shifts, levels):
+def _resolve_suite(suite, shifts, levels, available=None):
+    from robustlab.shifts.registry import available_shifts, get_shift, needs_resource
     from robustlab.suites import Protocol, get_suite
 
     if suite is None:
@@ -38,8 +39,16 @@ def _resolve_suite(suite, shifts, levels):
             raise ValueError("--shift needs --suite (which suite's cells to pick from)")
         return None, Protocol(), [(CLEAN_SHIFT, 0)]
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    if shifts or levels:
-        s = s.select(list(shifts) if shifts else None, list(levels) if levels else None)
+    names = list(shifts) if shifts else list(s.shifts)
+    if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
+        kept = available_shifts(names, log=log)
+    else:  # a generated folder: such shifts count when their files were generated
+        kept = [n for n in names
+                if not needs_resource(get_shift(n)) or any(sh == n for sh, _ in available)]
+        if not kept:
+            raise ValueError(f"no generated images for {', '.join(names)} in this folder")
+    if shifts or levels or kept != list(s.shifts):
+        s = s.select(kept, list(levels) if levels else None)
     return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
 
 
@@ -147,7 +156,8 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
             root, manifest, suite, seed, labels_csv, masks)
         generated_root, source_kind = root.resolve(), "generated"
     seed = 0 if seed is None else int(seed)
-    suite_obj, protocol, cells = _resolve_suite(suite, shifts, levels)
+    suite_obj, protocol, cells = _resolve_suite(suite, shifts, levels,
+                                                available if manifest is not None else None)
     if manifest is not None:
         protocol = gen_protocol
         missing = [f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available]

@@ -44,7 +44,7 @@ from robustlab.data.sources import Sample, discover
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
-from robustlab.shifts.registry import get_shift, list_shifts
+from robustlab.shifts.registry import available_shifts, get_shift, list_shifts
 from robustlab.suites import Protocol, Suite, get_suite
 
 log = logging.getLogger(__name__)
@@ -400,7 +400,8 @@ def generate(
     """
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
-    names = resolve_shifts(suite_obj, shifts)
+    # Shifts needing an unconfigured tool (ai_bg without an inpainter) are skipped, logged.
+    names = available_shifts(resolve_shifts(suite_obj, shifts), log=log)
     level_list = parse_levels(levels) if isinstance(levels, str) else (list(levels) if levels else None)
     suite_obj = suite_obj.select(names, level_list)
     protocol = suite_obj.protocol

@@ -29,7 +29,7 @@ from PIL import Image
 
 from robustlab.data.images import MIN_SIDE, ImageError, array_to_rgb, read_image
 from robustlab.seeding import derive_seed, make_rng
-from robustlab.shifts.registry import Shift, get_shift
+from robustlab.shifts.registry import Shift, get_shift, resource_context
 
 # Pillow filters by the names a Protocol may use.
 INTERPOLATION = {
@@ -375,7 +375,8 @@ def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
             ``donor_rule``; the donor is drawn from :func:`donor_seed`.
 
     Raises:
-        ValueError / ImageError: a needed mask or donor is missing or unusable.
+        ValueError / ImageError: a needed mask, donor or configured resource (see
+            :func:`robustlab.shifts.registry.register_resource`) is missing or unusable.
     """
     sh = resolve_shift(shift)
     ctx: dict[str, Any] = {}
@@ -383,6 +384,8 @@ def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
         ctx["mask"] = prepared.mask
     if prepared.bbox is not None:
         ctx["bbox"] = prepared.bbox
+    # Configured tools the shift needs (the ai_bg inpainter), loaded once per process.
+    ctx.update(resource_context(sh))
     rule = sh.extra.get("donor_rule")
     if rule or sh.needs & DONOR_KEYS:
         if donors is None:

@@ -106,7 +106,82 @@ def register_shift(
 
 # Modules whose import registers shifts; loaded lazily so that importing the registry
 # alone has no side effects. A new family adds its module here.
-FAMILY_MODULES = ("robustlab.shifts.corruptions", "robustlab.shifts.scenes")
+FAMILY_MODULES = ("robustlab.shifts.corruptions", "robustlab.shifts.scenes", "robustlab.shifts.synth")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A context entry that comes from the user's configuration, not from the sample.
+
+    Some shifts need a heavy, optional tool (a diffusion inpainter for ``ai_bg``). The
+    shift names the key in ``needs``; the module providing the tool registers how to tell
+    whether it is configured (cheap, no loading) and how to load it (once per process).
+
+    Attributes:
+        key: The ``ctx`` key, e.g. ``"inpainter"``.
+        check: ``() -> None`` when configured, else a one-line hint on how to configure it.
+        load: ``() -> value`` put into ``ctx[key]``.
+    """
+
+    key: str
+    check: Callable[[], str | None]
+    load: Callable[[], Any]
+
+
+_RESOURCES: dict[str, Resource] = {}
+
+
+def register_resource(key: str, *, check: Callable[[], str | None], load: Callable[[], Any]) -> None:
+    """Declare how the context key ``key`` is checked and filled from configuration."""
+    _RESOURCES[key] = Resource(key, check, load)
+
+
+def needs_resource(shift: Shift) -> bool:
+    """True when ``shift`` needs a configured resource (it is optional in its suite)."""
+    _ensure_loaded()
+    return any(k in _RESOURCES for k in shift.needs)
+
+
+def missing_resource(shift: Shift) -> str | None:
+    """Why ``shift`` cannot run here (a resource it needs is not configured), or None."""
+    _ensure_loaded()
+    for key in sorted(shift.needs):
+        res = _RESOURCES.get(key)
+        hint = res.check() if res is not None else None
+        if hint:
+            return f"{shift.name}: no usable {key} ({hint})"
+    return None
+
+
+def resource_context(shift: Shift) -> dict[str, Any]:
+    """The configured resources ``shift`` needs, loaded (``{}`` for most shifts)."""
+    _ensure_loaded()
+    return {k: _RESOURCES[k].load() for k in sorted(shift.needs) if k in _RESOURCES}
+
+
+def available_shifts(names: Iterable[str], *, log=None) -> list[str]:
+    """``names`` without the shifts whose resources are not configured, each dropped one
+    logged as a warning with the hint; so a suite such as ``ximagenet12`` runs everywhere
+    and gains ``ai_bg`` once an inpainter is configured.
+
+    Raises:
+        ValueError: every requested shift is unavailable (the first hint says why).
+    """
+    import logging
+
+    log = log or logging.getLogger("robustlab")
+    names = list(names)
+    kept, reasons = [], []
+    for n in names:
+        why = missing_resource(get_shift(n))
+        if why:
+            reasons.append(why)
+            log.warning("skipping %s", why)
+        else:
+            kept.append(n)
+    if names and not kept:
+        raise ValueError(f"cannot run {reasons[0]}")
+    return kept
 
 
 def _ensure_loaded() -> None:

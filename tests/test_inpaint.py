@@ -1,0 +1,213 @@
+"""ai_bg: a real (tiny, randomly initialised) diffusers inpainting pipeline saved to disk and
+loaded back through the backend; the skip when no inpainter is configured."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+
+from robustlab.seeding import make_rng
+from robustlab.shifts import get_shift
+from robustlab.shifts.registry import available_shifts, missing_resource
+from robustlab.shifts.synth.inpaint import AI_BG, ENV_PATH, Inpainter, get_inpainter
+
+TINY = {**AI_BG["default"], "steps": 3, "work_size": 64}
+
+
+def _byte_chars() -> list[str]:
+    """The 256 printable stand-ins CLIP's byte-level BPE uses for raw bytes."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = [b for b in range(256) if b not in keep]
+    return [chr(c) for c in keep] + [chr(256 + i) for i in range(len(extra))]
+
+
+@pytest.fixture(scope="module")
+def tiny_pipeline(tmp_path_factory):
+    """A StableDiffusionInpaintPipeline with tiny random weights, saved with save_pretrained.
+
+    The tokenizer is built from a vocabulary of single byte symbols written here (no
+    download); the UNet takes 9 input channels (noisy latents + mask + masked-image latents)
+    like every SD inpainting UNet, and the 4-level VAE has the usual factor 8.
+    """
+    import torch
+    from diffusers import (
+        AutoencoderKL, DDIMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    torch.manual_seed(0)
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for suffix in ("", "</w>"):
+        for c in _byte_chars():
+            vocab[c + suffix] = len(vocab)
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=[], model_max_length=16)
+    text = CLIPTextModel(CLIPTextConfig(
+        bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=32, intermediate_size=37,
+        num_attention_heads=4, num_hidden_layers=2, vocab_size=len(vocab), max_position_embeddings=16))
+    unet = UNet2DConditionModel(
+        block_out_channels=(16, 32), layers_per_block=1, sample_size=8, in_channels=9, out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32,
+        attention_head_dim=4, norm_num_groups=8)
+    vae = AutoencoderKL(
+        block_out_channels=(8, 8, 16, 16), in_channels=3, out_channels=3, latent_channels=4,
+        norm_num_groups=4, down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=1)
+    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                              clip_sample=False, set_alpha_to_one=False, steps_offset=1)
+    pipe = StableDiffusionInpaintPipeline(
+        vae=vae, text_encoder=text, tokenizer=tokenizer, unet=unet, scheduler=scheduler,
+        safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    path = tmp_path_factory.mktemp("inpainter") / "tiny-sd-inpaint"
+    pipe.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def scene(photo):
+    """A real photo with an elliptic object mask."""
+    yy, xx = np.mgrid[:224, :224]
+    mask = ((yy - 120) / 70.0) ** 2 + ((xx - 105) / 60.0) ** 2 <= 1
+    return photo, mask
+
+
+def test_backend_keeps_object_pixels_and_is_seeded(tiny_pipeline, scene):
+    x, m = scene
+    inp = get_inpainter(tiny_pipeline, device="cpu")
+    assert get_inpainter(tiny_pipeline, device="cpu") is inp  # loaded once per process
+    out = inp(x, m, seed=11, **{k: TINY[k] for k in ("prompt", "steps", "work_size")})
+    assert out.shape == x.shape and out.dtype == np.uint8
+    np.testing.assert_array_equal(out[m], x[m])
+    assert np.mean(out[~m] != x[~m]) > 0.5  # the background was redrawn
+    again = inp(x, m, seed=11, prompt=TINY["prompt"], steps=3, work_size=64)
+    np.testing.assert_array_equal(out, again)
+    other = inp(x, m, seed=12, prompt=TINY["prompt"], steps=3, work_size=64)
+    assert not np.array_equal(out, other)
+    d = inp.describe()
+    assert d["pipeline"] == "StableDiffusionInpaintPipeline" and len(d["fingerprint"]) == 16
+
+
+def test_odd_sizes_run_at_a_multiple_of_the_vae_factor(tiny_pipeline, samples_dir):
+    from PIL import Image
+
+    x = np.asarray(Image.open(samples_dir / "n01440764_tench.JPEG").convert("RGB").resize((75, 53)))
+    m = np.zeros(x.shape[:2], bool)
+    m[10:40, 20:50] = True
+    inp = get_inpainter(tiny_pipeline, device="cpu")
+    assert inp.working_size(53, 75, None) == (56, 72)
+    assert inp.working_size(224, 300, 512) == (512, 688)
+    out = inp(x, m, seed=0, steps=2, work_size=None)
+    assert out.shape == x.shape
+    np.testing.assert_array_equal(out[m], x[m])
+
+
+def test_registered_shift_follows_the_seed_rule(tiny_pipeline, scene):
+    from robustlab.pipeline import apply_shift
+
+    x, m = scene
+    shift = get_shift("ai_bg")
+    assert shift.needs == {"mask", "inpainter"} and "ximagenet12" in shift.tags
+    assert shift.params["default"]["prompt"].startswith("high-definition pictures")
+    tiny = dataclasses.replace(shift, params={"tiny": TINY})  # the real function, a cheap level
+    ctx = {"mask": m.astype(np.uint8) * 255, "inpainter": str(tiny_pipeline)}
+    a = apply_shift(x, "a.JPEG", tiny, "tiny", 0, ctx)
+    np.testing.assert_array_equal(a, apply_shift(x, "a.JPEG", tiny, "tiny", 0, ctx))
+    np.testing.assert_array_equal(a[m], x[m])
+    assert not np.array_equal(a, apply_shift(x, "b.JPEG", tiny, "tiny", 0, ctx))
+    with pytest.raises(ValueError, match="needs inpainter"):
+        tiny.apply(x, "tiny", make_rng(0), {"mask": ctx["mask"]})
+
+
+def test_bad_checkpoint_folders_are_one_line_errors(tmp_path):
+    with pytest.raises(ValueError, match="is not a folder"):
+        Inpainter(tmp_path / "nope")
+    with pytest.raises(ValueError, match="no model_index.json"):
+        Inpainter(tmp_path)
+    (tmp_path / "model_index.json").write_text('{"_class_name": "StableDiffusionInpaintPipeline"}')
+    with pytest.raises(ValueError, match="cannot load an inpainting pipeline") as exc:
+        Inpainter(tmp_path, device="cpu")
+    assert "\n" not in str(exc.value)
+
+
+def test_unconfigured_inpainter_skips_ai_bg_with_a_message(monkeypatch, caplog, tiny_pipeline):
+    from robustlab.suites import get_suite
+
+    monkeypatch.delenv(ENV_PATH, raising=False)
+    names = list(get_suite("ximagenet12").shifts)
+    assert names[-1] == "ai_bg"
+    with caplog.at_level(logging.WARNING):
+        kept = available_shifts(names)
+    assert kept == names[:-1]
+    assert "skipping ai_bg: no usable inpainter" in caplog.text and ENV_PATH in caplog.text
+    with pytest.raises(ValueError, match=ENV_PATH):
+        available_shifts(["ai_bg"])
+    monkeypatch.setenv(ENV_PATH, str(tiny_pipeline.parent / "missing"))
+    assert "is not a folder" in missing_resource(get_shift("ai_bg"))
+    monkeypatch.setenv(ENV_PATH, str(tiny_pipeline))
+    assert missing_resource(get_shift("ai_bg")) is None
+    assert available_shifts(names) == names
+
+
+def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(monkeypatch, caplog, samples_dir, tmp_path):
+    import shutil
+
+    from PIL import Image
+
+    from robustlab.evaluate import _resolve_suite
+    from robustlab.generate import generate
+
+    monkeypatch.delenv(ENV_PATH, raising=False)
+    data, masks = tmp_path / "data" / "n01440764", tmp_path / "masks" / "n01440764"
+    data.mkdir(parents=True)
+    masks.mkdir(parents=True)
+    shutil.copy(samples_dir / "n01440764_tench.JPEG", data)
+    w, h = Image.open(data / "n01440764_tench.JPEG").size
+    m = np.zeros((h, w), np.uint8)
+    m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
+    Image.fromarray(m).save(masks / "n01440764_tench.png")
+    with caplog.at_level(logging.WARNING):
+        res = generate("ximagenet12", tmp_path / "data", tmp_path / "out", shifts=["segmented", "ai_bg"],
+                       masks=tmp_path / "masks", progress=False)
+    assert res.written == 1 and res.cells == 1 and "skipping ai_bg" in caplog.text
+    assert not (tmp_path / "out" / "ai_bg").exists()
+    with pytest.raises(ValueError, match=ENV_PATH):
+        generate("ximagenet12", tmp_path / "data", tmp_path / "out2", shifts=["ai_bg"],
+                 masks=tmp_path / "masks", progress=False)
+    suite, _, cells = _resolve_suite("ximagenet12", None, None)
+    assert "ai_bg" not in suite.shifts and len(cells) == 1 + 13
+
+
+@pytest.mark.slow
+def test_generate_ai_bg_end_to_end_with_the_default_level(monkeypatch, tiny_pipeline, samples_dir, tmp_path):
+    """The registered level (30 steps at 512 px) through generate, configured by the env."""
+    import shutil
+
+    from PIL import Image
+
+    from robustlab.data.sources import discover
+    from robustlab.generate import generate
+    from robustlab.pipeline import decode, load_prepared
+    from robustlab.suites import get_suite
+
+    monkeypatch.setenv(ENV_PATH, str(tiny_pipeline))
+    monkeypatch.setenv("ROBUSTLAB_INPAINTER_DEVICE", "cpu")
+    data, masks = tmp_path / "data" / "n01440764", tmp_path / "masks" / "n01440764"
+    data.mkdir(parents=True)
+    masks.mkdir(parents=True)
+    shutil.copy(samples_dir / "n01440764_tench.JPEG", data)
+    w, h = Image.open(data / "n01440764_tench.JPEG").size
+    m = np.zeros((h, w), np.uint8)
+    m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
+    Image.fromarray(m).save(masks / "n01440764_tench.png")
+    res = generate("ximagenet12", tmp_path / "data", tmp_path / "out", shifts=["ai_bg"],
+                   masks=tmp_path / "masks", progress=False)
+    assert res.written == 1 and res.failed == 0
+    out = decode((tmp_path / "out/ai_bg/default/n01440764/n01440764_tench.png").read_bytes())
+    prep = load_prepared(discover(tmp_path / "data", masks=tmp_path / "masks")[0],
+                         get_suite("ximagenet12").protocol, with_mask=True)
+    keep = prep.mask > 0
+    np.testing.assert_array_equal(out[keep], prep.rgb[keep])
+    assert np.mean(out[~keep] != prep.rgb[~keep]) > 0.5
