@@ -1,0 +1,288 @@
+"""Segmentation models on the background scenarios: predicted foreground vs the object mask.
+
+XIMAGENET-12 evaluates segmentation networks as well as classifiers (REFERENCE.md
+section 2): when the background is blurred, recoloured or replaced, does the network still
+find the object? Each scenario image goes through the network; every pixel whose arg-max
+class is not ``background`` counts as foreground and is compared with the scenario's own
+object mask. Per-image counts (tp, fp, fn, tn) are kept, so
+:func:`robustlab.metrics.segmentation.summarize` can score any grouping (per scenario,
+per class) from accumulated pixels.
+
+The scenario images are made by the same :class:`robustlab.run.tasks.CellImages` as
+classifier runs (same seed rule, same pixels as a generated folder). Which mask is the
+truth depends on what a scenario does to the object, a table kept here as data:
+
+- the object stays where it is (blur, colour, brightness, segmented, transparent,
+  only_fg, the ImageNet-9 mixes, ai_bg): the sample's prepared mask;
+- ``random_bg`` moves the object: its placement is replayed from the cell's own
+  generator, giving the moved mask exactly;
+- ``no_fg``, ``only_bg_b``, ``only_bg_t`` remove the object: nothing to segment, so these
+  cells are skipped (counted, with the reason).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from robustlab.store.schema import CLEAN_SHIFT
+
+log = logging.getLogger(__name__)
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# What each scenario does to the object: "same" (default), "moved" (replay the placement)
+# or None (the object is gone; the cell is skipped).
+TARGET_RULES: dict[str, str | None] = {"random_bg": "moved", "no_fg": None,
+                                       "only_bg_b": None, "only_bg_t": None}
+TORCHVISION_SEGMENTATION = ("lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large",
+                            "deeplabv3_resnet50", "deeplabv3_resnet101", "fcn_resnet50",
+                            "fcn_resnet101")
+
+
+class SegmentationModel:
+    """A torchvision-style segmentation network: image in, foreground mask out.
+
+    Args:
+        module: ``torch.nn.Module`` returning ``(B, K, H, W)`` logits, or a dict holding
+            them under ``"out"`` (torchvision's segmentation models).
+        name: What the record calls it (e.g. ``"torchvision:lraspp_mobilenet_v3_large"``).
+        mean, std: Input normalisation on the [0, 1] scale (torchvision: ImageNet's).
+        background: The class index that means "not an object" (VOC: 0).
+        device: ``cpu``/``cuda``/None (cuda when available).
+        weights_hash: Recorded with the results.
+    """
+
+    def __init__(self, module, *, name: str, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                 background: int = 0, device=None, weights_hash: str | None = None):
+        from robustlab.models.base import auto_device
+
+        self.device = auto_device(device)
+        self.module = module.eval().to(self.device)
+        self.name = name
+        self.mean = tuple(float(v) for v in mean)
+        self.std = tuple(float(v) for v in std)
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError("mean and std need 3 values each (std > 0)")
+        self.background = int(background)
+        self.weights_hash = weights_hash
+
+    def logits(self, images: Sequence[np.ndarray]):
+        """(B, K, H, W) float32 CPU logits for same-sized HxWx3 uint8 images."""
+        import torch
+
+        if not images:
+            raise ValueError("no images to segment")
+        shapes = {tuple(np.asarray(x).shape) for x in images}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 3 or next(iter(shapes))[2] != 3:
+            raise ValueError(f"segment needs same-sized HxWx3 images, got shapes {sorted(shapes)}")
+        x = torch.from_numpy(np.stack([np.asarray(i, np.uint8) for i in images]))
+        x = x.permute(0, 3, 1, 2).float().div_(255.0)
+        x = (x - torch.tensor(self.mean).view(1, 3, 1, 1)) / torch.tensor(self.std).view(1, 3, 1, 1)
+        with torch.inference_mode():
+            out = self.module(x.to(self.device))
+            out = out["out"] if isinstance(out, dict) else out
+            if out.ndim != 4 or out.shape[0] != x.shape[0]:
+                raise ValueError(f"{self.name} returned {tuple(out.shape)}, expected (B, K, H, W)")
+            if out.shape[-2:] != x.shape[-2:]:
+                out = torch.nn.functional.interpolate(out, size=x.shape[-2:], mode="bilinear",
+                                                      align_corners=False)
+            return out.float().cpu()
+
+    def foreground(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """(B, H, W) bool: pixels whose arg-max class is not the background class."""
+        out = self.logits(images)
+        if not 0 <= self.background < out.shape[1]:
+            raise ValueError(f"background class {self.background} is outside the model's "
+                             f"{out.shape[1]} classes")
+        return (out.argmax(1) != self.background).numpy()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "mean": list(self.mean), "std": list(self.std),
+                "background": self.background, "device": self.device,
+                "weights_hash": self.weights_hash}
+
+
+def load_segmentation_model(spec: str, *, weights=None, num_classes: int = 21, background: int = 0,
+                            device=None) -> SegmentationModel:
+    """A torchvision segmentation network from a local weights file (never a download).
+
+    Args:
+        spec: ``torchvision:NAME`` or ``NAME``, one of :data:`TORCHVISION_SEGMENTATION`.
+        weights: A state-dict file, or ``"random"`` for an untrained network (tests, smoke
+            runs: its numbers mean nothing).
+        num_classes: Output classes of the checkpoint (VOC: 21).
+        background: Index of the background class.
+    """
+    import torchvision.models.segmentation as tvs
+
+    from robustlab.models.base import load_state_dict_file, load_strict, weights_hash
+
+    name = spec.split(":", 1)[1] if spec.startswith("torchvision:") else spec
+    if name not in TORCHVISION_SEGMENTATION:
+        raise ValueError(f"unknown segmentation model {spec!r}; use one of "
+                         f"{', '.join(TORCHVISION_SEGMENTATION)}")
+    if weights is None:
+        raise ValueError(f"{name} needs weights: a local state-dict file (e.g. torchvision's "
+                         f"{name} checkpoint), or weights='random' for an untrained network")
+    kwargs = {"weights": None, "weights_backbone": None, "num_classes": int(num_classes)}
+    if not name.startswith("lraspp"):
+        kwargs["aux_loss"] = False
+    module = getattr(tvs, name)(**kwargs)
+    whash = "random"
+    if weights != "random":
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise ValueError(f"weights file {path} does not exist")
+        sd = load_state_dict_file(path)
+        sd = {k: v for k, v in sd.items() if not k.startswith("aux_classifier.")}
+        load_strict(module, sd, f"torchvision:{name} with {num_classes} classes")
+        whash = weights_hash(path)
+    return SegmentationModel(module, name=f"torchvision:{name}", background=background,
+                             device=device, weights_hash=whash)
+
+
+def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | None:
+    """The true object mask of one cell (HxW bool), or None when the object is gone.
+
+    Raises:
+        ValueError: the sample has no usable mask.
+    """
+    from robustlab.shifts.scenes import check_mask
+
+    m = check_mask(prepared.mask, prepared.rgb.shape)
+    rule = TARGET_RULES.get(shift, "same")
+    if shift == CLEAN_SHIFT or rule == "same":
+        return m
+    if rule is None:
+        return None
+    if rule == "moved":
+        from robustlab.seeding import derive_seed, make_rng
+        from robustlab.shifts.scenes.ximagenet12 import place_object
+
+        # random_bg draws the placement first from its cell generator: same seed, same spot.
+        _, moved, _ = place_object(prepared.rgb, m, make_rng(derive_seed(seed, sample.id, shift, level)))
+        return moved
+    raise ValueError(f"unknown target rule {rule!r} for {shift}")
+
+
+@dataclass
+class SegmentationResult:
+    """Per-image counts, per-scenario scores and what was skipped (with reasons)."""
+
+    counts: pd.DataFrame
+    summary: pd.DataFrame
+    skipped: list[tuple[str, str]]
+    record: dict
+
+
+def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximagenet12",
+                          shifts=None, levels=None, seed: int = 0, labels_csv=None,
+                          batch_size: int = 8, limit: int | None = None) -> SegmentationResult:
+    """Segment the clean images and every cell of ``suite``; score predicted foreground.
+
+    Args:
+        model: A :class:`SegmentationModel`.
+        data: Source folder (ImageFolder tree, or flat plus labels CSV).
+        masks: Folder of foreground masks parallel to ``data``; images without one are
+            skipped (counted).
+        suite, shifts, levels: Which scenario cells (as for ``robustlab evaluate``).
+        seed: Global seed of the seed rule (the same cells a classifier run sees).
+        batch_size: Images per forward pass.
+        limit: Only the first ``limit`` samples with masks (sorted by id).
+
+    Returns:
+        :class:`SegmentationResult`; ``summary`` has one row per (shift, level), clean first.
+    """
+    from robustlab.data.images import ImageError
+    from robustlab.data.sources import discover
+    from robustlab.run.tasks import CellImages
+    from robustlab.shifts.registry import available_shifts, get_shift
+    from robustlab.suites import get_suite
+
+    if masks is None:
+        raise ValueError("segmentation scoring needs foreground masks; pass masks=DIR")
+    if int(batch_size) < 1:
+        raise ValueError(f"batch size must be at least 1, got {batch_size}")
+    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
+    names = available_shifts(list(shifts) if shifts else list(s.shifts), log=log)
+    s = s.select(names, list(levels) if levels else None)
+    cells = [(CLEAN_SHIFT, 0), *s.cells()]
+    samples = discover(Path(data).expanduser(), labels_csv=labels_csv, masks=masks)
+    skipped: list[tuple[str, str]] = [tuple(x) for x in getattr(samples, "skipped", [])]
+    skipped += [(x.id, "no mask in the masks folder") for x in samples if x.mask_path is None]
+    usable = [x for x in samples if x.mask_path is not None]
+    if limit is not None:
+        usable = usable[: int(limit)]
+    if not usable:
+        raise ValueError(f"no images with masks in {data}")
+    needs_donors = any(get_shift(n).extra.get("donor_rule") for n, _ in cells if n != CLEAN_SHIFT)
+    images = CellImages(s.protocol, seed, donors=list(usable) if needs_donors else None,
+                        with_mask=True)
+    for name in dict.fromkeys(n for n, _ in cells):
+        if TARGET_RULES.get(name, "same") is None:
+            log.info("%s removes the object: no foreground to segment, its cells are skipped", name)
+
+    rows: list[dict] = []
+    batch: list[tuple[dict, np.ndarray, np.ndarray]] = []
+
+    def flush():
+        if not batch:
+            return
+        fg = model.foreground([img for _, img, _ in batch])
+        for (row, _, truth), pred in zip(batch, fg):
+            tp, fp, fn, tn = _counts(pred, truth)
+            rows.append({**row, "tp": tp, "fp": fp, "fn": fn, "tn": tn})
+        batch.clear()
+
+    for sample in usable:
+        try:
+            base = images.base(sample)
+            if base.mask is None:
+                raise ImageError("no mask for this sample")
+        except ImageError as exc:
+            skipped.append((sample.id, exc.reason))
+            log.warning("skipping %s: %s", sample.id, exc.reason)
+            continue
+        for shift, level in cells:
+            try:
+                truth = target_mask(sample, base, shift, level, seed)
+                if truth is None:
+                    continue
+                img = images.cell(sample, base, shift, level)
+            except (ValueError, ImageError, OSError) as exc:
+                reason = getattr(exc, "reason", None) or str(exc)
+                skipped.append((sample.id, f"{shift}/{level}: {reason}"))
+                log.warning("skipping %s %s/%s: %s", sample.id, shift, level, reason)
+                continue
+            batch.append(({"sample_id": sample.id, "class_name": sample.class_name,
+                           "shift": shift, "level": str(level)}, img, truth))
+            if len(batch) >= int(batch_size):
+                flush()
+    flush()
+    columns = ["sample_id", "class_name", "shift", "level", "tp", "fp", "fn", "tn"]
+    counts = pd.DataFrame(rows, columns=columns)
+    from robustlab.metrics.segmentation import summarize
+
+    summary = summarize(counts) if len(counts) else pd.DataFrame(
+        columns=["shift", "level", "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"])
+    record = {"model": model.describe(), "suite": s.name, "suite_version": s.version,
+              "seed": int(seed), "protocol": s.protocol.describe(), "data": str(data),
+              "masks": str(masks), "n_samples": len(usable), "n_skipped": len(skipped)}
+    return SegmentationResult(counts, summary, skipped, record)
+
+
+def _counts(pred: np.ndarray, truth: np.ndarray) -> tuple[int, int, int, int]:
+    from robustlab.metrics.segmentation import binary_counts
+
+    return binary_counts(pred, truth)
+
+
+__all__ = ["SegmentationModel", "SegmentationResult", "load_segmentation_model",
+           "evaluate_segmentation", "target_mask", "TARGET_RULES"]
