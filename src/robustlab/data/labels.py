@@ -216,12 +216,22 @@ def _imagenet_d() -> LabelSpace:
         source="ImageNet-D imgnet_d2imgnet_id.txt (chenshuang-zhang/imagenet_d): 113 classes, 1-3 ImageNet ids each")
 
 
+def _demo() -> LabelSpace:
+    rows = _read_csv(_asset("demo/classes.csv").read_text(encoding="utf-8"))
+    return LabelSpace(
+        name="demo", classes=tuple(r["name"] for r in rows), wnids=tuple(None for _ in rows),
+        folders=tuple(r["folder"] for r in rows), kind="mapping",
+        imagenet_ids=tuple(tuple(int(x) for x in r["imagenet_ids"].split()) for r in rows),
+        source="robustlab demo set (docs/demo.md): 6 classes, 1-3 ImageNet ids each")
+
+
 _BUILTIN = {
     "imagenet1k": (_imagenet1k, "the 1,000 ImageNet-1k classes"),
     "imagenet-a": (_imagenet_a, "ImageNet-A's 200 classes: logits restricted to them"),
     "imagenet-r": (_imagenet_r, "ImageNet-R's 200 classes: logits restricted to them"),
     "imagenet9": (_imagenet9, "ImageNet-9: 9 super-classes over 370 ImageNet classes"),
     "imagenet-d": (_imagenet_d, "ImageNet-D: 113 classes, each 1-3 ImageNet ids"),
+    "demo": (_demo, "robustlab demo photos: 6 classes, each 1-3 ImageNet ids"),
 }
 _ALIASES = {"imagenet": "imagenet1k", "imagenet-1k": "imagenet1k", "in1k": "imagenet1k",
             "imagenet-9": "imagenet9", "in9": "imagenet9", "imagenet_d": "imagenet-d",
