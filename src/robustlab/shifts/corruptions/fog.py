@@ -1,1 +1,144 @@
-"""fog (ImageNet-C, weather): not implemented yet; registers nothing."""
+"""fog: add a diamond-square plasma fractal, then rescale (ImageNet-C, weather family).
+
+Reference: ``x = img / 255.``; ``m = x.max()``; ``x += c * plasma_fractal(256, decay)[:224,
+:224, None]``; output ``clip(x * m / (m + c), 0, 1) * 255``, truncated to uint8.
+
+The plasma fractal (diamond-square on a periodic ``size x size`` map, ``map[0, 0] = 0``,
+``wibble`` starting at 100 and divided by ``decay`` after each level) draws, per level and
+in this order, ``uniform(-wibble, wibble)`` arrays for the square centres, the diamond
+points of the rows (``map[::s, s/2::s]``) and those of the columns (``map[s/2::s, ::s]``).
+None of the draws depend on map values, so all levels are drawn first, with exactly the
+reference's calls, and one numba loop then fills the map with the reference's
+expressions: square centre ``((c00 + c10) + (c01 + c11)) / 4 + wibble * u``, row diamond
+``((d + d_up) + (c + c_right)) / 4 + wibble * u``, column diamond ``((d + d_left) + (c +
+c_down)) / 4 + wibble * u`` (neighbours wrap around, as with ``np.roll``), and finally
+``(map - min) / max``. Same doubles, same order: the output is bit-identical to the
+reference for ``RandomState`` seeds, and a ``Generator`` makes the same kind of draws.
+
+Any size: the map is 256 for images up to 256 pixels on their longer side (so 224x224
+reproduces the reference) and the next power of two above the longer side otherwise,
+the common generalisation; the image takes the map's top-left corner.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from robustlab.shifts.registry import register_shift
+
+_MIN_MAP = 256
+_SCALE = np.arange(256) / 255.0
+
+
+def map_size(h: int, w: int) -> int:
+    """256, or the next power of two >= the longer side of larger images."""
+    side = max(int(h), int(w))
+    return max(_MIN_MAP, 1 << (side - 1).bit_length())
+
+
+def _draw(rng, size: int, decay: float):
+    """The reference's uniform draws, level by level, and the wibble of each level."""
+    draws, wibbles = [], []
+    wibble = 100.0
+    step = size
+    while step >= 2:
+        n = size // step
+        for _ in range(3):  # square centres, row diamonds, column diamonds
+            draws.append(rng.uniform(-wibble, wibble, (n, n)).ravel())
+        wibbles.append(wibble)
+        step //= 2
+        wibble /= decay
+    return np.concatenate(draws), np.array(wibbles)
+
+
+@njit(cache=True, nogil=True)
+def _fill(size, u, wibbles):
+    """Diamond-square with pre-drawn uniforms ``u``; returns the map scaled to [0, 1]."""
+    m = np.empty((size, size), np.float64)
+    m[0, 0] = 0.0
+    pos = 0
+    step = size
+    level = 0
+    while step >= 2:
+        n = size // step
+        half = step // 2
+        wib = wibbles[level]
+        # square centres: mean of the four corners (roll -1 on rows, then on columns)
+        for i in range(n):
+            i1 = (i + 1) % n
+            for j in range(n):
+                j1 = (j + 1) % n
+                acc = (m[i * step, j * step] + m[i1 * step, j * step]) + (
+                    m[i * step, j1 * step] + m[i1 * step, j1 * step])
+                m[i * step + half, j * step + half] = acc / 4 + wib * u[pos + i * n + j]
+        pos += n * n
+        # diamonds on the corner rows: centre above (roll +1 on rows) and corner right
+        for i in range(n):
+            iu = (i - 1) % n
+            for j in range(n):
+                j1 = (j + 1) % n
+                acc = (m[i * step + half, j * step + half] + m[iu * step + half, j * step + half]) + (
+                    m[i * step, j * step] + m[i * step, j1 * step])
+                m[i * step, j * step + half] = acc / 4 + wib * u[pos + i * n + j]
+        pos += n * n
+        # diamonds on the corner columns: centre to the left and corner below
+        for i in range(n):
+            i1 = (i + 1) % n
+            for j in range(n):
+                jl = (j - 1) % n
+                acc = (m[i * step + half, j * step + half] + m[i * step + half, jl * step + half]) + (
+                    m[i * step, j * step] + m[i1 * step, j * step])
+                m[i * step + half, j * step] = acc / 4 + wib * u[pos + i * n + j]
+        pos += n * n
+        step //= 2
+        level += 1
+    m -= m.min()
+    return m / m.max()
+
+
+def plasma_fractal(size: int, decay: float, rng) -> np.ndarray:
+    """A ``size x size`` (power of two) plasma fractal in [0, 1], drawn from ``rng``."""
+    if size < 2 or size & (size - 1):
+        raise ValueError(f"plasma map size must be a power of two >= 2, got {size}")
+    u, wibbles = _draw(rng, size, decay)
+    return _fill(size, u, wibbles)
+
+
+@njit(cache=True, nogil=True)
+def _apply(x, plasma, c, levels, out):
+    """``uint8(clip((x/255 + c*p) * m / (m + c), 0, 1) * 255)`` with m = max(x/255)."""
+    h, w, ch = x.shape
+    top = 0
+    for i in range(h):
+        for j in range(w):
+            for k in range(ch):
+                if x[i, j, k] > top:
+                    top = x[i, j, k]
+    mx = levels[top]
+    den = mx + c
+    for i in range(h):
+        for j in range(w):
+            add = c * plasma[i, j]
+            for k in range(ch):
+                v = (levels[x[i, j, k]] + add) * mx / den
+                v = min(max(v, 0.0), 1.0) * 255
+                out[i, j, k] = np.uint8(v)
+
+
+@register_shift(
+    "fog",
+    family="weather",
+    # (fog strength c, wibble decay of the plasma fractal)
+    params={1: (1.5, 2.0), 2: (2.0, 2.0), 3: (2.5, 1.7), 4: (2.5, 1.5), 5: (3.0, 1.4)},
+    tags=("imagenet-c",),
+)
+def fog(x, params, rng, ctx):
+    """Fog: a plasma fractal added with strength c, then rescaled to keep the maximum."""
+    c, decay = params
+    x = np.asarray(x)
+    h, w = x.shape[:2]
+    plasma = plasma_fractal(map_size(h, w), decay, rng)
+    out = np.empty(x.shape, np.uint8)
+    _apply(x, plasma, float(c), _SCALE, out)
+    return out

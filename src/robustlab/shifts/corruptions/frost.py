@@ -1,1 +1,125 @@
-"""frost (ImageNet-C, weather): not implemented yet; registers nothing."""
+"""frost: blend in a crop of a frost photograph (ImageNet-C, weather family).
+
+Reference: ``idx = randint(5)`` (so the sixth texture is never used), ``frost =
+cv2.imread(texture[idx])`` (BGR), ``x0 = randint(0, th - 224)``, ``y0 = randint(0, tw -
+224)``, ``frost = frost[x0:x0+224, y0:y0+224][..., ::-1]`` (RGB); output ``clip(a * img +
+b * frost, 0, 255)``, truncated to uint8. The same draws happen here in the same order,
+so ``RandomState`` seeds reproduce the reference bit for bit.
+
+Textures: the six reference files ship inside the PyPI distribution ``imagecorruptions``
+(folder ``imagecorruptions/frost/``). They are located through ``importlib.metadata``
+and read with OpenCV; the package's code is never imported (it does not work with
+current numpy / scikit-image). Decoded textures are cached per process.
+
+Any size: when the image is not strictly smaller than the texture in both directions
+(the crop offset needs at least one valid position), the texture is enlarged like the
+common generalisation (imagecorruptions) does: by 1.1 x max(H / th, W / tw), bicubic,
+sizes rounded up. 224x224 images never trigger this (the smallest texture is 315x560).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata as metadata
+from pathlib import Path
+
+import cv2
+import numpy as np
+from numba import njit
+
+from robustlab.seeding import randint
+from robustlab.shifts.registry import register_shift
+
+DISTRIBUTION = "imagecorruptions"
+TEXTURES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg", "frost6.jpg")
+N_DRAWN = 5  # the reference draws randint(5): frost6.jpg is never used
+ENLARGE = 1.1
+
+
+class FrostTexturesMissing(ValueError):
+    """The distribution that ships the frost textures is not installed (or incomplete)."""
+
+
+@functools.lru_cache(maxsize=1)
+def texture_paths() -> tuple[Path, ...]:
+    """Paths of the six reference frost textures inside the installed distribution."""
+    try:
+        dist = metadata.distribution(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        raise FrostTexturesMissing(
+            f"frost needs the reference frost textures from the '{DISTRIBUTION}' "
+            f"distribution: pip install {DISTRIBUTION}") from None
+    found = {}
+    for f in dist.files or ():
+        parts = Path(str(f)).parts
+        if len(parts) >= 2 and parts[-2] == "frost" and parts[-1] in TEXTURES:
+            found[parts[-1]] = Path(dist.locate_file(f))
+    missing = [t for t in TEXTURES if t not in found or not found[t].is_file()]
+    if missing:
+        raise FrostTexturesMissing(
+            f"the installed '{DISTRIBUTION}' lacks the frost textures {', '.join(missing)}; "
+            f"reinstall it: pip install --force-reinstall {DISTRIBUTION}")
+    return tuple(found[t] for t in TEXTURES)
+
+
+@functools.lru_cache(maxsize=len(TEXTURES))
+def texture(index: int) -> np.ndarray:
+    """Frost texture ``index`` (0..5) as OpenCV decodes it: HxWx3 uint8, BGR, read-only."""
+    path = texture_paths()[index]
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise FrostTexturesMissing(f"cannot decode the frost texture {path}")
+    img.setflags(write=False)
+    return img
+
+
+@functools.lru_cache(maxsize=32)
+def _enlarged(index: int, h: int, w: int) -> np.ndarray:
+    tex = texture(index)
+    th, tw = tex.shape[:2]
+    scale = max(h / th, w / tw) * ENLARGE
+    size = (int(np.ceil(tw * scale)), int(np.ceil(th * scale)))
+    big = cv2.resize(tex, dsize=size, interpolation=cv2.INTER_CUBIC)
+    big.setflags(write=False)
+    return big
+
+
+def texture_for(index: int, h: int, w: int) -> np.ndarray:
+    """Texture ``index``, enlarged when an ``h x w`` crop would not leave it any play."""
+    tex = texture(index)
+    if tex.shape[0] > h and tex.shape[1] > w:
+        return tex
+    return _enlarged(index, h, w)
+
+
+@njit(cache=True, nogil=True)
+def _blend(x, frost, top, left, ta, tb, out):
+    """``uint8(clip(a*x + b*rgb(frost crop), 0, 255))``; ``ta[v] = a*v``, ``tb[v] = b*v``."""
+    h, w, ch = x.shape
+    for i in range(h):
+        for j in range(w):
+            for k in range(ch):
+                v = ta[x[i, j, k]] + tb[frost[top + i, left + j, ch - 1 - k]]
+                out[i, j, k] = np.uint8(min(max(v, 0.0), 255.0))
+
+
+@register_shift(
+    "frost",
+    family="weather",
+    # (image weight, frost weight)
+    params={1: (1.0, 0.4), 2: (0.8, 0.6), 3: (0.7, 0.7), 4: (0.65, 0.7), 5: (0.6, 0.75)},
+    tags=("imagenet-c",),
+)
+def frost(x, params, rng, ctx):
+    """Frost: the image blended with a random crop of one of five frost photographs."""
+    a, b = params
+    x = np.asarray(x)
+    h, w = x.shape[:2]
+    idx = int(randint(rng, N_DRAWN))
+    tex = texture_for(idx, h, w)
+    top = int(randint(rng, 0, tex.shape[0] - h))
+    left = int(randint(rng, 0, tex.shape[1] - w))
+    levels = np.arange(256, dtype=np.float64)
+    out = np.empty(x.shape, np.uint8)
+    _blend(x, tex, top, left, a * levels, b * levels, out)
+    return out
