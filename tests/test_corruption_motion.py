@@ -37,7 +37,7 @@ def _plain_blur(img, radius, sigma, angle):
 
 @pytest.mark.parametrize("radius,sigma", [(10, 3), (15, 5), (20, 15), (12, 8), (3.5, 0.7)])
 def test_kernel_is_one_sided_normalised_gaussian(radius, sigma):
-    w, dx, dy = motion_kernel(radius, sigma, 0.0)
+    w, _, _ = motion_kernel(radius, sigma, 0.0)
     assert len(w) == 2 * math.ceil(radius) + 1 == optimal_kernel_width(radius, sigma)
     assert abs(w.sum() - 1.0) < 1e-12
     assert np.all(np.diff(w) < 0), "weights must fall off away from the pixel itself"
