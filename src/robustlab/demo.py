@@ -1,0 +1,330 @@
+"""The embedded demo set and ``robustlab demo``: the whole pipeline with nothing to download.
+
+The demo photos are real photographs that already ship inside installed dependencies
+(scikit-image's ``skimage/data`` folder and matplotlib's sample data), so a fresh install
+can run an end-to-end benchmark offline. ``assets/demo/photos.csv`` lists each photo:
+where it comes from, its licence, its class and the box that seeded its mask; the class
+table (``assets/demo/classes.csv``) is the ``demo`` label space, in which each class maps
+to a few ImageNet-1k ids (a prediction is correct when it hits any of them; see
+``docs/demo.md`` for why each mapping is what it is). The foreground masks were made once
+with the project's own GrabCut masker (``docs/make_demo_masks.py``), inspected by eye and
+checked in under ``assets/demo/masks``.
+
+:func:`run_demo` copies the photos into an ImageFolder tree, evaluates the bundled
+``lite0`` on the clean photos, the ImageNet-C corruptions at every severity and the
+foreground/background scenarios that need no generative model, stores everything in one
+DuckDB file and writes the HTML report from that file.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEMO_LABEL_SPACE = "demo"
+DEMO_MODEL = "lite0"
+# Suites the demo runs, in order. Shifts that need a configured external tool (ai_bg's
+# inpainting model) are left out: the demo must run offline on a fresh install.
+DEMO_SUITES = ("imagenet-c", "ximagenet12", "imagenet9")
+DB_NAME = "robustlab.duckdb"
+REPORT_NAME = "report.html"
+
+
+@dataclass(frozen=True)
+class DemoPhoto:
+    """One demo photo (a row of ``assets/demo/photos.csv``).
+
+    Attributes:
+        id: Sample id in the materialised ImageFolder tree (``<class>/<file>``).
+        package: Distribution that ships the photo (``scikit-image``, ``matplotlib``).
+        resource: Path of the file inside the package's import folder.
+        class_name: Folder name of its class in the ``demo`` label space.
+        bbox: ``(x0, y0, x1, y1)`` source pixels: the hand-chosen box that seeded GrabCut.
+        cam_class: ImageNet id whose lite0 CAM seeded GrabCut inside the box (None: the
+            box alone seeded it).
+        fill_holes: Whether holes enclosed by the GrabCut mask were filled afterwards.
+        photo: What the photo shows and which loader function exposes it.
+        licence: Licence as stated by the shipping package.
+    """
+
+    id: str
+    package: str
+    resource: str
+    class_name: str
+    bbox: tuple[int, int, int, int]
+    cam_class: int | None
+    fill_holes: bool
+    photo: str
+    licence: str
+
+    @property
+    def source(self) -> Path:
+        """The photo file inside the installed package (never downloaded)."""
+        module = _PACKAGE_MODULES.get(self.package)
+        if module is None:
+            raise ValueError(f"demo photo {self.id}: unknown package {self.package!r}")
+        try:
+            path = Path(str(resources.files(module).joinpath(self.resource)))
+        except ModuleNotFoundError:
+            raise ValueError(f"demo photo {self.id} ships with {self.package}, which is not "
+                             "installed") from None
+        if not path.is_file():
+            raise ValueError(f"demo photo {self.id}: {path} is missing from the installed "
+                             f"{self.package}")
+        return path
+
+    @property
+    def mask(self) -> Path:
+        """The checked-in foreground mask (source-sized 0/255 PNG)."""
+        rel = Path(self.id).with_suffix(".png")
+        return Path(str(_assets().joinpath("masks", *rel.parts)))
+
+
+# Import name of each distribution that ships demo photos.
+_PACKAGE_MODULES = {"scikit-image": "skimage", "matplotlib": "matplotlib"}
+
+
+def _assets():
+    return resources.files("robustlab.data").joinpath("assets", "demo")
+
+
+def demo_photos() -> list[DemoPhoto]:
+    """The demo photos in ``photos.csv`` order."""
+    rows = list(csv.DictReader(_assets().joinpath("photos.csv").read_text(encoding="utf-8").splitlines()))
+    out = []
+    for r in rows:
+        x0, y0, x1, y1 = (int(v) for v in r["bbox"].split())
+        out.append(DemoPhoto(r["id"], r["package"], r["resource"], r["class"], (x0, y0, x1, y1),
+                             int(r["cam_class"]) if r["cam_class"] else None,
+                             r["fill_holes"] == "1", r["photo"], r["licence"]))
+    return out
+
+
+def select_photos(photos=None) -> list[DemoPhoto]:
+    """The demo photos to use: all, the first ``photos`` of them, or those with these ids."""
+    every = demo_photos()
+    if photos is None:
+        return every
+    if isinstance(photos, int) and not isinstance(photos, bool):
+        if not 1 <= photos <= len(every):
+            raise ValueError(f"photos must be between 1 and {len(every)}, got {photos}")
+        return every[:photos]
+    wanted = list(photos)
+    by_id = {p.id: p for p in every}
+    unknown = [w for w in wanted if w not in by_id]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a demo photo; they are {', '.join(by_id)}")
+    return [p for p in every if p.id in set(wanted)]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _copy_if_changed(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` unless ``dst`` already holds the same bytes (keeps resume exact)."""
+    if dst.is_file() and dst.stat().st_size == src.stat().st_size and _digest(dst) == _digest(src):
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.rltmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dst)
+
+
+def materialise(out, photos=None) -> tuple[Path, Path]:
+    """Write the demo photos as an ImageFolder tree ``<out>/data`` and masks ``<out>/masks``.
+
+    The files are byte copies of the ones shipped by scikit-image and matplotlib (no
+    re-encoding, so the data fingerprint, and with it the run id, is the same on every
+    machine with the same package versions). Demo photos that are not selected are removed
+    from the tree, so the folder always holds exactly the photos being evaluated.
+
+    Returns:
+        (data folder, masks folder).
+    """
+    out = Path(out)
+    chosen = select_photos(photos)
+    data, masks = out / "data", out / "masks"
+    keep = {p.id for p in chosen}
+    for p in demo_photos():
+        if p.id not in keep:
+            for stale in (data / p.id, masks / Path(p.id).with_suffix(".png")):
+                if stale.is_file():
+                    stale.unlink()
+    for p in chosen:
+        _copy_if_changed(p.source, data / p.id)
+        _copy_if_changed(p.mask, masks / Path(p.id).with_suffix(".png"))
+    return data, masks
+
+
+def _offline_shifts(suite_name: str, classes_with_pairs: bool) -> tuple[list[str], list[str]]:
+    """Shifts of a suite the demo can run offline, and the ones left out with the reason."""
+    from robustlab.shifts.registry import get_shift, needs_resource
+    from robustlab.suites import get_suite
+
+    kept, dropped = [], []
+    for name in get_suite(suite_name).shifts:
+        shift = get_shift(name)
+        if needs_resource(shift):
+            dropped.append(f"{name} (needs a generative model that is not bundled)")
+        elif shift.extra.get("donor_rule") == "same" and not classes_with_pairs:
+            dropped.append(f"{name} (needs two photos of one class; each demo class has one)")
+        else:
+            kept.append(name)
+    return kept, dropped
+
+
+def plan_demo(photos=None, corruptions=None, levels=None, scenarios=None) -> list[tuple[str, list, list | None, list[str]]]:
+    """(suite, shifts, levels, left-out notes) for each suite the demo evaluates.
+
+    Args:
+        photos: See :func:`select_photos`.
+        corruptions: ImageNet-C corruptions to run (default: every one the suite has);
+            an empty list skips the suite.
+        levels: Corruption severities (default 1-5).
+        scenarios: Scene scenarios to run across the ximagenet12 and imagenet9 suites
+            (default: every one that runs offline); an empty list skips both.
+    """
+    from collections import Counter
+
+    from robustlab.suites import get_suite
+
+    chosen = select_photos(photos)
+    pairs = any(n > 1 for n in Counter(p.class_name for p in chosen).values())
+    plan = []
+    c_suite = get_suite("imagenet-c")
+    if corruptions is None:
+        corr = list(c_suite.shifts)
+    else:
+        corr = list(corruptions)
+        bad = [c for c in corr if c not in c_suite.shifts]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not an ImageNet-C corruption; use {', '.join(c_suite.shifts)}")
+    if corr:
+        plan.append(("imagenet-c", corr, list(levels) if levels else None, []))
+    known = set()
+    for suite_name in DEMO_SUITES[1:]:
+        kept, dropped = _offline_shifts(suite_name, pairs)
+        known.update(kept)
+        if scenarios is not None:
+            kept = [s for s in kept if s in set(scenarios)]
+        if kept:
+            plan.append((suite_name, kept, None, dropped))
+    if scenarios is not None:
+        bad = [s for s in scenarios if s not in known]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a scenario the demo can run; use {', '.join(sorted(known))}")
+    return plan
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None, scenarios=None,
+             workers: int | None = None, progress: bool | None = None, report: bool = True) -> int:
+    """Run the whole pipeline on the embedded demo photos with the bundled ``lite0``.
+
+    Steps: copy the photos and masks into ``out``; evaluate clean accuracy, the ImageNet-C
+    corruptions at every severity (computed on the fly) and the foreground/background
+    scenarios of the ximagenet12 and imagenet9 suites that need no generative model; store
+    every prediction in ``<out>/robustlab.duckdb``; write ``<out>/report.html`` from that
+    database. Rerunning resumes: stored predictions are not recomputed or duplicated.
+    Nothing touches the network (the photos come from installed packages, the weights from
+    the bundled lite0 package).
+
+    Args:
+        out: Output folder (created).
+        photos, corruptions, levels, scenarios: A reduced configuration (see
+            :func:`plan_demo`); the defaults run the full demo.
+        workers: Worker processes for the shifts (default: CPU cores - 1).
+        progress: Progress bars (default: when stderr is a terminal); step lines are
+            always printed.
+        report: Write the HTML report.
+
+    Returns:
+        0 (the exit status of ``robustlab demo``).
+    """
+    from robustlab.evaluate import evaluate
+    from robustlab.models import load_model
+    from robustlab.store import Store
+    from robustlab.suites import get_suite
+
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder for the demo's data, database and report")
+    plan = plan_demo(photos, corruptions, levels, scenarios)
+    chosen = select_photos(photos)
+    t0 = time.perf_counter()
+    n_steps = len(plan) + 2 + int(report)
+    step = 1
+    _say(f"[{step}/{n_steps}] copying {len(chosen)} demo photos and their masks to {out}")
+    data, masks = materialise(out, photos)
+    step += 1
+    _say(f"[{step}/{n_steps}] loading {DEMO_MODEL} (bundled ImageNet weights)")
+    model = load_model(DEMO_MODEL, label_space=DEMO_LABEL_SPACE)
+    db = out / DB_NAME
+    run_ids = []
+    for suite_name, shifts, lv, dropped in plan:
+        step += 1
+        n_cells = len(get_suite(suite_name).select(shifts, lv).cells())
+        what = (f"{len(shifts)} corruptions" if suite_name == "imagenet-c"
+                else f"{len(shifts)} scenarios")
+        _say(f"[{step}/{n_steps}] {suite_name}: clean + {what} ({n_cells} cells) on "
+             f"{len(chosen)} photos")
+        for note in dropped:
+            _say(f"    left out: {note}")
+        t = time.perf_counter()
+        table = evaluate(model, data, suite=suite_name, db=db, shifts=shifts, levels=lv,
+                         masks=masks, label_space=DEMO_LABEL_SPACE, workers=workers,
+                         progress=progress)
+        run_ids.append(table.attrs["run_id"])
+        resumed = " (resumed)" if table.attrs.get("resumed") else ""
+        _say(f"    {table.attrs.get('n_written', 0)} predictions written{resumed} "
+             f"in {time.perf_counter() - t:.1f} s")
+    if report:
+        from robustlab.report import build_report
+
+        step += 1
+        _say(f"[{step}/{n_steps}] writing the report")
+        result = build_report(db, out / REPORT_NAME, run_ids=run_ids)
+        for note in result.notes:
+            log.info("report note: %s", note)
+    summary = demo_summary(Store(db), run_ids)
+    print(summary)
+    print(f"\ndatabase: {db}")
+    if report:
+        print(f"report:   {out / REPORT_NAME}")
+    print(f"numbers:  robustlab results --db {db}")
+    _say(f"demo finished in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def demo_summary(store, run_ids) -> str:
+    """A few lines read back from the database: clean accuracy and mean accuracy per suite."""
+    from robustlab.store import CLEAN_SHIFT
+
+    cells = store.cell_table(list(run_ids))
+    runs = {r: store.get_run(r) for r in run_ids}
+    lines = []
+    clean = cells[cells["shift"] == CLEAN_SHIFT]
+    if not clean.empty:
+        first = clean.iloc[0]
+        lines.append(f"{DEMO_MODEL} on {int(first['n'])} demo photos, clean top-1: "
+                     f"{100 * float(first['top1']):.1f}%")
+    for rid in run_ids:
+        part = cells[(cells["run_id"] == rid) & (cells["shift"] != CLEAN_SHIFT)]
+        if part.empty:
+            continue
+        lines.append(f"  {runs[rid]['suite']}: mean top-1 over {len(part)} cells "
+                     f"{100 * float(part['top1'].mean()):.1f}%")
+    return "\n".join(lines)
