@@ -5,7 +5,7 @@
    batches (tensors prepared in advance, so only ``model.predict`` is timed). The target is
    a ratio of at least 0.85: the data work (decode, shift, JPEG round trip, transform) runs
    in DataLoader workers while the main process runs the forward pass.
-2. Memory: peak RSS of the whole process tree (main + workers) of ``robustlab evaluate``
+2. Memory: peak RSS and PSS of the whole process tree (main + workers) of ``robustlab evaluate``
    on folders of 1,000 and 10,000 images, built by hard-linking the shared photos under
    different names. The target is a growth below 100 MB.
 
@@ -114,8 +114,13 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
     print(f"  ratio evaluate / forward = {fb / ff:.3f} (target >= 0.85)")
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident set size in bytes of ``pid`` and all its descendants (Linux /proc)."""
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes of ``pid`` and all its descendants (Linux /proc).
+
+    RSS counts pages shared between the main process and its forked workers once per
+    process; PSS splits them, so it is the better total for a process tree. PSS is 0 where
+    ``smaps_rollup`` is unavailable.
+    """
     children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -126,27 +131,34 @@ def _tree_rss(pid: int) -> int:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(d))
-    total, stack = 0, [pid]
+    rss = pss = 0
+    stack = [pid]
     while stack:
         p = stack.pop()
         try:
             with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                rss += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+                        break
         except OSError:
             pass
         stack.extend(children.get(p, []))
-    return total
+    return rss, pss
 
 
-def peak_tree_rss(cmd: list[str], interval: float = 0.1) -> tuple[int, float, int]:
-    """Run ``cmd``; return (peak RSS of its process tree, seconds, exit status)."""
+def peak_tree_memory(cmd: list[str], interval: float = 0.2) -> tuple[int, int, float, int]:
+    """Run ``cmd``; return (peak RSS, peak PSS of its process tree, seconds, exit status)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = [0]
+    peak = [0, 0]
 
     def watch():
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            rss, pss = _tree_memory(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             time.sleep(interval)
 
     th = threading.Thread(target=watch, daemon=True)
@@ -155,7 +167,7 @@ def peak_tree_rss(cmd: list[str], interval: float = 0.1) -> tuple[int, float, in
     th.join()
     if proc.returncode:
         print(err.strip().splitlines()[-1] if err.strip() else "failed", file=sys.stderr)
-    return peak[0], time.perf_counter() - t0, proc.returncode
+    return peak[0], peak[1], time.perf_counter() - t0, proc.returncode
 
 
 def memory(sizes: list[int], workers: int, batch_size: int, shift: str | None) -> None:
@@ -168,13 +180,16 @@ def memory(sizes: list[int], workers: int, batch_size: int, shift: str | None) -
                "--batch-size", str(batch_size), "--no-progress"]
         if shift:
             cmd += ["--suite", "imagenet-c", "--shift", shift, "--level", "3"]
-        peak, secs, rc = peak_tree_rss(cmd)
-        peaks.append(peak)
-        print(f"memory: {n:6d} images{' (+' + shift + '/3)' if shift else ''}: peak RSS of the "
-              f"process tree {peak / 2**20:7.1f} MB, {secs:6.1f} s, exit {rc}")
+        rss, pss, secs, rc = peak_tree_memory(cmd)
+        peaks.append((rss, pss))
+        print(f"memory: {n:6d} images{' (+' + shift + '/3)' if shift else ''}: peak of the process "
+              f"tree RSS {rss / 2**20:7.1f} MB, PSS {pss / 2**20:7.1f} MB, {secs:6.1f} s, exit {rc}",
+              flush=True)
     if len(peaks) >= 2:
-        grow = (peaks[-1] - peaks[0]) / 2**20
-        print(f"  growth {sizes[0]} -> {sizes[-1]} images: {grow:+.1f} MB (target < 100 MB)")
+        d_rss = (peaks[-1][0] - peaks[0][0]) / 2**20
+        d_pss = (peaks[-1][1] - peaks[0][1]) / 2**20
+        print(f"  growth {sizes[0]} -> {sizes[-1]} images: RSS {d_rss:+.1f} MB, PSS {d_pss:+.1f} MB "
+              "(target < 100 MB)")
 
 
 def main() -> None:

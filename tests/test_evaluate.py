@@ -89,6 +89,7 @@ def test_one_row_per_cell_and_predictions_stored(first_run, lite0, photos):
     assert run["model_spec"] == "lite0" and run["weights_hash"] == lite0.weights_hash
     assert run["seed"] == 0 and run["suite"] == "imagenet-c" and run["label_space"] == "imagenet1k"
     assert run["preprocessing"]["protocol"]["crop"] == 224 and run["versions"]["torch"]
+    assert run["config"]["source"] == "on-the-fly" and run["config"]["labels_csv"].endswith("labels.csv")
     preds = store.predictions([df.attrs["run_id"]])
     clean = preds[preds["shift"] == "clean"]
     with open(photos / "labels.csv", newline="") as fh:

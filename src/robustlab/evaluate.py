@@ -203,6 +203,8 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         seed=int(seed),
         versions=versions(),
         config={"source": source_kind, "generated_root": str(generated_root or ""),
+                "labels_csv": str(getattr(samples, "labels_csv", None) or labels_csv or "") or None,
+                "masks": str(Path(masks).expanduser().resolve()) if masks else None,
                 "model": _describe(model),
                 "cells": [[s, str(lv)] for s, lv in cells],
                 "discover_skipped": [list(x) for x in getattr(samples, "skipped", [])]},
