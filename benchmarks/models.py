@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--device", default=None)
     args = ap.parse_args()
-    rows = list(csv.DictReader(open(SAMPLES / "labels.csv", encoding="utf-8")))
+    rows = list(csv.DictReader((SAMPLES / "labels.csv").read_text(encoding="utf-8").splitlines()))
     n = args.batch * args.batches
     photos = [load_image(SAMPLES / r["file"])[0] for r in rows[:n]]
     print(f"torch threads: {torch.get_num_threads()}  images: {len(photos)}  batch: {args.batch}")

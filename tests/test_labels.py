@@ -12,7 +12,7 @@ from robustlab.data.labels import LabelSpace, get_label_space, list_label_spaces
 
 def test_imagenet1k_matches_shared_csv(samples_dir):
     space = get_label_space("imagenet1k")
-    rows = list(csv.DictReader(open(samples_dir.parent / "imagenet_classes.csv", encoding="utf-8")))
+    rows = list(csv.DictReader((samples_dir.parent / "imagenet_classes.csv").read_text(encoding="utf-8").splitlines()))
     assert len(space) == 1000 and space.kind == "full"
     assert list(space.wnids) == [r["wnid"] for r in rows]
     assert list(space.classes) == [r["name"] for r in rows]
@@ -45,7 +45,7 @@ def test_shared_readable_name_is_refused_as_ambiguous():
 
 def test_every_shared_sample_label_resolves(samples_dir):
     space = get_label_space("imagenet1k")
-    for row in csv.DictReader(open(samples_dir / "labels.csv", encoding="utf-8")):
+    for row in csv.DictReader((samples_dir / "labels.csv").read_text(encoding="utf-8").splitlines()):
         assert space.index_of(row["wnid"]) == int(row["index"])
 
 

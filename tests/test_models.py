@@ -17,7 +17,7 @@ from robustlab.models.lite import package_weights
 
 def _accuracy(name: str, samples_dir) -> float:
     model = load_model(name, device="cpu")
-    rows = list(csv.DictReader(open(samples_dir / "labels.csv", encoding="utf-8")))
+    rows = list(csv.DictReader((samples_dir / "labels.csv").read_text(encoding="utf-8").splitlines()))
     labels = torch.tensor([int(r["index"]) for r in rows])
     preds = []
     for i in range(0, len(rows), model.batch_size):

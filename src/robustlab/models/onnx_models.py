@@ -16,8 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import (IMAGENET_MEAN, IMAGENET_STD, Model, Preprocessing, auto_device,
-                   default_batch_size, package_versions, weights_hash)
+from .base import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Model,
+    Preprocessing,
+    auto_device,
+    default_batch_size,
+    package_versions,
+    weights_hash,
+)
 
 CPU_BATCH = 32
 META_KEYS = ("input_size", "crop_pct", "interpolation", "mean", "std", "resize_mode")
@@ -91,7 +99,7 @@ def load(path: str, *, spec: str, weights=None, device=None, label_space=None,
         providers.insert(0, "CUDAExecutionProvider")
     try:
         session = ort.InferenceSession(str(file), providers=providers)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"cannot load ONNX model {file}: {text}") from None
     inputs, outputs = session.get_inputs(), session.get_outputs()

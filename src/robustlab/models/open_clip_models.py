@@ -19,7 +19,14 @@ import contextlib
 import logging
 from pathlib import Path
 
-from .base import Model, Preprocessing, auto_device, default_batch_size, package_versions, weights_hash
+from .base import (
+    Model,
+    Preprocessing,
+    auto_device,
+    default_batch_size,
+    package_versions,
+    weights_hash,
+)
 
 CPU_BATCH = 16
 # Prompt templates (our own short set; ImageNet-D's protocol uses the first one alone).
@@ -131,7 +138,7 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
             net = open_clip.create_model(name, load_weights=False, pretrained_text=False)
             open_clip.load_checkpoint(net, str(path), strict=True)
             tokenizer = open_clip.get_tokenizer(name)
-    except Exception as exc:  # config needing a download, checkpoint that does not fit
+    except Exception as exc:  # noqa: BLE001 - config needing a download, checkpoint misfit
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"cannot load open_clip:{arch} with {path}: {text}") from None
     net = net.eval().to(dev)

@@ -12,8 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .base import (Preprocessing, TorchModel, auto_device, default_batch_size, head_classes,
-                   load_state_dict_file, load_strict, offline, package_versions, weights_hash)
+from .base import (
+    Preprocessing,
+    TorchModel,
+    auto_device,
+    default_batch_size,
+    head_classes,
+    load_state_dict_file,
+    load_strict,
+    offline,
+    package_versions,
+    weights_hash,
+)
 
 CPU_BATCH = 32
 
@@ -35,7 +45,7 @@ def cached_weights(cfg) -> Path | None:
         for name in names:
             try:
                 p = try_to_load_from_cache(repo, name, revision=revision or None)
-            except Exception:  # malformed id: treat as not cached
+            except Exception:  # noqa: BLE001 - malformed id: treat as not cached
                 p = None
             if isinstance(p, str) and Path(p).is_file():
                 return Path(p)
@@ -109,7 +119,7 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
         else:
             try:
                 net = timm.create_model(name, pretrained=True)
-            except Exception as exc:  # no network, missing file on the hub...
+            except Exception as exc:  # noqa: BLE001 - no network, missing file on the hub...
                 raise ValueError(f"could not download timm:{name} weights ({_first_line(exc)}); "
                                  + (f"download the hub model {name[7:]}" if hub else _where(cfg))) from None
             local = None if hub else cached_weights(cfg)

@@ -13,9 +13,20 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .base import (IMAGENET_MEAN, IMAGENET_STD, Preprocessing, TorchModel, auto_device,
-                   default_batch_size, head_classes, load_state_dict_file, load_strict, offline,
-                   package_versions, weights_hash)
+from .base import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Preprocessing,
+    TorchModel,
+    auto_device,
+    default_batch_size,
+    head_classes,
+    load_state_dict_file,
+    load_strict,
+    offline,
+    package_versions,
+    weights_hash,
+)
 
 CPU_BATCH = 32
 
@@ -67,7 +78,7 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
                                  f"are off: download {default.url} to {path} or pass --weights PATH")
             try:
                 default.get_state_dict(progress=False, check_hash=True)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - urllib/hash errors of many types
                 msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise ValueError(f"could not download torchvision:{name} weights ({msg}); download "
                                  f"{default.url} to {path} or pass --weights PATH") from None
