@@ -23,6 +23,10 @@ Exactness:
   value only when a result lands that close to a multiple of 1/255 (none of the
   reference fixtures do).
 
+A quirk kept from the reference: for r >= 8 the disk touches the edge of its grid and the
+reflect-101 border of the smoothing adds mass, so the kernel sums to 1.011 (r = 8) and
+1.013 (r = 10) and severities 4-5 also brighten slightly.
+
 Deterministic: no random draws. Any size works as is (the kernel does not depend on it).
 """
 

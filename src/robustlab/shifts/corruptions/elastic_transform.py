@@ -88,8 +88,12 @@ def _reflect101(p, n):
 
 
 @njit(cache=True, nogil=True)
-def _warp_affine(src, m, wtab, out):
-    """OpenCV 3.4 ``warpAffine(src, m, INTER_LINEAR, BORDER_REFLECT_101)`` for float32."""
+def _warp_affine(src, levels, m, wtab, out):
+    """OpenCV 3.4 ``warpAffine(levels[src], m, INTER_LINEAR, BORDER_REFLECT_101)``, float32.
+
+    ``src`` is the uint8 image and ``levels[v]`` its float32 value ``v / 255``, so the
+    float image is never materialised.
+    """
     h, w, ch = src.shape
     # the inverse map, as warpAffine computes it when WARP_INVERSE_MAP is not set
     d = m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]
@@ -122,9 +126,9 @@ def _warp_affine(src, m, wtab, out):
             r0 = _reflect101(sy, h)
             r1 = _reflect101(sy + 1, h)
             for k in range(ch):
-                t = src[r0, c0, k] * wt[0] + src[r0, c1, k] * wt[1]
-                t = t + src[r1, c0, k] * wt[2]
-                t = t + src[r1, c1, k] * wt[3]
+                t = levels[src[r0, c0, k]] * wt[0] + levels[src[r0, c1, k]] * wt[1]
+                t = t + levels[src[r1, c0, k]] * wt[2]
+                t = t + levels[src[r1, c1, k]] * wt[3]
                 out[y, x, k] = t
 
 
@@ -163,6 +167,31 @@ def _smooth_rows_reflect(src, dst, wts):
             out[j] = acc[j]
 
 
+@njit(cache=True, nogil=True)
+def _smooth_cols_reflect(src, dst, wts):
+    """The same correlation along axis 0, vectorised across each row."""
+    n, m = src.shape
+    r = (wts.shape[0] - 1) // 2
+    period = 2 * n
+    acc = np.empty(m, np.float64)
+    for i in range(n):
+        c = wts[r]
+        s0 = src[i]
+        for j in range(m):
+            acc[j] = s0[j] * c
+        for d in range(r, 0, -1):
+            c = wts[r - d]
+            q = (i - d) % period
+            lo = src[q] if q < n else src[period - 1 - q]
+            q = (i + d) % period
+            hi = src[q] if q < n else src[period - 1 - q]
+            for j in range(m):
+                acc[j] += (lo[j] + hi[j]) * c
+        out = dst[i]
+        for j in range(m):
+            out[j] = acc[j]
+
+
 def gaussian_reflect(field: np.ndarray, sigma: float, truncate: float = 3.0) -> np.ndarray:
     """``scipy.ndimage.gaussian_filter(field, sigma, mode='reflect', truncate=truncate)``.
 
@@ -170,12 +199,11 @@ def gaussian_reflect(field: np.ndarray, sigma: float, truncate: float = 3.0) -> 
     grows with the radius: about 4x the time of the DCT route at severity 1).
     """
     wts = gaussian_weights(sigma, truncate)
-    cols = np.ascontiguousarray(field.T)
-    tmp = np.empty_like(cols)
-    _smooth_rows_reflect(cols, tmp, wts)  # axis 0 of field
-    rows = np.ascontiguousarray(tmp.T)
-    out = np.empty_like(rows)
-    _smooth_rows_reflect(rows, out, wts)  # axis 1
+    field = np.ascontiguousarray(field, dtype=np.float64)
+    tmp = np.empty_like(field)
+    _smooth_cols_reflect(field, tmp, wts)  # axis 0
+    out = np.empty_like(tmp)
+    _smooth_rows_reflect(tmp, out, wts)  # axis 1
     return out
 
 
@@ -301,11 +329,10 @@ def elastic_transform(x, params, rng, ctx):
     alpha, sigma, affine = params
     x = np.asarray(x)
     h, w = x.shape[:2]
-    img = _F32_SCALE[x]
     pts1 = affine_points(h, w)
     pts2 = pts1 + rng.uniform(-affine, affine, size=pts1.shape).astype(np.float32)
-    warped = np.empty_like(img)
-    _warp_affine(img, cv2.getAffineTransform(pts1, pts2), _WTAB, warped)
+    warped = np.empty(x.shape, np.float32)
+    _warp_affine(x, _F32_SCALE, cv2.getAffineTransform(pts1, pts2), _WTAB, warped)
     smooth = gaussian_reflect
     if not is_legacy(rng) and int(3.0 * sigma + 0.5) > _DCT_MIN_RADIUS:
         smooth = gaussian_reflect_dct
