@@ -70,9 +70,9 @@ SEVERITIES = (1, 2, 3, 4, 5)
 # Targets, as data: seconds.
 TARGET_COMMON_TOTAL_S = 0.25
 TARGET_GLASS_BLUR_S = 0.015
-# What the reference took on a quiet dev machine when the targets were set (issue 2). On a
-# loaded machine everything is slower, so the benchmark also prints each target as the
-# speedup over the reference it implies (load cancels out of a ratio measured in one run).
+# What the reference took when the targets were set (issue 2). This machine may be slower
+# (load, CPU, build), so the benchmark also prints each target scaled by how much slower the
+# reference ran in this very run: load and machine cancel out of that comparison.
 REFERENCE_QUIET_COMMON_S = 3.3
 REFERENCE_QUIET_GLASS_BLUR_S = 0.46
 CROP, RESIZE = 224, 256
@@ -455,12 +455,12 @@ def main(argv=None) -> int:
         checks.append((f"{n}-vs-reference", "PASS" if to <= tr else "FAIL", detail))
     for name, status, detail in checks:
         print(f"{status} {name}: {detail}")
-    # Load-independent view of the absolute targets (informational, not a check): scale each
-    # by how much slower the reference ran here than on the quiet machine the targets came from.
+    # Machine-independent view of the absolute targets (informational, not a check): scale
+    # each by how much slower the reference ran here than when the targets were set.
     if tot_r_all and len(common) == len(COMMON):
         slow = med(tot_r_all) / REFERENCE_QUIET_COMMON_S
         line = (f"INFO machine factor {slow:.2f} (reference 75 cells {med(tot_r_all) * 1e3:.0f} ms "
-                f"here vs {REFERENCE_QUIET_COMMON_S * 1e3:.0f} ms quiet): common-75-total target "
+                f"here vs {REFERENCE_QUIET_COMMON_S * 1e3:.0f} ms in issue 2): common-75-total target "
                 f"scaled {TARGET_COMMON_TOTAL_S * slow * 1e3:.0f} ms")
         if all15:
             line += f", ours {med(tot_o) * 1e3:.0f} ms"
@@ -471,7 +471,7 @@ def main(argv=None) -> int:
         g = ours.get("glass_blur")
         line = (f"INFO glass_blur factor {slow:.2f} (reference mean "
                 f"{slow * REFERENCE_QUIET_GLASS_BLUR_S * 1e3:.0f} ms/call here vs "
-                f"{REFERENCE_QUIET_GLASS_BLUR_S * 1e3:.0f} quiet): target scaled "
+                f"{REFERENCE_QUIET_GLASS_BLUR_S * 1e3:.0f} in issue 2): target scaled "
                 f"{TARGET_GLASS_BLUR_S * slow * 1e3:.1f} ms")
         if g and not g.get("error"):
             line += f", ours worst {max(cell_median(g, s, clock) for s in SEVERITIES) * 1e3:.1f} ms"
