@@ -8,7 +8,8 @@
 #   --verify  also re-run the reference on the 5 photos of ../shared/data/imagenet_c_reference.npz
 #             and require bit-identical outputs for every corruption except impulse_noise
 #             (its noise comes from scikit-image's own generator); about a minute.
-#   env PYTHON=python3.11 selects the interpreter the venv is made from.
+#   env PYTHON=python3.11 selects the interpreter the venv is made from;
+#   env MAIN_PYTHON=python3 the one whose installed imagecorruptions supplies the frost files.
 #
 # Needs: Python 3.11, Debian's libmagickwand-dev (apt-get install libmagickwand-dev; Wand
 # loads ImageMagick's C library for motion_blur), PyPI access, and the `imagecorruptions`
