@@ -31,11 +31,19 @@ def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2) -> I
         for i in range(len(dataset)):
             yield dataset[i]
         return
+    import multiprocessing
+
     from torch.utils.data import DataLoader
 
+    # Workers must not be forked from this process: after a forward pass its OpenMP and
+    # OpenCV thread pools exist, and a forked child that touches them can deadlock (seen:
+    # cv2.setNumThreads hanging in worker_init). forkserver children start clean.
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     loader = DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(workers),
                         collate_fn=_identity, prefetch_factor=max(1, int(prefetch)),
-                        worker_init_fn=worker_init, persistent_workers=False)
+                        worker_init_fn=worker_init, persistent_workers=False,
+                        multiprocessing_context=context)
     yield from loader
 
 

@@ -234,10 +234,14 @@ class Runner:
 
 
 class _ModelTransform:
-    """Picklable ``img -> model.transform(img, crop=False)``."""
+    """Picklable ``img -> model.transform(img, crop=False)``.
+
+    Holds only the model's preprocessing record, not the model: workers start from a
+    clean process (forkserver) and would otherwise receive a pickled copy of the weights.
+    """
 
     def __init__(self, model):
-        self.model = model
+        self.preprocessing = model.preprocessing
 
     def __call__(self, img):
-        return self.model.transform(img, crop=False)
+        return self.preprocessing.to_tensor(img, crop=False)
