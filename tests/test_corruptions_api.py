@@ -35,15 +35,28 @@ def test_shape_dtype_determinism(photo, name, severity):
     assert not np.array_equal(out, photo), "corruption left the image unchanged"
 
 
+# The reference's own parameters make these weaker in pixel terms at severity 5 than at 1.
+NOT_MONOTONE_IN_PIXELS = {
+    # severity 1 applies a +-24 px random affine warp, severity 5 only +-4.9 px (the
+    # elastic part grows instead): mean distance on the reference photos is 35.3 at s1 and
+    # 21.4 at s5.
+    "elastic_transform",
+}
+
+
 @pytest.mark.parametrize("name", CORRUPTIONS)
 def test_strength_grows_with_severity(photo, name):
     x = photo.astype(np.float64)
-    dist = [np.abs(robustlab.corrupt(photo, name, s, seed=7).astype(np.float64) - x).mean()
-            for s in range(1, 6)]
+    # Averaged over seeds: frost's random texture crop alone can outweigh one severity step.
+    dist = [np.mean([np.abs(robustlab.corrupt(photo, name, s, seed=k).astype(np.float64) - x).mean()
+                     for k in range(4)]) for s in range(1, 6)]
     # ImageNet-C severities are ordered by the error they cause, not by pixel distance, and
-    # a few reference tables are non-monotone in pixel terms (snow, elastic, saturate);
-    # still, severity 5 is always further from the clean image than severity 1.
-    assert dist[4] > dist[0], dist
+    # a few reference tables are non-monotone in between (snow, saturate); still, severity 5
+    # is further from the clean image than severity 1, except where the table says otherwise.
+    if name in NOT_MONOTONE_IN_PIXELS:
+        assert dist[0] > dist[4], dist
+    else:
+        assert dist[4] > dist[0], dist
 
 
 @pytest.mark.parametrize("name", CORRUPTIONS)
