@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import logging
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 DEMO_LABEL_SPACE = "demo"
 DEMO_MODEL = "lite0"
@@ -296,9 +293,10 @@ def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None
 
         step += 1
         _say(f"[{step}/{n_steps}] writing the report")
-        result = build_report(db, out / REPORT_NAME, run_ids=run_ids)
+        result = build_report(db, out / REPORT_NAME, run_ids=run_ids,
+                              title=f"robustlab demo: {DEMO_MODEL} on {len(chosen)} photos")
         for note in result.notes:
-            log.info("report note: %s", note)
+            _say(f"    note: {note}")
     summary = demo_summary(Store(db), run_ids)
     print(summary)
     print(f"\ndatabase: {db}")
