@@ -29,10 +29,11 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="do not overwrite the checked-in masks")
     args = ap.parse_args()
 
+    from scipy import ndimage
+
     from robustlab.data.images import load_image
     from robustlab.demo import demo_photos
     from robustlab.masks import MaskerParams, class_activation_map, grabcut_mask, save_mask
-    from scipy import ndimage
 
     params = MaskerParams(**PARAMS)
     model = None
