@@ -23,9 +23,15 @@ Not a robustlab module and imported by nothing: it only runs under the reference
 import os
 
 # Single-threaded, set before numpy/scipy/cv2 load their thread pools.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-             "NUMBA_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
-             "MAGICK_THREAD_LIMIT"):
+for _var in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "MAGICK_THREAD_LIMIT",
+):
     os.environ[_var] = "1"
 
 import json  # noqa: E402
@@ -82,8 +88,12 @@ def main() -> int:
     import wand.version
 
     versions = {
-        "python": sys.version.split()[0], "numpy": np.__version__, "scipy": scipy.__version__,
-        "scikit-image": skimage.__version__, "opencv": cv2.__version__, "pillow": PIL.__version__,
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "scikit-image": skimage.__version__,
+        "opencv": cv2.__version__,
+        "pillow": PIL.__version__,
         "imagemagick": wand.version.MAGICK_VERSION,
     }
     print(json.dumps({"ready": True, "versions": versions}), file=out, flush=True)
@@ -92,11 +102,19 @@ def main() -> int:
         if req.get("quit"):
             break
         try:
-            reply = _time_corruption(images, req["name"], int(req["index"]),
-                                     [int(s) for s in req["severities"]], int(req["repeats"]))
+            reply = _time_corruption(
+                images,
+                req["name"],
+                int(req["index"]),
+                [int(s) for s in req["severities"]],
+                int(req["repeats"]),
+            )
         except Exception as exc:  # reported per corruption; the parent prints it
-            reply = {"name": req.get("name"), "error": f"{type(exc).__name__}: {exc}",
-                     "traceback": traceback.format_exc()}
+            reply = {
+                "name": req.get("name"),
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
         print(json.dumps(reply), file=out, flush=True)
     return 0
 

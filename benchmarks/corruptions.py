@@ -33,9 +33,15 @@ from __future__ import annotations
 import os
 
 # Single-threaded before numpy, scipy, numba or cv2 create thread pools.
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "NUMBA_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
-               "MAGICK_THREAD_LIMIT")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "MAGICK_THREAD_LIMIT",
+)
 for _var in THREAD_VARS:
     os.environ[_var] = "1"
 
@@ -58,10 +64,25 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data"
 
 # The reference's order (imagenet_c.corruption_tuple): the index is part of the seed rule.
 REFERENCE_ORDER = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
-    "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
-    "elastic_transform", "pixelate", "jpeg_compression",
-    "speckle_noise", "gaussian_blur", "spatter", "saturate",
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+    "snow",
+    "frost",
+    "fog",
+    "brightness",
+    "contrast",
+    "elastic_transform",
+    "pixelate",
+    "jpeg_compression",
+    "speckle_noise",
+    "gaussian_blur",
+    "spatter",
+    "saturate",
 )
 COMMON = REFERENCE_ORDER[:15]
 EXTRA = REFERENCE_ORDER[15:]
@@ -79,6 +100,7 @@ CROP, RESIZE = 224, 256
 
 
 # ---------------------------------------------------------------------------- images
+
 
 def pick_files(data_dir: Path, n: int) -> list[Path]:
     """``n`` photos spread evenly over the sorted sample folder (varied classes and sizes)."""
@@ -122,6 +144,7 @@ def prepare_images(files: list[Path]) -> tuple[np.ndarray, str]:
 
 
 # ---------------------------------------------------------------------------- timing
+
 
 def seed_for(i: int, name: str, s: int) -> int:
     """The reference data's seed rule: 1000*image + 10*corruption index + severity."""
@@ -168,8 +191,12 @@ class Reference:
         self.log = open(images_path.with_suffix(".stderr.txt"), "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [str(python), str(HERE / "_reference_worker.py"), str(images_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            text=True, env=env, cwd=str(HERE),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            cwd=str(HERE),
         )
         hello = self._read()
         self.versions = hello.get("versions", {})
@@ -184,8 +211,12 @@ class Reference:
         return json.loads(line)
 
     def time(self, name: str, severities, repeats: int) -> dict:
-        req = {"name": name, "index": REFERENCE_ORDER.index(name),
-               "severities": list(severities), "repeats": repeats}
+        req = {
+            "name": name,
+            "index": REFERENCE_ORDER.index(name),
+            "severities": list(severities),
+            "repeats": repeats,
+        }
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         return self._read()
@@ -201,6 +232,7 @@ class Reference:
 
 
 # ---------------------------------------------------------------------------- summary
+
 
 def cell_median(result: dict | None, s: int, clock: str) -> float | None:
     if not result or result.get("error"):
@@ -251,30 +283,49 @@ def parse_names(spec: str) -> list[str]:
         elif part in REFERENCE_ORDER:
             names.append(part)
         else:
-            raise SystemExit(f"error: unknown corruption {part!r}; use all, common, extra or "
-                             f"names from: {', '.join(REFERENCE_ORDER)}")
+            raise SystemExit(
+                f"error: unknown corruption {part!r}; use all, common, extra or "
+                f"names from: {', '.join(REFERENCE_ORDER)}"
+            )
     return [n for n in REFERENCE_ORDER if n in set(names)]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--images", type=int, default=4, help="number of photos (default 4)")
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="timed passes over all images per cell; the median is reported (default 3)")
-    ap.add_argument("--corruptions", default="all",
-                    help="comma list of names, or all / common / extra (default all)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed passes over all images per cell; the median is reported (default 3)",
+    )
+    ap.add_argument(
+        "--corruptions",
+        default="all",
+        help="comma list of names, or all / common / extra (default all)",
+    )
     ap.add_argument("--no-reference", action="store_true", help="time ours only")
-    ap.add_argument("--refenv", type=Path, default=Path(os.environ.get("ROBUSTLAB_REFENV", DEFAULT_REFENV)),
-                    help="reference venv built by setup_reference_env.sh (default benchmarks/.refenv)")
+    ap.add_argument(
+        "--refenv",
+        type=Path,
+        default=Path(os.environ.get("ROBUSTLAB_REFENV", DEFAULT_REFENV)),
+        help="reference venv built by setup_reference_env.sh (default benchmarks/.refenv)",
+    )
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data folder")
-    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                    help="clock for the table and targets (both are recorded): cpu = process CPU "
-                         "time, the one-core cost, robust to other processes on a shared machine "
-                         "(default); wall = elapsed time")
+    ap.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="clock for the table and targets (both are recorded): cpu = process CPU "
+        "time, the one-core cost, robust to other processes on a shared machine "
+        "(default); wall = elapsed time",
+    )
     ap.add_argument("--json", type=Path, help="write all raw timings and the summary here")
-    ap.add_argument("--strict", action="store_true",
-                    help="exit 1 when a target fails or cannot be checked")
+    ap.add_argument(
+        "--strict", action="store_true", help="exit 1 when a target fails or cannot be checked"
+    )
     args = ap.parse_args(argv)
     if args.images < 1 or args.repeats < 1:
         ap.error("--images and --repeats must be at least 1")
@@ -283,6 +334,7 @@ def main(argv=None) -> int:
 
     try:
         import cv2
+
         cv2.setNumThreads(1)
     except ImportError:
         cv2 = None
@@ -293,8 +345,10 @@ def main(argv=None) -> int:
 
     files = pick_files(args.data, args.images)
     images, how = prepare_images(files)
-    print(f"images: {len(images)} x {images.shape[1]}x{images.shape[2]} via {how}: "
-          f"{', '.join(f.name for f in files)}")
+    print(
+        f"images: {len(images)} x {images.shape[1]}x{images.shape[2]} via {how}: "
+        f"{', '.join(f.name for f in files)}"
+    )
     print(f"repeats: {args.repeats}; clock: {clock}; threads: 1 (env + cv2.setNumThreads)")
     load0 = os.getloadavg()
 
@@ -307,8 +361,10 @@ def main(argv=None) -> int:
     else:
         py = args.refenv / "bin" / "python"
         if not py.exists():
-            ref_note = (f"REFERENCE ENVIRONMENT NOT FOUND at {args.refenv}: ours only, no ratios. "
-                        f"Build it with: bash benchmarks/setup_reference_env.sh")
+            ref_note = (
+                f"REFERENCE ENVIRONMENT NOT FOUND at {args.refenv}: ours only, no ratios. "
+                f"Build it with: bash benchmarks/setup_reference_env.sh"
+            )
         else:
             npy = Path(tmp.name) / "images.npy"
             np.save(npy, images)
@@ -320,9 +376,15 @@ def main(argv=None) -> int:
     if ref_note:
         print(ref_note)
     elif ref is not None:
-        print("reference: imagenet-c 0.0.3 in " + str(args.refenv) + "; "
-              + ", ".join(f"{k} {v.split()[0] if k != 'imagemagick' else v.split()[1]}"
-                          for k, v in ref.versions.items()))
+        print(
+            "reference: imagenet-c 0.0.3 in "
+            + str(args.refenv)
+            + "; "
+            + ", ".join(
+                f"{k} {v.split()[0] if k != 'imagemagick' else v.split()[1]}"
+                for k, v in ref.versions.items()
+            )
+        )
     if missing:
         print(f"not implemented yet in robustlab ({len(missing)}): {', '.join(missing)}")
     print(flush=True)
@@ -350,8 +412,10 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------------ table
     unit = f"ms per call, median of repeats, {'process CPU' if clock == 'cpu' else 'wall'} time"
-    print(f"{'corruption':<18} {'sev':>3} {'ours':>9} {'reference':>9}  {'speedup':<14} "
-          f"{'noise o/r':>9}   [{unit}]")
+    print(
+        f"{'corruption':<18} {'sev':>3} {'ours':>9} {'reference':>9}  {'speedup':<14} "
+        f"{'noise o/r':>9}   [{unit}]"
+    )
     rows = []
     for n in names:
         o, r = ours.get(n), theirs.get(n)
@@ -366,8 +430,16 @@ def main(argv=None) -> int:
             so, sr = cell_spread(o, s, clock), cell_spread(r, s, clock)
             noise = "/".join("-" if v is None else f"{v * 100:.0f}%" for v in (so, sr))
             print(f"{n:<18} {s:>3} {fmt_ms(mo)} {fmt_ms(mr)}  {fmt_x(mo, mr):<14} {noise:>9}")
-            rows.append({"corruption": n, "severity": s, "ours_s": mo, "reference_s": mr,
-                         "ours_spread": so, "reference_spread": sr})
+            rows.append(
+                {
+                    "corruption": n,
+                    "severity": s,
+                    "ours_s": mo,
+                    "reference_s": mr,
+                    "ours_spread": so,
+                    "reference_spread": sr,
+                }
+            )
         so_ = [cell_median(o, s, clock) for s in SEVERITIES]
         sr_ = [cell_median(r, s, clock) for s in SEVERITIES]
         to = None if None in so_ else sum(so_)
@@ -376,11 +448,19 @@ def main(argv=None) -> int:
     print()
 
     # first-call cost
-    print("first call (compilation, lazy loads), ms:  " + "; ".join(
-        f"{n} {fmt_ms(ours[n]['first_call'][clock]).strip()}"
-        + (f" (ref {fmt_ms(theirs[n]['first_call'][clock]).strip()})"
-           if n in theirs and not theirs[n].get("error") else "")
-        for n in names if n in ours and not ours[n].get("error")))
+    print(
+        "first call (compilation, lazy loads), ms:  "
+        + "; ".join(
+            f"{n} {fmt_ms(ours[n]['first_call'][clock]).strip()}"
+            + (
+                f" (ref {fmt_ms(theirs[n]['first_call'][clock]).strip()})"
+                if n in theirs and not theirs[n].get("error")
+                else ""
+            )
+            for n in names
+            if n in ours and not ours[n].get("error")
+        )
+    )
     print()
 
     # ------------------------------------------------------------------ totals and targets
@@ -399,24 +479,39 @@ def main(argv=None) -> int:
     all15 = len(ours_common) == len(COMMON)
     label = "75 common cells" if all15 else f"{len(ours_common) * 5} of 75 common cells"
     if ours_common:
-        print(f"total, {label}, per image: ours {med(tot_o) * 1e3:.0f} ms{rng_txt(tot_o)}"
-              + (f"; reference on the same cells {med(tot_r_same) * 1e3:.0f} ms{rng_txt(tot_r_same)}; "
-                 f"speedup {fmt_x(med(tot_o), med(tot_r_same))}" if tot_r_same else ""))
+        print(
+            f"total, {label}, per image: ours {med(tot_o) * 1e3:.0f} ms{rng_txt(tot_o)}"
+            + (
+                f"; reference on the same cells {med(tot_r_same) * 1e3:.0f} ms"
+                f"{rng_txt(tot_r_same)}; "
+                f"speedup {fmt_x(med(tot_o), med(tot_r_same))}"
+                if tot_r_same
+                else ""
+            )
+        )
     other = "wall" if clock == "cpu" else "cpu"
     oo = total_per_repeat(ours, ours_common, other) if ours_common else None
     orr = total_per_repeat(theirs, ours_common, other) if theirs and ours_common else None
     if oo:
-        print(f"  same cells by {other} time: ours {med(oo) * 1e3:.0f} ms"
-              + (f", reference {med(orr) * 1e3:.0f} ms" if orr else ""))
+        print(
+            f"  same cells by {other} time: ours {med(oo) * 1e3:.0f} ms"
+            + (f", reference {med(orr) * 1e3:.0f} ms" if orr else "")
+        )
     if tot_r_all and len(common) == len(COMMON):
-        print(f"reference, all 75 common cells, per image: {med(tot_r_all) * 1e3:.0f} ms"
-              f"{rng_txt(tot_r_all)}")
-    spreads = [v for row in rows for v in (row["ours_spread"], row["reference_spread"]) if v is not None]
+        print(
+            f"reference, all 75 common cells, per image: {med(tot_r_all) * 1e3:.0f} ms"
+            f"{rng_txt(tot_r_all)}"
+        )
+    spreads = [
+        v for row in rows for v in (row["ours_spread"], row["reference_spread"]) if v is not None
+    ]
     if spreads:
-        print(f"noise: per-cell (max-min)/median over {args.repeats} repeats: median "
-              f"{statistics.median(spreads) * 100:.0f}%, max {max(spreads) * 100:.0f}%; "
-              f"load average {load0[0]:.2f} -> {load1[0]:.2f} on {os.cpu_count()} CPUs; "
-              f"run took {elapsed:.0f} s")
+        print(
+            f"noise: per-cell (max-min)/median over {args.repeats} repeats: median "
+            f"{statistics.median(spreads) * 100:.0f}%, max {max(spreads) * 100:.0f}%; "
+            f"load average {load0[0]:.2f} -> {load1[0]:.2f} on {os.cpu_count()} CPUs; "
+            f"run took {elapsed:.0f} s"
+        )
     print()
 
     checks = []  # (name, status, detail); status PASS / FAIL / SKIP
@@ -424,24 +519,41 @@ def main(argv=None) -> int:
     if set(COMMON) <= set(names):
         if all15:
             v = med(tot_o)
-            checks.append(("common-75-total", "PASS" if v <= TARGET_COMMON_TOTAL_S else "FAIL",
-                           f"{v * 1e3:.0f} ms <= {TARGET_COMMON_TOTAL_S * 1e3:.0f} ms"))
+            checks.append(
+                (
+                    "common-75-total",
+                    "PASS" if v <= TARGET_COMMON_TOTAL_S else "FAIL",
+                    f"{v * 1e3:.0f} ms <= {TARGET_COMMON_TOTAL_S * 1e3:.0f} ms",
+                )
+            )
         else:
-            checks.append(("common-75-total", "SKIP",
-                           f"only {len(ours_common)} of 15 common corruptions implemented"
-                           + (f"; partial {med(tot_o) * 1e3:.0f} ms" if tot_o else "")))
+            checks.append(
+                (
+                    "common-75-total",
+                    "SKIP",
+                    f"only {len(ours_common)} of 15 common corruptions implemented"
+                    + (f"; partial {med(tot_o) * 1e3:.0f} ms" if tot_o else ""),
+                )
+            )
     if "glass_blur" in names:
         g = ours.get("glass_blur")
         if g and not g.get("error"):
             worst = max(cell_median(g, s, clock) for s in SEVERITIES)
-            checks.append(("glass_blur-per-call", "PASS" if worst <= TARGET_GLASS_BLUR_S else "FAIL",
-                           f"slowest severity {worst * 1e3:.1f} ms <= {TARGET_GLASS_BLUR_S * 1e3:.0f} ms"))
+            checks.append(
+                (
+                    "glass_blur-per-call",
+                    "PASS" if worst <= TARGET_GLASS_BLUR_S else "FAIL",
+                    f"slowest severity {worst * 1e3:.1f} ms <= {TARGET_GLASS_BLUR_S * 1e3:.0f} ms",
+                )
+            )
         else:
             checks.append(("glass_blur-per-call", "SKIP", "glass_blur not implemented or failed"))
     for n in names:
         o, r = ours.get(n), theirs.get(n)
         if o is None or o.get("error"):
-            checks.append((f"{n}-vs-reference", "SKIP", "not implemented" if o is None else "ours failed"))
+            checks.append(
+                (f"{n}-vs-reference", "SKIP", "not implemented" if o is None else "ours failed")
+            )
             continue
         if r is None or r.get("error"):
             checks.append((f"{n}-vs-reference", "SKIP", "no reference timing"))
@@ -459,20 +571,27 @@ def main(argv=None) -> int:
     # each by how much slower the reference ran here than when the targets were set.
     if tot_r_all and len(common) == len(COMMON):
         slow = med(tot_r_all) / REFERENCE_QUIET_COMMON_S
-        line = (f"INFO machine factor {slow:.2f} (reference 75 cells {med(tot_r_all) * 1e3:.0f} ms "
-                f"here vs {REFERENCE_QUIET_COMMON_S * 1e3:.0f} ms in issue 2): common-75-total target "
-                f"scaled {TARGET_COMMON_TOTAL_S * slow * 1e3:.0f} ms")
+        line = (
+            f"INFO machine factor {slow:.2f} (reference 75 cells {med(tot_r_all) * 1e3:.0f} ms "
+            f"here vs {REFERENCE_QUIET_COMMON_S * 1e3:.0f} ms in issue 2): common-75-total target "
+            f"scaled {TARGET_COMMON_TOTAL_S * slow * 1e3:.0f} ms"
+        )
         if all15:
             line += f", ours {med(tot_o) * 1e3:.0f} ms"
         print(line)
     gr = theirs.get("glass_blur")
     if gr and not gr.get("error"):
-        slow = statistics.mean(cell_median(gr, s, clock) for s in SEVERITIES) / REFERENCE_QUIET_GLASS_BLUR_S
+        slow = (
+            statistics.mean(cell_median(gr, s, clock) for s in SEVERITIES)
+            / REFERENCE_QUIET_GLASS_BLUR_S
+        )
         g = ours.get("glass_blur")
-        line = (f"INFO glass_blur factor {slow:.2f} (reference mean "
-                f"{slow * REFERENCE_QUIET_GLASS_BLUR_S * 1e3:.0f} ms/call here vs "
-                f"{REFERENCE_QUIET_GLASS_BLUR_S * 1e3:.0f} in issue 2): target scaled "
-                f"{TARGET_GLASS_BLUR_S * slow * 1e3:.1f} ms")
+        line = (
+            f"INFO glass_blur factor {slow:.2f} (reference mean "
+            f"{slow * REFERENCE_QUIET_GLASS_BLUR_S * 1e3:.0f} ms/call here vs "
+            f"{REFERENCE_QUIET_GLASS_BLUR_S * 1e3:.0f} in issue 2): target scaled "
+            f"{TARGET_GLASS_BLUR_S * slow * 1e3:.1f} ms"
+        )
         if g and not g.get("error"):
             line += f", ours worst {max(cell_median(g, s, clock) for s in SEVERITIES) * 1e3:.1f} ms"
         print(line)
@@ -481,14 +600,27 @@ def main(argv=None) -> int:
 
     if args.json:
         payload = {
-            "clock": clock, "images": [f.name for f in files], "prepared_with": how,
-            "repeats": args.repeats, "severities": list(SEVERITIES),
-            "targets": {"common_total_s": TARGET_COMMON_TOTAL_S, "glass_blur_s": TARGET_GLASS_BLUR_S},
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "loadavg_start": load0, "loadavg_end": load1},
+            "clock": clock,
+            "images": [f.name for f in files],
+            "prepared_with": how,
+            "repeats": args.repeats,
+            "severities": list(SEVERITIES),
+            "targets": {
+                "common_total_s": TARGET_COMMON_TOTAL_S,
+                "glass_blur_s": TARGET_GLASS_BLUR_S,
+            },
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "loadavg_start": load0,
+                "loadavg_end": load1,
+            },
             "versions": {"ours": _our_versions(cv2), "reference": ref_versions},
-            "reference_note": ref_note, "not_implemented": missing,
-            "ours": ours, "reference": theirs, "cells": rows,
+            "reference_note": ref_note,
+            "not_implemented": missing,
+            "ours": ours,
+            "reference": theirs,
+            "cells": rows,
             "checks": [{"name": a, "status": b, "detail": c} for a, b, c in checks],
         }
         args.json.write_text(json.dumps(payload, indent=1))
@@ -502,10 +634,16 @@ def _our_versions(cv2) -> dict:
     import scipy
     import skimage
 
-    v = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
-         "scikit-image": skimage.__version__, "opencv": cv2.__version__ if cv2 else None}
+    v = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "scikit-image": skimage.__version__,
+        "opencv": cv2.__version__ if cv2 else None,
+    }
     try:
         import numba
+
         v["numba"] = numba.__version__
     except ImportError:
         pass
