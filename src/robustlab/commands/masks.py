@@ -4,12 +4,18 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("masks", help="make foreground masks automatically (GrabCut, CAM-seeded GrabCut)")
+    p = sub.add_parser("masks", help="make foreground masks automatically (GrabCut, CAM-seeded GrabCut, your segmentation model)")
     p.add_argument("--data", required=True, help="image folder (ImageFolder tree or flat + labels CSV)")
     p.add_argument("--out", required=True, help="folder for the mask PNGs and masks_quality.csv/json")
-    p.add_argument("--method", choices=["grabcut", "cam-grabcut"], default="grabcut",
+    p.add_argument("--method", choices=["grabcut", "cam-grabcut", "segmentation"], default="grabcut",
                    help="grabcut: seed by the bbox (CAM when an image has none); "
-                        "cam-grabcut: seed by a lite0 class-activation map (bbox bounds it)")
+                        "cam-grabcut: seed by a lite0 class-activation map (bbox bounds it); "
+                        "segmentation: non-background pixels of your own --seg-model")
+    p.add_argument("--seg-model", help="with --method segmentation: torchvision:NAME "
+                                       "(e.g. torchvision:deeplabv3_resnet50)")
+    p.add_argument("--seg-weights", help="with --method segmentation: local state-dict file of --seg-model")
+    p.add_argument("--seg-classes", type=int, default=21, help="output classes of the checkpoint (VOC: 21)")
+    p.add_argument("--seg-background", type=int, default=0, help="index of the background class")
     p.add_argument("--bboxes", help="CSV of object boxes: file,x0,y0,x1,y1 in source pixels")
     p.add_argument("--labels-csv", help="labels CSV for a flat folder (default: DATA/labels.csv)")
     p.add_argument("--cam-class", choices=["top1", "label"], default="top1",
@@ -27,9 +33,20 @@ def run(args) -> int:
 
     if args.max_side < 32 or args.iterations < 1:
         raise ValueError("--max-side must be at least 32 and --iterations at least 1")
+    segmenter = None
+    if args.method == "segmentation":
+        if not (args.seg_model and args.seg_weights):
+            raise ValueError("--method segmentation needs --seg-model and --seg-weights")
+        from robustlab.run.segmentation import load_segmentation_model
+
+        segmenter = load_segmentation_model(args.seg_model, weights=args.seg_weights,
+                                            num_classes=args.seg_classes,
+                                            background=args.seg_background)
+    elif args.seg_model or args.seg_weights:
+        raise ValueError("--seg-model/--seg-weights only apply to --method segmentation")
     samples = discover(args.data, labels_csv=args.labels_csv, bboxes=args.bboxes)
     params = MaskerParams(max_side=args.max_side, iterations=args.iterations)
-    summary = build_masks(samples, args.out, AutoMasker(args.method, params=params),
+    summary = build_masks(samples, args.out, AutoMasker(args.method, params=params, segmenter=segmenter),
                           overwrite=args.overwrite, cam_class=args.cam_class)
     print(f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
           f"({summary['n'] - summary['n_written']} empty/full not written), {summary['n_skipped']} "

@@ -213,22 +213,31 @@ def class_activation_map(model: Any, rgb: np.ndarray, class_index: int | None = 
 
 
 class AutoMasker:
-    """Masks images by GrabCut, seeded by a box when one exists, else by a lite0 CAM.
+    """Masks images by GrabCut, seeded by a box when one exists, else by a lite0 CAM, or by
+    the user's own segmentation network.
 
     Args:
-        method: ``"grabcut"`` (box seed; images without a box fall back to the CAM) or
-            ``"cam-grabcut"`` (CAM seed always; a box, when present, bounds it).
+        method: ``"grabcut"`` (box seed; images without a box fall back to the CAM),
+            ``"cam-grabcut"`` (CAM seed always; a box, when present, bounds it) or
+            ``"segmentation"`` (every non-background pixel of ``segmenter``'s prediction,
+            kept inside the box when there is one).
         model: A loaded classifier for the CAM; loaded lazily (``load_model("lite0")``) the
             first time a CAM is needed.
-        params: :class:`MaskerParams`.
+        params: :class:`MaskerParams` (``max_side`` also bounds the segmentation input).
+        segmenter: For ``"segmentation"``: a
+            :class:`robustlab.run.segmentation.SegmentationModel` (e.g. from
+            ``load_segmentation_model("torchvision:deeplabv3_resnet50", weights=PATH)``).
     """
 
-    METHODS = ("grabcut", "cam-grabcut")
+    METHODS = ("grabcut", "cam-grabcut", "segmentation")
 
-    def __init__(self, method: str = "grabcut", model: Any = None, params: MaskerParams = MaskerParams()):
+    def __init__(self, method: str = "grabcut", model: Any = None, params: MaskerParams = MaskerParams(),
+                 segmenter: Any = None):
         if method not in self.METHODS:
             raise ValueError(f"unknown masking method {method!r}; use one of {', '.join(self.METHODS)}")
-        self.method, self.params, self._model = method, params, model
+        if (method == "segmentation") != (segmenter is not None):
+            raise ValueError("the 'segmentation' method needs a segmenter, and only it takes one")
+        self.method, self.params, self._model, self.segmenter = method, params, model, segmenter
 
     @property
     def model(self):
@@ -242,8 +251,19 @@ class AutoMasker:
 
     def __call__(self, rgb: np.ndarray, *, bbox=None, class_index: int | None = None) -> tuple[np.ndarray, dict]:
         """Mask ``rgb``; returns (HxW bool, info dict with ``seed`` and ``cam_class``)."""
+        if self.method == "segmentation":
+            return self._segment(rgb, bbox), {"seed": "segmentation", "cam_class": None}
         if self.method == "grabcut" and bbox is not None:
             return grabcut_mask(rgb, bbox=bbox, params=self.params), {"seed": "bbox", "cam_class": None}
         cam, c = class_activation_map(self.model, rgb, class_index)
         mask = grabcut_mask(rgb, cam=cam, bbox=bbox, params=self.params)
         return mask, {"seed": "cam+bbox" if bbox is not None else "cam", "cam_class": c}
+
+    def _segment(self, rgb: np.ndarray, bbox) -> np.ndarray:
+        h, w = rgb.shape[:2]
+        small, _ = _work_copy(rgb, self.params.max_side)
+        mask = _upscale(self.segmenter.foreground([small])[0], h, w)
+        if bbox is not None:
+            inside = seed_from_bbox((h, w), bbox) != BGD
+            mask &= inside
+        return mask
