@@ -22,17 +22,25 @@ def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
         raise ValueError(f"predictions table lacks column(s) {', '.join(missing)}")
 
 
-def _summarise(grouped) -> pd.DataFrame:
-    out = grouped.agg(n=("correct", "size"), n_correct=("correct", "sum"),
-                      n_correct5=("correct5", "sum")).reset_index()
-    out["n"] = out["n"].astype("int64")
-    out["n_correct"] = out["n_correct"].astype("int64")
-    out["n_correct5"] = out["n_correct5"].astype("int64")
+def add_rates(counts: pd.DataFrame) -> pd.DataFrame:
+    """Add top1/top5/error/top5_error to a frame of ``n``, ``n_correct``, ``n_correct5``.
+
+    The one place rates are derived from counts, whether the counts came from pandas or
+    from a SQL aggregate in the store.
+    """
+    out = counts
+    for col in ("n", "n_correct", "n_correct5"):
+        out[col] = out[col].astype("int64")
     out["top1"] = out["n_correct"] / out["n"]
     out["top5"] = out["n_correct5"] / out["n"]
     out["error"] = 1.0 - out["top1"]
     out["top5_error"] = 1.0 - out["top5"]
     return out
+
+
+def _summarise(grouped) -> pd.DataFrame:
+    return add_rates(grouped.agg(n=("correct", "size"), n_correct=("correct", "sum"),
+                                 n_correct5=("correct5", "sum")).reset_index())
 
 
 def shift_order() -> dict[str, int]:

@@ -292,16 +292,9 @@ class Store:
                 FROM predictions {where}
                 GROUP BY run_id, shift, level
                 """, params).df()
-        df["n"] = df["n"].astype("int64")
-        df["n_correct"] = df["n_correct"].astype("int64")
-        df["n_correct5"] = df["n_correct5"].astype("int64")
-        df["top1"] = df["n_correct"] / df["n"]
-        df["top5"] = df["n_correct5"] / df["n"]
-        df["error"] = 1.0 - df["top1"]
-        df["top5_error"] = 1.0 - df["top5"]
-        from robustlab.metrics.accuracy import sort_cells
+        from robustlab.metrics.accuracy import add_rates, sort_cells
 
-        return sort_cells(df)
+        return sort_cells(add_rates(df))
 
     def run_stats(self, run_id: str) -> dict[str, int]:
         """Distinct samples and labels stored for a run's clean cell (baseline checks)."""
