@@ -292,3 +292,24 @@ def test_cuda_request_without_gpu():
         pytest.skip("a GPU is present")
     with pytest.raises(ValueError, match="no CUDA GPU"):
         load_model("lite0", device="cuda")
+
+
+def test_unreachable_hub_fails_at_once_with_what_to_download(monkeypatch, tmp_path):
+    """No network: one clear error instead of a minute of hub retries (".invalid" never resolves)."""
+    from huggingface_hub import constants
+
+    from robustlab.models import load_model
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # nothing cached
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    from robustlab.models.base import unreachable
+
+    assert unreachable("http://localhost:1/x") is None
+    assert "nothing.invalid cannot be reached" in unreachable("https://nothing.invalid/model.bin")
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ROBUSTLAB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    with pytest.raises(ValueError, match=r"cannot download timm:resnet18 weights: hub.invalid cannot be reached.*--weights PATH"):
+        load_model("timm:resnet18")
+    with pytest.raises(ValueError, match=r"hf:someone/no-such-model is not in the local Hugging Face cache and hub.invalid cannot be reached"):
+        load_model("hf:someone/no-such-model")

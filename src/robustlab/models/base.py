@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import socket
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 
@@ -32,6 +34,27 @@ def offline() -> bool:
     """True when the user switched downloads off (``HF_HUB_OFFLINE=1`` and friends)."""
     return any(os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no", "off")
                for v in OFFLINE_VARS)
+
+
+def hub_endpoint() -> str:
+    """The Hugging Face hub address timm and transformers download from."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+
+
+def unreachable(url: str) -> str | None:
+    """Why ``url``'s host cannot be reached at all (its name does not resolve), else None.
+
+    A cheap check before a download: on a machine with no network the hub clients retry
+    for about a minute, logging a warning each time, before they fail.
+    """
+    host = urlparse(url).hostname if "://" in url else url
+    if not host:
+        return None
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as exc:
+        return f"{host} cannot be reached ({exc.strerror or exc})"
+    return None
 
 
 def weights_hash(*paths) -> str:

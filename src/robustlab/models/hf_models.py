@@ -25,8 +25,10 @@ from .base import (
     Preprocessing,
     auto_device,
     default_batch_size,
+    hub_endpoint,
     offline,
     package_versions,
+    unreachable,
     weights_hash,
 )
 
@@ -116,12 +118,18 @@ def load(src: str, *, spec: str, weights=None, device=None, label_space=None,
         raise ValueError(f"{local} is not a transformers model folder (no config.json)")
     if not is_local and (src.startswith((".", "/", "~")) or src.count("/") > 1):
         raise ValueError(f"model folder {src} does not exist")
-    only_local = is_local or offline()
+    # No network: use the local cache only, rather than retrying the hub for a minute.
+    no_hub = None if is_local or offline() else unreachable(hub_endpoint())
+    only_local = is_local or offline() or no_hub is not None
     where = str(local) if is_local else src
     try:
         config = AutoConfig.from_pretrained(where, local_files_only=only_local)
         net = AutoModelForImageClassification.from_pretrained(where, local_files_only=only_local)
     except (OSError, ValueError, KeyError) as exc:
+        if no_hub:
+            raise ValueError(f"hf:{src} is not in the local Hugging Face cache and {no_hub}: "
+                             f"download it (e.g. huggingface-cli download {src} --local-dir DIR) "
+                             "and use hf:DIR") from None
         if not is_local and offline():
             raise ValueError(f"hf:{src} is not in the local Hugging Face cache and downloads are off "
                              "(HF_HUB_OFFLINE=1): download it (e.g. huggingface-cli download "

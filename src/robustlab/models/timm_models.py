@@ -18,10 +18,12 @@ from .base import (
     auto_device,
     default_batch_size,
     head_classes,
+    hub_endpoint,
     load_state_dict_file,
     load_strict,
     offline,
     package_versions,
+    unreachable,
     weights_hash,
 )
 
@@ -117,6 +119,10 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
             raise ValueError(f"timm:{name} has no weights on this machine and downloads are off "
                              f"(HF_HUB_OFFLINE): " + (f"download the hub model {name[7:]}" if hub else _where(cfg)))
         else:
+            why = unreachable(hub_endpoint() if hub or cfg.hf_hub_id else cfg.url)
+            if why:
+                raise ValueError(f"cannot download timm:{name} weights: {why}; "
+                                 + (f"download the hub model {name[7:]}" if hub else _where(cfg)))
             try:
                 net = timm.create_model(name, pretrained=True)
             except Exception as exc:  # noqa: BLE001 - no network, missing file on the hub...

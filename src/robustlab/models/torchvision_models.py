@@ -25,6 +25,7 @@ from .base import (
     load_strict,
     offline,
     package_versions,
+    unreachable,
     weights_hash,
 )
 
@@ -76,6 +77,10 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
             if offline():
                 raise ValueError(f"torchvision:{name} has no weights on this machine and downloads "
                                  f"are off: download {default.url} to {path} or pass --weights PATH")
+            why = unreachable(default.url)
+            if why:
+                raise ValueError(f"cannot download torchvision:{name} weights: {why}; download "
+                                 f"{default.url} to {path} or pass --weights PATH")
             try:
                 default.get_state_dict(progress=False, check_hash=True)
             except Exception as exc:  # noqa: BLE001 - urllib/hash errors of many types
