@@ -13,7 +13,7 @@ import logging
 import sys
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
-COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train"]
+COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment"]
 
 
 class UserError(Exception):

@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
     p.add_argument("--export", metavar="DIR", default=None,
                    help="write runs.parquet and predictions.parquet into DIR instead of a table")
     p.add_argument("--output", "-o", default=None, help="write the table to this file")
+    p.add_argument("--segmentation", action="store_true",
+                   help="show segmentation runs (mIoU, pixel accuracy per cell) instead; shown "
+                        "anyway when the selected runs are all segmentation runs")
     p.set_defaults(func=run)
 
 
@@ -72,9 +75,21 @@ def run(args) -> int:
         for p in paths:
             print(p)
         return 0
-    table, notes = results_table(store, run_ids=args.run, models=args.model, suites=args.suite,
-                                 baseline=args.baseline)
-    text = format_table(table, args.format)
+    table, notes = ([], []) if args.segmentation else results_table(
+        store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline)
+    if args.segmentation or len(table) == 0:
+        from robustlab.commands.segment import format_segmentation
+        from robustlab.store.queries import segmentation_table
+
+        seg, seg_notes = segmentation_table(store, run_ids=args.run, models=args.model,
+                                            suites=args.suite, require=args.segmentation)
+        if args.segmentation or len(seg):
+            table, notes = seg, [n for n in notes if "segmentation run(s)" not in n] + seg_notes
+            text = format_segmentation(table, args.format)
+        else:
+            text = format_table(table, args.format)
+    else:
+        text = format_table(table, args.format)
     if args.output:
         with open(args.output, "w") as fh:
             fh.write(text)

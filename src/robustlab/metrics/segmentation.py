@@ -147,6 +147,34 @@ def summarize(counts: pd.DataFrame, by: Sequence[str] = ("shift", "level")) -> p
                      "image_fg_iou": float(per_image.mean()) if per_image.size else float("nan")})
     return pd.DataFrame(rows, columns=[*by, "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"])
 
+def cell_scores(counts: pd.DataFrame, by: Sequence[str] = ("run_id",)) -> pd.DataFrame:
+    """Per-cell scores of stored segmentation counts (the ``segmentation`` table's rows).
 
-__all__ = ["confusion_matrix", "binary_counts", "binary_matrix", "iou_per_class", "mean_iou",
+    What ``robustlab segment`` and ``robustlab results`` print: :func:`summarize` per
+    (``by``..., shift, level), in the same cell order as classification tables (clean
+    first, then shifts in registry order), so the two read side by side.
+
+    Args:
+        counts: Rows with ``shift``, ``level``, ``tp``, ``fp``, ``fn``, ``tn`` and the
+            ``by`` columns that are present (a missing ``run_id`` is simply not grouped on).
+        by: Extra grouping columns in front of the cell.
+
+    Returns:
+        The :func:`summarize` columns (``n``, ``pixel_acc``, ``miou``, ``fg_iou``,
+        ``bg_iou``, ``image_fg_iou``) per cell; empty input gives an empty table.
+    """
+    from robustlab.metrics.accuracy import sort_cells
+
+    keys = [c for c in by if c in counts.columns] + ["shift", "level"]
+    if counts.empty:
+        missing = [c for c in ("shift", "level", *COUNT_COLUMNS) if c not in counts.columns]
+        if missing:
+            raise ValueError(f"segmentation counts lack column(s) {', '.join(missing)}")
+        return pd.DataFrame(columns=[*keys, "n", "pixel_acc", "miou", "fg_iou", "bg_iou",
+                                     "image_fg_iou"])
+    df = counts.assign(level=counts["level"].astype(str)) if "level" in counts.columns else counts
+    return sort_cells(summarize(df, by=keys))
+
+
+__all__ = ["cell_scores", "confusion_matrix", "binary_counts", "binary_matrix", "iou_per_class", "mean_iou",
            "pixel_accuracy", "class_accuracy", "summarize", "COUNT_COLUMNS"]

@@ -184,7 +184,8 @@ class SegmentationResult:
 
 def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximagenet12",
                           shifts=None, levels=None, seed: int = 0, labels_csv=None,
-                          batch_size: int = 8, limit: int | None = None) -> SegmentationResult:
+                          batch_size: int = 8, limit: int | None = None, done=None,
+                          sink=None) -> SegmentationResult:
     """Segment the clean images and every cell of ``suite``; score predicted foreground.
 
     Args:
@@ -196,9 +197,14 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
         seed: Global seed of the seed rule (the same cells a classifier run sees).
         batch_size: Images per forward pass.
         limit: Only the first ``limit`` samples with masks (sorted by id).
+        done: (sample_id, shift, level) keys to leave out (already stored: resume); a
+            sample whose cells are all done is not even decoded.
+        sink: Called with each batch's rows (a DataFrame with the ``counts`` columns) as
+            soon as they are computed, so a store can persist them batch by batch.
 
     Returns:
-        :class:`SegmentationResult`; ``summary`` has one row per (shift, level), clean first.
+        :class:`SegmentationResult`; ``summary`` has one row per (shift, level), clean first
+        (only the cells computed by this call when ``done`` is given).
     """
     from robustlab.data.images import ImageError
     from robustlab.data.sources import discover
@@ -236,12 +242,21 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
         if not batch:
             return
         fg = model.foreground([img for _, img, _ in batch])
+        new = []
         for (row, _, truth), pred in zip(batch, fg):
             tp, fp, fn, tn = _counts(pred, truth)
-            rows.append({**row, "tp": tp, "fp": fp, "fn": fn, "tn": tn})
+            new.append({**row, "tp": tp, "fp": fp, "fn": fn, "tn": tn})
         batch.clear()
+        if sink is not None:
+            sink(pd.DataFrame(new, columns=columns))
+        rows.extend(new)
 
+    columns = ["sample_id", "class_name", "shift", "level", "tp", "fp", "fn", "tn"]
+    done = {(str(a), str(b), str(c)) for a, b, c in done} if done else set()
     for sample in usable:
+        todo = [(sh, lv) for sh, lv in cells if (sample.id, sh, str(lv)) not in done]
+        if not todo:
+            continue
         try:
             base = images.base(sample)
             if base.mask is None:
@@ -250,7 +265,7 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
             skipped.append((sample.id, exc.reason))
             log.warning("skipping %s: %s", sample.id, exc.reason)
             continue
-        for shift, level in cells:
+        for shift, level in todo:
             try:
                 truth = target_mask(sample, base, shift, level, seed)
                 if truth is None:
@@ -266,7 +281,6 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
             if len(batch) >= int(batch_size):
                 flush()
     flush()
-    columns = ["sample_id", "class_name", "shift", "level", "tp", "fp", "fn", "tn"]
     counts = pd.DataFrame(rows, columns=columns)
     from robustlab.metrics.segmentation import summarize
 
@@ -284,5 +298,120 @@ def _counts(pred: np.ndarray, truth: np.ndarray) -> tuple[int, int, int, int]:
     return binary_counts(pred, truth)
 
 
-__all__ = ["SegmentationModel", "SegmentationResult", "load_segmentation_model",
+def _file_size(path) -> int | None:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return None
+
+
+def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duckdb",
+                     suite="ximagenet12", shifts=None, levels=None, seed: int = 0,
+                     labels_csv=None, batch_size: int = 8, limit: int | None = None
+                     ) -> SegmentationResult:
+    """:func:`evaluate_segmentation` with its per-image counts stored in the results database.
+
+    The run gets a ``runs`` row like a classifier run (``config["task"] ==
+    "segmentation"``) and one ``segmentation`` row per (image, cell). Its id hashes
+    what decides the numbers: model name, weights hash, background class, suite and
+    version, robustlab version, seed, protocol, and fingerprints of the images and of
+    the masks (the masks are the truth). Rerunning the same command resumes: stored
+    keys are skipped before any image is decoded, and batches are written as they finish
+    (so an interrupted run keeps what it computed).
+
+    Args:
+        model: A :class:`SegmentationModel` loaded from a weights file (an untrained
+            ``weights="random"`` network has no identity to resume under: ValueError).
+        db: The DuckDB results file.
+        (others): As for :func:`evaluate_segmentation`.
+
+    Returns:
+        :class:`SegmentationResult` read back from the database for the requested cells
+        (``counts`` of every stored image, not only the ones computed now); ``record``
+        adds ``run_id``, ``db``, ``resumed`` and ``n_written``.
+    """
+    from robustlab import __version__
+    from robustlab.data.sources import discover
+    from robustlab.metrics.segmentation import cell_scores
+    from robustlab.run.identity import data_fingerprint, run_id, versions
+    from robustlab.shifts.registry import available_shifts
+    from robustlab.store import RunRecord, Store
+    from robustlab.store.schema import SEGMENTATION_TASK
+    from robustlab.suites import get_suite
+
+    if masks is None:
+        raise ValueError("segmentation scoring needs foreground masks; pass masks=DIR")
+    if model.weights_hash in (None, "random"):
+        raise ValueError("storing segmentation results needs a model loaded from a weights file "
+                         "(an untrained random network has no identity to resume under)")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    root = Path(data).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"data folder {root} does not exist")
+    mask_root = Path(masks).expanduser()
+    if not mask_root.is_dir():
+        raise ValueError(f"masks folder {mask_root} does not exist")
+    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
+    s = s.select(available_shifts(list(shifts) if shifts else list(s.shifts), log=log),
+                 list(levels) if levels else None)
+    cells = [(CLEAN_SHIFT, "0"), *((sh, str(lv)) for sh, lv in s.cells())]
+    samples = discover(root, labels_csv=labels_csv, masks=mask_root)
+    usable = [x for x in samples if x.mask_path is not None]
+    if limit is not None:
+        usable = usable[: int(limit)]
+    fingerprint = data_fingerprint((x.id, x.class_name, _file_size(x.path)) for x in usable)
+    mask_fingerprint = data_fingerprint((x.id, _file_size(x.mask_path)) for x in usable)
+    protocol = s.protocol.describe()
+    identity = {"task": SEGMENTATION_TASK, "model_spec": model.name,
+                "weights_hash": model.weights_hash, "background": model.background,
+                "mean": list(model.mean), "std": list(model.std), "suite": s.name,
+                "suite_version": s.version, "robustlab": __version__,
+                "data_fingerprint": fingerprint, "mask_fingerprint": mask_fingerprint,
+                "seed": int(seed), "protocol": protocol}
+    rid = run_id(identity)
+    record = RunRecord(
+        run_id=rid, model_spec=model.name, weights_hash=model.weights_hash, suite=s.name,
+        suite_version=s.version, data_root=str(root.resolve()), data_fingerprint=fingerprint,
+        label_space=None,
+        preprocessing={"model": {"mean": list(model.mean), "std": list(model.std)},
+                       "protocol": protocol},
+        seed=int(seed), versions=versions(),
+        config={"task": SEGMENTATION_TASK, "source": "on-the-fly", "masks": str(mask_root.resolve()),
+                "mask_fingerprint": mask_fingerprint,
+                "labels_csv": str(labels_csv) if labels_csv else None,
+                "model": model.describe(), "background": model.background,
+                "cells": [list(c) for c in cells], "limit": limit},
+        n_samples=len(usable))
+    store = Store(db)
+    done = store.segmentation_done_keys(rid)
+    resumed = not store.start_run(record)
+    written = [0]
+
+    def sink(rows: pd.DataFrame) -> None:
+        written[0] += store.write_segmentation(rid, rows)
+
+    try:
+        res = evaluate_segmentation(model, root, masks=mask_root, suite=s, seed=seed,
+                                    labels_csv=labels_csv, batch_size=batch_size, limit=limit,
+                                    done=done, sink=sink)
+    except KeyboardInterrupt:
+        store.finish_run(rid, status="interrupted")
+        raise
+    except BaseException:
+        store.finish_run(rid, status="failed")
+        raise
+    store.finish_run(rid, status="finished", n_samples=len(usable),
+                     skipped=[list(x) for x in res.skipped])
+    counts = store.segmentation_counts([rid])
+    wanted = set(cells)
+    counts = counts[[(a, b) in wanted for a, b in zip(counts["shift"], counts["level"])]]
+    counts = counts.drop(columns=["run_id"]).reset_index(drop=True)
+    summary = cell_scores(counts)
+    record_out = {**res.record, "run_id": rid, "db": str(store.path), "resumed": resumed,
+                  "n_written": written[0]}
+    return SegmentationResult(counts, summary, res.skipped, record_out)
+
+
+__all__ = ["segment_to_store", "SegmentationModel", "SegmentationResult", "load_segmentation_model",
            "evaluate_segmentation", "target_mask", "TARGET_RULES"]

@@ -22,7 +22,12 @@ import numpy as np
 
 from robustlab.store.lock import LockTimeout, backoff_delays, file_lock
 from robustlab.store.schema import (
-    DDL, PREDICTION_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, RunRecord,
+    DDL,
+    PREDICTION_COLUMNS,
+    RUN_COLUMNS,
+    SCHEMA_VERSION,
+    SEGMENTATION_COLUMNS,
+    RunRecord,
 )
 
 log = logging.getLogger(__name__)
@@ -98,7 +103,10 @@ class Store:
     def _create_schema(self, con) -> None:
         for stmt in DDL:
             con.execute(stmt)
-        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        # fetchall, not fetchone: an unfinished result blocks con.register() on this
+        # connection (DuckDB 2), which the batch writers call next.
+        rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        row = rows[0] if rows else None
         if row is None:
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         elif int(row[0]) != SCHEMA_VERSION:
@@ -304,6 +312,86 @@ class Store:
                 "WHERE run_id = ? AND shift = 'clean'", [run_id]).fetchone()
         return {"n_samples": int(n), "n_classes": int(k)}
 
+    # ------------------------------------------------------------------ segmentation
+    def write_segmentation(self, run_id: str, rows) -> int:
+        """Insert one batch of per-image segmentation counts in a single transaction.
+
+        Args:
+            run_id: The (segmentation) run the rows belong to.
+            rows: A DataFrame (or column -> sequence mapping) with ``sample_id``,
+                ``shift``, ``level``, ``class_name`` and the integer pixel counts ``tp``,
+                ``fp``, ``fn``, ``tn``.
+
+        Returns:
+            The number of rows in the batch. Keys already stored are left untouched
+            (``INSERT OR IGNORE``), so a replayed batch never duplicates rows.
+
+        Raises:
+            ValueError: a column is missing or a count is negative.
+        """
+        import pyarrow as pa
+
+        cols = [c for c in SEGMENTATION_COLUMNS if c != "run_id"]
+        missing = [c for c in cols if c not in rows]
+        if missing:
+            raise ValueError(f"segmentation rows lack column(s) {', '.join(missing)}")
+        n = len(rows["sample_id"])
+        if n == 0:
+            return 0
+        counts = {c: np.asarray(rows[c], dtype=np.int64) for c in ("tp", "fp", "fn", "tn")}
+        if any((v < 0).any() for v in counts.values()):
+            raise ValueError("segmentation pixel counts must be non-negative")
+        table = pa.table({
+            "run_id": pa.array([run_id] * n, pa.string()),
+            "sample_id": pa.array([str(v) for v in rows["sample_id"]], pa.string()),
+            "shift": pa.array([str(v) for v in rows["shift"]], pa.string()),
+            "level": pa.array([str(v) for v in rows["level"]], pa.string()),
+            "class_name": pa.array([None if v is None else str(v) for v in rows["class_name"]],
+                                   pa.string()),
+            **{c: pa.array(v, pa.int64()) for c, v in counts.items()},
+        })
+        with self.connect() as con:
+            con.register("seg_rows", table)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(f"INSERT OR IGNORE INTO segmentation SELECT {', '.join(SEGMENTATION_COLUMNS)} "
+                            "FROM seg_rows")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return n
+
+    def segmentation_done_keys(self, run_id: str) -> set[tuple[str, str, str]]:
+        """The (sample_id, shift, level) keys stored for segmentation run ``run_id`` (resume)."""
+        if not self.exists():
+            return set()
+        with self.connect(read_only=True) as con:
+            if not _has_table(con, "segmentation"):
+                return set()
+            rows = con.execute("SELECT sample_id, shift, level FROM segmentation WHERE run_id = ?",
+                               [run_id]).fetchall()
+        return {tuple(r) for r in rows}
+
+    def segmentation_counts(self, run_ids: Iterable[str] | None = None):
+        """The ``segmentation`` rows as a DataFrame (empty, with its columns, if none).
+
+        A database written before segmentation runs existed has no such table; it reads
+        as empty rather than failing.
+        """
+        import pandas as pd
+
+        empty = pd.DataFrame(columns=list(SEGMENTATION_COLUMNS))
+        if not self.exists():
+            return empty
+        where, params = _in_clause("run_id", run_ids)
+        with self.connect(read_only=True) as con:
+            if not _has_table(con, "segmentation"):
+                return empty
+            return con.execute(
+                f"SELECT {', '.join(SEGMENTATION_COLUMNS)} FROM segmentation {where} "
+                "ORDER BY run_id, shift, level, sample_id", params).df()
+
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Iterable[str] | None = None) -> list[Path]:
         """Write ``runs.parquet`` and ``predictions.parquet`` into ``out_dir``.
@@ -327,6 +415,11 @@ class Store:
                 con.execute(f"COPY ({sql}) TO {_quote(str(dest))} (FORMAT PARQUET)")
                 paths.append(dest)
         return paths
+
+
+def _has_table(con, name: str) -> bool:
+    return con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                       [name]).fetchone()[0] > 0
 
 
 def _quote(text: str) -> str:

@@ -15,7 +15,7 @@ from robustlab.metrics.mce import (
     ALEXNET, alexnet_cells, check_full_imagenet_val, corruption_errors, mce,
 )
 from robustlab.store.db import Store
-from robustlab.store.schema import CLEAN_SHIFT
+from robustlab.store.schema import CLEAN_SHIFT, SEGMENTATION_TASK
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,12 @@ def _is_corruption(shift: str) -> bool:
         return shift in list_corruptions("all")
     except ValueError:
         return False
+
+
+def is_segmentation(runs: pd.DataFrame) -> pd.Series:
+    """Which rows of a ``runs`` table are segmentation runs (``config["task"]``)."""
+    return pd.Series([isinstance(c, dict) and c.get("task") == SEGMENTATION_TASK
+                      for c in runs["config"]], index=runs.index, dtype=bool)
 
 
 def select_runs(store: Store, *, run_ids=None, models=None, suites=None) -> pd.DataFrame:
@@ -122,8 +128,13 @@ def results_table(store: Store, *, run_ids=None, models=None, suites=None,
     runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
     if runs.empty:
         raise ValueError(f"no runs match in {store.path}")
+    seg = is_segmentation(runs)
+    notes = [(f"{int(seg.sum())} segmentation run(s) not in this table (no predictions); "
+              "`robustlab results --segmentation` lists their mIoU and pixel accuracy")
+             ] if seg.any() else []
+    runs = runs[~seg]
     all_cells = store.cell_table(list(runs["run_id"]))
-    parts, notes = [], []
+    parts = []
     for run in runs.to_dict("records"):
         cells = all_cells[all_cells["run_id"] == run["run_id"]]
         if cells.empty:
@@ -147,3 +158,50 @@ def results_table(store: Store, *, run_ids=None, models=None, suites=None,
         parts.append(part)
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=RESULT_COLUMNS)
     return table[RESULT_COLUMNS], notes
+
+
+SEGMENTATION_RESULT_COLUMNS = ["model", "suite", "run_id", "shift", "level", "n", "pixel_acc",
+                               "miou", "fg_iou", "bg_iou", "image_fg_iou"]
+
+
+def segmentation_table(store: Store, *, run_ids=None, models=None, suites=None,
+                       require: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """Per-cell mIoU / IoU / pixel accuracy of the selected segmentation runs.
+
+    The scores are :func:`robustlab.metrics.segmentation.cell_scores` over the stored
+    per-image counts, so they equal what ``robustlab segment`` printed.
+
+    Args:
+        require: Raise when no segmentation run matches (``robustlab segment`` needs
+            one); otherwise return an empty table.
+
+    Returns:
+        (table with :data:`SEGMENTATION_RESULT_COLUMNS`, notes about unfinished runs).
+    """
+    from robustlab.metrics.segmentation import cell_scores
+
+    store.require()
+    runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
+    runs = runs[is_segmentation(runs)] if not runs.empty else runs
+    if runs.empty:
+        if require:
+            raise ValueError(f"no segmentation runs match in {store.path}")
+        return pd.DataFrame(columns=SEGMENTATION_RESULT_COLUMNS), []
+    counts = store.segmentation_counts(list(runs["run_id"]))
+    scores = cell_scores(counts)
+    parts, notes = [], []
+    for run in runs.to_dict("records"):
+        part = scores[scores["run_id"] == run["run_id"]].drop(columns=["run_id"])
+        if run["status"] != "finished":
+            notes.append(f"segmentation run {run['run_id'][:8]} ({run['model_spec']}) is "
+                         f"{run['status']}; rerun the same segment command to complete it")
+        if part.empty:
+            notes.append(f"segmentation run {run['run_id'][:8]} ({run['model_spec']}) has no rows yet")
+            continue
+        part.insert(0, "run_id", run["run_id"][:8])
+        part.insert(0, "suite", run["suite"] or "clean")
+        part.insert(0, "model", run["model_spec"])
+        parts.append(part)
+    table = (pd.concat(parts, ignore_index=True) if parts
+             else pd.DataFrame(columns=SEGMENTATION_RESULT_COLUMNS))
+    return table[SEGMENTATION_RESULT_COLUMNS], notes

@@ -5,6 +5,14 @@ numbers (model spec and weights hash, suite and version, preprocessing, seed, da
 fingerprint, package versions). ``predictions`` holds one row per (run, sample, shift,
 level): the label, the top-5 class ids and probabilities, and whether top-1 / top-5 was
 correct. Metrics are computed from ``predictions``; nothing keeps running counters.
+
+Segmentation runs (``config["task"] == "segmentation"``) have a ``runs`` row like any
+other run but no predictions: their per-image results live in ``segmentation``, one row
+per (run, sample, shift, level) holding the binary foreground pixel counts (tp, fp, fn,
+tn). Counts, not scores, are stored because IoU and pixel accuracy of any grouping are
+pure functions of summed counts (:mod:`robustlab.metrics.segmentation`). The table is
+additive (CREATE TABLE IF NOT EXISTS), so older databases gain it on their next write
+without a schema version change.
 """
 
 from __future__ import annotations
@@ -64,7 +72,24 @@ DDL = [
         PRIMARY KEY (run_id, sample_id, shift, level)
     )
     """,
+    """
+    CREATE TABLE IF NOT EXISTS segmentation (
+        run_id VARCHAR NOT NULL,
+        sample_id VARCHAR NOT NULL,
+        shift VARCHAR NOT NULL,
+        level VARCHAR NOT NULL,
+        class_name VARCHAR,
+        tp BIGINT NOT NULL,
+        fp BIGINT NOT NULL,
+        fn BIGINT NOT NULL,
+        tn BIGINT NOT NULL,
+        PRIMARY KEY (run_id, sample_id, shift, level)
+    )
+    """,
 ]
+
+# ``runs.config["task"]`` of a segmentation run (classification runs have no "task").
+SEGMENTATION_TASK = "segmentation"
 
 RUN_COLUMNS = (
     "run_id", "model_spec", "weights_hash", "suite", "suite_version", "data_root",
@@ -74,6 +99,9 @@ RUN_COLUMNS = (
 PREDICTION_COLUMNS = (
     "run_id", "sample_id", "shift", "level", "label", "class_name", "top5_ids",
     "top5_probs", "correct", "correct5",
+)
+SEGMENTATION_COLUMNS = (
+    "run_id", "sample_id", "shift", "level", "class_name", "tp", "fp", "fn", "tn",
 )
 _JSON_COLUMNS = ("preprocessing", "versions", "config", "skipped")
 
