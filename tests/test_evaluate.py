@@ -231,15 +231,17 @@ def test_ce_rows_against_a_stored_baseline(photos, tmp_path, capsys):
     assert len(mrow) == 1
 
 
-@pytest.mark.slow
-def test_interrupt_then_resume_loses_at_most_a_batch(photos, tmp_path):
-    """A real Ctrl-C (SIGINT) to a running ``robustlab evaluate``, then the same command."""
-    db = tmp_path / "int.duckdb"
-    args = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(photos),
+def _stop_then_resume(folder: Path, n_photos: int, db: Path, sig: int, status: int) -> None:
+    """Send ``sig`` to a running ``robustlab evaluate`` once rows land, then rerun it.
+
+    The run must end with exit status ``status``, be recorded as interrupted with only
+    part of the rows, and the same command must then complete it without duplicate rows.
+    """
+    args = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(folder),
             "--suite", "imagenet-c", "--db", str(db), "--batch-size", "2", "--workers", "1",
             "--no-progress"] + sum((["--shift", c] for c in CORRUPTIONS), []) + \
            sum((["--level", str(lv)] for lv in LEVELS), [])
-    total = N_PHOTOS * (1 + len(CORRUPTIONS) * len(LEVELS))
+    total = n_photos * (1 + len(CORRUPTIONS) * len(LEVELS))
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = Store(db)
     deadline = time.monotonic() + 240
@@ -251,13 +253,52 @@ def test_interrupt_then_resume_loses_at_most_a_batch(photos, tmp_path):
         _, err = proc.communicate()
         assert proc.returncode == 0, err
         pytest.skip("the run finished before it could be interrupted")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err
+    assert proc.returncode == status, err
+    assert "rerun the same command to resume" in err and "Traceback" not in err
     runs = store.runs()
     assert runs["status"].tolist() == ["interrupted"]
     partial = store.count()
     assert 0 < partial < total
     assert subprocess.run(args, capture_output=True, text=True, timeout=300).returncode == 0
     assert store.count() == total and store.runs()["status"].tolist() == ["finished"]
+    keys = store.predictions(columns=["sample_id", "shift", "level"])
+    assert not keys.duplicated().any() and len(keys) == total
+
+
+@pytest.mark.slow
+def test_interrupt_then_resume_loses_at_most_a_batch(photos, tmp_path):
+    """A real Ctrl-C (SIGINT) to a running ``robustlab evaluate``, then the same command."""
+    _stop_then_resume(photos, N_PHOTOS, tmp_path / "int.duckdb", signal.SIGINT, 130)
+
+
+@pytest.mark.slow
+def test_sigterm_is_recorded_as_interrupted_and_resumes(samples_dir, tmp_path):
+    """``kill`` (SIGTERM) behaves like Ctrl-C: run marked interrupted, exit status 143."""
+    folder = _make_folder(samples_dir, tmp_path / "four", 4)
+    _stop_then_resume(folder, 4, tmp_path / "term.duckdb", signal.SIGTERM, 143)
+
+
+def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, monkeypatch):
+    """Nothing left to do: the executor (and its worker processes) is never started."""
+    from robustlab.run import executors
+
+    calls = []
+
+    def counting(dataset, **kw):
+        calls.append((len(dataset), kw["workers"]))
+        return executors.iterate_local(dataset, **kw)
+
+    monkeypatch.setitem(executors.EXECUTORS, "counting", counting)
+    df, db = first_run
+    kw = {"suite": "imagenet-c", "shifts": CORRUPTIONS, "levels": LEVELS, "db": db, "seed": 0,
+          "backend": "counting", "progress": False}
+    again = robustlab.evaluate(lite0, photos, workers=2, **kw)
+    assert calls == [] and again.attrs["n_written"] == 0
+    assert Store(db).get_run(df.attrs["run_id"])["status"] == "finished"
+    # The same path with something left does ask the executor (the counter is live).
+    with Store(db).connect() as con:
+        con.execute("DELETE FROM predictions WHERE run_id = ? AND shift = 'clean'", [df.attrs["run_id"]])
+    resumed = robustlab.evaluate(lite0, photos, workers=0, **kw)
+    assert calls == [(N_PHOTOS, 0)] and resumed.attrs["n_written"] == N_PHOTOS

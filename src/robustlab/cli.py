@@ -10,10 +10,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
 COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment"]
+
+# Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
+# way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
+RESUMABLE = {"evaluate", "generate", "train"}
 
 
 class UserError(Exception):
@@ -43,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    terminated: list[int] = []
+    restore = _catch_sigterm(terminated) if args.command in RESUMABLE else None
     try:
         return int(args.func(args) or 0)
     except (UserError, ValueError, FileNotFoundError) as exc:
@@ -50,8 +57,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robustlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"robustlab {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"robustlab {args.command}: {how}; rerun the same command to resume", file=sys.stderr)
+        # The shell's convention, 128 + signal number: 143 for SIGTERM, 130 for Ctrl-C.
+        return 128 + signal.SIGTERM if terminated else 130
+    finally:
+        if restore is not None:
+            restore()
+
+
+def _catch_sigterm(seen: list[int]):
+    """Make SIGTERM raise KeyboardInterrupt in the main thread, as Ctrl-C does.
+
+    The command's own cleanup (the run marked ``interrupted``, the manifest written) then
+    runs; only the batch in flight is lost. Further SIGTERMs during that cleanup are
+    ignored (SIGKILL still ends the process). Returns a function that puts the previous
+    handler back, or None when this is not the main thread (handlers cannot be set there).
+    """
+
+    def handler(signum, frame):
+        if seen:
+            return
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread of the main interpreter
+        return None
+    # None: a handler set outside Python, which cannot be put back; use the default.
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

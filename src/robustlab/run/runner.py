@@ -147,8 +147,11 @@ class Runner:
         status = "failed"
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
-            items = get_executor(self.options.backend)(
-                dataset, workers=self.options.workers, prefetch=self.options.prefetch)
+            executor = get_executor(self.options.backend)
+            # Nothing left (a rerun of a finished run): starting worker processes would
+            # cost seconds per run for no item at all.
+            items = executor(dataset, workers=self.options.workers,
+                             prefetch=self.options.prefetch) if tasks else iter(())
             pending: list[tuple[Task, Any, list[int]]] = []
             n_pending = 0
             for index, tensor, errors in items:
