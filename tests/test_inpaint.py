@@ -205,9 +205,69 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(monkeypatch, tiny_pipe
     res = generate("ximagenet12", tmp_path / "data", tmp_path / "out", shifts=["ai_bg"],
                    masks=tmp_path / "masks", progress=False)
     assert res.written == 1 and res.failed == 0
+    # The manifest names the checkpoint, and evaluating the folder records that one.
+    import json
+
+    from robustlab.evaluate import plan_run
+    from robustlab.shifts.synth.inpaint import checkpoint_fingerprint
+
+    manifest = json.loads(res.manifest_path.read_text())
+    assert manifest["inpainter"] == manifest["runs"][-1]["inpainter"]
+    assert manifest["inpainter"]["fingerprint"] == checkpoint_fingerprint(tiny_pipeline)
+    assert manifest["inpainter"]["path"] == str(tiny_pipeline.resolve())
+    monkeypatch.setenv("ROBUSTLAB_INPAINTER_DTYPE", "float16")  # the local setting does not count
+    plan = plan_run("lite0", tmp_path / "out", shifts=["ai_bg"], device="cpu")
+    assert plan["record"].config["inpainter"] == manifest["inpainter"]
+    monkeypatch.delenv("ROBUSTLAB_INPAINTER_DTYPE")
     out = decode((tmp_path / "out/ai_bg/default/n01440764/n01440764_tench.png").read_bytes())
     prep = load_prepared(discover(tmp_path / "data", masks=tmp_path / "masks")[0],
                          get_suite("ximagenet12").protocol, with_mask=True)
     keep = prep.mask > 0
     np.testing.assert_array_equal(out[keep], prep.rgb[keep])
     assert np.mean(out[~keep] != prep.rgb[~keep]) > 0.5
+
+
+
+def _one_masked_photo(samples_dir, tmp_path):
+    """(data, masks) folders holding the tench photo and a centred box mask."""
+    import shutil
+
+    from PIL import Image
+
+    data, masks = tmp_path / "data" / "n01440764", tmp_path / "masks" / "n01440764"
+    data.mkdir(parents=True)
+    masks.mkdir(parents=True)
+    shutil.copy(samples_dir / "n01440764_tench.JPEG", data)
+    w, h = Image.open(data / "n01440764_tench.JPEG").size
+    m = np.zeros((h, w), np.uint8)
+    m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
+    Image.fromarray(m).save(masks / "n01440764_tench.png")
+    return tmp_path / "data", tmp_path / "masks"
+
+
+def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(monkeypatch, tiny_pipeline, samples_dir, tmp_path):
+    """The run record names the checkpoint that draws ai_bg; described from its folder (the
+    weights not loaded) it equals the loaded Inpainter's describe(). Without ai_bg: no record."""
+    import json
+
+    from robustlab.evaluate import plan_run
+    from robustlab.generate import generate
+    from robustlab.models import load_model
+    from robustlab.shifts.synth import inpaint
+
+    monkeypatch.setenv(ENV_PATH, str(tiny_pipeline))
+    monkeypatch.setenv("ROBUSTLAB_INPAINTER_DEVICE", "cpu")
+    data, masks = _one_masked_photo(samples_dir, tmp_path)
+    expected = get_inpainter(tiny_pipeline, device="cpu").describe()
+    assert expected["fingerprint"] == inpaint.checkpoint_fingerprint(tiny_pipeline)
+    monkeypatch.setattr(inpaint, "_CACHE", {})  # as in a parent process whose workers inpaint
+    assert inpaint.describe_inpainter() == expected
+
+    model = load_model("lite0", device="cpu")
+    plan = plan_run(model, data, suite="ximagenet12", shifts=["ai_bg", "segmented"], masks=masks)
+    assert plan["record"].config["inpainter"] == expected
+    plan = plan_run(model, data, suite="ximagenet12", shifts=["segmented"], masks=masks)
+    assert "inpainter" not in plan["record"].config
+    res = generate("ximagenet12", data, tmp_path / "out", shifts=["segmented"], masks=masks, progress=False)
+    manifest = json.loads(res.manifest_path.read_text())
+    assert manifest["inpainter"] is None and "inpainter" not in manifest["runs"][-1]

@@ -211,6 +211,15 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         n_samples=len(samples),
     )
     shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
+    if any("inpainter" in sh.needs for sh in shift_objs):
+        # ai_bg's pixels depend on the checkpoint: on the fly the configured one draws them,
+        # from a generated folder the one its manifest names.
+        if manifest is not None:
+            record.config["inpainter"] = manifest.get("inpainter")
+        else:
+            from robustlab.shifts.synth.inpaint import describe_inpainter
+
+            record.config["inpainter"] = describe_inpainter()
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     needs_mask = any("mask" in sh.needs for sh in shift_objs)
     images = CellImages(protocol, seed, generated_root=generated_root,

@@ -486,6 +486,10 @@ def generate(
     n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
     run_record = {"started_at": _now(), "workers": n_workers, "status": "running",
                   "shifts": names, "levels": level_list, "limit": limit}
+    if "inpainter" in needs:  # ai_bg's pixels depend on the checkpoint: say which one
+        from robustlab.shifts.synth.inpaint import describe_inpainter
+
+        run_record["inpainter"] = describe_inpainter()
     log.info("generating %d cells x %d images into %s with %d worker(s)",
              len(cells), len(samples), out_root, n_workers)
 
@@ -642,6 +646,8 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, suite: Suite, pro
         "created_at": prev.get("created_at", run_record["started_at"]),
         "updated_at": _now(),
         "runs": runs,
+        # The checkpoint of the latest run that drew ai_bg cells (None: never drawn here).
+        "inpainter": run_record.get("inpainter") or prev.get("inpainter"),
     }
 
 

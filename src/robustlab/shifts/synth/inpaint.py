@@ -208,6 +208,43 @@ def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = N
         return _CACHE[key]
 
 
+def describe_inpainter(path=None, *, device: str | None = None, dtype: str | None = None) -> dict[str, Any]:
+    """:meth:`Inpainter.describe` of the configured checkpoint, for manifests and run records.
+
+    A checkpoint already loaded in this process describes itself; otherwise the same keys
+    are read from its folder (``model_index.json``) and resolved as :func:`get_inpainter`
+    would, because loading gigabytes of weights in a parent process whose workers do the
+    inpainting only to name them would double the memory.
+
+    Raises:
+        ValueError: nothing configured, or the folder is not a usable checkpoint.
+    """
+    path = path if path is not None else os.environ.get(ENV_PATH)
+    if not path:
+        raise ValueError(_hint())
+    problem = _problem(path)
+    if problem:
+        raise ValueError(f"inpainter: {problem}")
+    from robustlab.models.base import auto_device
+
+    device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
+    dtype = dtype or os.environ.get(ENV_DTYPE) or None
+    root = Path(path).expanduser().resolve()
+    with _CACHE_LOCK:
+        loaded = _CACHE.get((str(root), device, dtype))
+    if loaded is not None:
+        return loaded.describe()
+    try:
+        index = json.loads((root / "model_index.json").read_text())
+    except (OSError, ValueError):
+        index = {}
+    scheduler = index.get("scheduler")
+    return {"path": str(root), "fingerprint": checkpoint_fingerprint(root), "device": device,
+            "dtype": dtype or ("float16" if device.startswith("cuda") else "float32"),
+            "pipeline": index.get("_class_name"),
+            "scheduler": scheduler[1] if isinstance(scheduler, list) and len(scheduler) > 1 else None}
+
+
 def configure_inpainter(path, *, device: str | None = None, dtype: str | None = None) -> None:
     """Use the checkpoint at ``path`` for ``ai_bg`` in this process and the workers it starts.
 
@@ -255,5 +292,5 @@ def ai_bg(image, p, rng, ctx):
                work_size=p["work_size"])
 
 
-__all__ = ["Inpainter", "get_inpainter", "configure_inpainter", "checkpoint_fingerprint",
+__all__ = ["Inpainter", "get_inpainter", "describe_inpainter", "configure_inpainter", "checkpoint_fingerprint",
            "ai_bg", "AI_BG", "PROMPT", "ENV_PATH", "ENV_DEVICE", "ENV_DTYPE"]
