@@ -228,6 +228,12 @@ def test_cli_segment_then_results(masked_photos, weights, tmp_path, capsys):
     df = pd.read_csv(__import__("io").StringIO(out))
     assert list(df["shift"]) == ["clean", "segmented"] and (df["model"] == SPEC).all()
     assert df["miou"].tolist() == pytest.approx(scores.loc[["clean", "segmented"], "miou"].tolist())
+    # export: the segmentation rows come along only when there are some
+    assert main(["results", "--db", str(db), "--export", str(tmp_path / "pq")]) == 0
+    capsys.readouterr()
+    assert len(pd.read_parquet(tmp_path / "pq" / "segmentation.parquet")) == 4
+    paths = store.export_parquet(tmp_path / "pq2", ["c1"])
+    assert [p.name for p in paths] == ["runs.parquet", "predictions.parquet"]
     # a bad checkpoint is a one-line error, exit status 2
     assert main([*argv[:2], "--weights", str(tmp_path / "none.pth"), *argv[4:]]) == 2
     _, err = capsys.readouterr()

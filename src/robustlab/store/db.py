@@ -394,7 +394,8 @@ class Store:
 
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Iterable[str] | None = None) -> list[Path]:
-        """Write ``runs.parquet`` and ``predictions.parquet`` into ``out_dir``.
+        """Write ``runs.parquet`` and ``predictions.parquet`` into ``out_dir``, plus
+        ``segmentation.parquet`` when the selected runs include segmentation rows.
 
         The copy is done by DuckDB itself (streaming), so exporting a large database does
         not load it into Python memory.
@@ -405,7 +406,11 @@ class Store:
         where, params = _in_clause("run_id", run_ids)
         paths = []
         with self.connect(read_only=True) as con:
-            for table in ("runs", "predictions"):
+            tables = ["runs", "predictions"]
+            if _has_table(con, "segmentation") and con.execute(
+                    f"SELECT count(*) FROM segmentation {where}", params).fetchone()[0]:
+                tables.append("segmentation")
+            for table in tables:
                 dest = out / f"{table}.parquet"
                 order = "started_at, run_id" if table == "runs" else "run_id, shift, level, sample_id"
                 sql = f"SELECT * FROM {table} {where} ORDER BY {order}"
