@@ -18,7 +18,7 @@ COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "rep
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
-RESUMABLE = {"evaluate", "generate", "train"}
+RESUMABLE = {"evaluate", "generate", "train", "segment"}
 
 
 class UserError(Exception):

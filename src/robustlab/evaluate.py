@@ -285,11 +285,31 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
     if options.batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {options.batch_size}")
     store = Store(db)
+    _check_same_inpainter(store, plan["record"])
     summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
                      store, plan["record"], options).run()
     table = run_table(store, summary.run_id, skipped=summary.skipped)
     table.attrs.update({"n_written": summary.n_written, "resumed": summary.resumed})
     return table
+
+
+def _check_same_inpainter(store: Store, record) -> None:
+    """Refuse to resume a run whose ai_bg images came from another inpainting checkpoint.
+
+    The checkpoint is not part of the run id (a run may gain ai_bg cells later), so without
+    this check a rerun with a different ``ROBUSTLAB_INPAINTER`` would mix two models'
+    images in one run.
+    """
+    new = (record.config.get("inpainter") or {}).get("fingerprint")
+    if not new or not store.exists():
+        return
+    old_run = store.get_run(record.run_id)
+    old = ((old_run or {}).get("config") or {}).get("inpainter") or {}
+    if old.get("fingerprint") and old["fingerprint"] != new:
+        raise ValueError(
+            f"run {record.run_id} already holds ai_bg images drawn by the inpainter "
+            f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
+            f"{record.config['inpainter'].get('path')} ({new}): use another --db or --seed")
 
 
 def run_table(store: Store, run_id: str, skipped=None):
