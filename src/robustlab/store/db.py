@@ -207,16 +207,7 @@ class Store:
             "correct": pa.array(np.asarray(rows["correct"], bool)),
             "correct5": pa.array(np.asarray(rows["correct5"], bool)),
         })
-        with self.connect() as con:
-            con.register("batch_rows", table)
-            con.execute("BEGIN TRANSACTION")
-            try:
-                con.execute(f"INSERT OR IGNORE INTO predictions SELECT {', '.join(PREDICTION_COLUMNS)} "
-                            "FROM batch_rows")
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        self._insert_batch("predictions", PREDICTION_COLUMNS, table)
         return n
 
     def done_counts(self, run_id: str, cells: Iterable[tuple[str, str]] | None = None) -> dict[str, int]:
@@ -350,17 +341,21 @@ class Store:
                                    pa.string()),
             **{c: pa.array(v, pa.int64()) for c, v in counts.items()},
         })
+        self._insert_batch("segmentation", SEGMENTATION_COLUMNS, table)
+        return n
+
+    def _insert_batch(self, target: str, columns, table) -> None:
+        """Insert an Arrow batch into ``target`` in one transaction; stored keys are left
+        untouched (``INSERT OR IGNORE``), so a replayed batch never duplicates rows."""
         with self.connect() as con:
-            con.register("seg_rows", table)
+            con.register("batch_rows", table)
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute(f"INSERT OR IGNORE INTO segmentation SELECT {', '.join(SEGMENTATION_COLUMNS)} "
-                            "FROM seg_rows")
+                con.execute(f"INSERT OR IGNORE INTO {target} SELECT {', '.join(columns)} FROM batch_rows")
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-        return n
 
     def segmentation_done_keys(self, run_id: str) -> set[tuple[str, str, str]]:
         """The (sample_id, shift, level) keys stored for segmentation run ``run_id`` (resume)."""
