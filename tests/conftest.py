@@ -44,3 +44,25 @@ def photo(samples_dir) -> np.ndarray:
     w, h = img.size
     left, top = (w - 224) // 2, (h - 224) // 2
     return np.asarray(img.crop((left, top, left + 224, top + 224))).copy()
+
+
+def make_masked_folder(samples_dir: Path, root: Path, n: int, step: float):
+    """``n`` real photos in class folders under ``root/data``, each with an elliptic mask
+    PNG under ``root/masks`` (ellipse centre moves down by ``step`` of the height per photo)."""
+    import csv
+    import shutil
+
+    from PIL import Image
+
+    data, masks = root / "data", root / "masks"
+    with open(samples_dir / "labels.csv") as fh:
+        rows = list(csv.DictReader(fh))[:n]
+    for i, r in enumerate(rows):
+        (data / r["wnid"]).mkdir(parents=True)
+        (masks / r["wnid"]).mkdir(parents=True)
+        shutil.copy(samples_dir / r["file"], data / r["wnid"] / r["file"])
+        w, h = Image.open(samples_dir / r["file"]).size
+        yy, xx = np.mgrid[:h, :w]
+        m = ((yy - h * (0.45 + step * i)) / (0.3 * h)) ** 2 + ((xx - w / 2) / (0.25 * w)) ** 2 <= 1
+        Image.fromarray(m.astype(np.uint8) * 255).save(masks / r["wnid"] / (r["file"].rsplit(".", 1)[0] + ".png"))
+    return data, masks

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import csv
-import shutil
-
 import duckdb
-import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_masked_folder
 
 from robustlab.metrics.segmentation import cell_scores
 from robustlab.store import RunRecord, Store
@@ -20,21 +17,7 @@ SHIFTS = ["blur_bg", "segmented"]
 @pytest.fixture(scope="module")
 def masked_photos(samples_dir, tmp_path_factory):
     """2 real photos in class folders, each with an elliptic mask PNG (as in test_segmentation)."""
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("segstore")
-    data, masks = root / "data", root / "masks"
-    with open(samples_dir / "labels.csv") as fh:
-        rows = list(csv.DictReader(fh))[:2]
-    for i, r in enumerate(rows):
-        (data / r["wnid"]).mkdir(parents=True)
-        (masks / r["wnid"]).mkdir(parents=True)
-        shutil.copy(samples_dir / r["file"], data / r["wnid"] / r["file"])
-        w, h = Image.open(samples_dir / r["file"]).size
-        yy, xx = np.mgrid[:h, :w]
-        m = ((yy - h * (0.45 + 0.05 * i)) / (0.3 * h)) ** 2 + ((xx - w / 2) / (0.25 * w)) ** 2 <= 1
-        Image.fromarray(m.astype(np.uint8) * 255).save(masks / r["wnid"] / (r["file"].rsplit(".", 1)[0] + ".png"))
-    return data, masks
+    return make_masked_folder(samples_dir, tmp_path_factory.mktemp("segstore"), 2, 0.05)
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_masked_folder
 
 from robustlab.metrics.segmentation import (
-    binary_counts, binary_matrix, class_accuracy, confusion_matrix, iou_per_class, mean_iou,
-    pixel_accuracy, summarize,
+    binary_counts,
+    binary_matrix,
+    class_accuracy,
+    confusion_matrix,
+    iou_per_class,
+    mean_iou,
+    pixel_accuracy,
+    summarize,
 )
 
 # 3x4 maps worked out by hand below.
@@ -93,23 +100,7 @@ def test_summarize_accumulates_pixels_not_image_scores():
 @pytest.fixture(scope="module")
 def masked_photos(samples_dir, tmp_path_factory):
     """4 real photos in class folders, each with an elliptic mask PNG."""
-    import csv
-    import shutil
-
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("seg")
-    data, masks = root / "data", root / "masks"
-    rows = list(csv.DictReader(open(samples_dir / "labels.csv")))[:4]
-    for i, r in enumerate(rows):
-        (data / r["wnid"]).mkdir(parents=True)
-        (masks / r["wnid"]).mkdir(parents=True)
-        shutil.copy(samples_dir / r["file"], data / r["wnid"] / r["file"])
-        w, h = Image.open(samples_dir / r["file"]).size
-        yy, xx = np.mgrid[:h, :w]
-        m = ((yy - h * (0.45 + 0.03 * i)) / (0.3 * h)) ** 2 + ((xx - w / 2) / (0.25 * w)) ** 2 <= 1
-        Image.fromarray(m.astype(np.uint8) * 255).save(masks / r["wnid"] / (r["file"].rsplit(".", 1)[0] + ".png"))
-    return data, masks
+    return make_masked_folder(samples_dir, tmp_path_factory.mktemp("seg"), 4, 0.03)
 
 
 @pytest.fixture(scope="module")
