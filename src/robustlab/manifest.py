@@ -100,7 +100,8 @@ def identity_changes(prev: dict, new: dict) -> list[str]:
             if pp.get(key) != new["protocol"].get(key):
                 out.append(f"protocol {key} {pp.get(key)} -> {new['protocol'].get(key)}")
     pm, nm = (prev.get("data") or {}).get("masks"), new["data"].get("masks")
-    if pm and nm and pm != nm:
+    # Older manifests recorded --masks as typed: a relative path is not comparable.
+    if pm and nm and Path(pm).is_absolute() and pm != nm:
         out.append(f"masks folder {pm} -> {nm}")
     for c in prev.get("cells", []):
         key = f"{c.get('shift')}/{c.get('level')}"
