@@ -136,7 +136,10 @@ def _write_files(folder: Path, n: int) -> list[Path]:
 
 
 def test_hash_cache_answers_without_reading_and_notices_changes(tmp_path):
-    paths = _write_files(tmp_path / "files", 5)
+    paths = _write_files(tmp_path / "files", 4)
+    odd = Path(os.fsdecode(bytes(tmp_path / "files") + b"/caf\xe9.bin"))  # not UTF-8
+    odd.write_bytes(b"latin-1 name")
+    paths.append(odd)
     time.sleep(0.2)  # older than the "racily clean" window: cacheable for good
     with ContentHasher(tmp_path / "cache") as h:
         first = h.hash_files([*paths, None, tmp_path / "missing"])
@@ -149,7 +152,7 @@ def test_hash_cache_answers_without_reading_and_notices_changes(tmp_path):
     # The answer really comes from the cache: a doctored entry is returned as is.
     with sqlite3.connect(tmp_path / "cache" / CACHE_FILE) as db:
         db.execute("UPDATE hashes SET digest = 'from-the-cache' WHERE path = ?",
-                   [str(paths[0].resolve())])
+                   [os.fsencode(paths[0].resolve())])
     with ContentHasher(tmp_path / "cache") as h:
         assert h.hash_files(paths[:1]) == ["from-the-cache"]
 

@@ -328,10 +328,20 @@ def note_earlier_runs(store: Store, record) -> str | None:
                 & (runs["suite"].fillna("") == (record.suite or ""))
                 & (runs["run_id"] != record.run_id)]
     for _, old in same.sort_values("started_at", ascending=False).iterrows():
-        old_inputs = (old["config"] or {}).get("inputs") if isinstance(old["config"], dict) else None
+        config = old["config"] if isinstance(old["config"], dict) else {}
+        old_inputs = config.get("inputs")
         if not old_inputs:
             continue
-        changes = input_changes(old_inputs, new) or ["robustlab or suite version"]
+        changes = input_changes(old_inputs, new)
+        for key, label in (("label_space", "label space"), ("suite_version", "suite version")):
+            if old.get(key) != getattr(record, key):
+                changes.append(f"{label} {old.get(key)} -> {getattr(record, key)}")
+        versions = old["versions"] if isinstance(old["versions"], dict) else {}
+        before = versions.get("robustlab")
+        if before != record.versions.get("robustlab"):
+            changes.append(f"robustlab {before} -> {record.versions.get('robustlab')}")
+        if not changes:  # e.g. a fine-tuning split: not what this line is about
+            continue
         line = (f"new run {record.run_id}: earlier run {old['run_id']} of {record.model_spec} "
                 f"over {record.data_root} had other inputs ({'; '.join(changes)}); "
                 "its numbers are kept under its own id")

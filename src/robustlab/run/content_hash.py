@@ -49,7 +49,7 @@ def cache_dir() -> Path:
     return base / "robustlab"
 
 
-def hash_bytes_of(path: str | os.PathLike) -> str:
+def hash_bytes_of(path: str | bytes | os.PathLike) -> str:
     """BLAKE2b (128-bit) of a file's bytes, read in 1 MiB chunks."""
     h = hashlib.blake2b(digest_size=DIGEST_SIZE)
     with open(path, "rb") as fh:
@@ -93,7 +93,8 @@ class ContentHasher:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=30)
-            db.execute("CREATE TABLE IF NOT EXISTS hashes (path TEXT PRIMARY KEY, size INTEGER,"
+            # The path is a BLOB of its file-system bytes: names need not be valid UTF-8.
+            db.execute("CREATE TABLE IF NOT EXISTS hashes (path BLOB PRIMARY KEY, size INTEGER,"
                        " mtime_ns INTEGER, ctime_ns INTEGER, inode INTEGER,"
                        " hashed_at_ns INTEGER, digest TEXT)")
             db.commit()
@@ -121,11 +122,11 @@ class ContentHasher:
         """
         self.stats = stats = HashStats(files=sum(p is not None for p in paths))
         out: list[str | None] = [None] * len(paths)
-        sigs: dict[int, tuple[str, tuple[int, int, int, int]]] = {}
+        sigs: dict[int, tuple[bytes, tuple[int, int, int, int]]] = {}
         for i, p in enumerate(paths):
             if p is None:
                 continue
-            key = os.path.abspath(os.fspath(p))
+            key = os.fsencode(os.path.abspath(os.fspath(p)))
             try:
                 st = os.stat(key)
             except OSError:
@@ -156,7 +157,7 @@ class ContentHasher:
             self._store(rows)
         return out
 
-    def _lookup(self, keys: set[str]) -> dict[str, tuple[tuple[int, int, int, int], int, str]]:
+    def _lookup(self, keys: set[bytes]) -> dict[bytes, tuple[tuple[int, int, int, int], int, str]]:
         if self._db is None or not keys:
             return {}
         found = {}
@@ -164,8 +165,8 @@ class ContentHasher:
             ordered = sorted(keys)
             for j in range(0, len(ordered), 500):  # SQLite's host-parameter limit
                 part = ordered[j:j + 500]
-                q = ("SELECT path, size, mtime_ns, ctime_ns, inode, hashed_at_ns, digest FROM hashes"
-                     f" WHERE path IN ({','.join('?' * len(part))})")
+                q = ("SELECT path, size, mtime_ns, ctime_ns, inode, hashed_at_ns, digest"
+                     f" FROM hashes WHERE path IN ({','.join('?' * len(part))})")
                 for path, size, mt, ct, ino, at, digest in self._db.execute(q, part):
                     found[path] = ((size, mt, ct, ino), at, digest)
         except sqlite3.Error as exc:
@@ -189,7 +190,7 @@ class ContentHasher:
         self.path = None
 
 
-def _try_hash(path: str) -> str:
+def _try_hash(path: bytes) -> str:
     try:
         return hash_bytes_of(path)
     except OSError:
