@@ -192,3 +192,26 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "xdg" / "robustlab"
     monkeypatch.setenv("ROBUSTLAB_CACHE_DIR", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"
+
+
+def test_a_generated_folder_made_again_with_other_masks_is_a_new_run(demo, lite0, tmp_path,
+                                                                      caplog):
+    """The same --out regenerated from other masks: the evaluation must not resume."""
+    from robustlab.generate import generate
+
+    data, masks_a, masks_b = demo
+    out, db = tmp_path / "gen", tmp_path / "r.duckdb"
+    kw = dict(shifts=["only_fg"], label_space="demo", workers=0, batch_size=8, progress=False)
+    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_a, workers=1,
+             progress=False)
+    first = robustlab.evaluate(lite0, out, db=db, **kw)
+    shutil.rmtree(out)
+    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_b, workers=1,
+             progress=False)
+    with caplog.at_level(logging.WARNING, logger="robustlab.evaluate"):
+        second = robustlab.evaluate(lite0, out, db=db, **kw)
+    assert second.attrs["run_id"] != first.attrs["run_id"] and not second.attrs["resumed"]
+    assert "generated folder" in caplog.text and "masks folder" in caplog.text
+    fg = lambda df: df.set_index("shift").loc["only_fg", "top1"]  # noqa: E731
+    fresh = robustlab.evaluate(lite0, out, db=tmp_path / "fresh.duckdb", **kw)
+    assert fresh.attrs["run_id"] == second.attrs["run_id"] and fg(fresh) == fg(second)
