@@ -155,3 +155,32 @@ def test_a_running_writers_temp_files_are_left_alone(tmp_path):
     dead.write_bytes(b"left by a killed run")
     assert remove_temp_files(tmp_path, [SHIFT]) == 1
     assert live.exists() and not dead.exists()
+
+
+def _masks_for(data: Path, masks: Path) -> Path:
+    """An elliptic foreground mask PNG per image, parallel to ``data``."""
+    for img in data.rglob("*.jpg"):
+        w, h = Image.open(img).size
+        yy, xx = np.mgrid[:h, :w]
+        m = ((yy - h / 2) / (0.35 * h)) ** 2 + ((xx - w / 2) / (0.3 * w)) ** 2 <= 1
+        dst = (masks / img.relative_to(data)).with_suffix(".png")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(m.astype(np.uint8) * 255).save(dst)
+    return masks
+
+
+def test_a_grown_donor_pool_is_refused_for_donor_cells_only(tmp_path):
+    data = make_folder(tmp_path / "data", 4)
+    masks = _masks_for(data, tmp_path / "masks")
+    out = tmp_path / "out"
+    generate("imagenet9", data, out, shifts=["mixed_rand", "only_fg"], masks=masks, workers=1,
+             progress=False)
+    # A new photo joins the pool: every sample's random donor may now be another one.
+    _photo(np.random.default_rng(5)).save(data / "b" / "img100.jpg", quality=90)
+    _masks_for(data, masks)
+    with pytest.raises(InputChangedError, match="donor pool of mixed_rand"):
+        generate("imagenet9", data, out, shifts=["mixed_rand"], masks=masks, workers=1,
+                 progress=False)
+    res = generate("imagenet9", data, out, shifts=["only_fg"], masks=masks, workers=1,
+                   progress=False)
+    assert (res.written, res.skipped_existing) == (1, 4)

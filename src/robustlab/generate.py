@@ -16,6 +16,9 @@ How it stays correct when things go wrong:
   skipped with its reason; a cell whose shift fails is counted as failed with its reason;
   a worker process that crashes is replaced and its images are retried, then skipped.
   Everything lands in the manifest.
+- **One identity per folder.** The manifest, with what decides the pixels, is written
+  before the first file; a rerun under other settings or from changed sources is refused
+  (:mod:`robustlab.manifest`), so a killed run never resumes under another seed.
 
 Small sources: with the default protocol (resize the shorter side to 256) they are
 upscaled, as the reference pipeline does. Without a resize (``keep_size``) a source below
@@ -387,8 +390,11 @@ def generate(
         A :class:`GenerateResult`; the manifest at ``out/manifest.json`` holds the record.
 
     Raises:
-        ValueError: unknown suite/shift/level, missing or empty data folder, an output
-            folder made with other settings, or a shift that needs masks without them.
+        InputChangedError: ``out`` was generated with other inputs (seed, suite, protocol,
+            masks folder, cell parameters, inpainter, donor pool, or a source image or
+            mask whose bytes changed); the message names each change (``seed 0 -> 7``).
+        ValueError: unknown suite/shift/level, missing or empty data folder, or a shift
+            that needs masks without them.
     """
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
@@ -469,6 +475,12 @@ def generate(
         if "inpainter" in shift_objs[n].needs:
             rec["inpainter"] = (inpainter or {}).get("fingerprint")
         cell_records[f"{n}/{lv}"] = rec
+    content = _content_record(samples, donors)
+    if donors is not None:  # a donor cell's pixels depend on the whole pool, not one image
+        pool = _donor_pool_fingerprint(donors, content)
+        for n, lv in cells:
+            if shift_objs[n].extra.get("donor_rule") or (shift_objs[n].needs & DONOR_KEYS):
+                cell_records[f"{n}/{lv}"]["donors"] = pool
     protocol_record = _jsonable(protocol.describe())
     identity = {
         "seed": seed,
@@ -480,7 +492,7 @@ def generate(
                  "masks": str(Path(masks).expanduser().resolve()) if masks else None,
                  "samples": len(samples)},
         "cells": cell_records,
-        "samples": _content_record(samples, donors),
+        "samples": content,
     }
     manifest_path = out_root / MANIFEST
     run_record = {"id": uuid.uuid4().hex[:12], "started_at": _now(), **this_process(),
@@ -616,6 +628,15 @@ def _content_record(samples: Sequence[Sample], donors) -> dict[str, list]:
     digests = hash_files([p for s in ordered for p in (s.path, s.mask_path)])
     return {s.id: [s.class_name, digests[2 * i], digests[2 * i + 1]]
             for i, s in enumerate(ordered)}
+
+
+def _donor_pool_fingerprint(donors, content: dict[str, list]) -> str:
+    """BLAKE2b of the donor pool (ids, classes, image and mask hashes): an image added to
+    or removed from the pool changes which donor every sample draws."""
+    from robustlab.run.identity import data_fingerprint
+
+    ids = sorted(d.id for group in donors.by_class.values() for d in group)
+    return data_fingerprint((i, *content[i]) for i in ids)
 
 
 def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, run_record: dict,

@@ -6,8 +6,9 @@ settings from the same source bytes. So the manifest is written *before* the fir
 
 - ``seed``, ``suite`` (name and version), ``protocol`` (format, size, JPEG quality),
   ``data.masks`` (the masks folder),
-- per cell: the shift's ``params`` and, for ``ai_bg``, the inpainting checkpoint's
-  fingerprint (``inpainter``),
+- per cell: the shift's ``params``; for ``ai_bg``, the inpainting checkpoint's
+  fingerprint (``inpainter``); for background-donor shifts, a fingerprint of the donor pool
+  (``donors``: another image in the pool changes which donor each sample draws),
 - per source image (``samples``): ``[class, image hash, mask hash]`` (BLAKE2b of the file
   bytes; see :mod:`robustlab.run.content_hash`).
 
@@ -113,6 +114,8 @@ def identity_changes(prev: dict, new: dict) -> list[str]:
         old_inp, new_inp = c.get("inpainter"), now.get("inpainter")
         if old_inp and new_inp and old_inp != new_inp:
             out.append(f"inpainter of {key} {old_inp} -> {new_inp}")
+        if c.get("donors") and now.get("donors") and c["donors"] != now["donors"]:
+            out.append(f"donor pool of {key} (images added, removed or changed)")
     out.extend(_content_changes(prev, new))
     return out
 
