@@ -13,6 +13,21 @@ SAMPLES = SHARED / "imagenet-samples"
 REFERENCE_NPZ = SHARED / "imagenet_c_reference.npz"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _content_hash_cache(tmp_path_factory):
+    """Content-hash cache in a temp folder, never the user's ~/.cache (subprocesses inherit it)."""
+    import os
+
+    path = tmp_path_factory.mktemp("robustlab-cache")
+    old = os.environ.get("ROBUSTLAB_CACHE_DIR")
+    os.environ["ROBUSTLAB_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("ROBUSTLAB_CACHE_DIR", None)
+    else:
+        os.environ["ROBUSTLAB_CACHE_DIR"] = old
+
+
 def _need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"shared test data not found at {path} (CI provides ../shared/data)")

@@ -18,6 +18,7 @@ from robustlab.cli import main
 from robustlab.data.images import load_image
 from robustlab.data.sources import discover
 from robustlab.generate import MANIFEST, TEMP_SUFFIX, generate
+from robustlab.manifest import LOCK
 from robustlab.pipeline import apply_shift, as_stored, cell_path, decode, encode, prepare
 from robustlab.shifts import list_shifts
 from robustlab.suites import IMAGENET_C_PROTOCOL
@@ -41,7 +42,7 @@ def _flat_copy(samples_dir: Path, dest: Path, names=PHOTOS) -> Path:
 
 def _files(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes()
-            for p in sorted(out.rglob("*")) if p.is_file() and p.name != MANIFEST}
+            for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (MANIFEST, LOCK)}
 
 
 @pytest.fixture(scope="module")
@@ -110,12 +111,14 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
     src, _ = generated
     out = tmp_path / "out"
     shutil.copytree(src, out)
-    files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != MANIFEST)
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.name not in (MANIFEST, LOCK))
     removed = files[::3]
     for p in removed:
         p.unlink()
     # What a killed run leaves behind: a temp file next to a missing cell.
-    stale = removed[0].with_name(f".{removed[0].name}.4242{TEMP_SUFFIX}")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # a dead pid
+    stale = removed[0].with_name(f".{removed[0].name}.{gone}{TEMP_SUFFIX}")
     stale.write_bytes(b"half a jpeg")
     kept = {p: p.stat().st_mtime_ns for p in files if p not in removed}
     time.sleep(0.05)
@@ -133,7 +136,7 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
     assert m["counts"]["skipped_existing"] == len(kept)
     assert [r["status"] for r in m["runs"]] == ["complete", "complete"]
 
-    with pytest.raises(ValueError, match="seed 0, not 1"):
+    with pytest.raises(ValueError, match="seed 0 -> 1"):
         generate("imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES, seed=1,
                  progress=False)
     with pytest.raises(ValueError, match="protocol"):

@@ -120,13 +120,6 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
         labels_csv or data.get("labels_csv"), masks or data.get("masks"), available
 
 
-def _file_size(path) -> int:
-    try:
-        return Path(path).stat().st_size
-    except OSError:
-        return -1
-
-
 def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, levels=None,
              labels_csv=None, masks=None, label_space=None, weights=None, device=None,
              batch_size=None):
@@ -138,7 +131,11 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     from robustlab import __version__
     from robustlab.data.labels import get_label_space
     from robustlab.data.sources import discover
-    from robustlab.run.identity import as_dict, data_fingerprint, run_id, versions
+    from robustlab.manifest import generated_identity
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import (
+        as_dict, data_fingerprint, input_parts, model_precision, run_id, versions,
+    )
     from robustlab.run.tasks import CellImages
     from robustlab.shifts.registry import get_shift
 
@@ -176,8 +173,20 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         model = load_model(model, weights=weights, device=device, label_space=space,
                            batch_size=batch_size)
     preprocessing = {"model": as_dict(model.preprocessing), "protocol": protocol.describe()}
+    # What decides the pixels and labels, by content: a replaced photo or mask, another
+    # masks folder or a regenerated folder is another run, never a resumed one.
+    digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
+    image_hashes, mask_hashes = digests[0::2], digests[1::2]
     fingerprint = data_fingerprint(
-        (s.id, s.class_name, lab, _file_size(s.path)) for s, lab in zip(samples, labels))
+        (s.id, s.class_name, lab, ih, mh)
+        for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes))
+    masks_dir = str(Path(masks).expanduser().resolve()) if masks else None
+    inputs = input_parts(samples, labels, image_hashes, mask_hashes)
+    inputs.update(
+        masks_dir=masks_dir, seed=int(seed), protocol=preprocessing["protocol"],
+        preprocessing=preprocessing["model"], precision=model_precision(model),
+        source=source_kind,
+        generated=run_id(generated_identity(manifest)) if manifest is not None else None)
     identity = {
         "model_spec": model.spec,
         "weights_hash": model.weights_hash,
@@ -189,6 +198,9 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         "seed": int(seed),
         "preprocessing": preprocessing,
         "source": source_kind,
+        "masks": masks_dir,
+        "precision": inputs["precision"],
+        "generated": inputs["generated"],
     }
     record = RunRecord(
         run_id=run_id(identity),
@@ -204,7 +216,8 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         versions=versions(),
         config={"source": source_kind, "generated_root": str(generated_root or ""),
                 "labels_csv": str(getattr(samples, "labels_csv", None) or labels_csv or "") or None,
-                "masks": str(Path(masks).expanduser().resolve()) if masks else None,
+                "masks": masks_dir,
+                "inputs": inputs,
                 "model": _describe(model),
                 "cells": [[s, str(lv)] for s, lv in cells],
                 "discover_skipped": [list(x) for x in getattr(samples, "skipped", [])]},
@@ -286,11 +299,55 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         raise ValueError(f"batch size must be at least 1, got {options.batch_size}")
     store = Store(db)
     _check_same_inpainter(store, plan["record"])
+    note_earlier_runs(store, plan["record"])
     summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
                      store, plan["record"], options).run()
     table = run_table(store, summary.run_id, skipped=summary.skipped)
     table.attrs.update({"n_written": summary.n_written, "resumed": summary.resumed})
     return table
+
+
+def note_earlier_runs(store: Store, record) -> str | None:
+    """Say, in one warning line, when this is a new run although an earlier run of the same
+    model and suite over the same data folder exists with other inputs, and which differ.
+
+    Why not refuse: both runs are valid measurements of different inputs, kept apart under
+    their own run ids; what must never happen is the user reading the old numbers as the new
+    ones, so the line names both run ids and the differences. Returns the line (or None).
+    """
+    from robustlab.run.identity import input_changes
+
+    new = record.config.get("inputs")
+    if not new or not store.exists() or store.get_run(record.run_id) is not None:
+        return None
+    runs = store.runs()
+    if runs.empty:
+        return None
+    same = runs[(runs["data_root"] == record.data_root) & (runs["model_spec"] == record.model_spec)
+                & (runs["weights_hash"].fillna("") == (record.weights_hash or ""))
+                & (runs["suite"].fillna("") == (record.suite or ""))
+                & (runs["run_id"] != record.run_id)]
+    for _, old in same.sort_values("started_at", ascending=False).iterrows():
+        config = old["config"] if isinstance(old["config"], dict) else {}
+        old_inputs = config.get("inputs")
+        if not old_inputs:
+            continue
+        changes = input_changes(old_inputs, new)
+        for key, label in (("label_space", "label space"), ("suite_version", "suite version")):
+            if old.get(key) != getattr(record, key):
+                changes.append(f"{label} {old.get(key)} -> {getattr(record, key)}")
+        versions = old["versions"] if isinstance(old["versions"], dict) else {}
+        before = versions.get("robustlab")
+        if before != record.versions.get("robustlab"):
+            changes.append(f"robustlab {before} -> {record.versions.get('robustlab')}")
+        if not changes:  # e.g. a fine-tuning split: not what this line is about
+            continue
+        line = (f"new run {record.run_id}: earlier run {old['run_id']} of {record.model_spec} "
+                f"over {record.data_root} had other inputs ({'; '.join(changes)}); "
+                "its numbers are kept under its own id")
+        log.warning(line)
+        return line
+    return None
 
 
 def _check_same_inpainter(store: Store, record) -> None:
@@ -306,10 +363,13 @@ def _check_same_inpainter(store: Store, record) -> None:
     old_run = store.get_run(record.run_id)
     old = ((old_run or {}).get("config") or {}).get("inpainter") or {}
     if old.get("fingerprint") and old["fingerprint"] != new:
-        raise ValueError(
+        from robustlab.errors import InputChangedError
+
+        raise InputChangedError(
             f"run {record.run_id} already holds ai_bg images drawn by the inpainter "
             f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
-            f"{record.config['inpainter'].get('path')} ({new}): use another --db or --seed")
+            f"{record.config['inpainter'].get('path')} ({new})",
+            hint="use another --db or --seed, or configure the first checkpoint again")
 
 
 def run_table(store: Store, run_id: str, skipped=None):

@@ -16,6 +16,9 @@ How it stays correct when things go wrong:
   skipped with its reason; a cell whose shift fails is counted as failed with its reason;
   a worker process that crashes is replaced and its images are retried, then skipped.
   Everything lands in the manifest.
+- **One identity per folder.** The manifest, with what decides the pixels, is written
+  before the first file; a rerun under other settings or from changed sources is refused
+  (:mod:`robustlab.manifest`), so a killed run never resumes under another seed.
 
 Small sources: with the default protocol (resize the shorter side to 256) they are
 upscaled, as the reference pipeline does. Without a resize (``keep_size``) a source below
@@ -33,6 +36,7 @@ import multiprocessing
 import os
 import platform
 import time
+import uuid
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -41,6 +45,9 @@ from typing import Any
 
 from robustlab.data.images import MAX_PIXELS, ImageError
 from robustlab.data.sources import Sample, discover
+from robustlab.manifest import (
+    FORMAT, MANIFEST, check_compatible, load_manifest, manifest_lock, mark_dead_runs, this_process,
+)
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
@@ -49,7 +56,6 @@ from robustlab.suites import Protocol, Suite, get_suite
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 TEMP_SUFFIX = ".rltmp"
 MAX_ATTEMPTS = 2  # a sample whose worker process died this often is skipped
 LIBRARIES = {  # manifest key -> distribution names to try, in order
@@ -294,7 +300,11 @@ def library_versions() -> dict[str, str | None]:
 
 
 def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
-    """Delete the temp files an interrupted run left under the given shift folders."""
+    """Delete the temp files an interrupted run left under the given shift folders.
+
+    A temp file's name carries the writer's pid (:func:`atomic_write`); one whose writer
+    is still alive belongs to a concurrent run into the same folder and is left alone.
+    """
     n = 0
     for name in shift_names:
         base = out / name
@@ -302,13 +312,27 @@ def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
             continue
         for dirpath, _, files in os.walk(base):
             for f in files:
-                if f.startswith(".") and f.endswith(TEMP_SUFFIX):
+                if f.startswith(".") and f.endswith(TEMP_SUFFIX) and not _writer_alive(f):
                     try:
                         os.unlink(os.path.join(dirpath, f))
                         n += 1
                     except OSError:
                         pass
     return n
+
+
+def _writer_alive(temp_name: str) -> bool:
+    """Whether the process named in ``.<file>.<pid>.rltmp`` still runs (not this one)."""
+    pid = temp_name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[-1]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def available_cpus() -> int:
@@ -320,35 +344,6 @@ def available_cpus() -> int:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _load_manifest(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the previous manifest {path}: {exc}; move it away to start over") from None
-    return data if isinstance(data, dict) else None
-
-
-def _check_compatible(prev: dict, seed: int, protocol: dict, cells: dict, suite: Suite, path: Path) -> None:
-    """Refuse to add files made under other settings to an existing output folder."""
-    hint = "use a new --out folder (or delete this one) to generate with other settings"
-    if prev.get("seed") is not None and int(prev["seed"]) != int(seed):
-        raise ValueError(f"{path} was generated with seed {prev['seed']}, not {seed}; {hint}")
-    if prev.get("protocol") and prev["protocol"] != protocol:
-        raise ValueError(f"{path} was generated with protocol {prev['protocol']}, not {protocol}; {hint}")
-    prev_suite = (prev.get("suite") or {}).get("name")
-    if prev_suite and prev_suite != suite.name:
-        raise ValueError(f"{path} was generated for suite {prev_suite!r}, not {suite.name!r}; {hint}")
-    for c in prev.get("cells", []):
-        key = f"{c.get('shift')}/{c.get('level')}"
-        if key in cells and cells[key]["params"] != c.get("params"):
-            raise ValueError(
-                f"{path}: parameters of {key} changed since it was generated "
-                f"({c.get('params')} -> {cells[key]['params']}); {hint}"
-            )
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -395,8 +390,11 @@ def generate(
         A :class:`GenerateResult`; the manifest at ``out/manifest.json`` holds the record.
 
     Raises:
-        ValueError: unknown suite/shift/level, missing or empty data folder, an output
-            folder made with other settings, or a shift that needs masks without them.
+        InputChangedError: ``out`` was generated with other inputs (seed, suite, protocol,
+            masks folder, cell parameters, inpainter, donor pool, or a source image or
+            mask whose bytes changed); the message names each change (``seed 0 -> 7``).
+        ValueError: unknown suite/shift/level, missing or empty data folder, or a shift
+            that needs masks without them.
     """
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
@@ -464,32 +462,59 @@ def generate(
             unique.append(s)
     samples = unique
 
-    cell_records = {
-        f"{n}/{lv}": {"shift": n, "level": lv, "family": shift_objs[n].family,
-                      "deterministic": shift_objs[n].deterministic,
-                      "params": _jsonable(shift_objs[n].params[lv])}
-        for n, lv in cells
-    }
+    inpainter = None
+    if "inpainter" in needs:  # ai_bg's pixels depend on the checkpoint: say which one
+        from robustlab.shifts.synth.inpaint import describe_inpainter
+
+        inpainter = describe_inpainter()
+    cell_records = {}
+    for n, lv in cells:
+        rec = {"shift": n, "level": lv, "family": shift_objs[n].family,
+               "deterministic": shift_objs[n].deterministic,
+               "params": _jsonable(shift_objs[n].params[lv])}
+        if "inpainter" in shift_objs[n].needs:
+            rec["inpainter"] = (inpainter or {}).get("fingerprint")
+        cell_records[f"{n}/{lv}"] = rec
+    content = _content_record(samples, donors)
+    if donors is not None:  # a donor cell's pixels depend on the whole pool, not one image
+        pool = _donor_pool_fingerprint(donors, content)
+        for n, lv in cells:
+            if shift_objs[n].extra.get("donor_rule") or (shift_objs[n].needs & DONOR_KEYS):
+                cell_records[f"{n}/{lv}"]["donors"] = pool
     protocol_record = _jsonable(protocol.describe())
+    identity = {
+        "seed": seed,
+        "suite": {"name": suite_obj.name, "version": suite_obj.version,
+                  "label_space": suite_obj.label_space},
+        "protocol": protocol_record,
+        "data": {"root": str(data_root.resolve()),
+                 "labels_csv": str(Path(labels_csv).resolve()) if labels_csv else None,
+                 "masks": str(Path(masks).expanduser().resolve()) if masks else None,
+                 "samples": len(samples)},
+        "cells": cell_records,
+        "samples": content,
+    }
     manifest_path = out_root / MANIFEST
-    prev = _load_manifest(manifest_path)
-    if prev is not None:
-        _check_compatible(prev, seed, protocol_record, cell_records, suite_obj, manifest_path)
-    out_root.mkdir(parents=True, exist_ok=True)
+    run_record = {"id": uuid.uuid4().hex[:12], "started_at": _now(), **this_process(),
+                  "workers": 0, "status": "running", "shifts": names, "levels": level_list,
+                  "limit": limit}
+    if inpainter is not None:
+        run_record["inpainter"] = inpainter
+    result = GenerateResult(out_root, manifest_path, len(samples), len(cells),
+                            skipped_inputs=list(skipped_listing))
+    n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
+    run_record["workers"] = n_workers
+    # The identity goes to disk before the first file: a killed run's files stay tied to it.
+    with manifest_lock(out_root):
+        prev = load_manifest(manifest_path)
+        check_compatible(prev, identity, manifest_path)
+        _write_json(manifest_path, _merge_manifest(prev, result, identity, run_record, samples,
+                                                   final=False))
     n_tmp = remove_temp_files(out_root, names)
     if n_tmp:
         log.info("removed %d temp files left by an interrupted run", n_tmp)
 
     job = _Job(str(out_root), cells, protocol, seed, int(max_pixels), need_mask, donors)
-    result = GenerateResult(out_root, manifest_path, len(samples), len(cells),
-                            skipped_inputs=list(skipped_listing))
-    n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
-    run_record = {"started_at": _now(), "workers": n_workers, "status": "running",
-                  "shifts": names, "levels": level_list, "limit": limit}
-    if "inpainter" in needs:  # ai_bg's pixels depend on the checkpoint: say which one
-        from robustlab.shifts.synth.inpaint import describe_inpainter
-
-        run_record["inpainter"] = describe_inpainter()
     log.info("generating %d cells x %d images into %s with %d worker(s)",
              len(cells), len(samples), out_root, n_workers)
 
@@ -530,9 +555,10 @@ def generate(
         run_record.update(finished_at=_now(), status=status, seconds=round(result.seconds, 3),
                           written=result.written, skipped_existing=result.skipped_existing,
                           failed=result.failed, skipped_inputs=len(result.skipped_inputs))
-        manifest = _merge_manifest(prev, result, suite_obj, protocol_record, cell_records, seed,
-                                   data_root, labels_csv, samples, run_record, masks)
-        _write_json(manifest_path, manifest)
+        with manifest_lock(out_root):  # merged into what is there now: a concurrent run's too
+            current = load_manifest(manifest_path)
+            _write_json(manifest_path,
+                        _merge_manifest(current, result, identity, run_record, samples))
     return result
 
 
@@ -589,56 +615,86 @@ def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result:
             log.warning("a worker process died; retrying %d image(s) in a fresh pool", len(queue))
 
 
-def _merge_manifest(prev: dict | None, result: GenerateResult, suite: Suite, protocol: dict,
-                    cells: dict, seed: int, data_root: Path, labels_csv, samples, run_record: dict,
-                    masks) -> dict:
-    """This run's record merged into the previous manifest.
+def _content_record(samples: Sequence[Sample], donors) -> dict[str, list]:
+    """``id -> [class, image hash, mask hash]`` of every source whose bytes can reach a file:
+    the images to generate and, for donor shifts, every background donor."""
+    from robustlab.run.content_hash import hash_files
 
-    Cells are the union of all runs (a later run may add shifts or levels). Skipped inputs,
+    used = {s.id: s for s in samples}
+    if donors is not None:
+        for group in donors.by_class.values():
+            used.update((d.id, d) for d in group if d.id not in used)
+    ordered = sorted(used.values(), key=lambda s: s.id)
+    digests = hash_files([p for s in ordered for p in (s.path, s.mask_path)])
+    return {s.id: [s.class_name, digests[2 * i], digests[2 * i + 1]]
+            for i, s in enumerate(ordered)}
+
+
+def _donor_pool_fingerprint(donors, content: dict[str, list]) -> str:
+    """BLAKE2b of the donor pool (ids, classes, image and mask hashes): an image added to
+    or removed from the pool changes which donor every sample draws."""
+    from robustlab.run.identity import data_fingerprint
+
+    ids = sorted(d.id for group in donors.by_class.values() for d in group)
+    return data_fingerprint((i, *content[i]) for i in ids)
+
+
+def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, run_record: dict,
+                    samples: Sequence[Sample], *, final: bool = True) -> dict:
+    """This run's record merged into the manifest ``prev`` found on disk.
+
+    Called twice per run, both times under the manifest lock: before the first file
+    (``final=False``: identity, cells, source hashes and a ``running`` run entry; earlier
+    outcomes untouched) and at the end, merged into whatever is on disk *then*, so that a
+    concurrent run's entries survive. Cells and source hashes are unions over runs (a later
+    run may add shifts, levels or images); ``runs`` is keyed by run id. Skipped inputs,
     conversions and failures are keyed by sample (and cell): this run's word replaces the
     previous one, and a sample or cell that succeeded now is removed from the lists.
     ``counts.written`` adds up over runs; the rest describe the state after this run.
     """
     prev = prev or {}
-    done_ids = {s.id for s in samples}
-    skip_now = dict(result.skipped_inputs)
-    skipped = {d["id"]: d["reason"] for d in prev.get("skipped_inputs", []) if d.get("id") not in done_ids}
-    skipped.update(skip_now)
-    ok_ids = done_ids - set(skip_now)
-    for i in ok_ids:
-        skipped.pop(i, None)
+    skipped = {d["id"]: d["reason"] for d in prev.get("skipped_inputs", [])}
     converted = {d["id"]: d["note"] for d in prev.get("converted", [])}
-    converted.update(dict(result.converted))
-    fail_now = {(i, s, lv): r for i, s, lv, r in result.failures}
-    failures = {}
-    for d in prev.get("failures", []):
-        key = (d.get("id"), d.get("shift"), str(d.get("level")))
+    failures = {(d.get("id"), d.get("shift"), str(d.get("level"))): d.get("reason")
+                for d in prev.get("failures", [])}
+    cells = identity["cells"]
+    counts = dict(prev.get("counts") or {})
+    if final:
+        done_ids = {s.id for s in samples}
+        skip_now = dict(result.skipped_inputs)
+        skipped = {k: v for k, v in skipped.items() if k not in done_ids}
+        skipped.update(skip_now)
+        converted.update(dict(result.converted))
         # A cell considered again in this run either failed again or now exists.
-        if key[0] in done_ids and f"{key[1]}/{key[2]}" in cells:
-            continue
-        failures[key] = d.get("reason")
-    failures.update(fail_now)
-    all_cells = {f"{c['shift']}/{c['level']}": c for c in prev.get("cells", [])}
-    all_cells.update(cells)
-    runs = list(prev.get("runs", [])) + [run_record]
-    return {
-        "format": "robustlab-generate/1",
-        "versions": library_versions(),
-        "seed": seed,
-        "seed_rule": "derive_seed(seed, sample_id, shift, level) -> PCG64",
-        "suite": {"name": suite.name, "version": suite.version, "label_space": suite.label_space},
-        "protocol": protocol,
-        "data": {"root": str(data_root.resolve()), "labels_csv": str(labels_csv) if labels_csv else None,
-                 "masks": str(masks) if masks else None, "samples": len(samples)},
-        "layout": "<out>/<shift>/<level>/<class>/<file>",
-        "cells": list(all_cells.values()),
-        "counts": {
-            "written": int(prev.get("counts", {}).get("written", 0)) + result.written,
+        failures = {k: v for k, v in failures.items()
+                    if not (k[0] in done_ids and f"{k[1]}/{k[2]}" in cells)}
+        failures.update({(i, s, lv): r for i, s, lv, r in result.failures})
+        counts = {
+            "written": int(counts.get("written", 0)) + result.written,
             "written_this_run": result.written,
             "skipped_existing": result.skipped_existing,
             "failed": len(failures),
             "skipped_inputs": len(skipped),
-        },
+        }
+    all_cells = {f"{c['shift']}/{c['level']}": c for c in prev.get("cells", [])}
+    all_cells.update(cells)
+    content = dict(prev.get("samples") or {})
+    content.update(identity["samples"])
+    runs = [r for r in mark_dead_runs(list(prev.get("runs", [])))
+            if r.get("id") != run_record["id"]]
+    runs.append(dict(run_record))
+    return {
+        "format": FORMAT,
+        "status": run_record["status"],
+        "versions": library_versions(),
+        "seed": identity["seed"],
+        "seed_rule": "derive_seed(seed, sample_id, shift, level) -> PCG64",
+        "suite": identity["suite"],
+        "protocol": identity["protocol"],
+        "data": identity["data"],
+        "layout": "<out>/<shift>/<level>/<class>/<file>",
+        "cells": list(all_cells.values()),
+        "counts": counts,
         "skipped_inputs": [{"id": k, "reason": v} for k, v in sorted(skipped.items())],
         "converted": [{"id": k, "note": v} for k, v in sorted(converted.items())],
         "failures": [{"id": k[0], "shift": k[1], "level": k[2], "reason": v}
@@ -648,6 +704,8 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, suite: Suite, pro
         "runs": runs,
         # The checkpoint of the latest run that drew ai_bg cells (None: never drawn here).
         "inpainter": run_record.get("inpainter") or prev.get("inpainter"),
+        # id -> [class, image BLAKE2b, mask BLAKE2b]: a rerun refuses changed sources.
+        "samples": dict(sorted(content.items())),
     }
 
 

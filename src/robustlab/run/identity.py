@@ -1,10 +1,16 @@
 """Run identity: a deterministic run id, so a rerun of the same evaluation resumes.
 
-Two invocations are the same run when they evaluate the same model (spec and weights
-hash) with the same preprocessing on the same images (data fingerprint) under the same
-suite, suite version, robustlab version, label space, seed and source kind (generated
-folder or on-the-fly). Which cells are requested is *not* part of the identity: asking for
-more cells later extends the run, and cells already stored are skipped.
+Two invocations are the same run when everything that decides a prediction is the same:
+the model (spec, weights hash, preprocessing, precision), the pixels (the *content* of
+every image and mask, the masks folder, the suite protocol, seed, suite and its version,
+robustlab's version), the labels, the label space and the source kind (on the fly, or a
+generated folder and that folder's own identity). Which cells are requested is *not* part
+of the identity: asking for more cells later extends the run, and cells already stored are
+skipped. A changed input gives a new run id, never a resumed old run.
+
+The parts are also kept apart (:func:`input_parts`, stored as ``runs.config["inputs"]``)
+so that a new run can say which input differs from an earlier one over the same data
+(:func:`input_changes`).
 """
 
 from __future__ import annotations
@@ -51,6 +57,63 @@ def data_fingerprint(entries: Iterable[tuple[Any, ...]]) -> str:
         n += 1
     h.update(f"n={n}".encode())
     return h.hexdigest()
+
+
+def input_parts(samples, labels, image_hashes, mask_hashes) -> dict[str, Any]:
+    """Separate fingerprints of the images, masks and labels of a sample list.
+
+    Args:
+        samples: Samples (``id``, ``class_name``), sorted by id.
+        labels: Label index per sample.
+        image_hashes, mask_hashes: Content hash per sample (None: no mask).
+
+    Returns:
+        ``images``, ``masks`` (None when no sample has a mask), ``labels`` and ``n``.
+    """
+    ids = [s.id for s in samples]
+    return {
+        "n": len(ids),
+        "images": data_fingerprint(zip(ids, image_hashes)),
+        "masks": (data_fingerprint(zip(ids, mask_hashes))
+                  if any(h is not None for h in mask_hashes) else None),
+        "labels": data_fingerprint((s.id, s.class_name, lab) for s, lab in zip(samples, labels)),
+    }
+
+
+# Reading order and wording of :func:`input_changes`.
+_PART_NAMES = {"n": "number of images", "images": "image content", "masks": "mask content",
+               "masks_dir": "masks folder", "labels": "labels", "seed": "seed",
+               "protocol": "protocol", "preprocessing": "model preprocessing",
+               "precision": "precision", "source": "source", "generated": "generated folder"}
+
+
+def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Phrases naming the inputs that differ (``"masks folder /a -> /b"``, ``"image
+    content"``); hashes are named, not printed."""
+    out = []
+    for key, name in _PART_NAMES.items():
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key in ("images", "masks", "labels", "preprocessing", "protocol", "generated"):
+            out.append(name)
+        else:
+            out.append(f"{name} {a} -> {b}")
+    return out
+
+
+def model_precision(model) -> str | None:
+    """The numeric type a model computes in: its ``dtype``/``precision`` attribute, else the
+    dtype of a torch module's first parameter, else None (unknown: e.g. ONNX)."""
+    for attr in ("precision", "dtype"):
+        value = getattr(model, attr, None)
+        if value is not None:
+            return str(value)
+    module = getattr(model, "module", None)
+    if module is not None and hasattr(module, "parameters"):
+        for p in module.parameters():
+            return str(p.dtype)
+    return None
 
 
 def run_id(identity: dict[str, Any]) -> str:

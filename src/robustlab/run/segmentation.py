@@ -298,13 +298,6 @@ def _counts(pred: np.ndarray, truth: np.ndarray) -> tuple[int, int, int, int]:
     return binary_counts(pred, truth)
 
 
-def _file_size(path) -> int | None:
-    try:
-        return Path(path).stat().st_size
-    except OSError:
-        return None
-
-
 def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duckdb",
                      suite="ximagenet12", shifts=None, levels=None, seed: int = 0,
                      labels_csv=None, batch_size: int = 8, limit: int | None = None
@@ -360,8 +353,13 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
     usable = [x for x in samples if x.mask_path is not None]
     if limit is not None:
         usable = usable[: int(limit)]
-    fingerprint = data_fingerprint((x.id, x.class_name, _file_size(x.path)) for x in usable)
-    mask_fingerprint = data_fingerprint((x.id, _file_size(x.mask_path)) for x in usable)
+    from robustlab.run.content_hash import hash_files
+
+    # By content (cached), not by size: a replaced photo or mask is another run.
+    image_hashes = hash_files([x.path for x in usable])
+    mask_hashes = hash_files([x.mask_path for x in usable])
+    fingerprint = data_fingerprint((x.id, x.class_name, h) for x, h in zip(usable, image_hashes))
+    mask_fingerprint = data_fingerprint((x.id, h) for x, h in zip(usable, mask_hashes))
     protocol = s.protocol.describe()
     identity = {"task": SEGMENTATION_TASK, "model_spec": model.name,
                 "weights_hash": model.weights_hash, "background": model.background,

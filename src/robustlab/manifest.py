@@ -1,0 +1,193 @@
+"""The manifest of a generated folder: its identity, its history, and safe updates.
+
+A generated folder is only trustworthy if every file in it was made under the same
+settings from the same source bytes. So the manifest is written *before* the first file
+(``status: "running"``) with everything that decides the pixels:
+
+- ``seed``, ``suite`` (name and version), ``protocol`` (format, size, JPEG quality),
+  ``data.masks`` (the masks folder),
+- per cell: the shift's ``params``; for ``ai_bg``, the inpainting checkpoint's
+  fingerprint (``inpainter``); for background-donor shifts, a fingerprint of the donor pool
+  (``donors``: another image in the pool changes which donor each sample draws),
+- per source image (``samples``): ``[class, image hash, mask hash]`` (BLAKE2b of the file
+  bytes; see :mod:`robustlab.run.content_hash`).
+
+A rerun compares itself with that record (:func:`identity_changes`) and refuses with an
+:class:`~robustlab.errors.InputChangedError` naming what changed (``seed 0 -> 7``); more
+cells, more levels or more images under the same identity extend the folder. A source image
+or mask whose bytes changed is refused, not regenerated: its old pixels may also live in
+other images' cells as a background donor, which no per-sample regeneration would fix.
+
+Every read-merge-write of the manifest happens under an exclusive ``flock`` on
+``<out>/.manifest.lock``, so two generates into one folder keep both runs in ``runs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from robustlab.errors import InputChangedError, InputError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux/macOS: no cross-process lock
+    fcntl = None
+
+MANIFEST = "manifest.json"
+LOCK = ".manifest.lock"
+FORMAT = "robustlab-generate/1"
+HINT = "use a new --out folder (or delete this one) to generate with other settings"
+
+
+@contextlib.contextmanager
+def manifest_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out``'s manifest for one read-merge-write."""
+    out.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    with open(out / LOCK, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def load_manifest(path: Path) -> dict | None:
+    """The manifest at ``path``; None when there is none; InputError when unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the previous manifest {path}: {exc}",
+                         hint="move it away to start over") from None
+    return data if isinstance(data, dict) else None
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def identity_changes(prev: dict, new: dict) -> list[str]:
+    """What differs between a folder's manifest ``prev`` and this run's identity ``new``.
+
+    ``new`` has the manifest's shape: ``seed``, ``suite``, ``protocol``, ``data.masks``,
+    ``cells`` (dict ``"shift/level"`` -> record) and ``samples``. Only what both sides
+    record is compared: a folder made without masks may gain mask-needing cells later, and
+    images or cells that only one side has are additions, not changes.
+
+    Returns:
+        One short phrase per difference (``"seed 0 -> 7"``), empty when compatible.
+    """
+    out = []
+    if prev.get("seed") is not None and int(prev["seed"]) != int(new["seed"]):
+        out.append(f"seed {prev['seed']} -> {new['seed']}")
+    ps, ns = prev.get("suite") or {}, new["suite"]
+    for key in ("name", "version"):
+        if ps.get(key) is not None and ps.get(key) != ns.get(key):
+            out.append(f"suite {key} {ps[key]} -> {ns[key]}")
+    pp = prev.get("protocol")
+    if pp:
+        for key in sorted(set(pp) | set(new["protocol"])):
+            if pp.get(key) != new["protocol"].get(key):
+                out.append(f"protocol {key} {pp.get(key)} -> {new['protocol'].get(key)}")
+    pm, nm = (prev.get("data") or {}).get("masks"), new["data"].get("masks")
+    # Older manifests recorded --masks as typed: a relative path is not comparable.
+    if pm and nm and Path(pm).is_absolute() and pm != nm:
+        out.append(f"masks folder {pm} -> {nm}")
+    for c in prev.get("cells", []):
+        key = f"{c.get('shift')}/{c.get('level')}"
+        now = new["cells"].get(key)
+        if now is None:
+            continue
+        if now["params"] != c.get("params"):
+            out.append(f"parameters of {key} {_short(c.get('params'))} -> {_short(now['params'])}")
+        old_inp, new_inp = c.get("inpainter"), now.get("inpainter")
+        if old_inp and new_inp and old_inp != new_inp:
+            out.append(f"inpainter of {key} {old_inp} -> {new_inp}")
+        if c.get("donors") and now.get("donors") and c["donors"] != now["donors"]:
+            out.append(f"donor pool of {key} (images added, removed or changed)")
+    out.extend(_content_changes(prev, new))
+    return out
+
+
+def _content_changes(prev: dict, new: dict) -> list[str]:
+    """Source images whose class, bytes or mask bytes differ from the recorded ones."""
+    old = prev.get("samples") or {}
+    unused = {d.get("id") for d in prev.get("skipped_inputs", [])}  # made no files
+    changed = []
+    for sid, now in new["samples"].items():
+        was = old.get(sid)
+        if was is None or sid in unused:
+            continue
+        what = [name for name, a, b in zip(("class", "image", "mask"), was, now)
+                if a is not None and b is not None and a != b]
+        if what:
+            changed.append(f"{sid} ({', '.join(what)})")
+    if not changed:
+        return []
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return [f"{len(changed)} source image(s) changed since their files were generated: "
+            f"{'; '.join(changed[:3])}{more}"]
+
+
+def check_compatible(prev: dict | None, new: dict, path: Path) -> None:
+    """Refuse to add files made under another identity to an existing folder.
+
+    Raises:
+        InputChangedError: naming every difference, with the hint to use a new folder.
+    """
+    if not prev:
+        return
+    changes = identity_changes(prev, new)
+    if changes:
+        raise InputChangedError(f"{path.parent} was generated with other inputs: "
+                                + "; ".join(changes), hint=HINT)
+
+
+def this_process() -> dict:
+    """``host`` and ``pid`` of this run, so a later run can tell a killed one."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def mark_dead_runs(runs: list[dict]) -> list[dict]:
+    """Runs recorded as ``running`` by a process of this host that no longer exists
+    (``kill -9``, power loss) are marked ``killed``."""
+    host = socket.gethostname()
+    out = []
+    for r in runs:
+        if r.get("status") == "running" and r.get("host") == host and r.get("pid"):
+            try:
+                os.kill(int(r["pid"]), 0)
+            except ProcessLookupError:
+                r = {**r, "status": "killed"}
+            except OSError:
+                pass
+        out.append(r)
+    return out
+
+
+def generated_identity(manifest: dict) -> dict:
+    """What of a generated folder decides its files' pixels, for an evaluation's run id.
+
+    ``created_at`` tells a folder deleted and generated again at the same place; the
+    per-image content is covered by the evaluation's own image hashes, and cell parameters
+    cannot change inside one folder (:func:`check_compatible`).
+    """
+    return {"format": manifest.get("format"), "seed": manifest.get("seed"),
+            "suite": manifest.get("suite"), "protocol": manifest.get("protocol"),
+            "masks": (manifest.get("data") or {}).get("masks"),
+            "created_at": manifest.get("created_at")}
+
+
+__all__ = ["MANIFEST", "FORMAT", "manifest_lock", "load_manifest", "identity_changes",
+           "check_compatible", "generated_identity", "mark_dead_runs", "this_process"]
