@@ -192,3 +192,111 @@ def test_a_name_that_is_not_utf8_is_skipped_with_a_printable_name(tmp_path):
     samples = discover(data)
     assert [s.id for s in samples] == ["cat/a.png"]
     assert samples.skipped == [("cat/caf\\xe9.png", "name is not valid UTF-8 (rename it to use it)")]
+
+
+# ----------------------------------------------------------------- end to end: a hostile folder
+def _bomb_png(path: Path, side: int = 100_000) -> None:
+    """A valid 1x1 PNG whose header claims ``side`` x ``side`` pixels (CRC fixed up)."""
+    import io
+    import struct
+    import zlib
+
+    buf = io.BytesIO()
+    Image.new("L", (1, 1)).save(buf, "PNG")
+    b = bytearray(buf.getvalue())
+    b[16:24] = struct.pack(">II", side, side)
+    b[29:33] = struct.pack(">I", zlib.crc32(bytes(b[12:29])))
+    path.write_bytes(bytes(b))
+
+
+def _hostile_folder(root: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
+    """An ImageFolder with odd-but-good images (and the RGB each must decode to, made with
+    Pillow directly) and bad files (with the start of the reason each must be skipped for)."""
+    from PIL import ImageOps
+
+    cls = root / "n01440764"
+    cls.mkdir(parents=True)
+    rng = np.random.default_rng(5)
+    yy, xx = np.mgrid[:90, :120] / 120
+    photo = np.clip(np.stack([yy, xx, 1 - xx], 2) * 220 + rng.normal(0, 15, (90, 120, 3)),
+                    0, 255).astype(np.uint8)
+    grey = photo.mean(axis=2).astype(np.uint8)
+    Image.fromarray(photo).save(cls / "rgb.png")
+    Image.fromarray(grey).save(cls / "grey.png")
+    rgba = np.dstack([photo, np.full(grey.shape, 90, np.uint8)])
+    Image.fromarray(rgba).save(cls / "rgba.png")
+    pal = Image.fromarray(photo).quantize(16)
+    pal.info["transparency"] = 0
+    pal.save(cls / "palette_alpha.png", transparency=0)
+    Image.fromarray(photo).convert("CMYK").save(cls / "cmyk.jpg", quality=95)
+    Image.fromarray(grey.astype(np.uint16) * 257).save(cls / "gray16.png")
+    Image.fromarray(photo[:1, :1]).save(cls / "one_pixel.png")
+    frames = [Image.fromarray(photo), Image.fromarray(255 - photo)]
+    frames[0].save(cls / "animated.gif", save_all=True, append_images=frames[1:], duration=50)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored sideways: turn 90 degrees clockwise to view
+    Image.fromarray(photo).save(cls / "exif_rotated.jpg", exif=exif, quality=95)
+
+    def pil_rgb(name):
+        with Image.open(cls / name) as im:
+            im = ImageOps.exif_transpose(im)
+            return np.asarray(im.convert("RGBA" if im.mode == "P" else "RGB"))[..., :3]
+
+    good = {
+        "rgb.png": photo, "grey.png": np.dstack([grey] * 3), "rgba.png": photo,
+        "palette_alpha.png": pil_rgb("palette_alpha.png"), "cmyk.jpg": pil_rgb("cmyk.jpg"),
+        "gray16.png": np.dstack([grey] * 3), "one_pixel.png": photo[:1, :1],
+        "animated.gif": pil_rgb("animated.gif"), "exif_rotated.jpg": pil_rgb("exif_rotated.jpg"),
+    }
+    assert good["exif_rotated.jpg"].shape == (120, 90, 3)  # upright, not as stored
+    jpeg = (cls / "cmyk.jpg").read_bytes()
+    (cls / "truncated.jpg").write_bytes(jpeg[: len(jpeg) // 2])
+    (cls / "zero.jpg").write_bytes(b"")
+    (cls / "text.jpg").write_text("this is not a JPEG\n")
+    _bomb_png(cls / "bomb.png")
+    with open(os.path.join(os.fsencode(cls), b"caf\xe9.png"), "wb") as fh:
+        fh.write((cls / "rgb.png").read_bytes())
+    (cls / "notes.txt").write_text("stray")
+    os.symlink("..", cls / "loop")
+    bad = {
+        "n01440764/truncated.jpg": "unreadable", "n01440764/zero.jpg": "not an image",
+        "n01440764/text.jpg": "not an image", "n01440764/bomb.png": "too large",
+        "n01440764/caf\\xe9.png": "name is not valid UTF-8",
+        "n01440764/notes.txt": "not an image file", "n01440764/loop": "link to the data folder",
+    }
+    return root, {f"n01440764/{k}": v for k, v in good.items()}, bad
+
+
+def test_evaluate_over_a_hostile_folder_skips_each_bad_file_and_scores_the_rest(tmp_path):
+    """Each bad file is a counted skip with its reason in the stored run; each odd but good
+    image gets the prediction of its correctly decoded pixels."""
+    import torch
+
+    import robustlab
+    from robustlab.models import load_model
+    from robustlab.pipeline import prepare
+    from robustlab.store import Store
+
+    data, good, bad = _hostile_folder(tmp_path / "data")
+    model = load_model("lite0", device="cpu")
+    db = tmp_path / "r.duckdb"
+    df = robustlab.evaluate(model, data, db=db, workers=0, progress=False, batch_size=4)
+    assert int(df["n"].iloc[0]) == len(good)
+
+    run = Store(db).get_run(df.attrs["run_id"])
+    reasons = {sid: why for sid, why in run["skipped"]}
+    assert set(reasons) == set(bad) and run["n_skipped"] == len(bad)
+    for sid, start in bad.items():
+        assert reasons[sid].startswith(start), (sid, reasons[sid])
+
+    stored = Store(db).predictions([df.attrs["run_id"]])
+    assert sorted(stored["sample_id"]) == sorted(good)
+    batch = torch.stack([model.preprocessing.to_tensor(prepare(good[sid], Protocol()), crop=False)
+                         for sid in stored["sample_id"]])
+    probs = torch.softmax(model.predict(batch).float(), dim=1)
+    top = torch.topk(probs, 5, dim=1)
+    for r, (sid, ids, p) in enumerate(zip(stored["sample_id"], stored["top5_ids"],
+                                          stored["top5_probs"])):
+        assert int(ids[0]) == int(top.indices[r, 0]), sid
+        np.testing.assert_allclose(np.asarray(p, np.float64), top.values[r].numpy(), atol=2e-4,
+                                   err_msg=sid)
