@@ -19,6 +19,8 @@ from robustlab.errors import InputError
 from robustlab.pipeline import load_prepared
 from robustlab.suites import Protocol
 
+NOT_UTF8 = "name is not valid UTF-8 (rename it to use it)"
+
 
 def _img(path: Path, size=(64, 48), value=128) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +193,7 @@ def test_a_name_that_is_not_utf8_is_skipped_with_a_printable_name(tmp_path):
         fh.write((data / "cat" / "a.png").read_bytes())
     samples = discover(data)
     assert [s.id for s in samples] == ["cat/a.png"]
-    assert samples.skipped == [("cat/caf\\xe9.png", "name is not valid UTF-8 (rename it to use it)")]
+    assert samples.skipped == [("cat/caf\\xe9.png", NOT_UTF8)]
 
 
 # ----------------------------------------------------------------- end to end: a hostile folder
@@ -300,3 +302,18 @@ def test_evaluate_over_a_hostile_folder_skips_each_bad_file_and_scores_the_rest(
         assert int(ids[0]) == int(top.indices[r, 0]), sid
         np.testing.assert_allclose(np.asarray(p, np.float64), top.values[r].numpy(), atol=2e-4,
                                    err_msg=sid)
+
+
+def test_generate_skips_a_name_that_is_not_utf8_instead_of_failing(tmp_path):
+    from robustlab.generate import generate
+
+    data = tmp_path / "data"
+    _img(data / "cat" / "a.png")
+    with open(os.path.join(os.fsencode(data / "cat"), b"b\xff.png"), "wb") as fh:
+        fh.write((data / "cat" / "a.png").read_bytes())
+    res = generate("imagenet-c", data, tmp_path / "out", shifts=["contrast"], levels=[1],
+                   progress=False)
+    assert (res.written, res.failed) == (1, 0)
+    assert res.skipped_inputs == [("cat/b\\xff.png", NOT_UTF8)]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["skipped_inputs"] == [{"id": "cat/b\\xff.png", "reason": NOT_UTF8}]
