@@ -102,9 +102,10 @@ def test_masks_command_writes_names_that_cannot_collide(tmp_path):
         Image.fromarray(img).save(data / "cat" / name)
     boxes = tmp_path / "boxes.csv"
     boxes.write_text("file,x0,y0,x1,y1\ncat/a.jpg,14,10,50,38\ncat/a.png,14,10,50,38\n")
+    _img(out / "cat" / "a.png")  # an older stem-named mask: either image could claim it
     assert cli(["masks", "--data", str(data), "--out", str(out), "--bboxes", str(boxes)]) == 0
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.png"))
-    assert written == ["cat/a.jpg.png", "cat/a.png.png"]
+    assert written == ["cat/a.jpg.png", "cat/a.png", "cat/a.png.png"]
     assert {s.id: s.mask_path.name for s in discover(data, masks=out)} == {
         "cat/a.jpg": "a.jpg.png", "cat/a.png": "a.png.png"}
 

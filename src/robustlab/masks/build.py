@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 
 from robustlab.data.images import ImageError, load_image, read_image
+from robustlab.errors import InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
@@ -42,7 +43,12 @@ def mask_file(out: Path, sample_id: str) -> Path:
 
 
 def _cached(out: Path, sample, siblings) -> Path | None:
-    found = find_mask(lambda rel: (out / rel).is_file(), sample.id, siblings)
+    """The mask already in ``out`` for ``sample``; None when there is none or when only an
+    older stem-named mask exists that two images could claim (a new one is made then)."""
+    try:
+        found = find_mask(lambda rel: (out / rel).is_file(), sample.id, siblings)
+    except InputError:
+        return None
     return None if found is None else out / found
 
 
