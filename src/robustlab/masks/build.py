@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections import Counter
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from robustlab.data.images import ImageError, load_image, read_image
 from robustlab.errors import InputError

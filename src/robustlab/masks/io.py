@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 import cv2
