@@ -133,7 +133,7 @@ def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path):
                "--bboxes", str(tmp_path / "boxes.csv")])
     assert rc == 0
     for f in files:
-        m = load_mask(out / (f.stem + ".png"))
+        m = load_mask(out / (f.name + ".png"))  # the full file name: never shared
         assert m.shape == Image.open(f).size[::-1] and 0 < m.mean() < 1
     report = json.loads((out / "masks_quality.json").read_text())
     assert report["n"] == 3 and report["n_written"] == 3 and report["n_skipped"] == 1
@@ -143,9 +143,9 @@ def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path):
     assert [r["id"] for r in rows] == sorted(f.name for f in files)
     assert all(0 < float(r["area_fraction"]) < 1 for r in rows)
     # a rerun reuses the cached PNGs
-    before = (out / (files[0].stem + ".png")).stat().st_mtime_ns
+    before = (out / (files[0].name + ".png")).stat().st_mtime_ns
     assert main(["masks", "--data", str(data), "--out", str(out), "--bboxes", str(tmp_path / "boxes.csv")]) == 0
-    assert (out / (files[0].stem + ".png")).stat().st_mtime_ns == before
+    assert (out / (files[0].name + ".png")).stat().st_mtime_ns == before
     assert {r["seed"] for r in json.loads((out / "masks_quality.json").read_text())["records"]} == {"cached"}
 
 

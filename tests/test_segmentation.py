@@ -170,7 +170,7 @@ def test_random_bg_truth_is_the_moved_object(masked_photos):
     from robustlab.data.sources import discover
     from robustlab.pipeline import apply_shift, load_prepared, shift_context
     from robustlab.run.segmentation import target_mask
-    from robustlab.shifts.scenes import DonorIndex
+    from robustlab.shifts.scenes import DonorPool
     from robustlab.suites import get_suite
 
     data, masks = masked_photos
@@ -178,7 +178,7 @@ def test_random_bg_truth_is_the_moved_object(masked_photos):
     samples = discover(data, masks=masks)
     s = samples[0]
     prep = load_prepared(s, protocol, with_mask=True)
-    ctx = shift_context(s, prep, "random_bg", "paste", 7, protocol, DonorIndex(list(samples)))
+    ctx = shift_context(s, prep, "random_bg", "paste", 7, protocol, DonorPool(samples))
     out = apply_shift(prep.rgb, s.id, "random_bg", "paste", 7, ctx)
     moved = target_mask(s, prep, "random_bg", "paste", 7)
     assert moved.sum() == (prep.mask > 0).sum()

@@ -20,6 +20,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, RunRecord, Store
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,19 @@ def _resolve_suite(suite, shifts, levels, available=None):
     return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
 
 
+def _index_agrees(class_name: str, index: int, label: int) -> bool:
+    """Whether a CSV row's ``index`` may mean its class: the label space's index of the
+    class, or its ImageNet-1k index (the usual meaning of an ImageNet CSV's index column)."""
+    if index == label:
+        return True
+    from robustlab.data.labels import get_label_space
+
+    try:
+        return int(get_label_space("imagenet1k").index_of(class_name)) == index
+    except (KeyError, ValueError):
+        return False
+
+
 def _labels_for(samples, space) -> list[int]:
     """Label index per sample in ``space``; one-line ValueError for the first bad one."""
     n_classes = len(space.classes)
@@ -65,6 +79,11 @@ def _labels_for(samples, space) -> list[int]:
             except (KeyError, ValueError):
                 raise ValueError(f"{s.id}: class {s.class_name!r} is not in label space "
                                  f"{space.name!r}") from None
+            if s.label is not None and not _index_agrees(s.class_name, int(s.label), label):
+                raise InputError(
+                    f"labels CSV row {s.id!r}: index {s.label} contradicts class "
+                    f"{s.class_name!r} (index {label} in label space {space.name!r})",
+                    hint="fix the row, or drop the index column")
         elif s.label is not None:
             label = int(s.label)
             if not 0 <= label < n_classes:
@@ -162,7 +181,16 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
             raise ValueError(f"{root} has no generated images for {', '.join(missing[:6])}"
                              + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""))
         root = source
+    shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
+    needs_mask = any("mask" in sh.needs for sh in shift_objs)
+    if needs_mask and manifest is None and not masks:
+        which = ", ".join(dict.fromkeys(sh.name for sh in shift_objs if "mask" in sh.needs))
+        raise InputError(f"{which} need foreground masks: pass --masks DIR (make them with "
+                         f"`robustlab masks --data {root} --out DIR`)")
     samples = discover(root, labels_csv=labels_csv, masks=masks)
+    if needs_mask and manifest is None and not any(s.mask_path is not None for s in samples):
+        raise InputError(f"none of the {len(samples)} images has a mask in {masks} (make them "
+                         f"with `robustlab masks --data {root} --out {masks}`)")
     space_name = label_space or (suite_obj.label_space if suite_obj else "imagenet1k")
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
     labels = _labels_for(samples, space)
@@ -219,11 +247,12 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
                 "masks": masks_dir,
                 "inputs": inputs,
                 "model": _describe(model),
-                "cells": [[s, str(lv)] for s, lv in cells],
-                "discover_skipped": [list(x) for x in getattr(samples, "skipped", [])]},
+                "cells": [[s, str(lv)] for s, lv in cells]},
         n_samples=len(samples),
+        # Files left out while listing the folder (stray files, CSV rows without a file,
+        # loops, bad names): the runner adds them to the run's skip record.
+        skipped=[list(x) for x in getattr(samples, "skipped", [])],
     )
-    shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
     if any("inpainter" in sh.needs for sh in shift_objs):
         # ai_bg's pixels depend on the checkpoint: on the fly the configured one draws them,
         # from a generated folder the one its manifest names.
@@ -234,7 +263,6 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
 
             record.config["inpainter"] = describe_inpainter()
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
-    needs_mask = any("mask" in sh.needs for sh in shift_objs)
     images = CellImages(protocol, seed, generated_root=generated_root,
                         donors=samples if needs_donors else None, with_mask=needs_mask)
     return {"model": model, "samples": samples, "labels": labels, "cells": cells,

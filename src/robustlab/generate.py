@@ -122,7 +122,7 @@ class _Job:
     seed: int
     max_pixels: int
     need_mask: bool
-    donors: Any = None  # DonorIndex or None
+    donors: Any = None  # DonorPool or None
 
 
 _JOB: _Job | None = None
@@ -435,10 +435,10 @@ def generate(
     skipped_listing = list(samples.skipped)
     donors = None
     if any(s.extra.get("donor_rule") or (s.needs & DONOR_KEYS) for s in shift_objs.values()):
-        from robustlab.shifts.scenes import DonorIndex
+        from robustlab.shifts.scenes import DonorPool
 
-        donor_needs_mask = any("background_mask" in s.needs for s in shift_objs.values())
-        donors = DonorIndex(list(samples), (lambda s: s.mask_path is not None) if donor_needs_mask else None)
+        # The whole data set, before --limit and the mask filter: the pool every path uses.
+        donors = DonorPool(samples)
     if need_mask:
         no_mask = [s for s in samples if s.mask_path is None]
         skipped_listing += [(s.id, "no mask in the masks folder") for s in no_mask]

@@ -316,7 +316,8 @@ def load_prepared(sample, protocol, *, with_mask: bool = False, max_pixels: int 
     Args:
         sample: A :class:`robustlab.data.sources.Sample`.
         protocol: The suite's protocol.
-        with_mask: Load ``sample.mask_path`` too (ValueError if the sample has none).
+        with_mask: Load ``sample.mask_path`` too (ImageError if the sample has none), with
+            :func:`robustlab.masks.io.load_mask`, the one mask reader of every command.
         max_pixels: Decompression-bomb limit (default: the image module's).
 
     Raises:
@@ -334,11 +335,12 @@ def load_prepared(sample, protocol, *, with_mask: bool = False, max_pixels: int 
     if with_mask:
         if sample.mask_path is None:
             raise ImageError("no mask for this sample")
+        from robustlab.masks.io import load_mask
+
         try:
-            m = read_image(sample.mask_path, **kw)
-        except ImageError as exc:
-            raise ImageError(f"mask {exc.reason}") from None
-        mk = m.rgb[..., 0]
+            mk = load_mask(sample.mask_path, **kw)
+        except ValueError as exc:
+            raise ImageError(str(exc)) from None
         if mk.shape != d.rgb.shape[:2]:
             raise ImageError(
                 f"mask is {mk.shape[1]}x{mk.shape[0]} but the image is "
@@ -371,8 +373,9 @@ def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
         level: Level.
         seed: Global seed.
         protocol: The suite's protocol (donors are prepared the same way).
-        donors: A :class:`robustlab.shifts.scenes.DonorIndex` for shifts with a
-            ``donor_rule``; the donor is drawn from :func:`donor_seed`.
+        donors: The data set's :class:`robustlab.shifts.scenes.DonorPool` (or the list of
+            all its samples) for shifts with a ``donor_rule``; the donor is drawn from
+            :func:`donor_seed`.
 
     Raises:
         ValueError / ImageError: a needed mask, donor or configured resource (see
@@ -388,10 +391,14 @@ def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
     ctx.update(resource_context(sh))
     rule = sh.extra.get("donor_rule")
     if rule or sh.needs & DONOR_KEYS:
+        from robustlab.shifts.scenes import DonorPool
+
         if donors is None:
-            raise ValueError(f"{sh.name} needs background donors (a donor index)")
+            raise ValueError(f"{sh.name} needs background donors (a donor pool)")
+        if not isinstance(donors, DonorPool):
+            donors = DonorPool(donors)
         rng = make_rng(donor_seed(seed, sample.id, sh.name, level))
-        donor = donors.choose(sample, rule or "random", rng)
+        donor = donors.choose(sample, sh, rng)
         need_mask = "background_mask" in sh.needs or donor.mask_path is not None
         try:
             dp = load_prepared(donor, protocol, with_mask=need_mask and donor.mask_path is not None,

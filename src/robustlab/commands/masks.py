@@ -27,7 +27,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from robustlab.data.sources import discover
+    from robustlab.errors import InputError
     from robustlab.masks.auto import AutoMasker, MaskerParams
     from robustlab.masks.build import build_masks
 
@@ -44,11 +47,17 @@ def run(args) -> int:
                                             background=args.seg_background)
     elif args.seg_model or args.seg_weights:
         raise ValueError("--seg-model/--seg-weights only apply to --method segmentation")
-    samples = discover(args.data, labels_csv=args.labels_csv, bboxes=args.bboxes)
+    data, out = Path(args.data).expanduser(), Path(args.out).expanduser()
+    if data.is_dir() and out.resolve().is_relative_to(data.resolve()):
+        raise InputError(f"--out {out} is inside --data {data}: the masks would become part of "
+                         "the data set (a class 'masks' on the next run)",
+                         hint="choose a masks folder outside the data folder")
+    samples = discover(data, labels_csv=args.labels_csv, bboxes=args.bboxes)
     params = MaskerParams(max_side=args.max_side, iterations=args.iterations)
     summary = build_masks(samples, args.out, AutoMasker(args.method, params=params, segmenter=segmenter),
                           overwrite=args.overwrite, cam_class=args.cam_class)
     print(f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
-          f"({summary['n'] - summary['n_written']} empty/full not written), {summary['n_skipped']} "
-          f"unreadable, {summary['n_suspicious']} suspicious; flags: {summary['flag_counts'] or 'none'}")
+          f"({summary['n'] - summary['n_written']} empty/full, unusable), {summary['n_skipped']} "
+          f"skipped (unreadable, or a mask of another size), {summary['n_suspicious']} "
+          f"suspicious; flags: {summary['flag_counts'] or 'none'}")
     return 0

@@ -13,6 +13,14 @@ Two layouts are understood:
 - **Flat folder plus labels CSV**: ``<root>/<file>`` and a CSV with a ``file`` column and
   one of ``wnid``, ``class``, ``label``, ``index``. A ``labels.csv`` inside ``root`` is used
   automatically. Without any CSV, a flat folder gives samples whose class is unknown.
+
+The walk follows symbolic links to folders (datasets are often assembled from links) but
+enters each real folder once: a link back to an ancestor (a loop) or to a folder already
+listed is reported in ``skipped`` instead of multiplying the samples under wrong classes.
+A name that is not valid UTF-8 cannot be stored or hashed, so it is skipped too (shown
+with its bytes escaped).
+
+Masks: see :mod:`robustlab.masks.io` for which mask file belongs to which image.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from robustlab.errors import InputError
+from robustlab.masks.io import find_mask, shared_stems
+
 log = logging.getLogger(__name__)
 
 # Extensions Pillow decodes that photo datasets use; anything else is not an image input.
@@ -33,7 +44,6 @@ IMAGE_EXTENSIONS = frozenset(
 )
 # Columns a labels CSV may use for the class, in order of preference.
 LABEL_COLUMNS = ("wnid", "class", "label", "index")
-MASK_EXTENSIONS = (".png", ".bmp", ".tif", ".tiff")
 
 
 @dataclass(frozen=True)
@@ -85,30 +95,101 @@ def _hidden(rel: PurePosixPath) -> bool:
     return any(part.startswith(".") for part in rel.parts)
 
 
-def _walk(root: Path) -> list[PurePosixPath]:
-    """Every regular file under ``root`` as a relative posix path.
+def printable_name(name: str) -> str:
+    """``name`` with bytes that are not UTF-8 shown as ``\\xNN`` (for logs and records)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate-escaped bytes of a non-UTF-8 name
+        return False
+    return True
+
+
+def _dir_key(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _walk(root: Path) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
+    """Every regular file under ``root`` as a relative posix path, and what was left out.
 
     Hidden files and folders are pruned (``.DS_Store``, ``.ipynb_checkpoints``, and the
     temp files an interrupted ``generate`` leaves). Symlinked folders are followed, since
-    datasets are often assembled from links.
+    datasets are often assembled from links, but each real folder (device, inode) is
+    entered once: a link to a folder that lies under ``root`` anyway, to an ancestor (a
+    loop) or to a folder another link already led to is skipped with its reason, so the
+    files keep the class of their real location.
+
+    Returns:
+        (files, skipped): ``skipped`` holds ``(relative path, reason)`` for loops, repeated
+        folders, broken links, unlistable folders and names that are not valid UTF-8.
     """
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        base = PurePosixPath(Path(dirpath).relative_to(root).as_posix())
-        for name in filenames:
-            if name.startswith("."):
+    # Folders reachable without following a link own their files.
+    real: dict[tuple[int, int], str] = {}
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        try:
+            real.setdefault(_dir_key(dirpath), Path(dirpath).relative_to(root).as_posix())
+        except OSError:
+            continue
+    files: list[PurePosixPath] = []
+    skipped: list[tuple[str, str]] = []
+    visited = {_dir_key(str(root))}
+    stack: list[tuple[str, PurePosixPath | None]] = [(str(root), None)]
+    while stack:
+        dirpath, base = stack.pop()
+        try:
+            with os.scandir(dirpath) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            skipped.append((printable_name(str(base or ".")),
+                            f"cannot list folder: {exc.strerror or exc}"))
+            continue
+        subdirs = []
+        for e in entries:
+            if e.name.startswith("."):
                 continue
-            rel = base / name if str(base) != "." else PurePosixPath(name)
-            out.append(rel)
-    return out
+            rel = base / e.name if base is not None else PurePosixPath(e.name)
+            if not _is_utf8(e.name):
+                skipped.append((printable_name(str(rel)),
+                                "name is not valid UTF-8 (rename it to use it)"))
+                continue
+            try:
+                is_dir = e.is_dir()
+                is_file = not is_dir and e.is_file()
+                key = _dir_key(e.path) if is_dir else None
+            except OSError as exc:
+                skipped.append((str(rel), f"cannot read: {exc.strerror or exc}"))
+                continue
+            if is_dir:
+                if e.is_symlink() and key in real:
+                    where = real[key]
+                    skipped.append((str(rel), "link to a folder listed under its own path "
+                                    f"({where})" if where != "." else
+                                    "link to the data folder itself (a loop)"))
+                elif key in visited:
+                    skipped.append((str(rel), "link to a folder already listed (a loop)"))
+                else:
+                    visited.add(key)
+                    subdirs.append((e.path, rel))
+            elif is_file:
+                files.append(rel)
+            elif e.is_symlink():
+                skipped.append((str(rel), "broken symbolic link"))
+            else:
+                skipped.append((str(rel), "not a regular file"))
+        stack.extend(reversed(subdirs))
+    return files, skipped
 
 
 def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
     """``file -> (class_name, label index)`` from a labels CSV.
 
     Raises:
-        ValueError: unreadable CSV, no ``file`` column, no label column, duplicate files.
+        InputError: unreadable CSV, no ``file`` column, no label column, duplicate files.
     """
     try:
         with open(csv_path, newline="", encoding="utf-8-sig") as fh:
@@ -116,32 +197,43 @@ def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
             fields = [f.strip().lower() for f in (reader.fieldnames or [])]
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"cannot read labels CSV {csv_path}: {exc}") from None
+        raise InputError(f"cannot read labels CSV {csv_path}: {exc}") from None
     if "file" not in fields:
-        raise ValueError(f"labels CSV {csv_path} needs a 'file' column; it has {fields}")
+        raise InputError(f"labels CSV {csv_path} needs a 'file' column; it has {fields}")
     col = next((c for c in LABEL_COLUMNS if c in fields), None)
     if col is None:
-        raise ValueError(
+        raise InputError(
             f"labels CSV {csv_path} needs one of the columns {', '.join(LABEL_COLUMNS)}; "
             f"it has {fields}"
         )
     out: dict[str, tuple[str | None, int | None]] = {}
+    # A class name and an index column must agree row to row: the first row that pairs a
+    # class with an index fixes the pair, a later contradiction is refused.
+    pairs: dict[tuple[str, object], tuple[int, object]] = {}
     for n, raw in enumerate(rows, start=2):
         row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
         name = PurePosixPath(row["file"].replace("\\", "/")).as_posix()
         if not row["file"]:
             continue
         if name in out:
-            raise ValueError(f"labels CSV {csv_path} line {n}: {name!r} is listed twice")
+            raise InputError(f"labels CSV {csv_path} line {n}: {name!r} is listed twice")
         label = None
         if row.get("index", "") != "":
             try:
                 label = int(row["index"])
             except ValueError:
-                raise ValueError(
+                raise InputError(
                     f"labels CSV {csv_path} line {n}: index {row['index']!r} is not an integer"
                 ) from None
         cls = row.get(col) or None
+        if col != "index" and cls is not None and label is not None:
+            for key, other in ((("class", cls), label), (("index", label), cls)):
+                first = pairs.setdefault(key, (n, other))
+                if first[1] != other:
+                    raise InputError(
+                        f"labels CSV {csv_path} line {n}: {name!r} has {col} {cls!r} and index "
+                        f"{label}, but line {first[0]} pairs {key[0]} {key[1]!r} with "
+                        f"{first[1]!r}", hint="fix the row so that each class has one index")
         out[name] = (cls, label)
     return out
 
@@ -152,7 +244,7 @@ def _read_bboxes(csv_path: Path) -> dict[str, tuple[int, int, int, int]]:
         with open(csv_path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"cannot read boxes CSV {csv_path}: {exc}") from None
+        raise InputError(f"cannot read boxes CSV {csv_path}: {exc}") from None
     out = {}
     for n, raw in enumerate(rows, start=2):
         row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
@@ -160,23 +252,13 @@ def _read_bboxes(csv_path: Path) -> dict[str, tuple[int, int, int, int]]:
         try:
             box = tuple(int(round(float(row[k]))) for k in ("x0", "y0", "x1", "y1"))
         except (KeyError, ValueError):
-            raise ValueError(
+            raise InputError(
                 f"boxes CSV {csv_path} line {n}: needs file (or id), x0, y0, x1, y1 numbers"
             ) from None
         if not key:
-            raise ValueError(f"boxes CSV {csv_path} line {n}: empty file name")
+            raise InputError(f"boxes CSV {csv_path} line {n}: empty file name")
         out[PurePosixPath(key).as_posix()] = box
     return out
-
-
-def _mask_for(masks: Path, rel: PurePosixPath) -> Path | None:
-    """The mask parallel to ``rel``: same relative path, any mask extension."""
-    stem = masks / rel.parent / rel.stem
-    for ext in MASK_EXTENSIONS:
-        for cand in (stem.with_name(stem.name + ext), stem.with_name(stem.name + ext.upper())):
-            if cand.is_file():
-                return cand
-    return None
 
 
 def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
@@ -187,35 +269,38 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
         labels_csv: CSV giving each flat file's class (default: ``root/labels.csv`` when
             present). Columns: ``file`` plus one of ``wnid``, ``class``, ``label``,
             ``index``; an ``index`` column also fills :attr:`Sample.label`.
-        masks: Folder of foreground masks parallel to ``root`` (``<id stem>.png``).
+        masks: Folder of foreground masks parallel to ``root``: ``<id>.png``
+            (``cat/a.jpg.png``), or ``<id stem>.png`` when no other image in the folder
+            shares the stem (see :func:`robustlab.masks.io.find_mask`).
         bboxes: CSV of object boxes in source pixels (``file``, ``x0``, ``y0``, ``x1``,
             ``y1``).
 
     Returns:
-        A :class:`SampleList`; ``.skipped`` lists non-image files and, for a CSV, images
-        it does not label and rows whose file is missing.
+        A :class:`SampleList`; ``.skipped`` lists non-image files, symlink loops, names
+        that are not UTF-8 and, for a CSV, images it does not label and rows whose file is
+        missing.
 
     Raises:
-        ValueError: ``root`` is missing, not a folder, or holds no image; a CSV is bad.
+        InputError: ``root`` is missing, not a folder, or holds no image; a CSV is bad; a
+            stem-named mask could belong to two images.
     """
     root = Path(root).expanduser()
     if not root.exists():
-        raise ValueError(f"data folder {root} does not exist")
+        raise InputError(f"data folder {root} does not exist")
     if not root.is_dir():
-        raise ValueError(f"data folder {root} is not a folder")
+        raise InputError(f"data folder {root} is not a folder")
     root = root.resolve()
     csv_path = Path(labels_csv).expanduser().resolve() if labels_csv else None
     if csv_path is None and (root / "labels.csv").is_file():
         csv_path = root / "labels.csv"
     if csv_path is not None and not csv_path.is_file():
-        raise ValueError(f"labels CSV {csv_path} does not exist")
+        raise InputError(f"labels CSV {csv_path} does not exist")
     masks_dir = Path(masks).expanduser().resolve() if masks else None
     if masks_dir is not None and not masks_dir.is_dir():
-        raise ValueError(f"masks folder {masks_dir} does not exist")
+        raise InputError(f"masks folder {masks_dir} does not exist")
     boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
 
-    files = _walk(root)
-    skipped: list[tuple[str, str]] = []
+    files, skipped = _walk(root)
     images: list[PurePosixPath] = []
     for rel in files:
         if csv_path is not None and root / rel == csv_path:
@@ -258,7 +343,17 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
 
     if not entries:
         what = f"{len(skipped)} other files" if skipped else "nothing"
-        raise ValueError(f"no images found in {root} (found {what})")
+        raise InputError(f"no images found in {root} (found {what})")
+
+    mask_files: set[PurePosixPath] = set()
+    siblings: dict[str, list[str]] = {}
+    if masks_dir is not None:
+        mask_files = set(_walk(masks_dir)[0])
+        siblings = shared_stems(rel.as_posix() for rel in images)
+
+    def mask_for(key: str) -> Path | None:
+        found = find_mask(mask_files.__contains__, key, siblings.get(key, ()))
+        return None if found is None else masks_dir / found
 
     samples = []
     for rel, cls, label in entries:
@@ -269,7 +364,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
                 path=root / rel,
                 class_name=cls,
                 label=label,
-                mask_path=_mask_for(masks_dir, rel) if masks_dir is not None else None,
+                mask_path=mask_for(key) if masks_dir is not None else None,
                 bbox=boxes.get(key) or boxes.get(rel.name),
             )
         )
@@ -280,4 +375,5 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     return SampleList(samples, skipped=skipped, layout=layout, labels_csv=csv_path)
 
 
-__all__ = ["Sample", "SampleList", "discover", "is_image_name", "IMAGE_EXTENSIONS"]
+__all__ = ["Sample", "SampleList", "discover", "is_image_name", "printable_name",
+           "IMAGE_EXTENSIONS"]

@@ -2,13 +2,17 @@
 
 Output layout (parallel to the data, so ``discover(root, masks=out)`` finds them)::
 
-    out/<id stem>.png          0/255 mask, same size as the source image; empty or full
+    out/<id>.png               0/255 mask, same size as the source image (the image's full
+                               file name plus .png: cat/a.jpg.png, so a.jpg and a.png in
+                               one folder cannot share a mask); empty or full
                                masks are not written (a scenario cannot use them), so
                                the folder holds usable masks only and a rerun retries them
     out/masks_quality.csv      one row per image: area, pieces, border contact, flags
     out/masks_quality.json     the same records plus method, parameters, versions, skips
 
-Rerunning reuses the PNGs already there (their records are recomputed), so an interrupted
+Rerunning reuses the masks already there (found by :func:`robustlab.masks.io.find_mask`,
+so an older ``<id stem>.png`` is reused where unambiguous; their records are recomputed,
+and one whose size differs from its image is skipped with the reason), so an interrupted
 run resumes; ``overwrite=True`` remakes them.
 """
 
@@ -19,11 +23,12 @@ import json
 import logging
 import time
 from collections import Counter
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from robustlab.data.images import ImageError, load_image
+from robustlab.data.images import ImageError, load_image, read_image
+from robustlab.errors import InputError
 from robustlab.masks.auto import AutoMasker
-from robustlab.masks.io import load_mask, save_mask
+from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
 
 log = logging.getLogger(__name__)
@@ -33,8 +38,18 @@ CSV_FIELDS = ("id", "mask", "seed", "cam_class", "height", "width", "area_fracti
 
 
 def mask_file(out: Path, sample_id: str) -> Path:
-    """Where the mask of ``sample_id`` is cached: same relative path, ``.png``."""
-    return Path(out) / PurePosixPath(sample_id).with_suffix(".png")
+    """Where a new mask of ``sample_id`` is written (:func:`robustlab.masks.io.mask_name`)."""
+    return Path(out) / mask_name(sample_id)
+
+
+def _cached(out: Path, sample, siblings) -> Path | None:
+    """The mask already in ``out`` for ``sample``; None when there is none or when only an
+    older stem-named mask exists that two images could claim (a new one is made then)."""
+    try:
+        found = find_mask(lambda rel: (out / rel).is_file(), sample.id, siblings)
+    except InputError:
+        return None
+    return None if found is None else out / found
 
 
 def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
@@ -59,12 +74,21 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records, skipped = [], []
+    siblings = shared_stems(s.id for s in samples)
     for i, s in enumerate(samples):
         target = mask_file(out, s.id)
         t0 = time.perf_counter()
         try:
-            if target.exists() and not overwrite:
+            cached = None if overwrite else _cached(out, s, siblings.get(s.id, ()))
+            if cached is not None:
+                target = cached
                 mask, info = load_mask(target), {"seed": "cached", "cam_class": None}
+                # Decoded, not read from the header: EXIF orientation may swap the sides.
+                img = read_image(s.path)
+                if mask.shape != img.rgb.shape[:2]:
+                    raise ImageError(
+                        f"mask {target.relative_to(out).as_posix()} is {mask.shape[1]}x"
+                        f"{mask.shape[0]} but the image is {img.rgb.shape[1]}x{img.rgb.shape[0]}")
             else:
                 rgb, _ = load_image(s.path)
                 cls = s.label if cam_class == "label" else None
@@ -76,7 +100,8 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
             log.warning("skipped %s: %s", s.id, reason)
             skipped.append({"id": s.id, "reason": reason})
             continue
-        rec = {"id": s.id, "mask": target.relative_to(out).as_posix() if target.exists() else "", **info,
+        usable = target.exists() and bool(mask.any()) and not bool(mask.all())
+        rec = {"id": s.id, "mask": target.relative_to(out).as_posix() if usable else "", **info,
                **mask_record(mask, thresholds), "seconds": round(time.perf_counter() - t0, 4)}
         records.append(rec)
         if progress:

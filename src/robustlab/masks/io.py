@@ -3,20 +3,34 @@
 Masks in robustlab are HxW bool arrays (foreground True). Sources disagree about how to
 store them (0/255 or 0/1 grayscale, palette indices, an alpha plane, COCO run-lengths),
 so everything is converted here, once, with the rule written down in each reader.
+Every path that reads a mask file (``evaluate``, ``generate``, ``segment``, ``robustlab
+masks``) goes through :func:`load_mask`, so a mask cannot mean one thing to one command
+and another thing to the next.
+
+Which mask belongs to which image (:func:`find_mask`): the mask of ``<dir>/<name>`` is
+``<dir>/<name>.png`` (the image's full file name plus a mask extension, e.g.
+``cat/a.jpg.png``), which can never be shared by two images. The older ``<dir>/<stem>.png``
+(``cat/a.png``) is still accepted when no other image in ``<dir>`` has the same stem;
+when one does (``a.jpg`` and ``a.png``), a stem-named mask is refused as ambiguous.
+``robustlab masks`` writes full-name masks.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePosixPath
 
 import cv2
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
-MASK_SUFFIXES = (".png", ".PNG")
+from robustlab.data.images import MAX_PIXELS
+from robustlab.errors import InputError
+
+# Extensions a mask file may have (each also in upper case), in order of preference.
+MASK_EXTENSIONS = (".png", ".bmp", ".tif", ".tiff")
 
 
 def mask_from_pil(img: Image.Image) -> np.ndarray:
@@ -53,20 +67,36 @@ def mask_from_pil(img: Image.Image) -> np.ndarray:
     return arr >= 128
 
 
-def load_mask(path: str | Path) -> np.ndarray:
+def load_mask(path: str | Path, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """Load one mask file as HxW bool (see :func:`mask_from_pil` for the rules).
 
+    The EXIF orientation tag is applied, as for images, so a mask and its photo stay
+    aligned whichever tool wrote them.
+
+    Args:
+        path: Mask file.
+        max_pixels: Decompression-bomb limit, checked on the header before decoding.
+
     Raises:
-        ValueError: missing or unreadable file.
+        ValueError: missing, unreadable or too large file (the message says which).
     """
     path = Path(path)
     try:
         with Image.open(path) as img:
+            w, h = img.size
+            if w * h > max_pixels:
+                raise ValueError(f"mask {path} is too large: {w}x{h} pixels exceeds the "
+                                 f"limit of {max_pixels}")
             img.load()
+            try:
+                img = ImageOps.exif_transpose(img) or img
+            except Exception:  # noqa: BLE001 - bad EXIF must not lose a good mask
+                pass
             return mask_from_pil(img)
     except FileNotFoundError:
         raise ValueError(f"mask file not found: {path}") from None
-    except (OSError, SyntaxError, Image.UnidentifiedImageError) as exc:
+    except (OSError, SyntaxError, EOFError, Image.UnidentifiedImageError,
+            Image.DecompressionBombError) as exc:
         raise ValueError(f"unreadable mask {path}: {exc}") from None
 
 
@@ -78,19 +108,68 @@ def save_mask(path: str | Path, mask: np.ndarray) -> Path:
     return path
 
 
-def mask_path_for(masks_root: str | Path, sample_id: str) -> Path | None:
-    """The PNG parallel to ``sample_id`` (same relative path, ``.png`` suffix) if it exists.
+def _with_exts(base: PurePosixPath, name: str) -> list[PurePosixPath]:
+    return [base / (name + e) for ext in MASK_EXTENSIONS for e in (ext, ext.upper())]
 
-    ``n01440764/x.JPEG`` looks for ``n01440764/x.png`` (then ``x.JPEG.png``) under
-    ``masks_root``.
+
+def mask_name(sample_id: str) -> PurePosixPath:
+    """Where a new mask of ``sample_id`` is written, relative to a masks folder.
+
+    The image's full file name plus ``.png`` (``cat/a.jpg`` -> ``cat/a.jpg.png``), so
+    ``a.jpg`` and ``a.png`` in one folder get two different masks.
     """
-    root = Path(masks_root)
-    rel = Path(sample_id)
-    for cand in (rel.with_suffix(".png"), rel.with_suffix(".PNG"), rel.with_name(rel.name + ".png")):
-        p = root / cand
-        if p.is_file():
-            return p
+    rel = PurePosixPath(sample_id)
+    return rel.parent / (rel.name + ".png")
+
+
+def stem_key(sample_id: str) -> tuple[str, str]:
+    """(folder, case-folded stem): images with equal keys cannot share a stem-named mask."""
+    rel = PurePosixPath(sample_id)
+    return rel.parent.as_posix(), rel.stem.casefold()
+
+
+def shared_stems(sample_ids) -> dict[str, list[str]]:
+    """``id -> the other ids in its folder with the same stem``, for ids that have any."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for i in sample_ids:
+        groups.setdefault(stem_key(i), []).append(i)
+    return {i: [o for o in g if o != i] for g in groups.values() if len(g) > 1 for i in g}
+
+
+def find_mask(exists: Callable[[PurePosixPath], bool], sample_id: str,
+              siblings: list[str] | tuple = ()) -> PurePosixPath | None:
+    """The mask of ``sample_id`` relative to a masks folder, under the naming rule above.
+
+    Args:
+        exists: Whether a relative path is a file in the masks folder.
+        sample_id: The image's id (posix path relative to the data root).
+        siblings: Other images in the same folder with the same stem (see
+            :func:`shared_stems`); with any, a stem-named mask is ambiguous.
+
+    Raises:
+        InputError: only a stem-named mask exists and it could belong to several images.
+    """
+    rel = PurePosixPath(sample_id)
+    for cand in _with_exts(rel.parent, rel.name):
+        if exists(cand):
+            return cand
+    for cand in _with_exts(rel.parent, rel.stem):
+        if exists(cand):
+            if siblings:
+                raise InputError(
+                    f"mask {cand} could belong to {sample_id} or {', '.join(sorted(siblings))} "
+                    f"(same name stem); name each mask after its image's full file name, "
+                    f"e.g. {mask_name(sample_id)}")
+            return cand
     return None
+
+
+def mask_path_for(masks_root: str | Path, sample_id: str,
+                  siblings: list[str] | tuple = ()) -> Path | None:
+    """The mask file of ``sample_id`` under ``masks_root`` (:func:`find_mask`), if any."""
+    root = Path(masks_root)
+    found = find_mask(lambda rel: (root / rel).is_file(), sample_id, siblings)
+    return None if found is None else root / found
 
 
 def resize_mask(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:

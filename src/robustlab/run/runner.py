@@ -143,7 +143,9 @@ class Runner:
                      run_id, already, len(tasks))
         totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
         progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
-        skipped: dict[tuple[str, str], None] = {}
+        # Files the folder scan left out count as skips of this run too.
+        skipped: dict[tuple[str, str], None] = dict.fromkeys(
+            (str(a), str(b)) for a, b in self.record.skipped)
         status = "failed"
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)

@@ -229,7 +229,9 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
     if not usable:
         raise ValueError(f"no images with masks in {data}")
     needs_donors = any(get_shift(n).extra.get("donor_rule") for n, _ in cells if n != CLEAN_SHIFT)
-    images = CellImages(s.protocol, seed, donors=list(usable) if needs_donors else None,
+    # Donors come from the whole data set (DonorPool's rule), not from the first --limit
+    # masked samples, so the cells are the pixels generate and evaluate make.
+    images = CellImages(s.protocol, seed, donors=list(samples) if needs_donors else None,
                         with_mask=True)
     for name in dict.fromkeys(n for n, _ in cells):
         if TARGET_RULES.get(name, "same") is None:

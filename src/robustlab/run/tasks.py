@@ -45,7 +45,9 @@ class CellImages:
         seed: Global seed of the seed rule.
         generated_root: A folder written by ``robustlab generate``; shifted cells are read
             from it instead of being computed. The clean cell always comes from the source.
-        donors: Candidate background donors (all samples) for shifts with a donor rule.
+        donors: Every sample of the data set (not only those evaluated: the donor pool
+            must not depend on which samples a run covers), for shifts with a donor rule;
+            :class:`robustlab.shifts.scenes.DonorPool` decides who may be a donor.
         with_mask: Load each sample's mask (scene shifts need one).
     """
 
@@ -54,14 +56,12 @@ class CellImages:
         self.protocol = protocol
         self.seed = int(seed)
         self.generated_root = Path(generated_root) if generated_root is not None else None
-        self.donor_samples = donors
         self.with_mask = with_mask
-        self._donor_index = None
+        self.donors = None
+        if donors is not None:
+            from robustlab.shifts.scenes import DonorPool
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_donor_index"] = None  # rebuilt in each worker
-        return state
+            self.donors = donors if isinstance(donors, DonorPool) else DonorPool(donors)
 
     def base(self, sample):
         """Decode and prepare the source once: a ``pipeline.Prepared`` (rgb = clean cell)."""
@@ -69,13 +69,6 @@ class CellImages:
 
         return load_prepared(sample, self.protocol,
                              with_mask=self.with_mask and sample.mask_path is not None)
-
-    def _donors(self):
-        if self._donor_index is None and self.donor_samples is not None:
-            from robustlab.shifts.scenes import DonorIndex
-
-            self._donor_index = DonorIndex(self.donor_samples)
-        return self._donor_index
 
     def cell(self, sample, prepared, shift: str, level: Any) -> np.ndarray:
         """HxWx3 uint8 pixels of one cell (an RGBA result keeps its colour channels)."""
@@ -91,7 +84,7 @@ class CellImages:
             ctx = None
             if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
                 ctx = pipeline.shift_context(sample, prepared, sh, level, self.seed,
-                                             self.protocol, self._donors())
+                                             self.protocol, self.donors)
             img = pipeline.as_stored(
                 pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx),
                 self.protocol)

@@ -9,14 +9,16 @@ Importing this package registers the scenarios (tags ``"ximagenet12"`` and
 - ``mixed_same``/``mixed_rand``/``mixed_next``: ``background`` and ``background_mask``
   (the donor's own mask; optional ``background_bbox``).
 
-Donors: ``shift.extra["donor_rule"]`` names the rule (``same``/``random``/``next``) and
-:func:`choose_donor` (or :class:`DonorIndex` for large sets) picks one with the
-per-sample generator. ``transparent`` returns RGBA (``shift.extra["channels"] == 4``);
-its colour channels already hold the white-matte composite.
+Donors: ``shift.extra["donor_rule"]`` names the rule (``same``/``random``/``next``);
+:class:`DonorPool` decides which samples of a data set may be donors for a shift (the one
+rule every path uses) and picks one with the per-sample generator (:func:`choose_donor`
+and :class:`DonorIndex` are the building blocks). ``transparent`` returns RGBA
+(``shift.extra["channels"] == 4``); its colour channels already hold the white-matte
+composite.
 """
 
 from robustlab.shifts.scenes._common import (  # noqa: F401
-    DONOR_RULES, DonorIndex, check_mask, choose_donor, mask_bbox, matte, tile_fill,
+    DONOR_RULES, DonorIndex, DonorPool, check_mask, choose_donor, mask_bbox, matte, tile_fill,
 )
 from robustlab.shifts.scenes import ximagenet12, imagenet9  # noqa: F401  (registers shifts)
 
@@ -24,5 +26,6 @@ XIMAGENET12 = ("blur_bg", "blur_obj", "color_grey", "color_r", "color_g", "color
                "bright_bg", "bright_obj", "segmented", "transparent", "random_bg")
 IMAGENET9 = ("only_fg", "no_fg", "only_bg_b", "only_bg_t", "mixed_same", "mixed_rand", "mixed_next")
 
-__all__ = ["DONOR_RULES", "DonorIndex", "choose_donor", "check_mask", "mask_bbox", "matte",
+__all__ = ["DONOR_RULES", "DonorIndex", "DonorPool", "choose_donor", "check_mask", "mask_bbox",
+           "matte",
            "tile_fill", "XIMAGENET12", "IMAGENET9"]

@@ -239,6 +239,51 @@ class DonorIndex:
         return pool[int(randint(rng, 0, len(pool)))]
 
 
+def needs_donor_mask(shift) -> bool:
+    """Whether ``shift``'s donors must bring a mask of their own (the ImageNet-9 mixes)."""
+    return "background_mask" in shift.needs
+
+
+class DonorPool:
+    """The background donors of one data set: the one rule every path draws donors by.
+
+    ``generate``, on-the-fly ``evaluate``, ``segment`` and the report's image grid all
+    build their donors here from the *whole* discovered data set, so a cell's pixels
+    depend only on the seed, the sample and the data set, never on ``--limit``, on which
+    samples happen to be processed, or on which other shifts were selected. Per shift:
+
+    - a shift that needs the donor's own mask (``background_mask``: ``mixed_same``,
+      ``mixed_rand``, ``mixed_next``) draws among the samples that have a mask;
+    - any other donor shift (``random_bg``) draws among all samples.
+
+    Args:
+        samples: Every sample of the data set (``discover``'s result), in any order.
+    """
+
+    def __init__(self, samples: Sequence):
+        self.samples = tuple(samples)
+        self._indexes: dict[bool, DonorIndex] = {}
+
+    def __getstate__(self):
+        return {"samples": self.samples, "_indexes": {}}  # indexes are rebuilt where used
+
+    def index(self, shift) -> DonorIndex:
+        """The :class:`DonorIndex` ``shift`` draws from (built once per eligibility kind)."""
+        masked = needs_donor_mask(shift)
+        if masked not in self._indexes:
+            eligible = (lambda s: getattr(s, "mask_path", None) is not None) if masked else None
+            self._indexes[masked] = DonorIndex(self.samples, eligible)
+        return self._indexes[masked]
+
+    def choose(self, sample, shift, rng):
+        """A donor for ``sample`` under ``shift``'s donor rule (``random`` when it has none).
+
+        Raises:
+            ValueError: no donor exists under the rule (e.g. no other masked sample).
+        """
+        return self.index(shift).choose(sample, shift.extra.get("donor_rule") or "random", rng)
+
+
 def choose_donor(samples: Sequence, sample, rule: str, rng, *,
                  eligible: Callable[[Any], bool] | None = None):
     """Pick a background donor for ``sample`` from ``samples`` under ``rule``.
