@@ -622,8 +622,7 @@ def _content_record(samples: Sequence[Sample], donors) -> dict[str, list]:
 
     used = {s.id: s for s in samples}
     if donors is not None:
-        for group in donors.by_class.values():
-            used.update((d.id, d) for d in group if d.id not in used)
+        used.update((d.id, d) for d in donors.samples if d.id not in used)
     ordered = sorted(used.values(), key=lambda s: s.id)
     digests = hash_files([p for s in ordered for p in (s.path, s.mask_path)])
     return {s.id: [s.class_name, digests[2 * i], digests[2 * i + 1]]
@@ -635,7 +634,7 @@ def _donor_pool_fingerprint(donors, content: dict[str, list]) -> str:
     or removed from the pool changes which donor every sample draws."""
     from robustlab.run.identity import data_fingerprint
 
-    ids = sorted(d.id for group in donors.by_class.values() for d in group)
+    ids = sorted(d.id for d in donors.samples)
     return data_fingerprint((i, *content[i]) for i in ids)
 
 
