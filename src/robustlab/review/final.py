@@ -2,7 +2,7 @@
 
 The exported CSV is also a robustlab labels CSV (``file`` + ``class``), so the kept set, with
 its agreed relabels, can be evaluated directly: ``robustlab evaluate MODEL --data DIR
---labels-csv final.csv`` reads only the listed files, under their final classes.
+--labels final.csv`` reads only the listed files, under their final classes.
 """
 
 from __future__ import annotations
