@@ -20,7 +20,6 @@ from PIL import Image, ImageDraw
 from robustlab.cli import main as cli
 from robustlab.errors import InputError, StoreError
 from robustlab.review import fleiss_kappa, load_review_set, rating_table, verdict
-from robustlab.review.final import final_set
 from robustlab.review.server import ReviewServer
 from robustlab.store.reviews import ReviewStore
 
@@ -42,7 +41,8 @@ def make_images(root: Path, per_class: dict[str, int]) -> list[str]:
             img = Image.new("RGB", (96, 72), tuple(int(v) for v in rng.integers(40, 200, 3)))
             draw = ImageDraw.Draw(img)
             x, y = (int(v) for v in rng.integers(10, 50, 2))
-            draw.ellipse([x, y, x + 30, y + 20], fill=tuple(int(v) for v in rng.integers(0, 255, 3)))
+            fill = tuple(int(v) for v in rng.integers(0, 255, 3))
+            draw.ellipse([x, y, x + 30, y + 20], fill=fill)
             img.save(root / c / f"img{i}.png")
             ids.append(f"{c}/img{i}.png")
     return sorted(ids)
@@ -208,6 +208,25 @@ def test_a_database_locked_by_another_process_is_one_line(world, locked_db, caps
     assert rc == 3 and "locked by process" in capsys.readouterr().err
 
 
+def test_a_database_locked_while_serving_answers_503_and_recovers(world):
+    rs = load_review_set(world["data"])
+    with ReviewServer(rs, ReviewStore(world["db"], timeout=0.3)) as srv:
+        srv.start()
+        tok = {"X-Review-Token": srv.token}
+        body = '{"annotator": "alice", "index": 0, "decision": "accept"}'
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_DB, str(world["db"])],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "ready"
+            status, resp, _ = raw_request(srv.port, "POST", "/api/decide", tok, body)
+            assert status == 503 and b"locked by process" in resp and b"not saved" in resp
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=30)
+        status, resp, _ = raw_request(srv.port, "POST", "/api/decide", tok, body)
+        assert status == 200 and b'"reviewed":1' in resp.replace(b" ", b"")
+
+
 def test_not_a_database_is_one_line(world, capsys):
     bad = world["tmp"] / "bad.duckdb"
     bad.write_bytes(b"this is not a duckdb file at all" * 200)
@@ -293,8 +312,8 @@ def test_every_request_without_the_right_token_is_refused(server):
             status, body, _ = raw_request(port, "GET", target, headers)
             assert status == 403, (target, headers, status)
             assert SECRET.encode() not in body
-        status, _, _ = raw_request(port, "GET", target + ("&" if "?" in target else "?") + "token=bad")
-        assert status == 403
+        joiner = "&" if "?" in target else "?"
+        assert raw_request(port, "GET", f"{target}{joiner}token=bad")[0] == 403
     status, _, _ = raw_request(port, "POST", "/api/decide", {},
                                '{"annotator": "mallory", "index": 0, "decision": "accept"}')
     assert status == 403
@@ -319,7 +338,7 @@ def test_no_file_outside_the_set_is_ever_served(server):
         "/assets/..%2f..%2f..%2fsecret.txt", "/assets/review.js/../../../secret.txt",
         "/assets/%2e%2e%2fapp.py", "/assets/app.py", "/static/review.js",
         "/templates/review.html", "//etc/passwd", "/../secret.txt", "/%2e%2e/secret.txt",
-        f"/image/0?path=../../secret.txt", "/hard/n01440764/notes.txt",
+        "/image/0?path=../../secret.txt", "/hard/n01440764/notes.txt",
         "/n01440764/img0.png", "/" + str(server.review_set.items[0].path),
     ]
     images = {it.path.read_bytes() for it in server.review_set.items}
@@ -335,6 +354,35 @@ def test_no_file_outside_the_set_is_ever_served(server):
             assert status in (400, 403, 404), (target, status)
     # image 0 by index ("%30" is "0"; a query string is not a path), nothing else
     assert served == ["/image/%30", "/image/0?path=../../secret.txt"]
+
+
+def test_images_browsers_cannot_show_are_served_as_png(world):
+    Image.new("RGB", (30, 20), (200, 10, 10)).save(world["data"] / TENCH / "scan.tif")
+    rs = load_review_set(world["data"])
+    with ReviewServer(rs, ReviewStore(world["db"])) as srv:
+        srv.start()
+        index = rs.item_by_id(f"{TENCH}/scan.tif").index
+        status, body, headers = raw_request(srv.port, "GET", f"/image/{index}?token={srv.token}")
+    assert status == 200 and headers["Content-Type"] == "image/png"
+    import io
+
+    png = np.asarray(Image.open(io.BytesIO(body)))
+    assert png.shape == (20, 30, 3) and (png == [200, 10, 10]).all()
+
+
+def test_export_without_decisions_says_where_they_are(world, capsys):
+    st = ReviewStore(world["db"])
+    st.open("old-place", data_root="/old", label_space="imagenet1k", predictions=None, n_images=6)
+    st.record("old-place", world["ids"][0], "alice", "accept", label=TENCH)
+    out = world["tmp"] / "o.csv"
+    assert cli(["review", "--data", str(world["data"]), "--db", str(world["db"]),
+                "--export", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "no decisions are stored for set" in err and "'old-place'" in err
+    assert "0 of 6 images kept" in err
+    assert cli(["review", "--data", str(world["data"]), "--db", str(world["db"]),
+                "--export", str(out), "--set", "old-place", "-k", "1"]) == 0
+    assert "1 of 6 images kept" in capsys.readouterr().err
 
 
 def test_bad_api_requests_are_refused(server):
@@ -379,9 +427,9 @@ def browser():
 def open_page(browser, url, problems):
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
-    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("console", lambda m: m.type in ("error", "warning") and problems.append(m.text))
     page.on("pageerror", lambda e: problems.append(str(e)))
-    page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"{r.status} {r.url}"))
     page.goto(url, wait_until="load")
     settle(page)
     return page
@@ -546,7 +594,8 @@ def test_the_command_serves_a_token_url_and_stops_cleanly(world):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()
-        m = re.match(r"open http://127\.0\.0\.1:(\d+)/\?token=([\w-]+)&annotator=alice$", line.strip())
+        m = re.match(r"open http://127\.0\.0\.1:(\d+)/\?token=([\w-]+)&annotator=alice$",
+                     line.strip())
         assert m, line
         port, token = int(m.group(1)), m.group(2)
         assert len(token) >= 32
@@ -562,7 +611,8 @@ def test_the_command_serves_a_token_url_and_stops_cleanly(world):
     assert "every decision is saved" in err and "Traceback" not in err
     assert token not in err  # no request log lines with the token
     rs = load_review_set(world["data"])
-    assert decisions(ReviewStore(world["db"]), rs, "alice") == {world["ids"][2]: ("not_single", None)}
+    stored = decisions(ReviewStore(world["db"]), rs, "alice")
+    assert stored == {world["ids"][2]: ("not_single", None)}
 
 
 def test_command_bad_input_is_one_line(world, capsys):

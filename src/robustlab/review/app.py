@@ -35,6 +35,8 @@ ASSETS = {
     "review.css": ("static/review.css", "text/css; charset=utf-8"),
     "favicon.svg": ("static/favicon.svg", "image/svg+xml"),
 }
+# Formats every browser shows; others (TIFF, PNM) are converted to PNG when served.
+WEB_IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".gif", ".webp", ".bmp"})
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; "
                                 "img-src 'self'; connect-src 'self'; base-uri 'none'; "
@@ -120,7 +122,9 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         path = review_set.items[index].path
         if not path.is_file():
             abort(404)
-        return send_file(path, conditional=True, max_age=3600)
+        if path.suffix.lower() in WEB_IMAGE_SUFFIXES:
+            return send_file(path, conditional=True, max_age=3600)
+        return _as_png(path)
 
     @app.get("/api/set")
     def api_set():
@@ -135,7 +139,7 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         body = request.get_json(silent=True) or {}
         annotator = _annotator(body.get("annotator"))
         index = body.get("index")
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(review_set):
+        if type(index) is not int or not 0 <= index < len(review_set):  # bool is not an index
             return jsonify(error=f"no image {index!r} in this set"), 400
         item = review_set.items[index]
         decision = body.get("decision")
@@ -186,6 +190,23 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
                 "decisions": decisions}
 
     return app
+
+
+def _as_png(path):
+    """A PNG of an image browsers cannot show (a 415 when it cannot be decoded at all)."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            buf = io.BytesIO()
+            (img if img.mode in ("RGB", "RGBA", "L") else img.convert("RGB")).save(buf, "PNG")
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        log.warning("cannot show %s: %s", path, exc)
+        abort(415)
+    return send_file(io.BytesIO(buf.getvalue()), mimetype="image/png", max_age=3600)
 
 
 def _title(review_set: ReviewSet) -> str:

@@ -93,6 +93,11 @@ def final_set(review_set: ReviewSet, store: ReviewStore, *, k: int = 2) -> Final
                            for d in ds] for i, ds in per_image.items()], len(names))
     kappa = fleiss_kappa(table) if len(names) >= 2 else None
     notes = []
+    if not per_image:
+        others = [name for name in store.review_sets() if name != review_set.name]
+        notes.append(f"no decisions are stored for set {review_set.name!r} in {store.path}"
+                     + (f"; it has decisions for {', '.join(map(repr, others))} (pass that "
+                        "name with --set if the folder moved)" if others else ""))
     if names and k > len(names):
         notes.append(f"k = {k} but only {len(names)} annotator(s) reviewed this set: "
                      "no image can be kept yet")

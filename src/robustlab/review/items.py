@@ -171,9 +171,10 @@ def _label_space(folders: set[str], requested):
         try:
             key_of[folder] = space.folders[space.index_of(folder)]
         except ValueError as exc:
-            raise InputError(f"class folder {folder!r}: {exc}",
-                             hint="pick the label space the folders are named in "
-                                  "(--label-space) or leave it out to use the folder names") from None
+            raise InputError(
+                f"class folder {folder!r}: {exc}",
+                hint="pick the label space the folders are named in (--label-space) or leave "
+                     "it out to use the folder names") from None
     return space.name, classes, key_of
 
 

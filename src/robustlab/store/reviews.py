@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from robustlab.errors import StoreError
+from robustlab.errors import InputError, StoreError
 from robustlab.store.db import Store, utcnow
 from robustlab.store.lock import LockTimeout
 
@@ -96,8 +96,6 @@ def check_annotator(name: str) -> str:
     Names are shown in the page and stored as given, so they are kept to a short, plain
     alphabet (letters, digits, space, ``._@-``; 1 to 64 characters).
     """
-    from robustlab.errors import InputError
-
     text = (name or "").strip()
     if not _ANNOTATOR.match(text):
         raise InputError(f"annotator name {name!r} is not usable",
