@@ -93,7 +93,8 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     @app.errorhandler(StoreError)
     def _store_down(exc):
         log.warning("review database: %s", exc)
-        return jsonify(error=f"{exc} - the decision was not saved; try again"), 503
+        lost = " - the decision was not saved" if request.method == "POST" else ""
+        return jsonify(error=f"{exc}{lost}; try again"), 503
 
     @app.get("/")
     def page():
