@@ -14,7 +14,8 @@ import signal
 import sys
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
-COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment"]
+COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment",
+            "review"]
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
