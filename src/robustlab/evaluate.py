@@ -280,7 +280,7 @@ def _describe(model) -> dict[str, Any]:
 def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None, shifts=None,
              levels=None, labels_csv=None, masks=None, label_space=None, weights=None,
              device=None, batch_size: int | None = None, workers: int | None = None,
-             prefetch: int = 2, cells_per_task: int = 16, backend: str = "local",
+             prefetch: int = 2, cells_per_task: int = 0, backend: str = "local",
              progress: bool | None = None):
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 

@@ -177,8 +177,13 @@ class Preprocessing:
             rgb = rgb[top:top + th, left:left + tw]
         return rgb
 
-    def to_tensor(self, rgb, *, crop: bool = True):
-        """CxHxW float32 tensor of ``rgb`` (uint8 HxW[x1|3|4] array or PIL image)."""
+    def to_uint8(self, rgb, *, crop: bool = True):
+        """CxHxW uint8 tensor of the pixels the model sees, before normalisation.
+
+        This is what evaluation workers hand to the main process: a quarter of the bytes
+        of the float32 input, so less shared memory and less copying between processes
+        and to the GPU. :meth:`normalize` finishes the job where the model runs.
+        """
         import torch
 
         from robustlab.data.images import array_to_rgb
@@ -187,10 +192,24 @@ class Preprocessing:
         out = np.ascontiguousarray(self.resize_crop(rgb, crop=crop))
         if not out.flags.writeable:  # torch wants to own writable memory
             out = out.copy()
-        x = torch.from_numpy(out).permute(2, 0, 1).float().div_(255.0)
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(3, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(3, 1, 1)
+        return torch.from_numpy(out).permute(2, 0, 1)
+
+    def normalize(self, batch):
+        """Bx3xHxW uint8 -> float32 ``(x / 255 - mean) / std`` on the batch's own device.
+
+        The same float32 operations in the same order as :meth:`to_tensor`, so the result
+        is bit-identical whether it runs in a worker, on the CPU or on a GPU.
+        """
+        import torch
+
+        x = batch.float().div_(255.0)
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
         return x.sub_(mean).div_(std)
+
+    def to_tensor(self, rgb, *, crop: bool = True):
+        """CxHxW float32 tensor of ``rgb`` (uint8 HxW[x1|3|4] array or PIL image)."""
+        return self.normalize(self.to_uint8(rgb, crop=crop)[None])[0]
 
 
 def _scaled(size: int, crop_pct: float) -> int:
@@ -285,22 +304,59 @@ class Model:
     def _forward(self, batch):  # pragma: no cover - every adapter overrides it
         raise NotImplementedError
 
-    def predict(self, batch):
-        """Logits (B, num_outputs) as float32 on the CPU, in eval mode without gradients."""
+    def input_device(self) -> str:
+        """Where :meth:`predict` normalises a uint8 batch: the model's own device (adapters
+        whose runtime takes host memory, such as ONNX Runtime, say ``cpu``)."""
+        return str(self.device)
+
+    def _logits(self, batch):
+        """Float32 logits (B, num_outputs) on the device they were computed on.
+
+        A uint8 batch (from :meth:`Preprocessing.to_uint8`) is moved to
+        :meth:`input_device` first and normalised there.
+        """
         import torch
 
         if not isinstance(batch, torch.Tensor) or batch.ndim != 4 or batch.shape[1] != 3:
             shape = tuple(batch.shape) if hasattr(batch, "shape") else type(batch).__name__
             raise ValueError(f"predict needs a Bx3xHxW tensor, got {shape}")
-        with torch.inference_mode():
-            logits = self._forward(batch)
-            if logits.ndim != 2 or logits.shape[0] != batch.shape[0] or logits.shape[1] != self.model_outputs:
-                raise ValueError(f"{self.spec} returned logits of shape {tuple(logits.shape)}, "
-                                 f"expected ({batch.shape[0]}, {self.model_outputs})")
-            logits = logits.float().cpu()
-            if self._columns is not None:
-                logits = logits.index_select(1, self._columns)
+        if batch.dtype == torch.uint8:
+            batch = self.preprocessing.normalize(batch.to(self.input_device(), non_blocking=True))
+        logits = self._forward(batch)
+        if logits.ndim != 2 or logits.shape[0] != batch.shape[0] or logits.shape[1] != self.model_outputs:
+            raise ValueError(f"{self.spec} returned logits of shape {tuple(logits.shape)}, "
+                             f"expected ({batch.shape[0]}, {self.model_outputs})")
+        logits = logits.float()
+        if self._columns is not None:
+            if self._columns.device != logits.device:
+                self._columns = self._columns.to(logits.device)
+            logits = logits.index_select(1, self._columns)
         return logits
+
+    def predict(self, batch):
+        """Logits (B, num_outputs) as float32 on the CPU, in eval mode without gradients.
+
+        ``batch`` is a Bx3xHxW tensor: float32 already normalised (:meth:`transform`), or
+        uint8 pixels (:meth:`Preprocessing.to_uint8`), normalised here on the model's device.
+        """
+        import torch
+
+        with torch.inference_mode():
+            return self._logits(batch).cpu()
+
+    def predict_topk(self, batch, k: int = 5):
+        """(probabilities, column ids) of the ``k`` best classes, each (B, k), on the CPU.
+
+        Softmax and top-k run where the logits are (the GPU for a CUDA model), so only
+        B x k numbers cross back to the host instead of B x num_outputs.
+        """
+        import torch
+
+        with torch.inference_mode():
+            logits = self._logits(batch)
+            probs = torch.softmax(logits, dim=1)
+            top = torch.topk(probs, min(int(k), probs.shape[1]), dim=1)
+            return top.values.cpu(), top.indices.cpu()
 
     def correct(self, topk_ids, labels):
         """(top-1 correct, top-k correct) as bool tensors of length B.

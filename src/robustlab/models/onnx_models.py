@@ -40,6 +40,9 @@ class ONNXModel(Model):
         self.fixed_batch = fixed_batch
         super().__init__(spec, **kwargs)
 
+    def input_device(self) -> str:
+        return "cpu"  # ONNX Runtime reads numpy arrays from host memory
+
     def _forward(self, batch):
         import torch
 

@@ -18,7 +18,8 @@ def _identity(item):
     return item
 
 
-def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2) -> Iterator:
+def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2,
+                  pin_memory: bool = False) -> Iterator:
     """Yield ``dataset`` items in order, computed by ``workers`` processes ahead of use.
 
     Args:
@@ -26,6 +27,8 @@ def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2) -> I
         workers: Worker processes (0: in this process).
         prefetch: Tasks each worker keeps ready; bounds memory independently of the
             dataset size.
+        pin_memory: Put tensors in page-locked memory (a CUDA model then copies them
+            to the GPU asynchronously).
     """
     if workers <= 0:
         for i in range(len(dataset)):
@@ -43,6 +46,7 @@ def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2) -> I
     loader = DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(workers),
                         collate_fn=_identity, prefetch_factor=max(1, int(prefetch)),
                         worker_init_fn=worker_init, persistent_workers=False,
+                        pin_memory=bool(pin_memory),
                         multiprocessing_context=context)
     yield from loader
 

@@ -34,8 +34,10 @@ class RunOptions:
         batch_size: Images per forward pass and per database transaction.
         workers: DataLoader worker processes (0: in the main process).
         prefetch: Tasks each worker prepares ahead.
-        cells_per_task: Cells produced per decoded image in one task; bounds the size of
-            one work item for suites with many cells.
+        cells_per_task: Cells produced per decoded image in one task (0: all of a
+            sample's cells in one task). One task per sample keeps task costs even, so
+            in-order delivery never waits behind a slow task; a bound only matters for
+            suites whose cells do not fit in a worker's memory at once.
         backend: Executor name (``local``).
         progress: Show per-cell progress bars.
     """
@@ -43,7 +45,7 @@ class RunOptions:
     batch_size: int = 32
     workers: int = 1
     prefetch: int = 2
-    cells_per_task: int = 16
+    cells_per_task: int = 0
     backend: str = "local"
     progress: bool = True
 
@@ -77,7 +79,7 @@ def plan_tasks(samples: Sequence, cells: Sequence[Cell], store: Store, run_id: s
     counts = store.done_counts(run_id, keys)
     partial = [s.id for s in samples if 0 < counts.get(s.id, 0) < len(keys)]
     done_keys = store.done_keys(run_id, partial, keys) if partial else set()
-    step = max(1, int(cells_per_task))
+    step = int(cells_per_task) if int(cells_per_task) > 0 else max(1, len(cells))
     full_groups = [tuple(cells[i:i + step]) for i in range(0, len(cells), step)]
     tasks: list[Task] = []
     done_per_cell: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
@@ -115,8 +117,8 @@ class Runner:
         store: The results database.
         record: The run row (its ``run_id`` decides what counts as already done).
         options: Execution options.
-        transform: Image -> tensor (default: ``model.transform(img, crop=False)``, since
-            the suite protocol has already resized and cropped the image).
+        transform: Image -> tensor (default: the model's uint8 pixels, resized but not
+            cropped, since the suite protocol has already resized and cropped the image).
     """
 
     def __init__(self, model, samples: Sequence, labels: Sequence[int], cells: Sequence[Cell],
@@ -147,13 +149,19 @@ class Runner:
         skipped: dict[tuple[str, str], None] = dict.fromkeys(
             (str(a), str(b)) for a, b in self.record.skipped)
         status = "failed"
+        writer = None
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
             executor = get_executor(self.options.backend)
+            device = self.model.input_device()
+            on_gpu = device.startswith("cuda")
             # Nothing left (a rerun of a finished run): starting worker processes would
             # cost seconds per run for no item at all.
             items = executor(dataset, workers=self.options.workers,
-                             prefetch=self.options.prefetch) if tasks else iter(())
+                             prefetch=self.options.prefetch, pin_memory=on_gpu) if tasks else iter(())
+            writer = PredictionWriter(self.store, run_id, on_written=lambda out: (
+                setattr(summary, "n_written", summary.n_written + len(out["shift"])),
+                progress.update(zip(out["shift"], out["level"]))))
             pending: list[tuple[Task, Any, list[int]]] = []
             n_pending = 0
             for index, tensor, errors in items:
@@ -170,17 +178,28 @@ class Runner:
                 ok = [j for j in range(len(task.cells)) if j not in failed]
                 if not ok or tensor is None:
                     continue
+                if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass
+                    tensor = tensor.to(device, non_blocking=True)
                 pending.append([task, tensor, ok, 0])
                 n_pending += len(ok)
                 while n_pending >= self.options.batch_size:
-                    n_pending -= self._flush(pending, self.options.batch_size, progress, summary)
+                    n_pending -= self._flush(pending, self.options.batch_size, writer)
             while pending:
-                self._flush(pending, self.options.batch_size, progress, summary)
+                self._flush(pending, self.options.batch_size, writer)
+            writer.close()
             status = "finished"
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
+            if writer is not None:
+                # Rows already predicted are written even on Ctrl-C or an error elsewhere.
+                try:
+                    writer.close()
+                except Exception:  # noqa: BLE001 - never mask the original error
+                    if status == "finished":
+                        raise
+                    log.exception("could not store the last predictions of run %s", run_id)
             progress.close()
             summary.skipped = [list(k) for k in skipped]
             try:
@@ -192,8 +211,8 @@ class Runner:
                 log.exception("could not record the end of run %s", run_id)
         return summary
 
-    def _flush(self, pending: list, limit: int, progress: CellProgress, summary: RunSummary) -> int:
-        """Forward up to ``limit`` pending images and store them in one transaction.
+    def _flush(self, pending: list, limit: int, writer: "PredictionWriter") -> int:
+        """Forward up to ``limit`` pending images and queue their rows for the writer.
 
         ``pending`` holds ``[task, tensor, ok, start]``: row r of ``tensor`` is the image of
         cell ``task.cells[ok[r]]``, and rows before ``start`` were already used.
@@ -213,40 +232,125 @@ class Runner:
             else:
                 pending[0][3] = start + n
         batch = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        logits = self.model.predict(batch)
-        probs = torch.softmax(logits.float(), dim=1)
-        k = min(TOPK, probs.shape[1])
-        top = torch.topk(probs, k, dim=1)
+        probs, ids = self.model.predict_topk(batch, TOPK)
         sample_idx = [task.sample_index for task, _ in rows]
         labels = torch.as_tensor(self.labels[sample_idx])
-        top1, topk = self.model.correct(top.indices.cpu(), labels)
+        top1, topk = self.model.correct(ids, labels)
         cells = [task.cells[j] for task, j in rows]
-        out = {
+        writer.put({
             "sample_id": [self.samples[i].id for i in sample_idx],
             "shift": [c[0] for c in cells],
             "level": [level_key(c[1]) for c in cells],
             "label": self.labels[sample_idx].tolist(),
             "class_name": [self.samples[i].class_name for i in sample_idx],
-            "top5_ids": _to_numpy(top.indices).astype(np.int32),
-            "top5_probs": _to_numpy(top.values).astype(np.float32),
+            "top5_ids": _to_numpy(ids).astype(np.int32),
+            "top5_probs": _to_numpy(probs).astype(np.float32),
             "correct": _to_numpy(top1).astype(bool).reshape(-1),
             "correct5": _to_numpy(topk).astype(bool).reshape(-1),
-        }
-        self.store.write_predictions(self.record.run_id, out)
-        summary.n_written += taken
-        progress.update(zip(out["shift"], out["level"]))
+        })
         return taken
 
 
-class _ModelTransform:
-    """Picklable ``img -> model.transform(img, crop=False)``.
+class PredictionWriter:
+    """Stores prediction batches on a background thread, so the model never waits for
+    the database.
 
-    Holds only the model's preprocessing record, not the model: workers start from a
-    clean process (forkserver) and would otherwise receive a pickled copy of the weights.
+    The queue is bounded (``depth`` batches): when the database falls behind, the main
+    loop blocks instead of piling up rows in memory. Batches that wait in the queue are
+    merged into one transaction, so a fast GPU pays one DuckDB connection per group of
+    batches, not per batch. :meth:`close` writes everything queued, also after Ctrl-C or
+    SIGTERM (those rows are already predicted; losing them would only cost time on
+    resume), and re-raises a write error in the caller's thread.
+
+    Args:
+        store: The results database.
+        run_id: Run the rows belong to.
+        depth: Batches the queue holds before :meth:`put` blocks.
+        on_written: Called in the writer thread with each stored group of rows.
+    """
+
+    _STOP = object()
+
+    def __init__(self, store: Store, run_id: str, *, depth: int = 8,
+                 on_written: Callable[[dict], Any] | None = None):
+        import queue
+        import threading
+
+        self.store = store
+        self.run_id = run_id
+        self.on_written = on_written
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
+        self._thread = threading.Thread(target=self._loop, name="robustlab-db-writer",
+                                        daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    def put(self, rows: dict) -> None:
+        """Queue one batch of rows (blocks while the queue is full)."""
+        if self.error is not None:
+            raise self.error
+        self._queue.put(rows)
+
+    def close(self) -> None:
+        """Write what is queued, stop the thread, re-raise its error if it had one."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(self._STOP)
+            self._thread.join()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def _loop(self) -> None:
+        import queue
+
+        stop = False
+        while not stop:
+            group = [self._queue.get()]
+            while True:  # merge whatever else is already waiting
+                try:
+                    group.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = any(g is self._STOP for g in group)
+            batches = [g for g in group if g is not self._STOP]
+            if not batches or self.error is not None:
+                continue  # after an error, drain without writing so put() never blocks
+            rows = _concat_rows(batches)
+            try:
+                self.store.write_predictions(self.run_id, rows)
+                if self.on_written is not None:
+                    self.on_written(rows)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                self.error = exc
+
+
+def _concat_rows(batches: list[dict]) -> dict:
+    """One rows dict from several (lists joined, arrays stacked)."""
+    if len(batches) == 1:
+        return batches[0]
+    out = {}
+    for key, first in batches[0].items():
+        if isinstance(first, np.ndarray):
+            out[key] = np.concatenate([b[key] for b in batches])
+        else:
+            out[key] = [v for b in batches for v in b[key]]
+    return out
+
+
+class _ModelTransform:
+    """Picklable ``img -> uint8 CxHxW tensor`` of what the model sees (resize only).
+
+    Workers send uint8 pixels; :meth:`Model.predict` normalises them on the model's device
+    (bit-identical to ``model.transform``), a quarter of the bytes of float32 to move
+    between processes and to the GPU. Holds only the model's preprocessing record, not the
+    model: workers start from a clean process (forkserver) and would otherwise receive a
+    pickled copy of the weights.
     """
 
     def __init__(self, model):
         self.preprocessing = model.preprocessing
 
     def __call__(self, img):
-        return self.preprocessing.to_tensor(img, crop=False)
+        return self.preprocessing.to_uint8(img, crop=False)

@@ -1,0 +1,163 @@
+"""Where on-the-fly evaluation spends its time on a GPU machine (prints one JSON line).
+
+Three rates for lite0 on the whole ImageNet-C suite (clean + 75 cells) over ``--n`` photos:
+
+1. ``bare``: ``model.predict`` on batches already in host memory (the model's speed).
+2. ``workers``: the DataLoader workers alone (decode, prepare, shift, JPEG round trip,
+   transform) delivering tasks to a main process that does nothing with them: what the
+   CPU side can produce.
+3. ``evaluate``: ``robustlab.evaluate`` end to end (workers, forward pass, database).
+
+Issue targets: ``evaluate`` at least 80 % of ``workers`` and at least 3,000 predictions/s
+with 15 workers on 16 cores. Time inside ``evaluate`` is split by timing the model's
+predict calls and the store's writes (wrappers that measure, the real calls run).
+
+The script uses only functions that exist in older robustlab versions too, so the same
+file measures a baseline checkout in the same session (``PYTHONPATH=old/src``).
+
+Usage:
+    python benchmarks/evaluate_gpu.py --photos DIR --n 240 --workers 15 --batch-size 256 \
+        --device cuda [--skip workers,bare]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def make_folder(src: Path, dst: Path, n: int) -> Path:
+    """``n`` images hard-linked from the labelled photos in ``src`` under new names."""
+    with open(src / "labels.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if (src / r["file"]).is_file()]
+    dst.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        r = rows[i % len(rows)]
+        name = f"img{i:06d}_{r['file']}"
+        if not (dst / name).exists():
+            os.link(src / r["file"], dst / name)
+        out.append({**r, "file": name})
+    with open(dst / "labels.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(out[0]))
+        w.writeheader()
+        w.writerows(out)
+    return dst
+
+
+class Timer:
+    """Wraps a callable and adds up the seconds spent in it."""
+
+    def __init__(self, fn, sync=None):
+        self.fn, self.sync, self.seconds, self.calls = fn, sync, 0.0, 0
+
+    def __call__(self, *a, **k):
+        t0 = time.perf_counter()
+        try:
+            return self.fn(*a, **k)
+        finally:
+            if self.sync is not None:
+                self.sync()
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--photos", required=True, help="folder of photos with a labels.csv")
+    ap.add_argument("--n", type=int, default=240)
+    ap.add_argument("--workers", type=int, default=15)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: bare, workers")
+    ap.add_argument("--label", default="", help="a name for this code version in the output")
+    args = ap.parse_args()
+    skip = {s for s in args.skip.split(",") if s}
+
+    import torch
+
+    import robustlab
+    from robustlab.evaluate import plan_run
+    from robustlab.models import load_model
+    from robustlab.run.executors import iterate_local
+    from robustlab.run.runner import RunOptions, _ModelTransform, plan_tasks
+    from robustlab.run.tasks import TaskDataset
+    from robustlab.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="rl-gpu-"))
+    data = make_folder(Path(args.photos), tmp / "photos", args.n)
+    model = load_model("lite0", device=args.device, batch_size=args.batch_size)
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
+    out = {"label": args.label, "robustlab": robustlab.__version__, "device": args.device,
+           "gpu": torch.cuda.get_device_name(0) if sync else None, "cpus": os.cpu_count(),
+           "photos": args.n, "workers": args.workers, "batch_size": args.batch_size}
+
+    # Warm-up: compiles (and caches) every numba kernel in this process before workers
+    # start, so no timed part pays for compilation.
+    t0 = time.perf_counter()
+    one = make_folder(Path(args.photos), tmp / "one", 1)
+    robustlab.evaluate(model, one, suite="imagenet-c", db=tmp / "warm.duckdb", workers=0,
+                       batch_size=args.batch_size, progress=False)
+    out["warmup_s"] = round(time.perf_counter() - t0, 2)
+
+    plan = plan_run(model, data, suite="imagenet-c")
+    cells, samples = plan["cells"], plan["samples"]
+    n_images = len(samples) * len(cells)
+    out["predictions"] = n_images
+    transform = _ModelTransform(model)
+
+    if "bare" not in skip:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        imgs = [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(args.batch_size)]
+        batch = torch.stack([transform(x) for x in imgs]).contiguous()
+        for _ in range(3):
+            model.predict(batch)
+        reps = max(4, (8192 if sync else 256) // args.batch_size)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            model.predict(batch)
+        if sync:
+            sync()
+        out["bare_img_s"] = round(reps * args.batch_size / (time.perf_counter() - t0), 1)
+        out["bare_input_dtype"] = str(batch.dtype)
+
+    if "workers" not in skip:
+        tasks, _, _ = plan_tasks(samples, cells, Store(tmp / "none.duckdb"), "none",
+                                 RunOptions().cells_per_task)
+        ds = TaskDataset(samples, tasks, plan["images"], transform)
+        t0 = time.perf_counter()
+        n = 0
+        for _, tensor, _ in iterate_local(ds, workers=args.workers, prefetch=2):
+            n += 0 if tensor is None else tensor.shape[0]
+        secs = time.perf_counter() - t0
+        out["workers_img_s"] = round(n / secs, 1)
+        out["workers_tasks"] = len(tasks)
+
+    # Measure where the main process spends its time inside evaluate.
+    predict_name = "predict_topk" if hasattr(model, "predict_topk") else "predict"
+    timed_predict = Timer(getattr(model, predict_name), sync)
+    setattr(model, predict_name, timed_predict)
+    timed_write = Timer(Store.write_predictions)
+    Store.write_predictions = lambda self, *a, **k: timed_write(self, *a, **k)
+    t0 = time.perf_counter()
+    df = robustlab.evaluate(model, data, suite="imagenet-c", db=tmp / "run.duckdb",
+                            workers=args.workers, batch_size=args.batch_size, progress=False)
+    secs = time.perf_counter() - t0
+    out.update(evaluate_s=round(secs, 2), evaluate_pred_s=round(n_images / secs, 1),
+               predict_s=round(timed_predict.seconds, 2), predict_calls=timed_predict.calls,
+               db_write_s=round(timed_write.seconds, 2), db_write_calls=timed_write.calls,
+               stored=int(df["n"].sum()), clean_top1=float(df.loc[df["shift"] == "clean", "top1"].iloc[0]))
+    if "workers_img_s" in out:
+        out["evaluate_over_workers"] = round(out["evaluate_pred_s"] / out["workers_img_s"], 3)
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
