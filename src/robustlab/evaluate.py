@@ -220,6 +220,12 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
             from robustlab.shifts.synth.inpaint import describe_inpainter
 
             record.config["inpainter"] = describe_inpainter()
+    from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
+
+    if any(needs_hole_fill(sh) for sh in shift_objs):
+        # The attribute edits' backgrounds depend on the hole-fill backend.
+        record.config["hole_fill"] = (manifest.get("hole_fill") if manifest is not None
+                                      else describe_hole_fill())
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     needs_mask = any("mask" in sh.needs for sh in shift_objs)
     images = CellImages(protocol, seed, generated_root=generated_root,
@@ -286,8 +292,10 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         raise ValueError(f"batch size must be at least 1, got {options.batch_size}")
     store = Store(db)
     _check_same_inpainter(store, plan["record"])
+    _check_same_fill(store, plan["record"])
     summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
                      store, plan["record"], options).run()
+    _store_generated_attributes(store, plan)
     table = run_table(store, summary.run_id, skipped=summary.skipped)
     table.attrs.update({"n_written": summary.n_written, "resumed": summary.resumed})
     return table
@@ -310,6 +318,38 @@ def _check_same_inpainter(store: Store, record) -> None:
             f"run {record.run_id} already holds ai_bg images drawn by the inpainter "
             f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
             f"{record.config['inpainter'].get('path')} ({new}): use another --db or --seed")
+
+
+def _check_same_fill(store: Store, record) -> None:
+    """Refuse to resume a run whose attribute edits were filled by another backend."""
+    new = (record.config.get("hole_fill") or {}).get("fingerprint")
+    if not new or not store.exists():
+        return
+    old = (((store.get_run(record.run_id) or {}).get("config") or {}).get("hole_fill") or {})
+    if old.get("fingerprint") and old["fingerprint"] != new:
+        raise ValueError(
+            f"run {record.run_id} already holds attribute edits filled by {old.get('backend')} "
+            f"({old['fingerprint']}); the configured backend is "
+            f"{record.config['hole_fill'].get('backend')} ({new}): use another --db or --seed")
+
+
+def _store_generated_attributes(store: Store, plan: dict) -> None:
+    """Copy a generated folder's ``attributes.csv`` rows of this run's cells into the store.
+
+    On the fly the runner stores what each edit reports as it goes; a generated folder
+    measured its edits when it was written, so their record is read from there.
+    """
+    root = plan["record"].config.get("generated_root")
+    if not root:
+        return
+    from robustlab.generate import ATTRIBUTES_CSV, read_attributes_csv
+
+    cells = {(s, str(lv)) for s, lv in plan["cells"]}
+    ids = {s.id for s in plan["samples"]}
+    rows = [{k: v for k, v in r.items() if k != "file"}
+            for r in read_attributes_csv(Path(root) / ATTRIBUTES_CSV)
+            if (r.get("shift"), str(r.get("level"))) in cells and r.get("sample_id") in ids]
+    store.write_attributes(plan["record"].run_id, rows)
 
 
 def run_table(store: Store, run_id: str, skipped=None):

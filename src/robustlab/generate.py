@@ -1,6 +1,8 @@
 """``generate``: write a suite's shifted images to disk in the published layout.
 
-Output: ``<out>/<shift>/<level>/<class>/<file>`` plus ``<out>/manifest.json``.
+Output: ``<out>/<shift>/<level>/<class>/<file>`` plus ``<out>/manifest.json``, and
+``<out>/attributes.csv`` when a shift reports what it achieved per image (the ImageNet-E
+attribute edits: object pixel rate, box, angle, complexity before/after, fill backend).
 
 How it stays correct when things go wrong:
 
@@ -44,12 +46,18 @@ from robustlab.data.sources import Sample, discover
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
+from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
 from robustlab.shifts.registry import available_shifts, get_shift, list_shifts
 from robustlab.suites import Protocol, Suite, get_suite
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+ATTRIBUTES_CSV = "attributes.csv"
+# Leading columns of attributes.csv; other reported keys follow in sorted order.
+ATTRIBUTE_CSV_COLUMNS = ("file", "sample_id", "shift", "level", "object_rate", "rate_before",
+                         "box_x", "box_y", "box_w", "box_h", "angle", "hf_before", "hf_after",
+                         "fill")
 TEMP_SUFFIX = ".rltmp"
 MAX_ATTEMPTS = 2  # a sample whose worker process died this often is skipped
 LIBRARIES = {  # manifest key -> distribution names to try, in order
@@ -73,6 +81,7 @@ class SampleOutcome:
     failures: list[tuple[str, str, str]] = field(default_factory=list)  # (shift, level, reason)
     skip_reason: str | None = None
     note: str = ""
+    attributes: list[dict] = field(default_factory=list)  # one row per written edit cell
 
 
 @dataclass
@@ -102,6 +111,7 @@ class GenerateResult:
     skipped_inputs: list[tuple[str, str]] = field(default_factory=list)
     failures: list[tuple[str, str, str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
+    attributes: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -186,9 +196,15 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
         try:
             ctx = shift_context(sample, prep, name, level, job.seed, job.protocol,
                                 job.donors, max_pixels=job.max_pixels)
+            attrs: dict = {}
+            ctx["attributes"] = attrs
             img = apply_shift(prep.rgb, sample.id, name, level, job.seed, ctx)
             atomic_write(path, encode(img, job.protocol))
             res.written += 1
+            if attrs:
+                res.attributes.append({"file": path.relative_to(out).as_posix(),
+                                       "sample_id": sample.id, "shift": name,
+                                       "level": str(level), **attrs})
         except (ValueError, ImageError) as exc:
             res.failures.append((name, str(level), str(exc)))
         except Exception as exc:  # noqa: BLE001 - a shift bug: count it, keep going
@@ -332,11 +348,18 @@ def _load_manifest(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _check_compatible(prev: dict, seed: int, protocol: dict, cells: dict, suite: Suite, path: Path) -> None:
+def _check_compatible(prev: dict, seed: int, protocol: dict, cells: dict, suite: Suite, path: Path,
+                      hole_fill: dict | None = None) -> None:
     """Refuse to add files made under other settings to an existing output folder."""
     hint = "use a new --out folder (or delete this one) to generate with other settings"
     if prev.get("seed") is not None and int(prev["seed"]) != int(seed):
         raise ValueError(f"{path} was generated with seed {prev['seed']}, not {seed}; {hint}")
+    old_fill = (prev.get("hole_fill") or {}).get("fingerprint")
+    new_fill = (hole_fill or {}).get("fingerprint")
+    if old_fill and new_fill and old_fill != new_fill:
+        raise ValueError(f"{path}: the attribute edits were filled with "
+                         f"{prev['hole_fill'].get('backend')} ({old_fill}), now with "
+                         f"{hole_fill.get('backend')} ({new_fill}); {hint}")
     if prev.get("protocol") and prev["protocol"] != protocol:
         raise ValueError(f"{path} was generated with protocol {prev['protocol']}, not {protocol}; {hint}")
     prev_suite = (prev.get("suite") or {}).get("name")
@@ -473,8 +496,14 @@ def generate(
     protocol_record = _jsonable(protocol.describe())
     manifest_path = out_root / MANIFEST
     prev = _load_manifest(manifest_path)
+    hole_fill = None
+    if any(needs_hole_fill(s) for s in shift_objs.values()):
+        # The edits' backgrounds depend on the fill backend: say which one (and refuse to
+        # mix two backends in one folder).
+        hole_fill = describe_hole_fill()
     if prev is not None:
-        _check_compatible(prev, seed, protocol_record, cell_records, suite_obj, manifest_path)
+        _check_compatible(prev, seed, protocol_record, cell_records, suite_obj, manifest_path,
+                          hole_fill)
     out_root.mkdir(parents=True, exist_ok=True)
     n_tmp = remove_temp_files(out_root, names)
     if n_tmp:
@@ -490,6 +519,8 @@ def generate(
         from robustlab.shifts.synth.inpaint import describe_inpainter
 
         run_record["inpainter"] = describe_inpainter()
+    if hole_fill is not None:
+        run_record["hole_fill"] = hole_fill
     log.info("generating %d cells x %d images into %s with %d worker(s)",
              len(cells), len(samples), out_root, n_workers)
 
@@ -509,6 +540,7 @@ def generate(
             result.converted.append((o.id, o.note))
         for shift_name, lv, reason in o.failures:
             result.failures.append((o.id, shift_name, lv, reason))
+        result.attributes.extend(o.attributes)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(written=result.written, failed=len(result.failures), refresh=False)
@@ -533,7 +565,54 @@ def generate(
         manifest = _merge_manifest(prev, result, suite_obj, protocol_record, cell_records, seed,
                                    data_root, labels_csv, samples, run_record, masks)
         _write_json(manifest_path, manifest)
+        if result.attributes:
+            write_attributes_csv(out_root / ATTRIBUTES_CSV, result.attributes)
     return result
+
+
+def read_attributes_csv(path: Path) -> list[dict]:
+    """Rows of an ``attributes.csv`` (numbers parsed; empty cells dropped); [] if absent."""
+    import csv
+
+    if not Path(path).is_file():
+        return []
+    rows = []
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            row: dict = {}
+            for k, v in r.items():
+                if v in (None, ""):
+                    continue
+                if k in ("file", "sample_id", "shift", "level", "fill"):
+                    row[k] = v
+                    continue
+                try:
+                    num = float(v)
+                    row[k] = int(num) if num.is_integer() and k.startswith("box_") else num
+                except ValueError:
+                    row[k] = v
+            rows.append(row)
+    return rows
+
+
+def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
+    """Merge ``rows`` into ``path`` (keyed by ``file``: a rerun's word replaces the old one).
+
+    Rows of cells generated by earlier runs stay, so a resumed folder keeps one row per
+    edited file. Written atomically like every other output.
+    """
+    import csv
+    import io
+
+    merged = {r["file"]: r for r in read_attributes_csv(path)}
+    merged.update({r["file"]: r for r in rows})
+    extra = sorted({k for r in merged.values() for k in r} - set(ATTRIBUTE_CSV_COLUMNS))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=[*ATTRIBUTE_CSV_COLUMNS, *extra], lineterminator="\n")
+    w.writeheader()
+    for key in sorted(merged):
+        w.writerow(merged[key])
+    atomic_write(Path(path), buf.getvalue().encode())
 
 
 def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result: GenerateResult) -> None:
@@ -648,8 +727,10 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, suite: Suite, pro
         "runs": runs,
         # The checkpoint of the latest run that drew ai_bg cells (None: never drawn here).
         "inpainter": run_record.get("inpainter") or prev.get("inpainter"),
+        # The hole-fill backend of the attribute edits (None: no edit drawn here).
+        "hole_fill": run_record.get("hole_fill") or prev.get("hole_fill"),
     }
 
 
-__all__ = ["generate", "GenerateResult", "SampleOutcome", "process_sample", "atomic_write",
+__all__ = ["generate", "GenerateResult", "read_attributes_csv", "write_attributes_csv", "ATTRIBUTES_CSV", "SampleOutcome", "process_sample", "atomic_write",
            "resolve_shifts", "parse_levels", "library_versions", "remove_temp_files", "MANIFEST"]

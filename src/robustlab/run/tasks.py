@@ -77,8 +77,14 @@ class CellImages:
             self._donor_index = DonorIndex(self.donor_samples)
         return self._donor_index
 
-    def cell(self, sample, prepared, shift: str, level: Any) -> np.ndarray:
-        """HxWx3 uint8 pixels of one cell (an RGBA result keeps its colour channels)."""
+    def cell(self, sample, prepared, shift: str, level: Any,
+             attributes: dict | None = None) -> np.ndarray:
+        """HxWx3 uint8 pixels of one cell (an RGBA result keeps its colour channels).
+
+        ``attributes``: a dict that an attribute edit computed on the fly fills with what
+        it achieved (``ctx["attributes"]``); a generated folder's values are in its
+        ``attributes.csv`` instead.
+        """
         from robustlab import pipeline
 
         if shift == CLEAN_SHIFT:
@@ -92,6 +98,8 @@ class CellImages:
             if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
                 ctx = pipeline.shift_context(sample, prepared, sh, level, self.seed,
                                              self.protocol, self._donors())
+            if attributes is not None:
+                ctx = {**(ctx or {}), "attributes": attributes}
             img = pipeline.as_stored(
                 pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx),
                 self.protocol)
@@ -104,6 +112,8 @@ class TaskDataset:
     Each item is ``(task_index, tensor K x C x H x W or None, errors)``. Unreadable images
     and failing cells come back as ``(cell index or -1 for the whole sample, reason)``
     instead of raising, so one bad file never stops a run; the runner counts and lists them.
+    A fourth element lists ``(cell index, attributes dict)`` for cells whose shift reported
+    what it achieved (the ImageNet-E attribute edits).
     """
 
     def __init__(self, samples: Sequence, tasks: Sequence[Task], images: CellImages,
@@ -117,7 +127,8 @@ class TaskDataset:
         return len(self.tasks)
 
     def __getitem__(self, i: int):
-        """``(i, tensor of the cells that worked, [(cell index or -1, reason), ...])``."""
+        """``(i, tensor of the cells that worked, [(cell index or -1, reason), ...],
+        [(cell index, measured attributes), ...])``."""
         import torch
 
         from robustlab.data.images import ImageError
@@ -127,13 +138,14 @@ class TaskDataset:
         try:
             base = self.images.base(sample)
         except ImageError as exc:
-            return i, None, [(-1, exc.reason)]
+            return i, None, [(-1, exc.reason)], []
         except (OSError, ValueError) as exc:
-            return i, None, [(-1, f"unreadable: {exc}")]
-        tensors, errors = [], []
+            return i, None, [(-1, f"unreadable: {exc}")], []
+        tensors, errors, measured = [], [], []
         for j, (shift, level) in enumerate(task.cells):
+            attrs: dict = {}
             try:
-                img = self.images.cell(sample, base, shift, level)
+                img = self.images.cell(sample, base, shift, level, attrs)
             except FileNotFoundError:
                 errors.append((j, f"{shift}/{level}: generated file missing"))
                 continue
@@ -142,7 +154,9 @@ class TaskDataset:
                 continue
             t = self.transform(img)
             tensors.append(t if isinstance(t, torch.Tensor) else torch.as_tensor(t))
-        return i, (torch.stack(tensors) if tensors else None), errors
+            if attrs:
+                measured.append((j, attrs))
+        return i, (torch.stack(tensors) if tensors else None), errors, measured
 
 
 def worker_init(_worker_id: int) -> None:
