@@ -84,7 +84,8 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     csv_rows = _csv(out / ATTRIBUTES_CSV)
     assert len(a_fly) == len(a_disk) == len(csv_rows) > 0
     key = ["sample_id", "shift", "level"]
-    a_fly, a_disk = a_fly.sort_values(key).reset_index(drop=True), a_disk.sort_values(key).reset_index(drop=True)
+    a_fly = a_fly.sort_values(key).reset_index(drop=True)
+    a_disk = a_disk.sort_values(key).reset_index(drop=True)
     # On the fly and from the generated folder: the same pixels, so the same measurements.
     for col in ("object_rate", "box_x", "box_y", "hf_after"):
         np.testing.assert_allclose(a_fly[col].astype(float), a_disk[col].astype(float), rtol=1e-6)

@@ -732,5 +732,6 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, suite: Suite, pro
     }
 
 
-__all__ = ["generate", "GenerateResult", "read_attributes_csv", "write_attributes_csv", "ATTRIBUTES_CSV", "SampleOutcome", "process_sample", "atomic_write",
+__all__ = ["generate", "GenerateResult", "read_attributes_csv", "write_attributes_csv",
+           "ATTRIBUTES_CSV", "SampleOutcome", "process_sample", "atomic_write",
            "resolve_shifts", "parse_levels", "library_versions", "remove_temp_files", "MANIFEST"]
