@@ -149,6 +149,14 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     if not root.is_dir():
         raise ValueError(f"data folder {root} does not exist" if not root.exists()
                          else f"data folder {root} is not a folder")
+    from robustlab.data.imagenet_e import is_archive
+
+    if is_archive(root):
+        if suite is not None and suite != "imagenet-e":
+            raise ValueError(f"{root} is an ImageNet-E archive; its level folders are the cells "
+                             f"(leave out --suite {suite})")
+        return _archive_plan(model, root, shifts=shifts, levels=levels, label_space=label_space,
+                             weights=weights, device=device, batch_size=batch_size)
     manifest = read_generated(root)
     generated_root, source_kind = None, "on-the-fly"
     if manifest is not None:
@@ -235,6 +243,63 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
             "label_space": space}
 
 
+ARCHIVE_SUITE = "imagenet-e-archive"
+
+
+def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=None,
+                  weights=None, device=None, batch_size=None):
+    """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell."""
+    from robustlab import __version__
+    from robustlab.data.imagenet_e import read_archive
+    from robustlab.data.labels import get_label_space
+    from robustlab.run.identity import as_dict, data_fingerprint, run_id, versions
+    from robustlab.run.tasks import ArchiveImages
+
+    archive = read_archive(root)
+    cells = list(archive.cells)
+    if shifts:
+        unknown = [s for s in shifts if s not in {c[0] for c in cells}]
+        if unknown:
+            raise ValueError(f"the archive has no {unknown[0]!r} folders; its cells are "
+                             f"{', '.join(f'{s}/{lv}' for s, lv in cells)}")
+        cells = [c for c in cells if c[0] in shifts]
+    if levels:
+        cells = [c for c in cells if c[1] in {str(lv) for lv in levels}]
+    if not cells:
+        raise ValueError(f"{root}: no level folder matches the requested shifts/levels")
+    cells = [(CLEAN_SHIFT, 0), *cells]
+    samples = archive.samples
+    space_name = label_space or "imagenet1k"
+    space = get_label_space(space_name) if isinstance(space_name, str) else space_name
+    labels = _labels_for(samples, space)
+    if isinstance(model, str):
+        from robustlab.models import load_model
+
+        model = load_model(model, weights=weights, device=device, label_space=space,
+                           batch_size=batch_size)
+    images = ArchiveImages(archive.root.resolve(), archive.folders)
+    preprocessing = {"model": as_dict(model.preprocessing), "protocol": images.protocol.describe()}
+    fingerprint = data_fingerprint((s.id, s.class_name, lab, _file_size(s.path))
+                                   for s, lab in zip(samples, labels))
+    identity = {"model_spec": model.spec, "weights_hash": model.weights_hash,
+                "suite": ARCHIVE_SUITE, "suite_version": "1", "robustlab": __version__,
+                "data_fingerprint": fingerprint, "label_space": space.name, "seed": 0,
+                "preprocessing": preprocessing, "source": ARCHIVE_SUITE}
+    record = RunRecord(
+        run_id=run_id(identity), model_spec=model.spec, weights_hash=model.weights_hash,
+        suite=ARCHIVE_SUITE, suite_version="1", data_root=str(root.resolve()),
+        data_fingerprint=fingerprint, label_space=space.name, preprocessing=preprocessing,
+        seed=0, versions=versions(),
+        config={"source": ARCHIVE_SUITE, "archive_root": str(root.resolve()),
+                "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
+                "model": _describe(model), "cells": [[s, str(lv)] for s, lv in cells],
+                "discover_skipped": [list(x) for x in archive.skipped]},
+        n_samples=len(samples))
+    return {"model": model, "samples": samples, "labels": labels, "cells": cells,
+            "protocol": images.protocol, "suite": None, "record": record, "images": images,
+            "label_space": space}
+
+
 def _describe(model) -> dict[str, Any]:
     try:
         return model.describe()
@@ -259,7 +324,9 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         data: Folder of source images (ImageFolder tree, or flat plus labels CSV), or a
             folder written by ``robustlab generate`` (its ``manifest.json`` names the suite,
             seed, protocol and source folder; shifted cells are read from its files and the
-            clean cell from the source).
+            clean cell from the source), or the published ImageNet-E archive (``ori/``,
+            level folders and ``labels.txt``: each level folder is a cell, see
+            :mod:`robustlab.data.imagenet_e`; suite and seed do not apply).
         suite: Suite name or YAML path; None evaluates the clean images only (for a
             generated folder: the suite it was generated for).
         db: Results database file (created on the first write).

@@ -106,6 +106,44 @@ class CellImages:
         return img[..., :3] if img.shape[2] == 4 else img
 
 
+class ArchiveImages(CellImages):
+    """Cells of a published ImageNet-E archive (:mod:`robustlab.data.imagenet_e`).
+
+    The clean cell is the ``ori/`` file, every other cell the file of the same stem in the
+    cell's level folder; files are used as they are (no resize or crop: the archive's
+    images are already the benchmark's pixels).
+
+    Args:
+        root: The archive folder.
+        folders: (shift, level) -> level folder name.
+    """
+
+    def __init__(self, root: str | Path, folders: dict[tuple[str, str], str]):
+        from robustlab.suites import Protocol
+
+        super().__init__(Protocol(resize=None, crop=None, format="png"), 0)
+        self.root = Path(root)
+        self.folders = dict(folders)
+
+    def cell(self, sample, prepared, shift: str, level: Any,
+             attributes: dict | None = None) -> np.ndarray:
+        from robustlab import pipeline
+
+        if shift == CLEAN_SHIFT:
+            return prepared.rgb
+        folder = self.folders.get((shift, str(level)))
+        if folder is None:
+            raise ValueError(f"{shift}/{level}: the archive has no folder for this cell")
+        name = Path(sample.id)
+        for candidate in dict.fromkeys([name.name, name.stem + ".png", name.stem + ".jpg",
+                                        name.stem + ".JPEG"]):
+            path = self.root / folder / candidate
+            if path.is_file():
+                img = pipeline.decode(path.read_bytes())
+                return img[..., :3] if img.shape[2] == 4 else img
+        raise FileNotFoundError(f"{folder}/{name.stem}.png")
+
+
 class TaskDataset:
     """A map-style dataset over tasks, for ``torch.utils.data.DataLoader``.
 
