@@ -181,6 +181,9 @@ def test_attributes_record_complexity(demo):
     out, attrs = _edit(x, m, "obj_size", "0.05")
     from robustlab.shifts.attributes import hf_complexity
 
+    # The paper's measure: mean |FFT2| of the image in [0, 1] over H and W.
+    reference = np.abs(np.fft.fft2(x / 255.0, axes=(0, 1))).mean()
+    assert hf_complexity(x) == pytest.approx(reference, rel=1e-5)
     assert attrs["hf_before"] == pytest.approx(hf_complexity(x), rel=1e-5)
     assert attrs["hf_after"] == pytest.approx(hf_complexity(out), rel=1e-5)
     # A small object on a smooth fill has less high-frequency content than the photo.

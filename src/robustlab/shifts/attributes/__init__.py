@@ -14,7 +14,10 @@ rate, box, angle, high-frequency complexity before/after, fill backend) into
 ``ctx["attributes"]`` when the caller puts a dict there.
 """
 
-from robustlab.shifts.attributes import direction, position, size  # noqa: F401  (registers)
+# Registration order is the suite's report order: size, position, direction (the paper's).
+from robustlab.shifts.attributes import size  # noqa: F401, I001  (registers obj_size)
+from robustlab.shifts.attributes import position  # noqa: F401  (registers obj_position)
+from robustlab.shifts.attributes import direction  # noqa: F401  (registers obj_direction)
 from robustlab.shifts.attributes._common import (
     ATTRIBUTES_KEY, hf_complexity, largest_box, object_rate,
 )
