@@ -98,3 +98,24 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
              label_space="demo", workers=0, progress=False)
     assert len(store.attributes([fly.attrs["run_id"]])) == len(a_fly)
     assert "attributes.parquet" in {p.name for p in store.export_parquet(tmp_path / "pq")}
+
+    # The report's ImageNet-E section: per-level accuracy and drop (from the stored cells),
+    # and accuracy against the measured attributes; the edits are not "scenarios".
+    from robustlab.report import build_report
+    from robustlab.report.gather import gather
+
+    d = gather(db, run_ids=[fly.attrs["run_id"]], n_resamples=50)
+    cells = store.cell_table([fly.attrs["run_id"]]).set_index(["shift", "level"])
+    clean = float(cells.loc[("clean", "0"), "top1"])
+    assert set(zip(d.edits["shift"], d.edits["level"])) == {
+        ("obj_size", "0.10"), ("obj_size", "0.08"), ("obj_size", "0.05"), ("obj_position", "random")}
+    for e in d.edits.itertuples():
+        assert e.top1 == pytest.approx(float(cells.loc[(e.shift, e.level), "top1"]))
+        assert e.drop == pytest.approx(clean - e.top1)
+    assert set(d.edit_curves["attribute"]) == {"object_rate", "hf_after"}
+    assert d.edit_curves.groupby("attribute")["n"].sum().eq(len(joined)).all()
+    assert fly.attrs["run_id"] not in d.scenarios
+    res = build_report(db, tmp_path / "report.html", run_ids=[fly.attrs["run_id"]], grid=False,
+                       n_resamples=50)
+    assert {"edit-accuracy", "edit-drop"} <= set(res.tables)
+    assert "fig-edit-attributes" in res.figures
