@@ -65,6 +65,12 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
                                       np.stack(clean.loc[sid, ["top5_ids"]].to_numpy()))
     run = Store(db).get_run(df.attrs["run_id"])
     assert run["suite"] == "imagenet-e-archive" and run["config"]["folders"]["size/0.05"] == "size_0.05"
+    # The report treats every archive cell as an edit and re-renders the archive's files.
+    from robustlab.report import build_report
+
+    res = build_report(db, tmp_path / "r.html", n_resamples=20)
+    assert res.grids == 1 and "edit-accuracy" in res.tables
+    assert not any("no longer holds" in n for n in res.notes)
     with pytest.raises(ValueError, match="leave out --suite"):
         evaluate("lite0", archive, suite="imagenet-c", db=db, workers=0, progress=False)
     with pytest.raises(ValueError, match="no 'bg' folders"):
