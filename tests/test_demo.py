@@ -27,7 +27,7 @@ from robustlab.store import CLEAN_SHIFT, Store
 # every scenario (including the background swaps) has something to work with.
 FAST_PHOTOS = ["rocket/rocket.jpg", "motorcycle/motorcycle_left.png"]
 FAST_CORRUPTIONS = ["gaussian_noise", "contrast"]
-FAST_SCENARIOS = ["blur_bg", "segmented", "random_bg", "only_fg", "mixed_rand"]
+FAST_SCENARIOS = ["blur_bg", "segmented", "random_bg", "only_fg", "mixed_rand", "obj_position"]
 
 
 # ---------------------------------------------------------------------------- assets
@@ -82,6 +82,7 @@ def test_plan_leaves_out_what_cannot_run_offline():
     assert "ai_bg" not in plan["ximagenet12"][0] and any("ai_bg" in n for n in plan["ximagenet12"][1])
     # one photo per class: mixed_same has no donor for any photo
     assert "mixed_same" not in plan["imagenet9"][0] and any("mixed_same" in n for n in plan["imagenet9"][1])
+    assert plan["imagenet-e"][0][:3] == ["obj_size", "obj_position", "obj_direction"]
     with pytest.raises(ValueError, match="not an ImageNet-C corruption"):
         plan_demo(corruptions=["blur_bg"])
     with pytest.raises(ValueError, match="not a scenario"):
@@ -196,17 +197,20 @@ def test_fast_demo_stores_every_cell_and_writes_the_report(fast_demo):
     assert (out / REPORT_NAME).is_file() and (out / DB_NAME).is_file()
     store = Store(out / DB_NAME)
     runs = store.runs()
-    assert sorted(runs["suite"]) == ["imagenet-c", "imagenet9", "ximagenet12"]
+    assert sorted(runs["suite"]) == ["imagenet-c", "imagenet-e", "imagenet9", "ximagenet12"]
     assert set(runs["status"]) == {"finished"} and set(runs["label_space"]) == {"demo"}
     cells = store.cell_table()
     suite_of = dict(zip(runs["run_id"], runs["suite"]))
     got = {(suite_of[r.run_id], r.shift, str(r.level)): int(r.n) for r in cells.itertuples()}
-    want = {(s, CLEAN_SHIFT, "0") for s in ("imagenet-c", "ximagenet12", "imagenet9")}
+    want = {(s, CLEAN_SHIFT, "0") for s in ("imagenet-c", "ximagenet12", "imagenet9", "imagenet-e")}
     want |= {("imagenet-c", c, lv) for c in FAST_CORRUPTIONS for lv in ("1", "5")}
     want |= {("ximagenet12", s, "default") for s in ("blur_bg", "segmented")}
     want |= {("ximagenet12", "random_bg", lv) for lv in ("add", "paste")}
     want |= {("imagenet9", s, "default") for s in ("only_fg", "mixed_rand")}
+    want |= {("imagenet-e", "obj_position", "random")}
     assert set(got) == want
+    # The edits' measured attributes are stored with the predictions.
+    assert len(store.predictions_with_attributes()) == 2
     assert set(got.values()) == {2}  # both photos in every cell, nothing skipped
     assert "report:" in fast_demo["stdout"] and str(out / REPORT_NAME) in fast_demo["stdout"]
 
@@ -253,7 +257,7 @@ def test_fast_demo_rerun_resumes_without_duplicates(fast_demo):
         assert run_demo(out, photos=FAST_PHOTOS, corruptions=FAST_CORRUPTIONS, levels=[1, 5],
                         scenarios=FAST_SCENARIOS, workers=0, progress=False, report=False) == 0
     store = Store(out / DB_NAME)
-    assert store.count() == before and len(store.runs()) == 3
+    assert store.count() == before and len(store.runs()) == 4
     assert "0 predictions written (resumed)" in err.getvalue()
 
 
@@ -277,4 +281,6 @@ def test_full_demo_end_to_end(tmp_path):
     # 11 single-level XIMAGENET-12 scenarios + random_bg's 2 levels; 6 ImageNet-9 scenarios
     assert len(scen[scen["suite"] == "ximagenet12"]) == 13
     assert len(scen[scen["suite"] == "imagenet9"]) == 6
+    edits = scen[scen["suite"] == "imagenet-e"]
+    assert len(edits) == 8 and set(edits["shift"]) == {"obj_size", "obj_position", "obj_direction"}
     _check_numbers_agree(out)

@@ -271,3 +271,30 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(monkeypatch, tiny_pip
     res = generate("ximagenet12", data, tmp_path / "out", shifts=["segmented"], masks=masks, progress=False)
     manifest = json.loads(res.manifest_path.read_text())
     assert manifest["inpainter"] is None and "inpainter" not in manifest["runs"][-1]
+
+
+def test_attribute_edits_fill_with_the_diffusers_backend(monkeypatch, tiny_pipeline, scene):
+    """ImageNet-E edits with ROBUSTLAB_EDIT_FILL=diffusers: the configured checkpoint repaints
+    the uncovered object region; the record names it; the draw follows the seed rule."""
+    from robustlab.pipeline import apply_shift
+    from robustlab.shifts.attributes import describe_hole_fill
+    from robustlab.shifts.attributes import fill as fillmod
+
+    x, m = scene
+    monkeypatch.setenv(ENV_PATH, str(tiny_pipeline))
+    monkeypatch.setenv(fillmod.ENV_FILL, "diffusers")
+    monkeypatch.setitem(fillmod.SETTINGS, "diffusers",
+                        {**fillmod.SETTINGS["diffusers"], "steps": 3, "work_size": 64})
+    rec = describe_hole_fill()
+    assert rec["backend"] == "diffusers" and rec["inpainter"]["path"] == str(tiny_pipeline)
+    assert rec["fingerprint"] != describe_hole_fill("telea")["fingerprint"]
+    attrs = {}
+    out = apply_shift(x, "s.png", "obj_direction", "180", 0, {"mask": m, "attributes": attrs})
+    again = apply_shift(x, "s.png", "obj_direction", "180", 0, {"mask": m})
+    np.testing.assert_array_equal(out, again)
+    assert attrs["fill"] == "diffusers"
+    rm = np.rot90(m, 2)
+    np.testing.assert_array_equal(out[rm], np.rot90(x, 2)[rm])
+    hole = fillmod.hole_mask(m, fillmod.SETTINGS["diffusers"]["dilate"])
+    np.testing.assert_array_equal(out[~hole & ~rm], x[~hole & ~rm])
+    assert (out[hole & ~rm] != x[hole & ~rm]).any()

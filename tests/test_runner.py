@@ -62,8 +62,8 @@ def test_tasks_produce_the_pipeline_pixels(samples):
     proto = Protocol()
     images = CellImages(proto, seed=7)
     ds = TaskDataset(samples, [Task(0, tuple(CELLS))], images, _hwc_tensor)
-    i, tensor, errors = ds[0]
-    assert i == 0 and errors == [] and tensor.shape == (3, 3, 224, 224)
+    i, tensor, errors, measured = ds[0]
+    assert i == 0 and errors == [] and measured == [] and tensor.shape == (3, 3, 224, 224)
     prep = pipeline.load_prepared(samples[0], proto)
     np.testing.assert_array_equal(tensor[0].permute(1, 2, 0).numpy(), prep.rgb)
     want = pipeline.as_stored(pipeline.apply_shift(prep.rgb, samples[0].id, "gaussian_noise", 3, 7), proto)
@@ -76,11 +76,11 @@ def test_unreadable_source_and_bad_cell_are_reported_not_raised(tmp_path, sample
     bad.write_bytes(b"not an image at all")
     broken = discover(tmp_path)
     ds = TaskDataset(broken, [Task(0, tuple(CELLS))], CellImages(Protocol(), 0), _hwc_tensor)
-    _, tensor, errors = ds[0]
+    _, tensor, errors, _ = ds[0]
     assert tensor is None and errors[0][0] == -1 and "image" in errors[0][1]
     ds = TaskDataset(samples, [Task(0, (("clean", 0), ("gaussian_noise", 9)))],
                      CellImages(Protocol(), 0), _hwc_tensor)
-    _, tensor, errors = ds[0]
+    _, tensor, errors, _ = ds[0]
     assert tensor.shape[0] == 1 and errors[0][0] == 1 and "level 9" in errors[0][1]
 
 
@@ -90,7 +90,7 @@ def test_worker_count_does_not_change_items(samples):
     a = list(iterate_local(ds, workers=0))
     b = list(iterate_local(ds, workers=2, prefetch=1))
     assert [x[0] for x in a] == [x[0] for x in b] == list(range(len(tasks)))
-    for (_, ta, _), (_, tb, _) in zip(a, b):
+    for (_, ta, _, _), (_, tb, _, _) in zip(a, b):
         assert torch.equal(ta, tb)
     with pytest.raises(ValueError, match="unknown backend"):
         get_executor("ray-typo")

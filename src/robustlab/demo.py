@@ -12,7 +12,8 @@ checked in under ``assets/demo/masks``.
 
 :func:`run_demo` copies the photos into an ImageFolder tree, evaluates the bundled
 ``lite0`` on the clean photos, the ImageNet-C corruptions at every severity and the
-foreground/background scenarios that need no generative model, stores everything in one
+foreground/background scenarios and the ImageNet-E attribute edits (object size, position,
+direction) that need no generative model, stores everything in one
 DuckDB file and writes the HTML report from that file.
 """
 
@@ -31,7 +32,7 @@ DEMO_LABEL_SPACE = "demo"
 DEMO_MODEL = "lite0"
 # Suites the demo runs, in order. Shifts that need a configured external tool (ai_bg's
 # inpainting model) are left out: the demo must run offline on a fresh install.
-DEMO_SUITES = ("imagenet-c", "ximagenet12", "imagenet9")
+DEMO_SUITES = ("imagenet-c", "ximagenet12", "imagenet9", "imagenet-e")
 DB_NAME = "robustlab.duckdb"
 REPORT_NAME = "report.html"
 
@@ -188,7 +189,8 @@ def plan_demo(photos=None, corruptions=None, levels=None, scenarios=None) -> lis
         corruptions: ImageNet-C corruptions to run (default: every one the suite has);
             an empty list skips the suite.
         levels: Corruption severities (default 1-5).
-        scenarios: Scene scenarios to run across the ximagenet12 and imagenet9 suites
+        scenarios: Scene scenarios and attribute edits to run across the ximagenet12,
+            imagenet9 and imagenet-e suites
             (default: every one that runs offline); an empty list skips both.
     """
     from collections import Counter
@@ -233,7 +235,8 @@ def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None
 
     Steps: copy the photos and masks into ``out``; evaluate clean accuracy, the ImageNet-C
     corruptions at every severity (computed on the fly) and the foreground/background
-    scenarios of the ximagenet12 and imagenet9 suites that need no generative model; store
+    scenarios of the ximagenet12 and imagenet9 suites and the imagenet-e attribute edits
+    that need no generative model; store
     every prediction in ``<out>/robustlab.duckdb``; write ``<out>/report.html`` from that
     database. Rerunning resumes: stored predictions are not recomputed or duplicated.
     Nothing touches the network (the photos come from installed packages, the weights from
@@ -275,6 +278,7 @@ def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None
         step += 1
         n_cells = len(get_suite(suite_name).select(shifts, lv).cells())
         what = (f"{len(shifts)} corruptions" if suite_name == "imagenet-c"
+                else f"{len(shifts)} attribute edits" if suite_name == "imagenet-e"
                 else f"{len(shifts)} scenarios")
         _say(f"[{step}/{n_steps}] {suite_name}: clean + {what} ({n_cells} cells) on "
              f"{len(chosen)} photos")

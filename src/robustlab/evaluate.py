@@ -165,6 +165,14 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     if not root.is_dir():
         raise ValueError(f"data folder {root} does not exist" if not root.exists()
                          else f"data folder {root} is not a folder")
+    from robustlab.data.imagenet_e import is_archive
+
+    if is_archive(root):
+        if suite is not None and suite != "imagenet-e":
+            raise ValueError(f"{root} is an ImageNet-E archive; its level folders are the cells "
+                             f"(leave out --suite {suite})")
+        return _archive_plan(model, root, shifts=shifts, levels=levels, label_space=label_space,
+                             weights=weights, device=device, batch_size=batch_size)
     manifest = read_generated(root)
     generated_root, source_kind = None, "on-the-fly"
     if manifest is not None:
@@ -262,11 +270,79 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
             from robustlab.shifts.synth.inpaint import describe_inpainter
 
             record.config["inpainter"] = describe_inpainter()
+    from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
+
+    if any(needs_hole_fill(sh) for sh in shift_objs):
+        # The attribute edits' backgrounds depend on the hole-fill backend.
+        record.config["hole_fill"] = (manifest.get("hole_fill") if manifest is not None
+                                      else describe_hole_fill())
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     images = CellImages(protocol, seed, generated_root=generated_root,
                         donors=samples if needs_donors else None, with_mask=needs_mask)
     return {"model": model, "samples": samples, "labels": labels, "cells": cells,
             "protocol": protocol, "suite": suite_obj, "record": record, "images": images,
+            "label_space": space}
+
+
+ARCHIVE_SUITE = "imagenet-e-archive"
+
+
+def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=None,
+                  weights=None, device=None, batch_size=None):
+    """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell."""
+    from robustlab import __version__
+    from robustlab.data.imagenet_e import read_archive
+    from robustlab.data.labels import get_label_space
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import as_dict, data_fingerprint, run_id, versions
+    from robustlab.run.tasks import ArchiveImages
+
+    archive = read_archive(root)
+    cells = list(archive.cells)
+    if shifts:
+        unknown = [s for s in shifts if s not in {c[0] for c in cells}]
+        if unknown:
+            raise ValueError(f"the archive has no {unknown[0]!r} folders; its cells are "
+                             f"{', '.join(f'{s}/{lv}' for s, lv in cells)}")
+        cells = [c for c in cells if c[0] in shifts]
+    if levels:
+        cells = [c for c in cells if c[1] in {str(lv) for lv in levels}]
+    if not cells:
+        raise ValueError(f"{root}: no level folder matches the requested shifts/levels")
+    cells = [(CLEAN_SHIFT, 0), *cells]
+    samples = archive.samples
+    space_name = label_space or "imagenet1k"
+    space = get_label_space(space_name) if isinstance(space_name, str) else space_name
+    labels = _labels_for(samples, space)
+    if isinstance(model, str):
+        from robustlab.models import load_model
+
+        model = load_model(model, weights=weights, device=device, label_space=space,
+                           batch_size=batch_size)
+    images = ArchiveImages(archive.root.resolve(), archive.folders)
+    preprocessing = {"model": as_dict(model.preprocessing), "protocol": images.protocol.describe()}
+    # The archive's files are the pixels: hash the original and every level file per sample.
+    shifted = [c for c in cells if c[0] != CLEAN_SHIFT]
+    paths = [[s.path, *(images.path(s, sh, lv) for sh, lv in shifted)] for s in samples]
+    digests = iter(hash_files([p for row in paths for p in row]))
+    fingerprint = data_fingerprint((s.id, s.class_name, lab, *(next(digests) for _ in row))
+                                   for s, lab, row in zip(samples, labels, paths))
+    identity = {"model_spec": model.spec, "weights_hash": model.weights_hash,
+                "suite": ARCHIVE_SUITE, "suite_version": "1", "robustlab": __version__,
+                "data_fingerprint": fingerprint, "label_space": space.name, "seed": 0,
+                "preprocessing": preprocessing, "source": ARCHIVE_SUITE}
+    record = RunRecord(
+        run_id=run_id(identity), model_spec=model.spec, weights_hash=model.weights_hash,
+        suite=ARCHIVE_SUITE, suite_version="1", data_root=str(root.resolve()),
+        data_fingerprint=fingerprint, label_space=space.name, preprocessing=preprocessing,
+        seed=0, versions=versions(),
+        config={"source": ARCHIVE_SUITE, "archive_root": str(root.resolve()),
+                "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
+                "model": _describe(model), "cells": [[s, str(lv)] for s, lv in cells],
+                "discover_skipped": [list(x) for x in archive.skipped]},
+        n_samples=len(samples))
+    return {"model": model, "samples": samples, "labels": labels, "cells": cells,
+            "protocol": images.protocol, "suite": None, "record": record, "images": images,
             "label_space": space}
 
 
@@ -294,7 +370,9 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         data: Folder of source images (ImageFolder tree, or flat plus labels CSV), or a
             folder written by ``robustlab generate`` (its ``manifest.json`` names the suite,
             seed, protocol and source folder; shifted cells are read from its files and the
-            clean cell from the source).
+            clean cell from the source), or the published ImageNet-E archive (``ori/``,
+            level folders and ``labels.txt``: each level folder is a cell, see
+            :mod:`robustlab.data.imagenet_e`; suite and seed do not apply).
         suite: Suite name or YAML path; None evaluates the clean images only (for a
             generated folder: the suite it was generated for).
         db: Results database file (created on the first write).
@@ -327,9 +405,11 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         raise ValueError(f"batch size must be at least 1, got {options.batch_size}")
     store = Store(db)
     _check_same_inpainter(store, plan["record"])
+    _check_same_fill(store, plan["record"])
     note_earlier_runs(store, plan["record"])
     summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
                      store, plan["record"], options).run()
+    _store_generated_attributes(store, plan)
     table = run_table(store, summary.run_id, skipped=summary.skipped)
     table.attrs.update({"n_written": summary.n_written, "resumed": summary.resumed})
     return table
@@ -398,6 +478,41 @@ def _check_same_inpainter(store: Store, record) -> None:
             f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
             f"{record.config['inpainter'].get('path')} ({new})",
             hint="use another --db or --seed, or configure the first checkpoint again")
+
+
+def _check_same_fill(store: Store, record) -> None:
+    """Refuse to resume a run whose attribute edits were filled by another backend."""
+    new = (record.config.get("hole_fill") or {}).get("fingerprint")
+    if not new or not store.exists():
+        return
+    old = (((store.get_run(record.run_id) or {}).get("config") or {}).get("hole_fill") or {})
+    if old.get("fingerprint") and old["fingerprint"] != new:
+        from robustlab.errors import InputChangedError
+
+        raise InputChangedError(
+            f"run {record.run_id} already holds attribute edits filled by {old.get('backend')} "
+            f"({old['fingerprint']}); the configured backend is "
+            f"{record.config['hole_fill'].get('backend')} ({new})",
+            hint="use another --db or --seed, or configure the first backend again")
+
+
+def _store_generated_attributes(store: Store, plan: dict) -> None:
+    """Copy a generated folder's ``attributes.csv`` rows of this run's cells into the store.
+
+    On the fly the runner stores what each edit reports as it goes; a generated folder
+    measured its edits when it was written, so their record is read from there.
+    """
+    root = plan["record"].config.get("generated_root")
+    if not root:
+        return
+    from robustlab.generate import ATTRIBUTES_CSV, read_attributes_csv
+
+    cells = {(s, str(lv)) for s, lv in plan["cells"]}
+    ids = {s.id for s in plan["samples"]}
+    rows = [{k: v for k, v in r.items() if k != "file"}
+            for r in read_attributes_csv(Path(root) / ATTRIBUTES_CSV)
+            if (r.get("shift"), str(r.get("level"))) in cells and r.get("sample_id") in ids]
+    store.write_attributes(plan["record"].run_id, rows)
 
 
 def run_table(store: Store, run_id: str, skipped=None):

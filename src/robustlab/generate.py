@@ -1,6 +1,8 @@
 """``generate``: write a suite's shifted images to disk in the published layout.
 
-Output: ``<out>/<shift>/<level>/<class>/<file>`` plus ``<out>/manifest.json``.
+Output: ``<out>/<shift>/<level>/<class>/<file>`` plus ``<out>/manifest.json``, and
+``<out>/attributes.csv`` when a shift reports what it achieved per image (the ImageNet-E
+attribute edits: object pixel rate, box, angle, complexity before/after, fill backend).
 
 How it stays correct when things go wrong:
 
@@ -51,11 +53,17 @@ from robustlab.manifest import (
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
+from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
 from robustlab.shifts.registry import available_shifts, get_shift, list_shifts
 from robustlab.suites import Protocol, Suite, get_suite
 
 log = logging.getLogger(__name__)
 
+ATTRIBUTES_CSV = "attributes.csv"
+# Leading columns of attributes.csv; other reported keys follow in sorted order.
+ATTRIBUTE_CSV_COLUMNS = ("file", "sample_id", "shift", "level", "object_rate", "rate_before",
+                         "box_x", "box_y", "box_w", "box_h", "angle", "hf_before", "hf_after",
+                         "fill")
 TEMP_SUFFIX = ".rltmp"
 MAX_ATTEMPTS = 2  # a sample whose worker process died this often is skipped
 LIBRARIES = {  # manifest key -> distribution names to try, in order
@@ -79,6 +87,7 @@ class SampleOutcome:
     failures: list[tuple[str, str, str]] = field(default_factory=list)  # (shift, level, reason)
     skip_reason: str | None = None
     note: str = ""
+    attributes: list[dict] = field(default_factory=list)  # one row per written edit cell
 
 
 @dataclass
@@ -108,6 +117,7 @@ class GenerateResult:
     skipped_inputs: list[tuple[str, str]] = field(default_factory=list)
     failures: list[tuple[str, str, str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
+    attributes: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -192,9 +202,15 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
         try:
             ctx = shift_context(sample, prep, name, level, job.seed, job.protocol,
                                 job.donors, max_pixels=job.max_pixels)
+            attrs: dict = {}
+            ctx["attributes"] = attrs
             img = apply_shift(prep.rgb, sample.id, name, level, job.seed, ctx)
             atomic_write(path, encode(img, job.protocol))
             res.written += 1
+            if attrs:
+                res.attributes.append({"file": path.relative_to(out).as_posix(),
+                                       "sample_id": sample.id, "shift": name,
+                                       "level": str(level), **attrs})
         except (ValueError, ImageError) as exc:
             res.failures.append((name, str(level), str(exc)))
         except Exception as exc:  # noqa: BLE001 - a shift bug: count it, keep going
@@ -467,6 +483,11 @@ def generate(
         from robustlab.shifts.synth.inpaint import describe_inpainter
 
         inpainter = describe_inpainter()
+    hole_fill = None
+    if any(needs_hole_fill(s) for s in shift_objs.values()):
+        # The edits' backgrounds depend on the fill backend: record it per cell, so a
+        # folder never mixes two backends.
+        hole_fill = describe_hole_fill()
     cell_records = {}
     for n, lv in cells:
         rec = {"shift": n, "level": lv, "family": shift_objs[n].family,
@@ -474,6 +495,8 @@ def generate(
                "params": _jsonable(shift_objs[n].params[lv])}
         if "inpainter" in shift_objs[n].needs:
             rec["inpainter"] = (inpainter or {}).get("fingerprint")
+        if hole_fill is not None and needs_hole_fill(shift_objs[n]):
+            rec["hole_fill"] = f"{hole_fill.get('backend')} {hole_fill.get('fingerprint')}"
         cell_records[f"{n}/{lv}"] = rec
     content = _content_record(samples, donors)
     if donors is not None:  # a donor cell's pixels depend on the whole pool, not one image
@@ -500,6 +523,8 @@ def generate(
                   "limit": limit}
     if inpainter is not None:
         run_record["inpainter"] = inpainter
+    if hole_fill is not None:
+        run_record["hole_fill"] = hole_fill
     result = GenerateResult(out_root, manifest_path, len(samples), len(cells),
                             skipped_inputs=list(skipped_listing))
     n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
@@ -534,6 +559,7 @@ def generate(
             result.converted.append((o.id, o.note))
         for shift_name, lv, reason in o.failures:
             result.failures.append((o.id, shift_name, lv, reason))
+        result.attributes.extend(o.attributes)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(written=result.written, failed=len(result.failures), refresh=False)
@@ -559,7 +585,54 @@ def generate(
             current = load_manifest(manifest_path)
             _write_json(manifest_path,
                         _merge_manifest(current, result, identity, run_record, samples))
+            if result.attributes:
+                write_attributes_csv(out_root / ATTRIBUTES_CSV, result.attributes)
     return result
+
+
+def read_attributes_csv(path: Path) -> list[dict]:
+    """Rows of an ``attributes.csv`` (numbers parsed; empty cells dropped); [] if absent."""
+    import csv
+
+    if not Path(path).is_file():
+        return []
+    rows = []
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            row: dict = {}
+            for k, v in r.items():
+                if v in (None, ""):
+                    continue
+                if k in ("file", "sample_id", "shift", "level", "fill"):
+                    row[k] = v
+                    continue
+                try:
+                    num = float(v)
+                    row[k] = int(num) if num.is_integer() and k.startswith("box_") else num
+                except ValueError:
+                    row[k] = v
+            rows.append(row)
+    return rows
+
+
+def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
+    """Merge ``rows`` into ``path`` (keyed by ``file``: a rerun's word replaces the old one).
+
+    Rows of cells generated by earlier runs stay, so a resumed folder keeps one row per
+    edited file. Written atomically like every other output.
+    """
+    import csv
+    import io
+
+    merged = {r["file"]: r for r in read_attributes_csv(path)}
+    merged.update({r["file"]: r for r in rows})
+    extra = sorted({k for r in merged.values() for k in r} - set(ATTRIBUTE_CSV_COLUMNS))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=[*ATTRIBUTE_CSV_COLUMNS, *extra], lineterminator="\n")
+    w.writeheader()
+    for key in sorted(merged):
+        w.writerow(merged[key])
+    atomic_write(Path(path), buf.getvalue().encode())
 
 
 def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result: GenerateResult) -> None:
@@ -705,8 +778,11 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, r
         "inpainter": run_record.get("inpainter") or prev.get("inpainter"),
         # id -> [class, image BLAKE2b, mask BLAKE2b]: a rerun refuses changed sources.
         "samples": dict(sorted(content.items())),
+        # The hole-fill backend of the attribute edits (None: no edit drawn here).
+        "hole_fill": run_record.get("hole_fill") or prev.get("hole_fill"),
     }
 
 
-__all__ = ["generate", "GenerateResult", "SampleOutcome", "process_sample", "atomic_write",
+__all__ = ["generate", "GenerateResult", "read_attributes_csv", "write_attributes_csv",
+           "ATTRIBUTES_CSV", "SampleOutcome", "process_sample", "atomic_write",
            "resolve_shifts", "parse_levels", "library_versions", "remove_temp_files", "MANIFEST"]

@@ -114,6 +114,9 @@ def identity_changes(prev: dict, new: dict) -> list[str]:
         old_inp, new_inp = c.get("inpainter"), now.get("inpainter")
         if old_inp and new_inp and old_inp != new_inp:
             out.append(f"inpainter of {key} {old_inp} -> {new_inp}")
+        old_fill, new_fill = c.get("hole_fill"), now.get("hole_fill")
+        if old_fill and new_fill and old_fill != new_fill:
+            out.append(f"hole-fill backend of {key} {old_fill} -> {new_fill}")
         if c.get("donors") and now.get("donors") and c["donors"] != now["donors"]:
             out.append(f"donor pool of {key} (images added, removed or changed)")
     out.extend(_content_changes(prev, new))

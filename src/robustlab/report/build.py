@@ -19,7 +19,14 @@ import numpy as np
 import pandas as pd
 
 from robustlab.report import plots
-from robustlab.report.gather import ReportData, class_namer, family, gather, is_corruption
+from robustlab.report.gather import (
+    EDIT_ATTRIBUTES,
+    ReportData,
+    class_namer,
+    family,
+    gather,
+    is_corruption,
+)
 from robustlab.report.html import (
     CORRECT_MARK,
     WRONG_MARK,
@@ -271,6 +278,41 @@ def _scenario_tables(p: _Page, d: ReportData) -> None:
             caption="ImageNet-9 BG-gap = acc(mixed_same) - acc(mixed_rand), paired images"))
 
 
+def _edit_tables(p: _Page, d: ReportData) -> None:
+    """ImageNet-E: accuracy and drop per attribute level, and accuracy vs the measured value."""
+    if d.edits.empty:
+        return
+    p.section("attribute-edits", "Attribute edits (ImageNet-E)",
+              "Like ImageNet-E Table 1: top-1 accuracy on each edited attribute level and its "
+              "drop from the clean accuracy of the same run (points; higher drop = more "
+              "sensitive to that attribute).")
+    keys = list(dict.fromkeys(zip(d.edits["shift"], d.edits["level"])))
+    rows = []
+    for r in d.runs:
+        g = d.edits[d.edits["run_full"] == r.run_id]
+        if g.empty:
+            continue
+        row = {"label": r.label, "run": r.short, "clean": float(g["clean"].iloc[0])}
+        for e in g.itertuples():
+            row[f"a:{e.shift}:{e.level}"] = e.top1
+            row[f"d:{e.shift}:{e.level}"] = e.drop
+        rows.append(row)
+    cols = [Column("label", "Model"), Column("run", "Run"), Column("clean", "Clean %", pct, True)]
+    cols += [Column(f"a:{s}:{lv}", f"{s.replace('_', ' ')} {lv}", pct, True) for s, lv in keys]
+    p.table(Table("edit-accuracy", cols, rows, caption="Top-1 accuracy (%) per attribute level"))
+    cols = [Column("label", "Model"), Column("run", "Run")]
+    cols += [Column(f"d:{s}:{lv}", f"{s.replace('_', ' ')} {lv}", pct, True) for s, lv in keys]
+    p.table(Table("edit-drop", cols, rows,
+                  caption="Drop from clean top-1 (percentage points) per attribute level"))
+    if not d.edit_curves.empty:
+        p.figure("fig-edit-attributes",
+                 plots.attribute_curves(d.edit_curves, d.labels, EDIT_ATTRIBUTES),
+                 "Top-1 accuracy of edited images against what the edit achieved (object pixel "
+                 "rate; mean |FFT| complexity of the edited image), pooled over the edits, "
+                 "in quantile bins.",
+                 "line plots of accuracy against measured object rate and image complexity")
+
+
 def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
     reg = d.regression
     if reg is None:
@@ -445,6 +487,7 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
         _leaderboard(p, d)
     _corruption_tables(p, d)
     _scenario_tables(p, d)
+    _edit_tables(p, d)
     with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:
         _regression(p, d, Path(tmp))
     _plots(p, d, notes)

@@ -72,6 +72,10 @@ class ReportData:
         bg_gap: BG-gap rows (run_id, n, acc_same, acc_rand, bg_gap).
         class_drops: per-class drop rows (run_id, shift, label, class name, top1, drop).
         regression: RegressionResult or None.
+        edits: ImageNet-E table rows (run_full, label, shift, level, n, top1, top1_lo,
+            top1_hi, clean, drop): accuracy and drop from clean per attribute level.
+        edit_curves: accuracy vs a measured attribute (run_full, label, attribute, x, n,
+            top1): each edited image binned by what its edit achieved (quantile bins).
         notes: Why something is absent or partial, one line each.
     """
 
@@ -90,6 +94,8 @@ class ReportData:
     bg_gap: pd.DataFrame
     class_drops: pd.DataFrame
     regression: Any = None
+    edits: pd.DataFrame = field(default_factory=pd.DataFrame)
+    edit_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     n_resamples: int = 0
     confidence: float = 0.95
     notes: list[str] = field(default_factory=list)
@@ -116,6 +122,73 @@ def _is_ximagenet12(shift: str) -> bool:
         return "ximagenet12" in get_shift(shift).tags
     except ValueError:
         return False
+
+
+# Runs of the published archive (evaluate on ImageNet-E's own folders): every cell is an edit.
+ARCHIVE_SUITE = "imagenet-e-archive"
+# Measured attributes drawn as accuracy curves, with their axis names.
+EDIT_ATTRIBUTES = {"object_rate": "object pixel rate", "hf_after": "mean |FFT| complexity"}
+EDIT_BINS = 5
+
+
+def is_edit(shift: str, suite: str | None = None) -> bool:
+    """An ImageNet-E attribute edit: registered with tag ``imagenet-e``, or any cell of a
+    run on the published archive."""
+    if shift == CLEAN_SHIFT:
+        return False
+    if suite == ARCHIVE_SUITE:
+        return True
+    from robustlab.shifts.registry import get_shift
+
+    try:
+        return "imagenet-e" in get_shift(shift).tags
+    except ValueError:
+        return False
+
+
+def edit_tables(cells: pd.DataFrame, runs: Sequence[RunView]) -> pd.DataFrame:
+    """Accuracy and drop from clean per edit level (ImageNet-E Table 1 shape)."""
+    rows = []
+    for r in runs:
+        suite = r.record.get("suite")
+        c = cells[cells["run_full"] == r.run_id]
+        clean = c[c["shift"] == CLEAN_SHIFT]["top1"]
+        base = float(clean.iloc[0]) if len(clean) else np.nan
+        for row in c.itertuples():
+            if is_edit(row.shift, suite):
+                rows.append({"run_full": r.run_id, "label": r.label, "shift": row.shift,
+                             "level": str(row.level), "n": int(row.n), "top1": float(row.top1),
+                             "top1_lo": getattr(row, "top1_lo", np.nan),
+                             "top1_hi": getattr(row, "top1_hi", np.nan),
+                             "clean": base, "drop": base - float(row.top1)})
+    return pd.DataFrame(rows, columns=["run_full", "label", "shift", "level", "n", "top1",
+                                       "top1_lo", "top1_hi", "clean", "drop"])
+
+
+def edit_curves(joined: pd.DataFrame, labels: dict[str, str], *, bins: int = EDIT_BINS) -> pd.DataFrame:
+    """Top-1 accuracy against each measured attribute, in quantile bins per run.
+
+    Args:
+        joined: ``Store.predictions_with_attributes`` rows.
+        labels: run id -> label.
+        bins: At most this many bins (fewer when values repeat).
+
+    Returns:
+        Rows run_full, label, attribute, x (mean attribute value in the bin), n, top1.
+    """
+    out = []
+    for attr in EDIT_ATTRIBUTES:
+        if attr not in joined.columns:
+            continue
+        for rid, g in joined.dropna(subset=[attr]).groupby("run_id", sort=False):
+            if g[attr].nunique() < 2:
+                continue
+            q = pd.qcut(g[attr].astype(float), q=min(bins, g[attr].nunique()), duplicates="drop")
+            for _, b in g.groupby(q, observed=True):
+                out.append({"run_full": rid, "label": labels.get(rid, rid), "attribute": attr,
+                            "x": float(b[attr].astype(float).mean()), "n": len(b),
+                            "top1": float(b["correct"].astype(float).mean())})
+    return pd.DataFrame(out, columns=["run_full", "label", "attribute", "x", "n", "top1"])
 
 
 def family(shift: str) -> str:
@@ -283,7 +356,8 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     scenarios, robustness, gaps = {}, {}, []
     for r in runs:
         g = preds[preds["run_id"] == r.run_id]
-        scen = [s for s in g["shift"].unique() if s != CLEAN_SHIFT and not is_corruption(s)]
+        scen = [s for s in g["shift"].unique() if s != CLEAN_SHIFT and not is_corruption(s)
+                and not is_edit(s, r.record.get("suite"))]
         if not scen:
             continue
         try:
@@ -325,10 +399,15 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     if regression:
         reg = _regression(preds, runs, notes)
 
+    # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
+    edits = edit_tables(cells, runs)
+    curves = edit_curves(store.predictions_with_attributes(ids), {r.run_id: r.label for r in runs})
+
     return ReportData(db=store.path, runs=runs, baseline=baseline, results=results, cells=cells,
                       ce=ce.reset_index(drop=True), mce=mce_rows, corruption_error=corruption_error,
                       families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
-                      bg_gap=bg, class_drops=class_drops, regression=reg,
+                      bg_gap=bg, class_drops=class_drops, regression=reg, edits=edits,
+                      edit_curves=curves,
                       n_resamples=n_resamples, confidence=confidence, notes=notes)
 
 

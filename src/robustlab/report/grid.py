@@ -109,6 +109,8 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     if not record.get("data_root") or not root.is_dir():
         raise ValueError(f"data root {root} is not readable")
     config = record.get("config") or {}
+    if config.get("source") == "imagenet-e-archive":
+        return _render_archive_cells(root, sample_id, cells)
     try:
         samples = discover(root, labels_csv=config.get("labels_csv"), masks=config.get("masks"))
     except (OSError, ValueError) as exc:
@@ -144,6 +146,32 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
             if needs_mask and sample.mask_path is None and "mask" in why:
                 why += " (the run record names no masks folder for this sample)"
             errors[(shift, level)] = why
+    return out, errors
+
+
+def _render_archive_cells(root: Path, sample_id: str, cells: list[tuple[str, str]]):
+    """:func:`render_cells` for a run on the published ImageNet-E archive: its files as they are."""
+    from robustlab.data.imagenet_e import read_archive
+    from robustlab.run.tasks import ArchiveImages
+
+    try:
+        archive = read_archive(root)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the ImageNet-E archive {root}: {exc}") from None
+    sample = next((s for s in archive.samples if s.id == sample_id), None)
+    if sample is None:
+        raise ValueError(f"the archive {root} no longer holds sample {sample_id}")
+    images = ArchiveImages(root, archive.folders)
+    try:
+        base = images.base(sample)
+    except Exception as exc:  # noqa: BLE001 - an unreadable source only costs the grid
+        raise ValueError(f"cannot read {sample_id}: {getattr(exc, 'reason', exc)}") from None
+    out, errors = {}, {}
+    for shift, level in cells:
+        try:
+            out[(shift, level)] = images.cell(sample, base, shift, level)
+        except (OSError, ValueError) as exc:
+            errors[(shift, level)] = str(getattr(exc, "reason", exc))
     return out, errors
 
 

@@ -217,3 +217,31 @@ def interval_plot(rows: pd.DataFrame) -> bytes:
     ax.set_title("Top-1 with bootstrap intervals (per-image resampling for the pooled value)", fontsize=10)
     fig.tight_layout()
     return to_png(fig)
+
+
+def attribute_curves(curves: pd.DataFrame, labels: dict[str, str], names: dict[str, str]) -> bytes:
+    """Top-1 accuracy against each measured attribute (one panel per attribute, a line per run).
+
+    Args:
+        curves: Rows run_full, attribute, x, n, top1 (``gather.edit_curves``).
+        labels: run id -> label.
+        names: attribute -> axis label.
+    """
+    attrs = [a for a in names if a in set(curves["attribute"])]
+    rows, cols = _grid(len(attrs), cols=2)
+    fig = _figure(4.2 * cols, 3.2 * rows)
+    for k, attr in enumerate(attrs):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        part = curves[curves["attribute"] == attr]
+        for i, rid in enumerate(r for r in labels if r in set(part["run_full"])):
+            g = part[part["run_full"] == rid].sort_values("x")
+            ax.plot(g["x"], 100 * g["top1"], label=labels[rid], lw=1.5, ms=5, **_style(i))
+        ax.set_xlabel(f"measured {names[attr]}", fontsize=9)
+        ax.set_ylabel("top-1 accuracy (%)", fontsize=9)
+        ax.set_ylim(0, 105)
+        ax.grid(alpha=0.3)
+        if k == 0:
+            ax.legend(fontsize=8, frameon=False)
+    fig.suptitle("Accuracy vs measured attribute (edited images, quantile bins)", fontsize=10)
+    fig.tight_layout()
+    return to_png(fig)

@@ -133,6 +133,12 @@ class Runner:
         self.record = record
         self.options = options
         self.transform = transform or _ModelTransform(model)
+        self._attributes: list[dict] = []  # measured attributes not yet stored
+
+    def _write_attributes(self) -> None:
+        if self._attributes:
+            self.store.write_attributes(self.record.run_id, self._attributes)
+            self._attributes = []
 
     def run(self) -> RunSummary:
         run_id = self.record.run_id
@@ -164,9 +170,13 @@ class Runner:
                 progress.update(zip(out["shift"], out["level"]))))
             pending: list[tuple[Task, Any, list[int]]] = []
             n_pending = 0
-            for index, tensor, errors in items:
+            for index, tensor, errors, measured in items:
                 task = tasks[index]
                 sample = self.samples[task.sample_index]
+                for cell_index, attrs in measured:
+                    shift, level = task.cells[cell_index]
+                    self._attributes.append({"sample_id": sample.id, "shift": shift,
+                                             "level": level_key(level), **attrs})
                 failed = set()
                 for cell_index, reason in errors:
                     skipped[(sample.id, reason)] = None
@@ -187,6 +197,7 @@ class Runner:
             while pending:
                 self._flush(pending, self.options.batch_size, writer)
             writer.close()
+            self._write_attributes()
             status = "finished"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -231,6 +242,9 @@ class Runner:
                 pending.pop(0)
             else:
                 pending[0][3] = start + n
+        # A cell's measured attributes are stored no later than its prediction, so a
+        # resumed run (which skips stored predictions) never lacks them.
+        self._write_attributes()
         batch = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
         probs, ids = self.model.predict_topk(batch, TOPK)
         sample_idx = [task.sample_index for task, _ in rows]

@@ -70,8 +70,14 @@ class CellImages:
         return load_prepared(sample, self.protocol,
                              with_mask=self.with_mask and sample.mask_path is not None)
 
-    def cell(self, sample, prepared, shift: str, level: Any) -> np.ndarray:
-        """HxWx3 uint8 pixels of one cell (an RGBA result keeps its colour channels)."""
+    def cell(self, sample, prepared, shift: str, level: Any,
+             attributes: dict | None = None) -> np.ndarray:
+        """HxWx3 uint8 pixels of one cell (an RGBA result keeps its colour channels).
+
+        ``attributes``: a dict that an attribute edit computed on the fly fills with what
+        it achieved (``ctx["attributes"]``); a generated folder's values are in its
+        ``attributes.csv`` instead.
+        """
         from robustlab import pipeline
 
         if shift == CLEAN_SHIFT:
@@ -85,10 +91,60 @@ class CellImages:
             if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
                 ctx = pipeline.shift_context(sample, prepared, sh, level, self.seed,
                                              self.protocol, self.donors)
+            if attributes is not None:
+                ctx = {**(ctx or {}), "attributes": attributes}
             img = pipeline.as_stored(
                 pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx),
                 self.protocol)
         return img[..., :3] if img.shape[2] == 4 else img
+
+
+class ArchiveImages(CellImages):
+    """Cells of a published ImageNet-E archive (:mod:`robustlab.data.imagenet_e`).
+
+    The clean cell is the ``ori/`` file, every other cell the file of the same stem in the
+    cell's level folder; files are used as they are (no resize or crop: the archive's
+    images are already the benchmark's pixels).
+
+    Args:
+        root: The archive folder.
+        folders: (shift, level) -> level folder name.
+    """
+
+    def __init__(self, root: str | Path, folders: dict[tuple[str, str], str]):
+        from robustlab.suites import Protocol
+
+        super().__init__(Protocol(resize=None, crop=None, format="png"), 0)
+        self.root = Path(root)
+        self.folders = dict(folders)
+
+    def cell(self, sample, prepared, shift: str, level: Any,
+             attributes: dict | None = None) -> np.ndarray:
+        from robustlab import pipeline
+
+        if shift == CLEAN_SHIFT:
+            return prepared.rgb
+        folder = self.folders.get((shift, str(level)))
+        if folder is None:
+            raise ValueError(f"{shift}/{level}: the archive has no folder for this cell")
+        path = self.path(sample, shift, level)
+        if path is None:
+            raise FileNotFoundError(f"{folder}/{Path(sample.id).stem}.png")
+        img = pipeline.decode(path.read_bytes())
+        return img[..., :3] if img.shape[2] == 4 else img
+
+    def path(self, sample, shift: str, level: Any) -> Path | None:
+        """The archive file of one shifted cell (any of the names the archive uses), or None."""
+        folder = self.folders.get((shift, str(level)))
+        if folder is None:
+            return None
+        name = Path(sample.id)
+        for candidate in dict.fromkeys([name.name, name.stem + ".png", name.stem + ".jpg",
+                                        name.stem + ".JPEG"]):
+            path = self.root / folder / candidate
+            if path.is_file():
+                return path
+        return None
 
 
 class TaskDataset:
@@ -97,6 +153,8 @@ class TaskDataset:
     Each item is ``(task_index, tensor K x C x H x W or None, errors)``. Unreadable images
     and failing cells come back as ``(cell index or -1 for the whole sample, reason)``
     instead of raising, so one bad file never stops a run; the runner counts and lists them.
+    A fourth element lists ``(cell index, attributes dict)`` for cells whose shift reported
+    what it achieved (the ImageNet-E attribute edits).
     """
 
     def __init__(self, samples: Sequence, tasks: Sequence[Task], images: CellImages,
@@ -110,7 +168,8 @@ class TaskDataset:
         return len(self.tasks)
 
     def __getitem__(self, i: int):
-        """``(i, tensor of the cells that worked, [(cell index or -1, reason), ...])``."""
+        """``(i, tensor of the cells that worked, [(cell index or -1, reason), ...],
+        [(cell index, measured attributes), ...])``."""
         import torch
 
         from robustlab.data.images import ImageError
@@ -120,13 +179,14 @@ class TaskDataset:
         try:
             base = self.images.base(sample)
         except ImageError as exc:
-            return i, None, [(-1, exc.reason)]
+            return i, None, [(-1, exc.reason)], []
         except (OSError, ValueError) as exc:
-            return i, None, [(-1, f"unreadable: {exc}")]
-        tensors, errors = [], []
+            return i, None, [(-1, f"unreadable: {exc}")], []
+        tensors, errors, measured = [], [], []
         for j, (shift, level) in enumerate(task.cells):
+            attrs: dict = {}
             try:
-                img = self.images.cell(sample, base, shift, level)
+                img = self.images.cell(sample, base, shift, level, attrs)
             except FileNotFoundError:
                 errors.append((j, f"{shift}/{level}: generated file missing"))
                 continue
@@ -135,7 +195,9 @@ class TaskDataset:
                 continue
             t = self.transform(img)
             tensors.append(t if isinstance(t, torch.Tensor) else torch.as_tensor(t))
-        return i, (torch.stack(tensors) if tensors else None), errors
+            if attrs:
+                measured.append((j, attrs))
+        return i, (torch.stack(tensors) if tensors else None), errors, measured
 
 
 def worker_init(_worker_id: int) -> None:

@@ -106,7 +106,8 @@ def register_shift(
 
 # Modules whose import registers shifts; loaded lazily so that importing the registry
 # alone has no side effects. A new family adds its module here.
-FAMILY_MODULES = ("robustlab.shifts.corruptions", "robustlab.shifts.scenes", "robustlab.shifts.synth")
+FAMILY_MODULES = ("robustlab.shifts.corruptions", "robustlab.shifts.scenes", "robustlab.shifts.synth",
+                  "robustlab.shifts.attributes")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ import numpy as np
 
 from robustlab.store.lock import LockTimeout, backoff_delays, file_lock
 from robustlab.store.schema import (
+    ATTRIBUTE_COLUMNS,
+    ATTRIBUTE_VALUE_COLUMNS,
     DDL,
     PREDICTION_COLUMNS,
     RUN_COLUMNS,
@@ -387,10 +389,92 @@ class Store:
                 f"SELECT {', '.join(SEGMENTATION_COLUMNS)} FROM segmentation {where} "
                 "ORDER BY run_id, shift, level, sample_id", params).df()
 
+    # ------------------------------------------------------------------ attributes
+    def write_attributes(self, run_id: str, rows: Sequence[dict[str, Any]]) -> int:
+        """Store what attribute edits achieved, one row per (sample, shift, level).
+
+        Args:
+            run_id: The run whose cells these are.
+            rows: Dicts with ``sample_id``, ``shift``, ``level`` and any measured values;
+                the :data:`~robustlab.store.schema.ATTRIBUTE_VALUE_COLUMNS` go to their
+                columns (missing ones are NULL), every other key to ``extra`` (JSON).
+
+        Returns:
+            The number of rows in the batch (stored keys are left untouched, so a resumed
+            run never duplicates them).
+        """
+        import pyarrow as pa
+
+        rows = list(rows)
+        if not rows:
+            return 0
+        keys = ("sample_id", "shift", "level")
+        if any(k not in r for r in rows for k in keys):
+            raise ValueError("attribute rows need sample_id, shift and level")
+        known = set(keys) | set(ATTRIBUTE_VALUE_COLUMNS)
+
+        def col(name, typ):
+            return pa.array([r.get(name) for r in rows], typ)
+
+        table = pa.table({
+            "run_id": pa.array([run_id] * len(rows), pa.string()),
+            **{k: pa.array([str(r[k]) for r in rows], pa.string()) for k in keys},
+            **{c: col(c, pa.float64()) for c in ("object_rate", "rate_before")},
+            **{c: col(c, pa.int32()) for c in ("box_x", "box_y", "box_w", "box_h")},
+            **{c: col(c, pa.float64()) for c in ("angle", "hf_before", "hf_after")},
+            "fill": pa.array([None if r.get("fill") is None else str(r["fill"]) for r in rows],
+                             pa.string()),
+            "extra": pa.array([json.dumps({k: v for k, v in r.items() if k not in known},
+                                          sort_keys=True, default=str) for r in rows], pa.string()),
+        })
+        self._insert_batch("attributes", ATTRIBUTE_COLUMNS, table)
+        return len(rows)
+
+    def attributes(self, run_ids: Iterable[str] | None = None):
+        """The ``attributes`` rows as a DataFrame (empty, with its columns, if none)."""
+        import pandas as pd
+
+        empty = pd.DataFrame(columns=list(ATTRIBUTE_COLUMNS))
+        if not self.exists():
+            return empty
+        where, params = _in_clause("run_id", run_ids)
+        with self.connect(read_only=True) as con:
+            if not _has_table(con, "attributes"):
+                return empty
+            return con.execute(
+                f"SELECT {', '.join(ATTRIBUTE_COLUMNS)} FROM attributes {where} "
+                "ORDER BY run_id, shift, level, sample_id", params).df()
+
+    def predictions_with_attributes(self, run_ids: Iterable[str] | None = None):
+        """Predictions of attribute-edit cells joined with what each edit achieved.
+
+        One row per stored prediction that has an ``attributes`` row: ``run_id``,
+        ``sample_id``, ``shift``, ``level``, ``correct``, ``correct5`` and the measured
+        columns, ready for accuracy-vs-attribute curves and regressions.
+        """
+        import pandas as pd
+
+        cols = ["run_id", "sample_id", "shift", "level", "correct", "correct5",
+                *ATTRIBUTE_VALUE_COLUMNS]
+        if not self.exists():
+            return pd.DataFrame(columns=cols)
+        where, params = _in_clause("p.run_id", run_ids)
+        with self.connect(read_only=True) as con:
+            if not _has_table(con, "attributes"):
+                return pd.DataFrame(columns=cols)
+            select = ", ".join(f"p.{c}" if c in ("run_id", "sample_id", "shift", "level",
+                                                  "correct", "correct5") else f"a.{c}"
+                               for c in cols)
+            return con.execute(
+                f"SELECT {select} FROM predictions p JOIN attributes a USING "
+                f"(run_id, sample_id, shift, level) {where} "
+                "ORDER BY p.run_id, p.shift, p.level, p.sample_id", params).df()
+
     # ------------------------------------------------------------------ export
     def export_parquet(self, out_dir: str | Path, run_ids: Iterable[str] | None = None) -> list[Path]:
         """Write ``runs.parquet`` and ``predictions.parquet`` into ``out_dir``, plus
-        ``segmentation.parquet`` when the selected runs include segmentation rows.
+        ``segmentation.parquet`` / ``attributes.parquet`` when the selected runs have
+        segmentation / attribute-edit rows.
 
         The copy is done by DuckDB itself (streaming), so exporting a large database does
         not load it into Python memory.
@@ -402,9 +486,10 @@ class Store:
         paths = []
         with self.connect(read_only=True) as con:
             tables = ["runs", "predictions"]
-            if _has_table(con, "segmentation") and con.execute(
-                    f"SELECT count(*) FROM segmentation {where}", params).fetchone()[0]:
-                tables.append("segmentation")
+            for extra in ("segmentation", "attributes"):
+                if _has_table(con, extra) and con.execute(
+                        f"SELECT count(*) FROM {extra} {where}", params).fetchone()[0]:
+                    tables.append(extra)
             for table in tables:
                 dest = out / f"{table}.parquet"
                 order = "started_at, run_id" if table == "runs" else "run_id, shift, level, sample_id"

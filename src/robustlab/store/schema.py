@@ -86,6 +86,26 @@ DDL = [
         PRIMARY KEY (run_id, sample_id, shift, level)
     )
     """,
+    """
+    CREATE TABLE IF NOT EXISTS attributes (
+        run_id VARCHAR NOT NULL,
+        sample_id VARCHAR NOT NULL,
+        shift VARCHAR NOT NULL,
+        level VARCHAR NOT NULL,
+        object_rate DOUBLE,
+        rate_before DOUBLE,
+        box_x INTEGER,
+        box_y INTEGER,
+        box_w INTEGER,
+        box_h INTEGER,
+        angle DOUBLE,
+        hf_before DOUBLE,
+        hf_after DOUBLE,
+        fill VARCHAR,
+        extra JSON,
+        PRIMARY KEY (run_id, sample_id, shift, level)
+    )
+    """,
 ]
 
 # ``runs.config["task"]`` of a segmentation run (classification runs have no "task").
@@ -103,6 +123,14 @@ PREDICTION_COLUMNS = (
 SEGMENTATION_COLUMNS = (
     "run_id", "sample_id", "shift", "level", "class_name", "tp", "fp", "fn", "tn",
 )
+# What an attribute edit achieved per image (ImageNet-E): joined to ``predictions`` on the
+# key so accuracy can be plotted against the measured attribute, not only the level. Keys
+# an edit reports beyond these columns go to ``extra`` (JSON).
+ATTRIBUTE_VALUE_COLUMNS = (
+    "object_rate", "rate_before", "box_x", "box_y", "box_w", "box_h", "angle", "hf_before",
+    "hf_after", "fill",
+)
+ATTRIBUTE_COLUMNS = ("run_id", "sample_id", "shift", "level", *ATTRIBUTE_VALUE_COLUMNS, "extra")
 _JSON_COLUMNS = ("preprocessing", "versions", "config", "skipped")
 
 

@@ -1,0 +1,38 @@
+"""ImageNet-E attribute edits that need no model weights: object size, position, direction.
+
+Importing this package registers them (tag ``"imagenet-e"``, family ``"attribute"``):
+
+- ``obj_size`` (levels ``0.10``, ``0.08``, ``0.05``): object rescaled about its box centre
+  to a target object pixel rate (:mod:`.size`);
+- ``obj_position`` (``random``): object box moved to a seeded uniform position (:mod:`.position`);
+- ``obj_direction`` (``45``, ``90``, ``180``, ``random``): object rotated (:mod:`.direction`).
+
+Each needs ``ctx["mask"]`` and pastes the edited object on a background whose object
+region was filled by the configured hole-fill backend (:mod:`.fill`: OpenCV by default, the
+``ai_bg`` diffusers inpainter as an option). Each reports what it achieved (object pixel
+rate, box, angle, high-frequency complexity before/after, fill backend) into
+``ctx["attributes"]`` when the caller puts a dict there.
+"""
+
+# Registration order is the suite's report order: size, position, direction (the paper's).
+from robustlab.shifts.attributes import size  # noqa: F401, I001  (registers obj_size)
+from robustlab.shifts.attributes import position  # noqa: F401  (registers obj_position)
+from robustlab.shifts.attributes import direction  # noqa: F401  (registers obj_direction)
+from robustlab.shifts.attributes._common import (
+    ATTRIBUTES_KEY, hf_complexity, largest_box, object_rate,
+)
+from robustlab.shifts.attributes.fill import configure_hole_fill, describe_hole_fill
+
+EDITS = ("obj_size", "obj_position", "obj_direction")
+# Columns of <out>/attributes.csv and of the store's attributes table, in order.
+ATTRIBUTE_COLUMNS = ("object_rate", "rate_before", "box_x", "box_y", "box_w", "box_h", "angle",
+                     "hf_before", "hf_after", "fill")
+
+
+def needs_hole_fill(shift) -> bool:
+    """True for the shifts whose pixels depend on the hole-fill backend."""
+    return shift.family == "attribute" and shift.name in EDITS
+
+
+__all__ = ["EDITS", "ATTRIBUTE_COLUMNS", "ATTRIBUTES_KEY", "hf_complexity", "largest_box",
+           "object_rate", "configure_hole_fill", "describe_hole_fill", "needs_hole_fill"]

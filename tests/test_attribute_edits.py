@@ -1,0 +1,267 @@
+"""ImageNet-E weights-free attribute edits: size, position, direction, hole fill."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from robustlab.data.sources import Sample
+from robustlab.pipeline import apply_shift, load_prepared
+from robustlab.shifts import get_shift, list_shifts
+from robustlab.shifts.attributes import EDITS, describe_hole_fill, fill as fillmod
+from robustlab.shifts.attributes.size import rescale_plan, size_levels
+from robustlab.suites import Protocol, get_suite
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """The six demo photos (real photos with checked-in masks), prepared to 224x224."""
+    from robustlab.demo import demo_photos
+
+    out = {}
+    for ph in demo_photos():
+        s = Sample(ph.id, ph.source, ph.class_name, mask_path=ph.mask)
+        p = load_prepared(s, Protocol(format="png"), with_mask=True)
+        out[ph.id] = (p.rgb, p.mask > 0)
+    return out
+
+
+@pytest.fixture
+def synthetic():
+    """A flat background and a small textured object (unique colours) off-centre."""
+    rng = np.random.default_rng(3)
+    x = np.empty((96, 96, 3), np.uint8)
+    x[:] = (90, 140, 200)
+    m = np.zeros((96, 96), bool)
+    m[20:44, 14:30] = True
+    x[m] = rng.integers(0, 60, (int(m.sum()), 3))  # dark texture, far from the background
+    return x, m
+
+
+BG = np.array((90, 140, 200))
+
+
+def _near_bg(pixels) -> np.ndarray:
+    """Per pixel: within 4 levels of the flat background (OpenCV's fill is near, not exact)."""
+    return (np.abs(pixels.astype(int) - BG) <= 4).all(axis=-1)
+
+
+def _rate(mask):
+    """Independent object pixel rate: largest component's box by area (scipy, not OpenCV)."""
+    lab, n = ndimage.label(mask, structure=np.ones((3, 3)))
+    boxes = ndimage.find_objects(lab)
+    ys, xs = max(boxes, key=lambda b: (b[0].stop - b[0].start) * (b[1].stop - b[1].start))
+    return mask[ys, xs].sum() / mask.size
+
+
+def _edit(x, m, name, level, seed=0, **ctx):
+    attrs = {}
+    out = apply_shift(x, "s/1.png", name, level, seed, {"mask": m, "attributes": attrs, **ctx})
+    return out, attrs
+
+
+def test_registered_in_the_imagenet_e_suite():
+    names = {s.name for s in list_shifts(tag="imagenet-e")}
+    assert set(EDITS) <= names
+    suite = get_suite("imagenet-e")
+    assert set(EDITS) <= set(suite.shifts)
+    assert get_shift("obj_size").levels == ("0.10", "0.08", "0.05")
+    assert get_shift("obj_direction").levels == ("45", "90", "180", "random")
+    for name in EDITS:
+        assert "mask" in get_shift(name).needs and get_shift(name).family == "attribute"
+
+
+@pytest.mark.parametrize("level", ["0.10", "0.08", "0.05"])
+def test_size_hits_targets_on_real_photos(demo, level):
+    p = get_shift("obj_size").params[level]
+    reached = 0
+    for sid, (x, m) in demo.items():
+        try:
+            a, new_mask, rate, steps = rescale_plan(m, p["target"])
+        except ValueError as exc:
+            assert "cannot reach" in str(exc) or "did not reach" in str(exc)
+            assert _rate(m) < p["target"]  # only growing can fail on these photos
+            continue
+        reached += 1
+        assert abs(_rate(new_mask) - p["target"]) <= p["tolerance"] + 1e-9, sid
+        assert rate == pytest.approx(_rate(new_mask))
+        out, attrs = _edit(x, m, "obj_size", level)
+        assert attrs["object_rate"] == pytest.approx(_rate(new_mask), abs=1e-6)
+        assert attrs["steps"] == steps and attrs["fill"] == "opencv-telea"
+        # Object pixels: the original zoomed once about the box centre (bilinear).
+        import cv2
+
+        zoomed = cv2.warpAffine(x, a[:2], (224, 224), flags=cv2.INTER_LINEAR,
+                                borderMode=cv2.BORDER_REPLICATE)
+        np.testing.assert_array_equal(out[new_mask], zoomed[new_mask])
+        if a[0, 0] < 1:  # shrunk: the uncovered rim is filled, never the old object or black
+            gone = m & ~new_mask
+            assert (out[gone] != x[gone]).any(axis=1).mean() > 0.5
+    assert reached >= 5
+
+
+def test_size_unreachable_is_a_skip_or_the_official_copy(synthetic):
+    x, _ = synthetic
+    # A thin ring can never cover 90% of the frame: zooming in pushes it out of the image.
+    yy, xx = np.mgrid[:96, :96]
+    r = np.hypot(yy - 48, xx - 48)
+    m = (r > 20) & (r < 23)
+    with pytest.raises(ValueError, match="cannot reach|did not reach"):
+        rescale_plan(m, 0.9)
+    shift = get_shift("obj_size")
+    official = size_levels((0.9,), unreachable="copy")["0.90"]
+    attrs = {}
+    out = shift.fn(x, official, np.random.default_rng(0), {"mask": m, "attributes": attrs})
+    np.testing.assert_array_equal(out, x)
+    assert "copied" in attrs["note"] and attrs["object_rate"] == pytest.approx(_rate(m), abs=1e-6)
+    with pytest.raises(ValueError, match="skip|copy"):
+        size_levels((0.1,), unreachable="ignore")
+
+
+def test_position_moves_object_pixels_exactly_and_fills_the_hole(synthetic):
+    x, m = synthetic
+    for seed in range(5):
+        out, attrs = _edit(x, m, "obj_position", "random", seed)
+        dx, dy = attrs["dx"], attrs["dy"]
+        nx, ny = 14 + dx, 20 + dy
+        assert 0 <= nx <= 96 - 16 and 0 <= ny <= 96 - 24
+        np.testing.assert_array_equal(out[ny:ny + 24, nx:nx + 16], x[20:44, 14:30])
+        moved = np.zeros_like(m)
+        moved[ny:ny + 24, nx:nx + 16] = True
+        # Everything else is background colour: the old place is filled, not left dark.
+        assert _near_bg(out[~moved]).all()
+        assert (attrs["box_x"], attrs["box_y"]) == (nx, ny)
+
+
+def test_position_is_seeded(demo):
+    x, m = demo["rocket/rocket.jpg"]
+    a, _ = _edit(x, m, "obj_position", "random", seed=1)
+    b, _ = _edit(x, m, "obj_position", "random", seed=1)
+    np.testing.assert_array_equal(a, b)
+    moves = {tuple(_edit(x, m, "obj_position", "random", seed=s)[1][k] for k in ("dx", "dy"))
+             for s in range(6)}
+    assert len(moves) > 3
+
+
+@pytest.mark.parametrize("level,k", [("90", 1), ("180", 2)])
+def test_right_angle_rotation_moves_object_pixels_exactly(synthetic, level, k):
+    x, m = synthetic
+    out, attrs = _edit(x, m, "obj_direction", level)
+    rm = np.rot90(m, k)  # Pillow's positive angle is counter-clockwise, like rot90
+    np.testing.assert_array_equal(out[rm], np.rot90(x, k)[rm])
+    assert _near_bg(out[~rm]).all()
+    assert attrs["angle"] == float(level)
+
+
+def test_oblique_rotation_copies_object_pixels_and_fills_the_rest(synthetic):
+    x, m = synthetic
+    out, attrs = _edit(x, m, "obj_direction", "45")
+    bg = _near_bg(out)
+    colours = {tuple(c) for c in x[m]}
+    obj = out[~bg]
+    # Nearest-neighbour rotation: each object pixel is one of the original object's pixels,
+    # and about as many as before; everything else is filled background (no dark hole).
+    assert all(tuple(c) in colours for c in obj)
+    assert abs(len(obj) - m.sum()) <= 0.1 * m.sum()
+    assert bg[m].any() and attrs["angle"] == 45.0
+
+
+def test_random_direction_is_on_the_grid_and_seeded(demo):
+    x, m = demo["tripod/camera.png"]
+    angles = [_edit(x, m, "obj_direction", "random", seed=s)[1]["angle"] for s in range(8)]
+    assert all(-180 <= a <= 180 and a % 10 == 0 for a in angles) and len(set(angles)) > 3
+    a, _ = _edit(x, m, "obj_direction", "random", seed=7)
+    b, _ = _edit(x, m, "obj_direction", "random", seed=7)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_attributes_record_complexity(demo):
+    x, m = demo["motorcycle/motorcycle_left.png"]
+    out, attrs = _edit(x, m, "obj_size", "0.05")
+    from robustlab.shifts.attributes import hf_complexity
+
+    # The paper's measure: mean |FFT2| of the image in [0, 1] over H and W.
+    reference = np.abs(np.fft.fft2(x / 255.0, axes=(0, 1))).mean()
+    assert hf_complexity(x) == pytest.approx(reference, rel=1e-5)
+    assert attrs["hf_before"] == pytest.approx(hf_complexity(x), rel=1e-5)
+    assert attrs["hf_after"] == pytest.approx(hf_complexity(out), rel=1e-5)
+    # A small object on a smooth fill has less high-frequency content than the photo.
+    assert attrs["hf_after"] < attrs["hf_before"]
+    flat = np.full((64, 64, 3), 128, np.uint8)
+    noisy = np.random.default_rng(0).integers(0, 256, (64, 64, 3)).astype(np.uint8)
+    assert hf_complexity(noisy) > hf_complexity(flat)
+
+
+BAD_MASKS = {
+    "empty": lambda m: np.zeros_like(m),
+    "full": lambda m: np.ones_like(m),
+    "other size": lambda m: np.zeros((50, 60), bool),
+}
+
+
+@pytest.mark.parametrize("name", EDITS)
+@pytest.mark.parametrize("case", sorted(BAD_MASKS))
+def test_bad_masks_are_one_line_errors(synthetic, name, case):
+    x, m = synthetic
+    with pytest.raises(ValueError) as info:
+        _edit(x, BAD_MASKS[case](m), name, get_shift(name).levels[0])
+    assert "\n" not in str(info.value) and "mask" in str(info.value)
+
+
+@pytest.mark.parametrize("name", EDITS)
+def test_missing_mask_is_a_value_error(synthetic, name):
+    x, _ = synthetic
+    with pytest.raises(ValueError, match="needs mask"):
+        apply_shift(x, "s", name, get_shift(name).levels[0], 0, {})
+
+
+def test_object_touching_every_border_cannot_move(demo):
+    x, m = demo["cat/chelsea.png"]
+    with pytest.raises(ValueError, match="every border"):
+        _edit(x, m, "obj_position", "random")
+
+
+def test_hole_fill_backends(synthetic, monkeypatch):
+    x, m = synthetic
+    telea = describe_hole_fill()
+    assert telea["backend"] == "opencv-telea" and len(telea["fingerprint"]) == 16
+    ns = describe_hole_fill("ns")
+    assert ns["fingerprint"] != telea["fingerprint"]
+    monkeypatch.setenv(fillmod.ENV_FILL, "ns")
+    _, attrs = _edit(x, m, "obj_direction", "90")
+    assert attrs["fill"] == "opencv-ns"
+    monkeypatch.setenv(fillmod.ENV_FILL, "tfill")
+    with pytest.raises(ValueError, match="unknown hole-fill backend"):
+        _edit(x, m, "obj_direction", "90")
+    monkeypatch.setenv(fillmod.ENV_FILL, "diffusers")
+    monkeypatch.delenv("ROBUSTLAB_INPAINTER", raising=False)
+    with pytest.raises(ValueError, match="ROBUSTLAB_INPAINTER"):
+        describe_hole_fill()
+    with pytest.raises(ValueError, match="ROBUSTLAB_INPAINTER"):
+        _edit(x, m, "obj_direction", "90")
+
+
+class _FlatInpainter:
+    """The Inpainter call: repaints outside ``keep`` with one colour; remembers the seeds."""
+
+    def __init__(self):
+        self.seeds = []
+
+    def __call__(self, image, keep, *, seed, **kw):
+        self.seeds.append(seed)
+        return np.where(keep[..., None], image, np.uint8(7)).astype(np.uint8)
+
+
+def test_inpainter_object_is_used_as_the_fill_with_a_seeded_draw(synthetic):
+    x, m = synthetic
+    inp = _FlatInpainter()
+    out, attrs = _edit(x, m, "obj_direction", "180", seed=3, hole_fill=inp)
+    _edit(x, m, "obj_direction", "180", seed=3, hole_fill=inp)
+    _edit(x, m, "obj_direction", "180", seed=4, hole_fill=inp)
+    assert attrs["fill"] == "diffusers"
+    assert inp.seeds[0] == inp.seeds[1] != inp.seeds[2]
+    rm = np.rot90(m, 2)
+    hole = fillmod.hole_mask(m, fillmod.SETTINGS["diffusers"]["dilate"])
+    assert (out[hole & ~rm] == 7).all()           # the uncovered object region is repainted
+    np.testing.assert_array_equal(out[~hole & ~rm], x[~hole & ~rm])  # background kept
