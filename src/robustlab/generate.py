@@ -44,7 +44,9 @@ from robustlab.data.sources import Sample, discover
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
-from robustlab.shifts.registry import available_shifts, get_shift, list_shifts
+from robustlab.shifts.registry import (
+    available_shifts, describe_resources, described_resources, get_shift, list_shifts,
+)
 from robustlab.suites import Protocol, Suite, get_suite
 
 log = logging.getLogger(__name__)
@@ -486,10 +488,8 @@ def generate(
     n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
     run_record = {"started_at": _now(), "workers": n_workers, "status": "running",
                   "shifts": names, "levels": level_list, "limit": limit}
-    if "inpainter" in needs:  # ai_bg's pixels depend on the checkpoint: say which one
-        from robustlab.shifts.synth.inpaint import describe_inpainter
-
-        run_record["inpainter"] = describe_inpainter()
+    # ai_bg's and bg_complexity's pixels depend on the configured checkpoint: say which one.
+    run_record.update(describe_resources(shift_objs.values()))
     log.info("generating %d cells x %d images into %s with %d worker(s)",
              len(cells), len(samples), out_root, n_workers)
 
@@ -646,8 +646,9 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, suite: Suite, pro
         "created_at": prev.get("created_at", run_record["started_at"]),
         "updated_at": _now(),
         "runs": runs,
-        # The checkpoint of the latest run that drew ai_bg cells (None: never drawn here).
-        "inpainter": run_record.get("inpainter") or prev.get("inpainter"),
+        # The checkpoint of each configured tool (ai_bg's inpainter, bg_complexity's
+        # diffusion model) of the latest run that drew its cells (None: never drawn here).
+        **{key: run_record.get(key) or prev.get(key) for key in described_resources()},
     }
 
 
