@@ -154,6 +154,18 @@ def test_sampler_is_seeded_and_keeps_object_pixels(sampler):
     assert not np.array_equal(a[~keep], img[~keep])  # the background was redrawn
 
 
+def test_half_precision_autocast_runs_on_the_cpu(tiny_adm):
+    """The reduced-precision path (autocast; float16 is the GPU default) keeps the contract
+    and stays close to float32 from the same seed."""
+    img, keep = _scene()
+    half = GuidedBackground(tiny_adm, device="cpu", dtype="bfloat16")(img, keep, seed=3, lam=20.0, steps=2)
+    full = GuidedBackground(tiny_adm, device="cpu")(img, keep, seed=3, lam=20.0, steps=2)
+    assert np.array_equal(half[keep], img[keep])
+    assert np.abs(half.astype(int) - full.astype(int))[~keep].mean() < 8
+    with pytest.raises(InputError, match="dtype"):
+        GuidedBackground(tiny_adm, device="cpu", dtype="int8")
+
+
 def test_complexity_guidance_moves_background_high_frequencies(sampler):
     """From the same seed, lambda > 0 gives a busier background than lambda = 0 and
     lambda < 0 a plainer one, for every seed tried (the tiny 32 px model needs a larger
