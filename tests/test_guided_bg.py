@@ -106,7 +106,8 @@ def test_adm_loader_round_trips_a_state_dict(tmp_path, tiny_adm):
 @pytest.mark.parametrize("change, words", [
     (lambda sd: sd.pop("middle_block.1.qkv.weight"), ["1 missing", "middle_block.1.qkv.weight"]),
     (lambda sd: sd.__setitem__("extra.weight", torch.zeros(1)), ["1 unexpected", "extra.weight"]),
-    (lambda sd: sd.__setitem__("out.2.weight", torch.zeros(3, 32, 3, 3)), ["another shape", "out.2.weight"]),
+    (lambda sd: sd.__setitem__("out.2.weight", torch.zeros(3, 32, 3, 3)),
+     ["another shape", "out.2.weight"]),
 ])
 def test_adm_loader_names_wrong_keys_in_one_line(tmp_path, tiny_adm, change, words):
     sd = dict(tiny_adm.net.state_dict())
@@ -158,7 +159,8 @@ def test_half_precision_autocast_runs_on_the_cpu(tiny_adm):
     """The reduced-precision path (autocast; float16 is the GPU default) keeps the contract
     and stays close to float32 from the same seed."""
     img, keep = _scene()
-    half = GuidedBackground(tiny_adm, device="cpu", dtype="bfloat16")(img, keep, seed=3, lam=20.0, steps=2)
+    half = GuidedBackground(tiny_adm, device="cpu", dtype="bfloat16")(
+        img, keep, seed=3, lam=20.0, steps=2)
     full = GuidedBackground(tiny_adm, device="cpu")(img, keep, seed=3, lam=20.0, steps=2)
     assert np.array_equal(half[keep], img[keep])
     assert np.abs(half.astype(int) - full.astype(int))[~keep].mean() < 8
@@ -202,7 +204,8 @@ def test_unguided_sampler_on_a_diffusers_unet(tmp_path):
 def test_a_folder_that_is_not_a_unet_is_one_line_error(tmp_path):
     from diffusers import AutoencoderKL
 
-    AutoencoderKL(block_out_channels=(8,), norm_num_groups=4, latent_channels=2).save_pretrained(tmp_path / "vae")
+    vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=4, latent_channels=2)
+    vae.save_pretrained(tmp_path / "vae")
     with pytest.raises(InputError, match="AutoencoderKL config, not a UNet2DModel") as info:
         load_denoiser(tmp_path / "vae")
     assert "\n" not in str(info.value)
@@ -263,7 +266,8 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     torch.manual_seed(0)
     unet = UNet2DModel(sample_size=16, in_channels=3, out_channels=6, layers_per_block=1,
                        block_out_channels=(16, 32), norm_num_groups=8,
-                       down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"))
+                       down_block_types=("DownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "UpBlock2D"))
     unet.save_pretrained(tmp_path / "ckpt")
     monkeypatch.setattr(guided_bg, "_CACHE", {})
     guided_bg.configure_bg_diffusion(tmp_path / "ckpt", device="cpu")

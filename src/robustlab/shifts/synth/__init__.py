@@ -11,7 +11,11 @@ configuration these shifts are skipped with a message.
 """
 
 from robustlab.shifts.synth import guided_bg, inpaint  # noqa: F401  (register the shifts)
-from robustlab.shifts.synth.guided_bg import GuidedBackground, configure_bg_diffusion, get_bg_diffusion
+from robustlab.shifts.synth.guided_bg import (
+    GuidedBackground,
+    configure_bg_diffusion,
+    get_bg_diffusion,
+)
 from robustlab.shifts.synth.inpaint import Inpainter, configure_inpainter, get_inpainter
 
 __all__ = ["Inpainter", "configure_inpainter", "get_inpainter", "GuidedBackground",

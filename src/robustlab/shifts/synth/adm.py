@@ -81,7 +81,8 @@ class ADMConfig:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["channel_mult"], d["attention_resolutions"] = list(self.channel_mult), list(self.attention_resolutions)
+        d["channel_mult"] = list(self.channel_mult)
+        d["attention_resolutions"] = list(self.attention_resolutions)
         return d
 
 
@@ -102,7 +103,8 @@ class NoiseSchedule:
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
     """Sinusoidal embedding [cos | sin] of (possibly fractional) timesteps, as ADM's."""
     half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
+    steps = torch.arange(half, dtype=torch.float32, device=t.device)
+    freqs = torch.exp(-math.log(max_period) * steps / half)
     args = t.float()[:, None] * freqs[None]
     emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
     if dim % 2:
@@ -114,7 +116,8 @@ class _Norm(nn.GroupNorm):
     """GroupNorm computed in float32 whatever the input dtype (ADM's GroupNorm32)."""
 
     def forward(self, x):
-        return F.group_norm(x.float(), self.num_groups, self.weight, self.bias, self.eps).to(x.dtype)
+        out = F.group_norm(x.float(), self.num_groups, self.weight, self.bias, self.eps)
+        return out.to(x.dtype)
 
 
 class _Resample(nn.Module):
@@ -129,7 +132,8 @@ class _Resample(nn.Module):
         if up and conv:
             self.conv = nn.Conv2d(channels, channels, 3, padding=1)
         elif not up:
-            self.op = nn.Conv2d(channels, channels, 3, stride=2, padding=1) if conv else nn.AvgPool2d(2, 2)
+            self.op = (nn.Conv2d(channels, channels, 3, stride=2, padding=1) if conv
+                       else nn.AvgPool2d(2, 2))
 
     def forward(self, x):
         if self.up:
@@ -145,12 +149,14 @@ class _ResBlock(nn.Module):
                  up: bool = False, down: bool = False):
         super().__init__()
         self.scale_shift = scale_shift
-        self.in_layers = nn.Sequential(_Norm(groups, ch), nn.SiLU(), nn.Conv2d(ch, out_ch, 3, padding=1))
+        self.in_layers = nn.Sequential(_Norm(groups, ch), nn.SiLU(),
+                                       nn.Conv2d(ch, out_ch, 3, padding=1))
         self.resample = up or down
         if self.resample:
             self.h_upd = _Resample(ch, up=up, conv=False)
             self.x_upd = _Resample(ch, up=up, conv=False)
-        self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_ch, 2 * out_ch if scale_shift else out_ch))
+        self.emb_layers = nn.Sequential(
+            nn.SiLU(), nn.Linear(emb_ch, 2 * out_ch if scale_shift else out_ch))
         self.out_layers = nn.Sequential(_Norm(groups, out_ch), nn.SiLU(), nn.Dropout(0.0),
                                         nn.Conv2d(out_ch, out_ch, 3, padding=1))
         self.skip_connection = nn.Identity() if out_ch == ch else nn.Conv2d(ch, out_ch, 1)
@@ -225,7 +231,8 @@ class ADMUNet(nn.Module):
 
         self.time_embed = nn.Sequential(nn.Linear(mc, emb_ch), nn.SiLU(), nn.Linear(emb_ch, emb_ch))
         ch = first = int(cfg.channel_mult[0] * mc)
-        self.input_blocks = nn.ModuleList([_Sequential(nn.Conv2d(cfg.in_channels, ch, 3, padding=1))])
+        self.input_blocks = nn.ModuleList(
+            [_Sequential(nn.Conv2d(cfg.in_channels, ch, 3, padding=1))])
         skips, ds = [ch], 1
         last = len(cfg.channel_mult) - 1
         for level, mult in enumerate(cfg.channel_mult):
@@ -238,11 +245,13 @@ class ADMUNet(nn.Module):
                 self.input_blocks.append(_Sequential(*layers))
                 skips.append(ch)
             if level != last:
-                down = res(ch, ch, down=True) if cfg.resblock_updown else _Resample(ch, up=False, conv=True)
+                down = (res(ch, ch, down=True) if cfg.resblock_updown
+                        else _Resample(ch, up=False, conv=True))
                 self.input_blocks.append(_Sequential(down))
                 skips.append(ch)
                 ds *= 2
-        self.middle_block = _Sequential(res(ch, ch), _Attention(ch, heads=heads(ch), groups=g), res(ch, ch))
+        self.middle_block = _Sequential(
+            res(ch, ch), _Attention(ch, heads=heads(ch), groups=g), res(ch, ch))
         self.output_blocks = nn.ModuleList()
         for level, mult in reversed(list(enumerate(cfg.channel_mult))):
             for i in range(cfg.num_res_blocks + 1):
@@ -252,13 +261,15 @@ class ADMUNet(nn.Module):
                 if ds in cfg.attention_ds:
                     layers.append(_Attention(ch, heads=heads(ch), groups=g))
                 if level and i == cfg.num_res_blocks:
-                    layers.append(res(ch, ch, up=True) if cfg.resblock_updown else _Resample(ch, up=True, conv=True))
+                    layers.append(res(ch, ch, up=True) if cfg.resblock_updown
+                                  else _Resample(ch, up=True, conv=True))
                     ds //= 2
                 self.output_blocks.append(_Sequential(*layers))
-        self.out = nn.Sequential(_Norm(g, ch), nn.SiLU(), nn.Conv2d(first, cfg.out_channels, 3, padding=1))
+        self.out = nn.Sequential(_Norm(g, ch), nn.SiLU(),
+                                 nn.Conv2d(first, cfg.out_channels, 3, padding=1))
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Model output (eps, then the variance interpolation if ``learn_sigma``) for ``x`` at ``t``."""
+        """Model output for ``x`` at ``t``: eps, then the variance interpolation if learned."""
         emb = self.time_embed(timestep_embedding(t, self.config.model_channels))
         hs, h = [], x
         for block in self.input_blocks:
@@ -357,7 +368,8 @@ def check_state_dict(net: nn.Module, sd: dict, what: str) -> None:
                           "256x256_diffusion_uncond.pt")
 
 
-def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *, schedule: NoiseSchedule | None = None) -> Denoiser:
+def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *,
+             schedule: NoiseSchedule | None = None) -> Denoiser:
     """An :class:`ADMUNet` with the weights of a guided-diffusion state-dict file.
 
     Raises:
@@ -368,7 +380,8 @@ def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *, schedule: NoiseSche
     p = Path(path).expanduser()
     if not p.is_file():
         raise MissingResourceError(f"no guided-diffusion checkpoint at {p}",
-                                   hint="download 256x256_diffusion_uncond.pt from openai/guided-diffusion")
+                                   hint="download 256x256_diffusion_uncond.pt "
+                                        "from openai/guided-diffusion")
     try:
         sd = torch.load(str(p), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - truncated file, not a torch file, pickled code
@@ -376,7 +389,8 @@ def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *, schedule: NoiseSche
         raise InputError(f"cannot read {p} as a torch state dict: {first}") from None
     if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
         sd = sd["state_dict"]
-    if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+    tensors = isinstance(sd, dict) and sd and all(isinstance(v, torch.Tensor) for v in sd.values())
+    if not tensors:
         raise InputError(f"{p} does not hold a state dict of tensors")
     with torch.device("meta"):  # no random init of half a billion parameters to overwrite
         net = ADMUNet(config)
@@ -412,10 +426,12 @@ def unet_folder(path) -> Path:
             if name == "UNet2DModel":
                 return d
             raise InputError(f"{d} holds a {name or 'non-diffusers'} config, not a UNet2DModel",
-                             hint="point at a pixel-space diffusion UNet (UNet2DModel.save_pretrained) "
-                                  "or a guided-diffusion .pt file")
-    raise InputError(f"{root} is not a diffusers UNet2DModel folder (no config.json in it or in unet/)",
-                     hint="save one with UNet2DModel.save_pretrained, or pass a guided-diffusion .pt file")
+                             hint="point at a pixel-space diffusion UNet (saved with "
+                                  "UNet2DModel.save_pretrained) or a guided-diffusion .pt file")
+    raise InputError(f"{root} is not a diffusers UNet2DModel folder "
+                     "(no config.json in it or in unet/)",
+                     hint="save one with UNet2DModel.save_pretrained, "
+                          "or pass a guided-diffusion .pt file")
 
 
 def _diffusers_schedule(root: Path, unet_dir: Path) -> NoiseSchedule:
@@ -429,7 +445,8 @@ def _diffusers_schedule(root: Path, unet_dir: Path) -> NoiseSchedule:
                 raise InputError(f"{cfg}: beta_schedule {kind!r} is not supported (the guided "
                                  "sampler uses linear betas, as ADM and DDPM)")
             return NoiseSchedule(int(data.get("num_train_timesteps", 1000)),
-                                 float(data.get("beta_start", 0.0001)), float(data.get("beta_end", 0.02)))
+                                 float(data.get("beta_start", 0.0001)),
+                                 float(data.get("beta_end", 0.02)))
     return NoiseSchedule()
 
 
@@ -446,7 +463,8 @@ def load_diffusers_unet(path) -> Denoiser:
         from diffusers import UNet2DModel
     except ImportError:
         raise MissingResourceError("loading a UNet2DModel folder needs diffusers",
-                                   hint="pip install diffusers, or pass a guided-diffusion .pt file") from None
+                                   hint="pip install diffusers, or pass a guided-diffusion "
+                                        ".pt file") from None
     try:
         net = UNet2DModel.from_pretrained(str(d), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - missing weights file, shape mismatch, corrupt file
@@ -455,13 +473,14 @@ def load_diffusers_unet(path) -> Denoiser:
     cfg = net.config
     size = cfg.sample_size if isinstance(cfg.sample_size, int) else cfg.sample_size[0]
     if not isinstance(cfg.sample_size, int) and len(set(cfg.sample_size)) != 1:
-        raise InputError(f"{d}: the guided sampler needs a square model, sample_size is {cfg.sample_size}")
+        raise InputError(f"{d}: the guided sampler needs a square model, "
+                         f"sample_size is {cfg.sample_size}")
     if cfg.in_channels != 3 or cfg.out_channels not in (3, 6):
         raise InputError(f"{d}: needs a pixel-space RGB model (3 input, 3 or 6 output channels), "
                          f"got {cfg.in_channels} -> {cfg.out_channels}")
     net.eval().requires_grad_(False)
-    return Denoiser(net, "diffusers", int(size), cfg.out_channels == 6, _diffusers_schedule(root, d),
-                    str(root.resolve()), fingerprint(root))
+    return Denoiser(net, "diffusers", int(size), cfg.out_channels == 6,
+                    _diffusers_schedule(root, d), str(root.resolve()), fingerprint(root))
 
 
 def load_denoiser(path, config: ADMConfig = OPENAI_256_UNCOND) -> Denoiser:

@@ -120,15 +120,18 @@ class ClassifierGuide:
         from robustlab.errors import InputError
 
         if getattr(model, "module", None) is None:
-            raise InputError(f"{getattr(model, 'spec', model)}: the adversarial level needs a torch "
-                             "classifier (timm:, torchvision:, hf:, lite*), not an ONNX session")
+            raise InputError(f"{getattr(model, 'spec', model)}: the adversarial level needs a "
+                             "torch classifier (timm:, torchvision:, hf:, lite*), not an ONNX "
+                             "session")
+        model.module.requires_grad_(False)  # only the pixels need gradients
         self.model = model
 
     def column_ids(self, class_name=None, label=None) -> list[int]:
         """The model's output columns that mean the sample's class (one or more)."""
         space = self.model.label_space
         idx = space.index_of(class_name) if class_name is not None else int(label)
-        if self.model.model_outputs == len(space) and self.model.head == "direct" and len(space) != 1000:
+        own_classes = self.model.head == "direct" and self.model.model_outputs == len(space)
+        if own_classes and len(space) != 1000:
             return [idx]
         return list(space.imagenet_ids[idx])
 
@@ -145,9 +148,11 @@ class ClassifierGuide:
             size = _short_side_size(h, w, _scaled(th, p.crop_pct))
         else:
             size = (_scaled(th, p.crop_pct), _scaled(tw, p.crop_pct))
-        mode = {"nearest": "nearest", "bilinear": "bilinear", "box": "area"}.get(p.interpolation, "bicubic")
+        modes = {"nearest": "nearest", "bilinear": "bilinear", "box": "area"}
+        mode = modes.get(p.interpolation, "bicubic")
         if tuple(size) != (h, w):
-            kw = {"antialias": True, "align_corners": False} if mode in ("bilinear", "bicubic") else {}
+            smooth = mode in ("bilinear", "bicubic")
+            kw = {"antialias": True, "align_corners": False} if smooth else {}
             x01 = F.interpolate(x01, size=tuple(size), mode=mode, **kw)
         top, left = round((size[0] - th) / 2.0), round((size[1] - tw) / 2.0)
         x01 = x01[..., top:top + th, left:left + tw]
@@ -165,6 +170,19 @@ class ClassifierGuide:
 
 
 # --------------------------------------------------------------------------- sampler
+def _resize(arr: np.ndarray, h: int, w: int) -> np.ndarray:
+    """PIL resize to (h, w): Lanczos for RGB (as the official editor), nearest for a mask."""
+    from PIL import Image  # imported only when sizes differ (the benchmark needs no PIL)
+
+    if arr.ndim == 2:
+        return np.asarray(Image.fromarray(arr, "L").resize((w, h), Image.Resampling.NEAREST))
+    return np.asarray(Image.fromarray(arr, "RGB").resize((w, h), Image.Resampling.LANCZOS))
+
+
+def _fit(rgb: np.ndarray, s: int) -> np.ndarray:
+    return rgb if rgb.shape[:2] == (s, s) else _resize(rgb, s, s)
+
+
 class GuidedBackground:
     """The guided sampler on a :class:`robustlab.shifts.synth.adm.Denoiser`.
 
@@ -195,7 +213,8 @@ class GuidedBackground:
     def _tensor(self, rgb: np.ndarray):
         import torch
 
-        return torch.from_numpy(np.array(rgb, copy=True)).permute(2, 0, 1)[None].float().div(127.5).sub(1.0).to(self.device)
+        x = torch.from_numpy(np.array(rgb, copy=True)).permute(2, 0, 1)[None].float()
+        return x.div(127.5).sub(1.0).to(self.device)
 
     def _model_out(self, x, t_orig: int):
         import torch
@@ -203,7 +222,8 @@ class GuidedBackground:
         t = torch.full((x.shape[0],), float(t_orig), device=self.device)
         if self.dtype == "float32":
             return self.denoiser(x, t).float()
-        with torch.autocast(device_type=self.device.split(":")[0], dtype=getattr(torch, self.dtype)):
+        kind = self.device.split(":")[0]
+        with torch.autocast(device_type=kind, dtype=getattr(torch, self.dtype)):
             return self.denoiser(x, t).float()
 
     def sample(self, background, obj, bg_mask, *, seed: int, lam: float, steps: int = STEPS,
@@ -221,8 +241,8 @@ class GuidedBackground:
         """
         import torch
 
-        sched = Respaced.linear(self.denoiser.schedule.num_train_timesteps, self.denoiser.schedule.beta_start,
-                                self.denoiser.schedule.beta_end, respacing)
+        ns = self.denoiser.schedule
+        sched = Respaced.linear(ns.num_train_timesteps, ns.beta_start, ns.beta_end, respacing)
         if not 1 <= int(steps) <= len(sched):
             raise ValueError(f"steps must be in 1..{len(sched)}, got {steps}")
         gen = torch.Generator("cpu").manual_seed(int(seed))
@@ -249,7 +269,8 @@ class GuidedBackground:
                     log_var = torch.full_like(x, c["fixed_log"])
                 mean = c["coef1"] * x0 + c["coef2"] * x
                 if guided:
-                    loss = -float(lam) * hf_loss((x0 + 1.0) / 2.0) + float(range_lambda) * _range_loss(x0)
+                    loss = (-float(lam) * hf_loss((x0 + 1.0) / 2.0)
+                            + float(range_lambda) * _range_loss(x0))
                     if guide is not None and adv_scale != 0:
                         loss = loss + float(adv_scale) * guide.log_prob((x0 + 1.0) / 2.0, guide_ids)
                     grad = torch.autograd.grad(loss, x)[0]
@@ -280,29 +301,23 @@ class GuidedBackground:
             HxWx3 uint8.
         """
         import torch
-        from PIL import Image
 
         h, w = image.shape[:2]
         s = int(self.denoiser.image_size)
         bg = image if background is None else background
-
-        def fit(rgb):
-            if rgb.shape[:2] == (s, s):
-                return rgb
-            return np.asarray(Image.fromarray(rgb, "RGB").resize((s, s), Image.Resampling.LANCZOS))
-
-        m = keep if keep.shape == (s, s) else np.asarray(
-            Image.fromarray(keep.astype(np.uint8) * 255, "L").resize((s, s), Image.Resampling.NEAREST)) > 0
+        m = keep if keep.shape == (s, s) else _resize(keep.astype(np.uint8) * 255, s, s) > 0
         bg_mask = torch.from_numpy((~m).astype(np.float32))[None, None].to(self.device)
         with self._lock:
-            out = self.sample(self._tensor(fit(bg)), self._tensor(fit(image)), bg_mask, seed=seed, lam=lam,
-                              steps=steps, range_lambda=range_lambda, respacing=respacing, guide=guide,
-                              guide_ids=guide_ids, adv_scale=adv_scale)
-        gen = ((out[0].permute(1, 2, 0).float().cpu().numpy() + 1.0) * 127.5).round().clip(0, 255).astype(np.uint8)
+            out = self.sample(self._tensor(_fit(bg, s)), self._tensor(_fit(image, s)), bg_mask,
+                              seed=seed, lam=lam, steps=steps, range_lambda=range_lambda,
+                              respacing=respacing, guide=guide, guide_ids=guide_ids,
+                              adv_scale=adv_scale)
+        gen = (out[0].permute(1, 2, 0).float().cpu().numpy() + 1.0) * 127.5
+        gen = gen.round().clip(0, 255).astype(np.uint8)
         if gen.shape[:2] != (h, w):
-            gen = np.asarray(Image.fromarray(gen, "RGB").resize((w, h), Image.Resampling.LANCZOS))
+            gen = _resize(gen, h, w)
         return np.where(keep[..., None], image, gen).astype(np.uint8)
 
 
-__all__ = ["GuidedBackground", "ClassifierGuide", "Respaced", "space_timesteps", "hf_loss", "hf_complexity",
-           "RESPACING", "STEPS", "RANGE_LAMBDA"]
+__all__ = ["GuidedBackground", "ClassifierGuide", "Respaced", "space_timesteps", "hf_loss",
+           "hf_complexity", "RESPACING", "STEPS", "RANGE_LAMBDA"]
