@@ -252,6 +252,46 @@ def test_shifts_are_skipped_without_a_checkpoint_with_a_hint(monkeypatch):
     assert "does not exist" in missing_resource(get_shift("bg_complexity"))
 
 
+def test_a_configured_checkpoint_that_does_not_load(monkeypatch, tmp_path, tiny_adm):
+    """Not a torch file: refused by the cheap check before any work. A torch file of the
+    wrong architecture: one-line InputError, and the failure is remembered so every later
+    sample fails at once instead of reading the file again."""
+    from robustlab.shifts import get_shift
+    from robustlab.shifts.registry import missing_resource
+    from robustlab.shifts.synth import guided_bg
+
+    (tmp_path / "notes.pt").write_text("not weights")
+    monkeypatch.setenv(ENV_PATH, str(tmp_path / "notes.pt"))
+    assert "not a torch checkpoint file" in missing_resource(get_shift("bg_complexity"))
+    torch.save(tiny_adm.net.state_dict(), tmp_path / "tiny.pt")  # not the 256x256 architecture
+    monkeypatch.setenv(ENV_PATH, str(tmp_path / "tiny.pt"))
+    assert missing_resource(get_shift("bg_complexity")) is None
+    monkeypatch.setattr(guided_bg, "_FAILED", {})
+    with pytest.raises(InputError, match="keys do not fit") as first:
+        guided_bg.get_bg_diffusion(device="cpu")
+    (tmp_path / "tiny.pt").unlink()  # a second call does not read the file again
+    with pytest.raises(InputError) as second:
+        guided_bg.get_bg_diffusion(device="cpu")
+    assert second.value is first.value
+
+
+def test_resuming_with_another_diffusion_checkpoint_is_refused(tmp_path):
+    """bg_complexity's images in one run must come from one checkpoint (as ai_bg's)."""
+    from robustlab.errors import InputChangedError
+    from robustlab.evaluate import _check_same_resources
+    from robustlab.store import RunRecord, Store
+
+    store = Store(tmp_path / "r.duckdb")
+    store.start_run(RunRecord(run_id="r1", model_spec="lite0",
+                              config={"bg_diffusion": {"path": "/a.pt", "fingerprint": "aaaa"}}))
+    _check_same_resources(store, RunRecord(run_id="r1", model_spec="lite0", config={
+        "bg_diffusion": {"path": "/copy.pt", "fingerprint": "aaaa"}}))
+    with pytest.raises(InputChangedError, match=r"bg_complexity/bg_complexity_adv images drawn "
+                                                r"by the bg_diffusion /a.pt \(fingerprint aaaa\)"):
+        _check_same_resources(store, RunRecord(run_id="r1", model_spec="lite0", config={
+            "bg_diffusion": {"path": "/b.pt", "fingerprint": "bbbb"}}))
+
+
 def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     """``robustlab generate`` draws bg_complexity with the configured model (here a tiny
     diffusers UNet) and names it in the manifest; evaluating the folder records that one."""

@@ -385,7 +385,8 @@ def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *,
     try:
         sd = torch.load(str(p), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - truncated file, not a torch file, pickled code
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        first = text.splitlines()[0].split(". ")[0] if text else type(exc).__name__
         raise InputError(f"cannot read {p} as a torch state dict: {first}") from None
     if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
         sd = sd["state_dict"]

@@ -44,6 +44,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from robustlab.errors import RobustlabError
 from robustlab.seeding import randint
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.scenes._common import check_image, check_mask
@@ -80,6 +81,7 @@ BG_COMPLEXITY_ADV = {
 # --------------------------------------------------------------------------- configuration
 _CACHE: dict[tuple, GuidedBackground] = {}
 _ADV: dict[tuple, ClassifierGuide] = {}
+_FAILED: dict[tuple, Exception] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -87,6 +89,12 @@ def _problem(path) -> str | None:
     """Why ``path`` cannot be a checkpoint (cheap: no weights read), or None."""
     p = Path(path).expanduser()
     if p.is_file():
+        with open(p, "rb") as f:
+            head = f.read(4)
+        # torch.save writes a zip archive (or, before torch 1.6, a pickle): anything else
+        # (a text file, an image, safetensors) is refused here, before any worker starts.
+        if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":
+            return f"{p} is not a torch checkpoint file (neither a zip archive nor a pickle)"
         return None
     if p.is_dir():
         from robustlab.errors import InputError
@@ -127,8 +135,14 @@ def get_bg_diffusion(path=None, *, device: str | None = None,
     root, device, dtype = _settings(path, device, dtype)
     key = (str(root), device, dtype)
     with _CACHE_LOCK:
+        if key in _FAILED:  # a checkpoint that does not load fails every sample at once
+            raise _FAILED[key]
         if key not in _CACHE:
-            _CACHE[key] = GuidedBackground(load_denoiser(root), device=device, dtype=dtype)
+            try:
+                _CACHE[key] = GuidedBackground(load_denoiser(root), device=device, dtype=dtype)
+            except RobustlabError as exc:
+                _FAILED[key] = exc
+                raise
         return _CACHE[key]
 
 
