@@ -306,19 +306,19 @@ def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, mon
 
 def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
     """A run's ai_bg images must all come from one checkpoint (it is not in the run id)."""
-    from robustlab.evaluate import _check_same_inpainter
+    from robustlab.evaluate import _check_same_resources
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
     first = RunRecord(run_id="r1", model_spec="lite0",
                       config={"inpainter": {"path": "/ckpt/a", "fingerprint": "aaaa"}})
-    _check_same_inpainter(store, first)  # no database yet: nothing to compare
+    _check_same_resources(store, first)  # no database yet: nothing to compare
     store.start_run(first)
     same = RunRecord(run_id="r1", model_spec="lite0",
                      config={"inpainter": {"path": "/ckpt/a-copy", "fingerprint": "aaaa"}})
-    _check_same_inpainter(store, same)
+    _check_same_resources(store, same)
     other = RunRecord(run_id="r1", model_spec="lite0",
                       config={"inpainter": {"path": "/ckpt/b", "fingerprint": "bbbb"}})
     with pytest.raises(ValueError, match=r"already holds ai_bg images drawn by the inpainter /ckpt/a \(fingerprint aaaa\).*/ckpt/b \(bbbb\)"):
-        _check_same_inpainter(store, other)
-    _check_same_inpainter(store, RunRecord(run_id="r2", model_spec="lite0", config=other.config))
+        _check_same_resources(store, other)
+    _check_same_resources(store, RunRecord(run_id="r2", model_spec="lite0", config=other.config))

@@ -156,7 +156,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         as_dict, data_fingerprint, input_parts, model_precision, run_id, versions,
     )
     from robustlab.run.tasks import CellImages
-    from robustlab.shifts.registry import get_shift
+    from robustlab.shifts.registry import describe_resources, described_resources, get_shift
 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                              or not 0 <= seed < 2**63):
@@ -261,15 +261,15 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         # loops, bad names): the runner adds them to the run's skip record.
         skipped=[list(x) for x in getattr(samples, "skipped", [])],
     )
-    if any("inpainter" in sh.needs for sh in shift_objs):
-        # ai_bg's pixels depend on the checkpoint: on the fly the configured one draws them,
-        # from a generated folder the one its manifest names.
-        if manifest is not None:
-            record.config["inpainter"] = manifest.get("inpainter")
-        else:
-            from robustlab.shifts.synth.inpaint import describe_inpainter
-
-            record.config["inpainter"] = describe_inpainter()
+    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model)
+    # depend on its checkpoint: on the fly the configured one draws them (described here),
+    # from a generated folder the one its manifest names.
+    if manifest is not None:
+        for key in described_resources():
+            if any(key in sh.needs for sh in shift_objs):
+                record.config[key] = manifest.get(key)
+    else:
+        record.config.update(describe_resources(shift_objs))
     from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
 
     if any(needs_hole_fill(sh) for sh in shift_objs):
@@ -404,7 +404,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
     if options.batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {options.batch_size}")
     store = Store(db)
-    _check_same_inpainter(store, plan["record"])
+    _check_same_resources(store, plan["record"])
     _check_same_fill(store, plan["record"])
     note_earlier_runs(store, plan["record"])
     summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
@@ -458,26 +458,34 @@ def note_earlier_runs(store: Store, record) -> str | None:
     return None
 
 
-def _check_same_inpainter(store: Store, record) -> None:
-    """Refuse to resume a run whose ai_bg images came from another inpainting checkpoint.
+def _check_same_resources(store: Store, record) -> None:
+    """Refuse to resume a run whose images came from another checkpoint of a configured tool.
 
-    The checkpoint is not part of the run id (a run may gain ai_bg cells later), so without
-    this check a rerun with a different ``ROBUSTLAB_INPAINTER`` would mix two models'
+    The checkpoint (ai_bg's inpainter, bg_complexity's diffusion model) is not part of the
+    run id (a run may gain such cells later), so without this check a rerun with a
+    different ``ROBUSTLAB_INPAINTER`` or ``ROBUSTLAB_BG_DIFFUSION`` would mix two models'
     images in one run.
     """
-    new = (record.config.get("inpainter") or {}).get("fingerprint")
-    if not new or not store.exists():
-        return
-    old_run = store.get_run(record.run_id)
-    old = ((old_run or {}).get("config") or {}).get("inpainter") or {}
-    if old.get("fingerprint") and old["fingerprint"] != new:
-        from robustlab.errors import InputChangedError
+    from robustlab.errors import InputChangedError
+    from robustlab.shifts.registry import described_resources, list_shifts
 
-        raise InputChangedError(
-            f"run {record.run_id} already holds ai_bg images drawn by the inpainter "
-            f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
-            f"{record.config['inpainter'].get('path')} ({new})",
-            hint="use another --db or --seed, or configure the first checkpoint again")
+    if not store.exists():
+        return
+    old_config = None
+    for key in described_resources():
+        new = (record.config.get(key) or {}).get("fingerprint")
+        if not new:
+            continue
+        if old_config is None:
+            old_config = (store.get_run(record.run_id) or {}).get("config") or {}
+        old = old_config.get(key) or {}
+        if old.get("fingerprint") and old["fingerprint"] != new:
+            shifts = "/".join(s.name for s in list_shifts() if key in s.needs)
+            raise InputChangedError(
+                f"run {record.run_id} already holds {shifts} images drawn by the {key} "
+                f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
+                f"{record.config[key].get('path')} ({new})",
+                hint="use another --db or --seed, or configure the first checkpoint again")
 
 
 def _check_same_fill(store: Store, record) -> None:

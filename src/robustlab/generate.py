@@ -54,7 +54,9 @@ from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
 from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
-from robustlab.shifts.registry import available_shifts, get_shift, list_shifts
+from robustlab.shifts.registry import (
+    available_shifts, describe_resources, described_resources, get_shift, list_shifts,
+)
 from robustlab.suites import Protocol, Suite, get_suite
 
 log = logging.getLogger(__name__)
@@ -478,11 +480,9 @@ def generate(
             unique.append(s)
     samples = unique
 
-    inpainter = None
-    if "inpainter" in needs:  # ai_bg's pixels depend on the checkpoint: say which one
-        from robustlab.shifts.synth.inpaint import describe_inpainter
-
-        inpainter = describe_inpainter()
+    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model)
+    # depend on its checkpoint: each such cell's identity names the checkpoint.
+    resources = describe_resources(shift_objs.values())
     hole_fill = None
     if any(needs_hole_fill(s) for s in shift_objs.values()):
         # The edits' backgrounds depend on the fill backend: record it per cell, so a
@@ -493,8 +493,9 @@ def generate(
         rec = {"shift": n, "level": lv, "family": shift_objs[n].family,
                "deterministic": shift_objs[n].deterministic,
                "params": _jsonable(shift_objs[n].params[lv])}
-        if "inpainter" in shift_objs[n].needs:
-            rec["inpainter"] = (inpainter or {}).get("fingerprint")
+        for key, described in resources.items():
+            if key in shift_objs[n].needs:
+                rec[key] = (described or {}).get("fingerprint")
         if hole_fill is not None and needs_hole_fill(shift_objs[n]):
             rec["hole_fill"] = f"{hole_fill.get('backend')} {hole_fill.get('fingerprint')}"
         cell_records[f"{n}/{lv}"] = rec
@@ -521,8 +522,7 @@ def generate(
     run_record = {"id": uuid.uuid4().hex[:12], "started_at": _now(), **this_process(),
                   "workers": 0, "status": "running", "shifts": names, "levels": level_list,
                   "limit": limit}
-    if inpainter is not None:
-        run_record["inpainter"] = inpainter
+    run_record.update(resources)
     if hole_fill is not None:
         run_record["hole_fill"] = hole_fill
     result = GenerateResult(out_root, manifest_path, len(samples), len(cells),
@@ -774,8 +774,9 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, r
         "created_at": prev.get("created_at", run_record["started_at"]),
         "updated_at": _now(),
         "runs": runs,
-        # The checkpoint of the latest run that drew ai_bg cells (None: never drawn here).
-        "inpainter": run_record.get("inpainter") or prev.get("inpainter"),
+        # The checkpoint of each configured tool (ai_bg's inpainter, bg_complexity's
+        # diffusion model) of the latest run that drew its cells (None: never drawn here).
+        **{key: run_record.get(key) or prev.get(key) for key in described_resources()},
         # id -> [class, image BLAKE2b, mask BLAKE2b]: a rerun refuses changed sources.
         "samples": dict(sorted(content.items())),
         # The hole-fill backend of the attribute edits (None: no edit drawn here).

@@ -111,12 +111,14 @@ def identity_changes(prev: dict, new: dict) -> list[str]:
             continue
         if now["params"] != c.get("params"):
             out.append(f"parameters of {key} {_short(c.get('params'))} -> {_short(now['params'])}")
-        old_inp, new_inp = c.get("inpainter"), now.get("inpainter")
-        if old_inp and new_inp and old_inp != new_inp:
-            out.append(f"inpainter of {key} {old_inp} -> {new_inp}")
-        old_fill, new_fill = c.get("hole_fill"), now.get("hole_fill")
-        if old_fill and new_fill and old_fill != new_fill:
-            out.append(f"hole-fill backend of {key} {old_fill} -> {new_fill}")
+        # Checkpoints of configured tools and the hole-fill backend, recorded per cell.
+        from robustlab.shifts.registry import described_resources
+
+        for field in (*described_resources(), "hole_fill"):
+            was, now_value = c.get(field), now.get(field)
+            if was and now_value and was != now_value:
+                what = "hole-fill backend" if field == "hole_fill" else field
+                out.append(f"{what} of {key} {was} -> {now_value}")
         if c.get("donors") and now.get("donors") and c["donors"] != now["donors"]:
             out.append(f"donor pool of {key} (images added, removed or changed)")
     out.extend(_content_changes(prev, new))

@@ -383,6 +383,9 @@ def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
     """
     sh = resolve_shift(shift)
     ctx: dict[str, Any] = {}
+    # The sample's class, for shifts guided by a classifier (ImageNet-E's adversarial level).
+    if getattr(sample, "class_name", None) is not None:
+        ctx["class_name"] = sample.class_name
     if prepared.mask is not None:
         ctx["mask"] = prepared.mask
     if prepared.bbox is not None:

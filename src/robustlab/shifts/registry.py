@@ -122,19 +122,37 @@ class Resource:
         key: The ``ctx`` key, e.g. ``"inpainter"``.
         check: ``() -> None`` when configured, else a one-line hint on how to configure it.
         load: ``() -> value`` put into ``ctx[key]``.
+        describe: ``() -> dict`` naming the configured tool (path, ``fingerprint``...)
+            without loading it; recorded in runs and manifests, because the pixels a
+            shift draws depend on it. None: nothing to record.
     """
 
     key: str
     check: Callable[[], str | None]
     load: Callable[[], Any]
+    describe: Callable[[], dict] | None = None
 
 
 _RESOURCES: dict[str, Resource] = {}
 
 
-def register_resource(key: str, *, check: Callable[[], str | None], load: Callable[[], Any]) -> None:
-    """Declare how the context key ``key`` is checked and filled from configuration."""
-    _RESOURCES[key] = Resource(key, check, load)
+def register_resource(key: str, *, check: Callable[[], str | None], load: Callable[[], Any],
+                      describe: Callable[[], dict] | None = None) -> None:
+    """Declare how the context key ``key`` is checked, filled and described from configuration."""
+    _RESOURCES[key] = Resource(key, check, load, describe)
+
+
+def described_resources() -> list[str]:
+    """Keys of the resources that describe themselves (recorded with runs and manifests)."""
+    _ensure_loaded()
+    return [k for k, r in _RESOURCES.items() if r.describe is not None]
+
+
+def describe_resources(shifts: Iterable[Shift]) -> dict[str, dict]:
+    """``{key: description}`` of the self-describing resources ``shifts`` need."""
+    _ensure_loaded()
+    keys = sorted({k for sh in shifts for k in sh.needs if k in _RESOURCES})
+    return {k: _RESOURCES[k].describe() for k in keys if _RESOURCES[k].describe is not None}
 
 
 def needs_resource(shift: Shift) -> bool:

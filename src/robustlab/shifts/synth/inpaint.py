@@ -274,7 +274,7 @@ def _check() -> str | None:
     return f"{ENV_PATH}={path}: {problem}" if problem else None
 
 
-register_resource("inpainter", check=_check, load=get_inpainter)
+register_resource("inpainter", check=_check, load=get_inpainter, describe=describe_inpainter)
 
 
 @register_shift("ai_bg", family="background", params=AI_BG, needs=("mask", "inpainter"),
