@@ -22,12 +22,14 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def surrogate_curve(correct: np.ndarray, heldout: np.ndarray, *, k_of_n: str = "all") -> list[dict]:
+def surrogate_curve(correct: np.ndarray, heldout: np.ndarray | None, *,
+                    k_of_n: str = "all") -> list[dict]:
     """Kept fraction and held-out accuracy on the kept set for n = 1..M surrogates.
 
     Args:
         correct: Bool (N candidates, M surrogates): surrogate j right on candidate i.
-        heldout: Bool (N,): the held-out model right on candidate i.
+        heldout: Bool (N,): the held-out model right on candidate i (None: kept fractions
+            only, the accuracies are NaN).
         k_of_n: ``"all"`` (keep when all n are wrong) or ``"majority"`` (more than half).
 
     Returns:
@@ -36,7 +38,8 @@ def surrogate_curve(correct: np.ndarray, heldout: np.ndarray, *, k_of_n: str = "
         NaN if none), heldout_acc_all (the held-out model on every candidate).
     """
     correct = np.asarray(correct, bool)
-    heldout = np.asarray(heldout, bool)
+    no_heldout = heldout is None
+    heldout = np.zeros(correct.shape[0], bool) if no_heldout else np.asarray(heldout, bool)
     if correct.ndim != 2 or correct.shape[0] != heldout.shape[0]:
         raise ValueError("correct must be (N, M) and heldout (N,)")
     m = correct.shape[1]
@@ -49,12 +52,12 @@ def surrogate_curve(correct: np.ndarray, heldout: np.ndarray, *, k_of_n: str = "
             kept = wrong >= need
             fracs.append(kept.mean())
             counts.append(kept.sum())
-            if kept.any():
+            if kept.any() and not no_heldout:
                 accs.append(heldout[kept].mean())
         rows.append({"n": n, "subsets": len(fracs), "kept_fraction": float(np.mean(fracs)),
                      "kept": float(np.mean(counts)),
                      "heldout_acc": float(np.mean(accs)) if accs else float("nan"),
-                     "heldout_acc_all": float(heldout.mean())})
+                     "heldout_acc_all": float("nan") if no_heldout else float(heldout.mean())})
     return rows
 
 
@@ -112,4 +115,24 @@ def leave_one_out(correct: np.ndarray, names: Sequence[str], *, draws: int = 200
     return out
 
 
-__all__ = ["surrogate_curve", "transfer", "leave_one_out"]
+def stored_correctness(store, run_ids: Sequence[str], names: Sequence[str], *,
+                       include_clean: bool = False):
+    """(candidate table, bool matrix candidates x models) from stored runs of the models.
+
+    Several run ids per model (a list of lists) are stacked, so one pool can come from
+    several folders (say an ImageNet-C folder and a background-scenario folder).
+    """
+    import pandas as pd
+
+    from robustlab.mine.core import candidate_table
+
+    groups = [list(r) if isinstance(r, (list, tuple)) else [r] for r in run_ids]
+    tables = []
+    for part in zip(*groups):
+        t, _ = candidate_table(store, list(part), list(names), include_clean=include_clean)
+        tables.append(t)
+    table = pd.concat(tables, ignore_index=True)
+    return table, np.stack([table[f"{n}_correct"].to_numpy(bool) for n in names], axis=1)
+
+
+__all__ = ["surrogate_curve", "transfer", "leave_one_out", "stored_correctness"]
