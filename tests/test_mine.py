@@ -123,6 +123,15 @@ def test_cli_copies_clean_photos(pool, capsys):
     assert json.loads((out / "mining.json").read_text())["copy"] is True
 
 
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    for argv, expected in ((["--data", str(tmp_path / "nope")], "does not exist"),
+                           (["--data", str(tmp_path), "--k", "4"], "k must be an integer from 1 to"),
+                           (["--data", str(tmp_path), "--surrogates", "lite0,lite0"], "listed twice")):
+        code = main(["mine", "--db", str(tmp_path / "r.duckdb"), *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and expected in err and "\n" not in err, err
+
+
 # ----------------------------------------------------------------------------- claim statistics
 def test_surrogate_curve_on_a_constructed_matrix():
     # 4 candidates x 2 surrogates; held-out is wrong exactly where both surrogates are.

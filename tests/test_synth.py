@@ -20,6 +20,7 @@ from PIL import Image
 
 from robustlab.cli import main
 from robustlab.data.labels import get_label_space
+from robustlab.data.sources import discover
 from robustlab.errors import InputChangedError, InputError, MissingResourceError
 from robustlab.seeding import derive_seed
 from robustlab.synth.backend import TextToImage
@@ -138,6 +139,10 @@ def test_synth_writes_the_layout_manifest_and_resumes(tmp_path, checkpoint, back
     assert int(r["seed"]) == derive_seed(3, "banana", "synth/texture/dotted", 1)
     with open(out / "labels.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 16
+    # The folder is an evaluate/mine input: labels.csv gives every image its class folder.
+    samples = discover(out)
+    assert len(samples) == 16 and {s.class_name for s in samples} == {"backpack", "banana"}
+    assert all(get_label_space("imagenet-d").index_of(s.class_name) in (1, 2) for s in samples)
 
     # Same image from a batch of one as from a batch of three (one generator per image).
     one = backend([r["prompt"]], [int(r["seed"])], **TINY)[0]
