@@ -15,11 +15,11 @@ import sys
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
 COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment",
-            "review"]
+            "synth", "mine", "review"]
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
-RESUMABLE = {"evaluate", "generate", "train", "segment"}
+RESUMABLE = {"evaluate", "generate", "train", "segment", "synth", "mine"}
 
 
 class UserError(Exception):

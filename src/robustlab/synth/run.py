@@ -1,0 +1,386 @@
+"""``robustlab synth``: draw the prompt grid with a diffusion model into the ImageNet-D layout.
+
+Output: ``<out>/<subset>/<class folder>/<nuisance>_<k>.png`` (ImageNet-D's published
+``<subset>/<class>/<id>.png``), plus
+
+- ``<out>/manifest.json``: the identity of the images (checkpoint fingerprint, pipeline,
+  sampler, steps, guidance, size, seed, templates, label space), the vocabularies, counts,
+  failures with reasons and every run's record (device, dtype, batch size). It is written
+  *before* the first image, so a folder never holds images whose making is unrecorded;
+- ``<out>/prompts.csv``: every image of the grid with its prompt and seed;
+- ``<out>/labels.csv``: the images that exist, with their class folder (``file,class,...``),
+  so ``robustlab evaluate`` / ``robustlab mine`` read the whole tree at once.
+
+Like ``generate``, images are written atomically (hidden temp file + rename) and a rerun
+skips the ones that exist, so a killed run (even ``kill -9``) resumes without a broken or
+duplicated file. A rerun whose identity differs from the folder's is refused
+(:class:`~robustlab.errors.InputChangedError` naming what changed); a rerun may add classes,
+nuisances or images per pair. A prompt the model fails on is a counted, recorded skip.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from robustlab.errors import InputChangedError, InputError
+from robustlab.generate import (
+    _jsonable, _load_manifest, _now, atomic_write, library_versions, remove_temp_files,
+)
+from robustlab.synth.backend import SCHEDULERS, TextToImage, describe_checkpoint
+from robustlab.synth.prompts import (
+    VOCABULARIES, PromptItem, build_grid, load_templates, load_vocabulary, select_classes,
+)
+
+log = logging.getLogger(__name__)
+
+FORMAT = "robustlab-synth/1"
+MANIFEST = "manifest.json"
+PROMPTS = "prompts.csv"
+LABELS = "labels.csv"
+PROMPT_COLUMNS = ("file", "class", "subset", "nuisance", "k", "prompt", "seed")
+
+
+@dataclass
+class SynthResult:
+    """What a ``synth`` call did (the manifest holds the full record).
+
+    Attributes:
+        out: Output folder.
+        planned: Images in the grid asked for.
+        written: Images written by this call.
+        existing: Images found finished and left untouched.
+        failures: ``(file, reason)`` of images the model failed on (counted skips).
+        seconds: Wall time.
+        backend: The pipeline's record, when one was loaded.
+    """
+
+    out: Path
+    planned: int
+    written: int = 0
+    existing: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    backend: dict[str, Any] | None = None
+
+
+def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence[str] | None = None,
+          nuisances: Sequence[str] = VOCABULARIES, per_pair: int = 1, seed: int = 0,
+          steps: int = 30, guidance_scale: float = 7.5, height: int = 512, width: int = 512,
+          negative_prompt: str = "", templates=None, sampler: str | None = None,
+          max_nuisances: int | None = None, limit: int | None = None,
+          batch_size: int | None = None, device: str | None = None, dtype: str | None = None,
+          backend: TextToImage | None = None, progress: bool = False) -> SynthResult:
+    """Synthesise every image of the prompt grid that ``out`` does not hold yet.
+
+    Args:
+        out: Output folder; rerunning with the same identity resumes.
+        checkpoint: Local diffusers text-to-image folder (``save_pretrained`` layout).
+        label_space: Label space whose classes are drawn (name or CSV).
+        classes: Only these classes (folder, name or index); default all.
+        nuisances: Built-in vocabularies (``background``, ``texture``, ``material``) and/or
+            CSV files with a ``name`` column (subset = file stem).
+        per_pair: Images per (class, nuisance) pair.
+        seed: Global seed of the seed rule.
+        steps, guidance_scale, height, width, negative_prompt: Diffusion settings.
+        templates: Mapping or CSV (``subset,template``) replacing the default templates.
+        sampler: A key of :data:`robustlab.synth.backend.SCHEDULERS`; None keeps the
+            checkpoint's scheduler.
+        max_nuisances: Only the first N names of each vocabulary.
+        limit: Only the first N images of the grid (in grid order).
+        batch_size: Prompts per pipeline call (default 8 on a GPU, 1 on the CPU).
+        device, dtype: Where and how the pipeline runs (see :class:`TextToImage`).
+        backend: An already loaded :class:`TextToImage` for ``checkpoint``.
+        progress: A tqdm bar on stderr.
+
+    Raises:
+        InputError: bad arguments, unknown class, vocabulary without a name column.
+        InputChangedError: ``out`` was made with another identity.
+        MissingResourceError: the checkpoint folder or a vocabulary file is missing.
+    """
+    started = time.perf_counter()
+    from robustlab.data.labels import get_label_space
+
+    for name, value, low in (("seed", seed, 0), ("steps", steps, 1), ("per_pair", per_pair, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
+    if limit is not None and int(limit) < 1:
+        raise InputError(f"limit must be at least 1, got {limit}")
+    if sampler is not None and sampler not in SCHEDULERS:
+        raise InputError(f"unknown sampler {sampler!r}; use one of {', '.join(SCHEDULERS)}")
+    for side in (height, width):
+        if int(side) < 8 or int(side) % 8:
+            raise InputError(f"image size {side} must be a positive multiple of 8")
+    try:
+        space = get_label_space(label_space)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    class_ids = select_classes(space, classes)
+    vocabs = [load_vocabulary(v) for v in nuisances]
+    if not vocabs:
+        raise InputError("no nuisance vocabulary given")
+    template_map = load_templates(templates)
+    grid = build_grid(space, vocabs, classes=class_ids, per_pair=int(per_pair), seed=int(seed),
+                      templates=template_map, max_nuisances=max_nuisances)
+    if limit is not None:
+        grid = grid[: int(limit)]
+    ckpt = backend.describe() if backend is not None else describe_checkpoint(checkpoint)
+    identity = {
+        "checkpoint_fingerprint": ckpt["fingerprint"],
+        "pipeline": ckpt["pipeline"],
+        "sampler": SCHEDULERS[sampler] if sampler else ckpt["scheduler"],
+        "steps": int(steps),
+        "guidance_scale": float(guidance_scale),
+        "height": int(height),
+        "width": int(width),
+        "negative_prompt": negative_prompt,
+        "seed": int(seed),
+        "templates": {v.subset: template_map.get(v.subset) or template_map.get("*") for v in vocabs},
+        "label_space": space.name,
+    }
+
+    out_root = Path(out).expanduser()
+    manifest_path = out_root / MANIFEST
+    prev = _load_manifest(manifest_path)
+    if prev is not None:
+        _check_identity(prev, identity, manifest_path)
+    rows = _merge_prompts(out_root / PROMPTS, grid)
+    out_root.mkdir(parents=True, exist_ok=True)
+    run_record = {"started_at": _now(), "status": "running", "planned": len(grid),
+                  "classes": len(class_ids), "subsets": [v.subset for v in vocabs],
+                  "per_pair": int(per_pair), "max_nuisances": max_nuisances, "limit": limit}
+    manifest = _manifest(prev, identity, ckpt, vocabs, template_map, rows, run_record)
+    # The record goes down before any image, so no image is ever of unknown making.
+    _write_prompts(out_root / PROMPTS, rows)
+    _write_json(manifest_path, manifest)
+    removed = remove_temp_files(out_root, [v.subset for v in vocabs])
+    if removed:
+        log.info("removed %d temp files left by an interrupted run", removed)
+
+    result = SynthResult(out_root, len(grid))
+    todo = []
+    for item in grid:
+        if (out_root / item.file).is_file():
+            result.existing += 1
+        else:
+            todo.append(item)
+    status = "interrupted"
+    try:
+        if todo:
+            if backend is None:
+                backend = TextToImage(checkpoint, device=device, dtype=dtype, scheduler=sampler)
+            result.backend = backend.describe()
+            run_record.update(device=backend.device, dtype=backend.dtype)
+            batch = int(batch_size or (8 if backend.device.startswith("cuda") else 1))
+            if batch < 1:
+                raise InputError(f"batch size must be at least 1, got {batch}")
+            run_record["batch_size"] = batch
+            log.info("synthesising %d images (%d already there) into %s", len(todo),
+                     result.existing, out_root)
+            _draw(backend, todo, batch, out_root, result, progress,
+                  dict(steps=int(steps), guidance_scale=float(guidance_scale), height=int(height),
+                       width=int(width), negative_prompt=negative_prompt))
+        status = "complete"
+    finally:
+        result.seconds = time.perf_counter() - started
+        run_record.update(finished_at=_now(), status=status, seconds=round(result.seconds, 3),
+                          written=result.written, existing=result.existing,
+                          failed=len(result.failures))
+        if result.backend:
+            run_record["backend"] = _jsonable(result.backend)
+        manifest = _finish_manifest(manifest, result, run_record, grid)
+        _write_json(manifest_path, manifest)
+        _write_labels(out_root, rows)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _draw(backend: TextToImage, todo: list[PromptItem], batch: int, out_root: Path,
+          result: SynthResult, progress: bool, settings: dict) -> None:
+    """Run the pipeline batch by batch; a failing batch is retried prompt by prompt."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), unit="img", desc="synth", dynamic_ncols=True)
+    try:
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            for item, image in _generate(backend, chunk, settings):
+                if isinstance(image, str):
+                    result.failures.append((item.file, image))
+                    log.warning("skipped %s: %s", item.file, image)
+                else:
+                    atomic_write(out_root / item.file, _png(image))
+                    result.written += 1
+            if bar is not None:
+                bar.update(len(chunk))
+                bar.set_postfix(written=result.written, failed=len(result.failures), refresh=False)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _generate(backend: TextToImage, chunk: list[PromptItem], settings: dict):
+    """(item, image or reason) per item; one item's failure never costs the others."""
+    try:
+        images = backend([i.prompt for i in chunk], [i.seed for i in chunk], **settings)
+        return list(zip(chunk, images))
+    except (KeyboardInterrupt, InputError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the model failing on a prompt is a counted skip
+        if len(chunk) > 1:
+            log.warning("a batch of %d failed (%s); retrying one prompt at a time", len(chunk),
+                        _one_line(exc))
+            return [pair for item in chunk for pair in _generate(backend, [item], settings)]
+        return [(chunk[0], f"the pipeline failed: {_one_line(exc)}")]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _png(image) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(image, "RGB").save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _check_identity(prev: dict, identity: dict, path: Path) -> None:
+    """Refuse to add images made another way to a folder; say which settings differ."""
+    if prev.get("format") != FORMAT:
+        raise InputChangedError(f"{path} is not a robustlab synth manifest ({prev.get('format')!r})",
+                                hint="use a new --out folder")
+    old = prev.get("identity") or {}
+    changed = []
+    for key, value in identity.items():
+        if key == "templates":
+            before = old.get(key) or {}
+            changed += [f"template of {s} ({before[s]!r} -> {t!r})" for s, t in value.items()
+                        if s in before and before[s] != t]
+        elif key in old and old[key] != value:
+            changed.append(f"{key} ({old[key]!r} -> {value!r})")
+    if changed:
+        raise InputChangedError(f"{path.parent} was synthesised with other settings: "
+                                + "; ".join(changed),
+                                hint="use a new --out folder to synthesise with other settings")
+
+
+def _merge_prompts(path: Path, grid: list[PromptItem]) -> dict[str, dict]:
+    """The previous runs' prompts.csv rows (keyed by file) updated with this grid."""
+    rows: dict[str, dict] = {}
+    if path.is_file():
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                rows = {r["file"]: r for r in csv.DictReader(fh)}
+        except (OSError, csv.Error, KeyError) as exc:
+            raise InputError(f"cannot read {path}: {exc}", hint="move it away to start over") from None
+    for item in grid:
+        rows[item.file] = {"file": item.file, "class": item.class_folder, "subset": item.subset,
+                           "nuisance": item.nuisance, "k": str(item.k), "prompt": item.prompt,
+                           "seed": str(item.seed)}
+    return dict(sorted(rows.items()))
+
+
+def _csv_bytes(rows, columns) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def _write_prompts(path: Path, rows: dict[str, dict]) -> None:
+    atomic_write(path, _csv_bytes(rows.values(), PROMPT_COLUMNS))
+
+
+def _write_labels(out_root: Path, rows: dict[str, dict]) -> None:
+    """labels.csv of the images that exist (a CSV listing missing files would make every
+    reader report them)."""
+    present = [r for f, r in rows.items() if (out_root / f).is_file()]
+    atomic_write(out_root / LABELS, _csv_bytes(present, PROMPT_COLUMNS))
+
+
+def _write_json(path: Path, data: dict) -> None:
+    import json
+
+    atomic_write(path, (json.dumps(_jsonable(data), indent=2) + "\n").encode())
+
+
+def _manifest(prev, identity, ckpt, vocabs, templates, rows, run_record) -> dict:
+    prev = prev or {}
+    vocab_records = {v["subset"]: v for v in prev.get("vocabularies", [])}
+    vocab_records.update({v.subset: {"subset": v.subset, "source": v.source, "n": len(v.names)}
+                          for v in vocabs})
+    return {
+        "format": FORMAT,
+        "identity": identity,
+        "checkpoint": {k: ckpt.get(k) for k in ("path", "fingerprint", "pipeline", "scheduler")},
+        "versions": {**library_versions(), **_ml_versions()},
+        "seed_rule": "derive_seed(seed, class_folder, 'synth/<subset>/<nuisance>', k) -> torch CPU generator",
+        "layout": "<out>/<subset>/<class folder>/<nuisance>_<k>.png",
+        "prompts_file": PROMPTS,
+        "labels_file": LABELS,
+        "templates": templates,
+        "vocabularies": sorted(vocab_records.values(), key=lambda v: v["subset"]),
+        "grid_size": len(rows),
+        "counts": (prev.get("counts") or {}),
+        "failures": prev.get("failures", []),
+        "created_at": prev.get("created_at", run_record["started_at"]),
+        "updated_at": _now(),
+        "runs": list(prev.get("runs", [])) + [run_record],
+    }
+
+
+def _finish_manifest(manifest: dict, result: SynthResult, run_record: dict,
+                     grid: list[PromptItem]) -> dict:
+    """This run's outcome merged in: a failure retried now either failed again or exists."""
+    considered = {i.file for i in grid}
+    failures = {d["file"]: d["reason"] for d in manifest.get("failures", [])
+                if d.get("file") not in considered}
+    failures.update(dict(result.failures))
+    counts = dict(manifest.get("counts") or {})
+    manifest = dict(manifest)
+    manifest["runs"] = manifest["runs"][:-1] + [run_record]
+    manifest["failures"] = [{"file": f, "reason": r} for f, r in sorted(failures.items())]
+    manifest["counts"] = {
+        "written": int(counts.get("written", 0)) + result.written,
+        "written_this_run": result.written,
+        "existing": result.existing,
+        "failed": len(failures),
+        "planned_this_run": result.planned,
+    }
+    manifest["updated_at"] = _now()
+    return manifest
+
+
+def _ml_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for dist in ("torch", "diffusers", "transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def result_summary(result: SynthResult) -> dict[str, Any]:
+    """A JSON-able summary (what the CLI prints)."""
+    d = asdict(result)
+    d["out"] = str(result.out)
+    d["failed"] = len(result.failures)
+    return d
+
+
+__all__ = ["synth", "SynthResult", "FORMAT", "MANIFEST", "PROMPTS", "LABELS", "result_summary"]

@@ -1,0 +1,158 @@
+"""robustlab mine: real surrogates (the bundled EfficientNet-Lite models) evaluated on real
+photos (the demo set, shipped inside scikit-image/matplotlib) and on their ImageNet-C
+corruptions; the k-of-n rule checked against the label space's id sets; the hard subset,
+its CSVs and the database record; and the claim statistics on constructed inputs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from robustlab.cli import main
+from robustlab.data.labels import get_label_space
+from robustlab.data.sources import discover
+from robustlab.errors import InputChangedError, InputError
+from robustlab.mine import mine
+from robustlab.mine.analysis import leave_one_out, surrogate_curve, transfer
+from robustlab.store import Store
+from robustlab.store.mining import mined_images, mining_runs
+
+SURROGATES = ("lite0", "lite1", "lite2")
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """The 6 demo photos and their contrast / gaussian-noise severity-5 cells
+    (a generated folder: 12 candidates), mined once with all three surrogates."""
+    from robustlab.demo import materialise
+    from robustlab.generate import generate
+
+    root = tmp_path_factory.mktemp("mine")
+    data, _ = materialise(root / "demo")
+    gen = root / "gen"
+    generate("imagenet-c", data, gen, shifts=["contrast", "gaussian_noise"],
+             levels=[5], workers=1, progress=False)
+    db = root / "r.duckdb"
+    from robustlab.models import load_model
+
+    models = [load_model(s, device="cpu", label_space="demo") for s in SURROGATES]
+    res = mine(gen, surrogates=models, label_space="demo", db=db, out=root / "hard",
+               workers=0, progress=False)
+    return {"root": root, "data": data, "gen": gen, "db": db, "res": res, "models": models}
+
+
+def test_keep_rule_is_all_surrogates_wrong_under_the_label_space(pool):
+    res, db = pool["res"], pool["db"]
+    t = res.table
+    assert len(t) == 12 and set(t["shift"]) == {"contrast", "gaussian_noise"}
+    space = get_label_space("demo")
+    store = Store(db)
+    for spec, rid in zip(SURROGATES, res.run_ids):
+        # The correctness rule recomputed from the top-1 id and the class's ImageNet id set.
+        expect = [int(top) in space.imagenet_ids[int(lab)] for top, lab in zip(t[spec], t["label"])]
+        assert list(t[f"{spec}_correct"]) == expect
+        assert store.get_run(rid)["model_spec"] == spec
+    wrong = sum((~t[f"{s}_correct"]).astype(int) for s in SURROGATES)
+    assert list(t["kept"]) == list(wrong == 3)
+    assert 0 < t["kept"].sum() < 12  # the pool has both shared failures and survivors
+
+
+def test_hard_subset_csv_and_links(pool):
+    res, out = pool["res"], pool["root"] / "hard"
+    kept = res.kept
+    rows = list(csv.DictReader(open(out / "hard.csv")))
+    assert len(rows) == len(kept)
+    for r in rows:
+        link = out / r["file"]
+        assert link.is_symlink() and os.path.realpath(link).startswith(str(pool["gen"].resolve()))
+        assert r["n_wrong"] == "3" and all(r[f"{s}_correct"] == "False" for s in SURROGATES)
+        assert r["lite0_top1_name"]  # a readable ImageNet name
+    # The hard subset is itself an input: labels.csv names every kept image's class.
+    samples = discover(out)
+    assert len(samples) == len(kept)
+    assert {s.class_name for s in samples} <= set(get_label_space("demo").folders)
+
+
+def test_mining_record_in_the_database(pool):
+    res, store = pool["res"], Store(pool["db"])
+    runs = mining_runs(store)
+    row = runs.set_index("mining_id").loc[res.mining_id]
+    assert (row["k"], row["n"], row["n_candidates"], row["n_kept"]) == (3, 3, 12, len(res.kept))
+    assert row["run_ids"] == res.run_ids and row["surrogates"] == list(SURROGATES)
+    imgs = mined_images(store, res.mining_id)
+    assert len(imgs) == len(res.kept)
+    first = res.kept.iloc[0]
+    rec = imgs[(imgs.sample_id == first["sample_id"]) & (imgs["shift"] == first["shift"])].iloc[0]
+    assert list(rec["top1_ids"]) == [int(first[s]) for s in SURROGATES]
+
+
+def test_rerun_resumes_k_of_n_and_a_changed_mining_is_refused(pool):
+    store = Store(pool["db"])
+    n_pred = store.count()
+    models = pool["models"]
+    again = mine(pool["gen"], surrogates=models, label_space="demo", db=pool["db"],
+                 out=pool["root"] / "hard", workers=0, progress=False)
+    assert again.mining_id == pool["res"].mining_id and store.count() == n_pred  # nothing re-predicted
+    one = mine(pool["gen"], surrogates=models, k=1, label_space="demo", db=pool["db"],
+               workers=0, progress=False)
+    assert set(pool["res"].kept.index) <= set(one.kept.index) and one.mining_id != again.mining_id
+    assert len(mining_runs(store)) == 2
+    with pytest.raises(InputChangedError, match="holds the hard subset of mining"):
+        mine(pool["gen"], surrogates=models, k=2, label_space="demo", db=pool["db"],
+             out=pool["root"] / "hard", workers=0, progress=False)
+    with pytest.raises(InputError, match="k must be an integer from 1"):
+        mine(pool["gen"], surrogates=SURROGATES, k=4, db=pool["db"])
+
+
+def test_cli_copies_clean_photos(pool, capsys):
+    out = pool["root"] / "hard-copy"
+    code = main(["mine", "--data", str(pool["data"]), "--label-space", "demo", "--k", "1",
+                 "--surrogates", "lite0", "--db", str(pool["db"]), "--out", str(out), "--copy",
+                 "--workers", "0"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "that at least 1 of 1 surrogates (lite0)" in printed
+    rows = list(csv.DictReader(open(out / "hard.csv")))
+    assert all(r["shift"] == "clean" for r in rows)
+    for r in rows:
+        assert not (out / r["file"]).is_symlink()
+        assert (out / r["file"]).read_bytes() == (pool["data"] / r["sample_id"]).read_bytes()
+    assert json.loads((out / "mining.json").read_text())["copy"] is True
+
+
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    for argv, expected in ((["--data", str(tmp_path / "nope")], "does not exist"),
+                           (["--data", str(tmp_path), "--k", "4"], "k must be an integer from 1 to"),
+                           (["--data", str(tmp_path), "--surrogates", "lite0,lite0"], "listed twice")):
+        code = main(["mine", "--db", str(tmp_path / "r.duckdb"), *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and expected in err and "\n" not in err, err
+
+
+# ----------------------------------------------------------------------------- claim statistics
+def test_surrogate_curve_on_a_constructed_matrix():
+    # 4 candidates x 2 surrogates; held-out is wrong exactly where both surrogates are.
+    correct = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], bool)
+    heldout = np.array([0, 1, 1, 1], bool)
+    rows = surrogate_curve(correct, heldout)
+    assert rows[0]["kept_fraction"] == 0.5 and rows[0]["subsets"] == 2
+    assert rows[0]["heldout_acc"] == 0.5  # {0,1} -> 0.5 ; {0,2} -> 0.5
+    assert rows[1]["kept_fraction"] == 0.25 and rows[1]["heldout_acc"] == 0.0
+    assert rows[1]["heldout_acc_all"] == 0.75
+
+
+def test_transfer_detects_shared_failures_and_not_chance():
+    rng = np.random.default_rng(0)
+    hard = rng.random(400) < 0.3
+    heldout = ~hard | (rng.random(400) < 0.2)  # fails mostly on the hard ones
+    r = transfer(hard, heldout, draws=500, rng=1)
+    assert r["mined_acc"] < r["random_lo"] and r["p_value"] < 0.01
+    unrelated = rng.random(400) < 0.3
+    r2 = transfer(unrelated, heldout, draws=500, rng=1)
+    assert r2["random_lo"] <= r2["mined_acc"] <= r2["random_hi"]
+    loo = leave_one_out(np.stack([~hard, ~hard | (rng.random(400) < 0.5), heldout], 1),
+                        ["a", "b", "c"], draws=200)
+    assert [x["heldout"] for x in loo] == ["a", "b", "c"] and loo[2]["transfer"]["p_value"] < 0.01
