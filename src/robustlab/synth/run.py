@@ -31,8 +31,9 @@ from typing import Any
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.generate import (
-    _jsonable, _load_manifest, _now, atomic_write, library_versions, remove_temp_files,
+    _jsonable, _now, atomic_write, library_versions, remove_temp_files,
 )
+from robustlab.manifest import load_manifest
 from robustlab.synth.backend import SCHEDULERS, TextToImage, describe_checkpoint
 from robustlab.synth.prompts import (
     VOCABULARIES, PromptItem, build_grid, load_templates, load_vocabulary, select_classes,
@@ -147,7 +148,7 @@ def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence
 
     out_root = Path(out).expanduser()
     manifest_path = out_root / MANIFEST
-    prev = _load_manifest(manifest_path)
+    prev = load_manifest(manifest_path)
     if prev is not None:
         _check_identity(prev, identity, manifest_path)
     rows = _merge_prompts(out_root / PROMPTS, grid)
