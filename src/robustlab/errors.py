@@ -11,6 +11,9 @@ Every error carries an optional ``hint``: the next thing to try.
 
 from __future__ import annotations
 
+import errno
+from contextlib import contextmanager
+
 
 class RobustlabError(Exception):
     """Base of every user-facing error; ``hint`` says what to do about it.
@@ -29,6 +32,10 @@ class RobustlabError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self):
+        # Worker processes send errors back pickled; keep the hint on the way.
+        return (self.__class__, (self.message,), {"hint": self.hint})
 
 
 class InputError(RobustlabError, ValueError):
@@ -62,7 +69,57 @@ class EnvironmentProblem(RobustlabError, OSError):
     exit_code = 3
 
 
+# OSError numbers that describe the machine, not robustlab or the request.
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def environment_problem(exc: OSError, doing: str, *, hint: str | None = None) -> Exception:
+    """The :class:`EnvironmentProblem` for an ``OSError`` the machine caused, else ``exc``.
+
+    A full disk, a read-only folder or a missing permission is the user's to fix; any other
+    ``OSError`` (a bad file descriptor, say) is returned unchanged, to surface as a bug.
+
+    Args:
+        exc: The error raised by the operating system.
+        doing: What robustlab was doing, e.g. ``"cannot write manifest.json"``.
+        hint: What to try; a default fits the cause when None.
+    """
+    what = _ENVIRONMENT_ERRNOS.get(getattr(exc, "errno", None))
+    if what is None:
+        return exc
+    if hint is None:
+        hint = ("free disk space or write somewhere else" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "choose a folder you can write to")
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in doing else ""
+    return EnvironmentProblem(f"{doing}: {what}{where}" if doing else f"{what}{where}", hint=hint)
+
+
+@contextmanager
+def environment_errors(doing: str, *, hint: str | None = None):
+    """Turn an ``OSError`` the machine caused inside the block into an EnvironmentProblem.
+
+    Example::
+
+        with environment_errors(f"cannot write {path}"):
+            path.write_bytes(data)
+    """
+    try:
+        yield
+    except OSError as exc:
+        problem = environment_problem(exc, doing, hint=hint)
+        if problem is exc:
+            raise
+        raise problem from exc
+
+
 __all__ = [
     "RobustlabError", "InputError", "InputChangedError", "MissingResourceError",
-    "StoreError", "EnvironmentProblem",
+    "StoreError", "EnvironmentProblem", "environment_problem",
+    "environment_errors",
 ]

@@ -13,13 +13,20 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from robustlab.errors import (
+    EnvironmentProblem,
+    InputError,
+    MissingResourceError,
+    StoreError,
+    environment_problem,
+)
 from robustlab.store.lock import LockTimeout, backoff_delays, file_lock
 from robustlab.store.schema import (
     DDL,
@@ -65,40 +72,100 @@ class Store:
         return self.path.exists()
 
     def require(self) -> None:
-        """Raise a one-line ValueError when there is no database to read."""
+        """Raise a one-line MissingResourceError when there is no database to read."""
         if not self.path.exists():
-            raise ValueError(f"no results database at {self.path}; run `robustlab evaluate` first")
+            raise MissingResourceError(f"no results database at {self.path}",
+                                       hint="run `robustlab evaluate` first, or pass --db FILE")
+        if self.path.is_dir():
+            raise InputError(f"--db {self.path} is a folder, not a results database file",
+                             hint="pass the .duckdb file itself")
 
     @contextmanager
     def connect(self, *, read_only: bool = False):
         """A DuckDB connection held under the file lock for the ``with`` block.
 
         Connection errors caused by a process that does not use our lock (say, the duckdb
-        CLI holding the file open) are retried with backoff until ``timeout``.
+        CLI holding the file open) are retried with backoff until ``timeout``. A reader
+        takes the lock only when it can: a database in a folder it may not write to (a
+        shared, read-only results folder) is still readable, with DuckDB's own file lock
+        keeping writers out.
+
+        Raises:
+            StoreError: the file is not a readable robustlab database (corrupted,
+                truncated, another program's file).
+            EnvironmentProblem: the disk is full, or the folder is read-only or not ours.
         """
         import duckdb
 
         if read_only:
             self.require()
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(self.lock_path, self.timeout):
-            deadline = time.monotonic() + self.timeout
-            for delay in backoff_delays(0.01, 1.0):
-                try:
-                    con = duckdb.connect(str(self.path), read_only=read_only,
-                                         config={"threads": self.threads})
-                    break
-                except duckdb.IOException as exc:
-                    if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                        raise
-                    time.sleep(delay)
             try:
-                if not read_only and not self._initialised:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise environment_problem(exc, f"cannot create the folder of --db {self.path}") from None
+            if self.path.is_dir():
+                raise InputError(f"--db {self.path} is a folder, not a results database file",
+                                 hint="pass a file name, e.g. robustlab.duckdb")
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(file_lock(self.lock_path, self.timeout, required=not read_only))
+            except OSError as exc:
+                raise environment_problem(exc, f"cannot create the lock file {self.lock_path}") from None
+            con = self._open(duckdb, read_only)
+            try:
+                if read_only:
+                    self._check_robustlab_db(con)
+                elif not self._initialised:
                     self._create_schema(con)
                 yield con
+            except duckdb.Error as exc:
+                raise self._translate(exc) from exc
             finally:
                 con.close()
+
+    def _open(self, duckdb, read_only: bool):
+        deadline = time.monotonic() + self.timeout
+        for delay in backoff_delays(0.01, 1.0):
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only,
+                                      config={"threads": self.threads})
+            except duckdb.Error as exc:
+                busy = isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+                if not busy:
+                    raise self._translate(exc) from exc
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+
+    def _translate(self, exc: Exception) -> Exception:
+        """The user-facing error for a DuckDB failure, or ``exc`` itself when it is a bug
+        (a wrong query is robustlab's fault, not the file's)."""
+        import duckdb
+
+        text = " ".join(str(exc).split())
+        low = text.lower()
+        if any(k in low for k in ("no space left", "disk full", "disk quota")):
+            return EnvironmentProblem(f"no space left on device writing {self.path} ({text})",
+                                      hint="free disk space or pass --db on another disk; "
+                                           "the results stored so far are kept")
+        if any(k in low for k in ("read-only file system", "permission denied")):
+            return EnvironmentProblem(f"cannot write {self.path}: {text}",
+                                      hint="pass a --db in a folder you can write to")
+        damaged = ("not a valid duckdb", "corrupt", "could not read enough bytes", "checksum",
+                   "serialization", "unsupported version", "version number")
+        if type(exc) in (duckdb.IOException, duckdb.SerializationException, duckdb.Error) \
+                or any(k in low for k in damaged):
+            return StoreError(f"results database {self.path} cannot be read: {text}",
+                              hint="the file is damaged, truncated or not a robustlab database; "
+                                   "move it away (or pass another --db) and rerun")
+        return exc
+
+    def _check_robustlab_db(self, con) -> None:
+        if not _has_table(con, "meta") or not _has_table(con, "runs"):
+            raise StoreError(f"{self.path} is a DuckDB file but not a robustlab results database "
+                             "(no runs table)",
+                             hint="pass the --db file that robustlab evaluate wrote")
 
     def _create_schema(self, con) -> None:
         for stmt in DDL:
@@ -110,10 +177,10 @@ class Store:
         if row is None:
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         elif int(row[0]) != SCHEMA_VERSION:
-            raise ValueError(
+            raise StoreError(
                 f"{self.path} has results schema version {row[0]}; this robustlab writes "
-                f"version {SCHEMA_VERSION} (export it with an older robustlab or use a new --db)"
-            )
+                f"version {SCHEMA_VERSION}",
+                hint="export it with the robustlab that wrote it, or use a new --db")
         self._initialised = True
 
     # ------------------------------------------------------------------ runs
@@ -354,7 +421,12 @@ class Store:
                 con.execute(f"INSERT OR IGNORE INTO {target} SELECT {', '.join(columns)} FROM batch_rows")
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                # A failed COMMIT (disk full) has already ended the transaction: ROLLBACK
+                # then fails with "no transaction is active" and would hide the real cause.
+                try:
+                    con.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001 - the first error is the one to report
+                    log.debug("rollback after a failed insert failed too", exc_info=True)
                 raise
 
     def segmentation_done_keys(self, run_id: str) -> set[tuple[str, str, str]]:
@@ -418,8 +490,9 @@ class Store:
 
 
 def _has_table(con, name: str) -> bool:
+    # fetchall: an unfinished result would block con.register() on this connection.
     return con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                       [name]).fetchone()[0] > 0
+                       [name]).fetchall()[0][0] > 0
 
 
 def _quote(text: str) -> str:

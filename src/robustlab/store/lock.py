@@ -9,6 +9,7 @@ short connect-work-close transaction taken under an exclusive OS lock on a sidec
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from contextlib import contextmanager
@@ -54,17 +55,37 @@ def backoff_delays(first: float = 0.002, cap: float = 0.25):
         delay = min(cap, delay * 2)
 
 
+# Why a lock file cannot be made: the folder is read-only or not ours.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 @contextmanager
-def file_lock(path: str | Path, timeout: float = 600.0):
+def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True):
     """Hold an exclusive lock on ``path`` (created if needed) for the ``with`` block.
 
     Args:
         path: The lock file. It is never deleted: removing it while another process waits
             on the old inode would let two processes in at once.
         timeout: Seconds to keep retrying before raising :class:`LockTimeout`.
+        required: False for readers: when the lock file cannot be created because the
+            folder is not writable, an existing one is locked read-only, and without one
+            the block runs unlocked. Nobody can write a database in such a folder, so
+            there is no writer to keep out.
+
+    Raises:
+        OSError: the lock file cannot be opened (and ``required`` is true).
     """
     path = Path(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        if required or exc.errno not in _NOT_WRITABLE:
+            raise
+        try:
+            fd = os.open(path, os.O_RDONLY)  # flock works on a read-only descriptor
+        except OSError:
+            yield
+            return
     try:
         deadline = time.monotonic() + timeout
         for delay in backoff_delays():
