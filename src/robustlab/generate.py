@@ -29,7 +29,6 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
-import multiprocessing
 import os
 import platform
 import time
@@ -40,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.data.images import MAX_PIXELS, ImageError
+from robustlab.errors import RobustlabError, environment_problem
 from robustlab.data.sources import Sample, discover
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
+from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.shifts.registry import available_shifts, get_shift, list_shifts
 from robustlab.suites import Protocol, Suite, get_suite
 
@@ -126,6 +127,7 @@ def _init_worker(job: _Job, single_thread: bool) -> None:
     global _JOB
     _JOB = job
     if single_thread:
+        die_with_parent()  # pool workers must not outlive a killed generate
         # One image per process already fills the cores; nested thread pools would
         # oversubscribe them.
         try:
@@ -191,6 +193,12 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
             res.written += 1
         except (ValueError, ImageError) as exc:
             res.failures.append((name, str(level), str(exc)))
+        except OSError as exc:
+            problem = environment_problem(exc, f"cannot write {path}")
+            if problem is not exc:  # a full disk fails every cell after it: stop the run
+                raise problem from None
+            log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
+            res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
         except Exception as exc:  # noqa: BLE001 - a shift bug: count it, keep going
             log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
             res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
@@ -538,8 +546,7 @@ def generate(
 
 def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result: GenerateResult) -> None:
     """Process samples in a pool with a bounded queue; survive crashed workers."""
-    methods = multiprocessing.get_all_start_methods()
-    mp = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    mp = worker_context()
     queue = list(reversed(samples))
     attempts: dict[str, int] = {}
     window = n_workers * 4
@@ -565,6 +572,8 @@ def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result:
                         collect(fut.result())
                     except BrokenProcessPool:
                         broken.append(s)
+                    except RobustlabError:
+                        raise  # a full disk, say: the run cannot go on
                     except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
                         collect(SampleOutcome(s.id, skip_reason=f"worker error: {type(exc).__name__}: {exc}"))
                 if broken:
