@@ -20,7 +20,7 @@ import signal
 import sys
 import traceback
 
-from robustlab.errors import InputError, RobustlabError, environment_problem
+from robustlab.errors import EnvironmentProblem, InputError, RobustlabError, environment_problem
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
 COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment"]
@@ -67,12 +67,20 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args.func(args) or 0)
         except OSError as exc:
-            # A full disk or a read-only folder met somewhere without its own message is
-            # still the machine's problem, not a bug.
+            # A full disk, a read-only folder or a path through a file met somewhere
+            # without its own message is still not a bug.
             problem = environment_problem(exc, "")
             if problem is exc:
                 raise
             raise problem from exc
+        except MemoryError as exc:
+            raise EnvironmentProblem("out of memory",
+                                     hint="use a smaller --batch-size or fewer --workers") from exc
+        except RuntimeError as exc:
+            if type(exc).__name__ != "OutOfMemoryError":  # torch's, for a full GPU
+                raise
+            raise EnvironmentProblem(f"out of GPU memory: {_one_line(exc)[:200]}",
+                                     hint="use a smaller --batch-size") from exc
     except RobustlabError as exc:
         # The user's to fix: one line (and a hint), no traceback.
         print(f"robustlab {args.command}: error: {_one_line(exc)}", file=sys.stderr)

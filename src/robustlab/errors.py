@@ -80,9 +80,10 @@ _ENVIRONMENT_ERRNOS = {
 
 
 def environment_problem(exc: OSError, doing: str, *, hint: str | None = None) -> Exception:
-    """The :class:`EnvironmentProblem` for an ``OSError`` the machine caused, else ``exc``.
+    """The user-facing error for an ``OSError`` the machine or the path caused, else ``exc``.
 
-    A full disk, a read-only folder or a missing permission is the user's to fix; any other
+    A full disk, a read-only folder or a missing permission is an EnvironmentProblem; a
+    path through a regular file (``--out notes.txt/run``) is an InputError. Any other
     ``OSError`` (a bad file descriptor, say) is returned unchanged, to surface as a bug.
 
     Args:
@@ -90,19 +91,25 @@ def environment_problem(exc: OSError, doing: str, *, hint: str | None = None) ->
         doing: What robustlab was doing, e.g. ``"cannot write manifest.json"``.
         hint: What to try; a default fits the cause when None.
     """
-    what = _ENVIRONMENT_ERRNOS.get(getattr(exc, "errno", None))
+    code = getattr(exc, "errno", None)
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in doing else ""
+    if code in (errno.ENOTDIR, errno.EISDIR):
+        what = "a part of the path is a file, not a folder" if code == errno.ENOTDIR else "is a folder"
+        return InputError(f"{doing}: {what}{where}" if doing else f"{what}{where}",
+                          hint=hint or "check the path you passed")
+    what = _ENVIRONMENT_ERRNOS.get(code)
     if what is None:
         return exc
     if hint is None:
-        hint = ("free disk space or write somewhere else" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        hint = ("free disk space or write somewhere else" if code in (errno.ENOSPC, errno.EDQUOT)
                 else "choose a folder you can write to")
-    where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in doing else ""
     return EnvironmentProblem(f"{doing}: {what}{where}" if doing else f"{what}{where}", hint=hint)
 
 
 @contextmanager
 def environment_errors(doing: str, *, hint: str | None = None):
-    """Turn an ``OSError`` the machine caused inside the block into an EnvironmentProblem.
+    """Turn an ``OSError`` the machine or the path caused inside the block into the
+    user-facing error :func:`environment_problem` gives; other errors pass unchanged.
 
     Example::
 

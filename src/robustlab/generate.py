@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.data.images import MAX_PIXELS, ImageError
-from robustlab.errors import RobustlabError, environment_problem
 from robustlab.data.sources import Sample, discover
+from robustlab.errors import InputChangedError, InputError, RobustlabError, environment_problem
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
@@ -216,9 +216,10 @@ def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
     ``imagenet-c``-style group words work too: ``common``, ``extra``, ``all``.
 
     Raises:
-        ValueError: a pattern matches no shift of the suite (the message lists them).
+        InputError: a pattern matches no shift of the suite (the message lists them), or
+            ``patterns`` is given but blank (``--shifts ,``), which must not mean "all".
     """
-    if not patterns:
+    if patterns is None:
         return list(suite.shifts)
     import fnmatch
 
@@ -240,8 +241,12 @@ def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
             known = {s.name for s in list_shifts()}
             where = (f"{pat!r} is a shift but not part of suite {suite.name!r}" if pat in known
                      else f"no shift of suite {suite.name!r} matches {pat!r}")
-            raise ValueError(f"{where}; its shifts are: {', '.join(suite.shifts)}")
+            raise InputError(f"{where}; its shifts are: {', '.join(suite.shifts)}")
         chosen.extend(h for h in hits if h not in chosen)
+    if not chosen:
+        raise InputError(f"--shifts {','.join(patterns)!r} names no shift",
+                         hint=f"leave --shifts out for the whole suite, or name some of: "
+                              f"{', '.join(suite.shifts)}")
     return [n for n in suite.shifts if n in chosen]
 
 
@@ -258,13 +263,16 @@ def parse_levels(text: str | Sequence | None) -> list | None:
         if "-" in tok and all(p.strip().isdigit() for p in tok.split("-", 1)):
             a, b = (int(p) for p in tok.split("-", 1))
             if a > b:
-                raise ValueError(f"level range {tok!r} runs backwards")
+                raise InputError(f"level range {tok!r} runs backwards")
             out.extend(range(a, b + 1))
         elif tok.lstrip("-").isdigit():
             out.append(int(tok))
         else:
             out.append(tok)
-    return out or None
+    if not out:  # "--levels ," must not mean "all levels"
+        raise InputError(f"--levels {text!r} names no level",
+                         hint="leave --levels out for all levels, or give e.g. 1,3,5 or 1-3")
+    return out
 
 
 def _jsonable(x: Any) -> Any:
@@ -336,7 +344,7 @@ def _load_manifest(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the previous manifest {path}: {exc}; move it away to start over") from None
+        raise InputError(f"cannot read the previous manifest {path}: {exc}; move it away to start over") from None
     return data if isinstance(data, dict) else None
 
 
@@ -344,16 +352,16 @@ def _check_compatible(prev: dict, seed: int, protocol: dict, cells: dict, suite:
     """Refuse to add files made under other settings to an existing output folder."""
     hint = "use a new --out folder (or delete this one) to generate with other settings"
     if prev.get("seed") is not None and int(prev["seed"]) != int(seed):
-        raise ValueError(f"{path} was generated with seed {prev['seed']}, not {seed}; {hint}")
+        raise InputChangedError(f"{path} was generated with seed {prev['seed']}, not {seed}; {hint}")
     if prev.get("protocol") and prev["protocol"] != protocol:
-        raise ValueError(f"{path} was generated with protocol {prev['protocol']}, not {protocol}; {hint}")
+        raise InputChangedError(f"{path} was generated with protocol {prev['protocol']}, not {protocol}; {hint}")
     prev_suite = (prev.get("suite") or {}).get("name")
     if prev_suite and prev_suite != suite.name:
-        raise ValueError(f"{path} was generated for suite {prev_suite!r}, not {suite.name!r}; {hint}")
+        raise InputChangedError(f"{path} was generated for suite {prev_suite!r}, not {suite.name!r}; {hint}")
     for c in prev.get("cells", []):
         key = f"{c.get('shift')}/{c.get('level')}"
         if key in cells and cells[key]["params"] != c.get("params"):
-            raise ValueError(
+            raise InputChangedError(
                 f"{path}: parameters of {key} changed since it was generated "
                 f"({c.get('params')} -> {cells[key]['params']}); {hint}"
             )
@@ -418,28 +426,33 @@ def generate(
     if keep_size:
         protocol = dataclasses.replace(protocol, resize=None, crop=None)
     if str(protocol.format).lower() not in ("jpeg", "jpg", "png"):
-        raise ValueError(f"unknown output format {protocol.format!r}; use jpeg or png")
+        raise InputError(f"unknown output format {protocol.format!r}; use jpeg or png")
     if isinstance(seed, bool) or int(seed) != seed or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
+    if isinstance(workers, bool) or int(workers) < 0:
+        raise InputError(f"workers must be 0 (one per CPU) or more, got {workers!r}")
     if limit is not None and int(limit) < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
+        raise InputError(f"limit must be at least 1, got {limit}")
     cells = tuple(suite_obj.cells())
     shift_objs = {n: get_shift(n) for n in names}
 
     data_root = Path(data).expanduser()
     out_root = Path(out).expanduser()
+    if out_root.exists() and not out_root.is_dir():
+        raise InputError(f"--out {out_root} is a file; generate writes a folder of images",
+                         hint="pass a folder name (created if missing)")
     if data_root.exists() and out_root.resolve().is_relative_to(data_root.resolve()):
-        raise ValueError(f"--out {out_root} is inside --data {data_root}; choose a folder outside it")
+        raise InputError(f"--out {out_root} is inside --data {data_root}; choose a folder outside it")
 
     needs = set().union(*(s.needs for s in shift_objs.values())) if shift_objs else set()
     need_mask = "mask" in needs
     if need_mask and not masks:
         which = ", ".join(n for n, s in shift_objs.items() if "mask" in s.needs)
-        raise ValueError(f"{which} need foreground masks; pass --masks DIR")
+        raise InputError(f"{which} need foreground masks; pass --masks DIR")
     for s in shift_objs.values():
         if s.extra.get("channels") == 4 and str(protocol.format).lower() != "png":
-            raise ValueError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
+            raise InputError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
 
     samples = discover(data_root, labels_csv=labels_csv, masks=masks, bboxes=bboxes)
     skipped_listing = list(samples.skipped)
@@ -458,7 +471,7 @@ def generate(
     if limit is not None:
         samples = samples[: int(limit)]
     if not samples:
-        raise ValueError(f"no usable images in {data_root}")
+        raise InputError(f"no usable images in {data_root}")
 
     # The output names must be unique, or two sources would silently share one file.
     seen: dict[str, str] = {}

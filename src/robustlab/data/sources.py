@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from robustlab.errors import InputError, MissingResourceError
+
 log = logging.getLogger(__name__)
 
 # Extensions Pillow decodes that photo datasets use; anything else is not an image input.
@@ -116,12 +118,12 @@ def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
             fields = [f.strip().lower() for f in (reader.fieldnames or [])]
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"cannot read labels CSV {csv_path}: {exc}") from None
+        raise InputError(f"cannot read labels CSV {csv_path}: {exc}") from None
     if "file" not in fields:
-        raise ValueError(f"labels CSV {csv_path} needs a 'file' column; it has {fields}")
+        raise InputError(f"labels CSV {csv_path} needs a 'file' column; it has {fields}")
     col = next((c for c in LABEL_COLUMNS if c in fields), None)
     if col is None:
-        raise ValueError(
+        raise InputError(
             f"labels CSV {csv_path} needs one of the columns {', '.join(LABEL_COLUMNS)}; "
             f"it has {fields}"
         )
@@ -132,13 +134,13 @@ def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
         if not row["file"]:
             continue
         if name in out:
-            raise ValueError(f"labels CSV {csv_path} line {n}: {name!r} is listed twice")
+            raise InputError(f"labels CSV {csv_path} line {n}: {name!r} is listed twice")
         label = None
         if row.get("index", "") != "":
             try:
                 label = int(row["index"])
             except ValueError:
-                raise ValueError(
+                raise InputError(
                     f"labels CSV {csv_path} line {n}: index {row['index']!r} is not an integer"
                 ) from None
         cls = row.get(col) or None
@@ -152,7 +154,7 @@ def _read_bboxes(csv_path: Path) -> dict[str, tuple[int, int, int, int]]:
         with open(csv_path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"cannot read boxes CSV {csv_path}: {exc}") from None
+        raise InputError(f"cannot read boxes CSV {csv_path}: {exc}") from None
     out = {}
     for n, raw in enumerate(rows, start=2):
         row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
@@ -160,11 +162,11 @@ def _read_bboxes(csv_path: Path) -> dict[str, tuple[int, int, int, int]]:
         try:
             box = tuple(int(round(float(row[k]))) for k in ("x0", "y0", "x1", "y1"))
         except (KeyError, ValueError):
-            raise ValueError(
+            raise InputError(
                 f"boxes CSV {csv_path} line {n}: needs file (or id), x0, y0, x1, y1 numbers"
             ) from None
         if not key:
-            raise ValueError(f"boxes CSV {csv_path} line {n}: empty file name")
+            raise InputError(f"boxes CSV {csv_path} line {n}: empty file name")
         out[PurePosixPath(key).as_posix()] = box
     return out
 
@@ -200,18 +202,18 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     """
     root = Path(root).expanduser()
     if not root.exists():
-        raise ValueError(f"data folder {root} does not exist")
+        raise MissingResourceError(f"data folder {root} does not exist")
     if not root.is_dir():
-        raise ValueError(f"data folder {root} is not a folder")
+        raise InputError(f"data folder {root} is not a folder")
     root = root.resolve()
     csv_path = Path(labels_csv).expanduser().resolve() if labels_csv else None
     if csv_path is None and (root / "labels.csv").is_file():
         csv_path = root / "labels.csv"
     if csv_path is not None and not csv_path.is_file():
-        raise ValueError(f"labels CSV {csv_path} does not exist")
+        raise MissingResourceError(f"labels CSV {csv_path} does not exist")
     masks_dir = Path(masks).expanduser().resolve() if masks else None
     if masks_dir is not None and not masks_dir.is_dir():
-        raise ValueError(f"masks folder {masks_dir} does not exist")
+        raise MissingResourceError(f"masks folder {masks_dir} does not exist")
     boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
 
     files = _walk(root)
@@ -258,7 +260,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
 
     if not entries:
         what = f"{len(skipped)} other files" if skipped else "nothing"
-        raise ValueError(f"no images found in {root} (found {what})")
+        raise InputError(f"no images found in {root} (found {what})")
 
     samples = []
     for rel, cls, label in entries:

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 
 from robustlab.data.images import ImageError, load_image
+from robustlab.errors import InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import load_mask, save_mask
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
@@ -55,7 +56,7 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
         The summary written to ``masks_quality.json`` (without the per-image records).
     """
     if cam_class not in ("top1", "label"):
-        raise ValueError(f"cam_class must be 'top1' or 'label', not {cam_class!r}")
+        raise InputError(f"cam_class must be 'top1' or 'label', not {cam_class!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records, skipped = [], []

@@ -25,7 +25,7 @@ from robustlab.errors import (
     InputError,
     MissingResourceError,
     StoreError,
-    environment_problem,
+    environment_errors,
 )
 from robustlab.store.lock import LockTimeout, backoff_delays, file_lock
 from robustlab.store.schema import (
@@ -80,6 +80,17 @@ class Store:
             raise InputError(f"--db {self.path} is a folder, not a results database file",
                              hint="pass the .duckdb file itself")
 
+    def check(self) -> None:
+        """Fail now, with a one-line error, if an existing file is not a usable database.
+
+        Commands that write results call this before loading a model or training, so a
+        damaged ``--db`` is reported in a second, not after the work is done. A file that
+        does not exist yet is fine (it is created on the first write).
+        """
+        if self.path.exists():
+            with self.connect(read_only=True):
+                pass
+
     @contextmanager
     def connect(self, *, read_only: bool = False):
         """A DuckDB connection held under the file lock for the ``with`` block.
@@ -100,18 +111,15 @@ class Store:
         if read_only:
             self.require()
         else:
-            try:
+            with environment_errors(f"cannot create the folder of --db {self.path}"):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise environment_problem(exc, f"cannot create the folder of --db {self.path}") from None
             if self.path.is_dir():
                 raise InputError(f"--db {self.path} is a folder, not a results database file",
                                  hint="pass a file name, e.g. robustlab.duckdb")
         with ExitStack() as stack:
-            try:
+            with environment_errors(f"cannot create the lock file {self.lock_path}",
+                                    hint="pass a --db in a folder you can write to"):
                 stack.enter_context(file_lock(self.lock_path, self.timeout, required=not read_only))
-            except OSError as exc:
-                raise environment_problem(exc, f"cannot create the lock file {self.lock_path}") from None
             con = self._open(duckdb, read_only)
             try:
                 if read_only:
@@ -135,7 +143,10 @@ class Store:
                 if not busy:
                     raise self._translate(exc) from exc
                 if time.monotonic() > deadline:
-                    raise
+                    raise StoreError(f"{self.path} has been held open by another program for more "
+                                     f"than {self.timeout:.0f} s",
+                                     hint="close the other program (a duckdb shell?) or pass "
+                                          "another --db") from exc
                 time.sleep(delay)
 
     def _translate(self, exc: Exception) -> Exception:
@@ -162,10 +173,24 @@ class Store:
         return exc
 
     def _check_robustlab_db(self, con) -> None:
+        """Refuse another program's DuckDB file, and a truncated one: DuckDB opens a file cut
+        short after its catalogue and fails only on the first read of a missing block."""
         if not _has_table(con, "meta") or not _has_table(con, "runs"):
             raise StoreError(f"{self.path} is a DuckDB file but not a robustlab results database "
                              "(no runs table)",
                              hint="pass the --db file that robustlab evaluate wrote")
+        if Path(f"{self.path}.wal").exists():
+            return  # replaying the write-ahead log adds blocks the file does not hold yet
+        # Blocks in use must all be in the file (free ones may lie past its end), so a file
+        # shorter than them is certainly cut; a shorter cut fails on its first read instead.
+        row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchall()
+        if row:
+            expected = int(row[0][0]) * int(row[0][1])
+            size = self.path.stat().st_size
+            if size < expected:
+                raise StoreError(f"results database {self.path} cannot be read: it is truncated "
+                                 f"({size} bytes; the blocks in use need {expected})",
+                                 hint="restore it from a copy, or move it away and rerun")
 
     def _create_schema(self, con) -> None:
         for stmt in DDL:
@@ -337,7 +362,7 @@ class Store:
         cols = list(columns or PREDICTION_COLUMNS)
         bad = [c for c in cols if c not in PREDICTION_COLUMNS]
         if bad:
-            raise ValueError(f"unknown prediction column {bad[0]!r}; columns are {', '.join(PREDICTION_COLUMNS)}")
+            raise InputError(f"unknown prediction column {bad[0]!r}; columns are {', '.join(PREDICTION_COLUMNS)}")
         where, params = _in_clause("run_id", run_ids)
         with self.connect(read_only=True) as con:
             return con.execute(
@@ -392,13 +417,13 @@ class Store:
         cols = [c for c in SEGMENTATION_COLUMNS if c != "run_id"]
         missing = [c for c in cols if c not in rows]
         if missing:
-            raise ValueError(f"segmentation rows lack column(s) {', '.join(missing)}")
+            raise InputError(f"segmentation rows lack column(s) {', '.join(missing)}")
         n = len(rows["sample_id"])
         if n == 0:
             return 0
         counts = {c: np.asarray(rows[c], dtype=np.int64) for c in ("tp", "fp", "fn", "tn")}
         if any((v < 0).any() for v in counts.values()):
-            raise ValueError("segmentation pixel counts must be non-negative")
+            raise InputError("segmentation pixel counts must be non-negative")
         table = pa.table({
             "run_id": pa.array([run_id] * n, pa.string()),
             "sample_id": pa.array([str(v) for v in rows["sample_id"]], pa.string()),
@@ -469,7 +494,11 @@ class Store:
         """
         self.require()
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--export {out} is a file; it takes a folder for the .parquet files",
+                             hint="pass a folder name (created if missing)")
+        with environment_errors(f"cannot create the export folder {out}"):
+            out.mkdir(parents=True, exist_ok=True)
         where, params = _in_clause("run_id", run_ids)
         paths = []
         with self.connect(read_only=True) as con:

@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from robustlab.errors import StoreError
+
 if os.name == "nt":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
@@ -43,7 +45,7 @@ else:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-class LockTimeout(RuntimeError):
+class LockTimeout(StoreError, RuntimeError):
     """The lock stayed busy for longer than the caller was willing to wait."""
 
 
@@ -93,8 +95,8 @@ def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True
                 break
             if time.monotonic() > deadline:
                 raise LockTimeout(
-                    f"{path} has been locked by another process for more than {timeout:.0f} s"
-                )
+                    f"{path} has been locked by another process for more than {timeout:.0f} s",
+                    hint="wait for the other robustlab process, or pass another --db")
             time.sleep(delay)
         try:
             yield
