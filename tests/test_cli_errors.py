@@ -26,7 +26,6 @@ from PIL import Image
 
 from robustlab import cli
 from robustlab.errors import InputError
-from robustlab.store import Store
 
 CLASSES = ("n01440764", "n01443537")
 
@@ -217,17 +216,17 @@ def read_only_folder(path: Path):
         return
     view = path.with_name(path.name + "-ro")
     view.mkdir()
-    bind = subprocess.run(["mount", "--bind", str(path), str(view)], capture_output=True)
+    bind = subprocess.run(["mount", "--bind", str(path), str(view)], capture_output=True, check=False)
     if bind.returncode != 0:
         view.rmdir()
         pytest.skip(f"root cannot make a read-only folder here: {bind.stderr.decode().strip()}")
     try:
-        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], capture_output=True)
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], capture_output=True, check=False)
         if ro.returncode != 0:
             pytest.skip(f"cannot remount read-only: {ro.stderr.decode().strip()}")
         yield view
     finally:
-        subprocess.run(["umount", "-l", str(view)], capture_output=True)
+        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
         view.rmdir()
 
 
@@ -350,13 +349,13 @@ def small_disk(tmp_path):
     if shutil.which("mount") is None:
         pytest.skip("no mount command")
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mnt)],
-                          capture_output=True)
+                          capture_output=True, check=False)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs: {done.stderr.decode().strip()}")
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
 
 
 def _fill(folder: Path, leave: int) -> None:
@@ -390,7 +389,7 @@ def test_generate_cli_subprocess_exit_code(photos, tmp_path):
     """The same contract through a real ``python -m robustlab.cli`` process."""
     proc = subprocess.run([sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c",
                            "--data", str(photos), "--out", str(tmp_path / "g"), "--shifts", ","],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[0].startswith("robustlab generate: error: ")
     assert "Traceback" not in proc.stderr

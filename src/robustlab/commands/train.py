@@ -51,8 +51,8 @@ def run(args) -> int:
     import sys
 
     from robustlab.commands.results import format_table
-    from robustlab.train import TrainConfig, run_protocol
     from robustlab.store import Store
+    from robustlab.train import TrainConfig, run_protocol
 
     Store(args.db).check()  # a damaged --db fails now, not after the training
 

@@ -111,7 +111,7 @@ class LabelSpace:
                 name shared by two classes, which must then be given by wnid).
         """
         if isinstance(key, bool):
-            raise InputError(f"{key!r} is not a class of label space {self.name!r}")  # noqa: TRY004
+            raise InputError(f"{key!r} is not a class of label space {self.name!r}")
         if isinstance(key, int):
             if 0 <= key < len(self.classes):
                 return key

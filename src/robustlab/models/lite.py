@@ -87,7 +87,7 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
     if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict):
-        raise InputError(f"weights file {path} does not hold a state dict")  # noqa: TRY004
+        raise InputError(f"weights file {path} does not hold a state dict")
     net = timm.create_model(arch, pretrained=False)
     net.load_state_dict(_convert(sd, net, path), strict=True)
     dev = auto_device(device)

@@ -450,7 +450,7 @@ class Store:
                 # then fails with "no transaction is active" and would hide the real cause.
                 try:
                     con.execute("ROLLBACK")
-                except Exception:  # noqa: BLE001 - the first error is the one to report
+                except Exception:  # the first error is the one to report
                     log.debug("rollback after a failed insert failed too", exc_info=True)
                 raise
 
