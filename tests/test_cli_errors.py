@@ -393,3 +393,10 @@ def test_generate_cli_subprocess_exit_code(photos, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[0].startswith("robustlab generate: error: ")
     assert "Traceback" not in proc.stderr
+
+
+def test_results_output_to_a_folder(good_db, tmp_path, capsys):
+    """An OSError that reaches the CLI without its own message still says what is wrong."""
+    rc, lines, _ = run_cli(capsys, "results", "--db", good_db, "--output", tmp_path)
+    assert rc == 2
+    assert_one_line_error(lines, "results", str(tmp_path), "is a folder")

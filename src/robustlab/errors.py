@@ -92,18 +92,24 @@ def environment_problem(exc: OSError, doing: str, *, hint: str | None = None) ->
         hint: What to try; a default fits the cause when None.
     """
     code = getattr(exc, "errno", None)
-    where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in doing else ""
     if code in (errno.ENOTDIR, errno.EISDIR):
         what = "a part of the path is a file, not a folder" if code == errno.ENOTDIR else "is a folder"
-        return InputError(f"{doing}: {what}{where}" if doing else f"{what}{where}",
-                          hint=hint or "check the path you passed")
+        return InputError(_say(exc, doing, what), hint=hint or "check the path you passed")
     what = _ENVIRONMENT_ERRNOS.get(code)
     if what is None:
         return exc
     if hint is None:
         hint = ("free disk space or write somewhere else" if code in (errno.ENOSPC, errno.EDQUOT)
                 else "choose a folder you can write to")
-    return EnvironmentProblem(f"{doing}: {what}{where}" if doing else f"{what}{where}", hint=hint)
+    return EnvironmentProblem(_say(exc, doing, what), hint=hint)
+
+
+def _say(exc: OSError, doing: str, what: str) -> str:
+    """``doing: what (file)``, or ``file: what`` when there is no ``doing``."""
+    name = str(exc.filename) if exc.filename else ""
+    if not doing:
+        return f"{name}: {what}" if name else what
+    return f"{doing}: {what}" + (f" ({name})" if name and name not in doing else "")
 
 
 @contextmanager
