@@ -400,3 +400,18 @@ def test_results_output_to_a_folder(good_db, tmp_path, capsys):
     rc, lines, _ = run_cli(capsys, "results", "--db", good_db, "--output", tmp_path)
     assert rc == 2
     assert_one_line_error(lines, "results", str(tmp_path), "is a folder")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["report", "--db", "{db}", "--out", "{tmp}/r.html", "--resamples", "0"], "--resamples"),
+    (["train", "lite0", "--data", "{photos}", "--db", "{tmp}/t.duckdb", "--suite", "imagenet-c",
+      "--test-fraction", "2", "--out", "{tmp}/ckpt"], "test fraction"),
+    (["evaluate", "lite0", "--data", "{photos}", "--db", "{tmp}/e.duckdb", "--suite", "imagenet-c",
+      "--shift", "nosuch"], "unknown shift"),
+])
+def test_bad_values_are_user_errors_not_bugs(photos, good_db, tmp_path, capsys, argv, needle):
+    """Found by a sweep of bad values: these printed "internal error" with a traceback."""
+    argv = [a.format(db=good_db, tmp=tmp_path, photos=photos) for a in argv]
+    rc, lines, _ = run_cli(capsys, *argv)
+    assert rc == 2
+    assert_one_line_error(lines, argv[0], needle)

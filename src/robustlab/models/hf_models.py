@@ -117,7 +117,7 @@ def load(src: str, *, spec: str, weights=None, device=None, label_space=None,
     local = Path(src).expanduser()
     is_local = local.exists()
     if is_local and not (local / "config.json").is_file():
-        raise MissingResourceError(f"{local} is not a transformers model folder (no config.json)")
+        raise InputError(f"{local} is not a transformers model folder (no config.json)")
     if not is_local and (src.startswith((".", "/", "~")) or src.count("/") > 1):
         raise MissingResourceError(f"model folder {src} does not exist")
     # No network: use the local cache only, rather than retrying the hub for a minute.

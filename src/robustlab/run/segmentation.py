@@ -341,7 +341,7 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
     from robustlab.suites import get_suite
 
     if masks is None:
-        raise MissingResourceError("segmentation scoring needs foreground masks; pass masks=DIR")
+        raise InputError("segmentation scoring needs foreground masks; pass masks=DIR")
     if model.weights_hash in (None, "random"):
         raise InputError("storing segmentation results needs a model loaded from a weights file "
                          "(an untrained random network has no identity to resume under)")

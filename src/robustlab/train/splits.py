@@ -60,7 +60,7 @@ def split_samples(samples: Sequence, labels: Sequence[int], *, test_fraction: fl
     """
     f = float(test_fraction)
     if not 0.0 < f < 1.0:
-        raise ValueError(f"test fraction must be between 0 and 1, got {test_fraction}")
+        raise InputError(f"test fraction must be between 0 and 1, got {test_fraction}")
     if len(samples) != len(labels):
         raise ValueError(f"{len(samples)} samples but {len(labels)} labels")
     by_class: dict[int, list[str]] = defaultdict(list)
