@@ -7,9 +7,11 @@ import pytest
 from scipy import ndimage
 
 from robustlab.data.sources import Sample
+from robustlab.errors import MissingResourceError
 from robustlab.pipeline import apply_shift, load_prepared
 from robustlab.shifts import get_shift, list_shifts
-from robustlab.shifts.attributes import EDITS, describe_hole_fill, fill as fillmod
+from robustlab.shifts.attributes import EDITS, describe_hole_fill
+from robustlab.shifts.attributes import fill as fillmod
 from robustlab.shifts.attributes.size import rescale_plan, size_levels
 from robustlab.suites import Protocol, get_suite
 
@@ -236,9 +238,9 @@ def test_hole_fill_backends(synthetic, monkeypatch):
         _edit(x, m, "obj_direction", "90")
     monkeypatch.setenv(fillmod.ENV_FILL, "diffusers")
     monkeypatch.delenv("ROBUSTLAB_INPAINTER", raising=False)
-    with pytest.raises(ValueError, match="ROBUSTLAB_INPAINTER"):
+    with pytest.raises(MissingResourceError, match="ROBUSTLAB_INPAINTER"):
         describe_hole_fill()
-    with pytest.raises(ValueError, match="ROBUSTLAB_INPAINTER"):
+    with pytest.raises(MissingResourceError, match="ROBUSTLAB_INPAINTER"):
         _edit(x, m, "obj_direction", "90")
 
 

@@ -17,6 +17,7 @@ from PIL import Image
 from robustlab.cli import main
 from robustlab.data.images import load_image
 from robustlab.data.sources import discover
+from robustlab.errors import MissingResourceError
 from robustlab.generate import MANIFEST, TEMP_SUFFIX, generate
 from robustlab.manifest import LOCK
 from robustlab.pipeline import apply_shift, as_stored, cell_path, decode, encode, prepare
@@ -245,7 +246,7 @@ def test_user_errors(three, tmp_path):
         generate("imagenet-c", three, tmp_path / "o", shifts=["nothing_like_this"], progress=False)
     with pytest.raises(ValueError, match="no level 9|level 9"):
         generate("imagenet-c", three, tmp_path / "o", levels=[9], progress=False)
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(MissingResourceError, match="does not exist"):
         generate("imagenet-c", tmp_path / "missing", tmp_path / "o", progress=False)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no images found"):

@@ -9,6 +9,7 @@ import logging
 import numpy as np
 import pytest
 
+from robustlab.errors import MissingResourceError
 from robustlab.seeding import make_rng
 from robustlab.shifts import get_shift
 from robustlab.shifts.registry import available_shifts, missing_resource
@@ -142,7 +143,7 @@ def test_unconfigured_inpainter_skips_ai_bg_with_a_message(monkeypatch, caplog, 
         kept = available_shifts(names)
     assert kept == names[:-1]
     assert "skipping ai_bg: no usable inpainter" in caplog.text and ENV_PATH in caplog.text
-    with pytest.raises(ValueError, match=ENV_PATH):
+    with pytest.raises(MissingResourceError, match=ENV_PATH):
         available_shifts(["ai_bg"])
     monkeypatch.setenv(ENV_PATH, str(tiny_pipeline.parent / "missing"))
     assert "is not a folder" in missing_resource(get_shift("ai_bg"))
@@ -173,7 +174,7 @@ def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(monkeypatch, capl
                        masks=tmp_path / "masks", progress=False)
     assert res.written == 1 and res.cells == 1 and "skipping ai_bg" in caplog.text
     assert not (tmp_path / "out" / "ai_bg").exists()
-    with pytest.raises(ValueError, match=ENV_PATH):
+    with pytest.raises(MissingResourceError, match=ENV_PATH):
         generate("ximagenet12", tmp_path / "data", tmp_path / "out2", shifts=["ai_bg"],
                  masks=tmp_path / "masks", progress=False)
     suite, _, cells = _resolve_suite("ximagenet12", None, None)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from robustlab.errors import EnvironmentProblem, MissingResourceError, RobustlabError
 from robustlab.models import load_model
 
 
@@ -194,7 +195,7 @@ def test_open_clip_via_load_model_with_default_templates(tiny_clip):
     model = load_model(f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet-d")
     assert model.num_outputs == 113 and model.weights_hash == _sha16(ckpt)
     assert len(model.describe()["zero_shot"]["templates"]) > 1
-    with pytest.raises(ValueError, match="needs weights"):
+    with pytest.raises(MissingResourceError, match="needs weights"):
         load_model(f"open_clip:{folder}", device="cpu")
 
 
@@ -242,29 +243,29 @@ def test_hf_folder_end_to_end(tiny_vit, images):
     ("hf:/nonexistent/folder", "does not exist"),
 ])
 def test_bad_specs(spec, match):
-    with pytest.raises(ValueError, match=match) as err:
+    with pytest.raises(RobustlabError, match=match) as err:
         load_model(spec, device="cpu")
     assert "\n" not in str(err.value)
 
 
 def test_missing_weights_file():
-    with pytest.raises(ValueError, match="weights file /nonexistent/w.pth does not exist"):
+    with pytest.raises(MissingResourceError, match="weights file /nonexistent/w.pth does not exist"):
         load_model("timm:resnet18", weights="/nonexistent/w.pth", device="cpu")
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(MissingResourceError, match="does not exist"):
         load_model("torchvision:resnet18", weights="/nonexistent/w.pth", device="cpu")
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(MissingResourceError, match="does not exist"):
         load_model("lite0", weights="/nonexistent/w.pth", device="cpu")
 
 
 def test_timm_without_weights_offline_says_what_to_download(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    with pytest.raises(ValueError, match=r"downloads are off.*huggingface\.co/timm/resnet18\.a1_in1k"):
+    with pytest.raises(MissingResourceError, match=r"downloads are off.*huggingface\.co/timm/resnet18\.a1_in1k"):
         load_model("timm:resnet18", device="cpu")
 
 
 def test_torchvision_without_weights_offline_says_where(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    with pytest.raises(ValueError, match=r"download https://download\.pytorch\.org/models/resnet18-.*\.pth to "):
+    with pytest.raises(MissingResourceError, match=r"download https://download\.pytorch\.org/models/resnet18-.*\.pth to "):
         load_model("torchvision:resnet18", device="cpu")
 
 
@@ -282,7 +283,7 @@ def test_torchvision_uses_the_hub_cache(monkeypatch, tmp_path):
 
 
 def test_hub_model_offline(monkeypatch):
-    with pytest.raises(ValueError, match="HF_HUB_OFFLINE=1") as err:
+    with pytest.raises(MissingResourceError, match="HF_HUB_OFFLINE=1") as err:
         load_model("hf:google/vit-base-patch16-224", device="cpu")
     assert "not in the local Hugging Face cache" in str(err.value)
 
@@ -290,7 +291,7 @@ def test_hub_model_offline(monkeypatch):
 def test_cuda_request_without_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    with pytest.raises(ValueError, match="no CUDA GPU"):
+    with pytest.raises(EnvironmentProblem, match="no usable CUDA GPU"):
         load_model("lite0", device="cuda")
 
 
@@ -309,7 +310,7 @@ def test_unreachable_hub_fails_at_once_with_what_to_download(monkeypatch, tmp_pa
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ROBUSTLAB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
-    with pytest.raises(ValueError, match=r"cannot download timm:resnet18 weights: hub.invalid cannot be reached.*--weights PATH"):
+    with pytest.raises(MissingResourceError, match=r"cannot download timm:resnet18 weights: hub.invalid cannot be reached.*--weights PATH"):
         load_model("timm:resnet18")
-    with pytest.raises(ValueError, match=r"hf:someone/no-such-model is not in the local Hugging Face cache and hub.invalid cannot be reached"):
+    with pytest.raises(MissingResourceError, match=r"hf:someone/no-such-model is not in the local Hugging Face cache and hub.invalid cannot be reached"):
         load_model("hf:someone/no-such-model")

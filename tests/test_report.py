@@ -257,8 +257,9 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
     assert "leaderboard" not in tabs  # a single run has no leaderboard
     capsys.readouterr()
     assert cli(["report", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("robustlab report: error: no results database") and "\n" not in err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("robustlab report: error: no results database")
+    assert len(err) == 2 and err[1].startswith("  hint: ")  # one line, plus the hint
     assert cli(["report", "--db", str(world["db"]), "--run", "zzzz", "--out", str(out)]) == 2
     assert "no run 'zzzz'" in capsys.readouterr().err
     assert cli(["report", "--db", str(world["db"]), "--out", str(tmp_path)]) == 2

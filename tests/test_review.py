@@ -18,7 +18,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from robustlab.cli import main as cli
-from robustlab.errors import InputError, StoreError
+from robustlab.errors import InputError, MissingResourceError, StoreError
 from robustlab.review import fleiss_kappa, load_review_set, rating_table, verdict
 from robustlab.review.server import ReviewServer
 from robustlab.store.reviews import ReviewStore
@@ -233,7 +233,8 @@ def test_not_a_database_is_one_line(world, capsys):
     rc = cli(["review", "--data", str(world["data"]), "--db", str(bad), "--export",
               str(world["tmp"] / "o.csv")])
     err = capsys.readouterr().err
-    assert rc == 3 and "cannot use review database" in err and "Traceback" not in err
+    assert rc == 3 and str(bad) in err and "not a robustlab database" in err
+    assert "Traceback" not in err
 
 
 # ---------------------------------------------------------------------------- the set
@@ -278,7 +279,7 @@ def test_review_set_label_spaces_and_bad_input(tmp_path):
     flat = tmp_path / "flat_parent" / "x"
     with pytest.raises(InputError, match="has no label"):
         load_review_set(flat)
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(MissingResourceError, match="does not exist"):
         load_review_set(tmp_path / "missing")
 
 

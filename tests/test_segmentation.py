@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from conftest import make_masked_folder
 
+from robustlab.errors import MissingResourceError
 from robustlab.metrics.segmentation import (
     binary_counts,
     binary_matrix,
@@ -194,7 +195,7 @@ def test_loader_refuses_missing_weights(tmp_path):
         load_segmentation_model("lraspp_mobilenet_v3_large")
     with pytest.raises(ValueError, match="unknown segmentation model"):
         load_segmentation_model("unet", weights="random")
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(MissingResourceError, match="does not exist"):
         load_segmentation_model("lraspp_mobilenet_v3_large", weights=tmp_path / "none.pth")
 
 

@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from robustlab.data.sources import Sample, discover
+from robustlab.errors import MissingResourceError
 
 
 def _img(path, size=(40, 36)):
@@ -86,7 +87,7 @@ def test_bad_labels_csv(tmp_path, content, match):
 
 
 def test_missing_or_empty_folders(tmp_path):
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(MissingResourceError, match="does not exist"):
         discover(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no images found"):
@@ -110,5 +111,5 @@ def test_masks_and_boxes(tmp_path):
     a, b = discover(root, masks=tmp_path / "masks", bboxes=boxes)
     assert a.mask_path == (tmp_path / "masks" / "cat" / "a.png").resolve() and a.bbox is None
     assert b.mask_path is None and b.bbox == (1, 2, 30, 20)
-    with pytest.raises(ValueError, match="masks folder"):
+    with pytest.raises(MissingResourceError, match="masks folder"):
         discover(root, masks=tmp_path / "no-masks")

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from robustlab.errors import MissingResourceError
 from robustlab.metrics.accuracy import cell_table
 from robustlab.store import RunRecord, Store
 
@@ -37,7 +38,7 @@ def _run(store, run_id="r1", **kw):
 def test_nothing_is_created_until_the_first_write(tmp_path):
     store = Store(tmp_path / "sub" / "r.duckdb")
     assert store.runs().empty and store.done_counts("x") == {} and store.count() == 0
-    with pytest.raises(ValueError, match="no results database"):
+    with pytest.raises(MissingResourceError, match="no results database"):
         store.predictions()
     assert not store.path.exists()
 

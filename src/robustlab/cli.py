@@ -3,6 +3,12 @@
 Each module in :mod:`robustlab.commands` defines ``add_parser(subparsers)`` and
 ``run(args) -> int``, and keeps heavy imports (torch, duckdb) inside ``run`` so that
 ``robustlab --help`` stays instant.
+
+The error contract (see docs/INTERFACES.md): a :class:`robustlab.errors.RobustlabError`
+is the user's to fix and prints as one line plus an optional hint, exiting with the
+error's ``exit_code`` (2 bad input or missing resource, 3 store or environment);
+anything else is a bug and prints with its traceback, exiting with
+:data:`EXIT_INTERNAL`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ import importlib
 import logging
 import signal
 import sys
+import traceback
+
+from robustlab.errors import EnvironmentProblem, InputError, RobustlabError, environment_problem
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
 COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment",
@@ -22,8 +31,12 @@ COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "rep
 RESUMABLE = {"evaluate", "generate", "train", "segment", "synth", "mine"}
 
 
-class UserError(Exception):
-    """A problem with what the user asked for; printed as one line, exit status 2."""
+# Exit status of an unexpected exception (a bug): EX_SOFTWARE of sysexits.h, distinct from
+# 1 (nothing could be produced), 2 (bad input), 3 (store or environment) and 130/143.
+EXIT_INTERNAL = 70
+
+# Kept for code written against the first CLI: a user mistake is an InputError.
+UserError = InputError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build robustness test sets for image classifiers and measure models on them.",
     )
     parser.add_argument("--version", action="version", version=f"robustlab {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages (and show the traceback of an error)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -52,19 +65,49 @@ def main(argv: list[str] | None = None) -> int:
     terminated: list[int] = []
     restore = _catch_sigterm(terminated) if args.command in RESUMABLE else None
     try:
-        return int(args.func(args) or 0)
-    except (UserError, ValueError, FileNotFoundError) as exc:
-        # Bad input is the user's to fix: one line, no traceback.
-        print(f"robustlab {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        try:
+            return int(args.func(args) or 0)
+        except OSError as exc:
+            # A full disk, a read-only folder or a path through a file met somewhere
+            # without its own message is still not a bug.
+            problem = environment_problem(exc, "")
+            if problem is exc:
+                raise
+            raise problem from exc
+        except MemoryError as exc:
+            raise EnvironmentProblem("out of memory",
+                                     hint="use a smaller --batch-size or fewer --workers") from exc
+        except RuntimeError as exc:
+            if type(exc).__name__ != "OutOfMemoryError":  # torch's, for a full GPU
+                raise
+            raise EnvironmentProblem(f"out of GPU memory: {_one_line(exc)[:200]}",
+                                     hint="use a smaller --batch-size") from exc
+    except RobustlabError as exc:
+        # The user's to fix: one line (and a hint), no traceback.
+        print(f"robustlab {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        if args.verbose:
+            traceback.print_exc()
+        return exc.exit_code
     except KeyboardInterrupt:
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"robustlab {args.command}: {how}; rerun the same command to resume", file=sys.stderr)
         # The shell's convention, 128 + signal number: 143 for SIGTERM, 130 for Ctrl-C.
         return 128 + signal.SIGTERM if terminated else 130
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, show where
+        print(f"robustlab {args.command}: internal error (a bug, please report it): "
+              f"{type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        traceback.print_exc()
+        return EXIT_INTERNAL
     finally:
         if restore is not None:
             restore()
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (a multi-line message would read as several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _catch_sigterm(seen: list[int]):

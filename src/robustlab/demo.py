@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from robustlab.errors import InputError, MissingResourceError
+
 DEMO_LABEL_SPACE = "demo"
 DEMO_MODEL = "lite0"
 # Suites the demo runs, in order. Shifts that need a configured external tool (ai_bg's
@@ -73,10 +75,10 @@ class DemoPhoto:
         try:
             path = Path(str(resources.files(module).joinpath(self.resource)))
         except ModuleNotFoundError:
-            raise ValueError(f"demo photo {self.id} ships with {self.package}, which is not "
+            raise MissingResourceError(f"demo photo {self.id} ships with {self.package}, which is not "
                              "installed") from None
         if not path.is_file():
-            raise ValueError(f"demo photo {self.id}: {path} is missing from the installed "
+            raise MissingResourceError(f"demo photo {self.id}: {path} is missing from the installed "
                              f"{self.package}")
         return path
 
@@ -114,13 +116,13 @@ def select_photos(photos=None) -> list[DemoPhoto]:
         return every
     if isinstance(photos, int) and not isinstance(photos, bool):
         if not 1 <= photos <= len(every):
-            raise ValueError(f"photos must be between 1 and {len(every)}, got {photos}")
+            raise InputError(f"photos must be between 1 and {len(every)}, got {photos}")
         return every[:photos]
     wanted = list(photos)
     by_id = {p.id: p for p in every}
     unknown = [w for w in wanted if w not in by_id]
     if unknown:
-        raise ValueError(f"{unknown[0]!r} is not a demo photo; they are {', '.join(by_id)}")
+        raise InputError(f"{unknown[0]!r} is not a demo photo; they are {', '.join(by_id)}")
     return [p for p in every if p.id in set(wanted)]
 
 
@@ -207,7 +209,7 @@ def plan_demo(photos=None, corruptions=None, levels=None, scenarios=None) -> lis
         corr = list(corruptions)
         bad = [c for c in corr if c not in c_suite.shifts]
         if bad:
-            raise ValueError(f"{bad[0]!r} is not an ImageNet-C corruption; use {', '.join(c_suite.shifts)}")
+            raise InputError(f"{bad[0]!r} is not an ImageNet-C corruption; use {', '.join(c_suite.shifts)}")
     if corr:
         plan.append(("imagenet-c", corr, list(levels) if levels else None, []))
     known = set()
@@ -221,7 +223,7 @@ def plan_demo(photos=None, corruptions=None, levels=None, scenarios=None) -> lis
     if scenarios is not None:
         bad = [s for s in scenarios if s not in known]
         if bad:
-            raise ValueError(f"{bad[0]!r} is not a scenario the demo can run; use {', '.join(sorted(known))}")
+            raise InputError(f"{bad[0]!r} is not a scenario the demo can run; use {', '.join(sorted(known))}")
     return plan
 
 
@@ -261,7 +263,7 @@ def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None
 
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder for the demo's data, database and report")
+        raise InputError(f"--out {out} is a file; give a folder for the demo's data, database and report")
     plan = plan_demo(photos, corruptions, levels, scenarios)
     chosen = select_photos(photos)
     t0 = time.perf_counter()

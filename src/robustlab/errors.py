@@ -11,6 +11,9 @@ Every error carries an optional ``hint``: the next thing to try.
 
 from __future__ import annotations
 
+import errno
+from contextlib import contextmanager
+
 
 class RobustlabError(Exception):
     """Base of every user-facing error; ``hint`` says what to do about it.
@@ -29,6 +32,10 @@ class RobustlabError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self):
+        # Worker processes send errors back pickled; keep the hint on the way.
+        return (self.__class__, (self.message,), {"hint": self.hint})
 
 
 class InputError(RobustlabError, ValueError):
@@ -62,7 +69,70 @@ class EnvironmentProblem(RobustlabError, OSError):
     exit_code = 3
 
 
+# OSError numbers that describe the machine, not robustlab or the request.
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def environment_problem(exc: OSError, doing: str, *, hint: str | None = None) -> Exception:
+    """The user-facing error for an ``OSError`` the machine or the path caused, else ``exc``.
+
+    A full disk, a read-only folder or a missing permission is an EnvironmentProblem; a
+    path through a regular file (``--out notes.txt/run``) is an InputError. Any other
+    ``OSError`` (a bad file descriptor, say) is returned unchanged, to surface as a bug.
+
+    Args:
+        exc: The error raised by the operating system.
+        doing: What robustlab was doing, e.g. ``"cannot write manifest.json"``.
+        hint: What to try; a default fits the cause when None.
+    """
+    code = getattr(exc, "errno", None)
+    if code in (errno.ENOTDIR, errno.EISDIR):
+        what = "a part of the path is a file, not a folder" if code == errno.ENOTDIR else "is a folder"
+        return InputError(_say(exc, doing, what), hint=hint or "check the path you passed")
+    what = _ENVIRONMENT_ERRNOS.get(code)
+    if what is None:
+        return exc
+    if hint is None:
+        hint = ("free disk space or write somewhere else" if code in (errno.ENOSPC, errno.EDQUOT)
+                else "choose a folder you can write to")
+    return EnvironmentProblem(_say(exc, doing, what), hint=hint)
+
+
+def _say(exc: OSError, doing: str, what: str) -> str:
+    """``doing: what (file)``, or ``file: what`` when there is no ``doing``."""
+    name = str(exc.filename) if exc.filename else ""
+    if not doing:
+        return f"{name}: {what}" if name else what
+    return f"{doing}: {what}" + (f" ({name})" if name and name not in doing else "")
+
+
+@contextmanager
+def environment_errors(doing: str, *, hint: str | None = None):
+    """Turn an ``OSError`` the machine or the path caused inside the block into the
+    user-facing error :func:`environment_problem` gives; other errors pass unchanged.
+
+    Example::
+
+        with environment_errors(f"cannot write {path}"):
+            path.write_bytes(data)
+    """
+    try:
+        yield
+    except OSError as exc:
+        problem = environment_problem(exc, doing, hint=hint)
+        if problem is exc:
+            raise
+        raise problem from exc
+
+
 __all__ = [
     "RobustlabError", "InputError", "InputChangedError", "MissingResourceError",
-    "StoreError", "EnvironmentProblem",
+    "StoreError", "EnvironmentProblem", "environment_problem",
+    "environment_errors",
 ]

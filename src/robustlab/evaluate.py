@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from robustlab.errors import InputError
+from robustlab.errors import InputChangedError, InputError, MissingResourceError
 from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, RunRecord, Store
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def _resolve_suite(suite, shifts, levels, available=None):
 
     if suite is None:
         if shifts:
-            raise ValueError("--shift needs --suite (which suite's cells to pick from)")
+            raise InputError("--shift needs --suite (which suite's cells to pick from)")
         return None, Protocol(), [(CLEAN_SHIFT, 0)]
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
     names = list(shifts) if shifts else list(s.shifts)
@@ -47,7 +47,7 @@ def _resolve_suite(suite, shifts, levels, available=None):
         kept = [n for n in names
                 if not needs_resource(get_shift(n)) or any(sh == n for sh, _ in available)]
         if not kept:
-            raise ValueError(f"no generated images for {', '.join(names)} in this folder")
+            raise InputError(f"no generated images for {', '.join(names)} in this folder")
     if shifts or levels or kept != list(s.shifts):
         s = s.select(kept, list(levels) if levels else None)
     return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
@@ -77,7 +77,7 @@ def _labels_for(samples, space) -> list[int]:
             try:
                 label = int(space.index_of(s.class_name))
             except (KeyError, ValueError):
-                raise ValueError(f"{s.id}: class {s.class_name!r} is not in label space "
+                raise InputError(f"{s.id}: class {s.class_name!r} is not in label space "
                                  f"{space.name!r}") from None
             if s.label is not None and not _index_agrees(s.class_name, int(s.label), label):
                 raise InputError(
@@ -87,10 +87,10 @@ def _labels_for(samples, space) -> list[int]:
         elif s.label is not None:
             label = int(s.label)
             if not 0 <= label < n_classes:
-                raise ValueError(f"{s.id}: label {label} is outside label space {space.name!r} "
+                raise InputError(f"{s.id}: label {label} is outside label space {space.name!r} "
                                  f"(0..{n_classes - 1})")
         else:
-            raise ValueError(f"{s.id} has no label: use a class-folder tree or a labels CSV")
+            raise InputError(f"{s.id} has no label: use a class-folder tree or a labels CSV")
         out.append(label)
     return out
 
@@ -108,7 +108,7 @@ def read_generated(root: Path) -> dict | None:
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
+        raise InputError(f"cannot read {path}: {exc}") from None
     if not str(manifest.get("format", "")).startswith("robustlab-generate/"):
         return None
     return manifest
@@ -123,16 +123,16 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
 
     m_suite = (manifest.get("suite") or {}).get("name")
     if suite is not None and isinstance(suite, str) and suite != m_suite:
-        raise ValueError(f"{root} was generated for suite {m_suite!r}, not {suite!r}")
+        raise InputChangedError(f"{root} was generated for suite {m_suite!r}, not {suite!r}")
     m_seed = int(manifest.get("seed", 0))
     if seed is not None and int(seed) != m_seed:
-        raise ValueError(f"{root} was generated with seed {m_seed}, not {seed}")
+        raise InputChangedError(f"{root} was generated with seed {m_seed}, not {seed}")
     fields = {f.name for f in dataclasses.fields(Protocol)}
     protocol = Protocol(**{k: v for k, v in (manifest.get("protocol") or {}).items() if k in fields})
     data = manifest.get("data") or {}
     source = Path(data.get("root") or "")
     if not source.is_dir():
-        raise ValueError(f"the source images of {root} ({source}) are not there; the clean "
+        raise InputError(f"the source images of {root} ({source}) are not there; the clean "
                          "cell is read from them")
     available = {(c["shift"], str(c["level"])) for c in manifest.get("cells", [])}
     return (suite if suite is not None else get_suite(m_suite)), protocol, m_seed, source, \
@@ -160,16 +160,16 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                              or not 0 <= seed < 2**63):
-        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+        raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     root = Path(data).expanduser()
     if not root.is_dir():
-        raise ValueError(f"data folder {root} does not exist" if not root.exists()
+        raise MissingResourceError(f"data folder {root} does not exist" if not root.exists()
                          else f"data folder {root} is not a folder")
     from robustlab.data.imagenet_e import is_archive
 
     if is_archive(root):
         if suite is not None and suite != "imagenet-e":
-            raise ValueError(f"{root} is an ImageNet-E archive; its level folders are the cells "
+            raise InputError(f"{root} is an ImageNet-E archive; its level folders are the cells "
                              f"(leave out --suite {suite})")
         return _archive_plan(model, root, shifts=shifts, levels=levels, label_space=label_space,
                              weights=weights, device=device, batch_size=batch_size)
@@ -186,7 +186,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         protocol = gen_protocol
         missing = [f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available]
         if missing:
-            raise ValueError(f"{root} has no generated images for {', '.join(missing[:6])}"
+            raise InputError(f"{root} has no generated images for {', '.join(missing[:6])}"
                              + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""))
         root = source
     shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
@@ -302,13 +302,13 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
     if shifts:
         unknown = [s for s in shifts if s not in {c[0] for c in cells}]
         if unknown:
-            raise ValueError(f"the archive has no {unknown[0]!r} folders; its cells are "
+            raise InputError(f"the archive has no {unknown[0]!r} folders; its cells are "
                              f"{', '.join(f'{s}/{lv}' for s, lv in cells)}")
         cells = [c for c in cells if c[0] in shifts]
     if levels:
         cells = [c for c in cells if c[1] in {str(lv) for lv in levels}]
     if not cells:
-        raise ValueError(f"{root}: no level folder matches the requested shifts/levels")
+        raise InputError(f"{root}: no level folder matches the requested shifts/levels")
     cells = [(CLEAN_SHIFT, 0), *cells]
     samples = archive.samples
     space_name = label_space or "imagenet1k"
@@ -402,7 +402,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         progress=sys.stderr.isatty() if progress is None else bool(progress),
     )
     if options.batch_size < 1:
-        raise ValueError(f"batch size must be at least 1, got {options.batch_size}")
+        raise InputError(f"batch size must be at least 1, got {options.batch_size}")
     store = Store(db)
     _check_same_resources(store, plan["record"])
     _check_same_fill(store, plan["record"])
@@ -466,7 +466,6 @@ def _check_same_resources(store: Store, record) -> None:
     different ``ROBUSTLAB_INPAINTER`` or ``ROBUSTLAB_BG_DIFFUSION`` would mix two models'
     images in one run.
     """
-    from robustlab.errors import InputChangedError
     from robustlab.shifts.registry import described_resources, list_shifts
 
     if not store.exists():

@@ -34,7 +34,6 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
-import multiprocessing
 import os
 import platform
 import time
@@ -47,12 +46,14 @@ from typing import Any
 
 from robustlab.data.images import MAX_PIXELS, ImageError
 from robustlab.data.sources import Sample, discover
+from robustlab.errors import InputError, RobustlabError, environment_problem
 from robustlab.manifest import (
     FORMAT, MANIFEST, check_compatible, load_manifest, manifest_lock, mark_dead_runs, this_process,
 )
 from robustlab.pipeline import (
     DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
 )
+from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
 from robustlab.shifts.registry import (
     available_shifts, describe_resources, described_resources, get_shift, list_shifts,
@@ -144,6 +145,7 @@ def _init_worker(job: _Job, single_thread: bool) -> None:
     global _JOB
     _JOB = job
     if single_thread:
+        die_with_parent()  # pool workers must not outlive a killed generate
         # One image per process already fills the cores; nested thread pools would
         # oversubscribe them.
         try:
@@ -215,6 +217,12 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
                                        "level": str(level), **attrs})
         except (ValueError, ImageError) as exc:
             res.failures.append((name, str(level), str(exc)))
+        except OSError as exc:
+            problem = environment_problem(exc, f"cannot write {path}")
+            if problem is not exc:  # a full disk fails every cell after it: stop the run
+                raise problem from None
+            log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
+            res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
         except Exception as exc:  # noqa: BLE001 - a shift bug: count it, keep going
             log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
             res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
@@ -232,9 +240,10 @@ def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
     ``imagenet-c``-style group words work too: ``common``, ``extra``, ``all``.
 
     Raises:
-        ValueError: a pattern matches no shift of the suite (the message lists them).
+        InputError: a pattern matches no shift of the suite (the message lists them), or
+            ``patterns`` is given but blank (``--shifts ,``), which must not mean "all".
     """
-    if not patterns:
+    if patterns is None:
         return list(suite.shifts)
     import fnmatch
 
@@ -256,8 +265,12 @@ def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
             known = {s.name for s in list_shifts()}
             where = (f"{pat!r} is a shift but not part of suite {suite.name!r}" if pat in known
                      else f"no shift of suite {suite.name!r} matches {pat!r}")
-            raise ValueError(f"{where}; its shifts are: {', '.join(suite.shifts)}")
+            raise InputError(f"{where}; its shifts are: {', '.join(suite.shifts)}")
         chosen.extend(h for h in hits if h not in chosen)
+    if not chosen:
+        raise InputError(f"--shifts {','.join(patterns)!r} names no shift",
+                         hint=f"leave --shifts out for the whole suite, or name some of: "
+                              f"{', '.join(suite.shifts)}")
     return [n for n in suite.shifts if n in chosen]
 
 
@@ -274,13 +287,16 @@ def parse_levels(text: str | Sequence | None) -> list | None:
         if "-" in tok and all(p.strip().isdigit() for p in tok.split("-", 1)):
             a, b = (int(p) for p in tok.split("-", 1))
             if a > b:
-                raise ValueError(f"level range {tok!r} runs backwards")
+                raise InputError(f"level range {tok!r} runs backwards")
             out.extend(range(a, b + 1))
         elif tok.lstrip("-").isdigit():
             out.append(int(tok))
         else:
             out.append(tok)
-    return out or None
+    if not out:  # "--levels ," must not mean "all levels"
+        raise InputError(f"--levels {text!r} names no level",
+                         hint="leave --levels out for all levels, or give e.g. 1,3,5 or 1-3")
+    return out
 
 
 def _jsonable(x: Any) -> Any:
@@ -426,28 +442,33 @@ def generate(
     if keep_size:
         protocol = dataclasses.replace(protocol, resize=None, crop=None)
     if str(protocol.format).lower() not in ("jpeg", "jpg", "png"):
-        raise ValueError(f"unknown output format {protocol.format!r}; use jpeg or png")
+        raise InputError(f"unknown output format {protocol.format!r}; use jpeg or png")
     if isinstance(seed, bool) or int(seed) != seed or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
+    if isinstance(workers, bool) or int(workers) < 0:
+        raise InputError(f"workers must be 0 (one per CPU) or more, got {workers!r}")
     if limit is not None and int(limit) < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
+        raise InputError(f"limit must be at least 1, got {limit}")
     cells = tuple(suite_obj.cells())
     shift_objs = {n: get_shift(n) for n in names}
 
     data_root = Path(data).expanduser()
     out_root = Path(out).expanduser()
+    if out_root.exists() and not out_root.is_dir():
+        raise InputError(f"--out {out_root} is a file; generate writes a folder of images",
+                         hint="pass a folder name (created if missing)")
     if data_root.exists() and out_root.resolve().is_relative_to(data_root.resolve()):
-        raise ValueError(f"--out {out_root} is inside --data {data_root}; choose a folder outside it")
+        raise InputError(f"--out {out_root} is inside --data {data_root}; choose a folder outside it")
 
     needs = set().union(*(s.needs for s in shift_objs.values())) if shift_objs else set()
     need_mask = "mask" in needs
     if need_mask and not masks:
         which = ", ".join(n for n, s in shift_objs.items() if "mask" in s.needs)
-        raise ValueError(f"{which} need foreground masks; pass --masks DIR")
+        raise InputError(f"{which} need foreground masks; pass --masks DIR")
     for s in shift_objs.values():
         if s.extra.get("channels") == 4 and str(protocol.format).lower() != "png":
-            raise ValueError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
+            raise InputError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
 
     samples = discover(data_root, labels_csv=labels_csv, masks=masks, bboxes=bboxes)
     skipped_listing = list(samples.skipped)
@@ -466,7 +487,7 @@ def generate(
     if limit is not None:
         samples = samples[: int(limit)]
     if not samples:
-        raise ValueError(f"no usable images in {data_root}")
+        raise InputError(f"no usable images in {data_root}")
 
     # The output names must be unique, or two sources would silently share one file.
     seen: dict[str, str] = {}
@@ -637,8 +658,7 @@ def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
 
 def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result: GenerateResult) -> None:
     """Process samples in a pool with a bounded queue; survive crashed workers."""
-    methods = multiprocessing.get_all_start_methods()
-    mp = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    mp = worker_context()
     queue = list(reversed(samples))
     attempts: dict[str, int] = {}
     window = n_workers * 4
@@ -664,6 +684,8 @@ def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result:
                         collect(fut.result())
                     except BrokenProcessPool:
                         broken.append(s)
+                    except RobustlabError:
+                        raise  # a full disk, say: the run cannot go on
                     except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
                         collect(SampleOutcome(s.id, skip_reason=f"worker error: {type(exc).__name__}: {exc}"))
                 if broken:

@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image
 
 from robustlab.data.images import MIN_SIDE, ImageError, array_to_rgb, read_image
+from robustlab.errors import InputError
 from robustlab.seeding import derive_seed, make_rng
 from robustlab.shifts.registry import Shift, get_shift, resource_context
 
@@ -212,7 +213,7 @@ def _format(protocol) -> str:
         return "jpeg"
     if fmt == "png":
         return "png"
-    raise ValueError(f"unknown output format {protocol.format!r}; use jpeg or png")
+    raise InputError(f"unknown output format {protocol.format!r}; use jpeg or png")
 
 
 def encode(img, protocol) -> bytes:
@@ -230,7 +231,7 @@ def encode(img, protocol) -> bytes:
     pil = Image.fromarray(x, "RGBA" if x.shape[2] == 4 else "RGB")
     if fmt == "jpeg":
         if x.shape[2] == 4:
-            raise ValueError("JPEG cannot store an alpha channel; use format png")
+            raise InputError("JPEG cannot store an alpha channel; use format png")
         pil.save(buf, "JPEG", quality=int(protocol.jpeg_quality), optimize=True)
     else:
         pil.save(buf, "PNG")

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from robustlab.errors import InputError
 from robustlab.shifts.registry import get_shift, list_shifts
 
 
@@ -80,7 +81,7 @@ class Suite:
         for n in names:
             get_shift(n)
             if n not in self.shifts:
-                raise ValueError(f"shift {n!r} is not in suite {self.name!r}: {', '.join(self.shifts)}")
+                raise InputError(f"shift {n!r} is not in suite {self.name!r}: {', '.join(self.shifts)}")
         lv = None
         if levels:
             lv = {}
@@ -88,7 +89,7 @@ class Suite:
                 allowed = get_shift(n).levels
                 bad = [x for x in levels if x not in allowed]
                 if bad:
-                    raise ValueError(f"{n} has no level {bad[0]!r}; levels are {list(allowed)}")
+                    raise InputError(f"{n} has no level {bad[0]!r}; levels are {list(allowed)}")
                 lv[n] = tuple(levels)
         return Suite(self.name, self.version, self.description, names, lv or self.levels,
                      self.protocol, self.metrics, self.label_space)
@@ -143,7 +144,7 @@ def get_suite(name_or_path: str) -> Suite:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return load_suite(p)
-    raise ValueError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(suites)} (or a .yaml file)")
+    raise InputError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(suites)} (or a .yaml file)")
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -159,10 +160,10 @@ def load_suite(path: str | Path) -> Suite:
     """
     data = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(data, dict) or "shifts" not in data:
-        raise ValueError(f"{path}: a suite file needs at least 'name' and 'shifts'")
+        raise InputError(f"{path}: a suite file needs at least 'name' and 'shifts'")
     unknown = set(data) - {"name", "version", "description", "shifts", "levels", "protocol", "metrics", "label_space"}
     if unknown:
-        raise ValueError(f"{path}: unknown suite keys {sorted(unknown)}")
+        raise InputError(f"{path}: unknown suite keys {sorted(unknown)}")
     shifts = tuple(data["shifts"])
     for s in shifts:
         get_shift(s)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import workers
+
 
 def _level(text: str):
     return int(text) if text.lstrip("-").isdigit() else text
@@ -26,7 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", default=None, help="weights file for the model")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the model's choice)")
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
-    p.add_argument("--workers", type=int, default=None, help="data worker processes (default: cores - 1)")
+    p.add_argument("--workers", type=workers, default=None,
+                   help="data worker processes that decode and shift images ahead of the model "
+                        "(default: cores - 1; 0: all in the main process)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -36,7 +40,9 @@ def run(args) -> int:
 
     from robustlab.commands.results import format_table
     from robustlab.evaluate import evaluate
+    from robustlab.store import Store
 
+    Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
     df = evaluate(args.model, args.data, suite=args.suite, db=args.db, seed=args.seed,
                   shifts=args.shifts, levels=args.levels, labels_csv=args.labels,
                   masks=args.masks, label_space=args.label_space, weights=args.weights,
@@ -49,4 +55,10 @@ def run(args) -> int:
         print(f"skipped {len({s[0] for s in skipped})} image(s); first: {skipped[0][0]}: "
               f"{skipped[0][1]} (all listed in the run record)", file=sys.stderr)
     print(f"run {df.attrs['run_id']} stored in {df.attrs['db']}", file=sys.stderr)
+    if df.empty or int(df["n"].sum()) == 0:
+        # A run without a single prediction has no number to report: say so, as generate does.
+        why = f"; first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        print(f"robustlab evaluate: error: no image of {args.data} could be used, so there are "
+              f"no results{why}", file=sys.stderr)
+        return 1
     return 0

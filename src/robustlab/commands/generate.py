@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import workers
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -25,8 +27,9 @@ def add_parser(sub) -> None:
     p.add_argument("--keep-size", action="store_true",
                    help="no resize or crop; sources under 32x32 are skipped")
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default 0)")
-    p.add_argument("--workers", type=int, default=0,
-                   help="worker processes (default 0: one per available CPU)")
+    p.add_argument("--workers", type=workers, default=0,
+                   help="worker processes (default 0: one per available CPU; 1: all in the main "
+                        "process)")
     p.add_argument("--limit", type=int, default=None, help="only the first N images (sorted by id)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -35,9 +38,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from robustlab.generate import generate
 
-    if args.workers < 0:
-        raise ValueError(f"--workers must be 0 (auto) or more, got {args.workers}")
-    shifts = [s for s in args.shifts.split(",") if s.strip()] if args.shifts else None
+    shifts = None if args.shifts is None else args.shifts.split(",")
     res = generate(
         args.suite, args.data, args.out, shifts=shifts, levels=args.levels, seed=args.seed,
         workers=args.workers, fmt=args.fmt, keep_size=args.keep_size, limit=args.limit,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.errors import InputError
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("masks", help="make foreground masks automatically (GrabCut, CAM-seeded GrabCut, your segmentation model)")
@@ -30,23 +32,22 @@ def run(args) -> int:
     from pathlib import Path
 
     from robustlab.data.sources import discover
-    from robustlab.errors import InputError
     from robustlab.masks.auto import AutoMasker, MaskerParams
     from robustlab.masks.build import build_masks
 
     if args.max_side < 32 or args.iterations < 1:
-        raise ValueError("--max-side must be at least 32 and --iterations at least 1")
+        raise InputError("--max-side must be at least 32 and --iterations at least 1")
     segmenter = None
     if args.method == "segmentation":
         if not (args.seg_model and args.seg_weights):
-            raise ValueError("--method segmentation needs --seg-model and --seg-weights")
+            raise InputError("--method segmentation needs --seg-model and --seg-weights")
         from robustlab.run.segmentation import load_segmentation_model
 
         segmenter = load_segmentation_model(args.seg_model, weights=args.seg_weights,
                                             num_classes=args.seg_classes,
                                             background=args.seg_background)
     elif args.seg_model or args.seg_weights:
-        raise ValueError("--seg-model/--seg-weights only apply to --method segmentation")
+        raise InputError("--seg-model/--seg-weights only apply to --method segmentation")
     data, out = Path(args.data).expanduser(), Path(args.out).expanduser()
     if data.is_dir() and out.resolve().is_relative_to(data.resolve()):
         raise InputError(f"--out {out} is inside --data {data}: the masks would become part of "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.errors import InputError
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -30,6 +32,9 @@ def run(args) -> int:
     import sys
 
     from robustlab.report import build_report
+
+    if args.resamples < 1:
+        raise InputError(f"--resamples must be at least 1, got {args.resamples}")
 
     result = build_report(args.db, args.out, run_ids=args.runs, baseline=args.baseline,
                           grid=not args.no_grid, grid_sample=args.grid_sample, seed=args.seed,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import sys
 
+from robustlab.errors import InputError
+
 SCORE_COLUMNS = ("pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou")
 
 
@@ -63,7 +65,8 @@ def run(args) -> int:
     from robustlab.store.queries import segmentation_table
 
     if args.weights == "random":
-        raise ValueError("--weights needs a checkpoint file; random weights cannot be stored")
+        raise InputError("--weights needs a checkpoint file; random weights cannot be stored")
+    Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
     model = load_segmentation_model(args.model, weights=args.weights, num_classes=args.num_classes,
                                     background=args.background, device=args.device)
     res = segment_to_store(model, args.data, masks=args.masks, db=args.db, suite=args.suite,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import workers
+
 
 def _level(text: str):
     return int(text) if text.lstrip("-").isdigit() else text
@@ -40,7 +42,8 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", default=None, help="base weights file for the model")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=None, help="images per evaluation forward pass")
-    p.add_argument("--workers", type=int, default=0, help="evaluation data workers (default 0)")
+    p.add_argument("--workers", type=workers, default=0,
+                   help="evaluation data worker processes (default 0: all in the main process)")
     p.set_defaults(func=run)
 
 
@@ -48,7 +51,10 @@ def run(args) -> int:
     import sys
 
     from robustlab.commands.results import format_table
+    from robustlab.store import Store
     from robustlab.train import TrainConfig, run_protocol
+
+    Store(args.db).check()  # a damaged --db fails now, not after the training
 
     config = TrainConfig(mode=args.mode, steps=args.steps, batch_size=args.train_batch_size,
                          lr=args.lr, weight_decay=args.weight_decay, seed=args.seed)

@@ -25,6 +25,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from robustlab.errors import InputError, MissingResourceError
+
 NUM_IMAGENET_CLASSES = 1000
 KINDS = ("full", "subset", "mapping")
 
@@ -59,15 +61,15 @@ class LabelSpace:
     def __post_init__(self) -> None:
         n = len(self.classes)
         if self.kind not in KINDS:
-            raise ValueError(f"label space kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+            raise InputError(f"label space kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
         if not n or not (len(self.wnids) == len(self.folders) == len(self.imagenet_ids) == n):
-            raise ValueError(f"label space {self.name!r}: classes, wnids, folders and ids differ in length")
+            raise InputError(f"label space {self.name!r}: classes, wnids, folders and ids differ in length")
         for i, ids in enumerate(self.imagenet_ids):
             if not ids or any(not 0 <= j < NUM_IMAGENET_CLASSES for j in ids):
-                raise ValueError(f"label space {self.name!r}: class {self.classes[i]!r} has ImageNet "
+                raise InputError(f"label space {self.name!r}: class {self.classes[i]!r} has ImageNet "
                                  f"ids {list(ids)} (need 1+ ids in 0..{NUM_IMAGENET_CLASSES - 1})")
             if self.kind != "mapping" and len(ids) != 1:
-                raise ValueError(f"label space {self.name!r}: a {self.kind} class maps to one id")
+                raise InputError(f"label space {self.name!r}: a {self.kind} class maps to one id")
         lookup: dict[str, int] = {}
         ambiguous: set[str] = set()
         # Exact keys first (folder, wnid), then names; a readable name used by two classes
@@ -109,11 +111,11 @@ class LabelSpace:
                 name shared by two classes, which must then be given by wnid).
         """
         if isinstance(key, bool):
-            raise ValueError(f"{key!r} is not a class of label space {self.name!r}")  # noqa: TRY004
+            raise InputError(f"{key!r} is not a class of label space {self.name!r}")
         if isinstance(key, int):
             if 0 <= key < len(self.classes):
                 return key
-            raise ValueError(f"class index {key} is outside label space {self.name!r} (0..{len(self) - 1})")
+            raise InputError(f"class index {key} is outside label space {self.name!r} (0..{len(self) - 1})")
         text = str(key).strip()
         if text in self._lookup:
             return self._lookup[text]
@@ -122,9 +124,9 @@ class LabelSpace:
         if text.isdigit():
             return self.index_of(int(text))
         if text in self._ambiguous or text.lower() in self._ambiguous:
-            raise ValueError(f"class name {text!r} is used by more than one class of label space "
+            raise InputError(f"class name {text!r} is used by more than one class of label space "
                              f"{self.name!r}; name it by wnid")
-        raise ValueError(f"{text!r} is not a class of label space {self.name!r}")
+        raise InputError(f"{text!r} is not a class of label space {self.name!r}")
 
     @property
     def subset_ids(self) -> tuple[int, ...] | None:
@@ -172,7 +174,7 @@ def _subset(name: str, wnids: list[str], source: str) -> LabelSpace:
     index = {w: i for i, (w, _) in enumerate(rows)}
     unknown = [w for w in wnids if w not in index]
     if unknown:
-        raise ValueError(f"label space {name!r}: {unknown[0]!r} is not an ImageNet-1k wnid")
+        raise InputError(f"label space {name!r}: {unknown[0]!r} is not an ImageNet-1k wnid")
     ids = sorted({index[w] for w in wnids})  # ImageNet index order, like the reference masks
     return LabelSpace(name=name, classes=tuple(rows[i][1] for i in ids),
                       wnids=tuple(rows[i][0] for i in ids), folders=tuple(rows[i][0] for i in ids),
@@ -266,20 +268,20 @@ def get_label_space(name) -> LabelSpace:
         return _cached(canon)
     if key.lower().endswith(".csv"):
         return _from_csv(Path(key).expanduser())
-    raise ValueError(f"unknown label space {key!r}; use one of {', '.join(_BUILTIN)} or a CSV file")
+    raise InputError(f"unknown label space {key!r}; use one of {', '.join(_BUILTIN)} or a CSV file")
 
 
 def _from_csv(path: Path) -> LabelSpace:
     """A user label space: ``name`` plus ``wnid`` (subset) or ``imagenet_ids`` (mapping)."""
     if not path.is_file():
-        raise ValueError(f"label space file {path} does not exist")
+        raise MissingResourceError(f"label space file {path} does not exist")
     try:
         rows = _read_csv(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"cannot read label space file {path}: {exc}") from None
+        raise InputError(f"cannot read label space file {path}: {exc}") from None
     cols = set(rows[0]) if rows else set()
     if not rows or "name" not in cols or not ({"wnid", "imagenet_ids"} & cols):
-        raise ValueError(f"{path}: a label space CSV needs a 'name' column and 'wnid' or "
+        raise InputError(f"{path}: a label space CSV needs a 'name' column and 'wnid' or "
                          "'imagenet_ids', and at least one row")
     if "imagenet_ids" in cols:
         ids = []
@@ -287,7 +289,7 @@ def _from_csv(path: Path) -> LabelSpace:
             try:
                 ids.append(tuple(int(x) for x in (row["imagenet_ids"] or "").split()))
             except ValueError:
-                raise ValueError(f"{path} line {n}: imagenet_ids must be integers, "
+                raise InputError(f"{path} line {n}: imagenet_ids must be integers, "
                                  f"got {row['imagenet_ids']!r}") from None
         wnids = tuple((row.get("wnid") or None) for row in rows)
         folders = tuple(row.get("folder") or row["name"] for row in rows)
@@ -297,7 +299,7 @@ def _from_csv(path: Path) -> LabelSpace:
     index = {w: i for i, (w, _) in enumerate(_imagenet_rows())}
     bad = [r["wnid"] for r in rows if r["wnid"] not in index]
     if bad:
-        raise ValueError(f"{path}: {bad[0]!r} is not an ImageNet-1k wnid")
+        raise InputError(f"{path}: {bad[0]!r} is not an ImageNet-1k wnid")
     order = sorted(rows, key=lambda r: index[r["wnid"]])
     return LabelSpace(name=str(path), classes=tuple(r["name"] for r in order),
                       wnids=tuple(r["wnid"] for r in order),

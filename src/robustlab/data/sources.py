@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from robustlab.errors import InputError
+from robustlab.errors import InputError, MissingResourceError
 from robustlab.masks.io import find_mask, shared_stems
 
 log = logging.getLogger(__name__)
@@ -286,7 +286,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     """
     root = Path(root).expanduser()
     if not root.exists():
-        raise InputError(f"data folder {root} does not exist")
+        raise MissingResourceError(f"data folder {root} does not exist")
     if not root.is_dir():
         raise InputError(f"data folder {root} is not a folder")
     root = root.resolve()
@@ -294,10 +294,10 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     if csv_path is None and (root / "labels.csv").is_file():
         csv_path = root / "labels.csv"
     if csv_path is not None and not csv_path.is_file():
-        raise InputError(f"labels CSV {csv_path} does not exist")
+        raise MissingResourceError(f"labels CSV {csv_path} does not exist")
     masks_dir = Path(masks).expanduser().resolve() if masks else None
     if masks_dir is not None and not masks_dir.is_dir():
-        raise InputError(f"masks folder {masks_dir} does not exist")
+        raise MissingResourceError(f"masks folder {masks_dir} does not exist")
     boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
 
     files, skipped = _walk(root)

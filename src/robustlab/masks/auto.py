@@ -16,6 +16,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from robustlab.errors import InputError, MissingResourceError
+
 # GrabCut labels (cv2.GC_BGD, GC_FGD, GC_PR_BGD, GC_PR_FGD)
 BGD, FGD, PR_BGD, PR_FGD = 0, 1, 2, 3
 
@@ -155,7 +157,7 @@ def _torch_module(model: Any):
         m = getattr(model, attr, None)
         if isinstance(m, torch.nn.Module):
             return m
-    raise ValueError(f"cannot find a torch module inside {type(model).__name__} for a CAM")
+    raise InputError(f"cannot find a torch module inside {type(model).__name__} for a CAM")
 
 
 def _features_and_fc(net):
@@ -166,7 +168,7 @@ def _features_and_fc(net):
         fc = net.get_classifier()
         if isinstance(fc, torch.nn.Linear):
             return net.forward_features, fc
-    raise ValueError(f"{type(net).__name__} has no forward_features/linear classifier; "
+    raise InputError(f"{type(net).__name__} has no forward_features/linear classifier; "
                      "CAM needs a global-pool + linear head (timm convention)")
 
 
@@ -202,7 +204,7 @@ def class_activation_map(model: Any, rgb: np.ndarray, class_index: int | None = 
         logits = fc(feats.mean(dim=(1, 2)))
         c = int(logits.argmax()) if class_index is None else int(class_index)
         if not 0 <= c < fc.out_features:
-            raise ValueError(f"class index {c} outside 0..{fc.out_features - 1}")
+            raise InputError(f"class index {c} outside 0..{fc.out_features - 1}")
         cam = torch.einsum("k,khw->hw", fc.weight[c], feats).clamp_min(0)
     net.train(was_training)
     cam = cam.float().numpy()
@@ -234,9 +236,9 @@ class AutoMasker:
     def __init__(self, method: str = "grabcut", model: Any = None, params: MaskerParams = MaskerParams(),
                  segmenter: Any = None):
         if method not in self.METHODS:
-            raise ValueError(f"unknown masking method {method!r}; use one of {', '.join(self.METHODS)}")
+            raise InputError(f"unknown masking method {method!r}; use one of {', '.join(self.METHODS)}")
         if (method == "segmentation") != (segmenter is not None):
-            raise ValueError("the 'segmentation' method needs a segmenter, and only it takes one")
+            raise InputError("the 'segmentation' method needs a segmenter, and only it takes one")
         self.method, self.params, self._model, self.segmenter = method, params, model, segmenter
 
     @property
@@ -245,7 +247,7 @@ class AutoMasker:
             try:
                 from robustlab.models import load_model
             except ImportError as exc:
-                raise ValueError(f"CAM seeding needs robustlab.models.load_model ({exc})") from None
+                raise MissingResourceError(f"CAM seeding needs robustlab.models.load_model ({exc})") from None
             self._model = load_model("lite0")
         return self._model
 

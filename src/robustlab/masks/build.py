@@ -70,7 +70,7 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
         The summary written to ``masks_quality.json`` (without the per-image records).
     """
     if cam_class not in ("top1", "label"):
-        raise ValueError(f"cam_class must be 'top1' or 'label', not {cam_class!r}")
+        raise InputError(f"cam_class must be 'top1' or 'label', not {cam_class!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records, skipped = [], []

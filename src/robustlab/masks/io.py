@@ -85,7 +85,7 @@ def load_mask(path: str | Path, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
         with Image.open(path) as img:
             w, h = img.size
             if w * h > max_pixels:
-                raise ValueError(f"mask {path} is too large: {w}x{h} pixels exceeds the "
+                raise InputError(f"mask {path} is too large: {w}x{h} pixels exceeds the "
                                  f"limit of {max_pixels}")
             img.load()
             try:
@@ -94,10 +94,10 @@ def load_mask(path: str | Path, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
                 pass
             return mask_from_pil(img)
     except FileNotFoundError:
-        raise ValueError(f"mask file not found: {path}") from None
+        raise InputError(f"mask file not found: {path}") from None
     except (OSError, SyntaxError, EOFError, Image.UnidentifiedImageError,
             Image.DecompressionBombError) as exc:
-        raise ValueError(f"unreadable mask {path}: {exc}") from None
+        raise InputError(f"unreadable mask {path}: {exc}") from None
 
 
 def save_mask(path: str | Path, mask: np.ndarray) -> Path:
@@ -197,7 +197,7 @@ def rle_string_to_counts(s: str | bytes) -> list[int]:
         x, k, more = 0, 0, True
         while more:
             if p >= len(s):
-                raise ValueError("truncated COCO RLE string")
+                raise InputError("truncated COCO RLE string")
             c = ord(s[p]) - 48
             x |= (c & 0x1F) << (5 * k)
             more = bool(c & 0x20)
@@ -238,12 +238,12 @@ def decode_rle(rle: dict) -> np.ndarray:
         h, w = (int(v) for v in rle["size"])
         counts = rle["counts"]
     except (KeyError, TypeError, ValueError):
-        raise ValueError("COCO RLE needs 'size': [h, w] and 'counts'") from None
+        raise InputError("COCO RLE needs 'size': [h, w] and 'counts'") from None
     if isinstance(counts, (str, bytes)):
         counts = rle_string_to_counts(counts)
     counts = np.asarray(counts, dtype=np.int64)
     if (counts < 0).any() or counts.sum() != h * w:
-        raise ValueError(f"COCO RLE counts sum to {int(counts.sum())}, expected {h}x{w}={h * w}")
+        raise InputError(f"COCO RLE counts sum to {int(counts.sum())}, expected {h}x{w}={h * w}")
     values = np.zeros(len(counts), dtype=bool)
     values[1::2] = True
     flat = np.repeat(values, counts)
@@ -269,7 +269,7 @@ def polygons_to_mask(polygons: list, height: int, width: int) -> np.ndarray:
     for poly in polygons:
         a = np.asarray(poly, dtype=np.float64).reshape(-1)
         if a.size < 6 or a.size % 2:
-            raise ValueError(f"COCO polygon needs at least 3 (x, y) points, got {a.size} numbers")
+            raise InputError(f"COCO polygon needs at least 3 (x, y) points, got {a.size} numbers")
         pts.append(np.round(a.reshape(-1, 2)).astype(np.int32))
     cv2.fillPoly(canvas, pts, 1)
     return canvas > 0
@@ -288,9 +288,9 @@ def load_coco_masks(path: str | Path, *, category_ids: Iterable[int] | None = No
         images = {im["id"]: im for im in data["images"]}
         anns = data["annotations"]
     except FileNotFoundError:
-        raise ValueError(f"COCO file not found: {path}") from None
+        raise InputError(f"COCO file not found: {path}") from None
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a COCO annotation file ({exc})") from None
+        raise InputError(f"{path}: not a COCO annotation file ({exc})") from None
     keep = None if category_ids is None else set(category_ids)
     out: dict[str, np.ndarray] = {}
     for ann in anns:
@@ -298,7 +298,7 @@ def load_coco_masks(path: str | Path, *, category_ids: Iterable[int] | None = No
             continue
         im = images.get(ann.get("image_id"))
         if im is None:
-            raise ValueError(f"{path}: annotation {ann.get('id')} refers to unknown image {ann.get('image_id')}")
+            raise InputError(f"{path}: annotation {ann.get('id')} refers to unknown image {ann.get('image_id')}")
         h, w = int(im["height"]), int(im["width"])
         seg = ann.get("segmentation")
         if isinstance(seg, dict):
@@ -306,9 +306,9 @@ def load_coco_masks(path: str | Path, *, category_ids: Iterable[int] | None = No
         elif isinstance(seg, list):
             m = polygons_to_mask(seg, h, w)
         else:
-            raise ValueError(f"{path}: annotation {ann.get('id')} has no segmentation")
+            raise InputError(f"{path}: annotation {ann.get('id')} has no segmentation")
         if m.shape != (h, w):
-            raise ValueError(f"{path}: annotation {ann.get('id')} is {m.shape}, image is {(h, w)}")
+            raise InputError(f"{path}: annotation {ann.get('id')} is {m.shape}, image is {(h, w)}")
         key = im["file_name"]
         out[key] = out[key] | m if key in out else m
     for im in images.values():
@@ -331,26 +331,26 @@ def read_bboxes_csv(path: str | Path) -> dict[str, tuple[int, int, int, int]]:
     try:
         rows = list(csv.DictReader(path.read_text().splitlines()))
     except FileNotFoundError:
-        raise ValueError(f"bbox CSV not found: {path}") from None
+        raise InputError(f"bbox CSV not found: {path}") from None
     if not rows:
-        raise ValueError(f"{path}: no rows")
+        raise InputError(f"{path}: no rows")
     cols = {c.strip().lower(): c for c in rows[0]}
     key = next((cols[k] for k in ("file", "id", "image", "filename", "file_name") if k in cols), None)
     if key is None:
-        raise ValueError(f"{path}: needs a 'file' column (or id/image/filename)")
+        raise InputError(f"{path}: needs a 'file' column (or id/image/filename)")
     names = next((n for n in _BOX_COLUMNS if all(c in cols for c in n)), None)
     if names is None:
-        raise ValueError(f"{path}: needs columns x0,y0,x1,y1 or xmin,ymin,xmax,ymax or x,y,w,h")
+        raise InputError(f"{path}: needs columns x0,y0,x1,y1 or xmin,ymin,xmax,ymax or x,y,w,h")
     out: dict[str, tuple[int, int, int, int]] = {}
     for i, row in enumerate(rows, start=2):
         try:
             a, b, c, d = (float(row[cols[n]]) for n in names)
         except (TypeError, ValueError):
-            raise ValueError(f"{path}:{i}: box values must be numbers") from None
+            raise InputError(f"{path}:{i}: box values must be numbers") from None
         if names[2] == "w":
             c, d = a + c, b + d
         if c <= a or d <= b:
-            raise ValueError(f"{path}:{i}: empty box {a, b, c, d}")
+            raise InputError(f"{path}:{i}: empty box {a, b, c, d}")
         box = (int(np.floor(a)), int(np.floor(b)), int(np.ceil(c)), int(np.ceil(d)))
         f = row[key]
         if f in out:

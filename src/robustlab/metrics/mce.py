@@ -22,6 +22,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from robustlab.errors import InputError
 from robustlab.metrics.accuracy import CLEAN
 
 ALEXNET = "alexnet"
@@ -67,12 +68,12 @@ def check_full_imagenet_val(cells: pd.DataFrame, n_classes: int) -> None:
         n_classes: Distinct labels among the run's samples.
 
     Raises:
-        ValueError: one line saying what differs and what to do instead.
+        InputError: one line saying what differs and what to do instead.
     """
     short = cells[cells["n"] != IMAGENET_VAL_IMAGES]
     if n_classes != IMAGENET_CLASSES or not short.empty:
         n = int(cells["n"].max()) if len(cells) else 0
-        raise ValueError(
+        raise InputError(
             "the bundled AlexNet errors are only valid on the full ImageNet validation set "
             f"({IMAGENET_VAL_IMAGES:,} images over {IMAGENET_CLASSES:,} classes in every cell); "
             f"this run has up to {n:,} images over {n_classes:,} classes; evaluate a baseline "
@@ -105,15 +106,15 @@ def corruption_errors(model_cells: pd.DataFrame, baseline_cells: pd.DataFrame,
         relative_ce. Relative CE is NaN when the baseline's summed degradation is zero.
 
     Raises:
-        ValueError: a cell the model has is missing from the baseline, or either side has
+        InputError: a cell the model has is missing from the baseline, or either side has
             no clean cell; the message names the missing cells.
     """
     model = _error_lookup(model_cells, "model")
     base = _error_lookup(baseline_cells, "baseline")
     if (CLEAN, "0") not in model:
-        raise ValueError("the model run has no clean cell; relative CE needs clean error")
+        raise InputError("the model run has no clean cell; relative CE needs clean error")
     if (CLEAN, "0") not in base:
-        raise ValueError("the baseline has no clean cell; relative CE needs its clean error")
+        raise InputError("the baseline has no clean cell; relative CE needs its clean error")
     if corruptions is None:
         corruptions = list(dict.fromkeys(s for s, _ in model if s != CLEAN))
     e_clean, b_clean = model[(CLEAN, "0")], base[(CLEAN, "0")]
@@ -121,7 +122,7 @@ def corruption_errors(model_cells: pd.DataFrame, baseline_cells: pd.DataFrame,
     for c in corruptions:
         levels = [lv for s, lv in model if s == c]
         if not levels:
-            raise ValueError(f"the model run has no cells for {c!r}")
+            raise InputError(f"the model run has no cells for {c!r}")
         miss = [f"{c}/{lv}" for lv in levels if (c, lv) not in base]
         if miss:
             missing.extend(miss)
@@ -134,7 +135,7 @@ def corruption_errors(model_cells: pd.DataFrame, baseline_cells: pd.DataFrame,
                      float(e.sum() / b.sum()) if b.sum() > 0 else float("nan"), rel))
     if missing:
         shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        raise ValueError(f"the baseline lacks cells the model has: {shown}")
+        raise InputError(f"the baseline lacks cells the model has: {shown}")
     return pd.DataFrame(rows, columns=["shift", "levels", "error_sum", "baseline_error_sum",
                                        "ce", "relative_ce"])
 
@@ -142,7 +143,7 @@ def corruption_errors(model_cells: pd.DataFrame, baseline_cells: pd.DataFrame,
 def mce(ce_table: pd.DataFrame) -> dict[str, float]:
     """mCE and relative mCE: plain means of CE and relative CE over the corruptions."""
     if ce_table.empty:
-        raise ValueError("no corruption errors to average")
+        raise InputError("no corruption errors to average")
     return {
         "mce": float(ce_table["ce"].mean()),
         "relative_mce": float(ce_table["relative_ce"].mean()),

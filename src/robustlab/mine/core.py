@@ -79,7 +79,6 @@ def candidate_table(store: Store, run_ids: Sequence[str], names: Sequence[str], 
     Returns:
         (DataFrame, number of candidates dropped because some run lacks them).
     """
-    import pandas as pd
 
     frames = []
     for rid, name in zip(run_ids, names):

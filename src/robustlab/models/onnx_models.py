@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from robustlab.errors import InputError, MissingResourceError
+
 from .base import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -74,7 +76,7 @@ def _preprocessing(meta: dict, h: int | None, w: int | None) -> tuple[Preprocess
     try:
         vals = {k: json.loads(v) if isinstance(v, str) else v for k, v in found.items()}
     except json.JSONDecodeError as exc:
-        raise ValueError(f"ONNX preprocessing metadata is not JSON: {exc}") from None
+        raise InputError(f"ONNX preprocessing metadata is not JSON: {exc}") from None
     input_size = vals.get("input_size", size)
     if isinstance(input_size, list):
         input_size = input_size[0] if len(input_size) == 2 and input_size[0] == input_size[1] else tuple(input_size)
@@ -90,12 +92,12 @@ def load(path: str, *, spec: str, weights=None, device=None, label_space=None,
     try:
         import onnxruntime as ort
     except ImportError:
-        raise ValueError("onnx: models need onnxruntime: pip install onnxruntime") from None
+        raise MissingResourceError("onnx: models need onnxruntime: pip install onnxruntime") from None
     if weights is not None:
-        raise ValueError("onnx: models carry their weights in the .onnx file; --weights is not used")
+        raise InputError("onnx: models carry their weights in the .onnx file; --weights is not used")
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ValueError(f"ONNX file {file} does not exist")
+        raise MissingResourceError(f"ONNX file {file} does not exist")
     dev = auto_device(device)
     providers = ["CPUExecutionProvider"]
     if dev.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
@@ -104,11 +106,11 @@ def load(path: str, *, spec: str, weights=None, device=None, label_space=None,
         session = ort.InferenceSession(str(file), providers=providers)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"cannot load ONNX model {file}: {text}") from None
+        raise InputError(f"cannot load ONNX model {file}: {text}") from None
     inputs, outputs = session.get_inputs(), session.get_outputs()
     shape = inputs[0].shape
     if len(inputs) != 1 or len(shape) != 4 or (isinstance(shape[1], int) and shape[1] != 3):
-        raise ValueError(f"{file}: expected one Bx3xHxW input, found "
+        raise InputError(f"{file}: expected one Bx3xHxW input, found "
                          f"{[(i.name, i.shape) for i in inputs]}")
     out_shape = outputs[0].shape
     classes = _dim(out_shape[-1]) if len(out_shape) == 2 else None
@@ -120,7 +122,7 @@ def load(path: str, *, spec: str, weights=None, device=None, label_space=None,
         probe = torch.zeros(1 if _dim(shape[0]) is None else shape[0], 3, *pre.hw)
         out = session.run(None, {inputs[0].name: probe.numpy()})[0]
         if np.ndim(out) != 2:
-            raise ValueError(f"{file}: first output has shape {np.shape(out)}, expected (B, classes)")
+            raise InputError(f"{file}: first output has shape {np.shape(out)}, expected (B, classes)")
         classes = int(np.shape(out)[1])
     return ONNXModel(
         spec, session, _dim(shape[0]), preprocessing=pre,

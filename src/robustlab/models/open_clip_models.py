@@ -19,6 +19,8 @@ import contextlib
 import logging
 from pathlib import Path
 
+from robustlab.errors import InputError, MissingResourceError
+
 from .base import (
     Model,
     Preprocessing,
@@ -107,15 +109,15 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
     try:
         import open_clip
     except ImportError:
-        raise ValueError("open_clip: models need open_clip: pip install open-clip-torch") from None
+        raise MissingResourceError("open_clip: models need open_clip: pip install open-clip-torch") from None
     from robustlab.data.labels import get_label_space
 
     if not templates or any("{}" not in t for t in templates):
-        raise ValueError("prompt templates must each contain '{}' for the class name")
+        raise InputError("prompt templates must each contain '{}' for the class name")
     folder = Path(arch).expanduser()
     if folder.is_dir():
         if not (folder / "open_clip_config.json").is_file():
-            raise ValueError(f"{folder} has no open_clip_config.json")
+            raise InputError(f"{folder} has no open_clip_config.json")
         name = f"local-dir:{folder}"
         if weights is None:
             found = [folder / f for f in FOLDER_WEIGHTS if (folder / f).is_file()]
@@ -123,15 +125,15 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
     elif arch in open_clip.list_models():
         name = arch
     else:
-        raise ValueError(f"unknown open_clip model {arch!r}: use an open_clip config name "
+        raise InputError(f"unknown open_clip model {arch!r}: use an open_clip config name "
                          "(open_clip.list_models()) or a folder with open_clip_config.json")
     if weights is None:
-        raise ValueError(f"open_clip:{arch} needs weights: download the checkpoint (e.g. "
+        raise MissingResourceError(f"open_clip:{arch} needs weights: download the checkpoint (e.g. "
                          "open_clip_pytorch_model.bin from the model's Hugging Face page) and pass "
                          "--weights PATH; robustlab does not download CLIP weights")
     path = Path(weights).expanduser()
     if not path.is_file():
-        raise ValueError(f"weights file {path} does not exist")
+        raise MissingResourceError(f"weights file {path} does not exist")
     dev = auto_device(device)
     try:
         with _quiet():
@@ -140,7 +142,7 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
             tokenizer = open_clip.get_tokenizer(name)
     except Exception as exc:  # noqa: BLE001 - config needing a download, checkpoint misfit
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"cannot load open_clip:{arch} with {path}: {text}") from None
+        raise InputError(f"cannot load open_clip:{arch} with {path}: {text}") from None
     net = net.eval().to(dev)
     space = get_label_space(label_space or "imagenet1k")
     classes = [c.replace("_", " ") for c in space.classes]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
+from robustlab.errors import InputError, MissingResourceError
+
 from .base import (
     Preprocessing,
     TorchModel,
@@ -93,12 +95,12 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
 
     hub = name.startswith("hf-hub:")
     if not hub and not timm.models.is_model(name):
-        raise ValueError(f"unknown timm model {name!r} (see timm.list_models())")
+        raise InputError(f"unknown timm model {name!r} (see timm.list_models())")
     source = "file"
     if weights is not None:
         path = Path(weights).expanduser()
         if not path.is_file():
-            raise ValueError(f"weights file {path} does not exist")
+            raise MissingResourceError(f"weights file {path} does not exist")
         sd = load_state_dict_file(path)
         net = timm.create_model(name, pretrained=False)
         n = head_classes(net, sd)
@@ -109,24 +111,24 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
     else:
         cfg = None if hub else timm.models.get_pretrained_cfg(name)
         if not hub and (cfg is None or not (cfg.hf_hub_id or cfg.url)):
-            raise ValueError(f"timm has no pretrained weights for {name!r}; pass --weights PATH")
+            raise InputError(f"timm has no pretrained weights for {name!r}; pass --weights PATH")
         local = None if hub else cached_weights(cfg)
         if local is not None:
             net = timm.create_model(name, pretrained=True,
                                     pretrained_cfg_overlay={"file": str(local)})
             source, files = "timm cache", [local]
         elif offline():
-            raise ValueError(f"timm:{name} has no weights on this machine and downloads are off "
+            raise MissingResourceError(f"timm:{name} has no weights on this machine and downloads are off "
                              f"(HF_HUB_OFFLINE): " + (f"download the hub model {name[7:]}" if hub else _where(cfg)))
         else:
             why = unreachable(hub_endpoint() if hub or cfg.hf_hub_id else cfg.url)
             if why:
-                raise ValueError(f"cannot download timm:{name} weights: {why}; "
+                raise MissingResourceError(f"cannot download timm:{name} weights: {why}; "
                                  + (f"download the hub model {name[7:]}" if hub else _where(cfg)))
             try:
                 net = timm.create_model(name, pretrained=True)
             except Exception as exc:  # noqa: BLE001 - no network, missing file on the hub...
-                raise ValueError(f"could not download timm:{name} weights ({_first_line(exc)}); "
+                raise MissingResourceError(f"could not download timm:{name} weights ({_first_line(exc)}); "
                                  + (f"download the hub model {name[7:]}" if hub else _where(cfg))) from None
             local = None if hub else cached_weights(cfg)
             source = "timm download"

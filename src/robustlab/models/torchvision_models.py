@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
+from robustlab.errors import InputError, MissingResourceError
+
 from .base import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -63,29 +65,29 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
     from torchvision.models import get_model, list_models
 
     if name not in list_models():
-        raise ValueError(f"unknown torchvision model {name!r} (see torchvision.models.list_models())")
+        raise InputError(f"unknown torchvision model {name!r} (see torchvision.models.list_models())")
     default = _default_weights(name)
     if weights is not None:
         path, source = Path(weights).expanduser(), "file"
         if not path.is_file():
-            raise ValueError(f"weights file {path} does not exist")
+            raise MissingResourceError(f"weights file {path} does not exist")
     else:
         if default is None:
-            raise ValueError(f"torchvision has no pretrained weights for {name!r}; pass --weights PATH")
+            raise InputError(f"torchvision has no pretrained weights for {name!r}; pass --weights PATH")
         path, source = cache_path(default), "torch hub cache"
         if not path.is_file():
             if offline():
-                raise ValueError(f"torchvision:{name} has no weights on this machine and downloads "
+                raise MissingResourceError(f"torchvision:{name} has no weights on this machine and downloads "
                                  f"are off: download {default.url} to {path} or pass --weights PATH")
             why = unreachable(default.url)
             if why:
-                raise ValueError(f"cannot download torchvision:{name} weights: {why}; download "
+                raise MissingResourceError(f"cannot download torchvision:{name} weights: {why}; download "
                                  f"{default.url} to {path} or pass --weights PATH")
             try:
                 default.get_state_dict(progress=False, check_hash=True)
             except Exception as exc:  # noqa: BLE001 - urllib/hash errors of many types
                 msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise ValueError(f"could not download torchvision:{name} weights ({msg}); download "
+                raise MissingResourceError(f"could not download torchvision:{name} weights ({msg}); download "
                                  f"{default.url} to {path} or pass --weights PATH") from None
             source = "torchvision download"
     sd = load_state_dict_file(path)

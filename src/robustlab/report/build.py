@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from robustlab.errors import InputError
 from robustlab.report import plots
 from robustlab.report.gather import (
     EDIT_ATTRIBUTES,
@@ -469,13 +470,13 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
         title: Page title.
 
     Raises:
-        ValueError: missing database, no matching runs, a bad output path.
+        InputError: missing database, no matching runs, a bad output path.
     """
     import tempfile
 
     out = Path(out)
     if out.exists() and out.is_dir():
-        raise ValueError(f"--out {out} is a folder; give a file name such as report.html")
+        raise InputError(f"--out {out} is a folder; give a file name such as report.html")
     rng = np.random.default_rng(int(seed))
     d = gather(db, run_ids=run_ids, baseline=baseline, rng=rng, n_resamples=n_resamples)
     notes = list(d.notes)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, Store
 
 log = logging.getLogger(__name__)
@@ -257,7 +258,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
         regression: Fit the accuracy regression when the data allows it.
 
     Raises:
-        ValueError: no database, no matching runs, or none with predictions.
+        InputError: no database, no matching runs, or none with predictions.
     """
     from robustlab.metrics.accuracy import accuracy_drop, per_class, per_family
     from robustlab.metrics.bootstrap import bootstrap_ci, cell_intervals
@@ -270,7 +271,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     store.require()
     runs_df = select_runs(store, run_ids=run_ids)
     if runs_df.empty:
-        raise ValueError(f"no runs in {store.path}; run `robustlab evaluate` first")
+        raise InputError(f"no runs in {store.path}; run `robustlab evaluate` first")
     notes: list[str] = []
     runs = [RunView(rid, lab, rec) for rid, lab, rec in
             zip(runs_df["run_id"], _labels(runs_df), runs_df.to_dict("records"))]
@@ -297,7 +298,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
         parts.append(part.assign(run_full=r.run_id, label=r.label))
         kept.append(r)
     if not parts:
-        raise ValueError(f"none of the selected runs in {store.path} has predictions yet")
+        raise InputError(f"none of the selected runs in {store.path} has predictions yet")
     if failed and len(failed) == len(runs):
         raise failed[0]
     runs = kept

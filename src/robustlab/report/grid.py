@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.errors import InputError, MissingResourceError
 from robustlab.report.gather import ReportData, RunView, class_namer
 from robustlab.store import CLEAN_SHIFT, Store
 
@@ -74,7 +75,7 @@ def registry_level(shift: str, level: str):
     for lv in get_shift(shift).levels:
         if str(lv) == str(level):
             return lv
-    raise ValueError(f"{shift} has no level {level!r} any more")
+    raise InputError(f"{shift} has no level {level!r} any more")
 
 
 def _group_key(record: dict[str, Any]) -> str:
@@ -99,7 +100,7 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
         (images: {(shift, level): HxWx3 uint8}, errors: {(shift, level): reason}).
 
     Raises:
-        ValueError: the data root is not readable or no longer holds the sample.
+        InputError: the data root is not readable or no longer holds the sample.
     """
     from robustlab.data.sources import discover
     from robustlab.run.tasks import CellImages
@@ -107,17 +108,17 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
 
     root = Path(str(record.get("data_root") or ""))
     if not record.get("data_root") or not root.is_dir():
-        raise ValueError(f"data root {root} is not readable")
+        raise InputError(f"data root {root} is not readable")
     config = record.get("config") or {}
     if config.get("source") == "imagenet-e-archive":
         return _render_archive_cells(root, sample_id, cells)
     try:
         samples = discover(root, labels_csv=config.get("labels_csv"), masks=config.get("masks"))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot list data root {root}: {exc}") from None
+        raise InputError(f"cannot list data root {root}: {exc}") from None
     sample = next((s for s in samples if s.id == sample_id), None)
     if sample is None:
-        raise ValueError(f"data root {root} no longer holds sample {sample_id}")
+        raise InputError(f"data root {root} no longer holds sample {sample_id}")
     shifts, errors = [], {}
     for s, lv in cells:
         if s != CLEAN_SHIFT:
@@ -133,7 +134,7 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     try:
         base = images.base(sample)
     except Exception as exc:  # noqa: BLE001 - an unreadable source only costs the grid
-        raise ValueError(f"cannot read {sample_id}: {getattr(exc, 'reason', exc)}") from None
+        raise InputError(f"cannot read {sample_id}: {getattr(exc, 'reason', exc)}") from None
     out = {}
     for shift, level in cells:
         if (shift, level) in errors:
@@ -234,7 +235,7 @@ def build_grids(data: ReportData, *, sample_id: str | None = None) -> tuple[list
         keys = [(str(s), str(lv)) for s, lv in zip(cells["shift"], cells["level"])]
         try:
             images, errors = render_cells(runs[0].record, sid, keys)
-        except ValueError as exc:
+        except (ValueError, MissingResourceError) as exc:  # e.g. ai_bg without its inpainter
             notes.append(f"image grid for {names} skipped: {exc}")
             continue
         true_label = preds["label"].dropna()

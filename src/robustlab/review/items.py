@@ -115,10 +115,7 @@ def load_review_set(data, *, predictions=None, label_space=None, name=None) -> R
     """
     from robustlab.data.sources import discover
 
-    try:
-        samples = discover(data)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    samples = discover(data)
     root = Path(data).expanduser().resolve()
     notes = []
     if samples.skipped:

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from robustlab.errors import InputError
+from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.run.tasks import TaskDataset, worker_init
 
 
 def _identity(item):
     return item
+
+
+def _worker_init(worker_id: int) -> None:
+    die_with_parent()  # a killed evaluate must not leave its workers behind
+    worker_init(worker_id)
 
 
 def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2,
@@ -34,20 +41,16 @@ def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2,
         for i in range(len(dataset)):
             yield dataset[i]
         return
-    import multiprocessing
-
     from torch.utils.data import DataLoader
 
     # Workers must not be forked from this process: after a forward pass its OpenMP and
     # OpenCV thread pools exist, and a forked child that touches them can deadlock (seen:
     # cv2.setNumThreads hanging in worker_init). forkserver children start clean.
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     loader = DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(workers),
                         collate_fn=_identity, prefetch_factor=max(1, int(prefetch)),
-                        worker_init_fn=worker_init, persistent_workers=False,
+                        worker_init_fn=_worker_init, persistent_workers=False,
                         pin_memory=bool(pin_memory),
-                        multiprocessing_context=context)
+                        multiprocessing_context=worker_context())
     yield from loader
 
 
@@ -58,4 +61,4 @@ def get_executor(name: str):
     try:
         return EXECUTORS[name]
     except KeyError:
-        raise ValueError(f"unknown backend {name!r}; available: {', '.join(EXECUTORS)}") from None
+        raise InputError(f"unknown backend {name!r}; available: {', '.join(EXECUTORS)}") from None

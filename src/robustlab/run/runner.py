@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.errors import InputError
 from robustlab.run.executors import get_executor
 from robustlab.run.progress import CellProgress
 from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset
@@ -48,6 +49,12 @@ class RunOptions:
     cells_per_task: int = 0
     backend: str = "local"
     progress: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.workers, bool) or int(self.workers) < 0:
+            raise InputError(f"workers must be 0 (in the main process) or more, got {self.workers!r}")
+        if int(self.batch_size) < 1:
+            raise InputError(f"batch size must be at least 1, got {self.batch_size}")
 
 
 @dataclass

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from robustlab.errors import InputError, MissingResourceError
 from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class SegmentationModel:
         self.mean = tuple(float(v) for v in mean)
         self.std = tuple(float(v) for v in std)
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
-            raise ValueError("mean and std need 3 values each (std > 0)")
+            raise InputError("mean and std need 3 values each (std > 0)")
         self.background = int(background)
         self.weights_hash = weights_hash
 
@@ -99,7 +100,7 @@ class SegmentationModel:
         """(B, H, W) bool: pixels whose arg-max class is not the background class."""
         out = self.logits(images)
         if not 0 <= self.background < out.shape[1]:
-            raise ValueError(f"background class {self.background} is outside the model's "
+            raise InputError(f"background class {self.background} is outside the model's "
                              f"{out.shape[1]} classes")
         return (out.argmax(1) != self.background).numpy()
 
@@ -126,10 +127,10 @@ def load_segmentation_model(spec: str, *, weights=None, num_classes: int = 21, b
 
     name = spec.split(":", 1)[1] if spec.startswith("torchvision:") else spec
     if name not in TORCHVISION_SEGMENTATION:
-        raise ValueError(f"unknown segmentation model {spec!r}; use one of "
+        raise InputError(f"unknown segmentation model {spec!r}; use one of "
                          f"{', '.join(TORCHVISION_SEGMENTATION)}")
     if weights is None:
-        raise ValueError(f"{name} needs weights: a local state-dict file (e.g. torchvision's "
+        raise InputError(f"{name} needs weights: a local state-dict file (e.g. torchvision's "
                          f"{name} checkpoint), or weights='random' for an untrained network")
     kwargs = {"weights": None, "weights_backbone": None, "num_classes": int(num_classes)}
     if not name.startswith("lraspp"):
@@ -139,7 +140,7 @@ def load_segmentation_model(spec: str, *, weights=None, num_classes: int = 21, b
     if weights != "random":
         path = Path(weights).expanduser()
         if not path.is_file():
-            raise ValueError(f"weights file {path} does not exist")
+            raise MissingResourceError(f"weights file {path} does not exist")
         sd = load_state_dict_file(path)
         sd = {k: v for k, v in sd.items() if not k.startswith("aux_classifier.")}
         load_strict(module, sd, f"torchvision:{name} with {num_classes} classes")
@@ -213,9 +214,9 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
     from robustlab.suites import get_suite
 
     if masks is None:
-        raise ValueError("segmentation scoring needs foreground masks; pass masks=DIR")
+        raise InputError("segmentation scoring needs foreground masks; pass masks=DIR")
     if int(batch_size) < 1:
-        raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        raise InputError(f"batch size must be at least 1, got {batch_size}")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
     names = available_shifts(list(shifts) if shifts else list(s.shifts), log=log)
     s = s.select(names, list(levels) if levels else None)
@@ -227,7 +228,7 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
     if limit is not None:
         usable = usable[: int(limit)]
     if not usable:
-        raise ValueError(f"no images with masks in {data}")
+        raise InputError(f"no images with masks in {data}")
     needs_donors = any(get_shift(n).extra.get("donor_rule") for n, _ in cells if n != CLEAN_SHIFT)
     # Donors come from the whole data set (DonorPool's rule), not from the first --limit
     # masked samples, so the cells are the pixels generate and evaluate make.
@@ -335,18 +336,18 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
     from robustlab.suites import get_suite
 
     if masks is None:
-        raise ValueError("segmentation scoring needs foreground masks; pass masks=DIR")
+        raise InputError("segmentation scoring needs foreground masks; pass masks=DIR")
     if model.weights_hash in (None, "random"):
-        raise ValueError("storing segmentation results needs a model loaded from a weights file "
+        raise InputError("storing segmentation results needs a model loaded from a weights file "
                          "(an untrained random network has no identity to resume under)")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+        raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     root = Path(data).expanduser()
     if not root.is_dir():
-        raise ValueError(f"data folder {root} does not exist")
+        raise MissingResourceError(f"data folder {root} does not exist")
     mask_root = Path(masks).expanduser()
     if not mask_root.is_dir():
-        raise ValueError(f"masks folder {mask_root} does not exist")
+        raise MissingResourceError(f"masks folder {mask_root} does not exist")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
     s = s.select(available_shifts(list(shifts) if shifts else list(s.shifts), log=log),
                  list(levels) if levels else None)

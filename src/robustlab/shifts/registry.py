@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.errors import InputError, MissingResourceError
+
 ShiftFn = Callable[..., np.ndarray]
 
 
@@ -184,7 +186,7 @@ def available_shifts(names: Iterable[str], *, log=None) -> list[str]:
     and gains ``ai_bg`` once an inpainter is configured.
 
     Raises:
-        ValueError: every requested shift is unavailable (the first hint says why).
+        MissingResourceError: every requested shift is unavailable (the first hint says why).
     """
     import logging
 
@@ -199,7 +201,7 @@ def available_shifts(names: Iterable[str], *, log=None) -> list[str]:
         else:
             kept.append(n)
     if names and not kept:
-        raise ValueError(f"cannot run {reasons[0]}")
+        raise MissingResourceError(f"cannot run {reasons[0]}")
     return kept
 
 
@@ -209,12 +211,12 @@ def _ensure_loaded() -> None:
 
 
 def get_shift(name: str) -> Shift:
-    """Return the registered shift ``name`` or raise ValueError listing the known names."""
+    """Return the registered shift ``name`` or raise InputError listing the known names."""
     _ensure_loaded()
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"unknown shift {name!r}; known shifts: {', '.join(_REGISTRY)}"
         ) from None
 

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from robustlab.errors import (
+    EnvironmentProblem,
+    InputError,
+    MissingResourceError,
+    StoreError,
+    environment_errors,
+)
 from robustlab.store.lock import LockTimeout, backoff_delays, file_lock
 from robustlab.store.schema import (
     ATTRIBUTE_COLUMNS,
@@ -67,40 +75,127 @@ class Store:
         return self.path.exists()
 
     def require(self) -> None:
-        """Raise a one-line ValueError when there is no database to read."""
+        """Raise a one-line MissingResourceError when there is no database to read."""
         if not self.path.exists():
-            raise ValueError(f"no results database at {self.path}; run `robustlab evaluate` first")
+            raise MissingResourceError(f"no results database at {self.path}",
+                                       hint="run `robustlab evaluate` first, or pass --db FILE")
+        if self.path.is_dir():
+            raise InputError(f"--db {self.path} is a folder, not a results database file",
+                             hint="pass the .duckdb file itself")
+
+    def check(self) -> None:
+        """Fail now, with a one-line error, if an existing file is not a usable database.
+
+        Commands that write results call this before loading a model or training, so a
+        damaged ``--db`` is reported in a second, not after the work is done. A file that
+        does not exist yet is fine (it is created on the first write).
+        """
+        if self.path.exists():
+            with self.connect(read_only=True):
+                pass
 
     @contextmanager
     def connect(self, *, read_only: bool = False):
         """A DuckDB connection held under the file lock for the ``with`` block.
 
         Connection errors caused by a process that does not use our lock (say, the duckdb
-        CLI holding the file open) are retried with backoff until ``timeout``.
+        CLI holding the file open) are retried with backoff until ``timeout``. A reader
+        takes the lock only when it can: a database in a folder it may not write to (a
+        shared, read-only results folder) is still readable, with DuckDB's own file lock
+        keeping writers out.
+
+        Raises:
+            StoreError: the file is not a readable robustlab database (corrupted,
+                truncated, another program's file).
+            EnvironmentProblem: the disk is full, or the folder is read-only or not ours.
         """
         import duckdb
 
         if read_only:
             self.require()
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(self.lock_path, self.timeout):
-            deadline = time.monotonic() + self.timeout
-            for delay in backoff_delays(0.01, 1.0):
-                try:
-                    con = duckdb.connect(str(self.path), read_only=read_only,
-                                         config={"threads": self.threads})
-                    break
-                except duckdb.IOException as exc:
-                    if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                        raise
-                    time.sleep(delay)
+            with environment_errors(f"cannot create the folder of --db {self.path}"):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.is_dir():
+                raise InputError(f"--db {self.path} is a folder, not a results database file",
+                                 hint="pass a file name, e.g. robustlab.duckdb")
+        with ExitStack() as stack:
+            with environment_errors(f"cannot create the lock file {self.lock_path}",
+                                    hint="pass a --db in a folder you can write to"):
+                stack.enter_context(file_lock(self.lock_path, self.timeout, required=not read_only))
+            con = self._open(duckdb, read_only)
             try:
-                if not read_only and not self._initialised:
+                if read_only:
+                    self._check_robustlab_db(con)
+                elif not self._initialised:
                     self._create_schema(con)
                 yield con
+            except duckdb.Error as exc:
+                raise self._translate(exc) from exc
             finally:
                 con.close()
+
+    def _open(self, duckdb, read_only: bool):
+        deadline = time.monotonic() + self.timeout
+        for delay in backoff_delays(0.01, 1.0):
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only,
+                                      config={"threads": self.threads})
+            except duckdb.Error as exc:
+                busy = isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+                if not busy:
+                    raise self._translate(exc) from exc
+                if time.monotonic() > deadline:
+                    pid = re.search(r"PID (\d+)", str(exc))
+                    who = f"process {pid.group(1)}" if pid else "another program"
+                    raise StoreError(f"{self.path} is locked by {who} (held open for more "
+                                     f"than {self.timeout:.0f} s)",
+                                     hint="close the other program (a duckdb shell?) or pass "
+                                          "another --db") from exc
+                time.sleep(delay)
+
+    def _translate(self, exc: Exception) -> Exception:
+        """The user-facing error for a DuckDB failure, or ``exc`` itself when it is a bug
+        (a wrong query is robustlab's fault, not the file's)."""
+        import duckdb
+
+        text = " ".join(str(exc).split())
+        low = text.lower()
+        if any(k in low for k in ("no space left", "disk full", "disk quota")):
+            return EnvironmentProblem(f"no space left on device writing {self.path} ({text})",
+                                      hint="free disk space or pass --db on another disk; "
+                                           "the results stored so far are kept")
+        if any(k in low for k in ("read-only file system", "permission denied")):
+            return EnvironmentProblem(f"cannot write {self.path}: {text}",
+                                      hint="pass a --db in a folder you can write to")
+        damaged = ("not a valid duckdb", "corrupt", "could not read enough bytes", "checksum",
+                   "serialization", "unsupported version", "version number")
+        if type(exc) in (duckdb.IOException, duckdb.SerializationException, duckdb.Error) \
+                or any(k in low for k in damaged):
+            return StoreError(f"results database {self.path} cannot be read: {text}",
+                              hint="the file is damaged, truncated or not a robustlab database; "
+                                   "move it away (or pass another --db) and rerun")
+        return exc
+
+    def _check_robustlab_db(self, con) -> None:
+        """Refuse another program's DuckDB file, and a truncated one: DuckDB opens a file cut
+        short after its catalogue and fails only on the first read of a missing block."""
+        if not _has_table(con, "meta") or not _has_table(con, "runs"):
+            raise StoreError(f"{self.path} is a DuckDB file but not a robustlab results database "
+                             "(no runs table)",
+                             hint="pass the --db file that robustlab evaluate wrote")
+        if Path(f"{self.path}.wal").exists():
+            return  # replaying the write-ahead log adds blocks the file does not hold yet
+        # Blocks in use must all be in the file (free ones may lie past its end), so a file
+        # shorter than them is certainly cut; a shorter cut fails on its first read instead.
+        row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchall()
+        if row:
+            expected = int(row[0][0]) * int(row[0][1])
+            size = self.path.stat().st_size
+            if size < expected:
+                raise StoreError(f"results database {self.path} cannot be read: it is truncated "
+                                 f"({size} bytes; the blocks in use need {expected})",
+                                 hint="restore it from a copy, or move it away and rerun")
 
     def _create_schema(self, con) -> None:
         for stmt in DDL:
@@ -112,10 +207,10 @@ class Store:
         if row is None:
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         elif int(row[0]) != SCHEMA_VERSION:
-            raise ValueError(
+            raise StoreError(
                 f"{self.path} has results schema version {row[0]}; this robustlab writes "
-                f"version {SCHEMA_VERSION} (export it with an older robustlab or use a new --db)"
-            )
+                f"version {SCHEMA_VERSION}",
+                hint="export it with the robustlab that wrote it, or use a new --db")
         self._initialised = True
 
     # ------------------------------------------------------------------ runs
@@ -272,7 +367,7 @@ class Store:
         cols = list(columns or PREDICTION_COLUMNS)
         bad = [c for c in cols if c not in PREDICTION_COLUMNS]
         if bad:
-            raise ValueError(f"unknown prediction column {bad[0]!r}; columns are {', '.join(PREDICTION_COLUMNS)}")
+            raise InputError(f"unknown prediction column {bad[0]!r}; columns are {', '.join(PREDICTION_COLUMNS)}")
         where, params = _in_clause("run_id", run_ids)
         with self.connect(read_only=True) as con:
             return con.execute(
@@ -327,13 +422,13 @@ class Store:
         cols = [c for c in SEGMENTATION_COLUMNS if c != "run_id"]
         missing = [c for c in cols if c not in rows]
         if missing:
-            raise ValueError(f"segmentation rows lack column(s) {', '.join(missing)}")
+            raise InputError(f"segmentation rows lack column(s) {', '.join(missing)}")
         n = len(rows["sample_id"])
         if n == 0:
             return 0
         counts = {c: np.asarray(rows[c], dtype=np.int64) for c in ("tp", "fp", "fn", "tn")}
         if any((v < 0).any() for v in counts.values()):
-            raise ValueError("segmentation pixel counts must be non-negative")
+            raise InputError("segmentation pixel counts must be non-negative")
         table = pa.table({
             "run_id": pa.array([run_id] * n, pa.string()),
             "sample_id": pa.array([str(v) for v in rows["sample_id"]], pa.string()),
@@ -356,7 +451,12 @@ class Store:
                 con.execute(f"INSERT OR IGNORE INTO {target} SELECT {', '.join(columns)} FROM batch_rows")
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                # A failed COMMIT (disk full) has already ended the transaction: ROLLBACK
+                # then fails with "no transaction is active" and would hide the real cause.
+                try:
+                    con.execute("ROLLBACK")
+                except Exception:  # the first error is the one to report
+                    log.debug("rollback after a failed insert failed too", exc_info=True)
                 raise
 
     def segmentation_done_keys(self, run_id: str) -> set[tuple[str, str, str]]:
@@ -481,7 +581,11 @@ class Store:
         """
         self.require()
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--export {out} is a file; it takes a folder for the .parquet files",
+                             hint="pass a folder name (created if missing)")
+        with environment_errors(f"cannot create the export folder {out}"):
+            out.mkdir(parents=True, exist_ok=True)
         where, params = _in_clause("run_id", run_ids)
         paths = []
         with self.connect(read_only=True) as con:
@@ -503,8 +607,9 @@ class Store:
 
 
 def _has_table(con, name: str) -> bool:
+    # fetchall: an unfinished result would block con.register() on this connection.
     return con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                       [name]).fetchone()[0] > 0
+                       [name]).fetchall()[0][0] > 0
 
 
 def _quote(text: str) -> str:

@@ -9,10 +9,13 @@ short connect-work-close transaction taken under an exclusive OS lock on a sidec
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from robustlab.errors import StoreError
 
 if os.name == "nt":  # pragma: no cover - exercised on Windows only
     import msvcrt
@@ -42,7 +45,7 @@ else:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-class LockTimeout(RuntimeError):
+class LockTimeout(StoreError, RuntimeError):
     """The lock stayed busy for longer than the caller was willing to wait."""
 
 
@@ -54,17 +57,37 @@ def backoff_delays(first: float = 0.002, cap: float = 0.25):
         delay = min(cap, delay * 2)
 
 
+# Why a lock file cannot be made: the folder is read-only or not ours.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 @contextmanager
-def file_lock(path: str | Path, timeout: float = 600.0):
+def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True):
     """Hold an exclusive lock on ``path`` (created if needed) for the ``with`` block.
 
     Args:
         path: The lock file. It is never deleted: removing it while another process waits
             on the old inode would let two processes in at once.
         timeout: Seconds to keep retrying before raising :class:`LockTimeout`.
+        required: False for readers: when the lock file cannot be created because the
+            folder is not writable, an existing one is locked read-only, and without one
+            the block runs unlocked. Nobody can write a database in such a folder, so
+            there is no writer to keep out.
+
+    Raises:
+        OSError: the lock file cannot be opened (and ``required`` is true).
     """
     path = Path(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        if required or exc.errno not in _NOT_WRITABLE:
+            raise
+        try:
+            fd = os.open(path, os.O_RDONLY)  # flock works on a read-only descriptor
+        except OSError:
+            yield
+            return
     try:
         deadline = time.monotonic() + timeout
         for delay in backoff_delays():
@@ -72,8 +95,8 @@ def file_lock(path: str | Path, timeout: float = 600.0):
                 break
             if time.monotonic() > deadline:
                 raise LockTimeout(
-                    f"{path} has been locked by another process for more than {timeout:.0f} s"
-                )
+                    f"{path} has been locked by another process for more than {timeout:.0f} s",
+                    hint="wait for the other robustlab process, or pass another --db")
             time.sleep(delay)
         try:
             yield

@@ -11,6 +11,7 @@ import logging
 
 import pandas as pd
 
+from robustlab.errors import InputError
 from robustlab.metrics.mce import (
     ALEXNET, alexnet_cells, check_full_imagenet_val, corruption_errors, mce,
 )
@@ -50,9 +51,9 @@ def select_runs(store: Store, *, run_ids=None, models=None, suites=None) -> pd.D
         for rid in run_ids:
             hits = runs[runs["run_id"].str.startswith(rid)]
             if hits.empty:
-                raise ValueError(f"no run {rid!r} in {store.path}")
+                raise InputError(f"no run {rid!r} in {store.path}")
             if len(hits) > 1:
-                raise ValueError(f"run id prefix {rid!r} is ambiguous in {store.path}")
+                raise InputError(f"run id prefix {rid!r} is ambiguous in {store.path}")
             keep.append(hits.iloc[0]["run_id"])
         runs = runs[runs["run_id"].isin(keep)]
     if models:
@@ -66,14 +67,14 @@ def find_baseline_run(store: Store, run: dict, spec: str) -> str:
     """The latest run of model ``spec`` on the same images and suite as ``run``.
 
     Raises:
-        ValueError: no such run in the database (the message says how to make one).
+        InputError: no such run in the database (the message says how to make one).
     """
     runs = store.runs()
     same = runs[(runs["model_spec"] == spec)
                 & (runs["data_fingerprint"] == run["data_fingerprint"])
                 & (runs["suite"].fillna("") == (run["suite"] or ""))]
     if same.empty:
-        raise ValueError(
+        raise InputError(
             f"no run of baseline {spec!r} on the same images and suite as {run['model_spec']!r} "
             f"({run['suite']}, {run['data_root']}) in {store.path}; run `robustlab evaluate "
             f"{spec} --data {run['data_root']} --suite {run['suite']}` first")
@@ -90,7 +91,7 @@ def summary_rows(store: Store, run: dict, cells: pd.DataFrame, baseline: str | N
             CE rows).
 
     Raises:
-        ValueError: an explicit baseline cannot be used (wrong data, missing cells).
+        InputError: an explicit baseline cannot be used (wrong data, missing cells).
     """
     corr = [s for s in dict.fromkeys(cells["shift"]) if s != CLEAN_SHIFT and _is_corruption(s)]
     if not corr:
@@ -127,7 +128,7 @@ def results_table(store: Store, *, run_ids=None, models=None, suites=None,
     store.require()
     runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
     if runs.empty:
-        raise ValueError(f"no runs match in {store.path}")
+        raise InputError(f"no runs match in {store.path}")
     seg = is_segmentation(runs)
     notes = [(f"{int(seg.sum())} segmentation run(s) not in this table (no predictions); "
               "`robustlab results --segmentation` lists their mIoU and pixel accuracy")
@@ -185,7 +186,7 @@ def segmentation_table(store: Store, *, run_ids=None, models=None, suites=None,
     runs = runs[is_segmentation(runs)] if not runs.empty else runs
     if runs.empty:
         if require:
-            raise ValueError(f"no segmentation runs match in {store.path}")
+            raise InputError(f"no segmentation runs match in {store.path}")
         return pd.DataFrame(columns=SEGMENTATION_RESULT_COLUMNS), []
     counts = store.segmentation_counts(list(runs["run_id"]))
     scores = cell_scores(counts)

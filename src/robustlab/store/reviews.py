@@ -269,6 +269,8 @@ class _Guarded:
         except BaseException as exc:
             self._cm = None
             owner._lock.release()
+            if isinstance(exc, StoreError):  # already one user-facing line
+                raise
             if isinstance(exc, (LockTimeout, duckdb.Error)):
                 raise _store_error(owner.path, exc) from None
             raise

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.errors import InputError
+
 log = logging.getLogger(__name__)
 
 MODES = ("linear", "full")
@@ -62,11 +64,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"training mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+            raise InputError(f"training mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if int(self.steps) < 1 or int(self.batch_size) < 1:
-            raise ValueError(f"steps and batch size must be at least 1, got {self.steps} and {self.batch_size}")
+            raise InputError(f"steps and batch size must be at least 1, got {self.steps} and {self.batch_size}")
         if self.lr is not None and not float(self.lr) > 0:
-            raise ValueError(f"learning rate must be positive, got {self.lr}")
+            raise InputError(f"learning rate must be positive, got {self.lr}")
 
     @property
     def learning_rate(self) -> float:
@@ -103,7 +105,7 @@ def _output_columns(model):
         import torch
 
         return torch.tensor(model.label_space.subset_ids, dtype=torch.long)
-    raise ValueError(f"cannot fine-tune on label space {model.label_space.name!r}: a class that "
+    raise InputError(f"cannot fine-tune on label space {model.label_space.name!r}: a class that "
                      "stands for several ImageNet classes has no single training target; "
                      "use imagenet1k or a subset space")
 
@@ -111,7 +113,7 @@ def _output_columns(model):
 def _network(model):
     net = getattr(model, "module", None)
     if net is None:
-        raise ValueError(f"{model.spec} is not a torch model; only torch models can be fine-tuned")
+        raise InputError(f"{model.spec} is not a torch model; only torch models can be fine-tuned")
     return net
 
 
@@ -166,7 +168,7 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
         progress: Optional callable ``(step, loss)``.
 
     Raises:
-        ValueError: no training images, a label space without single targets, or a
+        InputError: no training images, a label space without single targets, or a
             network the linear probe cannot split into features and head.
     """
     import torch
@@ -175,7 +177,7 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
     columns = _output_columns(model)
     items = [(i, shift, level) for i in range(len(samples)) for shift, level in cells]
     if not items:
-        raise ValueError("no training images")
+        raise InputError("no training images")
     y_all = torch.as_tensor(np.asarray(labels, dtype=np.int64))
     device = getattr(model, "device", "cpu")
     gen = torch.Generator().manual_seed(int(config.seed))
@@ -187,7 +189,7 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
         torch.manual_seed(int(config.seed))
         if config.mode == "linear":
             if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
-                raise ValueError(f"{model.spec}: the linear probe needs a timm-style network "
+                raise InputError(f"{model.spec}: the linear probe needs a timm-style network "
                                  "(forward_features/forward_head/get_classifier); use mode 'full'")
             head = net.get_classifier()
             net.eval()

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, Store
 from robustlab.train.finetune import TrainConfig, TrainResult, finetune
 from robustlab.train.splits import Split, split_samples
@@ -93,12 +94,12 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
                  label_space=label_space, seed=seed)
     samples, labels = _subset(plan, split.train)
     if len(samples) != len(split.train):
-        raise ValueError(f"{len(split.train) - len(samples)} training images of the split are "
+        raise InputError(f"{len(split.train) - len(samples)} training images of the split are "
                          f"not in {data}")
     wanted = {(a, str(b)) for a, b in train_cells}
     cells = [(s, lv) for s, lv in plan["cells"] if (s, str(lv)) in wanted]
     if len(cells) != len(wanted):
-        raise ValueError(f"unknown training cell(s) among {sorted(wanted)}")
+        raise InputError(f"unknown training cell(s) among {sorted(wanted)}")
     key = {"base": model.spec, "weights_hash": model.weights_hash, "label_space": model.label_space.name,
            "config": config.describe(), "cells": [[s, str(lv)] for s, lv in cells],
            "split": split.fingerprint, "seed": int(seed), "data": plan["record"].data_fingerprint,
@@ -140,7 +141,7 @@ def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tu
                  label_space=label_space, seed=seed)
     samples, labels = _subset(plan, split.test)
     if len(samples) != len(split.test):
-        raise ValueError(f"{len(split.test) - len(samples)} test images of the split are not in {data}")
+        raise InputError(f"{len(split.test) - len(samples)} test images of the split are not in {data}")
     wanted = {(s, str(lv)) for s, lv in test_cells} | {(CLEAN_SHIFT, "0")}
     cells = [(s, lv) for s, lv in plan["cells"] if (s, str(lv)) in wanted]
     base = plan["record"]
@@ -206,7 +207,7 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
     from robustlab.suites import get_suite
 
     if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+        raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
     names = available_shifts(list(shifts) if shifts else list(s.shifts), log=log)
     s = s.select(names, list(levels) if levels else None)

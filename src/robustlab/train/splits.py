@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from robustlab.errors import InputError
 from robustlab.run.identity import data_fingerprint
 from robustlab.seeding import derive_seed, make_rng
 
@@ -59,7 +60,7 @@ def split_samples(samples: Sequence, labels: Sequence[int], *, test_fraction: fl
     """
     f = float(test_fraction)
     if not 0.0 < f < 1.0:
-        raise ValueError(f"test fraction must be between 0 and 1, got {test_fraction}")
+        raise InputError(f"test fraction must be between 0 and 1, got {test_fraction}")
     if len(samples) != len(labels):
         raise ValueError(f"{len(samples)} samples but {len(labels)} labels")
     by_class: dict[int, list[str]] = defaultdict(list)
@@ -75,7 +76,7 @@ def split_samples(samples: Sequence, labels: Sequence[int], *, test_fraction: fl
         test += [ids[i] for i in order[:k]]
         train += [ids[i] for i in order[k:]]
     if not train or not test:
-        raise ValueError(f"the split of {len(samples)} images has an empty side "
+        raise InputError(f"the split of {len(samples)} images has an empty side "
                          f"({len(train)} train, {len(test)} test); give each class two or more images")
     train, test = sorted(train), sorted(test)
     fp = data_fingerprint([("train", i) for i in train] + [("test", i) for i in test])

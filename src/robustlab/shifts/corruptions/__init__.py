@@ -20,6 +20,7 @@ from robustlab.shifts.corruptions import (  # noqa: F401
     speckle_noise, gaussian_blur, spatter, saturate,
 )
 from robustlab.data.images import array_to_rgb, check_size
+from robustlab.errors import InputError
 from robustlab.seeding import make_rng
 from robustlab.shifts.registry import Shift, list_shifts
 
@@ -49,7 +50,7 @@ def list_corruptions(pattern_or_family: str | None = None) -> list[str]:
             as ``"*_blur"``.
 
     Raises:
-        ValueError: nothing matches; the message lists the valid choices.
+        InputError: nothing matches; the message lists the valid choices.
     """
     everything = _all()
     if pattern_or_family is None:
@@ -66,7 +67,7 @@ def list_corruptions(pattern_or_family: str | None = None) -> list[str]:
     ]
     if not out:
         families = sorted({s.family for s in everything})
-        raise ValueError(
+        raise InputError(
             f"no corruption matches {pattern_or_family!r}; use 'common', 'extra', 'all', "
             f"a family ({', '.join(families)}), a glob, or a name: "
             f"{', '.join(s.name for s in everything)}"
@@ -79,7 +80,7 @@ def get_corruption(name: str) -> Shift:
     for s in _all():
         if s.name == name:
             return s
-    raise ValueError(
+    raise InputError(
         f"unknown corruption {name!r}; choose one of: {', '.join(s.name for s in _all())}"
     )
 
@@ -88,7 +89,7 @@ def check_severity(severity) -> int:
     if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or int(
         severity
     ) not in SEVERITIES:
-        raise ValueError(f"severity must be an integer from 1 to 5, got {severity!r}")
+        raise InputError(f"severity must be an integer from 1 to 5, got {severity!r}")
     return int(severity)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.errors import InputError, MissingResourceError
 from robustlab.seeding import randint
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.scenes._common import check_image, check_mask
@@ -93,7 +94,7 @@ class Inpainter:
         dtype: ``"float32"`` or ``"float16"``; None: float16 on a GPU, float32 on the CPU.
 
     Raises:
-        ValueError: the folder is not a loadable inpainting checkpoint (one line).
+        InputError: the folder is not a loadable inpainting checkpoint (one line).
     """
 
     def __init__(self, path, *, device: str | None = None, dtype: str | None = None):
@@ -103,12 +104,12 @@ class Inpainter:
 
         problem = _problem(path)
         if problem:
-            raise ValueError(f"inpainter: {problem}")
+            raise InputError(f"inpainter: {problem}")
         self.path = Path(path).expanduser().resolve()
         self.device = auto_device(device)
         dtype = dtype or ("float16" if self.device.startswith("cuda") else "float32")
         if dtype not in ("float32", "float16", "bfloat16"):
-            raise ValueError(f"inpainter dtype must be float32, float16 or bfloat16, not {dtype!r}")
+            raise InputError(f"inpainter dtype must be float32, float16 or bfloat16, not {dtype!r}")
         self.dtype = dtype
         try:
             import warnings
@@ -121,7 +122,7 @@ class Inpainter:
                     str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True)
         except Exception as exc:  # wrong pipeline type, missing component, corrupt file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"cannot load an inpainting pipeline from {self.path}: {first}") from None
+            raise InputError(f"cannot load an inpainting pipeline from {self.path}: {first}") from None
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe.to(self.device)
         self.multiple = int(getattr(pipe, "vae_scale_factor", 8) or 8)
@@ -192,11 +193,12 @@ def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = N
     """The :class:`Inpainter` for ``path`` (default ``$ROBUSTLAB_INPAINTER``), loaded once per process.
 
     Raises:
-        ValueError: nothing configured, or the folder is not a usable checkpoint.
+        MissingResourceError: nothing configured.
+        InputError: the folder is not a usable checkpoint.
     """
     path = path if path is not None else os.environ.get(ENV_PATH)
     if not path:
-        raise ValueError(_hint())
+        raise MissingResourceError(_hint())
     from robustlab.models.base import auto_device
 
     device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
@@ -217,14 +219,15 @@ def describe_inpainter(path=None, *, device: str | None = None, dtype: str | Non
     inpainting only to name them would double the memory.
 
     Raises:
-        ValueError: nothing configured, or the folder is not a usable checkpoint.
+        MissingResourceError: nothing configured.
+        InputError: the folder is not a usable checkpoint.
     """
     path = path if path is not None else os.environ.get(ENV_PATH)
     if not path:
-        raise ValueError(_hint())
+        raise MissingResourceError(_hint())
     problem = _problem(path)
     if problem:
-        raise ValueError(f"inpainter: {problem}")
+        raise InputError(f"inpainter: {problem}")
     from robustlab.models.base import auto_device
 
     device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
@@ -252,7 +255,7 @@ def configure_inpainter(path, *, device: str | None = None, dtype: str | None = 
     """
     problem = _problem(path)
     if problem:
-        raise ValueError(f"inpainter: {problem}")
+        raise InputError(f"inpainter: {problem}")
     os.environ[ENV_PATH] = str(Path(path).expanduser().resolve())
     for var, value in ((ENV_DEVICE, device), (ENV_DTYPE, dtype)):
         if value:
