@@ -134,8 +134,8 @@ def main() -> None:
         ds = TaskDataset(samples, tasks, plan["images"], transform)
         t0 = time.perf_counter()
         n = 0
-        for _, tensor, _ in iterate_local(ds, workers=args.workers, prefetch=2):
-            n += 0 if tensor is None else tensor.shape[0]
+        for item in iterate_local(ds, workers=args.workers, prefetch=2):
+            n += 0 if item[1] is None else item[1].shape[0]  # (index, tensor, errors, ...)
         secs = time.perf_counter() - t0
         out["workers_img_s"] = round(n / secs, 1)
         out["workers_tasks"] = len(tasks)
