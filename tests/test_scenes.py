@@ -235,7 +235,7 @@ def test_mixed_pastes_object_on_donor_texture(scene, name):
 
 # ------------------------------------------------------------------ bad input
 def _bad_ctxs(scene):
-    x, m = scene[0], scene[1]
+    m = scene[1]
     return {
         "wrong size": (dict(mask=m[:100]), "is 224x100 but the image is 224x224"),
         "empty": (dict(mask=np.zeros_like(m)), "empty"),
