@@ -117,7 +117,14 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     assert set(d.edit_curves["attribute"]) == {"object_rate", "hf_after"}
     assert d.edit_curves.groupby("attribute")["n"].sum().eq(len(joined)).all()
     assert fly.attrs["run_id"] not in d.scenarios
+    # The logistic fits on the measured attributes are those of the metric on the same rows.
+    from robustlab.metrics.attributes import attribute_effects
+
+    want = attribute_effects(joined)
+    assert len(d.edit_effects) == len(want) > 0
+    assert list(d.edit_effects["coef"].fillna(0)) == pytest.approx(list(want["coef"].fillna(0)))
     res = build_report(db, tmp_path / "report.html", run_ids=[fly.attrs["run_id"]], grid=False,
                        n_resamples=50)
     assert {"edit-accuracy", "edit-drop"} <= set(res.tables)
+    assert ("edit-effects" in res.tables) == bool((want["note"] == "").any())
     assert "fig-edit-attributes" in res.figures

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError
+from robustlab.metrics.regression import significance_stars
 from robustlab.report import plots
 from robustlab.report.gather import (
     EDIT_ATTRIBUTES,
@@ -312,6 +313,23 @@ def _edit_tables(p: _Page, d: ReportData) -> None:
                  "rate; mean |FFT| complexity of the edited image), pooled over the edits, "
                  "in quantile bins.",
                  "line plots of accuracy against measured object rate and image complexity")
+    fits = d.edit_effects[d.edit_effects["note"] == ""] if not d.edit_effects.empty else None
+    if fits is not None and not fits.empty:
+        labels = {r.run_id: (r.label, r.short) for r in d.runs}
+        rows = [{"label": labels.get(f.run_id, (f.run_id, f.run_id))[0],
+                 "run": labels.get(f.run_id, (f.run_id, f.run_id))[1], "edit": f.shift,
+                 "attribute": f.attribute, "n": f"{f.n} ({f.n_images} images)",
+                 "coef": f"{f.coef:+.3g}", "se": f"{f.se_cluster:.3g} (naive {f.se_naive:.3g})",
+                 "p": f"{f.p_cluster:.3g}{significance_stars(f.p_cluster)}"}
+                for f in fits.itertuples()]
+        cols = [Column("label", "Model"), Column("run", "Run"), Column("edit", "Edit"),
+                Column("attribute", "Measured attribute"), Column("n", "Rows"),
+                Column("coef", "Log-odds per unit"), Column("se", "SE, clustered by image"),
+                Column("p", "p (clustered)")]
+        p.table(Table("edit-effects", cols, rows,
+                      caption="Logistic regression of top-1 correctness on what each edit "
+                              "achieved; an image's rows are correlated, so read the clustered "
+                              "standard errors (the naive ones are shown for comparison)"))
 
 
 def _regression(p: _Page, d: ReportData, tmp: Path) -> None:

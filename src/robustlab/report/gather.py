@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError
+from robustlab.metrics.attributes import attribute_effects
 from robustlab.store import CLEAN_SHIFT, Store
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class ReportData:
         regression: RegressionResult or None.
         edits: ImageNet-E table rows (run_full, label, shift, level, n, top1, top1_lo,
             top1_hi, clean, drop): accuracy and drop from clean per attribute level.
+        edit_effects: logistic fits of correctness on each measured attribute per run and
+            edit (:func:`robustlab.metrics.attributes.attribute_effects`).
         edit_curves: accuracy vs a measured attribute (run_full, label, attribute, x, n,
             top1): each edited image binned by what its edit achieved (quantile bins).
         notes: Why something is absent or partial, one line each.
@@ -97,6 +100,7 @@ class ReportData:
     regression: Any = None
     edits: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    edit_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     n_resamples: int = 0
     confidence: float = 0.95
     notes: list[str] = field(default_factory=list)
@@ -402,13 +406,15 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
 
     # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
     edits = edit_tables(cells, runs)
-    curves = edit_curves(store.predictions_with_attributes(ids), {r.run_id: r.label for r in runs})
+    joined = store.predictions_with_attributes(ids)
+    curves = edit_curves(joined, {r.run_id: r.label for r in runs})
+    effects = attribute_effects(joined)
 
     return ReportData(db=store.path, runs=runs, baseline=baseline, results=results, cells=cells,
                       ce=ce.reset_index(drop=True), mce=mce_rows, corruption_error=corruption_error,
                       families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
                       bg_gap=bg, class_drops=class_drops, regression=reg, edits=edits,
-                      edit_curves=curves,
+                      edit_curves=curves, edit_effects=effects,
                       n_resamples=n_resamples, confidence=confidence, notes=notes)
 
 
