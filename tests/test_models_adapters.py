@@ -192,8 +192,8 @@ def test_open_clip_zero_shot_end_to_end(tiny_clip, images):
 
 def test_open_clip_via_load_model_with_default_templates(tiny_clip):
     folder, ckpt, _ = tiny_clip
-    model = load_model(f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet-d")
-    assert model.num_outputs == 113 and model.weights_hash == _sha16(ckpt)
+    model = load_model(f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet9")
+    assert model.num_outputs == 9 and model.weights_hash == _sha16(ckpt)
     assert len(model.describe()["zero_shot"]["templates"]) > 1
     with pytest.raises(MissingResourceError, match="needs weights"):
         load_model(f"open_clip:{folder}", device="cpu")
@@ -314,3 +314,26 @@ def test_unreachable_hub_fails_at_once_with_what_to_download(monkeypatch, tmp_pa
         load_model("timm:resnet18")
     with pytest.raises(MissingResourceError, match=r"hf:someone/no-such-model is not in the local Hugging Face cache and hub.invalid cannot be reached"):
         load_model("hf:someone/no-such-model")
+
+
+def test_open_clip_imagenet_d_uses_the_papers_protocol(tiny_clip, images):
+    """ImageNet-D's CLIP evaluation: 'A photo of a {c}' with its name normalisation and a
+    softmax over 100 x cosine, checked against open_clip's own encoders."""
+    import open_clip
+    import torch.nn.functional as F
+
+    folder, ckpt, net = tiny_clip
+    model = load_model(f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet-d")
+    zs = model.describe()["zero_shot"]
+    assert model.num_outputs == 113 and zs["templates"] == ["A photo of a {}"]
+    assert zs["logit_scale"] == 100.0
+    texts = dict(zip(model.label_space.classes, zs["class_texts"]))
+    assert texts["coffee/french press"] == "coffee or french press"
+    assert texts["mixing/salad bowl"] == "mixing or salad bowl" and texts["t-shirt"] == "t shirt"
+    tokenizer = open_clip.get_tokenizer(f"local-dir:{folder}")
+    tokens = tokenizer([f"A photo of a {c}" for c in zs["class_texts"]])
+    batch = torch.stack([model.transform(im) for im in images])
+    with torch.inference_mode():
+        txt = F.normalize(net.encode_text(tokens), dim=-1)
+        img = F.normalize(net.encode_image(batch), dim=-1)
+    torch.testing.assert_close(model.predict(batch), 100.0 * img @ txt.T, atol=1e-4, rtol=1e-4)

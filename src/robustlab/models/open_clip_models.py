@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from robustlab.errors import InputError, MissingResourceError
@@ -44,6 +46,32 @@ TEMPLATES = (
     "a photo of a large {}.",
     "a cropped photo of a {}.",
 )
+
+
+def imagenet_d_clip_name(name: str) -> str:
+    """ImageNet-D's CLIP class text: ``_`` and ``-`` become spaces, ``/`` becomes " or ",
+    lower case (``coffee/french press`` -> ``coffee or french press``, ``t-shirt`` ->
+    ``t shirt``), as its evaluation script writes the class names into the prompt."""
+    return name.replace("_", " ").replace("-", " ").replace("/", " or ").lower()
+
+
+@dataclass(frozen=True)
+class ZeroShotProtocol:
+    """How a paper built its zero-shot classifier: prompt templates, how a class name is
+    written into them, and the fixed logit scale (None: the checkpoint's own)."""
+
+    templates: tuple[str, ...]
+    name: Callable[[str], str]
+    logit_scale: float | None
+    source: str
+
+
+# Label spaces whose paper fixed the zero-shot protocol; other spaces use TEMPLATES.
+PAPER_PROTOCOLS = {
+    "imagenet-d": ZeroShotProtocol(("A photo of a {}",), imagenet_d_clip_name, 100.0,
+                                   "ImageNet-D evaluate_vlm.py: 'A photo of a {c}', "
+                                   "softmax over 100 x cosine"),
+}
 FOLDER_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 TEXT_CHUNK = 256
 
@@ -105,13 +133,23 @@ def _preprocessing(net) -> Preprocessing:
 
 
 def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None,
-         templates=TEMPLATES) -> OpenCLIPModel:
+         templates=None) -> OpenCLIPModel:
+    """A zero-shot CLIP classifier over ``label_space``.
+
+    ``templates`` None: the paper's protocol when the label space has one
+    (:data:`PAPER_PROTOCOLS`: ImageNet-D's single prompt, name normalisation and logit scale
+    100), else robustlab's :data:`TEMPLATES` with the checkpoint's logit scale.
+    """
     try:
         import open_clip
     except ImportError:
         raise MissingResourceError("open_clip: models need open_clip: pip install open-clip-torch") from None
     from robustlab.data.labels import get_label_space
 
+    space = get_label_space(label_space or "imagenet1k")
+    protocol = PAPER_PROTOCOLS.get(space.name) if templates is None else None
+    if templates is None:
+        templates = protocol.templates if protocol else TEMPLATES
     if not templates or any("{}" not in t for t in templates):
         raise InputError("prompt templates must each contain '{}' for the class name")
     folder = Path(arch).expanduser()
@@ -144,14 +182,19 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise InputError(f"cannot load open_clip:{arch} with {path}: {text}") from None
     net = net.eval().to(dev)
-    space = get_label_space(label_space or "imagenet1k")
-    classes = [c.replace("_", " ") for c in space.classes]
+    name_of = protocol.name if protocol else (lambda c: c.replace("_", " "))
+    classes = [name_of(c) for c in space.classes]
     class_weights = zero_shot_weights(net, tokenizer, classes, templates, dev)
+    scale = float(net.logit_scale.exp().detach())
+    if protocol and protocol.logit_scale:
+        scale = protocol.logit_scale
     return OpenCLIPModel(
-        spec, net, class_weights, float(net.logit_scale.exp().detach()),
+        spec, net, class_weights, scale,
         preprocessing=_preprocessing(net), batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
         device=dev, label_space=space, weights_path=path, weights_hash=weights_hash(path),
         model_outputs=len(space),
-        details={"architecture": f"open_clip:{arch}", "zero_shot": {"templates": list(templates),
-                                                                    "class_names": "label space classes"},
+        details={"architecture": f"open_clip:{arch}",
+                 "zero_shot": {"templates": list(templates), "class_texts": classes,
+                               "logit_scale": scale,
+                               "protocol": protocol.source if protocol else "robustlab templates"},
                  "versions": package_versions("open_clip_torch")})
