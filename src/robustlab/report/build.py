@@ -320,7 +320,7 @@ def _edit_tables(p: _Page, d: ReportData) -> None:
                  "run": labels.get(f.run_id, (f.run_id, f.run_id))[1], "edit": f.shift,
                  "attribute": f.attribute, "n": f"{f.n} ({f.n_images} images)",
                  "coef": f"{f.coef:+.3g}", "se": f"{f.se_cluster:.3g} (naive {f.se_naive:.3g})",
-                 "p": f"{f.p_cluster:.3g}{significance_stars(f.p_cluster)}"}
+                 "p": f"{f.p_cluster:.3g} {significance_stars(f.p_cluster)}"}
                 for f in fits.itertuples()]
         cols = [Column("label", "Model"), Column("run", "Run"), Column("edit", "Edit"),
                 Column("attribute", "Measured attribute"), Column("n", "Rows"),
