@@ -37,6 +37,7 @@ from robustlab.report.html import (
     esc,
     figure,
     integer,
+    is_missing,
     notes_list,
     num,
     page,
@@ -113,6 +114,7 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
              ("Intervals", f"{100 * d.confidence:.0f} % percentile bootstrap, {d.n_resamples} resamples"),
              ("Generated", f"{generated} by robustlab {__version__}")]
     p.add('<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>")
+    _run_summary(p, d)
     rows = []
     for r in runs:
         rec = r.record
@@ -156,6 +158,32 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
               f"versions, configuration</summary>{extra}<pre>{body}</pre></details>")
 
 
+def _run_summary(p: _Page, d: ReportData) -> None:
+    """The first table: ``robustlab results --summary``, one row per run."""
+    rows = d.summary.to_dict("records")
+    has = {k: any(not is_missing(r.get(k)) for r in rows)
+           for k in ("mce", "s_robust", "s_partial", "bg_gap")}
+    cols = [Column("label", "Model"), Column("suite", "Suite"), Column("run_id", "Run"),
+            Column("data", "Data"), Column("images", "Images", integer, True),
+            Column("clean_top1", "Clean top-1 %", pct, True),
+            Column("shifted_top1", "Shifted top-1 %", pct, True,
+                   tip="mean over the shifted cells of each cell's top-1")]
+    if has["mce"]:
+        cols += [Column("mce", "mCE %", pct, True), Column("relative_mce", "Rel. mCE %", pct, True),
+                 Column("baseline", "CE baseline")]
+    if has["s_robust"]:
+        cols.append(Column("s_robust", "S_robust", num, True))
+    if has["s_partial"]:
+        cols.append(Column("s_partial", "S partial (EX1)", num, True,
+                           tip="1 - sigma2_cross: EX2 needs models trained on each scenario"))
+    if has["bg_gap"]:
+        cols.append(Column("bg_gap", "BG-gap %", pct, True))
+    cols += [Column("path", "Path", tip="on-the-fly, or read from a generated folder"),
+             Column("precision", "Precision")]
+    p.table(Table("run-summary", cols, rows,
+                  caption="One row per run (the same numbers as `robustlab results --summary`)"))
+
+
 def _leaderboard(p: _Page, d: ReportData) -> None:
     rows = []
     for r in d.runs:
@@ -177,7 +205,7 @@ def _leaderboard(p: _Page, d: ReportData) -> None:
     if any(x["mce"] is not None for x in rows):
         cols += [Column("mce", "mCE %", pct, True), Column("rel_mce", "Rel. mCE %", pct, True)]
     if any(x["s_partial"] is not None for x in rows):
-        cols.append(Column("s_partial", "S_robust (EX1)", num, True))
+        cols.append(Column("s_partial", "S partial (EX1)", num, True))
     if any(x["bg_gap"] is not None for x in rows):
         cols.append(Column("bg_gap", "BG-gap %", pct, True))
     p.section("leaderboard", "Leaderboard",

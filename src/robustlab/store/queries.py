@@ -13,7 +13,11 @@ import pandas as pd
 
 from robustlab.errors import InputError
 from robustlab.metrics.mce import (
-    ALEXNET, alexnet_cells, check_full_imagenet_val, corruption_errors, mce,
+    ALEXNET,
+    alexnet_cells,
+    check_full_imagenet_val,
+    corruption_errors,
+    mce,
 )
 from robustlab.store.db import Store
 from robustlab.store.schema import CLEAN_SHIFT, SEGMENTATION_TASK
@@ -206,3 +210,35 @@ def segmentation_table(store: Store, *, run_ids=None, models=None, suites=None,
     table = (pd.concat(parts, ignore_index=True) if parts
              else pd.DataFrame(columns=SEGMENTATION_RESULT_COLUMNS))
     return table[SEGMENTATION_RESULT_COLUMNS], notes
+
+
+def summary_table(store: Store, *, run_ids=None, models=None, suites=None,
+                  baseline: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """One row per classification run: :func:`robustlab.metrics.summary.summarise_run`.
+
+    The mCE columns are the mCE rows of :func:`results_table` (same baseline rule), so
+    ``results --summary`` and ``results`` never disagree.
+
+    Returns:
+        (table with :data:`robustlab.metrics.summary.SUMMARY_COLUMNS`, notes).
+    """
+    from robustlab.metrics.summary import SUMMARY_COLUMNS, summarise_run
+
+    table, notes = results_table(store, run_ids=run_ids, models=models, suites=suites,
+                                 baseline=baseline)
+    runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
+    runs = runs[~is_segmentation(runs)]
+    mce_rows = table[table["shift"].astype(str).str.startswith("mCE (")]
+    preds = store.predictions(list(runs["run_id"]),
+                              columns=["run_id", "sample_id", "shift", "level", "correct"])
+    rows = []
+    for run in runs.to_dict("records"):
+        mine = preds[preds["run_id"] == run["run_id"]]
+        if mine.empty:
+            continue
+        hit = mce_rows[mce_rows["run_id"] == run["run_id"][:8]]
+        mce = None if hit.empty else {"mce": hit.iloc[0]["ce"],
+                                      "relative_mce": hit.iloc[0]["relative_ce"],
+                                      "baseline": hit.iloc[0]["baseline"]}
+        rows.append(summarise_run(run, mine, mce))
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
