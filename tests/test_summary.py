@@ -185,3 +185,23 @@ def test_report_first_table_is_the_summary(world, tmp_path):
             else:
                 assert float(got) == pytest.approx(row[col])
         assert cells["Path"]["text"] == row["path"]
+
+
+def test_compare_two_real_runs_cell_by_cell(world):
+    """lite0 vs lite1 on the same demo photos: each cell's difference is lite1's accuracy
+    minus lite0's, both counted here from the predictions table."""
+    store = Store(world["db"])
+    a, b = world["runs"][("lite0", "imagenet-c")], world["runs"][("lite1", "imagenet-c")]
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert cli(["results", "--db", str(world["db"]), "--compare", a[:8], b[:8],
+                    "--format", "csv", "--resamples", "300"]) == 0
+    table = pd.read_csv(io.StringIO(out.getvalue()), dtype={"level": str})
+    acc_a, acc_b = _cell_acc(store.predictions([a])), _cell_acc(store.predictions([b]))
+    cells = table[table["level"] != "all"]
+    assert len(cells) == 1 + len(CORRUPTIONS) * len(LEVELS)
+    for row in cells.to_dict("records"):
+        key = (row["shift"], row["level"])
+        assert row["n_shared"] == 4
+        assert row["diff"] == pytest.approx(acc_b[key] - acc_a[key])
+        assert row["diff_lo"] <= row["diff"] <= row["diff_hi"]

@@ -25,7 +25,26 @@ def add_parser(sub) -> None:
     p.add_argument("--summary", action="store_true",
                    help="one row per run: images, clean and mean shifted top-1, mCE and relative "
                         "mCE (with the baseline used), S_robust / partial S, BG-gap, path, precision")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                   help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
+                        "images, B - A and its paired bootstrap interval")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the --compare bootstrap (default: 0)")
+    p.add_argument("--resamples", type=_positive, default=2000,
+                   help="bootstrap resamples per --compare interval (default: 2000)")
     p.set_defaults(func=run)
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return n
 
 
 PERCENT = ("top1", "top5", "error", "ce", "relative_ce", "clean_top1", "shifted_top1", "mce",
@@ -86,6 +105,12 @@ def run(args) -> int:
         for p in paths:
             print(p)
         return 0
+    if args.compare:
+        from robustlab.store.queries import compare_table
+
+        table, notes = compare_table(store, *args.compare, seed=args.seed,
+                                     n_resamples=args.resamples)
+        return _emit(format_table(table, args.format), notes, args.output)
     if args.summary:
         from robustlab.store.queries import summary_table
 
