@@ -69,7 +69,7 @@ def test_evaluate_cli_prints_progress_lines_to_a_pipe_and_skips_reach_100(tmp_pa
          "--masks", str(masks), "--label-space", DEMO_LABEL_SPACE, "--suite", "imagenet9",
          "--shift", "mixed_same", "--shift", "mixed_rand", "--workers", "0",
          "--db", str(tmp_path / "r.duckdb")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+        capture_output=True, text=True, timeout=300, check=False)  # stderr is a pipe
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("evaluate: ")]
     assert lines[0] == "evaluate: 0/6 (0 %)"

@@ -205,3 +205,86 @@ def test_compare_two_real_runs_cell_by_cell(world):
         assert row["n_shared"] == 4
         assert row["diff"] == pytest.approx(acc_b[key] - acc_a[key])
         assert row["diff_lo"] <= row["diff"] <= row["diff_hi"]
+
+
+def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
+    """No horizontal page overflow (wide tables and plots scroll inside their own box), plot
+    text at least 10 px on screen, alt text on every image, one scenario table per suite."""
+    from test_report import CHROMIUM_ARGS, _browser
+
+    from robustlab.report import build_report
+    from robustlab.report.plots import MIN_TEXT_PT, text_px
+
+    sync_playwright = _browser()
+    out = tmp_path / "r.html"
+    res = build_report(world["db"], out, baseline="lite1", n_resamples=20)
+    assert {"scenarios-ximagenet12", "scenarios-imagenet9"} <= set(res.tables)
+    assert text_px(MIN_TEXT_PT) >= 10
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            for width in (1280, 1920):
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.goto(out.resolve().as_uri(), wait_until="load")
+                overflow = page.evaluate(
+                    "document.documentElement.scrollWidth - document.documentElement.clientWidth")
+                assert overflow <= 0, (width, overflow)
+                # plots are shown at natural size (never shrunk below their text size)
+                scales = page.evaluate("Array.from(document.querySelectorAll('figure.plot img'))"
+                                       ".map(i => i.clientWidth / i.naturalWidth)")
+                assert scales and min(scales) >= 0.999, scales
+                assert page.evaluate("Array.from(document.images).filter(i => !i.alt).length") == 0
+                page.close()
+        finally:
+            browser.close()
+
+
+def test_plots_never_draw_text_below_the_minimum():
+    from matplotlib.text import Text
+
+    from robustlab.report.plots import MIN_TEXT_PT, _figure, to_png
+
+    fig = _figure(3, 2)
+    ax = fig.add_subplot()
+    ax.text(0.5, 0.5, "tiny", fontsize=4)
+    ax.set_title("title", fontsize=12)
+    to_png(fig)
+    sizes = {t.get_text(): t.get_fontsize() for t in fig.findobj(Text) if t.get_text()}
+    assert sizes["tiny"] == MIN_TEXT_PT and sizes["title"] == 12
+
+
+def test_wide_plot_and_wide_table_scroll_in_their_own_box_at_1280(tmp_path):
+    """A 12-scenario x 2-run bar chart (wider than the page) and a 40-column table: the page
+    itself never scrolls sideways, the plot keeps its natural size (so its text stays at
+    least 10 px), and both scroll inside their own box."""
+    from test_report import CHROMIUM_ARGS, _browser
+
+    from robustlab.report import plots
+    from robustlab.report.html import Column, Table, figure, page, render_table
+
+    sync_playwright = _browser()
+    names = [f"scenario_{i}" for i in range(12)]
+    scen = pd.DataFrame([{"run_full": r, "scenario": n, "top1": 0.5 + 0.03 * i, "top1_lo": 0.4,
+                          "top1_hi": 0.7} for r in ("r1", "r2") for i, n in enumerate(names)])
+    png = plots.scenario_bars(scen, {"r1": "model one", "r2": "model two"}, {"r1": .8, "r2": .7})
+    cols = [Column(f"c{i}", f"a long column title {i}") for i in range(40)]
+    table = Table("wide", cols, [{f"c{i}": f"value {i}" for i in range(40)}] * 3)
+    out = tmp_path / "wide.html"
+    out.write_text(page("wide", figure("fig-wide", png, "wide plot", "bars per scenario")
+                        + render_table(table)), encoding="utf-8")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1280, "height": 900})
+            pg.goto(out.resolve().as_uri(), wait_until="load")
+            assert pg.evaluate("document.documentElement.scrollWidth"
+                               " - document.documentElement.clientWidth") <= 0
+            img = pg.evaluate("(() => { const i = document.querySelector('figure.plot img');"
+                              " return [i.clientWidth, i.naturalWidth]; })()")
+            assert img[1] > 1280 and img[0] == pytest.approx(img[1])
+            boxes = pg.evaluate("Array.from(document.querySelectorAll('figure.plot, .table-wrap'))"
+                                ".map(b => [b.scrollWidth > b.clientWidth,"
+                                " b.getBoundingClientRect().right <= 1280])")
+            assert boxes == [[True, True], [True, True]]
+        finally:
+            browser.close()

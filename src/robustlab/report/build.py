@@ -197,8 +197,15 @@ def _leaderboard(p: _Page, d: ReportData) -> None:
                      "rel_mce": m.get("relative_mce"),
                      "s_partial": rs.s_partial if rs is not None else None,
                      "bg_gap": float(gap.iloc[0]) if len(gap) else None})
-    rows.sort(key=lambda x: -(x["shifted"] if x["shifted"] is not None else -1))
+    # Runs are ranked only against runs of the same suite: different cells, different scale.
+    order = list(dict.fromkeys(x["suite"] for x in rows))
+    rows.sort(key=lambda x: (order.index(x["suite"]),
+                             -(x["shifted"] if x["shifted"] is not None else -1)))
+    for x in rows:
+        x["rank"] = 1 + sum(1 for y in rows if y["suite"] == x["suite"]
+                            and (y["shifted"] or -1) > (x["shifted"] or -1))
     cols = [Column("label", "Model"), Column("run", "Run"), Column("suite", "Suite"),
+            Column("rank", "Rank in suite", integer, True),
             Column("n", "Images", integer, True),
             Column("clean", "Clean top-1 %", pct, True),
             Column("shifted", "Shifted top-1 %", pct, True, tip="all shifted cells pooled")]
@@ -209,7 +216,8 @@ def _leaderboard(p: _Page, d: ReportData) -> None:
     if any(x["bg_gap"] is not None for x in rows):
         cols.append(Column("bg_gap", "BG-gap %", pct, True))
     p.section("leaderboard", "Leaderboard",
-              "One row per run, best pooled shifted accuracy first. Click a header to sort.")
+              "Runs ranked within their suite by pooled shifted accuracy (runs of different "
+              "suites are measured on different cells). Click a header to sort.")
     p.table(Table("leaderboard", cols, rows))
 
 
@@ -267,19 +275,24 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
 def _scenario_tables(p: _Page, d: ReportData) -> None:
     if not d.scenarios:
         return
-    names = list(dict.fromkeys(k for _, acc in d.scenarios.values() for k in acc))
     p.section("scenarios", "Background scenarios",
               "Like XIMAGENET-12 Table 1: top-1 accuracy of the original-trained model on each "
-              "scenario (EX1).")
-    rows = []
+              "scenario (EX1). One table per suite, so no row is half empty.")
+    by_suite: dict[str, list] = {}
     for r in d.runs:
-        if r.run_id not in d.scenarios:
-            continue
-        mu, acc = d.scenarios[r.run_id]
-        rows.append({"label": r.label, "run": r.short, "mu": mu, **{f"s:{k}": acc.get(k) for k in names}})
-    cols = [Column("label", "Model"), Column("run", "Run"), Column("mu", "Original %", pct, True)]
-    cols += [Column(f"s:{k}", k.replace("_", " "), pct, True) for k in names]
-    p.table(Table("scenarios", cols, rows, caption="Scenario top-1 accuracy (%)"))
+        if r.run_id in d.scenarios:
+            by_suite.setdefault(r.record.get("suite") or "clean", []).append(r)
+    for suite, runs in by_suite.items():
+        names = list(dict.fromkeys(k for r in runs for k in d.scenarios[r.run_id][1]))
+        rows = []
+        for r in runs:
+            mu, acc = d.scenarios[r.run_id]
+            rows.append({"label": r.label, "run": r.short, "mu": mu,
+                         **{f"s:{k}": acc.get(k) for k in names}})
+        cols = [Column("label", "Model"), Column("run", "Run"), Column("mu", "Original %", pct, True)]
+        cols += [Column(f"s:{k}", k.replace("_", " "), pct, True) for k in names]
+        p.table(Table(f"scenarios-{_slug(suite)}", cols, rows,
+                      caption=f"{suite}: scenario top-1 accuracy (%)"))
     rows = []
     for r in d.runs:
         rs = d.robustness.get(r.run_id)
@@ -305,6 +318,13 @@ def _scenario_tables(p: _Page, d: ReportData) -> None:
             Column("same", "mixed_same %", pct, True), Column("rand", "mixed_rand %", pct, True),
             Column("gap", "BG-gap %", pct, True)], rows,
             caption="ImageNet-9 BG-gap = acc(mixed_same) - acc(mixed_rand), paired images"))
+
+
+def _slug(text: str) -> str:
+    """A table id fragment: letters, digits and dashes only."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
 
 
 def _edit_tables(p: _Page, d: ReportData) -> None:
