@@ -76,3 +76,23 @@ def test_evaluate_cli_prints_progress_lines_to_a_pipe_and_skips_reach_100(tmp_pa
     assert re.fullmatch(r"evaluate: 6/6 \(100 %\), [0-9.]+ pred/s, took \S+", lines[-1])
     assert "\r" not in proc.stderr  # no terminal bars in a log
     assert "skipped 2 image(s)" in proc.stderr
+
+
+def test_build_masks_counts_a_skipped_last_image_as_done(tmp_path):
+    """The last image is unreadable: progress still reaches total/total."""
+    from robustlab.data.sources import Sample
+    from robustlab.masks.auto import AutoMasker
+    from robustlab.masks.build import build_masks
+
+    data, _ = materialise(tmp_path / "demo", ["rocket/rocket.jpg"])
+    broken = data / "rocket" / "zz_broken.jpg"
+    broken.write_bytes(b"\xff\xd8 not really a jpeg")
+    samples = [Sample(id="rocket/rocket.jpg", path=data / "rocket" / "rocket.jpg",
+                      class_name="rocket", bbox=(150, 20, 330, 420)),
+               Sample(id="rocket/zz_broken.jpg", path=broken, class_name="rocket",
+                      bbox=(0, 0, 10, 10))]
+    calls = []
+    summary = build_masks(samples, tmp_path / "masks", AutoMasker("grabcut"),
+                          progress=lambda done, total: calls.append((done, total)))
+    assert summary["n_skipped"] == 1
+    assert calls == [(1, 2), (2, 2)]
