@@ -124,7 +124,7 @@ def _dataset(samples_dir, tmp_path, n=3):
     return data, files
 
 
-def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path):
+def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path, capsys):
     from robustlab.cli import main
 
     data, files = _dataset(samples_dir, tmp_path)
@@ -132,6 +132,9 @@ def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path):
     rc = main(["masks", "--data", str(data), "--out", str(out), "--method", "grabcut",
                "--bboxes", str(tmp_path / "boxes.csv")])
     assert rc == 0
+    # progress lines on stderr; the unreadable image counts as done, so it ends at 100 %
+    progress = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("masks: ")]
+    assert progress[0] == "masks: 0/4 (0 %)" and progress[-1].startswith("masks: 4/4 (100 %)")
     for f in files:
         m = load_mask(out / (f.name + ".png"))  # the full file name: never shared
         assert m.shape == Image.open(f).size[::-1] and 0 < m.mean() < 1

@@ -372,11 +372,11 @@ def test_scenario_tables_robustness_and_bars(world, models, tmp_path):
                            db=db, workers=0, progress=False)
     res = build_report(db, tmp_path / "s.html", n_resamples=50)
     page = (tmp_path / "s.html").read_text()
-    assert {"scenarios", "robustness", "leaderboard"} <= set(res.tables)
+    assert {"scenarios-ximagenet12", "robustness", "leaderboard"} <= set(res.tables)
     assert "fig-scenarios" in res.figures and "fig-severity-corruption" not in res.figures
     store = Store(db)
     tabs = tables_of(page)
-    rows = {r["Run"]["text"]: r for r in as_records(tabs["scenarios"])}
+    rows = {r["Run"]["text"]: r for r in as_records(tabs["scenarios-ximagenet12"])}
     scores = {r["Run"]["text"]: r for r in as_records(tabs["robustness"])}
     for rid in store.runs()["run_id"]:
         preds = store.predictions([rid])
@@ -424,7 +424,8 @@ def test_bg_gap_table_for_imagenet9(samples_dir, models, tmp_path):
     robustlab.evaluate(models["lite0"], data, suite="imagenet9", shifts=["mixed_same", "mixed_rand"],
                        masks=masks, db=db, workers=0, progress=False)
     res = build_report(db, tmp_path / "in9.html", n_resamples=50, grid=False)
-    assert "bg-gap" in res.tables and "scenarios" in res.tables and "robustness" not in res.tables
+    assert "bg-gap" in res.tables and "scenarios-imagenet9" in res.tables
+    assert "robustness" not in res.tables
     want = bg_gap(Store(db).predictions()).iloc[0]
     row = as_records(tables_of((tmp_path / "in9.html").read_text())["bg-gap"])[0]
     assert float(row["BG-gap %"]["sort"]) == pytest.approx(want["bg_gap"])

@@ -98,7 +98,7 @@ def test_worker_count_does_not_change_items(samples):
 
 def test_progress_groups_levels_when_there_are_many_cells():
     totals = {("clean", "0"): 4, **{("fog", str(lv)): 4 for lv in range(1, 6)}}
-    p = CellProgress(totals, enabled=True, max_bars=3)
+    p = CellProgress(totals, enabled=True, max_bars=3, terminal=True)
     assert sorted(p.bars) == ["clean", "fog"] and p.bars["fog"].total == 20
     p.update([("fog", "1"), ("fog", "5"), ("clean", "0")])
     assert p.bars["fog"].n == 2 and p.bars["clean"].n == 1

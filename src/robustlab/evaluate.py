@@ -383,7 +383,8 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         weights, device, batch_size: Passed to :func:`robustlab.models.load_model`.
         workers: DataLoader worker processes (default: CPU cores - 1, at least 1).
         prefetch, cells_per_task, backend: Execution details (never change results).
-        progress: Per-cell progress bars (default: when stderr is a terminal).
+        progress: Show progress (default True): per-cell bars when stderr is a terminal,
+            else a line every few seconds with done/total, rate and ETA.
 
     Returns:
         A DataFrame with one row per cell of this run: model, suite, shift, level, n,
@@ -399,7 +400,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         batch_size=int(batch_size or getattr(m, "batch_size", None) or 32),
         workers=default_workers() if workers is None else int(workers),
         prefetch=prefetch, cells_per_task=cells_per_task, backend=backend,
-        progress=sys.stderr.isatty() if progress is None else bool(progress),
+        progress=True if progress is None else bool(progress),
     )
     if options.batch_size < 1:
         raise InputError(f"batch size must be at least 1, got {options.batch_size}")

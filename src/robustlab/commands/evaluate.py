@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=workers, default=None,
                    help="data worker processes that decode and shift images ahead of the model "
                         "(default: cores - 1; 0: all in the main process)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress output (bars on a terminal, periodic lines otherwise)")
     p.set_defaults(func=run)
 
 

@@ -55,8 +55,13 @@ def run(args) -> int:
                          hint="choose a masks folder outside the data folder")
     samples = discover(data, labels_csv=args.labels_csv, bboxes=args.bboxes)
     params = MaskerParams(max_side=args.max_side, iterations=args.iterations)
+    from robustlab.run.progress import LineProgress
+
+    lines = LineProgress(len(samples), what="masks", unit="img")
     summary = build_masks(samples, args.out, AutoMasker(args.method, params=params, segmenter=segmenter),
-                          overwrite=args.overwrite, cam_class=args.cam_class)
+                          overwrite=args.overwrite, cam_class=args.cam_class,
+                          progress=lambda done, _total: lines.update(done - lines.done))
+    lines.close()
     print(f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
           f"({summary['n'] - summary['n_written']} empty/full, unusable), {summary['n_skipped']} "
           f"skipped (unreadable, or a mask of another size), {summary['n_suspicious']} "

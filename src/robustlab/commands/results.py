@@ -1,4 +1,4 @@
-"""``robustlab results``: accuracy per model x suite x cell, CE / mCE rows, Parquet export."""
+"""``robustlab results``: per-cell accuracy, CE / mCE rows, a per-run summary, Parquet export."""
 
 from __future__ import annotations
 
@@ -22,11 +22,39 @@ def add_parser(sub) -> None:
     p.add_argument("--segmentation", action="store_true",
                    help="show segmentation runs (mIoU, pixel accuracy per cell) instead; shown "
                         "anyway when the selected runs are all segmentation runs")
+    p.add_argument("--summary", action="store_true",
+                   help="one row per run: images, clean and mean shifted top-1, mCE and relative "
+                        "mCE (with the baseline used), S_robust / partial S, BG-gap, path, precision")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                   help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
+                        "images, B - A and its paired bootstrap interval")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the --compare bootstrap (default: 0)")
+    p.add_argument("--resamples", type=_positive, default=2000,
+                   help="bootstrap resamples per --compare interval (default: 2000)")
     p.set_defaults(func=run)
 
 
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return n
+
+
+PERCENT = ("top1", "top5", "error", "ce", "relative_ce", "clean_top1", "shifted_top1", "mce",
+           "relative_mce", "bg_gap", "diff", "diff_lo", "diff_hi", "top1_a", "top1_b")
+SCORES = ("s_robust", "s_partial")
+COUNTS = ("n", "images", "n_a", "n_b", "n_shared")
+
+
 def format_table(df, fmt: str) -> str:
-    """Render the results table; fractions as percentages for the human formats."""
+    """Render a results table; fractions as percentages for the human formats."""
     import math
 
     if fmt == "csv":
@@ -37,23 +65,25 @@ def format_table(df, fmt: str) -> str:
     def cell(col, v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return ""
-        if col in ("top1", "top5", "error", "ce", "relative_ce"):
+        if col in PERCENT:
             return f"{100 * float(v):.2f}"
-        if col == "n":
+        if col in SCORES:
+            return f"{float(v):.4f}"
+        if col in COUNTS:
             return str(int(v))
         return str(v)
 
     cols = list(df.columns)
-    heads = [c + (" %" if c in ("top1", "top5", "error", "ce", "relative_ce") else "") for c in cols]
+    numeric = set(PERCENT) | set(SCORES) | set(COUNTS)
+    heads = [c + (" %" if c in PERCENT else "") for c in cols]
     rows = [[cell(c, v) for c, v in zip(cols, rec)] for rec in df.itertuples(index=False)]
     if fmt == "markdown":
         lines = ["| " + " | ".join(heads) + " |",
-                 "|" + "|".join("---:" if c in ("n", "top1", "top5", "error", "ce", "relative_ce")
-                                else "---" for c in cols) + "|"]
+                 "|" + "|".join("---:" if c in numeric else "---" for c in cols) + "|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines) + "\n"
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
-    numeric = {"n", "top1", "top5", "error", "ce", "relative_ce"}
+
     def line(vals):
         return "  ".join(v.rjust(w) if c in numeric else v.ljust(w)
                          for v, w, c in zip(vals, widths, cols)).rstrip()
@@ -75,6 +105,18 @@ def run(args) -> int:
         for p in paths:
             print(p)
         return 0
+    if args.compare:
+        from robustlab.store.queries import compare_table
+
+        table, notes = compare_table(store, *args.compare, seed=args.seed,
+                                     n_resamples=args.resamples)
+        return _emit(format_table(table, args.format), notes, args.output)
+    if args.summary:
+        from robustlab.store.queries import summary_table
+
+        table, notes = summary_table(store, run_ids=args.run, models=args.model,
+                                     suites=args.suite, baseline=args.baseline)
+        return _emit(format_table(table, args.format), notes, args.output)
     table, notes = ([], []) if args.segmentation else results_table(
         store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline)
     if args.segmentation or len(table) == 0:
@@ -90,8 +132,13 @@ def run(args) -> int:
             text = format_table(table, args.format)
     else:
         text = format_table(table, args.format)
-    if args.output:
-        with open(args.output, "w") as fh:
+    return _emit(text, notes, args.output)
+
+
+def _emit(text: str, notes, output: str | None) -> int:
+    """Write the table to ``output`` (or stdout) and the notes to stderr."""
+    if output:
+        with open(output, "w") as fh:
             fh.write(text)
     else:
         sys.stdout.write(text)

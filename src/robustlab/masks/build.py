@@ -99,6 +99,8 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
             reason = getattr(exc, "reason", None) or str(exc)
             log.warning("skipped %s: %s", s.id, reason)
             skipped.append({"id": s.id, "reason": reason})
+            if progress:  # a skipped image is finished work: progress still reaches 100 %
+                progress(i + 1, len(samples))
             continue
         usable = target.exists() and bool(mask.any()) and not bool(mask.all())
         rec = {"id": s.id, "mask": target.relative_to(out).as_posix() if usable else "", **info,

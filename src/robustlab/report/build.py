@@ -38,6 +38,7 @@ from robustlab.report.html import (
     esc,
     figure,
     integer,
+    is_missing,
     notes_list,
     num,
     page,
@@ -114,6 +115,7 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
              ("Intervals", f"{100 * d.confidence:.0f} % percentile bootstrap, {d.n_resamples} resamples"),
              ("Generated", f"{generated} by robustlab {__version__}")]
     p.add('<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>")
+    _run_summary(p, d)
     rows = []
     for r in runs:
         rec = r.record
@@ -157,6 +159,32 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
               f"versions, configuration</summary>{extra}<pre>{body}</pre></details>")
 
 
+def _run_summary(p: _Page, d: ReportData) -> None:
+    """The first table: ``robustlab results --summary``, one row per run."""
+    rows = d.summary.to_dict("records")
+    has = {k: any(not is_missing(r.get(k)) for r in rows)
+           for k in ("mce", "s_robust", "s_partial", "bg_gap")}
+    cols = [Column("label", "Model"), Column("suite", "Suite"), Column("run_id", "Run"),
+            Column("data", "Data"), Column("images", "Images", integer, True),
+            Column("clean_top1", "Clean top-1 %", pct, True),
+            Column("shifted_top1", "Shifted top-1 %", pct, True,
+                   tip="mean over the shifted cells of each cell's top-1")]
+    if has["mce"]:
+        cols += [Column("mce", "mCE %", pct, True), Column("relative_mce", "Rel. mCE %", pct, True),
+                 Column("baseline", "CE baseline")]
+    if has["s_robust"]:
+        cols.append(Column("s_robust", "S_robust", num, True))
+    if has["s_partial"]:
+        cols.append(Column("s_partial", "S partial (EX1)", num, True,
+                           tip="1 - sigma2_cross: EX2 needs models trained on each scenario"))
+    if has["bg_gap"]:
+        cols.append(Column("bg_gap", "BG-gap %", pct, True))
+    cols += [Column("path", "Path", tip="on-the-fly, or read from a generated folder"),
+             Column("precision", "Precision")]
+    p.table(Table("run-summary", cols, rows,
+                  caption="One row per run (the same numbers as `robustlab results --summary`)"))
+
+
 def _leaderboard(p: _Page, d: ReportData) -> None:
     rows = []
     for r in d.runs:
@@ -170,19 +198,27 @@ def _leaderboard(p: _Page, d: ReportData) -> None:
                      "rel_mce": m.get("relative_mce"),
                      "s_partial": rs.s_partial if rs is not None else None,
                      "bg_gap": float(gap.iloc[0]) if len(gap) else None})
-    rows.sort(key=lambda x: -(x["shifted"] if x["shifted"] is not None else -1))
+    # Runs are ranked only against runs of the same suite: different cells, different scale.
+    order = list(dict.fromkeys(x["suite"] for x in rows))
+    rows.sort(key=lambda x: (order.index(x["suite"]),
+                             -(x["shifted"] if x["shifted"] is not None else -1)))
+    for x in rows:
+        x["rank"] = 1 + sum(1 for y in rows if y["suite"] == x["suite"]
+                            and (y["shifted"] or -1) > (x["shifted"] or -1))
     cols = [Column("label", "Model"), Column("run", "Run"), Column("suite", "Suite"),
+            Column("rank", "Rank in suite", integer, True),
             Column("n", "Images", integer, True),
             Column("clean", "Clean top-1 %", pct, True),
             Column("shifted", "Shifted top-1 %", pct, True, tip="all shifted cells pooled")]
     if any(x["mce"] is not None for x in rows):
         cols += [Column("mce", "mCE %", pct, True), Column("rel_mce", "Rel. mCE %", pct, True)]
     if any(x["s_partial"] is not None for x in rows):
-        cols.append(Column("s_partial", "S_robust (EX1)", num, True))
+        cols.append(Column("s_partial", "S partial (EX1)", num, True))
     if any(x["bg_gap"] is not None for x in rows):
         cols.append(Column("bg_gap", "BG-gap %", pct, True))
     p.section("leaderboard", "Leaderboard",
-              "One row per run, best pooled shifted accuracy first. Click a header to sort.")
+              "Runs ranked within their suite by pooled shifted accuracy (runs of different "
+              "suites are measured on different cells). Click a header to sort.")
     p.table(Table("leaderboard", cols, rows))
 
 
@@ -240,19 +276,24 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
 def _scenario_tables(p: _Page, d: ReportData) -> None:
     if not d.scenarios:
         return
-    names = list(dict.fromkeys(k for _, acc in d.scenarios.values() for k in acc))
     p.section("scenarios", "Background scenarios",
               "Like XIMAGENET-12 Table 1: top-1 accuracy of the original-trained model on each "
-              "scenario (EX1).")
-    rows = []
+              "scenario (EX1). One table per suite, so no row is half empty.")
+    by_suite: dict[str, list] = {}
     for r in d.runs:
-        if r.run_id not in d.scenarios:
-            continue
-        mu, acc = d.scenarios[r.run_id]
-        rows.append({"label": r.label, "run": r.short, "mu": mu, **{f"s:{k}": acc.get(k) for k in names}})
-    cols = [Column("label", "Model"), Column("run", "Run"), Column("mu", "Original %", pct, True)]
-    cols += [Column(f"s:{k}", k.replace("_", " "), pct, True) for k in names]
-    p.table(Table("scenarios", cols, rows, caption="Scenario top-1 accuracy (%)"))
+        if r.run_id in d.scenarios:
+            by_suite.setdefault(r.record.get("suite") or "clean", []).append(r)
+    for suite, runs in by_suite.items():
+        names = list(dict.fromkeys(k for r in runs for k in d.scenarios[r.run_id][1]))
+        rows = []
+        for r in runs:
+            mu, acc = d.scenarios[r.run_id]
+            rows.append({"label": r.label, "run": r.short, "mu": mu,
+                         **{f"s:{k}": acc.get(k) for k in names}})
+        cols = [Column("label", "Model"), Column("run", "Run"), Column("mu", "Original %", pct, True)]
+        cols += [Column(f"s:{k}", k.replace("_", " "), pct, True) for k in names]
+        p.table(Table(f"scenarios-{_slug(suite)}", cols, rows,
+                      caption=f"{suite}: scenario top-1 accuracy (%)"))
     rows = []
     for r in d.runs:
         rs = d.robustness.get(r.run_id)
@@ -278,6 +319,13 @@ def _scenario_tables(p: _Page, d: ReportData) -> None:
             Column("same", "mixed_same %", pct, True), Column("rand", "mixed_rand %", pct, True),
             Column("gap", "BG-gap %", pct, True)], rows,
             caption="ImageNet-9 BG-gap = acc(mixed_same) - acc(mixed_rand), paired images"))
+
+
+def _slug(text: str) -> str:
+    """A table id fragment: letters, digits and dashes only."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
 
 
 def _edit_tables(p: _Page, d: ReportData) -> None:

@@ -80,6 +80,8 @@ class ReportData:
             edit (:func:`robustlab.metrics.attributes.attribute_effects`).
         edit_curves: accuracy vs a measured attribute (run_full, label, attribute, x, n,
             top1): each edited image binned by what its edit achieved (quantile bins).
+        summary: One row per run (``robustlab results --summary``'s columns, from
+            :func:`robustlab.metrics.summary.summarise_run`) plus ``run_full``.
         notes: Why something is absent or partial, one line each.
     """
 
@@ -103,6 +105,7 @@ class ReportData:
     edit_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     n_resamples: int = 0
     confidence: float = 0.95
+    summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
 
     def run(self, run_id: str) -> RunView:
@@ -357,6 +360,13 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
                          shifted_n=int(pf["n"].iloc[0]))
         pooled[rid] = entry
 
+    # The per-run summary, with the function `robustlab results --summary` uses.
+    from robustlab.metrics.summary import summarise_run
+
+    summary = pd.DataFrame([
+        {**summarise_run(r.record, preds[preds["run_id"] == r.run_id], mce_rows.get(r.run_id)),
+         "run_full": r.run_id, "label": r.label} for r in runs])
+
     # Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap.
     scenarios, robustness, gaps = {}, {}, []
     for r in runs:
@@ -415,7 +425,8 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
                       families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
                       bg_gap=bg, class_drops=class_drops, regression=reg, edits=edits,
                       edit_curves=curves, edit_effects=effects,
-                      n_resamples=n_resamples, confidence=confidence, notes=notes)
+                      n_resamples=n_resamples, confidence=confidence, summary=summary,
+                      notes=notes)
 
 
 def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):

@@ -187,6 +187,8 @@ table.data caption { text-align: left; caption-side: top; padding: .2rem 0; }
 table.data th, table.data td { border-bottom: 1px solid var(--line); padding: .25rem .5rem;
                                text-align: left; vertical-align: top; white-space: nowrap; }
 table.data th { background: var(--head); position: sticky; top: 0; z-index: 1; font-weight: 600; }
+table.data td:first-child { position: sticky; left: 0; background: #fff; z-index: 1; }
+table.data th:first-child { left: 0; z-index: 2; }
 table.data th.num, table.data td.num { text-align: right; }
 table.data th button { all: unset; cursor: pointer; display: inline-block; }
 table.data th button:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
@@ -195,8 +197,8 @@ table.data th[aria-sort="ascending"] .arrow::after { content: " \\25B2"; }
 table.data th[aria-sort="descending"] .arrow::after { content: " \\25BC"; }
 table.data tr.summary td { font-weight: 600; background: #f7f7f7; }
 table.data tbody tr:hover td { background: #eef5fb; }
-figure.plot { margin: .6rem 0 1.2rem; }
-figure.plot img { max-width: 100%; height: auto; border: 1px solid var(--line); }
+figure.plot { margin: .6rem 0 1.2rem; max-width: 100%; overflow-x: auto; }
+figure.plot img { max-width: none; height: auto; border: 1px solid var(--line); }
 .grid { border-collapse: collapse; }
 .grid th { font-weight: 600; font-size: .85rem; text-align: left; padding: .2rem .4rem; vertical-align: middle; }
 .grid td { padding: .25rem; vertical-align: top; }

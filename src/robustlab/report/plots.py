@@ -20,6 +20,14 @@ from robustlab.report.html import OKABE_ITO
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 HATCHES = ("", "//", "..", "xx", "\\\\", "++", "oo", "--")
 DPI = 110
+# Smallest text in a plot, in points: 7 pt at 110 dpi is 10.7 px, and the report shows plots
+# at their natural size (a wide plot scrolls inside its own box instead of shrinking).
+MIN_TEXT_PT = 7.0
+
+
+def text_px(points: float) -> float:
+    """Height in screen pixels of ``points`` text in a PNG shown at its natural size."""
+    return points * DPI / 72.0
 
 
 def _figure(width: float, height: float):
@@ -32,6 +40,12 @@ def _figure(width: float, height: float):
 
 
 def to_png(fig) -> bytes:
+    """The figure as PNG bytes, with no text smaller than :data:`MIN_TEXT_PT`."""
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):
+        if t.get_text() and t.get_fontsize() < MIN_TEXT_PT:
+            t.set_fontsize(MIN_TEXT_PT)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return buf.getvalue()

@@ -193,6 +193,9 @@ class Runner:
                     else:
                         failed.add(cell_index)
                 ok = [j for j in range(len(task.cells)) if j not in failed]
+                # A skipped cell is finished work: the bars and lines still reach 100 %.
+                progress.update((task.cells[j][0], level_key(task.cells[j][1]))
+                                for j in sorted(failed))
                 if not ok or tensor is None:
                     continue
                 if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass

@@ -13,7 +13,11 @@ import pandas as pd
 
 from robustlab.errors import InputError
 from robustlab.metrics.mce import (
-    ALEXNET, alexnet_cells, check_full_imagenet_val, corruption_errors, mce,
+    ALEXNET,
+    alexnet_cells,
+    check_full_imagenet_val,
+    corruption_errors,
+    mce,
 )
 from robustlab.store.db import Store
 from robustlab.store.schema import CLEAN_SHIFT, SEGMENTATION_TASK
@@ -206,3 +210,77 @@ def segmentation_table(store: Store, *, run_ids=None, models=None, suites=None,
     table = (pd.concat(parts, ignore_index=True) if parts
              else pd.DataFrame(columns=SEGMENTATION_RESULT_COLUMNS))
     return table[SEGMENTATION_RESULT_COLUMNS], notes
+
+
+def summary_table(store: Store, *, run_ids=None, models=None, suites=None,
+                  baseline: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """One row per classification run: :func:`robustlab.metrics.summary.summarise_run`.
+
+    The mCE columns are the mCE rows of :func:`results_table` (same baseline rule), so
+    ``results --summary`` and ``results`` never disagree.
+
+    Returns:
+        (table with :data:`robustlab.metrics.summary.SUMMARY_COLUMNS`, notes).
+    """
+    from robustlab.metrics.summary import SUMMARY_COLUMNS, summarise_run
+
+    table, notes = results_table(store, run_ids=run_ids, models=models, suites=suites,
+                                 baseline=baseline)
+    runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
+    runs = runs[~is_segmentation(runs)]
+    mce_rows = table[table["shift"].astype(str).str.startswith("mCE (")]
+    preds = store.predictions(list(runs["run_id"]),
+                              columns=["run_id", "sample_id", "shift", "level", "correct"])
+    rows = []
+    for run in runs.to_dict("records"):
+        mine = preds[preds["run_id"] == run["run_id"]]
+        if mine.empty:
+            continue
+        hit = mce_rows[mce_rows["run_id"] == run["run_id"][:8]]
+        mce = None if hit.empty else {"mce": hit.iloc[0]["ce"],
+                                      "relative_mce": hit.iloc[0]["relative_ce"],
+                                      "baseline": hit.iloc[0]["baseline"]}
+        rows.append(summarise_run(run, mine, mce))
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
+
+
+def compare_table(store: Store, run_a: str, run_b: str, *, seed: int = 0,
+                  n_resamples: int = 2000, confidence: float = 0.95
+                  ) -> tuple[pd.DataFrame, list[str]]:
+    """Runs A and B cell by cell: :func:`robustlab.metrics.compare.compare_runs`.
+
+    Args:
+        run_a, run_b: Run ids or unique prefixes.
+        seed: Seed of the bootstrap generator (the same seed gives the same intervals).
+
+    Returns:
+        (table with ``compare.COMPARE_COLUMNS``, notes: what differs between the runs).
+
+    Raises:
+        InputError: an unknown or ambiguous id, or two runs with no image in common.
+    """
+    import numpy as np
+
+    from robustlab.metrics.compare import compare_runs
+
+    store.require()
+    picked = [select_runs(store, run_ids=[rid]).iloc[0] for rid in (run_a, run_b)]
+    cols = ["sample_id", "shift", "level", "correct"]
+    preds = [store.predictions([r["run_id"]], columns=cols) for r in picked]
+    for r, p in zip(picked, preds):
+        if p.empty:
+            raise InputError(f"run {r['run_id'][:8]} ({r['model_spec']}) has no predictions")
+    table = compare_runs(preds[0], preds[1], np.random.default_rng(seed),
+                         n_resamples=n_resamples, confidence=confidence)
+    if not (table["n_shared"] > 0).any():
+        raise InputError(f"runs {picked[0]['run_id'][:8]} and {picked[1]['run_id'][:8]} share "
+                         "no image in any cell; compare runs evaluated on the same data")
+    a, b = picked
+    notes = [(f"A = {a['model_spec']} ({a['suite'] or 'clean'}, run {a['run_id'][:8]}), "
+             f"B = {b['model_spec']} ({b['suite'] or 'clean'}, run {b['run_id'][:8]}); diff = "
+             f"B - A on the images both runs predicted, {100 * confidence:.0f} % paired "
+             f"bootstrap interval ({n_resamples} resamples, seed {seed})")]
+    if a["data_fingerprint"] != b["data_fingerprint"]:
+        notes.append("the two runs were evaluated on different data; only shared image ids "
+                     "are compared")
+    return table, notes

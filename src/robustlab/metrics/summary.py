@@ -1,0 +1,120 @@
+"""One line per run: the numbers a reader looks for first.
+
+``robustlab results --summary`` and the report's first table both come from
+:func:`summarise_run`, a pure function of one run's ``runs`` record, its prediction rows
+and (when a CE baseline applies) its mCE row, so the two can never disagree.
+
+The columns and what they mean:
+
+* ``images``: distinct images with at least one prediction in the run.
+* ``clean_top1``: top-1 accuracy on the clean images.
+* ``shifted_top1``: the mean over the run's shifted cells (shift x level) of each cell's
+  top-1 accuracy, so a cell that lost images to skips weighs as much as any other.
+* ``mce`` / ``relative_mce`` / ``baseline``: from ``robustlab results``' mCE row; blank
+  when no baseline applies (``baseline`` then says why not in the notes).
+* ``s_robust`` / ``s_partial``: XIMAGENET-12's robustness score over that benchmark's
+  scenarios. Stored predictions give only EX1 (train on original, test on scenario), so
+  ``s_robust`` stays blank and ``s_partial`` = 1 - sigma2_cross.
+* ``bg_gap``: ImageNet-9's acc(mixed_same) - acc(mixed_rand) over paired images.
+* ``path``: how the shifted pixels were made: ``on-the-fly`` or ``generated`` (from a
+  folder written by ``robustlab generate``), or the published archive's own folders.
+* ``precision``: the numeric type the model computed in (float32, float16, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from robustlab.metrics.scenes import bg_gap, robustness_score
+
+CLEAN = "clean"
+SUMMARY_COLUMNS = ["model", "suite", "run_id", "data", "images", "clean_top1", "shifted_top1",
+                   "mce", "relative_mce", "baseline", "s_robust", "s_partial", "bg_gap", "path",
+                   "precision", "status"]
+# ImageNet-9's pair of cells whose accuracy difference is the BG-gap.
+BG_GAP_CELLS = ("mixed_same", "mixed_rand")
+
+
+def is_ximagenet12(shift: str) -> bool:
+    """Whether a shift is one of XIMAGENET-12's scenarios (its registry tag)."""
+    from robustlab.shifts.registry import get_shift
+
+    try:
+        return "ximagenet12" in get_shift(shift).tags
+    except ValueError:
+        return False
+
+
+def _scenario_accuracies(shifted: pd.DataFrame) -> dict[str, float]:
+    """XIMAGENET-12 scenario -> accuracy; a shift with several levels gives ``shift:level``."""
+    out: dict[str, float] = {}
+    for shift, g in shifted.groupby("shift", sort=True):
+        if not is_ximagenet12(str(shift)):
+            continue
+        levels = g["level"].astype(str)
+        for level, gl in g.groupby(levels, sort=True):
+            out[str(shift) if levels.nunique() == 1 else f"{shift}:{level}"] = float(
+                gl["correct"].mean())
+    return out
+
+
+def _short_dtype(value) -> str | None:
+    """``torch.float32`` -> ``float32``: the framework prefix says nothing to a reader."""
+    return None if value is None else str(value).rsplit(".", 1)[-1]
+
+
+def summarise_run(run: Mapping[str, Any], predictions: pd.DataFrame,
+                  mce: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The summary row of one run (keys: :data:`SUMMARY_COLUMNS`).
+
+    Args:
+        run: The run's ``runs`` row (JSON columns decoded), as ``Store.runs()`` gives it.
+        predictions: The run's prediction rows (``sample_id``, ``shift``, ``level``,
+            ``correct`` at least).
+        mce: ``{"mce", "relative_mce", "baseline"}`` when a CE baseline applies.
+
+    Returns:
+        One dict; numbers absent for this run (no clean cell, no shifted cell, no
+        XIMAGENET-12 scenario, no ImageNet-9 pair, no baseline) are None.
+    """
+    config = run.get("config") or {}
+    inputs = config.get("inputs") or {}
+    preds = predictions.assign(level=predictions["level"].astype(str))
+    clean = preds[preds["shift"] == CLEAN]
+    shifted = preds[preds["shift"] != CLEAN]
+    cell_top1 = shifted.groupby(["shift", "level"], sort=True)["correct"].mean()
+    mu = float(clean["correct"].mean()) if len(clean) else None
+    s_robust = s_partial = None
+    scen = _scenario_accuracies(shifted)
+    if scen and mu is not None:
+        score = robustness_score(mu, scen)
+        s_robust, s_partial = score.s_robust, score.s_partial
+    gap = None
+    if set(BG_GAP_CELLS) <= set(shifted["shift"]):
+        try:
+            gap = float(bg_gap(shifted, by=()).iloc[0]["bg_gap"])
+        except ValueError:  # no image predicted in both cells
+            gap = None
+    root = run.get("data_root")
+    return {
+        "model": run["model_spec"],
+        "suite": run.get("suite") or "clean",
+        "run_id": str(run["run_id"])[:8],
+        "data": Path(str(root)).name if root else None,
+        "images": int(preds["sample_id"].nunique()),
+        "clean_top1": mu,
+        "shifted_top1": float(cell_top1.mean()) if len(cell_top1) else None,
+        "mce": (mce or {}).get("mce"),
+        "relative_mce": (mce or {}).get("relative_mce"),
+        "baseline": (mce or {}).get("baseline"),
+        "s_robust": s_robust,
+        "s_partial": s_partial,
+        "bg_gap": gap,
+        "path": config.get("source"),
+        "precision": _short_dtype(inputs.get("precision")),
+        "status": run.get("status"),
+    }

@@ -1,0 +1,290 @@
+"""``robustlab results --summary``: one row per run, checked against numbers recomputed here
+by hand from the predictions table of real lite0 / lite1 runs on the bundled demo photos.
+
+The database holds lite0 and lite1 on ImageNet-C (two corruptions, two severities; lite1 is
+the CE baseline), lite0 on two XIMAGENET-12 scenarios and lite0 on ImageNet-9's
+mixed_same / mixed_rand pair (a mirrored copy of the motorcycle gives its class the second
+photo that mixed_same needs).
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stderr, redirect_stdout
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image, ImageOps
+
+import robustlab
+from robustlab.cli import main as cli
+from robustlab.demo import DEMO_LABEL_SPACE, materialise
+from robustlab.store import Store
+
+PHOTOS = ["rocket/rocket.jpg", "motorcycle/motorcycle_left.png", "cat/chelsea.png"]
+CORRUPTIONS = ["gaussian_noise", "contrast"]
+LEVELS = [1, 3]
+SCENARIOS = ["blur_bg", "segmented"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from robustlab.models import load_model
+
+    root = tmp_path_factory.mktemp("summary")
+    data, masks = materialise(root / "demo", PHOTOS)
+    # A second motorcycle (mirrored photo and mask) so mixed_same has a same-class donor.
+    for folder, ext in ((data, ".png"), (masks, ".png")):
+        src = folder / "motorcycle" / f"motorcycle_left{ext}"
+        ImageOps.mirror(Image.open(src)).save(folder / "motorcycle" / f"motorcycle_mirror{ext}")
+    db = root / "results.duckdb"
+    models = {s: load_model(s, label_space=DEMO_LABEL_SPACE) for s in ("lite0", "lite1")}
+    runs = {}
+    common = {"db": db, "masks": masks, "label_space": DEMO_LABEL_SPACE, "workers": 0,
+              "progress": False}
+    for spec, model in models.items():
+        runs[(spec, "imagenet-c")] = robustlab.evaluate(
+            model, data, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
+            **common).attrs["run_id"]
+    runs[("lite0", "ximagenet12")] = robustlab.evaluate(
+        models["lite0"], data, suite="ximagenet12", shifts=SCENARIOS, **common).attrs["run_id"]
+    runs[("lite0", "imagenet9")] = robustlab.evaluate(
+        models["lite0"], data, suite="imagenet9", shifts=["mixed_same", "mixed_rand"],
+        **common).attrs["run_id"]
+    return {"root": root, "db": db, "runs": runs, "data": data}
+
+
+def _summary_cli(db, *extra) -> pd.DataFrame:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert cli(["results", "--db", str(db), "--summary", "--format", "csv", *extra]) == 0
+    return pd.read_csv(io.StringIO(out.getvalue()), dtype={"run_id": str})
+
+
+def _cell_acc(p: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(shift, level) -> fraction correct, by plain counting."""
+    acc = {}
+    for (shift, level), g in p.groupby(["shift", "level"]):
+        acc[(shift, str(level))] = sum(bool(c) for c in g["correct"]) / len(g)
+    return acc
+
+
+def test_summary_rows_equal_numbers_recomputed_from_predictions(world):
+    store = Store(world["db"])
+    table = _summary_cli(world["db"], "--baseline", "lite1")
+    assert len(table) == 4
+    rows = {r["run_id"]: r for r in table.to_dict("records")}
+    base = _cell_acc(store.predictions([world["runs"][("lite1", "imagenet-c")]]))
+    for (spec, suite), rid in world["runs"].items():
+        row = rows[rid[:8]]
+        p = store.predictions([rid])
+        acc = _cell_acc(p)
+        shifted = [v for k, v in acc.items() if k[0] != "clean"]
+        assert (row["model"], row["suite"]) == (spec, suite)
+        assert row["images"] == p["sample_id"].nunique() == 4
+        assert row["data"] == "data"
+        assert row["path"] == "on-the-fly"
+        assert row["precision"] == "float32"
+        assert row["clean_top1"] == pytest.approx(acc[("clean", "0")])
+        assert row["shifted_top1"] == pytest.approx(sum(shifted) / len(shifted))
+        if suite == "imagenet-c":
+            # CE_c = sum_s E_s,c / sum_s E^base_s,c; mCE is their mean; relative CE subtracts
+            # the clean errors first.
+            ce, rel = [], []
+            for c in CORRUPTIONS:
+                e = [1 - acc[(c, str(s))] for s in LEVELS]
+                b = [1 - base[(c, str(s))] for s in LEVELS]
+                ce.append(sum(e) / sum(b))
+                db_ = sum(x - (1 - base[("clean", "0")]) for x in b)
+                rel.append(sum(x - (1 - acc[("clean", "0")]) for x in e) / db_ if db_ else np.nan)
+            assert row["mce"] == pytest.approx(np.mean(ce))
+            if np.all(np.isfinite(rel)):
+                assert row["relative_mce"] == pytest.approx(np.mean(rel))
+            assert row["baseline"].startswith("lite1 (")
+        else:
+            assert np.isnan(row["mce"]) and not isinstance(row["baseline"], str)
+        if suite == "ximagenet12":
+            mu = acc[("clean", "0")]
+            var = np.mean([(acc[(s, lv)] - mu) ** 2 for s, lv in acc if s in SCENARIOS])
+            assert row["s_partial"] == pytest.approx(1 - var)
+            assert np.isnan(row["s_robust"])  # EX2 is never in the database
+        else:
+            assert np.isnan(row["s_partial"])
+        if suite == "imagenet9":
+            same = p[p["shift"] == "mixed_same"].set_index("sample_id")["correct"]
+            rand = p[p["shift"] == "mixed_rand"].set_index("sample_id")["correct"]
+            both = same.index.intersection(rand.index)
+            assert len(both) > 0
+            want = same[both].astype(float).mean() - rand[both].astype(float).mean()
+            assert row["bg_gap"] == pytest.approx(want)
+        else:
+            assert np.isnan(row["bg_gap"])
+
+
+def test_summary_without_baseline_leaves_mce_blank_and_says_why(world):
+    err = io.StringIO()
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert cli(["results", "--db", str(world["db"]), "--summary"]) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:6] == ["model", "suite", "run_id", "data", "images", "clean_top1"]
+    assert len(lines) == 5
+    assert "AlexNet errors are only valid" in err.getvalue()
+    table = _summary_cli(world["db"])
+    assert table["mce"].isna().all()
+
+
+def test_summary_marks_the_generated_path(world, tmp_path):
+    """A run from a `robustlab generate` folder says so; the on-the-fly run of the same
+    cells does not, though their accuracies agree."""
+    from robustlab.generate import generate
+    from robustlab.models import load_model
+
+    gen = tmp_path / "gen"
+    generate("imagenet-c", world["data"], gen, shifts=["contrast"], levels=[1], workers=0,
+             progress=False)
+    db = tmp_path / "g.duckdb"
+    model = load_model("lite0", label_space=DEMO_LABEL_SPACE)
+    robustlab.evaluate(model, gen, suite="imagenet-c", shifts=["contrast"], levels=[1], db=db,
+                       label_space=DEMO_LABEL_SPACE, workers=0, progress=False)
+    robustlab.evaluate(model, world["data"], suite="imagenet-c", shifts=["contrast"], levels=[1],
+                       db=db, label_space=DEMO_LABEL_SPACE, workers=0, progress=False)
+    table = _summary_cli(db)
+    assert sorted(table["path"]) == ["generated", "on-the-fly"]
+    assert table["clean_top1"].nunique() == 1
+
+
+def test_summary_of_an_empty_selection_is_a_clear_error(world, capsys):
+    assert cli(["results", "--db", str(world["db"]), "--summary", "--model", "nope"]) != 0
+    err = capsys.readouterr().err
+    assert "no runs match" in err and "Traceback" not in err
+
+
+def test_report_first_table_is_the_summary(world, tmp_path):
+    """The report opens with the same numbers `results --summary` prints."""
+    from test_report import as_records, tables_of
+
+    from robustlab.report import build_report
+
+    out = tmp_path / "r.html"
+    res = build_report(world["db"], out, baseline="lite1", grid=False, n_resamples=20)
+    assert res.tables[0] == "run-summary"
+    shown = {r["Run"]["text"]: r for r in as_records(tables_of(out.read_text())["run-summary"])}
+    table = _summary_cli(world["db"], "--baseline", "lite1")
+    assert set(shown) == set(table["run_id"])
+    heads = {"clean_top1": "Clean top-1 %", "shifted_top1": "Shifted top-1 %", "mce": "mCE %",
+             "relative_mce": "Rel. mCE %", "s_partial": "S partial (EX1)", "bg_gap": "BG-gap %",
+             "images": "Images"}
+    for row in table.to_dict("records"):
+        cells = shown[row["run_id"]]
+        for col, head in heads.items():
+            got = cells[head]["sort"]
+            if pd.isna(row[col]):
+                assert got == ""
+            else:
+                assert float(got) == pytest.approx(row[col])
+        assert cells["Path"]["text"] == row["path"]
+
+
+def test_compare_two_real_runs_cell_by_cell(world):
+    """lite0 vs lite1 on the same demo photos: each cell's difference is lite1's accuracy
+    minus lite0's, both counted here from the predictions table."""
+    store = Store(world["db"])
+    a, b = world["runs"][("lite0", "imagenet-c")], world["runs"][("lite1", "imagenet-c")]
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert cli(["results", "--db", str(world["db"]), "--compare", a[:8], b[:8],
+                    "--format", "csv", "--resamples", "300"]) == 0
+    table = pd.read_csv(io.StringIO(out.getvalue()), dtype={"level": str})
+    acc_a, acc_b = _cell_acc(store.predictions([a])), _cell_acc(store.predictions([b]))
+    cells = table[table["level"] != "all"]
+    assert len(cells) == 1 + len(CORRUPTIONS) * len(LEVELS)
+    for row in cells.to_dict("records"):
+        key = (row["shift"], row["level"])
+        assert row["n_shared"] == 4
+        assert row["diff"] == pytest.approx(acc_b[key] - acc_a[key])
+        assert row["diff_lo"] <= row["diff"] <= row["diff_hi"]
+
+
+def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
+    """No horizontal page overflow (wide tables and plots scroll inside their own box), plot
+    text at least 10 px on screen, alt text on every image, one scenario table per suite."""
+    from test_report import CHROMIUM_ARGS, _browser
+
+    from robustlab.report import build_report
+    from robustlab.report.plots import MIN_TEXT_PT, text_px
+
+    sync_playwright = _browser()
+    out = tmp_path / "r.html"
+    res = build_report(world["db"], out, baseline="lite1", n_resamples=20)
+    assert {"scenarios-ximagenet12", "scenarios-imagenet9"} <= set(res.tables)
+    assert text_px(MIN_TEXT_PT) >= 10
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            for width in (1280, 1920):
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.goto(out.resolve().as_uri(), wait_until="load")
+                overflow = page.evaluate(
+                    "document.documentElement.scrollWidth - document.documentElement.clientWidth")
+                assert overflow <= 0, (width, overflow)
+                # plots are shown at natural size (never shrunk below their text size)
+                scales = page.evaluate("Array.from(document.querySelectorAll('figure.plot img'))"
+                                       ".map(i => i.clientWidth / i.naturalWidth)")
+                assert scales and min(scales) >= 0.999, scales
+                assert page.evaluate("Array.from(document.images).filter(i => !i.alt).length") == 0
+                page.close()
+        finally:
+            browser.close()
+
+
+def test_plots_never_draw_text_below_the_minimum():
+    from matplotlib.text import Text
+
+    from robustlab.report.plots import MIN_TEXT_PT, _figure, to_png
+
+    fig = _figure(3, 2)
+    ax = fig.add_subplot()
+    ax.text(0.5, 0.5, "tiny", fontsize=4)
+    ax.set_title("title", fontsize=12)
+    to_png(fig)
+    sizes = {t.get_text(): t.get_fontsize() for t in fig.findobj(Text) if t.get_text()}
+    assert sizes["tiny"] == MIN_TEXT_PT and sizes["title"] == 12
+
+
+def test_wide_plot_and_wide_table_scroll_in_their_own_box_at_1280(tmp_path):
+    """A 12-scenario x 2-run bar chart (wider than the page) and a 40-column table: the page
+    itself never scrolls sideways, the plot keeps its natural size (so its text stays at
+    least 10 px), and both scroll inside their own box."""
+    from test_report import CHROMIUM_ARGS, _browser
+
+    from robustlab.report import plots
+    from robustlab.report.html import Column, Table, figure, page, render_table
+
+    sync_playwright = _browser()
+    names = [f"scenario_{i}" for i in range(12)]
+    scen = pd.DataFrame([{"run_full": r, "scenario": n, "top1": 0.5 + 0.03 * i, "top1_lo": 0.4,
+                          "top1_hi": 0.7} for r in ("r1", "r2") for i, n in enumerate(names)])
+    png = plots.scenario_bars(scen, {"r1": "model one", "r2": "model two"}, {"r1": .8, "r2": .7})
+    cols = [Column(f"c{i}", f"a long column title {i}") for i in range(40)]
+    table = Table("wide", cols, [{f"c{i}": f"value {i}" for i in range(40)}] * 3)
+    out = tmp_path / "wide.html"
+    out.write_text(page("wide", figure("fig-wide", png, "wide plot", "bars per scenario")
+                        + render_table(table)), encoding="utf-8")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1280, "height": 900})
+            pg.goto(out.resolve().as_uri(), wait_until="load")
+            assert pg.evaluate("document.documentElement.scrollWidth"
+                               " - document.documentElement.clientWidth") <= 0
+            img = pg.evaluate("(() => { const i = document.querySelector('figure.plot img');"
+                              " return [i.clientWidth, i.naturalWidth]; })()")
+            assert img[1] > 1280 and img[0] == pytest.approx(img[1])
+            boxes = pg.evaluate("Array.from(document.querySelectorAll('figure.plot, .table-wrap'))"
+                                ".map(b => [b.scrollWidth > b.clientWidth,"
+                                " b.getBoundingClientRect().right <= 1280])")
+            assert boxes == [[True, True], [True, True]]
+        finally:
+            browser.close()
