@@ -429,6 +429,51 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
                       notes=notes)
 
 
+def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -> list[str]:
+    """Run ids with duplicates removed: the same model (spec, weights) on the same data
+    (content fingerprint, label space, seed) over the same cells is one measurement, whether
+    it ran on the fly or from a generated folder; counting it twice would double its cells
+    and shrink every p-value."""
+    cells = {rid: frozenset(zip(g["shift"], g["level"].astype(str)))
+             for rid, g in preds.groupby("run_id")}
+    seen: dict[tuple, str] = {}
+    keep = []
+    for r in runs:
+        rec = r.record
+        key = (rec.get("model_spec"), rec.get("weights_hash"), rec.get("data_fingerprint"),
+               rec.get("label_space"), rec.get("seed"), cells.get(r.run_id))
+        if key in seen:
+            notes.append(f"regression: run {r.short} repeats run {seen[key][:8]} (same model, "
+                         "data and cells) and is counted once")
+            continue
+        seen[key] = r.run_id
+        keep.append(r.run_id)
+    return keep
+
+
+def _readable_classes(preds: pd.DataFrame, runs: list[RunView]) -> pd.Series:
+    """The Class factor's levels as the label space's readable names (``tench``, not
+    ``n01440764``); a name two classes share keeps its key in brackets."""
+    from robustlab.data.labels import get_label_space
+
+    out = preds["class_name"].astype(object).copy()
+    spaces = {r.run_id: r.record.get("label_space") for r in runs}
+    for rid, g in preds.groupby("run_id"):
+        try:
+            space = get_label_space(spaces.get(rid) or "imagenet1k")
+        except Exception:  # noqa: BLE001 - an unknown space keeps its raw keys
+            continue
+        names = np.asarray(space.classes, dtype=object)
+        counts = pd.Series(names).value_counts()
+        shared = set(counts[counts > 1].index)
+        lab = pd.to_numeric(g["label"], errors="coerce")
+        ok = (lab.notna() & (lab >= 0) & (lab < len(names))).to_numpy()
+        picked = names[lab[ok].astype(int).to_numpy()]
+        keys = g["class_name"].astype(str).to_numpy()[ok]
+        out.loc[g.index[ok]] = [f"{n} ({k})" if n in shared else n for n, k in zip(picked, keys)]
+    return out
+
+
 def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
     """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis).
 
@@ -439,10 +484,13 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
 
     if not (preds["shift"] != CLEAN_SHIFT).any():
         return None
+    keep = _distinct_runs(preds, runs, notes)
     labels = {r.run_id: r.label for r in runs}
-    data = preds.assign(model=preds["run_id"].map(labels))
+    data = preds[preds["run_id"].isin(keep)]
+    data = data.assign(model=data["run_id"].map(labels),
+                       class_name=_readable_classes(data, runs))
     factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
-    reference = {"Model": runs[0].label, "Shift": CLEAN_SHIFT}
+    reference = {"Model": next(r.label for r in runs if r.run_id in keep), "Shift": CLEAN_SHIFT}
     n_classes = data["class_name"].nunique()
     if n_classes > MAX_REGRESSION_CLASSES:
         notes.append(f"regression: Class factor left out ({n_classes} classes; at most "
