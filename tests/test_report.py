@@ -167,6 +167,7 @@ def test_report_numbers_equal_robustlab_results(world):
 def test_report_has_every_section(world):
     res, page = world["result"], world["html"]
     for t in ("runs", "leaderboard", "corruption-errors", "ce-table", "relative-ce-table", "regression",
+              "regression-logit",
               "cells"):
         assert t in res.tables, t
         assert f'id="{t}"' in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from robustlab.report.gather import RunView, _distinct_runs, _readable_classes, _regression
@@ -40,9 +41,71 @@ def test_a_repeated_run_is_counted_once_and_classes_are_named():
     names = _readable_classes(preds, runs)
     assert set(names) == {"tench", "crane (n02012849)", "crane (n03126707)"}
 
-    reg = _regression(preds, runs, notes=[])
+    reg, logit = _regression(preds, runs, notes=[])
     terms = set(reg.table["term"])
     assert not any("bbbbbbbb" in t for t in terms)
     assert {"Class[crane (n02012849)]", "Class[crane (n03126707)]"} & terms
     # One cell per (model, shift, class): 3 distinct runs x 3 shifts x 3 classes.
     assert int(reg.fit.nobs) == 27
+    # The per-image logistic model uses every prediction of the distinct runs.
+    assert int(logit.fit.nobs) == 3 * 30 * 3
+
+
+def _clustered_frame(rng, n_images=120, image_sd=2.5):
+    """Per-prediction rows: correct ~ logit(1 - 1.2 [fog] + u_image); Model and the image's
+    class have no effect."""
+    u = rng.normal(0, image_sd, n_images)
+    rows = []
+    for i in range(n_images):
+        for model in ("lite0", "lite1"):
+            for shift in ("clean", "fog", "gaussian_noise"):
+                eta = 1.0 - (1.2 if shift == "fog" else 0.0) + u[i]
+                rows.append({"sample_id": f"img{i}", "model": model, "shift": shift,
+                             "class_name": "abc"[i % 3],
+                             "correct": bool(rng.random() < 1 / (1 + np.exp(-eta)))})
+    return pd.DataFrame(rows)
+
+
+def test_logit_matches_statsmodels_and_clusters_by_image():
+    import statsmodels.formula.api as smf
+
+    from robustlab.metrics.regression import logit_correctness
+
+    df = _clustered_frame(np.random.default_rng(3))
+    res = logit_correctness(df, {"Model": "model", "Shift": "shift", "Class": "class_name"},
+                            reference={"Model": "lite0", "Shift": "clean", "Class": "a"})
+    t = res.table.set_index("term")
+    d = df.assign(y=df["correct"].astype(int), g=pd.factorize(df["sample_id"])[0])
+    formula = ("y ~ C(model, Treatment('lite0')) + C(shift, Treatment('clean'))"
+               " + C(class_name, Treatment('a'))")
+    ref = smf.logit(formula, d).fit(disp=0, cov_type="cluster", cov_kwds={"groups": d["g"]})
+    naive = smf.logit(formula, d).fit(disp=0)
+    fog = "C(shift, Treatment('clean'))[T.fog]"
+    assert t.loc["Shift[fog]", "estimate"] == pytest.approx(ref.params[fog], rel=1e-6)
+    assert t.loc["Shift[fog]", "std_error"] == pytest.approx(ref.bse[fog], rel=1e-6)
+    assert t.loc["Shift[fog]", "std_error_naive"] == pytest.approx(naive.bse[fog], rel=1e-6)
+    assert t.loc["Shift[fog]", "estimate"] < 0 and t.loc["Shift[fog]", "p"] < 0.01
+    # The class is constant within an image: its naive error treats an image's six
+    # predictions as six independent photos and comes out far too small.
+    for term in ("Class[b]", "Class[c]"):
+        assert t.loc[term, "std_error"] > 1.5 * t.loc[term, "std_error_naive"]
+        assert t.loc[term, "p"] > t.loc[term, "p_naive"]
+
+
+def test_logit_refuses_what_it_cannot_fit():
+    from robustlab.metrics.regression import logit_correctness
+
+    df = _clustered_frame(np.random.default_rng(4)).assign(correct=True)
+    with pytest.raises(ValueError, match="nothing to explain"):
+        logit_correctness(df, {"Shift": "shift"})
+
+
+def test_logit_says_when_it_did_not_converge():
+    from robustlab.metrics.regression import logit_correctness
+
+    df = _clustered_frame(np.random.default_rng(5))
+    df.loc[df["class_name"] == "c", "correct"] = True  # a level that is always right
+    res = logit_correctness(df, {"Shift": "shift", "Class": "class_name"})
+    assert res.table.attrs["converged"] is False
+    ok = logit_correctness(_clustered_frame(np.random.default_rng(6)), {"Shift": "shift"})
+    assert ok.table.attrs["converged"] is True

@@ -397,6 +397,28 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
         Column("p", "p", num, True), Column("stars", "Signif."),
     ], rows, caption=f"R^2 = {reg.fit.rsquared:.3f}, {int(reg.fit.nobs)} cells; "
                      "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns"))
+    logit = d.logit
+    if logit is not None:
+        p.add('<p class="note">' + esc("Which to read: the table above is the XIMAGENET-12 paper's analysis, one "
+                    "observation per (model, shift, class) cell, so its p-values count cells. "
+                    "The table below models every prediction (right or wrong) with a logistic "
+                    "regression and clusters the standard errors by image, because one photo's "
+                    "predictions under many shifts are not independent; read it for per-image "
+                    "effects. Its naive p-values, which treat every prediction as independent, "
+                    "are shown for comparison: they are far too small.") + "</p>")
+        p.table(Table("regression-logit", [
+            Column("term", "Term"), Column("estimate", "Log-odds", num, True),
+            Column("odds_ratio", "Odds ratio", num, True),
+            Column("std_error", "SE (clustered)", num, True),
+            Column("ci_low", "95 % CI low", num, True), Column("ci_high", "95 % CI high", num, True),
+            Column("p", "p (clustered)", num, True), Column("p_naive", "p (naive)", num, True),
+            Column("stars", "Signif."),
+        ], logit.table.to_dict("records"),
+            caption=f"Logistic model of top-1 correctness, {int(logit.fit.nobs)} predictions, "
+                    "standard errors clustered by image"
+                    + ("" if logit.table.attrs.get("converged", True) else
+                       "; the fit did not converge (a level is always right or always wrong): "
+                       "its estimates and intervals are not meaningful")))
     paths = reg.plots(tmp, "regression")
     p.figure("fig-regression-residuals", paths["residuals"].read_bytes(),
              "Regression residuals vs fitted values", "scatter of residuals against fitted accuracy")

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 PRED_COLUMNS = ["run_id", "sample_id", "shift", "level", "label", "class_name", "correct", "correct5"]
 # The regression's Class factor is left out above this many classes (dense design matrix).
 MAX_REGRESSION_CLASSES = 200
+# The per-image logistic model is skipped above this many design-matrix entries (memory).
+MAX_LOGIT_ENTRIES = 20_000_000
 
 
 @dataclass
@@ -73,7 +75,8 @@ class ReportData:
         robustness: run id -> RobustnessScore (EX1 only: partial).
         bg_gap: BG-gap rows (run_id, n, acc_same, acc_rand, bg_gap).
         class_drops: per-class drop rows (run_id, shift, label, class name, top1, drop).
-        regression: RegressionResult or None.
+        regression: RegressionResult or None (per-cell OLS).
+        logit: RegressionResult or None (per-image logistic model, clustered by image).
         edits: ImageNet-E table rows (run_full, label, shift, level, n, top1, top1_lo,
             top1_hi, clean, drop): accuracy and drop from clean per attribute level.
         edit_effects: logistic fits of correctness on each measured attribute per run and
@@ -100,6 +103,7 @@ class ReportData:
     bg_gap: pd.DataFrame
     class_drops: pd.DataFrame
     regression: Any = None
+    logit: Any = None
     edits: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -410,9 +414,9 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
         except ValueError as exc:
             notes.append(f"no per-class drops: {exc}")
 
-    reg = None
+    reg = logit = None
     if regression:
-        reg = _regression(preds, runs, notes)
+        reg, logit = _regression(preds, runs, notes)
 
     # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
     edits = edit_tables(cells, runs)
@@ -423,7 +427,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     return ReportData(db=store.path, runs=runs, baseline=baseline, results=results, cells=cells,
                       ce=ce.reset_index(drop=True), mce=mce_rows, corruption_error=corruption_error,
                       families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
-                      bg_gap=bg, class_drops=class_drops, regression=reg, edits=edits,
+                      bg_gap=bg, class_drops=class_drops, regression=reg, logit=logit, edits=edits,
                       edit_curves=curves, edit_effects=effects,
                       n_resamples=n_resamples, confidence=confidence, summary=summary,
                       notes=notes)
@@ -475,15 +479,17 @@ def _readable_classes(preds: pd.DataFrame, runs: list[RunView]) -> pd.Series:
 
 
 def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
-    """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis).
+    """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis), and the
+    per-image logistic model with standard errors clustered by image.
 
     Cells are (model, shift, class) with the shift's levels pooled; ``clean`` is the Shift
     reference and the first run the Model reference. Factors with one level are left out.
+    Returns (OLS result or None, logistic result or None).
     """
-    from robustlab.metrics.regression import cell_accuracy, regress_accuracy
+    from robustlab.metrics.regression import cell_accuracy, logit_correctness, regress_accuracy
 
     if not (preds["shift"] != CLEAN_SHIFT).any():
-        return None
+        return None, None
     keep = _distinct_runs(preds, runs, notes)
     labels = {r.run_id: r.label for r in runs}
     data = preds[preds["run_id"].isin(keep)]
@@ -501,10 +507,21 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
             factors.pop(name)
             reference.pop(name, None)
     if "Shift" not in factors:
-        return None
+        return None, None
     cells = cell_accuracy(data, by=list(factors.values()))
+    ols = logit = None
     try:
-        return regress_accuracy(cells, factors, reference=reference)
+        ols = regress_accuracy(cells, factors, reference=reference)
     except ValueError as exc:
         notes.append(f"no regression table: {exc}")
-        return None
+    terms = 1 + sum(data[c].nunique() - 1 for c in factors.values())
+    if len(data) * terms > MAX_LOGIT_ENTRIES:
+        notes.append(f"per-image logistic model left out: {len(data):,} predictions x {terms} "
+                     f"terms is over {MAX_LOGIT_ENTRIES:,} design entries (fit "
+                     "robustlab.metrics.regression.logit_correctness on a sample)")
+    else:
+        try:
+            logit = logit_correctness(data, factors, reference=reference)
+        except ValueError as exc:
+            notes.append(f"no per-image logistic model: {exc}")
+    return ols, logit
