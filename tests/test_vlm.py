@@ -157,6 +157,34 @@ def test_distractors_from_a_stored_clip_run(tmp_path):
     assert (a.gt, distractor(a.gt, a.top1, a.top2)) == ("pen", "can opener")
     # CLIP right: the distractor is its top-2, written as ImageNet-D's CLIP writes names.
     assert (b.gt, distractor(b.gt, b.top1, b.top2)) == ("pen", "t shirt")
+    # A classifier's run ranks ImageNet-1k ids: refused, not read as ImageNet-D classes.
+    store.start_run(RunRecord(run_id="resnet", model_spec="timm:resnet50", data_root=str(root),
+                              label_space="imagenet-d", config={"model": {"head": "mapping"}}))
+    with pytest.raises(InputError, match="zero-shot CLIP run"):
+        items_from_clip_run(store, "resnet")
+
+
+def test_cli_takes_items_from_a_stored_clip_run(tiny, tmp_path, capsys):
+    from robustlab.data.labels import get_label_space
+
+    space = get_label_space("imagenet-d")
+    root = tmp_path / "ImageNet-D" / "material"
+    (root / "banana").mkdir(parents=True)
+    _image(3).save(root / "banana" / "a.png")
+    store = Store(tmp_path / "r.duckdb")
+    store.start_run(RunRecord(run_id="clip", model_spec="open_clip:x", data_root=str(root),
+                              label_space="imagenet-d"))
+    banana, backpack = space.index_of("banana"), space.index_of("backpack")
+    store.write_predictions("clip", {
+        "sample_id": ["banana/a.png"], "shift": ["clean"], "level": ["0"], "label": [banana],
+        "class_name": ["banana"], "top5_ids": [[backpack, banana, 0, 1, 2]],
+        "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]], "correct": [False], "correct5": [True]})
+    rc = main(["vlm", "--model", f"vlm:{tiny[0]}", "--clip-run", "clip", "--db", str(store.path),
+               "--mode", "likelihood", "--device", "cpu"])
+    assert rc == 0 and "material" in capsys.readouterr().out
+    row = answers(store).iloc[0]
+    assert (row["image_id"], list(row["options"])) == ("material/banana/a.png", ["banana", "backpack"])
+    assert row["correct"] == (row["chosen"] == "banana") and row["dropped"] is None
 
 
 @pytest.mark.parametrize("answer,gt,other,expected", [
@@ -243,31 +271,33 @@ def test_original_mode_sampling_is_reproducible_with_a_seed(tiny):
 
 
 def test_cli_runs_resumes_without_duplicates_and_prints_per_subset(tiny, imagenet_d, tmp_path, capsys):
-    folder, _ = tiny
-    db = tmp_path / "r.duckdb"
-    args = ["vlm", "--model", f"vlm:{folder}", "--data", str(imagenet_d), "--db", str(db),
-            "--device", "cpu", "--max-new-tokens", "4", "--seed", "5"]
-    assert main(args) == 0
+    folder, vlm = tiny
+    args = ["vlm", "--model", f"vlm:{folder}", "--data", str(imagenet_d), "--device", "cpu",
+            "--max-new-tokens", "4", "--seed", "5"]
+    # In one go, for reference.
+    assert main([*args, "--db", str(tmp_path / "whole.duckdb")]) == 0
     out = capsys.readouterr().out
-    store = Store(db)
-    first = answers(store)
-    assert len(first) == 5 and first["image_id"].is_unique
     assert "background" in out and "accuracy" in out
-    run = store.runs().iloc[0]
-    assert run["config"]["mode"] == "original" and run["seed"] == 5
-    assert run["weights_hash"] == tiny[1].fingerprint and run["status"] == "finished"
-    with store.connect() as con:  # an interrupted run: two answers never written
-        con.execute("DELETE FROM vlm_answers WHERE image_id IN (SELECT image_id FROM vlm_answers "
-                    "ORDER BY image_id LIMIT 2)")
-    assert main(args) == 0
-    assert "resumed" in capsys.readouterr().out
-    again = answers(store)
-    assert len(again) == 5 and again["image_id"].is_unique and len(store.runs()) == 1
-    # Same seed, same per-image generator: the rewritten answers equal the first ones.
-    assert list(again["answer"]) == list(first["answer"])
-    assert [list(o) for o in again["options"]] == [
+    whole = answers(Store(tmp_path / "whole.duckdb"))
+    # In two steps: the first 2 items, then all (an interrupted run finished later).
+    db = tmp_path / "r.duckdb"
+    assert main([*args, "--db", str(db), "--limit", "2"]) == 0
+    assert "2 new answers" in capsys.readouterr().out
+    assert main([*args, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "resumed" in out and "3 new answers" in out
+    store = Store(db)
+    steps = answers(store)
+    assert len(steps) == 5 and steps["image_id"].is_unique and len(store.runs()) == 1
+    # Per-image generators: the answers do not depend on which items were asked together.
+    assert list(steps["answer"]) == list(whole["answer"])
+    assert [list(o) for o in steps["options"]] == [
         ["backpack", "banana"], ["banana", "backpack"], ["bench", "bucket"], ["bucket", "pen"],
         ["pen", "can opener"]]
+    run = store.runs().iloc[0]
+    assert run["config"]["mode"] == "original" and run["seed"] == 5
+    assert run["weights_hash"] == vlm.fingerprint and run["status"] == "finished"
+    assert run["n_samples"] == 5
 
 
 def test_shuffled_likelihood_run_is_its_own_run(tiny, imagenet_d, tmp_path):

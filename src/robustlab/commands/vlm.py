@@ -38,6 +38,13 @@ def add_parser(sub) -> None:
 
 
 def _items(args, store):
+    """The items to ask about, the source that identifies the run, and the data root.
+
+    Subsets and ``--limit`` only choose which items to ask now; they are not part of the
+    source, so asking about one subset and then all of them continues one run.
+    """
+    from pathlib import Path
+
     from robustlab.errors import InputError
     from robustlab.vlm.questions import items_from_clip_run, read_question_csvs
 
@@ -46,11 +53,13 @@ def _items(args, store):
         items = [it for rid in args.clip_run for it in items_from_clip_run(store, rid)]
         if subsets:
             items = [it for it in items if it.subset in subsets]
-        return items, {"clip_runs": sorted(args.clip_run), "subsets": subsets}, None
+        return items, {"clip_runs": sorted(args.clip_run)}, None
     if not args.data:
         raise InputError("pass --data ROOT (the ImageNet-D folder with questions/) or --clip-run RUN_ID")
-    items = read_question_csvs(args.data, args.questions, subsets)
-    return items, {"questions": str(args.questions or "questions"), "subsets": subsets}, args.data
+    root = Path(args.data).expanduser().resolve()
+    questions = Path(args.questions).expanduser().resolve() if args.questions else root / "questions"
+    items = read_question_csvs(root, questions, subsets)
+    return items, {"data": str(root), "questions": str(questions)}, str(root)
 
 
 def run(args) -> int:
@@ -66,7 +75,6 @@ def run(args) -> int:
     items, source, root = _items(args, store)
     if args.limit is not None:
         items = items[:args.limit]
-        source["limit"] = args.limit
     vlm = load_vlm(args.model, device=args.device)
     res = evaluate_vlm(vlm, items, store, mode=args.mode, seed=args.seed, shuffle=args.shuffle,
                        temperature=args.temperature, max_new_tokens=args.max_new_tokens,

@@ -129,6 +129,11 @@ def items_from_clip_run(store, run_id: str, subset: str | None = None) -> list[I
     if run is None:
         raise InputError(f"no run {run_id!r} in {store.path}",
                          hint="`robustlab results` lists the stored runs")
+    head = ((run.get("config") or {}).get("model") or {}).get("head")
+    if head not in (None, "direct"):
+        raise InputError(f"run {run_id} ranks ImageNet-1k classes ({head} head), not the classes "
+                         f"of {run['label_space']}; distractors need a zero-shot CLIP run",
+                         hint="evaluate open_clip:ARCH with --label-space imagenet-d")
     preds = store.predictions([run_id], columns=["sample_id", "shift", "label", "top5_ids"])
     preds = preds[preds["shift"] == "clean"]
     if preds.empty:
@@ -141,6 +146,9 @@ def items_from_clip_run(store, run_id: str, subset: str | None = None) -> list[I
         top = [int(t) for t in top]
         if len(top) < 2 or label is None or np.isnan(label):
             raise InputError(f"run {run_id}: sample {sid} has no label or fewer than 2 guesses")
+        if max(top[:2]) >= len(names):
+            raise InputError(f"run {run_id}: sample {sid}'s guesses are not classes of "
+                             f"{run['label_space']} (a distractor needs a zero-shot CLIP run)")
         items.append(Item(subset, f"{subset}/{sid}", root / sid, names[int(label)],
                           names[top[0]], names[top[1]]))
     return items

@@ -17,7 +17,7 @@ from robustlab.seeding import derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
 
 from .questions import Item, options, question
-from .scoring import score_answer
+from .scoring import Verdict, score_answer
 
 log = logging.getLogger(__name__)
 MODES = ("original", "likelihood")
@@ -52,9 +52,9 @@ def answer_item(vlm, item: Item, *, mode: str, seed: int, shuffle: bool, tempera
     else:
         s = None
         logprobs = vlm.option_logprobs(image, q, [first, second])
-        chosen = first if logprobs[0] >= logprobs[1] else second
-        text = chosen
-        v = score_answer(chosen, gt, wrong)
+        # The answer is an option itself: no text to parse, never dropped.
+        text = first if logprobs[0] >= logprobs[1] else second
+        v = Verdict(text, text == gt, None)
     return {"subset": item.subset, "image_id": item.image_id, "gt": gt, "distractor": wrong,
             "options": [first, second], "answer": text, "chosen": v.chosen, "correct": v.correct,
             "dropped": v.dropped, "logprobs": logprobs, "seed": s}
