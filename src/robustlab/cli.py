@@ -24,11 +24,11 @@ from robustlab.errors import EnvironmentProblem, InputError, RobustlabError, env
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
 COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment",
-            "synth", "mine", "review"]
+            "synth", "mine", "review", "vlm"]
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
-RESUMABLE = {"evaluate", "generate", "train", "segment", "synth", "mine"}
+RESUMABLE = {"evaluate", "generate", "train", "segment", "synth", "mine", "vlm"}
 
 
 # Exit status of an unexpected exception (a bug): EX_SOFTWARE of sysexits.h, distinct from

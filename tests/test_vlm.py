@@ -1,0 +1,343 @@
+"""ImageNet-D's VLM protocol (robustlab.vlm) on a tiny random LLaVA built here, offline."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from robustlab.cli import main
+from robustlab.errors import InputError, MissingResourceError
+from robustlab.store import Store
+from robustlab.store.schema import RunRecord
+from robustlab.store.vlm import answers, summary, write_answers
+from robustlab.vlm.model import load_vlm
+from robustlab.vlm.questions import (
+    Item,
+    distractor,
+    items_from_clip_run,
+    options,
+    question,
+    read_question_csvs,
+)
+from robustlab.vlm.run import evaluate_vlm
+from robustlab.vlm.scoring import score_answer
+
+PUBLISHED = ("What is the main object in this image? Choose from the following list: "
+             "backpack, banana.")
+TEMPLATE = ("{% for m in messages %}{{ m['role'].upper() }}: {% for c in m['content'] %}"
+            "{% if c['type'] == 'image' %}<image>\n{% else %}{{ c['text'] }}{% endif %}"
+            "{% endfor %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+
+
+def save_tiny_llava(path):
+    """A LLaVA with random weights (2-layer Llama, 2-layer CLIP vision tower on 28x28
+    images, 4 patches) and a byte-level tokenizer with no merges, so any text encodes."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
+    vocab = {s: i for i, s in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                        eos_token="</s>", pad_token="<pad>",
+                                        extra_special_tokens={"image_token": "<image>"})
+    images = CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=14,
+                               vision_feature_select_strategy="default", chat_template=TEMPLATE,
+                               num_additional_image_tokens=1)
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                       num_attention_heads=2, image_size=28, patch_size=14),
+        text_config=LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                                num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
+                                pad_token_id=3),
+        image_token_index=vocab["<image>"], vision_feature_layer=-1,
+        vision_feature_select_strategy="default")
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(config).save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = save_tiny_llava(tmp_path_factory.mktemp("llava"))
+    return folder, load_vlm(f"vlm:{folder}", device="cpu")
+
+
+def _image(seed: int) -> Image.Image:
+    """A smooth colour field with a disc: a photo-like input, different per seed."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:48, 0:64] / 64.0
+    rgb = np.stack([x, y, 1 - x], -1) * rng.uniform(0.3, 1, 3)
+    disc = (x - rng.uniform(0.3, 0.7)) ** 2 + (y - 0.35) ** 2 < 0.04
+    rgb[disc] = rng.uniform(0, 1, 3)
+    return Image.fromarray((rgb * 255).astype(np.uint8))
+
+
+@pytest.fixture()
+def imagenet_d(tmp_path):
+    """An ImageNet-D-like root: background/<class>/<id>.png and questions/background.csv."""
+    rows = [("backpack", "backpack", "banana"), ("banana", "backpack", "banana"),
+            ("bench", "bench", "bucket"), ("bucket", "pen", "plate"), ("pen", "can opener", "pen")]
+    root = tmp_path / "ImageNet-D"
+    with_rows = []
+    for i, (gt, top1, top2) in enumerate(rows):
+        rel = f"background/{gt.replace(' ', '_')}/{i}.png"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        _image(i).save(root / rel)
+        with_rows.append([rel, gt, top1, top2])
+    (root / "questions").mkdir()
+    with open(root / "questions" / "background.csv", "w", newline="") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerow(["image_dir", "gt_category", "top1_pred_cate", "top2_pred_cate"])
+        w.writerows(with_rows)
+    return root
+
+
+def test_the_question_is_the_published_one_truth_first(tiny):
+    _, vlm = tiny
+    item = Item("background", "x.png", None, "backpack", "banana", "pen")
+    first, second = options(item)
+    assert question(first, second) == PUBLISHED
+    assert vlm.prompt(question(first, second)) == f"USER: <image>\n{PUBLISHED} ASSISTANT:"
+    enc = vlm.processor(images=_image(0), text=vlm.prompt(PUBLISHED), return_tensors="pt")
+    assert PUBLISHED in vlm.processor.tokenizer.decode(enc["input_ids"][0])
+
+
+def test_shuffle_is_seeded_per_image_and_uses_both_orders():
+    items = [Item("s", f"{i}.png", None, "backpack", "banana", "pen") for i in range(40)]
+    orders = [options(it, shuffle=True, seed=3) for it in items]
+    assert orders == [options(it, shuffle=True, seed=3) for it in items]
+    assert {o[0] for o in orders} == {"backpack", "banana"}
+    assert all(set(o) == {"backpack", "banana"} for o in orders)
+
+
+def test_distractor_is_clip_top1_when_wrong_else_top2():
+    assert distractor("pen", "plate", "pen") == "plate"
+    assert distractor("pen", "pen", "plate") == "plate"
+    with pytest.raises(InputError):
+        distractor("pen", "pen", "pen")
+
+
+def test_distractors_from_a_stored_clip_run(tmp_path):
+    from robustlab.data.labels import get_label_space
+
+    space = get_label_space("imagenet-d")
+    store = Store(tmp_path / "r.duckdb")
+    root = tmp_path / "ImageNet-D" / "texture"
+    store.start_run(RunRecord(run_id="clip", model_spec="open_clip:ViT-B-32", data_root=str(root),
+                              label_space="imagenet-d"))
+    pen, opener, coffee, tshirt = (space.index_of(n) for n in
+                                   ("pen", "can opener", "coffee/french press", "t-shirt"))
+    store.write_predictions("clip", {
+        "sample_id": ["pen/a.png", "pen/b.png"], "shift": ["clean"] * 2, "level": ["0"] * 2,
+        "label": [pen, pen], "class_name": ["pen", "pen"],
+        "top5_ids": [[opener, pen, coffee, 0, 1], [pen, tshirt, opener, 0, 1]],
+        "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]] * 2, "correct": [False, True],
+        "correct5": [True, True]})
+    a, b = items_from_clip_run(store, "clip")
+    assert (a.subset, a.image_id, a.path) == ("texture", "texture/pen/a.png", root / "pen/a.png")
+    assert (a.gt, distractor(a.gt, a.top1, a.top2)) == ("pen", "can opener")
+    # CLIP right: the distractor is its top-2, written as ImageNet-D's CLIP writes names.
+    assert (b.gt, distractor(b.gt, b.top1, b.top2)) == ("pen", "t shirt")
+    # A classifier's run ranks ImageNet-1k ids: refused, not read as ImageNet-D classes.
+    store.start_run(RunRecord(run_id="resnet", model_spec="timm:resnet50", data_root=str(root),
+                              label_space="imagenet-d", config={"model": {"head": "mapping"}}))
+    with pytest.raises(InputError, match="zero-shot CLIP run"):
+        items_from_clip_run(store, "resnet")
+
+
+def test_cli_takes_items_from_a_stored_clip_run(tiny, tmp_path, capsys):
+    from robustlab.data.labels import get_label_space
+
+    space = get_label_space("imagenet-d")
+    root = tmp_path / "ImageNet-D" / "material"
+    (root / "banana").mkdir(parents=True)
+    _image(3).save(root / "banana" / "a.png")
+    store = Store(tmp_path / "r.duckdb")
+    store.start_run(RunRecord(run_id="clip", model_spec="open_clip:x", data_root=str(root),
+                              label_space="imagenet-d"))
+    banana, backpack = space.index_of("banana"), space.index_of("backpack")
+    store.write_predictions("clip", {
+        "sample_id": ["banana/a.png"], "shift": ["clean"], "level": ["0"], "label": [banana],
+        "class_name": ["banana"], "top5_ids": [[backpack, banana, 0, 1, 2]],
+        "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]], "correct": [False], "correct5": [True]})
+    rc = main(["vlm", "--model", f"vlm:{tiny[0]}", "--clip-run", "clip", "--db", str(store.path),
+               "--mode", "likelihood", "--device", "cpu"])
+    assert rc == 0 and "material" in capsys.readouterr().out
+    row = answers(store).iloc[0]
+    assert (row["image_id"], list(row["options"])) == ("material/banana/a.png", ["banana", "backpack"])
+    assert row["correct"] == (row["chosen"] == "banana") and row["dropped"] is None
+
+
+@pytest.mark.parametrize("answer,gt,other,expected", [
+    ("The main object is a backpack.", "backpack", "banana", ("backpack", True, None)),
+    ("BANANA", "backpack", "banana", ("banana", False, None)),
+    ("A backpack next to a banana", "backpack", "banana", (None, None, "both")),
+    ("I see a chair.", "backpack", "banana", (None, None, "neither")),
+    ("It is a television set", "tv", "bench", ("tv", True, None)),             # variant
+    ("a dumbbell", "bench", "weight (exercise)", ("weight (exercise)", False, None)),
+    ("a can opener", "pen", "can opener", ("can opener", False, None)),       # pen inside it
+    ("a pen", "pen", "can opener", ("pen", True, None)),
+    ("a can opener", "can opener", "pen", ("can opener", True, None)),
+    ("plates on a drying rack for plates", "plate", "drying rack for plates",
+     ("drying rack for plates", False, None)),
+])
+def test_scorer_matches_substrings_and_variants(answer, gt, other, expected):
+    v = score_answer(answer, gt, other)
+    assert (v.chosen, v.correct, v.dropped) == expected
+
+
+def test_dropped_answers_are_counted_and_left_out_of_accuracy(tmp_path):
+    store = Store(tmp_path / "r.duckdb")
+    hand = ["a backpack", "a backpack", "a banana", "backpack or banana", "a chair", "nothing"]
+    rows = []
+    for i, text in enumerate(hand):
+        v = score_answer(text, "backpack", "banana")
+        rows.append({"run_id": "r", "subset": "background", "image_id": str(i), "gt": "backpack",
+                     "distractor": "banana", "options": ["backpack", "banana"], "answer": text,
+                     "chosen": v.chosen, "correct": v.correct, "dropped": v.dropped,
+                     "logprobs": None, "seed": 1})
+    write_answers(store, rows)
+    s = summary(store, "r").iloc[0]
+    assert (s.n, s.right, s.wrong, s.dropped_both, s.dropped_neither) == (6, 2, 1, 1, 2)
+    assert s.accuracy == pytest.approx(2 / 3)
+
+
+def _independent_logprob(vlm, image, q, option) -> float:
+    """Sum of the option tokens' log-probabilities via transformers' own loss (mean NLL
+    over the labelled tokens), prompt tokens masked out with -100."""
+    import torch
+
+    prompt = vlm.prompt(q)
+    n = vlm.processor(images=image, text=prompt, return_tensors="pt")["input_ids"].shape[1]
+    enc = vlm.processor(images=image, text=f"{prompt} {option}", return_tensors="pt")
+    labels = enc["input_ids"].clone()
+    labels[:, :n] = -100
+    with torch.no_grad():
+        loss = vlm.model(**enc, labels=labels).loss
+    return -float(loss) * (enc["input_ids"].shape[1] - n)
+
+
+def test_likelihood_mode_is_deterministic_and_picks_the_likelier_option(tiny):
+    _, vlm = tiny
+    for i, (a, b) in enumerate([("backpack", "banana"), ("pen", "can opener"), ("tv", "bench")]):
+        image, q = _image(i), question(a, b)
+        got = vlm.option_logprobs(image, q, [a, b])
+        assert got == vlm.option_logprobs(image, q, [a, b])
+        ref = [_independent_logprob(vlm, image, q, o) for o in (a, b)]
+        assert got == pytest.approx(ref, rel=1e-4, abs=1e-4)
+        item = Item("s", str(i), None, a, b, b)
+        row = evaluate_item(vlm, item, image)
+        assert row["chosen"] == (a if ref[0] >= ref[1] else b)
+        assert row["answer"] == row["chosen"] and row["logprobs"] == got
+
+
+def evaluate_item(vlm, item, image):
+    from robustlab.vlm.run import answer_item
+
+    return answer_item(vlm, item, mode="likelihood", seed=0, shuffle=False, temperature=0.2,
+                       max_new_tokens=4, image=image)
+
+
+def test_original_mode_sampling_is_reproducible_with_a_seed(tiny):
+    _, vlm = tiny
+    image = _image(1)
+    runs = [vlm.sample(image, PUBLISHED, seed=s, max_new_tokens=6) for s in (7, 7, 8, 9, 10)]
+    assert runs[0] == runs[1]
+    assert len(set(runs)) > 1  # the seed, not a fixed argmax, decides the answer
+    import torch
+
+    before = torch.random.get_rng_state()
+    vlm.sample(image, PUBLISHED, seed=7, max_new_tokens=6)
+    assert torch.equal(before, torch.random.get_rng_state())  # the global RNG is untouched
+
+
+def test_cli_runs_resumes_without_duplicates_and_prints_per_subset(tiny, imagenet_d, tmp_path, capsys):
+    folder, vlm = tiny
+    args = ["vlm", "--model", f"vlm:{folder}", "--data", str(imagenet_d), "--device", "cpu",
+            "--max-new-tokens", "4", "--seed", "5"]
+    # In one go, for reference.
+    assert main([*args, "--db", str(tmp_path / "whole.duckdb")]) == 0
+    out = capsys.readouterr().out
+    assert "background" in out and "accuracy" in out
+    whole = answers(Store(tmp_path / "whole.duckdb"))
+    # In two steps: the first 2 items, then all (an interrupted run finished later).
+    db = tmp_path / "r.duckdb"
+    assert main([*args, "--db", str(db), "--limit", "2"]) == 0
+    assert "2 new answers" in capsys.readouterr().out
+    assert main([*args, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "resumed" in out and "3 new answers" in out
+    store = Store(db)
+    steps = answers(store)
+    assert len(steps) == 5 and steps["image_id"].is_unique and len(store.runs()) == 1
+    # Per-image generators: the answers do not depend on which items were asked together.
+    assert list(steps["answer"]) == list(whole["answer"])
+    assert [list(o) for o in steps["options"]] == [
+        ["backpack", "banana"], ["banana", "backpack"], ["bench", "bucket"], ["bucket", "pen"],
+        ["pen", "can opener"]]
+    run = store.runs().iloc[0]
+    assert run["config"]["mode"] == "original" and run["seed"] == 5
+    assert run["weights_hash"] == vlm.fingerprint and run["status"] == "finished"
+    assert run["n_samples"] == 5
+
+
+def test_shuffled_likelihood_run_is_its_own_run(tiny, imagenet_d, tmp_path):
+    _, vlm = tiny
+    store = Store(tmp_path / "r.duckdb")
+    items = read_question_csvs(imagenet_d)
+    a = evaluate_vlm(vlm, items, store, mode="likelihood", shuffle=True, seed=1)
+    b = evaluate_vlm(vlm, items, store, mode="likelihood", shuffle=False, seed=1)
+    assert a.run_id != b.run_id and a.n_new == b.n_new == 5
+    rows = answers(store, [a.run_id])
+    assert [list(o) for o in rows["options"]] == [
+        list(options(it, shuffle=True, seed=1)) for it in sorted(items, key=lambda i: i.image_id)]
+    assert rows["dropped"].isna().all()  # likelihood always names exactly one option
+    assert json.dumps(store.get_run(a.run_id)["config"]["shuffle"]) == "true"
+
+
+def test_bad_model_folders_are_one_line_errors(tmp_path, capsys):
+    from transformers import BertConfig
+
+    BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+               intermediate_size=8).save_pretrained(tmp_path / "bert")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="bert model; expected a transformers image-text-to-text"):
+        load_vlm(f"vlm:{tmp_path / 'bert'}")
+    with pytest.raises(InputError, match="no config.json"):
+        load_vlm(f"vlm:{tmp_path / 'empty'}")
+    with pytest.raises(MissingResourceError):
+        load_vlm(f"vlm:{tmp_path / 'nowhere'}")
+    good = tmp_path / "good.csv"
+    good.write_text("image_dir\tgt_category\ttop1_pred_cate\ttop2_pred_cate\n"
+                    "x.png\tpen\tpen\tplate\n")
+    for model, words in (("bert", "is a bert model"), ("empty", "has no config.json")):
+        rc = main(["vlm", "--model", f"vlm:{tmp_path / model}", "--data", str(tmp_path),
+                   "--questions", str(good), "--db", str(tmp_path / "r.duckdb")])
+        err = capsys.readouterr().err
+        assert rc == 2 and words in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+    q = tmp_path / "q.csv"
+    q.write_text("image_dir\tgt_category\ta\tb\nx.png\tpen\tpen\tplate\n")
+    rc = main(["vlm", "--model", f"vlm:{tmp_path / 'bert'}", "--data", str(tmp_path),
+               "--questions", str(q), "--db", str(tmp_path / "r.duckdb")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "lacks column(s) top1_pred_cate" in err
