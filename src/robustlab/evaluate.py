@@ -66,6 +66,32 @@ def _index_agrees(class_name: str, index: int, label: int) -> bool:
         return False
 
 
+# ImageNet-D's published layout: <subset>/<class>/<file>, the class one folder down.
+IMAGENET_D_SUBSETS = frozenset({"background", "texture", "material"})
+
+
+def _subset_classes(samples, space):
+    """Samples of ImageNet-D's ``<subset>/<class>/<file>`` tree with the class taken from the
+    folder inside the subset (an ImageFolder reading would call every image "background").
+
+    Only for the ``imagenet-d`` label space, and only when every sample sits two folders deep
+    under a subset folder; anything else is returned as it is.
+    """
+    import dataclasses
+    from pathlib import PurePosixPath
+
+    if getattr(space, "name", None) != "imagenet-d" or not samples:
+        return samples
+    parts = [PurePosixPath(s.id).parts for s in samples]
+    if not all(len(p) == 3 and p[0] in IMAGENET_D_SUBSETS for p in parts):
+        return samples
+    out = type(samples)([dataclasses.replace(s, class_name=p[1]) for s, p in zip(samples, parts)])
+    for attr in ("skipped", "layout", "labels_csv"):
+        if hasattr(samples, attr):
+            setattr(out, attr, getattr(samples, attr))
+    return out
+
+
 def _labels_for(samples, space) -> list[int]:
     """Label index per sample in ``space``; one-line ValueError for the first bad one."""
     n_classes = len(space.classes)
@@ -201,6 +227,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
                          f"with `robustlab masks --data {root} --out {masks}`)")
     space_name = label_space or (suite_obj.label_space if suite_obj else "imagenet1k")
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
+    samples = _subset_classes(samples, space)
     labels = _labels_for(samples, space)
 
     if isinstance(model, str):

@@ -1,0 +1,36 @@
+"""Evaluating ImageNet-D's published layout: <subset>/<class>/<file>."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from robustlab.errors import InputError
+from robustlab.evaluate import plan_run
+
+
+def _tree(root):
+    rng = np.random.default_rng(0)
+    for rel in ("background/alarm_clock/a.png", "texture/backpack/b.png",
+                "material/t-shirt/c.png"):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (64, 80, 3), dtype=np.uint8)).save(path)
+    return root
+
+
+def test_the_class_is_the_folder_inside_the_subset(tmp_path):
+    root = _tree(tmp_path / "ImageNet-D")
+    plan = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
+    space = plan["label_space"]
+    got = {s.id: (s.class_name, space.classes[lab]) for s, lab in zip(plan["samples"], plan["labels"])}
+    assert got == {"background/alarm_clock/a.png": ("alarm_clock", "alarm clock"),
+                   "material/t-shirt/c.png": ("t-shirt", "t-shirt"),
+                   "texture/backpack/b.png": ("backpack", "backpack")}
+
+
+def test_other_label_spaces_still_read_the_first_folder(tmp_path):
+    root = _tree(tmp_path / "ImageNet-D")
+    with pytest.raises(InputError, match="'background' is not in label space"):
+        plan_run("lite0", root, device="cpu")
