@@ -24,7 +24,8 @@ def test_the_class_is_the_folder_inside_the_subset(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     plan = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
     space = plan["label_space"]
-    got = {s.id: (s.class_name, space.classes[lab]) for s, lab in zip(plan["samples"], plan["labels"])}
+    got = {s.id: (s.class_name, space.classes[lab])
+           for s, lab in zip(plan["samples"], plan["labels"])}
     assert got == {"background/alarm_clock/a.png": ("alarm_clock", "alarm clock"),
                    "material/t-shirt/c.png": ("t-shirt", "t-shirt"),
                    "texture/backpack/b.png": ("backpack", "backpack")}
