@@ -35,3 +35,25 @@ def test_other_label_spaces_still_read_the_first_folder(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     with pytest.raises(InputError, match="'background' is not in label space"):
         plan_run("lite0", root, device="cpu")
+
+
+def test_evaluate_and_report_per_subset(tmp_path):
+    from robustlab.evaluate import evaluate
+    from robustlab.report import build_report
+    from robustlab.report.gather import gather
+    from robustlab.store import Store
+
+    root = _tree(tmp_path / "ImageNet-D")
+    db = tmp_path / "r.duckdb"
+    df = evaluate("lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0,
+                  progress=False)
+    rid = df.attrs["run_id"]
+    preds = Store(db).predictions([rid]).set_index("sample_id")
+    d = gather(db, run_ids=[rid], n_resamples=20)
+    t = d.imagenet_d.set_index("subset")
+    assert list(t.index) == ["background", "texture", "material", "all"]
+    assert t.loc["background", "top1"] == float(preds.loc["background/alarm_clock/a.png", "correct"])
+    assert t.loc["all", "n"] == 3
+    assert t.loc["all", "top1"] == pytest.approx(preds["correct"].mean())
+    res = build_report(db, tmp_path / "report.html", run_ids=[rid], grid=False, n_resamples=20)
+    assert "imagenet-d-subsets" in res.tables

@@ -328,6 +328,31 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
 
 
+def _imagenet_d(p: _Page, d: ReportData) -> None:
+    """ImageNet-D: top-1 per subset for every run on its label space (the paper's table)."""
+    t = d.imagenet_d
+    if t.empty:
+        return
+    p.section("imagenet-d", "ImageNet-D subsets",
+              "Top-1 accuracy (%) per subset for runs on the imagenet-d label space; a "
+              "prediction is right when its top-1 ImageNet class is one of the class's ids.")
+    order = [s for s in ("background", "texture", "material", "all") if s in set(t["subset"])]
+    rows = []
+    for r in d.runs:
+        g = t[t["run_full"] == r.run_id]
+        if g.empty:
+            continue
+        row = {"label": r.label, "run": r.short}
+        for e in g.itertuples():
+            row[e.subset] = e.top1
+            row[f"n:{e.subset}"] = e.n
+        rows.append(row)
+    cols = [Column("label", "Model"), Column("run", "Run")]
+    cols += [Column(s, f"{s} %", pct, True) for s in order]
+    cols += [Column(f"n:{s}", f"n {s}", integer, True) for s in order]
+    p.table(Table("imagenet-d-subsets", cols, rows, caption="Top-1 accuracy per ImageNet-D subset"))
+
+
 def _edit_tables(p: _Page, d: ReportData) -> None:
     """ImageNet-E: accuracy and drop per attribute level, and accuracy vs the measured value."""
     if d.edits.empty:
@@ -577,6 +602,7 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     _corruption_tables(p, d)
     _scenario_tables(p, d)
     _edit_tables(p, d)
+    _imagenet_d(p, d)
     with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:
         _regression(p, d, Path(tmp))
     _plots(p, d, notes)

@@ -79,6 +79,8 @@ class ReportData:
         logit: RegressionResult or None (per-image logistic model, clustered by image).
         edits: ImageNet-E table rows (run_full, label, shift, level, n, top1, top1_lo,
             top1_hi, clean, drop): accuracy and drop from clean per attribute level.
+        imagenet_d: top-1 per ImageNet-D subset of the runs on the imagenet-d label space
+            (run_full, label, subset, n, top1); see :func:`imagenet_d_subsets`.
         edit_effects: logistic fits of correctness on each measured attribute per run and
             edit (:func:`robustlab.metrics.attributes.attribute_effects`).
         edit_curves: accuracy vs a measured attribute (run_full, label, attribute, x, n,
@@ -107,6 +109,7 @@ class ReportData:
     edits: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
+    imagenet_d: pd.DataFrame = field(default_factory=pd.DataFrame)
     n_resamples: int = 0
     confidence: float = 0.95
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -420,6 +423,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
 
     # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
     edits = edit_tables(cells, runs)
+    subsets = imagenet_d_subsets(preds, runs)
     joined = store.predictions_with_attributes(ids)
     curves = edit_curves(joined, {r.run_id: r.label for r in runs})
     effects = attribute_effects(joined)
@@ -428,9 +432,36 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
                       ce=ce.reset_index(drop=True), mce=mce_rows, corruption_error=corruption_error,
                       families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
                       bg_gap=bg, class_drops=class_drops, regression=reg, logit=logit, edits=edits,
-                      edit_curves=curves, edit_effects=effects,
+                      edit_curves=curves, edit_effects=effects, imagenet_d=subsets,
                       n_resamples=n_resamples, confidence=confidence, summary=summary,
                       notes=notes)
+
+
+def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame:
+    """Top-1 accuracy per ImageNet-D subset (background, texture, material, and all) of
+    each run on the ``imagenet-d`` label space, like the paper's main table.
+
+    The subset is the first folder of the sample id (the published ``<subset>/<class>/<file>``
+    layout, or ``robustlab synth``'s); other samples count under "all" only.
+    """
+    from robustlab.evaluate import IMAGENET_D_SUBSETS
+
+    cols = ["run_full", "label", "subset", "n", "top1"]
+    ids = [r.run_id for r in runs if r.record.get("label_space") == "imagenet-d"]
+    clean = preds[preds["run_id"].isin(ids) & (preds["shift"] == CLEAN_SHIFT)]
+    if clean.empty:
+        return pd.DataFrame(columns=cols)
+    subset = clean["sample_id"].astype(str).str.split("/", n=1).str[0]
+    clean = clean.assign(subset=subset.where(subset.isin(IMAGENET_D_SUBSETS), None))
+    labels = {r.run_id: r.label for r in runs}
+    rows = []
+    for rid, g in clean.groupby("run_id", sort=False):
+        parts = [(name, g[g["subset"] == name]) for name in ("background", "texture", "material")]
+        for name, part in [*parts, ("all", g)]:
+            if len(part):
+                rows.append({"run_full": rid, "label": labels.get(rid, rid), "subset": name,
+                             "n": int(len(part)), "top1": float(part["correct"].mean())})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -> list[str]:
