@@ -57,3 +57,44 @@ def test_evaluate_and_report_per_subset(tmp_path):
     assert t.loc["all", "top1"] == pytest.approx(preds["correct"].mean())
     res = build_report(db, tmp_path / "report.html", run_ids=[rid], grid=False, n_resamples=20)
     assert "imagenet-d-subsets" in res.tables
+
+
+def test_report_shows_mining_and_review_statistics(tmp_path):
+    import pandas as pd
+
+    from robustlab.evaluate import evaluate
+    from robustlab.report import build_report
+    from robustlab.report.gather import gather
+    from robustlab.store import Store
+    from robustlab.store.mining import write_mining
+    from robustlab.store.reviews import ReviewStore
+
+    root = _tree(tmp_path / "ImageNet-D")
+    db = tmp_path / "r.duckdb"
+    rid = evaluate("lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0,
+                   progress=False).attrs["run_id"]
+    store = Store(db)
+    kept = pd.DataFrame({"sample_id": ["texture/backpack/b.png"], "shift": ["clean"],
+                         "level": ["0"], "class_name": ["backpack"], "label": [1],
+                         "n_wrong": [3], "top1_ids": [[1, 2, 3]], "path": [None]})
+    write_mining(store, {"mining_id": "m" * 16, "data_root": str(root),
+                         "label_space": "imagenet-d",
+                         "surrogates": ["lite0", "lite1", "lite2"], "run_ids": [rid], "k": 3,
+                         "n": 3, "n_candidates": 3, "n_kept": 1, "out": None, "config": {}}, kept)
+    reviews = ReviewStore(db)
+    reviews.open("set1", data_root=str(root), label_space="imagenet-d", predictions=None,
+                 n_images=3)
+    for annotator, decisions in (("ann", ["accept", "accept", "reject"]),
+                                 ("bob", ["accept", "reject", "reject"])):
+        for image, decision in zip(("a", "b", "c"), decisions):
+            reviews.record("set1", image, annotator, decision, label="backpack")
+    d = gather(db, run_ids=[rid], n_resamples=20)
+    m = d.mining.iloc[0]
+    assert (m["rule"], m["n_candidates"], m["n_kept"]) == ("3 of 3 wrong", 3, 1)
+    assert m["kept"] == pytest.approx(1 / 3)
+    r = d.reviews.set_index("review_set").loc["set1"]
+    assert (r["images"], r["annotators"], r["accept"], r["reject"], r["kept"]) == (3, 2, 3, 3, 1)
+    # Fleiss' kappa by hand: per-image agreement 1, 0, 1 (mean 2/3); P_e = 0.5^2 + 0.5^2.
+    assert r["kappa"] == pytest.approx((2 / 3 - 0.5) / (1 - 0.5))
+    res = build_report(db, tmp_path / "report.html", run_ids=[rid], grid=False, n_resamples=20)
+    assert {"mining", "reviews"} <= set(res.tables)

@@ -353,6 +353,34 @@ def _imagenet_d(p: _Page, d: ReportData) -> None:
     p.table(Table("imagenet-d-subsets", cols, rows, caption="Top-1 accuracy per ImageNet-D subset"))
 
 
+def _mining_and_review(p: _Page, d: ReportData) -> None:
+    """ImageNet-D's workflow: what mining kept and what people decided."""
+    if d.mining.empty and d.reviews.empty:
+        return
+    p.section("hard-images", "Hard-image mining and human verification",
+              "Mining keeps the candidates that k of n surrogate models get wrong; review "
+              "decisions are each annotator's current one; an image is kept when at least 2 "
+              "annotators accept it (or relabel it to the same class); Fleiss' kappa is over "
+              "the images every annotator decided.")
+    if not d.mining.empty:
+        p.table(Table("mining", [
+            Column("mining_id", "Mining"), Column("data_root", "Candidates from"),
+            Column("surrogates", "Surrogates"), Column("rule", "Rule"),
+            Column("n_candidates", "Candidates", integer, True),
+            Column("n_kept", "Kept", integer, True), Column("kept", "Kept %", pct, True),
+        ], d.mining.to_dict("records"), caption="robustlab mine records"))
+    if not d.reviews.empty:
+        cols = [Column("review_set", "Review set"),
+                Column("images", "Images decided", integer, True),
+                Column("annotators", "Annotators", integer, True)]
+        cols += [Column(c, c.replace("_", " "), integer, True)
+                 for c in ("accept", "reject", "not_single", "relabel")]
+        cols += [Column("kept", "Kept (2 of n)", integer, True),
+                 Column("kappa", "Fleiss' kappa", num, True)]
+        p.table(Table("reviews", cols, d.reviews.to_dict("records"),
+                      caption="robustlab review decisions"))
+
+
 def _edit_tables(p: _Page, d: ReportData) -> None:
     """ImageNet-E: accuracy and drop per attribute level, and accuracy vs the measured value."""
     if d.edits.empty:
@@ -603,6 +631,7 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     _scenario_tables(p, d)
     _edit_tables(p, d)
     _imagenet_d(p, d)
+    _mining_and_review(p, d)
     with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:
         _regression(p, d, Path(tmp))
     _plots(p, d, notes)

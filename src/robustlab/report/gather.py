@@ -81,6 +81,8 @@ class ReportData:
             top1_hi, clean, drop): accuracy and drop from clean per attribute level.
         imagenet_d: top-1 per ImageNet-D subset of the runs on the imagenet-d label space
             (run_full, label, subset, n, top1); see :func:`imagenet_d_subsets`.
+        mining, reviews: ``robustlab mine`` records and ``robustlab review`` statistics of
+            the database (:func:`mining_table`, :func:`review_table`).
         edit_effects: logistic fits of correctness on each measured attribute per run and
             edit (:func:`robustlab.metrics.attributes.attribute_effects`).
         edit_curves: accuracy vs a measured attribute (run_full, label, attribute, x, n,
@@ -110,6 +112,8 @@ class ReportData:
     edit_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     imagenet_d: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mining: pd.DataFrame = field(default_factory=pd.DataFrame)
+    reviews: pd.DataFrame = field(default_factory=pd.DataFrame)
     n_resamples: int = 0
     confidence: float = 0.95
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -424,6 +428,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
     edits = edit_tables(cells, runs)
     subsets = imagenet_d_subsets(preds, runs)
+    mining, reviews = mining_table(store), review_table(store)
     joined = store.predictions_with_attributes(ids)
     curves = edit_curves(joined, {r.run_id: r.label for r in runs})
     effects = attribute_effects(joined)
@@ -433,6 +438,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
                       families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
                       bg_gap=bg, class_drops=class_drops, regression=reg, logit=logit, edits=edits,
                       edit_curves=curves, edit_effects=effects, imagenet_d=subsets,
+                      mining=mining, reviews=reviews,
                       n_resamples=n_resamples, confidence=confidence, summary=summary,
                       notes=notes)
 
@@ -461,6 +467,60 @@ def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame
             if len(part):
                 rows.append({"run_full": rid, "label": labels.get(rid, rid), "subset": name,
                              "n": int(len(part)), "top1": float(part["correct"].mean())})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def mining_table(store: Store) -> pd.DataFrame:
+    """One row per ``robustlab mine`` record: data, surrogates, k of n, candidates, kept."""
+    from robustlab.store.mining import mining_runs
+
+    df = mining_runs(store)
+    cols = ["mining_id", "data_root", "surrogates", "rule", "n_candidates", "n_kept", "kept"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    return pd.DataFrame({
+        "mining_id": df["mining_id"].astype(str).str[:8], "data_root": df["data_root"],
+        "surrogates": [", ".join(map(str, s or [])) for s in df["surrogates"]],
+        "rule": [f"{k} of {n} wrong" for k, n in zip(df["k"], df["n"])],
+        "n_candidates": df["n_candidates"], "n_kept": df["n_kept"],
+        "kept": df["n_kept"] / df["n_candidates"].where(df["n_candidates"] > 0)}, columns=cols)
+
+
+def review_table(store: Store, k: int = 2) -> pd.DataFrame:
+    """Per review set: images decided, annotators, decisions by kind, images kept by the
+    k-of-n agreement rule (over the decided images) and Fleiss' kappa over the images every
+    annotator decided."""
+    import numpy as np
+
+    from robustlab.review.agreement import CATEGORIES, fleiss_kappa, verdict
+    from robustlab.store.reviews import ReviewStore
+
+    cols = ["review_set", "images", "annotators", *CATEGORIES, "kept", "kappa"]
+    if not store.exists():
+        return pd.DataFrame(columns=cols)
+    reviews = ReviewStore(store.path)
+    try:
+        sets = reviews.review_sets()
+    except Exception:  # noqa: BLE001 - a database without review tables has no reviews
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for name in sets:
+        current = reviews.current(name)
+        if not current:
+            continue
+        by_image: dict[str, list] = {}
+        for dec in current:
+            by_image.setdefault(dec.image_id, []).append(dec)
+        annotators = sorted({d.annotator for d in current})
+        kept = sum(verdict(ds[0].label, [(d.decision, d.target) for d in ds], k).kept
+                   for ds in by_image.values())
+        full = [ds for ds in by_image.values()
+                if len({d.annotator for d in ds}) == len(annotators)]
+        counts = np.array([[sum(d.decision == c for d in ds) for c in CATEGORIES] for ds in full])
+        kappa = fleiss_kappa(counts) if len(annotators) >= 2 and len(full) else None
+        rows.append({"review_set": name, "images": len(by_image), "annotators": len(annotators),
+                     **{c: sum(d.decision == c for d in current) for c in CATEGORIES},
+                     "kept": kept, "kappa": kappa})
     return pd.DataFrame(rows, columns=cols)
 
 
