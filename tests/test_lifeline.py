@@ -171,7 +171,7 @@ def test_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
         "    roots = list(pool.map(math.sqrt, [4.0, 9.0]))\n"
         "print('DONE', items, roots, flush=True)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
                           cwd=tmp_path, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("SCRIPT RAN") == 1, done.stdout
