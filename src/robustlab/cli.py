@@ -39,10 +39,35 @@ EXIT_INTERNAL = 70
 UserError = InputError
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already says it.
+
+    Unlike argparse's ArgumentDefaultsHelpFormatter, says nothing for ``None`` (no
+    default), flags (``store_true``: the default is "off") and positionals.
+    """
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or not action.option_strings or default is None
+                or isinstance(default, bool) or default is argparse.SUPPRESS
+                or default == [] or action.help is argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose help shows defaults (subcommand parsers inherit it)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from robustlab import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="robustlab",
         description="Build robustness test sets for image classifiers and measure models on them.",
     )
