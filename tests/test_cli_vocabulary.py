@@ -31,10 +31,13 @@ def test_levels_keep_their_type():
     assert a.levels == [2, "default"]
 
 
-def test_an_empty_list_is_refused(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        _parse("evaluate", "lite0", "--data", "d", "--shift", ",")
-    assert exit_.value.code == 2 and "empty list" in capsys.readouterr().err
+def test_a_blank_list_is_refused_not_read_as_everything(capsys):
+    from robustlab.cli import main
+
+    assert main(["evaluate", "lite0", "--data", "d", "--shift", ","]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "robustlab evaluate: error: --shift ',' names no shift",
+        "  hint: leave --shift out for all, or name some"]
 
 
 @pytest.mark.parametrize("command", [

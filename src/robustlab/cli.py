@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except RobustlabError as exc:  # an argument action's own check (a blank list)
+        _print_error(getattr(exc, "prog", "robustlab"), exc)
+        return exc.exit_code
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
@@ -109,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                                      hint="use a smaller --batch-size") from exc
     except RobustlabError as exc:
         # The user's to fix: one line (and a hint), no traceback.
-        print(f"robustlab {args.command}: error: {_one_line(exc)}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        _print_error(f"robustlab {args.command}", exc)
         if args.verbose:
             traceback.print_exc()
         return exc.exit_code
@@ -128,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
+
+
+def _print_error(prog: str, exc: RobustlabError) -> None:
+    """``PROG: error: MESSAGE`` on one line, then the hint if there is one."""
+    print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+    if exc.hint:
+        print(f"  hint: {exc.hint}", file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:

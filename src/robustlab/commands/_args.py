@@ -32,8 +32,14 @@ class CommaList(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         items = [v.strip() for v in str(values).split(",") if v.strip()]
-        if not items:
-            parser.error(f"{option_string}: empty list")
+        if not items:  # "--shifts ," must not mean "not given", i.e. everything
+            from robustlab.errors import InputError
+
+            what = self.dest.removesuffix("s")
+            err = InputError(f"{option_string} {values!r} names no {what}",
+                             hint=f"leave {option_string} out for all, or name some")
+            err.prog = parser.prog  # the CLI reports it as this command's error
+            raise err
         if self.convert is not None:
             items = [self.convert(v) for v in items]
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *items])
