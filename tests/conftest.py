@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# The full shared data (CI, developers) or, on a fresh clone, the compact copy in the
+# repository (tests/fixtures/make_shared_mini.py builds it; same layout, fewer photos).
+# ROBUSTLAB_TEST_SHARED_DATA=DIR points at another folder (/nonexistent: the mini copy).
+MINI = Path(__file__).resolve().parent / "fixtures" / "shared-mini"
+FULL = Path(os.environ.get("ROBUSTLAB_TEST_SHARED_DATA")
+            or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+SHARED = FULL if FULL.is_dir() else MINI
 SAMPLES = SHARED / "imagenet-samples"
 REFERENCE_NPZ = SHARED / "imagenet_c_reference.npz"
+REFERENCE_PNGS = SHARED / "imagenet_c_reference"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -35,16 +43,38 @@ def _need(path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def full_samples_dir() -> Path:
+    """All 500 photos of ../shared/data (tests whose claim needs the whole set)."""
+    if not FULL.is_dir():
+        pytest.skip(f"needs the full shared data at {FULL}: the 500 ImageNet photos "
+                    "(set ROBUSTLAB_TEST_SHARED_DATA to its folder)")
+    return FULL / "imagenet-samples"
+
+
+@pytest.fixture(scope="session")
 def samples_dir() -> Path:
-    """Folder of 500 real ImageNet photos with labels.csv."""
+    """Folder of real ImageNet photos with labels.csv: 500, or 120 scaled-down ones from
+    the repository's compact copy."""
     return _need(SAMPLES)
 
 
 @pytest.fixture(scope="session")
 def reference():
-    """The reference ImageNet-C outputs: (npz mapping, meta dict)."""
-    data = np.load(_need(REFERENCE_NPZ))
-    return data, json.loads(str(data["meta"]))
+    """The reference ImageNet-C outputs: (key -> uint8 (n, 224, 224, 3) mapping, meta dict).
+
+    From the shared npz (five photos), or from the repository's compact PNG copy (``clean``
+    for the five photos, the corruptions for the first one).
+    """
+    if REFERENCE_NPZ.exists() or not REFERENCE_PNGS.is_dir():
+        data = np.load(_need(REFERENCE_NPZ))
+        return data, json.loads(str(data["meta"]))
+    from PIL import Image
+
+    data = {}
+    for png in REFERENCE_PNGS.glob("*.png"):
+        stacked = np.asarray(Image.open(png))
+        data[png.stem] = stacked.reshape(-1, 224, *stacked.shape[1:])
+    return data, json.loads((REFERENCE_PNGS / "meta.json").read_text())
 
 
 @pytest.fixture(scope="session")

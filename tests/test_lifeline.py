@@ -154,3 +154,25 @@ def test_die_with_parent_kills_an_orphan(tmp_path):
                 os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
+
+
+def test_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
+    """A plain script with no ``__main__`` guard: robustlab's DataLoader workers and a pool
+    on :func:`worker_context` run without re-running the script (which used to start the
+    whole job again in every worker and kill it: "DataLoader worker exited unexpectedly")."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import concurrent.futures as cf, math\n"
+        "from robustlab.run.executors import iterate_local\n"
+        "from robustlab.run.lifeline import worker_context\n"
+        "print('SCRIPT RAN', flush=True)\n"
+        "items = list(iterate_local(list(range(6)), workers=2))\n"
+        "with cf.ProcessPoolExecutor(2, mp_context=worker_context()) as pool:\n"
+        "    roots = list(pool.map(math.sqrt, [4.0, 9.0]))\n"
+        "print('DONE', items, roots, flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("SCRIPT RAN") == 1, done.stdout
+    assert "DONE [0, 1, 2, 3, 4, 5] [2.0, 3.0]" in done.stdout

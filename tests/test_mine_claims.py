@@ -18,7 +18,8 @@ MODELS = ("lite0", "lite1", "lite2")
 
 
 @pytest.mark.slow
-def test_more_surrogates_harder_set_and_failures_transfer(samples_dir, tmp_path):
+def test_more_surrogates_harder_set_and_failures_transfer(full_samples_dir, tmp_path):
+    samples_dir = full_samples_dir  # the claims need the 500 classes
     from robustlab.generate import generate
     from robustlab.models import load_model
 

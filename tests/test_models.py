@@ -36,8 +36,8 @@ def test_lite0_accuracy_on_shared_photos(samples_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["lite1", "lite2"])
-def test_lite1_lite2_accuracy_on_shared_photos(name, samples_dir):
-    assert _accuracy(name, samples_dir) >= 0.85
+def test_lite1_lite2_accuracy_on_shared_photos(name, full_samples_dir):
+    assert _accuracy(name, full_samples_dir) >= 0.85
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ def _img(path, size=(40, 36)):
 
 def test_shared_flat_folder_with_labels_csv(samples_dir):
     samples = discover(samples_dir)
-    assert len(samples) == 500 and samples.layout == "flat" and samples.skipped == []
+    rows = (samples_dir / "labels.csv").read_text().splitlines()[1:]  # 500, or the compact 124
+    assert len(samples) == len(rows) >= 100 and samples.layout == "flat" and samples.skipped == []
     assert [s.id for s in samples] == sorted(s.id for s in samples)
     tench = samples[0]
     assert tench == Sample("n01440764_tench.JPEG", samples_dir.resolve() / "n01440764_tench.JPEG",

@@ -39,10 +39,35 @@ EXIT_INTERNAL = 70
 UserError = InputError
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already says it.
+
+    Unlike argparse's ArgumentDefaultsHelpFormatter, says nothing for ``None`` (no
+    default), flags (``store_true``: the default is "off") and positionals.
+    """
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or not action.option_strings or default is None
+                or isinstance(default, bool) or default is argparse.SUPPRESS
+                or default == [] or action.help is argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose help shows defaults (subcommand parsers inherit it)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from robustlab import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="robustlab",
         description="Build robustness test sets for image classifiers and measure models on them.",
     )
@@ -57,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except RobustlabError as exc:  # an argument action's own check (a blank list)
+        _print_error(getattr(exc, "prog", "robustlab"), exc)
+        return exc.exit_code
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
@@ -84,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                                      hint="use a smaller --batch-size") from exc
     except RobustlabError as exc:
         # The user's to fix: one line (and a hint), no traceback.
-        print(f"robustlab {args.command}: error: {_one_line(exc)}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        _print_error(f"robustlab {args.command}", exc)
         if args.verbose:
             traceback.print_exc()
         return exc.exit_code
@@ -103,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
+
+
+def _print_error(prog: str, exc: RobustlabError) -> None:
+    """``PROG: error: MESSAGE`` on one line, then the hint if there is one."""
+    print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+    if exc.hint:
+        print(f"  hint: {exc.hint}", file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -92,6 +92,21 @@ def _subset_classes(samples, space):
     return out
 
 
+def _label_space_hint(class_name: str, space_name: str) -> str | None:
+    """``--label-space imagenet1k`` when the class is an ImageNet-1k class (ImageNet photos
+    evaluated with a suite whose own label space is another, such as imagenet9)."""
+    if space_name == "imagenet1k":
+        return None
+    from robustlab.data.labels import get_label_space
+
+    try:
+        get_label_space("imagenet1k").index_of(class_name)
+    except (KeyError, ValueError):
+        return None
+    return (f"{class_name!r} is an ImageNet-1k class: pass --label-space imagenet1k "
+            "(label_space='imagenet1k' in Python)")
+
+
 def _labels_for(samples, space) -> list[int]:
     """Label index per sample in ``space``; one-line ValueError for the first bad one."""
     n_classes = len(space.classes)
@@ -104,7 +119,8 @@ def _labels_for(samples, space) -> list[int]:
                 label = int(space.index_of(s.class_name))
             except (KeyError, ValueError):
                 raise InputError(f"{s.id}: class {s.class_name!r} is not in label space "
-                                 f"{space.name!r}") from None
+                                 f"{space.name!r}",
+                                 hint=_label_space_hint(s.class_name, space.name)) from None
             if s.label is not None and not _index_agrees(s.class_name, int(s.label), label):
                 raise InputError(
                     f"labels CSV row {s.id!r}: index {s.label} contradicts class "
@@ -212,8 +228,13 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         protocol = gen_protocol
         missing = [f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available]
         if missing:
+            made = sorted({sh for sh, _ in available if sh != CLEAN_SHIFT})
             raise InputError(f"{root} has no generated images for {', '.join(missing[:6])}"
-                             + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""))
+                             + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""),
+                             hint="evaluate what was generated: "
+                             + " ".join(f"--shift {sh}" for sh in made[:6])
+                             + (" ..." if len(made) > 6 else "")
+                             + f" (shifts={made[:6]} in Python)")
         root = source
     shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
     needs_mask = any("mask" in sh.needs for sh in shift_objs)

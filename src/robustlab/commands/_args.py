@@ -15,3 +15,42 @@ def workers(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
     return n
+
+
+class CommaList(argparse.Action):
+    """A flag that both repeats and takes comma lists, the same in every command:
+    ``--shift fog,contrast --shift frost`` and ``--shift fog --shift contrast --shift
+    frost`` give ``["fog", "contrast", "frost"]``.
+
+    Args:
+        convert: Applied to each item (argparse's ``type`` would see the whole list).
+    """
+
+    def __init__(self, option_strings, dest, convert=None, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.convert = convert
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = [v.strip() for v in str(values).split(",") if v.strip()]
+        if not items:  # "--shifts ," must not mean "not given", i.e. everything
+            from robustlab.errors import InputError
+
+            what = self.dest.removesuffix("s")
+            err = InputError(f"{option_string} {values!r} names no {what}",
+                             hint=f"leave {option_string} out for all, or name some")
+            err.prog = parser.prog  # the CLI reports it as this command's error
+            raise err
+        if self.convert is not None:
+            items = [self.convert(v) for v in items]
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *items])
+
+
+def level(text: str):
+    """A level: an integer severity (``3``) or a named level (``default``)."""
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def add_no_progress(p) -> None:
+    """``--no-progress`` (alias ``--quiet``) in every command that draws a progress bar."""
+    p.add_argument("--no-progress", "--quiet", dest="no_progress", action="store_true",
+                   help="no progress output (bars on a terminal, periodic lines otherwise)")

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import workers
-
-
-def _level(text: str):
-    return int(text) if text.lstrip("-").isdigit() else text
+from robustlab.commands._args import CommaList, add_no_progress, level, workers
 
 
 def add_parser(sub) -> None:
@@ -20,8 +16,10 @@ def add_parser(sub) -> None:
     p.add_argument("--suite", default=None, help="suite name or YAML file (default: clean images only)")
     p.add_argument("--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)")
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
-    p.add_argument("--shift", action="append", dest="shifts", help="only this shift of the suite (repeatable)")
-    p.add_argument("--level", action="append", dest="levels", type=_level, help="only this level (repeatable)")
+    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
+                   help="only these shifts of the suite (repeatable, or comma-separated)")
+    p.add_argument("--level", "--levels", action=CommaList, dest="levels", convert=level,
+                   help="only these levels (repeatable, or comma-separated)")
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")
     p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
@@ -31,8 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=workers, default=None,
                    help="data worker processes that decode and shift images ahead of the model "
                         "(default: cores - 1; 0: all in the main process)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress output (bars on a terminal, periodic lines otherwise)")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 

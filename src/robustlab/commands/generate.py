@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import workers
+from robustlab.commands._args import CommaList, add_no_progress, workers
 
 
 def add_parser(sub) -> None:
@@ -18,10 +18,12 @@ def add_parser(sub) -> None:
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)")
     p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")
     p.add_argument("--bboxes", default=None, help="CSV of object boxes: file,x0,y0,x1,y1")
-    p.add_argument("--shifts", "--corruptions", dest="shifts", default=None,
-                   help="comma-separated names, families, tags or globs (default: the whole suite)")
-    p.add_argument("--levels", "--severities", dest="levels", default=None,
-                   help="comma-separated levels or ranges, e.g. 1,3,5 or 1-3 (default: all)")
+    p.add_argument("--shifts", "--shift", "--corruptions", dest="shifts", action=CommaList,
+                   help="names, families, tags or globs, comma-separated or repeated "
+                        "(default: the whole suite)")
+    p.add_argument("--levels", "--level", "--severities", dest="levels", action=CommaList,
+                   help="levels or ranges, comma-separated or repeated, e.g. 1,3,5 or 1-3 "
+                        "(default: all)")
     p.add_argument("--format", dest="fmt", choices=["jpeg", "png"], default=None,
                    help="output format (default: the suite's, JPEG q85 for imagenet-c)")
     p.add_argument("--keep-size", action="store_true",
@@ -31,18 +33,18 @@ def add_parser(sub) -> None:
                    help="worker processes (default 0: one per available CPU; 1: all in the main "
                         "process)")
     p.add_argument("--limit", type=int, default=None, help="only the first N images (sorted by id)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from robustlab.generate import generate
 
-    shifts = None if args.shifts is None else args.shifts.split(",")
     res = generate(
-        args.suite, args.data, args.out, shifts=shifts, levels=args.levels, seed=args.seed,
+        args.suite, args.data, args.out, shifts=args.shifts,
+        levels=None if args.levels is None else ",".join(args.levels), seed=args.seed,
         workers=args.workers, fmt=args.fmt, keep_size=args.keep_size, limit=args.limit,
-        labels_csv=args.labels, masks=args.masks, bboxes=args.bboxes, progress=not args.quiet,
+        labels_csv=args.labels, masks=args.masks, bboxes=args.bboxes, progress=not args.no_progress,
     )
     rate = res.samples / res.seconds if res.seconds > 0 else 0.0
     print(

@@ -54,6 +54,8 @@ def run(args) -> int:
                          "the data set (a class 'masks' on the next run)",
                          hint="choose a masks folder outside the data folder")
     samples = discover(data, labels_csv=args.labels_csv, bboxes=args.bboxes)
+    if args.method in ("grabcut", "cam-grabcut"):
+        print(_seeding_line(args.method, samples, args.bboxes), flush=True)
     params = MaskerParams(max_side=args.max_side, iterations=args.iterations)
     from robustlab.run.progress import LineProgress
 
@@ -65,5 +67,24 @@ def run(args) -> int:
     print(f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
           f"({summary['n'] - summary['n_written']} empty/full, unusable), {summary['n_skipped']} "
           f"skipped (unreadable, or a mask of another size), {summary['n_suspicious']} "
-          f"suspicious; flags: {summary['flag_counts'] or 'none'}")
+          f"suspicious; flags: {_counts_text(summary['flag_counts'])}")
     return 0
+
+
+def _seeding_line(method: str, samples, bboxes) -> str:
+    """Which seeding GrabCut gets, said before the work starts: without a box an image
+    falls back to a lite0 CAM, which users should not have to discover from the masks."""
+    boxed = sum(s.bbox is not None for s in samples)
+    rest = len(samples) - boxed
+    if method == "cam-grabcut":
+        return (f"seeding: lite0 CAM for all {len(samples)} images"
+                + (f" ({boxed} bounded by their box)" if boxed else ""))
+    line = f"seeding: {boxed} images by their box, {rest} by a lite0 CAM (no box)"
+    if rest and not bboxes:
+        line += "; pass --bboxes CSV to seed by object boxes"
+    return line
+
+
+def _counts_text(counts: dict) -> str:
+    """``{"tiny": 2, "full": 1}`` as ``tiny 2, full 1`` (``none`` when empty)."""
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"

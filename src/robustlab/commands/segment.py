@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 import sys
 
+from robustlab.commands._args import CommaList, level
 from robustlab.errors import InputError
 
 SCORE_COLUMNS = ("pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou")
 
-
-def _level(text: str):
-    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def add_parser(sub) -> None:
@@ -36,8 +34,10 @@ def add_parser(sub) -> None:
     p.add_argument("--num-classes", type=int, default=21, help="output classes of the checkpoint (default: 21, VOC)")
     p.add_argument("--background", type=int, default=0, help="index of the background class (default: 0)")
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
-    p.add_argument("--shift", action="append", dest="shifts", help="only this shift of the suite (repeatable)")
-    p.add_argument("--level", action="append", dest="levels", type=_level, help="only this level (repeatable)")
+    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
+                   help="only these shifts of the suite (repeatable, or comma-separated)")
+    p.add_argument("--level", "--levels", action=CommaList, dest="levels", convert=level,
+                   help="only these levels (repeatable, or comma-separated)")
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default: 8)")

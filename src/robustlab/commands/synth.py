@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import add_no_progress
+
 
 def _csv(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
@@ -43,7 +45,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)")
     p.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                    help="default float16 on a GPU, float32 on the CPU")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
@@ -56,7 +58,7 @@ def run(args) -> int:
         steps=args.steps, guidance_scale=args.guidance, height=args.size, width=args.size,
         negative_prompt=args.negative_prompt, templates=args.templates, sampler=args.sampler,
         max_nuisances=args.max_nuisances, limit=args.limit, batch_size=args.batch_size,
-        device=args.device, dtype=args.dtype, progress=not args.quiet,
+        device=args.device, dtype=args.dtype, progress=not args.no_progress,
     )
     rate = res.written / res.seconds if res.seconds > 0 else 0.0
     print(f"{res.out}: {res.written} written, {res.existing} already there, "

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import workers
-
-
-def _level(text: str):
-    return int(text) if text.lstrip("-").isdigit() else text
+from robustlab.commands._args import CommaList, level, workers
 
 
 def add_parser(sub) -> None:
@@ -24,8 +20,10 @@ def add_parser(sub) -> None:
     p.add_argument("--suite", default="ximagenet12", help="suite of scenarios (default: ximagenet12)")
     p.add_argument("--protocol", choices=["ex1", "ex2", "both"], default="both",
                    help="ex1 (cross), ex2 (inner) or both (default; needed for the full score)")
-    p.add_argument("--shift", action="append", dest="shifts", help="only this scenario (repeatable)")
-    p.add_argument("--level", action="append", dest="levels", type=_level, help="only this level (repeatable)")
+    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
+                   help="only these scenarios (repeatable, or comma-separated)")
+    p.add_argument("--level", "--levels", action=CommaList, dest="levels", convert=level,
+                   help="only these levels (repeatable, or comma-separated)")
     p.add_argument("--mode", choices=["linear", "full"], default="linear",
                    help="linear probe (classifier layer only; default) or full fine-tune")
     p.add_argument("--steps", type=int, default=100, help="optimiser steps per model (default 100)")

@@ -19,7 +19,9 @@ these calls do nothing.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import multiprocessing.context
 import os
 import signal
 import sys
@@ -53,19 +55,70 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _main_script_hidden():
+    """While a worker starts, make the user's ``__main__`` look like an interactive one.
+
+    multiprocessing tells a forkserver/spawn child to re-run the parent's main script (as
+    ``__mp_main__``) so that objects defined there can be unpickled. robustlab's workers
+    only run robustlab code, and re-running a script with no ``if __name__ ==
+    "__main__":`` guard makes every worker start the user's whole job again (and die:
+    "DataLoader worker exited unexpectedly"). Without ``__file__`` and ``__spec__`` the
+    child leaves its ``__main__`` alone, as it does for ``python -c`` or a notebook.
+    """
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main and k in main.__dict__}
+    if not saved:
+        yield
+        return
+    with _HIDE_LOCK:
+        try:
+            main.__dict__.pop("__file__", None)
+            main.__spec__ = None
+            yield
+        finally:
+            main.__dict__.update(saved)
+
+
+_HIDE_LOCK = threading.Lock()
+
+
+class _ForkServerProcess(multiprocessing.context.ForkServerProcess):
+    def start(self):
+        with _main_script_hidden():
+            super().start()
+
+
+class _SpawnProcess(multiprocessing.context.SpawnProcess):
+    def start(self):
+        with _main_script_hidden():
+            super().start()
+
+
+class _ForkServerContext(multiprocessing.context.ForkServerContext):
+    Process = _ForkServerProcess
+
+
+class _SpawnContext(multiprocessing.context.SpawnContext):
+    Process = _SpawnProcess
+
+
 def worker_context():
     """The multiprocessing context for robustlab's worker pools.
 
     forkserver where the platform has it (workers start clean instead of inheriting this
-    process's thread pools), else spawn. The forkserver is asked to tie itself to this
-    process when it starts; only from the main thread, because the kernel's parent-death
-    signal follows the *thread* that started it.
+    process's thread pools), else spawn. Either way the workers never re-run the user's
+    main script (see :func:`_main_script_hidden`), so a plain script calling
+    :func:`robustlab.evaluate` needs no ``__main__`` guard; the price is that objects
+    defined in that script cannot be sent to workers (robustlab never sends any). The
+    forkserver is asked to tie itself to this process when it starts; only from the main
+    thread, because the kernel's parent-death signal follows the *thread* that started it.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
+        return _SpawnContext()
+    context = _ForkServerContext()
     if threading.current_thread() is threading.main_thread():
-        context.set_forkserver_preload(["__main__", "robustlab.run._forkserver_lifeline"])
+        context.set_forkserver_preload(["robustlab.run._forkserver_lifeline"])
     return context
 
 
