@@ -8,6 +8,7 @@ import logging
 
 import numpy as np
 import pytest
+from conftest import tiny_sd_parts
 
 from robustlab.errors import MissingResourceError
 from robustlab.seeding import make_rng
@@ -18,50 +19,16 @@ from robustlab.shifts.synth.inpaint import AI_BG, ENV_PATH, Inpainter, get_inpai
 TINY = {**AI_BG["default"], "steps": 3, "work_size": 64}
 
 
-def _byte_chars() -> list[str]:
-    """The 256 printable stand-ins CLIP's byte-level BPE uses for raw bytes."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    extra = [b for b in range(256) if b not in keep]
-    return [chr(c) for c in keep] + [chr(256 + i) for i in range(len(extra))]
-
-
 @pytest.fixture(scope="module")
 def tiny_pipeline(tmp_path_factory):
     """A StableDiffusionInpaintPipeline with tiny random weights, saved with save_pretrained.
 
-    The tokenizer is built from a vocabulary of single byte symbols written here (no
-    download); the UNet takes 9 input channels (noisy latents + mask + masked-image latents)
-    like every SD inpainting UNet, and the 4-level VAE has the usual factor 8.
+    Built by :func:`conftest.tiny_sd_parts` (no download) with a 9-channel UNet, like every
+    SD inpainting UNet, and a 16-token context.
     """
-    import torch
-    from diffusers import (
-        AutoencoderKL, DDIMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+    from diffusers import StableDiffusionInpaintPipeline
 
-    torch.manual_seed(0)
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for suffix in ("", "</w>"):
-        for c in _byte_chars():
-            vocab[c + suffix] = len(vocab)
-    tokenizer = CLIPTokenizer(vocab=vocab, merges=[], model_max_length=16)
-    text = CLIPTextModel(CLIPTextConfig(
-        bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=32, intermediate_size=37,
-        num_attention_heads=4, num_hidden_layers=2, vocab_size=len(vocab), max_position_embeddings=16))
-    unet = UNet2DConditionModel(
-        block_out_channels=(16, 32), layers_per_block=1, sample_size=8, in_channels=9, out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32,
-        attention_head_dim=4, norm_num_groups=8)
-    vae = AutoencoderKL(
-        block_out_channels=(8, 8, 16, 16), in_channels=3, out_channels=3, latent_channels=4,
-        norm_num_groups=4, down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=1)
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                              clip_sample=False, set_alpha_to_one=False, steps_offset=1)
-    pipe = StableDiffusionInpaintPipeline(
-        vae=vae, text_encoder=text, tokenizer=tokenizer, unet=unet, scheduler=scheduler,
-        safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe = StableDiffusionInpaintPipeline(**tiny_sd_parts(unet_in_channels=9, context_length=16))
     path = tmp_path_factory.mktemp("inpainter") / "tiny-sd-inpaint"
     pipe.save_pretrained(path)
     return path
