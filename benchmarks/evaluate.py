@@ -32,10 +32,11 @@ SHARED = ROOT.parent / "shared" / "data" / "imagenet-samples"
 CHEAP = ("gaussian_noise", "brightness", "contrast", "jpeg_compression")
 
 
-def make_folder(dst: Path, n: int) -> Path:
-    """A flat folder of ``n`` images: the shared photos hard-linked under new names."""
-    with open(SHARED / "labels.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
+def make_folder(dst: Path, n: int, src: Path = SHARED) -> Path:
+    """A flat folder of ``n`` images: the labelled photos of ``src`` (default the shared
+    ones) hard-linked under new names."""
+    with open(src / "labels.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if (src / r["file"]).is_file()]
     dst.mkdir(parents=True, exist_ok=True)
     out = []
     for i in range(n):
@@ -44,9 +45,9 @@ def make_folder(dst: Path, n: int) -> Path:
         target = dst / name
         if not target.exists():
             try:
-                os.link(SHARED / r["file"], target)
+                os.link(src / r["file"], target)
             except OSError:
-                target.symlink_to(SHARED / r["file"])
+                target.symlink_to(src / r["file"])
         out.append({**r, "file": name})
     with open(dst / "labels.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(out[0]))

@@ -166,3 +166,23 @@ def save_tiny_text2image(path: Path) -> Path:
 
     StableDiffusionPipeline(**tiny_sd_parts()).save_pretrained(path)
     return path
+
+
+def kill_after_first_file(cmd: list[str], out: Path, pattern: str, timeout: float = 120) -> None:
+    """Start ``cmd``, SIGKILL it as soon as a file matching ``pattern`` exists under
+    ``out`` (a crash in the middle of a run), and check that it really was killed."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None:
+            if any(out.rglob(pattern)):
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"

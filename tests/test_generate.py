@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import kill_after_first_file
 from PIL import Image
 
 from robustlab.cli import main
@@ -150,17 +150,7 @@ def test_killed_run_leaves_no_partial_files_and_resumes(samples_dir, tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data", str(data),
            "--out", str(out), "--shifts", CORRUPTIONS[0], "--workers", "1", "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            if any(out.rglob("*.JPEG")):
-                break
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    kill_after_first_file(cmd, out, "*.JPEG")
     finished = {p: p.stat().st_mtime_ns for p in out.rglob("*.JPEG")}
     for p in finished:  # every final file is complete
         with Image.open(p) as im:

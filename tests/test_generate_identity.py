@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import kill_after_first_file
 from PIL import Image
 
 from robustlab.cli import main
@@ -54,17 +53,7 @@ def _cli(data: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _kill_after_first_file(cmd: list[str], out: Path) -> None:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            if any(out.rglob("*.jpg")):
-                break
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    kill_after_first_file(cmd, out, "*.jpg")
 
 
 def test_killed_generate_refuses_another_seed_and_resumes_the_same(tmp_path, capsys):
