@@ -186,3 +186,20 @@ def kill_after_first_file(cmd: list[str], out: Path, pattern: str, timeout: floa
     finally:
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+
+
+# Headless Chromium for the browser tests: Debian's package, driven by Playwright.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+
+def sync_playwright_or_skip():
+    """Playwright's ``sync_playwright``, or a skip that says what is missing."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"browser test needs Chromium at {CHROMIUM} (Debian package 'chromium')")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("browser test needs the playwright Python package (pip install playwright)")
+    return sync_playwright

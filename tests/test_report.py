@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 
 import robustlab
 from robustlab.cli import main as cli
@@ -27,9 +28,6 @@ from robustlab.store import Store
 N_PHOTOS = 4
 LEVELS = [1, 3]
 CORRUPTIONS = ["gaussian_noise", "brightness", "contrast"]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
 
 
 def _make_folder(src: Path, dst: Path, n: int) -> Path:
@@ -272,18 +270,10 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- browser
-def _browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"browser test needs Chromium at {CHROMIUM} (Debian package 'chromium')")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("browser test needs the playwright Python package (pip install playwright)")
-    return sync_playwright
 
 
 def test_report_in_a_real_browser(world, tmp_path):
-    sync_playwright = _browser()
+    sync_playwright = sync_playwright_or_skip()
     res = world["result"]
     problems, requests = [], []
     with sync_playwright() as p:

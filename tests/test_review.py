@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 from PIL import Image, ImageDraw
 
 from robustlab.cli import main as cli
@@ -23,9 +24,6 @@ from robustlab.review import fleiss_kappa, load_review_set, rating_table, verdic
 from robustlab.review.server import ReviewServer
 from robustlab.store.reviews import ReviewStore
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
 TENCH, CHIHUAHUA, GOLDFISH = "n01440764", "n02085620", "n01443537"
 SECRET = "TOP-SECRET-NOT-IN-THE-SET"
 
@@ -403,19 +401,11 @@ def test_bad_api_requests_are_refused(server):
 
 
 # ---------------------------------------------------------------------------- browser
-def _sync_playwright():
-    if not CHROMIUM.exists():
-        pytest.skip(f"browser test needs Chromium at {CHROMIUM} (Debian package 'chromium')")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("browser test needs the playwright Python package (pip install playwright)")
-    return sync_playwright
 
 
 @pytest.fixture
 def browser():
-    sync_playwright = _sync_playwright()
+    sync_playwright = sync_playwright_or_skip()
     with sync_playwright() as p:
         try:
             b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

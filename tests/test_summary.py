@@ -210,12 +210,12 @@ def test_compare_two_real_runs_cell_by_cell(world):
 def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
     """No horizontal page overflow (wide tables and plots scroll inside their own box), plot
     text at least 10 px on screen, alt text on every image, one scenario table per suite."""
-    from test_report import CHROMIUM_ARGS, _browser
+    from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
 
     from robustlab.report import build_report
     from robustlab.report.plots import MIN_TEXT_PT, text_px
 
-    sync_playwright = _browser()
+    sync_playwright = sync_playwright_or_skip()
     out = tmp_path / "r.html"
     res = build_report(world["db"], out, baseline="lite1", n_resamples=20)
     assert {"scenarios-ximagenet12", "scenarios-imagenet9"} <= set(res.tables)
@@ -257,12 +257,12 @@ def test_wide_plot_and_wide_table_scroll_in_their_own_box_at_1280(tmp_path):
     """A 12-scenario x 2-run bar chart (wider than the page) and a 40-column table: the page
     itself never scrolls sideways, the plot keeps its natural size (so its text stays at
     least 10 px), and both scroll inside their own box."""
-    from test_report import CHROMIUM_ARGS, _browser
+    from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
 
     from robustlab.report import plots
     from robustlab.report.html import Column, Table, figure, page, render_table
 
-    sync_playwright = _browser()
+    sync_playwright = sync_playwright_or_skip()
     names = [f"scenario_{i}" for i in range(12)]
     scen = pd.DataFrame([{"run_full": r, "scenario": n, "top1": 0.5 + 0.03 * i, "top1_lo": 0.4,
                           "top1_hi": 0.7} for r in ("r1", "r2") for i, n in enumerate(names)])
