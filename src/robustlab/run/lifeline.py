@@ -118,7 +118,10 @@ def worker_context():
         return _SpawnContext()
     context = _ForkServerContext()
     if threading.current_thread() is threading.main_thread():
-        context.set_forkserver_preload(["robustlab.run._forkserver_lifeline"])
+        # The lifeline first (a worker must die with robustlab from its first
+        # instruction), then the warm-up (see robustlab.run._forkserver_warm).
+        context.set_forkserver_preload(["robustlab.run._forkserver_lifeline",
+                                        "robustlab.run._forkserver_warm"])
     return context
 
 
