@@ -138,5 +138,11 @@ def test_readme_bash_commands_run(workdir):
     for cmd in bash_commands():
         if cmd in UNRUNNABLE:
             continue
+        if "RUN_A" in cmd:  # the README's placeholders: two runs the lines above stored
+            from robustlab.store import Store
+
+            ids = list(Store("robustlab.duckdb").runs()["run_id"])
+            assert len(ids) >= 2, f"{cmd}: the README's earlier lines stored {len(ids)} run(s)"
+            cmd = cmd.replace("RUN_A", ids[0]).replace("RUN_B", ids[1])
         done = subprocess.run(cmd, shell=True, capture_output=True, text=True, check=False, timeout=600)
         assert done.returncode == 0, f"{cmd}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
