@@ -96,6 +96,18 @@ def design_matrix(data: pd.DataFrame, factors: Mapping[str, str],
     return pd.DataFrame(cols, index=data.index), used
 
 
+def _require_identifiable(X: pd.DataFrame) -> None:
+    """ValueError when the design is rank-deficient (confounded factors)."""
+    if np.linalg.matrix_rank(X.to_numpy()) < X.shape[1]:
+        raise ValueError("factors are confounded (some level combinations never vary independently); "
+                         "the coefficients are not identifiable")
+
+
+def _term_parts(term: str) -> tuple[str, str]:
+    """``"Shift[fog]"`` -> ``("Shift", "fog")``; the intercept has neither."""
+    return ("", "") if term == "Intercept" else tuple(term[:-1].split("[", 1))
+
+
 def regress_accuracy(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[str], *,
                      response: str = "accuracy", reference: Mapping[str, str] | None = None,
                      alpha: float = 0.05) -> RegressionResult:
@@ -126,14 +138,12 @@ def regress_accuracy(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[s
     X, used = design_matrix(data, factors, reference)
     if len(X) <= X.shape[1]:
         raise ValueError(f"{len(X)} rows cannot fit {X.shape[1]} terms; need more observations")
-    if np.linalg.matrix_rank(X.to_numpy()) < X.shape[1]:
-        raise ValueError("factors are confounded (some level combinations never vary independently); "
-                         "the coefficients are not identifiable")
+    _require_identifiable(X)
     fit = sm.OLS(y.to_numpy(), X).fit()
     ci = fit.conf_int(alpha)
     rows = []
     for term in X.columns:
-        factor, level = ("", "") if term == "Intercept" else term[:-1].split("[", 1)
+        factor, level = _term_parts(term)
         p = float(fit.pvalues[term])
         rows.append({"term": term, "factor": factor, "level": level,
                      "estimate": float(fit.params[term]), "std_error": float(fit.bse[term]),
@@ -174,9 +184,7 @@ def logit_correctness(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[
     if y.min() == y.max():
         raise ValueError("every prediction is right (or every one wrong): nothing to explain")
     X, used = design_matrix(data, factors, reference)
-    if np.linalg.matrix_rank(X.to_numpy()) < X.shape[1]:
-        raise ValueError("factors are confounded (some level combinations never vary independently); "
-                         "the coefficients are not identifiable")
+    _require_identifiable(X)
     groups = pd.factorize(data[cluster])[0]
     import warnings
 
@@ -195,7 +203,7 @@ def logit_correctness(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[
     ci = fit.conf_int(alpha)
     rows = []
     for term in X.columns:
-        factor, level = ("", "") if term == "Intercept" else term[:-1].split("[", 1)
+        factor, level = _term_parts(term)
         pv = float(fit.pvalues[term])
         rows.append({"term": term, "factor": factor, "level": level,
                      "estimate": float(fit.params[term]), "odds_ratio": float(np.exp(fit.params[term])),
