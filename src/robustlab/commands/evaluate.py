@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from robustlab.commands.results import format_table
+    from robustlab.commands._tables import format_table
     from robustlab.evaluate import evaluate
     from robustlab.store import Store
 

@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
 
 def format_segmentation(df, fmt: str = "table") -> str:
     """Render a segmentation table: scores as percentages in the human formats."""
-    from robustlab.commands.results import format_table
+    from robustlab.commands._tables import format_table
 
     if fmt in ("csv", "json"):
         return format_table(df, fmt)

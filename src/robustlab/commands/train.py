@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from robustlab.commands.results import format_table
+    from robustlab.commands._tables import format_table
     from robustlab.store import Store
     from robustlab.train import TrainConfig, run_protocol
 

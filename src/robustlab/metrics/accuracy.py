@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
-CLEAN = "clean"
+from robustlab.metrics.mce import alexnet_table
+from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -46,7 +46,6 @@ def _summarise(grouped) -> pd.DataFrame:
 def shift_order() -> dict[str, int]:
     """Report order of shifts: clean, the corruptions in canonical order, then the rest of
     the registry in registration order."""
-    from robustlab.metrics.mce import alexnet_table
     from robustlab.shifts.registry import list_shifts
 
     # The AlexNet table lists all 19 corruptions in the canonical order.
@@ -163,9 +162,3 @@ def accuracy_drop(cells: pd.DataFrame, by: Sequence[str] = ("run_id",)) -> pd.Da
     joined["drop5"] = joined["clean_top5"] - joined["top5"]
     return joined.drop(columns=["clean_top5"])
 
-
-def topk_correct(topk_ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(top-1 correct, top-k correct) for plain labels: a reference for model adapters."""
-    topk_ids = np.asarray(topk_ids)
-    labels = np.asarray(labels)[:, None]
-    return topk_ids[:, 0] == labels[:, 0], (topk_ids == labels).any(axis=1)

@@ -15,7 +15,7 @@ import pandas as pd
 
 from robustlab.metrics.bootstrap import bootstrap_ci
 
-CLEAN = "clean"
+from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 COMPARE_COLUMNS = ["shift", "level", "n_a", "n_b", "n_shared", "top1_a", "top1_b", "diff",
                    "diff_lo", "diff_hi"]
 ALL_SHIFTED = "all shifted cells"

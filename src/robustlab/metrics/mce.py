@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError
-from robustlab.metrics.accuracy import CLEAN
+from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 
 ALEXNET = "alexnet"
 IMAGENET_VAL_IMAGES = 50_000

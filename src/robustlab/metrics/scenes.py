@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-CLEAN = "clean"
+from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:

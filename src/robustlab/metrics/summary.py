@@ -31,7 +31,7 @@ import pandas as pd
 
 from robustlab.metrics.scenes import bg_gap, robustness_score
 
-CLEAN = "clean"
+from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 SUMMARY_COLUMNS = ["model", "suite", "run_id", "data", "images", "clean_top1", "shifted_top1",
                    "mce", "relative_mce", "baseline", "s_robust", "s_partial", "bg_gap", "path",
                    "precision", "status"]
