@@ -1,6 +1,6 @@
-"""Throughput of ``robustlab generate`` (images/s, all cells per image) with 1 and N workers.
+"""Throughput of ``robustlab generate`` (images/s, all cells per image) in this process (0) and with N workers.
 
-Usage: python benchmarks/generate_speed.py [--images 8] [--workers 1,2] [--suite imagenet-c]
+Usage: python benchmarks/generate_speed.py [--images 8] [--workers 0,2] [--suite imagenet-c]
 
 Copies a few shared photos to a temp folder and generates every registered cell of the
 suite into fresh output folders, once per worker count. Prints a ratio, asserts nothing:
@@ -24,7 +24,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "image
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=8)
-    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--workers", default="0,2")
     ap.add_argument("--suite", default="imagenet-c")
     args = ap.parse_args()
     suite = get_suite(args.suite)

@@ -29,7 +29,7 @@ def demo_data(tmp_path_factory):
 def generated(demo_data, tmp_path_factory):
     data, masks = demo_data
     out = tmp_path_factory.mktemp("gen") / "imagenet-e"
-    res = generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False)
+    res = generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False, workers=0)
     return out, res
 
 
@@ -62,11 +62,11 @@ def test_resume_keeps_rows_and_other_backend_is_refused(generated, demo_data, mo
     out, _ = generated
     before = _csv(out / ATTRIBUTES_CSV)
     data, masks = demo_data
-    res = generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False)
+    res = generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False, workers=0)
     assert res.written == 0 and _csv(out / ATTRIBUTES_CSV) == before
     monkeypatch.setenv("ROBUSTLAB_EDIT_FILL", "ns")
     with pytest.raises(InputChangedError, match="hole-fill backend of obj_size/0.10 opencv-telea"):
-        generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False)
+        generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False, workers=0)
 
 
 def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):

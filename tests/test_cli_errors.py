@@ -380,7 +380,7 @@ def test_generate_on_a_full_disk_stops_with_one_line(photos, small_disk, capsys)
     """It used to count every later cell as failed and exit 0, or crash writing the manifest."""
     _fill(small_disk, 40_000)
     rc, lines, _ = run_cli(capsys, "generate", "imagenet-c", "--data", photos,
-                           "--out", small_disk / "gen", "--workers", "1", "--quiet")
+                           "--out", small_disk / "gen", "--workers", "0", "--quiet")
     assert rc == 3
     assert_one_line_error(lines, "generate", "no space left on device")
 

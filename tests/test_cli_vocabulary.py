@@ -49,3 +49,37 @@ def test_a_blank_list_is_refused_not_read_as_everything(capsys):
 def test_no_progress_everywhere(command, flag):
     assert _parse(*command).no_progress is False
     assert _parse(*command, flag).no_progress is True
+
+
+@pytest.mark.parametrize("command", [
+    ["evaluate", "lite0", "--data", "d"],
+    ["segment", "torchvision:x", "--weights", "w", "--data", "d", "--masks", "m"],
+    ["train", "lite0", "--data", "d", "--masks", "m"],
+    ["generate", "imagenet-c", "--data", "d", "--out", "o"],
+    ["mine", "--data", "d"],
+])
+def test_severity_is_an_alias_of_level_everywhere(command):
+    """ImageNet-C users say severity; the code says level; both spellings work."""
+    a = _parse(*command, "--severity", "2", "--severities", "4,5", "--level", "1")
+    assert [str(v) for v in a.levels] == ["2", "4", "5", "1"]
+
+
+@pytest.mark.parametrize("command", [
+    ["evaluate", "lite0", "--data", "d"],
+    ["train", "lite0", "--data", "d", "--masks", "m"],
+    ["generate", "imagenet-c", "--data", "d", "--out", "o"],
+    ["mine", "--data", "d"],
+])
+def test_workers_zero_is_accepted_and_kept_everywhere(command):
+    assert _parse(*command, "--workers", "0").workers == 0
+
+
+def test_mine_takes_the_shared_flags():
+    a = _parse("mine", "--data", "d", "--shift", "fog,contrast", "--shifts", "frost", "--level", "3",
+               "--no-progress")
+    assert (a.shifts, a.levels, a.no_progress) == (["fog", "contrast", "frost"], [3], True)
+
+
+@pytest.mark.parametrize("flag", ["--labels", "--labels-csv"])
+def test_masks_takes_labels_like_the_other_commands(flag):
+    assert _parse("masks", "--data", "d", "--out", "o", flag, "l.csv").labels_csv == "l.csv"

@@ -90,7 +90,7 @@ def test_generated_and_on_the_fly_pixels_agree_with_partial_masks_and_limit(
 
     data, masks = dataset
     out = tmp_path / "gen"
-    res = generate("imagenet9", data, out, shifts=MIXES, masks=masks, limit=4, progress=False)
+    res = generate("imagenet9", data, out, shifts=MIXES, masks=masks, limit=4, progress=False, workers=0)
     assert res.written > 0
     samples = discover(data, masks=masks)
     cells = [(n, "default") for n in MIXES]
@@ -132,7 +132,7 @@ def test_segment_uses_the_same_donors_as_generate_despite_limit(dataset, tmp_pat
 
     data, masks = dataset
     out = tmp_path / "gen"
-    generate("ximagenet12", data, out, shifts=["random_bg"], masks=masks, progress=False)
+    generate("ximagenet12", data, out, shifts=["random_bg"], masks=masks, progress=False, workers=0)
     protocol = get_suite("ximagenet12").protocol
     samples = discover(data, masks=masks)
     cells = [("random_bg", "add"), ("random_bg", "paste")]

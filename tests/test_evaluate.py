@@ -123,7 +123,7 @@ def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, 
     df, db = first_run
     out = tmp_path / "gen"
     generate("imagenet-c", photos, out, shifts=CORRUPTIONS, levels=",".join(map(str, LEVELS)),
-             seed=0, workers=1, progress=False)
+             seed=0, workers=0, progress=False)
     gen = robustlab.evaluate(lite0, out, shifts=CORRUPTIONS, levels=LEVELS, db=db,
                              workers=1, batch_size=6, progress=False)
     assert gen.attrs["run_id"] != df.attrs["run_id"]

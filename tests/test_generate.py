@@ -55,7 +55,7 @@ def three(samples_dir, tmp_path_factory) -> Path:
 def generated(three, tmp_path_factory):
     out = tmp_path_factory.mktemp("gen") / "out"
     res = generate("imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES,
-                   workers=1, progress=False)
+                   workers=0, progress=False)
     return out, res
 
 
@@ -98,6 +98,7 @@ def test_manifest(generated):
                            "failed": 0, "skipped_inputs": 0}
     assert m["converted"] == [{"id": "n03388043_fountain.JPEG", "note": "converted from L"}]
     assert m["runs"][-1]["status"] == "complete"
+    assert m["runs"][-1]["workers"] == 0  # workers=0: in this process, as in evaluate and train
 
 
 def test_same_files_with_two_workers(generated, three, tmp_path):
@@ -106,6 +107,7 @@ def test_same_files_with_two_workers(generated, three, tmp_path):
                    levels=SEVERITIES, workers=2, progress=False)
     assert res.written == len(PHOTOS) * len(CORRUPTIONS) * len(SEVERITIES)
     assert _files(tmp_path / "w2") == _files(out)
+    assert json.loads((tmp_path / "w2" / MANIFEST).read_text())["runs"][-1]["workers"] == 2
 
 
 def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
@@ -125,7 +127,7 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
     time.sleep(0.05)
 
     res = generate("imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES,
-                   workers=1, progress=False)
+                   workers=0, progress=False)
     assert res.written == len(removed) and res.skipped_existing == len(kept)
     assert not stale.exists()
     assert {p: p.stat().st_mtime_ns for p in kept} == kept
@@ -139,9 +141,9 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
 
     with pytest.raises(ValueError, match="seed 0 -> 1"):
         generate("imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES, seed=1,
-                 progress=False)
+                 progress=False, workers=0)
     with pytest.raises(ValueError, match="protocol"):
-        generate("imagenet-c", three, out, shifts=CORRUPTIONS, fmt="png", progress=False)
+        generate("imagenet-c", three, out, shifts=CORRUPTIONS, fmt="png", progress=False, workers=0)
 
 
 def test_killed_run_leaves_no_partial_files_and_resumes(samples_dir, tmp_path):
@@ -149,13 +151,13 @@ def test_killed_run_leaves_no_partial_files_and_resumes(samples_dir, tmp_path):
     data = _flat_copy(samples_dir, tmp_path / "d", names)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data", str(data),
-           "--out", str(out), "--shifts", CORRUPTIONS[0], "--workers", "1", "--quiet"]
+           "--out", str(out), "--shifts", CORRUPTIONS[0], "--workers", "0", "--quiet"]
     kill_after_first_file(cmd, out, "*.JPEG")
     finished = {p: p.stat().st_mtime_ns for p in out.rglob("*.JPEG")}
     for p in finished:  # every final file is complete
         with Image.open(p) as im:
             im.load()
-    res = generate("imagenet-c", data, out, shifts=CORRUPTIONS[:1], workers=1, progress=False)
+    res = generate("imagenet-c", data, out, shifts=CORRUPTIONS[:1], workers=0, progress=False)
     total = len(names) * 5
     assert res.written > 0 and res.written + res.skipped_existing == total
     assert res.skipped_existing == len(finished)
@@ -199,7 +201,7 @@ def bad_folder(samples_dir, tmp_path) -> Path:
 def test_bad_inputs_are_converted_or_skipped_with_reasons(bad_folder, tmp_path):
     c = CORRUPTIONS[0]
     res = generate("imagenet-c", bad_folder, tmp_path / "out", shifts=[c], levels=[2],
-                   workers=1, progress=False)
+                   workers=0, progress=False)
     written = sorted(p.stem for p in (tmp_path / "out" / c / "2" / "mixed").iterdir())
     assert written == ["cmyk", "good", "gray16", "palette", "rgba", "tiny"]
     for p in (tmp_path / "out" / c / "2" / "mixed").iterdir():
@@ -223,7 +225,7 @@ def test_bad_inputs_are_converted_or_skipped_with_reasons(bad_folder, tmp_path):
 
     # Without resizing, the 20x20 source is too small for the shifts.
     res = generate("imagenet-c", bad_folder, tmp_path / "keep", shifts=[c], levels=[2],
-                   keep_size=True, workers=1, progress=False)
+                   keep_size=True, workers=0, progress=False)
     assert dict(res.skipped_inputs)["mixed/tiny.png"].startswith("too small")
     with Image.open(tmp_path / "keep" / c / "2" / "mixed" / "good.jpg") as im:
         assert im.size == (120, 90)
@@ -231,24 +233,24 @@ def test_bad_inputs_are_converted_or_skipped_with_reasons(bad_folder, tmp_path):
 
 def test_user_errors(three, tmp_path):
     with pytest.raises(ValueError, match="unknown suite"):
-        generate("no-such-suite", three, tmp_path / "o", progress=False)
+        generate("no-such-suite", three, tmp_path / "o", progress=False, workers=0)
     with pytest.raises(ValueError, match="no shift of suite"):
-        generate("imagenet-c", three, tmp_path / "o", shifts=["nothing_like_this"], progress=False)
+        generate("imagenet-c", three, tmp_path / "o", shifts=["nothing_like_this"], progress=False, workers=0)
     with pytest.raises(ValueError, match="no level 9|level 9"):
-        generate("imagenet-c", three, tmp_path / "o", levels=[9], progress=False)
+        generate("imagenet-c", three, tmp_path / "o", levels=[9], progress=False, workers=0)
     with pytest.raises(MissingResourceError, match="does not exist"):
-        generate("imagenet-c", tmp_path / "missing", tmp_path / "o", progress=False)
+        generate("imagenet-c", tmp_path / "missing", tmp_path / "o", progress=False, workers=0)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no images found"):
-        generate("imagenet-c", tmp_path / "empty", tmp_path / "o", progress=False)
+        generate("imagenet-c", tmp_path / "empty", tmp_path / "o", progress=False, workers=0)
     with pytest.raises(ValueError, match="inside --data"):
-        generate("imagenet-c", three, three / "out", progress=False)
+        generate("imagenet-c", three, three / "out", progress=False, workers=0)
 
 
 def test_cli(three, tmp_path, capsys):
     c = CORRUPTIONS[-1]
     rc = main(["generate", "imagenet-c", "--data", str(three), "--out", str(tmp_path / "o"),
-               "--corruptions", c, "--severities", "2-3", "--seed", "7", "--workers", "1",
+               "--corruptions", c, "--severities", "2-3", "--seed", "7", "--workers", "0",
                "--quiet", "--format", "png"])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -284,9 +286,9 @@ def test_masked_and_donor_scenarios(three, tmp_path):
         Image.fromarray(m).save(masks / (Path(name).stem + ".png"))
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="--masks"):
-        generate("ximagenet12", three, out, shifts=["segmented"], progress=False)
+        generate("ximagenet12", three, out, shifts=["segmented"], progress=False, workers=0)
     res = generate("ximagenet12", three, out, shifts=["segmented", "random_bg"], masks=masks,
-                   workers=1, progress=False)
+                   workers=0, progress=False)
     levels = len(get_shift("segmented").levels) + len(get_shift("random_bg").levels)
     assert (res.written, res.failed, res.skipped_inputs) == (len(PHOTOS) * levels, 0, [])
     seg = decode((out / "segmented" / "default" / "n01440764" / "n01440764_tench.png").read_bytes())
@@ -295,5 +297,5 @@ def test_masked_and_donor_scenarios(three, tmp_path):
     # Rerunning draws the same donors: nothing changes.
     before = _files(out)
     generate("ximagenet12", three, tmp_path / "again", shifts=["segmented", "random_bg"],
-             masks=masks, workers=1, progress=False)
+             masks=masks, workers=0, progress=False)
     assert _files(tmp_path / "again") == before

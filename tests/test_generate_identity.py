@@ -49,7 +49,7 @@ def _files(out: Path) -> dict[str, bytes]:
 
 def _cli(data: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data", str(data),
-            "--out", str(out), "--workers", "1", "--quiet", *extra]
+            "--out", str(out), "--workers", "0", "--quiet", *extra]
 
 
 def _kill_after_first_file(cmd: list[str], out: Path) -> None:
@@ -68,17 +68,17 @@ def test_killed_generate_refuses_another_seed_and_resumes_the_same(tmp_path, cap
     assert 0 < len(partial) < 40 * 5
 
     with pytest.raises(InputChangedError, match=r"seed 0 -> 7") as err:
-        generate("imagenet-c", data, out, shifts=[SHIFT], seed=7, workers=1, progress=False)
+        generate("imagenet-c", data, out, shifts=[SHIFT], seed=7, workers=0, progress=False)
     assert "--out" in err.value.hint
     rc = main(["generate", "imagenet-c", "--data", str(data), "--out", str(out), "--shifts",
-               SHIFT, "--seed", "7", "--workers", "1", "--quiet"])
+               SHIFT, "--seed", "7", "--workers", "0", "--quiet"])
     assert rc == 2 and "seed 0 -> 7" in capsys.readouterr().err
     assert _files(out) == partial  # nothing written under seed 7
 
-    res = generate("imagenet-c", data, out, shifts=[SHIFT], seed=0, workers=1, progress=False)
+    res = generate("imagenet-c", data, out, shifts=[SHIFT], seed=0, workers=0, progress=False)
     assert res.skipped_existing == len(partial) and res.written == 40 * 5 - len(partial)
     clean = tmp_path / "uninterrupted"
-    generate("imagenet-c", data, clean, shifts=[SHIFT], seed=0, workers=1, progress=False)
+    generate("imagenet-c", data, clean, shifts=[SHIFT], seed=0, workers=0, progress=False)
     assert _files(out) == _files(clean)
     m = json.loads((out / MANIFEST).read_text())
     assert [r["status"] for r in m["runs"]] == ["killed", "complete"]
@@ -89,10 +89,10 @@ def test_more_images_cells_and_levels_extend_the_same_identity(tmp_path):
     data = make_folder(tmp_path / "data", 5)
     out = tmp_path / "out"
     first = generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1], limit=3,
-                     workers=1, progress=False)
+                     workers=0, progress=False)
     assert first.written == 3
     more = generate("imagenet-c", data, out, shifts=[SHIFT, "contrast"], levels=[1, 2],
-                    limit=5, workers=1, progress=False)
+                    limit=5, workers=0, progress=False)
     assert (more.written, more.skipped_existing) == (5 * 4 - 3, 3)
     m = json.loads((out / MANIFEST).read_text())
     assert len(m["samples"]) == 5
@@ -103,13 +103,13 @@ def test_more_images_cells_and_levels_extend_the_same_identity(tmp_path):
 def test_a_source_changed_since_generation_is_refused(tmp_path):
     data = make_folder(tmp_path / "data", 4)
     out = tmp_path / "out"
-    generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1], workers=1, progress=False)
+    generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1], workers=0, progress=False)
     before = _files(out)
     # Another photo under the same name (a fix, a re-download, a mistake): its old cells
     # would sit next to new ones.
     _photo(np.random.default_rng(99)).save(data / "b" / "img001.jpg", quality=90)
     with pytest.raises(InputChangedError, match=r"b/img001.jpg \(image\)"):
-        generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1, 2], workers=1,
+        generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1, 2], workers=0,
                  progress=False)
     assert _files(out) == before
 
@@ -162,14 +162,14 @@ def test_a_grown_donor_pool_is_refused_for_donor_cells_only(tmp_path):
     data = make_folder(tmp_path / "data", 4)
     masks = _masks_for(data, tmp_path / "masks")
     out = tmp_path / "out"
-    generate("imagenet9", data, out, shifts=["mixed_rand", "only_fg"], masks=masks, workers=1,
+    generate("imagenet9", data, out, shifts=["mixed_rand", "only_fg"], masks=masks, workers=0,
              progress=False)
     # A new photo joins the pool: every sample's random donor may now be another one.
     _photo(np.random.default_rng(5)).save(data / "b" / "img100.jpg", quality=90)
     _masks_for(data, masks)
     with pytest.raises(InputChangedError, match="donor pool of mixed_rand"):
-        generate("imagenet9", data, out, shifts=["mixed_rand"], masks=masks, workers=1,
+        generate("imagenet9", data, out, shifts=["mixed_rand"], masks=masks, workers=0,
                  progress=False)
-    res = generate("imagenet9", data, out, shifts=["only_fg"], masks=masks, workers=1,
+    res = generate("imagenet9", data, out, shifts=["only_fg"], masks=masks, workers=0,
                    progress=False)
     assert (res.written, res.skipped_existing) == (1, 4)

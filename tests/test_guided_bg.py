@@ -316,7 +316,7 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
         (tmp_path / root / "n01440764").mkdir(parents=True)
         Image.fromarray(arr).save(tmp_path / root / "n01440764" / "x.png")
     res = generate("imagenet-e", tmp_path / "data", tmp_path / "out", shifts=["bg_complexity"],
-                   levels=[20], masks=tmp_path / "masks", progress=False)
+                   levels=[20], masks=tmp_path / "masks", progress=False, workers=0)
     assert res.written == 1 and res.failed == 0
     manifest = json.loads(res.manifest_path.read_text())
     rec = manifest["bg_diffusion"]

@@ -66,7 +66,7 @@ def test_label_space_of_the_suite_hints_imagenet1k(newt_folder):
 
 def test_missing_generated_cells_hint_the_shifts_that_exist(newt_folder, tmp_path, capsys):
     out = tmp_path / "gen"
-    generate("imagenet-c", newt_folder, out, shifts=["gaussian_noise", "fog"], workers=1,
+    generate("imagenet-c", newt_folder, out, shifts=["gaussian_noise", "fog"], workers=0,
              progress=False)
     code = cli(["evaluate", "lite0", "--data", str(out), "--suite", "imagenet-c",
                 "--db", str(tmp_path / "r.duckdb"), "--workers", "0"])

@@ -138,12 +138,12 @@ def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(monkeypatch, capl
     Image.fromarray(m).save(masks / "n01440764_tench.png")
     with caplog.at_level(logging.WARNING):
         res = generate("ximagenet12", tmp_path / "data", tmp_path / "out", shifts=["segmented", "ai_bg"],
-                       masks=tmp_path / "masks", progress=False)
+                       masks=tmp_path / "masks", progress=False, workers=0)
     assert res.written == 1 and res.cells == 1 and "skipping ai_bg" in caplog.text
     assert not (tmp_path / "out" / "ai_bg").exists()
     with pytest.raises(MissingResourceError, match=ENV_PATH):
         generate("ximagenet12", tmp_path / "data", tmp_path / "out2", shifts=["ai_bg"],
-                 masks=tmp_path / "masks", progress=False)
+                 masks=tmp_path / "masks", progress=False, workers=0)
     suite, _, cells = _resolve_suite("ximagenet12", None, None)
     assert "ai_bg" not in suite.shifts and len(cells) == 1 + 13
 
@@ -171,7 +171,7 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(monkeypatch, tiny_pipe
     m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
     Image.fromarray(m).save(masks / "n01440764_tench.png")
     res = generate("ximagenet12", tmp_path / "data", tmp_path / "out", shifts=["ai_bg"],
-                   masks=tmp_path / "masks", progress=False)
+                   masks=tmp_path / "masks", progress=False, workers=0)
     assert res.written == 1 and res.failed == 0
     # The manifest names the checkpoint, and evaluating the folder records that one.
     import json
@@ -236,7 +236,7 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(monkeypatch, tiny_pip
     assert plan["record"].config["inpainter"] == expected
     plan = plan_run(model, data, suite="ximagenet12", shifts=["segmented"], masks=masks)
     assert "inpainter" not in plan["record"].config
-    res = generate("ximagenet12", data, tmp_path / "out", shifts=["segmented"], masks=masks, progress=False)
+    res = generate("ximagenet12", data, tmp_path / "out", shifts=["segmented"], masks=masks, progress=False, workers=0)
     manifest = json.loads(res.manifest_path.read_text())
     assert manifest["inpainter"] is None and "inpainter" not in manifest["runs"][-1]
 

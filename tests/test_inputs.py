@@ -313,7 +313,7 @@ def test_generate_skips_a_name_that_is_not_utf8_instead_of_failing(tmp_path):
     with open(os.path.join(os.fsencode(data / "cat"), b"b\xff.png"), "wb") as fh:
         fh.write((data / "cat" / "a.png").read_bytes())
     res = generate("imagenet-c", data, tmp_path / "out", shifts=["contrast"], levels=[1],
-                   progress=False)
+                   progress=False, workers=0)
     assert (res.written, res.failed) == (1, 0)
     assert res.skipped_inputs == [("cat/b\\xff.png", NOT_UTF8)]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())

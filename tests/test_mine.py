@@ -35,7 +35,7 @@ def pool(tmp_path_factory):
     data, _ = materialise(root / "demo")
     gen = root / "gen"
     generate("imagenet-c", data, gen, shifts=["contrast", "gaussian_noise"],
-             levels=[5], workers=1, progress=False)
+             levels=[5], workers=0, progress=False)
     db = root / "r.duckdb"
     from robustlab.models import load_model
 

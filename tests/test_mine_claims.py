@@ -32,7 +32,7 @@ def test_more_surrogates_harder_set_and_failures_transfer(full_samples_dir, tmp_
     gen = tmp_path / "gen"
     generate("imagenet-c", data, gen, shifts=["gaussian_noise", "defocus_blur", "fog", "contrast",
                                               "pixelate", "jpeg_compression"],
-             levels=[3, 4, 5], workers=1, progress=False)
+             levels=[3, 4, 5], workers=0, progress=False)
     db = tmp_path / "r.duckdb"
     models = [load_model(m, device="cpu") for m in MODELS]
     res = mine(gen, surrogates=models, db=db, workers=0, progress=False)

@@ -202,11 +202,11 @@ def test_a_generated_folder_made_again_with_other_masks_is_a_new_run(demo, lite0
     data, masks_a, masks_b = demo
     out, db = tmp_path / "gen", tmp_path / "r.duckdb"
     kw = dict(shifts=["only_fg"], label_space="demo", workers=0, batch_size=8, progress=False)
-    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_a, workers=1,
+    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_a, workers=0,
              progress=False)
     first = robustlab.evaluate(lite0, out, db=db, **kw)
     shutil.rmtree(out)
-    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_b, workers=1,
+    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_b, workers=0,
              progress=False)
     with caplog.at_level(logging.WARNING, logger="robustlab.evaluate"):
         second = robustlab.evaluate(lite0, out, db=db, **kw)

@@ -393,7 +393,7 @@ def generate(
     shifts: Sequence[str] | None = None,
     levels: Sequence | str | None = None,
     seed: int = 0,
-    workers: int = 1,
+    workers: int | None = None,
     fmt: str | None = None,
     keep_size: bool = False,
     limit: int | None = None,
@@ -412,7 +412,8 @@ def generate(
         shifts: Names, families, tags or globs selecting the suite's shifts (default all).
         levels: Levels to build (``[1, 3]`` or ``"1,3"`` / ``"1-3"``; default all).
         seed: Global seed of the seed rule.
-        workers: Processes; 1 runs in this process, 0 means one per available CPU.
+        workers: Worker processes; None (default) one per available CPU, 0 everything in
+            this process (the same meaning as in evaluate and train).
         fmt: Output format override (``"png"`` or ``"jpeg"``).
         keep_size: No resize and no crop: shifts run on the source size.
         limit: Use only the first ``limit`` images (sorted by id).
@@ -446,8 +447,8 @@ def generate(
     if isinstance(seed, bool) or int(seed) != seed or seed < 0:
         raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
-    if isinstance(workers, bool) or int(workers) < 0:
-        raise InputError(f"workers must be 0 (one per CPU) or more, got {workers!r}")
+    if workers is not None and (isinstance(workers, bool) or int(workers) < 0):
+        raise InputError(f"workers must be 0 (in this process) or more, got {workers!r}")
     if limit is not None and int(limit) < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
     cells = tuple(suite_obj.cells())
@@ -548,7 +549,8 @@ def generate(
         run_record["hole_fill"] = hole_fill
     result = GenerateResult(out_root, manifest_path, len(samples), len(cells),
                             skipped_inputs=list(skipped_listing))
-    n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
+    n_workers = 0 if workers == 0 else max(1, min(
+        available_cpus() if workers is None else int(workers), len(samples)))
     run_record["workers"] = n_workers
     # The identity goes to disk before the first file: a killed run's files stay tied to it.
     with manifest_lock(out_root):
@@ -587,7 +589,7 @@ def generate(
 
     status = "interrupted"
     try:
-        if n_workers == 1:
+        if n_workers == 0:
             _init_worker(job, single_thread=False)
             for s in samples:
                 collect(process_sample(s, job))

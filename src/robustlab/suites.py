@@ -53,7 +53,6 @@ class Suite:
         shifts: Shift names in report order.
         levels: Levels per shift (None: every level the shift defines).
         protocol: Preprocessing and output format.
-        metrics: Metric names that apply (``"mce"``, ``"bg_gap"``, ...).
         label_space: Label space name (``"imagenet1k"``, ``"imagenet9"``, ...).
     """
 
@@ -63,7 +62,6 @@ class Suite:
     shifts: tuple[str, ...]
     levels: dict[str, tuple] | None = None
     protocol: Protocol = field(default_factory=Protocol)
-    metrics: tuple[str, ...] = ("accuracy",)
     label_space: str = "imagenet1k"
 
     def cells(self) -> list[tuple[str, Any]]:
@@ -92,7 +90,7 @@ class Suite:
                     raise InputError(f"{n} has no level {bad[0]!r}; levels are {list(allowed)}")
                 lv[n] = tuple(levels)
         return Suite(self.name, self.version, self.description, names, lv or self.levels,
-                     self.protocol, self.metrics, self.label_space)
+                     self.protocol, self.label_space)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -101,7 +99,6 @@ class Suite:
             "shifts": list(self.shifts),
             "cells": [[s, lv] for s, lv in self.cells()],
             "protocol": self.protocol.describe(),
-            "metrics": list(self.metrics),
             "label_space": self.label_space,
         }
 
@@ -111,24 +108,24 @@ def _builtin() -> dict[str, Suite]:
     extra = tuple(s.name for s in list_shifts(tag="imagenet-c-extra"))
     suites = [
         Suite("imagenet-c", "1", "ImageNet-C: 15 common corruptions x 5 severities",
-              common, protocol=IMAGENET_C_PROTOCOL, metrics=("accuracy", "mce")),
+              common, protocol=IMAGENET_C_PROTOCOL),
         Suite("imagenet-c-extra", "1", "ImageNet-C extra corruptions (speckle, gaussian blur, spatter, saturate)",
-              extra, protocol=IMAGENET_C_PROTOCOL, metrics=("accuracy", "mce")),
+              extra, protocol=IMAGENET_C_PROTOCOL),
     ]
-    for tag, desc, metrics, label_space in _SCENE_SUITES:
+    for tag, desc, label_space in _SCENE_SUITES:
         names = tuple(s.name for s in list_shifts(tag=tag))
         if names:
             suites.append(Suite(tag, "1", desc, names,
                                 protocol=Protocol(resize=256, crop=224, format="png"),
-                                metrics=metrics, label_space=label_space))
+                                label_space=label_space))
     return {s.name: s for s in suites}
 
 
 # Scene suites appear once their shifts are registered with these tags.
 _SCENE_SUITES = [
-    ("ximagenet12", "XIMAGENET-12 foreground/background scenarios", ("accuracy", "robustness_score"), "imagenet1k"),
-    ("imagenet9", "ImageNet-9 background variants", ("accuracy", "bg_gap"), "imagenet9"),
-    ("imagenet-e", "ImageNet-E attribute edits", ("accuracy",), "imagenet1k"),
+    ("ximagenet12", "XIMAGENET-12 foreground/background scenarios", "imagenet1k"),
+    ("imagenet9", "ImageNet-9 background variants", "imagenet9"),
+    ("imagenet-e", "ImageNet-E attribute edits", "imagenet1k"),
 ]
 
 
@@ -161,7 +158,7 @@ def load_suite(path: str | Path) -> Suite:
     data = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(data, dict) or "shifts" not in data:
         raise InputError(f"{path}: a suite file needs at least 'name' and 'shifts'")
-    unknown = set(data) - {"name", "version", "description", "shifts", "levels", "protocol", "metrics", "label_space"}
+    unknown = set(data) - {"name", "version", "description", "shifts", "levels", "protocol", "label_space"}
     if unknown:
         raise InputError(f"{path}: unknown suite keys {sorted(unknown)}")
     shifts = tuple(data["shifts"])
@@ -170,7 +167,6 @@ def load_suite(path: str | Path) -> Suite:
     proto = Protocol(**(data.get("protocol") or {}))
     suite = Suite(str(data.get("name", Path(path).stem)), str(data.get("version", "1")),
                   str(data.get("description", "")), shifts, protocol=proto,
-                  metrics=tuple(data.get("metrics", ("accuracy",))),
                   label_space=str(data.get("label_space", "imagenet1k")))
     levels = data.get("levels")
     return suite.select(list(shifts), list(levels)) if levels else suite

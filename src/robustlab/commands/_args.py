@@ -6,8 +6,8 @@ import argparse
 
 
 def workers(text: str) -> int:
-    """``--workers``: a count of processes, 0 or more (what 0 means is the command's:
-    ``generate`` uses every CPU, ``evaluate`` and ``train`` work in the main process)."""
+    """``--workers``: a count of worker processes, 0 or more; 0 means everything runs in the
+    main process, in every command."""
     try:
         n = int(text)
     except ValueError:

@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
     p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
                    help="only these shifts of the suite (repeatable, or comma-separated)")
-    p.add_argument("--level", "--levels", action=CommaList, dest="levels", convert=level,
+    p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList, dest="levels", convert=level,
                    help="only these levels (repeatable, or comma-separated)")
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--shifts", "--shift", "--corruptions", dest="shifts", action=CommaList,
                    help="names, families, tags or globs, comma-separated or repeated "
                         "(default: the whole suite)")
-    p.add_argument("--levels", "--level", "--severities", dest="levels", action=CommaList,
+    p.add_argument("--level", "--levels", "--severity", "--severities", dest="levels", action=CommaList,
                    help="levels or ranges, comma-separated or repeated, e.g. 1,3,5 or 1-3 "
                         "(default: all)")
     p.add_argument("--format", dest="fmt", choices=["jpeg", "png"], default=None,
@@ -29,8 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--keep-size", action="store_true",
                    help="no resize or crop; sources under 32x32 are skipped")
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default 0)")
-    p.add_argument("--workers", type=workers, default=0,
-                   help="worker processes (default 0: one per available CPU; 1: all in the main "
+    p.add_argument("--workers", type=workers, default=None,
+                   help="worker processes (default: one per available CPU; 0: all in the main "
                         "process)")
     p.add_argument("--limit", type=int, default=None, help="only the first N images (sorted by id)")
     add_no_progress(p)

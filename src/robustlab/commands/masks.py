@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seg-classes", type=int, default=21, help="output classes of the checkpoint (VOC: 21)")
     p.add_argument("--seg-background", type=int, default=0, help="index of the background class")
     p.add_argument("--bboxes", help="CSV of object boxes: file,x0,y0,x1,y1 in source pixels")
-    p.add_argument("--labels-csv", help="labels CSV for a flat folder (default: DATA/labels.csv)")
+    p.add_argument("--labels", "--labels-csv", dest="labels_csv", help="labels CSV for a flat folder (default: DATA/labels.csv)")
     p.add_argument("--cam-class", choices=["top1", "label"], default="top1",
                    help="CAM target: the model's top-1 class or the sample's ImageNet-1k label")
     p.add_argument("--max-side", type=int, default=256, help="GrabCut work resolution (longer side)")

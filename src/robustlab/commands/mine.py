@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import CommaList, add_no_progress, level, workers
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -29,17 +31,21 @@ def add_parser(sub) -> None:
     p.add_argument("--copy", action="store_true", help="copy the kept images instead of linking them")
     p.add_argument("--include-clean", action="store_true",
                    help="also mine a generated folder's clean source images")
-    p.add_argument("--shifts", default=None, help="only these cells of a generated folder")
-    p.add_argument("--levels", default=None, help="only these levels of a generated folder")
+    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
+                   help="only these shifts of a generated folder (repeatable, or comma-separated)")
+    p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList,
+                   dest="levels", convert=level,
+                   help="only these levels of a generated folder (repeatable, or comma-separated)")
     p.add_argument("--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
-    p.add_argument("--workers", type=int, default=None, help="data-loading processes")
+    p.add_argument("--workers", type=workers, default=None,
+                   help="data worker processes (default: cores - 1; 0: all in the main process)")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from robustlab.generate import parse_levels
     from robustlab.mine import mine
 
     specs = [s.strip() for s in args.surrogates.split(",") if s.strip()]
@@ -47,9 +53,9 @@ def run(args) -> int:
     res = mine(args.data, surrogates=specs, k=args.k, label_space=args.label_space,
                labels_csv=args.labels, db=args.db, out=args.out, copy=args.copy,
                include_clean=True if args.include_clean else None,
-               shifts=[s for s in args.shifts.split(",") if s.strip()] if args.shifts else None,
-               levels=parse_levels(args.levels) if args.levels else None, weights=weights,
-               device=args.device, batch_size=args.batch_size, workers=args.workers)
+               shifts=args.shifts, levels=args.levels, weights=weights,
+               device=args.device, batch_size=args.batch_size, workers=args.workers,
+               progress=False if args.no_progress else None)
     kept = len(res.kept)
     total = len(res.table)
     print(f"mining {res.mining_id}: kept {kept} of {total} candidates "

@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
                    help="ex1 (cross), ex2 (inner) or both (default; needed for the full score)")
     p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
                    help="only these scenarios (repeatable, or comma-separated)")
-    p.add_argument("--level", "--levels", action=CommaList, dest="levels", convert=level,
+    p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList, dest="levels", convert=level,
                    help="only these levels (repeatable, or comma-separated)")
     p.add_argument("--mode", choices=["linear", "full"], default="linear",
                    help="linear probe (classifier layer only; default) or full fine-tune")

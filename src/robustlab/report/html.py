@@ -18,8 +18,6 @@ import numpy as np
 
 # Okabe & Ito (2008) colour-blind-safe palette, black first dropped (used for text).
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-CORRECT_COLOUR = "#009E73"   # bluish green
-WRONG_COLOUR = "#D55E00"     # vermillion
 CORRECT_MARK = "\u2713"      # check mark: correctness is never told by colour alone
 WRONG_MARK = "\u2717"        # ballot x
 
