@@ -23,12 +23,18 @@ REFERENCE_PNGS = SHARED / "imagenet_c_reference"
 
 @pytest.fixture(autouse=True, scope="session")
 def _content_hash_cache(tmp_path_factory):
-    """Content-hash cache in a temp folder, never the user's ~/.cache (subprocesses inherit it)."""
+    """robustlab's cache folder in a temp folder, never the user's ~/.cache (subprocesses
+    inherit it). The kernels count as compiled, so the one-time "compiling" message never
+    lands in the output of whichever test happens to run first (tests/test_kernels.py
+    checks the message with a cache folder of its own)."""
     import os
+
+    from robustlab.shifts.kernels import marker_path
 
     path = tmp_path_factory.mktemp("robustlab-cache")
     old = os.environ.get("ROBUSTLAB_CACHE_DIR")
     os.environ["ROBUSTLAB_CACHE_DIR"] = str(path)
+    marker_path().touch()
     yield path
     if old is None:
         os.environ.pop("ROBUSTLAB_CACHE_DIR", None)

@@ -439,6 +439,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         top1, top5, error (``.attrs`` holds ``run_id``, ``skipped`` and ``db``).
     """
     from robustlab.run.runner import RunOptions, Runner
+    from robustlab.shifts.kernels import ensure_compiled_for
 
     plan = plan_run(model, data, suite=suite, seed=seed, shifts=shifts, levels=levels,
                     labels_csv=labels_csv, masks=masks, label_space=label_space,
@@ -456,6 +457,8 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
     _check_same_resources(store, plan["record"])
     _check_same_fill(store, plan["record"])
     note_earlier_runs(store, plan["record"])
+    if getattr(plan["images"], "generated_root", None) is None:  # shifts computed here
+        ensure_compiled_for({s for s, _ in plan["cells"]}, progress=options.progress)
     summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
                      store, plan["record"], options).run()
     _store_generated_attributes(store, plan)

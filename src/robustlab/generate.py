@@ -55,6 +55,7 @@ from robustlab.pipeline import (
 )
 from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
+from robustlab.shifts.kernels import ensure_compiled_for
 from robustlab.shifts.registry import (
     available_shifts, describe_resources, described_resources, get_shift, list_shifts,
 )
@@ -562,6 +563,7 @@ def generate(
     if n_tmp:
         log.info("removed %d temp files left by an interrupted run", n_tmp)
 
+    ensure_compiled_for(names, progress=bool(progress))
     job = _Job(str(out_root), cells, protocol, seed, int(max_pixels), need_mask, donors)
     log.info("generating %d cells x %d images into %s with %d worker(s)",
              len(cells), len(samples), out_root, n_workers)

@@ -13,29 +13,15 @@ starts a thread pool that its forked children could deadlock on.
 """
 
 import cv2
-import numpy as np
 import torch
 
 cv2.setNumThreads(1)
 torch.set_num_threads(1)
 
 
-def _warm() -> None:
-    from robustlab.pipeline import apply_shift
-    from robustlab.shifts.registry import list_shifts
-
-    image = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-    for shift in list_shifts():
-        if shift.needs:  # masks, donors, configured models: nothing compiled to load
-            continue
-        level = next(iter(shift.params))
-        try:
-            apply_shift(image, "warm-up", shift, level, 0)
-        except Exception:  # noqa: BLE001 - a warm-up only; the worker reports real errors
-            pass
-
-
 try:
-    _warm()
+    from robustlab.shifts.kernels import warm
+
+    warm()
 except Exception:  # noqa: BLE001 - the forkserver must start even if the warm-up cannot
     pass
