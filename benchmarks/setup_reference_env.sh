@@ -9,12 +9,10 @@
 #             and require bit-identical outputs for every corruption except impulse_noise
 #             (its noise comes from scikit-image's own generator); about a minute.
 #   env PYTHON=python3.11 selects the interpreter the venv is made from;
-#   env MAIN_PYTHON=python3 the one whose installed imagecorruptions supplies the frost files.
 #
 # Needs: Python 3.11, Debian's libmagickwand-dev (apt-get install libmagickwand-dev; Wand
-# loads ImageMagick's C library for motion_blur), PyPI access, and the `imagecorruptions`
-# distribution installed in the interpreter that runs this script's Python helper (it ships
-# the frost textures that the imagenet-c wheel lacks; it is located, never imported).
+# loads ImageMagick's C library for motion_blur) and PyPI access. The frost textures that the
+# imagenet-c wheel lacks are copied from robustlab's own copy (src/robustlab/data/assets/frost).
 #
 # Idempotent: re-running reuses the venv, re-applies nothing that is already patched and
 # re-copies the textures.
@@ -32,7 +30,6 @@ for arg in "$@"; do
     esac
 done
 py="${PYTHON:-python3.11}"
-main_py="${MAIN_PYTHON:-python3}"  # the environment that has imagecorruptions installed
 
 if ! command -v "$py" >/dev/null 2>&1; then
     echo "error: $py not found; set PYTHON=/path/to/python3.11" >&2
@@ -80,21 +77,8 @@ if grep -q 'multichannel=True\|np\.float_\b' "$src"; then
 fi
 find "$pkg_dir" -name '__pycache__' -type d -prune -exec rm -rf {} +
 
-# Frost textures: the imagenet-c wheel does not ship them; imagecorruptions ships the same
-# six files. Locate its installed files through importlib.metadata (no import).
-frost_src="$("$main_py" - <<'EOF'
-import importlib.metadata as md, sys
-try:
-    dist = md.distribution("imagecorruptions")
-except md.PackageNotFoundError:
-    sys.exit("error: the imagecorruptions distribution is not installed in this Python "
-             "(pip install imagecorruptions); it provides the frost textures")
-files = [f for f in (dist.files or []) if "/frost/" in str(f)]
-if len(files) < 6:
-    sys.exit(f"error: imagecorruptions has {len(files)} frost files, expected 6")
-print(dist.locate_file(files[0]).parent)
-EOF
-)"
+# Frost textures: the imagenet-c wheel does not ship them; robustlab ships the same six files.
+frost_src="$(cd "$(dirname "$0")/.." && pwd)/src/robustlab/data/assets/frost"
 mkdir -p "$pkg_dir/frost"
 cp -f "$frost_src"/frost* "$pkg_dir/frost/"
 echo "frost textures: $(ls "$pkg_dir/frost" | tr '\n' ' ')"

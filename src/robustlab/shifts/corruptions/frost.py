@@ -6,10 +6,10 @@ cv2.imread(texture[idx])`` (BGR), ``x0 = randint(0, th - 224)``, ``y0 = randint(
 b * frost, 0, 255)``, truncated to uint8. The same draws happen here in the same order,
 so ``RandomState`` seeds reproduce the reference bit for bit.
 
-Textures: the six reference files ship inside the PyPI distribution ``imagecorruptions``
-(folder ``imagecorruptions/frost/``). They are located through ``importlib.metadata``
-and read with OpenCV; the package's code is never imported (it does not work with
-current numpy / scikit-image). Decoded textures are cached per process.
+Textures: the six reference files ship with robustlab (``robustlab/data/assets/frost``,
+byte-identical copies of those in the Apache-2.0 PyPI distribution ``imagecorruptions``;
+see the README there). They are read with OpenCV as the reference does; decoded textures
+are cached per process.
 
 Any size: when the image is not strictly smaller than the texture in both directions
 (the crop offset needs at least one valid position), the texture is enlarged like the
@@ -20,7 +20,7 @@ sizes rounded up. 224x224 images never trigger this (the smallest texture is 315
 from __future__ import annotations
 
 import functools
-import importlib.metadata as metadata
+from importlib import resources
 from pathlib import Path
 
 import cv2
@@ -30,36 +30,25 @@ from numba import njit
 from robustlab.seeding import randint
 from robustlab.shifts.registry import register_shift
 
-DISTRIBUTION = "imagecorruptions"
 TEXTURES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg", "frost6.jpg")
 N_DRAWN = 5  # the reference draws randint(5): frost6.jpg is never used
 ENLARGE = 1.1
 
 
 class FrostTexturesMissing(ValueError):
-    """The distribution that ships the frost textures is not installed (or incomplete)."""
+    """The frost textures are missing from the installation (a damaged install)."""
 
 
 @functools.lru_cache(maxsize=1)
 def texture_paths() -> tuple[Path, ...]:
-    """Paths of the six reference frost textures inside the installed distribution."""
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise FrostTexturesMissing(
-            f"frost needs the reference frost textures from the '{DISTRIBUTION}' "
-            f"distribution: pip install {DISTRIBUTION}") from None
-    found = {}
-    for f in dist.files or ():
-        parts = Path(str(f)).parts
-        if len(parts) >= 2 and parts[-2] == "frost" and parts[-1] in TEXTURES:
-            found[parts[-1]] = Path(dist.locate_file(f))
-    missing = [t for t in TEXTURES if t not in found or not found[t].is_file()]
+    """Paths of the six reference frost textures shipped with robustlab."""
+    folder = Path(str(resources.files("robustlab.data").joinpath("assets", "frost")))
+    missing = [t for t in TEXTURES if not (folder / t).is_file()]
     if missing:
         raise FrostTexturesMissing(
-            f"the installed '{DISTRIBUTION}' lacks the frost textures {', '.join(missing)}; "
-            f"reinstall it: pip install --force-reinstall {DISTRIBUTION}")
-    return tuple(found[t] for t in TEXTURES)
+            f"robustlab's frost textures {', '.join(missing)} are missing from {folder}; "
+            "reinstall robustlab (pip install --force-reinstall robustlab)")
+    return tuple(folder / t for t in TEXTURES)
 
 
 @functools.lru_cache(maxsize=len(TEXTURES))
