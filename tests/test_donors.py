@@ -116,7 +116,7 @@ class _Recording:
         from robustlab.run.segmentation import SegmentationModel
 
         torch.manual_seed(0)
-        self.model = SegmentationModel(torch.nn.Conv2d(3, 2, 1), name="conv", device="cpu")
+        self.model = SegmentationModel(torch.nn.Conv2d(3, 2, 1), spec="conv", device="cpu")
         self.seen: dict = {}
 
     def __getattr__(self, name):

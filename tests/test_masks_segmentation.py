@@ -41,7 +41,7 @@ def test_segmentation_masker_returns_the_networks_foreground(object_on_black):
     from robustlab.run.segmentation import SegmentationModel
 
     rgb, truth = object_on_black
-    seg = SegmentationModel(_NotBlack(), name="not-black", device="cpu")
+    seg = SegmentationModel(_NotBlack(), spec="not-black", device="cpu")
     masker = AutoMasker("segmentation", segmenter=seg)
     mask, info = masker(rgb)
     assert info["seed"] == "segmentation" and mask.shape == truth.shape and mask.dtype == bool

@@ -138,7 +138,7 @@ def test_evaluator_counts_every_pixel_and_scores_per_scenario(masked_photos, seg
     # the summary is the accumulated counts of each scenario
     g = c[c["shift"] == "segmented"][["tp", "fp", "fn", "tn"]].sum()
     assert s.loc[("segmented", "default"), "pixel_acc"] == pytest.approx((g.tp + g.tn) / g.sum())
-    assert res.record["model"]["name"] == "torchvision:lraspp_mobilenet_v3_large"
+    assert res.record["model"]["spec"] == "torchvision:lraspp_mobilenet_v3_large"
 
 
 def test_prediction_that_equals_the_truth_scores_one(masked_photos):
@@ -160,7 +160,7 @@ def test_prediction_that_equals_the_truth_scores_one(masked_photos):
             fg = (x - black.view(1, 3, 1, 1)).abs().amax(1) > 1e-4
             return torch.stack([(~fg).float(), fg.float()], 1)
 
-    model = SegmentationModel(Oracle(), name="oracle", device="cpu")
+    model = SegmentationModel(Oracle(), spec="oracle", device="cpu")
     res = evaluate_segmentation(model, data, masks=masks, shifts=["segmented"], seed=0)
     s = res.summary.set_index("shift")
     # object pixels that are exactly black would be missed; real photos have almost none

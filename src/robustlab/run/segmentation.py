@@ -53,20 +53,20 @@ class SegmentationModel:
     Args:
         module: ``torch.nn.Module`` returning ``(B, K, H, W)`` logits, or a dict holding
             them under ``"out"`` (torchvision's segmentation models).
-        name: What the record calls it (e.g. ``"torchvision:lraspp_mobilenet_v3_large"``).
+        spec: The model spec, as for classifiers (e.g. ``"torchvision:lraspp_mobilenet_v3_large"``).
         mean, std: Input normalisation on the [0, 1] scale (torchvision: ImageNet's).
         background: The class index that means "not an object" (VOC: 0).
         device: ``cpu``/``cuda``/None (cuda when available).
         weights_hash: Recorded with the results.
     """
 
-    def __init__(self, module, *, name: str, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+    def __init__(self, module, *, spec: str, mean=IMAGENET_MEAN, std=IMAGENET_STD,
                  background: int = 0, device=None, weights_hash: str | None = None):
         from robustlab.models.base import auto_device
 
         self.device = auto_device(device)
         self.module = module.eval().to(self.device)
-        self.name = name
+        self.spec = spec
         self.mean = tuple(float(v) for v in mean)
         self.std = tuple(float(v) for v in std)
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
@@ -90,7 +90,7 @@ class SegmentationModel:
             out = self.module(x.to(self.device))
             out = out["out"] if isinstance(out, dict) else out
             if out.ndim != 4 or out.shape[0] != x.shape[0]:
-                raise ValueError(f"{self.name} returned {tuple(out.shape)}, expected (B, K, H, W)")
+                raise ValueError(f"{self.spec} returned {tuple(out.shape)}, expected (B, K, H, W)")
             if out.shape[-2:] != x.shape[-2:]:
                 out = torch.nn.functional.interpolate(out, size=x.shape[-2:], mode="bilinear",
                                                       align_corners=False)
@@ -105,7 +105,7 @@ class SegmentationModel:
         return (out.argmax(1) != self.background).numpy()
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "mean": list(self.mean), "std": list(self.std),
+        return {"spec": self.spec, "mean": list(self.mean), "std": list(self.std),
                 "background": self.background, "device": self.device,
                 "weights_hash": self.weights_hash}
 
@@ -145,7 +145,7 @@ def load_segmentation_model(spec: str, *, weights=None, num_classes: int = 21, b
         sd = {k: v for k, v in sd.items() if not k.startswith("aux_classifier.")}
         load_strict(module, sd, f"torchvision:{name} with {num_classes} classes")
         whash = weights_hash(path)
-    return SegmentationModel(module, name=f"torchvision:{name}", background=background,
+    return SegmentationModel(module, spec=f"torchvision:{name}", background=background,
                              device=device, weights_hash=whash)
 
 
@@ -364,7 +364,7 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
     fingerprint = data_fingerprint((x.id, x.class_name, h) for x, h in zip(usable, image_hashes))
     mask_fingerprint = data_fingerprint((x.id, h) for x, h in zip(usable, mask_hashes))
     protocol = s.protocol.describe()
-    identity = {"task": SEGMENTATION_TASK, "model_spec": model.name,
+    identity = {"task": SEGMENTATION_TASK, "model_spec": model.spec,
                 "weights_hash": model.weights_hash, "background": model.background,
                 "mean": list(model.mean), "std": list(model.std), "suite": s.name,
                 "suite_version": s.version, "robustlab": __version__,
@@ -372,7 +372,7 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
                 "seed": int(seed), "protocol": protocol}
     rid = run_id(identity)
     record = RunRecord(
-        run_id=rid, model_spec=model.name, weights_hash=model.weights_hash, suite=s.name,
+        run_id=rid, model_spec=model.spec, weights_hash=model.weights_hash, suite=s.name,
         suite_version=s.version, data_root=str(root.resolve()), data_fingerprint=fingerprint,
         label_space=None,
         preprocessing={"model": {"mean": list(model.mean), "std": list(model.std)},
