@@ -67,7 +67,7 @@ def main() -> None:
     for name in XIMAGENET12 + IMAGENET9:
         shift = get_shift(name)
         for level in shift.levels:
-            def run():
+            def run(shift=shift, level=level):
                 for k, (img, m) in enumerate(data):
                     d_img, d_m = data[(k + 1) % len(data)]
                     ctx = {"mask": m, "background": d_img, "background_mask": d_m}
@@ -80,7 +80,7 @@ def main() -> None:
 
     print("\nImageNet-C yardstick (severity 3)")
     for s in list_shifts(tag="imagenet-c") + list_shifts(tag="imagenet-c-extra"):
-        def run():
+        def run(s=s):
             for k, (img, _) in enumerate(data):
                 s.apply(img, 3, make_rng(k), {})
         print(f"{s.name:<24}{_best(run, args.repeat) / len(data) * 1e3:>10.2f}")

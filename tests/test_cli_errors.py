@@ -310,7 +310,7 @@ def test_negative_workers_are_refused_by_every_command(photos, tmp_path, capsys,
 
 def test_workers_meaning_is_in_help(capsys):
     for command, meaning in (("evaluate", "0: all in the main process"),
-                             ("generate", "0: one per available CPU"),
+                             ("generate", "0: all in the main process"),
                              ("train", "0: all in the main process")):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])

@@ -19,8 +19,8 @@ def scipy_clipped_zoom(img, z):
     ch, cw = int(np.ceil(h / z)), int(np.ceil(w / z))
     top, left = (h - ch) // 2, (w - cw) // 2
     out = scipy_zoom(img[top:top + ch, left:left + cw], (z, z, 1), order=1)
-    t, l = (out.shape[0] - h) // 2, (out.shape[1] - w) // 2
-    return out[t:t + h, l:l + w]
+    t, lft = (out.shape[0] - h) // 2, (out.shape[1] - w) // 2
+    return out[t:t + h, lft:lft + w]
 
 
 @pytest.mark.parametrize("shape", [(224, 224, 3), (224, 224, 1), (36, 61, 3), (139, 160, 1), (33, 512, 3)])

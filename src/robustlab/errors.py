@@ -95,13 +95,13 @@ def environment_problem(exc: OSError, doing: str, *, hint: str | None = None) ->
     if code in (errno.ENOTDIR, errno.EISDIR):
         what = "a part of the path is a file, not a folder" if code == errno.ENOTDIR else "is a folder"
         return InputError(_say(exc, doing, what), hint=hint or "check the path you passed")
-    what = _ENVIRONMENT_ERRNOS.get(code)
-    if what is None:
+    cause = _ENVIRONMENT_ERRNOS.get(code) if isinstance(code, int) else None
+    if cause is None:
         return exc
     if hint is None:
         hint = ("free disk space or write somewhere else" if code in (errno.ENOSPC, errno.EDQUOT)
                 else "choose a folder you can write to")
-    return EnvironmentProblem(_say(exc, doing, what), hint=hint)
+    return EnvironmentProblem(_say(exc, doing, cause), hint=hint)
 
 
 def _say(exc: OSError, doing: str, what: str) -> str:

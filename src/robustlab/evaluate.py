@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from robustlab.errors import InputChangedError, InputError, MissingResourceError
+from robustlab.errors import InputChangedError, InputError, MissingResourceError, StoreError
 from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, RunRecord, Store
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,8 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
     from robustlab.suites import Protocol, get_suite
 
     m_suite = (manifest.get("suite") or {}).get("name")
+    if suite is None and not m_suite:
+        raise InputError(f"{root}'s manifest names no suite", hint="pass --suite")
     if suite is not None and isinstance(suite, str) and suite != m_suite:
         raise InputChangedError(f"{root} was generated for suite {m_suite!r}, not {suite!r}")
     m_seed = int(manifest.get("seed", 0))
@@ -177,7 +179,7 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
         raise InputError(f"the source images of {root} ({source}) are not there; the clean "
                          "cell is read from them")
     available = {(c["shift"], str(c["level"])) for c in manifest.get("cells", [])}
-    return (suite if suite is not None else get_suite(m_suite)), protocol, m_seed, source, \
+    return (suite if suite is not None else get_suite(str(m_suite))), protocol, m_seed, source, \
         labels_csv or data.get("labels_csv"), masks or data.get("masks"), available
 
 
@@ -346,7 +348,7 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
     from robustlab.run.tasks import ArchiveImages
 
     archive = read_archive(root)
-    cells = list(archive.cells)
+    cells: list[tuple[str, Any]] = list(archive.cells)
     if shifts:
         unknown = [s for s in shifts if s not in {c[0] for c in cells}]
         if unknown:
@@ -577,6 +579,8 @@ def _store_generated_attributes(store: Store, plan: dict) -> None:
 def run_table(store: Store, run_id: str, skipped=None):
     """Per-cell results of one stored run, as ``evaluate`` returns them."""
     run = store.get_run(run_id)
+    if run is None:
+        raise StoreError(f"run {run_id} is not in {store.path}")
     cells = store.cell_table([run_id])
     cells.insert(1, "model", run["model_spec"])
     cells.insert(2, "suite", run["suite"])

@@ -472,20 +472,19 @@ def generate(
         if s.extra.get("channels") == 4 and str(protocol.format).lower() != "png":
             raise InputError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
 
-    samples = discover(data_root, labels_csv=labels_csv, masks=masks, bboxes=bboxes)
-    skipped_listing = list(samples.skipped)
+    found = discover(data_root, labels_csv=labels_csv, masks=masks, bboxes=bboxes)
+    skipped_listing = list(found.skipped)
     donors = None
     if any(s.extra.get("donor_rule") or (s.needs & DONOR_KEYS) for s in shift_objs.values()):
         from robustlab.shifts.scenes import DonorPool
 
         # The whole data set, before --limit and the mask filter: the pool every path uses.
-        donors = DonorPool(samples)
+        donors = DonorPool(found)
+    samples: list[Sample] = list(found)
     if need_mask:
         no_mask = [s for s in samples if s.mask_path is None]
         skipped_listing += [(s.id, "no mask in the masks folder") for s in no_mask]
         samples = [s for s in samples if s.mask_path is not None]
-    else:
-        samples = list(samples)
     if limit is not None:
         samples = samples[: int(limit)]
     if not samples:
@@ -493,14 +492,14 @@ def generate(
 
     # The output names must be unique, or two sources would silently share one file.
     seen: dict[str, str] = {}
-    unique = []
-    for s in samples:
-        key = str(cell_path("", s, "x", "1", protocol))
+    unique: list[Sample] = []
+    for sample in samples:
+        key = str(cell_path("", sample, "x", "1", protocol))
         if key in seen:
-            skipped_listing.append((s.id, f"its output name collides with {seen[key]}"))
+            skipped_listing.append((sample.id, f"its output name collides with {seen[key]}"))
         else:
-            seen[key] = s.id
-            unique.append(s)
+            seen[key] = sample.id
+            unique.append(sample)
     samples = unique
 
     # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model)
@@ -593,8 +592,8 @@ def generate(
     try:
         if n_workers == 0:
             _init_worker(job, single_thread=False)
-            for s in samples:
-                collect(process_sample(s, job))
+            for sample in samples:
+                collect(process_sample(sample, job))
         else:
             _run_pool(samples, job, n_workers, collect, result)
         status = "complete"

@@ -242,9 +242,9 @@ def decode(data: bytes) -> np.ndarray:
     """Pixels of an encoded file: HxWx3 uint8, or HxWx4 when it stores alpha."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()
-        if img.mode not in ("RGB", "RGBA"):
-            img = img.convert("RGBA" if "A" in img.getbands() else "RGB")
-        return np.asarray(img).copy()
+        if img.mode in ("RGB", "RGBA"):
+            return np.asarray(img).copy()
+        return np.asarray(img.convert("RGBA" if "A" in img.getbands() else "RGB")).copy()
 
 
 def as_stored(img, protocol) -> np.ndarray:
@@ -324,7 +324,7 @@ def load_prepared(sample, protocol, *, with_mask: bool = False, max_pixels: int 
     Raises:
         ImageError: the source or its mask cannot be used; ``reason`` says why.
     """
-    kw = {} if max_pixels is None else {"max_pixels": max_pixels}
+    kw: dict[str, Any] = {} if max_pixels is None else {"max_pixels": max_pixels}
     d = read_image(sample.path, **kw)
     notes = []
     if d.mode != "RGB":

@@ -66,14 +66,14 @@ class Suite:
 
     def cells(self) -> list[tuple[str, Any]]:
         """All (shift, level) pairs, in report order."""
-        out = []
+        out: list[tuple[str, Any]] = []
         for name in self.shifts:
             shift = get_shift(name)
             levels = (self.levels or {}).get(name) or shift.levels
             out.extend((name, level) for level in levels)
         return out
 
-    def select(self, shifts: list[str] | None = None, levels: list | None = None) -> "Suite":
+    def select(self, shifts: list[str] | None = None, levels: list | None = None) -> Suite:
         """A copy restricted to some shifts and/or levels (names and levels are checked)."""
         names = tuple(shifts) if shifts else self.shifts
         for n in names:

@@ -105,7 +105,10 @@ def _require_identifiable(X: pd.DataFrame) -> None:
 
 def _term_parts(term: str) -> tuple[str, str]:
     """``"Shift[fog]"`` -> ``("Shift", "fog")``; the intercept has neither."""
-    return ("", "") if term == "Intercept" else tuple(term[:-1].split("[", 1))
+    if term == "Intercept":
+        return "", ""
+    factor, _, level = term[:-1].partition("[")
+    return factor, level
 
 
 def regress_accuracy(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[str], *,

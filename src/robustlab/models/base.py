@@ -469,6 +469,7 @@ def load_state_dict_file(path) -> dict:
     import torch
 
     path = Path(path)
+    sd: Any
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file

@@ -18,12 +18,16 @@ accepted (CLI included, once the module that defines it is imported)::
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from robustlab.errors import InputError
 
-Loader = Callable[..., object]
+if TYPE_CHECKING:
+    from robustlab.models.base import Model
+
+Loader = Callable[..., "Model"]
 
 
 @dataclass(frozen=True)

@@ -497,7 +497,7 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
                  "line plots of accuracy against severity, one panel per corruption family")
     if d.scenarios:
         rows = []
-        for rid, (mu, acc) in d.scenarios.items():
+        for rid, (_, acc) in d.scenarios.items():
             cells = d.cells[d.cells["run_full"] == rid]
             for name in acc:
                 shift, _, level = name.partition(":")

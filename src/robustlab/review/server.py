@@ -73,7 +73,7 @@ class ReviewServer:
         """Serve until :meth:`shutdown` (or Ctrl-C in the calling thread)."""
         self._server.serve_forever()
 
-    def start(self) -> "ReviewServer":
+    def start(self) -> ReviewServer:
         """Serve from a daemon thread (tests, notebooks) and return self."""
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="robustlab-review")

@@ -232,7 +232,7 @@ class Runner:
                 log.exception("could not record the end of run %s", run_id)
         return summary
 
-    def _flush(self, pending: list, limit: int, writer: "PredictionWriter") -> int:
+    def _flush(self, pending: list, limit: int, writer: PredictionWriter) -> int:
         """Forward up to ``limit`` pending images and queue their rows for the writer.
 
         ``pending`` holds ``[task, tensor, ok, start]``: row r of ``tensor`` is the image of

@@ -154,7 +154,7 @@ def describe_resources(shifts: Iterable[Shift]) -> dict[str, dict]:
     """``{key: description}`` of the self-describing resources ``shifts`` need."""
     _ensure_loaded()
     keys = sorted({k for sh in shifts for k in sh.needs if k in _RESOURCES})
-    return {k: _RESOURCES[k].describe() for k in keys if _RESOURCES[k].describe is not None}
+    return {k: describe() for k in keys if (describe := _RESOURCES[k].describe) is not None}
 
 
 def needs_resource(shift: Shift) -> bool:

@@ -18,7 +18,7 @@ Two paths, same distribution:
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from numba import njit
@@ -27,7 +27,7 @@ from robustlab.seeding import is_legacy
 from robustlab.shifts.registry import register_shift
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tables(photons: int) -> tuple[np.ndarray, np.ndarray]:
     """(cdf, values): ``cdf[v, k] = P(Poisson(v / 255 * c) <= k)`` for ``k < c``, and
     ``values[k]``, the uint8 the reference produces for count ``k`` (``k = c`` for all
