@@ -235,6 +235,38 @@ def test_no_baseline_shows_errors_and_says_why(world, tmp_path):
     assert "grid-0" not in page and any("--no-grid" in n for n in res.notes)
 
 
+def test_family_plot_pools_only_runs_with_the_same_cells(world, models, tmp_path):
+    """A run over one corruption must not be pooled next to runs over three (issue 13)."""
+    db = tmp_path / "r.duckdb"
+    shutil.copy(world["db"], db)
+    robustlab.evaluate(models["lite0"], world["data"], suite="imagenet-c", shifts=CORRUPTIONS[:1],
+                       levels=LEVELS, db=db, seed=1, workers=0, progress=False)
+    res = build_report(db, tmp_path / "r.html", grid=False, n_resamples=50)
+    page = (tmp_path / "r.html").read_text()
+    caption = page[page.index('id="fig-severity-family"'):]
+    caption = caption[:caption.index("</figure>")]
+    assert "left out (other cells)" in caption
+    [note] = [n for n in res.notes if n.startswith("family plot")]
+    assert re.fullmatch(r"family plot: left out lite0 \[\w+\] \(evaluated other corruption "
+                        r"cells than the runs drawn\)", note), note
+    # the original pair shares its cells: nothing left out
+    plain = build_report(world["db"], tmp_path / "p.html", grid=False, n_resamples=50)
+    assert not [n for n in plain.notes if n.startswith("family plot")]
+
+
+def test_runs_sharing_cells_picks_the_largest_identical_group():
+    import pandas as pd
+
+    from robustlab.report.build import runs_sharing_cells
+
+    rows = [(r, s, lv) for r in ("a", "b") for s in ("fog", "snow") for lv in ("1", "2")]
+    rows += [("c", "fog", "1"), ("c", "fog", "2"), ("d", "fog", "1"), ("d", "snow", "1"),
+             ("d", "snow", "2"), ("d", "fog", "3"), ("a", "clean", "0"), ("c", "clean", "0")]
+    cells = pd.DataFrame(rows, columns=["run_full", "shift", "level"])
+    assert runs_sharing_cells(cells, ["fog", "snow"]) == (["a", "b"], ["c", "d"])
+    assert runs_sharing_cells(cells, ["frost"]) == ([], [])
+
+
 def test_grid_skipped_with_note_when_data_root_is_gone(world, models, tmp_path):
     data = _make_folder(world["data"], tmp_path / "gone", 2)
     db = tmp_path / "r.duckdb"

@@ -479,6 +479,25 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
              "QQ plot of residual quantiles against normal quantiles")
 
 
+def runs_sharing_cells(cells, shifts) -> tuple[list[str], list[str]]:
+    """(runs drawn, runs left out) for a plot that pools ``shifts``: the largest group of runs
+    that stored exactly the same (shift, level) cells among them, first-listed group on a tie.
+
+    A family mean over 3 corruptions next to one over 15 is not a comparison, so runs
+    outside the group are left out (and named) rather than pooled.
+    """
+    sub = cells[cells["shift"].isin(list(shifts))]
+    groups: dict[frozenset, list[str]] = {}
+    for rid in dict.fromkeys(sub["run_full"]):
+        g = sub[sub["run_full"] == rid]
+        key = frozenset(zip(g["shift"].astype(str), g["level"].astype(str)))
+        groups.setdefault(key, []).append(rid)
+    if not groups:
+        return [], []
+    best = max(groups.values(), key=len)
+    return best, [r for ids in groups.values() if ids is not best for r in ids]
+
+
 def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
     p.section("plots", "Plots", "Shaded bands and whiskers are bootstrap intervals of each cell.")
     labels = d.labels
@@ -491,10 +510,19 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
                                        title="Top-1 accuracy vs severity per corruption"),
                  "Top-1 accuracy vs severity for each corruption (severity 0 = clean).",
                  "line plots of accuracy against corruption severity, one panel per corruption")
-        fams = d.families[d.families["family"].isin(["clean", *{family(s) for s in numeric}])]
-        p.figure("fig-severity-family", plots.family_curves(fams, labels),
-                 "Top-1 accuracy vs severity pooled over the corruptions of each family.",
-                 "line plots of accuracy against severity, one panel per corruption family")
+        shared, left_out = runs_sharing_cells(d.cells, numeric)
+        fams = d.families[d.families["family"].isin(["clean", *{family(s) for s in numeric}])
+                          & d.families["run_id"].isin(shared)]
+        caption = "Top-1 accuracy vs severity pooled over the corruptions of each family."
+        if left_out:
+            caption += (" Pooling compares like with like, so only runs that evaluated the same "
+                        "corruption cells are drawn; left out (other cells): "
+                        + ", ".join(labels.get(r, r) for r in left_out) + ".")
+            notes.append("family plot: left out " + ", ".join(labels.get(r, r) for r in left_out)
+                         + " (evaluated other corruption cells than the runs drawn)")
+        p.figure("fig-severity-family", plots.family_curves(fams, {r: labels[r] for r in shared
+                                                                   if r in labels}),
+                 caption, "line plots of accuracy against severity, one panel per corruption family")
     if d.scenarios:
         rows = []
         for rid, (_, acc) in d.scenarios.items():
