@@ -172,7 +172,15 @@ def test_report_has_every_section(world):
     for f in ("fig-severity-corruption", "fig-severity-family", "fig-class-drop-0", "fig-class-drop-1",
               "fig-intervals", "fig-regression-residuals", "fig-regression-qq"):
         assert f in res.figures, f
-    assert res.grids == 1 and 'id="grid-0"' in page
+    # informative examples: one grid per sample (7 cells each: three fit the budget), each of
+    # another class, the first one where the two models disagree most
+    assert res.grids == 3 and 'id="grid-2"' in page and 'id="grid-3"' not in page
+    heads = re.findall(r"<h3>([^<:]+): true class ([^<]+)</h3>", page)
+    assert len(heads) == 3 and len({cls for _, cls in heads}) == 3
+    preds = Store(world["db"]).predictions(list(world["runs"].values()))
+    flips = preds.groupby(["sample_id", "shift", "level"])["correct"].nunique().gt(1)
+    per_sample = flips.groupby(level="sample_id").sum()
+    assert per_sample[heads[0][0]] == per_sample.max()
     tabs = tables_of(page)
     board = as_records(tabs["leaderboard"])
     assert {r["Model"]["text"] for r in board} == {"lite0", "lite1"}

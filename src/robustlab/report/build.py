@@ -566,9 +566,11 @@ def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> 
     grids, grid_notes = build_grids(d, sample_id=sample_id)
     notes.extend(grid_notes)
     p.section("examples", "Example images",
-              "One sample, clean and under every stored cell, re-rendered from the run's data "
-              "root and seed with the same pipeline the model saw. Under each image: each "
-              f"model's top-1 prediction, {CORRECT_MARK} correct / {WRONG_MARK} wrong.")
+              "Informative samples of different classes (the cells where models disagree, a "
+              "mask covering 10-60 % of the picture when the runs used masks), clean and under "
+              "every stored cell, re-rendered from the run's data root and seed with the same "
+              "pipeline the model saw. Under each image: each model's top-1 prediction, "
+              f"{CORRECT_MARK} correct / {WRONG_MARK} wrong.")
     if not grids:
         p.add(notes_list(grid_notes or ["no image grid: no sample to show"]))
         return 0
@@ -580,14 +582,14 @@ def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> 
               f"seed {g.seed}; pictures embedded as {'PNG (exact pixels)' if lossless else 'JPEG q90'}.</p>")
         width = max(len(c) for _, c in g.rows)
         out = [f'<div class="table-wrap"><table class="grid" id="grid-{gi}"><tbody>']
-        for shift, cells in g.rows:
-            out.append(f'<tr><th scope="row">{esc(shift.replace("_", " "))}</th>')
+        for row_label, cells in g.rows:
+            out.append(f'<tr><th scope="row">{esc(row_label)}</th>')
             for c in cells:
-                cap = "clean" if shift == CLEAN_SHIFT else f"level {c.level}"
+                cap = c.caption or ("clean" if c.shift == CLEAN_SHIFT else f"level {c.level}")
                 if c.image is not None:
                     data, mime = encode_thumb(c.image, lossless)
                     img = (f'<img src="{data_uri(data, mime)}" alt="{esc(g.sample_id)} '
-                           f'{esc(shift)} level {esc(c.level)}">')
+                           f'{esc(c.shift)} level {esc(c.level)}">')
                 else:
                     img = f'<p class="note">not rendered: {esc(c.error)}</p>'
                 preds = "".join(

@@ -27,6 +27,16 @@ log = logging.getLogger(__name__)
 
 # Above this many pictures the grid is embedded as JPEG (q90) instead of lossless PNG.
 PNG_LIMIT = 24
+# Example samples per group of runs: as many as fit in about this many pictures, at most
+# MAX_SAMPLES (an ImageNet-C run's 76 cells give one sample, a scene suite's 15 give three).
+PICTURE_BUDGET = 80
+MAX_SAMPLES = 3
+# A mask covering this share of the image makes background and object changes both visible.
+MASK_SHARE = (0.10, 0.60)
+# Shifts with a single stored level share rows (per family) of at most this many pictures.
+ROW_WIDTH = 6
+# Candidates whose masks are read when choosing examples (the best-covered by cells first).
+MASK_CANDIDATES = 60
 
 
 @dataclass
@@ -44,6 +54,7 @@ class GridCell:
     image: np.ndarray | None = None
     error: str = ""
     predictions: list[Prediction] = field(default_factory=list)
+    caption: str = ""
 
 
 @dataclass
@@ -177,14 +188,91 @@ def _render_archive_cells(root: Path, sample_id: str, cells: list[tuple[str, str
 
 
 def pick_sample(store: Store, run_ids: list[str]) -> str | None:
-    """A deterministic, informative sample: stored in the most cells, correct on clean for
-    the first run when possible, then the smallest id."""
+    """The first of :func:`pick_samples` (no mask information)."""
+    picked = pick_samples(store, run_ids, k=1)
+    return picked[0] if picked else None
+
+
+def _sample_scores(store: Store, run_ids: list[str]):
+    """Per sample: cells stored, cells where the runs disagree, wrong cells, clean correct."""
+    marks = ", ".join("?" for _ in run_ids)
     with store.connect(read_only=True) as con:
-        row = con.execute(
-            "SELECT sample_id FROM predictions WHERE run_id = ? GROUP BY sample_id "
-            "ORDER BY count(*) DESC, bool_or(shift = 'clean' AND correct) DESC, sample_id LIMIT 1",
-            [run_ids[0]]).fetchone()
-    return None if row is None else str(row[0])
+        return con.execute(
+            f"""WITH cell AS (
+                  SELECT sample_id, shift, level, any_value(label) AS label,
+                         bool_or(correct) AND NOT bool_and(correct) AS disagree,
+                         bool_or(NOT correct) AS wrong, bool_and(correct) AS all_right
+                  FROM predictions WHERE run_id IN ({marks}) GROUP BY sample_id, shift, level)
+                SELECT sample_id, any_value(label) AS label, count(*) AS n_cells,
+                       count(*) FILTER (WHERE disagree) AS n_disagree,
+                       count(*) FILTER (WHERE wrong AND shift <> 'clean') AS n_wrong,
+                       bool_or(shift = 'clean' AND all_right) AS clean_ok
+                FROM cell GROUP BY sample_id""", list(run_ids)).df()
+
+
+def mask_shares(record: dict[str, Any], sample_ids: list[str]) -> dict[str, float]:
+    """Foreground share of each sample's mask, for runs that used masks ({} otherwise, or
+    for samples whose mask cannot be read)."""
+    from robustlab.data.sources import discover
+    from robustlab.masks.io import load_mask
+
+    config = record.get("config") or {}
+    root = record.get("data_root")
+    if not config.get("masks") or not root or not Path(str(root)).is_dir():
+        return {}
+    try:
+        samples = discover(Path(str(root)), labels_csv=config.get("labels_csv"),
+                           masks=config.get("masks"))
+    except (OSError, ValueError):
+        return {}
+    by_id = {s.id: s for s in samples}
+    out = {}
+    for sid in sample_ids:
+        s = by_id.get(sid)
+        if s is None or s.mask_path is None:
+            continue
+        try:
+            out[sid] = float(load_mask(s.mask_path).mean())
+        except ValueError:
+            continue
+    return out
+
+
+def pick_samples(store: Store, run_ids: list[str], *, k: int = MAX_SAMPLES,
+                 record: dict[str, Any] | None = None) -> list[str]:
+    """Up to ``k`` informative example samples, deterministic, of different classes.
+
+    Among the samples stored in the most cells: a mask covering 10-60 % of the picture
+    (when the runs used masks: background and object changes are both visible); then the
+    cells where the runs disagree (several runs) or a balanced mix of right and wrong
+    shifted cells that starts from a correct clean prediction (one run); then the
+    smallest id. Each pick must show a class not picked yet, unless no other is left.
+    """
+    scores = _sample_scores(store, run_ids)
+    if scores.empty:
+        return []
+    scores = scores[scores["n_cells"] == scores["n_cells"].max()].copy()
+    scores["balance"] = np.minimum(scores["n_wrong"], scores["n_cells"] - 1 - scores["n_wrong"])
+    scores = scores.sort_values(["n_disagree", "clean_ok", "balance", "sample_id"],
+                                ascending=[False, False, False, True])
+    if record is not None:
+        shares = mask_shares(record, list(scores["sample_id"][:MASK_CANDIDATES]))
+        lo, hi = MASK_SHARE
+        scores["mask_ok"] = [lo <= shares.get(s, -1.0) <= hi for s in scores["sample_id"]]
+        scores = scores.sort_values("mask_ok", ascending=False, kind="stable")
+    picked, classes = [], set()
+    for rec in scores.itertuples(index=False):
+        if len(picked) == k:
+            break
+        if rec.label not in classes:
+            picked.append(str(rec.sample_id))
+            classes.add(rec.label)
+    for sid in scores["sample_id"]:  # fewer classes than k: fill with the next best
+        if len(picked) == k:
+            break
+        if str(sid) not in picked:
+            picked.append(str(sid))
+    return picked
 
 
 def _predictions(store: Store, run_ids: list[str], sample_id: str):
@@ -204,12 +292,52 @@ def _namer_for(run: RunView, ids) -> Any:
     return namer
 
 
+def layout_rows(keys: list[tuple[str, str]]) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """Rows of the grid: ``[(row label, [(shift, level, caption), ...]), ...]``.
+
+    A shift with several levels gets a row of its own (captions ``level N``); shifts with a
+    single level (background scenarios, ImageNet-E edits at one strength, the clean picture)
+    share rows per family, at most :data:`ROW_WIDTH` pictures each, captioned by name, so
+    that a scene suite is a compact block instead of one picture per row.
+    """
+    from robustlab.shifts.registry import get_shift
+
+    levels: dict[str, list[str]] = {}
+    for s, lv in keys:
+        levels.setdefault(s, []).append(lv)
+    rows: list[tuple[str, list[tuple[str, str, str]]]] = []
+    singles: dict[str, list[tuple[str, str, str]]] = {}
+    for s, lvs in levels.items():
+        if s != CLEAN_SHIFT and len(lvs) > 1:
+            rows.append((s.replace("_", " "), [(s, lv, f"level {lv}") for lv in lvs]))
+            continue
+        try:
+            fam = "clean" if s == CLEAN_SHIFT else get_shift(s).family
+        except ValueError:
+            fam = "other"
+        name = s.replace("_", " ")
+        cap = name if lvs[0] in ("0", "default") else f"{name} {lvs[0]}"
+        singles.setdefault(fam, []).append((s, lvs[0], cap))
+    clean = singles.pop("clean", [])
+    if singles and clean:  # the reference picture opens the first block of single cells
+        first = next(iter(singles))
+        singles = {f"clean, {first}": clean + singles.pop(first), **singles}
+    elif clean:
+        rows.insert(0, ("clean", clean))
+    for fam, cells in singles.items():
+        for i in range(0, len(cells), ROW_WIDTH):
+            rows.append((fam, cells[i:i + ROW_WIDTH]))
+    return rows
+
+
 def build_grids(data: ReportData, *, sample_id: str | None = None) -> tuple[list[Grid], list[str]]:
-    """One grid per group of runs sharing data root, seed and protocol.
+    """Grids of informative samples (:func:`pick_samples`) per group of runs sharing data
+    root, seed and protocol.
 
     Args:
         data: The gathered report data.
-        sample_id: Show this sample (default: :func:`pick_sample`).
+        sample_id: Show only this sample (default: up to :data:`MAX_SAMPLES` per group,
+            fewer when the runs have many cells; see :data:`PICTURE_BUDGET`).
 
     Returns:
         (grids, notes): a group whose images cannot be rendered gives a note, not a grid.
@@ -220,46 +348,60 @@ def build_grids(data: ReportData, *, sample_id: str | None = None) -> tuple[list
     groups: dict[str, list[RunView]] = {}
     for r in data.runs:
         groups.setdefault(_group_key(r.record), []).append(r)
-    grids, notes = [], []
+    grids: list[Grid] = []
+    notes: list[str] = []
     for runs in groups.values():
         ids = [r.run_id for r in runs]
         names = ", ".join(r.label for r in runs)
-        sid = sample_id or pick_sample(store, ids)
-        if sid is None:
-            continue
-        preds = _predictions(store, ids, sid)
-        if preds.empty:
-            notes.append(f"image grid for {names}: sample {sid!r} has no predictions in these runs")
-            continue
-        cells = sort_cells(preds[["shift", "level"]].drop_duplicates())
-        keys = [(str(s), str(lv)) for s, lv in zip(cells["shift"], cells["level"])]
-        try:
-            images, errors = render_cells(runs[0].record, sid, keys)
-        except (ValueError, MissingResourceError) as exc:  # e.g. ai_bg without its inpainter
-            notes.append(f"image grid for {names} skipped: {exc}")
-            continue
-        true_label = preds["label"].dropna()
-        true_name = class_namer(runs[0].record.get("label_space"))(
-            true_label.iloc[0] if len(true_label) else None)
-        by_key = {}
-        for rec in preds.itertuples(index=False):
-            run = next(r for r in runs if r.run_id == rec.run_id)
-            ids_ = [int(v) for v in rec.top5_ids] if rec.top5_ids is not None else []
-            namer = _namer_for(run, ids_)
-            probs = list(rec.top5_probs) if rec.top5_probs is not None else []
-            by_key.setdefault((rec.shift, str(rec.level)), []).append(Prediction(
-                run.label, namer(ids_[0]) if ids_ else "?", float(probs[0]) if probs else float("nan"),
-                bool(rec.correct)))
-        rows: dict[str, list[GridCell]] = {}
-        for key in keys:
-            cell = GridCell(key[0], key[1], images.get(key), errors.get(key, ""),
-                            sorted(by_key.get(key, []), key=lambda p: [r.label for r in runs].index(p.label)))
-            rows.setdefault(key[0], []).append(cell)
-        grid_notes = [f"{s}/{lv}: not rendered: {why}" for (s, lv), why in errors.items()]
-        grids.append(Grid(sid, true_name, str(runs[0].record.get("data_root")),
-                          int(runs[0].record.get("seed") or 0), [r.label for r in runs],
-                          list(rows.items()), grid_notes))
+        if sample_id is not None:
+            sids = [sample_id]
+        else:
+            n_cells = int(_sample_scores(store, ids)["n_cells"].max() or 1) if ids else 1
+            k = max(1, min(MAX_SAMPLES, PICTURE_BUDGET // max(1, n_cells)))
+            sids = pick_samples(store, ids, k=k, record=runs[0].record)
+        for sid in sids:
+            grid, note = _grid_for(store, runs, sid, names, sort_cells)
+            if grid is not None:
+                grids.append(grid)
+            if note:
+                notes.append(note)
+                if grid is None and "skipped" in note:
+                    break  # the same reason holds for every sample of this group
     return grids, notes
+
+
+def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cells):
+    """(grid or None, note or "") for one sample of one group of runs."""
+    ids = [r.run_id for r in runs]
+    preds = _predictions(store, ids, sid)
+    if preds.empty:
+        return None, f"image grid for {names}: sample {sid!r} has no predictions in these runs"
+    cells = sort_cells(preds[["shift", "level"]].drop_duplicates())
+    keys = [(str(s), str(lv)) for s, lv in zip(cells["shift"], cells["level"])]
+    try:
+        images, errors = render_cells(runs[0].record, sid, keys)
+    except (ValueError, MissingResourceError) as exc:  # e.g. ai_bg without its inpainter
+        return None, f"image grid for {names} skipped: {exc}"
+    true_label = preds["label"].dropna()
+    true_name = class_namer(runs[0].record.get("label_space"))(
+        true_label.iloc[0] if len(true_label) else None)
+    order = [r.label for r in runs]
+    by_key: dict[tuple[str, str], list[Prediction]] = {}
+    for rec in preds.itertuples(index=False):
+        run = next(r for r in runs if r.run_id == rec.run_id)
+        ids_ = [int(v) for v in rec.top5_ids] if rec.top5_ids is not None else []
+        namer = _namer_for(run, ids_)
+        probs = list(rec.top5_probs) if rec.top5_probs is not None else []
+        by_key.setdefault((rec.shift, str(rec.level)), []).append(Prediction(
+            run.label, namer(ids_[0]) if ids_ else "?", float(probs[0]) if probs else float("nan"),
+            bool(rec.correct)))
+    rows = [(label, [GridCell(s, lv, images.get((s, lv)), errors.get((s, lv), ""),
+                              sorted(by_key.get((s, lv), []), key=lambda p: order.index(p.label)),
+                              cap) for s, lv, cap in cells_])
+            for label, cells_ in layout_rows(keys)]
+    grid_notes = [f"{s}/{lv}: not rendered: {why}" for (s, lv), why in errors.items()]
+    return Grid(sid, true_name, str(runs[0].record.get("data_root")),
+                int(runs[0].record.get("seed") or 0), order, rows, grid_notes), ""
 
 
 def encode_thumb(img: np.ndarray, lossless: bool) -> tuple[bytes, str]:
