@@ -294,7 +294,12 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
     tabs = tables_of(out.read_text())
     assert [r["Run"]["text"] for r in as_records(tabs["runs"])] == [one[:8]]
     assert "leaderboard" not in tabs  # a single run has no leaderboard
-    capsys.readouterr()
+    # a line as each stage starts (stderr is not a terminal here, as in a CI log)
+    stages = [ln for ln in capsys.readouterr().err.splitlines() if re.match(r"report( \d/5)?:", ln)]
+    assert [re.sub(r" \(.*", "", ln) for ln in stages[:-1]] == [
+        "report 1/5: read 1 run(s) and their bootstrap intervals", "report 2/5: regression models",
+        "report 3/5: plots", "report 4/5: example images", "report 5/5: tables and page"]
+    assert re.fullmatch(r"report: done in [0-9.]+ s", stages[-1])
     assert cli(["report", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("robustlab report: error: no results database")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,11 @@ def test_cli_protocols_store_runs_and_score(crops, tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr()
     assert "robustness score S_robust" in out.out
+    # progress lines (stderr is not a terminal): each training from 0 to its last step
+    for cell in ("clean", "segmented"):
+        lines = [ln for ln in out.err.splitlines() if ln.startswith(f"train on {cell}")]
+        assert lines[0] == f"train on {cell}: 0/8 (0 %)"
+        assert re.fullmatch(rf"train on {cell}: 8/8 \(100 %\), .*, loss [0-9.]+", lines[-1])
     store = Store(db)
     runs = store.runs()
     assert len(runs) == 2  # EX1 (trained on clean) and EX2 (trained on segmented)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import add_no_progress
 from robustlab.errors import InputError
 
 
@@ -25,6 +26,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals (default: 0)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: 1000)")
     p.add_argument("--title", default=None, help="page title")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
@@ -38,7 +40,8 @@ def run(args) -> int:
 
     result = build_report(args.db, args.out, run_ids=args.runs, baseline=args.baseline,
                           grid=not args.no_grid, grid_sample=args.grid_sample, seed=args.seed,
-                          n_resamples=args.resamples, title=args.title)
+                          n_resamples=args.resamples, title=args.title,
+                          progress=not args.no_progress)
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"report written to {result.path} ({len(result.tables)} tables, "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, level, workers
+from robustlab.commands._args import CommaList, add_no_progress, level, workers
 
 
 def add_parser(sub) -> None:
@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="images per evaluation forward pass")
     p.add_argument("--workers", type=workers, default=0,
                    help="evaluation data worker processes (default 0: all in the main process)")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
@@ -61,7 +62,8 @@ def run(args) -> int:
                        out=args.out, db=args.db, test_fraction=args.test_fraction,
                        split_seed=args.split_seed, seed=args.seed, labels_csv=args.labels,
                        label_space=args.label_space, weights=args.weights, device=args.device,
-                       batch_size=args.batch_size, workers=args.workers)
+                       batch_size=args.batch_size, workers=args.workers,
+                       progress=not args.no_progress)
     sys.stdout.write(format_table(res.runs[["protocol", "trained_on", "tested_on", "n", "top1", "run_id"]],
                                   "table"))
     for name, tr in res.trainings.items():

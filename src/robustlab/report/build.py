@@ -626,7 +626,8 @@ def _cells_table(p: _Page, d: ReportData) -> None:
 # ---------------------------------------------------------------------------- entry point
 def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str | None = None,
                  grid: bool = True, grid_sample: str | None = None, seed: int = 0,
-                 n_resamples: int = 1000, title: str | None = None) -> ReportResult:
+                 n_resamples: int = 1000, title: str | None = None,
+                 progress: bool = False) -> ReportResult:
     """Write the HTML report of the runs in ``db`` to ``out``.
 
     Args:
@@ -639,6 +640,7 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
         seed: Seed of the bootstrap generator (the report is reproducible for a seed).
         n_resamples: Bootstrap resamples per interval.
         title: Page title.
+        progress: One stderr line as each stage starts (the CLI's default).
 
     Raises:
         InputError: missing database, no matching runs, a bad output path.
@@ -648,8 +650,13 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     out = Path(out)
     if out.exists() and out.is_dir():
         raise InputError(f"--out {out} is a folder; give a file name such as report.html")
+    from robustlab.run.progress import StageLines
+
+    stages = StageLines("report", 5, enabled=progress)
     rng = np.random.default_rng(int(seed))
     d = gather(db, run_ids=run_ids, baseline=baseline, rng=rng, n_resamples=n_resamples)
+    # after the reading, so a bad --db or --run prints its one error line and nothing else
+    stages.stage(f"read {len(d.runs)} run(s) and their bootstrap intervals")
     notes = list(d.notes)
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     title = title or "robustlab report"
@@ -662,14 +669,18 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     _edit_tables(p, d)
     _imagenet_d(p, d)
     _mining_and_review(p, d)
+    stages.stage("regression models")
     with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:
         _regression(p, d, Path(tmp))
+    stages.stage("plots")
     _plots(p, d, notes)
+    stages.stage("example images")
     n_grids = 0
     if grid:
         n_grids = _grids(p, d, grid_sample, notes)
     else:
         notes.append("image grid left out (--no-grid)")
+    stages.stage("tables and page")
     _cells_table(p, d)
     if notes:
         p.section("notes", "Notes", "What is missing or partial, and why.")
@@ -683,4 +694,5 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     tmp_out = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp_out.write_text(document, encoding="utf-8")
     os.replace(tmp_out, out)
+    stages.done()
     return ReportResult(out, p.tables, p.figures, n_grids, list(dict.fromkeys(notes)))

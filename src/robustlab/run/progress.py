@@ -50,6 +50,7 @@ class LineProgress:
         self.clock = clock
         self.t0 = self.last = clock()
         self.closed = False
+        self.note = ""  # appended to each line, e.g. the current training loss
         self._line()
 
     def _line(self) -> None:
@@ -63,6 +64,8 @@ class LineProgress:
             left = self.total - self.done
             parts.append(f"ETA {_duration(left / rate)}" if left > 0 else
                          f"took {_duration(elapsed)}")
+        if self.note:
+            parts.append(self.note)
         print(", ".join(parts), file=self.stream, flush=True)
 
     def update(self, n: int) -> None:
@@ -76,6 +79,31 @@ class LineProgress:
         if not self.closed:
             self.closed = True
             self._line()
+
+
+class StageLines:
+    """One stderr line as each stage of a job starts: ``report 3/6: plots (4.2 s so far)``.
+
+    For jobs made of a few unequal steps (building a report) where a rate means nothing
+    but a silent minute looks like a hang.
+    """
+
+    def __init__(self, what: str, n_stages: int, *, enabled: bool = True, stream=None,
+                 clock=time.monotonic):
+        self.what, self.n, self.enabled = what, int(n_stages), enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock, self.t0, self.k = clock, clock(), 0
+
+    def stage(self, name: str) -> None:
+        self.k += 1
+        if self.enabled:
+            print(f"{self.what} {self.k}/{self.n}: {name} ({self.clock() - self.t0:.1f} s so far)",
+                  file=self.stream, flush=True)
+
+    def done(self) -> None:
+        if self.enabled:
+            print(f"{self.what}: done in {self.clock() - self.t0:.1f} s", file=self.stream,
+                  flush=True)
 
 
 class CellProgress:

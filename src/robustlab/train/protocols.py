@@ -78,11 +78,13 @@ def _subset(plan, ids):
 
 def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]], split: Split, *,
                    config: TrainConfig, out, suite="ximagenet12", seed: int = 0, masks=None,
-                   labels_csv=None, label_space=None, weights=None, device=None) -> TrainResult:
+                   labels_csv=None, label_space=None, weights=None, device=None,
+                   progress: bool = False) -> TrainResult:
     """Fine-tune ``model_spec`` on the train ids of ``split`` under ``train_cells``.
 
     The checkpoint name is a hash of everything that decides the weights, so rerunning a
-    protocol reuses checkpoints already trained (``TrainResult.reused``).
+    protocol reuses checkpoints already trained (``TrainResult.reused``). With ``progress``,
+    a line every 10 s on stderr: steps done, rate, ETA and the current loss.
     """
     import json
 
@@ -113,15 +115,34 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
         return TrainResult(ckpt, list(record.get("losses", [])), record, reused=True)
     log.info("training %s (%s, %d steps) on %d images x %s", model.spec, config.mode, config.steps,
              len(samples), ", ".join(_cell_name(s, lv) for s, lv in cells))
-    return finetune(model, samples, labels, cells, plan["images"], config, ckpt,
-                    extra_record={"split": split.describe(), "data_root": plan["record"].data_root,
-                                  "train_seed_rule_seed": int(seed), "identity": key})
+    lines = None
+    if progress:
+        from robustlab.run.progress import LineProgress
+
+        lines = LineProgress(config.steps, unit="step", what="train on " + "+".join(
+            _cell_name(s, lv) for s, lv in cells))
+
+    def step_done(step: int, loss: float) -> None:
+        if lines is not None:
+            lines.note = f"loss {loss:.3f}"
+            lines.update(step - lines.done)
+
+    try:
+        return finetune(model, samples, labels, cells, plan["images"], config, ckpt,
+                        extra_record={"split": split.describe(),
+                                      "data_root": plan["record"].data_root,
+                                      "train_seed_rule_seed": int(seed), "identity": key},
+                        progress=step_done)
+    finally:
+        if lines is not None:
+            lines.close()
 
 
 def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tuple[str, Any]],
                       split: Split, *, train: TrainResult | None = None, suite="ximagenet12",
                       seed: int = 0, db=DEFAULT_DB, masks=None, labels_csv=None, label_space=None,
-                      device=None, batch_size: int | None = None, workers: int = 0) -> pd.DataFrame:
+                      device=None, batch_size: int | None = None, workers: int = 0,
+                      progress: bool = False) -> pd.DataFrame:
     """Evaluate the checkpoint on the test ids of ``split`` and store it as a run.
 
     The run is the ordinary runner's, restricted to the test images; its id also covers the
@@ -155,7 +176,7 @@ def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tu
         config={**base.config, "split": {**split.describe(), "part": "test"},
                 "fine_tuned": fine_tuned, "cells": [[s, str(lv)] for s, lv in cells]})
     options = RunOptions(batch_size=int(batch_size or model.batch_size or 32), workers=int(workers),
-                         progress=False)
+                         progress=progress)
     store = Store(db)
     summary = Runner(model, samples, labels, cells, plan["images"], store, record, options).run()
     return run_table(store, summary.run_id, skipped=summary.skipped)
@@ -183,7 +204,8 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
                  masks=None, config: TrainConfig = TrainConfig(), out="checkpoints",
                  db=DEFAULT_DB, test_fraction: float = 0.3, split_seed: int = 0, seed: int = 0,
                  labels_csv=None, label_space=None, weights=None, device=None,
-                 batch_size: int | None = None, workers: int = 0) -> ProtocolResult:
+                 batch_size: int | None = None, workers: int = 0,
+                 progress: bool = False) -> ProtocolResult:
     """Run EX1, EX2 or both on a suite's scenarios and compute the robustness score.
 
     Args:
@@ -198,6 +220,7 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
         db: Results database.
         test_fraction, split_seed: The shared split.
         seed: Seed rule seed of the scenario images.
+        progress: Progress of each training (a line every 10 s) and each evaluation.
 
     Returns:
         :class:`ProtocolResult`.
@@ -222,10 +245,12 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
     def one(proto: str, train_cells, test_cells):
         name = "+".join(_cell_name(a, b) for a, b in train_cells)
         tr = trainings.get(name) or train_on_cells(model_spec, data, train_cells, split, config=config,
-                                                   out=out, weights=weights, device=device, **common)
+                                                   out=out, weights=weights, device=device,
+                                                   progress=progress, **common)
         trainings[name] = tr
         table = evaluate_on_split(model_spec, tr.checkpoint, data, test_cells, split, train=tr, db=db,
-                                  device=device, batch_size=batch_size, workers=workers, **common)
+                                  device=device, batch_size=batch_size, workers=workers,
+                                  progress=progress, **common)
         for _, r in table.iterrows():
             rows.append({"protocol": proto, "trained_on": name,
                          "tested_on": _cell_name(r["shift"], r["level"]), "shift": r["shift"],
