@@ -156,3 +156,36 @@ def test_transfer_detects_shared_failures_and_not_chance():
     loo = leave_one_out(np.stack([~hard, ~hard | (rng.random(400) < 0.5), heldout], 1),
                         ["a", "b", "c"], draws=200)
     assert [x["heldout"] for x in loo] == ["a", "b", "c"] and loo[2]["transfer"]["p_value"] < 0.01
+
+
+def test_report_shows_the_mining_curve_transfer_and_hard_examples(pool, tmp_path):
+    """Mine again with two surrogates: lite2, evaluated on the same candidates, is then a
+    held-out model, and the report's transfer row is its accuracy on the kept set."""
+    import re
+    import shutil
+
+    from robustlab.report import build_report
+
+    db = tmp_path / "r.duckdb"
+    shutil.copy(pool["db"], db)
+    two = mine(pool["gen"], surrogates=pool["models"][:2], label_space="demo", db=db,
+               workers=0, progress=False)
+    res = build_report(db, tmp_path / "r.html", grid=False, n_resamples=50)
+    page = (tmp_path / "r.html").read_text()
+    assert {"fig-mining-curve-0", "fig-mining-curve-1"} <= set(res.figures)
+    assert "mining-transfer-1" in res.tables and "mining-transfer-0" not in res.tables
+    assert "no held-out model" in page  # the 3-surrogate mining has none among these runs
+    t = two.table
+    kept = ~t["lite0_correct"] & ~t["lite1_correct"]
+    lite2 = Store(db).predictions([pool["res"].run_ids[2]]).set_index(
+        ["sample_id", "shift", "level"])["correct"]
+    expect = lite2.loc[list(zip(t["sample_id"][kept], t["shift"][kept], t["level"][kept]))].mean()
+    table = page[page.index('id="mining-transfer-1"'):]
+    row = table[:table.index("</tr>", table.index("<tbody>"))]
+    assert "lite2" in row
+    shown = float(re.findall(r'data-sort="([0-9.eE+-]+)"', row)[1])  # Kept, then Top-1 on kept
+    assert shown == pytest.approx(expect)
+    block = page[page.index('id="mining-examples-1"'):]
+    block = block[:block.index("</div>")]
+    assert 0 < block.count("<img ") == min(12, int(kept.sum()))
+    assert block.count('aria-label="wrong"') == 2 * block.count("<img ")

@@ -353,7 +353,51 @@ def _imagenet_d(p: _Page, d: ReportData) -> None:
     p.table(Table("imagenet-d-subsets", cols, rows, caption="Top-1 accuracy per ImageNet-D subset"))
 
 
-def _mining_and_review(p: _Page, d: ReportData) -> None:
+def _mining_analysis(p: _Page, d: ReportData, seed: int) -> None:
+    """Per mining: the surrogate curve, transfer to held-out models, hard examples."""
+    from robustlab.report.mining import curve_plot, mining_views, thumbnail
+
+    for i, v in enumerate(mining_views(d, seed=seed)):
+        p.add(f"<h3>Mining {esc(v.mining_id)}: {esc(', '.join(v.surrogates))}</h3>")
+        p.figure(f"fig-mining-curve-{i}", curve_plot(v),
+                 "ImageNet-D's first claim: with more surrogates that must all be wrong, fewer "
+                 "candidates are kept, and the kept ones are harder for models that were not "
+                 "used to mine them (each point averages every subset of that many surrogates).",
+                 "line plots of the kept fraction and held-out accuracy against the number of "
+                 "surrogates")
+        if v.transfer:
+            p.table(Table(f"mining-transfer-{i}", [
+                Column("heldout", "Held-out model"), Column("n_mined", "Kept", integer, True),
+                Column("mined_acc", "Top-1 on kept %", pct, True),
+                Column("random_mean", "Random same-size %", pct, True),
+                Column("random_lo", "2.5 %", pct, True), Column("random_hi", "97.5 %", pct, True),
+                Column("p_value", "p (one-sided)", num, True),
+            ], v.transfer, caption="Transfer (the second claim): a held-out model's top-1 on "
+                "the mined set against random subsets of the same candidates and size; p is "
+                "the share of random subsets at or below the mined accuracy"))
+        elif len(v.curve.columns) == 4:
+            v.notes.append("no held-out model: evaluate another model on the same candidates "
+                           "(robustlab evaluate ... --data <the candidates>) to measure transfer")
+        if v.examples:
+            cells = []
+            for ex in v.examples:
+                thumb = thumbnail(ex["path"])
+                img = (f'<img src="{data_uri(*thumb)}" alt="hard image {esc(ex["sample_id"])} '
+                       f'{esc(ex["cell"])}">' if thumb else
+                       f'<p class="note">not readable: {esc(ex["path"])}</p>')
+                guesses = "".join(f'<span class="pred bad"><span class="mark" aria-label="wrong">'
+                                  f"{WRONG_MARK}</span>{esc(s)}: {esc(g)}</span>"
+                                  for s, g in ex["guesses"])
+                cells.append(f'<figure class="thumb">{img}<figcaption><strong>'
+                             f'{esc(ex["class_name"])}</strong> {esc(ex["cell"])}{guesses}'
+                             "</figcaption></figure>")
+            p.add(f'<div class="hard-examples" id="mining-examples-{i}">' + "".join(cells)
+                  + "</div>")
+        if v.notes:
+            p.add(notes_list(v.notes))
+
+
+def _mining_and_review(p: _Page, d: ReportData, seed: int = 0) -> None:
     """ImageNet-D's workflow: what mining kept and what people decided."""
     if d.mining.empty and d.reviews.empty:
         return
@@ -369,6 +413,7 @@ def _mining_and_review(p: _Page, d: ReportData) -> None:
             Column("n_candidates", "Candidates", integer, True),
             Column("n_kept", "Kept", integer, True), Column("kept", "Kept %", pct, True),
         ], d.mining.to_dict("records"), caption="robustlab mine records"))
+        _mining_analysis(p, d, seed)
     if not d.reviews.empty:
         cols = [Column("review_set", "Review set"),
                 Column("images", "Images decided", integer, True),
@@ -668,7 +713,7 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     _scenario_tables(p, d)
     _edit_tables(p, d)
     _imagenet_d(p, d)
-    _mining_and_review(p, d)
+    _mining_and_review(p, d, seed)
     stages.stage("regression models")
     with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:
         _regression(p, d, Path(tmp))

@@ -203,6 +203,7 @@ figure.plot img { max-width: none; height: auto; border: 1px solid var(--line); 
 .thumb { margin: 0; width: 170px; }
 .thumb img { width: 160px; height: 160px; object-fit: contain; display: block; border: 1px solid var(--line); }
 .thumb figcaption { font-size: .75rem; line-height: 1.25; margin-top: .15rem; white-space: normal; }
+.hard-examples { display: flex; flex-wrap: wrap; gap: .5rem; margin: .5rem 0 1rem; }
 .pred { display: block; }
 .pred.ok { color: #006b4f; }
 .pred.bad { color: #a63c00; }
