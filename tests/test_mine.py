@@ -172,20 +172,22 @@ def test_report_shows_the_mining_curve_transfer_and_hard_examples(pool, tmp_path
                workers=0, progress=False)
     res = build_report(db, tmp_path / "r.html", grid=False, n_resamples=50)
     page = (tmp_path / "r.html").read_text()
-    assert {"fig-mining-curve-0", "fig-mining-curve-1"} <= set(res.figures)
-    assert "mining-transfer-1" in res.tables and "mining-transfer-0" not in res.tables
+    one, two_id = pool["res"].mining_id[:8], two.mining_id[:8]
+    assert {f"fig-mining-curve-{one}", f"fig-mining-curve-{two_id}"} <= set(res.figures)
+    assert f"mining-transfer-{two_id}" in res.tables
+    assert f"mining-transfer-{one}" not in res.tables
     assert "no held-out model" in page  # the 3-surrogate mining has none among these runs
     t = two.table
     kept = ~t["lite0_correct"] & ~t["lite1_correct"]
     lite2 = Store(db).predictions([pool["res"].run_ids[2]]).set_index(
         ["sample_id", "shift", "level"])["correct"]
     expect = lite2.loc[list(zip(t["sample_id"][kept], t["shift"][kept], t["level"][kept]))].mean()
-    table = page[page.index('id="mining-transfer-1"'):]
+    table = page[page.index(f'id="mining-transfer-{two_id}"'):]
     row = table[:table.index("</tr>", table.index("<tbody>"))]
     assert "lite2" in row
     shown = float(re.findall(r'data-sort="([0-9.eE+-]+)"', row)[1])  # Kept, then Top-1 on kept
     assert shown == pytest.approx(expect)
-    block = page[page.index('id="mining-examples-1"'):]
+    block = page[page.index(f'id="mining-examples-{two_id}"'):]
     block = block[:block.index("</div>")]
     assert 0 < block.count("<img ") == min(12, int(kept.sum()))
     assert block.count('aria-label="wrong"') == 2 * block.count("<img ")

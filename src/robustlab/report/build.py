@@ -357,7 +357,8 @@ def _mining_analysis(p: _Page, d: ReportData, seed: int) -> None:
     """Per mining: the surrogate curve, transfer to held-out models, hard examples."""
     from robustlab.report.mining import curve_plot, mining_views, thumbnail
 
-    for i, v in enumerate(mining_views(d, seed=seed)):
+    for v in mining_views(d, seed=seed):
+        i = v.mining_id
         p.add(f"<h3>Mining {esc(v.mining_id)}: {esc(', '.join(v.surrogates))}</h3>")
         p.figure(f"fig-mining-curve-{i}", curve_plot(v),
                  "ImageNet-D's first claim: with more surrogates that must all be wrong, fewer "

@@ -53,8 +53,8 @@ def mining_views(data: ReportData, *, seed: int = 0) -> list[MiningView]:
     for m in mining_runs(store).to_dict("records"):
         run_ids, names = list(m["run_ids"]), [str(s) for s in m["surrogates"]]
         stored = store.runs(run_ids)
-        if len(stored) != len(run_ids):
-            continue
+        if len(stored) != len(run_ids) or len(names) != len(run_ids):
+            continue  # a surrogate run was deleted since (or a hand-written record)
         cols = [f"s{i}" for i in range(len(names))]
         include_clean = bool((m.get("config") or {}).get("include_clean"))
         table, correct = stored_correctness(store, run_ids, cols, include_clean=include_clean)
