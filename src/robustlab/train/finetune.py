@@ -154,7 +154,7 @@ def _loss(logits, labels, columns):
 
 def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tuple[str, Any]],
              images, config: TrainConfig, checkpoint: str | Path, *, extra_record: dict | None = None,
-             progress=None) -> TrainResult:
+             progress=None, method=None) -> TrainResult:
     """Fine-tune ``model`` in place on every (sample, cell) pair and save a checkpoint.
 
     Args:
@@ -166,6 +166,9 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
         checkpoint: Where the state dict goes (``.pth``); a ``.json`` record goes beside it.
         extra_record: More provenance to store in the record (split, data, base model).
         progress: Optional callable ``(step, loss)``.
+        method: A training method (:mod:`robustlab.train.methods`: stability training,
+            corruption augmentation) that decides each step's images and loss; None trains
+            with cross-entropy on the cells' images. Recorded as ``record["method"]``.
 
     Raises:
         InputError: no training images, a label space without single targets, or a
@@ -187,7 +190,12 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
     item_labels = torch.stack([y_all[i] for i, _, _ in items])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.seed))
-        if config.mode == "linear":
+        if method is not None:
+            from robustlab.train.methods import method_steps
+
+            losses, drawn = method_steps(model, method, samples, images, items, item_labels,
+                                         config, gen, columns, device, progress)
+        elif config.mode == "linear":
             if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
                 raise InputError(f"{model.spec}: the linear probe needs a timm-style network "
                                  "(forward_features/forward_head/get_classifier); use mode 'full'")
@@ -262,6 +270,7 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
         "device": str(device),
         "checkpoint": str(ckpt),
         "weights_hash": weights_hash(ckpt),
+        **({"method": {**method.describe(), "drawn": drawn}} if method is not None else {}),
         **(extra_record or {}),
     }
     ckpt.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
