@@ -215,6 +215,10 @@ def run_method(model_spec: str, data, methods: Sequence, *, config, suite="image
     if "mce" not in s.metrics:
         raise InputError(f"suite {s.name!r} has no corruption errors (mCE); use imagenet-c or "
                          "imagenet-c-extra")
+    for m in methods:
+        if getattr(m, "name", None) == "corruption-aug" and not m.holdout_families:
+            log.warning("corruption augmentation without a held-out family: the test corruptions "
+                        "are among the training ones (not a robustness measurement)")
     per_method = [test_cells_for(m, s, shifts, levels) for m in methods]
     union = list(dict.fromkeys(c for cells in per_method for c in cells))
     if split is None:
