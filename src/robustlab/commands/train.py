@@ -1,8 +1,11 @@
-"""``robustlab train MODEL --data DIR --masks DIR``: XIMAGENET-12's EX1/EX2 protocols."""
+"""``robustlab train MODEL --data DIR --masks DIR``: XIMAGENET-12's EX1/EX2 protocols;
+``robustlab train MODEL --data DIR --method stability|corruption-aug|plain``: the ImageNet-C
+paper's training-time robustness methods, scored by mCE against the un-fine-tuned model."""
 
 from __future__ import annotations
 
 from robustlab.commands._args import CommaList, add_no_progress, level, workers
+from robustlab.commands.train_methods import add_method_arguments, run_method_command
 
 
 def add_parser(sub) -> None:
@@ -17,9 +20,11 @@ def add_parser(sub) -> None:
     p.add_argument("--data", required=True, help="source images (class folders, or flat + labels CSV), "
                    "or a folder written by `robustlab generate`")
     p.add_argument("--masks", default=None, help="foreground masks parallel to --data (scenarios need them)")
-    p.add_argument("--suite", default="ximagenet12", help="suite of scenarios (default: ximagenet12)")
-    p.add_argument("--protocol", choices=["ex1", "ex2", "both"], default="both",
+    p.add_argument("--suite", default=None,
+                   help="suite of scenarios (default: ximagenet12; imagenet-c with --method)")
+    p.add_argument("--protocol", choices=["ex1", "ex2", "both"], default=None,
                    help="ex1 (cross), ex2 (inner) or both (default; needed for the full score)")
+    add_method_arguments(p)
     p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
                    help="only these scenarios (repeatable, or comma-separated)")
     p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList, dest="levels", convert=level,
@@ -48,6 +53,11 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     import sys
+
+    if args.method is not None:
+        return run_method_command(args)
+    args.suite = args.suite or "ximagenet12"
+    args.protocol = args.protocol or "both"
 
     from robustlab.commands._tables import format_table
     from robustlab.store import Store

@@ -154,7 +154,7 @@ def _loss(logits, labels, columns):
 
 def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tuple[str, Any]],
              images, config: TrainConfig, checkpoint: str | Path, *, extra_record: dict | None = None,
-             progress=None) -> TrainResult:
+             progress=None, method=None) -> TrainResult:
     """Fine-tune ``model`` in place on every (sample, cell) pair and save a checkpoint.
 
     Args:
@@ -166,6 +166,9 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
         checkpoint: Where the state dict goes (``.pth``); a ``.json`` record goes beside it.
         extra_record: More provenance to store in the record (split, data, base model).
         progress: Optional callable ``(step, loss)``.
+        method: A training method (:mod:`robustlab.train.methods`: stability training,
+            corruption augmentation) that decides each step's images and loss; None trains
+            with cross-entropy on the cells' images. Recorded as ``record["method"]``.
 
     Raises:
         InputError: no training images, a label space without single targets, or a
@@ -187,7 +190,10 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
     item_labels = torch.stack([y_all[i] for i, _, _ in items])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.seed))
-        if config.mode == "linear":
+        if method is not None:
+            losses, drawn = method_steps(model, method, samples, images, items, item_labels,
+                                         config, gen, columns, device, progress)
+        elif config.mode == "linear":
             if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
                 raise InputError(f"{model.spec}: the linear probe needs a timm-style network "
                                  "(forward_features/forward_head/get_classifier); use mode 'full'")
@@ -262,6 +268,7 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
         "device": str(device),
         "checkpoint": str(ckpt),
         "weights_hash": weights_hash(ckpt),
+        **({"method": {**method.describe(), "drawn": drawn}} if method is not None else {}),
         **(extra_record or {}),
     }
     ckpt.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
@@ -269,3 +276,69 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
 
 
 __all__ = ["TrainConfig", "TrainResult", "finetune", "MODES"]
+
+
+def method_steps(model, method, samples, images, items, item_labels, config, gen, columns,
+                 device, progress=None) -> tuple[list[float], dict[str, int]]:
+    """Run ``config.steps`` optimiser steps of ``method``.
+
+    Returns:
+        The loss per step, and how many training images each shift made (``clean``
+        included): what the method actually drew, for the training record.
+
+    ``linear`` trains the classifier layer on features the frozen backbone computes from
+    each step's images; ``full`` trains every weight with batch-norm statistics frozen and
+    random flips when ``config.hflip`` (as :func:`robustlab.train.finetune.finetune`).
+    """
+    import torch
+
+    net = _network(model)
+    for p in net.parameters():
+        p.requires_grad_(False)
+    if config.mode == "linear":
+        if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
+            raise InputError(f"{model.spec}: the linear probe needs a timm-style network "
+                             "(forward_features/forward_head/get_classifier); use mode 'full'")
+        head = net.get_classifier()
+        net.eval()
+        params = list(head.parameters())
+
+        def forward(x):
+            with torch.no_grad():
+                feats = net.forward_head(net.forward_features(x.to(device)), pre_logits=True)
+            return head(feats)
+
+        head.train()
+    else:
+        params = list(net.parameters())
+        net.train()
+        for m in net.modules():  # frozen batch-norm statistics, as in finetune()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.eval()
+
+        def forward(x):
+            return net(x.to(device))
+
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    losses: list[float] = []
+    drawn: dict[str, int] = {}
+    cache: dict = {}
+    for step, idx in enumerate(_batches(len(items), config.batch_size, config.steps, gen)):
+        batch = method.items([items[j] for j in idx.tolist()], step=step, samples=samples,
+                             seed=int(config.seed))
+        for _, shift, _ in batch:
+            drawn[shift] = drawn.get(shift, 0) + 1
+        x = _item_tensors(model, samples, images, batch, cache)
+        if config.mode == "full" and config.hflip:
+            flip = torch.rand(len(x), generator=gen) < 0.5
+            x[flip] = x[flip].flip(-1)
+        loss = method.loss(forward, x, item_labels[idx].to(device), columns, gen, model.preprocessing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if progress:
+            progress(step + 1, losses[-1])
+    return losses, dict(sorted(drawn.items()))

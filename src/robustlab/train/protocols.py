@@ -79,12 +79,14 @@ def _subset(plan, ids):
 def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]], split: Split, *,
                    config: TrainConfig, out, suite="ximagenet12", seed: int = 0, masks=None,
                    labels_csv=None, label_space=None, weights=None, device=None,
-                   progress: bool = False) -> TrainResult:
+                   method=None, progress: bool = False) -> TrainResult:
     """Fine-tune ``model_spec`` on the train ids of ``split`` under ``train_cells``.
 
     The checkpoint name is a hash of everything that decides the weights, so rerunning a
-    protocol reuses checkpoints already trained (``TrainResult.reused``). With ``progress``,
-    a line every 10 s on stderr: steps done, rate, ETA and the current loss.
+    protocol reuses checkpoints already trained (``TrainResult.reused``). ``method``: a
+    training method of :mod:`robustlab.train.methods` (None: plain cross-entropy); it is
+    part of that hash and of the checkpoint's name. With ``progress``, a line every 10 s on
+    stderr: steps done, rate, ETA and the current loss.
     """
     import json
 
@@ -106,7 +108,10 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
            "config": config.describe(), "cells": [[s, str(lv)] for s, lv in cells],
            "split": split.fingerprint, "seed": int(seed), "data": plan["record"].data_fingerprint,
            "protocol": plan["protocol"].describe()}
+    if method is not None:
+        key["method"] = method.describe()
     name = "-".join([model.spec.replace(":", "_").replace("/", "_"), config.mode,
+                     *([method.name] if method is not None else []),
                      "+".join(_cell_name(s, lv) for s, lv in cells), hash_id(key)])
     ckpt = Path(out) / f"{name}.pth"
     if ckpt.is_file() and ckpt.with_suffix(".json").is_file():
@@ -132,7 +137,7 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
                         extra_record={"split": split.describe(),
                                       "data_root": plan["record"].data_root,
                                       "train_seed_rule_seed": int(seed), "identity": key},
-                        progress=step_done)
+                        method=method, progress=step_done)
     finally:
         if lines is not None:
             lines.close()
