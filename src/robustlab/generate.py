@@ -108,6 +108,7 @@ class GenerateResult:
         skipped_inputs: ``(id, reason)`` of sources not used (undecodable, non-image...).
         failures: ``(id, shift, level, reason)`` per failed cell.
         seconds: Wall time.
+        stages: With the Ray backend, worker time and rate per pipeline stage.
     """
 
     out: Path
@@ -122,6 +123,7 @@ class GenerateResult:
     converted: list[tuple[str, str]] = field(default_factory=list)
     attributes: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
 
 
 # --------------------------------------------------------------------------- worker
@@ -402,6 +404,8 @@ def generate(
     bboxes: str | Path | None = None,
     max_pixels: int = MAX_PIXELS,
     progress: bool = True,
+    backend: str = "local",
+    address: str | None = None,
 ) -> GenerateResult:
     """Generate a suite's cells for every image under ``data`` into ``out``.
 
@@ -419,6 +423,13 @@ def generate(
         labels_csv, masks, bboxes: Passed to :func:`discover`.
         max_pixels: Decompression-bomb limit for sources.
         progress: Show a tqdm progress bar on stderr.
+        backend: ``"local"`` (a process pool here) or ``"ray"`` (a Ray cluster: the
+            workers write the files, :mod:`robustlab.run.ray_backend`). The files are the
+            same byte for byte and the folder's identity does not name the backend, so a
+            run started on one resumes on the other.
+        address: The Ray cluster's ``HOST:PORT`` (None: a Ray instance on this machine
+            with ``workers`` CPUs, 0 meaning all). ``out`` must be a path every node of
+            the cluster sees.
 
     Returns:
         A :class:`GenerateResult`; the manifest at ``out/manifest.json`` holds the record.
@@ -450,6 +461,9 @@ def generate(
         raise InputError(f"workers must be 0 (one per CPU) or more, got {workers!r}")
     if limit is not None and int(limit) < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
+    from robustlab.run.executors import check_backend
+
+    check_backend(backend, address)
     cells = tuple(suite_obj.cells())
     shift_objs = {n: get_shift(n) for n in names}
 
@@ -550,6 +564,9 @@ def generate(
                             skipped_inputs=list(skipped_listing))
     n_workers = max(1, min(int(workers) if workers else available_cpus(), len(samples)))
     run_record["workers"] = n_workers
+    run_record["backend"] = backend
+    if backend == "ray":
+        run_record["address"] = address
     # The identity goes to disk before the first file: a killed run's files stay tied to it.
     with manifest_lock(out_root):
         prev = load_manifest(manifest_path)
@@ -587,7 +604,14 @@ def generate(
 
     status = "interrupted"
     try:
-        if n_workers == 1:
+        if backend == "ray":
+            from robustlab.run.ray_backend import generate_on_ray
+
+            times = generate_on_ray(samples, job, collect, address=address,
+                                    cpus=int(workers) or None)
+            run_record["stages"] = result.stages = times.summary()
+            log.info("%s", times.line())
+        elif n_workers == 1:
             _init_worker(job, single_thread=False)
             for s in samples:
                 collect(process_sample(s, job))
