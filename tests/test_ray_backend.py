@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import kill_after_first_file
 
 import robustlab
-from conftest import kill_after_first_file
 from robustlab.errors import EnvironmentProblem, InputError, MissingResourceError
 from robustlab.generate import TEMP_SUFFIX, generate
 from robustlab.run.ray_backend import check_address, plan_placement
@@ -130,7 +130,7 @@ def _free_port() -> int:
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "robustlab.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+                          text=True, timeout=timeout, env=env, check=False)
 
 
 def test_unreachable_address_is_one_line(photos, tmp_path, capsys):
@@ -164,7 +164,7 @@ def test_missing_ray_install_names_the_extra(photos, tmp_path):
              "sys.exit(main(sys.argv[1:]))\n")
     proc = subprocess.run([sys.executable, "-c", block, "generate", "imagenet-c", "--data",
                            str(photos), "--out", str(tmp_path / "o"), "--backend", "ray"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     assert "needs Ray" in proc.stderr and "pip install 'robustlab[ray]'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -288,7 +288,7 @@ def test_a_killed_driver_resumes_with_nothing_lost_or_duplicated(ray_cluster, sa
     kill_after_first_file(gen, out, "*.JPEG")
     partial = len(list(out.rglob("*.JPEG")))
     assert 0 < partial < 8 * len(SHIFTS) * len(LEVELS)
-    assert subprocess.run(gen, capture_output=True, timeout=300).returncode == 0
+    assert subprocess.run(gen, capture_output=True, timeout=300, check=False).returncode == 0
     local = tmp_path / "local"
     generate("imagenet-c", photos, local, shifts=SHIFTS, levels=LEVELS, workers=1, progress=False)
     assert _files(out) == _files(local) and not list(out.rglob(f"*{TEMP_SUFFIX}"))
@@ -310,8 +310,130 @@ def test_a_killed_driver_resumes_with_nothing_lost_or_duplicated(ray_cluster, sa
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert 0 < store.count() < total
-    done = subprocess.run(ev, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(ev, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     keys = store.predictions(columns=["sample_id", "shift", "level"])
     assert len(keys) == total and not keys.duplicated().any()
     assert store.runs()["status"].tolist() == ["finished"]
+
+
+# ----------------------------------------------------------------------------- slow: two nodes
+def _using(folder: str) -> list[int]:
+    """Pids of processes that name ``folder`` on their command line or hold a file in it
+    (Ray's processes retitle themselves, but keep their session files open)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if folder in Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace"):
+                out.append(int(entry))
+                continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                if os.readlink(f"/proc/{entry}/fd/{fd}").startswith(folder):
+                    out.append(int(entry))
+                    break
+        except OSError:
+            continue
+    return out
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "ray start --head exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"the Ray head did not open port {port}")
+
+
+def _wait_for_cpus(address: str, cpus: int, env: dict, timeout: float = 120) -> None:
+    probe = (f"import ray, time\nray.init(address={address!r}, logging_level='ERROR')\n"
+             f"t = time.time()\nwhile ray.cluster_resources().get('CPU', 0) < {cpus} "
+             f"and time.time() - t < {timeout}:\n    time.sleep(0.5)\n"
+             "print(len(ray.nodes()), ray.cluster_resources().get('CPU', 0))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False,
+                          env=env, timeout=timeout + 60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2", f"{float(cpus)}"], done.stdout
+
+
+@pytest.mark.slow
+def test_two_nodes_started_with_ray_start(samples_dir, tmp_path, lite0):
+    """The README's cluster recipe on one machine: ``ray start --head`` (no CPU of its own,
+    as a head node often is) and a second ``ray start --address`` with 2 CPUs; robustlab
+    on that cluster first refuses the CPU-less head in one line, then, with the worker
+    node joined, writes the local backend's files and stores its rows."""
+    import tempfile
+
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    if not Path(ray_bin).exists():
+        pytest.skip(f"no `ray` command next to {sys.executable}")
+    photos = _photos(samples_dir, tmp_path / "p", 4)
+    # Unix socket paths must stay short: Ray's session folder lives under /tmp.
+    temp = tempfile.mkdtemp(prefix="rl-ray-", dir="/tmp")
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    # No token authentication between these processes, whatever ~/.ray holds.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    common = ["--block", "--temp-dir", temp, "--num-gpus", "0", "--disable-usage-stats"]
+    nodes = [subprocess.Popen([ray_bin, "start", "--head", "--port", str(port), "--num-cpus", "0",
+                               "--include-dashboard", "false", *common], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        _wait_for_port(port, nodes[0])
+        cells = ["--shift", ",".join(SHIFTS), "--level", ",".join(map(str, LEVELS)), "--quiet",
+                 "--backend", "ray", "--address", address]
+        out = tmp_path / "ray"
+        gen = [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data",
+               str(photos), "--out", str(out), *cells]
+        refused = subprocess.run(gen, capture_output=True, text=True, env=env, timeout=300,
+                                 check=False)
+        assert refused.returncode == 2, refused.stderr
+        assert "the Ray cluster has no CPU for the decode and shift tasks" in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+        nodes.append(subprocess.Popen([ray_bin, "start", "--address", address, "--num-cpus", "2",
+                                       *common], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        _wait_for_cpus(address, 2, env)
+        done = subprocess.run(gen, capture_output=True, text=True, env=env, timeout=600,
+                              check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "ray stages: write 4" in done.stdout
+        local = tmp_path / "local"
+        generate("imagenet-c", photos, local, shifts=SHIFTS, levels=LEVELS, workers=1,
+                 progress=False)
+        assert _files(out) == _files(local)
+
+        db = tmp_path / "ray.duckdb"
+        ev = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(photos),
+              "--suite", "imagenet-c", "--db", str(db), "--batch-size", "4", *cells]
+        done = subprocess.run(ev, capture_output=True, text=True, env=env, timeout=600,
+                              check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        reference = tmp_path / "local.duckdb"
+        robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=SHIFTS, levels=LEVELS,
+                           db=reference, workers=0, batch_size=4, progress=False)
+        pd.testing.assert_frame_equal(Store(db).predictions(), Store(reference).predictions())
+    finally:
+        # ``ray start --block`` stops the processes it started when it is terminated.
+        for node in reversed(nodes):
+            node.terminate()
+            try:
+                node.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                node.kill()
+                node.wait()
+        deadline = time.monotonic() + 30
+        while _using(temp) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in _using(temp):  # stragglers of these two nodes only, by their id
+            os.kill(pid, signal.SIGKILL)
+        import shutil
+
+        shutil.rmtree(temp, ignore_errors=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -110,12 +111,18 @@ def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator
                                   "logging_level": logging.WARNING}
         if not address:
             kwargs.update(num_cpus=cpus or None, include_dashboard=False)
+        # Ray's C++ core would print a warning line per connection retry before the error.
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         try:
             ray.init(**kwargs)
-        except ConnectionError as exc:
-            raise EnvironmentProblem(f"cannot connect to a Ray cluster at {address}: "
-                                     f"{_first_line(exc)}",
-                                     hint="check the address `ray start --head` printed") from None
+        except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+            token = "token" in str(exc).lower()
+            raise EnvironmentProblem(
+                f"cannot connect to a Ray cluster at {address}: "
+                + ("it asks for an authentication token" if token else _first_line(exc)),
+                hint="export RAY_AUTH_MODE=token, with the head's ~/.ray/auth_token on this "
+                     "machine" if token else "check the address `ray start --head` printed",
+            ) from None
         started = True
     try:
         yield dict(ray.cluster_resources())
