@@ -441,6 +441,22 @@ def generate(
         ValueError: unknown suite/shift/level, missing or empty data folder, or a shift
             that needs masks without them.
     """
+    from robustlab.run.executors import check_backend
+
+    check_backend(backend, address)
+    if backend == "ray":
+        from robustlab.run.ray_backend import plan_placement, ray_running, ray_session
+
+        if not ray_running():
+            # Connect (or start Ray here) and check the cluster before any source is read
+            # or any file written; the call below runs in that session.
+            with ray_session(address, int(workers) or None) as resources:
+                plan_placement(resources, model=False)
+                return generate(suite, data, out, shifts=shifts, levels=levels, seed=seed,
+                                workers=workers, fmt=fmt, keep_size=keep_size, limit=limit,
+                                labels_csv=labels_csv, masks=masks, bboxes=bboxes,
+                                max_pixels=max_pixels, progress=progress, backend=backend,
+                                address=address)
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
     # Shifts needing an unconfigured tool (ai_bg without an inpainter) are skipped, logged.
@@ -461,9 +477,6 @@ def generate(
         raise InputError(f"workers must be 0 (one per CPU) or more, got {workers!r}")
     if limit is not None and int(limit) < 1:
         raise InputError(f"limit must be at least 1, got {limit}")
-    from robustlab.run.executors import check_backend
-
-    check_backend(backend, address)
     cells = tuple(suite_obj.cells())
     shift_objs = {n: get_shift(n) for n in names}
 

@@ -13,7 +13,8 @@ The work is a Ray Data pipeline (Ray's streaming engine, no scheduler of our own
 * ``generate``: sample indices -> CPU tasks that decode, prepare, shift, encode and write
   each image's cells with the atomic write of the local backend -> outcomes streamed to
   the driver, which keeps the manifest. A task whose worker process dies is retried once,
-  then its image is skipped as "a worker process crashed on it", as locally.
+  then its images are skipped as "a worker process crashed on it", as locally (a task
+  holds a few images, :func:`task_size`; a rerun retries them).
 * ``evaluate``: task indices -> CPU tasks that decode, prepare, shift and preprocess
   (uint8 pixels) -> an actor pool that holds the model (one actor per GPU, ``num_gpus=1``,
   when the cluster has GPUs; else one CPU actor) -> predictions streamed to the driver,
@@ -85,6 +86,13 @@ def check_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
             f"cannot reach a Ray cluster at {address}: {reason}",
             hint="start one with `ray start --head` and pass the address it prints, or leave "
                  "out --address to run on a Ray instance on this machine") from None
+
+
+def ray_running() -> bool:
+    """Whether this process is already connected to Ray (a session of its own is open)."""
+    import ray
+
+    return ray.is_initialized()
 
 
 @contextlib.contextmanager
@@ -275,7 +283,17 @@ def stages_line(summary: dict) -> str:
     return f"ray stages: {'; '.join(parts)}; wall {summary.get('wall_s', 0):.1f} s"
 
 
-def _map_tasks(ds, fn, **kwargs):
+def task_size(n_items: int, cpus: float) -> int:
+    """Items per map task: about four tasks per CPU, at most 16 items each.
+
+    One item per task would pay Ray's per-task cost (scheduling, an object per result:
+    tens of ms) on every image, more than a small image's work; a few tasks per CPU still
+    balance the load, and a task lost with its worker only redoes what it had not written.
+    """
+    return max(1, min(16, int(n_items // max(1.0, 4 * cpus))))
+
+
+def _map_tasks(ds, fn, size: int = 1, **kwargs):
     """``ds.map_batches(fn)`` as CPU tasks that a dead worker process retries only
     ``TASK_RETRIES`` times (Ray Data's default retries forever: an image that kills its
     worker every time would hang the run; locally it is skipped after two tries).
@@ -289,7 +307,8 @@ def _map_tasks(ds, fn, **kwargs):
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.* is deprecated")
-        return ds.map_batches(fn, batch_size=1, num_cpus=1, max_retries=TASK_RETRIES, **kwargs)
+        return ds.map_batches(fn, batch_size=size, num_cpus=1, max_retries=TASK_RETRIES,
+                              **kwargs)
 
 
 @contextlib.contextmanager
@@ -351,7 +370,7 @@ def generate_on_ray(samples: Sequence, job, collect: Callable, *, address: str |
     times = StageTimes()
     started = time.perf_counter()
     with ray_session(address, cpus) as resources:
-        plan_placement(resources, model=False)
+        placement = plan_placement(resources, model=False)
         import ray.data
 
         seen: set[int] = set()
@@ -359,7 +378,8 @@ def generate_on_ray(samples: Sequence, job, collect: Callable, *, address: str |
         # skipped below, as the local pool does with an image that keeps killing workers.
         with _data_context(max_errored_blocks=-1), _worker_errors_as_ours():
             ds = ray.data.from_items([{"index": i} for i in range(len(samples))])
-            ds = _map_tasks(ds, functools.partial(_write_cells, samples=list(samples), job=job))
+            ds = _map_tasks(ds, functools.partial(_write_cells, samples=list(samples), job=job),
+                            task_size(len(samples), placement.cpus))
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for i, outcome, sec in zip(batch["index"], batch["outcome"], batch["seconds"]):
                     if isinstance(outcome, BaseException):
@@ -491,7 +511,8 @@ def predict_on_ray(dataset, model, *, batch_size: int, cells_per_task: float,
         tasks_per_batch = max(1, round(batch_size / max(1.0, cells_per_task)))
         with _data_context(), _worker_errors_as_ours():
             ds = ray.data.from_items([{"index": i} for i in range(len(dataset))])
-            ds = _map_tasks(ds, functools.partial(_prepare_cells, dataset=dataset))
+            ds = _map_tasks(ds, functools.partial(_prepare_cells, dataset=dataset),
+                            task_size(len(dataset), placement.cpus))
             ds = ds.map_batches(
                 _Predictor, batch_size=tasks_per_batch,
                 fn_constructor_args=(model.spec, model.weights_path, _label_space_arg(model),
@@ -509,4 +530,4 @@ def predict_on_ray(dataset, model, *, batch_size: int, cells_per_task: float,
 
 
 __all__ = ["Placement", "StageTimes", "check_address", "generate_on_ray", "plan_placement",
-           "predict_on_ray", "ray_session", "require_ray", "stages_line"]
+           "predict_on_ray", "ray_running", "ray_session", "require_ray", "stages_line"]
