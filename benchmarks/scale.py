@@ -38,8 +38,9 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _startup(ray, cpus: int) -> tuple[float, float]:
-    """Seconds of ``ray.init`` and of a first one-row Ray Data pipeline."""
+def _startup(ray, cpus: int) -> tuple[float, float, float]:
+    """Seconds of ``ray.init``, of a first one-row Ray Data pipeline and of a second one
+    (the fixed cost every job pays on a running instance)."""
     import ray.data
 
     t_init = _timed(lambda: ray.init(num_cpus=cpus, include_dashboard=False,
@@ -47,8 +48,10 @@ def _startup(ray, cpus: int) -> tuple[float, float]:
     for name in ("ray", "ray.data"):
         logging.getLogger(name).setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False
-    t_data = _timed(lambda: ray.data.from_items([{"x": 0}]).map_batches(lambda b: b).take_all())
-    return t_init, t_data
+    def empty():
+        return ray.data.from_items([{"x": 0}]).map_batches(lambda b: b).take_all()
+
+    return t_init, _timed(empty), _timed(empty)
 
 
 def main() -> None:
@@ -98,7 +101,7 @@ def main() -> None:
             if "evaluate" not in args.skip:
                 result[f"eval_local_{phase}"] = run_evaluate(f"local{c}{phase}", model,
                                                              workers=c - 1)
-        result["init_s"], result["first_pipeline_s"] = _startup(ray, c)
+        result["init_s"], result["first_pipeline_s"], result["next_pipeline_s"] = _startup(ray, c)
         try:
             for phase in ("cold", "warm"):
                 if "generate" not in args.skip:
@@ -126,7 +129,8 @@ def main() -> None:
                   f"| {warm:.2f} (x{warm / lw:.2f}) |")
     for r in rows:
         print(f"Ray start-up with {r['cores']} CPU(s): ray.init {r['init_s']:.1f} s, first "
-              f"Ray Data pipeline {r['first_pipeline_s']:.1f} s")
+              f"Ray Data pipeline {r['first_pipeline_s']:.1f} s, each later one "
+              f"{r['next_pipeline_s']:.2f} s")
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         for key, job in (("gen", "generate"), ("eval", "evaluate")):
