@@ -450,7 +450,8 @@ def generate(
         if not ray_running():
             # Connect (or start Ray here) and check the cluster before any source is read
             # or any file written; the call below runs in that session.
-            with ray_session(address, int(workers) or None) as resources:
+            cpus = workers if isinstance(workers, int) and workers > 0 else None
+            with ray_session(address, cpus) as resources:  # a bad count is refused below
                 plan_placement(resources, model=False)
                 return generate(suite, data, out, shifts=shifts, levels=levels, seed=seed,
                                 workers=workers, fmt=fmt, keep_size=keep_size, limit=limit,
