@@ -209,18 +209,26 @@ def _objects(values: Sequence) -> np.ndarray:
     return out
 
 
-_THREADS_SET = False
+_THREADS_SET: set[bool] = set()
 
 
-def _one_thread() -> None:
-    """One OpenCV and torch thread per task: Ray already runs one task per CPU."""
-    global _THREADS_SET
-    if _THREADS_SET:
+def _one_thread(torch: bool) -> None:
+    """One OpenCV (and torch) thread per task, once per worker process: Ray already runs
+    one task per CPU. ``generate`` never needs torch, so its tasks do not import it."""
+    if torch in _THREADS_SET:
         return
-    _THREADS_SET = True
-    from robustlab.run.tasks import worker_init
+    _THREADS_SET.add(torch)
+    if torch:
+        from robustlab.run.tasks import worker_init
 
-    worker_init(0)
+        worker_init(0)
+        return
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+    except ImportError:  # pragma: no cover - OpenCV is a dependency
+        pass
 
 
 def _ray_cause(exc: BaseException) -> BaseException | None:
@@ -334,7 +342,7 @@ def _write_cells(batch: dict, *, samples: Sequence, job) -> dict:
     """Map stage of ``generate``: the local backend's work unit on each sample."""
     from robustlab.generate import process_sample
 
-    _one_thread()
+    _one_thread(torch=False)
     outcomes, seconds = [], []
     for i in batch["index"]:
         t0 = time.perf_counter()
@@ -398,7 +406,7 @@ def generate_on_ray(samples: Sequence, job, collect: Callable, *, address: str |
 def _prepare_cells(batch: dict, *, dataset) -> dict:
     """CPU stage of ``evaluate``: decode, prepare, shift and preprocess each task's cells
     (the local DataLoader workers' :meth:`TaskDataset.__getitem__`)."""
-    _one_thread()
+    _one_thread(torch=True)
     pixels, errors, measured, seconds = [], [], [], []
     for i in batch["index"]:
         t0 = time.perf_counter()
