@@ -209,3 +209,24 @@ def sync_playwright_or_skip():
     except ImportError:
         pytest.skip("browser test needs the playwright Python package (pip install playwright)")
     return sync_playwright
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> str:
+    """One Ray instance for the whole test run (starting one takes seconds): 2 CPUs and one
+    declared GPU, so the model actors take the ``num_gpus=1`` path on a CPU-only machine
+    (torch finds no CUDA there and the model runs on the CPU). Yields the address that
+    ``--address`` takes, for CLI runs in subprocesses; in this process robustlab uses the
+    running instance as it is."""
+    import logging
+
+    ray = pytest.importorskip("ray", reason="the Ray backend tests need ray[data] (pip install "
+                              "'robustlab[ray]', part of the test extra)")
+    pytest.importorskip("ray.data")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()

@@ -69,7 +69,7 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
     from robustlab.report import build_report
 
     res = build_report(db, tmp_path / "r.html", n_resamples=20)
-    assert res.grids == 1 and "edit-accuracy" in res.tables
+    assert res.grids == 2 and "edit-accuracy" in res.tables  # the 2 samples with every cell
     assert not any("no longer holds" in n for n in res.notes)
     with pytest.raises(ValueError, match="leave out --suite"):
         evaluate("lite0", archive, suite="imagenet-c", db=db, workers=0, progress=False)

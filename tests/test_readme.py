@@ -45,6 +45,14 @@ UNRUNNABLE = {
     "robustlab review --data hard/ --db robustlab.duckdb --export final.csv -k 2":
         "needs review decisions on mine's output",
     "robustlab evaluate lite0 --data hard/ --labels final.csv": "reads review's export",
+    "pip install 'robustlab[ray]'": "installs; the Ray extra is part of the test extra",
+    "ray start --head --port 6379": "starts cluster daemons on a fixed port; "
+        "test_ray_backend.py's two-node test runs this recipe",
+    "ray start --address HEAD:6379": "needs a head node (the two-node test)",
+    "robustlab generate imagenet-c --data /nfs/val/ --out /nfs/imagenet-c/ --backend ray "
+    "--address HEAD:6379": "needs a Ray cluster (the two-node test)",
+    "robustlab evaluate lite0 --data /nfs/val/ --suite imagenet-c --backend ray "
+    "--address HEAD:6379": "needs a Ray cluster (the two-node test)",
 }
 
 PHOTOS = ["cat/chelsea.png", "rocket/rocket.jpg"]

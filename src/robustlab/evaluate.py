@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -407,7 +408,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
              levels=None, labels_csv=None, masks=None, label_space=None, weights=None,
              device=None, batch_size: int | None = None, workers: int | None = None,
              prefetch: int = 2, cells_per_task: int = 0, backend: str = "local",
-             progress: bool | None = None):
+             address: str | None = None, progress: bool | None = None):
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 
     Shifts are applied on the fly with :mod:`robustlab.pipeline` (nothing is written to
@@ -431,8 +432,15 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         labels_csv, masks: Passed to :func:`robustlab.data.sources.discover`.
         label_space: Label space name (default: the suite's, else ``imagenet1k``).
         weights, device, batch_size: Passed to :func:`robustlab.models.load_model`.
-        workers: DataLoader worker processes (default: CPU cores - 1, at least 1).
-        prefetch, cells_per_task, backend: Execution details (never change results).
+        workers: DataLoader worker processes (default: CPU cores - 1, at least 1); with
+            ``backend="ray"`` and no ``address``, the CPUs of the Ray instance started on
+            this machine (default: all).
+        prefetch, cells_per_task: Execution details (never change results).
+        backend: ``"local"`` (worker processes on this machine) or ``"ray"`` (a Ray
+            cluster, :mod:`robustlab.run.ray_backend`): the same predictions and the same
+            run id, so a run started on one may be finished on the other.
+        address: The Ray cluster's ``HOST:PORT`` (``ray start --head`` prints it; None: a
+            Ray instance on this machine). Only with ``backend="ray"``.
         progress: Show progress (default True): per-cell bars when stderr is a terminal,
             else a line every few seconds with done/total, rate and ETA.
 
@@ -440,32 +448,50 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         A DataFrame with one row per cell of this run: model, suite, shift, level, n,
         top1, top5, error (``.attrs`` holds ``run_id``, ``skipped`` and ``db``).
     """
+    from robustlab.run.executors import check_backend
     from robustlab.run.runner import RunOptions, Runner
     from robustlab.shifts.kernels import ensure_compiled_for
 
-    plan = plan_run(model, data, suite=suite, seed=seed, shifts=shifts, levels=levels,
-                    labels_csv=labels_csv, masks=masks, label_space=label_space,
-                    weights=weights, device=device, batch_size=batch_size)
-    m = plan["model"]
-    options = RunOptions(
-        batch_size=int(batch_size or getattr(m, "batch_size", None) or 32),
-        workers=default_workers() if workers is None else int(workers),
-        prefetch=prefetch, cells_per_task=cells_per_task, backend=backend,
-        progress=True if progress is None else bool(progress),
-    )
-    if options.batch_size < 1:
-        raise InputError(f"batch size must be at least 1, got {options.batch_size}")
-    store = Store(db)
-    _check_same_resources(store, plan["record"])
-    _check_same_fill(store, plan["record"])
-    note_earlier_runs(store, plan["record"])
-    if getattr(plan["images"], "generated_root", None) is None:  # shifts computed here
-        ensure_compiled_for({s for s, _ in plan["cells"]}, progress=options.progress)
-    summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
-                     store, plan["record"], options).run()
+    check_backend(backend, address)
+    session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if backend == "ray":
+        from robustlab.run.ray_backend import plan_placement, ray_session
+
+        # Connected, and the cluster's resources checked, before the images are hashed and
+        # the model loaded: a cluster that cannot run the job says so at once.
+        session = ray_session(address, int(workers) if workers else None)
+    with session as resources:
+        if resources is not None:
+            plan_placement(resources, device)
+        # On Ray the driver's model only names the run and scores the predictions: it stays
+        # on the CPU, the actors load it on the device asked for.
+        plan = plan_run(model, data, suite=suite, seed=seed, shifts=shifts, levels=levels,
+                        labels_csv=labels_csv, masks=masks, label_space=label_space,
+                        weights=weights, device="cpu" if backend == "ray" else device,
+                        batch_size=batch_size)
+        m = plan["model"]
+        if workers is None:
+            workers = 0 if backend == "ray" else default_workers()
+        options = RunOptions(
+            batch_size=int(batch_size or getattr(m, "batch_size", None) or 32),
+            workers=int(workers), prefetch=prefetch, cells_per_task=cells_per_task,
+            backend=backend, address=address, device=device,
+            progress=True if progress is None else bool(progress),
+        )
+        if options.batch_size < 1:
+            raise InputError(f"batch size must be at least 1, got {options.batch_size}")
+        store = Store(db)
+        _check_same_resources(store, plan["record"])
+        _check_same_fill(store, plan["record"])
+        note_earlier_runs(store, plan["record"])
+        if getattr(plan["images"], "generated_root", None) is None:  # shifts computed here
+            ensure_compiled_for({s for s, _ in plan["cells"]}, progress=options.progress)
+        summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
+                         store, plan["record"], options).run()
     _store_generated_attributes(store, plan)
     table = run_table(store, summary.run_id, skipped=summary.skipped)
-    table.attrs.update({"n_written": summary.n_written, "resumed": summary.resumed})
+    table.attrs.update({"n_written": summary.n_written, "resumed": summary.resumed,
+                        "stages": summary.stages})
     return table
 
 

@@ -109,6 +109,7 @@ class GenerateResult:
         skipped_inputs: ``(id, reason)`` of sources not used (undecodable, non-image...).
         failures: ``(id, shift, level, reason)`` per failed cell.
         seconds: Wall time.
+        stages: With the Ray backend, worker time and rate per pipeline stage.
     """
 
     out: Path
@@ -123,6 +124,7 @@ class GenerateResult:
     converted: list[tuple[str, str]] = field(default_factory=list)
     attributes: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
 
 
 # --------------------------------------------------------------------------- worker
@@ -403,6 +405,8 @@ def generate(
     bboxes: str | Path | None = None,
     max_pixels: int = MAX_PIXELS,
     progress: bool = True,
+    backend: str = "local",
+    address: str | None = None,
 ) -> GenerateResult:
     """Generate a suite's cells for every image under ``data`` into ``out``.
 
@@ -421,6 +425,13 @@ def generate(
         labels_csv, masks, bboxes: Passed to :func:`discover`.
         max_pixels: Decompression-bomb limit for sources.
         progress: Show a tqdm progress bar on stderr.
+        backend: ``"local"`` (a process pool here) or ``"ray"`` (a Ray cluster: the
+            workers write the files, :mod:`robustlab.run.ray_backend`). The files are the
+            same byte for byte and the folder's identity does not name the backend, so a
+            run started on one resumes on the other.
+        address: The Ray cluster's ``HOST:PORT`` (None: a Ray instance on this machine
+            with ``workers`` CPUs, 0 meaning all). ``out`` must be a path every node of
+            the cluster sees.
 
     Returns:
         A :class:`GenerateResult`; the manifest at ``out/manifest.json`` holds the record.
@@ -432,6 +443,23 @@ def generate(
         ValueError: unknown suite/shift/level, missing or empty data folder, or a shift
             that needs masks without them.
     """
+    from robustlab.run.executors import check_backend
+
+    check_backend(backend, address)
+    if backend == "ray":
+        from robustlab.run.ray_backend import plan_placement, ray_running, ray_session
+
+        if not ray_running():
+            # Connect (or start Ray here) and check the cluster before any source is read
+            # or any file written; the call below runs in that session.
+            cpus = workers if isinstance(workers, int) and workers > 0 else None
+            with ray_session(address, cpus) as resources:  # a bad count is refused below
+                plan_placement(resources, model=False)
+                return generate(suite, data, out, shifts=shifts, levels=levels, seed=seed,
+                                workers=workers, fmt=fmt, keep_size=keep_size, limit=limit,
+                                labels_csv=labels_csv, masks=masks, bboxes=bboxes,
+                                max_pixels=max_pixels, progress=progress, backend=backend,
+                                address=address)
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
     # Shifts needing an unconfigured tool (ai_bg without an inpainter) are skipped, logged.
@@ -552,6 +580,9 @@ def generate(
     n_workers = 0 if workers == 0 else max(1, min(
         available_cpus() if workers is None else int(workers), len(samples)))
     run_record["workers"] = n_workers
+    run_record["backend"] = backend
+    if backend == "ray":
+        run_record["address"] = address
     # The identity goes to disk before the first file: a killed run's files stay tied to it.
     with manifest_lock(out_root):
         prev = load_manifest(manifest_path)
@@ -590,7 +621,17 @@ def generate(
 
     status = "interrupted"
     try:
-        if n_workers == 0:
+        if backend == "ray":
+            from robustlab.run.ray_backend import generate_on_ray
+
+            times = generate_on_ray(samples, job, collect, process=process_sample,
+                                    crashed=lambda s: SampleOutcome(
+                                        s.id, skip_reason="a worker process crashed on it"),
+                                    address=address,
+                                    cpus=int(workers) if workers else None)
+            run_record["stages"] = result.stages = times.summary()
+            log.info("%s", times.line())
+        elif n_workers == 0:
             _init_worker(job, single_thread=False)
             for sample in samples:
                 collect(process_sample(sample, job))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_no_progress, level, workers
+from robustlab.commands._args import CommaList, add_backend, add_no_progress, level, workers
 
 
 def add_parser(sub) -> None:
@@ -29,6 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=workers, default=None,
                    help="data worker processes that decode and shift images ahead of the model "
                         "(default: cores - 1; 0: all in the main process)")
+    add_backend(p)
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -45,6 +46,7 @@ def run(args) -> int:
                   shifts=args.shifts, levels=args.levels, labels_csv=args.labels,
                   masks=args.masks, label_space=args.label_space, weights=args.weights,
                   device=args.device, batch_size=args.batch_size, workers=args.workers,
+                  backend=args.backend, address=args.address,
                   progress=False if args.no_progress else None)
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
@@ -52,6 +54,10 @@ def run(args) -> int:
     if skipped:
         print(f"skipped {len({s[0] for s in skipped})} image(s); first: {skipped[0][0]}: "
               f"{skipped[0][1]} (all listed in the run record)", file=sys.stderr)
+    if df.attrs.get("stages"):
+        from robustlab.run.ray_backend import stages_line
+
+        print(stages_line(df.attrs["stages"]), file=sys.stderr)
     print(f"run {df.attrs['run_id']} stored in {df.attrs['db']}", file=sys.stderr)
     if df.empty or int(df["n"].sum()) == 0:
         # A run without a single prediction has no number to report: say so, as generate does.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_no_progress, workers
+from robustlab.commands._args import CommaList, add_backend, add_no_progress, workers
 
 
 def add_parser(sub) -> None:
@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
                    help="worker processes (default: one per available CPU; 0: all in the main "
                         "process)")
     p.add_argument("--limit", type=int, default=None, help="only the first N images (sorted by id)")
+    add_backend(p)
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -45,6 +46,7 @@ def run(args) -> int:
         levels=None if args.levels is None else ",".join(args.levels), seed=args.seed,
         workers=args.workers, fmt=args.fmt, keep_size=args.keep_size, limit=args.limit,
         labels_csv=args.labels, masks=args.masks, bboxes=args.bboxes, progress=not args.no_progress,
+        backend=args.backend, address=args.address,
     )
     rate = res.samples / res.seconds if res.seconds > 0 else 0.0
     print(
@@ -53,6 +55,10 @@ def run(args) -> int:
         f"({res.samples} images x {res.cells} cells, {res.seconds:.1f} s, {rate:.2f} images/s); "
         f"manifest: {res.manifest_path}"
     )
+    if res.stages:
+        from robustlab.run.ray_backend import stages_line
+
+        print(stages_line(res.stages))
     for sid, reason in res.skipped_inputs[:10]:
         print(f"  skipped {sid}: {reason}")
     if len(res.skipped_inputs) > 10:

@@ -61,4 +61,21 @@ def get_executor(name: str):
     try:
         return EXECUTORS[name]
     except KeyError:
-        raise InputError(f"unknown backend {name!r}; available: {', '.join(EXECUTORS)}") from None
+        raise InputError(f"unknown backend {name!r}; available: {', '.join([*EXECUTORS, 'ray'])}"
+                         ) from None
+
+
+def check_backend(name: str, address: str | None = None) -> None:
+    """Refuse an unknown backend, a missing Ray install or an ``address`` without Ray before
+    any work starts (a model load, a hash of every image)."""
+    if name == "ray":
+        from robustlab.run.ray_backend import check_address, require_ray
+
+        require_ray()
+        if address:
+            check_address(address)
+        return
+    get_executor(name)
+    if address:
+        raise InputError(f"--address {address} names a Ray cluster, but the backend is {name!r}",
+                         hint="add --backend ray (backend='ray' in Python)")

@@ -39,7 +39,11 @@ class RunOptions:
             sample's cells in one task). One task per sample keeps task costs even, so
             in-order delivery never waits behind a slow task; a bound only matters for
             suites whose cells do not fit in a worker's memory at once.
-        backend: Executor name (``local``).
+        backend: ``local`` (a DataLoader over worker processes, the model in this
+            process) or ``ray`` (:mod:`robustlab.run.ray_backend`).
+        address: Ray cluster to use (``HOST:PORT``); None starts a Ray instance here with
+            ``workers`` CPUs (0: all).
+        device: The device asked for (Ray places the model on a GPU when it may).
         progress: Show per-cell progress bars.
     """
 
@@ -48,6 +52,8 @@ class RunOptions:
     prefetch: int = 2
     cells_per_task: int = 0
     backend: str = "local"
+    address: str | None = None
+    device: str | None = None
     progress: bool = True
 
     def __post_init__(self):
@@ -65,6 +71,7 @@ class RunSummary:
     n_written: int = 0
     n_already_done: int = 0
     skipped: list[list[str]] = field(default_factory=list)
+    stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
 
 
 def _to_numpy(x) -> np.ndarray:
@@ -165,45 +172,15 @@ class Runner:
         writer = None
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
-            executor = get_executor(self.options.backend)
-            device = self.model.input_device()
-            on_gpu = device.startswith("cuda")
-            # Nothing left (a rerun of a finished run): starting worker processes would
-            # cost seconds per run for no item at all.
-            items = executor(dataset, workers=self.options.workers,
-                             prefetch=self.options.prefetch, pin_memory=on_gpu) if tasks else iter(())
             writer = PredictionWriter(self.store, run_id, on_written=lambda out: (
                 setattr(summary, "n_written", summary.n_written + len(out["shift"])),
                 progress.update(zip(out["shift"], out["level"]))))
             pending: list[tuple[Task, Any, list[int]]] = []
-            n_pending = 0
-            for index, tensor, errors, measured in items:
-                task = tasks[index]
-                sample = self.samples[task.sample_index]
-                for cell_index, attrs in measured:
-                    shift, level = task.cells[cell_index]
-                    self._attributes.append({"sample_id": sample.id, "shift": shift,
-                                             "level": level_key(level), **attrs})
-                failed = set()
-                for cell_index, reason in errors:
-                    skipped[(sample.id, reason)] = None
-                    log.warning("skipping %s: %s", sample.id, reason)
-                    if cell_index < 0:
-                        failed = set(range(len(task.cells)))
-                    else:
-                        failed.add(cell_index)
-                ok = [j for j in range(len(task.cells)) if j not in failed]
-                # A skipped cell is finished work: the bars and lines still reach 100 %.
-                progress.update((task.cells[j][0], level_key(task.cells[j][1]))
-                                for j in sorted(failed))
-                if not ok or tensor is None:
-                    continue
-                if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass
-                    tensor = tensor.to(device, non_blocking=True)
-                pending.append([task, tensor, ok, 0])
-                n_pending += len(ok)
-                while n_pending >= self.options.batch_size:
-                    n_pending -= self._flush(pending, self.options.batch_size, writer)
+            if self.options.backend == "ray":
+                if tasks:  # nothing left: no cluster to start
+                    self._run_on_ray(dataset, tasks, skipped, progress, writer, summary)
+            else:
+                self._run_local(dataset, tasks, skipped, progress, writer, pending)
             while pending:
                 self._flush(pending, self.options.batch_size, writer)
             writer.close()
@@ -232,6 +209,81 @@ class Runner:
                 log.exception("could not record the end of run %s", run_id)
         return summary
 
+    def _run_local(self, dataset: TaskDataset, tasks: list[Task], skipped: dict, progress,
+                   writer: PredictionWriter, pending: list) -> None:
+        """Workers prepare the pixels, this process runs the model in ``batch_size`` batches."""
+        executor = get_executor(self.options.backend)
+        device = self.model.input_device()
+        on_gpu = device.startswith("cuda")
+        # Nothing left (a rerun of a finished run): starting worker processes would
+        # cost seconds per run for no item at all.
+        items = executor(dataset, workers=self.options.workers,
+                         prefetch=self.options.prefetch, pin_memory=on_gpu) if tasks else iter(())
+        n_pending = 0
+        for index, tensor, errors, measured in items:
+            task = tasks[index]
+            ok = self._note_item(task, errors, measured, skipped, progress)
+            if not ok or tensor is None:
+                continue
+            if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass
+                tensor = tensor.to(device, non_blocking=True)
+            pending.append([task, tensor, ok, 0])
+            n_pending += len(ok)
+            while n_pending >= self.options.batch_size:
+                n_pending -= self._flush(pending, self.options.batch_size, writer)
+
+    def _run_on_ray(self, dataset: TaskDataset, tasks: list[Task], skipped: dict, progress,
+                    writer: PredictionWriter, summary: RunSummary) -> None:
+        """Ray workers prepare the pixels and run the model; this process stores the rows."""
+        from robustlab.run.ray_backend import StageTimes, predict_on_ray
+
+        times = StageTimes()
+        cells = sum(len(t.cells) for t in tasks) / max(1, len(tasks))
+        items = predict_on_ray(dataset, self.model, batch_size=self.options.batch_size, topk=TOPK,
+                               cells_per_task=cells, address=self.options.address,
+                               cpus=int(self.options.workers) or None,
+                               device=self.options.device, times=times)
+        rows: list[tuple[Task, int]] = []
+        probs_parts, ids_parts = [], []
+
+        def put() -> None:
+            self._write_attributes()  # as locally: attributes no later than predictions
+            writer.put(self._rows(rows, np.concatenate(probs_parts), np.concatenate(ids_parts)))
+            rows.clear(), probs_parts.clear(), ids_parts.clear()
+
+        for index, errors, measured, probs, ids in items:
+            task = tasks[index]
+            ok = self._note_item(task, errors, measured, skipped, progress)
+            if ok and probs is not None:
+                rows.extend((task, j) for j in ok)
+                probs_parts.append(probs)
+                ids_parts.append(ids)
+                if len(rows) >= self.options.batch_size:  # one transaction per batch
+                    put()
+        if rows:
+            put()
+        summary.stages = times.summary()
+        log.info("%s", times.line())
+
+    def _note_item(self, task: Task, errors, measured, skipped: dict, progress) -> list[int]:
+        """Record a task's measured attributes and skipped cells; the cells that worked."""
+        sample = self.samples[task.sample_index]
+        for cell_index, attrs in measured:
+            shift, level = task.cells[cell_index]
+            self._attributes.append({"sample_id": sample.id, "shift": shift,
+                                     "level": level_key(level), **attrs})
+        failed = set()
+        for cell_index, reason in errors:
+            skipped[(sample.id, reason)] = None
+            log.warning("skipping %s: %s", sample.id, reason)
+            if cell_index < 0:
+                failed = set(range(len(task.cells)))
+            else:
+                failed.add(cell_index)
+        # A skipped cell is finished work: the bars and lines still reach 100 %.
+        progress.update((task.cells[j][0], level_key(task.cells[j][1])) for j in sorted(failed))
+        return [j for j in range(len(task.cells)) if j not in failed]
+
     def _flush(self, pending: list, limit: int, writer: PredictionWriter) -> int:
         """Forward up to ``limit`` pending images and queue their rows for the writer.
 
@@ -257,11 +309,19 @@ class Runner:
         self._write_attributes()
         batch = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
         probs, ids = self.model.predict_topk(batch, TOPK)
+        writer.put(self._rows(rows, probs, ids))
+        return taken
+
+    def _rows(self, rows: list[tuple[Task, int]], probs, ids) -> dict:
+        """The stored rows of ``(task, cell index)`` pairs and their top-k predictions (one
+        code path for both backends, so their rows are the same)."""
+        import torch
+
         sample_idx = [task.sample_index for task, _ in rows]
         labels = torch.as_tensor(self.labels[sample_idx])
         top1, topk = self.model.correct(ids, labels)
         cells = [task.cells[j] for task, j in rows]
-        writer.put({
+        return {
             "sample_id": [self.samples[i].id for i in sample_idx],
             "shift": [c[0] for c in cells],
             "level": [level_key(c[1]) for c in cells],
@@ -271,8 +331,7 @@ class Runner:
             "top5_probs": _to_numpy(probs).astype(np.float32),
             "correct": _to_numpy(top1).astype(bool).reshape(-1),
             "correct5": _to_numpy(topk).astype(bool).reshape(-1),
-        })
-        return taken
+        }
 
 
 class PredictionWriter:

@@ -1,0 +1,542 @@
+"""The Ray backend: ``generate`` and ``evaluate`` spread over a Ray cluster.
+
+Why it can give exactly the local backend's output: every cell draws from
+``derive_seed(seed, sample_id, shift, level)``, so where and in which order a cell is made
+does not matter, and this module runs the local backend's own functions on the workers
+(:func:`robustlab.generate.process_sample` for a generated image, the runner's
+:class:`~robustlab.run.tasks.TaskDataset` for the pixels the model sees, the model's
+``predict_topk`` for the forward pass). Only the driver writes: the DuckDB store has one
+writer, and the manifest one author.
+
+The work is a Ray Data pipeline (Ray's streaming engine, no scheduler of our own):
+
+* ``generate``: sample indices -> CPU tasks that decode, prepare, shift, encode and write
+  each image's cells with the atomic write of the local backend -> outcomes streamed to
+  the driver, which keeps the manifest. A task whose worker process dies is retried once,
+  then its images are skipped as "a worker process crashed on it", as locally (a task
+  holds a few images, :func:`task_size`; a rerun retries them).
+* ``evaluate``: task indices -> CPU tasks that decode, prepare, shift and preprocess
+  (uint8 pixels) -> an actor pool that holds the model (one actor per GPU, ``num_gpus=1``,
+  when the cluster has GPUs; else one CPU actor) -> predictions streamed to the driver,
+  which builds and stores the rows with the local runner's code.
+
+Resuming is the local backend's: a rerun skips files that exist and rows that are stored,
+so a killed driver or a lost worker costs only the work in flight. Which backend ran a
+job is not part of its identity: a run started locally may be finished on Ray and back.
+
+Resources are checked from ``ray.cluster_resources()`` before anything is submitted, since
+Ray waits forever (with a warning) for a GPU or CPU the cluster does not have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from robustlab.errors import EnvironmentProblem, InputError, MissingResourceError, RobustlabError
+
+log = logging.getLogger(__name__)
+
+RAY_HINT = "install it with: pip install 'robustlab[ray]'"
+CONNECT_TIMEOUT_S = 5.0
+# A worker process that dies is retried this many times before its image is given up.
+TASK_RETRIES = 1
+
+
+def require_ray():
+    """The ``ray`` module with Ray Data, or a one-line error naming the extra to install."""
+    try:
+        import ray
+        import ray.data  # the backend is built on Ray Data
+    except ImportError as exc:
+        raise MissingResourceError(f"--backend ray needs Ray (ray[data]), which is not "
+                                   f"installed ({exc.name or exc})", hint=RAY_HINT) from None
+    return ray
+
+
+def check_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail in seconds, in one line, when ``address`` does not answer.
+
+    ``ray.init`` would retry an unreachable cluster for a long time before giving up with
+    a traceback; a TCP connect to the head's port says the same at once. ``auto`` (the
+    cluster this machine's ``ray start`` left a record of) is checked by Ray itself.
+    """
+    if address in ("auto", "local"):
+        return
+    text = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InputError(f"--address {address!r} is not HOST:PORT",
+                         hint="pass the address `ray start --head` printed, e.g. 10.0.0.5:6379")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if isinstance(exc, socket.timeout):
+            reason = f"no answer in {timeout:.0f} s"
+        raise EnvironmentProblem(
+            f"cannot reach a Ray cluster at {address}: {reason}",
+            hint="start one with `ray start --head` and pass the address it prints, or leave "
+                 "out --address to run on a Ray instance on this machine") from None
+
+
+def ray_running() -> bool:
+    """Whether this process is already connected to Ray (a session of its own is open)."""
+    import ray
+
+    return ray.is_initialized()
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator[dict]:
+    """Connect to a cluster (or start a Ray instance on this machine) for one job.
+
+    Yields ``ray.cluster_resources()``. A Ray already initialised in this process (a user's
+    own ``ray.init``, a test fixture) is used as it is and left running; an instance
+    started here is shut down at the end, so a library call leaves no processes behind.
+
+    Args:
+        address: ``HOST:PORT`` of a running cluster's head (``ray start --head``), ``auto``,
+            or None for a new Ray instance on this machine.
+        cpus: CPUs of that new instance (None: all); ignored for an existing cluster,
+            whose own resources decide.
+    """
+    ray = require_ray()
+    _quiet_ray()
+    started = False
+    if not ray.is_initialized():
+        if address:
+            check_address(address)
+        kwargs: dict[str, Any] = {"address": address, "log_to_driver": False,
+                                  "logging_level": logging.WARNING}
+        if not address:
+            kwargs.update(num_cpus=cpus or None, include_dashboard=False)
+        # Ray's C++ core would print a warning line per connection retry before the error.
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+            token = "token" in str(exc).lower()
+            raise EnvironmentProblem(
+                f"cannot connect to a Ray cluster at {address}: "
+                + ("it asks for an authentication token" if token else _first_line(exc)),
+                hint="export RAY_AUTH_MODE=token, with the head's ~/.ray/auth_token on this "
+                     "machine" if token else "check the address `ray start --head` printed",
+            ) from None
+        started = True
+    try:
+        yield dict(ray.cluster_resources())
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _quiet_ray() -> None:
+    """Ray Data's per-dataset INFO lines and bars would bury robustlab's own progress."""
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Resources each stage asks Ray for, decided from what the cluster has.
+
+    Attributes:
+        model_gpus: GPUs per model actor (1 when the cluster has a GPU and the device
+            allows it, else 0).
+        model_cpus: CPUs per model actor. 0 on a one-CPU cluster: an actor holding the only
+            CPU would starve the decode tasks forever.
+        actors: Size of the model actor pool (one per GPU, else one).
+        cpus: CPUs in the cluster (each decode/shift task takes one).
+    """
+
+    model_gpus: int
+    model_cpus: int
+    actors: int
+    cpus: float
+
+
+def plan_placement(resources: dict, device: str | None = None, *, model: bool = True) -> Placement:
+    """Check the cluster can run the job and decide each stage's resources.
+
+    Raises:
+        MissingResourceError: no CPU for the map tasks, or a CUDA device asked for on a
+            cluster without GPUs (Ray would wait forever for either).
+    """
+    cpus = float(resources.get("CPU", 0))
+    gpus = int(resources.get("GPU", 0))
+    if cpus < 1:
+        raise MissingResourceError(
+            f"the Ray cluster has no CPU for the decode and shift tasks (it offers "
+            f"{_describe(resources)})",
+            hint="add a node with `ray start --address HEAD:PORT --num-cpus N`")
+    want = str(device or "auto")
+    if not model:
+        return Placement(0, 0, 0, cpus)
+    if want.startswith("cuda") and gpus < 1:
+        raise MissingResourceError(
+            f"--device {want} asks for a GPU, but the Ray cluster has none (it offers "
+            f"{_describe(resources)})",
+            hint="leave out --device to run the model on a CPU, or add a GPU node")
+    use_gpu = gpus >= 1 and want != "cpu"
+    return Placement(model_gpus=1 if use_gpu else 0, model_cpus=1 if cpus >= 2 else 0,
+                     actors=gpus if use_gpu else 1, cpus=cpus)
+
+
+def _describe(resources: dict) -> str:
+    keys = [k for k in ("CPU", "GPU") if k in resources] or ["nothing"]
+    return ", ".join(f"{resources[k]:g} {k}" if k in resources else k for k in keys)
+
+
+def _objects(values: Sequence) -> np.ndarray:
+    """A 1-D object array (``np.array`` would try to stack equal-shaped arrays)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+_THREADS_SET: set[bool] = set()
+
+
+def _one_thread(torch: bool) -> None:
+    """One OpenCV (and torch) thread per task, once per worker process: Ray already runs
+    one task per CPU. ``generate`` never needs torch, so its tasks do not import it."""
+    if torch in _THREADS_SET:
+        return
+    _THREADS_SET.add(torch)
+    if torch:
+        from robustlab.run.tasks import worker_init
+
+        worker_init(0)
+        return
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+    except ImportError:  # pragma: no cover - OpenCV is a dependency
+        pass
+
+
+def _ray_cause(exc: BaseException) -> BaseException | None:
+    """The robustlab error a Ray exception carries from a worker, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, RobustlabError):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__
+    return None
+
+
+@contextlib.contextmanager
+def _worker_errors_as_ours():
+    """Re-raise a worker's robustlab error (a full disk, weights a node lacks) as itself,
+    so the CLI prints its one line instead of Ray's wrapped traceback."""
+    try:
+        yield
+    except RobustlabError:
+        raise
+    except Exception as exc:
+        cause = _ray_cause(exc)
+        if cause is not None:
+            raise cause from None
+        raise
+
+
+@dataclass
+class StageTimes:
+    """Worker time per pipeline stage, for the throughput summary."""
+
+    items: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+    def add(self, stage: str, n: int, seconds: float) -> None:
+        self.items[stage] = self.items.get(stage, 0) + int(n)
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + float(seconds)
+
+    def summary(self) -> dict[str, Any]:
+        """``{stage: {items, worker_s, per_worker_s}, wall_s, ...}`` (rates per second)."""
+        out: dict[str, Any] = {}
+        for stage, n in self.items.items():
+            s = self.seconds.get(stage, 0.0)
+            out[stage] = {"items": n, "worker_s": round(s, 3),
+                          "items_per_worker_s": round(n / s, 2) if s > 0 else None}
+        out["wall_s"] = round(self.wall, 3)
+        return out
+
+    def line(self) -> str:
+        return stages_line(self.summary())
+
+
+def stages_line(summary: dict) -> str:
+    """One line from :meth:`StageTimes.summary`: items and rate per stage, and the wall time."""
+    parts = [f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
+             + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
+             for stage, d in summary.items() if isinstance(d, dict)]
+    return f"ray stages: {'; '.join(parts)}; wall {summary.get('wall_s', 0):.1f} s"
+
+
+def task_size(n_items: int, cpus: float) -> int:
+    """Items per map task: about four tasks per CPU, at most 16 items each.
+
+    One item per task would pay Ray's per-task cost (scheduling, an object per result:
+    tens of ms) on every image, more than a small image's work; a few tasks per CPU still
+    balance the load, and a task lost with its worker only redoes what it had not written.
+    """
+    return max(1, min(16, int(n_items // max(1.0, 4 * cpus))))
+
+
+def _map_tasks(ds, fn, size: int = 1, **kwargs):
+    """``ds.map_batches(fn)`` as CPU tasks that a dead worker process retries only
+    ``TASK_RETRIES`` times (Ray Data's default retries forever: an image that kills its
+    worker every time would hang the run; locally it is skipped after two tries).
+
+    ``max_retries`` has no named parameter in Ray Data 2.60 yet and goes through the
+    deprecated ``**ray_remote_args`` (hence the upper bound on ray in pyproject.toml). Its
+    remote arguments differ from the model actors', which also keeps Ray from fusing this
+    stage into the actor stage, where decoding would run on the model's single actor.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.* is deprecated")
+        return ds.map_batches(fn, batch_size=size, num_cpus=1, max_retries=TASK_RETRIES,
+                              **kwargs)
+
+
+@contextlib.contextmanager
+def _data_context(*, max_errored_blocks: int = 0):
+    """Ray Data settings for one pipeline, restored afterwards (the context is global)."""
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    keys = {"enable_progress_bars": False, "max_errored_blocks": max_errored_blocks}
+    old = {k: getattr(ctx, k) for k in keys}
+    ctx.execution_options.preserve_order = False
+    for k, v in keys.items():
+        setattr(ctx, k, v)
+    try:
+        yield ctx
+    finally:
+        for k, v in old.items():
+            setattr(ctx, k, v)
+
+
+# --------------------------------------------------------------------------- generate
+def _write_cells(batch: dict, *, samples: Sequence, job, process_sample: Callable) -> dict:
+    """Map stage of ``generate``: the local backend's work unit on each sample."""
+    _one_thread(torch=False)
+    outcomes, seconds = [], []
+    for i in batch["index"]:
+        t0 = time.perf_counter()
+        try:
+            outcome: Any = process_sample(samples[int(i)], job)
+        except RobustlabError as exc:  # a full disk: the driver stops the run
+            outcome = exc
+        outcomes.append(outcome)
+        seconds.append(time.perf_counter() - t0)
+    return {"index": np.asarray(batch["index"]), "outcome": _objects(outcomes),
+            "seconds": np.asarray(seconds, dtype=np.float64)}
+
+
+def generate_on_ray(samples: Sequence, job, collect: Callable, *, process: Callable,
+                    crashed: Callable, address: str | None = None,
+                    cpus: int | None = None) -> StageTimes:
+    """Write every missing cell of ``samples`` on a Ray cluster.
+
+    Args:
+        samples: Sources to generate (the local backend's list).
+        job: :class:`robustlab.generate._Job` (output root, cells, protocol, seed...). The
+            output root must be a path every node sees (the same local disk or a shared
+            file system).
+        collect: Called on the driver with each :class:`~robustlab.generate.SampleOutcome`.
+        process: ``process(sample, job)``, the local backend's work unit (run on workers).
+        crashed: ``crashed(sample)``, the outcome recorded for a sample whose worker died
+            twice. Both come from :mod:`robustlab.generate`, which calls this function.
+        address, cpus: See :func:`ray_session`.
+
+    Returns:
+        Worker time of the stage, for the throughput summary.
+    """
+    import functools
+
+    times = StageTimes()
+    started = time.perf_counter()
+    with ray_session(address, cpus) as resources:
+        placement = plan_placement(resources, model=False)
+        import ray.data
+
+        seen: set[int] = set()
+        # A block whose worker died twice is dropped, not fatal: its image is recorded as
+        # skipped below, as the local pool does with an image that keeps killing workers.
+        with _data_context(max_errored_blocks=-1), _worker_errors_as_ours():
+            ds = ray.data.from_items([{"index": i} for i in range(len(samples))])
+            ds = _map_tasks(ds, functools.partial(_write_cells, samples=list(samples), job=job,
+                                                  process_sample=process),
+                            task_size(len(samples), placement.cpus))
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                for i, outcome, sec in zip(batch["index"], batch["outcome"], batch["seconds"]):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    seen.add(int(i))
+                    times.add("write", 1, sec)
+                    collect(outcome)
+        for i, s in enumerate(samples):
+            if i not in seen:
+                collect(crashed(s))
+    times.wall = time.perf_counter() - started
+    return times
+
+
+# --------------------------------------------------------------------------- evaluate
+def _prepare_cells(batch: dict, *, dataset) -> dict:
+    """CPU stage of ``evaluate``: decode, prepare, shift and preprocess each task's cells
+    (the local DataLoader workers' :meth:`TaskDataset.__getitem__`)."""
+    _one_thread(torch=True)
+    pixels, errors, measured, seconds = [], [], [], []
+    for i in batch["index"]:
+        t0 = time.perf_counter()
+        _, tensor, errs, meas = dataset[int(i)]
+        pixels.append(None if tensor is None else tensor.numpy())
+        errors.append(list(errs))
+        measured.append(list(meas))
+        seconds.append(time.perf_counter() - t0)
+    return {"index": np.asarray(batch["index"]), "pixels": _objects(pixels),
+            "errors": _objects(errors), "measured": _objects(measured),
+            "prepare_s": np.asarray(seconds, dtype=np.float64)}
+
+
+class _Predictor:
+    """Model stage of ``evaluate``: one model per actor, loaded from its spec and weights.
+
+    The actor rebuilds the model where it runs (a pickled model would carry its weights
+    through the object store, and a CUDA model cannot move between processes) and checks
+    its weights hash against the driver's, so every node scores with the same weights.
+    """
+
+    def __init__(self, spec: str, weights: str | None, label_space, device: str | None,
+                 batch_size: int, weights_hash: str | None, topk: int):
+        from robustlab.models import load_model
+
+        self.model = load_model(spec, weights=weights, device=device, label_space=label_space,
+                                batch_size=batch_size)
+        if weights_hash is not None and self.model.weights_hash != weights_hash:
+            raise InputError(
+                f"a Ray worker loaded {spec} with weights {self.model.weights_hash}, the "
+                f"driver with {weights_hash}",
+                hint="give every node the same weights file (a shared path)")
+        self.batch_size = int(batch_size)
+        self.topk = int(topk)
+
+    def __call__(self, batch: dict) -> dict:
+        import torch
+
+        arrays = [p for p in batch["pixels"] if p is not None]
+        t0 = time.perf_counter()
+        probs_parts, ids_parts = [], []
+        if arrays:
+            # Ray hands out read-only buffers: copy before torch takes them.
+            images = torch.from_numpy(np.concatenate(arrays))
+            for start in range(0, len(images), self.batch_size):
+                probs, ids = self.model.predict_topk(images[start:start + self.batch_size], self.topk)
+                probs_parts.append(probs.numpy().astype(np.float32))
+                ids_parts.append(ids.numpy().astype(np.int32))
+        seconds = time.perf_counter() - t0
+        probs_all = np.concatenate(probs_parts) if probs_parts else None
+        ids_all = np.concatenate(ids_parts) if ids_parts else None
+        row_probs, row_ids, at = [], [], 0
+        for p in batch["pixels"]:
+            n = 0 if p is None else len(p)
+            row_probs.append(None if n == 0 else probs_all[at:at + n])
+            row_ids.append(None if n == 0 else ids_all[at:at + n])
+            at += n
+        share = seconds / max(1, at)
+        return {"index": batch["index"], "errors": batch["errors"],
+                "measured": batch["measured"], "prepare_s": batch["prepare_s"],
+                "probs": _objects(row_probs), "ids": _objects(row_ids),
+                "n_images": np.asarray([0 if p is None else len(p) for p in batch["pixels"]]),
+                "model_s": np.asarray([share * (0 if p is None else len(p))
+                                       for p in batch["pixels"]], dtype=np.float64)}
+
+
+def _label_space_arg(model):
+    """The model's label space by name when the registry knows it (a few bytes to each
+    actor), else the object itself."""
+    from robustlab.data.labels import get_label_space
+
+    space = model.label_space
+    try:
+        return space.name if get_label_space(space.name) == space else space
+    except (KeyError, ValueError, TypeError):
+        return space
+
+
+def predict_on_ray(dataset, model, *, batch_size: int, cells_per_task: float, topk: int,
+                   address: str | None = None, cpus: int | None = None,
+                   device: str | None = None, times: StageTimes | None = None) -> Iterator:
+    """Run a task dataset through the CPU stage and the model on a Ray cluster.
+
+    Args:
+        dataset: :class:`~robustlab.run.tasks.TaskDataset` of the tasks still to do.
+        model: The driver's loaded model (its spec, weights and label space are rebuilt
+            on each actor).
+        batch_size: Images per forward pass.
+        cells_per_task: Average cells per task, to size the batches of tasks sent to
+            the model actors.
+        topk: Classes stored per prediction.
+        address, cpus: See :func:`ray_session`.
+        device: The device asked for (None: a GPU when the cluster has one).
+        times: Filled with each stage's worker time.
+
+    Yields:
+        ``(task index, errors, measured, probs (k, 5) or None, ids (k, 5) or None)``;
+        row r of probs/ids belongs to the r-th cell of the task that worked.
+    """
+    import functools
+
+    times = times if times is not None else StageTimes()
+    started = time.perf_counter()
+    with ray_session(address, cpus) as resources:
+        placement = plan_placement(resources, device)
+        import ray.data
+
+        log.info("ray: %g CPU(s), model on %s (%d actor(s))", placement.cpus,
+                 "a GPU each" if placement.model_gpus else "a CPU", placement.actors)
+        tasks_per_batch = max(1, round(batch_size / max(1.0, cells_per_task)))
+        with _data_context(), _worker_errors_as_ours():
+            ds = ray.data.from_items([{"index": i} for i in range(len(dataset))])
+            ds = _map_tasks(ds, functools.partial(_prepare_cells, dataset=dataset),
+                            task_size(len(dataset), placement.cpus))
+            ds = ds.map_batches(
+                _Predictor, batch_size=tasks_per_batch,
+                fn_constructor_args=(model.spec, model.weights_path, _label_space_arg(model),
+                                     device,
+                                     int(batch_size), model.weights_hash, int(topk)),
+                compute=ray.data.ActorPoolStrategy(size=placement.actors),
+                num_gpus=placement.model_gpus, num_cpus=placement.model_cpus)
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                for j in range(len(batch["index"])):
+                    times.add("prepare", 1, batch["prepare_s"][j])
+                    times.add("model", int(batch["n_images"][j]), batch["model_s"][j])
+                    yield (int(batch["index"][j]), batch["errors"][j], batch["measured"][j],
+                           batch["probs"][j], batch["ids"][j])
+    times.wall = time.perf_counter() - started
+
+
+__all__ = ["Placement", "StageTimes", "check_address", "generate_on_ray", "plan_placement",
+           "predict_on_ray", "ray_running", "ray_session", "require_ray", "stages_line"]
