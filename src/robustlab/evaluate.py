@@ -262,6 +262,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         model = load_model(model, weights=weights, device=device, label_space=space,
                            batch_size=batch_size)
     model, defence = _defended(model, defences)
+    note_trained_preprocess(weights, defence)
     preprocessing = {"model": as_dict(getattr(model, "undefended", model).preprocessing),
                      "protocol": protocol.describe()}
     # What decides the pixels and labels, by content: a replaced photo or mask, another
@@ -359,6 +360,39 @@ def _defended(model, defences: dict):
 
     model = defend(model, **defences)
     return model, getattr(model, "defence", None)
+
+
+def note_trained_preprocess(weights, defence: dict | None) -> str | None:
+    """Warn, in one line, when a checkpoint of ``robustlab train`` was fine-tuned behind
+    another pixel defence than the one it is evaluated behind (a CLAHE-trained model
+    evaluated on plain images, or the reverse): both are valid runs, but rarely the one
+    meant. Reads the training record written beside the checkpoint; returns the line."""
+    import json
+
+    if not weights:
+        return None
+    path = Path(weights).expanduser().with_suffix(".json")
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or "base_model" not in record or "preprocess" not in record:
+        return None
+    from robustlab.defences import defence_label
+    from robustlab.run.identity import canonical_json
+
+    trained = record.get("preprocess")
+    used = (defence or {}).get("preprocess")
+    if canonical_json(trained) == canonical_json(used):
+        return None
+    name = defence_label({"preprocess": trained})
+    line = (f"{weights} was fine-tuned on {name or 'plain'} images (its training record "
+            f"{path.name}) but is evaluated "
+            f"{'with --preprocess ' + defence_label({'preprocess': used}) if used else 'without --preprocess'}"
+            f"; {'pass --preprocess ' + name if name else 'leave --preprocess out'} to measure it "
+            "as it was trained")
+    log.warning(line)
+    return line
 
 
 ARCHIVE_SUITE = "imagenet-e-archive"

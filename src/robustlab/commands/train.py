@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from robustlab.commands._args import CommaList, level, workers
+from robustlab.commands.evaluate import add_defence_args
 
 
 def add_parser(sub) -> None:
@@ -40,6 +41,7 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", default=None, help="base weights file for the model")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=None, help="images per evaluation forward pass")
+    add_defence_args(p, tta=False)
     p.add_argument("--workers", type=workers, default=0,
                    help="evaluation data worker processes (default 0: all in the main process)")
     p.set_defaults(func=run)
@@ -61,7 +63,8 @@ def run(args) -> int:
                        out=args.out, db=args.db, test_fraction=args.test_fraction,
                        split_seed=args.split_seed, seed=args.seed, labels_csv=args.labels,
                        label_space=args.label_space, weights=args.weights, device=args.device,
-                       batch_size=args.batch_size, workers=args.workers)
+                       batch_size=args.batch_size, workers=args.workers,
+                       preprocess=args.preprocess)
     sys.stdout.write(format_table(res.runs[["protocol", "trained_on", "tested_on", "n", "top1", "run_id"]],
                                   "table"))
     for name, tr in res.trainings.items():

@@ -35,8 +35,8 @@ from robustlab.defences.pixels import PIXEL_DEFENCES, Clahe, NLMeans, noise_sigm
 from robustlab.defences.tta import TTA_METHODS, TenCrop
 from robustlab.errors import InputError
 
-__all__ = ["Clahe", "DefendedModel", "DefendedPreprocessing", "NLMeans", "PIXEL_DEFENCES",
-           "TTA_METHODS", "TenCrop", "defence_label", "defend", "get_preprocess", "get_tta",
+__all__ = ["PIXEL_DEFENCES", "TTA_METHODS", "Clahe", "DefendedModel", "DefendedPreprocessing",
+           "NLMeans", "TenCrop", "defence_label", "defend", "get_preprocess", "get_tta",
            "model_label", "noise_sigma", "parse_spec"]
 
 
@@ -81,8 +81,7 @@ def parse_spec(spec, table: dict[str, type], what: str):
     name, _, params = spec.strip().partition(":")
     cls = table.get(name.strip().lower())
     if cls is None:
-        raise InputError(f"unknown {what} {name.strip()!r}; choose from {', '.join(table)}",
-                         hint=f"for example {what} {next(iter(table))}")
+        raise InputError(f"unknown {what} {name.strip()!r}; choose from {', '.join(table)}")
     fields = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in params.split(","))):

@@ -105,7 +105,7 @@ class DefendedModel:
 
     def __init__(self, model, *, pixels=None, tta=None):
         if isinstance(model, DefendedModel):
-            raise ValueError("the model is already defended; wrap the plain model once")
+            raise TypeError("the model is already defended; wrap the plain model once")
         self.undefended = model
         self.preprocessing = DefendedPreprocessing(model.preprocessing, pixels, tta)
         self.defence = describe_parts(pixels, tta)

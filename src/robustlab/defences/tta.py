@@ -37,7 +37,7 @@ class TenCrop:
 
     def source_hw(self, hw: tuple[int, int]) -> tuple[int, int]:
         """(height, width) of the image the crops of a ``hw`` input are cut from."""
-        return tuple(int(round(side / float(self.scale))) for side in hw)
+        return tuple(round(side / float(self.scale)) for side in hw)
 
     def views(self, batch, hw: tuple[int, int]):
         """Yield the ten Bx3x``hw`` views of a Bx3xHxW batch (any dtype, any device).
