@@ -11,9 +11,14 @@ did not carry over to corruptions. Rerunning with the same arguments resumes eac
 Photos: every k-th of ``../shared/data/imagenet-samples`` (one photo per class, so the
 subset spans the classes), hard-linked into a flat folder with its labels CSV.
 
+A second part (``--part pixels``) measures what the pixel defences do to the photos
+themselves: the mean absolute change of a clean photo, the wavelet noise estimate, and the
+RMSE to the clean photo of a copy with added Gaussian noise before and after NL-means.
+
 Usage:
     python benchmarks/defences.py                       # 100 photos, severities 1..5
     python benchmarks/defences.py --photos 40 --levels 1,3,5 --configs plain,clahe
+    python benchmarks/defences.py --part pixels --photos 64
 """
 
 from __future__ import annotations
@@ -53,8 +58,64 @@ def make_subset(dst: Path, n: int, src: Path = SHARED) -> Path:
     return dst
 
 
+def protocol_crop(path: Path):
+    """The ImageNet-C protocol's image: bilinear shorter side 256, centre crop 224."""
+    import numpy as np
+    from PIL import Image
+
+    img = Image.open(path).convert("RGB")
+    w, h = img.size
+    s = 256 / min(w, h)
+    img = img.resize((round(w * s), round(h * s)), Image.BILINEAR)
+    w, h = img.size
+    left, top = (w - 224) // 2, (h - 224) // 2
+    return np.asarray(img.crop((left, top, left + 224, top + 224))).copy()
+
+
+def pixel_effects(data: Path) -> None:
+    """Print what CLAHE and NL-means do to clean photos and to noisy copies of them."""
+    import numpy as np
+
+    from robustlab.defences import Clahe, NLMeans, noise_sigma
+
+    photos = [protocol_crop(p) for p in sorted(data.glob("*.JPEG"))]
+    rng = np.random.default_rng(0)
+    nlm, clahe = NLMeans(), Clahe()
+    rows = {k: [] for k in ("sigma", "nlm_clean", "nlm_big", "clahe_clean")}
+    noisy = {10: [], 20: []}
+    for x in photos:
+        rows["sigma"].append(noise_sigma(x))
+        d = np.abs(nlm(x).astype(int) - x.astype(int))
+        rows["nlm_clean"].append(d.mean())
+        rows["nlm_big"].append(np.mean(d > 8))
+        rows["clahe_clean"].append(np.abs(clahe(x).astype(int) - x.astype(int)).mean())
+        for sd, out in noisy.items():
+            n = np.clip(x + rng.normal(0, sd, x.shape), 0, 255).astype(np.uint8)
+            before = np.sqrt(np.mean((n.astype(float) - x) ** 2))
+            after = np.sqrt(np.mean((nlm(n).astype(float) - x) ** 2))
+            out.append((noise_sigma(n), before, after))
+    print(f"\n{len(photos)} photos, 224x224 (ImageNet-C protocol crop), values in 0..255\n")
+    print("| measure | median | 90th percentile |")
+    print("| --- | ---: | ---: |")
+
+    def q(v) -> str:
+        return f"{np.median(v):.2f} | {np.percentile(v, 90):.2f}"
+
+    print(f"| noise estimate of the clean photo | {q(rows['sigma'])} |")
+    print(f"| NL-means: mean abs change of the clean photo | {q(rows['nlm_clean'])} |")
+    print(f"| NL-means: fraction of clean pixels changed by more than 8 | "
+          f"{q(rows['nlm_big'])} |")
+    print(f"| CLAHE: mean abs change of the clean photo | {q(rows['clahe_clean'])} |")
+    for sd, out in noisy.items():
+        est, before, after = (np.array(c) for c in zip(*out))
+        print(f"| Gaussian noise sd {sd}: noise estimate | {q(est)} |")
+        print(f"| Gaussian noise sd {sd}: RMSE to clean after / before NL-means | "
+              f"{q(after / before)} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["table", "pixels"], default="table")
     ap.add_argument("--photos", type=int, default=100)
     ap.add_argument("--levels", default="1,2,3,4,5")
     ap.add_argument("--configs", default=",".join(CONFIGS))
@@ -75,6 +136,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - args.workers))
     work = Path(args.work)
     data = make_subset(work / f"photos-{args.photos}", args.photos)
+    if args.part == "pixels":
+        pixel_effects(data)
+        return 0
     db = work / "defences.duckdb"
     levels = [int(x) for x in args.levels.split(",")]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
