@@ -113,6 +113,25 @@ def pixel_effects(data: Path) -> None:
               f"{q(after / before)} |")
 
 
+def common_cells(store, run_ids: dict[str, str]):
+    """Per-run cell tables (shift, level, n, error) over the predictions every run has, so
+    an interrupted run is compared on the same images as the others."""
+    preds = store.predictions(list(run_ids.values()),
+                              columns=["run_id", "sample_id", "shift", "level", "correct"])
+    keys = ["sample_id", "shift", "level"]
+    counts = preds.groupby(keys)["run_id"].nunique()
+    shared = counts[counts == len(run_ids)].index
+    preds = preds.set_index(keys).loc[lambda d: d.index.isin(shared)].reset_index()
+    out = {}
+    for name, rid in run_ids.items():
+        mine = preds[preds["run_id"] == rid]
+        cells = mine.groupby(["shift", "level"], sort=False)["correct"].agg(["size", "mean"])
+        cells = cells.reset_index().rename(columns={"size": "n"})
+        cells["error"] = 1.0 - cells.pop("mean")
+        out[name] = cells
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=["table", "pixels"], default="table")
@@ -123,6 +142,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work", default=str(ROOT / ".bench-defences"),
                     help="folder for the photo subset and the database")
+    ap.add_argument("--tabulate-only", action="store_true",
+                    help="evaluate nothing: tabulate the runs already in the database (an "
+                         "interrupted run counts on the predictions every run has)")
     args = ap.parse_args(argv)
     if not SHARED.is_dir():
         print(f"needs the shared photos at {SHARED}", file=sys.stderr)
@@ -144,20 +166,35 @@ def main(argv=None) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     if "plain" not in configs:
         configs.insert(0, "plain")
-    tables, seconds = {}, {}
+    run_ids, seconds = {}, {}
+    if args.tabulate_only:
+        from robustlab.defences import defence_label
+
+        runs = Store(db).runs().sort_values("started_at")
+        for rec in runs.to_dict("records"):
+            name = defence_label((rec["config"] or {}).get("defence")) or "plain"
+            if name in configs and rec["model_spec"] == args.model:
+                run_ids[name] = rec["run_id"]
+                seconds[name] = float("nan")
+        configs = [c for c in configs if c in run_ids]
     for name in configs:
+        if args.tabulate_only:
+            break
         preprocess, tta = CONFIGS[name]
         start = time.perf_counter()
         df = robustlab.evaluate(args.model, data, suite="imagenet-c", levels=levels, db=db,
                                 labels_csv=data / "labels.csv", preprocess=preprocess, tta=tta,
                                 workers=args.workers, progress=False)
         seconds[name] = time.perf_counter() - start
-        tables[name] = Store(db).cell_table([df.attrs["run_id"]])
+        run_ids[name] = df.attrs["run_id"]
         print(f"{name}: run {df.attrs['run_id']} in {seconds[name]:.0f} s", file=sys.stderr)
+    tables = common_cells(Store(db), run_ids)
     base = tables["plain"]
     n = int(base.loc[base["shift"] == "clean", "n"].iloc[0])
-    print(f"\n{args.model}, {n} photos x 15 corruptions x severities {args.levels}; CE baseline: "
-          f"the plain {args.model} on the same images\n")
+    n_cells = int(base.loc[base["shift"] != "clean", "n"].sum())
+    print(f"\n{args.model}, {n} photos x 15 corruptions x severities {args.levels} "
+          f"({n_cells} corrupted images in every configuration); CE baseline: the plain "
+          f"{args.model} on the same images\n")
     print("| configuration | clean error % | mean corruption error % | mCE % | relative mCE % "
           "| evaluation time s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
