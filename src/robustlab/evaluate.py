@@ -186,8 +186,11 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
 
 def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, levels=None,
              labels_csv=None, masks=None, label_space=None, weights=None, device=None,
-             batch_size=None):
+             batch_size=None, preprocess=None, tta=None):
     """Validate everything and build what a run needs, without touching the database.
+
+    ``preprocess`` and ``tta`` name test-time defences (:mod:`robustlab.defences`); the
+    model is wrapped in them and their record joins the run identity.
 
     Returns:
         A dict with model, samples, labels, cells, protocol, suite, record, images.
@@ -206,6 +209,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                              or not 0 <= seed < 2**63):
         raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    defences = _parse_defences(model, preprocess, tta)
     root = Path(data).expanduser()
     if not root.is_dir():
         raise MissingResourceError(f"data folder {root} does not exist" if not root.exists()
@@ -217,7 +221,8 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
             raise InputError(f"{root} is an ImageNet-E archive; its level folders are the cells "
                              f"(leave out --suite {suite})")
         return _archive_plan(model, root, shifts=shifts, levels=levels, label_space=label_space,
-                             weights=weights, device=device, batch_size=batch_size)
+                             weights=weights, device=device, batch_size=batch_size,
+                             **defences)
     manifest = read_generated(root)
     generated_root, source_kind = None, "on-the-fly"
     if manifest is not None:
@@ -259,7 +264,10 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
 
         model = load_model(model, weights=weights, device=device, label_space=space,
                            batch_size=batch_size)
-    preprocessing = {"model": as_dict(model.preprocessing), "protocol": protocol.describe()}
+    model, defence = _defended(model, defences)
+    note_trained_preprocess(weights, defence)
+    preprocessing = {"model": as_dict(getattr(model, "undefended", model).preprocessing),
+                     "protocol": protocol.describe()}
     # What decides the pixels and labels, by content: a replaced photo or mask, another
     # masks folder or a regenerated folder is another run, never a resumed one.
     digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
@@ -272,7 +280,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     inputs.update(
         masks_dir=masks_dir, seed=int(seed), protocol=preprocessing["protocol"],
         preprocessing=preprocessing["model"], precision=model_precision(model),
-        source=source_kind,
+        source=source_kind, defence=defence,
         generated=run_id(generated_identity(manifest)) if manifest is not None else None)
     identity = {
         "model_spec": model.spec,
@@ -289,6 +297,8 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         "precision": inputs["precision"],
         "generated": inputs["generated"],
     }
+    if defence:  # absent for a plain model, so plain runs keep the ids they always had
+        identity["defence"] = defence
     record = RunRecord(
         run_id=run_id(identity),
         model_spec=model.spec,
@@ -306,6 +316,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
                 "masks": masks_dir,
                 "inputs": inputs,
                 "model": _describe(model),
+                **({"defence": defence} if defence else {}),
                 "cells": [[s, str(lv)] for s, lv in cells]},
         n_samples=len(samples),
         # Files left out while listing the folder (stray files, CSV rows without a file,
@@ -335,11 +346,64 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
             "label_space": space}
 
 
+def _parse_defences(model, preprocess, tta) -> dict:
+    """The defence objects named by ``preprocess`` / ``tta``, checked before any work."""
+    from robustlab.defences import DefendedModel, get_preprocess, get_tta
+
+    pixels, views = get_preprocess(preprocess), get_tta(tta)
+    if isinstance(model, DefendedModel) and (pixels is not None or views is not None):
+        raise InputError("the model is already defended; pass the plain model with "
+                         "preprocess=/tta=, or the defended model alone")
+    return {"preprocess": pixels, "tta": views}
+
+
+def _defended(model, defences: dict):
+    """(model behind its defences, the defence record or None)."""
+    from robustlab.defences import defend
+
+    model = defend(model, **defences)
+    return model, getattr(model, "defence", None)
+
+
+def note_trained_preprocess(weights, defence: dict | None) -> str | None:
+    """Warn, in one line, when a checkpoint of ``robustlab train`` was fine-tuned behind
+    another pixel defence than the one it is evaluated behind (a CLAHE-trained model
+    evaluated on plain images, or the reverse): both are valid runs, but rarely the one
+    meant. Reads the training record written beside the checkpoint; returns the line."""
+    import json
+
+    if not weights:
+        return None
+    path = Path(weights).expanduser().with_suffix(".json")
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or "base_model" not in record or "preprocess" not in record:
+        return None
+    from robustlab.defences import defence_label
+    from robustlab.run.identity import canonical_json
+
+    trained = record.get("preprocess")
+    used = (defence or {}).get("preprocess")
+    if canonical_json(trained) == canonical_json(used):
+        return None
+    name = defence_label({"preprocess": trained})
+    used_name = defence_label({"preprocess": used})
+    line = (f"{weights} was fine-tuned on {name or 'plain'} images (its training record "
+            f"{path.name}) but is evaluated "
+            f"{'with --preprocess ' + used_name if used_name else 'without --preprocess'}"
+            f"; {'pass --preprocess ' + name if name else 'leave --preprocess out'} to measure it "
+            "as it was trained")
+    log.warning(line)
+    return line
+
+
 ARCHIVE_SUITE = "imagenet-e-archive"
 
 
 def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=None,
-                  weights=None, device=None, batch_size=None):
+                  weights=None, device=None, batch_size=None, preprocess=None, tta=None):
     """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell."""
     from robustlab import __version__
     from robustlab.data.imagenet_e import read_archive
@@ -370,8 +434,10 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
 
         model = load_model(model, weights=weights, device=device, label_space=space,
                            batch_size=batch_size)
+    model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
     images = ArchiveImages(archive.root.resolve(), archive.folders)
-    preprocessing = {"model": as_dict(model.preprocessing), "protocol": images.protocol.describe()}
+    preprocessing = {"model": as_dict(getattr(model, "undefended", model).preprocessing),
+                     "protocol": images.protocol.describe()}
     # The archive's files are the pixels: hash the original and every level file per sample.
     shifted = [c for c in cells if c[0] != CLEAN_SHIFT]
     paths = [[s.path, *(images.path(s, sh, lv) for sh, lv in shifted)] for s in samples]
@@ -382,6 +448,8 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
                 "suite": ARCHIVE_SUITE, "suite_version": "1", "robustlab": __version__,
                 "data_fingerprint": fingerprint, "label_space": space.name, "seed": 0,
                 "preprocessing": preprocessing, "source": ARCHIVE_SUITE}
+    if defence:
+        identity["defence"] = defence
     record = RunRecord(
         run_id=run_id(identity), model_spec=model.spec, weights_hash=model.weights_hash,
         suite=ARCHIVE_SUITE, suite_version="1", data_root=str(root.resolve()),
@@ -390,6 +458,7 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
         config={"source": ARCHIVE_SUITE, "archive_root": str(root.resolve()),
                 "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
                 "model": _describe(model), "cells": [[s, str(lv)] for s, lv in cells],
+                **({"defence": defence} if defence else {}),
                 "discover_skipped": [list(x) for x in archive.skipped]},
         n_samples=len(samples))
     return {"model": model, "samples": samples, "labels": labels, "cells": cells,
@@ -408,7 +477,8 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
              levels=None, labels_csv=None, masks=None, label_space=None, weights=None,
              device=None, batch_size: int | None = None, workers: int | None = None,
              prefetch: int = 2, cells_per_task: int = 0, backend: str = "local",
-             address: str | None = None, progress: bool | None = None):
+             address: str | None = None, progress: bool | None = None, preprocess=None,
+             tta=None):
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 
     Shifts are applied on the fly with :mod:`robustlab.pipeline` (nothing is written to
@@ -443,6 +513,10 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
             Ray instance on this machine). Only with ``backend="ray"``.
         progress: Show progress (default True): per-cell bars when stderr is a terminal,
             else a line every few seconds with done/total, rate and ETA.
+        preprocess: Pixel defence applied to every image before the model: ``"clahe"``,
+            ``"nlmeans"`` or ``"NAME:key=value,..."`` (:mod:`robustlab.defences`).
+        tta: Test-time augmentation: ``"ten-crop"`` (softmax averaged over ten views).
+            Either defence makes a run of its own (never mixed with the plain model's).
 
     Returns:
         A DataFrame with one row per cell of this run: model, suite, shift, level, n,
@@ -468,7 +542,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         plan = plan_run(model, data, suite=suite, seed=seed, shifts=shifts, levels=levels,
                         labels_csv=labels_csv, masks=masks, label_space=label_space,
                         weights=weights, device="cpu" if backend == "ray" else device,
-                        batch_size=batch_size)
+                        batch_size=batch_size, preprocess=preprocess, tta=tta)
         m = plan["model"]
         if workers is None:
             workers = 0 if backend == "ray" else default_workers()
@@ -608,7 +682,9 @@ def run_table(store: Store, run_id: str, skipped=None):
     if run is None:
         raise StoreError(f"run {run_id} is not in {store.path}")
     cells = store.cell_table([run_id])
-    cells.insert(1, "model", run["model_spec"])
+    from robustlab.defences import model_label
+
+    cells.insert(1, "model", model_label(run["model_spec"], run.get("config")))
     cells.insert(2, "suite", run["suite"])
     cells.attrs.update({"run_id": run_id, "db": str(store.path),
                         "skipped": run["skipped"] if skipped is None else skipped})

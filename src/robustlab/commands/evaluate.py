@@ -5,6 +5,21 @@ from __future__ import annotations
 from robustlab.commands._args import CommaList, add_backend, add_no_progress, level, workers
 
 
+def add_defence_args(p, *, tta: bool = True) -> None:
+    """``--preprocess`` (and ``--tta``): test-time defences, checked when the command runs
+    so a bad name is one line that lists the choices."""
+    p.add_argument("--preprocess", default=None, metavar="NAME[:KEY=VALUE,...]",
+                   help="pixel defence applied to every image before the model: clahe "
+                        "(contrast-limited equalisation of lightness) or nlmeans (non-local "
+                        "means, strength from each image's noise estimate); parameters as in "
+                        "clahe:clip_limit=3,tile_grid=4x4 (default: none)")
+    if tta:
+        p.add_argument("--tta", default=None, metavar="NAME[:KEY=VALUE,...]",
+                       help="test-time augmentation: ten-crop (four corners and centre, and "
+                            "their mirror images, softmax averaged; ten-crop:scale=0.875) "
+                            "(default: none)")
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "evaluate", help="evaluate a model on clean images and on every cell of a suite",
@@ -26,6 +41,7 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", default=None, help="weights file for the model")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the model's choice)")
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
+    add_defence_args(p)
     p.add_argument("--workers", type=workers, default=None,
                    help="data worker processes that decode and shift images ahead of the model "
                         "(default: cores - 1; 0: all in the main process)")
@@ -47,7 +63,8 @@ def run(args) -> int:
                   masks=args.masks, label_space=args.label_space, weights=args.weights,
                   device=args.device, batch_size=args.batch_size, workers=args.workers,
                   backend=args.backend, address=args.address,
-                  progress=False if args.no_progress else None)
+                  progress=False if args.no_progress else None,
+                  preprocess=args.preprocess, tta=args.tta)
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
     skipped = df.attrs.get("skipped") or []

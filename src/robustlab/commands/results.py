@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
                         "anyway when the selected runs are all segmentation runs")
     p.add_argument("--summary", action="store_true",
                    help="one row per run: images, clean and mean shifted top-1, mCE and relative "
-                        "mCE (with the baseline used), S_robust / partial S, BG-gap, path, precision")
+                        "mCE (with the baseline used), S_robust / partial S, BG-gap, path, precision, "
+                        "defence")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
                    help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
                         "images, B - A and its paired bootstrap interval")

@@ -5,6 +5,7 @@ paper's training-time robustness methods, scored by mCE against the un-fine-tune
 from __future__ import annotations
 
 from robustlab.commands._args import CommaList, add_no_progress, level, workers
+from robustlab.commands.evaluate import add_defence_args
 from robustlab.commands.train_methods import add_method_arguments, run_method_command
 
 
@@ -45,6 +46,7 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", default=None, help="base weights file for the model")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=None, help="images per evaluation forward pass")
+    add_defence_args(p, tta=False)
     p.add_argument("--workers", type=workers, default=0,
                    help="evaluation data worker processes (default 0: all in the main process)")
     add_no_progress(p)
@@ -73,7 +75,7 @@ def run(args) -> int:
                        split_seed=args.split_seed, seed=args.seed, labels_csv=args.labels,
                        label_space=args.label_space, weights=args.weights, device=args.device,
                        batch_size=args.batch_size, workers=args.workers,
-                       progress=not args.no_progress)
+                       preprocess=args.preprocess, progress=not args.no_progress)
     sys.stdout.write(format_table(res.runs[["protocol", "trained_on", "tested_on", "n", "top1", "run_id"]],
                                   "table"))
     for name, tr in res.trainings.items():

@@ -19,6 +19,9 @@ The columns and what they mean:
 * ``path``: how the shifted pixels were made: ``on-the-fly`` or ``generated`` (from a
   folder written by ``robustlab generate``), or the published archive's own folders.
 * ``precision``: the numeric type the model computed in (float32, float16, ...).
+* ``defence``: the test-time defence the model ran behind (``clahe``, ``nlmeans``,
+  ``ten-crop``, ``clahe+ten-crop``; parameters shown when not the defaults); blank for
+  the plain model (:mod:`robustlab.defences`).
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ from typing import Any
 
 import pandas as pd
 
+from robustlab.defences import defence_label
 from robustlab.metrics.scenes import bg_gap, robustness_score
 
 from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 SUMMARY_COLUMNS = ["model", "suite", "run_id", "data", "images", "clean_top1", "shifted_top1",
                    "mce", "relative_mce", "baseline", "s_robust", "s_partial", "bg_gap", "path",
-                   "precision", "status"]
+                   "precision", "defence", "status"]
 # ImageNet-9's pair of cells whose accuracy difference is the BG-gap.
 BG_GAP_CELLS = ("mixed_same", "mixed_rand")
 
@@ -116,5 +120,6 @@ def summarise_run(run: Mapping[str, Any], predictions: pd.DataFrame,
         "bg_gap": gap,
         "path": config.get("source"),
         "precision": _short_dtype(inputs.get("precision")),
+        "defence": defence_label(config.get("defence")),
         "status": run.get("status"),
     }

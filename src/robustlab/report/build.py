@@ -181,6 +181,9 @@ def _run_summary(p: _Page, d: ReportData) -> None:
         cols.append(Column("bg_gap", "BG-gap %", pct, True))
     cols += [Column("path", "Path", tip="on-the-fly, or read from a generated folder"),
              Column("precision", "Precision")]
+    if any(not is_missing(r.get("defence")) for r in rows):
+        cols.append(Column("defence", "Defence",
+                           tip="test-time defence the model ran behind (--preprocess, --tta)"))
     p.table(Table("run-summary", cols, rows,
                   caption="One row per run (the same numbers as `robustlab results --summary`)"))
 

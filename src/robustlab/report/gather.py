@@ -40,8 +40,8 @@ class RunView:
 
     Attributes:
         run_id: Full run id.
-        label: The model spec, or ``spec [run8]`` when the selection holds the same spec
-            more than once (two seeds, two suites).
+        label: The model spec (``spec +defence`` for a defended run), or ``spec [run8]``
+            when the selection holds the same label more than once (two seeds, two suites).
         record: The ``runs`` row (JSON columns decoded).
     """
 
@@ -217,7 +217,9 @@ def family(shift: str) -> str:
 
 
 def _labels(runs: pd.DataFrame) -> list[str]:
-    specs = list(runs["model_spec"])
+    from robustlab.defences import model_label
+
+    specs = [model_label(s, c) for s, c in zip(runs["model_spec"], runs["config"])]
     return [s if specs.count(s) == 1 else f"{s} [{rid[:8]}]" for s, rid in zip(specs, runs["run_id"])]
 
 

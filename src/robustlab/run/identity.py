@@ -1,7 +1,8 @@
 """Run identity: a deterministic run id, so a rerun of the same evaluation resumes.
 
 Two invocations are the same run when everything that decides a prediction is the same:
-the model (spec, weights hash, preprocessing, precision), the pixels (the *content* of
+the model (spec, weights hash, preprocessing, precision, and any test-time defence
+with its parameters, see :mod:`robustlab.defences`), the pixels (the *content* of
 every image and mask, the masks folder, the suite protocol, seed, suite and its version,
 robustlab's version), the labels, the label space and the source kind (on the fly, or a
 generated folder and that folder's own identity). Which cells are requested is *not* part
@@ -84,7 +85,8 @@ def input_parts(samples, labels, image_hashes, mask_hashes) -> dict[str, Any]:
 _PART_NAMES = {"n": "number of images", "images": "image content", "masks": "mask content",
                "masks_dir": "masks folder", "labels": "labels", "seed": "seed",
                "protocol": "protocol", "preprocessing": "model preprocessing",
-               "precision": "precision", "source": "source", "generated": "generated folder"}
+               "precision": "precision", "defence": "defence", "source": "source",
+               "generated": "generated folder"}
 
 
 def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -93,10 +95,15 @@ def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     out = []
     for key, name in _PART_NAMES.items():
         a, b = old.get(key), new.get(key)
-        if a == b:
+        # As JSON: a stored record has lists where a fresh one has tuples.
+        if canonical_json(a) == canonical_json(b):
             continue
         if key in ("images", "masks", "labels", "preprocessing", "protocol", "generated"):
             out.append(name)
+        elif key == "defence":
+            from robustlab.defences import defence_label
+
+            out.append(f"{name} {defence_label(a) or 'none'} -> {defence_label(b) or 'none'}")
         else:
             out.append(f"{name} {a} -> {b}")
     return out

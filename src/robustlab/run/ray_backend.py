@@ -430,11 +430,15 @@ class _Predictor:
     """
 
     def __init__(self, spec: str, weights: str | None, label_space, device: str | None,
-                 batch_size: int, weights_hash: str | None, topk: int):
+                 batch_size: int, weights_hash: str | None, topk: int, defences: dict):
+        from robustlab.defences import defend
         from robustlab.models import load_model
 
-        self.model = load_model(spec, weights=weights, device=device, label_space=label_space,
-                                batch_size=batch_size)
+        # The driver's test-time defences wrap the actor's model too (ten-crop averages its
+        # views here; pixel defences already ran in the CPU stage, as in local workers).
+        self.model = defend(load_model(spec, weights=weights, device=device,
+                                       label_space=label_space, batch_size=batch_size),
+                            **defences)
         if weights_hash is not None and self.model.weights_hash != weights_hash:
             raise InputError(
                 f"a Ray worker loaded {spec} with weights {self.model.weights_hash}, the "
@@ -472,6 +476,13 @@ class _Predictor:
                 "n_images": np.asarray([0 if p is None else len(p) for p in batch["pixels"]]),
                 "model_s": np.asarray([share * (0 if p is None else len(p))
                                        for p in batch["pixels"]], dtype=np.float64)}
+
+
+def _defences_arg(model) -> dict:
+    """The pixel defence and test-time augmentation objects of a defended model ({} for a
+    plain one), for :func:`robustlab.defences.defend` on each actor."""
+    pre = model.preprocessing
+    return {"preprocess": getattr(pre, "pixels", None), "tta": getattr(pre, "tta", None)}
 
 
 def _label_space_arg(model):
@@ -526,7 +537,8 @@ def predict_on_ray(dataset, model, *, batch_size: int, cells_per_task: float, to
                 _Predictor, batch_size=tasks_per_batch,
                 fn_constructor_args=(model.spec, model.weights_path, _label_space_arg(model),
                                      device,
-                                     int(batch_size), model.weights_hash, int(topk)),
+                                     int(batch_size), model.weights_hash, int(topk),
+                                     _defences_arg(model)),
                 compute=ray.data.ActorPoolStrategy(size=placement.actors),
                 num_gpus=placement.model_gpus, num_cpus=placement.model_cpus)
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):

@@ -11,6 +11,7 @@ import logging
 
 import pandas as pd
 
+from robustlab.defences import model_label
 from robustlab.errors import InputError
 from robustlab.metrics.mce import (
     ALEXNET,
@@ -68,7 +69,11 @@ def select_runs(store: Store, *, run_ids=None, models=None, suites=None) -> pd.D
 
 
 def find_baseline_run(store: Store, run: dict, spec: str) -> str:
-    """The latest run of model ``spec`` on the same images and suite as ``run``.
+    """The latest undefended run of model ``spec`` on the same images and suite as ``run``.
+
+    A baseline is the plain model: runs behind a test-time defence (``--preprocess``,
+    ``--tta``) share its spec but are never picked, so a defence is measured against the
+    model without it.
 
     Raises:
         InputError: no such run in the database (the message says how to make one).
@@ -76,7 +81,9 @@ def find_baseline_run(store: Store, run: dict, spec: str) -> str:
     runs = store.runs()
     same = runs[(runs["model_spec"] == spec)
                 & (runs["data_fingerprint"] == run["data_fingerprint"])
-                & (runs["suite"].fillna("") == (run["suite"] or ""))]
+                & (runs["suite"].fillna("") == (run["suite"] or ""))
+                & pd.Series([not (isinstance(c, dict) and c.get("defence"))
+                             for c in runs["config"]], index=runs.index, dtype=bool)]
     if same.empty:
         raise InputError(
             f"no run of baseline {spec!r} on the same images and suite as {run['model_spec']!r} "
@@ -145,7 +152,8 @@ def results_table(store: Store, *, run_ids=None, models=None, suites=None,
         if cells.empty:
             notes.append(f"run {run['run_id'][:8]} ({run['model_spec']}) has no predictions yet")
             continue
-        head = {"model": run["model_spec"], "suite": run["suite"] or "clean",
+        head = {"model": model_label(run["model_spec"], run.get("config")),
+                "suite": run["suite"] or "clean",
                 "run_id": run["run_id"][:8]}
         part = cells[["shift", "level", "n", "top1", "top5", "error"]].assign(
             ce=None, relative_ce=None, baseline=None)

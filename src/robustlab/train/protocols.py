@@ -79,21 +79,27 @@ def _subset(plan, ids):
 def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]], split: Split, *,
                    config: TrainConfig, out, suite="ximagenet12", seed: int = 0, masks=None,
                    labels_csv=None, label_space=None, weights=None, device=None,
-                   method=None, progress: bool = False) -> TrainResult:
+                   method=None, preprocess=None, progress: bool = False) -> TrainResult:
     """Fine-tune ``model_spec`` on the train ids of ``split`` under ``train_cells``.
 
     The checkpoint name is a hash of everything that decides the weights, so rerunning a
     protocol reuses checkpoints already trained (``TrainResult.reused``). ``method``: a
     training method of :mod:`robustlab.train.methods` (None: plain cross-entropy); it is
-    part of that hash and of the checkpoint's name. With ``progress``, a line every 10 s on
-    stderr: steps done, rate, ETA and the current loss.
+    part of that hash and of the checkpoint's name. ``preprocess`` (a pixel defence of
+    :mod:`robustlab.defences`, e.g. ``"clahe"``) is applied to every training image and
+    written into the training record, so the model is then evaluated behind the same
+    defence. With ``progress``, a line every 10 s on stderr: steps done, rate, ETA and the
+    current loss.
     """
     import json
 
+    from robustlab.defences import defend
     from robustlab.models import load_model
     from robustlab.run.identity import run_id as hash_id
 
-    model = load_model(model_spec, weights=weights, device=device, label_space=label_space)
+    model = defend(load_model(model_spec, weights=weights, device=device, label_space=label_space),
+                   preprocess=preprocess)
+    trained_on = (getattr(model, "defence", None) or {}).get("preprocess")
     plan = _plan(model, data, suite=suite, cells=train_cells, masks=masks, labels_csv=labels_csv,
                  label_space=label_space, seed=seed)
     samples, labels = _subset(plan, split.train)
@@ -110,6 +116,8 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
            "protocol": plan["protocol"].describe()}
     if method is not None:
         key["method"] = method.describe()
+    if trained_on:  # absent without one, so plain checkpoints keep their names
+        key["preprocess"] = trained_on
     name = "-".join([model.spec.replace(":", "_").replace("/", "_"), config.mode,
                      *([method.name] if method is not None else []),
                      "+".join(_cell_name(s, lv) for s, lv in cells), hash_id(key)])
@@ -136,7 +144,8 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
         return finetune(model, samples, labels, cells, plan["images"], config, ckpt,
                         extra_record={"split": split.describe(),
                                       "data_root": plan["record"].data_root,
-                                      "train_seed_rule_seed": int(seed), "identity": key},
+                                      "train_seed_rule_seed": int(seed), "identity": key,
+                                      "preprocess": trained_on},
                         method=method, progress=step_done)
     finally:
         if lines is not None:
@@ -147,22 +156,25 @@ def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tu
                       split: Split, *, train: TrainResult | None = None, suite="ximagenet12",
                       seed: int = 0, db=DEFAULT_DB, masks=None, labels_csv=None, label_space=None,
                       device=None, batch_size: int | None = None, workers: int = 0,
-                      progress: bool = False) -> pd.DataFrame:
+                      progress: bool = False, preprocess=None) -> pd.DataFrame:
     """Evaluate the checkpoint on the test ids of ``split`` and store it as a run.
 
     The run is the ordinary runner's, restricted to the test images; its id also covers the
-    split (a run on the full folder and one on a split never share an id).
+    split (a run on the full folder and one on a split never share an id) and the pixel
+    defence ``preprocess`` the model is evaluated behind (the one it was trained with).
 
     Returns:
         The run's per-cell table (as :func:`robustlab.evaluate` returns).
     """
+    from robustlab.defences import defend
     from robustlab.evaluate import run_table
     from robustlab.models import load_model
     from robustlab.run.identity import data_fingerprint, run_id
     from robustlab.run.runner import RunOptions, Runner
 
-    model = load_model(model_spec, weights=checkpoint, device=device, label_space=label_space,
-                       batch_size=batch_size)
+    model = defend(load_model(model_spec, weights=checkpoint, device=device,
+                              label_space=label_space, batch_size=batch_size),
+                   preprocess=preprocess)
     plan = _plan(model, data, suite=suite, cells=test_cells, masks=masks, labels_csv=labels_csv,
                  label_space=label_space, seed=seed)
     samples, labels = _subset(plan, split.test)
@@ -210,7 +222,7 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
                  db=DEFAULT_DB, test_fraction: float = 0.3, split_seed: int = 0, seed: int = 0,
                  labels_csv=None, label_space=None, weights=None, device=None,
                  batch_size: int | None = None, workers: int = 0,
-                 progress: bool = False) -> ProtocolResult:
+                 progress: bool = False, preprocess=None) -> ProtocolResult:
     """Run EX1, EX2 or both on a suite's scenarios and compute the robustness score.
 
     Args:
@@ -226,16 +238,21 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
         test_fraction, split_seed: The shared split.
         seed: Seed rule seed of the scenario images.
         progress: Progress of each training (a line every 10 s) and each evaluation.
+        preprocess: Pixel defence every model is fine-tuned and evaluated behind
+            (``"clahe"``: the ImageNet-C paper's CLAHE fine-tuning; see
+            :mod:`robustlab.defences`); recorded in each training record and run.
 
     Returns:
         :class:`ProtocolResult`.
     """
+    from robustlab.defences import get_preprocess
     from robustlab.models import load_model
     from robustlab.shifts.registry import available_shifts
     from robustlab.suites import get_suite
 
     if protocol not in PROTOCOLS:
         raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    preprocess = get_preprocess(preprocess)  # a bad name fails before any training
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
     names = available_shifts(list(shifts) if shifts else list(s.shifts), log=log)
     s = s.select(names, list(levels) if levels else None)
@@ -244,7 +261,8 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
     split = make_split(base, data, masks=masks, labels_csv=labels_csv, label_space=label_space,
                        suite=s, test_fraction=test_fraction, split_seed=split_seed)
     del base
-    common = dict(suite=s, seed=seed, masks=masks, labels_csv=labels_csv, label_space=label_space)
+    common = {"suite": s, "seed": seed, "masks": masks, "labels_csv": labels_csv,
+              "label_space": label_space, "preprocess": preprocess}
     rows, trainings = [], {}
 
     def one(proto: str, train_cells, test_cells):
