@@ -258,3 +258,15 @@ def test_cli_bad_method_input_is_one_line(tmp_path, capsys, extra, needle):
                            *extra)
     assert rc == 2
     assert_one_line_error(lines, "train", needle)
+
+
+def test_tables_name_a_method_fine_tuned_model_by_its_method():
+    from robustlab.defences import model_label
+
+    stab = {"fine_tuned": {"method": {"name": "stability", "noise": 0.05, "weight": 0.1}}}
+    aug = {"fine_tuned": {"method": {"name": "corruption-aug", "holdout_families": ["blur"]}},
+           "defence": {"preprocess": {"name": "clahe"}}}
+    assert model_label("lite0", stab) == "lite0 ft:stability(noise=0.05,weight=0.1)"
+    assert model_label("lite0", aug) == "lite0 +clahe ft:corruption-aug(holdout=blur)"
+    assert model_label("lite0", {"fine_tuned": {"config": {}}}) == "lite0"  # EX1/EX2 runs
+    assert model_label("lite0", None) == "lite0"

@@ -138,8 +138,26 @@ def defence_label(defence: dict | None) -> str | None:
     return "+".join(parts) or None
 
 
+def method_label(method: dict | None) -> str | None:
+    """Short name of a stored training method (``robustlab train --method``):
+    ``stability(noise=0.05,weight=0.05)``, ``corruption-aug(holdout=blur)``, ``plain``."""
+    if not method or not method.get("name"):
+        return None
+    name = str(method["name"])
+    if name == "stability":
+        return f"stability(noise={method.get('noise'):g},weight={method.get('weight'):g})"
+    if name == "corruption-aug":
+        return f"corruption-aug(holdout={'+'.join(method.get('holdout_families') or []) or 'none'})"
+    return name
+
+
 def model_label(spec: str, config: dict | None) -> str:
     """How tables name a run's model: its spec, plus ``+defence`` for a defended run
-    (``lite0 +clahe``), so a defended row never reads as the plain model's."""
-    label = defence_label((config or {}).get("defence") if isinstance(config, dict) else None)
-    return f"{spec} +{label}" if label else str(spec)
+    (``lite0 +clahe``) and ``ft:method`` for a model fine-tuned with a training method
+    (``lite0 ft:stability(noise=0.05,weight=0.05)``), so such a row never reads as the plain
+    model's."""
+    config = config if isinstance(config, dict) else {}
+    label = defence_label(config.get("defence"))
+    out = f"{spec} +{label}" if label else str(spec)
+    method = method_label(((config.get("fine_tuned") or {}).get("method")))
+    return f"{out} ft:{method}" if method else out

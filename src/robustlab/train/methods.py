@@ -34,6 +34,8 @@ from robustlab.store import CLEAN_SHIFT, DEFAULT_DB
 log = logging.getLogger(__name__)
 
 METHODS = ("plain", "stability", "corruption-aug")
+# Suites whose shifts all carry one of these tags have corruption errors (mCE).
+CORRUPTION_TAGS = frozenset({"imagenet-c", "imagenet-c-extra"})
 
 
 def make_methods(name: str, *, noises: Sequence[float] = (0.05,), weights: Sequence[float] = (0.05,),
@@ -139,13 +141,14 @@ def run_method(model_spec: str, data, methods: Sequence, *, config, suite="image
         record (``config["fine_tuned"]["method"]``), the un-fine-tuned model's too.
     """
     from robustlab.models import load_model
+    from robustlab.shifts.registry import get_shift
     from robustlab.suites import get_suite
     from robustlab.train.protocols import evaluate_on_split, make_split, train_on_cells
 
     if not methods:
         raise InputError("no training method given")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    if "mce" not in s.metrics:
+    if not s.shifts or not all(get_shift(n).tags & CORRUPTION_TAGS for n in s.shifts):
         raise InputError(f"suite {s.name!r} has no corruption errors (mCE); use imagenet-c or "
                          "imagenet-c-extra")
     for m in methods:
