@@ -309,7 +309,7 @@ class Renderer:
         if box is None:
             raise ValueError(f"{self.style.name} draws nothing for {e.hex}")
         glyph = canvas.crop(box)
-        side = int(round(max(glyph.size) / (1 - 2 * MARGIN)))
+        side = round(max(glyph.size) / (1 - 2 * MARGIN))
         square = Image.new("RGBA", (side, side), (255, 255, 255, 255))
         square.alpha_composite(glyph, ((side - glyph.width) // 2, (side - glyph.height) // 2))
         out = square.convert("RGB").resize((size, size), Image.Resampling.LANCZOS)
@@ -433,8 +433,8 @@ def _save_png(rgb: np.ndarray, path: Path) -> None:
 
 def _attribution(renderers: Sequence[Renderer], counts: dict[str, int], size: int) -> str:
     lines = ["# Attribution and licences", "",
-             f"Emoji images ({size} x {size} px) rendered by `robustlab data icons`. Each image's "
-             "source and licence is also a column of metadata.csv.", "",
+             (f"Emoji images ({size} x {size} px) rendered by `robustlab data icons`. Each "
+              "image's source and licence is also a column of metadata.csv."), "",
              "| style | images | source | version | licence |", "|---|---|---|---|---|"]
     for r in renderers:
         st = r.style
@@ -442,11 +442,22 @@ def _attribution(renderers: Sequence[Renderer], counts: dict[str, int], size: in
                      f"(`{r.path}`) | {st.version()} | {st.licence} |")
     lines += ["", "## Credits", ""]
     lines += [f"- {r.style.name}: {r.style.attribution}" for r in renderers]
-    lines += ["", "OpenMoji images are adapted (rasterised, cropped, resized); under CC BY-SA 4.0 "
-              "this set, as far as it contains them, is shared under the same licence.", "",
+    lines += ["", ("OpenMoji images are adapted (rasterised, cropped, resized); under CC BY-SA "
+                   "4.0 this set, as far as it contains them, is shared under the same licence."), "",
               f"Classes (subgroups), subtypes and names: {UNICODE_DATA}.", ""]
     return "\n".join(lines)
 
 
-__all__ = ["Emoji", "Style", "STYLES", "EXCLUDED_GROUPS", "MANIFEST_COLUMNS", "IconsResult",
-           "Renderer", "available_styles", "build_icons", "read_emoji_test", "style_font"]
+__all__ = [
+    "EXCLUDED_GROUPS",
+    "MANIFEST_COLUMNS",
+    "STYLES",
+    "Emoji",
+    "IconsResult",
+    "Renderer",
+    "Style",
+    "available_styles",
+    "build_icons",
+    "read_emoji_test",
+    "style_font",
+]
