@@ -212,8 +212,9 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
 
     # The report: its own table, not a background-scenario table.
     from robustlab.report import build
-    from robustlab.report.gather import gather
+    from robustlab.report.gather import gather, run_namer
 
+    assert [run_namer(run)(i) for i in range(3)] == ["circle", "cross", "square"]
     d = gather(db, n_resamples=20, regression=False)
     assert d.surface["run_id"].tolist() == [res.run_id] and not d.scenarios
     page = build._Page()

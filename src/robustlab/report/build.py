@@ -24,10 +24,10 @@ from robustlab.report import plots
 from robustlab.report.gather import (
     EDIT_ATTRIBUTES,
     ReportData,
-    class_namer,
     family,
     gather,
     is_corruption,
+    run_namer,
 )
 from robustlab.report.html import (
     CORRECT_MARK,
@@ -540,7 +540,7 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
             g = d.class_drops[d.class_drops["run_id"] == r.run_id]
             if g.empty:
                 continue
-            namer = class_namer(r.record.get("label_space"))
+            namer = run_namer(r.record)
             png, note = plots.class_drop_heatmap(
                 g, namer, f"{r.label}: drop from clean top-1 per class (points)")
             p.figure(f"fig-class-drop-{i}", png,

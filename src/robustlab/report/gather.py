@@ -254,6 +254,18 @@ class ClassNames:
         return str(self.classes[i]) if 0 <= i < len(self.classes) else f"class {i}"
 
 
+def run_namer(record: dict) -> ClassNames:
+    """Class names of a run: its own list when it has one (a network trained from scratch
+    on a set's classes, as ``robustlab holdout`` stores in ``config["classes"]``), else its
+    label space's."""
+    classes = (record.get("config") or {}).get("classes")
+    if classes:
+        namer = ClassNames(None)
+        namer.classes = list(classes)
+        return namer
+    return class_namer(record.get("label_space"))
+
+
 def class_namer(label_space: str | None) -> ClassNames:
     """Cached :class:`ClassNames` for a label space name."""
     if label_space not in _NAMERS:
