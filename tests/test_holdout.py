@@ -235,3 +235,34 @@ def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys
     out = capsys.readouterr().out
     assert "held out style=outline: trained on" in out and "held-out top-1" in out
     assert len(Store(db).runs()) == 1
+
+
+def test_timm_resnet_gets_a_cifar_stem_and_bad_arch_is_refused():
+    import torch
+
+    net = ho.build_network(ho.HoldoutConfig(arch="timm:resnet10t"), 7)
+    assert net.conv1.stride == (1, 1) and isinstance(net.maxpool, torch.nn.Identity)
+    assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
+    with pytest.raises(InputError, match="small-cnn or timm:NAME"):
+        ho.HoldoutConfig(arch="resnet18")
+    with pytest.raises(InputError, match="unknown timm model"):
+        ho.build_network(ho.HoldoutConfig(arch="timm:no_such_net"), 3)
+
+
+def test_icons50_folder_layout_takes_the_vendor_in_the_path(tmp_path):
+    img = Image.fromarray(_draw("circle", 9, "red", 0))
+    names = ["bird/apple_duck_1.png", "bird/emoji-one_owl.png", "bird/sub/google_duck.png",
+             "cat/microsoft/cat_face.png", "cat/apple_cat.png",
+             "cat/bulgaria_cat.png",            # "lg" inside a word: no vendor, left out
+             "cat/apple_google_cat.png"]        # two vendors: ambiguous, left out
+    for n in names:
+        (tmp_path / n).parent.mkdir(parents=True, exist_ok=True)
+        img.save(tmp_path / n)
+    ds = ho.read_set(tmp_path, layout="icons50")
+    got = dict(zip(ds.meta["id"], ds.meta["style"]))
+    assert got == {"bird/apple_duck_1.png": "apple", "bird/emoji-one_owl.png": "emoji-one",
+                   "bird/sub/google_duck.png": "google", "cat/microsoft/cat_face.png": "microsoft",
+                   "cat/apple_cat.png": "apple"}
+    assert ds.classes == ["bird", "cat"] and ds.load([0], 32).shape == (1, 32, 32, 3)
+    sp = ho.split_column(ds.meta, "style=apple")
+    assert len(sp.held) == 2

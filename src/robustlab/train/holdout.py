@@ -52,6 +52,10 @@ HOLDOUT_SHIFT = "holdout"
 SUITE = "surface-variation"
 SUITE_VERSION = "1"
 PROTOCOLS = ("column", "subtypes", "versions")
+# ICONS-50's 13 vendors, as its training code names them; in the folder layout the style of
+# an icon is the vendor named in its path.
+ICONS50_STYLES = ("apple", "google", "facebook", "emoji-one", "samsung", "microsoft", "lg", "htc",
+                  "whatsapp", "messenger", "twitter", "emojidex", "mozilla")
 # ICONS-50's normalisation (mean 0.5, std 0.25 per channel).
 MEAN, STD = 0.5, 0.25
 META_COLUMNS = ("class", "subtype", "style", "version", "split")
@@ -149,11 +153,19 @@ def read_folder(root: str | Path, metadata: str | Path | None = None) -> Labelle
 
 def read_icons50(path: str | Path) -> LabelledSet:
     """ICONS-50 as released: ``Icons-50.npy`` (a pickled dict of ``image`` N x 3 x 32 x 32,
-    ``class``, ``style``, ``subtype``, ``rendition``), or a folder that holds it.
+    ``class``, ``style``, ``subtype``, ``rendition``) or a folder holding it; or the folder
+    layout its training code reads, ``<root>/<class>/.../<file>`` with the vendor in the path.
+
+    In the folder layout the style is the one vendor of :data:`ICONS50_STYLES` that is a
+    whole word of the file's path (``lg`` inside ``bulgaria`` does not count); files naming
+    none or several are skipped and counted in the log. Subtypes and versions are not in
+    that layout, so only the style protocol applies.
 
     The pickle is loaded with ``allow_pickle``; read only a file you trust.
     """
     p = Path(path).expanduser()
+    if p.is_dir() and not (p / "Icons-50.npy").is_file():
+        return _icons50_folder(p)
     if p.is_dir():
         p = p / "Icons-50.npy"
     if not p.is_file():
@@ -176,6 +188,37 @@ def read_icons50(path: str | Path) -> LabelledSet:
                          for i in rows])
 
     return LabelledSet("icons50", p, meta, load)
+
+
+def _icons50_folder(root: Path) -> LabelledSet:
+    import re
+
+    from robustlab.data.sources import IMAGE_EXTENSIONS
+
+    rows, skipped = [], 0
+    for f in sorted(root.rglob("*")):
+        rel = f.relative_to(root)
+        if len(rel.parts) < 2 or not f.is_file() or f.suffix.lower() not in IMAGE_EXTENSIONS:
+            continue
+        words = set(re.findall(r"emoji-one|[a-z0-9]+", rel.as_posix().lower()))
+        found = [s for s in ICONS50_STYLES if s in words]
+        if len(found) != 1:
+            skipped += 1
+            continue
+        rows.append((rel.as_posix(), rel.parts[0], found[0]))
+    if skipped:
+        log.info("%s: %d file(s) name no single ICONS-50 vendor and are left out", root, skipped)
+    if not rows:
+        raise InputError(f"{root}: no image in <class>/ folders names an ICONS-50 vendor "
+                         f"({', '.join(ICONS50_STYLES)})", hint="or pass Icons-50.npy")
+    meta = pd.DataFrame(rows, columns=["id", "class", "style"])
+
+    def load(idx, size):
+        from robustlab.data.images import load_image
+
+        return np.stack([_resize(load_image(root / meta["id"].iat[i])[0], size) for i in idx])
+
+    return LabelledSet("icons50", root, meta, load)
 
 
 def read_cifar100(path: str | Path) -> LabelledSet:
