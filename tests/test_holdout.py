@@ -266,3 +266,21 @@ def test_icons50_folder_layout_takes_the_vendor_in_the_path(tmp_path):
     assert ds.classes == ["bird", "cat"] and ds.load([0], 32).shape == (1, 32, 32, 3)
     sp = ho.split_column(ds.meta, "style=apple")
     assert len(sp.held) == 2
+
+
+def test_a_filtered_set_loads_each_rows_own_image(shapes_folder):
+    ds = ho.read_folder(shapes_folder)
+    ds.meta = ds.meta[ds.meta["class"] == "square"].reset_index(drop=True)
+    want = np.asarray(Image.open(shapes_folder / ds.meta["id"][5]))
+    assert (ds.load([5], 32)[0] == want).all()
+
+
+def test_cli_classes_option(shapes_folder, tmp_path, capsys):
+    args = ["holdout", "--data", str(shapes_folder), "--db", str(tmp_path / "c.duckdb"),
+            "--out", str(tmp_path / "ck"), "--epochs", "1", "--width", "4",
+            "--holdout", "style=red"]
+    assert main([*args, "--classes", "circle,hexagon"]) == 2
+    assert "no class 'hexagon'" in capsys.readouterr().err
+    assert main([*args, "--classes", "circle,square"]) == 0
+    run = Store(tmp_path / "c.duckdb").runs().iloc[0]
+    assert run["config"]["classes"] == ["circle", "square"]

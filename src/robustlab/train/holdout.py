@@ -70,13 +70,19 @@ class LabelledSet:
         name: What it is (``folder``, ``icons50``, ``cifar100``).
         root: Where it was read from.
         meta: One row per image: ``id`` (unique) and :data:`META_COLUMNS` present.
-        load: ``load(rows, size)`` -> N x size x size x 3 uint8 for positions in ``meta``.
+        read: ``read(ids, size)`` -> N x size x size x 3 uint8 for these ``id`` values (by id,
+            not position, so ``meta`` may be filtered or reordered).
     """
 
     name: str
     root: Path
     meta: pd.DataFrame
-    load: Callable[[Sequence[int], int], np.ndarray]
+    read: Callable[[Sequence[str], int], np.ndarray]
+
+    def load(self, rows: Sequence[int], size: int) -> np.ndarray:
+        """Images of the rows at these positions of ``meta``."""
+        ids = self.meta["id"].to_numpy()
+        return self.read([ids[i] for i in rows], size)
 
     @property
     def classes(self) -> list[str]:
@@ -136,19 +142,20 @@ def read_folder(root: str | Path, metadata: str | Path | None = None) -> Labelle
     keep = ["id", *[c for c in META_COLUMNS if c in meta.columns]]
     meta = meta[keep].sort_values("id", kind="stable").reset_index(drop=True)
 
-    def load(rows, size):
-        from robustlab.data.images import ImageError, load_image
+    return LabelledSet("folder", root, meta, lambda ids, size: _read_files(root, ids, size))
 
-        out = np.empty((len(rows), size, size, 3), np.uint8)
-        for k, i in enumerate(rows):
-            try:
-                rgb, _ = load_image(root / meta["id"].iat[i])
-            except ImageError as exc:
-                raise InputError(f"{meta['id'].iat[i]}: {exc}") from None
-            out[k] = _resize(rgb, size)
-        return out
 
-    return LabelledSet("folder", root, meta, load)
+def _read_files(root: Path, ids: Sequence[str], size: int) -> np.ndarray:
+    from robustlab.data.images import ImageError, load_image
+
+    out = np.empty((len(ids), size, size, 3), np.uint8)
+    for k, i in enumerate(ids):
+        try:
+            rgb, _ = load_image(root / i)
+        except ImageError as exc:
+            raise InputError(f"{i}: {exc}") from None
+        out[k] = _resize(rgb, size)
+    return out
 
 
 def read_icons50(path: str | Path) -> LabelledSet:
@@ -183,11 +190,11 @@ def read_icons50(path: str | Path) -> LabelledSet:
                          "subtype": cols["subtype"], "style": cols["style"],
                          "version": cols["rendition"]})
 
-    def load(rows, size):
-        return np.stack([_resize(np.ascontiguousarray(images[i].transpose(1, 2, 0)), size)
-                         for i in rows])
+    def read(ids, size):
+        return np.stack([_resize(np.ascontiguousarray(images[int(i)].transpose(1, 2, 0)), size)
+                         for i in ids])
 
-    return LabelledSet("icons50", p, meta, load)
+    return LabelledSet("icons50", p, meta, read)
 
 
 def _icons50_folder(root: Path) -> LabelledSet:
@@ -212,13 +219,7 @@ def _icons50_folder(root: Path) -> LabelledSet:
         raise InputError(f"{root}: no image in <class>/ folders names an ICONS-50 vendor "
                          f"({', '.join(ICONS50_STYLES)})", hint="or pass Icons-50.npy")
     meta = pd.DataFrame(rows, columns=["id", "class", "style"])
-
-    def load(idx, size):
-        from robustlab.data.images import load_image
-
-        return np.stack([_resize(load_image(root / meta["id"].iat[i])[0], size) for i in idx])
-
-    return LabelledSet("icons50", root, meta, load)
+    return LabelledSet("icons50", root, meta, lambda ids, size: _read_files(root, ids, size))
 
 
 def read_cifar100(path: str | Path) -> LabelledSet:
@@ -255,11 +256,12 @@ def read_cifar100(path: str | Path) -> LabelledSet:
         raise InputError(f"{root}: not CIFAR-100's format ({type(exc).__name__}: {exc})") from None
     images = np.concatenate(parts)
     meta = pd.DataFrame(rows, columns=["id", "class", "subtype", "split"])
+    position = {i: k for k, i in enumerate(meta["id"])}
 
-    def load(idx, size):
-        return np.stack([_resize(images[i], size) for i in idx])
+    def read(ids, size):
+        return np.stack([_resize(images[position[i]], size) for i in ids])
 
-    return LabelledSet("cifar100", root, meta, load)
+    return LabelledSet("cifar100", root, meta, read)
 
 
 READERS = {"folder": read_folder, "icons50": read_icons50, "cifar100": read_cifar100}
