@@ -17,6 +17,7 @@ Numbers from this script are in docs/surface-variation.md.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def main() -> None:
               else {"versions": True})
         split = make_split(data.meta, seed=args.seed, **kw)
         t = time.perf_counter()
-        r = run_holdout(data, split, config, db=out / "sv.duckdb", out=out / "checkpoints")
+        r = run_holdout(data, split, config, db=out / "sv.duckdb", out=out / "checkpoints",
+                        progress=lambda e, loss, name=split.label: print(
+                            f"  {name} epoch {e}: loss {loss:.3f}", file=sys.stderr, flush=True))
         print(f"| {split.protocol} | {split.label} | {len(split.train)} | {r.n_seen} | "
               f"{100 * r.seen_top1:.1f} % | {r.n_held} | {100 * r.held_top1:.1f} % | "
               f"{time.perf_counter() - t:.0f} |", flush=True)
