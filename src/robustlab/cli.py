@@ -23,8 +23,8 @@ import traceback
 from robustlab.errors import EnvironmentProblem, InputError, RobustlabError, environment_problem
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
-COMMANDS = ["demo", "list_cmd", "generate", "masks", "evaluate", "results", "report", "train", "segment",
-            "synth", "mine", "review", "vlm"]
+COMMANDS = ["demo", "list_cmd", "data", "generate", "masks", "evaluate", "results", "report", "train",
+            "holdout", "segment", "synth", "mine", "review", "vlm"]
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".

@@ -24,10 +24,10 @@ from robustlab.report import plots
 from robustlab.report.gather import (
     EDIT_ATTRIBUTES,
     ReportData,
-    class_namer,
     family,
     gather,
     is_corruption,
+    run_namer,
 )
 from robustlab.report.html import (
     CORRECT_MARK,
@@ -324,6 +324,31 @@ def _scenario_tables(p: _Page, d: ReportData) -> None:
             caption="ImageNet-9 BG-gap = acc(mixed_same) - acc(mixed_rand), paired images"))
 
 
+def _surface_variation(p: _Page, d: ReportData) -> None:
+    """ICONS-50's protocols (``robustlab holdout``): held-out style, subtypes, versions."""
+    t = d.surface
+    if t.empty:
+        return
+    p.section("surface-variation", "Surface variation (hold-out protocols)",
+              "A network trained from scratch with a style, some subtypes or one version of "
+              "each icon held out (ImageNet-C paper, ICONS-50). In-distribution: a seeded share "
+              "of the training pool kept aside; held-out: what was held out, scored on the "
+              "broad class. The paper's shape: versions stay high, a held-out style drops.")
+    labels = d.labels
+    rows = [{"label": labels.get(r.run_id, r.model), "run": r.run_id[:8], "protocol": r.protocol,
+             "held": r.held_out, "seed": r.seed, "n_train": r.n_train, "n_seen": r.n_seen,
+             "seen": r.seen_top1, "n_held": r.n_held, "heldacc": r.held_top1,
+             "gap": r.seen_top1 - r.held_top1} for r in t.itertuples()]
+    p.table(Table("surface-variation", [
+        Column("label", "Model"), Column("run", "Run"), Column("protocol", "Protocol"),
+        Column("held", "Held out"), Column("seed", "Seed", integer, True),
+        Column("n_train", "Train images", integer, True),
+        Column("n_seen", "In-dist. n", integer, True), Column("seen", "In-dist. %", pct, True),
+        Column("n_held", "Held-out n", integer, True), Column("heldacc", "Held-out %", pct, True),
+        Column("gap", "Drop %", pct, True, tip="in-distribution minus held-out top-1")],
+        rows, caption="Top-1 accuracy (%) under each hold-out protocol"))
+
+
 def _slug(text: str) -> str:
     """A table id fragment: letters, digits and dashes only."""
     import re
@@ -592,7 +617,7 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
             g = d.class_drops[d.class_drops["run_id"] == r.run_id]
             if g.empty:
                 continue
-            namer = class_namer(r.record.get("label_space"))
+            namer = run_namer(r.record)
             png, note = plots.class_drop_heatmap(
                 g, namer, f"{r.label}: drop from clean top-1 per class (points)")
             p.figure(f"fig-class-drop-{i}", png,
@@ -717,6 +742,7 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     _scenario_tables(p, d)
     _edit_tables(p, d)
     _imagenet_d(p, d)
+    _surface_variation(p, d)
     _mining_and_review(p, d, seed)
     stages.stage("regression models")
     with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:

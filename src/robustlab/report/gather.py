@@ -23,6 +23,8 @@ import pandas as pd
 from robustlab.errors import InputError
 from robustlab.metrics.attributes import attribute_effects
 from robustlab.store import CLEAN_SHIFT, Store
+from robustlab.train.holdout import SUITE as HOLDOUT_SUITE
+from robustlab.train.holdout import holdout_table
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,8 @@ class ReportData:
             edit (:func:`robustlab.metrics.attributes.attribute_effects`).
         edit_curves: accuracy vs a measured attribute (run_full, label, attribute, x, n,
             top1): each edited image binned by what its edit achieved (quantile bins).
+        surface: the surface-variation runs (``robustlab holdout``): protocol, what was held
+            out, in-distribution and held-out top-1 (:func:`robustlab.train.holdout.holdout_table`).
         summary: One row per run (``robustlab results --summary``'s columns, from
             :func:`robustlab.metrics.summary.summarise_run`) plus ``run_full``.
         notes: Why something is absent or partial, one line each.
@@ -117,6 +121,7 @@ class ReportData:
     n_resamples: int = 0
     confidence: float = 0.95
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    surface: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
 
     def run(self, run_id: str) -> RunView:
@@ -251,6 +256,18 @@ class ClassNames:
         return str(self.classes[i]) if 0 <= i < len(self.classes) else f"class {i}"
 
 
+def run_namer(record: dict) -> ClassNames:
+    """Class names of a run: its own list when it has one (a network trained from scratch
+    on a set's classes, as ``robustlab holdout`` stores in ``config["classes"]``), else its
+    label space's."""
+    classes = (record.get("config") or {}).get("classes")
+    if classes:
+        namer = ClassNames(None)
+        namer.classes = list(classes)
+        return namer
+    return class_namer(record.get("label_space"))
+
+
 def class_namer(label_space: str | None) -> ClassNames:
     """Cached :class:`ClassNames` for a label space name."""
     if label_space not in _NAMERS:
@@ -383,6 +400,8 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     # Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap.
     scenarios, robustness, gaps = {}, {}, []
     for r in runs:
+        if r.record.get("suite") == HOLDOUT_SUITE:  # its own table (surface variation)
+            continue
         g = preds[preds["run_id"] == r.run_id]
         scen = [s for s in g["shift"].unique() if s != CLEAN_SHIFT and not is_corruption(s)
                 and not is_edit(s, r.record.get("suite"))]
@@ -434,6 +453,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     joined = store.predictions_with_attributes(ids)
     curves = edit_curves(joined, {r.run_id: r.label for r in runs})
     effects = attribute_effects(joined)
+    surface = holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds)
 
     return ReportData(db=store.path, runs=runs, baseline=baseline, results=results, cells=cells,
                       ce=ce.reset_index(drop=True), mce=mce_rows, corruption_error=corruption_error,
@@ -442,7 +462,7 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
                       edit_curves=curves, edit_effects=effects, imagenet_d=subsets,
                       mining=mining, reviews=reviews,
                       n_resamples=n_resamples, confidence=confidence, summary=summary,
-                      notes=notes)
+                      surface=surface, notes=notes)
 
 
 def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.report.gather import ReportData, RunView, class_namer
+from robustlab.report.gather import ReportData, RunView, class_namer, run_namer
 from robustlab.store import CLEAN_SHIFT, Store
 
 log = logging.getLogger(__name__)
@@ -286,7 +286,7 @@ def _predictions(store: Store, run_ids: list[str], sample_id: str):
 def _namer_for(run: RunView, ids) -> Any:
     """Names for a run's predicted ids: its label space, or ImageNet-1k when the model
     predicts over 1,000 outputs mapped onto a smaller space (ImageNet-9, ImageNet-D)."""
-    namer = class_namer(run.record.get("label_space"))
+    namer = run_namer(run.record)
     if namer.size and ids and max(ids) >= namer.size:
         return class_namer("imagenet1k")
     return namer
@@ -383,8 +383,7 @@ def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cell
     except (ValueError, MissingResourceError) as exc:  # e.g. ai_bg without its inpainter
         return None, f"image grid for {names} skipped: {exc}"
     true_label = preds["label"].dropna()
-    true_name = class_namer(runs[0].record.get("label_space"))(
-        true_label.iloc[0] if len(true_label) else None)
+    true_name = run_namer(runs[0].record)(true_label.iloc[0] if len(true_label) else None)
     order = [r.label for r in runs]
     by_key: dict[tuple[str, str], list[Prediction]] = {}
     for rec in preds.itertuples(index=False):

@@ -1,0 +1,286 @@
+"""Surface-variation protocols: splits, readers (folder, ICONS-50, CIFAR-100), stored runs."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image, ImageDraw
+
+from robustlab.cli import main
+from robustlab.errors import InputError
+from robustlab.store import CLEAN_SHIFT, Store
+from robustlab.train import holdout as ho
+
+SHAPES = ("circle", "square", "cross")
+STYLES = {"red": ((220, 30, 30), None), "blue": ((30, 60, 220), None),
+          "outline": (None, (0, 0, 0))}
+
+
+def _draw(shape: str, size: int, style: str, dx: int) -> np.ndarray:
+    fill, outline = STYLES[style]
+    im = Image.new("RGB", (32, 32), "white")
+    d = ImageDraw.Draw(im)
+    box = (16 - size + dx, 16 - size, 16 + size + dx, 16 + size)
+    if shape == "circle":
+        d.ellipse(box, fill=fill, outline=outline, width=2)
+    elif shape == "square":
+        d.rectangle(box, fill=fill, outline=outline, width=2)
+    else:
+        x0, y0, x1, y1 = box
+        d.rectangle((x0, 14, x1, 18), fill=fill or outline)
+        d.rectangle((14 + dx, y0, 18 + dx, y1), fill=fill or outline)
+    return np.asarray(im)
+
+
+@pytest.fixture(scope="module")
+def shapes_folder(tmp_path_factory):
+    """3 classes (shapes) x 2 subtypes (small, big) x 3 styles x 4 versions (offsets)."""
+    root = tmp_path_factory.mktemp("shapes")
+    rows = []
+    for shape in SHAPES:
+        for sub, size in (("small", 7), ("big", 11)):
+            for style in STYLES:
+                (root / style / shape).mkdir(parents=True, exist_ok=True)
+                for v, dx in enumerate((-3, -1, 1, 3)):
+                    f = f"{style}/{shape}/{sub}_{v}.png"
+                    Image.fromarray(_draw(shape, size, style, dx)).save(root / f)
+                    rows.append({"file": f, "class": shape, "subtype": f"{shape}-{sub}",
+                                 "style": style, "version": f"v{v}"})
+    pd.DataFrame(rows).to_csv(root / "metadata.csv", index=False)
+    return root
+
+
+def test_style_holdout_trains_on_the_other_styles(shapes_folder):
+    meta = ho.read_folder(shapes_folder).meta
+    sp = ho.split_column(meta, "style=outline", seed=0, test_fraction=0.25)
+    style = meta["style"].to_numpy()
+    assert set(style[list(sp.held)]) == {"outline"} and len(sp.held) == 24
+    assert "outline" not in set(style[list(sp.train)]) | set(style[list(sp.seen)])
+    assert not set(sp.train) & set(sp.seen) and len(sp.train) + len(sp.seen) == 48
+    # Each class keeps its share of the in-distribution test.
+    assert meta["class"].to_numpy()[list(sp.seen)].tolist().count("circle") == 4
+    again = ho.split_column(meta, "style=outline", seed=0, test_fraction=0.25)
+    other = ho.split_column(meta, "style=outline", seed=1, test_fraction=0.25)
+    assert again == sp and other.seen != sp.seen and other.held == sp.held
+    assert sp.fingerprint(meta) != other.fingerprint(meta)
+
+
+def test_subtype_holdout_keeps_every_class_in_training(shapes_folder):
+    meta = ho.read_folder(shapes_folder).meta
+    sp = ho.split_subtypes(meta, 1, seed=3)
+    held = meta.iloc[list(sp.held)]
+    assert held.groupby("class")["subtype"].nunique().to_dict() == dict.fromkeys(SHAPES, 1)
+    train = meta.iloc[list(sp.train)]
+    assert set(train["class"]) == set(SHAPES)
+    assert not set(train["subtype"]) & set(held["subtype"])
+    # N larger than a class's subtypes: all but one are held out, never all.
+    assert len(ho.split_subtypes(meta, 5).held) == len(sp.held)
+    named = ho.split_subtypes(meta, ["circle-big", "cross-small"])
+    assert set(meta.iloc[list(named.held)]["subtype"]) == {"circle-big", "cross-small"}
+    assert named.label == "subtypes:circle-big,cross-small"
+
+
+def test_version_control_holds_out_one_version_of_each_icon(shapes_folder):
+    meta = ho.read_folder(shapes_folder).meta
+    sp = ho.split_versions(meta, seed=0)
+    held = meta.iloc[list(sp.held)]
+    # 3 shapes x 2 subtypes x 3 styles icons, one version each
+    assert len(held) == 18 and held.groupby(["subtype", "style"]).size().eq(1).all()
+    assert set(meta.iloc[list(sp.train)]["subtype"]) == set(meta["subtype"])
+
+
+def test_bad_holdouts_are_one_line_errors(shapes_folder):
+    meta = ho.read_folder(shapes_folder).meta
+    with pytest.raises(InputError, match="no image has style='microsoft'; choose from blue, outline, red"):
+        ho.split_column(meta, "style=microsoft")
+    with pytest.raises(InputError, match="needs a 'vendor' column; the data has class, subtype, style, version"):
+        ho.split_column(meta, "vendor=apple")
+    with pytest.raises(InputError, match="COLUMN=VALUE"):
+        ho.split_column(meta, "outline")
+    one_style = meta.assign(style="red")
+    with pytest.raises(InputError, match="covers every image: nothing is left to train on"):
+        ho.split_column(one_style, "style=red")
+    # A class drawn only in the held-out style has nothing to learn from.
+    lonely = meta[(meta["class"] != "cross") | (meta["style"] == "outline")].reset_index(drop=True)
+    with pytest.raises(InputError, match="cross have no training image outside style=outline"):
+        ho.split_column(lonely, "style=outline")
+    with pytest.raises(InputError, match="cross have no training image outside"):
+        ho.split_subtypes(meta, ["cross-small", "cross-big"])
+    with pytest.raises(InputError, match="no subtype 'duck'; choose from circle-big"):
+        ho.split_subtypes(meta, ["duck"])
+    with pytest.raises(InputError, match="no icon has several versions"):
+        ho.split_versions(meta.assign(version="v0"))
+    with pytest.raises(InputError, match="needs a 'version' column"):
+        ho.split_versions(meta.drop(columns="version"))
+    with pytest.raises(InputError, match="exactly one of"):
+        ho.make_split(meta, holdout="style=red", versions=True)
+
+
+def _fake_cifar100(root):
+    """CIFAR-100's python layout: train/test/meta pickles with bytes keys, 3072-byte rows."""
+    d = root / "cifar-100-python"
+    d.mkdir()
+    fine = ["apple", "pear", "dolphin", "whale", "seal"]
+    coarse = ["fruit_and_vegetables", "aquatic_mammals"]
+    fine_to_coarse = [0, 0, 1, 1, 1]
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4), ("test", 2)):
+        fl = [f for f in range(5) for _ in range(n)]
+        data = rng.integers(0, 256, size=(len(fl), 3072), dtype=np.uint8)
+        with open(d / split, "wb") as fh:
+            pickle.dump({b"filenames": [f"{split}_{i}.png".encode() for i in range(len(fl))],
+                         b"batch_label": split.encode(), b"fine_labels": fl,
+                         b"coarse_labels": [fine_to_coarse[f] for f in fl], b"data": data}, fh)
+    with open(d / "meta", "wb") as fh:
+        pickle.dump({b"fine_label_names": [f.encode() for f in fine],
+                     b"coarse_label_names": [c.encode() for c in coarse]}, fh)
+    return data
+
+
+def test_cifar100_reader_superclasses_and_subtype_protocol(tmp_path):
+    last_test = _fake_cifar100(tmp_path)
+    ds = ho.read_set(tmp_path)
+    assert ds.name == "cifar100" and ds.classes == ["aquatic_mammals", "fruit_and_vegetables"]
+    m = ds.meta
+    assert len(m) == 30 and set(m["split"]) == {"train", "test"}
+    assert set(m[m["class"] == "aquatic_mammals"]["subtype"]) == {"dolphin", "whale", "seal"}
+    # Pixels: the row's 3072 bytes are 3 planes of 32 x 32.
+    i = int(np.flatnonzero(m["id"] == "test/test_9.png")[0])
+    assert (ds.load([i], 32)[0] == last_test[9].reshape(3, 32, 32).transpose(1, 2, 0)).all()
+    sp = ho.split_subtypes(m, 1, seed=0)
+    held, train = m.iloc[list(sp.held)], m.iloc[list(sp.train)]
+    assert set(held["split"]) == {"test"} and set(train["split"]) == {"train"}
+    assert held.groupby("class")["subtype"].nunique().eq(1).all()
+    assert set(m.iloc[list(sp.seen)]["split"]) == {"test"}
+
+
+def test_icons50_reader(tmp_path):
+    rng = np.random.default_rng(1)
+    n = 6
+    np.save(tmp_path / "Icons-50.npy", {
+        "image": rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+        "class": [0, 0, 0, 1, 1, 1], "style": ["apple", "google", "microsoft"] * 2,
+        "subtype": ["duck", "owl", "duck", "cat", "cat", "tiger"],
+        "rendition": ["ios-10", "7.0", "win10"] * 2}, allow_pickle=True)
+    ds = ho.read_set(tmp_path)
+    assert ds.name == "icons50" and ds.classes == ["0", "1"]
+    assert list(ds.meta["style"]) == ["apple", "google", "microsoft"] * 2
+    assert ds.load([2], 32).shape == (1, 32, 32, 3)
+    sp = ho.split_column(ds.meta, "style=microsoft")
+    assert len(sp.held) == 2
+    (tmp_path / "x").mkdir()
+    np.save(tmp_path / "x" / "Icons-50.npy", np.arange(3))
+    with pytest.raises(InputError, match="not ICONS-50"):
+        ho.read_icons50(tmp_path / "x")
+
+
+def test_folder_reader_refuses_missing_files_and_columns(tmp_path):
+    (tmp_path / "metadata.csv").write_text("file,label\na.png,x\n")
+    with pytest.raises(InputError, match="has no class column"):
+        ho.read_folder(tmp_path)
+    (tmp_path / "metadata.csv").write_text("file,class\na.png,x\n")
+    with pytest.raises(InputError, match="1 file\\(s\\) .* are not in"):
+        ho.read_folder(tmp_path)
+
+
+def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
+    ds = ho.read_folder(shapes_folder)
+    sp = ho.split_versions(ds.meta, seed=0)
+    cfg = ho.HoldoutConfig(width=8, epochs=6, batch_size=16, lr=1e-2, seed=0)
+    db = tmp_path / "r.duckdb"
+    res = ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "ck")
+    assert not res.reused and res.checkpoint.is_file() and len(res.losses) == 6
+    assert res.losses[-1] < res.losses[0]
+    assert res.n_held == 18 and res.n_seen == len(sp.seen)
+    # Shapes whose sibling versions were trained on: well above chance (1/3).
+    assert res.held_top1 >= 0.6
+    store = Store(db)
+    run = store.get_run(res.run_id)
+    assert run["suite"] == ho.SUITE and run["status"] == "finished"
+    assert run["config"]["holdout"]["held_out"] == "versions:one-per-icon"
+    preds = store.predictions([res.run_id])
+    assert set(preds["shift"]) == {CLEAN_SHIFT, ho.HOLDOUT_SHIFT}
+    assert preds[preds["shift"] == ho.HOLDOUT_SHIFT]["correct"].mean() == pytest.approx(res.held_top1)
+    again = ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "ck")
+    assert again.reused and again.run_id == res.run_id
+    assert again.held_top1 == pytest.approx(res.held_top1)
+    table = ho.holdout_table(store.runs(), preds)
+    assert table.iloc[0]["protocol"] == "versions" and table.iloc[0]["n_held"] == 18
+
+    # The report: its own table, not a background-scenario table.
+    from robustlab.report import build
+    from robustlab.report.gather import gather, run_namer
+
+    assert [run_namer(run)(i) for i in range(3)] == ["circle", "cross", "square"]
+    d = gather(db, n_resamples=20, regression=False)
+    assert d.surface["run_id"].tolist() == [res.run_id] and not d.scenarios
+    page = build._Page()
+    build._surface_variation(page, d)
+    html = "".join(page.parts)
+    assert page.tables == ["surface-variation"] and "versions:one-per-icon" in html
+
+
+def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys):
+    db = str(tmp_path / "c.duckdb")
+    args = ["holdout", "--data", str(shapes_folder), "--db", db, "--out", str(tmp_path / "ck"),
+            "--epochs", "2", "--width", "8"]
+    assert main([*args, "--holdout", "style=microsoft"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [("robustlab holdout: error: no image has style='microsoft'; choose from "
+                    "blue, outline, red")]
+    assert main([*args, "--holdout", "style=outline"]) == 0
+    out = capsys.readouterr().out
+    assert "held out style=outline: trained on" in out and "held-out top-1" in out
+    assert len(Store(db).runs()) == 1
+
+
+def test_timm_resnet_gets_a_cifar_stem_and_bad_arch_is_refused():
+    import torch
+
+    net = ho.build_network(ho.HoldoutConfig(arch="timm:resnet10t"), 7)
+    assert net.conv1.stride == (1, 1) and isinstance(net.maxpool, torch.nn.Identity)
+    assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
+    with pytest.raises(InputError, match="small-cnn or timm:NAME"):
+        ho.HoldoutConfig(arch="resnet18")
+    with pytest.raises(InputError, match="unknown timm model"):
+        ho.build_network(ho.HoldoutConfig(arch="timm:no_such_net"), 3)
+
+
+def test_icons50_folder_layout_takes_the_vendor_in_the_path(tmp_path):
+    img = Image.fromarray(_draw("circle", 9, "red", 0))
+    names = ["bird/apple_duck_1.png", "bird/emoji-one_owl.png", "bird/sub/google_duck.png",
+             "cat/microsoft/cat_face.png", "cat/apple_cat.png",
+             "cat/bulgaria_cat.png",            # "lg" inside a word: no vendor, left out
+             "cat/apple_google_cat.png"]        # two vendors: ambiguous, left out
+    for n in names:
+        (tmp_path / n).parent.mkdir(parents=True, exist_ok=True)
+        img.save(tmp_path / n)
+    ds = ho.read_set(tmp_path, layout="icons50")
+    got = dict(zip(ds.meta["id"], ds.meta["style"]))
+    assert got == {"bird/apple_duck_1.png": "apple", "bird/emoji-one_owl.png": "emoji-one",
+                   "bird/sub/google_duck.png": "google", "cat/microsoft/cat_face.png": "microsoft",
+                   "cat/apple_cat.png": "apple"}
+    assert ds.classes == ["bird", "cat"] and ds.load([0], 32).shape == (1, 32, 32, 3)
+    sp = ho.split_column(ds.meta, "style=apple")
+    assert len(sp.held) == 2
+
+
+def test_a_filtered_set_loads_each_rows_own_image(shapes_folder):
+    ds = ho.read_folder(shapes_folder)
+    ds.meta = ds.meta[ds.meta["class"] == "square"].reset_index(drop=True)
+    want = np.asarray(Image.open(shapes_folder / ds.meta["id"][5]))
+    assert (ds.load([5], 32)[0] == want).all()
+
+
+def test_cli_classes_option(shapes_folder, tmp_path, capsys):
+    args = ["holdout", "--data", str(shapes_folder), "--db", str(tmp_path / "c.duckdb"),
+            "--out", str(tmp_path / "ck"), "--epochs", "1", "--width", "4",
+            "--holdout", "style=red"]
+    assert main([*args, "--classes", "circle,hexagon"]) == 2
+    assert "no class 'hexagon'" in capsys.readouterr().err
+    assert main([*args, "--classes", "circle,square"]) == 0
+    run = Store(tmp_path / "c.duckdb").runs().iloc[0]
+    assert run["config"]["classes"] == ["circle", "square"]
