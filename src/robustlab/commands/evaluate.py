@@ -29,6 +29,14 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=workers, default=None,
                    help="data worker processes that decode and shift images ahead of the model "
                         "(default: cores - 1; 0: all in the main process)")
+    p.add_argument("--shift-device", default=None,
+                   help="apply the corruptions batched as torch tensor operations on this "
+                        "device (cuda, cpu) after the workers decode: other pixels than the "
+                        "exact path, the same statistics, a run of its own (default: the exact "
+                        "CPU path, byte for byte the reference's)")
+    p.add_argument("--shift-jpeg", choices=("device", "cpu"), default="device",
+                   help="with --shift-device: the protocol's JPEG round trip on the device's "
+                        "codec (nvJPEG on CUDA) or on the CPU (libjpeg)")
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -45,7 +53,8 @@ def run(args) -> int:
                   shifts=args.shifts, levels=args.levels, labels_csv=args.labels,
                   masks=args.masks, label_space=args.label_space, weights=args.weights,
                   device=args.device, batch_size=args.batch_size, workers=args.workers,
-                  progress=False if args.no_progress else None)
+                  progress=False if args.no_progress else None,
+                  shift_device=args.shift_device, shift_jpeg=args.shift_jpeg)
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
     skipped = df.attrs.get("skipped") or []

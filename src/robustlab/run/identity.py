@@ -84,7 +84,8 @@ def input_parts(samples, labels, image_hashes, mask_hashes) -> dict[str, Any]:
 _PART_NAMES = {"n": "number of images", "images": "image content", "masks": "mask content",
                "masks_dir": "masks folder", "labels": "labels", "seed": "seed",
                "protocol": "protocol", "preprocessing": "model preprocessing",
-               "precision": "precision", "source": "source", "generated": "generated folder"}
+               "precision": "precision", "source": "source", "generated": "generated folder",
+               "shift_path": "shift path"}
 
 
 def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -41,6 +41,10 @@ class RunOptions:
             suites whose cells do not fit in a worker's memory at once.
         backend: Executor name (``local``).
         progress: Show per-cell progress bars.
+        shift_device: A :class:`robustlab.run.device_shifts.ShiftDevice`: workers only
+            decode, and the corruptions run batched on that device (other pixels than
+            the exact path, so the caller gives such a run its own identity). None: the
+            exact path.
     """
 
     batch_size: int = 32
@@ -49,6 +53,7 @@ class RunOptions:
     cells_per_task: int = 0
     backend: str = "local"
     progress: bool = True
+    shift_device: Any = None
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or int(self.workers) < 0:
@@ -165,6 +170,14 @@ class Runner:
         writer = None
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
+            shifter = None
+            if self.options.shift_device is not None:
+                from robustlab.run.device_shifts import DeviceShifts
+
+                shifter = DeviceShifts(self.model.preprocessing, self.samples, tasks,
+                                       self.images.protocol, self.images.seed,
+                                       self.options.shift_device)
+                dataset = shifter.dataset(self.images)
             executor = get_executor(self.options.backend)
             device = self.model.input_device()
             on_gpu = device.startswith("cuda")
@@ -172,6 +185,8 @@ class Runner:
             # cost seconds per run for no item at all.
             items = executor(dataset, workers=self.options.workers,
                              prefetch=self.options.prefetch, pin_memory=on_gpu) if tasks else iter(())
+            if shifter is not None:
+                items = shifter.wrap(items)
             writer = PredictionWriter(self.store, run_id, on_written=lambda out: (
                 setattr(summary, "n_written", summary.n_written + len(out["shift"])),
                 progress.update(zip(out["shift"], out["level"]))))
