@@ -6,7 +6,8 @@ bit-identical to ``pipeline.as_stored`` at quality 85 and to the exact
 ``jpeg_compression`` (tests/test_batched_shifts.py checks it). On CUDA torchvision uses
 nvJPEG for both directions, whose DCT and chroma upsampling are its own: close, not
 identical (benchmarks/torch_shifts.py --device cuda measures the difference). ``codec``
-``"cpu"`` keeps the round trip on the CPU (libjpeg) for CUDA batches too.
+``"cpu"`` keeps the round trip on the CPU (libjpeg) for CUDA batches too. (torchvision 0.29
+marks its image codecs deprecated in favour of TorchCodec; they still work.)
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, codec: str = "device") -> torc
 
     if codec_name(x.device, codec) == "nvjpeg":
         data = encode_jpeg(list(x.contiguous()), quality=int(quality))
-        return torch.stack(decode_jpeg(data, device=x.device))
+        # the encoded bytes (a few KB each) must be host tensors for the decoder
+        return torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device))
     host = x.cpu()
     out = torch.stack([decode_jpeg(encode_jpeg(img.contiguous(), quality=int(quality)))
                        for img in host])
