@@ -272,3 +272,57 @@ def test_bad_batches_are_refused():
         apply("contrast", 1, x, ["a"])
     with pytest.raises(ValueError, match="level"):
         apply("contrast", 9, x, ["a", "b"])
+
+
+# ------------------------------------------------------- the runner's side
+
+def _shifter(tasks, samples, *, group: int, size: int = 64):
+    from robustlab.models.base import Preprocessing
+    from robustlab.run.device_shifts import DeviceShifts, ShiftDevice
+
+    pre = Preprocessing(input_size=size, crop_pct=0.875, interpolation="bicubic",
+                        mean=(0.5,) * 3, std=(0.5,) * 3)
+    return DeviceShifts(pre, samples, tasks, SMALL, 0, ShiftDevice("cpu", group=group)), pre
+
+
+def test_device_shifts_yield_every_task_in_order_with_its_cells(prepared):
+    from types import SimpleNamespace
+
+    from robustlab.run.tasks import Task
+
+    imgs, ids = prepared
+    samples = [SimpleNamespace(id=i) for i in ids]
+    cells = (("clean", 0), ("contrast", 2), ("gaussian_noise", 1))
+    tasks = [Task(i, cells) for i in range(len(ids))]
+    x = _tensor(imgs)
+    items = [(i, x[i:i + 1], [], []) for i in range(len(ids))]
+    items[2] = (2, None, [(-1, "unreadable: test")], [])  # a photo the worker could not read
+    shifter, _ = _shifter(tasks, samples, group=3)
+    out = list(shifter.wrap(iter(items)))
+    assert [o[0] for o in out] == list(range(len(ids)))
+    assert out[2][1] is None and out[2][2] == [(-1, "unreadable: test")]
+    kept = [i for i in range(len(ids)) if i != 2]
+    protocol_jpeg = [jpeg_roundtrip(apply(name, lv, x[kept], [ids[i] for i in kept]),
+                                    SMALL.jpeg_quality, "cpu") for name, lv in cells[1:]]
+    for row, i in enumerate(kept):
+        cells_out = out[i][1]
+        assert cells_out.shape == (3, 3, 64, 64) and cells_out.dtype == torch.uint8
+        assert torch.equal(cells_out[0], x[i])  # clean: no JPEG round trip
+        for j in (1, 2):  # the same pixels whichever group the photo was shifted in
+            assert torch.equal(cells_out[j], protocol_jpeg[j - 1][row])
+
+
+def test_device_shifts_resize_like_the_models_transform(prepared):
+    from types import SimpleNamespace
+
+    from robustlab.run.tasks import Task
+
+    imgs, ids = prepared
+    samples = [SimpleNamespace(id=i) for i in ids[:2]]
+    tasks = [Task(i, (("clean", 0),)) for i in range(2)]
+    shifter, pre = _shifter(tasks, samples, group=8, size=80)
+    x = _tensor(imgs[:2])
+    out = list(shifter.wrap(iter([(i, x[i:i + 1], [], []) for i in range(2)])))
+    for i in range(2):
+        ref = pre.to_uint8(imgs[i], crop=False)  # what a worker ships on the exact path
+        assert torch.equal(out[i][1][0], ref)
