@@ -186,11 +186,14 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
 
 def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, levels=None,
              labels_csv=None, masks=None, label_space=None, weights=None, device=None,
-             batch_size=None, preprocess=None, tta=None):
+             batch_size=None, preprocess=None, tta=None, shift_path: dict | None = None):
     """Validate everything and build what a run needs, without touching the database.
 
     ``preprocess`` and ``tta`` name test-time defences (:mod:`robustlab.defences`); the
-    model is wrapped in them and their record joins the run identity.
+    model is wrapped in them and their record joins the run identity. ``shift_path``:
+    :meth:`robustlab.run.device_shifts.ShiftDevice.describe` when the shifts run batched on
+    a device (part of the run id: its pixels are not the exact path's), None for the exact
+    path.
 
     Returns:
         A dict with model, samples, labels, cells, protocol, suite, record, images.
@@ -216,6 +219,9 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
                          else f"data folder {root} is not a folder")
     from robustlab.data.imagenet_e import is_archive
 
+    if shift_path and (is_archive(root) or read_generated(root) is not None):
+        raise InputError(f"{root} holds shifted images already; --shift-device applies shifts "
+                         "on the fly", hint="leave out --shift-device")
     if is_archive(root):
         if suite is not None and suite != "imagenet-e":
             raise InputError(f"{root} is an ImageNet-E archive; its level folders are the cells "
@@ -245,6 +251,10 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
                              + f" (shifts={made[:6]} in Python)")
         root = source
     shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
+    if shift_path:
+        from robustlab.run.device_shifts import check_shifts
+
+        check_shifts(sh.name for sh in shift_objs)
     needs_mask = any("mask" in sh.needs for sh in shift_objs)
     if needs_mask and manifest is None and not masks:
         which = ", ".join(dict.fromkeys(sh.name for sh in shift_objs if "mask" in sh.needs))
@@ -282,6 +292,10 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         preprocessing=preprocessing["model"], precision=model_precision(model),
         source=source_kind, defence=defence,
         generated=run_id(generated_identity(manifest)) if manifest is not None else None)
+    if shift_path:
+        from robustlab.run.device_shifts import label
+
+        inputs["shift_path"] = label(shift_path)
     identity = {
         "model_spec": model.spec,
         "weights_hash": model.weights_hash,
@@ -299,6 +313,8 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     }
     if defence:  # absent for a plain model, so plain runs keep the ids they always had
         identity["defence"] = defence
+    if shift_path:  # only then: exact runs keep the ids they always had
+        identity["shift_path"] = shift_path
     record = RunRecord(
         run_id=run_id(identity),
         model_spec=model.spec,
@@ -338,6 +354,8 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         # The attribute edits' backgrounds depend on the hole-fill backend.
         record.config["hole_fill"] = (manifest.get("hole_fill") if manifest is not None
                                       else describe_hole_fill())
+    if shift_path:
+        record.config["shift_path"] = shift_path
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     images = CellImages(protocol, seed, generated_root=generated_root,
                         donors=samples if needs_donors else None, with_mask=needs_mask)
@@ -478,7 +496,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
              device=None, batch_size: int | None = None, workers: int | None = None,
              prefetch: int = 2, cells_per_task: int = 0, backend: str = "local",
              address: str | None = None, progress: bool | None = None, preprocess=None,
-             tta=None):
+             tta=None, shift_device: str | None = None, shift_jpeg: str = "device"):
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 
     Shifts are applied on the fly with :mod:`robustlab.pipeline` (nothing is written to
@@ -517,6 +535,14 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
             ``"nlmeans"`` or ``"NAME:key=value,..."`` (:mod:`robustlab.defences`).
         tta: Test-time augmentation: ``"ten-crop"`` (softmax averaged over ten views).
             Either defence makes a run of its own (never mixed with the plain model's).
+        shift_device: None (default): the exact path, shifts applied image by image in
+            the workers, byte for byte the reference's. ``"cuda"`` or ``"cpu"``: workers
+            only decode; the corruptions run batched as torch tensor operations on that
+            device (:mod:`robustlab.shifts.batched`). Different pixels, the same
+            statistics (benchmarks/README.md): such a run has its own run id and is
+            labelled ``torch:<device>``.
+        shift_jpeg: With ``shift_device``: ``"device"`` (nvJPEG on CUDA, libjpeg on the
+            CPU) or ``"cpu"`` (libjpeg always) for the protocol's JPEG round trip.
 
     Returns:
         A DataFrame with one row per cell of this run: model, suite, shift, level, n,
@@ -527,6 +553,18 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
     from robustlab.shifts.kernels import ensure_compiled_for
 
     check_backend(backend, address)
+    settings = None
+    if shift_device is not None:
+        from robustlab.run.device_shifts import ShiftDevice
+
+        if backend == "ray":
+            raise InputError("--shift-device runs on this machine's device; it does not "
+                             "combine with --backend ray yet", hint="leave one of them out")
+        if preprocess is not None or tta is not None:
+            raise InputError("--shift-device does not combine with --preprocess or --tta yet "
+                             "(the defences run after the exact path's shifts)",
+                             hint="leave --shift-device out to evaluate a defended model")
+        settings = ShiftDevice(str(shift_device), jpeg=shift_jpeg)
     session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if backend == "ray":
         from robustlab.run.ray_backend import plan_placement, ray_session
@@ -542,7 +580,8 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         plan = plan_run(model, data, suite=suite, seed=seed, shifts=shifts, levels=levels,
                         labels_csv=labels_csv, masks=masks, label_space=label_space,
                         weights=weights, device="cpu" if backend == "ray" else device,
-                        batch_size=batch_size, preprocess=preprocess, tta=tta)
+                        batch_size=batch_size, preprocess=preprocess, tta=tta,
+                        shift_path=settings.describe() if settings else None)
         m = plan["model"]
         if workers is None:
             workers = 0 if backend == "ray" else default_workers()
@@ -550,7 +589,7 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
             batch_size=int(batch_size or getattr(m, "batch_size", None) or 32),
             workers=int(workers), prefetch=prefetch, cells_per_task=cells_per_task,
             backend=backend, address=address, device=device,
-            progress=True if progress is None else bool(progress),
+            progress=True if progress is None else bool(progress), shift_device=settings,
         )
         if options.batch_size < 1:
             raise InputError(f"batch size must be at least 1, got {options.batch_size}")

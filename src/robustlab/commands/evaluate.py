@@ -46,6 +46,14 @@ def add_parser(sub) -> None:
                    help="data worker processes that decode and shift images ahead of the model "
                         "(default: cores - 1; 0: all in the main process)")
     add_backend(p)
+    p.add_argument("--shift-device", default=None,
+                   help="apply the corruptions batched as torch tensor operations on this "
+                        "device (cuda, cpu) after the workers decode: other pixels than the "
+                        "exact path, the same statistics, a run of its own (default: the exact "
+                        "CPU path, byte for byte the reference's)")
+    p.add_argument("--shift-jpeg", choices=("device", "cpu"), default="device",
+                   help="with --shift-device: the protocol's JPEG round trip on the device's "
+                        "codec (nvJPEG on CUDA) or on the CPU (libjpeg)")
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -64,7 +72,8 @@ def run(args) -> int:
                   device=args.device, batch_size=args.batch_size, workers=args.workers,
                   backend=args.backend, address=args.address,
                   progress=False if args.no_progress else None,
-                  preprocess=args.preprocess, tta=args.tta)
+                  preprocess=args.preprocess, tta=args.tta,
+                  shift_device=args.shift_device, shift_jpeg=args.shift_jpeg)
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
     skipped = df.attrs.get("skipped") or []

@@ -159,5 +159,5 @@ def model_label(spec: str, config: dict | None) -> str:
     config = config if isinstance(config, dict) else {}
     label = defence_label(config.get("defence"))
     out = f"{spec} +{label}" if label else str(spec)
-    method = method_label(((config.get("fine_tuned") or {}).get("method")))
+    method = method_label((config.get("fine_tuned") or {}).get("method"))
     return f"{out} ft:{method}" if method else out

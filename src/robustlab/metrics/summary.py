@@ -17,7 +17,9 @@ The columns and what they mean:
   ``s_robust`` stays blank and ``s_partial`` = 1 - sigma2_cross.
 * ``bg_gap``: ImageNet-9's acc(mixed_same) - acc(mixed_rand) over paired images.
 * ``path``: how the shifted pixels were made: ``on-the-fly`` or ``generated`` (from a
-  folder written by ``robustlab generate``), or the published archive's own folders.
+  folder written by ``robustlab generate``), or the published archive's own folders;
+  on the fly with batched torch shifts (``--shift-device``) it says
+  ``on-the-fly, torch:cuda`` (or ``torch:cpu``): other pixels than the exact path.
 * ``precision``: the numeric type the model computed in (float32, float16, ...).
 * ``defence``: the test-time defence the model ran behind (``clahe``, ``nlmeans``,
   ``ten-crop``, ``clahe+ten-crop``; parameters shown when not the defaults); blank for
@@ -41,6 +43,17 @@ SUMMARY_COLUMNS = ["model", "suite", "run_id", "data", "images", "clean_top1", "
                    "precision", "defence", "status"]
 # ImageNet-9's pair of cells whose accuracy difference is the BG-gap.
 BG_GAP_CELLS = ("mixed_same", "mixed_rand")
+
+
+def _path(config: Mapping) -> str | None:
+    """The ``path`` column: the source kind, plus ``torch:<device>`` for batched shifts."""
+    source = config.get("source")
+    shift_path = config.get("shift_path")
+    if not shift_path:
+        return source
+    from robustlab.run.device_shifts import label
+
+    return f"{source}, {label(shift_path)}"
 
 
 def is_ximagenet12(shift: str) -> bool:
@@ -118,7 +131,7 @@ def summarise_run(run: Mapping[str, Any], predictions: pd.DataFrame,
         "s_robust": s_robust,
         "s_partial": s_partial,
         "bg_gap": gap,
-        "path": config.get("source"),
+        "path": _path(config),
         "precision": _short_dtype(inputs.get("precision")),
         "defence": defence_label(config.get("defence")),
         "status": run.get("status"),

@@ -179,7 +179,8 @@ def _run_summary(p: _Page, d: ReportData) -> None:
                            tip="1 - sigma2_cross: EX2 needs models trained on each scenario"))
     if has["bg_gap"]:
         cols.append(Column("bg_gap", "BG-gap %", pct, True))
-    cols += [Column("path", "Path", tip="on-the-fly, or read from a generated folder"),
+    cols += [Column("path", "Path", tip="on-the-fly (torch:cuda/cpu: batched torch shifts), or read from a "
+                    "generated folder"),
              Column("precision", "Precision")]
     if any(not is_missing(r.get("defence")) for r in rows):
         cols.append(Column("defence", "Defence",

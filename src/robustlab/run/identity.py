@@ -86,7 +86,7 @@ _PART_NAMES = {"n": "number of images", "images": "image content", "masks": "mas
                "masks_dir": "masks folder", "labels": "labels", "seed": "seed",
                "protocol": "protocol", "preprocessing": "model preprocessing",
                "precision": "precision", "defence": "defence", "source": "source",
-               "generated": "generated folder"}
+               "generated": "generated folder", "shift_path": "shift path"}
 
 
 def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -45,6 +45,10 @@ class RunOptions:
             ``workers`` CPUs (0: all).
         device: The device asked for (Ray places the model on a GPU when it may).
         progress: Show per-cell progress bars.
+        shift_device: A :class:`robustlab.run.device_shifts.ShiftDevice`: workers only
+            decode, and the corruptions run batched on that device (other pixels than
+            the exact path, so the caller gives such a run its own identity). None: the
+            exact path.
     """
 
     batch_size: int = 32
@@ -55,6 +59,7 @@ class RunOptions:
     address: str | None = None
     device: str | None = None
     progress: bool = True
+    shift_device: Any = None
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or int(self.workers) < 0:
@@ -172,6 +177,14 @@ class Runner:
         writer = None
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
+            shifter = None
+            if self.options.shift_device is not None:
+                from robustlab.run.device_shifts import DeviceShifts
+
+                shifter = DeviceShifts(self.model.preprocessing, self.samples, tasks,
+                                       self.images.protocol, self.images.seed,
+                                       self.options.shift_device)
+                dataset = shifter.dataset(self.images)
             writer = PredictionWriter(self.store, run_id, on_written=lambda out: (
                 setattr(summary, "n_written", summary.n_written + len(out["shift"])),
                 progress.update(zip(out["shift"], out["level"]))))
@@ -180,7 +193,7 @@ class Runner:
                 if tasks:  # nothing left: no cluster to start
                     self._run_on_ray(dataset, tasks, skipped, progress, writer, summary)
             else:
-                self._run_local(dataset, tasks, skipped, progress, writer, pending)
+                self._run_local(dataset, tasks, skipped, progress, writer, pending, shifter)
             while pending:
                 self._flush(pending, self.options.batch_size, writer)
             writer.close()
@@ -210,8 +223,10 @@ class Runner:
         return summary
 
     def _run_local(self, dataset: TaskDataset, tasks: list[Task], skipped: dict, progress,
-                   writer: PredictionWriter, pending: list) -> None:
-        """Workers prepare the pixels, this process runs the model in ``batch_size`` batches."""
+                   writer: PredictionWriter, pending: list, shifter=None) -> None:
+        """Workers prepare the pixels, this process runs the model in ``batch_size`` batches
+        (after ``shifter``, a :class:`~robustlab.run.device_shifts.DeviceShifts`, applied
+        the corruptions on its device, when the run uses torch shifts)."""
         executor = get_executor(self.options.backend)
         device = self.model.input_device()
         on_gpu = device.startswith("cuda")
@@ -219,6 +234,8 @@ class Runner:
         # cost seconds per run for no item at all.
         items = executor(dataset, workers=self.options.workers,
                          prefetch=self.options.prefetch, pin_memory=on_gpu) if tasks else iter(())
+        if shifter is not None:
+            items = shifter.wrap(items)
         n_pending = 0
         for index, tensor, errors, measured in items:
             task = tasks[index]

@@ -1,0 +1,215 @@
+"""Batched shifts on the model's side of the hand-over (``--shift-device cuda|cpu``).
+
+On the exact path every worker decodes a photo, applies each cell's shift with numpy, JPEG
+round-trips it and ships one image per cell. With a shift device the workers only decode
+and prepare (one uint8 image per task); the main process gathers a group of tasks, applies
+each (shift, level) to all their images at once with :mod:`robustlab.shifts.batched` on the
+device, does the protocol's JPEG round trip and the model's resize there, and hands the
+runner the same ``(index, tensor, errors, measured)`` items it gets from workers, in order.
+The runner itself does not change.
+
+The pixels differ from the exact path (torch draws, float32 arithmetic, nvJPEG on CUDA),
+so such a run has its own identity (:func:`describe` goes into the run id and the record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from robustlab.errors import EnvironmentProblem, InputError
+from robustlab.run.tasks import TaskDataset
+from robustlab.store.schema import CLEAN_SHIFT
+
+DEFAULT_GROUP = 64
+
+
+@dataclass(frozen=True)
+class ShiftDevice:
+    """Where and how batched shifts run.
+
+    Attributes:
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        jpeg: ``device`` (the device's codec: nvJPEG on CUDA, libjpeg on the CPU) or
+            ``cpu`` (libjpeg, also for CUDA batches).
+        group: Tasks (photos) whose cells are shifted together; larger groups mean fewer,
+            larger tensor operations and more device memory (a group holds its photos'
+            cells, about 150 KB each at 224x224).
+    """
+
+    device: str
+    jpeg: str = "device"
+    group: int = DEFAULT_GROUP
+
+    def __post_init__(self):
+        from robustlab.shifts.batched import codec_name
+
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise InputError(f"unknown shift device {self.device!r}; use cpu or cuda") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise InputError(f"shifts run on cpu or cuda, not {self.device!r}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise EnvironmentProblem(f"--shift-device {self.device}: no CUDA device here",
+                                     hint="use --shift-device cpu, or leave it out")
+        try:
+            codec_name(dev, self.jpeg)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if int(self.group) < 1:
+            raise InputError(f"shift group must be at least 1, got {self.group}")
+
+    def describe(self) -> dict:
+        """What decides the pixels (part of the run id): path, device type, JPEG codec."""
+        from robustlab.shifts.batched import codec_name
+
+        dev = torch.device(self.device)
+        return {"path": "torch", "device": dev.type, "jpeg": codec_name(dev, self.jpeg),
+                "torch": torch.__version__.split("+")[0]}
+
+
+def label(shift_path: dict | None) -> str:
+    """A short name of how a run's shifted pixels were made: ``exact`` or ``torch:cuda``."""
+    if not shift_path:
+        return "exact"
+    return f"torch:{shift_path.get('device')}"
+
+
+def check_shifts(names: Iterable[str]) -> None:
+    """Refuse shifts that batched evaluation cannot apply (only corruptions can: scene
+    shifts need masks, donors or configured tools from the worker side)."""
+    from robustlab.shifts.registry import get_shift
+
+    bad = [n for n in names if not ({"imagenet-c", "imagenet-c-extra"} & get_shift(n).tags)]
+    if bad:
+        raise InputError(f"--shift-device applies ImageNet-C corruptions only; "
+                         f"{', '.join(dict.fromkeys(bad))} cannot run there",
+                         hint="leave out --shift-device for this suite")
+
+
+class CleanTaskDataset(TaskDataset):
+    """Worker side: each task's prepared source image only, as a (1, 3, H, W) uint8 tensor."""
+
+    def __getitem__(self, i: int):
+        from robustlab.data.images import ImageError
+
+        task = self.tasks[i]
+        sample = self.samples[task.sample_index]
+        try:
+            base = self.images.base(sample)
+        except ImageError as exc:
+            return i, None, [(-1, exc.reason)], []
+        except (OSError, ValueError) as exc:
+            return i, None, [(-1, f"unreadable: {exc}")], []
+        rgb = torch.from_numpy(base.rgb.copy()).permute(2, 0, 1).contiguous()
+        return i, rgb[None], [], []
+
+
+def _model_size(preprocessing, h: int, w: int) -> tuple[int, int]:
+    """(height, width) the model's resize (``resize_crop(crop=False)``) gives an h x w image."""
+    from robustlab.models.base import _short_side_size
+
+    th, tw = preprocessing.hw
+    if th == tw and preprocessing.resize_mode == "shorter":
+        return _short_side_size(h, w, th)
+    return th, tw
+
+
+class DeviceShifts:
+    """Turns the workers' clean images into the runner's per-task cell tensors.
+
+    Args:
+        preprocessing: The model's :class:`~robustlab.models.base.Preprocessing` (its
+            resize is reproduced on the device with Pillow's own coefficients).
+        samples: The run's samples (ids key the seed rule).
+        tasks: The planned tasks (cells per task).
+        protocol: The suite protocol (JPEG round trip of shifted cells).
+        seed: Global seed of the seed rule.
+        settings: :class:`ShiftDevice`.
+    """
+
+    def __init__(self, preprocessing, samples: Sequence, tasks: Sequence, protocol, seed: int,
+                 settings: ShiftDevice):
+        self.preprocessing = preprocessing
+        self.samples = samples
+        self.tasks = tasks
+        self.protocol = protocol
+        self.seed = int(seed)
+        self.settings = settings
+        self.device = torch.device(settings.device)
+
+    def dataset(self, images) -> CleanTaskDataset:
+        return CleanTaskDataset(self.samples, self.tasks, images, transform=None)
+
+    def wrap(self, items: Iterable) -> Iterator:
+        """The items of ``items`` in order, each clean image replaced by its task's cells."""
+        group: list = []
+        n_images = 0
+        for item in items:
+            group.append(item)
+            n_images += item[1] is not None
+            if n_images >= self.settings.group:
+                yield from self._shift(group)
+                group, n_images = [], 0
+        if group:
+            yield from self._shift(group)
+
+    def _finish(self, x: torch.Tensor, shifted: bool) -> torch.Tensor:
+        """Protocol JPEG round trip (shifted cells only, as ``pipeline.as_stored``) and the
+        model's resize."""
+        from robustlab.pipeline import _format
+        from robustlab.shifts.batched import jpeg_roundtrip
+        from robustlab.shifts.batched._ops import PIL_FILTERS, pil_resize
+
+        if shifted and _format(self.protocol) == "jpeg":
+            x = jpeg_roundtrip(x, int(self.protocol.jpeg_quality), self.settings.jpeg)
+        size = _model_size(self.preprocessing, *x.shape[-2:])
+        if size == tuple(x.shape[-2:]):
+            return x
+        name = str(self.preprocessing.interpolation)
+        if name in PIL_FILTERS:
+            return pil_resize(x, size, name)
+        host = x.permute(0, 2, 3, 1).cpu().numpy()  # e.g. nearest: Pillow itself, per image
+        out = [torch.from_numpy(self.preprocessing.resize_crop(img, crop=False).copy())
+               for img in host]
+        return torch.stack(out).permute(0, 3, 1, 2).to(x.device)
+
+    def _shift(self, group: list) -> Iterator:
+        from robustlab.shifts.batched import apply
+
+        clean = {}
+        for pos, (_, tensor, _, _) in enumerate(group):
+            if tensor is not None:
+                clean[pos] = tensor[0].to(self.device, non_blocking=True)
+        # (shift, level, height, width) -> [(position in group, cell index)]
+        cells: dict[tuple, list[tuple[int, int]]] = {}
+        for pos, img in clean.items():
+            for j, (shift, level) in enumerate(self.tasks[group[pos][0]].cells):
+                cells.setdefault((shift, level, *img.shape[-2:]), []).append((pos, j))
+        rows: dict[tuple[int, int], torch.Tensor] = {}
+        errors: dict[int, list] = {pos: list(item[2]) for pos, item in enumerate(group)}
+        for (shift, level, _, _), members in cells.items():
+            x = torch.stack([clean[pos] for pos, _ in members])
+            if shift == CLEAN_SHIFT:
+                out = self._finish(x, shifted=False)
+            else:
+                ids = [self.samples[self.tasks[group[pos][0]].sample_index].id
+                       for pos, _ in members]
+                try:
+                    out = self._finish(apply(shift, level, x, ids, seed=self.seed), shifted=True)
+                except ValueError as exc:  # a per-cell skip signal, as on the exact path
+                    for pos, j in members:
+                        errors[pos].append((j, f"{shift}/{level}: {exc}"))
+                    continue
+            for r, key in enumerate(members):
+                rows[key] = out[r]
+        for pos, (index, tensor, _, measured) in enumerate(group):
+            if tensor is None:
+                yield index, None, errors[pos], measured
+                continue
+            n_cells = len(self.tasks[index].cells)
+            kept = [rows[(pos, j)] for j in range(n_cells) if (pos, j) in rows]
+            yield index, (torch.stack(kept) if kept else None), errors[pos], measured

@@ -1,0 +1,127 @@
+"""Batched weather corruptions: snow, frost, fog and brightness.
+
+Deviations from the exact versions:
+
+* snow: the same steps (zoomed thresholded noise layer, ImageMagick motion blur of its
+  uint8 version with an angle from [-135, -45), blend with the brightened grey image,
+  mirrored flakes added), in float32; the noise and the angle come from torch.
+* frost: the same five textures (decoded once per process and device, kept on the
+  device) and the same draws (texture index, crop corner), from torch.
+* fog: the same diamond-square plasma fractal, built for all images of the batch at
+  once with the reference's vectorised steps (``roll`` on strided views), in float64.
+* brightness: the scikit-image HSV round trip in float64 (:mod:`.color`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from robustlab.shifts.batched._ops import (
+    clipped_zoom,
+    motion_blur,
+    normal,
+    to_uint8,
+    uniform,
+    unit,
+)
+from robustlab.shifts.batched._registry import batched
+from robustlab.shifts.batched.color import hsv_adjust
+
+
+@batched("brightness")
+def brightness(x, shift, gens):
+    """HSV value raised by ``shift`` (on [0, 1]) and clipped."""
+    return hsv_adjust(x, v_shift=shift)
+
+
+@batched("snow")
+def snow(x, params, gens):
+    """Snow flakes (zoomed, thresholded noise, motion-blurred downwards) over a brightened image."""
+    loc, scale, zoom, threshold, radius, sigma, blend = params
+    h, w = x.shape[-2:]
+    dev = x.device
+    layer = normal(gens, (1, h, w), dev, mean=loc, std=scale, dtype=torch.float64)
+    layer = clipped_zoom(layer, zoom)
+    layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
+    layer8 = to_uint8(layer)
+    angles = uniform(gens, (), dev, -135.0, -45.0, dtype=torch.float64).cpu().numpy()
+    flakes = motion_blur(layer8, radius, sigma, angles).to(torch.float64) / 255.0
+    v = unit(x)
+    r, g, b = v[:, 0:1], v[:, 1:2], v[:, 2:3]
+    grey = r * 0.299 + g * 0.587 + b * 0.114  # OpenCV's RGB2GRAY weights
+    washed = blend * v + (1 - blend) * torch.maximum(v, grey * 1.5 + 0.5)
+    out = washed.to(torch.float64) + flakes + torch.flip(flakes, dims=(-2, -1))
+    return to_uint8(out)
+
+
+@functools.lru_cache(maxsize=8)
+def _textures(device: str, h: int, w: int) -> tuple[torch.Tensor, ...]:
+    """The five drawable frost textures as (3, th, tw) uint8 RGB tensors on ``device``
+    (enlarged like the exact path when an ``h x w`` crop would not fit)."""
+    from robustlab.shifts.corruptions.frost import N_DRAWN, texture_for
+
+    return tuple(torch.from_numpy(texture_for(i, h, w)[..., ::-1].copy()).permute(2, 0, 1)
+                 .contiguous().to(device) for i in range(N_DRAWN))
+
+
+@batched("frost")
+def frost(x, params, gens):
+    """The image blended with a random crop of one of five frost photographs."""
+    from robustlab.shifts.corruptions.frost import N_DRAWN
+
+    a, b = params
+    h, w = x.shape[-2:]
+    textures = _textures(str(x.device), h, w)
+    crops = []
+    for g in gens:
+        idx = int(torch.randint(N_DRAWN, (1,), generator=g, device=x.device))
+        tex = textures[idx]
+        top = int(torch.randint(0, tex.shape[1] - h, (1,), generator=g, device=x.device))
+        left = int(torch.randint(0, tex.shape[2] - w, (1,), generator=g, device=x.device))
+        crops.append(tex[:, top:top + h, left:left + w])
+    out = a * x.to(torch.float32) + b * torch.stack(crops).to(torch.float32)
+    return out.clamp(0, 255).to(torch.uint8)
+
+
+def plasma_fractal(gens, size: int, decay: float, device) -> torch.Tensor:
+    """(N, size, size) diamond-square plasma fractals in [0, 1], one per generator."""
+    n = len(gens)
+    m = torch.zeros((n, size, size), dtype=torch.float64, device=device)
+    step, wibble = size, 100.0
+    while step >= 2:
+        half = step // 2
+
+        def wibbled(acc, wib=wibble):
+            return acc / 4 + wib * uniform(gens, acc.shape[1:], device, -wib, wib,
+                                           dtype=torch.float64)
+
+        corners = m[:, 0::step, 0::step]
+        acc = corners + torch.roll(corners, -1, dims=1)
+        acc = acc + torch.roll(acc, -1, dims=2)
+        m[:, half::step, half::step] = wibbled(acc)
+        centres = m[:, half::step, half::step]
+        corners = m[:, 0::step, 0::step]
+        m[:, 0::step, half::step] = wibbled((centres + torch.roll(centres, 1, dims=1))
+                                            + (corners + torch.roll(corners, -1, dims=2)))
+        m[:, half::step, 0::step] = wibbled((centres + torch.roll(centres, 1, dims=2))
+                                            + (corners + torch.roll(corners, -1, dims=1)))
+        step //= 2
+        wibble /= decay
+    m = m - m.amin(dim=(1, 2), keepdim=True)
+    return m / m.amax(dim=(1, 2), keepdim=True)
+
+
+@batched("fog")
+def fog(x, params, gens):
+    """A plasma fractal added with strength ``c``, then rescaled to keep the maximum."""
+    from robustlab.shifts.corruptions.fog import map_size
+
+    c, decay = params
+    h, w = x.shape[-2:]
+    plasma = plasma_fractal(gens, map_size(h, w), decay, x.device)[:, None, :h, :w]
+    v = unit(x, torch.float64)
+    top = v.amax(dim=(1, 2, 3), keepdim=True)
+    return to_uint8((v + c * plasma) * top / (top + c))
+

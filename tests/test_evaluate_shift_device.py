@@ -1,0 +1,109 @@
+"""``robustlab evaluate --shift-device cpu`` end to end with lite0 on a few real photos.
+
+The torch path must store one row per (photo, cell) like the exact path, under a run of its
+own that says how its pixels were made, and never resume into (or from) an exact run.
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stderr, redirect_stdout
+
+import pandas as pd
+import pytest
+import torch
+
+import robustlab
+from robustlab.cli import main as cli
+from robustlab.errors import EnvironmentProblem, InputError
+from robustlab.store import Store
+
+N_PHOTOS = 3
+SHIFTS = ["gaussian_noise", "contrast"]
+
+
+@pytest.fixture(scope="module")
+def photos(samples_dir, tmp_path_factory):
+    from test_evaluate import _make_folder
+
+    return _make_folder(samples_dir, tmp_path_factory.mktemp("data") / "photos", N_PHOTOS)
+
+
+@pytest.fixture(scope="module")
+def lite0():
+    from robustlab.models import load_model
+
+    return load_model("lite0", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def runs(photos, lite0, tmp_path_factory):
+    db = tmp_path_factory.mktemp("db") / "r.duckdb"
+    kw = dict(suite="imagenet-c", shifts=SHIFTS, levels=[1], db=db, batch_size=4, progress=False)
+    exact = robustlab.evaluate(lite0, photos, workers=0, **kw)
+    torch_cpu = robustlab.evaluate(lite0, photos, workers=1, shift_device="cpu", **kw)
+    return exact, torch_cpu, db
+
+
+def test_rows_are_stored_under_a_run_of_their_own(runs):
+    exact, ours, db = runs
+    assert exact.attrs["run_id"] != ours.attrs["run_id"]
+    assert list(ours["n"]) == [N_PHOTOS] * (1 + len(SHIFTS))
+    store = Store(db)
+    record = store.get_run(ours.attrs["run_id"])
+    shift_path = record["config"]["shift_path"]
+    assert shift_path["path"] == "torch" and shift_path["device"] == "cpu"
+    assert shift_path["jpeg"] == "libjpeg"
+    assert "shift_path" not in store.get_run(exact.attrs["run_id"])["config"]
+    preds = store.predictions([exact.attrs["run_id"], ours.attrs["run_id"]])
+    assert len(preds) == 2 * N_PHOTOS * (1 + len(SHIFTS))
+    # The clean cell is the same pixels on both paths, and so is contrast (deterministic,
+    # the same arithmetic up to rare rounding flips).
+    for shift in ("clean", "contrast"):
+        cell = preds[preds["shift"] == shift].sort_values("sample_id")
+        a, b = (cell[cell["run_id"] == r] for r in (exact.attrs["run_id"], ours.attrs["run_id"]))
+        assert [list(x) for x in a["top5_ids"]] == [list(x) for x in b["top5_ids"]], shift
+
+
+def test_rerun_resumes_the_torch_run_only(runs, photos, lite0):
+    _, ours, db = runs
+    again = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=SHIFTS, levels=[1],
+                               db=db, workers=0, shift_device="cpu", progress=False)
+    assert again.attrs["run_id"] == ours.attrs["run_id"]
+    assert again.attrs["resumed"] and again.attrs["n_written"] == 0
+
+
+def test_summary_labels_the_torch_path(runs):
+    exact, ours, db = runs
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert cli(["results", "--db", str(db), "--summary", "--format", "csv"]) == 0
+    table = pd.read_csv(io.StringIO(out.getvalue()), dtype={"run_id": str})
+    paths = dict(zip(table["run_id"], table["path"]))
+    assert paths[exact.attrs["run_id"][:8]] == "on-the-fly"
+    assert paths[ours.attrs["run_id"][:8]] == "on-the-fly, torch:cpu"
+
+
+def test_cli_flag_runs_the_torch_path(photos, tmp_path, capsys):
+    db = tmp_path / "cli.duckdb"
+    assert cli(["evaluate", "lite0", "--data", str(photos), "--labels", str(photos / "labels.csv"),
+                "--suite", "imagenet-c", "--shift", "contrast", "--level", "5", "--db", str(db),
+                "--workers", "0", "--shift-device", "cpu", "--no-progress"]) == 0
+    run = Store(db).runs()
+    assert len(run) == 1
+    assert run.iloc[0]["config"]["shift_path"]["device"] == "cpu"
+
+
+def test_bad_shift_device_requests_are_clear_errors(photos, lite0, tmp_path):
+    kw = dict(db=tmp_path / "x.duckdb", workers=0, progress=False)
+    with pytest.raises(InputError, match="shift device"):
+        robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=["contrast"],
+                           shift_device="tpu", **kw)
+    with pytest.raises(InputError, match="corruptions only"):
+        robustlab.evaluate(lite0, photos, suite="imagenet9", masks=photos,
+                           shift_device="cpu", **kw)
+    if not torch.cuda.is_available():
+        with pytest.raises(EnvironmentProblem, match="no CUDA device"):
+            robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=["contrast"],
+                               shift_device="cuda", **kw)
+    assert not (tmp_path / "x.duckdb").exists()
