@@ -12,7 +12,7 @@ import pytest
 from robustlab.errors import InputChangedError
 
 from robustlab.demo import materialise
-from robustlab.evaluate import evaluate
+from robustlab.evaluation import evaluate
 from robustlab.generate import ATTRIBUTES_CSV, MANIFEST, generate
 from robustlab.store import Store
 

@@ -195,7 +195,7 @@ def tiny(samples_dir, tmp_path_factory):
 
 
 def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0, tiny, tmp_path):
-    from robustlab.evaluate import evaluate
+    from robustlab.evaluation import evaluate
     from robustlab.store import Store
     from robustlab.store.queries import find_baseline_run, results_table
 
@@ -326,7 +326,7 @@ def test_clahe_fine_tuning_trains_on_clahe_pixels(crops, tmp_path):
 def test_cli_train_clahe_evaluates_behind_clahe_and_evaluate_warns_without_it(crops, tmp_path,
                                                                              caplog):
     from robustlab.cli import main
-    from robustlab.evaluate import plan_run
+    from robustlab.evaluation import plan_run
     from robustlab.store import Store
 
     db = tmp_path / "r.duckdb"

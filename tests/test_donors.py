@@ -86,7 +86,7 @@ def test_donor_pool_rule_does_not_depend_on_the_selection(dataset):
 
 def test_generated_and_on_the_fly_pixels_agree_with_partial_masks_and_limit(
         dataset, tmp_path, lite0):
-    from robustlab.evaluate import plan_run
+    from robustlab.evaluation import plan_run
 
     data, masks = dataset
     out = tmp_path / "gen"

@@ -306,7 +306,7 @@ def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, mon
 
 def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
     """A run's ai_bg images must all come from one checkpoint (it is not in the run id)."""
-    from robustlab.evaluate import _check_same_resources
+    from robustlab.evaluation import _check_same_resources
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")

@@ -278,7 +278,7 @@ def test_a_configured_checkpoint_that_does_not_load(monkeypatch, tmp_path, tiny_
 def test_resuming_with_another_diffusion_checkpoint_is_refused(tmp_path):
     """bg_complexity's images in one run must come from one checkpoint (as ai_bg's)."""
     from robustlab.errors import InputChangedError
-    from robustlab.evaluate import _check_same_resources
+    from robustlab.evaluation import _check_same_resources
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
@@ -298,7 +298,7 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     from diffusers import UNet2DModel
     from PIL import Image
 
-    from robustlab.evaluate import plan_run
+    from robustlab.evaluation import plan_run
     from robustlab.generate import generate
     from robustlab.shifts.synth import guided_bg
     from robustlab.shifts.synth.adm import fingerprint

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from robustlab.errors import InputError
-from robustlab.evaluate import plan_run
+from robustlab.evaluation import plan_run
 
 
 def _tree(root):
@@ -38,7 +38,7 @@ def test_other_label_spaces_still_read_the_first_folder(tmp_path):
 
 
 def test_evaluate_and_report_per_subset(tmp_path):
-    from robustlab.evaluate import evaluate
+    from robustlab.evaluation import evaluate
     from robustlab.report import build_report
     from robustlab.report.gather import gather
     from robustlab.store import Store
@@ -62,7 +62,7 @@ def test_evaluate_and_report_per_subset(tmp_path):
 def test_report_shows_mining_and_review_statistics(tmp_path):
     import pandas as pd
 
-    from robustlab.evaluate import evaluate
+    from robustlab.evaluation import evaluate
     from robustlab.report import build_report
     from robustlab.report.gather import gather
     from robustlab.store import Store

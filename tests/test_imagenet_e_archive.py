@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from robustlab.data.imagenet_e import folder_cell, is_archive, read_archive
-from robustlab.evaluate import evaluate
+from robustlab.evaluation import evaluate
 from robustlab.store import Store
 
 

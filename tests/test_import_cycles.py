@@ -62,3 +62,15 @@ def test_the_check_sees_function_level_imports():
     modules = _modules()
     name = "robustlab.commands.results"
     assert "robustlab.store.queries" in _imports(name, modules[name], modules)
+
+
+def test_robustlab_evaluate_is_only_the_function():
+    """One name, one thing: the function lives in ``robustlab.evaluation``, and importing
+    that module (as robustlab itself does) never turns ``robustlab.evaluate`` into a module."""
+    import importlib.util
+
+    import robustlab
+    from robustlab.evaluation import evaluate, run_table  # noqa: F401 - the import is the point
+
+    assert importlib.util.find_spec("robustlab.evaluate") is None
+    assert robustlab.evaluate is evaluate and callable(robustlab.evaluate)

@@ -124,7 +124,7 @@ def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(monkeypatch, capl
 
     from PIL import Image
 
-    from robustlab.evaluate import _resolve_suite
+    from robustlab.evaluation import _resolve_suite
     from robustlab.generate import generate
 
     monkeypatch.delenv(ENV_PATH, raising=False)
@@ -176,7 +176,7 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(monkeypatch, tiny_pipe
     # The manifest names the checkpoint, and evaluating the folder records that one.
     import json
 
-    from robustlab.evaluate import plan_run
+    from robustlab.evaluation import plan_run
     from robustlab.shifts.synth.inpaint import checkpoint_fingerprint
 
     manifest = json.loads(res.manifest_path.read_text())
@@ -218,7 +218,7 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(monkeypatch, tiny_pip
     weights not loaded) it equals the loaded Inpainter's describe(). Without ai_bg: no record."""
     import json
 
-    from robustlab.evaluate import plan_run
+    from robustlab.evaluation import plan_run
     from robustlab.generate import generate
     from robustlab.models import load_model
     from robustlab.shifts.synth import inpaint

@@ -172,7 +172,7 @@ def test_csv_rows_whose_index_contradicts_the_class_are_refused(tmp_path):
 
 def test_csv_index_that_contradicts_the_label_space_is_refused(tmp_path):
     from robustlab.data.labels import get_label_space
-    from robustlab.evaluate import _labels_for
+    from robustlab.evaluation import _labels_for
 
     data = tmp_path / "flat"
     _img(data / "a.png")

@@ -10,7 +10,7 @@ __all__ = ["corrupt", "list_corruptions", "evaluate", "__version__"]
 def __getattr__(name):
     # Lazy, so that ``import robustlab`` does not import torch or duckdb.
     if name == "evaluate":
-        from robustlab.evaluate import evaluate
+        from robustlab.evaluation import evaluate
 
         globals()["evaluate"] = evaluate
         return evaluate

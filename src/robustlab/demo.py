@@ -256,7 +256,7 @@ def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None
     Returns:
         0 (the exit status of ``robustlab demo``).
     """
-    from robustlab.evaluate import evaluate
+    from robustlab.evaluation import evaluate
     from robustlab.models import load_model
     from robustlab.store import Store
     from robustlab.suites import get_suite

@@ -62,7 +62,7 @@ def run(args) -> int:
     import sys
 
     from robustlab.commands._tables import format_table
-    from robustlab.evaluate import evaluate
+    from robustlab.evaluation import evaluate
     from robustlab.store import Store
 
     Store(args.db).check()  # a damaged --db fails now, not after the model has loaded

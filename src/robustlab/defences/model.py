@@ -79,8 +79,8 @@ class DefendedPreprocessing:
     def to_tensor(self, rgb, *, crop: bool = True):
         return self.normalize(self.to_uint8(rgb, crop=crop)[None])[0]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.base.as_dict(), "defence": describe_parts(self.pixels, self.tta)}
+    def describe(self) -> dict[str, Any]:
+        return {**self.base.describe(), "defence": describe_parts(self.pixels, self.tta)}
 
 
 def describe_parts(pixels, tta) -> dict[str, Any]:
@@ -95,7 +95,7 @@ class DefendedModel:
     Everything not defined here (``spec``, ``weights_hash``, ``label_space``, ``module``,
     ``correct``, ``head``...) is the wrapped model's, so a defended run is stored under the
     same model spec and weights; :attr:`defence` says what was added and is part of the
-    run identity (:func:`robustlab.evaluate.plan_run`).
+    run identity (:func:`robustlab.evaluation.plan_run`).
 
     Args:
         model: The plain model (any adapter).

@@ -127,7 +127,7 @@ def mine(data, *, surrogates: Sequence[str] = DEFAULT_SURROGATES, k: int | None 
         InputError: no surrogate, a bad k, a folder evaluate cannot read.
         InputChangedError: ``out`` holds the hard subset of another mining.
     """
-    from robustlab.evaluate import evaluate, read_generated
+    from robustlab.evaluation import evaluate, read_generated
     from robustlab.run.identity import run_id as hash_id
 
     models = [s for s in surrogates if not isinstance(s, str) or s.strip()]
@@ -225,7 +225,7 @@ def _column(spec: str) -> str:
 def _locator(run):
     """Function (sample_id, shift, level) -> the image file a run's cell was read from."""
     from robustlab.data.sources import discover
-    from robustlab.evaluate import read_generated
+    from robustlab.evaluation import read_generated
     from robustlab.pipeline import cell_path
     from robustlab.suites import Protocol
 

@@ -180,7 +180,7 @@ class Preprocessing:
         s = self.input_size
         return (s, s) if isinstance(s, int) else (int(s[0]), int(s[1]))
 
-    def as_dict(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, Any]:
         d = asdict(self)
         d["input_size"] = self.input_size if isinstance(self.input_size, int) else list(self.hw)
         d["mean"], d["std"] = list(self.mean), list(self.std)
@@ -431,7 +431,7 @@ class Model:
             "adapter": self.adapter,
             "weights": self.weights_path,
             "weights_hash": self.weights_hash,
-            "preprocessing": self.preprocessing.as_dict(),
+            "preprocessing": self.preprocessing.describe(),
             "batch_size": self.batch_size,
             "device": self.device,
             "label_space": self.label_space.describe(),

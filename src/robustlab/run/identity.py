@@ -25,8 +25,9 @@ from importlib import metadata
 from typing import Any
 
 
-def as_dict(obj: Any) -> dict[str, Any]:
-    """A JSON-able dict from a dataclass, mapping, namedtuple or plain object."""
+def fields_of(obj: Any) -> dict[str, Any]:
+    """The fields of a dataclass, mapping, namedtuple or plain object as a dict (for run
+    identities; objects with a record of their own have ``describe()``)."""
     if obj is None:
         return {}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

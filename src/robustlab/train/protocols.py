@@ -46,7 +46,7 @@ def _cell_name(shift: str, level) -> str:
 def _plan(model, data, *, suite, cells, masks, labels_csv, label_space, seed):
     """``plan_run`` covering the shifts of ``cells`` (clean only: no suite); callers keep
     the cells they want from ``plan["cells"]``."""
-    from robustlab.evaluate import plan_run
+    from robustlab.evaluation import plan_run
 
     shifts = list(dict.fromkeys(s for s, _ in cells if s != CLEAN_SHIFT))
     return plan_run(model, data, suite=suite if shifts else None, seed=seed, shifts=shifts or None,
@@ -167,7 +167,7 @@ def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tu
         The run's per-cell table (as :func:`robustlab.evaluate` returns).
     """
     from robustlab.defences import defend
-    from robustlab.evaluate import run_table
+    from robustlab.evaluation import run_table
     from robustlab.models import load_model
     from robustlab.run.identity import data_fingerprint, run_id
     from robustlab.run.runner import RunOptions, Runner

@@ -79,7 +79,7 @@ class ADMConfig:
         """Down-sampling factors with attention (guided-diffusion's internal form)."""
         return tuple(self.image_size // int(r) for r in self.attention_resolutions)
 
-    def as_dict(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, Any]:
         d = asdict(self)
         d["channel_mult"] = list(self.channel_mult)
         d["attention_resolutions"] = list(self.attention_resolutions)
@@ -314,7 +314,7 @@ class Denoiser:
              "image_size": self.image_size, "learn_sigma": self.learn_sigma,
              "schedule": asdict(self.schedule)}
         if isinstance(self.net, ADMUNet):
-            d["config"] = self.net.config.as_dict()
+            d["config"] = self.net.config.describe()
         return d
 
 

@@ -1,4 +1,5 @@
-"""``robustlab.evaluate``: measure a model on clean images and on every cell of a suite.
+"""``robustlab.evaluation``: :func:`robustlab.evaluate` measures a model on clean images and
+on every cell of a suite.
 
 This is the Python face of ``robustlab evaluate``. Everything a user can get wrong is
 checked before the database is touched (unknown model or suite, missing weights, empty
@@ -16,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +203,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     from robustlab.manifest import generated_identity
     from robustlab.run.content_hash import hash_files
     from robustlab.run.identity import (
-        as_dict, data_fingerprint, input_parts, model_precision, run_id, versions,
+        fields_of, data_fingerprint, input_parts, model_precision, run_id, versions,
     )
     from robustlab.run.tasks import CellImages
     from robustlab.shifts.registry import describe_resources, described_resources, get_shift
@@ -276,7 +275,7 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
                            batch_size=batch_size)
     model, defence = _defended(model, defences)
     note_trained_preprocess(weights, defence)
-    preprocessing = {"model": as_dict(getattr(model, "undefended", model).preprocessing),
+    preprocessing = {"model": fields_of(getattr(model, "undefended", model).preprocessing),
                      "protocol": protocol.describe()}
     # What decides the pixels and labels, by content: a replaced photo or mask, another
     # masks folder or a regenerated folder is another run, never a resumed one.
@@ -427,7 +426,7 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
     from robustlab.data.imagenet_e import read_archive
     from robustlab.data.labels import get_label_space
     from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import as_dict, data_fingerprint, run_id, versions
+    from robustlab.run.identity import fields_of, data_fingerprint, run_id, versions
     from robustlab.run.tasks import ArchiveImages
 
     archive = read_archive(root)
@@ -454,7 +453,7 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
                            batch_size=batch_size)
     model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
     images = ArchiveImages(archive.root.resolve(), archive.folders)
-    preprocessing = {"model": as_dict(getattr(model, "undefended", model).preprocessing),
+    preprocessing = {"model": fields_of(getattr(model, "undefended", model).preprocessing),
                      "protocol": images.protocol.describe()}
     # The archive's files are the pixels: hash the original and every level file per sample.
     shifted = [c for c in cells if c[0] != CLEAN_SHIFT]
@@ -728,16 +727,3 @@ def run_table(store: Store, run_id: str, skipped=None):
     cells.attrs.update({"run_id": run_id, "db": str(store.path),
                         "skipped": run["skipped"] if skipped is None else skipped})
     return cells
-
-
-class _CallableModule(types.ModuleType):
-    """``robustlab.evaluate`` is both this module and the function: once the submodule is
-    imported, Python binds the package attribute ``robustlab.evaluate`` to the module, so
-    the module forwards calls to :func:`evaluate` to keep ``robustlab.evaluate(...)`` working.
-    """
-
-    def __call__(self, *args, **kwargs):
-        return evaluate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
