@@ -60,9 +60,11 @@ def measure(label: str, paths, *, cold: bool, repeats: int) -> None:
         cached.append(dt)
     f, c = min(firsts), min(cached)
     n = len(paths)
-    print(f"{label:<34} {n:>7} files {size:>8.1f} MB | first {f:7.3f} s "
-          f"({n / f:>9,.0f} files/s, {size / f:6.0f} MB/s) | cached {c:7.3f} s "
-          f"({n / c:>9,.0f} files/s) | x{f / c:.0f}")
+    print(
+        f"{label:<34} {n:>7} files {size:>8.1f} MB | first {f:7.3f} s "
+        f"({n / f:>9,.0f} files/s, {size / f:6.0f} MB/s) | cached {c:7.3f} s "
+        f"({n / c:>9,.0f} files/s) | x{f / c:.0f}"
+    )
 
 
 def main() -> None:

@@ -33,8 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "imagenet-samples"
 # name -> (preprocess, tta) passed to robustlab.evaluate
-CONFIGS = {"plain": (None, None), "clahe": ("clahe", None), "nlmeans": ("nlmeans", None),
-           "ten-crop": (None, "ten-crop")}
+CONFIGS = {
+    "plain": (None, None),
+    "clahe": ("clahe", None),
+    "nlmeans": ("nlmeans", None),
+    "ten-crop": (None, "ten-crop"),
+}
 
 
 def make_subset(dst: Path, n: int, src: Path = SHARED) -> Path:
@@ -103,21 +107,23 @@ def pixel_effects(data: Path) -> None:
 
     print(f"| noise estimate of the clean photo | {q(rows['sigma'])} |")
     print(f"| NL-means: mean abs change of the clean photo | {q(rows['nlm_clean'])} |")
-    print(f"| NL-means: fraction of clean pixels changed by more than 8 | "
-          f"{q(rows['nlm_big'])} |")
+    print(f"| NL-means: fraction of clean pixels changed by more than 8 | {q(rows['nlm_big'])} |")
     print(f"| CLAHE: mean abs change of the clean photo | {q(rows['clahe_clean'])} |")
     for sd, out in noisy.items():
         est, before, after = (np.array(c) for c in zip(*out))
         print(f"| Gaussian noise sd {sd}: noise estimate | {q(est)} |")
-        print(f"| Gaussian noise sd {sd}: RMSE to clean after / before NL-means | "
-              f"{q(after / before)} |")
+        print(
+            f"| Gaussian noise sd {sd}: RMSE to clean after / before NL-means | "
+            f"{q(after / before)} |"
+        )
 
 
 def common_cells(store, run_ids: dict[str, str]):
     """Per-run cell tables (shift, level, n, error) over the predictions every run has, so
     an interrupted run is compared on the same images as the others."""
-    preds = store.predictions(list(run_ids.values()),
-                              columns=["run_id", "sample_id", "shift", "level", "correct"])
+    preds = store.predictions(
+        list(run_ids.values()), columns=["run_id", "sample_id", "shift", "level", "correct"]
+    )
     keys = ["sample_id", "shift", "level"]
     counts = preds.groupby(keys)["run_id"].nunique()
     shared = counts[counts == len(run_ids)].index
@@ -140,11 +146,17 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--model", default="lite0")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--work", default=str(ROOT / ".bench-defences"),
-                    help="folder for the photo subset and the database")
-    ap.add_argument("--tabulate-only", action="store_true",
-                    help="evaluate nothing: tabulate the runs already in the database (an "
-                         "interrupted run counts on the predictions every run has)")
+    ap.add_argument(
+        "--work",
+        default=str(ROOT / ".bench-defences"),
+        help="folder for the photo subset and the database",
+    )
+    ap.add_argument(
+        "--tabulate-only",
+        action="store_true",
+        help="evaluate nothing: tabulate the runs already in the database (an "
+        "interrupted run counts on the predictions every run has)",
+    )
     args = ap.parse_args(argv)
     if not SHARED.is_dir():
         print(f"needs the shared photos at {SHARED}", file=sys.stderr)
@@ -182,9 +194,18 @@ def main(argv=None) -> int:
             break
         preprocess, tta = CONFIGS[name]
         start = time.perf_counter()
-        df = robustlab.evaluate(args.model, data, suite="imagenet-c", levels=levels, db=db,
-                                labels_csv=data / "labels.csv", preprocess=preprocess, tta=tta,
-                                workers=args.workers, progress=False)
+        df = robustlab.evaluate(
+            args.model,
+            data,
+            suite="imagenet-c",
+            levels=levels,
+            db=db,
+            labels_csv=data / "labels.csv",
+            preprocess=preprocess,
+            tta=tta,
+            workers=args.workers,
+            progress=False,
+        )
         seconds[name] = time.perf_counter() - start
         run_ids[name] = df.attrs["run_id"]
         print(f"{name}: run {df.attrs['run_id']} in {seconds[name]:.0f} s", file=sys.stderr)
@@ -192,21 +213,28 @@ def main(argv=None) -> int:
     base = tables["plain"]
     n = int(base.loc[base["shift"] == "clean", "n"].iloc[0])
     n_cells = int(base.loc[base["shift"] != "clean", "n"].sum())
-    print(f"\n{args.model}, {n} photos x 15 corruptions x severities {args.levels} "
-          f"({n_cells} corrupted images in every configuration); CE baseline: the plain "
-          f"{args.model} on the same images\n")
-    print("| configuration | clean error % | mean corruption error % | mCE % | relative mCE % "
-          "| evaluation time s |")
+    print(
+        f"\n{args.model}, {n} photos x 15 corruptions x severities {args.levels} "
+        f"({n_cells} corrupted images in every configuration); CE baseline: the plain "
+        f"{args.model} on the same images\n"
+    )
+    print(
+        "| configuration | clean error % | mean corruption error % | mCE % | relative mCE % "
+        "| evaluation time s |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in configs:
         cells = tables[name]
-        ce = corruption_errors(cells[["shift", "level", "error"]],
-                               base[["shift", "level", "error"]])
+        ce = corruption_errors(
+            cells[["shift", "level", "error"]], base[["shift", "level", "error"]]
+        )
         m = mce(ce)
         clean = float(cells.loc[cells["shift"] == "clean", "error"].iloc[0])
         shifted = float(cells.loc[cells["shift"] != "clean", "error"].mean())
-        print(f"| {name} | {100 * clean:.1f} | {100 * shifted:.1f} | {100 * m['mce']:.1f} | "
-              f"{100 * m['relative_mce']:.1f} | {seconds[name]:.0f} |")
+        print(
+            f"| {name} | {100 * clean:.1f} | {100 * shifted:.1f} | {100 * m['mce']:.1f} | "
+            f"{100 * m['relative_mce']:.1f} | {seconds[name]:.0f} |"
+        )
     return 0
 
 

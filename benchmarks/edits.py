@@ -40,8 +40,11 @@ def demo_images():
 
     out = []
     for ph in demo_photos():
-        p = load_prepared(Sample(ph.id, ph.source, ph.class_name, mask_path=ph.mask),
-                          Protocol(format="png"), with_mask=True)
+        p = load_prepared(
+            Sample(ph.id, ph.source, ph.class_name, mask_path=ph.mask),
+            Protocol(format="png"),
+            with_mask=True,
+        )
         out.append((ph.id, p.rgb, p.mask > 0))
     return out
 
@@ -59,7 +62,9 @@ def sample_images(n: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=10, help="composited sample photos (besides the demo)")
+    ap.add_argument(
+        "--images", type=int, default=10, help="composited sample photos (besides the demo)"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
@@ -102,16 +107,20 @@ def main() -> None:
             except ValueError:
                 skips += 1
 
-    print(f"{len(images)} images of 224x224 (6 demo photos, {len(images) - 6} composited samples), "
-          f"best of {args.repeat}, 1 thread, process CPU time, opencv-telea fill")
+    print(
+        f"{len(images)} images of 224x224 (6 demo photos, {len(images) - 6} composited samples), "
+        f"best of {args.repeat}, 1 thread, process CPU time, opencv-telea fill"
+    )
     print(f"{'edit':<24}{'median ms':>10}{'max ms':>10}")
     for (name, lv), ts in per_cell.items():
         print(f"{name + ':' + lv:<24}{np.median(ts) * 1e3:>10.1f}{max(ts) * 1e3:>10.1f}")
     print(f"{'hole fill alone':<24}{np.median(fills) * 1e3:>10.1f}{max(fills) * 1e3:>10.1f}")
     med, worst = float(np.median(totals)), float(max(totals))
-    print(f"{'ALL edits / image':<24}{med * 1e3:>10.1f}{worst * 1e3:>10.1f}   target "
-          f"{TARGET_S * 1e3:.0f} ms: {'PASS' if worst <= TARGET_S else 'FAIL'} "
-          f"(worst image {worst / TARGET_S:.2f} of target)")
+    print(
+        f"{'ALL edits / image':<24}{med * 1e3:>10.1f}{worst * 1e3:>10.1f}   target "
+        f"{TARGET_S * 1e3:.0f} ms: {'PASS' if worst <= TARGET_S else 'FAIL'} "
+        f"(worst image {worst / TARGET_S:.2f} of target)"
+    )
     print(f"({skips} of {len(images) * len(cells)} cells were skips with a reason, timed anyway)")
 
 

@@ -85,8 +85,12 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
     n_images = n_photos * len(cells)
     # The same batches, prepared up front (in a worker process, as evaluate does, so the
     # main process's thread pools are in the same state): only the forward pass is timed.
-    ds = TaskDataset(plan["samples"], [Task(i, tuple(cells)) for i in range(len(plan["samples"]))],
-                     plan["images"], _ModelTransform(model))
+    ds = TaskDataset(
+        plan["samples"],
+        [Task(i, tuple(cells)) for i in range(len(plan["samples"]))],
+        plan["images"],
+        _ModelTransform(model),
+    )
     tensors = torch.cat([item[1] for item in iterate_local(ds, workers=1)])
     batches = [b.contiguous() for b in torch.split(tensors, batch_size)]
     del tensors
@@ -100,18 +104,35 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
         bare.append(time.perf_counter() - t0)
         db = tmp / f"speed{r}.duckdb"
         t0 = time.perf_counter()
-        robustlab.evaluate(model, data, suite="imagenet-c", shifts=shifts, levels=[level], db=db,
-                           batch_size=batch_size, workers=workers, progress=False)
+        robustlab.evaluate(
+            model,
+            data,
+            suite="imagenet-c",
+            shifts=shifts,
+            levels=[level],
+            db=db,
+            batch_size=batch_size,
+            workers=workers,
+            progress=False,
+        )
         full.append(time.perf_counter() - t0)
-    print("  times (s): bare " + " ".join(f"{x:.2f}" for x in bare)
-          + " | evaluate " + " ".join(f"{x:.2f}" for x in full))
+    print(
+        "  times (s): bare "
+        + " ".join(f"{x:.2f}" for x in bare)
+        + " | evaluate "
+        + " ".join(f"{x:.2f}" for x in full)
+    )
     fb, ff = min(bare), min(full)
-    print(f"speed: lite0, {n_photos} photos x {len(cells)} cells (clean + {', '.join(shifts)} "
-          f"at severity {level}) = {n_images} images, batch {batch_size}, {workers} worker(s), "
-          f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs")
+    print(
+        f"speed: lite0, {n_photos} photos x {len(cells)} cells (clean + {', '.join(shifts)} "
+        f"at severity {level}) = {n_images} images, batch {batch_size}, {workers} worker(s), "
+        f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs"
+    )
     print(f"  bare forward pass : {n_images / fb:7.1f} images/s (best of {repeats})")
-    print(f"  on-the-fly evaluate: {n_images / ff:7.1f} images/s (best of {repeats}, incl. worker "
-          "start-up and database writes)")
+    print(
+        f"  on-the-fly evaluate: {n_images / ff:7.1f} images/s (best of {repeats}, incl. worker "
+        "start-up and database writes)"
+    )
     print(f"  ratio evaluate / forward = {fb / ff:.3f} (target >= 0.85)")
 
 
@@ -176,21 +197,38 @@ def memory(sizes: list[int], workers: int, batch_size: int, shift: str | None) -
     peaks = []
     for n in sizes:
         data = make_folder(tmp / f"d{n}", n)
-        cmd = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(data),
-               "--db", str(tmp / f"m{n}.duckdb"), "--workers", str(workers),
-               "--batch-size", str(batch_size), "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "robustlab.cli",
+            "evaluate",
+            "lite0",
+            "--data",
+            str(data),
+            "--db",
+            str(tmp / f"m{n}.duckdb"),
+            "--workers",
+            str(workers),
+            "--batch-size",
+            str(batch_size),
+            "--no-progress",
+        ]
         if shift:
             cmd += ["--suite", "imagenet-c", "--shift", shift, "--level", "3"]
         rss, pss, secs, rc = peak_tree_memory(cmd)
         peaks.append((rss, pss))
-        print(f"memory: {n:6d} images{' (+' + shift + '/3)' if shift else ''}: peak of the process "
-              f"tree RSS {rss / 2**20:7.1f} MB, PSS {pss / 2**20:7.1f} MB, {secs:6.1f} s, exit {rc}",
-              flush=True)
+        print(
+            f"memory: {n:6d} images{' (+' + shift + '/3)' if shift else ''}: peak of the process "
+            f"tree RSS {rss / 2**20:7.1f} MB, PSS {pss / 2**20:7.1f} MB, {secs:6.1f} s, exit {rc}",
+            flush=True,
+        )
     if len(peaks) >= 2:
         d_rss = (peaks[-1][0] - peaks[0][0]) / 2**20
         d_pss = (peaks[-1][1] - peaks[0][1]) / 2**20
-        print(f"  growth {sizes[0]} -> {sizes[-1]} images: RSS {d_rss:+.1f} MB, PSS {d_pss:+.1f} MB "
-              "(target < 100 MB)")
+        print(
+            f"  growth {sizes[0]} -> {sizes[-1]} images: RSS {d_rss:+.1f} MB, PSS {d_pss:+.1f} MB "
+            "(target < 100 MB)"
+        )
 
 
 def main() -> None:
@@ -202,8 +240,11 @@ def main() -> None:
     ap.add_argument("--level", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--memory-shift", default=None,
-                    help="also evaluate this corruption in the memory runs (default: clean only)")
+    ap.add_argument(
+        "--memory-shift",
+        default=None,
+        help="also evaluate this corruption in the memory runs (default: clean only)",
+    )
     args = ap.parse_args()
     if not SHARED.exists():
         sys.exit(f"shared photos not found at {SHARED}")

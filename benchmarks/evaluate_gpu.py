@@ -72,12 +72,18 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: bare, workers")
     ap.add_argument("--label", default="", help="a name for this code version in the output")
-    ap.add_argument("--shift-device", default=None,
-                    help="run the batched torch shifts on this device (cuda, cpu)")
+    ap.add_argument(
+        "--shift-device",
+        default=None,
+        help="run the batched torch shifts on this device (cuda, cpu)",
+    )
     ap.add_argument("--shift-jpeg", default="device", choices=("device", "cpu"))
     ap.add_argument("--model", default="lite0", help="model spec (default lite0)")
-    ap.add_argument("--random-weights", action="store_true",
-                    help="timm architecture with random weights (no download)")
+    ap.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="timm architecture with random weights (no download)",
+    )
     args = ap.parse_args()
     skip = {s for s in args.skip.split(",") if s}
 
@@ -98,24 +104,43 @@ def main() -> None:
         import timm
 
         weights = tmp / "random.pth"
-        torch.save(timm.create_model(args.model.split(":", 1)[1], pretrained=False).state_dict(),
-                   weights)
-    model = load_model(args.model, device=args.device, batch_size=args.batch_size,
-                       weights=weights)
-    shift_kw = ({"shift_device": args.shift_device, "shift_jpeg": args.shift_jpeg}
-                if args.shift_device else {})
+        torch.save(
+            timm.create_model(args.model.split(":", 1)[1], pretrained=False).state_dict(), weights
+        )
+    model = load_model(args.model, device=args.device, batch_size=args.batch_size, weights=weights)
+    shift_kw = (
+        {"shift_device": args.shift_device, "shift_jpeg": args.shift_jpeg}
+        if args.shift_device
+        else {}
+    )
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
-    out = {"label": args.label, "robustlab": robustlab.__version__, "device": args.device,
-           "gpu": torch.cuda.get_device_name(0) if sync else None, "cpus": os.cpu_count(),
-           "photos": args.n, "workers": args.workers, "batch_size": args.batch_size,
-           "model": args.model, "shift_device": args.shift_device}
+    out = {
+        "label": args.label,
+        "robustlab": robustlab.__version__,
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name(0) if sync else None,
+        "cpus": os.cpu_count(),
+        "photos": args.n,
+        "workers": args.workers,
+        "batch_size": args.batch_size,
+        "model": args.model,
+        "shift_device": args.shift_device,
+    }
 
     # Warm-up: compiles (and caches) every numba kernel in this process before workers
     # start, so no timed part pays for compilation.
     t0 = time.perf_counter()
     one = make_folder(Path(args.photos), tmp / "one", 1)
-    robustlab.evaluate(model, one, suite="imagenet-c", db=tmp / "warm.duckdb", workers=0,
-                       batch_size=args.batch_size, progress=False, **shift_kw)
+    robustlab.evaluate(
+        model,
+        one,
+        suite="imagenet-c",
+        db=tmp / "warm.duckdb",
+        workers=0,
+        batch_size=args.batch_size,
+        progress=False,
+        **shift_kw,
+    )
     out["warmup_s"] = round(time.perf_counter() - t0, 2)
 
     plan = plan_run(model, data, suite="imagenet-c")
@@ -142,8 +167,9 @@ def main() -> None:
         out["bare_input_dtype"] = str(batch.dtype)
 
     if "workers" not in skip:
-        tasks, _, _ = plan_tasks(samples, cells, Store(tmp / "none.duckdb"), "none",
-                                 RunOptions().cells_per_task)
+        tasks, _, _ = plan_tasks(
+            samples, cells, Store(tmp / "none.duckdb"), "none", RunOptions().cells_per_task
+        )
         ds = TaskDataset(samples, tasks, plan["images"], transform)
         if args.shift_device:  # the workers only decode: each photo counts as its cells
             from robustlab.run.device_shifts import CleanTaskDataset
@@ -168,14 +194,27 @@ def main() -> None:
     timed_write = Timer(Store.write_predictions)
     Store.write_predictions = lambda self, *a, **k: timed_write(self, *a, **k)
     t0 = time.perf_counter()
-    df = robustlab.evaluate(model, data, suite="imagenet-c", db=tmp / "run.duckdb",
-                            workers=args.workers, batch_size=args.batch_size, progress=False,
-                            **shift_kw)
+    df = robustlab.evaluate(
+        model,
+        data,
+        suite="imagenet-c",
+        db=tmp / "run.duckdb",
+        workers=args.workers,
+        batch_size=args.batch_size,
+        progress=False,
+        **shift_kw,
+    )
     secs = time.perf_counter() - t0
-    out.update(evaluate_s=round(secs, 2), evaluate_pred_s=round(n_images / secs, 1),
-               predict_s=round(timed_predict.seconds, 2), predict_calls=timed_predict.calls,
-               db_write_s=round(timed_write.seconds, 2), db_write_calls=timed_write.calls,
-               stored=int(df["n"].sum()), clean_top1=float(df.loc[df["shift"] == "clean", "top1"].iloc[0]))
+    out.update(
+        evaluate_s=round(secs, 2),
+        evaluate_pred_s=round(n_images / secs, 1),
+        predict_s=round(timed_predict.seconds, 2),
+        predict_calls=timed_predict.calls,
+        db_write_s=round(timed_write.seconds, 2),
+        db_write_calls=timed_write.calls,
+        stored=int(df["n"].sum()),
+        clean_top1=float(df.loc[df["shift"] == "clean", "top1"].iloc[0]),
+    )
     if "workers_img_s" in out:
         out["evaluate_over_workers"] = round(out["evaluate_pred_s"] / out["workers_img_s"], 3)
     if "bare_img_s" in out:

@@ -38,8 +38,10 @@ def main() -> None:
         (data / "labels.csv").write_text("\n".join([rows[0], *picked]) + "\n")
         for r in picked:
             shutil.copy(SHARED / r.split(",")[0], data)
-        print(f"{args.suite}: {len(suite.cells())} cells ({', '.join(suite.shifts)}), "
-              f"{len(picked)} images")
+        print(
+            f"{args.suite}: {len(suite.cells())} cells ({', '.join(suite.shifts)}), "
+            f"{len(picked)} images"
+        )
         base = None
         for w in (int(x) for x in args.workers.split(",")):
             t = time.perf_counter()
@@ -47,8 +49,10 @@ def main() -> None:
             dt = time.perf_counter() - t
             rate = res.samples / dt
             base = base or rate
-            print(f"workers={w}: {res.written} files in {dt:.2f} s = {rate:.2f} images/s "
-                  f"({res.written / dt:.1f} files/s), x{rate / base:.2f} vs first")
+            print(
+                f"workers={w}: {res.written} files in {dt:.2f} s = {rate:.2f} images/s "
+                f"({res.written / dt:.1f} files/s), x{rate / base:.2f} vs first"
+            )
 
 
 if __name__ == "__main__":

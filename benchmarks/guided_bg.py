@@ -35,15 +35,20 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 def _import_light():
     """``adm`` and ``guided_sampler`` without running the package ``__init__`` files."""
-    packages = (("robustlab", ""), ("robustlab.shifts", "shifts"),
-                ("robustlab.shifts.synth", "shifts/synth"))
+    packages = (
+        ("robustlab", ""),
+        ("robustlab.shifts", "shifts"),
+        ("robustlab.shifts.synth", "shifts/synth"),
+    )
     for name, rel in packages:
         if name not in sys.modules:
             mod = types.ModuleType(name)
             mod.__path__ = [str(SRC / "robustlab" / rel)]
             sys.modules[name] = mod
-    return (importlib.import_module("robustlab.shifts.synth.adm"),
-            importlib.import_module("robustlab.shifts.synth.guided_sampler"))
+    return (
+        importlib.import_module("robustlab.shifts.synth.adm"),
+        importlib.import_module("robustlab.shifts.synth.guided_sampler"),
+    )
 
 
 def main() -> None:
@@ -51,10 +56,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
     ap.add_argument("--steps", type=int, default=10, help="guided steps per image (1..100)")
     ap.add_argument("--repeats", type=int, default=2, help="timed images")
-    ap.add_argument("--dtype", default=None,
-                    help="float32, float16 or bfloat16 (default: float16 on a GPU)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (default: torch's)")
+    ap.add_argument(
+        "--dtype", default=None, help="float32, float16 or bfloat16 (default: float16 on a GPU)"
+    )
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's)"
+    )
     args = ap.parse_args()
 
     import numpy as np
@@ -70,8 +77,11 @@ def main() -> None:
         net = adm.ADMUNet(cfg)
     net.eval().requires_grad_(False)
     build_s = time.perf_counter() - t0
-    sampler = gs.GuidedBackground(adm.Denoiser(net, "adm", cfg.image_size, cfg.learn_sigma),
-                                  device=args.device, dtype=args.dtype)
+    sampler = gs.GuidedBackground(
+        adm.Denoiser(net, "adm", cfg.image_size, cfg.learn_sigma),
+        device=args.device,
+        dtype=args.dtype,
+    )
     rng = np.random.default_rng(0)
     img = rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)
     keep = np.zeros((256, 256), bool)
@@ -96,13 +106,22 @@ def main() -> None:
     per_image = float(np.median(times))
     per_step = per_image / args.steps
     result = {
-        "benchmark": "guided_bg", "device": args.device, "dtype": sampler.dtype,
-        "device_name": (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
-                        else platform.processor() or platform.machine()),
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "benchmark": "guided_bg",
+        "device": args.device,
+        "dtype": sampler.dtype,
+        "device_name": (
+            torch.cuda.get_device_name(args.device)
+            if args.device.startswith("cuda")
+            else platform.processor() or platform.machine()
+        ),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
         "params_m": round(sum(p.numel() for p in net.parameters()) / 1e6, 1),
-        "build_s": round(build_s, 2), "steps": args.steps, "repeats": args.repeats,
-        "s_per_image": round(per_image, 3), "s_per_step": round(per_step, 4),
+        "build_s": round(build_s, 2),
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "s_per_image": round(per_image, 3),
+        "s_per_step": round(per_step, 4),
         "s_per_image_10_steps": round(10 * per_step, 2),
         "s_per_image_100_steps": round(100 * per_step, 2),
         "images_per_hour_at_steps": round(3600 / per_image, 1),

@@ -33,9 +33,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT.parent / "shared" / "data" / "imagenet-samples"
 MODELS = ("lite0", "lite1", "lite2")
-COMMON = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
-          "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
-          "elastic_transform", "pixelate", "jpeg_compression")
+COMMON = (
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+    "snow",
+    "frost",
+    "fog",
+    "brightness",
+    "contrast",
+    "elastic_transform",
+    "pixelate",
+    "jpeg_compression",
+)
 
 
 def pick_photos(samples: Path, data: Path, n: int) -> int:
@@ -52,8 +66,15 @@ def pick_photos(samples: Path, data: Path, n: int) -> int:
     return len(chosen)
 
 
-def build_pool(work: Path, n_photos: int, *, corruptions=COMMON, levels=(3, 4, 5),
-               scenarios: bool = True, workers: int = 2) -> list[Path]:
+def build_pool(
+    work: Path,
+    n_photos: int,
+    *,
+    corruptions=COMMON,
+    levels=(3, 4, 5),
+    scenarios: bool = True,
+    workers: int = 2,
+) -> list[Path]:
     """The generated folders of the candidate pool (created or resumed)."""
     from robustlab.generate import generate
 
@@ -61,14 +82,34 @@ def build_pool(work: Path, n_photos: int, *, corruptions=COMMON, levels=(3, 4, 5
     pick_photos(SAMPLES, data, n_photos)
     folders = []
     gen_c = work / "imagenet-c"
-    generate("imagenet-c", data, gen_c, shifts=list(corruptions), levels=list(levels),
-             workers=workers, progress=False)
+    generate(
+        "imagenet-c",
+        data,
+        gen_c,
+        shifts=list(corruptions),
+        levels=list(levels),
+        workers=workers,
+        progress=False,
+    )
     folders.append(gen_c)
     if scenarios:
         masks = work / "masks"
         if not (masks / "masks_quality.json").exists():
-            subprocess.run([sys.executable, "-m", "robustlab.cli", "masks", "--data", str(data),
-                            "--out", str(masks), "--method", "cam-grabcut"], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "robustlab.cli",
+                    "masks",
+                    "--data",
+                    str(data),
+                    "--out",
+                    str(masks),
+                    "--method",
+                    "cam-grabcut",
+                ],
+                check=True,
+            )
         gen_x = work / "ximagenet12"
         generate("ximagenet12", data, gen_x, masks=masks, workers=workers, progress=False)
         folders.append(gen_x)
@@ -93,43 +134,64 @@ def measure(folders, db: Path, *, models=MODELS, draws: int = 2000, workers: int
     table, correct = stored_correctness(Store(db), run_ids, list(models))
     rotations = leave_one_out(correct, list(models), draws=draws, seed=0)
     by_source = {}
-    for name, sel in (("imagenet-c", table["shift"].isin(COMMON)),
-                      ("scenarios", ~table["shift"].isin(COMMON))):
+    for name, sel in (
+        ("imagenet-c", table["shift"].isin(COMMON)),
+        ("scenarios", ~table["shift"].isin(COMMON)),
+    ):
         if sel.any():
-            by_source[name] = {"n": int(sel.sum()),
-                               "acc": {m: float(correct[sel.to_numpy(), i].mean()) for i, m in enumerate(models)},
-                               "all_wrong": float((~correct[sel.to_numpy()]).all(axis=1).mean())}
-    return {"candidates": int(len(table)), "all3_kept": int(all_kept),
-            "all3_kept_fraction": float((~correct).all(axis=1).mean()),
-            "curve_all3": surrogate_curve(correct, None),
-            "rotations": rotations, "by_source": by_source}
+            by_source[name] = {
+                "n": int(sel.sum()),
+                "acc": {m: float(correct[sel.to_numpy(), i].mean()) for i, m in enumerate(models)},
+                "all_wrong": float((~correct[sel.to_numpy()]).all(axis=1).mean()),
+            }
+    return {
+        "candidates": int(len(table)),
+        "all3_kept": int(all_kept),
+        "all3_kept_fraction": float((~correct).all(axis=1).mean()),
+        "curve_all3": surrogate_curve(correct, None),
+        "rotations": rotations,
+        "by_source": by_source,
+    }
 
 
 def print_tables(r: dict) -> None:
-    print(f"\ncandidates: {r['candidates']}  kept by all 3 models: {r['all3_kept']} "
-          f"({100 * r['all3_kept_fraction']:.1f} %)")
+    print(
+        f"\ncandidates: {r['candidates']}  kept by all 3 models: {r['all3_kept']} "
+        f"({100 * r['all3_kept_fraction']:.1f} %)"
+    )
     for name, s in r["by_source"].items():
         accs = ", ".join(f"{m} {100 * a:.1f} %" for m, a in s["acc"].items())
-        print(f"  {name}: {s['n']} candidates, accuracy {accs}; all wrong {100 * s['all_wrong']:.1f} %")
+        print(
+            f"  {name}: {s['n']} candidates, accuracy {accs}; all wrong {100 * s['all_wrong']:.1f} %"
+        )
     print("\nClaim 1: kept fraction and held-out accuracy on the kept set vs number of surrogates")
     print("| held out | n | kept fraction | held-out acc on kept | held-out acc on pool |")
     print("| --- | --- | --- | --- | --- |")
     for rot in r["rotations"]:
         for row in rot["curve"]:
-            print(f"| {rot['heldout']} | {row['n']} | {100 * row['kept_fraction']:.1f} % | "
-                  f"{100 * row['heldout_acc']:.1f} % | {100 * row['heldout_acc_all']:.1f} % |")
-    print("| (all 3 as surrogates) | " + " / ".join(
-        f"n={row['n']}: {100 * row['kept_fraction']:.1f} %" for row in r["curve_all3"]) + " | | |")
+            print(
+                f"| {rot['heldout']} | {row['n']} | {100 * row['kept_fraction']:.1f} % | "
+                f"{100 * row['heldout_acc']:.1f} % | {100 * row['heldout_acc_all']:.1f} % |"
+            )
+    print(
+        "| (all 3 as surrogates) | "
+        + " / ".join(f"n={row['n']}: {100 * row['kept_fraction']:.1f} %" for row in r["curve_all3"])
+        + " | | |"
+    )
     print("\nClaim 2: held-out accuracy on the mined set vs random subsets of the same size")
-    print("| held out | surrogates | mined | acc on mined | random subsets: mean [95 % range] | p |")
+    print(
+        "| held out | surrogates | mined | acc on mined | random subsets: mean [95 % range] | p |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for rot in r["rotations"]:
         t = rot["transfer"]
         if t is None:
             continue
-        print(f"| {rot['heldout']} | {'+'.join(rot['surrogates'])} | {t['n_mined']} | "
-              f"{100 * t['mined_acc']:.1f} % | {100 * t['random_mean']:.1f} % "
-              f"[{100 * t['random_lo']:.1f}, {100 * t['random_hi']:.1f}] | {t['p_value']:.4f} |")
+        print(
+            f"| {rot['heldout']} | {'+'.join(rot['surrogates'])} | {t['n_mined']} | "
+            f"{100 * t['mined_acc']:.1f} % | {100 * t['random_mean']:.1f} % "
+            f"[{100 * t['random_lo']:.1f}, {100 * t['random_hi']:.1f}] | {t['p_value']:.4f} |"
+        )
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ def main() -> None:
         t0 = time.perf_counter()
         xs = [model.transform(p) for p in photos]
         t1 = time.perf_counter()
-        batches = [torch.stack(xs[i:i + args.batch]) for i in range(0, len(xs), args.batch)]
+        batches = [torch.stack(xs[i : i + args.batch]) for i in range(0, len(xs), args.batch)]
         model.predict(batches[0])  # warm-up
         t2 = time.perf_counter()
         for b in batches:
@@ -46,8 +46,10 @@ def main() -> None:
         if model.device.startswith("cuda"):
             torch.cuda.synchronize()
         t3 = time.perf_counter()
-        print(f"{spec:8s} device {model.device}: transform {len(xs) / (t1 - t0):7.1f} img/s   "
-              f"predict {len(xs) / (t3 - t2):7.1f} img/s")
+        print(
+            f"{spec:8s} device {model.device}: transform {len(xs) / (t1 - t0):7.1f} img/s   "
+            f"predict {len(xs) / (t3 - t2):7.1f} img/s"
+        )
 
 
 if __name__ == "__main__":

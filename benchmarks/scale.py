@@ -43,11 +43,15 @@ def _startup(ray, cpus: int) -> tuple[float, float, float]:
     (the fixed cost every job pays on a running instance)."""
     import ray.data
 
-    t_init = _timed(lambda: ray.init(num_cpus=cpus, include_dashboard=False,
-                                     log_to_driver=False, logging_level=logging.ERROR))
+    t_init = _timed(
+        lambda: ray.init(
+            num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
+        )
+    )
     for name in ("ray", "ray.data"):
         logging.getLogger(name).setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False
+
     def empty():
         return ray.data.from_items([{"x": 0}]).map_batches(lambda b: b).take_all()
 
@@ -57,7 +61,9 @@ def _startup(ray, cpus: int) -> tuple[float, float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=16)
-    ap.add_argument("--cores", default="1,2", help="core counts, comma-separated ('all': every CPU)")
+    ap.add_argument(
+        "--cores", default="1,2", help="core counts, comma-separated ('all': every CPU)"
+    )
     ap.add_argument("--shifts", default="gaussian_noise,contrast,jpeg_compression")
     ap.add_argument("--levels", default="1,3,5")
     ap.add_argument("--skip", default="", help="generate and/or evaluate")
@@ -69,8 +75,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rl-scale-"))
     data = make_folder(work / "photos", args.images)
     n_cells = len(shifts) * len(levels)
-    print(f"{args.images} images x {n_cells} cells ({','.join(shifts)} at {args.levels}); "
-          f"{os.cpu_count()} CPUs here, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.images} images x {n_cells} cells ({','.join(shifts)} at {args.levels}); "
+        f"{os.cpu_count()} CPUs here, load average {os.getloadavg()[0]:.1f}"
+    )
     kw = {"shifts": shifts, "levels": levels, "progress": False}
     rows = []
 
@@ -82,8 +90,9 @@ def main() -> None:
 
     def run_evaluate(tag: str, model, **extra) -> float:
         db = work / f"{tag}.duckdb"
-        seconds = _timed(lambda: robustlab.evaluate(model, data, suite="imagenet-c", db=db,
-                                                    **kw, **extra))
+        seconds = _timed(
+            lambda: robustlab.evaluate(model, data, suite="imagenet-c", db=db, **kw, **extra)
+        )
         db.unlink()
         return args.images * (1 + n_cells) / seconds
 
@@ -98,19 +107,22 @@ def main() -> None:
         for phase in ("cold", "warm"):
             if "generate" not in args.skip:
                 # one core: in this process (workers=0); more: one worker process per core
-                result[f"gen_local_{phase}"] = run_generate(f"local{c}{phase}",
-                                                            workers=0 if c == 1 else c)
+                result[f"gen_local_{phase}"] = run_generate(
+                    f"local{c}{phase}", workers=0 if c == 1 else c
+                )
             if "evaluate" not in args.skip:
-                result[f"eval_local_{phase}"] = run_evaluate(f"local{c}{phase}", model,
-                                                             workers=c - 1)
+                result[f"eval_local_{phase}"] = run_evaluate(
+                    f"local{c}{phase}", model, workers=c - 1
+                )
         result["init_s"], result["first_pipeline_s"], result["next_pipeline_s"] = _startup(ray, c)
         try:
             for phase in ("cold", "warm"):
                 if "generate" not in args.skip:
                     result[f"gen_ray_{phase}"] = run_generate(f"ray{c}{phase}", backend="ray")
                 if "evaluate" not in args.skip:
-                    result[f"eval_ray_{phase}"] = run_evaluate(f"ray{c}{phase}", model,
-                                                               backend="ray")
+                    result[f"eval_ray_{phase}"] = run_evaluate(
+                        f"ray{c}{phase}", model, backend="ray"
+                    )
         finally:
             ray.shutdown()
             os.sched_setaffinity(0, everything)
@@ -118,8 +130,10 @@ def main() -> None:
         print({k: round(v, 3) for k, v in result.items()}, flush=True)
 
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
-    print("| cores | job | local cold / warm img/s | Ray cold img/s (ratio) | "
-          "Ray warm img/s (ratio to local warm) |")
+    print(
+        "| cores | job | local cold / warm img/s | Ray cold img/s (ratio) | "
+        "Ray warm img/s (ratio to local warm) |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for r in rows:
         for job, key in (("generate", "gen"), ("evaluate", "eval")):
@@ -127,19 +141,25 @@ def main() -> None:
                 continue
             lc, lw = r[f"{key}_local_cold"], r[f"{key}_local_warm"]
             cold, warm = r[f"{key}_ray_cold"], r[f"{key}_ray_warm"]
-            print(f"| {r['cores']} | {job} | {lc:.2f} / {lw:.2f} | {cold:.2f} (x{cold / lc:.2f}) "
-                  f"| {warm:.2f} (x{warm / lw:.2f}) |")
+            print(
+                f"| {r['cores']} | {job} | {lc:.2f} / {lw:.2f} | {cold:.2f} (x{cold / lc:.2f}) "
+                f"| {warm:.2f} (x{warm / lw:.2f}) |"
+            )
     for r in rows:
-        print(f"Ray start-up with {r['cores']} CPU(s): ray.init {r['init_s']:.1f} s, first "
-              f"Ray Data pipeline {r['first_pipeline_s']:.1f} s, each later one "
-              f"{r['next_pipeline_s']:.2f} s")
+        print(
+            f"Ray start-up with {r['cores']} CPU(s): ray.init {r['init_s']:.1f} s, first "
+            f"Ray Data pipeline {r['first_pipeline_s']:.1f} s, each later one "
+            f"{r['next_pipeline_s']:.2f} s"
+        )
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         for key, job in (("gen", "generate"), ("eval", "evaluate")):
             if f"{key}_ray_warm" in first:
-                print(f"{job}: {last['cores']} vs {first['cores']} cores, speed-up local warm "
-                      f"x{last[f'{key}_local_warm'] / first[f'{key}_local_warm']:.2f}, Ray warm "
-                      f"x{last[f'{key}_ray_warm'] / first[f'{key}_ray_warm']:.2f}")
+                print(
+                    f"{job}: {last['cores']} vs {first['cores']} cores, speed-up local warm "
+                    f"x{last[f'{key}_local_warm'] / first[f'{key}_local_warm']:.2f}, Ray warm "
+                    f"x{last[f'{key}_ray_warm'] / first[f'{key}_ray_warm']:.2f}"
+                )
     shutil.rmtree(work, ignore_errors=True)
 
 

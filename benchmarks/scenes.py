@@ -67,22 +67,28 @@ def main() -> None:
     for name in XIMAGENET12 + IMAGENET9:
         shift = get_shift(name)
         for level in shift.levels:
+
             def run(shift=shift, level=level):
                 for k, (img, m) in enumerate(data):
                     d_img, d_m = data[(k + 1) % len(data)]
                     ctx = {"mask": m, "background": d_img, "background_mask": d_m}
                     shift.apply(img, level, make_rng(k), ctx)
+
             per = _best(run, args.repeat) / len(data)
             total += per
             print(f"{name + ':' + str(level):<24}{per * 1e3:>10.2f}")
-    print(f"{'ALL scenarios / image':<24}{total * 1e3:>10.2f}   target {SCENE_TARGET_S * 1e3:.0f} ms  "
-          f"({total / SCENE_TARGET_S:.2f} of target)")
+    print(
+        f"{'ALL scenarios / image':<24}{total * 1e3:>10.2f}   target {SCENE_TARGET_S * 1e3:.0f} ms  "
+        f"({total / SCENE_TARGET_S:.2f} of target)"
+    )
 
     print("\nImageNet-C yardstick (severity 3)")
     for s in list_shifts(tag="imagenet-c") + list_shifts(tag="imagenet-c-extra"):
+
         def run(s=s):
             for k, (img, _) in enumerate(data):
                 s.apply(img, 3, make_rng(k), {})
+
         print(f"{s.name:<24}{_best(run, args.repeat) / len(data) * 1e3:>10.2f}")
 
     print("\nautomatic masks")
@@ -94,8 +100,10 @@ def main() -> None:
     preds = [grabcut_mask(img, bbox=b) for (img, _), b in zip(data, boxes)]
     per = (time.perf_counter() - t0) / len(data)
     score = np.mean([iou(p, m) for p, (_, m) in zip(preds, data)])
-    print(f"{'grabcut (bbox)':<24}{per * 1e3:>10.2f}   mean IoU {score:.3f}   target {MASK_TARGET_S * 1e3:.0f} ms "
-          f"({per / MASK_TARGET_S:.2f} of target)")
+    print(
+        f"{'grabcut (bbox)':<24}{per * 1e3:>10.2f}   mean IoU {score:.3f}   target {MASK_TARGET_S * 1e3:.0f} ms "
+        f"({per / MASK_TARGET_S:.2f} of target)"
+    )
     try:
         from robustlab.models import load_model
     except ImportError:
@@ -107,8 +115,10 @@ def main() -> None:
     preds = [masker(img)[0] for img, _ in data]
     per = (time.perf_counter() - t0) / len(data)
     score = np.mean([iou(p, m) for p, (_, m) in zip(preds, data)])
-    print(f"{'cam-grabcut (lite0)':<24}{per * 1e3:>10.2f}   mean IoU {score:.3f}   target {MASK_TARGET_S * 1e3:.0f} ms "
-          f"({per / MASK_TARGET_S:.2f} of target)")
+    print(
+        f"{'cam-grabcut (lite0)':<24}{per * 1e3:>10.2f}   mean IoU {score:.3f}   target {MASK_TARGET_S * 1e3:.0f} ms "
+        f"({per / MASK_TARGET_S:.2f} of target)"
+    )
 
 
 if __name__ == "__main__":

@@ -30,30 +30,52 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/surface-variation")
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--protocols", default="style=symbola,style=noto,style=openmoji,subtypes,versions")
+    ap.add_argument(
+        "--protocols", default="style=symbola,style=noto,style=openmoji,subtypes,versions"
+    )
     args = ap.parse_args()
     out = Path(args.out)
     icons = out / "icons"
     if not (icons / "metadata.csv").is_file():
         t = time.perf_counter()
         res = build_icons(icons, size=32)
-        print(f"built {sum(res.counts.values())} images {res.counts} in {res.classes} classes "
-              f"({time.perf_counter() - t:.0f} s)", flush=True)
+        print(
+            f"built {sum(res.counts.values())} images {res.counts} in {res.classes} classes "
+            f"({time.perf_counter() - t:.0f} s)",
+            flush=True,
+        )
     data = read_set(icons)
     config = HoldoutConfig(epochs=args.epochs, seed=args.seed)
-    print("| protocol | held out | train | in-dist. n | in-dist. top-1 | held-out n | held-out top-1 | s |")
+    print(
+        "| protocol | held out | train | in-dist. n | in-dist. top-1 | held-out n | held-out top-1 | s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for proto in args.protocols.split(","):
-        kw = ({"holdout": proto} if "=" in proto else {"holdout_subtypes": 1} if proto == "subtypes"
-              else {"versions": True})
+        kw = (
+            {"holdout": proto}
+            if "=" in proto
+            else {"holdout_subtypes": 1}
+            if proto == "subtypes"
+            else {"versions": True}
+        )
         split = make_split(data.meta, seed=args.seed, **kw)
         t = time.perf_counter()
-        r = run_holdout(data, split, config, db=out / "sv.duckdb", out=out / "checkpoints",
-                        progress=lambda e, loss, name=split.label: print(
-                            f"  {name} epoch {e}: loss {loss:.3f}", file=sys.stderr, flush=True))
-        print(f"| {split.protocol} | {split.label} | {len(split.train)} | {r.n_seen} | "
-              f"{100 * r.seen_top1:.1f} % | {r.n_held} | {100 * r.held_top1:.1f} % | "
-              f"{time.perf_counter() - t:.0f} |", flush=True)
+        r = run_holdout(
+            data,
+            split,
+            config,
+            db=out / "sv.duckdb",
+            out=out / "checkpoints",
+            progress=lambda e, loss, name=split.label: print(
+                f"  {name} epoch {e}: loss {loss:.3f}", file=sys.stderr, flush=True
+            ),
+        )
+        print(
+            f"| {split.protocol} | {split.label} | {len(split.train)} | {r.n_seen} | "
+            f"{100 * r.seen_top1:.1f} % | {r.n_held} | {100 * r.held_top1:.1f} % | "
+            f"{time.perf_counter() - t:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,11 @@ def _byte_tokenizer():
     character, at most 77 as in SD)."""
     from transformers import CLIPTokenizer
 
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = [chr(c) for c in keep] + [chr(256 + i) for i in range(256 - len(keep))]
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     for suffix in ("", "</w>"):
@@ -49,34 +53,86 @@ def _byte_tokenizer():
 def full_size_sd(device: str, dtype):
     """Stable Diffusion 1.5's architecture (v1-inference.yaml sizes), random weights."""
     import torch
-    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        StableDiffusionPipeline,
+        UNet2DConditionModel,
+    )
     from transformers import CLIPTextConfig, CLIPTextModel
 
     torch.manual_seed(0)
     unet = UNet2DConditionModel(
-        sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
-        block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, attention_head_dim=8,
-        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"))
+        sample_size=64,
+        in_channels=4,
+        out_channels=4,
+        layers_per_block=2,
+        block_out_channels=(320, 640, 1280, 1280),
+        cross_attention_dim=768,
+        attention_head_dim=8,
+        down_block_types=(
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+            "CrossAttnDownBlock2D",
+            "DownBlock2D",
+        ),
+        up_block_types=(
+            "UpBlock2D",
+            "CrossAttnUpBlock2D",
+            "CrossAttnUpBlock2D",
+            "CrossAttnUpBlock2D",
+        ),
+    )
     vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, sample_size=512, layers_per_block=2,
-        block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4)
-    text = CLIPTextModel(CLIPTextConfig(
-        vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-        num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu",
-        bos_token_id=0, eos_token_id=1, pad_token_id=1))
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                              clip_sample=False, set_alpha_to_one=False, steps_offset=1)
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=_byte_tokenizer(), unet=unet,
-                                   scheduler=scheduler, safety_checker=None, feature_extractor=None,
-                                   requires_safety_checker=False)
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        sample_size=512,
+        layers_per_block=2,
+        block_out_channels=(128, 256, 512, 512),
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+    )
+    text = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=49408,
+            hidden_size=768,
+            intermediate_size=3072,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            max_position_embeddings=77,
+            hidden_act="quick_gelu",
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+        )
+    )
+    scheduler = DDIMScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+    )
+    pipe = StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=text,
+        tokenizer=_byte_tokenizer(),
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     pipe.set_progress_bar_config(disable=True)
     params = sum(p.numel() for p in unet.parameters())
     return pipe.to(device=device, dtype=dtype), params
 
 
-def time_call(pipe, batch: int, steps: int, size: int, device: str, repeats: int) -> tuple[float, float]:
+def time_call(
+    pipe, batch: int, steps: int, size: int, device: str, repeats: int
+) -> tuple[float, float]:
     """Median wall seconds and process CPU seconds of one pipeline call for ``batch`` prompts."""
     import torch
 
@@ -88,8 +144,15 @@ def time_call(pipe, batch: int, steps: int, size: int, device: str, repeats: int
             torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.process_time()
         with torch.inference_mode():
-            pipe(prompt=prompts, height=size, width=size, num_inference_steps=steps,
-                 guidance_scale=7.5, generator=gens, output_type="np")
+            pipe(
+                prompt=prompts,
+                height=size,
+                width=size,
+                num_inference_steps=steps,
+                guidance_scale=7.5,
+                generator=gens,
+                output_type="np",
+            )
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0, time.process_time() - c0))
@@ -105,11 +168,18 @@ def mining_throughput(n: int = 48) -> dict:
 
     from robustlab.models import load_model
 
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data",
-                        "imagenet-samples")
-    files = sorted(f for f in os.listdir(root) if f.endswith(".JPEG"))[:n] if os.path.isdir(root) else []
+    root = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "imagenet-samples"
+    )
+    files = (
+        sorted(f for f in os.listdir(root) if f.endswith(".JPEG"))[:n]
+        if os.path.isdir(root)
+        else []
+    )
     if files:
-        load = [lambda f=f: np.asarray(Image.open(os.path.join(root, f)).convert("RGB")) for f in files]
+        load = [
+            lambda f=f: np.asarray(Image.open(os.path.join(root, f)).convert("RGB")) for f in files
+        ]
         source = "imagenet-samples photos"
     else:
         rng = np.random.default_rng(0)
@@ -121,15 +191,19 @@ def mining_throughput(n: int = 48) -> dict:
         m.predict(torch.stack([m.transform(load[0]())]))
     t0, c0 = time.perf_counter(), time.process_time()
     for start in range(0, len(load), 16):
-        imgs = [f() for f in load[start:start + 16]]
+        imgs = [f() for f in load[start : start + 16]]
         for m in models:
             m.predict(torch.stack([m.transform(x) for x in imgs]))
     sec, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"mining_images": len(load), "mining_source": source, "mining_seconds": round(sec, 2),
-            "mining_cpu_seconds": round(cpu, 2),
-            "mining_images_per_s_3_surrogates": round(len(load) / sec, 2),
-            "mining_images_per_cpu_s_3_surrogates": round(len(load) / cpu, 2),
-            "torch_threads": torch.get_num_threads()}
+    return {
+        "mining_images": len(load),
+        "mining_source": source,
+        "mining_seconds": round(sec, 2),
+        "mining_cpu_seconds": round(cpu, 2),
+        "mining_images_per_s_3_surrogates": round(len(load) / sec, 2),
+        "mining_images_per_cpu_s_3_surrogates": round(len(load) / cpu, 2),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def main() -> None:
@@ -140,7 +214,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="steps to report (CPU: extrapolated)")
     ap.add_argument("--size", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--mining", action="store_true", help="also time mining (CPU, robustlab models)")
+    ap.add_argument(
+        "--mining", action="store_true", help="also time mining (CPU, robustlab models)"
+    )
     ap.add_argument("--mining-only", action="store_true", help="only time mining")
     args = ap.parse_args()
 
@@ -153,10 +229,16 @@ def main() -> None:
     t0 = time.perf_counter()
     pipe, params = full_size_sd(args.device, dtype)
     build = time.perf_counter() - t0
-    out = {"device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
-           "dtype": str(dtype).replace("torch.", ""), "size": args.size,
-           "steps": args.steps, "unet_params_m": round(params / 1e6, 1), "build_seconds": round(build, 1),
-           "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+    out = {
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
+        "dtype": str(dtype).replace("torch.", ""),
+        "size": args.size,
+        "steps": args.steps,
+        "unet_params_m": round(params / 1e6, 1),
+        "build_seconds": round(build, 1),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
     runs = []
     for batch in [int(b) for b in str(args.batch).split(",")]:
         if args.device != "cpu":
@@ -165,21 +247,32 @@ def main() -> None:
         if args.device == "cpu":
             # Wall time on a shared machine measures the neighbours; process CPU time (all
             # threads) is the compute, an upper bound on one idle core's wall time.
-            (w1, c1), (w2, c2) = (time_call(pipe, batch, n, args.size, args.device, 1) for n in (1, 2))
+            (w1, c1), (w2, c2) = (
+                time_call(pipe, batch, n, args.size, args.device, 1) for n in (1, 2)
+            )
             cpu_step = max(c2 - c1, 1e-9)
             cpu_call = (c1 - cpu_step) + cpu_step * args.steps
             # A loaded machine can make 2 steps look faster than 1 in wall time; then the
             # wall extrapolation is noise, and the CPU time stands in for it.
             call = (w1 - (w2 - w1)) + (w2 - w1) * args.steps if w2 > w1 else cpu_call
-            run.update(extrapolated=True, wall_1_step_s=round(w1, 2), wall_2_steps_s=round(w2, 2),
-                       cpu_1_step_s=round(c1, 2), cpu_2_steps_s=round(c2, 2),
-                       wall_is_cpu_time=w2 <= w1, cpu_seconds_per_image=round(cpu_call / batch, 2))
+            run.update(
+                extrapolated=True,
+                wall_1_step_s=round(w1, 2),
+                wall_2_steps_s=round(w2, 2),
+                cpu_1_step_s=round(c1, 2),
+                cpu_2_steps_s=round(c2, 2),
+                wall_is_cpu_time=w2 <= w1,
+                cpu_seconds_per_image=round(cpu_call / batch, 2),
+            )
         else:
             call, _ = time_call(pipe, batch, args.steps, args.size, args.device, args.repeats)
             run.update(extrapolated=False)
         per_image = call / batch
-        run.update(seconds_per_image=round(per_image, 3), images_per_hour=round(3600 / per_image, 1),
-                   hours_for_imagenet_d_grid_1_per_pair=round(GRID_PAIRS * per_image / 3600, 1))
+        run.update(
+            seconds_per_image=round(per_image, 3),
+            images_per_hour=round(3600 / per_image, 1),
+            hours_for_imagenet_d_grid_1_per_pair=round(GRID_PAIRS * per_image / 3600, 1),
+        )
         runs.append(run)
     out.update(runs=runs, imagenet_d_grid_pairs=GRID_PAIRS, torch=torch.__version__)
     if args.mining:

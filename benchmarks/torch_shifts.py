@@ -70,28 +70,35 @@ def main() -> int:
     if not args.photos.is_dir():
         print(f"SKIP: no photos at {args.photos}")
         return 0
-    names = (args.corruptions.split(",") if "," in args.corruptions or args.corruptions
-             not in ("common", "all", "extra") else list_corruptions(args.corruptions))
+    names = (
+        args.corruptions.split(",")
+        if "," in args.corruptions or args.corruptions not in ("common", "all", "extra")
+        else list_corruptions(args.corruptions)
+    )
     levels = [int(v) for v in args.levels.split(",")]
     samples = photos(args.photos, args.n)
     space = get_label_space("imagenet1k")
     model = load_model("lite0", device=args.device, batch_size=args.chunk)
     dev = torch.device(args.device)
-    print(f"# {len(samples)} photos, {len(names)} corruptions x {levels}, device {dev}, "
-          f"JPEG {codec_name(dev, args.jpeg)}, torch threads {torch.get_num_threads()}",
-          flush=True)
+    print(
+        f"# {len(samples)} photos, {len(names)} corruptions x {levels}, device {dev}, "
+        f"JPEG {codec_name(dev, args.jpeg)}, torch threads {torch.get_num_threads()}",
+        flush=True,
+    )
 
     def top1(batch: torch.Tensor, labels: torch.Tensor) -> int:
         _, ids = model.predict_topk(batch, 1)
         return int((ids[:, 0] == labels).sum())
 
     cells = [(c, lv) for c in names for lv in levels]
-    acc = {cell: {"exact": 0, "torch": 0, "n": 0, "mad": 0.0, "t_exact": 0.0, "t_torch": 0.0}
-           for cell in cells}
+    acc = {
+        cell: {"exact": 0, "torch": 0, "n": 0, "mad": 0.0, "t_exact": 0.0, "t_torch": 0.0}
+        for cell in cells
+    }
     clean_ok = 0
     done = 0
     for start in range(0, len(samples), args.chunk):
-        chunk = samples[start:start + args.chunk]
+        chunk = samples[start : start + args.chunk]
         prepared = [load_prepared(s, protocol).rgb for s in chunk]
         ids = [s.id for s in chunk]
         labels = torch.as_tensor([space.index_of(s.class_name) for s in chunk])
@@ -99,8 +106,12 @@ def main() -> int:
         clean_ok += top1(x, labels)
         for name, lv in cells:
             t0 = time.process_time()
-            ex = np.stack([as_stored(apply_shift(img, sid, name, lv, 0), protocol)
-                           for img, sid in zip(prepared, ids)])
+            ex = np.stack(
+                [
+                    as_stored(apply_shift(img, sid, name, lv, 0), protocol)
+                    for img, sid in zip(prepared, ids)
+                ]
+            )
             t1 = time.process_time()
             out = apply(name, lv, x, ids, seed=0)
             out = jpeg_roundtrip(out, protocol.jpeg_quality, args.jpeg)
@@ -118,12 +129,23 @@ def main() -> int:
         done += len(chunk)
         rows = report(acc, clean_ok, done)
         if args.json:
-            args.json.write_text(json.dumps({"photos": done, "device": str(dev),
-                                             "clean_error": 100 - 100 * clean_ok / done,
-                                             "rows": rows}, indent=1))
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "photos": done,
+                        "device": str(dev),
+                        "clean_error": 100 - 100 * clean_ok / done,
+                        "rows": rows,
+                    },
+                    indent=1,
+                )
+            )
     worst = max(abs(r["diff"]) for r in rows)
-    print(f"# worst |error difference| {worst:.2f} points over {done} photos "
-          f"({'PASS' if worst <= 1.5 else 'FAIL'} against 1.5)", flush=True)
+    print(
+        f"# worst |error difference| {worst:.2f} points over {done} photos "
+        f"({'PASS' if worst <= 1.5 else 'FAIL'} against 1.5)",
+        flush=True,
+    )
     return 0
 
 
@@ -131,8 +153,10 @@ def report(acc: dict, clean_ok: int, done: int) -> list[dict]:
     """Print the cumulative table; returns its rows."""
     rows = []
     print(f"\n## {done} photos; clean error {100 - 100 * clean_ok / done:.2f} %", flush=True)
-    print("| corruption | level | error exact % | error torch % | diff | mean abs px diff "
-          "| exact s/img | torch s/img | speed-up |")
+    print(
+        "| corruption | level | error exact % | error torch % | diff | mean abs px diff "
+        "| exact s/img | torch s/img | speed-up |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (name, lv), a in acc.items():
         n = a["n"]
@@ -140,18 +164,31 @@ def report(acc: dict, clean_ok: int, done: int) -> list[dict]:
             continue
         e_ex = 100 - 100 * a["exact"] / n
         e_to = 100 - 100 * a["torch"] / n
-        row = {"corruption": name, "level": lv, "n": n, "error_exact": e_ex, "error_torch": e_to,
-               "diff": e_to - e_ex, "mad": a["mad"] / n, "exact_s": a["t_exact"] / n,
-               "torch_s": a["t_torch"] / n}
+        row = {
+            "corruption": name,
+            "level": lv,
+            "n": n,
+            "error_exact": e_ex,
+            "error_torch": e_to,
+            "diff": e_to - e_ex,
+            "mad": a["mad"] / n,
+            "exact_s": a["t_exact"] / n,
+            "torch_s": a["t_torch"] / n,
+        }
         rows.append(row)
         speed = row["exact_s"] / row["torch_s"] if row["torch_s"] else float("nan")
-        print(f"| {name} | {lv} | {e_ex:.1f} | {e_to:.1f} | {e_to - e_ex:+.1f} | "
-              f"{row['mad']:.2f} | {row['exact_s'] * 1e3:.1f} ms | {row['torch_s'] * 1e3:.1f} ms "
-              f"| x{speed:.2f} |")
+        print(
+            f"| {name} | {lv} | {e_ex:.1f} | {e_to:.1f} | {e_to - e_ex:+.1f} | "
+            f"{row['mad']:.2f} | {row['exact_s'] * 1e3:.1f} ms | {row['torch_s'] * 1e3:.1f} ms "
+            f"| x{speed:.2f} |"
+        )
     total_ex = sum(a["t_exact"] for a in acc.values())
     total_to = sum(a["t_torch"] for a in acc.values())
-    print(f"# all cells: exact {total_ex:.1f} s, torch {total_to:.1f} s CPU time "
-          f"(batched / exact throughput ratio x{total_ex / max(total_to, 1e-9):.2f})", flush=True)
+    print(
+        f"# all cells: exact {total_ex:.1f} s, torch {total_to:.1f} s CPU time "
+        f"(batched / exact throughput ratio x{total_ex / max(total_to, 1e-9):.2f})",
+        flush=True,
+    )
     sys.stdout.flush()
     return rows
 

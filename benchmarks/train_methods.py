@@ -44,7 +44,7 @@ def photo_split(data: Path, n_train: int, n_test: int, seed: int):
         sys.exit(f"only {len(ids)} photos in {data}")
     order = np.random.default_rng(seed).permutation(len(ids))
     train = sorted(ids[i] for i in order[:n_train])
-    test = sorted(ids[i] for i in order[n_train:n_train + n_test])
+    test = sorted(ids[i] for i in order[n_train : n_train + n_test])
     fp = data_fingerprint([("train", i) for i in train] + [("test", i) for i in test])
     return Split(tuple(train), tuple(test), n_test / (n_train + n_test), seed, fp)
 
@@ -54,16 +54,21 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=SHARED)
     ap.add_argument("--train", type=int, default=200, help="training photos")
     ap.add_argument("--test", type=int, default=50, help="test photos")
-    ap.add_argument("--steps", type=int, default=63, help="optimiser steps (63 x 16 = 5 epochs of 200)")
+    ap.add_argument(
+        "--steps", type=int, default=63, help="optimiser steps (63 x 16 = 5 epochs of 200)"
+    )
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--mode", default="linear", choices=["linear", "full"])
     ap.add_argument("--levels", default="1,3,5", help="severities scored (comma list)")
-    ap.add_argument("--stability", default="0.05:0.05,0.1:0.1",
-                    help="noise:weight pairs of stability training")
+    ap.add_argument(
+        "--stability", default="0.05:0.05,0.1:0.1", help="noise:weight pairs of stability training"
+    )
     ap.add_argument("--holdout", default="blur", help="families held out of corruption-aug")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
-    ap.add_argument("--work", type=Path, default=None, help="checkpoints and database (default: a temp dir)")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="checkpoints and database (default: a temp dir)"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the tables here")
     args = ap.parse_args()
     if not args.data.is_dir():
@@ -85,31 +90,60 @@ def main() -> int:
         methods.append(StabilityTraining(noise, weight))
     methods.append(CorruptionAugmentation(tuple(filter(None, args.holdout.split(","))), 0.5))
     split = photo_split(args.data, args.train, args.test, seed=0)
-    config = TrainConfig(mode=args.mode, steps=args.steps, batch_size=args.batch, lr=args.lr, seed=0)
+    config = TrainConfig(
+        mode=args.mode, steps=args.steps, batch_size=args.batch, lr=args.lr, seed=0
+    )
     from robustlab.suites import get_suite
 
     every = list(get_suite("imagenet-c").shifts)
     started = time.perf_counter()
-    res = run_method("lite0", args.data, methods, config=config, suite="imagenet-c", shifts=every,
-                     levels=levels, out=work / "ckpt", db=work / "methods.duckdb", device="cpu",
-                     seed=0, split=split)
+    res = run_method(
+        "lite0",
+        args.data,
+        methods,
+        config=config,
+        suite="imagenet-c",
+        shifts=every,
+        levels=levels,
+        out=work / "ckpt",
+        db=work / "methods.duckdb",
+        device="cpu",
+        seed=0,
+        split=split,
+    )
     seconds = time.perf_counter() - started
     import pandas as pd
 
     pd.set_option("display.width", 160)
     ce = res.ce.pivot_table(index="shift", columns="method", values="ce", sort=False)
-    print(f"lite0, {args.mode} fine-tune, {args.steps} steps x {args.batch}, lr {args.lr}; "
-          f"{len(split.train)} train / {len(split.test)} test photos; severities {levels}; "
-          f"{seconds:.0f} s on {args.threads} thread(s); work dir {work}")
-    print(res.summary.drop(columns=["checkpoint", "run_id"]).to_string(index=False, float_format="%.3f"))
+    print(
+        f"lite0, {args.mode} fine-tune, {args.steps} steps x {args.batch}, lr {args.lr}; "
+        f"{len(split.train)} train / {len(split.test)} test photos; severities {levels}; "
+        f"{seconds:.0f} s on {args.threads} thread(s); work dir {work}"
+    )
+    print(
+        res.summary.drop(columns=["checkpoint", "run_id"]).to_string(
+            index=False, float_format="%.3f"
+        )
+    )
     print(ce.to_string(float_format="%.3f"))
     for label, tr in res.trainings.items():
-        print(f"{label}: loss {tr.losses[0]:.3f} -> {tr.losses[-1]:.3f}, drawn "
-              f"{tr.record.get('method', {}).get('drawn')}")
+        print(
+            f"{label}: loss {tr.losses[0]:.3f} -> {tr.losses[-1]:.3f}, drawn "
+            f"{tr.record.get('method', {}).get('drawn')}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"summary": res.summary.to_dict("records"),
-                                         "ce": res.ce.to_dict("records"), "seconds": seconds},
-                                        default=str, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "summary": res.summary.to_dict("records"),
+                    "ce": res.ce.to_dict("records"),
+                    "seconds": seconds,
+                },
+                default=str,
+                indent=1,
+            )
+        )
     return 0
 
 

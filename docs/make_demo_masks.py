@@ -57,7 +57,9 @@ def main() -> None:
             out = Path(args.overlays) / (Path(photo.id).stem + ".png")
             out.parent.mkdir(parents=True, exist_ok=True)
             vis = (rgb * np.where(mask[..., None], 1.0, 0.35)).astype(np.uint8)
-            contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+            contours, _ = cv2.findContours(
+                mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE
+            )
             cv2.drawContours(vis, contours, -1, (255, 0, 0), 2)
             x0, y0, x1, y1 = photo.bbox
             cv2.rectangle(vis, (x0, y0), (x1 - 1, y1 - 1), (0, 255, 0), 1)

@@ -17,9 +17,23 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE.parents[1] / "shared" / "data" / "imagenet-samples"
-CORRUPTIONS = ["gaussian_noise", "impulse_noise", "brightness", "contrast", "pixelate", "jpeg_compression"]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CORRUPTIONS = [
+    "gaussian_noise",
+    "impulse_noise",
+    "brightness",
+    "contrast",
+    "pixelate",
+    "jpeg_compression",
+]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def main() -> None:
@@ -50,8 +64,15 @@ def main() -> None:
             w.writerows(rows)
         db = Path(tmp) / "results.duckdb"
         for spec in ("lite0", "lite1"):
-            robustlab.evaluate(spec, data, suite="imagenet-c", shifts=shifts, levels=args.levels,
-                               db=db, progress=False)
+            robustlab.evaluate(
+                spec,
+                data,
+                suite="imagenet-c",
+                shifts=shifts,
+                levels=args.levels,
+                db=db,
+                progress=False,
+            )
         html = Path(args.html) if args.html else Path(tmp) / "report.html"
         result = build_report(db, html, baseline="lite1", title="robustlab report: lite0 vs lite1")
         from playwright.sync_api import sync_playwright

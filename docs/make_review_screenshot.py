@@ -16,8 +16,15 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 SURROGATES = ("lite0", "lite1", "lite2")
 
 
@@ -70,13 +77,13 @@ def main() -> None:
             for item, decision in zip(review_set.items[:2], ("accept", "not_single")):
                 store.record(review_set.name, item.id, "alice", decision, label=item.label)
             with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                            args=CHROMIUM_ARGS)
+                browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
                 page = browser.new_page(viewport={"width": 1366, "height": 820})
                 page.goto(server.url(), wait_until="load")
                 page.wait_for_function(
                     "() => document.body.dataset.ready === '1' && "
-                    "document.getElementById('image').complete")
+                    "document.getElementById('image').complete"
+                )
                 page.screenshot(path=args.out)
                 browser.close()
     print(f"{args.out}: review page with {len(review_set)} demo photos")

@@ -13,8 +13,10 @@ import pytest
 # repository (tests/fixtures/make_shared_mini.py builds it; same layout, fewer photos).
 # ROBUSTLAB_TEST_SHARED_DATA=DIR points at another folder (/nonexistent: the mini copy).
 MINI = Path(__file__).resolve().parent / "fixtures" / "shared-mini"
-FULL = Path(os.environ.get("ROBUSTLAB_TEST_SHARED_DATA")
-            or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+FULL = Path(
+    os.environ.get("ROBUSTLAB_TEST_SHARED_DATA")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
 SHARED = FULL if FULL.is_dir() else MINI
 SAMPLES = SHARED / "imagenet-samples"
 REFERENCE_NPZ = SHARED / "imagenet_c_reference.npz"
@@ -52,8 +54,10 @@ def _need(path: Path) -> Path:
 def full_samples_dir() -> Path:
     """All 500 photos of ../shared/data (tests whose claim needs the whole set)."""
     if not FULL.is_dir():
-        pytest.skip(f"needs the full shared data at {FULL}: the 500 ImageNet photos "
-                    "(set ROBUSTLAB_TEST_SHARED_DATA to its folder)")
+        pytest.skip(
+            f"needs the full shared data at {FULL}: the 500 ImageNet photos "
+            "(set ROBUSTLAB_TEST_SHARED_DATA to its folder)"
+        )
     return FULL / "imagenet-samples"
 
 
@@ -115,13 +119,19 @@ def make_masked_folder(samples_dir: Path, root: Path, n: int, step: float):
         w, h = Image.open(samples_dir / r["file"]).size
         yy, xx = np.mgrid[:h, :w]
         m = ((yy - h * (0.45 + step * i)) / (0.3 * h)) ** 2 + ((xx - w / 2) / (0.25 * w)) ** 2 <= 1
-        Image.fromarray(m.astype(np.uint8) * 255).save(masks / r["wnid"] / (r["file"].rsplit(".", 1)[0] + ".png"))
+        Image.fromarray(m.astype(np.uint8) * 255).save(
+            masks / r["wnid"] / (r["file"].rsplit(".", 1)[0] + ".png")
+        )
     return data, masks
 
 
 def _byte_chars() -> list[str]:
     """The 256 printable stand-ins CLIP's byte-level BPE uses for raw bytes."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     extra = [b for b in range(256) if b not in keep]
     return [chr(c) for c in keep] + [chr(256 + i) for i in range(len(extra))]
 
@@ -144,25 +154,59 @@ def tiny_sd_parts(*, unet_in_channels: int = 4, context_length: int = 77) -> dic
         for c in _byte_chars():
             vocab[c + suffix] = len(vocab)
     tokenizer = CLIPTokenizer(vocab=vocab, merges=[], model_max_length=context_length)
-    text = CLIPTextModel(CLIPTextConfig(
-        bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=32, intermediate_size=37,
-        num_attention_heads=4, num_hidden_layers=2, vocab_size=len(vocab),
-        max_position_embeddings=context_length))
+    text = CLIPTextModel(
+        CLIPTextConfig(
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+            hidden_size=32,
+            intermediate_size=37,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            vocab_size=len(vocab),
+            max_position_embeddings=context_length,
+        )
+    )
     unet = UNet2DConditionModel(
-        block_out_channels=(16, 32), layers_per_block=1, sample_size=8,
-        in_channels=unet_in_channels, out_channels=4,
+        block_out_channels=(16, 32),
+        layers_per_block=1,
+        sample_size=8,
+        in_channels=unet_in_channels,
+        out_channels=4,
         down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32,
-        attention_head_dim=4, norm_num_groups=8)
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=32,
+        attention_head_dim=4,
+        norm_num_groups=8,
+    )
     vae = AutoencoderKL(
-        block_out_channels=(8, 8, 16, 16), in_channels=3, out_channels=3, latent_channels=4,
-        norm_num_groups=4, down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=1)
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                              clip_sample=False, set_alpha_to_one=False, steps_offset=1)
-    return {"vae": vae, "text_encoder": text, "tokenizer": tokenizer, "unet": unet,
-            "scheduler": scheduler, "safety_checker": None, "feature_extractor": None,
-            "requires_safety_checker": False}
+        block_out_channels=(8, 8, 16, 16),
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        norm_num_groups=4,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        layers_per_block=1,
+    )
+    scheduler = DDIMScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+    )
+    return {
+        "vae": vae,
+        "text_encoder": text,
+        "tokenizer": tokenizer,
+        "unet": unet,
+        "scheduler": scheduler,
+        "safety_checker": None,
+        "feature_extractor": None,
+        "requires_safety_checker": False,
+    }
 
 
 def save_tiny_text2image(path: Path) -> Path:
@@ -196,8 +240,15 @@ def kill_after_first_file(cmd: list[str], out: Path, pattern: str, timeout: floa
 
 # Headless Chromium for the browser tests: Debian's package, driven by Playwright.
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def sync_playwright_or_skip():
@@ -220,13 +271,21 @@ def ray_cluster() -> str:
     running instance as it is."""
     import logging
 
-    ray = pytest.importorskip("ray", reason="the Ray backend tests need ray[data] (pip install "
-                              "'robustlab[ray]', part of the test extra)")
+    ray = pytest.importorskip(
+        "ray",
+        reason="the Ray backend tests need ray[data] (pip install "
+        "'robustlab[ray]', part of the test extra)",
+    )
     pytest.importorskip("ray.data")
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.ERROR)
+        ray.init(
+            num_cpus=2,
+            num_gpus=1,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
     yield ray.get_runtime_context().gcs_address
     if started:
         ray.shutdown()

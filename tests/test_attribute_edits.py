@@ -94,8 +94,9 @@ def test_size_hits_targets_on_real_photos(demo, level):
         # Object pixels: the original zoomed once about the box centre (bilinear).
         import cv2
 
-        zoomed = cv2.warpAffine(x, a[:2], (224, 224), flags=cv2.INTER_LINEAR,
-                                borderMode=cv2.BORDER_REPLICATE)
+        zoomed = cv2.warpAffine(
+            x, a[:2], (224, 224), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        )
         np.testing.assert_array_equal(out[new_mask], zoomed[new_mask])
         if a[0, 0] < 1:  # shrunk: the uncovered rim is filled, never the old object or black
             gone = m & ~new_mask
@@ -128,9 +129,9 @@ def test_position_moves_object_pixels_exactly_and_fills_the_hole(synthetic):
         dx, dy = attrs["dx"], attrs["dy"]
         nx, ny = 14 + dx, 20 + dy
         assert 0 <= nx <= 96 - 16 and 0 <= ny <= 96 - 24
-        np.testing.assert_array_equal(out[ny:ny + 24, nx:nx + 16], x[20:44, 14:30])
+        np.testing.assert_array_equal(out[ny : ny + 24, nx : nx + 16], x[20:44, 14:30])
         moved = np.zeros_like(m)
-        moved[ny:ny + 24, nx:nx + 16] = True
+        moved[ny : ny + 24, nx : nx + 16] = True
         # Everything else is background colour: the old place is filled, not left dark.
         assert _near_bg(out[~moved]).all()
         assert (attrs["box_x"], attrs["box_y"]) == (nx, ny)
@@ -141,8 +142,10 @@ def test_position_is_seeded(demo):
     a, _ = _edit(x, m, "obj_position", "random", seed=1)
     b, _ = _edit(x, m, "obj_position", "random", seed=1)
     np.testing.assert_array_equal(a, b)
-    moves = {tuple(_edit(x, m, "obj_position", "random", seed=s)[1][k] for k in ("dx", "dy"))
-             for s in range(6)}
+    moves = {
+        tuple(_edit(x, m, "obj_position", "random", seed=s)[1][k] for k in ("dx", "dy"))
+        for s in range(6)
+    }
     assert len(moves) > 3
 
 
@@ -265,5 +268,5 @@ def test_inpainter_object_is_used_as_the_fill_with_a_seeded_draw(synthetic):
     assert inp.seeds[0] == inp.seeds[1] != inp.seeds[2]
     rm = np.rot90(m, 2)
     hole = fillmod.hole_mask(m, fillmod.SETTINGS["diffusers"]["dilate"])
-    assert (out[hole & ~rm] == 7).all()           # the uncovered object region is repainted
+    assert (out[hole & ~rm] == 7).all()  # the uncovered object region is repainted
     np.testing.assert_array_equal(out[~hole & ~rm], x[~hole & ~rm])  # background kept

@@ -20,9 +20,18 @@ def _frame(rng, n_images=150, levels=4, slope=-6.0, image_sd=2.5, per_image_x=Fa
         for k in range(levels):
             x = x_img if per_image_x else rng.uniform(0.02, 0.3)
             p = 1 / (1 + np.exp(-(1 + slope * x + u[i])))
-            rows.append({"run_id": "r", "sample_id": f"img{i:04d}", "shift": "obj_size",
-                         "level": str(k), "correct": bool(rng.random() < p),
-                         "object_rate": x, "angle": (k * 100) % 360 - 180, "hf_after": np.nan})
+            rows.append(
+                {
+                    "run_id": "r",
+                    "sample_id": f"img{i:04d}",
+                    "shift": "obj_size",
+                    "level": str(k),
+                    "correct": bool(rng.random() < p),
+                    "object_rate": x,
+                    "angle": (k * 100) % 360 - 180,
+                    "hf_after": np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -30,8 +39,9 @@ def test_matches_statsmodels_fitted_independently():
     df = _frame(np.random.default_rng(0), slope=-20.0, image_sd=1.5)
     got = attribute_effects(df, ["object_rate"]).iloc[0]
     d = df.assign(y=df["correct"].astype(int), g=pd.factorize(df["sample_id"])[0])
-    ref = smf.logit("y ~ object_rate", d).fit(disp=0, cov_type="cluster",
-                                               cov_kwds={"groups": d["g"]})
+    ref = smf.logit("y ~ object_rate", d).fit(
+        disp=0, cov_type="cluster", cov_kwds={"groups": d["g"]}
+    )
     naive = smf.logit("y ~ object_rate", d).fit(disp=0)
     assert got["coef"] == pytest.approx(ref.params["object_rate"], rel=1e-6)
     assert got["se_cluster"] == pytest.approx(ref.bse["object_rate"], rel=1e-6)

@@ -41,8 +41,15 @@ def _csv(path):
 def test_generate_writes_attributes_csv_and_fill_record(generated):
     out, res = generated
     rows = _csv(out / ATTRIBUTES_CSV)
-    assert list(rows[0])[:7] == ["file", "sample_id", "shift", "level", "object_rate",
-                                 "rate_before", "box_x"]
+    assert list(rows[0])[:7] == [
+        "file",
+        "sample_id",
+        "shift",
+        "level",
+        "object_rate",
+        "rate_before",
+        "box_x",
+    ]
     assert {"angle", "hf_before", "hf_after", "fill"} <= set(rows[0])
     # One row per written edit file, and each names a file that exists.
     assert len(rows) == res.written
@@ -51,8 +58,10 @@ def test_generate_writes_attributes_csv_and_fill_record(generated):
         if r["shift"] == "obj_size":
             assert abs(float(r["object_rate"]) - float(r["level"])) <= 0.015
     # chelsea's object touches every border: its position cell is a counted failure.
-    assert any(f[0] == "cat/chelsea.png" and f[1] == "obj_position" and "every border" in f[3]
-               for f in res.failures)
+    assert any(
+        f[0] == "cat/chelsea.png" and f[1] == "obj_position" and "every border" in f[3]
+        for f in res.failures
+    )
     m = json.loads((out / MANIFEST).read_text())
     assert m["hole_fill"]["backend"] == "opencv-telea" and len(m["hole_fill"]["fingerprint"]) == 16
     assert m["runs"][-1]["hole_fill"] == m["hole_fill"]
@@ -76,10 +85,20 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
 
     db = tmp_path / "r.duckdb"
     model = load_model("lite0", label_space="demo")
-    fly = evaluate(model, data, suite="imagenet-e", shifts=SHIFTS, masks=masks, db=db,
-                   label_space="demo", workers=0, progress=False)
-    from_disk = evaluate(model, out, shifts=SHIFTS, db=db, label_space="demo", workers=0,
-                         progress=False)
+    fly = evaluate(
+        model,
+        data,
+        suite="imagenet-e",
+        shifts=SHIFTS,
+        masks=masks,
+        db=db,
+        label_space="demo",
+        workers=0,
+        progress=False,
+    )
+    from_disk = evaluate(
+        model, out, shifts=SHIFTS, db=db, label_space="demo", workers=0, progress=False
+    )
     store = Store(db)
     a_fly = store.attributes([fly.attrs["run_id"]])
     a_disk = store.attributes([from_disk.attrs["run_id"]])
@@ -96,8 +115,17 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     run = store.get_run(fly.attrs["run_id"])
     assert run["config"]["hole_fill"]["backend"] == "opencv-telea"
     # Rerunning stores nothing twice.
-    evaluate(model, data, suite="imagenet-e", shifts=SHIFTS, masks=masks, db=db,
-             label_space="demo", workers=0, progress=False)
+    evaluate(
+        model,
+        data,
+        suite="imagenet-e",
+        shifts=SHIFTS,
+        masks=masks,
+        db=db,
+        label_space="demo",
+        workers=0,
+        progress=False,
+    )
     assert len(store.attributes([fly.attrs["run_id"]])) == len(a_fly)
     assert "attributes.parquet" in {p.name for p in store.export_parquet(tmp_path / "pq")}
 
@@ -110,7 +138,11 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     cells = store.cell_table([fly.attrs["run_id"]]).set_index(["shift", "level"])
     clean = float(cells.loc[("clean", "0"), "top1"])
     assert set(zip(d.edits["shift"], d.edits["level"])) == {
-        ("obj_size", "0.10"), ("obj_size", "0.08"), ("obj_size", "0.05"), ("obj_position", "random")}
+        ("obj_size", "0.10"),
+        ("obj_size", "0.08"),
+        ("obj_size", "0.05"),
+        ("obj_position", "random"),
+    }
     for e in d.edits.itertuples():
         assert e.top1 == pytest.approx(float(cells.loc[(e.shift, e.level), "top1"]))
         assert e.drop == pytest.approx(clean - e.top1)
@@ -123,8 +155,9 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     want = attribute_effects(joined)
     assert len(d.edit_effects) == len(want) > 0
     assert list(d.edit_effects["coef"].fillna(0)) == pytest.approx(list(want["coef"].fillna(0)))
-    res = build_report(db, tmp_path / "report.html", run_ids=[fly.attrs["run_id"]], grid=False,
-                       n_resamples=50)
+    res = build_report(
+        db, tmp_path / "report.html", run_ids=[fly.attrs["run_id"]], grid=False, n_resamples=50
+    )
     assert {"edit-accuracy", "edit-drop"} <= set(res.tables)
     assert ("edit-effects" in res.tables) == bool((want["note"] == "").any())
     assert "fig-edit-attributes" in res.figures

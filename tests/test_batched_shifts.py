@@ -26,8 +26,16 @@ ALL = list_corruptions("all")
 LEVELS = (1, 2, 3, 4, 5)
 SMALL = Protocol(resize=73, crop=64)
 TINY = Protocol(resize=55, crop=48)
-DETERMINISTIC = ("defocus_blur", "zoom_blur", "brightness", "contrast", "pixelate",
-                 "jpeg_compression", "gaussian_blur", "saturate")
+DETERMINISTIC = (
+    "defocus_blur",
+    "zoom_blur",
+    "brightness",
+    "contrast",
+    "pixelate",
+    "jpeg_compression",
+    "gaussian_blur",
+    "saturate",
+)
 # Thousands of independent draws per image: two draws' images are almost equally far apart.
 PER_PIXEL = ("gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise", "glass_blur")
 # A handful of draws (an angle, a texture and its crop, a fractal, a warp) decide the image.
@@ -58,7 +66,7 @@ def _photos(samples_dir, protocol, n_photos: int, n_draws: int):
     from robustlab.data.sources import discover
 
     samples = list(discover(samples_dir, labels_csv=samples_dir / "labels.csv"))
-    picked = samples[::max(1, len(samples) // n_photos)][:n_photos]
+    picked = samples[:: max(1, len(samples) // n_photos)][:n_photos]
     photos = [load_prepared(s, protocol).rgb for s in picked]
     imgs = np.stack([p for p in photos for _ in range(n_draws)])
     ids = [f"photo{i // n_draws}/draw{i % n_draws}.jpg" for i in range(len(imgs))]
@@ -73,8 +81,10 @@ def _changes(imgs, ids, names) -> dict:
         for lv in LEVELS:
             b = _numpy(apply(name, lv, x, ids, seed=0)).astype(float)
             e = np.stack([apply_shift(im, sid, name, lv, 0) for im, sid in zip(imgs, ids)])
-            out[name, lv] = (np.abs(b - imgs).mean((1, 2, 3)), np.abs(e - imgs.astype(float))
-                             .mean((1, 2, 3)))
+            out[name, lv] = (
+                np.abs(b - imgs).mean((1, 2, 3)),
+                np.abs(e - imgs.astype(float)).mean((1, 2, 3)),
+            )
     return out
 
 
@@ -87,8 +97,12 @@ def outputs(prepared):
     for name in ALL:
         for lv in LEVELS:
             b = _numpy(apply(name, lv, x, ids, seed=0)).astype(int)
-            e = [np.stack([apply_shift(im, sid, name, lv, s) for im, sid in zip(imgs, ids)])
-                 .astype(int) for s in (0, 1)]
+            e = [
+                np.stack([apply_shift(im, sid, name, lv, s) for im, sid in zip(imgs, ids)]).astype(
+                    int
+                )
+                for s in (0, 1)
+            ]
             out[name, lv] = (b, *e)
     return out
 
@@ -104,8 +118,9 @@ def test_every_corruption_is_covered_and_only_spatter_falls_back():
 
 @pytest.mark.parametrize("name", ALL)
 def test_shape_dtype_device_and_determinism(name):
-    x = torch.randint(0, 256, (3, 3, 40, 56), dtype=torch.uint8,
-                      generator=torch.Generator().manual_seed(1))
+    x = torch.randint(
+        0, 256, (3, 3, 40, 56), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+    )
     ids = ["a.jpg", "b.jpg", "c.jpg"]
     out = apply(name, 3, x, ids, seed=7)
     assert out.shape == x.shape and out.dtype == torch.uint8 and out.device == x.device
@@ -138,8 +153,7 @@ def test_noise_like_corruptions_are_as_far_from_the_exact_path_as_another_draw(o
 
 
 @pytest.mark.parametrize("name", PER_PIXEL)
-def test_noise_like_corruptions_change_the_image_as_much_as_the_exact_path(prepared, outputs,
-                                                                          name):
+def test_noise_like_corruptions_change_the_image_as_much_as_the_exact_path(prepared, outputs, name):
     imgs, _ = prepared
     for lv in LEVELS:
         b, e0, e1 = outputs[name, lv]
@@ -160,8 +174,13 @@ def test_few_draw_corruptions_change_the_image_as_much_as_the_exact_path(few_dra
     for lv in LEVELS:
         ours, exact = few_draw_changes[name, lv]
         se = np.sqrt(ours.var(ddof=1) / len(ours) + exact.var(ddof=1) / len(exact))
-        assert abs(ours.mean() - exact.mean()) <= 4 * se + 0.5, (name, lv, ours.mean(),
-                                                                 exact.mean(), se)
+        assert abs(ours.mean() - exact.mean()) <= 4 * se + 0.5, (
+            name,
+            lv,
+            ours.mean(),
+            exact.mean(),
+            se,
+        )
 
 
 def test_spatter_falls_back_to_the_exact_shift(outputs):
@@ -190,10 +209,18 @@ def test_levels_are_ordered_like_the_exact_path(prepared, outputs, few_draw_chan
             se = np.sqrt((exact_a.var(ddof=1) + exact_b.var(ddof=1)) / len(exact_a))
             if abs(exact_b.mean() - exact_a.mean()) > 4 * se:
                 assert (ours_b.mean() > ours_a.mean()) == (exact_b.mean() > exact_a.mean()), (
-                    name, a, b, ours_a.mean(), ours_b.mean(), exact_a.mean(), exact_b.mean())
+                    name,
+                    a,
+                    b,
+                    ours_a.mean(),
+                    ours_b.mean(),
+                    exact_a.mean(),
+                    exact_b.mean(),
+                )
         return
-    exact = [(_mad(outputs[name, lv][1], imgs) + _mad(outputs[name, lv][2], imgs)) / 2
-             for lv in LEVELS]
+    exact = [
+        (_mad(outputs[name, lv][1], imgs) + _mad(outputs[name, lv][2], imgs)) / 2 for lv in LEVELS
+    ]
     ours = [_mad(outputs[name, lv][0], imgs) for lv in LEVELS]
     for i in range(len(LEVELS) - 1):
         if exact[i + 1] > 1.1 * exact[i]:
@@ -205,6 +232,7 @@ def test_levels_are_ordered_like_the_exact_path(prepared, outputs, few_draw_chan
 
 
 # ------------------------------------------------------- exact building blocks
+
 
 def test_glass_blur_copy_chain_equals_the_reference_walk():
     from robustlab.shifts.batched.blur import _shuffle_pass
@@ -276,12 +304,14 @@ def test_bad_batches_are_refused():
 
 # ------------------------------------------------------- the runner's side
 
+
 def _shifter(tasks, samples, *, group: int, size: int = 64):
     from robustlab.models.base import Preprocessing
     from robustlab.run.device_shifts import DeviceShifts, ShiftDevice
 
-    pre = Preprocessing(input_size=size, crop_pct=0.875, interpolation="bicubic",
-                        mean=(0.5,) * 3, std=(0.5,) * 3)
+    pre = Preprocessing(
+        input_size=size, crop_pct=0.875, interpolation="bicubic", mean=(0.5,) * 3, std=(0.5,) * 3
+    )
     return DeviceShifts(pre, samples, tasks, SMALL, 0, ShiftDevice("cpu", group=group)), pre
 
 
@@ -295,15 +325,17 @@ def test_device_shifts_yield_every_task_in_order_with_its_cells(prepared):
     cells = (("clean", 0), ("contrast", 2), ("gaussian_noise", 1))
     tasks = [Task(i, cells) for i in range(len(ids))]
     x = _tensor(imgs)
-    items = [(i, x[i:i + 1], [], []) for i in range(len(ids))]
+    items = [(i, x[i : i + 1], [], []) for i in range(len(ids))]
     items[2] = (2, None, [(-1, "unreadable: test")], [])  # a photo the worker could not read
     shifter, _ = _shifter(tasks, samples, group=3)
     out = list(shifter.wrap(iter(items)))
     assert [o[0] for o in out] == list(range(len(ids)))
     assert out[2][1] is None and out[2][2] == [(-1, "unreadable: test")]
     kept = [i for i in range(len(ids)) if i != 2]
-    protocol_jpeg = [jpeg_roundtrip(apply(name, lv, x[kept], [ids[i] for i in kept]),
-                                    SMALL.jpeg_quality, "cpu") for name, lv in cells[1:]]
+    protocol_jpeg = [
+        jpeg_roundtrip(apply(name, lv, x[kept], [ids[i] for i in kept]), SMALL.jpeg_quality, "cpu")
+        for name, lv in cells[1:]
+    ]
     for row, i in enumerate(kept):
         cells_out = out[i][1]
         assert cells_out.shape == (3, 3, 64, 64) and cells_out.dtype == torch.uint8
@@ -322,7 +354,7 @@ def test_device_shifts_resize_like_the_models_transform(prepared):
     tasks = [Task(i, (("clean", 0),)) for i in range(2)]
     shifter, pre = _shifter(tasks, samples, group=8, size=80)
     x = _tensor(imgs[:2])
-    out = list(shifter.wrap(iter([(i, x[i:i + 1], [], []) for i in range(2)])))
+    out = list(shifter.wrap(iter([(i, x[i : i + 1], [], []) for i in range(2)])))
     for i in range(2):
         ref = pre.to_uint8(imgs[i], crop=False)  # what a worker ships on the exact path
         assert torch.equal(out[i][1][0], ref)

@@ -34,8 +34,11 @@ def run_cli(capsys, *argv: str) -> tuple[int, list[str], str]:
     """(exit status, stderr lines without logging, stdout) of ``robustlab ARGV``."""
     rc = cli.main([str(a) for a in argv])
     out, err = capsys.readouterr()
-    lines = [ln for ln in err.splitlines()
-             if ln.strip() and not ln.startswith(("INFO ", "WARNING ", "DEBUG "))]
+    lines = [
+        ln
+        for ln in err.splitlines()
+        if ln.strip() and not ln.startswith(("INFO ", "WARNING ", "DEBUG "))
+    ]
     return rc, lines, out
 
 
@@ -70,8 +73,22 @@ def photos(tmp_path_factory) -> Path:
 def good_db(photos, tmp_path_factory) -> Path:
     """A real results database: lite0 on the clean photos."""
     db = tmp_path_factory.mktemp("db") / "r.duckdb"
-    assert cli.main(["evaluate", "lite0", "--data", str(photos), "--db", str(db),
-                     "--workers", "0", "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "evaluate",
+                "lite0",
+                "--data",
+                str(photos),
+                "--db",
+                str(db),
+                "--workers",
+                "0",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return db
 
 
@@ -86,7 +103,9 @@ def corrupt_copy(good: Path, dest: Path, how: str) -> Path:
     elif how == "garbled":
         rng = np.random.default_rng(1)
         mid = len(data) // 2
-        dest.write_bytes(data[:mid] + rng.integers(0, 256, len(data) - mid, dtype=np.uint8).tobytes())
+        dest.write_bytes(
+            data[:mid] + rng.integers(0, 256, len(data) - mid, dtype=np.uint8).tobytes()
+        )
     return dest
 
 
@@ -104,8 +123,9 @@ def test_a_bug_prints_as_internal_error_with_traceback(monkeypatch, capsys):
     monkeypatch.setattr(list_cmd, "run", broken)
     rc, lines, _ = run_cli(capsys, "list", "shifts")
     assert rc == cli.EXIT_INTERNAL == 70
-    assert lines[0] == ("robustlab list: internal error (a bug, please report it): "
-                        "ValueError: an index went wrong")
+    assert lines[0] == (
+        "robustlab list: internal error (a bug, please report it): ValueError: an index went wrong"
+    )
     assert any(ln.startswith("Traceback") for ln in lines)
 
 
@@ -131,8 +151,9 @@ def test_results_on_a_damaged_database(good_db, tmp_path, capsys, how):
     assert_one_line_error(lines, "results", str(db))
 
 
-def test_every_command_that_opens_the_database_names_a_damaged_one(photos, good_db, tmp_path,
-                                                                   capsys):
+def test_every_command_that_opens_the_database_names_a_damaged_one(
+    photos, good_db, tmp_path, capsys
+):
     db = corrupt_copy(good_db, tmp_path / "bad.duckdb", "truncated")
     masks = tmp_path / "masks"
     for wnid in CLASSES:
@@ -144,20 +165,54 @@ def test_every_command_that_opens_the_database_names_a_damaged_one(photos, good_
     weights = tmp_path / "seg.pth"
     weights.write_bytes(b"not read: the database is checked first")
     commands = {
-        "evaluate": ["evaluate", "lite0", "--data", photos, "--db", db, "--workers", "0",
-                     "--no-progress"],
+        "evaluate": [
+            "evaluate",
+            "lite0",
+            "--data",
+            photos,
+            "--db",
+            db,
+            "--workers",
+            "0",
+            "--no-progress",
+        ],
         "results": ["results", "--db", db],
         "report": ["report", "--db", db, "--out", tmp_path / "r.html"],
-        "segment": ["segment", "torchvision:lraspp_mobilenet_v3_large", "--weights", weights,
-                    "--data", photos, "--masks", masks, "--db", db],
-        "train": ["train", "lite0", "--data", photos, "--masks", masks, "--db", db,
-                  "--steps", "1", "--out", tmp_path / "ckpt"],
+        "segment": [
+            "segment",
+            "torchvision:lraspp_mobilenet_v3_large",
+            "--weights",
+            weights,
+            "--data",
+            photos,
+            "--masks",
+            masks,
+            "--db",
+            db,
+        ],
+        "train": [
+            "train",
+            "lite0",
+            "--data",
+            photos,
+            "--masks",
+            masks,
+            "--db",
+            db,
+            "--steps",
+            "1",
+            "--out",
+            tmp_path / "ckpt",
+        ],
     }
     for name, argv in commands.items():
         rc, lines, _ = run_cli(capsys, *argv)
         assert rc == 3, (name, lines)
         assert_one_line_error(lines, name, str(db), "cannot be read")
-    assert db.read_bytes() == corrupt_copy(good_db, tmp_path / "again.duckdb", "truncated").read_bytes()
+    assert (
+        db.read_bytes()
+        == corrupt_copy(good_db, tmp_path / "again.duckdb", "truncated").read_bytes()
+    )
 
 
 def test_a_duckdb_file_of_another_program(tmp_path, capsys):
@@ -178,14 +233,38 @@ def test_a_duckdb_file_of_another_program(tmp_path, capsys):
 def test_generate_out_naming_a_file(photos, tmp_path, capsys):
     out = tmp_path / "notes.txt"
     out.write_text("keep me")
-    rc, lines, _ = run_cli(capsys, "generate", "imagenet-c", "--data", photos, "--out", out,
-                           "--shifts", "gaussian_noise", "--levels", "1", "--quiet")
+    rc, lines, _ = run_cli(
+        capsys,
+        "generate",
+        "imagenet-c",
+        "--data",
+        photos,
+        "--out",
+        out,
+        "--shifts",
+        "gaussian_noise",
+        "--levels",
+        "1",
+        "--quiet",
+    )
     assert rc == 2
     assert_one_line_error(lines, "generate", str(out), "is a file")
     assert out.read_text() == "keep me"
     # and a folder below a file
-    rc, lines, _ = run_cli(capsys, "generate", "imagenet-c", "--data", photos, "--out", out / "sub",
-                           "--shifts", "gaussian_noise", "--levels", "1", "--quiet")
+    rc, lines, _ = run_cli(
+        capsys,
+        "generate",
+        "imagenet-c",
+        "--data",
+        photos,
+        "--out",
+        out / "sub",
+        "--shifts",
+        "gaussian_noise",
+        "--levels",
+        "1",
+        "--quiet",
+    )
     assert rc == 2
     assert_one_line_error(lines, "generate", "not a folder")
 
@@ -216,12 +295,16 @@ def read_only_folder(path: Path):
         return
     view = path.with_name(path.name + "-ro")
     view.mkdir()
-    bind = subprocess.run(["mount", "--bind", str(path), str(view)], capture_output=True, check=False)
+    bind = subprocess.run(
+        ["mount", "--bind", str(path), str(view)], capture_output=True, check=False
+    )
     if bind.returncode != 0:
         view.rmdir()
         pytest.skip(f"root cannot make a read-only folder here: {bind.stderr.decode().strip()}")
     try:
-        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], capture_output=True, check=False)
+        ro = subprocess.run(
+            ["mount", "-o", "remount,bind,ro", str(view)], capture_output=True, check=False
+        )
         if ro.returncode != 0:
             pytest.skip(f"cannot remount read-only: {ro.stderr.decode().strip()}")
         yield view
@@ -230,8 +313,7 @@ def read_only_folder(path: Path):
         view.rmdir()
 
 
-def test_readers_need_no_lock_file_beside_a_read_only_database(photos, good_db, tmp_path,
-                                                                   capsys):
+def test_readers_need_no_lock_file_beside_a_read_only_database(photos, good_db, tmp_path, capsys):
     """A database in a read-only folder (a shared results folder) used to be unreadable:
     results and report created ``<db>.lock`` beside it."""
     folder = tmp_path / "shared"
@@ -245,13 +327,32 @@ def test_readers_need_no_lock_file_beside_a_read_only_database(photos, good_db, 
         rc, lines, out = run_cli(capsys, "results", "--db", db, "--format", "csv")
         assert rc == 0, lines
         assert out.startswith("model,") and "lite0" in out
-        rc, lines, _ = run_cli(capsys, "report", "--db", db, "--out", report_dir / "r.html",
-                               "--no-grid", "--resamples", "50")
+        rc, lines, _ = run_cli(
+            capsys,
+            "report",
+            "--db",
+            db,
+            "--out",
+            report_dir / "r.html",
+            "--no-grid",
+            "--resamples",
+            "50",
+        )
         assert rc == 0, lines
         assert (report_dir / "r.html").stat().st_size > 0
         # Writing into it is the environment's problem, said in one line.
-        rc, lines, _ = run_cli(capsys, "generate", "imagenet-c", "--data", photos,
-                               "--out", ro / "gen", "--shifts", "gaussian_noise", "--quiet")
+        rc, lines, _ = run_cli(
+            capsys,
+            "generate",
+            "imagenet-c",
+            "--data",
+            photos,
+            "--out",
+            ro / "gen",
+            "--shifts",
+            "gaussian_noise",
+            "--quiet",
+        )
         assert rc == 3
         assert_one_line_error(lines, "generate", str(ro / "gen"))
         rc, lines, _ = run_cli(capsys, "results", "--db", db, "--export", ro / "export")
@@ -263,8 +364,18 @@ def test_evaluate_into_a_read_only_folder(photos, good_db, tmp_path, capsys):
     folder = tmp_path / "shared"
     folder.mkdir()
     with read_only_folder(folder) as ro:
-        rc, lines, _ = run_cli(capsys, "evaluate", "lite0", "--data", photos,
-                               "--db", ro / "new.duckdb", "--workers", "0", "--no-progress")
+        rc, lines, _ = run_cli(
+            capsys,
+            "evaluate",
+            "lite0",
+            "--data",
+            photos,
+            "--db",
+            ro / "new.duckdb",
+            "--workers",
+            "0",
+            "--no-progress",
+        )
         assert rc == 3
         assert_one_line_error(lines, "evaluate")
         assert any(k in lines[0] for k in ("read-only", "permission denied")), lines
@@ -274,8 +385,19 @@ def test_evaluate_into_a_read_only_folder(photos, good_db, tmp_path, capsys):
 
 
 def test_device_nonsense_lists_the_valid_devices(photos, tmp_path, capsys):
-    rc, lines, _ = run_cli(capsys, "evaluate", "lite0", "--data", photos, "--db",
-                           tmp_path / "r.duckdb", "--device", "nonsense", "--workers", "0")
+    rc, lines, _ = run_cli(
+        capsys,
+        "evaluate",
+        "lite0",
+        "--data",
+        photos,
+        "--db",
+        tmp_path / "r.duckdb",
+        "--device",
+        "nonsense",
+        "--workers",
+        "0",
+    )
     assert rc == 2
     assert_one_line_error(lines, "evaluate", "unknown device 'nonsense'")
     assert lines[-1].startswith("  hint: use one of: cpu")
@@ -287,18 +409,32 @@ def test_device_cuda_without_a_gpu(photos, tmp_path, capsys):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    rc, lines, _ = run_cli(capsys, "evaluate", "lite0", "--data", photos, "--db",
-                           tmp_path / "r.duckdb", "--device", "cuda", "--workers", "0")
+    rc, lines, _ = run_cli(
+        capsys,
+        "evaluate",
+        "lite0",
+        "--data",
+        photos,
+        "--db",
+        tmp_path / "r.duckdb",
+        "--device",
+        "cuda",
+        "--workers",
+        "0",
+    )
     assert rc == 3
     assert_one_line_error(lines, "evaluate", "no usable CUDA GPU")
     assert "cpu" in lines[-1]
 
 
-@pytest.mark.parametrize("argv", [
-    ["evaluate", "lite0", "--db", "x.duckdb"],
-    ["generate", "imagenet-c", "--out", "gen"],
-    ["train", "lite0", "--db", "x.duckdb"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "lite0", "--db", "x.duckdb"],
+        ["generate", "imagenet-c", "--out", "gen"],
+        ["train", "lite0", "--db", "x.duckdb"],
+    ],
+)
 def test_negative_workers_are_refused_by_every_command(photos, tmp_path, capsys, argv):
     """``--workers -1`` was accepted by evaluate (meaning in-process) and refused by generate."""
     with pytest.raises(SystemExit) as stop:
@@ -309,9 +445,11 @@ def test_negative_workers_are_refused_by_every_command(photos, tmp_path, capsys,
 
 
 def test_workers_meaning_is_in_help(capsys):
-    for command, meaning in (("evaluate", "0: all in the main process"),
-                             ("generate", "0: all in the main process"),
-                             ("train", "0: all in the main process")):
+    for command, meaning in (
+        ("evaluate", "0: all in the main process"),
+        ("generate", "0: all in the main process"),
+        ("train", "0: all in the main process"),
+    ):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         assert meaning in " ".join(capsys.readouterr().out.split())
@@ -320,8 +458,18 @@ def test_workers_meaning_is_in_help(capsys):
 @pytest.mark.parametrize("flag", ["--shifts", "--levels"])
 def test_a_blank_selection_does_not_mean_everything(photos, tmp_path, capsys, flag):
     """``--shifts ,`` used to generate the whole suite."""
-    rc, lines, _ = run_cli(capsys, "generate", "imagenet-c", "--data", photos,
-                           "--out", tmp_path / "gen", flag, ",", "--quiet")
+    rc, lines, _ = run_cli(
+        capsys,
+        "generate",
+        "imagenet-c",
+        "--data",
+        photos,
+        "--out",
+        tmp_path / "gen",
+        flag,
+        ",",
+        "--quiet",
+    )
     assert rc == 2
     assert_one_line_error(lines, "generate", "names no")
     assert not (tmp_path / "gen").exists()
@@ -332,8 +480,18 @@ def test_evaluate_fails_when_no_image_could_be_used(tmp_path, capsys):
     for wnid in CLASSES:
         (tmp_path / "data" / wnid).mkdir(parents=True)
         (tmp_path / "data" / wnid / "a.jpg").write_text("text, not a JPEG")
-    rc, lines, _ = run_cli(capsys, "evaluate", "lite0", "--data", tmp_path / "data",
-                           "--db", tmp_path / "r.duckdb", "--workers", "0", "--no-progress")
+    rc, lines, _ = run_cli(
+        capsys,
+        "evaluate",
+        "lite0",
+        "--data",
+        tmp_path / "data",
+        "--db",
+        tmp_path / "r.duckdb",
+        "--workers",
+        "0",
+        "--no-progress",
+    )
     assert rc == 1
     assert any("error: no image of" in ln and "a.jpg" in ln for ln in lines), lines
 
@@ -348,8 +506,11 @@ def small_disk(tmp_path):
     mnt.mkdir()
     if shutil.which("mount") is None:
         pytest.skip("no mount command")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mnt)],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs: {done.stderr.decode().strip()}")
     try:
@@ -368,9 +529,22 @@ def _fill(folder: Path, leave: int) -> None:
 def test_evaluate_on_a_full_disk_says_so(photos, small_disk, capsys):
     """It used to print "cannot rollback - no transaction is active"."""
     _fill(small_disk, 300_000)
-    rc, lines, _ = run_cli(capsys, "evaluate", "lite0", "--data", photos, "--suite", "imagenet-c",
-                           "--shift", "gaussian_noise", "--db", small_disk / "r.duckdb",
-                           "--workers", "0", "--no-progress")
+    rc, lines, _ = run_cli(
+        capsys,
+        "evaluate",
+        "lite0",
+        "--data",
+        photos,
+        "--suite",
+        "imagenet-c",
+        "--shift",
+        "gaussian_noise",
+        "--db",
+        small_disk / "r.duckdb",
+        "--workers",
+        "0",
+        "--no-progress",
+    )
     assert rc == 3
     assert_one_line_error(lines, "evaluate", "no space left on device")
     assert "rollback" not in lines[0]
@@ -379,17 +553,43 @@ def test_evaluate_on_a_full_disk_says_so(photos, small_disk, capsys):
 def test_generate_on_a_full_disk_stops_with_one_line(photos, small_disk, capsys):
     """It used to count every later cell as failed and exit 0, or crash writing the manifest."""
     _fill(small_disk, 40_000)
-    rc, lines, _ = run_cli(capsys, "generate", "imagenet-c", "--data", photos,
-                           "--out", small_disk / "gen", "--workers", "0", "--quiet")
+    rc, lines, _ = run_cli(
+        capsys,
+        "generate",
+        "imagenet-c",
+        "--data",
+        photos,
+        "--out",
+        small_disk / "gen",
+        "--workers",
+        "0",
+        "--quiet",
+    )
     assert rc == 3
     assert_one_line_error(lines, "generate", "no space left on device")
 
 
 def test_generate_cli_subprocess_exit_code(photos, tmp_path):
     """The same contract through a real ``python -m robustlab.cli`` process."""
-    proc = subprocess.run([sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c",
-                           "--data", str(photos), "--out", str(tmp_path / "g"), "--shifts", ","],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "robustlab.cli",
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(photos),
+            "--out",
+            str(tmp_path / "g"),
+            "--shifts",
+            ",",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[0].startswith("robustlab generate: error: ")
     assert "Traceback" not in proc.stderr
@@ -402,13 +602,44 @@ def test_results_output_to_a_folder(good_db, tmp_path, capsys):
     assert_one_line_error(lines, "results", str(tmp_path), "is a folder")
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["report", "--db", "{db}", "--out", "{tmp}/r.html", "--resamples", "0"], "--resamples"),
-    (["train", "lite0", "--data", "{photos}", "--db", "{tmp}/t.duckdb", "--suite", "imagenet-c",
-      "--test-fraction", "2", "--out", "{tmp}/ckpt"], "test fraction"),
-    (["evaluate", "lite0", "--data", "{photos}", "--db", "{tmp}/e.duckdb", "--suite", "imagenet-c",
-      "--shift", "nosuch"], "unknown shift"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["report", "--db", "{db}", "--out", "{tmp}/r.html", "--resamples", "0"], "--resamples"),
+        (
+            [
+                "train",
+                "lite0",
+                "--data",
+                "{photos}",
+                "--db",
+                "{tmp}/t.duckdb",
+                "--suite",
+                "imagenet-c",
+                "--test-fraction",
+                "2",
+                "--out",
+                "{tmp}/ckpt",
+            ],
+            "test fraction",
+        ),
+        (
+            [
+                "evaluate",
+                "lite0",
+                "--data",
+                "{photos}",
+                "--db",
+                "{tmp}/e.duckdb",
+                "--suite",
+                "imagenet-c",
+                "--shift",
+                "nosuch",
+            ],
+            "unknown shift",
+        ),
+    ],
+)
 def test_bad_values_are_user_errors_not_bugs(photos, good_db, tmp_path, capsys, argv, needle):
     """Found by a sweep of bad values: these printed "internal error" with a traceback."""
     argv = [a.format(db=good_db, tmp=tmp_path, photos=photos) for a in argv]

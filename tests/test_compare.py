@@ -17,8 +17,11 @@ from robustlab.store.schema import RunRecord
 
 
 def _preds(correct: dict[tuple[str, str], list[bool]], prefix: str = "img") -> pd.DataFrame:
-    rows = [{"sample_id": f"{prefix}{i:03d}", "shift": s, "level": lv, "correct": c}
-            for (s, lv), cs in correct.items() for i, c in enumerate(cs)]
+    rows = [
+        {"sample_id": f"{prefix}{i:03d}", "shift": s, "level": lv, "correct": c}
+        for (s, lv), cs in correct.items()
+        for i, c in enumerate(cs)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -51,8 +54,12 @@ def test_pairing_narrows_the_interval_of_correlated_outcomes():
     """Both runs wrong on the same hard images: the accuracies are far from 1 but the paired
     difference is exactly zero, so its interval is a point."""
     hard = [i % 3 != 0 for i in range(300)]
-    t = compare_runs(_preds({("blur", "1"): hard}), _preds({("blur", "1"): hard}),
-                     np.random.default_rng(0), n_resamples=500)
+    t = compare_runs(
+        _preds({("blur", "1"): hard}),
+        _preds({("blur", "1"): hard}),
+        np.random.default_rng(0),
+        n_resamples=500,
+    )
     row = t.iloc[0]
     assert row["top1_a"] == pytest.approx(2 / 3) and (row["diff_lo"], row["diff_hi"]) == (0, 0)
 
@@ -80,14 +87,23 @@ def test_same_seed_same_intervals_and_bad_input():
 
 
 def _store_run(store: Store, run_id: str, spec: str, preds: pd.DataFrame) -> None:
-    store.start_run(RunRecord(run_id=run_id, model_spec=spec, suite="imagenet-c",
-                              data_fingerprint="same"))
-    store.write_predictions(run_id, {
-        "sample_id": list(preds["sample_id"]), "shift": list(preds["shift"]),
-        "level": list(preds["level"]), "label": [1] * len(preds),
-        "class_name": ["x"] * len(preds), "top5_ids": [[1, 2, 3, 4, 5]] * len(preds),
-        "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]] * len(preds),
-        "correct": list(preds["correct"]), "correct5": list(preds["correct"])})
+    store.start_run(
+        RunRecord(run_id=run_id, model_spec=spec, suite="imagenet-c", data_fingerprint="same")
+    )
+    store.write_predictions(
+        run_id,
+        {
+            "sample_id": list(preds["sample_id"]),
+            "shift": list(preds["shift"]),
+            "level": list(preds["level"]),
+            "label": [1] * len(preds),
+            "class_name": ["x"] * len(preds),
+            "top5_ids": [[1, 2, 3, 4, 5]] * len(preds),
+            "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]] * len(preds),
+            "correct": list(preds["correct"]),
+            "correct5": list(preds["correct"]),
+        },
+    )
     store.finish_run(run_id, status="finished")
 
 
@@ -99,8 +115,25 @@ def test_cli_compare_prints_the_table_and_refuses_unknown_runs(tmp_path, capsys)
     _store_run(store, "bbbb2222", "modelB", b)
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        assert cli(["results", "--db", str(store.path), "--compare", "aaaa", "bbbb",
-                    "--format", "csv", "--resamples", "500", "--seed", "3"]) == 0
+        assert (
+            cli(
+                [
+                    "results",
+                    "--db",
+                    str(store.path),
+                    "--compare",
+                    "aaaa",
+                    "bbbb",
+                    "--format",
+                    "csv",
+                    "--resamples",
+                    "500",
+                    "--seed",
+                    "3",
+                ]
+            )
+            == 0
+        )
     t = pd.read_csv(io.StringIO(out.getvalue())).set_index("shift")
     assert t.loc["contrast", "diff"] == pytest.approx(0.25)
     assert t.loc["contrast", "diff_lo"] > 0  # 10 images flipped to correct, none the other way

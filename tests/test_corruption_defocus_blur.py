@@ -23,7 +23,9 @@ def test_kernel_is_the_smoothed_disk(radius, alias):
     ours = disk_kernel(radius, alias)
     assert ours.dtype == np.float32 and ours.shape == disk.shape
     np.testing.assert_allclose(ours, current, rtol=0, atol=1e-8)
-    np.testing.assert_array_equal(ours, ours[::-1, ::-1])  # mirror-symmetric (not transpose: passes round differently)
+    np.testing.assert_array_equal(
+        ours, ours[::-1, ::-1]
+    )  # mirror-symmetric (not transpose: passes round differently)
     # the reference quirk is kept: for r >= 8 the disk reaches the grid edge and the
     # reflect-101 border of the smoothing adds mass (sum 1.011 at r=8, 1.013 at r=10)
     assert abs(float(ours.sum(dtype=np.float64)) - float(current.sum(dtype=np.float64))) < 1e-6
@@ -39,7 +41,7 @@ def test_filtering_equals_direct_convolution():
     direct = np.zeros_like(f)
     for i in range(k.shape[0]):
         for j in range(k.shape[1]):
-            direct += k[i, j] * pad[i:i + 40, j:j + 50]
+            direct += k[i, j] * pad[i : i + 40, j : j + 50]
     expected = np.clip(direct, 0, 1) * 255
     out = robustlab.corrupt(x, "defocus_blur", 2)
     # truncation can flip where the two summation orders straddle an integer

@@ -27,21 +27,27 @@ def test_smoothing_equals_scipy_gaussian_filter(shape, sigma):
 def test_displacement_equals_scipy_map_coordinates():
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256, (40, 57, 3), dtype=np.uint8)
-    img = (x.astype(np.float32) / np.float32(255))
+    img = x.astype(np.float32) / np.float32(255)
     # large displacements so that coordinates leave the image on every side
     dx = rng.uniform(-6, 6, (40, 57)).astype(np.float32)
     dy = rng.uniform(-6, 6, (40, 57)).astype(np.float32)
     ours = np.empty_like(x)
     et._displace(img, dx, dy, ours)
     xx, yy, zz = np.meshgrid(np.arange(57), np.arange(40), np.arange(3))
-    coords = (yy + dy[..., None]).reshape(-1, 1), (xx + dx[..., None]).reshape(-1, 1), zz.reshape(-1, 1)
+    coords = (
+        (yy + dy[..., None]).reshape(-1, 1),
+        (xx + dx[..., None]).reshape(-1, 1),
+        zz.reshape(-1, 1),
+    )
     ref = map_coordinates(img, coords, order=1, mode="reflect").reshape(img.shape)
     np.testing.assert_array_equal(ours, (np.clip(ref, 0, 1) * 255).astype(np.uint8))
 
 
 def _warp(x, m):
     out = np.empty(x.shape, np.float32)
-    et._warp_affine(np.ascontiguousarray(x), et._F32_SCALE, np.asarray(m, np.float64), et._WTAB, out)
+    et._warp_affine(
+        np.ascontiguousarray(x), et._F32_SCALE, np.asarray(m, np.float64), et._WTAB, out
+    )
     return out
 
 
@@ -59,8 +65,12 @@ def test_warp_identity_and_integer_shift():
 
 def test_triangle_is_centred_on_non_square_images():
     # (x, y) order for OpenCV: centre (W // 2, H // 2), half-size min(H, W) // 3
-    np.testing.assert_array_equal(et.affine_points(100, 300), np.float32([[183, 83], [183, 17], [117, 17]]))
-    np.testing.assert_array_equal(et.affine_points(224, 224), np.float32([[186, 186], [186, 38], [38, 38]]))
+    np.testing.assert_array_equal(
+        et.affine_points(100, 300), np.float32([[183, 83], [183, 17], [117, 17]])
+    )
+    np.testing.assert_array_equal(
+        et.affine_points(224, 224), np.float32([[186, 186], [186, 38], [38, 38]])
+    )
 
 
 @pytest.mark.parametrize("severity", [1, 2])

@@ -26,8 +26,12 @@ def numpy_plasma(size, decay, rs):
         m[h:size:step, h:size:step] = wibbled(sq)
         dr = m[h:size:step, h:size:step]
         ul = m[0:size:step, 0:size:step]
-        m[0:size:step, h:size:step] = wibbled((dr + np.roll(dr, 1, axis=0)) + (ul + np.roll(ul, -1, axis=1)))
-        m[h:size:step, 0:size:step] = wibbled((dr + np.roll(dr, 1, axis=1)) + (ul + np.roll(ul, -1, axis=0)))
+        m[0:size:step, h:size:step] = wibbled(
+            (dr + np.roll(dr, 1, axis=0)) + (ul + np.roll(ul, -1, axis=1))
+        )
+        m[h:size:step, 0:size:step] = wibbled(
+            (dr + np.roll(dr, 1, axis=1)) + (ul + np.roll(ul, -1, axis=0))
+        )
         step //= 2
         wibble /= decay
     m -= m.min()
@@ -49,8 +53,17 @@ def test_generator_draws_the_same_way():
     np.testing.assert_array_equal(ours, plasma_fractal(64, 2.0, np.random.default_rng(3)))
 
 
-@pytest.mark.parametrize("h,w,size", [(32, 32, 256), (224, 224, 256), (256, 100, 256), (257, 10, 512),
-                                      (300, 600, 1024), (1024, 1024, 1024)])
+@pytest.mark.parametrize(
+    "h,w,size",
+    [
+        (32, 32, 256),
+        (224, 224, 256),
+        (256, 100, 256),
+        (257, 10, 512),
+        (300, 600, 1024),
+        (1024, 1024, 1024),
+    ],
+)
 def test_map_size(h, w, size):
     assert map_size(h, w) == size
 

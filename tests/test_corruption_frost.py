@@ -61,6 +61,8 @@ def test_crop_matches_manual_blend(photo):
     idx = rs.randint(5)
     tex = fr.texture(idx)
     top, left = rs.randint(0, tex.shape[0] - 224), rs.randint(0, tex.shape[1] - 224)
-    crop = tex[top:top + 224, left:left + 224][..., ::-1]
+    crop = tex[top : top + 224, left : left + 224][..., ::-1]
     expected = np.clip(0.7 * photo + 0.7 * crop, 0, 255).astype(np.uint8)
-    np.testing.assert_array_equal(robustlab.corrupt(photo, "frost", 3, seed=np.random.RandomState(42)), expected)
+    np.testing.assert_array_equal(
+        robustlab.corrupt(photo, "frost", 3, seed=np.random.RandomState(42)), expected
+    )

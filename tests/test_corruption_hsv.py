@@ -14,7 +14,8 @@ from robustlab.shifts.corruptions._hsv import hsv_adjust
 from robustlab.shifts.registry import get_shift
 
 PARAMS = [(1.0, 0.0, v) for v in get_shift("brightness").params.values()] + [
-    (a, b, 0.0) for a, b in get_shift("saturate").params.values()]
+    (a, b, 0.0) for a, b in get_shift("saturate").params.values()
+]
 
 
 def _skimage(img, s_scale, s_shift, v_shift):
@@ -31,10 +32,12 @@ def _tricky_colours():
     v = np.arange(256)
     rows = [np.stack([v, v, v], -1)]  # greys
     for a in (0, 1, 128, 254, 255):
-        rows += [np.stack([np.full(256, 255), v, np.full(256, a)], -1),
-                 np.stack([np.full(256, 255), np.full(256, a), v], -1),  # h just below 1
-                 np.stack([v, np.full(256, 255), np.full(256, 255)], -1),  # g == b == max
-                 np.stack([np.full(256, 255), np.full(256, 255), v], -1)]  # r == g == max
+        rows += [
+            np.stack([np.full(256, 255), v, np.full(256, a)], -1),
+            np.stack([np.full(256, 255), np.full(256, a), v], -1),  # h just below 1
+            np.stack([v, np.full(256, 255), np.full(256, 255)], -1),  # g == b == max
+            np.stack([np.full(256, 255), np.full(256, 255), v], -1),
+        ]  # r == g == max
     return np.concatenate(rows).astype(np.uint8)[None]
 
 
@@ -42,9 +45,11 @@ def _tricky_colours():
 def test_matches_skimage_on_random_and_tricky_colours(s_scale, s_shift, v_shift):
     rng = np.random.default_rng(0)
     img = np.concatenate(
-        [rng.integers(0, 256, size=(1, 60000, 3), dtype=np.uint8), _tricky_colours()], axis=1)
-    np.testing.assert_array_equal(hsv_adjust(img, s_scale, s_shift, v_shift),
-                                  _skimage(img, s_scale, s_shift, v_shift))
+        [rng.integers(0, 256, size=(1, 60000, 3), dtype=np.uint8), _tricky_colours()], axis=1
+    )
+    np.testing.assert_array_equal(
+        hsv_adjust(img, s_scale, s_shift, v_shift), _skimage(img, s_scale, s_shift, v_shift)
+    )
 
 
 @pytest.mark.slow
@@ -53,4 +58,6 @@ def test_matches_skimage_for_every_24bit_colour():
     for r in range(256):
         img = np.stack([np.full_like(g, r), g, b], -1).astype(np.uint8)
         for p in PARAMS:
-            np.testing.assert_array_equal(hsv_adjust(img, *p), _skimage(img, *p), err_msg=f"r={r} {p}")
+            np.testing.assert_array_equal(
+                hsv_adjust(img, *p), _skimage(img, *p), err_msg=f"r={r} {p}"
+            )

@@ -32,4 +32,6 @@ def test_opencv_round_trip_equals_pil(samples_dir, severity):
         x = np.asarray(Image.open(f).convert("RGB"))[:331, :257].copy()  # odd crop sizes
         ours = shift.apply(x, severity)
         assert ours.shape == x.shape and ours.dtype == np.uint8
-        np.testing.assert_array_equal(ours, _pil_round_trip(x, shift.params[severity]), err_msg=f.name)
+        np.testing.assert_array_equal(
+            ours, _pil_round_trip(x, shift.params[severity]), err_msg=f.name
+        )

@@ -42,7 +42,7 @@ def test_kernel_is_one_sided_normalised_gaussian(radius, sigma):
     assert abs(w.sum() - 1.0) < 1e-12
     assert np.all(np.diff(w) < 0), "weights must fall off away from the pixel itself"
     ratio = w[1:] / w[0]
-    expected = np.exp(-np.arange(1, len(w)) ** 2 / (2 * sigma**2))
+    expected = np.exp(-(np.arange(1, len(w)) ** 2) / (2 * sigma**2))
     np.testing.assert_allclose(ratio, expected, rtol=1e-12)
 
 
@@ -74,9 +74,13 @@ def test_tap_offsets_follow_the_angle(angle, expect_dx, expect_dy):
 @pytest.mark.parametrize("angle", [-135.0, -100.3, -45.0, -12.7, 0.0, 33.3, 90.0, 171.0])
 def test_fast_loop_matches_plain_version(photo, angle):
     rgb = photo[:150, :97].copy()
-    np.testing.assert_array_equal(motion_blur_uint8(rgb, 15, 5, angle), _plain_blur(rgb, 15, 5, angle))
+    np.testing.assert_array_equal(
+        motion_blur_uint8(rgb, 15, 5, angle), _plain_blur(rgb, 15, 5, angle)
+    )
     grey = np.ascontiguousarray(photo[40:80, :, 1])
-    np.testing.assert_array_equal(motion_blur_uint8(grey, 12, 8, angle), _plain_blur(grey, 12, 8, angle))
+    np.testing.assert_array_equal(
+        motion_blur_uint8(grey, 12, 8, angle), _plain_blur(grey, 12, 8, angle)
+    )
 
 
 def test_radius_larger_than_image():

@@ -24,7 +24,9 @@ def test_table_sampler_matches_numpy_poisson(severity):
     img = np.repeat(LEVELS, N).reshape(len(LEVELS), N, 1).repeat(3, axis=2)
     ours = shift.apply(img, severity, np.random.default_rng(severity))
     lam = img[..., 0] / 255.0 * c
-    ref = np.uint8(np.clip(np.random.default_rng(100 + severity).poisson(lam) / float(c), 0, 1) * 255)
+    ref = np.uint8(
+        np.clip(np.random.default_rng(100 + severity).poisson(lam) / float(c), 0, 1) * 255
+    )
     for row, v in enumerate(LEVELS):
         a = np.bincount(ours[row, :, 0], minlength=256)
         b = np.bincount(ref[row], minlength=256)

@@ -15,15 +15,37 @@ CELLS = [(n, s) for n in CORRUPTIONS for s in range(1, 6)]
 
 def test_nineteen_corruptions_in_canonical_order():
     assert robustlab.list_corruptions() == [
-        "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
-        "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
-        "elastic_transform", "pixelate", "jpeg_compression",
+        "gaussian_noise",
+        "shot_noise",
+        "impulse_noise",
+        "defocus_blur",
+        "glass_blur",
+        "motion_blur",
+        "zoom_blur",
+        "snow",
+        "frost",
+        "fog",
+        "brightness",
+        "contrast",
+        "elastic_transform",
+        "pixelate",
+        "jpeg_compression",
     ]
-    assert robustlab.list_corruptions("extra") == ["speckle_noise", "gaussian_blur", "spatter", "saturate"]
+    assert robustlab.list_corruptions("extra") == [
+        "speckle_noise",
+        "gaussian_blur",
+        "spatter",
+        "saturate",
+    ]
     assert len(robustlab.list_corruptions("all")) == 19
     assert robustlab.list_corruptions("noise") == ["gaussian_noise", "shot_noise", "impulse_noise"]
     assert robustlab.list_corruptions("*_blur") == [
-        "defocus_blur", "glass_blur", "motion_blur", "zoom_blur", "gaussian_blur"]
+        "defocus_blur",
+        "glass_blur",
+        "motion_blur",
+        "zoom_blur",
+        "gaussian_blur",
+    ]
 
 
 @pytest.mark.parametrize("name,severity", CELLS)
@@ -48,8 +70,15 @@ NOT_MONOTONE_IN_PIXELS = {
 def test_strength_grows_with_severity(photo, name):
     x = photo.astype(np.float64)
     # Averaged over seeds: frost's random texture crop alone can outweigh one severity step.
-    dist = [np.mean([np.abs(robustlab.corrupt(photo, name, s, seed=k).astype(np.float64) - x).mean()
-                     for k in range(4)]) for s in range(1, 6)]
+    dist = [
+        np.mean(
+            [
+                np.abs(robustlab.corrupt(photo, name, s, seed=k).astype(np.float64) - x).mean()
+                for k in range(4)
+            ]
+        )
+        for s in range(1, 6)
+    ]
     # ImageNet-C severities are ordered by the error they cause, not by pixel distance, and
     # a few reference tables are non-monotone in between (snow, saturate); still, severity 5
     # is further from the clean image than severity 1, except where the table says otherwise.
@@ -103,7 +132,12 @@ def test_pil_input_and_grayscale(photo):
     ],
 )
 def test_bad_arguments_raise_clear_value_errors(kwargs, match):
-    args = {"image": np.zeros((64, 64, 3), np.uint8), "name": "gaussian_noise", "severity": 1, "seed": 0}
+    args = {
+        "image": np.zeros((64, 64, 3), np.uint8),
+        "name": "gaussian_noise",
+        "severity": 1,
+        "seed": 0,
+    }
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         robustlab.corrupt(args["image"], args["name"], args["severity"], seed=args["seed"])

@@ -19,7 +19,12 @@ APPROX: dict[str, str] = {}
 
 
 def _cases():
-    return [(n, s) for n in robustlab.list_corruptions("all") if n != "impulse_noise" for s in range(1, 6)]
+    return [
+        (n, s)
+        for n in robustlab.list_corruptions("all")
+        if n != "impulse_noise"
+        for s in range(1, 6)
+    ]
 
 
 @pytest.mark.parametrize("name,severity", _cases())
@@ -28,13 +33,18 @@ def test_matches_reference(reference, name, severity):
     c = meta["names"].index(name)
     ref = data[f"{name}_{severity}"]
     for i in range(len(ref)):  # the five photos (the repository's compact copy: the first)
-        out = robustlab.corrupt(data["clean"][i], name, severity,
-                                seed=np.random.RandomState(1000 * i + 10 * c + severity))
+        out = robustlab.corrupt(
+            data["clean"][i],
+            name,
+            severity,
+            seed=np.random.RandomState(1000 * i + 10 * c + severity),
+        )
         if name in APPROX:
             diff = np.abs(out.astype(np.int16) - ref[i].astype(np.int16))
             within = (diff <= 1).mean()
             assert within >= 0.99 and diff.mean() < 1.0, (
-                f"{name} s{severity} image {i}: {within:.4f} within 1, mean abs diff {diff.mean():.3f}")
+                f"{name} s{severity} image {i}: {within:.4f} within 1, mean abs diff {diff.mean():.3f}"
+            )
         else:
             mismatch = np.count_nonzero(out != ref[i])
             assert mismatch == 0, f"{name} s{severity} image {i}: {mismatch} values differ"

@@ -35,8 +35,9 @@ def _rmse(a, b) -> float:
 
 
 # ------------------------------------------------------------------ CLAHE
-@pytest.mark.parametrize("clahe, grid_wh", [(Clahe(), (8, 8)),
-                                            (Clahe(clip_limit=3.5, tile_grid=(2, 6)), (6, 2))])
+@pytest.mark.parametrize(
+    "clahe, grid_wh", [(Clahe(), (8, 8)), (Clahe(clip_limit=3.5, tile_grid=(2, 6)), (6, 2))]
+)
 def test_clahe_is_cv2_clahe_on_the_lab_lightness(photo, clahe, grid_wh):
     import cv2
 
@@ -101,7 +102,9 @@ def test_ten_crop_is_the_mean_softmax_of_ten_views_cut_by_hand(lite0, photo):
     assert tuple(x.shape) == (3, 256, 256)
     big = np.asarray(Image.fromarray(photo).resize((256, 256), Image.BICUBIC))
     np.testing.assert_array_equal(x.permute(1, 2, 0).numpy(), big)
-    views = [big[y:y + 224, x0:x0 + 224] for y, x0 in ((0, 0), (0, 32), (32, 0), (32, 32), (16, 16))]
+    views = [
+        big[y : y + 224, x0 : x0 + 224] for y, x0 in ((0, 0), (0, 32), (32, 0), (32, 32), (16, 16))
+    ]
     views += [v[:, ::-1] for v in views]
     assert len({v.tobytes() for v in views}) == 10  # ten different views
     batch = torch.from_numpy(np.stack(views).copy()).permute(0, 3, 1, 2).contiguous()
@@ -110,8 +113,9 @@ def test_ten_crop_is_the_mean_softmax_of_ten_views_cut_by_hand(lite0, photo):
     top = torch.topk(by_hand, 5)
     assert ids[0].tolist() == top.indices.tolist()
     torch.testing.assert_close(probs[0], top.values, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(torch.softmax(model.predict(x[None]), 1)[0], by_hand,
-                               rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        torch.softmax(model.predict(x[None]), 1)[0], by_hand, rtol=1e-4, atol=1e-6
+    )
     # the plain model on the same photo sees one view: another distribution
     plain = torch.softmax(lite0.predict(lite0.preprocessing.to_uint8(photo, crop=False)[None]), 1)
     assert not torch.allclose(plain[0], by_hand, atol=1e-3)
@@ -161,21 +165,27 @@ def test_specs_parse_parameters_as_data_and_refuse_unknown_names():
     assert get_preprocess("nlmeans:patch_size=7") == NLMeans(patch_size=7)
     assert get_tta("ten-crop:scale=0.8") == TenCrop(0.8)
     assert get_preprocess(None) is None and get_preprocess("none") is None
-    with pytest.raises(InputError, match=r"unknown --preprocess 'sharpen'; choose from clahe, nlmeans"):
+    with pytest.raises(
+        InputError, match=r"unknown --preprocess 'sharpen'; choose from clahe, nlmeans"
+    ):
         get_preprocess("sharpen")
     with pytest.raises(InputError, match="unknown --tta 'five-crop'; choose from ten-crop"):
         get_tta("five-crop")
-    with pytest.raises(InputError, match="clahe has no parameter 'clip'; its parameters are "
-                                         "clip_limit, tile_grid"):
+    with pytest.raises(
+        InputError, match="clahe has no parameter 'clip'; its parameters are clip_limit, tile_grid"
+    ):
         get_preprocess("clahe:clip=2")
     with pytest.raises(InputError, match="not a valid value"):
         get_preprocess("clahe:clip_limit=high")
     with pytest.raises(InputError, match="scale must be in"):
         get_tta("ten-crop:scale=1")
-    assert defence_label({"preprocess": Clahe().describe(), "tta": TenCrop().describe()}) == \
-        "clahe+ten-crop"
-    assert defence_label({"preprocess": Clahe(3.0).describe(), "tta": None}) == \
-        "clahe(clip_limit=3.0)"
+    assert (
+        defence_label({"preprocess": Clahe().describe(), "tta": TenCrop().describe()})
+        == "clahe+ten-crop"
+    )
+    assert (
+        defence_label({"preprocess": Clahe(3.0).describe(), "tta": None}) == "clahe(clip_limit=3.0)"
+    )
     assert defence_label(None) is None
 
 
@@ -202,9 +212,13 @@ def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0
     db = tmp_path / "r.duckdb"
     kw = {"db": db, "workers": 0, "progress": False}  # the clean photos
     ids = {}
-    for name, pre, tta in [("plain", None, None), ("clahe", "clahe", None),
-                           ("clahe3", "clahe:clip_limit=3", None), ("tta", None, "ten-crop"),
-                           ("both", "clahe", "ten-crop")]:
+    for name, pre, tta in [
+        ("plain", None, None),
+        ("clahe", "clahe", None),
+        ("clahe3", "clahe:clip_limit=3", None),
+        ("tta", None, "ten-crop"),
+        ("both", "clahe", "ten-crop"),
+    ]:
         df = evaluate(lite0, tiny, preprocess=pre, tta=tta, **kw)
         assert df.attrs["n_written"] == 3 and not df.attrs["resumed"]
         ids[name] = df.attrs["run_id"]
@@ -218,20 +232,27 @@ def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0
     assert "defence" not in runs.loc[ids["plain"], "config"]
     assert runs.loc[ids["both"], "config"]["defence"] == {
         "preprocess": {"name": "clahe", "clip_limit": 2.0, "tile_grid": [8, 8]},
-        "tta": {"name": "ten-crop", "scale": 0.875}}
+        "tta": {"name": "ten-crop", "scale": 0.875},
+    }
     assert runs.loc[ids["clahe"], "config"]["model"]["defence"]["preprocess"]["name"] == "clahe"
     # only the plain run can be the CE baseline of its model
     for rid in ids.values():
-        assert find_baseline_run(store, runs.loc[rid].to_dict() | {"run_id": rid}, "lite0") == \
-            ids["plain"]
+        assert (
+            find_baseline_run(store, runs.loc[rid].to_dict() | {"run_id": rid}, "lite0")
+            == ids["plain"]
+        )
     table, _ = results_table(store, baseline="lite0")
     models = dict(zip(table["run_id"], table["model"]))
-    assert models[ids["plain"][:8]] == "lite0" and models[ids["both"][:8]] == "lite0 +clahe+ten-crop"
+    assert (
+        models[ids["plain"][:8]] == "lite0" and models[ids["both"][:8]] == "lite0 +clahe+ten-crop"
+    )
     assert models[ids["clahe3"][:8]] == "lite0 +clahe(clip_limit=3.0)"
     # CLAHE changes the pixels, so the probabilities change
     preds = store.predictions([ids["plain"], ids["clahe"]])
-    p = {rid: g.sort_values(["sample_id", "shift"])["top5_probs"].tolist()
-         for rid, g in preds.groupby("run_id")}
+    p = {
+        rid: g.sort_values(["sample_id", "shift"])["top5_probs"].tolist()
+        for rid, g in preds.groupby("run_id")
+    }
     assert not np.allclose(np.stack(p[ids["plain"]]), np.stack(p[ids["clahe"]]))
 
 
@@ -244,21 +265,39 @@ def test_earlier_run_note_names_the_defence_and_nothing_else():
     assert input_changes(old, new) == ["defence none -> clahe"]
 
 
-def test_cli_evaluate_with_defences_then_summary_and_report(tiny, tmp_path, capsys, caplog,
-                                                            monkeypatch):
+def test_cli_evaluate_with_defences_then_summary_and_report(
+    tiny, tmp_path, capsys, caplog, monkeypatch
+):
     from robustlab.cli import main
 
     monkeypatch.chdir(tmp_path)
-    base = ["evaluate", "lite0", "--data", str(tiny), "--suite", "imagenet-c", "--shift",
-            "gaussian_noise", "--level", "5", "--db", "r.duckdb", "--no-progress"]
+    base = [
+        "evaluate",
+        "lite0",
+        "--data",
+        str(tiny),
+        "--suite",
+        "imagenet-c",
+        "--shift",
+        "gaussian_noise",
+        "--level",
+        "5",
+        "--db",
+        "r.duckdb",
+        "--no-progress",
+    ]
     assert main([*base, "--workers", "0"]) == 0
     capsys.readouterr()
     # NL-means runs where the images are made: in a worker process here
     assert main([*base, "--preprocess", "nlmeans", "--workers", "1"]) == 0
     assert "lite0 +nlmeans" in capsys.readouterr().out
     assert any("defence none -> nlmeans" in r.getMessage() for r in caplog.records)
-    assert main(["results", "--db", "r.duckdb", "--summary", "--baseline", "lite0",
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            ["results", "--db", "r.duckdb", "--summary", "--baseline", "lite0", "--format", "json"]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert sorted(str(r["defence"]) for r in rows) == ["None", "nlmeans"]
     assert all(r["baseline"].startswith("lite0 (") for r in rows)
@@ -267,17 +306,18 @@ def test_cli_evaluate_with_defences_then_summary_and_report(tiny, tmp_path, caps
     assert "lite0 +nlmeans" in html and ">Defence<" in html
 
 
-def test_cli_unknown_defence_is_one_line_listing_the_choices(tiny, tmp_path, capsys,
-                                                               monkeypatch):
+def test_cli_unknown_defence_is_one_line_listing_the_choices(tiny, tmp_path, capsys, monkeypatch):
     from robustlab.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["evaluate", "lite0", "--data", str(tiny), "--tta", "five-crop"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "robustlab evaluate: error: unknown --tta 'five-crop'; choose from ten-crop"]
+        "robustlab evaluate: error: unknown --tta 'five-crop'; choose from ten-crop"
+    ]
     assert main(["train", "lite0", "--data", str(tiny), "--preprocess", "sharpen"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "robustlab train: error: unknown --preprocess 'sharpen'; choose from clahe, nlmeans"]
+        "robustlab train: error: unknown --preprocess 'sharpen'; choose from clahe, nlmeans"
+    ]
     assert not list(tmp_path.iterdir())  # nothing written
 
 
@@ -289,8 +329,9 @@ def crops(samples_dir, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("clahe-train") / "data"
     with open(samples_dir / "labels.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh)
-                if min(Image.open(samples_dir / r["file"]).size) >= 200][:3]
+        rows = [
+            r for r in csv.DictReader(fh) if min(Image.open(samples_dir / r["file"]).size) >= 200
+        ][:3]
     for r in rows:
         img = Image.open(samples_dir / r["file"]).convert("RGB")
         w, h = img.size
@@ -308,8 +349,9 @@ def test_clahe_fine_tuning_trains_on_clahe_pixels(crops, tmp_path):
     from robustlab.models import load_model
     from robustlab.train import TrainConfig, make_split, train_on_cells
 
-    split = make_split(load_model("lite0", device="cpu"), crops, suite="imagenet-c",
-                       test_fraction=0.25)
+    split = make_split(
+        load_model("lite0", device="cpu"), crops, suite="imagenet-c", test_fraction=0.25
+    )
     cfg = TrainConfig(mode="linear", steps=3, batch_size=4)
     kw = {"config": cfg, "out": tmp_path, "suite": "imagenet-c", "device": "cpu"}
     plain = train_on_cells("lite0", crops, [("clean", 0)], split, **kw)
@@ -318,23 +360,54 @@ def test_clahe_fine_tuning_trains_on_clahe_pixels(crops, tmp_path):
     assert clahe.record["preprocess"] == Clahe().describe()
     assert clahe.checkpoint != plain.checkpoint
     # same seed, same batches: the head differs only because the pixels did
-    a, b = (torch.load(t.checkpoint, weights_only=True)["classifier.weight"] for t in (plain, clahe))
+    a, b = (
+        torch.load(t.checkpoint, weights_only=True)["classifier.weight"] for t in (plain, clahe)
+    )
     assert not torch.equal(a, b)
     assert train_on_cells("lite0", crops, [("clean", 0)], split, preprocess="clahe", **kw).reused
 
 
-def test_cli_train_clahe_evaluates_behind_clahe_and_evaluate_warns_without_it(crops, tmp_path,
-                                                                             caplog):
+def test_cli_train_clahe_evaluates_behind_clahe_and_evaluate_warns_without_it(
+    crops, tmp_path, caplog
+):
     from robustlab.cli import main
     from robustlab.evaluation import plan_run
     from robustlab.store import Store
 
     db = tmp_path / "r.duckdb"
-    assert main(["train", "lite0", "--data", str(crops), "--suite", "imagenet-c", "--protocol",
-                 "ex1", "--shift", "contrast", "--level", "3", "--steps", "3",
-                 "--train-batch-size", "4", "--test-fraction", "0.25", "--out",
-                 str(tmp_path / "ckpt"), "--db", str(db), "--device", "cpu",
-                 "--preprocess", "clahe"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "lite0",
+                "--data",
+                str(crops),
+                "--suite",
+                "imagenet-c",
+                "--protocol",
+                "ex1",
+                "--shift",
+                "contrast",
+                "--level",
+                "3",
+                "--steps",
+                "3",
+                "--train-batch-size",
+                "4",
+                "--test-fraction",
+                "0.25",
+                "--out",
+                str(tmp_path / "ckpt"),
+                "--db",
+                str(db),
+                "--device",
+                "cpu",
+                "--preprocess",
+                "clahe",
+            ]
+        )
+        == 0
+    )
     (config,) = Store(db).runs()["config"]
     assert config["defence"] == {"preprocess": Clahe().describe(), "tta": None}
     assert config["fine_tuned"]["preprocess"] == Clahe().describe()

@@ -53,11 +53,15 @@ def test_demo_photos_load_with_labels_and_masks():
         # GrabCut never puts foreground outside its seed box (give or take the rounding of
         # the scaled-down copy it runs on)
         outside = np.ones_like(mask)
-        outside[max(0, y0 - 2):y1 + 2, max(0, x0 - 2):x1 + 2] = False
+        outside[max(0, y0 - 2) : y1 + 2, max(0, x0 - 2) : x1 + 2] = False
         assert not (mask & outside).any(), p.id
     # a correct prediction is any mapped ImageNet id: the cat's three cat classes
     cat = space.index_of("cat")
-    assert {imagenet.classes[i] for i in space.imagenet_ids[cat]} == {"tabby", "tiger cat", "Egyptian cat"}
+    assert {imagenet.classes[i] for i in space.imagenet_ids[cat]} == {
+        "tabby",
+        "tiger cat",
+        "Egyptian cat",
+    }
     assert space.index_of(imagenet.wnids[282]) == cat
 
 
@@ -73,15 +77,22 @@ def test_materialise_copies_bytes_and_resume_keeps_files(tmp_path):
     materialise(tmp_path, FAST_PHOTOS)
     assert (data / FAST_PHOTOS[0]).stat().st_mtime_ns == before  # unchanged files are not rewritten
     materialise(tmp_path, FAST_PHOTOS[:1])  # a smaller selection leaves no stale photo behind
-    assert sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file()) == FAST_PHOTOS[:1]
+    assert (
+        sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file())
+        == FAST_PHOTOS[:1]
+    )
 
 
 def test_plan_leaves_out_what_cannot_run_offline():
     plan = {suite: (shifts, notes) for suite, shifts, _, notes in plan_demo()}
     assert len(plan["imagenet-c"][0]) == 15
-    assert "ai_bg" not in plan["ximagenet12"][0] and any("ai_bg" in n for n in plan["ximagenet12"][1])
+    assert "ai_bg" not in plan["ximagenet12"][0] and any(
+        "ai_bg" in n for n in plan["ximagenet12"][1]
+    )
     # one photo per class: mixed_same has no donor for any photo
-    assert "mixed_same" not in plan["imagenet9"][0] and any("mixed_same" in n for n in plan["imagenet9"][1])
+    assert "mixed_same" not in plan["imagenet9"][0] and any(
+        "mixed_same" in n for n in plan["imagenet9"][1]
+    )
     assert plan["imagenet-e"][0][:3] == ["obj_size", "obj_position", "obj_direction"]
     with pytest.raises(ValueError, match="not an ImageNet-C corruption"):
         plan_demo(corruptions=["blur_bg"])
@@ -165,12 +176,18 @@ def _check_numbers_agree(out) -> pd.DataFrame:
     printed = printed[printed["level"] != "all"]
     assert len(printed) == len(cells) > 0
     merged = printed.assign(key=printed["run_id"] + "|" + printed["shift"] + "|" + printed["level"])
-    want = cells.assign(key=cells["run_id"].str[:8] + "|" + cells["shift"] + "|" + cells["level"].astype(str))
+    want = cells.assign(
+        key=cells["run_id"].str[:8] + "|" + cells["shift"] + "|" + cells["level"].astype(str)
+    )
     joined = merged.merge(want, on="key", suffixes=("_printed", "_db"))
     assert len(joined) == len(cells)
     for col in ("n", "top1", "top5", "error"):
-        np.testing.assert_allclose(joined[f"{col}_printed"].astype(float), joined[f"{col}_db"].astype(float),
-                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            joined[f"{col}_printed"].astype(float),
+            joined[f"{col}_db"].astype(float),
+            rtol=1e-12,
+            atol=1e-12,
+        )
     rows = _report_cells((out / REPORT_NAME).read_text(encoding="utf-8"))
     shown = {(r["Run"], r["Shift"], r["Level"]): r for r in rows if r["Level"] != "all"}
     assert len(shown) == len(printed)
@@ -187,8 +204,18 @@ def fast_demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     buf, err = io.StringIO(), io.StringIO()
     with redirect_stdout(buf), redirect_stderr(err):
-        assert run_demo(out, photos=FAST_PHOTOS, corruptions=FAST_CORRUPTIONS, levels=[1, 5],
-                        scenarios=FAST_SCENARIOS, workers=0, progress=False) == 0
+        assert (
+            run_demo(
+                out,
+                photos=FAST_PHOTOS,
+                corruptions=FAST_CORRUPTIONS,
+                levels=[1, 5],
+                scenarios=FAST_SCENARIOS,
+                workers=0,
+                progress=False,
+            )
+            == 0
+        )
     return {"out": out, "stdout": buf.getvalue(), "stderr": err.getvalue()}
 
 
@@ -239,7 +266,9 @@ def test_fast_demo_clean_predictions_are_lite0s(fast_demo):
     for s, ids in zip(samples, top5):
         row = clean.loc[s.id]
         assert list(row["top5_ids"]) == ids.tolist()
-        assert bool(row["correct"]) == (int(ids[0]) in space.imagenet_ids[space.index_of(s.class_name)])
+        assert bool(row["correct"]) == (
+            int(ids[0]) in space.imagenet_ids[space.index_of(s.class_name)]
+        )
 
 
 def test_fast_demo_numbers_agree_and_summary_comes_from_the_db(fast_demo):
@@ -254,8 +283,19 @@ def test_fast_demo_rerun_resumes_without_duplicates(fast_demo):
     before = Store(out / DB_NAME).count()
     err = io.StringIO()
     with redirect_stdout(io.StringIO()), redirect_stderr(err):
-        assert run_demo(out, photos=FAST_PHOTOS, corruptions=FAST_CORRUPTIONS, levels=[1, 5],
-                        scenarios=FAST_SCENARIOS, workers=0, progress=False, report=False) == 0
+        assert (
+            run_demo(
+                out,
+                photos=FAST_PHOTOS,
+                corruptions=FAST_CORRUPTIONS,
+                levels=[1, 5],
+                scenarios=FAST_SCENARIOS,
+                workers=0,
+                progress=False,
+                report=False,
+            )
+            == 0
+        )
     store = Store(out / DB_NAME)
     assert store.count() == before and len(store.runs()) == 4
     assert "0 predictions written (resumed)" in err.getvalue()

@@ -22,8 +22,13 @@ from robustlab.shifts.scenes import DonorPool
 from robustlab.suites import get_suite
 
 CLASSES = ("n01440764", "n01443537", "n01484850")  # ImageNet-1k wnids: tench, goldfish, shark
-MASKED = {"n01440764/x0.png", "n01440764/x2.png", "n01443537/x1.png", "n01484850/x0.png",
-          "n01484850/x3.png"}
+MASKED = {
+    "n01440764/x0.png",
+    "n01440764/x2.png",
+    "n01443537/x1.png",
+    "n01484850/x0.png",
+    "n01484850/x3.png",
+}
 MIXES = ["mixed_same", "mixed_rand", "mixed_next"]
 
 
@@ -85,20 +90,24 @@ def test_donor_pool_rule_does_not_depend_on_the_selection(dataset):
 
 
 def test_generated_and_on_the_fly_pixels_agree_with_partial_masks_and_limit(
-        dataset, tmp_path, lite0):
+    dataset, tmp_path, lite0
+):
     from robustlab.evaluation import plan_run
 
     data, masks = dataset
     out = tmp_path / "gen"
-    res = generate("imagenet9", data, out, shifts=MIXES, masks=masks, limit=4, progress=False, workers=0)
+    res = generate(
+        "imagenet9", data, out, shifts=MIXES, masks=masks, limit=4, progress=False, workers=0
+    )
     assert res.written > 0
     samples = discover(data, masks=masks)
     cells = [(n, "default") for n in MIXES]
     generated = _generated(out, samples, cells, get_suite("imagenet9").protocol)
     assert len(generated) == res.written
 
-    plan = plan_run(lite0, data, suite="imagenet9", shifts=MIXES, masks=masks,
-                    label_space="imagenet1k")
+    plan = plan_run(
+        lite0, data, suite="imagenet9", shifts=MIXES, masks=masks, label_space="imagenet1k"
+    )
     images = plan["images"]
     by_id = {s.id: s for s in plan["samples"]}
     for (sid, shift, level), img in generated.items():
@@ -138,10 +147,12 @@ def test_segment_uses_the_same_donors_as_generate_despite_limit(dataset, tmp_pat
     cells = [("random_bg", "add"), ("random_bg", "paste")]
     generated = _generated(out, samples, cells, protocol)
     rec = _Recording()
-    res = evaluate_segmentation(rec, data, masks=masks, suite="ximagenet12", shifts=["random_bg"],
-                                limit=2, batch_size=1)
-    assert res.skipped == [(s.id, "no mask in the masks folder") for s in samples
-                           if s.id not in MASKED]
+    res = evaluate_segmentation(
+        rec, data, masks=masks, suite="ximagenet12", shifts=["random_bg"], limit=2, batch_size=1
+    )
+    assert res.skipped == [
+        (s.id, "no mask in the masks folder") for s in samples if s.id not in MASKED
+    ]
     images = [b[0] for b in rec.seen["batches"]]
     rows = list(zip(res.counts["sample_id"], res.counts["shift"], res.counts["level"]))
     compared = 0

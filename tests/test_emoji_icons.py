@@ -25,10 +25,17 @@ def test_shipped_emoji_test_gives_classes_subtypes_and_skin_tone_versions():
     by_name = {e.name: e for e in items}
     duck = by_name["duck"]
     assert (duck.group, duck.subgroup, duck.subtype, duck.version) == (
-        "Animals & Nature", "animal-bird", "duck", "default")
+        "Animals & Nature",
+        "animal-bird",
+        "duck",
+        "default",
+    )
     thumbs = by_name["thumbs up: medium skin tone"]
     assert (thumbs.subtype, thumbs.version, thumbs.codepoints) == (
-        "thumbs up", "medium skin tone", (0x1F44D, 0x1F3FD))
+        "thumbs up",
+        "medium skin tone",
+        (0x1F44D, 0x1F3FD),
+    )
     red = by_name["man: medium skin tone, red hair"]
     assert (red.subtype, red.version) == ("man: red hair", "medium skin tone")
     # A qualifier that is not a skin tone stays part of the subtype (keycaps are distinct).
@@ -37,8 +44,11 @@ def test_shipped_emoji_test_gives_classes_subtypes_and_skin_tone_versions():
 
 def test_another_emoji_test_file_is_read_and_a_wrong_one_refused(tmp_path):
     f = tmp_path / "emoji-test.txt"
-    f.write_text("# group: Animals & Nature\n# subgroup: animal-bird\n"
-                 "1F986 ; fully-qualified # \U0001F986 E3.0 duck\n", encoding="utf-8")
+    f.write_text(
+        "# group: Animals & Nature\n# subgroup: animal-bird\n"
+        "1F986 ; fully-qualified # \U0001f986 E3.0 duck\n",
+        encoding="utf-8",
+    )
     assert [e.subtype for e in emoji.read_emoji_test(f)] == ["duck"]
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
@@ -69,8 +79,9 @@ def test_openmoji_set_has_manifest_licence_and_square_images(tmp_path):
 def test_each_font_style_draws_its_own_look(tmp_path):
     for style in ("noto", "symbola", "openmoji"):
         _skip_unless(style)
-    res = emoji.build_icons(tmp_path / "icons", styles=["noto", "symbola", "openmoji"],
-                            limit_per_class=1)
+    res = emoji.build_icons(
+        tmp_path / "icons", styles=["noto", "symbola", "openmoji"], limit_per_class=1
+    )
     rows = list(csv.DictReader(res.manifest.open(encoding="utf-8")))
     # Symbola has no ligatures: only single code points (no skin-tone versions).
     sym = [r for r in rows if r["style"] == "symbola"]
@@ -78,10 +89,12 @@ def test_each_font_style_draws_its_own_look(tmp_path):
     assert res.skipped["symbola"] > 0
     # Noto joins sequences: skin-tone versions are drawn.
     assert any(r["version"] != "default" for r in rows if r["style"] == "noto")
+
     # Symbola is monochrome, the colour fonts are not.
     def saturation(r):
         a = np.asarray(Image.open(tmp_path / "icons" / r["file"]), dtype=int)
         return float((a.max(2) - a.min(2)).mean())
+
     face = {r["style"]: r for r in rows if r["subtype"] == "grinning face"}
     assert saturation(face["symbola"]) < 1.0 < saturation(face["noto"])
     assert saturation(face["openmoji"]) > 1.0

@@ -19,11 +19,16 @@ from robustlab.errors import (
 )
 
 
-@pytest.mark.parametrize("cls,base,code", [
-    (InputError, ValueError, 2), (InputChangedError, ValueError, 2),
-    (MissingResourceError, FileNotFoundError, 2), (StoreError, Exception, 3),
-    (EnvironmentProblem, OSError, 3),
-])
+@pytest.mark.parametrize(
+    "cls,base,code",
+    [
+        (InputError, ValueError, 2),
+        (InputChangedError, ValueError, 2),
+        (MissingResourceError, FileNotFoundError, 2),
+        (StoreError, Exception, 3),
+        (EnvironmentProblem, OSError, 3),
+    ],
+)
 def test_bases_codes_and_pickled_hints(cls, base, code):
     """Errors raised in worker processes come back pickled: class, message and hint intact."""
     err = cls("something is off", hint="try this")
@@ -32,15 +37,20 @@ def test_bases_codes_and_pickled_hints(cls, base, code):
     assert type(back) is cls and back.message == "something is off" and back.hint == "try this"
 
 
-@pytest.mark.parametrize("code,cls,words", [
-    (errno.ENOSPC, EnvironmentProblem, "no space left on device"),
-    (errno.EROFS, EnvironmentProblem, "read-only file system"),
-    (errno.EACCES, EnvironmentProblem, "permission denied"),
-    (errno.ENOTDIR, InputError, "a part of the path is a file, not a folder"),
-    (errno.EISDIR, InputError, "is a folder"),
-])
+@pytest.mark.parametrize(
+    "code,cls,words",
+    [
+        (errno.ENOSPC, EnvironmentProblem, "no space left on device"),
+        (errno.EROFS, EnvironmentProblem, "read-only file system"),
+        (errno.EACCES, EnvironmentProblem, "permission denied"),
+        (errno.ENOTDIR, InputError, "a part of the path is a file, not a folder"),
+        (errno.EISDIR, InputError, "is a folder"),
+    ],
+)
 def test_os_errors_the_user_can_fix(code, cls, words):
-    err = environment_problem(OSError(code, "raw text", "/data/out.json"), "cannot write the manifest")
+    err = environment_problem(
+        OSError(code, "raw text", "/data/out.json"), "cannot write the manifest"
+    )
     assert type(err) is cls and err.hint
     assert str(err) == f"cannot write the manifest: {words} (/data/out.json)"
 
@@ -51,6 +61,8 @@ def test_other_os_errors_stay_bugs():
     with pytest.raises(OSError) as caught, environment_errors("cannot write"):
         raise raw
     assert caught.value is raw
-    with pytest.raises(EnvironmentProblem, match="cannot write x: no space left on device"), \
-            environment_errors("cannot write x"):
+    with (
+        pytest.raises(EnvironmentProblem, match="cannot write x: no space left on device"),
+        environment_errors("cannot write x"),
+    ):
         raise OSError(errno.ENOSPC, "No space left on device", "x")

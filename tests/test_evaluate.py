@@ -69,8 +69,18 @@ def lite0():
 @pytest.fixture(scope="module")
 def first_run(photos, lite0, tmp_path_factory):
     db = tmp_path_factory.mktemp("db") / "r.duckdb"
-    df = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
-                            db=db, seed=0, workers=1, batch_size=6, progress=False)
+    df = robustlab.evaluate(
+        lite0,
+        photos,
+        suite="imagenet-c",
+        shifts=CORRUPTIONS,
+        levels=LEVELS,
+        db=db,
+        seed=0,
+        workers=1,
+        batch_size=6,
+        progress=False,
+    )
     return df, db
 
 
@@ -89,29 +99,57 @@ def test_one_row_per_cell_and_predictions_stored(first_run, lite0, photos):
     assert run["model_spec"] == "lite0" and run["weights_hash"] == lite0.weights_hash
     assert run["seed"] == 0 and run["suite"] == "imagenet-c" and run["label_space"] == "imagenet1k"
     assert run["preprocessing"]["protocol"]["crop"] == 224 and run["versions"]["torch"]
-    assert run["config"]["source"] == "on-the-fly" and run["config"]["labels_csv"].endswith("labels.csv")
+    assert run["config"]["source"] == "on-the-fly" and run["config"]["labels_csv"].endswith(
+        "labels.csv"
+    )
     preds = store.predictions([df.attrs["run_id"]])
     clean = preds[preds["shift"] == "clean"]
     with open(photos / "labels.csv", newline="") as fh:
         index = {r["file"]: int(r["index"]) for r in csv.DictReader(fh)}
     assert dict(zip(clean["sample_id"], clean["label"])) == index
-    assert all(len(ids) == 5 and list(p) == sorted(p, reverse=True)
-               for ids, p in zip(preds["top5_ids"], preds["top5_probs"]))
-    assert (preds["correct"] == [ids[0] == lab for ids, lab in zip(preds["top5_ids"], preds["label"])]).all()
+    assert all(
+        len(ids) == 5 and list(p) == sorted(p, reverse=True)
+        for ids, p in zip(preds["top5_ids"], preds["top5_probs"])
+    )
+    assert (
+        preds["correct"] == [ids[0] == lab for ids, lab in zip(preds["top5_ids"], preds["label"])]
+    ).all()
 
 
 def test_rerun_skips_stored_keys_and_worker_count_does_not_matter(first_run, photos, lite0):
     df, db = first_run
     before = Store(db).predictions([df.attrs["run_id"]])
-    again = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
-                               db=db, seed=0, workers=0, batch_size=5, progress=False)
+    again = robustlab.evaluate(
+        lite0,
+        photos,
+        suite="imagenet-c",
+        shifts=CORRUPTIONS,
+        levels=LEVELS,
+        db=db,
+        seed=0,
+        workers=0,
+        batch_size=5,
+        progress=False,
+    )
     assert again.attrs["run_id"] == df.attrs["run_id"] and again.attrs["n_written"] == 0
     # Simulate a crash that lost some rows, then resume with a different worker count.
     with Store(db).connect() as con:
-        con.execute("DELETE FROM predictions WHERE run_id = ? AND (sample_id LIKE 'n015%' OR shift = ?)",
-                    [df.attrs["run_id"], CORRUPTIONS[-1]])
-    resumed = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
-                                 db=db, seed=0, workers=2, batch_size=7, progress=False)
+        con.execute(
+            "DELETE FROM predictions WHERE run_id = ? AND (sample_id LIKE 'n015%' OR shift = ?)",
+            [df.attrs["run_id"], CORRUPTIONS[-1]],
+        )
+    resumed = robustlab.evaluate(
+        lite0,
+        photos,
+        suite="imagenet-c",
+        shifts=CORRUPTIONS,
+        levels=LEVELS,
+        db=db,
+        seed=0,
+        workers=2,
+        batch_size=7,
+        progress=False,
+    )
     assert 0 < resumed.attrs["n_written"] < len(before)
     after = Store(db).predictions([df.attrs["run_id"]])
     pd.testing.assert_frame_equal(before, after)
@@ -122,10 +160,26 @@ def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, 
 
     df, db = first_run
     out = tmp_path / "gen"
-    generate("imagenet-c", photos, out, shifts=CORRUPTIONS, levels=",".join(map(str, LEVELS)),
-             seed=0, workers=0, progress=False)
-    gen = robustlab.evaluate(lite0, out, shifts=CORRUPTIONS, levels=LEVELS, db=db,
-                             workers=1, batch_size=6, progress=False)
+    generate(
+        "imagenet-c",
+        photos,
+        out,
+        shifts=CORRUPTIONS,
+        levels=",".join(map(str, LEVELS)),
+        seed=0,
+        workers=0,
+        progress=False,
+    )
+    gen = robustlab.evaluate(
+        lite0,
+        out,
+        shifts=CORRUPTIONS,
+        levels=LEVELS,
+        db=db,
+        workers=1,
+        batch_size=6,
+        progress=False,
+    )
     assert gen.attrs["run_id"] != df.attrs["run_id"]
     store = Store(db)
     a = store.predictions([df.attrs["run_id"]]).drop(columns="run_id")
@@ -137,18 +191,30 @@ def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, 
 
 def test_other_seed_is_another_run(first_run, photos, lite0):
     df, db = first_run
-    other = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=CORRUPTIONS[:1], levels=[3],
-                               db=db, seed=1, workers=0, batch_size=8, progress=False)
+    other = robustlab.evaluate(
+        lite0,
+        photos,
+        suite="imagenet-c",
+        shifts=CORRUPTIONS[:1],
+        levels=[3],
+        db=db,
+        seed=1,
+        workers=0,
+        batch_size=8,
+        progress=False,
+    )
     assert other.attrs["run_id"] != df.attrs["run_id"]
     store = Store(db)
     key = ["sample_id", "shift", "level"]
     a = store.predictions([df.attrs["run_id"]]).set_index(key)
     b = store.predictions([other.attrs["run_id"]]).set_index(key)
-    clean = ("clean" == b.index.get_level_values("shift"))
+    clean = "clean" == b.index.get_level_values("shift")
     assert (a.loc[b.index[clean], "top5_ids"].map(list) == b.loc[clean, "top5_ids"].map(list)).all()
     noisy = b.index[~clean]
     # a different seed draws different noise: some probabilities must move.
-    assert not np.allclose(np.stack(a.loc[noisy, "top5_probs"]), np.stack(b.loc[noisy, "top5_probs"]))
+    assert not np.allclose(
+        np.stack(a.loc[noisy, "top5_probs"]), np.stack(b.loc[noisy, "top5_probs"])
+    )
 
 
 def test_bad_inputs_fail_before_anything_is_written(photos, tmp_path, samples_dir):
@@ -178,8 +244,17 @@ def test_unreadable_images_are_skipped_counted_and_listed(samples_dir, lite0, tm
     (data / "broken.JPEG").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
     (data / "labels.csv").write_text("\n".join([*rows, "broken.JPEG,0,n01440764,tench"]) + "\n")
     db = tmp_path / "r.duckdb"
-    df = robustlab.evaluate(lite0, data, suite="imagenet-c", shifts=CORRUPTIONS[:1], levels=[1],
-                            db=db, workers=1, batch_size=4, progress=False)
+    df = robustlab.evaluate(
+        lite0,
+        data,
+        suite="imagenet-c",
+        shifts=CORRUPTIONS[:1],
+        levels=[1],
+        db=db,
+        workers=1,
+        batch_size=4,
+        progress=False,
+    )
     assert (df["n"] == 3).all()
     run = Store(db).get_run(df.attrs["run_id"])
     assert run["n_skipped"] == 1 and run["skipped"][0][0] == "broken.JPEG"
@@ -188,8 +263,28 @@ def test_unreadable_images_are_skipped_counted_and_listed(samples_dir, lite0, tm
 
 def test_cli_evaluate_results_formats_and_export(photos, tmp_path, capsys):
     db = tmp_path / "cli.duckdb"
-    assert cli(["evaluate", "lite0", "--data", str(photos), "--suite", "imagenet-c", "--db", str(db),
-                "--shift", CORRUPTIONS[0], "--level", "2", "--workers", "0", "--no-progress"]) == 0
+    assert (
+        cli(
+            [
+                "evaluate",
+                "lite0",
+                "--data",
+                str(photos),
+                "--suite",
+                "imagenet-c",
+                "--db",
+                str(db),
+                "--shift",
+                CORRUPTIONS[0],
+                "--level",
+                "2",
+                "--workers",
+                "0",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "clean" in out and CORRUPTIONS[0] in out
     assert cli(["results", "--db", str(db), "--format", "json"]) == 0
@@ -214,11 +309,27 @@ def test_cli_evaluate_results_formats_and_export(photos, tmp_path, capsys):
 @pytest.mark.slow
 def test_ce_rows_against_a_stored_baseline(photos, tmp_path, capsys):
     db = tmp_path / "ce.duckdb"
-    kw = dict(suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS, db=db, workers=1, progress=False)
+    kw = dict(
+        suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS, db=db, workers=1, progress=False
+    )
     a = robustlab.evaluate("lite0", photos, **kw)
     b = robustlab.evaluate("lite1", photos, **kw)
-    assert cli(["results", "--db", str(db), "--model", "lite0", "--baseline", "lite1",
-                "--format", "json"]) == 0
+    assert (
+        cli(
+            [
+                "results",
+                "--db",
+                str(db),
+                "--model",
+                "lite0",
+                "--baseline",
+                "lite1",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     ce = {r["shift"]: r for r in rows if r["ce"] is not None}
     ea, eb = a.set_index(["shift", "level"])["error"], b.set_index(["shift", "level"])["error"]
@@ -237,10 +348,28 @@ def _stop_then_resume(folder: Path, n_photos: int, db: Path, sig: int, status: i
     The run must end with exit status ``status``, be recorded as interrupted with only
     part of the rows, and the same command must then complete it without duplicate rows.
     """
-    args = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(folder),
-            "--suite", "imagenet-c", "--db", str(db), "--batch-size", "2", "--workers", "1",
-            "--no-progress"] + sum((["--shift", c] for c in CORRUPTIONS), []) + \
-           sum((["--level", str(lv)] for lv in LEVELS), [])
+    args = (
+        [
+            sys.executable,
+            "-m",
+            "robustlab.cli",
+            "evaluate",
+            "lite0",
+            "--data",
+            str(folder),
+            "--suite",
+            "imagenet-c",
+            "--db",
+            str(db),
+            "--batch-size",
+            "2",
+            "--workers",
+            "1",
+            "--no-progress",
+        ]
+        + sum((["--shift", c] for c in CORRUPTIONS), [])
+        + sum((["--level", str(lv)] for lv in LEVELS), [])
+    )
     total = n_photos * (1 + len(CORRUPTIONS) * len(LEVELS))
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = Store(db)
@@ -292,14 +421,23 @@ def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, mon
 
     monkeypatch.setitem(executors.EXECUTORS, "counting", counting)
     df, db = first_run
-    kw = {"suite": "imagenet-c", "shifts": CORRUPTIONS, "levels": LEVELS, "db": db, "seed": 0,
-          "backend": "counting", "progress": False}
+    kw = {
+        "suite": "imagenet-c",
+        "shifts": CORRUPTIONS,
+        "levels": LEVELS,
+        "db": db,
+        "seed": 0,
+        "backend": "counting",
+        "progress": False,
+    }
     again = robustlab.evaluate(lite0, photos, workers=2, **kw)
     assert calls == [] and again.attrs["n_written"] == 0
     assert Store(db).get_run(df.attrs["run_id"])["status"] == "finished"
     # The same path with something left does ask the executor (the counter is live).
     with Store(db).connect() as con:
-        con.execute("DELETE FROM predictions WHERE run_id = ? AND shift = 'clean'", [df.attrs["run_id"]])
+        con.execute(
+            "DELETE FROM predictions WHERE run_id = ? AND shift = 'clean'", [df.attrs["run_id"]]
+        )
     resumed = robustlab.evaluate(lite0, photos, workers=0, **kw)
     assert calls == [(N_PHOTOS, 0)] and resumed.attrs["n_written"] == N_PHOTOS
 
@@ -310,15 +448,27 @@ def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
-    first = RunRecord(run_id="r1", model_spec="lite0",
-                      config={"inpainter": {"path": "/ckpt/a", "fingerprint": "aaaa"}})
+    first = RunRecord(
+        run_id="r1",
+        model_spec="lite0",
+        config={"inpainter": {"path": "/ckpt/a", "fingerprint": "aaaa"}},
+    )
     _check_same_resources(store, first)  # no database yet: nothing to compare
     store.start_run(first)
-    same = RunRecord(run_id="r1", model_spec="lite0",
-                     config={"inpainter": {"path": "/ckpt/a-copy", "fingerprint": "aaaa"}})
+    same = RunRecord(
+        run_id="r1",
+        model_spec="lite0",
+        config={"inpainter": {"path": "/ckpt/a-copy", "fingerprint": "aaaa"}},
+    )
     _check_same_resources(store, same)
-    other = RunRecord(run_id="r1", model_spec="lite0",
-                      config={"inpainter": {"path": "/ckpt/b", "fingerprint": "bbbb"}})
-    with pytest.raises(ValueError, match=r"already holds ai_bg images drawn by the inpainter /ckpt/a \(fingerprint aaaa\).*/ckpt/b \(bbbb\)"):
+    other = RunRecord(
+        run_id="r1",
+        model_spec="lite0",
+        config={"inpainter": {"path": "/ckpt/b", "fingerprint": "bbbb"}},
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"already holds ai_bg images drawn by the inpainter /ckpt/a \(fingerprint aaaa\).*/ckpt/b \(bbbb\)",
+    ):
         _check_same_resources(store, other)
     _check_same_resources(store, RunRecord(run_id="r2", model_spec="lite0", config=other.config))

@@ -67,8 +67,17 @@ def test_rows_are_stored_under_a_run_of_their_own(runs):
 
 def test_rerun_resumes_the_torch_run_only(runs, photos, lite0):
     _, ours, db = runs
-    again = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=SHIFTS, levels=[1],
-                               db=db, workers=0, shift_device="cpu", progress=False)
+    again = robustlab.evaluate(
+        lite0,
+        photos,
+        suite="imagenet-c",
+        shifts=SHIFTS,
+        levels=[1],
+        db=db,
+        workers=0,
+        shift_device="cpu",
+        progress=False,
+    )
     assert again.attrs["run_id"] == ours.attrs["run_id"]
     assert again.attrs["resumed"] and again.attrs["n_written"] == 0
 
@@ -86,9 +95,32 @@ def test_summary_labels_the_torch_path(runs):
 
 def test_cli_flag_runs_the_torch_path(photos, tmp_path, capsys):
     db = tmp_path / "cli.duckdb"
-    assert cli(["evaluate", "lite0", "--data", str(photos), "--labels", str(photos / "labels.csv"),
-                "--suite", "imagenet-c", "--shift", "contrast", "--level", "5", "--db", str(db),
-                "--workers", "0", "--shift-device", "cpu", "--no-progress"]) == 0
+    assert (
+        cli(
+            [
+                "evaluate",
+                "lite0",
+                "--data",
+                str(photos),
+                "--labels",
+                str(photos / "labels.csv"),
+                "--suite",
+                "imagenet-c",
+                "--shift",
+                "contrast",
+                "--level",
+                "5",
+                "--db",
+                str(db),
+                "--workers",
+                "0",
+                "--shift-device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     run = Store(db).runs()
     assert len(run) == 1
     assert run.iloc[0]["config"]["shift_path"]["device"] == "cpu"
@@ -97,13 +129,14 @@ def test_cli_flag_runs_the_torch_path(photos, tmp_path, capsys):
 def test_bad_shift_device_requests_are_clear_errors(photos, lite0, tmp_path):
     kw = dict(db=tmp_path / "x.duckdb", workers=0, progress=False)
     with pytest.raises(InputError, match="shift device"):
-        robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=["contrast"],
-                           shift_device="tpu", **kw)
+        robustlab.evaluate(
+            lite0, photos, suite="imagenet-c", shifts=["contrast"], shift_device="tpu", **kw
+        )
     with pytest.raises(InputError, match="corruptions only"):
-        robustlab.evaluate(lite0, photos, suite="imagenet9", masks=photos,
-                           shift_device="cpu", **kw)
+        robustlab.evaluate(lite0, photos, suite="imagenet9", masks=photos, shift_device="cpu", **kw)
     if not torch.cuda.is_available():
         with pytest.raises(EnvironmentProblem, match="no CUDA device"):
-            robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=["contrast"],
-                               shift_device="cuda", **kw)
+            robustlab.evaluate(
+                lite0, photos, suite="imagenet-c", shifts=["contrast"], shift_device="cuda", **kw
+            )
     assert not (tmp_path / "x.duckdb").exists()

@@ -42,8 +42,11 @@ def _flat_copy(samples_dir: Path, dest: Path, names=PHOTOS) -> Path:
 
 
 def _files(out: Path) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes()
-            for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (MANIFEST, LOCK)}
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name not in (MANIFEST, LOCK)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +57,9 @@ def three(samples_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def generated(three, tmp_path_factory):
     out = tmp_path_factory.mktemp("gen") / "out"
-    res = generate("imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES,
-                   workers=0, progress=False)
+    res = generate(
+        "imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES, workers=0, progress=False
+    )
     return out, res
 
 
@@ -63,8 +67,9 @@ def test_layout_and_pixels(generated, three):
     out, res = generated
     n = len(PHOTOS) * len(CORRUPTIONS) * len(SEVERITIES)
     assert (res.written, res.skipped_existing, res.failed) == (n, 0, 0)
-    expected = {f"{c}/{s}/{p.split('_')[0]}/{p}" for c in CORRUPTIONS for s in SEVERITIES
-                for p in PHOTOS}
+    expected = {
+        f"{c}/{s}/{p.split('_')[0]}/{p}" for c in CORRUPTIONS for s in SEVERITIES for p in PHOTOS
+    }
     assert set(_files(out)) == expected
     # A generated file holds exactly encode(apply_shift(prepare(source))), so evaluating on
     # the fly (as_stored) and reading the folder see the same pixels.
@@ -85,17 +90,29 @@ def test_manifest(generated):
     for lib in ("robustlab", "numpy", "scipy", "opencv", "pillow", "scikit-image", "numba"):
         assert m["versions"][lib], lib
     assert m["seed"] == 0 and m["suite"]["name"] == "imagenet-c" and m["suite"]["version"]
-    assert m["protocol"] == {"resize": 256, "crop": 224, "interpolation": "bilinear",
-                             "format": "jpeg", "jpeg_quality": 85}
+    assert m["protocol"] == {
+        "resize": 256,
+        "crop": 224,
+        "interpolation": "bilinear",
+        "format": "jpeg",
+        "jpeg_quality": 85,
+    }
     shifts = {s.name: s for s in list_shifts()}
     assert [(c["shift"], c["level"]) for c in m["cells"]] == [
-        (c, s) for c in CORRUPTIONS for s in SEVERITIES]
+        (c, s) for c in CORRUPTIONS for s in SEVERITIES
+    ]
     for c in m["cells"]:
         assert json.dumps(c["params"]) == json.dumps(
-            json.loads(json.dumps(shifts[c["shift"]].params[c["level"]])))
+            json.loads(json.dumps(shifts[c["shift"]].params[c["level"]]))
+        )
     n = len(PHOTOS) * len(CORRUPTIONS) * len(SEVERITIES)
-    assert m["counts"] == {"written": n, "written_this_run": n, "skipped_existing": 0,
-                           "failed": 0, "skipped_inputs": 0}
+    assert m["counts"] == {
+        "written": n,
+        "written_this_run": n,
+        "skipped_existing": 0,
+        "failed": 0,
+        "skipped_inputs": 0,
+    }
     assert m["converted"] == [{"id": "n03388043_fountain.JPEG", "note": "converted from L"}]
     assert m["runs"][-1]["status"] == "complete"
     assert m["runs"][-1]["workers"] == 0  # workers=0: in this process, as in evaluate and train
@@ -103,8 +120,15 @@ def test_manifest(generated):
 
 def test_same_files_with_two_workers(generated, three, tmp_path):
     out, _ = generated
-    res = generate("imagenet-c", three, tmp_path / "w2", shifts=CORRUPTIONS,
-                   levels=SEVERITIES, workers=2, progress=False)
+    res = generate(
+        "imagenet-c",
+        three,
+        tmp_path / "w2",
+        shifts=CORRUPTIONS,
+        levels=SEVERITIES,
+        workers=2,
+        progress=False,
+    )
     assert res.written == len(PHOTOS) * len(CORRUPTIONS) * len(SEVERITIES)
     assert _files(tmp_path / "w2") == _files(out)
     assert json.loads((tmp_path / "w2" / MANIFEST).read_text())["runs"][-1]["workers"] == 2
@@ -119,15 +143,20 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
     for p in removed:
         p.unlink()
     # What a killed run leaves behind: a temp file next to a missing cell.
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # a dead pid
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()  # a dead pid
     stale = removed[0].with_name(f".{removed[0].name}.{gone}{TEMP_SUFFIX}")
     stale.write_bytes(b"half a jpeg")
     kept = {p: p.stat().st_mtime_ns for p in files if p not in removed}
     time.sleep(0.05)
 
-    res = generate("imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES,
-                   workers=0, progress=False)
+    res = generate(
+        "imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES, workers=0, progress=False
+    )
     assert res.written == len(removed) and res.skipped_existing == len(kept)
     assert not stale.exists()
     assert {p: p.stat().st_mtime_ns for p in kept} == kept
@@ -140,8 +169,16 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
     assert [r["status"] for r in m["runs"]] == ["complete", "complete"]
 
     with pytest.raises(ValueError, match="seed 0 -> 1"):
-        generate("imagenet-c", three, out, shifts=CORRUPTIONS, levels=SEVERITIES, seed=1,
-                 progress=False, workers=0)
+        generate(
+            "imagenet-c",
+            three,
+            out,
+            shifts=CORRUPTIONS,
+            levels=SEVERITIES,
+            seed=1,
+            progress=False,
+            workers=0,
+        )
     with pytest.raises(ValueError, match="protocol"):
         generate("imagenet-c", three, out, shifts=CORRUPTIONS, fmt="png", progress=False, workers=0)
 
@@ -150,8 +187,22 @@ def test_killed_run_leaves_no_partial_files_and_resumes(samples_dir, tmp_path):
     names = sorted(p.name for p in samples_dir.glob("*.JPEG"))[:40]
     data = _flat_copy(samples_dir, tmp_path / "d", names)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data", str(data),
-           "--out", str(out), "--shifts", CORRUPTIONS[0], "--workers", "0", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "robustlab.cli",
+        "generate",
+        "imagenet-c",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--shifts",
+        CORRUPTIONS[0],
+        "--workers",
+        "0",
+        "--quiet",
+    ]
     kill_after_first_file(cmd, out, "*.JPEG")
     finished = {p: p.stat().st_mtime_ns for p in out.rglob("*.JPEG")}
     for p in finished:  # every final file is complete
@@ -171,7 +222,9 @@ def png_header_only(width: int, height: int) -> bytes:
     import zlib
 
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
@@ -191,7 +244,9 @@ def bad_folder(samples_dir, tmp_path) -> Path:
     photo.convert("CMYK").save(cls / "cmyk.jpg")
     Image.fromarray(x[..., 0].astype(np.uint16) * 257).save(cls / "gray16.png")
     photo.quantize(64).save(cls / "palette.png", transparency=0)
-    Image.fromarray(np.dstack([x, np.full(x.shape[:2], 200, np.uint8)]), "RGBA").save(cls / "rgba.png")
+    Image.fromarray(np.dstack([x, np.full(x.shape[:2], 200, np.uint8)]), "RGBA").save(
+        cls / "rgba.png"
+    )
     photo.resize((20, 20)).save(cls / "tiny.png")
     (cls / "bomb.png").write_bytes(png_header_only(300_000, 300_000))
     (cls / "readme.txt").write_text("notes")
@@ -200,15 +255,26 @@ def bad_folder(samples_dir, tmp_path) -> Path:
 
 def test_bad_inputs_are_converted_or_skipped_with_reasons(bad_folder, tmp_path):
     c = CORRUPTIONS[0]
-    res = generate("imagenet-c", bad_folder, tmp_path / "out", shifts=[c], levels=[2],
-                   workers=0, progress=False)
+    res = generate(
+        "imagenet-c",
+        bad_folder,
+        tmp_path / "out",
+        shifts=[c],
+        levels=[2],
+        workers=0,
+        progress=False,
+    )
     written = sorted(p.stem for p in (tmp_path / "out" / c / "2" / "mixed").iterdir())
     assert written == ["cmyk", "good", "gray16", "palette", "rgba", "tiny"]
     for p in (tmp_path / "out" / c / "2" / "mixed").iterdir():
         assert decode(p.read_bytes()).shape == (224, 224, 3)
     skipped = dict(res.skipped_inputs)
-    assert set(skipped) == {"mixed/truncated.jpg", "mixed/text.JPEG", "mixed/bomb.png",
-                            "mixed/readme.txt"}
+    assert set(skipped) == {
+        "mixed/truncated.jpg",
+        "mixed/text.JPEG",
+        "mixed/bomb.png",
+        "mixed/readme.txt",
+    }
     assert skipped["mixed/truncated.jpg"].startswith("unreadable")
     assert skipped["mixed/text.JPEG"].startswith("not an image")
     assert skipped["mixed/bomb.png"].startswith("too large")
@@ -224,8 +290,16 @@ def test_bad_inputs_are_converted_or_skipped_with_reasons(bad_folder, tmp_path):
     assert "mixed/good.jpg" not in notes and "mixed/tiny.png" not in notes
 
     # Without resizing, the 20x20 source is too small for the shifts.
-    res = generate("imagenet-c", bad_folder, tmp_path / "keep", shifts=[c], levels=[2],
-                   keep_size=True, workers=0, progress=False)
+    res = generate(
+        "imagenet-c",
+        bad_folder,
+        tmp_path / "keep",
+        shifts=[c],
+        levels=[2],
+        keep_size=True,
+        workers=0,
+        progress=False,
+    )
     assert dict(res.skipped_inputs)["mixed/tiny.png"].startswith("too small")
     with Image.open(tmp_path / "keep" / c / "2" / "mixed" / "good.jpg") as im:
         assert im.size == (120, 90)
@@ -235,7 +309,14 @@ def test_user_errors(three, tmp_path):
     with pytest.raises(ValueError, match="unknown suite"):
         generate("no-such-suite", three, tmp_path / "o", progress=False, workers=0)
     with pytest.raises(ValueError, match="no shift of suite"):
-        generate("imagenet-c", three, tmp_path / "o", shifts=["nothing_like_this"], progress=False, workers=0)
+        generate(
+            "imagenet-c",
+            three,
+            tmp_path / "o",
+            shifts=["nothing_like_this"],
+            progress=False,
+            workers=0,
+        )
     with pytest.raises(ValueError, match="no level 9|level 9"):
         generate("imagenet-c", three, tmp_path / "o", levels=[9], progress=False, workers=0)
     with pytest.raises(MissingResourceError, match="does not exist"):
@@ -249,23 +330,62 @@ def test_user_errors(three, tmp_path):
 
 def test_cli(three, tmp_path, capsys):
     c = CORRUPTIONS[-1]
-    rc = main(["generate", "imagenet-c", "--data", str(three), "--out", str(tmp_path / "o"),
-               "--corruptions", c, "--severities", "2-3", "--seed", "7", "--workers", "0",
-               "--quiet", "--format", "png"])
+    rc = main(
+        [
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(three),
+            "--out",
+            str(tmp_path / "o"),
+            "--corruptions",
+            c,
+            "--severities",
+            "2-3",
+            "--seed",
+            "7",
+            "--workers",
+            "0",
+            "--quiet",
+            "--format",
+            "png",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert f"{len(PHOTOS) * 2} written" in printed
     assert sorted(p.name for p in (tmp_path / "o" / c / "3" / "n01440764").iterdir()) == [
-        "n01440764_tench.png"]
+        "n01440764_tench.png"
+    ]
     m = json.loads((tmp_path / "o" / MANIFEST).read_text())
     assert m["seed"] == 7 and m["protocol"]["format"] == "png"
 
-    rc = main(["generate", "imagenet-c", "--data", str(tmp_path / "nope"), "--out",
-               str(tmp_path / "o2"), "--quiet"])
+    rc = main(
+        [
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(tmp_path / "nope"),
+            "--out",
+            str(tmp_path / "o2"),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "does not exist" in err[0]
-    rc = main(["generate", "imagenet-c", "--data", str(three), "--out", str(tmp_path / "o3"),
-               "--corruptions", "warp_drive", "--quiet"])
+    rc = main(
+        [
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(three),
+            "--out",
+            str(tmp_path / "o3"),
+            "--corruptions",
+            "warp_drive",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "warp_drive" in err[0]
 
@@ -282,13 +402,20 @@ def test_masked_and_donor_scenarios(three, tmp_path):
     for name in PHOTOS:
         w, h = Image.open(three / name).size
         m = np.zeros((h, w), np.uint8)
-        m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
+        m[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4] = 255
         Image.fromarray(m).save(masks / (Path(name).stem + ".png"))
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="--masks"):
         generate("ximagenet12", three, out, shifts=["segmented"], progress=False, workers=0)
-    res = generate("ximagenet12", three, out, shifts=["segmented", "random_bg"], masks=masks,
-                   workers=0, progress=False)
+    res = generate(
+        "ximagenet12",
+        three,
+        out,
+        shifts=["segmented", "random_bg"],
+        masks=masks,
+        workers=0,
+        progress=False,
+    )
     levels = len(get_shift("segmented").levels) + len(get_shift("random_bg").levels)
     assert (res.written, res.failed, res.skipped_inputs) == (len(PHOTOS) * levels, 0, [])
     seg = decode((out / "segmented" / "default" / "n01440764" / "n01440764_tench.png").read_bytes())
@@ -296,6 +423,13 @@ def test_masked_and_donor_scenarios(three, tmp_path):
     assert (seg[:20, :20] == 0).all() and seg[100:124, 100:124].any()  # black background
     # Rerunning draws the same donors: nothing changes.
     before = _files(out)
-    generate("ximagenet12", three, tmp_path / "again", shifts=["segmented", "random_bg"],
-             masks=masks, workers=0, progress=False)
+    generate(
+        "ximagenet12",
+        three,
+        tmp_path / "again",
+        shifts=["segmented", "random_bg"],
+        masks=masks,
+        workers=0,
+        progress=False,
+    )
     assert _files(tmp_path / "again") == before

@@ -43,13 +43,29 @@ def make_folder(root: Path, n: int, *, seed: int = 0) -> Path:
 
 
 def _files(out: Path) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and p.name not in (MANIFEST, LOCK)}
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name not in (MANIFEST, LOCK)
+    }
 
 
 def _cli(data: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data", str(data),
-            "--out", str(out), "--workers", "0", "--quiet", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "robustlab.cli",
+        "generate",
+        "imagenet-c",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--workers",
+        "0",
+        "--quiet",
+        *extra,
+    ]
 
 
 def _kill_after_first_file(cmd: list[str], out: Path) -> None:
@@ -70,8 +86,23 @@ def test_killed_generate_refuses_another_seed_and_resumes_the_same(tmp_path, cap
     with pytest.raises(InputChangedError, match=r"seed 0 -> 7") as err:
         generate("imagenet-c", data, out, shifts=[SHIFT], seed=7, workers=0, progress=False)
     assert "--out" in err.value.hint
-    rc = main(["generate", "imagenet-c", "--data", str(data), "--out", str(out), "--shifts",
-               SHIFT, "--seed", "7", "--workers", "0", "--quiet"])
+    rc = main(
+        [
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--shifts",
+            SHIFT,
+            "--seed",
+            "7",
+            "--workers",
+            "0",
+            "--quiet",
+        ]
+    )
     assert rc == 2 and "seed 0 -> 7" in capsys.readouterr().err
     assert _files(out) == partial  # nothing written under seed 7
 
@@ -88,16 +119,26 @@ def test_killed_generate_refuses_another_seed_and_resumes_the_same(tmp_path, cap
 def test_more_images_cells_and_levels_extend_the_same_identity(tmp_path):
     data = make_folder(tmp_path / "data", 5)
     out = tmp_path / "out"
-    first = generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1], limit=3,
-                     workers=0, progress=False)
+    first = generate(
+        "imagenet-c", data, out, shifts=[SHIFT], levels=[1], limit=3, workers=0, progress=False
+    )
     assert first.written == 3
-    more = generate("imagenet-c", data, out, shifts=[SHIFT, "contrast"], levels=[1, 2],
-                    limit=5, workers=0, progress=False)
+    more = generate(
+        "imagenet-c",
+        data,
+        out,
+        shifts=[SHIFT, "contrast"],
+        levels=[1, 2],
+        limit=5,
+        workers=0,
+        progress=False,
+    )
     assert (more.written, more.skipped_existing) == (5 * 4 - 3, 3)
     m = json.loads((out / MANIFEST).read_text())
     assert len(m["samples"]) == 5
     assert {(c["shift"], c["level"]) for c in m["cells"]} == {
-        (s, lv) for s in (SHIFT, "contrast") for lv in (1, 2)}
+        (s, lv) for s in (SHIFT, "contrast") for lv in (1, 2)
+    }
 
 
 def test_a_source_changed_since_generation_is_refused(tmp_path):
@@ -109,17 +150,22 @@ def test_a_source_changed_since_generation_is_refused(tmp_path):
     # would sit next to new ones.
     _photo(np.random.default_rng(99)).save(data / "b" / "img001.jpg", quality=90)
     with pytest.raises(InputChangedError, match=r"b/img001.jpg \(image\)"):
-        generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1, 2], workers=0,
-                 progress=False)
+        generate("imagenet-c", data, out, shifts=[SHIFT], levels=[1, 2], workers=0, progress=False)
     assert _files(out) == before
 
 
 def test_concurrent_generates_keep_both_runs_in_the_history(tmp_path):
     data = make_folder(tmp_path / "data", 30)
     out = tmp_path / "out"
-    procs = [subprocess.Popen(_cli(data, out, "--shifts", shift, "--levels", "1-2"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for shift in (SHIFT, "contrast")]
+    procs = [
+        subprocess.Popen(
+            _cli(data, out, "--shifts", shift, "--levels", "1-2"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for shift in (SHIFT, "contrast")
+    ]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     m = json.loads((out / MANIFEST).read_text())
@@ -138,8 +184,12 @@ def test_a_running_writers_temp_files_are_left_alone(tmp_path):
     cell.mkdir(parents=True)
     live = cell / f".x.jpg.{os.getppid()}.rltmp"
     live.write_bytes(b"in flight")
-    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+    dead_pid = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     dead = cell / f".y.jpg.{dead_pid}.rltmp"
     dead.write_bytes(b"left by a killed run")
     assert remove_temp_files(tmp_path, [SHIFT]) == 1
@@ -162,14 +212,23 @@ def test_a_grown_donor_pool_is_refused_for_donor_cells_only(tmp_path):
     data = make_folder(tmp_path / "data", 4)
     masks = _masks_for(data, tmp_path / "masks")
     out = tmp_path / "out"
-    generate("imagenet9", data, out, shifts=["mixed_rand", "only_fg"], masks=masks, workers=0,
-             progress=False)
+    generate(
+        "imagenet9",
+        data,
+        out,
+        shifts=["mixed_rand", "only_fg"],
+        masks=masks,
+        workers=0,
+        progress=False,
+    )
     # A new photo joins the pool: every sample's random donor may now be another one.
     _photo(np.random.default_rng(5)).save(data / "b" / "img100.jpg", quality=90)
     _masks_for(data, masks)
     with pytest.raises(InputChangedError, match="donor pool of mixed_rand"):
-        generate("imagenet9", data, out, shifts=["mixed_rand"], masks=masks, workers=0,
-                 progress=False)
-    res = generate("imagenet9", data, out, shifts=["only_fg"], masks=masks, workers=0,
-                   progress=False)
+        generate(
+            "imagenet9", data, out, shifts=["mixed_rand"], masks=masks, workers=0, progress=False
+        )
+    res = generate(
+        "imagenet9", data, out, shifts=["only_fg"], masks=masks, workers=0, progress=False
+    )
     assert (res.written, res.skipped_existing) == (1, 4)

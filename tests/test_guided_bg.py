@@ -27,8 +27,14 @@ from robustlab.shifts.synth.guided_bg import (
     space_timesteps,
 )
 
-TINY = ADMConfig(image_size=32, model_channels=32, channel_mult=(1, 2), num_res_blocks=1,
-                 attention_resolutions=(16,), num_head_channels=16)
+TINY = ADMConfig(
+    image_size=32,
+    model_channels=32,
+    channel_mult=(1, 2),
+    num_res_blocks=1,
+    attention_resolutions=(16,),
+    num_head_channels=16,
+)
 
 
 def _randomise(net: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -64,9 +70,9 @@ def _scene(h=32, w=32):
     """Two flat halves (a plain background) and a square object in the middle."""
     img = np.full((h, w, 3), 130, np.uint8)
     img[:, : w // 2] = (60, 90, 40)
-    img[h // 3: 2 * h // 3, w // 3: 2 * w // 3] = (200, 30, 30)
+    img[h // 3 : 2 * h // 3, w // 3 : 2 * w // 3] = (200, 30, 30)
     keep = np.zeros((h, w), bool)
-    keep[h // 3: 2 * h // 3, w // 3: 2 * w // 3] = True
+    keep[h // 3 : 2 * h // 3, w // 3 : 2 * w // 3] = True
     return img, keep
 
 
@@ -103,12 +109,23 @@ def test_adm_loader_round_trips_a_state_dict(tmp_path, tiny_adm):
     assert loaded.describe()["config"]["model_channels"] == 32
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda sd: sd.pop("middle_block.1.qkv.weight"), ["1 missing", "middle_block.1.qkv.weight"]),
-    (lambda sd: sd.__setitem__("extra.weight", torch.zeros(1)), ["1 unexpected", "extra.weight"]),
-    (lambda sd: sd.__setitem__("out.2.weight", torch.zeros(3, 32, 3, 3)),
-     ["another shape", "out.2.weight"]),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            lambda sd: sd.pop("middle_block.1.qkv.weight"),
+            ["1 missing", "middle_block.1.qkv.weight"],
+        ),
+        (
+            lambda sd: sd.__setitem__("extra.weight", torch.zeros(1)),
+            ["1 unexpected", "extra.weight"],
+        ),
+        (
+            lambda sd: sd.__setitem__("out.2.weight", torch.zeros(3, 32, 3, 3)),
+            ["another shape", "out.2.weight"],
+        ),
+    ],
+)
 def test_adm_loader_names_wrong_keys_in_one_line(tmp_path, tiny_adm, change, words):
     sd = dict(tiny_adm.net.state_dict())
     change(sd)
@@ -160,7 +177,8 @@ def test_half_precision_autocast_runs_on_the_cpu(tiny_adm):
     and stays close to float32 from the same seed."""
     img, keep = _scene()
     half = GuidedBackground(tiny_adm, device="cpu", dtype="bfloat16")(
-        img, keep, seed=3, lam=20.0, steps=2)
+        img, keep, seed=3, lam=20.0, steps=2
+    )
     full = GuidedBackground(tiny_adm, device="cpu")(img, keep, seed=3, lam=20.0, steps=2)
     assert np.array_equal(half[keep], img[keep])
     assert np.abs(half.astype(int) - full.astype(int))[~keep].mean() < 8
@@ -174,8 +192,10 @@ def test_complexity_guidance_moves_background_high_frequencies(sampler):
     lambda than the paper's 20 at 256 px: the HF gradient per pixel scales as 1/side)."""
     img, keep = _scene()
     for seed in range(3):
-        hf = {lam: hf_complexity(sampler(img, keep, seed=seed, lam=lam, steps=4), keep)
-              for lam in (-300.0, 0.0, 300.0)}
+        hf = {
+            lam: hf_complexity(sampler(img, keep, seed=seed, lam=lam, steps=4), keep)
+            for lam in (-300.0, 0.0, 300.0)
+        }
         assert hf[-300.0] < hf[0.0] < hf[300.0], (seed, hf)
 
 
@@ -185,10 +205,16 @@ def test_unguided_sampler_on_a_diffusers_unet(tmp_path):
     from diffusers import UNet2DModel
 
     torch.manual_seed(0)
-    unet = UNet2DModel(sample_size=16, in_channels=3, out_channels=6, layers_per_block=1,
-                       block_out_channels=(16, 32), norm_num_groups=8,
-                       down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-                       up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+    unet = UNet2DModel(
+        sample_size=16,
+        in_channels=3,
+        out_channels=6,
+        layers_per_block=1,
+        block_out_channels=(16, 32),
+        norm_num_groups=8,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+    )
     _randomise(unet)
     unet.save_pretrained(tmp_path / "unet")
     den = load_denoiser(tmp_path / "unet")
@@ -282,14 +308,34 @@ def test_resuming_with_another_diffusion_checkpoint_is_refused(tmp_path):
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
-    store.start_run(RunRecord(run_id="r1", model_spec="lite0",
-                              config={"bg_diffusion": {"path": "/a.pt", "fingerprint": "aaaa"}}))
-    _check_same_resources(store, RunRecord(run_id="r1", model_spec="lite0", config={
-        "bg_diffusion": {"path": "/copy.pt", "fingerprint": "aaaa"}}))
-    with pytest.raises(InputChangedError, match=r"bg_complexity/bg_complexity_adv images drawn "
-                                                r"by the bg_diffusion /a.pt \(fingerprint aaaa\)"):
-        _check_same_resources(store, RunRecord(run_id="r1", model_spec="lite0", config={
-            "bg_diffusion": {"path": "/b.pt", "fingerprint": "bbbb"}}))
+    store.start_run(
+        RunRecord(
+            run_id="r1",
+            model_spec="lite0",
+            config={"bg_diffusion": {"path": "/a.pt", "fingerprint": "aaaa"}},
+        )
+    )
+    _check_same_resources(
+        store,
+        RunRecord(
+            run_id="r1",
+            model_spec="lite0",
+            config={"bg_diffusion": {"path": "/copy.pt", "fingerprint": "aaaa"}},
+        ),
+    )
+    with pytest.raises(
+        InputChangedError,
+        match=r"bg_complexity/bg_complexity_adv images drawn "
+        r"by the bg_diffusion /a.pt \(fingerprint aaaa\)",
+    ):
+        _check_same_resources(
+            store,
+            RunRecord(
+                run_id="r1",
+                model_spec="lite0",
+                config={"bg_diffusion": {"path": "/b.pt", "fingerprint": "bbbb"}},
+            ),
+        )
 
 
 def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
@@ -304,10 +350,16 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     from robustlab.shifts.synth.adm import fingerprint
 
     torch.manual_seed(0)
-    unet = UNet2DModel(sample_size=16, in_channels=3, out_channels=6, layers_per_block=1,
-                       block_out_channels=(16, 32), norm_num_groups=8,
-                       down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    unet = UNet2DModel(
+        sample_size=16,
+        in_channels=3,
+        out_channels=6,
+        layers_per_block=1,
+        block_out_channels=(16, 32),
+        norm_num_groups=8,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
     unet.save_pretrained(tmp_path / "ckpt")
     monkeypatch.setattr(guided_bg, "_CACHE", {})
     guided_bg.configure_bg_diffusion(tmp_path / "ckpt", device="cpu")
@@ -315,8 +367,16 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     for root, arr in (("data", img), ("masks", keep.astype(np.uint8) * 255)):
         (tmp_path / root / "n01440764").mkdir(parents=True)
         Image.fromarray(arr).save(tmp_path / root / "n01440764" / "x.png")
-    res = generate("imagenet-e", tmp_path / "data", tmp_path / "out", shifts=["bg_complexity"],
-                   levels=[20], masks=tmp_path / "masks", progress=False, workers=0)
+    res = generate(
+        "imagenet-e",
+        tmp_path / "data",
+        tmp_path / "out",
+        shifts=["bg_complexity"],
+        levels=[20],
+        masks=tmp_path / "masks",
+        progress=False,
+        workers=0,
+    )
     assert res.written == 1 and res.failed == 0
     manifest = json.loads(res.manifest_path.read_text())
     rec = manifest["bg_diffusion"]

@@ -48,28 +48,55 @@ def test_every_help_shows_the_defaults():
         text = " ".join(sub.format_help().split())
         for action in sub._actions:
             d = action.default
-            if (not action.option_strings or d is None or isinstance(d, bool) or d == []
-                    or d is argparse.SUPPRESS):
+            if (
+                not action.option_strings
+                or d is None
+                or isinstance(d, bool)
+                or d == []
+                or d is argparse.SUPPRESS
+            ):
                 continue
-            assert "default" in (action.help or "") or f"(default: {d})" in text, \
-                (name, action.option_strings)
+            assert "default" in (action.help or "") or f"(default: {d})" in text, (
+                name,
+                action.option_strings,
+            )
             checked += 1
     assert checked > 30  # the check saw the real options
 
 
 def test_label_space_of_the_suite_hints_imagenet1k(newt_folder):
     with pytest.raises(InputError, match="not in label space 'imagenet9'") as err:
-        robustlab.evaluate("lite0", newt_folder, suite="imagenet9", masks=newt_folder.parent / "masks",
-                           db=newt_folder.parent / "r.duckdb", workers=0, progress=False)
+        robustlab.evaluate(
+            "lite0",
+            newt_folder,
+            suite="imagenet9",
+            masks=newt_folder.parent / "masks",
+            db=newt_folder.parent / "r.duckdb",
+            workers=0,
+            progress=False,
+        )
     assert "--label-space imagenet1k" in err.value.hint
 
 
 def test_missing_generated_cells_hint_the_shifts_that_exist(newt_folder, tmp_path, capsys):
     out = tmp_path / "gen"
-    generate("imagenet-c", newt_folder, out, shifts=["gaussian_noise", "fog"], workers=0,
-             progress=False)
-    code = cli(["evaluate", "lite0", "--data", str(out), "--suite", "imagenet-c",
-                "--db", str(tmp_path / "r.duckdb"), "--workers", "0"])
+    generate(
+        "imagenet-c", newt_folder, out, shifts=["gaussian_noise", "fog"], workers=0, progress=False
+    )
+    code = cli(
+        [
+            "evaluate",
+            "lite0",
+            "--data",
+            str(out),
+            "--suite",
+            "imagenet-c",
+            "--db",
+            str(tmp_path / "r.duckdb"),
+            "--workers",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "has no generated images for" in err
     assert "--shift fog --shift gaussian_noise" in err, err

@@ -15,8 +15,7 @@ from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.train import holdout as ho
 
 SHAPES = ("circle", "square", "cross")
-STYLES = {"red": ((220, 30, 30), None), "blue": ((30, 60, 220), None),
-          "outline": (None, (0, 0, 0))}
+STYLES = {"red": ((220, 30, 30), None), "blue": ((30, 60, 220), None), "outline": (None, (0, 0, 0))}
 
 
 def _draw(shape: str, size: int, style: str, dx: int) -> np.ndarray:
@@ -47,8 +46,15 @@ def shapes_folder(tmp_path_factory):
                 for v, dx in enumerate((-3, -1, 1, 3)):
                     f = f"{style}/{shape}/{sub}_{v}.png"
                     Image.fromarray(_draw(shape, size, style, dx)).save(root / f)
-                    rows.append({"file": f, "class": shape, "subtype": f"{shape}-{sub}",
-                                 "style": style, "version": f"v{v}"})
+                    rows.append(
+                        {
+                            "file": f,
+                            "class": shape,
+                            "subtype": f"{shape}-{sub}",
+                            "style": style,
+                            "version": f"v{v}",
+                        }
+                    )
     pd.DataFrame(rows).to_csv(root / "metadata.csv", index=False)
     return root
 
@@ -94,9 +100,13 @@ def test_version_control_holds_out_one_version_of_each_icon(shapes_folder):
 
 def test_bad_holdouts_are_one_line_errors(shapes_folder):
     meta = ho.read_folder(shapes_folder).meta
-    with pytest.raises(InputError, match="no image has style='microsoft'; choose from blue, outline, red"):
+    with pytest.raises(
+        InputError, match="no image has style='microsoft'; choose from blue, outline, red"
+    ):
         ho.split_column(meta, "style=microsoft")
-    with pytest.raises(InputError, match="needs a 'vendor' column; the data has class, subtype, style, version"):
+    with pytest.raises(
+        InputError, match="needs a 'vendor' column; the data has class, subtype, style, version"
+    ):
         ho.split_column(meta, "vendor=apple")
     with pytest.raises(InputError, match="COLUMN=VALUE"):
         ho.split_column(meta, "outline")
@@ -131,12 +141,24 @@ def _fake_cifar100(root):
         fl = [f for f in range(5) for _ in range(n)]
         data = rng.integers(0, 256, size=(len(fl), 3072), dtype=np.uint8)
         with open(d / split, "wb") as fh:
-            pickle.dump({b"filenames": [f"{split}_{i}.png".encode() for i in range(len(fl))],
-                         b"batch_label": split.encode(), b"fine_labels": fl,
-                         b"coarse_labels": [fine_to_coarse[f] for f in fl], b"data": data}, fh)
+            pickle.dump(
+                {
+                    b"filenames": [f"{split}_{i}.png".encode() for i in range(len(fl))],
+                    b"batch_label": split.encode(),
+                    b"fine_labels": fl,
+                    b"coarse_labels": [fine_to_coarse[f] for f in fl],
+                    b"data": data,
+                },
+                fh,
+            )
     with open(d / "meta", "wb") as fh:
-        pickle.dump({b"fine_label_names": [f.encode() for f in fine],
-                     b"coarse_label_names": [c.encode() for c in coarse]}, fh)
+        pickle.dump(
+            {
+                b"fine_label_names": [f.encode() for f in fine],
+                b"coarse_label_names": [c.encode() for c in coarse],
+            },
+            fh,
+        )
     return data
 
 
@@ -160,11 +182,17 @@ def test_cifar100_reader_superclasses_and_subtype_protocol(tmp_path):
 def test_icons50_reader(tmp_path):
     rng = np.random.default_rng(1)
     n = 6
-    np.save(tmp_path / "Icons-50.npy", {
-        "image": rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
-        "class": [0, 0, 0, 1, 1, 1], "style": ["apple", "google", "microsoft"] * 2,
-        "subtype": ["duck", "owl", "duck", "cat", "cat", "tiger"],
-        "rendition": ["ios-10", "7.0", "win10"] * 2}, allow_pickle=True)
+    np.save(
+        tmp_path / "Icons-50.npy",
+        {
+            "image": rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+            "class": [0, 0, 0, 1, 1, 1],
+            "style": ["apple", "google", "microsoft"] * 2,
+            "subtype": ["duck", "owl", "duck", "cat", "cat", "tiger"],
+            "rendition": ["ios-10", "7.0", "win10"] * 2,
+        },
+        allow_pickle=True,
+    )
     ds = ho.read_set(tmp_path)
     assert ds.name == "icons50" and ds.classes == ["0", "1"]
     assert list(ds.meta["style"]) == ["apple", "google", "microsoft"] * 2
@@ -203,7 +231,9 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
     assert run["config"]["holdout"]["held_out"] == "versions:one-per-icon"
     preds = store.predictions([res.run_id])
     assert set(preds["shift"]) == {CLEAN_SHIFT, ho.HOLDOUT_SHIFT}
-    assert preds[preds["shift"] == ho.HOLDOUT_SHIFT]["correct"].mean() == pytest.approx(res.held_top1)
+    assert preds[preds["shift"] == ho.HOLDOUT_SHIFT]["correct"].mean() == pytest.approx(
+        res.held_top1
+    )
     again = ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "ck")
     assert again.reused and again.run_id == res.run_id
     assert again.held_top1 == pytest.approx(res.held_top1)
@@ -225,12 +255,24 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
 
 def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys):
     db = str(tmp_path / "c.duckdb")
-    args = ["holdout", "--data", str(shapes_folder), "--db", db, "--out", str(tmp_path / "ck"),
-            "--epochs", "2", "--width", "8"]
+    args = [
+        "holdout",
+        "--data",
+        str(shapes_folder),
+        "--db",
+        db,
+        "--out",
+        str(tmp_path / "ck"),
+        "--epochs",
+        "2",
+        "--width",
+        "8",
+    ]
     assert main([*args, "--holdout", "style=microsoft"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [("robustlab holdout: error: no image has style='microsoft'; choose from "
-                    "blue, outline, red")]
+    assert err == [
+        ("robustlab holdout: error: no image has style='microsoft'; choose from blue, outline, red")
+    ]
     assert main([*args, "--holdout", "style=outline"]) == 0
     out = capsys.readouterr().out
     assert "held out style=outline: trained on" in out and "held-out top-1" in out
@@ -251,18 +293,27 @@ def test_timm_resnet_gets_a_cifar_stem_and_bad_arch_is_refused():
 
 def test_icons50_folder_layout_takes_the_vendor_in_the_path(tmp_path):
     img = Image.fromarray(_draw("circle", 9, "red", 0))
-    names = ["bird/apple_duck_1.png", "bird/emoji-one_owl.png", "bird/sub/google_duck.png",
-             "cat/microsoft/cat_face.png", "cat/apple_cat.png",
-             "cat/bulgaria_cat.png",            # "lg" inside a word: no vendor, left out
-             "cat/apple_google_cat.png"]        # two vendors: ambiguous, left out
+    names = [
+        "bird/apple_duck_1.png",
+        "bird/emoji-one_owl.png",
+        "bird/sub/google_duck.png",
+        "cat/microsoft/cat_face.png",
+        "cat/apple_cat.png",
+        "cat/bulgaria_cat.png",  # "lg" inside a word: no vendor, left out
+        "cat/apple_google_cat.png",
+    ]  # two vendors: ambiguous, left out
     for n in names:
         (tmp_path / n).parent.mkdir(parents=True, exist_ok=True)
         img.save(tmp_path / n)
     ds = ho.read_set(tmp_path, layout="icons50")
     got = dict(zip(ds.meta["id"], ds.meta["style"]))
-    assert got == {"bird/apple_duck_1.png": "apple", "bird/emoji-one_owl.png": "emoji-one",
-                   "bird/sub/google_duck.png": "google", "cat/microsoft/cat_face.png": "microsoft",
-                   "cat/apple_cat.png": "apple"}
+    assert got == {
+        "bird/apple_duck_1.png": "apple",
+        "bird/emoji-one_owl.png": "emoji-one",
+        "bird/sub/google_duck.png": "google",
+        "cat/microsoft/cat_face.png": "microsoft",
+        "cat/apple_cat.png": "apple",
+    }
     assert ds.classes == ["bird", "cat"] and ds.load([0], 32).shape == (1, 32, 32, 3)
     sp = ho.split_column(ds.meta, "style=apple")
     assert len(sp.held) == 2
@@ -276,9 +327,21 @@ def test_a_filtered_set_loads_each_rows_own_image(shapes_folder):
 
 
 def test_cli_classes_option(shapes_folder, tmp_path, capsys):
-    args = ["holdout", "--data", str(shapes_folder), "--db", str(tmp_path / "c.duckdb"),
-            "--out", str(tmp_path / "ck"), "--epochs", "1", "--width", "4",
-            "--holdout", "style=red"]
+    args = [
+        "holdout",
+        "--data",
+        str(shapes_folder),
+        "--db",
+        str(tmp_path / "c.duckdb"),
+        "--out",
+        str(tmp_path / "ck"),
+        "--epochs",
+        "1",
+        "--width",
+        "4",
+        "--holdout",
+        "style=red",
+    ]
     assert main([*args, "--classes", "circle,hexagon"]) == 2
     assert "no class 'hexagon'" in capsys.readouterr().err
     assert main([*args, "--classes", "circle,square"]) == 0

@@ -12,8 +12,7 @@ from robustlab.evaluation import plan_run
 
 def _tree(root):
     rng = np.random.default_rng(0)
-    for rel in ("background/alarm_clock/a.png", "texture/backpack/b.png",
-                "material/t-shirt/c.png"):
+    for rel in ("background/alarm_clock/a.png", "texture/backpack/b.png", "material/t-shirt/c.png"):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, (64, 80, 3), dtype=np.uint8)).save(path)
@@ -24,11 +23,14 @@ def test_the_class_is_the_folder_inside_the_subset(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     plan = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
     space = plan["label_space"]
-    got = {s.id: (s.class_name, space.classes[lab])
-           for s, lab in zip(plan["samples"], plan["labels"])}
-    assert got == {"background/alarm_clock/a.png": ("alarm_clock", "alarm clock"),
-                   "material/t-shirt/c.png": ("t-shirt", "t-shirt"),
-                   "texture/backpack/b.png": ("backpack", "backpack")}
+    got = {
+        s.id: (s.class_name, space.classes[lab]) for s, lab in zip(plan["samples"], plan["labels"])
+    }
+    assert got == {
+        "background/alarm_clock/a.png": ("alarm_clock", "alarm clock"),
+        "material/t-shirt/c.png": ("t-shirt", "t-shirt"),
+        "texture/backpack/b.png": ("backpack", "backpack"),
+    }
 
 
 def test_other_label_spaces_still_read_the_first_folder(tmp_path):
@@ -45,14 +47,17 @@ def test_evaluate_and_report_per_subset(tmp_path):
 
     root = _tree(tmp_path / "ImageNet-D")
     db = tmp_path / "r.duckdb"
-    df = evaluate("lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0,
-                  progress=False)
+    df = evaluate(
+        "lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0, progress=False
+    )
     rid = df.attrs["run_id"]
     preds = Store(db).predictions([rid]).set_index("sample_id")
     d = gather(db, run_ids=[rid], n_resamples=20)
     t = d.imagenet_d.set_index("subset")
     assert list(t.index) == ["background", "texture", "material", "all"]
-    assert t.loc["background", "top1"] == float(preds.loc["background/alarm_clock/a.png", "correct"])
+    assert t.loc["background", "top1"] == float(
+        preds.loc["background/alarm_clock/a.png", "correct"]
+    )
     assert t.loc["all", "n"] == 3
     assert t.loc["all", "top1"] == pytest.approx(preds["correct"].mean())
     res = build_report(db, tmp_path / "report.html", run_ids=[rid], grid=False, n_resamples=20)
@@ -71,21 +76,47 @@ def test_report_shows_mining_and_review_statistics(tmp_path):
 
     root = _tree(tmp_path / "ImageNet-D")
     db = tmp_path / "r.duckdb"
-    rid = evaluate("lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0,
-                   progress=False).attrs["run_id"]
+    rid = evaluate(
+        "lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0, progress=False
+    ).attrs["run_id"]
     store = Store(db)
-    kept = pd.DataFrame({"sample_id": ["texture/backpack/b.png"], "shift": ["clean"],
-                         "level": ["0"], "class_name": ["backpack"], "label": [1],
-                         "n_wrong": [3], "top1_ids": [[1, 2, 3]], "path": [None]})
-    write_mining(store, {"mining_id": "m" * 16, "data_root": str(root),
-                         "label_space": "imagenet-d",
-                         "surrogates": ["lite0", "lite1", "lite2"], "run_ids": [rid], "k": 3,
-                         "n": 3, "n_candidates": 3, "n_kept": 1, "out": None, "config": {}}, kept)
+    kept = pd.DataFrame(
+        {
+            "sample_id": ["texture/backpack/b.png"],
+            "shift": ["clean"],
+            "level": ["0"],
+            "class_name": ["backpack"],
+            "label": [1],
+            "n_wrong": [3],
+            "top1_ids": [[1, 2, 3]],
+            "path": [None],
+        }
+    )
+    write_mining(
+        store,
+        {
+            "mining_id": "m" * 16,
+            "data_root": str(root),
+            "label_space": "imagenet-d",
+            "surrogates": ["lite0", "lite1", "lite2"],
+            "run_ids": [rid],
+            "k": 3,
+            "n": 3,
+            "n_candidates": 3,
+            "n_kept": 1,
+            "out": None,
+            "config": {},
+        },
+        kept,
+    )
     reviews = ReviewStore(db)
-    reviews.open("set1", data_root=str(root), label_space="imagenet-d", predictions=None,
-                 n_images=3)
-    for annotator, decisions in (("ann", ["accept", "accept", "reject"]),
-                                 ("bob", ["accept", "reject", "reject"])):
+    reviews.open(
+        "set1", data_root=str(root), label_space="imagenet-d", predictions=None, n_images=3
+    )
+    for annotator, decisions in (
+        ("ann", ["accept", "accept", "reject"]),
+        ("bob", ["accept", "reject", "reject"]),
+    ):
         for image, decision in zip(("a", "b", "c"), decisions):
             reviews.record("set1", image, annotator, decision, label="backpack")
     d = gather(db, run_ids=[rid], n_resamples=20)

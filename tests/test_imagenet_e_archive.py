@@ -21,9 +21,11 @@ def archive(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("imagenet-e")
     photos = {p.id: p for p in demo_photos()}
-    chosen = [("ILSVRC2012_val_00000001", "cat/chelsea.png", 285),
-              ("ILSVRC2012_val_00000002", "espresso/coffee.png", 967),
-              ("ILSVRC2012_val_00000003", "motorcycle/motorcycle_left.png", 670)]
+    chosen = [
+        ("ILSVRC2012_val_00000001", "cat/chelsea.png", 285),
+        ("ILSVRC2012_val_00000002", "espresso/coffee.png", 967),
+        ("ILSVRC2012_val_00000003", "motorcycle/motorcycle_left.png", 670),
+    ]
     for d in ("ori", "size_0.05", "rp"):
         (root / d).mkdir()
     lines = []
@@ -61,10 +63,15 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
     same = pred[pred["shift"] == "size"].set_index("sample_id")
     # The size folder holds byte copies of ori/: the model saw exactly those files.
     for sid in clean.index:
-        np.testing.assert_array_equal(np.stack(same.loc[sid, ["top5_ids"]].to_numpy()),
-                                      np.stack(clean.loc[sid, ["top5_ids"]].to_numpy()))
+        np.testing.assert_array_equal(
+            np.stack(same.loc[sid, ["top5_ids"]].to_numpy()),
+            np.stack(clean.loc[sid, ["top5_ids"]].to_numpy()),
+        )
     run = Store(db).get_run(df.attrs["run_id"])
-    assert run["suite"] == "imagenet-e-archive" and run["config"]["folders"]["size/0.05"] == "size_0.05"
+    assert (
+        run["suite"] == "imagenet-e-archive"
+        and run["config"]["folders"]["size/0.05"] == "size_0.05"
+    )
     # The report treats every archive cell as an edit and re-renders the archive's files.
     from robustlab.report import build_report
 

@@ -10,7 +10,12 @@ import pytest
 from PIL import Image
 
 from robustlab.data.images import (
-    ImageError, array_to_rgb, check_size, load_image, pil_to_rgb, read_image,
+    ImageError,
+    array_to_rgb,
+    check_size,
+    load_image,
+    pil_to_rgb,
+    read_image,
 )
 
 
@@ -21,8 +26,11 @@ def _gradient(w=48, h=40):
 
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG whose header claims width x height but which holds no pixel data."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
@@ -82,7 +90,7 @@ def test_32_bit_integer_and_float_modes():
     small = np.arange(0, 256, dtype=np.int32).reshape(16, 16)
     rgb, _ = pil_to_rgb(Image.fromarray(small, "I"))
     np.testing.assert_array_equal(rgb[..., 1], small.astype(np.uint8))
-    wide = (np.arange(256, dtype=np.int32).reshape(16, 16) * 256)
+    wide = np.arange(256, dtype=np.int32).reshape(16, 16) * 256
     rgb, _ = pil_to_rgb(Image.fromarray(wide, "I"))
     np.testing.assert_array_equal(rgb[..., 2], (wide >> 8).astype(np.uint8))
     f = np.linspace(-1, 3, 256, dtype=np.float32).reshape(16, 16)

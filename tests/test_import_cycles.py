@@ -35,7 +35,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
             targets = [base, *(f"{base}.{a.name}" for a in node.names)]
         else:
@@ -43,7 +43,11 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         for target in targets:
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if target.startswith("robustlab") and target != name and not name.startswith(target + "."):
+            if (
+                target.startswith("robustlab")
+                and target != name
+                and not name.startswith(target + ".")
+            ):
                 found.add(target)
     return found
 
@@ -52,8 +56,9 @@ def test_no_two_modules_import_each_other():
     modules = _modules()
     plain = {m for m, p in modules.items() if p.name != "__init__.py"}
     graph = {m: _imports(m, p, modules) for m, p in modules.items()}
-    pairs = sorted(f"{a} <-> {b}" for a in plain for b in graph[a] & plain
-                   if a < b and a in graph[b])
+    pairs = sorted(
+        f"{a} <-> {b}" for a in plain for b in graph[a] & plain if a < b and a in graph[b]
+    )
     assert not pairs, "mutual imports: " + "; ".join(pairs)
 
 

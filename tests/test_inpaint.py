@@ -119,7 +119,9 @@ def test_unconfigured_inpainter_skips_ai_bg_with_a_message(monkeypatch, caplog, 
     assert available_shifts(names) == names
 
 
-def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(monkeypatch, caplog, samples_dir, tmp_path):
+def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(
+    monkeypatch, caplog, samples_dir, tmp_path
+):
     import shutil
 
     from PIL import Image
@@ -134,22 +136,38 @@ def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(monkeypatch, capl
     shutil.copy(samples_dir / "n01440764_tench.JPEG", data)
     w, h = Image.open(data / "n01440764_tench.JPEG").size
     m = np.zeros((h, w), np.uint8)
-    m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
+    m[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4] = 255
     Image.fromarray(m).save(masks / "n01440764_tench.png")
     with caplog.at_level(logging.WARNING):
-        res = generate("ximagenet12", tmp_path / "data", tmp_path / "out", shifts=["segmented", "ai_bg"],
-                       masks=tmp_path / "masks", progress=False, workers=0)
+        res = generate(
+            "ximagenet12",
+            tmp_path / "data",
+            tmp_path / "out",
+            shifts=["segmented", "ai_bg"],
+            masks=tmp_path / "masks",
+            progress=False,
+            workers=0,
+        )
     assert res.written == 1 and res.cells == 1 and "skipping ai_bg" in caplog.text
     assert not (tmp_path / "out" / "ai_bg").exists()
     with pytest.raises(MissingResourceError, match=ENV_PATH):
-        generate("ximagenet12", tmp_path / "data", tmp_path / "out2", shifts=["ai_bg"],
-                 masks=tmp_path / "masks", progress=False, workers=0)
+        generate(
+            "ximagenet12",
+            tmp_path / "data",
+            tmp_path / "out2",
+            shifts=["ai_bg"],
+            masks=tmp_path / "masks",
+            progress=False,
+            workers=0,
+        )
     suite, _, cells = _resolve_suite("ximagenet12", None, None)
     assert "ai_bg" not in suite.shifts and len(cells) == 1 + 13
 
 
 @pytest.mark.slow
-def test_generate_ai_bg_end_to_end_with_the_default_level(monkeypatch, tiny_pipeline, samples_dir, tmp_path):
+def test_generate_ai_bg_end_to_end_with_the_default_level(
+    monkeypatch, tiny_pipeline, samples_dir, tmp_path
+):
     """The registered level (30 steps at 512 px) through generate, configured by the env."""
     import shutil
 
@@ -168,10 +186,17 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(monkeypatch, tiny_pipe
     shutil.copy(samples_dir / "n01440764_tench.JPEG", data)
     w, h = Image.open(data / "n01440764_tench.JPEG").size
     m = np.zeros((h, w), np.uint8)
-    m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
+    m[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4] = 255
     Image.fromarray(m).save(masks / "n01440764_tench.png")
-    res = generate("ximagenet12", tmp_path / "data", tmp_path / "out", shifts=["ai_bg"],
-                   masks=tmp_path / "masks", progress=False, workers=0)
+    res = generate(
+        "ximagenet12",
+        tmp_path / "data",
+        tmp_path / "out",
+        shifts=["ai_bg"],
+        masks=tmp_path / "masks",
+        progress=False,
+        workers=0,
+    )
     assert res.written == 1 and res.failed == 0
     # The manifest names the checkpoint, and evaluating the folder records that one.
     import json
@@ -188,12 +213,14 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(monkeypatch, tiny_pipe
     assert plan["record"].config["inpainter"] == manifest["inpainter"]
     monkeypatch.delenv("ROBUSTLAB_INPAINTER_DTYPE")
     out = decode((tmp_path / "out/ai_bg/default/n01440764/n01440764_tench.png").read_bytes())
-    prep = load_prepared(discover(tmp_path / "data", masks=tmp_path / "masks")[0],
-                         get_suite("ximagenet12").protocol, with_mask=True)
+    prep = load_prepared(
+        discover(tmp_path / "data", masks=tmp_path / "masks")[0],
+        get_suite("ximagenet12").protocol,
+        with_mask=True,
+    )
     keep = prep.mask > 0
     np.testing.assert_array_equal(out[keep], prep.rgb[keep])
     assert np.mean(out[~keep] != prep.rgb[~keep]) > 0.5
-
 
 
 def _one_masked_photo(samples_dir, tmp_path):
@@ -208,12 +235,14 @@ def _one_masked_photo(samples_dir, tmp_path):
     shutil.copy(samples_dir / "n01440764_tench.JPEG", data)
     w, h = Image.open(data / "n01440764_tench.JPEG").size
     m = np.zeros((h, w), np.uint8)
-    m[h // 4: 3 * h // 4, w // 4: 3 * w // 4] = 255
+    m[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4] = 255
     Image.fromarray(m).save(masks / "n01440764_tench.png")
     return tmp_path / "data", tmp_path / "masks"
 
 
-def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(monkeypatch, tiny_pipeline, samples_dir, tmp_path):
+def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(
+    monkeypatch, tiny_pipeline, samples_dir, tmp_path
+):
     """The run record names the checkpoint that draws ai_bg; described from its folder (the
     weights not loaded) it equals the loaded Inpainter's describe(). Without ai_bg: no record."""
     import json
@@ -236,7 +265,15 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(monkeypatch, tiny_pip
     assert plan["record"].config["inpainter"] == expected
     plan = plan_run(model, data, suite="ximagenet12", shifts=["segmented"], masks=masks)
     assert "inpainter" not in plan["record"].config
-    res = generate("ximagenet12", data, tmp_path / "out", shifts=["segmented"], masks=masks, progress=False, workers=0)
+    res = generate(
+        "ximagenet12",
+        data,
+        tmp_path / "out",
+        shifts=["segmented"],
+        masks=masks,
+        progress=False,
+        workers=0,
+    )
     manifest = json.loads(res.manifest_path.read_text())
     assert manifest["inpainter"] is None and "inpainter" not in manifest["runs"][-1]
 
@@ -251,8 +288,11 @@ def test_attribute_edits_fill_with_the_diffusers_backend(monkeypatch, tiny_pipel
     x, m = scene
     monkeypatch.setenv(ENV_PATH, str(tiny_pipeline))
     monkeypatch.setenv(fillmod.ENV_FILL, "diffusers")
-    monkeypatch.setitem(fillmod.SETTINGS, "diffusers",
-                        {**fillmod.SETTINGS["diffusers"], "steps": 3, "work_size": 64})
+    monkeypatch.setitem(
+        fillmod.SETTINGS,
+        "diffusers",
+        {**fillmod.SETTINGS["diffusers"], "steps": 3, "work_size": 64},
+    )
     rec = describe_hole_fill()
     assert rec["backend"] == "diffusers" and rec["inpainter"]["path"] == str(tiny_pipeline)
     assert rec["fingerprint"] != describe_hole_fill("telea")["fingerprint"]

@@ -54,19 +54,22 @@ def test_masks_command_refuses_a_cached_mask_of_another_size(tmp_path):
     data, out = tmp_path / "data", tmp_path / "masks"
     _img(data / "cat" / "a.jpg", size=(500, 333))
     Image.fromarray(_ellipse(100, 100).astype(np.uint8) * 255).save(
-        _img(out / "cat" / "x.png").parent / "a.png")
+        _img(out / "cat" / "x.png").parent / "a.png"
+    )
     assert cli(["masks", "--data", str(data), "--out", str(out)]) == 0
     q = json.loads((out / "masks_quality.json").read_text())
     assert q["n_written"] == 0 and q["records"] == []
-    assert q["skipped"] == [{"id": "cat/a.jpg",
-                             "reason": "mask cat/a.png is 100x100 but the image is 500x333"}]
+    assert q["skipped"] == [
+        {"id": "cat/a.jpg", "reason": "mask cat/a.png is 100x100 but the image is 500x333"}
+    ]
 
 
 def test_mask_of_another_size_is_a_counted_skip_in_the_pipeline(tmp_path):
     data, masks = tmp_path / "data", tmp_path / "masks"
     _img(data / "cat" / "a.png")
     Image.fromarray(_ellipse(20, 20).astype(np.uint8) * 255).save(
-        _img(masks / "cat" / "t.png").parent / "a.png")
+        _img(masks / "cat" / "t.png").parent / "a.png"
+    )
     (s,) = discover(data, masks=masks)
     with pytest.raises(ValueError, match="mask is 20x20 but the image is 64x48"):
         load_prepared(s, Protocol(), with_mask=True)
@@ -107,7 +110,9 @@ def test_masks_command_writes_names_that_cannot_collide(tmp_path):
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.png"))
     assert written == ["cat/a.jpg.png", "cat/a.png", "cat/a.png.png"]
     assert {s.id: s.mask_path.name for s in discover(data, masks=out)} == {
-        "cat/a.jpg": "a.jpg.png", "cat/a.png": "a.png.png"}
+        "cat/a.jpg": "a.jpg.png",
+        "cat/a.png": "a.png.png",
+    }
 
 
 # ----------------------------------------------------------------- case 6: symlink loops
@@ -123,7 +128,10 @@ def test_symlink_loops_and_repeated_folders_are_followed_once(tmp_path):
     os.symlink(outside, data / "bird2")  # the same folder again: once is enough
     samples = discover(data)
     assert [(s.id, s.class_name) for s in samples] == [
-        ("bird/c.png", "bird"), ("cat/a.png", "cat"), ("dog/b.png", "dog")]
+        ("bird/c.png", "bird"),
+        ("cat/a.png", "cat"),
+        ("dog/b.png", "dog"),
+    ]
     assert dict(samples.skipped) == {
         "bird2": "link to a folder already listed (a loop)",
         "cat/dogs": "link to a folder listed under its own path (dog)",
@@ -154,8 +162,9 @@ def test_background_suite_without_masks_stops_before_the_database(tmp_path, suit
     empty = tmp_path / "no-masks"
     empty.mkdir()
     with pytest.raises(InputError, match="none of the 1 images has a mask.*robustlab masks"):
-        robustlab.evaluate("lite0", data, suite=suite, db=db, masks=empty, workers=0,
-                           progress=False)
+        robustlab.evaluate(
+            "lite0", data, suite=suite, db=db, masks=empty, workers=0, progress=False
+        )
     assert not db.exists()
 
 
@@ -165,8 +174,11 @@ def test_csv_rows_whose_index_contradicts_the_class_are_refused(tmp_path):
     _img(data / "a.png")
     _img(data / "b.png")
     (data / "labels.csv").write_text("file,wnid,index\na.png,n01440764,0\nb.png,n01440764,5\n")
-    with pytest.raises(InputError, match=r"line 3: 'b.png' has wnid 'n01440764' and index 5, "
-                                         r"but line 2 pairs class 'n01440764' with 0"):
+    with pytest.raises(
+        InputError,
+        match=r"line 3: 'b.png' has wnid 'n01440764' and index 5, "
+        r"but line 2 pairs class 'n01440764' with 0",
+    ):
         discover(data)
 
 
@@ -182,7 +194,8 @@ def test_csv_index_that_contradicts_the_label_space_is_refused(tmp_path):
     # An ImageNet-1k index is what an ImageNet CSV means, whatever the suite's space.
     (data / "labels.csv").write_text("file,wnid,index\na.png,n01440764,0\n")
     assert _labels_for(discover(data), get_label_space("imagenet9")) == [
-        get_label_space("imagenet9").index_of("n01440764")]
+        get_label_space("imagenet9").index_of("n01440764")
+    ]
 
 
 # ----------------------------------------------------------------- names that are not UTF-8
@@ -221,8 +234,9 @@ def _hostile_folder(root: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, 
     cls.mkdir(parents=True)
     rng = np.random.default_rng(5)
     yy, xx = np.mgrid[:90, :120] / 120
-    photo = np.clip(np.stack([yy, xx, 1 - xx], 2) * 220 + rng.normal(0, 15, (90, 120, 3)),
-                    0, 255).astype(np.uint8)
+    photo = np.clip(
+        np.stack([yy, xx, 1 - xx], 2) * 220 + rng.normal(0, 15, (90, 120, 3)), 0, 255
+    ).astype(np.uint8)
     grey = photo.mean(axis=2).astype(np.uint8)
     Image.fromarray(photo).save(cls / "rgb.png")
     Image.fromarray(grey).save(cls / "grey.png")
@@ -246,10 +260,15 @@ def _hostile_folder(root: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, 
             return np.asarray(im.convert("RGBA" if im.mode == "P" else "RGB"))[..., :3]
 
     good = {
-        "rgb.png": photo, "grey.png": np.dstack([grey] * 3), "rgba.png": photo,
-        "palette_alpha.png": pil_rgb("palette_alpha.png"), "cmyk.jpg": pil_rgb("cmyk.jpg"),
-        "gray16.png": np.dstack([grey] * 3), "one_pixel.png": photo[:1, :1],
-        "animated.gif": pil_rgb("animated.gif"), "exif_rotated.jpg": pil_rgb("exif_rotated.jpg"),
+        "rgb.png": photo,
+        "grey.png": np.dstack([grey] * 3),
+        "rgba.png": photo,
+        "palette_alpha.png": pil_rgb("palette_alpha.png"),
+        "cmyk.jpg": pil_rgb("cmyk.jpg"),
+        "gray16.png": np.dstack([grey] * 3),
+        "one_pixel.png": photo[:1, :1],
+        "animated.gif": pil_rgb("animated.gif"),
+        "exif_rotated.jpg": pil_rgb("exif_rotated.jpg"),
     }
     assert good["exif_rotated.jpg"].shape == (120, 90, 3)  # upright, not as stored
     jpeg = (cls / "cmyk.jpg").read_bytes()
@@ -262,10 +281,13 @@ def _hostile_folder(root: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, 
     (cls / "notes.txt").write_text("stray")
     os.symlink("..", cls / "loop")
     bad = {
-        "n01440764/truncated.jpg": "unreadable", "n01440764/zero.jpg": "not an image",
-        "n01440764/text.jpg": "not an image", "n01440764/bomb.png": "too large",
+        "n01440764/truncated.jpg": "unreadable",
+        "n01440764/zero.jpg": "not an image",
+        "n01440764/text.jpg": "not an image",
+        "n01440764/bomb.png": "too large",
         "n01440764/caf\\xe9.png": "name is not valid UTF-8",
-        "n01440764/notes.txt": "not an image file", "n01440764/loop": "link to the data folder",
+        "n01440764/notes.txt": "not an image file",
+        "n01440764/loop": "link to the data folder",
     }
     return root, {f"n01440764/{k}": v for k, v in good.items()}, bad
 
@@ -294,15 +316,21 @@ def test_evaluate_over_a_hostile_folder_skips_each_bad_file_and_scores_the_rest(
 
     stored = Store(db).predictions([df.attrs["run_id"]])
     assert sorted(stored["sample_id"]) == sorted(good)
-    batch = torch.stack([model.preprocessing.to_tensor(prepare(good[sid], Protocol()), crop=False)
-                         for sid in stored["sample_id"]])
+    batch = torch.stack(
+        [
+            model.preprocessing.to_tensor(prepare(good[sid], Protocol()), crop=False)
+            for sid in stored["sample_id"]
+        ]
+    )
     probs = torch.softmax(model.predict(batch).float(), dim=1)
     top = torch.topk(probs, 5, dim=1)
-    for r, (sid, ids, p) in enumerate(zip(stored["sample_id"], stored["top5_ids"],
-                                          stored["top5_probs"])):
+    for r, (sid, ids, p) in enumerate(
+        zip(stored["sample_id"], stored["top5_ids"], stored["top5_probs"])
+    ):
         assert int(ids[0]) == int(top.indices[r, 0]), sid
-        np.testing.assert_allclose(np.asarray(p, np.float64), top.values[r].numpy(), atol=2e-4,
-                                   err_msg=sid)
+        np.testing.assert_allclose(
+            np.asarray(p, np.float64), top.values[r].numpy(), atol=2e-4, err_msg=sid
+        )
 
 
 def test_generate_skips_a_name_that_is_not_utf8_instead_of_failing(tmp_path):
@@ -312,8 +340,15 @@ def test_generate_skips_a_name_that_is_not_utf8_instead_of_failing(tmp_path):
     _img(data / "cat" / "a.png")
     with open(os.path.join(os.fsencode(data / "cat"), b"b\xff.png"), "wb") as fh:
         fh.write((data / "cat" / "a.png").read_bytes())
-    res = generate("imagenet-c", data, tmp_path / "out", shifts=["contrast"], levels=[1],
-                   progress=False, workers=0)
+    res = generate(
+        "imagenet-c",
+        data,
+        tmp_path / "out",
+        shifts=["contrast"],
+        levels=[1],
+        progress=False,
+        workers=0,
+    )
     assert (res.written, res.failed) == (1, 0)
     assert res.skipped_inputs == [("cat/b\\xff.png", NOT_UTF8)]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())

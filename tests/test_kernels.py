@@ -48,14 +48,39 @@ def test_generate_cli_announces_the_compile_only_the_first_time(tmp_path, monkey
     data.mkdir(parents=True)
     rgb = np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)
     Image.fromarray(rgb).save(data / "a.png")
-    argv = ["generate", "imagenet-c", "--data", str(tmp_path / "data"), "--shifts", "contrast",
-            "--level", "1", "--workers", "0", "--quiet"]
+    argv = [
+        "generate",
+        "imagenet-c",
+        "--data",
+        str(tmp_path / "data"),
+        "--shifts",
+        "contrast",
+        "--level",
+        "1",
+        "--workers",
+        "0",
+        "--quiet",
+    ]
     assert main([*argv, "--out", str(tmp_path / "o1")]) == 0
     assert "first run only" in capsys.readouterr().err
     assert main([*argv, "--out", str(tmp_path / "o2")]) == 0
     assert "first run only" not in capsys.readouterr().err
     # a run without corruptions never compiles them
     marker_path().unlink()
-    assert main(["evaluate", "lite0", "--data", str(tmp_path / "data"), "--db",
-                 str(tmp_path / "r.duckdb"), "--workers", "0", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "lite0",
+                "--data",
+                str(tmp_path / "data"),
+                "--db",
+                str(tmp_path / "r.duckdb"),
+                "--workers",
+                "0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "first run only" not in capsys.readouterr().err and not marker_path().exists()

@@ -12,7 +12,11 @@ from robustlab.data.labels import LabelSpace, get_label_space, list_label_spaces
 
 def test_imagenet1k_matches_shared_csv(samples_dir):
     space = get_label_space("imagenet1k")
-    rows = list(csv.DictReader((samples_dir.parent / "imagenet_classes.csv").read_text(encoding="utf-8").splitlines()))
+    rows = list(
+        csv.DictReader(
+            (samples_dir.parent / "imagenet_classes.csv").read_text(encoding="utf-8").splitlines()
+        )
+    )
     assert len(space) == 1000 and space.kind == "full"
     assert list(space.wnids) == [r["wnid"] for r in rows]
     assert list(space.classes) == [r["name"] for r in rows]
@@ -45,7 +49,9 @@ def test_shared_readable_name_is_refused_as_ambiguous():
 
 def test_every_shared_sample_label_resolves(samples_dir):
     space = get_label_space("imagenet1k")
-    for row in csv.DictReader((samples_dir / "labels.csv").read_text(encoding="utf-8").splitlines()):
+    for row in csv.DictReader(
+        (samples_dir / "labels.csv").read_text(encoding="utf-8").splitlines()
+    ):
         assert space.index_of(row["wnid"]) == int(row["index"])
 
 
@@ -54,7 +60,7 @@ def test_imagenet9_mapping_is_the_official_one():
     assert len(space) == 9 and space.kind == "mapping"
     assert space.folders[2] == "02_wheeled vehicle" and space.classes[6] == "musical instrument"
     ids = [i for group in space.imagenet_ids for i in group]
-    assert len(ids) == len(set(ids)) == 370            # 370 ImageNet classes, each in one group
+    assert len(ids) == len(set(ids)) == 370  # 370 ImageNet classes, each in one group
     # Group sizes of in_to_in9.json (dog ... fish).
     assert [len(g) for g in space.imagenet_ids] == [116, 52, 42, 36, 35, 27, 26, 20, 16]
     in1k = get_label_space("imagenet1k")
@@ -62,9 +68,9 @@ def test_imagenet9_mapping_is_the_official_one():
     assert in1k.index_of("Chihuahua") in dog and in1k.index_of("tench") not in dog
     assert space.index_of("dog") == space.index_of("00_dog") == space.index_of("0") == 0
     # ImageNet photos filed by wnid resolve to their super-class; unmapped ones do not.
-    assert space.index_of("n02085620") == 0                      # Chihuahua -> dog
+    assert space.index_of("n02085620") == 0  # Chihuahua -> dog
     with pytest.raises(ValueError, match="'n03126707' is not a class of label space 'imagenet9'"):
-        space.index_of("n03126707")                              # crane (machine): unmapped
+        space.index_of("n03126707")  # crane (machine): unmapped
 
 
 def test_imagenet_d_mapping():
@@ -73,7 +79,11 @@ def test_imagenet_d_mapping():
     assert all(1 <= len(g) <= 3 for g in space.imagenet_ids)
     in1k = get_label_space("imagenet1k")
     chair = space.imagenet_ids[space.index_of("chair")]
-    assert sorted(in1k.classes[i] for i in chair) == ["barber chair", "folding chair", "rocking chair"]
+    assert sorted(in1k.classes[i] for i in chair) == [
+        "barber chair",
+        "folding chair",
+        "rocking chair",
+    ]
     assert space.index_of("alarm_clock") == 0 and space.index_of("wok") == 112
     assert space.index_of("binder_closed") == space.index_of("binder (closed)")
 
@@ -100,7 +110,7 @@ def test_user_csv_subset_and_mapping(tmp_path):
     sub = tmp_path / "sub.csv"
     sub.write_text("wnid,name\nn01443537,goldfish\nn01440764,tench\n")
     space = get_label_space(str(sub))
-    assert space.kind == "subset" and space.subset_ids == (0, 1)    # ImageNet order
+    assert space.kind == "subset" and space.subset_ids == (0, 1)  # ImageNet order
     assert space.index_of("goldfish") == 1
     mapping = tmp_path / "map.csv"
     mapping.write_text("name,imagenet_ids,folder\nfish,0 1 2,fish_dir\ncat,281 282\n")
@@ -109,12 +119,15 @@ def test_user_csv_subset_and_mapping(tmp_path):
     assert space.index_of("fish_dir") == 0 and space.index_of("cat") == 1
 
 
-@pytest.mark.parametrize("text, match", [
-    ("name,wnid\nfoo,n00000000\n", "not an ImageNet-1k wnid"),
-    ("name,imagenet_ids\nfoo,1 x\n", "must be integers"),
-    ("name,imagenet_ids\nfoo,1000\n", "ImageNet ids"),
-    ("name,other\nfoo,1\n", "needs a 'name' column"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("name,wnid\nfoo,n00000000\n", "not an ImageNet-1k wnid"),
+        ("name,imagenet_ids\nfoo,1 x\n", "must be integers"),
+        ("name,imagenet_ids\nfoo,1000\n", "ImageNet ids"),
+        ("name,other\nfoo,1\n", "needs a 'name' column"),
+    ],
+)
 def test_user_csv_errors(tmp_path, text, match):
     path = tmp_path / "bad.csv"
     path.write_text(text)

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="reads /proc; the parent-death signal is Linux-only")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="reads /proc; the parent-death signal is Linux-only",
+)
 
 DEADLINE_S = 30.0
 
@@ -63,8 +65,11 @@ def _alive(procs: dict[int, int]) -> list[int]:
 
 
 def _kill_mid_run_leaves_nothing(args: list[str]) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "robustlab.cli", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robustlab.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 180
         procs: dict[int, int] = {}
@@ -108,15 +113,40 @@ def folder(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_killed_evaluate_leaves_no_worker(folder, tmp_path):
-    _kill_mid_run_leaves_nothing(["evaluate", "lite0", "--data", str(folder), "--suite", "imagenet-c",
-                                  "--db", str(tmp_path / "r.duckdb"), "--workers", "2",
-                                  "--batch-size", "2", "--no-progress"])
+    _kill_mid_run_leaves_nothing(
+        [
+            "evaluate",
+            "lite0",
+            "--data",
+            str(folder),
+            "--suite",
+            "imagenet-c",
+            "--db",
+            str(tmp_path / "r.duckdb"),
+            "--workers",
+            "2",
+            "--batch-size",
+            "2",
+            "--no-progress",
+        ]
+    )
 
 
 @pytest.mark.slow
 def test_killed_generate_leaves_no_worker(folder, tmp_path):
-    _kill_mid_run_leaves_nothing(["generate", "imagenet-c", "--data", str(folder),
-                                  "--out", str(tmp_path / "out"), "--workers", "2", "--quiet"])
+    _kill_mid_run_leaves_nothing(
+        [
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(folder),
+            "--out",
+            str(tmp_path / "out"),
+            "--workers",
+            "2",
+            "--quiet",
+        ]
+    )
 
 
 def test_die_with_parent_kills_an_orphan(tmp_path):
@@ -133,7 +163,8 @@ def test_die_with_parent_kills_an_orphan(tmp_path):
         "        os.write(1, f'{int(ask)} {os.getpid()}\\n'.encode())  # one atomic write\n"
         "        time.sleep(60)\n"
         "        os._exit(0)\n"
-        "time.sleep(60)\n")
+        "time.sleep(60)\n"
+    )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     procs: dict[int, int] = {}
     try:
@@ -169,10 +200,18 @@ def test_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
         "items = list(iterate_local(list(range(6)), workers=2))\n"
         "with cf.ProcessPoolExecutor(2, mp_context=worker_context()) as pool:\n"
         "    roots = list(pool.map(math.sqrt, [4.0, 9.0]))\n"
-        "print('DONE', items, roots, flush=True)\n")
+        "print('DONE', items, roots, flush=True)\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
-                          cwd=tmp_path, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("SCRIPT RAN") == 1, done.stdout
     assert "DONE [0, 1, 2, 3, 4, 5] [2.0, 3.0]" in done.stdout

@@ -10,8 +10,19 @@ from PIL import Image
 from scipy import ndimage
 
 from robustlab.masks import (
-    bbox_to_mask, boundary_f, compare_mask_sets, decode_rle, encode_rle, iou, load_coco_masks,
-    load_mask, mask_path_for, mask_record, polygons_to_mask, read_bboxes_csv, save_mask,
+    bbox_to_mask,
+    boundary_f,
+    compare_mask_sets,
+    decode_rle,
+    encode_rle,
+    iou,
+    load_coco_masks,
+    load_mask,
+    mask_path_for,
+    mask_record,
+    polygons_to_mask,
+    read_bboxes_csv,
+    save_mask,
 )
 from robustlab.masks.io import counts_to_rle_string, rle_string_to_counts
 
@@ -60,9 +71,9 @@ def test_save_and_find_parallel_mask(tmp_path, truth):
 
 def test_rle_string_hand_examples():
     assert rle_string_to_counts("342") == [3, 4, 2]
-    assert rle_string_to_counts("1233") == [1, 2, 3, 5]      # 4th is stored as 5 - 2
-    assert rle_string_to_counts("5:1I") == [5, 10, 1, 3]      # 'I' is -7: 3 - 10
-    assert rle_string_to_counts("T3") == [100]                # 100 = 4 + 3 * 32, two groups
+    assert rle_string_to_counts("1233") == [1, 2, 3, 5]  # 4th is stored as 5 - 2
+    assert rle_string_to_counts("5:1I") == [5, 10, 1, 3]  # 'I' is -7: 3 - 10
+    assert rle_string_to_counts("T3") == [100]  # 100 = 4 + 3 * 32, two groups
     for counts in ([3, 4, 2], [1, 2, 3, 5], [5, 10, 1, 3], [100], [0, 7, 123456, 1, 999, 2]):
         assert rle_string_to_counts(counts_to_rle_string(counts)) == counts
 
@@ -85,12 +96,18 @@ def test_polygon_and_coco_file(tmp_path, truth):
     sq = polygons_to_mask([[10, 10, 30, 10, 30, 20, 10, 20]], 40, 60)
     assert sq[10:21, 10:31].all() and sq.sum() == 21 * 11
     coco = {
-        "images": [{"id": 1, "file_name": "a.jpg", "height": 40, "width": 60},
-                   {"id": 2, "file_name": "b.jpg", "height": 40, "width": 60}],
+        "images": [
+            {"id": 1, "file_name": "a.jpg", "height": 40, "width": 60},
+            {"id": 2, "file_name": "b.jpg", "height": 40, "width": 60},
+        ],
         "annotations": [
             {"id": 1, "image_id": 1, "category_id": 3, "segmentation": encode_rle(truth)},
-            {"id": 2, "image_id": 1, "category_id": 4,
-             "segmentation": [[50, 30, 58, 30, 58, 38, 50, 38]]},
+            {
+                "id": 2,
+                "image_id": 1,
+                "category_id": 4,
+                "segmentation": [[50, 30, 58, 30, 58, 38, 50, 38]],
+            },
         ],
     }
     (tmp_path / "c.json").write_text(json.dumps(coco))
@@ -104,7 +121,9 @@ def test_polygon_and_coco_file(tmp_path, truth):
 
 
 def test_bbox_csv_formats(tmp_path):
-    (tmp_path / "a.csv").write_text("file,x0,y0,x1,y1\nx.jpg,1,2,30,40\nx.jpg,5,0,50,20\ny.jpg,0,0,9,9\n")
+    (tmp_path / "a.csv").write_text(
+        "file,x0,y0,x1,y1\nx.jpg,1,2,30,40\nx.jpg,5,0,50,20\ny.jpg,0,0,9,9\n"
+    )
     assert read_bboxes_csv(tmp_path / "a.csv") == {"x.jpg": (1, 0, 50, 40), "y.jpg": (0, 0, 9, 9)}
     (tmp_path / "b.csv").write_text("image,x,y,w,h\nx.jpg,1.5,2,10,10\n")
     assert read_bboxes_csv(tmp_path / "b.csv") == {"x.jpg": (1, 2, 12, 12)}
@@ -133,8 +152,10 @@ def test_iou_known_values(truth):
 
 def _boundary_f_reference(a, b, tol):
     """Independent implementation: scipy morphology and exact Euclidean distances."""
+
     def edge(m):
         return m & ~ndimage.binary_erosion(m, structure=np.ones((3, 3)), border_value=0)
+
     ea, eb = edge(a), edge(b)
     da = ndimage.distance_transform_edt(~eb)
     db = ndimage.distance_transform_edt(~ea)

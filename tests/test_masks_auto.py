@@ -15,7 +15,7 @@ from robustlab.masks.synthetic import composite, random_blob
 
 
 def _photos(samples_dir, n, offset=0):
-    files = sorted(p for p in samples_dir.glob("*.JPEG"))[offset:offset + n]
+    files = sorted(p for p in samples_dir.glob("*.JPEG"))[offset : offset + n]
     return [np.asarray(Image.open(f).convert("RGB")) for f in files], files
 
 
@@ -129,8 +129,19 @@ def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path, capsys):
 
     data, files = _dataset(samples_dir, tmp_path)
     out = tmp_path / "masks"
-    rc = main(["masks", "--data", str(data), "--out", str(out), "--method", "grabcut",
-               "--bboxes", str(tmp_path / "boxes.csv")])
+    rc = main(
+        [
+            "masks",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--method",
+            "grabcut",
+            "--bboxes",
+            str(tmp_path / "boxes.csv"),
+        ]
+    )
     assert rc == 0
     # progress lines on stderr; the unreadable image counts as done, so it ends at 100 %
     progress = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("masks: ")]
@@ -147,9 +158,24 @@ def test_cli_masks_writes_pngs_and_quality(samples_dir, tmp_path, capsys):
     assert all(0 < float(r["area_fraction"]) < 1 for r in rows)
     # a rerun reuses the cached PNGs
     before = (out / (files[0].name + ".png")).stat().st_mtime_ns
-    assert main(["masks", "--data", str(data), "--out", str(out), "--bboxes", str(tmp_path / "boxes.csv")]) == 0
+    assert (
+        main(
+            [
+                "masks",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--bboxes",
+                str(tmp_path / "boxes.csv"),
+            ]
+        )
+        == 0
+    )
     assert (out / (files[0].name + ".png")).stat().st_mtime_ns == before
-    assert {r["seed"] for r in json.loads((out / "masks_quality.json").read_text())["records"]} == {"cached"}
+    assert {r["seed"] for r in json.loads((out / "masks_quality.json").read_text())["records"]} == {
+        "cached"
+    }
 
 
 def test_cli_masks_bad_arguments(tmp_path, capsys):

@@ -18,7 +18,9 @@ class _NotBlack:
 
         class Net(torch.nn.Module):
             def forward(self, x):
-                black = (0 - torch.tensor([0.485, 0.456, 0.406])) / torch.tensor([0.229, 0.224, 0.225])
+                black = (0 - torch.tensor([0.485, 0.456, 0.406])) / torch.tensor(
+                    [0.229, 0.224, 0.225]
+                )
                 fg = (x - black.view(1, 3, 1, 1)).abs().amax(1) > 0.05
                 return {"out": torch.stack([(~fg).float(), fg.float()], 1)}
 
@@ -28,7 +30,9 @@ class _NotBlack:
 @pytest.fixture(scope="module")
 def object_on_black(samples_dir):
     """A real photo's central ellipse on black: the true mask is the ellipse."""
-    rgb = np.asarray(Image.open(samples_dir / "n01440764_tench.JPEG").convert("RGB"))[:300, :400].copy()
+    rgb = np.asarray(Image.open(samples_dir / "n01440764_tench.JPEG").convert("RGB"))[
+        :300, :400
+    ].copy()
     h, w = rgb.shape[:2]
     yy, xx = np.mgrid[:h, :w]
     truth = ((yy - h / 2) / (h / 3)) ** 2 + ((xx - w / 2) / (w / 3)) ** 2 <= 1
@@ -48,7 +52,10 @@ def test_segmentation_masker_returns_the_networks_foreground(object_on_black):
     assert iou(mask, truth) > 0.97  # only the work-copy resize (max_side 256) blurs the edge
     # a box clips the prediction to itself
     boxed, _ = masker(rgb, bbox=(0, 0, 200, 300))
-    assert not boxed[:, 200:].any() and iou(boxed, truth[:, :] & (np.arange(400) < 200)[None, :]) > 0.95
+    assert (
+        not boxed[:, 200:].any()
+        and iou(boxed, truth[:, :] & (np.arange(400) < 200)[None, :]) > 0.95
+    )
 
 
 def test_segmentation_method_needs_a_segmenter():
@@ -74,10 +81,37 @@ def test_cli_segmentation_masks_with_a_torchvision_checkpoint(samples_dir, tmp_p
     net = tvs.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=21)
     torch.save(net.state_dict(), tmp_path / "seg.pth")
     out = tmp_path / "masks"
-    rc = main(["masks", "--data", str(tmp_path / "data"), "--out", str(out), "--method", "segmentation",
-               "--seg-model", "torchvision:lraspp_mobilenet_v3_large", "--seg-weights", str(tmp_path / "seg.pth")])
+    rc = main(
+        [
+            "masks",
+            "--data",
+            str(tmp_path / "data"),
+            "--out",
+            str(out),
+            "--method",
+            "segmentation",
+            "--seg-model",
+            "torchvision:lraspp_mobilenet_v3_large",
+            "--seg-weights",
+            str(tmp_path / "seg.pth"),
+        ]
+    )
     assert rc == 0
     assert "masks: 2 images" in capsys.readouterr().out
     assert (out / "masks_quality.csv").read_text().count("\n") == 3  # header + one row per image
-    assert main(["masks", "--data", str(tmp_path / "data"), "--out", str(out), "--method", "segmentation",
-                 "--seg-model", "torchvision:lraspp_mobilenet_v3_large"]) == 2
+    assert (
+        main(
+            [
+                "masks",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(out),
+                "--method",
+                "segmentation",
+                "--seg-model",
+                "torchvision:lraspp_mobilenet_v3_large",
+            ]
+        )
+        == 2
+    )

@@ -7,8 +7,17 @@ import pandas as pd
 import pytest
 
 from robustlab.metrics import (
-    accuracy_ci, accuracy_drop, alexnet_cells, bootstrap_ci, cell_intervals, cell_table,
-    corruption_errors, drop_ci, mce, per_class, per_family,
+    accuracy_ci,
+    accuracy_drop,
+    alexnet_cells,
+    bootstrap_ci,
+    cell_intervals,
+    cell_table,
+    corruption_errors,
+    drop_ci,
+    mce,
+    per_class,
+    per_family,
 )
 from robustlab.metrics.mce import alexnet_clean_error, alexnet_table, check_full_imagenet_val
 
@@ -24,14 +33,19 @@ def _preds():
     for (shift, level), (c1, c5) in cells.items():
         for i, (a, b) in enumerate(zip(c1, c5)):
             rows.append(("r", f"s{i}", shift, level, i % 2, bool(a), bool(b)))
-    return pd.DataFrame(rows, columns=["run_id", "sample_id", "shift", "level", "label",
-                                       "correct", "correct5"])
+    return pd.DataFrame(
+        rows, columns=["run_id", "sample_id", "shift", "level", "label", "correct", "correct5"]
+    )
 
 
 def test_cell_table_by_hand():
     t = cell_table(_preds())
     assert list(zip(t["shift"], t["level"])) == [
-        ("clean", "0"), ("gaussian_noise", "1"), ("shot_noise", "1"), ("contrast", "2")]
+        ("clean", "0"),
+        ("gaussian_noise", "1"),
+        ("shot_noise", "1"),
+        ("contrast", "2"),
+    ]
     assert t["n"].tolist() == [4, 4, 4, 4]
     assert t["top1"].tolist() == [0.75, 0.25, 0.5, 0.0]
     assert t["top5"].tolist() == [1.0, 0.5, 0.75, 0.25]
@@ -62,21 +76,27 @@ def test_alexnet_table_is_consistent_with_its_means():
     t = alexnet_table()
     assert len(t) == 20 and alexnet_clean_error() == 0.4348
     body = t[t["corruption"] != "clean"]
-    np.testing.assert_allclose(body[["s1", "s2", "s3", "s4", "s5"]].mean(axis=1), body["mean"], atol=1e-6)
+    np.testing.assert_allclose(
+        body[["s1", "s2", "s3", "s4", "s5"]].mean(axis=1), body["mean"], atol=1e-6
+    )
     cells = alexnet_cells().set_index(["shift", "level"])["error"]
     assert cells[("glass_blur", "3")] == 0.88806 and cells[("saturate", "5")] == 0.82260
 
 
 def test_ce_and_relative_ce_against_alexnet_by_hand():
-    model = pd.DataFrame({
-        "shift": ["clean"] + ["gaussian_noise"] * 5 + ["brightness"] * 5,
-        "level": ["0"] + [str(s) for s in range(1, 6)] * 2,
-        "error": [0.2, .3, .4, .5, .6, .7, .2, .2, .2, .2, .2],
-    })
+    model = pd.DataFrame(
+        {
+            "shift": ["clean"] + ["gaussian_noise"] * 5 + ["brightness"] * 5,
+            "level": ["0"] + [str(s) for s in range(1, 6)] * 2,
+            "error": [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.2, 0.2, 0.2, 0.2, 0.2],
+        }
+    )
     ce = corruption_errors(model, alexnet_cells()).set_index("shift")
     # sum of AlexNet gaussian_noise errors: .69528+.82542+.93554+.98138+.99452 = 4.43214
     assert ce.loc["gaussian_noise", "ce"] == pytest.approx(2.5 / 4.43214)
-    assert ce.loc["gaussian_noise", "relative_ce"] == pytest.approx((2.5 - 1.0) / (4.43214 - 5 * .4348))
+    assert ce.loc["gaussian_noise", "relative_ce"] == pytest.approx(
+        (2.5 - 1.0) / (4.43214 - 5 * 0.4348)
+    )
     # brightness: .45140+.48502+.54048+.62166+.72440 = 2.82296; no degradation -> relative CE 0
     assert ce.loc["brightness", "ce"] == pytest.approx(1.0 / 2.82296)
     assert ce.loc["brightness", "relative_ce"] == 0.0
@@ -86,10 +106,20 @@ def test_ce_and_relative_ce_against_alexnet_by_hand():
 
 
 def test_ce_against_a_stored_baseline_and_missing_cells():
-    model = pd.DataFrame({"shift": ["clean", "contrast", "contrast"], "level": ["0", "1", "2"],
-                          "error": [0.1, 0.3, 0.5]})
-    base = pd.DataFrame({"shift": ["clean", "contrast", "contrast"], "level": ["0", "1", "2"],
-                         "error": [0.2, 0.4, 0.8]})
+    model = pd.DataFrame(
+        {
+            "shift": ["clean", "contrast", "contrast"],
+            "level": ["0", "1", "2"],
+            "error": [0.1, 0.3, 0.5],
+        }
+    )
+    base = pd.DataFrame(
+        {
+            "shift": ["clean", "contrast", "contrast"],
+            "level": ["0", "1", "2"],
+            "error": [0.2, 0.4, 0.8],
+        }
+    )
     ce = corruption_errors(model, base).iloc[0]
     assert ce["ce"] == pytest.approx(0.8 / 1.2)
     assert ce["relative_ce"] == pytest.approx((0.8 - 0.2) / (1.2 - 0.4))

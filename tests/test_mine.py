@@ -34,14 +34,28 @@ def pool(tmp_path_factory):
     root = tmp_path_factory.mktemp("mine")
     data, _ = materialise(root / "demo")
     gen = root / "gen"
-    generate("imagenet-c", data, gen, shifts=["contrast", "gaussian_noise"],
-             levels=[5], workers=0, progress=False)
+    generate(
+        "imagenet-c",
+        data,
+        gen,
+        shifts=["contrast", "gaussian_noise"],
+        levels=[5],
+        workers=0,
+        progress=False,
+    )
     db = root / "r.duckdb"
     from robustlab.models import load_model
 
     models = [load_model(s, device="cpu", label_space="demo") for s in SURROGATES]
-    res = mine(gen, surrogates=models, label_space="demo", db=db, out=root / "hard",
-               workers=0, progress=False)
+    res = mine(
+        gen,
+        surrogates=models,
+        label_space="demo",
+        db=db,
+        out=root / "hard",
+        workers=0,
+        progress=False,
+    )
     return {"root": root, "data": data, "gen": gen, "db": db, "res": res, "models": models}
 
 
@@ -94,25 +108,66 @@ def test_rerun_resumes_k_of_n_and_a_changed_mining_is_refused(pool):
     store = Store(pool["db"])
     n_pred = store.count()
     models = pool["models"]
-    again = mine(pool["gen"], surrogates=models, label_space="demo", db=pool["db"],
-                 out=pool["root"] / "hard", workers=0, progress=False)
-    assert again.mining_id == pool["res"].mining_id and store.count() == n_pred  # nothing re-predicted
-    one = mine(pool["gen"], surrogates=models, k=1, label_space="demo", db=pool["db"],
-               workers=0, progress=False)
+    again = mine(
+        pool["gen"],
+        surrogates=models,
+        label_space="demo",
+        db=pool["db"],
+        out=pool["root"] / "hard",
+        workers=0,
+        progress=False,
+    )
+    assert (
+        again.mining_id == pool["res"].mining_id and store.count() == n_pred
+    )  # nothing re-predicted
+    one = mine(
+        pool["gen"],
+        surrogates=models,
+        k=1,
+        label_space="demo",
+        db=pool["db"],
+        workers=0,
+        progress=False,
+    )
     assert set(pool["res"].kept.index) <= set(one.kept.index) and one.mining_id != again.mining_id
     assert len(mining_runs(store)) == 2
     with pytest.raises(InputChangedError, match="holds the hard subset of mining"):
-        mine(pool["gen"], surrogates=models, k=2, label_space="demo", db=pool["db"],
-             out=pool["root"] / "hard", workers=0, progress=False)
+        mine(
+            pool["gen"],
+            surrogates=models,
+            k=2,
+            label_space="demo",
+            db=pool["db"],
+            out=pool["root"] / "hard",
+            workers=0,
+            progress=False,
+        )
     with pytest.raises(InputError, match="k must be an integer from 1"):
         mine(pool["gen"], surrogates=SURROGATES, k=4, db=pool["db"])
 
 
 def test_cli_copies_clean_photos(pool, capsys):
     out = pool["root"] / "hard-copy"
-    code = main(["mine", "--data", str(pool["data"]), "--label-space", "demo", "--k", "1",
-                 "--surrogates", "lite0", "--db", str(pool["db"]), "--out", str(out), "--copy",
-                 "--workers", "0"])
+    code = main(
+        [
+            "mine",
+            "--data",
+            str(pool["data"]),
+            "--label-space",
+            "demo",
+            "--k",
+            "1",
+            "--surrogates",
+            "lite0",
+            "--db",
+            str(pool["db"]),
+            "--out",
+            str(out),
+            "--copy",
+            "--workers",
+            "0",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0 and "that at least 1 of 1 surrogates (lite0)" in printed
     rows = list(csv.DictReader(open(out / "hard.csv")))
@@ -124,9 +179,11 @@ def test_cli_copies_clean_photos(pool, capsys):
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
-    for argv, expected in ((["--data", str(tmp_path / "nope")], "does not exist"),
-                           (["--data", str(tmp_path), "--k", "4"], "k must be an integer from 1 to"),
-                           (["--data", str(tmp_path), "--surrogates", "lite0,lite0"], "listed twice")):
+    for argv, expected in (
+        (["--data", str(tmp_path / "nope")], "does not exist"),
+        (["--data", str(tmp_path), "--k", "4"], "k must be an integer from 1 to"),
+        (["--data", str(tmp_path), "--surrogates", "lite0,lite0"], "listed twice"),
+    ):
         code = main(["mine", "--db", str(tmp_path / "r.duckdb"), *argv])
         err = capsys.readouterr().err.strip()
         assert code == 2 and expected in err and "\n" not in err, err
@@ -153,8 +210,9 @@ def test_transfer_detects_shared_failures_and_not_chance():
     unrelated = rng.random(400) < 0.3
     r2 = transfer(unrelated, heldout, draws=500, rng=1)
     assert r2["random_lo"] <= r2["mined_acc"] <= r2["random_hi"]
-    loo = leave_one_out(np.stack([~hard, ~hard | (rng.random(400) < 0.5), heldout], 1),
-                        ["a", "b", "c"], draws=200)
+    loo = leave_one_out(
+        np.stack([~hard, ~hard | (rng.random(400) < 0.5), heldout], 1), ["a", "b", "c"], draws=200
+    )
     assert [x["heldout"] for x in loo] == ["a", "b", "c"] and loo[2]["transfer"]["p_value"] < 0.01
 
 
@@ -168,8 +226,14 @@ def test_report_shows_the_mining_curve_transfer_and_hard_examples(pool, tmp_path
 
     db = tmp_path / "r.duckdb"
     shutil.copy(pool["db"], db)
-    two = mine(pool["gen"], surrogates=pool["models"][:2], label_space="demo", db=db,
-               workers=0, progress=False)
+    two = mine(
+        pool["gen"],
+        surrogates=pool["models"][:2],
+        label_space="demo",
+        db=db,
+        workers=0,
+        progress=False,
+    )
     res = build_report(db, tmp_path / "r.html", grid=False, n_resamples=50)
     page = (tmp_path / "r.html").read_text()
     one, two_id = pool["res"].mining_id[:8], two.mining_id[:8]
@@ -179,15 +243,18 @@ def test_report_shows_the_mining_curve_transfer_and_hard_examples(pool, tmp_path
     assert "no held-out model" in page  # the 3-surrogate mining has none among these runs
     t = two.table
     kept = ~t["lite0_correct"] & ~t["lite1_correct"]
-    lite2 = Store(db).predictions([pool["res"].run_ids[2]]).set_index(
-        ["sample_id", "shift", "level"])["correct"]
+    lite2 = (
+        Store(db)
+        .predictions([pool["res"].run_ids[2]])
+        .set_index(["sample_id", "shift", "level"])["correct"]
+    )
     expect = lite2.loc[list(zip(t["sample_id"][kept], t["shift"][kept], t["level"][kept]))].mean()
-    table = page[page.index(f'id="mining-transfer-{two_id}"'):]
-    row = table[:table.index("</tr>", table.index("<tbody>"))]
+    table = page[page.index(f'id="mining-transfer-{two_id}"') :]
+    row = table[: table.index("</tr>", table.index("<tbody>"))]
     assert "lite2" in row
     shown = float(re.findall(r'data-sort="([0-9.eE+-]+)"', row)[1])  # Kept, then Top-1 on kept
     assert shown == pytest.approx(expect)
-    block = page[page.index(f'id="mining-examples-{two_id}"'):]
-    block = block[:block.index("</div>")]
+    block = page[page.index(f'id="mining-examples-{two_id}"') :]
+    block = block[: block.index("</div>")]
     assert 0 < block.count("<img ") == min(12, int(kept.sum()))
     assert block.count('aria-label="wrong"') == 2 * block.count("<img ")

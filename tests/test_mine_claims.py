@@ -30,9 +30,22 @@ def test_more_surrogates_harder_set_and_failures_transfer(full_samples_dir, tmp_
         (data / r["wnid"]).mkdir(parents=True)
         shutil.copy(samples_dir / r["file"], data / r["wnid"] / r["file"])
     gen = tmp_path / "gen"
-    generate("imagenet-c", data, gen, shifts=["gaussian_noise", "defocus_blur", "fog", "contrast",
-                                              "pixelate", "jpeg_compression"],
-             levels=[3, 4, 5], workers=0, progress=False)
+    generate(
+        "imagenet-c",
+        data,
+        gen,
+        shifts=[
+            "gaussian_noise",
+            "defocus_blur",
+            "fog",
+            "contrast",
+            "pixelate",
+            "jpeg_compression",
+        ],
+        levels=[3, 4, 5],
+        workers=0,
+        progress=False,
+    )
     db = tmp_path / "r.duckdb"
     models = [load_model(m, device="cpu") for m in MODELS]
     res = mine(gen, surrogates=models, db=db, workers=0, progress=False)

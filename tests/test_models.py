@@ -17,12 +17,18 @@ from robustlab.models.lite import package_weights
 
 def _accuracy(name: str, samples_dir) -> float:
     model = load_model(name, device="cpu")
-    rows = list(csv.DictReader((samples_dir / "labels.csv").read_text(encoding="utf-8").splitlines()))
+    rows = list(
+        csv.DictReader((samples_dir / "labels.csv").read_text(encoding="utf-8").splitlines())
+    )
     labels = torch.tensor([int(r["index"]) for r in rows])
     preds = []
     for i in range(0, len(rows), model.batch_size):
-        batch = torch.stack([model.transform(load_image(samples_dir / r["file"])[0])
-                             for r in rows[i:i + model.batch_size]])
+        batch = torch.stack(
+            [
+                model.transform(load_image(samples_dir / r["file"])[0])
+                for r in rows[i : i + model.batch_size]
+            ]
+        )
         preds.append(model.predict(batch).argmax(dim=1))
     top1, _ = model.correct(torch.cat(preds)[:, None], labels)
     acc = float(top1.float().mean())
@@ -49,8 +55,13 @@ def test_lite0_record(lite0):
     path = package_weights("lite0")
     assert lite0.weights_hash == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     p = lite0.preprocessing
-    assert (p.input_size, p.crop_pct, p.interpolation, p.mean, p.std) == \
-        (224, 0.875, "bicubic", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    assert (p.input_size, p.crop_pct, p.interpolation, p.mean, p.std) == (
+        224,
+        0.875,
+        "bicubic",
+        (0.5, 0.5, 0.5),
+        (0.5, 0.5, 0.5),
+    )
     d = json.loads(json.dumps(lite0.describe()))
     assert d["spec"] == "lite0" and d["weights_hash"] == lite0.weights_hash
     assert d["preprocessing"]["input_size"] == 224 and d["label_space"]["name"] == "imagenet1k"
@@ -61,7 +72,13 @@ def test_lite0_record(lite0):
 def test_list_models_has_every_adapter():
     specs = [m.spec for m in list_models()]
     assert specs[:3] == ["lite0", "lite1", "lite2"]
-    assert {s.split(":")[0] for s in specs[3:]} == {"timm", "torchvision", "hf", "open_clip", "onnx"}
+    assert {s.split(":")[0] for s in specs[3:]} == {
+        "timm",
+        "torchvision",
+        "hf",
+        "open_clip",
+        "onnx",
+    }
 
 
 def test_registered_adapter_is_used_by_load_model_and_listed(lite0):
@@ -72,6 +89,7 @@ def test_registered_adapter_is_used_by_load_model_and_listed(lite0):
 
     calls = []
     try:
+
         @register_adapter("mylab", pattern="mylab:NAME", description="in-house nets")
         def load(name, *, spec, weights=None, **kwargs):
             calls.append((name, spec, weights, kwargs["device"]))
@@ -108,7 +126,9 @@ def test_resize_crop_matches_torchvision(samples_dir, interp):
     from torchvision import transforms as T
 
     pre = Preprocessing(224, 0.875, interp, (0.5,) * 3, (0.5,) * 3)
-    mode = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR}[interp]
+    mode = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR}[
+        interp
+    ]
     ref = T.Compose([T.Resize(256, interpolation=mode), T.CenterCrop(224)])
     for name in ("n01440764_tench.JPEG", "n01484850_great_white_shark.JPEG"):
         rgb = _photo(samples_dir, name)
@@ -121,15 +141,20 @@ def test_transform_matches_timm_eval_transform(samples_dir):
     from PIL import Image
     from timm.data import create_transform
 
-    ref = create_transform(input_size=(3, 224, 224), interpolation="bicubic", crop_pct=0.875,
-                           mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    ref = create_transform(
+        input_size=(3, 224, 224),
+        interpolation="bicubic",
+        crop_pct=0.875,
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+    )
     pre = Preprocessing(224, 0.875, "bicubic", (0.5,) * 3, (0.5,) * 3)
     rgb = _photo(samples_dir)
     torch.testing.assert_close(pre.to_tensor(rgb), ref(Image.fromarray(rgb)), atol=1e-6, rtol=0)
 
 
 def test_transform_without_crop_keeps_pixels_of_a_model_sized_image(lite0, samples_dir):
-    rgb = lite0.preprocessing.resize_crop(_photo(samples_dir))        # 224 x 224
+    rgb = lite0.preprocessing.resize_crop(_photo(samples_dir))  # 224 x 224
     x = lite0.transform(rgb, crop=False)
     back = (x * 0.5 + 0.5) * 255
     np.testing.assert_allclose(back.permute(1, 2, 0).numpy(), rgb, atol=1e-3)
@@ -144,13 +169,24 @@ def test_squash_mode_resizes_both_sides():
     assert pre.resize_crop(np.zeros((40, 100, 3), np.uint8)).shape == (32, 32, 3)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"crop_pct": 0.0}, "crop_pct"), ({"interpolation": "cubic"}, "interpolation"),
-    ({"input_size": 0}, "input_size"), ({"std": (1.0, 0.0, 1.0)}, "std"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"crop_pct": 0.0}, "crop_pct"),
+        ({"interpolation": "cubic"}, "interpolation"),
+        ({"input_size": 0}, "input_size"),
+        ({"std": (1.0, 0.0, 1.0)}, "std"),
+    ],
+)
 def test_preprocessing_validation(kwargs, match):
-    args = {"input_size": 224, "crop_pct": 0.875, "interpolation": "bicubic",
-            "mean": (0.5,) * 3, "std": (0.5,) * 3, **kwargs}
+    args = {
+        "input_size": 224,
+        "crop_pct": 0.875,
+        "interpolation": "bicubic",
+        "mean": (0.5,) * 3,
+        "std": (0.5,) * 3,
+        **kwargs,
+    }
     with pytest.raises(ValueError, match=match):
         Preprocessing(**args)
 
@@ -171,7 +207,9 @@ def test_correct_with_a_mapping(lite0):
     in1k = m.label_space  # imagenet9
     dog, fish = in1k.index_of("dog"), in1k.index_of("fish")
     chihuahua, tench, car_wheel = 151, 0, 479
-    topk = torch.tensor([[chihuahua, tench], [tench, chihuahua], [car_wheel, 999], [car_wheel, tench]])
+    topk = torch.tensor(
+        [[chihuahua, tench], [tench, chihuahua], [car_wheel, 999], [car_wheel, tench]]
+    )
     labels = torch.tensor([dog, dog, dog, fish])
     top1, topk_ok = m.correct(topk, labels)
     assert top1.tolist() == [True, False, False, False]
@@ -181,7 +219,7 @@ def test_correct_with_a_mapping(lite0):
 def test_correct_direct_and_bad_input(lite0):
     top1, top5 = lite0.correct(torch.tensor([[3, 4], [7, 3]]), torch.tensor([3, 3]))
     assert top1.tolist() == [True, False] and top5.tolist() == [True, True]
-    top1, _ = lite0.correct(np.array([5, 6]), np.array([5, 5]))       # k = 1 as a vector
+    top1, _ = lite0.correct(np.array([5, 6]), np.array([5, 5]))  # k = 1 as a vector
     assert top1.tolist() == [True, False]
     with pytest.raises(ValueError, match="labels must be in 0..999"):
         lite0.correct(torch.tensor([[1]]), torch.tensor([1000]))

@@ -42,7 +42,7 @@ def test_timm_checkpoint_end_to_end(tmp_path, images):
     model = load_model("timm:resnet18", weights=str(ckpt), device="cpu")
     assert model.weights_hash == _sha16(ckpt)
     p = model.preprocessing
-    assert (p.input_size, p.interpolation, p.crop_pct) == (224, "bicubic", 0.95)   # timm's cfg
+    assert (p.input_size, p.interpolation, p.crop_pct) == (224, "bicubic", 0.95)  # timm's cfg
     batch = torch.stack([model.transform(im) for im in images])
     with torch.inference_mode():
         expected = net(batch)
@@ -100,8 +100,16 @@ def _export(net, path, *, fixed_batch=None, meta=None):
 
     x = torch.zeros(fixed_batch or 2, 3, 64, 64)
     kwargs = {} if fixed_batch else {"dynamic_axes": {"x": {0: "b"}, "y": {0: "b"}}}
-    torch.onnx.export(net, (x,), str(path), input_names=["x"], output_names=["y"],
-                      opset_version=17, dynamo=False, **kwargs)
+    torch.onnx.export(
+        net,
+        (x,),
+        str(path),
+        input_names=["x"],
+        output_names=["y"],
+        opset_version=17,
+        dynamo=False,
+        **kwargs,
+    )
     if meta:
         m = onnx.load(str(path))
         for k, v in meta.items():
@@ -131,12 +139,27 @@ def test_onnx_fixed_batch_and_metadata(tmp_path, images):
     torch.manual_seed(1)
     net = timm.create_model("test_resnet", pretrained=False).eval()
     path = tmp_path / "fixed.onnx"
-    _export(net, path, fixed_batch=2, meta={"input_size": 64, "crop_pct": 1.0, "interpolation": "bicubic",
-                                            "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]})
+    _export(
+        net,
+        path,
+        fixed_batch=2,
+        meta={
+            "input_size": 64,
+            "crop_pct": 1.0,
+            "interpolation": "bicubic",
+            "mean": [0.5, 0.5, 0.5],
+            "std": [0.5, 0.5, 0.5],
+        },
+    )
     model = load_model(f"onnx:{path}", device="cpu", label_space="imagenet-a")
     p = model.preprocessing
-    assert (p.input_size, p.crop_pct, p.interpolation, p.mean) == (64, 1.0, "bicubic", (0.5, 0.5, 0.5))
-    batch = torch.stack([model.transform(im) for im in images])      # 3 images, graph takes 2
+    assert (p.input_size, p.crop_pct, p.interpolation, p.mean) == (
+        64,
+        1.0,
+        "bicubic",
+        (0.5, 0.5, 0.5),
+    )
+    batch = torch.stack([model.transform(im) for im in images])  # 3 images, graph takes 2
     with torch.inference_mode():
         expected = net(batch)[:, list(model.label_space.subset_ids)]
     out = model.predict(batch)
@@ -157,8 +180,14 @@ def tiny_clip(tmp_path_factory):
     import open_clip
 
     folder = tmp_path_factory.mktemp("clip")
-    (folder / "open_clip_config.json").write_text(json.dumps(
-        {"model_cfg": TINY_CLIP, "preprocess_cfg": {"mean": [0.48, 0.46, 0.41], "std": [0.27, 0.26, 0.28]}}))
+    (folder / "open_clip_config.json").write_text(
+        json.dumps(
+            {
+                "model_cfg": TINY_CLIP,
+                "preprocess_cfg": {"mean": [0.48, 0.46, 0.41], "std": [0.27, 0.26, 0.28]},
+            }
+        )
+    )
     torch.manual_seed(0)
     net = open_clip.CLIP(**TINY_CLIP).eval()
     ckpt = folder / "ckpt.pt"
@@ -173,15 +202,27 @@ def test_open_clip_zero_shot_end_to_end(tiny_clip, images):
     from robustlab.models import open_clip_models
 
     folder, ckpt, net = tiny_clip
-    model = open_clip_models.load(str(folder), spec=f"open_clip:{folder}", weights=ckpt,
-                                  device="cpu", label_space="imagenet9", templates=("a photo of a {}.",))
+    model = open_clip_models.load(
+        str(folder),
+        spec=f"open_clip:{folder}",
+        weights=ckpt,
+        device="cpu",
+        label_space="imagenet9",
+        templates=("a photo of a {}.",),
+    )
     assert model.head == "direct" and model.num_outputs == 9
     p = model.preprocessing
-    assert (p.input_size, p.interpolation, p.crop_pct, p.mean) == (32, "bicubic", 1.0, (0.48, 0.46, 0.41))
+    assert (p.input_size, p.interpolation, p.crop_pct, p.mean) == (
+        32,
+        "bicubic",
+        1.0,
+        (0.48, 0.46, 0.41),
+    )
     batch = torch.stack([model.transform(im) for im in images])
     # Reference: open_clip's own forward (normalised features and logit scale).
     tokens = open_clip.get_tokenizer(f"local-dir:{folder}")(
-        [f"a photo of a {c}." for c in model.label_space.classes])
+        [f"a photo of a {c}." for c in model.label_space.classes]
+    )
     with torch.inference_mode():
         img, txt, scale = net(batch, tokens)
         expected = scale * F.normalize(img, dim=-1) @ F.normalize(txt, dim=-1).T
@@ -192,7 +233,9 @@ def test_open_clip_zero_shot_end_to_end(tiny_clip, images):
 
 def test_open_clip_via_load_model_with_default_templates(tiny_clip):
     folder, ckpt, _ = tiny_clip
-    model = load_model(f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet9")
+    model = load_model(
+        f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet9"
+    )
     assert model.num_outputs == 9 and model.weights_hash == _sha16(ckpt)
     assert len(model.describe()["zero_shot"]["templates"]) > 1
     with pytest.raises(MissingResourceError, match="needs weights"):
@@ -206,8 +249,15 @@ def tiny_vit(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("vit")
     torch.manual_seed(0)
-    cfg = ViTConfig(image_size=32, patch_size=16, hidden_size=32, num_hidden_layers=1,
-                    num_attention_heads=2, intermediate_size=37, num_labels=1000)
+    cfg = ViTConfig(
+        image_size=32,
+        patch_size=16,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=37,
+        num_labels=1000,
+    )
     net = ViTForImageClassification(cfg).eval()
     net.save_pretrained(folder)
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
@@ -223,7 +273,9 @@ def test_hf_folder_end_to_end(tiny_vit, images):
     assert (p.input_size, p.resize_mode, p.crop_pct, p.mean) == (32, "squash", 1.0, (0.5, 0.5, 0.5))
     batch = torch.stack([model.transform(im) for im in images])
     # Reference: the model's own image processor.
-    ref = ViTImageProcessor.from_pretrained(folder)(images=list(images), return_tensors="pt")["pixel_values"]
+    ref = ViTImageProcessor.from_pretrained(folder)(images=list(images), return_tensors="pt")[
+        "pixel_values"
+    ]
     torch.testing.assert_close(batch, ref, atol=2e-2, rtol=0)
     with torch.inference_mode():
         expected = net(pixel_values=batch).logits
@@ -232,16 +284,19 @@ def test_hf_folder_end_to_end(tiny_vit, images):
 
 
 # ------------------------------------------------------------------ clear errors
-@pytest.mark.parametrize("spec, match", [
-    ("foo:bar", "unknown model spec 'foo:bar'"),
-    ("lite9", "unknown model spec 'lite9'"),
-    ("timm:", "unknown model spec"),
-    ("timm:no_such_net", "unknown timm model 'no_such_net'"),
-    ("torchvision:no_such_net", "unknown torchvision model"),
-    ("open_clip:no-such-arch", "unknown open_clip model"),
-    ("onnx:/nonexistent/m.onnx", "ONNX file /nonexistent/m.onnx does not exist"),
-    ("hf:/nonexistent/folder", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("foo:bar", "unknown model spec 'foo:bar'"),
+        ("lite9", "unknown model spec 'lite9'"),
+        ("timm:", "unknown model spec"),
+        ("timm:no_such_net", "unknown timm model 'no_such_net'"),
+        ("torchvision:no_such_net", "unknown torchvision model"),
+        ("open_clip:no-such-arch", "unknown open_clip model"),
+        ("onnx:/nonexistent/m.onnx", "ONNX file /nonexistent/m.onnx does not exist"),
+        ("hf:/nonexistent/folder", "does not exist"),
+    ],
+)
 def test_bad_specs(spec, match):
     with pytest.raises(RobustlabError, match=match) as err:
         load_model(spec, device="cpu")
@@ -249,7 +304,9 @@ def test_bad_specs(spec, match):
 
 
 def test_missing_weights_file():
-    with pytest.raises(MissingResourceError, match="weights file /nonexistent/w.pth does not exist"):
+    with pytest.raises(
+        MissingResourceError, match="weights file /nonexistent/w.pth does not exist"
+    ):
         load_model("timm:resnet18", weights="/nonexistent/w.pth", device="cpu")
     with pytest.raises(MissingResourceError, match="does not exist"):
         load_model("torchvision:resnet18", weights="/nonexistent/w.pth", device="cpu")
@@ -259,13 +316,18 @@ def test_missing_weights_file():
 
 def test_timm_without_weights_offline_says_what_to_download(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    with pytest.raises(MissingResourceError, match=r"downloads are off.*huggingface\.co/timm/resnet18\.a1_in1k"):
+    with pytest.raises(
+        MissingResourceError, match=r"downloads are off.*huggingface\.co/timm/resnet18\.a1_in1k"
+    ):
         load_model("timm:resnet18", device="cpu")
 
 
 def test_torchvision_without_weights_offline_says_where(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    with pytest.raises(MissingResourceError, match=r"download https://download\.pytorch\.org/models/resnet18-.*\.pth to "):
+    with pytest.raises(
+        MissingResourceError,
+        match=r"download https://download\.pytorch\.org/models/resnet18-.*\.pth to ",
+    ):
         load_model("torchvision:resnet18", device="cpu")
 
 
@@ -279,7 +341,9 @@ def test_torchvision_uses_the_hub_cache(monkeypatch, tmp_path):
     dest.parent.mkdir(parents=True)
     torch.save(get_model("mobilenet_v3_small", weights=None).state_dict(), dest)
     model = load_model("torchvision:mobilenet_v3_small", device="cpu")
-    assert model.describe()["weights_source"] == "torch hub cache" and model.weights_hash == _sha16(dest)
+    assert model.describe()["weights_source"] == "torch hub cache" and model.weights_hash == _sha16(
+        dest
+    )
 
 
 def test_hub_model_offline(monkeypatch):
@@ -310,9 +374,15 @@ def test_unreachable_hub_fails_at_once_with_what_to_download(monkeypatch, tmp_pa
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ROBUSTLAB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
-    with pytest.raises(MissingResourceError, match=r"cannot download timm:resnet18 weights: hub.invalid cannot be reached.*--weights PATH"):
+    with pytest.raises(
+        MissingResourceError,
+        match=r"cannot download timm:resnet18 weights: hub.invalid cannot be reached.*--weights PATH",
+    ):
         load_model("timm:resnet18")
-    with pytest.raises(MissingResourceError, match=r"hf:someone/no-such-model is not in the local Hugging Face cache and hub.invalid cannot be reached"):
+    with pytest.raises(
+        MissingResourceError,
+        match=r"hf:someone/no-such-model is not in the local Hugging Face cache and hub.invalid cannot be reached",
+    ):
         load_model("hf:someone/no-such-model")
 
 
@@ -323,7 +393,9 @@ def test_open_clip_imagenet_d_uses_the_papers_protocol(tiny_clip, images):
     import torch.nn.functional as F
 
     folder, ckpt, net = tiny_clip
-    model = load_model(f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet-d")
+    model = load_model(
+        f"open_clip:{folder}", weights=str(ckpt), device="cpu", label_space="imagenet-d"
+    )
     zs = model.describe()["zero_shot"]
     assert model.num_outputs == 113 and zs["templates"] == ["A photo of a {}"]
     assert zs["logit_scale"] == 100.0

@@ -12,7 +12,14 @@ from PIL import Image
 from robustlab.data.images import ImageError, load_image
 from robustlab.data.sources import Sample
 from robustlab.pipeline import (
-    apply_shift, as_stored, cell_path, decode, encode, geometry, prepare, prepare_bbox,
+    apply_shift,
+    as_stored,
+    cell_path,
+    decode,
+    encode,
+    geometry,
+    prepare,
+    prepare_bbox,
     prepare_mask,
 )
 from robustlab.seeding import derive_seed, make_rng
@@ -108,7 +115,8 @@ def test_cell_path_layout():
     assert cell_path(out, flat, "fog", 3, P) == Path("/o/fog/3/n01440764/n01440764_tench.JPEG")
     assert cell_path(out, tree, "fog", 3, P) == Path("/o/fog/3/n01440764/x.JPEG")
     assert cell_path(out, deep, get_shift(RANDOM_CORRUPTION), 1, P) == Path(
-        f"/o/{RANDOM_CORRUPTION}/1/cat/sub/y.jpg")
+        f"/o/{RANDOM_CORRUPTION}/1/cat/sub/y.jpg"
+    )
     assert cell_path(out, none, "fog", 1, Protocol(format="png")) == Path("/o/fog/1/z.png")
 
 

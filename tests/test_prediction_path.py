@@ -36,10 +36,17 @@ def photos(tmp_path):
 
 
 def _rows(n: int, run_sample: str = "s") -> dict:
-    return {"sample_id": [f"{run_sample}{i}" for i in range(n)], "shift": ["clean"] * n,
-            "level": ["0"] * n, "label": [1] * n, "class_name": ["c"] * n,
-            "top5_ids": np.zeros((n, 5), np.int32), "top5_probs": np.zeros((n, 5), np.float32),
-            "correct": [False] * n, "correct5": [False] * n}
+    return {
+        "sample_id": [f"{run_sample}{i}" for i in range(n)],
+        "shift": ["clean"] * n,
+        "level": ["0"] * n,
+        "label": [1] * n,
+        "class_name": ["c"] * n,
+        "top5_ids": np.zeros((n, 5), np.int32),
+        "top5_probs": np.zeros((n, 5), np.float32),
+        "correct": [False] * n,
+        "correct5": [False] * n,
+    }
 
 
 def test_uint8_batch_gives_bit_identical_logits(lite0):
@@ -54,8 +61,12 @@ def test_uint8_batch_gives_bit_identical_logits(lite0):
 
 def test_predict_topk_agrees_with_predict(lite0):
     rng = np.random.default_rng(2)
-    batch = torch.stack([_ModelTransform(lite0)(rng.integers(0, 256, (224, 224, 3), dtype=np.uint8))
-                         for _ in range(4)])
+    batch = torch.stack(
+        [
+            _ModelTransform(lite0)(rng.integers(0, 256, (224, 224, 3), dtype=np.uint8))
+            for _ in range(4)
+        ]
+    )
     probs, ids = lite0.predict_topk(batch, 5)
     ref = torch.topk(torch.softmax(lite0.predict(batch), dim=1), 5, dim=1)
     assert torch.equal(ids, ref.indices)
@@ -77,7 +88,9 @@ def test_writer_merges_queued_batches_and_stores_all(tmp_path):
     store = Store(tmp_path / "w.duckdb")
     store.start_run(RunRecord(run_id="w", model_spec="x"))
     seen = []
-    writer = PredictionWriter(store, "w", depth=3, on_written=lambda rows: seen.append(len(rows["shift"])))
+    writer = PredictionWriter(
+        store, "w", depth=3, on_written=lambda rows: seen.append(len(rows["shift"]))
+    )
     for k in range(7):
         writer.put(_rows(5, run_sample=f"b{k}_"))
     writer.close()
@@ -115,9 +128,17 @@ def test_interrupt_keeps_every_predicted_row(tmp_path, photos, lite0):
     store = Store(tmp_path / "i.duckdb")
     record = RunRecord(run_id="i", model_spec=lite0.spec)
     labels = [0] * len(photos)
-    runner = Runner(lite0, photos, labels, [("clean", 0)], CellImages(Protocol(), 0), store,
-                    record, RunOptions(batch_size=2, workers=0, progress=False),
-                    transform=_StopAfter(_ModelTransform(lite0), 5))
+    runner = Runner(
+        lite0,
+        photos,
+        labels,
+        [("clean", 0)],
+        CellImages(Protocol(), 0),
+        store,
+        record,
+        RunOptions(batch_size=2, workers=0, progress=False),
+        transform=_StopAfter(_ModelTransform(lite0), 5),
+    )
     with pytest.raises(KeyboardInterrupt):
         runner.run()
     # Images 1-4 made two full batches before the interrupt: both are stored.
@@ -126,8 +147,16 @@ def test_interrupt_keeps_every_predicted_row(tmp_path, photos, lite0):
         status = con.execute("SELECT status FROM runs WHERE run_id='i'").fetchone()[0]
     assert n == 4 and status == "interrupted"
     # A rerun finishes the run without duplicates.
-    runner = Runner(lite0, photos, labels, [("clean", 0)], CellImages(Protocol(), 0), store,
-                    record, RunOptions(batch_size=2, workers=0, progress=False))
+    runner = Runner(
+        lite0,
+        photos,
+        labels,
+        [("clean", 0)],
+        CellImages(Protocol(), 0),
+        store,
+        record,
+        RunOptions(batch_size=2, workers=0, progress=False),
+    )
     summary = runner.run()
     assert summary.n_written == 2 and summary.n_already_done == 4
     with store.connect(read_only=True) as con:

@@ -34,9 +34,11 @@ def test_line_progress_prints_rate_and_eta_every_interval():
     p.close()
     p.close()  # closing twice prints once
     lines = out.getvalue().splitlines()
-    assert lines == ["evaluate: 0/100 (0 %)",
-                     "evaluate: 40/100 (40 %), 4.0 pred/s, ETA 15s",
-                     "evaluate: 100/100 (100 %), 6.7 pred/s, took 15s"]
+    assert lines == [
+        "evaluate: 0/100 (0 %)",
+        "evaluate: 40/100 (40 %), 4.0 pred/s, ETA 15s",
+        "evaluate: 100/100 (100 %), 6.7 pred/s, took 15s",
+    ]
 
 
 def test_line_progress_of_a_resumed_run_counts_only_new_work_in_the_rate():
@@ -65,11 +67,34 @@ def test_evaluate_cli_prints_progress_lines_to_a_pipe_and_skips_reach_100(tmp_pa
     one of its cells is skipped; the last progress line still says 6/6 (100 %)."""
     data, masks = materialise(tmp_path / "demo", ["rocket/rocket.jpg", "cat/chelsea.png"])
     proc = subprocess.run(
-        [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(data),
-         "--masks", str(masks), "--label-space", DEMO_LABEL_SPACE, "--suite", "imagenet9",
-         "--shift", "mixed_same", "--shift", "mixed_rand", "--workers", "0",
-         "--db", str(tmp_path / "r.duckdb")],
-        capture_output=True, text=True, timeout=300, check=False)  # stderr is a pipe
+        [
+            sys.executable,
+            "-m",
+            "robustlab.cli",
+            "evaluate",
+            "lite0",
+            "--data",
+            str(data),
+            "--masks",
+            str(masks),
+            "--label-space",
+            DEMO_LABEL_SPACE,
+            "--suite",
+            "imagenet9",
+            "--shift",
+            "mixed_same",
+            "--shift",
+            "mixed_rand",
+            "--workers",
+            "0",
+            "--db",
+            str(tmp_path / "r.duckdb"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # stderr is a pipe
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("evaluate: ")]
     assert lines[0] == "evaluate: 0/6 (0 %)"
@@ -87,12 +112,21 @@ def test_build_masks_counts_a_skipped_last_image_as_done(tmp_path):
     data, _ = materialise(tmp_path / "demo", ["rocket/rocket.jpg"])
     broken = data / "rocket" / "zz_broken.jpg"
     broken.write_bytes(b"\xff\xd8 not really a jpeg")
-    samples = [Sample(id="rocket/rocket.jpg", path=data / "rocket" / "rocket.jpg",
-                      class_name="rocket", bbox=(150, 20, 330, 420)),
-               Sample(id="rocket/zz_broken.jpg", path=broken, class_name="rocket",
-                      bbox=(0, 0, 10, 10))]
+    samples = [
+        Sample(
+            id="rocket/rocket.jpg",
+            path=data / "rocket" / "rocket.jpg",
+            class_name="rocket",
+            bbox=(150, 20, 330, 420),
+        ),
+        Sample(id="rocket/zz_broken.jpg", path=broken, class_name="rocket", bbox=(0, 0, 10, 10)),
+    ]
     calls = []
-    summary = build_masks(samples, tmp_path / "masks", AutoMasker("grabcut"),
-                          progress=lambda done, total: calls.append((done, total)))
+    summary = build_masks(
+        samples,
+        tmp_path / "masks",
+        AutoMasker("grabcut"),
+        progress=lambda done, total: calls.append((done, total)),
+    )
     assert summary["n_skipped"] == 1
     assert calls == [(1, 2), (2, 2)]

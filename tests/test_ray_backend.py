@@ -37,7 +37,7 @@ def _photos(samples_dir: Path, dest: Path, n: int) -> Path:
     """A flat folder of ``n`` real photos (hard links) and their labels.csv rows."""
     dest.mkdir(parents=True)
     lines = (samples_dir / "labels.csv").read_text().splitlines()
-    rows = lines[1:1 + n]
+    rows = lines[1 : 1 + n]
     (dest / "labels.csv").write_text("\n".join([lines[0], *rows]) + "\n")
     for r in rows:
         name = r.split(",")[0]
@@ -46,8 +46,7 @@ def _photos(samples_dir: Path, dest: Path, n: int) -> Path:
 
 
 def _files(out: Path) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes()
-            for p in sorted(out.rglob("*.JPEG"))}
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.JPEG"))}
 
 
 @pytest.fixture(scope="module")
@@ -72,16 +71,27 @@ def lite0():
 @pytest.fixture(scope="module")
 def local_run(photos, lite0, tmp_path_factory):
     db = tmp_path_factory.mktemp("db") / "local.duckdb"
-    df = robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=SHIFTS, levels=LEVELS,
-                            db=db, workers=0, batch_size=4, progress=False)
+    df = robustlab.evaluate(
+        lite0,
+        photos,
+        suite="imagenet-c",
+        shifts=SHIFTS,
+        levels=LEVELS,
+        db=db,
+        workers=0,
+        batch_size=4,
+        progress=False,
+    )
     return df.attrs["run_id"], db, Store(db).predictions()
 
 
 def test_generate_on_ray_writes_the_local_bytes_and_resumes_across_backends(
-        ray_cluster, photos, local_files, tmp_path):
+    ray_cluster, photos, local_files, tmp_path
+):
     out = tmp_path / "ray"
-    res = generate("imagenet-c", photos, out, shifts=SHIFTS, levels=LEVELS, progress=False,
-                   backend="ray")
+    res = generate(
+        "imagenet-c", photos, out, shifts=SHIFTS, levels=LEVELS, progress=False, backend="ray"
+    )
     assert res.written == len(local_files) == N_PHOTOS * len(SHIFTS) * len(LEVELS)
     assert _files(out) == local_files
     assert res.stages["write"]["items"] == N_PHOTOS and res.stages["wall_s"] > 0
@@ -94,14 +104,16 @@ def test_generate_on_ray_writes_the_local_bytes_and_resumes_across_backends(
     lost = sorted(out.rglob("*.JPEG"))[::3]
     for p in lost:
         p.unlink()
-    again = generate("imagenet-c", photos, out, shifts=SHIFTS, levels=LEVELS, workers=0,
-                     progress=False)
+    again = generate(
+        "imagenet-c", photos, out, shifts=SHIFTS, levels=LEVELS, workers=0, progress=False
+    )
     assert (again.written, again.skipped_existing) == (len(lost), len(local_files) - len(lost))
     assert _files(out) == local_files
 
 
 def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
-        ray_cluster, photos, local_run, tmp_path):
+    ray_cluster, photos, local_run, tmp_path
+):
     """Ray finishes a run the local backend started (same run id) with the local rows."""
     import shutil
 
@@ -111,8 +123,17 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     keep = local_rows["sample_id"].iloc[0]
     with Store(db).connect() as con:  # all but one image's clean row: what a crash left
         con.execute("DELETE FROM predictions WHERE NOT (shift = 'clean' AND sample_id = ?)", [keep])
-    df = robustlab.evaluate("lite0", photos, suite="imagenet-c", shifts=SHIFTS, levels=LEVELS,
-                            db=db, batch_size=4, progress=False, backend="ray")
+    df = robustlab.evaluate(
+        "lite0",
+        photos,
+        suite="imagenet-c",
+        shifts=SHIFTS,
+        levels=LEVELS,
+        db=db,
+        batch_size=4,
+        progress=False,
+        backend="ray",
+    )
     assert df.attrs["run_id"] == run_id and df.attrs["resumed"]
     assert df.attrs["n_written"] == len(local_rows) - 1
     pd.testing.assert_frame_equal(Store(db).predictions(), local_rows)
@@ -129,8 +150,14 @@ def _free_port() -> int:
 
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "robustlab.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "robustlab.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def test_unreachable_address_is_one_line(photos, tmp_path, capsys):
@@ -139,32 +166,72 @@ def test_unreachable_address_is_one_line(photos, tmp_path, capsys):
         check_address(f"127.0.0.1:{port}")
     with pytest.raises(InputError, match="is not HOST:PORT"):
         check_address("my-head-node")
-    proc = _cli("generate", "imagenet-c", "--data", str(photos), "--out", str(tmp_path / "o"),
-                "--shift", "brightness", "--backend", "ray", "--address", f"127.0.0.1:{port}")
+    proc = _cli(
+        "generate",
+        "imagenet-c",
+        "--data",
+        str(photos),
+        "--out",
+        str(tmp_path / "o"),
+        "--shift",
+        "brightness",
+        "--backend",
+        "ray",
+        "--address",
+        f"127.0.0.1:{port}",
+    )
     assert proc.returncode == 3, proc.stderr
     assert "cannot reach a Ray cluster" in proc.stderr and "Traceback" not in proc.stderr
     assert "ray start --head" in proc.stderr  # the hint
     assert not (tmp_path / "o").exists()  # refused before anything was written
     from robustlab.cli import main
 
-    code = main(["evaluate", "lite0", "--data", str(photos), "--db", str(tmp_path / "r.duckdb"),
-                 "--address", "127.0.0.1:6379"])
+    code = main(
+        [
+            "evaluate",
+            "lite0",
+            "--data",
+            str(photos),
+            "--db",
+            str(tmp_path / "r.duckdb"),
+            "--address",
+            "127.0.0.1:6379",
+        ]
+    )
     assert code == 2 and "add --backend ray" in capsys.readouterr().err
 
 
 def test_missing_ray_install_names_the_extra(photos, tmp_path):
     """A Python without Ray (an import hook refuses it): one line naming the extra."""
-    block = ("import sys\n"
-             "class NoRay:\n"
-             "    def find_spec(self, name, path=None, target=None):\n"
-             "        if name == 'ray' or name.startswith('ray.'):\n"
-             "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-             "sys.meta_path.insert(0, NoRay())\n"
-             "from robustlab.cli import main\n"
-             "sys.exit(main(sys.argv[1:]))\n")
-    proc = subprocess.run([sys.executable, "-c", block, "generate", "imagenet-c", "--data",
-                           str(photos), "--out", str(tmp_path / "o"), "--backend", "ray"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    block = (
+        "import sys\n"
+        "class NoRay:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ray' or name.startswith('ray.'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoRay())\n"
+        "from robustlab.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            block,
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(photos),
+            "--out",
+            str(tmp_path / "o"),
+            "--backend",
+            "ray",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "needs Ray" in proc.stderr and "pip install 'robustlab[ray]'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -191,8 +258,21 @@ def test_cuda_on_a_cluster_without_gpus_fails_before_any_work(photos, tmp_path):
     """End to end on a Ray instance this machine starts (no GPU here): refused from the
     cluster's resources before the model loads, instead of Ray waiting forever."""
     db = tmp_path / "r.duckdb"
-    proc = _cli("evaluate", "lite0", "--data", str(photos), "--db", str(db), "--backend", "ray",
-                "--device", "cuda", "--workers", "1", "--no-progress")
+    proc = _cli(
+        "evaluate",
+        "lite0",
+        "--data",
+        str(photos),
+        "--db",
+        str(db),
+        "--backend",
+        "ray",
+        "--device",
+        "cuda",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert proc.returncode == 2, proc.stderr
     assert "asks for a GPU, but the Ray cluster has none" in proc.stderr
     assert "Traceback" not in proc.stderr and not db.exists()
@@ -250,12 +330,34 @@ def test_a_killed_worker_loses_nothing(ray_cluster, samples_dir, tmp_path, lite0
     photos = _photos(samples_dir, tmp_path / "p", 6)
     local = tmp_path / "local"
     generate("imagenet-c", photos, local, shifts=SHIFTS, levels=LEVELS, workers=0, progress=False)
-    for stage, run in (("_write_cells", lambda: generate(
-            "imagenet-c", photos, tmp_path / "ray", shifts=SHIFTS, levels=LEVELS,
-            progress=False, backend="ray")),
-            ("_prepare_cells", lambda: robustlab.evaluate(
-                lite0, photos, suite="imagenet-c", shifts=SHIFTS, levels=LEVELS,
-                db=tmp_path / "ray.duckdb", batch_size=4, progress=False, backend="ray"))):
+    for stage, run in (
+        (
+            "_write_cells",
+            lambda: generate(
+                "imagenet-c",
+                photos,
+                tmp_path / "ray",
+                shifts=SHIFTS,
+                levels=LEVELS,
+                progress=False,
+                backend="ray",
+            ),
+        ),
+        (
+            "_prepare_cells",
+            lambda: robustlab.evaluate(
+                lite0,
+                photos,
+                suite="imagenet-c",
+                shifts=SHIFTS,
+                levels=LEVELS,
+                db=tmp_path / "ray.duckdb",
+                batch_size=4,
+                progress=False,
+                backend="ray",
+            ),
+        ),
+    ):
         stop, killed = threading.Event(), []
         killer = threading.Thread(target=_kill_first_worker, args=(stage, stop, killed))
         killer.start()
@@ -269,22 +371,51 @@ def test_a_killed_worker_loses_nothing(ray_cluster, samples_dir, tmp_path, lite0
     assert not list((tmp_path / "ray").rglob(f"*{TEMP_SUFFIX}"))
     rows = Store(tmp_path / "ray.duckdb").predictions()
     reference = tmp_path / "local.duckdb"
-    robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=SHIFTS, levels=LEVELS,
-                       db=reference, workers=0, batch_size=4, progress=False)
+    robustlab.evaluate(
+        lite0,
+        photos,
+        suite="imagenet-c",
+        shifts=SHIFTS,
+        levels=LEVELS,
+        db=reference,
+        workers=0,
+        batch_size=4,
+        progress=False,
+    )
     pd.testing.assert_frame_equal(rows, Store(reference).predictions())
 
 
 @pytest.mark.slow
-def test_a_killed_driver_resumes_with_nothing_lost_or_duplicated(ray_cluster, samples_dir,
-                                                                tmp_path):
+def test_a_killed_driver_resumes_with_nothing_lost_or_duplicated(
+    ray_cluster, samples_dir, tmp_path
+):
     """SIGKILL of ``robustlab generate/evaluate --backend ray --address`` mid-run, then the
     same command: complete, identical to the local backend, no duplicate row."""
     photos = _photos(samples_dir, tmp_path / "p", 8)
-    common = ["--shift", ",".join(SHIFTS), "--level", ",".join(map(str, LEVELS)), "--quiet",
-              "--backend", "ray", "--address", ray_cluster]
+    common = [
+        "--shift",
+        ",".join(SHIFTS),
+        "--level",
+        ",".join(map(str, LEVELS)),
+        "--quiet",
+        "--backend",
+        "ray",
+        "--address",
+        ray_cluster,
+    ]
     out = tmp_path / "ray"
-    gen = [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data",
-           str(photos), "--out", str(out), *common]
+    gen = [
+        sys.executable,
+        "-m",
+        "robustlab.cli",
+        "generate",
+        "imagenet-c",
+        "--data",
+        str(photos),
+        "--out",
+        str(out),
+        *common,
+    ]
     kill_after_first_file(gen, out, "*.JPEG")
     partial = len(list(out.rglob("*.JPEG")))
     assert 0 < partial < 8 * len(SHIFTS) * len(LEVELS)
@@ -294,8 +425,22 @@ def test_a_killed_driver_resumes_with_nothing_lost_or_duplicated(ray_cluster, sa
     assert _files(out) == _files(local) and not list(out.rglob(f"*{TEMP_SUFFIX}"))
 
     db = tmp_path / "ray.duckdb"
-    ev = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(photos),
-          "--suite", "imagenet-c", "--db", str(db), "--batch-size", "2", *common]
+    ev = [
+        sys.executable,
+        "-m",
+        "robustlab.cli",
+        "evaluate",
+        "lite0",
+        "--data",
+        str(photos),
+        "--suite",
+        "imagenet-c",
+        "--db",
+        str(db),
+        "--batch-size",
+        "2",
+        *common,
+    ]
     total = 8 * (1 + len(SHIFTS) * len(LEVELS))
     proc = subprocess.Popen(ev, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     store = Store(db)
@@ -351,12 +496,20 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 120) -> N
 
 
 def _wait_for_cpus(address: str, cpus: int, env: dict, timeout: float = 120) -> None:
-    probe = (f"import ray, time\nray.init(address={address!r}, logging_level='ERROR')\n"
-             f"t = time.time()\nwhile ray.cluster_resources().get('CPU', 0) < {cpus} "
-             f"and time.time() - t < {timeout}:\n    time.sleep(0.5)\n"
-             "print(len(ray.nodes()), ray.cluster_resources().get('CPU', 0))\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False,
-                          env=env, timeout=timeout + 60)
+    probe = (
+        f"import ray, time\nray.init(address={address!r}, logging_level='ERROR')\n"
+        f"t = time.time()\nwhile ray.cluster_resources().get('CPU', 0) < {cpus} "
+        f"and time.time() - t < {timeout}:\n    time.sleep(0.5)\n"
+        "print(len(ray.nodes()), ray.cluster_resources().get('CPU', 0))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=timeout + 60,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["2", f"{float(cpus)}"], done.stdout
 
@@ -381,44 +534,109 @@ def test_two_nodes_started_with_ray_start(samples_dir, tmp_path, lite0):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     common = ["--block", "--temp-dir", temp, "--num-gpus", "0", "--disable-usage-stats"]
-    nodes = [subprocess.Popen([ray_bin, "start", "--head", "--port", str(port), "--num-cpus", "0",
-                               "--include-dashboard", "false", *common], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    nodes = [
+        subprocess.Popen(
+            [
+                ray_bin,
+                "start",
+                "--head",
+                "--port",
+                str(port),
+                "--num-cpus",
+                "0",
+                "--include-dashboard",
+                "false",
+                *common,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
         _wait_for_port(port, nodes[0])
-        cells = ["--shift", ",".join(SHIFTS), "--level", ",".join(map(str, LEVELS)), "--quiet",
-                 "--backend", "ray", "--address", address]
+        cells = [
+            "--shift",
+            ",".join(SHIFTS),
+            "--level",
+            ",".join(map(str, LEVELS)),
+            "--quiet",
+            "--backend",
+            "ray",
+            "--address",
+            address,
+        ]
         out = tmp_path / "ray"
-        gen = [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data",
-               str(photos), "--out", str(out), *cells]
-        refused = subprocess.run(gen, capture_output=True, text=True, env=env, timeout=300,
-                                 check=False)
+        gen = [
+            sys.executable,
+            "-m",
+            "robustlab.cli",
+            "generate",
+            "imagenet-c",
+            "--data",
+            str(photos),
+            "--out",
+            str(out),
+            *cells,
+        ]
+        refused = subprocess.run(
+            gen, capture_output=True, text=True, env=env, timeout=300, check=False
+        )
         assert refused.returncode == 2, refused.stderr
         assert "the Ray cluster has no CPU for the decode and shift tasks" in refused.stderr
         assert "Traceback" not in refused.stderr
 
-        nodes.append(subprocess.Popen([ray_bin, "start", "--address", address, "--num-cpus", "2",
-                                       *common], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+        nodes.append(
+            subprocess.Popen(
+                [ray_bin, "start", "--address", address, "--num-cpus", "2", *common],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         _wait_for_cpus(address, 2, env)
-        done = subprocess.run(gen, capture_output=True, text=True, env=env, timeout=600,
-                              check=False)
+        done = subprocess.run(
+            gen, capture_output=True, text=True, env=env, timeout=600, check=False
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert "ray stages: write 4" in done.stdout
         local = tmp_path / "local"
-        generate("imagenet-c", photos, local, shifts=SHIFTS, levels=LEVELS, workers=0,
-                 progress=False)
+        generate(
+            "imagenet-c", photos, local, shifts=SHIFTS, levels=LEVELS, workers=0, progress=False
+        )
         assert _files(out) == _files(local)
 
         db = tmp_path / "ray.duckdb"
-        ev = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(photos),
-              "--suite", "imagenet-c", "--db", str(db), "--batch-size", "4", *cells]
-        done = subprocess.run(ev, capture_output=True, text=True, env=env, timeout=600,
-                              check=False)
+        ev = [
+            sys.executable,
+            "-m",
+            "robustlab.cli",
+            "evaluate",
+            "lite0",
+            "--data",
+            str(photos),
+            "--suite",
+            "imagenet-c",
+            "--db",
+            str(db),
+            "--batch-size",
+            "4",
+            *cells,
+        ]
+        done = subprocess.run(ev, capture_output=True, text=True, env=env, timeout=600, check=False)
         assert done.returncode == 0, done.stderr[-3000:]
         reference = tmp_path / "local.duckdb"
-        robustlab.evaluate(lite0, photos, suite="imagenet-c", shifts=SHIFTS, levels=LEVELS,
-                           db=reference, workers=0, batch_size=4, progress=False)
+        robustlab.evaluate(
+            lite0,
+            photos,
+            suite="imagenet-c",
+            shifts=SHIFTS,
+            levels=LEVELS,
+            db=reference,
+            workers=0,
+            batch_size=4,
+            progress=False,
+        )
         pd.testing.assert_frame_equal(Store(db).predictions(), Store(reference).predictions())
     finally:
         # ``ray start --block`` stops the processes it started when it is terminated.

@@ -31,23 +31,18 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 UNRUNNABLE = {
     'pip install -e ".[test]" && robustlab demo': "installs; the demo is test_demo.py's job",
     "python -m pytest": "this is the test suite",
-    "robustlab evaluate timm:resnet50 --weights r50.pth --data imagenet-c/":
-        "needs the user's ResNet-50 weights",
-    "robustlab segment torchvision:deeplabv3_resnet50 --weights dlv3.pth --data val/ --masks masks/":
-        "needs the user's DeepLabV3 weights",
+    "robustlab evaluate timm:resnet50 --weights r50.pth --data imagenet-c/": "needs the user's ResNet-50 weights",
+    "robustlab segment torchvision:deeplabv3_resnet50 --weights dlv3.pth --data val/ --masks masks/": "needs the user's DeepLabV3 weights",
     "robustlab evaluate lite0 --data ImageNet-E/": "needs the published ImageNet-E archive",
-    "robustlab synth --checkpoint sd15/ --out imagenet-d/ --per-pair 1":
-        "needs the user's diffusers checkpoint",
-    "robustlab mine --data imagenet-d/ --label-space imagenet-d --out hard/":
-        "reads synth's output",
+    "robustlab synth --checkpoint sd15/ --out imagenet-d/ --per-pair 1": "needs the user's diffusers checkpoint",
+    "robustlab mine --data imagenet-d/ --label-space imagenet-d --out hard/": "reads synth's output",
     "robustlab review --data hard/ --predictions hard/predictions.csv --db robustlab.duckdb "
     "--annotator alice": "a server waiting for a browser; reads mine's output",
-    "robustlab review --data hard/ --db robustlab.duckdb --export final.csv -k 2":
-        "needs review decisions on mine's output",
+    "robustlab review --data hard/ --db robustlab.duckdb --export final.csv -k 2": "needs review decisions on mine's output",
     "robustlab evaluate lite0 --data hard/ --labels final.csv": "reads review's export",
     "pip install 'robustlab[ray]'": "installs; the Ray extra is part of the test extra",
     "ray start --head --port 6379": "starts cluster daemons on a fixed port; "
-        "test_ray_backend.py's two-node test runs this recipe",
+    "test_ray_backend.py's two-node test runs this recipe",
     "ray start --address HEAD:6379": "needs a head node (the two-node test)",
     "robustlab generate imagenet-c --data /nfs/val/ --out /nfs/imagenet-c/ --backend ray "
     "--address HEAD:6379": "needs a Ray cluster (the two-node test)",
@@ -96,10 +91,14 @@ def workdir(tmp_path, monkeypatch):
             x0, y0, x1, y1 = (round(v * s) for v in p.bbox)
             (tmp_path / "val" / wnid).mkdir(parents=True)
             # the photo and its mirror image: train's split needs two images per class
-            for name, im, box in ((Path(p.id).stem + ".png", img, (x0, y0, x1, y1)),
-                                  (Path(p.id).stem + "_mirror.png",
-                                   img.transpose(Image.FLIP_LEFT_RIGHT),
-                                   (img.width - x1, y0, img.width - x0, y1))):
+            for name, im, box in (
+                (Path(p.id).stem + ".png", img, (x0, y0, x1, y1)),
+                (
+                    Path(p.id).stem + "_mirror.png",
+                    img.transpose(Image.FLIP_LEFT_RIGHT),
+                    (img.width - x1, y0, img.width - x0, y1),
+                ),
+            ):
                 im.save(tmp_path / "val" / wnid / name)
                 w.writerow([f"{wnid}/{name}", *box])
     img.save(tmp_path / "photo.jpg")
@@ -135,8 +134,14 @@ def test_readme_python_runs_in_process_and_as_plain_script(workdir):
     shutil.copytree(workdir / "val", script / "val")
     shutil.copy(workdir / "photo.jpg", script)
     (script / "example.py").write_text(code + '\nprint("ROWS", len(df))\n')
-    done = subprocess.run([sys.executable, "example.py"], capture_output=True, text=True, check=False,
-                          cwd=script, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "example.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=script,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("ROWS 76") == 1, done.stdout  # the script ran once, to the end
 
@@ -152,5 +157,7 @@ def test_readme_bash_commands_run(workdir):
             ids = list(Store("robustlab.duckdb").runs()["run_id"])
             assert len(ids) >= 2, f"{cmd}: the README's earlier lines stored {len(ids)} run(s)"
             cmd = cmd.replace("RUN_A", ids[0]).replace("RUN_B", ids[1])
-        done = subprocess.run(cmd, shell=True, capture_output=True, text=True, check=False, timeout=600)
+        done = subprocess.run(
+            cmd, shell=True, capture_output=True, text=True, check=False, timeout=600
+        )
         assert done.returncode == 0, f"{cmd}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

@@ -11,11 +11,20 @@ from PIL import Image
 from scipy import stats
 
 from robustlab.metrics.regression import (
-    cell_accuracy, design_matrix, regress_accuracy, significance_stars,
+    cell_accuracy,
+    design_matrix,
+    regress_accuracy,
+    significance_stars,
 )
 
-TRUE = {"Intercept": 0.90, "Model[resnet]": -0.05, "Scenario[blur_bg]": -0.02,
-        "Scenario[segmented]": -0.30, "Class[dog]": -0.10, "Class[fox]": 0.04}
+TRUE = {
+    "Intercept": 0.90,
+    "Model[resnet]": -0.05,
+    "Scenario[blur_bg]": -0.02,
+    "Scenario[segmented]": -0.30,
+    "Class[dog]": -0.10,
+    "Class[fox]": 0.04,
+}
 FACTORS = {"Model": "model", "Scenario": "shift", "Class": "class_name"}
 REF = {"Model": "lite0", "Scenario": "original", "Class": "cello"}
 
@@ -23,10 +32,19 @@ REF = {"Model": "lite0", "Scenario": "original", "Class": "cello"}
 def _example(noise=0.01, reps=4, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
-    for m, s, c, _ in itertools.product(["lite0", "resnet"], ["original", "blur_bg", "segmented"],
-                                        ["cello", "dog", "fox"], range(reps)):
-        y = (TRUE["Intercept"] + TRUE.get(f"Model[{m}]", 0) + TRUE.get(f"Scenario[{s}]", 0)
-             + TRUE.get(f"Class[{c}]", 0) + rng.normal(0, noise))
+    for m, s, c, _ in itertools.product(
+        ["lite0", "resnet"],
+        ["original", "blur_bg", "segmented"],
+        ["cello", "dog", "fox"],
+        range(reps),
+    ):
+        y = (
+            TRUE["Intercept"]
+            + TRUE.get(f"Model[{m}]", 0)
+            + TRUE.get(f"Scenario[{s}]", 0)
+            + TRUE.get(f"Class[{c}]", 0)
+            + rng.normal(0, noise)
+        )
         rows.append({"model": m, "shift": s, "class_name": c, "accuracy": y})
     return pd.DataFrame(rows)
 
@@ -76,9 +94,21 @@ def test_changing_the_reference_level_shifts_estimates():
     assert res.reference == {"model": "lite0", "shift": "blur_bg"}
 
 
-@pytest.mark.parametrize("p,stars", [(0.2, "ns"), (0.05, "ns"), (0.049, "*"), (0.01, "*"),
-                                     (0.0099, "**"), (0.001, "**"), (0.00099, "***"),
-                                     (0.0001, "***"), (0.00009, "****"), (float("nan"), "ns")])
+@pytest.mark.parametrize(
+    "p,stars",
+    [
+        (0.2, "ns"),
+        (0.05, "ns"),
+        (0.049, "*"),
+        (0.01, "*"),
+        (0.0099, "**"),
+        (0.001, "**"),
+        (0.00099, "***"),
+        (0.0001, "***"),
+        (0.00009, "****"),
+        (float("nan"), "ns"),
+    ],
+)
 def test_significance_stars(p, stars):
     assert significance_stars(p) == stars
 
@@ -102,19 +132,28 @@ def test_bad_input_is_a_clear_error():
 
 def test_cell_accuracy_and_plots(tmp_path):
     rng = np.random.default_rng(1)
-    preds = pd.DataFrame({
-        "model": rng.choice(["a", "b"], 400), "shift": rng.choice(["clean", "blur_bg", "segmented"], 400),
-        "class_name": rng.choice(["x", "y"], 400)})
+    preds = pd.DataFrame(
+        {
+            "model": rng.choice(["a", "b"], 400),
+            "shift": rng.choice(["clean", "blur_bg", "segmented"], 400),
+            "class_name": rng.choice(["x", "y"], 400),
+        }
+    )
     preds["correct"] = rng.random(400) < np.where(preds["shift"] == "segmented", 0.4, 0.85)
     cells = cell_accuracy(preds, ["model", "shift", "class_name"])
     assert len(cells) == 12 and cells["n"].sum() == 400
     one = preds[(preds.model == "a") & (preds["shift"] == "clean") & (preds.class_name == "x")]
-    row = cells[(cells.model == "a") & (cells["shift"] == "clean") & (cells.class_name == "x")].iloc[0]
+    row = cells[
+        (cells.model == "a") & (cells["shift"] == "clean") & (cells.class_name == "x")
+    ].iloc[0]
     assert row["accuracy"] == pytest.approx(one["correct"].mean()) and row["n"] == len(one)
     # per-prediction linear probability model works on the raw rows too
-    res = regress_accuracy(preds.assign(correct=preds["correct"].astype(float)),
-                           {"Model": "model", "Scenario": "shift"}, response="correct",
-                           reference={"Scenario": "clean"})
+    res = regress_accuracy(
+        preds.assign(correct=preds["correct"].astype(float)),
+        {"Model": "model", "Scenario": "shift"},
+        response="correct",
+        reference={"Scenario": "clean"},
+    )
     seg = res.table.set_index("term").loc["Scenario[segmented]"]
     assert seg["estimate"] < -0.3 and seg["stars"] == "****"
     paths = res.plots(tmp_path)

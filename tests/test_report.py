@@ -59,13 +59,28 @@ def world(samples_dir, tmp_path_factory, models):
     db = root / "results.duckdb"
     runs = {}
     for spec, model in models.items():
-        df = robustlab.evaluate(model, data, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
-                                db=db, workers=0, progress=False)
+        df = robustlab.evaluate(
+            model,
+            data,
+            suite="imagenet-c",
+            shifts=CORRUPTIONS,
+            levels=LEVELS,
+            db=db,
+            workers=0,
+            progress=False,
+        )
         runs[spec] = df.attrs["run_id"]
     out = root / "report.html"
     result = build_report(db, out, baseline="lite1", n_resamples=200)
-    return {"root": root, "data": data, "db": db, "runs": runs, "out": out, "result": result,
-            "html": out.read_text(encoding="utf-8")}
+    return {
+        "root": root,
+        "data": data,
+        "db": db,
+        "runs": runs,
+        "out": out,
+        "result": result,
+        "html": out.read_text(encoding="utf-8"),
+    }
 
 
 # ---------------------------------------------------------------------------- HTML parsing
@@ -83,7 +98,9 @@ class _Tables(HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "table" and "id" in a:
-            self._t = self.tables.setdefault(a["id"], {"head": [], "rows": [], "class": a.get("class", "")})
+            self._t = self.tables.setdefault(
+                a["id"], {"head": [], "rows": [], "class": a.get("class", "")}
+            )
         elif self._t is None:
             return
         elif tag == "thead":
@@ -130,14 +147,23 @@ def test_report_numbers_equal_robustlab_results(world):
     """Every per-cell and CE/mCE number in the report is the one `robustlab results` prints."""
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert cli(["results", "--db", str(world["db"]), "--baseline", "lite1", "--format", "csv"]) == 0
+        assert (
+            cli(["results", "--db", str(world["db"]), "--baseline", "lite1", "--format", "csv"])
+            == 0
+        )
     import pandas as pd
 
     expected = pd.read_csv(io.StringIO(buf.getvalue()), dtype={"level": str})
     got = as_records(tables_of(world["html"])["cells"])
     assert len(got) == len(expected) > 0
-    cols = {"n": "n", "top1": "top1 %", "top5": "top5 %", "error": "error %", "ce": "ce %",
-            "relative_ce": "relative_ce %"}
+    cols = {
+        "n": "n",
+        "top1": "top1 %",
+        "top5": "top5 %",
+        "error": "error %",
+        "ce": "ce %",
+        "relative_ce": "relative_ce %",
+    }
     for want, row in zip(expected.to_dict("records"), got):
         assert row["Model"]["text"] == want["model"] and row["Shift"]["text"] == want["shift"]
         assert row["Run"]["text"] == want["run_id"] and row["Level"]["text"] == str(want["level"])
@@ -164,13 +190,27 @@ def test_report_numbers_equal_robustlab_results(world):
 
 def test_report_has_every_section(world):
     res, page = world["result"], world["html"]
-    for t in ("runs", "leaderboard", "corruption-errors", "ce-table", "relative-ce-table", "regression",
-              "regression-logit",
-              "cells"):
+    for t in (
+        "runs",
+        "leaderboard",
+        "corruption-errors",
+        "ce-table",
+        "relative-ce-table",
+        "regression",
+        "regression-logit",
+        "cells",
+    ):
         assert t in res.tables, t
         assert f'id="{t}"' in page
-    for f in ("fig-severity-corruption", "fig-severity-family", "fig-class-drop-0", "fig-class-drop-1",
-              "fig-intervals", "fig-regression-residuals", "fig-regression-qq"):
+    for f in (
+        "fig-severity-corruption",
+        "fig-severity-family",
+        "fig-class-drop-0",
+        "fig-class-drop-1",
+        "fig-intervals",
+        "fig-regression-residuals",
+        "fig-regression-qq",
+    ):
         assert f in res.figures, f
     # informative examples: one grid per sample (7 cells each: three fit the budget), each of
     # another class, the first one where the two models disagree most
@@ -191,9 +231,13 @@ def test_report_has_every_section(world):
     cells = as_records(tabs["cells"])
     for row in as_records(tabs["corruption-errors"]):
         for c in CORRUPTIONS:
-            errs = [float(x["error %"]["sort"]) for x in cells
-                    if x["Run"]["text"] == row["Run"]["text"] and x["Shift"]["text"] == c
-                    and x["Level"]["text"] in {str(lv) for lv in LEVELS}]
+            errs = [
+                float(x["error %"]["sort"])
+                for x in cells
+                if x["Run"]["text"] == row["Run"]["text"]
+                and x["Shift"]["text"] == c
+                and x["Level"]["text"] in {str(lv) for lv in LEVELS}
+            ]
             head = next(h for h in row if h.startswith(c.replace("_", " ")))
             assert float(row[head]["sort"]) == pytest.approx(np.mean(errs))
 
@@ -202,7 +246,9 @@ def test_report_is_self_contained(world):
     page = world["html"]
     assert 'http-equiv="Content-Security-Policy"' in page and "default-src 'none'" in page
     refs = re.findall(r'(?:src|href)="([^"]*)"', page)
-    assert refs and all(r.startswith(("data:", "#")) for r in refs), [r for r in refs if not r.startswith(("data:", "#"))]
+    assert refs and all(r.startswith(("data:", "#")) for r in refs), [
+        r for r in refs if not r.startswith(("data:", "#"))
+    ]
     assert "<link" not in page and "@import" not in page and "url(" not in page
 
 
@@ -228,8 +274,8 @@ def test_grid_shows_exactly_what_the_model_saw(world, models):
     np.testing.assert_array_equal(top1, stored)
     # One mark per (run, cell) in the page, with symbol and text, not colour alone.
     page = world["html"]
-    grid = page[page.index('id="grid-0"'):]
-    grid = grid[:grid.index("</table>")]
+    grid = page[page.index('id="grid-0"') :]
+    grid = grid[: grid.index("</table>")]
     n_marks = grid.count('aria-label="correct"') + grid.count('aria-label="wrong"')
     assert n_marks == 2 * len(keys)
     assert grid.count("<img ") == len(keys)
@@ -247,16 +293,28 @@ def test_family_plot_pools_only_runs_with_the_same_cells(world, models, tmp_path
     """A run over one corruption must not be pooled next to runs over three (issue 13)."""
     db = tmp_path / "r.duckdb"
     shutil.copy(world["db"], db)
-    robustlab.evaluate(models["lite0"], world["data"], suite="imagenet-c", shifts=CORRUPTIONS[:1],
-                       levels=LEVELS, db=db, seed=1, workers=0, progress=False)
+    robustlab.evaluate(
+        models["lite0"],
+        world["data"],
+        suite="imagenet-c",
+        shifts=CORRUPTIONS[:1],
+        levels=LEVELS,
+        db=db,
+        seed=1,
+        workers=0,
+        progress=False,
+    )
     res = build_report(db, tmp_path / "r.html", grid=False, n_resamples=50)
     page = (tmp_path / "r.html").read_text()
-    caption = page[page.index('id="fig-severity-family"'):]
-    caption = caption[:caption.index("</figure>")]
+    caption = page[page.index('id="fig-severity-family"') :]
+    caption = caption[: caption.index("</figure>")]
     assert "left out (other cells)" in caption
     [note] = [n for n in res.notes if n.startswith("family plot")]
-    assert re.fullmatch(r"family plot: left out lite0 \[\w+\] \(evaluated other corruption "
-                        r"cells than the runs drawn\)", note), note
+    assert re.fullmatch(
+        r"family plot: left out lite0 \[\w+\] \(evaluated other corruption "
+        r"cells than the runs drawn\)",
+        note,
+    ), note
     # the original pair shares its cells: nothing left out
     plain = build_report(world["db"], tmp_path / "p.html", grid=False, n_resamples=50)
     assert not [n for n in plain.notes if n.startswith("family plot")]
@@ -268,8 +326,16 @@ def test_runs_sharing_cells_picks_the_largest_identical_group():
     from robustlab.report.build import runs_sharing_cells
 
     rows = [(r, s, lv) for r in ("a", "b") for s in ("fog", "snow") for lv in ("1", "2")]
-    rows += [("c", "fog", "1"), ("c", "fog", "2"), ("d", "fog", "1"), ("d", "snow", "1"),
-             ("d", "snow", "2"), ("d", "fog", "3"), ("a", "clean", "0"), ("c", "clean", "0")]
+    rows += [
+        ("c", "fog", "1"),
+        ("c", "fog", "2"),
+        ("d", "fog", "1"),
+        ("d", "snow", "1"),
+        ("d", "snow", "2"),
+        ("d", "fog", "3"),
+        ("a", "clean", "0"),
+        ("c", "clean", "0"),
+    ]
     cells = pd.DataFrame(rows, columns=["run_full", "shift", "level"])
     assert runs_sharing_cells(cells, ["fog", "snow"]) == (["a", "b"], ["c", "d"])
     assert runs_sharing_cells(cells, ["frost"]) == ([], [])
@@ -289,16 +355,35 @@ def test_grid_skipped_with_note_when_data_root_is_gone(world, models, tmp_path):
 def test_run_selection_and_bad_input(world, tmp_path, capsys):
     one = world["runs"]["lite0"]
     out = tmp_path / "one.html"
-    assert cli(["report", "--db", str(world["db"]), "--run", one[:6], "--out", str(out), "--no-grid",
-                "--resamples", "50"]) == 0
+    assert (
+        cli(
+            [
+                "report",
+                "--db",
+                str(world["db"]),
+                "--run",
+                one[:6],
+                "--out",
+                str(out),
+                "--no-grid",
+                "--resamples",
+                "50",
+            ]
+        )
+        == 0
+    )
     tabs = tables_of(out.read_text())
     assert [r["Run"]["text"] for r in as_records(tabs["runs"])] == [one[:8]]
     assert "leaderboard" not in tabs  # a single run has no leaderboard
     # a line as each stage starts (stderr is not a terminal here, as in a CI log)
     stages = [ln for ln in capsys.readouterr().err.splitlines() if re.match(r"report( \d/5)?:", ln)]
     assert [re.sub(r" \(.*", "", ln) for ln in stages[:-1]] == [
-        "report 1/5: read 1 run(s) and their bootstrap intervals", "report 2/5: regression models",
-        "report 3/5: plots", "report 4/5: example images", "report 5/5: tables and page"]
+        "report 1/5: read 1 run(s) and their bootstrap intervals",
+        "report 2/5: regression models",
+        "report 3/5: plots",
+        "report 4/5: example images",
+        "report 5/5: tables and page",
+    ]
     assert re.fullmatch(r"report: done in [0-9.]+ s", stages[-1])
     assert cli(["report", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -325,7 +410,10 @@ def test_report_in_a_real_browser(world, tmp_path):
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1366, "height": 860})
-            page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+            page.on(
+                "console",
+                lambda m: problems.append(m.text) if m.type in ("error", "warning") else None,
+            )
             page.on("pageerror", lambda e: problems.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
             page.goto(world["out"].resolve().as_uri(), wait_until="load")
@@ -338,7 +426,9 @@ def test_report_in_a_real_browser(world, tmp_path):
                 assert page.locator(f"figure#{f} img").count() == 1, f
             n_plots = page.locator("figure.plot img").count()
             assert n_plots == len(res.figures)
-            broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length")
+            broken = page.evaluate(
+                "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length"
+            )
             assert broken == 0
             assert page.locator("img").count() == n_plots + page.locator("table.grid img").count()
 
@@ -346,11 +436,15 @@ def test_report_in_a_real_browser(world, tmp_path):
             def column(name):
                 idx = page.evaluate(
                     "([t, n]) => Array.from(document.querySelectorAll(`table#${t} thead th`))"
-                    ".findIndex(th => th.textContent.trim().startsWith(n))", ["cells", name])
+                    ".findIndex(th => th.textContent.trim().startsWith(n))",
+                    ["cells", name],
+                )
                 assert idx >= 0
                 vals = page.evaluate(
                     "([t, i]) => Array.from(document.querySelectorAll(`table#${t} tbody tr`))"
-                    ".map(r => r.cells[i].getAttribute('data-sort'))", ["cells", idx])
+                    ".map(r => r.cells[i].getAttribute('data-sort'))",
+                    ["cells", idx],
+                )
                 return idx, [float(v) if v else None for v in vals]
 
             idx, before = column("top1 %")
@@ -358,7 +452,7 @@ def test_report_in_a_real_browser(world, tmp_path):
             header.locator("button").click()
             _, up = column("top1 %")
             nums = [v for v in up if v is not None]
-            assert nums == sorted(nums) and up[len(nums):] == [None] * (len(up) - len(nums))
+            assert nums == sorted(nums) and up[len(nums) :] == [None] * (len(up) - len(nums))
             assert header.get_attribute("aria-sort") == "ascending"
             header.locator("button").click()
             _, down = column("top1 %")
@@ -369,8 +463,10 @@ def test_report_in_a_real_browser(world, tmp_path):
             # text columns sort too
             board = page.locator("table#leaderboard thead th").nth(0)
             board.locator("button").click()
-            names = page.evaluate("Array.from(document.querySelectorAll('table#leaderboard tbody tr'))"
-                                  ".map(r => r.cells[0].textContent)")
+            names = page.evaluate(
+                "Array.from(document.querySelectorAll('table#leaderboard tbody tr'))"
+                ".map(r => r.cells[0].textContent)"
+            )
             assert names == sorted(names)
             assert problems == []
             shot = tmp_path / "report.png"
@@ -404,8 +500,16 @@ def test_scenario_tables_robustness_and_bars(world, models, tmp_path):
     masks = _ellipse_masks(world["data"], tmp_path / "masks")
     db = tmp_path / "scen.duckdb"
     for spec in ("lite0", "lite1"):
-        robustlab.evaluate(models[spec], world["data"], suite="ximagenet12", shifts=scen, masks=masks,
-                           db=db, workers=0, progress=False)
+        robustlab.evaluate(
+            models[spec],
+            world["data"],
+            suite="ximagenet12",
+            shifts=scen,
+            masks=masks,
+            db=db,
+            workers=0,
+            progress=False,
+        )
     res = build_report(db, tmp_path / "s.html", n_resamples=50)
     page = (tmp_path / "s.html").read_text()
     assert {"scenarios-ximagenet12", "robustness", "leaderboard"} <= set(res.tables)
@@ -428,8 +532,8 @@ def test_scenario_tables_robustness_and_bars(world, models, tmp_path):
         assert scores[rid[:8]]["S_robust"]["sort"] == ""  # EX2 is not in the database
     assert "sigma2_inner needs EX2" in page
     # the grid shows the clean picture; scene cells are drawn or say why not (their mask)
-    grid = page[page.index('id="grid-0"'):]
-    grid = grid[:grid.index("</table>")]
+    grid = page[page.index('id="grid-0"') :]
+    grid = grid[: grid.index("</table>")]
     assert grid.count("<img ") >= 1
     assert grid.count("<img ") + grid.count("not rendered") == 1 + len(scen)
 
@@ -444,8 +548,10 @@ def test_bg_gap_table_for_imagenet9(samples_dir, models, tmp_path):
 
     with open(samples_dir / "labels.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    pick = {"dog": [r for r in rows if 151 <= int(r["index"]) <= 268][:3],
-            "bird": [r for r in rows if 10 <= int(r["index"]) <= 24][:3]}
+    pick = {
+        "dog": [r for r in rows if 151 <= int(r["index"]) <= 268][:3],
+        "bird": [r for r in rows if 10 <= int(r["index"]) <= 24][:3],
+    }
     data, masks = tmp_path / "in9", tmp_path / "in9-masks"
     for cls, chosen in pick.items():
         (data / cls).mkdir(parents=True)
@@ -457,8 +563,16 @@ def test_bg_gap_table_for_imagenet9(samples_dir, models, tmp_path):
             ImageDraw.Draw(m).ellipse((w * 0.2, h * 0.15, w * 0.8, h * 0.85), fill=255)
             m.save(masks / cls / f"{Path(r['file']).stem}.png")
     db = tmp_path / "in9.duckdb"
-    robustlab.evaluate(models["lite0"], data, suite="imagenet9", shifts=["mixed_same", "mixed_rand"],
-                       masks=masks, db=db, workers=0, progress=False)
+    robustlab.evaluate(
+        models["lite0"],
+        data,
+        suite="imagenet9",
+        shifts=["mixed_same", "mixed_rand"],
+        masks=masks,
+        db=db,
+        workers=0,
+        progress=False,
+    )
     res = build_report(db, tmp_path / "in9.html", n_resamples=50, grid=False)
     assert "bg-gap" in res.tables and "scenarios-imagenet9" in res.tables
     assert "robustness" not in res.tables

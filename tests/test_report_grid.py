@@ -12,11 +12,20 @@ from robustlab.store import Store
 
 
 def test_layout_groups_single_level_shifts_per_family_and_keeps_severity_rows():
-    keys = [("clean", "0"), ("fog", "1"), ("fog", "3"), ("blur_bg", "default"),
-            ("color_r", "default"), ("bright_obj", "default"), ("only_fg", "default"),
-            ("mixed_rand", "default"), ("obj_position", "random"), *[(f"color_{c}", "default")
-                                                                    for c in "gb"],
-            ("rainbow", "default"), ("segmented", "default")]
+    keys = [
+        ("clean", "0"),
+        ("fog", "1"),
+        ("fog", "3"),
+        ("blur_bg", "default"),
+        ("color_r", "default"),
+        ("bright_obj", "default"),
+        ("only_fg", "default"),
+        ("mixed_rand", "default"),
+        ("obj_position", "random"),
+        *[(f"color_{c}", "default") for c in "gb"],
+        ("rainbow", "default"),
+        ("segmented", "default"),
+    ]
     rows = layout_rows(keys)
     assert rows[0] == ("fog", [("fog", "1", "level 1"), ("fog", "3", "level 3")])
     first = rows[1]
@@ -36,11 +45,19 @@ def test_examples_prefer_masks_covering_10_to_60_percent(samples_dir, tmp_path):
         side = np.sqrt(share)  # a centred rectangle: it survives the protocol's centre crop
         m = np.zeros((h, w), np.uint8)
         top, left = int(h * (1 - side) / 2), int(w * (1 - side) / 2)
-        m[top:top + int(h * side), left:left + int(w * side)] = 255
+        m[top : top + int(h * side), left : left + int(w * side)] = 255
         Image.fromarray(m).save(path)
     db = tmp_path / "r.duckdb"
-    df = robustlab.evaluate("lite0", data, suite="ximagenet12", shifts=["blur_bg"], masks=masks,
-                            db=db, workers=0, progress=False)
+    df = robustlab.evaluate(
+        "lite0",
+        data,
+        suite="ximagenet12",
+        shifts=["blur_bg"],
+        masks=masks,
+        db=db,
+        workers=0,
+        progress=False,
+    )
     store = Store(db)
     record = store.get_run(df.attrs["run_id"])
     ids = sorted(store.predictions([df.attrs["run_id"]])["sample_id"].unique())
@@ -58,4 +75,5 @@ def test_examples_prefer_masks_covering_10_to_60_percent(samples_dir, tmp_path):
     preds = store.predictions([df.attrs["run_id"]])
     complete = preds.groupby("sample_id").size()
     assert set(pick_samples(store, [df.attrs["run_id"]], k=4)) == set(
-        complete[complete == complete.max()].index)
+        complete[complete == complete.max()].index
+    )

@@ -10,9 +10,17 @@ from robustlab.report.gather import RunView, _distinct_runs, _readable_classes, 
 
 
 def _run(rid, spec, fingerprint="fp1"):
-    return RunView(rid, f"{spec} [{rid[:8]}]", {
-        "model_spec": spec, "weights_hash": f"w-{spec}", "data_fingerprint": fingerprint,
-        "label_space": "imagenet1k", "seed": 0})
+    return RunView(
+        rid,
+        f"{spec} [{rid[:8]}]",
+        {
+            "model_spec": spec,
+            "weights_hash": f"w-{spec}",
+            "data_fingerprint": fingerprint,
+            "label_space": "imagenet1k",
+            "seed": 0,
+        },
+    )
 
 
 def _preds(rng, run_ids):
@@ -23,15 +31,28 @@ def _preds(rng, run_ids):
             lab, key = classes[i % 3]
             for shift, level in (("clean", "0"), ("gaussian_noise", "3"), ("fog", "3")):
                 p = 0.9 if shift == "clean" else 0.5
-                rows.append({"run_id": rid, "sample_id": f"{key}/img{i}.JPEG", "shift": shift,
-                             "level": level, "label": lab, "class_name": key,
-                             "correct": bool(rng.random() < p), "correct5": True})
+                rows.append(
+                    {
+                        "run_id": rid,
+                        "sample_id": f"{key}/img{i}.JPEG",
+                        "shift": shift,
+                        "level": level,
+                        "label": lab,
+                        "class_name": key,
+                        "correct": bool(rng.random() < p),
+                        "correct5": True,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def test_a_repeated_run_is_counted_once_and_classes_are_named():
-    runs = [_run("aaaaaaaa1111", "lite0"), _run("bbbbbbbb2222", "lite0"),
-            _run("cccccccc3333", "lite1"), _run("dddddddd4444", "lite0", fingerprint="fp2")]
+    runs = [
+        _run("aaaaaaaa1111", "lite0"),
+        _run("bbbbbbbb2222", "lite0"),
+        _run("cccccccc3333", "lite1"),
+        _run("dddddddd4444", "lite0", fingerprint="fp2"),
+    ]
     preds = _preds(np.random.default_rng(0), [r.run_id for r in runs])
     notes: list[str] = []
     keep = _distinct_runs(preds, runs, notes)
@@ -60,9 +81,15 @@ def _clustered_frame(rng, n_images=120, image_sd=2.5):
         for model in ("lite0", "lite1"):
             for shift in ("clean", "fog", "gaussian_noise"):
                 eta = 1.0 - (1.2 if shift == "fog" else 0.0) + u[i]
-                rows.append({"sample_id": f"img{i}", "model": model, "shift": shift,
-                             "class_name": "abc"[i % 3],
-                             "correct": bool(rng.random() < 1 / (1 + np.exp(-eta)))})
+                rows.append(
+                    {
+                        "sample_id": f"img{i}",
+                        "model": model,
+                        "shift": shift,
+                        "class_name": "abc"[i % 3],
+                        "correct": bool(rng.random() < 1 / (1 + np.exp(-eta))),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -72,12 +99,17 @@ def test_logit_matches_statsmodels_and_clusters_by_image():
     from robustlab.metrics.regression import logit_correctness
 
     df = _clustered_frame(np.random.default_rng(3))
-    res = logit_correctness(df, {"Model": "model", "Shift": "shift", "Class": "class_name"},
-                            reference={"Model": "lite0", "Shift": "clean", "Class": "a"})
+    res = logit_correctness(
+        df,
+        {"Model": "model", "Shift": "shift", "Class": "class_name"},
+        reference={"Model": "lite0", "Shift": "clean", "Class": "a"},
+    )
     t = res.table.set_index("term")
     d = df.assign(y=df["correct"].astype(int), g=pd.factorize(df["sample_id"])[0])
-    formula = ("y ~ C(model, Treatment('lite0')) + C(shift, Treatment('clean'))"
-               " + C(class_name, Treatment('a'))")
+    formula = (
+        "y ~ C(model, Treatment('lite0')) + C(shift, Treatment('clean'))"
+        " + C(class_name, Treatment('a'))"
+    )
     ref = smf.logit(formula, d).fit(disp=0, cov_type="cluster", cov_kwds={"groups": d["g"]})
     naive = smf.logit(formula, d).fit(disp=0)
     fog = "C(shift, Treatment('clean'))[T.fog]"

@@ -59,8 +59,13 @@ def world(tmp_path):
         w.writerow(["file", "class", "lite0", "lite1"])
         for i in ids:
             w.writerow([f"/somewhere/hard/{i}", i.split("/")[0], GOLDFISH, "n04037443"])
-    return {"data": data, "ids": ids, "preds": preds, "db": tmp_path / "review.duckdb",
-            "tmp": tmp_path}
+    return {
+        "data": data,
+        "ids": ids,
+        "preds": preds,
+        "db": tmp_path / "review.duckdb",
+        "tmp": tmp_path,
+    }
 
 
 @pytest.fixture
@@ -75,8 +80,16 @@ def server(world):
 # Fleiss (1971) as tabulated in Wikipedia's "Fleiss' kappa": 10 subjects, 14 raters each,
 # 5 categories; published kappa 0.210.
 FLEISS_TABLE = [
-    [0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
-    [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7],
+    [0, 0, 0, 0, 14],
+    [0, 2, 6, 4, 2],
+    [0, 0, 3, 5, 6],
+    [0, 3, 9, 2, 0],
+    [2, 2, 8, 1, 1],
+    [7, 7, 0, 0, 0],
+    [3, 2, 6, 3, 0],
+    [2, 5, 3, 2, 2],
+    [6, 5, 2, 1, 0],
+    [0, 2, 2, 3, 7],
 ]
 
 
@@ -106,8 +119,14 @@ def test_fleiss_kappa_edges():
 
 
 def test_rating_table_keeps_only_images_every_annotator_reviewed():
-    table = rating_table([["accept", "accept", "reject"], ["accept", "relabel"],
-                          ["not_single", "relabel", "relabel"]], 3)
+    table = rating_table(
+        [
+            ["accept", "accept", "reject"],
+            ["accept", "relabel"],
+            ["not_single", "relabel", "relabel"],
+        ],
+        3,
+    )
     assert table.tolist() == [[2, 1, 0, 0], [0, 0, 1, 2]]
 
 
@@ -143,13 +162,18 @@ def test_decisions_are_an_append_only_log_with_undo(tmp_path):
     st.record("s", "x/1.png", "alice", "reject", label="x")  # change of mind
     st.record("s", "x/1.png", "bob", "not_single", label="x")
     cur = {(d.annotator, d.image_id): (d.decision, d.target) for d in st.current("s")}
-    assert cur == {("alice", "x/1.png"): ("reject", None), ("alice", "x/2.png"): ("relabel", "y"),
-                   ("bob", "x/1.png"): ("not_single", None)}
+    assert cur == {
+        ("alice", "x/1.png"): ("reject", None),
+        ("alice", "x/2.png"): ("relabel", "y"),
+        ("bob", "x/1.png"): ("not_single", None),
+    }
     # undo withdraws alice's latest decision: x/1.png goes back to her earlier accept
     undone = st.undo("s", "alice")
     assert (undone.image_id, undone.decision) == ("x/1.png", "reject")
     assert {d.image_id: d.decision for d in st.current("s", "alice")} == {
-        "x/1.png": "accept", "x/2.png": "relabel"}
+        "x/1.png": "accept",
+        "x/2.png": "relabel",
+    }
     # further undos walk back, then there is nothing left; bob is untouched
     assert st.undo("s", "alice").image_id == "x/2.png"
     assert st.undo("s", "alice").event_id == e1
@@ -158,8 +182,15 @@ def test_decisions_are_an_append_only_log_with_undo(tmp_path):
     assert [d.decision for d in st.current("s", "bob")] == ["not_single"]
     # nothing was deleted: 4 decisions + 3 undo events, each undo naming what it withdrew
     ev = st.events("s")
-    assert ev["decision"].tolist() == ["accept", "relabel", "reject", "not_single",
-                                       "undo", "undo", "undo"]
+    assert ev["decision"].tolist() == [
+        "accept",
+        "relabel",
+        "reject",
+        "not_single",
+        "undo",
+        "undo",
+        "undo",
+    ]
     assert ev["undoes"].tolist()[4:] == [3, 2, 1]
     assert ev["created_at"].notna().all()
     # a decision after undoing counts again; other sets are separate
@@ -183,8 +214,12 @@ HOLD_DB = textwrap.dedent("""
 def locked_db(tmp_path):
     """A DuckDB file held open by another process (as a DuckDB shell or notebook would)."""
     path = tmp_path / "held.duckdb"
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_DB, str(path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_DB, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     yield path, proc.pid
     proc.stdin.close()
@@ -194,15 +229,27 @@ def locked_db(tmp_path):
 def test_a_database_locked_by_another_process_is_one_line(world, locked_db, capsys):
     path, pid = locked_db
     with pytest.raises(StoreError, match=f"locked by process {pid}"):
-        ReviewStore(path, timeout=0.3).open("s", data_root="/d", label_space="x",
-                                            predictions=None, n_images=1)
+        ReviewStore(path, timeout=0.3).open(
+            "s", data_root="/d", label_space="x", predictions=None, n_images=1
+        )
     rc = cli(["review", "--data", str(world["data"]), "--db", str(path), "--wait", "0.3"])
     err = capsys.readouterr().err
     assert rc == 3
     line = [ln for ln in err.splitlines() if not ln.startswith("note:")]
     assert len(line) == 1 and "locked by process" in line[0] and "Traceback" not in err
-    rc = cli(["review", "--data", str(world["data"]), "--db", str(path), "--wait", "0.3",
-              "--export", str(world["tmp"] / "out.csv")])
+    rc = cli(
+        [
+            "review",
+            "--data",
+            str(world["data"]),
+            "--db",
+            str(path),
+            "--wait",
+            "0.3",
+            "--export",
+            str(world["tmp"] / "out.csv"),
+        ]
+    )
     assert rc == 3 and "locked by process" in capsys.readouterr().err
 
 
@@ -212,8 +259,12 @@ def test_a_database_locked_while_serving_answers_503_and_recovers(world):
         srv.start()
         tok = {"X-Review-Token": srv.token}
         body = '{"annotator": "alice", "index": 0, "decision": "accept"}'
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_DB, str(world["db"])],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_DB, str(world["db"])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert holder.stdout.readline().strip() == "ready"
             status, resp, _ = raw_request(srv.port, "POST", "/api/decide", tok, body)
@@ -228,8 +279,17 @@ def test_a_database_locked_while_serving_answers_503_and_recovers(world):
 def test_not_a_database_is_one_line(world, capsys):
     bad = world["tmp"] / "bad.duckdb"
     bad.write_bytes(b"this is not a duckdb file at all" * 200)
-    rc = cli(["review", "--data", str(world["data"]), "--db", str(bad), "--export",
-              str(world["tmp"] / "o.csv")])
+    rc = cli(
+        [
+            "review",
+            "--data",
+            str(world["data"]),
+            "--db",
+            str(bad),
+            "--export",
+            str(world["tmp"] / "o.csv"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 3 and str(bad) in err and "not a robustlab database" in err
     assert "Traceback" not in err
@@ -302,10 +362,23 @@ def raw_request(port, method, target, headers=None, body=None):
 def test_every_request_without_the_right_token_is_refused(server):
     assert server.host == "127.0.0.1"
     port, token = server.port, server.token
-    targets = ["/", "/api/set", "/api/state?annotator=alice", "/image/0", "/assets/review.js",
-               "/assets/review.css", "/nope", "/image/../../secret.txt"]
-    wrong = [{}, {"X-Review-Token": ""}, {"X-Review-Token": token[:-1] + "x"},
-             {"X-Review-Token": token + "x"}, {"X-Review-Token": token.upper()}]
+    targets = [
+        "/",
+        "/api/set",
+        "/api/state?annotator=alice",
+        "/image/0",
+        "/assets/review.js",
+        "/assets/review.css",
+        "/nope",
+        "/image/../../secret.txt",
+    ]
+    wrong = [
+        {},
+        {"X-Review-Token": ""},
+        {"X-Review-Token": token[:-1] + "x"},
+        {"X-Review-Token": token + "x"},
+        {"X-Review-Token": token.upper()},
+    ]
     for target in targets:
         for headers in wrong:
             status, body, _ = raw_request(port, "GET", target, headers)
@@ -313,8 +386,13 @@ def test_every_request_without_the_right_token_is_refused(server):
             assert SECRET.encode() not in body
         joiner = "&" if "?" in target else "?"
         assert raw_request(port, "GET", f"{target}{joiner}token=bad")[0] == 403
-    status, _, _ = raw_request(port, "POST", "/api/decide", {},
-                               '{"annotator": "mallory", "index": 0, "decision": "accept"}')
+    status, _, _ = raw_request(
+        port,
+        "POST",
+        "/api/decide",
+        {},
+        '{"annotator": "mallory", "index": 0, "decision": "accept"}',
+    )
     assert status == 403
     assert server.store.current(server.review_set.name) == []
     # with it: the page (token in the query, as printed), an image, the script
@@ -331,14 +409,30 @@ def test_no_file_outside_the_set_is_ever_served(server):
     port, tok = server.port, {"X-Review-Token": server.token}
     n = len(server.review_set)
     attempts = [
-        "/image/../../secret.txt", "/image/..%2f..%2fsecret.txt", "/image/%2e%2e/%2e%2e/secret.txt",
-        "/image/0/../../../secret.txt", f"/image/{n}", "/image/-1", "/image/1e0", "/image/0x1",
-        "/image/%30", "/image/" + "9" * 40, "/assets/../../secret.txt",
-        "/assets/..%2f..%2f..%2fsecret.txt", "/assets/review.js/../../../secret.txt",
-        "/assets/%2e%2e%2fapp.py", "/assets/app.py", "/static/review.js",
-        "/templates/review.html", "//etc/passwd", "/../secret.txt", "/%2e%2e/secret.txt",
-        "/image/0?path=../../secret.txt", "/hard/n01440764/notes.txt",
-        "/n01440764/img0.png", "/" + str(server.review_set.items[0].path),
+        "/image/../../secret.txt",
+        "/image/..%2f..%2fsecret.txt",
+        "/image/%2e%2e/%2e%2e/secret.txt",
+        "/image/0/../../../secret.txt",
+        f"/image/{n}",
+        "/image/-1",
+        "/image/1e0",
+        "/image/0x1",
+        "/image/%30",
+        "/image/" + "9" * 40,
+        "/assets/../../secret.txt",
+        "/assets/..%2f..%2f..%2fsecret.txt",
+        "/assets/review.js/../../../secret.txt",
+        "/assets/%2e%2e%2fapp.py",
+        "/assets/app.py",
+        "/static/review.js",
+        "/templates/review.html",
+        "//etc/passwd",
+        "/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/image/0?path=../../secret.txt",
+        "/hard/n01440764/notes.txt",
+        "/n01440764/img0.png",
+        "/" + str(server.review_set.items[0].path),
     ]
     images = {it.path.read_bytes() for it in server.review_set.items}
     served = []
@@ -374,26 +468,48 @@ def test_export_without_decisions_says_where_they_are(world, capsys):
     st.open("old-place", data_root="/old", label_space="imagenet1k", predictions=None, n_images=6)
     st.record("old-place", world["ids"][0], "alice", "accept", label=TENCH)
     out = world["tmp"] / "o.csv"
-    assert cli(["review", "--data", str(world["data"]), "--db", str(world["db"]),
-                "--export", str(out)]) == 0
+    assert (
+        cli(
+            ["review", "--data", str(world["data"]), "--db", str(world["db"]), "--export", str(out)]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "no decisions are stored for set" in err and "'old-place'" in err
     assert "0 of 6 images kept" in err
-    assert cli(["review", "--data", str(world["data"]), "--db", str(world["db"]),
-                "--export", str(out), "--set", "old-place", "-k", "1"]) == 0
+    assert (
+        cli(
+            [
+                "review",
+                "--data",
+                str(world["data"]),
+                "--db",
+                str(world["db"]),
+                "--export",
+                str(out),
+                "--set",
+                "old-place",
+                "-k",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert "1 of 6 images kept" in capsys.readouterr().err
 
 
 def test_bad_api_requests_are_refused(server):
     port, tok = server.port, {"X-Review-Token": server.token}
-    for body in ['{"annotator": "alice", "index": 99, "decision": "accept"}',
-                 '{"annotator": "alice", "index": "0", "decision": "accept"}',
-                 '{"annotator": "alice", "index": true, "decision": "accept"}',
-                 '{"annotator": "alice", "index": 0, "decision": "delete"}',
-                 '{"annotator": "alice", "index": 0, "decision": "relabel", "target": "nXXX"}',
-                 '{"annotator": "<script>", "index": 0, "decision": "accept"}',
-                 '{"annotator": "", "index": 0, "decision": "accept"}',
-                 'not json']:
+    for body in [
+        '{"annotator": "alice", "index": 99, "decision": "accept"}',
+        '{"annotator": "alice", "index": "0", "decision": "accept"}',
+        '{"annotator": "alice", "index": true, "decision": "accept"}',
+        '{"annotator": "alice", "index": 0, "decision": "delete"}',
+        '{"annotator": "alice", "index": 0, "decision": "relabel", "target": "nXXX"}',
+        '{"annotator": "<script>", "index": 0, "decision": "accept"}',
+        '{"annotator": "", "index": 0, "decision": "accept"}',
+        "not json",
+    ]:
         status, resp, _ = raw_request(port, "POST", "/api/decide", tok, body)
         assert status == 400, body
         assert b"error" in resp
@@ -429,7 +545,8 @@ def open_page(browser, url, problems):
 def settle(page):
     """Wait until the page has loaded its data and every queued action has answered."""
     page.wait_for_function(
-        "() => document.body.dataset.ready === '1' && document.body.dataset.pending === '0'")
+        "() => document.body.dataset.ready === '1' && document.body.dataset.pending === '0'"
+    )
 
 
 def shown(page):
@@ -456,8 +573,10 @@ def test_keyboard_review_with_reload_undo_and_relabel(server, browser, world):
     assert "goldfish" in page.locator("#guesses").inner_text()
     assert page.locator("#progress").inner_text() == f"0 of {len(ids)} reviewed by alice"
     # image is really displayed
-    page.wait_for_function("() => document.getElementById('image').complete && "
-                           "document.getElementById('image').naturalWidth === 96")
+    page.wait_for_function(
+        "() => document.getElementById('image').complete && "
+        "document.getElementById('image').naturalWidth === 96"
+    )
 
     press(page, "a", "r")
     assert shown(page) == ids[2]
@@ -502,8 +621,13 @@ def test_keyboard_review_with_reload_undo_and_relabel(server, browser, world):
     press(page, "a", "a", "a")
     assert page.locator("#progress").inner_text() == f"All {len(ids)} reviewed by alice"
     assert decisions(store, rs, "alice") == {
-        ids[0]: ("reject", None), ids[1]: ("reject", None), ids[2]: ("not_single", None),
-        ids[3]: ("accept", None), ids[4]: ("accept", None), ids[5]: ("accept", None)}
+        ids[0]: ("reject", None),
+        ids[1]: ("reject", None),
+        ids[2]: ("not_single", None),
+        ids[3]: ("accept", None),
+        ids[4]: ("accept", None),
+        ids[5]: ("accept", None),
+    }
     # the log kept everything, the undo included
     ev = store.events(rs.name)
     assert ev["decision"].tolist().count("undo") == 1
@@ -551,14 +675,22 @@ def test_two_annotators_at_once_and_the_exported_set(server, browser, world, cap
     # 0: a a r -> kept   1: a r a -> kept    2: r r a -> dropped
     # 3: n a a -> kept   4: a a r -> kept    5: r relabel relabel -> kept as goldfish
     out = world["tmp"] / "final.csv"
-    assert cli(["review", "--data", str(world["data"]), "--db", str(world["db"]),
-                "--export", str(out)]) == 0
+    assert (
+        cli(
+            ["review", "--data", str(world["data"]), "--db", str(world["db"]), "--export", str(out)]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     with open(out, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["file"], r["class"], r["relabelled"]) for r in rows] == [
-        (ids[0], TENCH, "False"), (ids[1], TENCH, "False"), (ids[3], CHIHUAHUA, "False"),
-        (ids[4], CHIHUAHUA, "False"), (ids[5], GOLDFISH, "True")]
+        (ids[0], TENCH, "False"),
+        (ids[1], TENCH, "False"),
+        (ids[3], CHIHUAHUA, "False"),
+        (ids[4], CHIHUAHUA, "False"),
+        (ids[5], GOLDFISH, "True"),
+    ]
     assert rows[-1]["class_name"] == "goldfish" and rows[-1]["original_class"] == CHIHUAHUA
     assert [r["support"] for r in rows] == ["2", "2", "2", "2", "2"]
     assert "5 of 6 images kept (1 relabelled" in err and "3 annotator(s)" in err
@@ -566,8 +698,22 @@ def test_two_annotators_at_once_and_the_exported_set(server, browser, world, cap
     table = [[2, 1, 0, 0], [2, 1, 0, 0], [1, 2, 0, 0], [2, 0, 1, 0], [2, 1, 0, 0], [0, 1, 0, 2]]
     assert f"Fleiss' kappa {fleiss_kappa(table):.3f} over 6 image(s)" in err
     # k = 3: only unanimous images (none here)
-    assert cli(["review", "--data", str(world["data"]), "--db", str(world["db"]),
-                "--export", str(world["tmp"] / "unanimous.csv"), "-k", "3"]) == 0
+    assert (
+        cli(
+            [
+                "review",
+                "--data",
+                str(world["data"]),
+                "--db",
+                str(world["db"]),
+                "--export",
+                str(world["tmp"] / "unanimous.csv"),
+                "-k",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert "0 of 6 images kept" in capsys.readouterr().err
     # the export is a labels CSV robustlab reads: the kept files under their final classes
     from robustlab.data.sources import discover
@@ -580,13 +726,30 @@ def test_two_annotators_at_once_and_the_exported_set(server, browser, world, cap
 def test_the_command_serves_a_token_url_and_stops_cleanly(world):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "robustlab.cli", "review", "--data", str(world["data"]),
-         "--db", str(world["db"]), "--annotator", "alice", "--predictions", str(world["preds"])],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "robustlab.cli",
+            "review",
+            "--data",
+            str(world["data"]),
+            "--db",
+            str(world["db"]),
+            "--annotator",
+            "alice",
+            "--predictions",
+            str(world["preds"]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = proc.stdout.readline()
-        m = re.match(r"open http://127\.0\.0\.1:(\d+)/\?token=([\w-]+)&annotator=alice$",
-                     line.strip())
+        m = re.match(
+            r"open http://127\.0\.0\.1:(\d+)/\?token=([\w-]+)&annotator=alice$", line.strip()
+        )
         assert m, line
         port, token = int(m.group(1)), m.group(2)
         assert len(token) >= 32
@@ -612,8 +775,10 @@ def test_command_bad_input_is_one_line(world, capsys):
         (["--data", str(world["data"]), "--annotator", "a/b"], "annotator name"),
         (["--data", str(world["data"]), "-k", "0", "--export", "x.csv"], "at least 1"),
         (["--data", str(world["data"]), "--label-space", "demo"], "class folder"),
-        (["--data", str(world["data"]), "--predictions", str(world["tmp"] / "none.csv")],
-         "cannot read predictions"),
+        (
+            ["--data", str(world["data"]), "--predictions", str(world["tmp"] / "none.csv")],
+            "cannot read predictions",
+        ),
     ]:
         rc = cli(["review", "--db", str(world["db"]), *argv])
         err = capsys.readouterr().err

@@ -114,8 +114,10 @@ def test_a_photo_replaced_by_one_of_the_same_size_is_a_new_run(bmp_folder, lite0
     assert second.attrs["run_id"] != first.attrs["run_id"] and not second.attrs["resumed"]
     fresh = robustlab.evaluate(lite0, bmp_folder, db=tmp_path / "fresh.duckdb", **KW)
     assert fresh.attrs["run_id"] == second.attrs["run_id"]
-    new, ref = _predictions(db, second.attrs["run_id"]), _predictions(tmp_path / "fresh.duckdb",
-                                                                      fresh.attrs["run_id"])
+    new, ref = (
+        _predictions(db, second.attrs["run_id"]),
+        _predictions(tmp_path / "fresh.duckdb", fresh.attrs["run_id"]),
+    )
     np.testing.assert_array_equal(new[1], ref[1])
     old = _predictions(db, first.attrs["run_id"])
     vid = victim.relative_to(bmp_folder).as_posix()
@@ -151,8 +153,10 @@ def test_hash_cache_answers_without_reading_and_notices_changes(tmp_path):
         assert (h.stats.read, h.stats.cached) == (0, 5)
     # The answer really comes from the cache: a doctored entry is returned as is.
     with sqlite3.connect(tmp_path / "cache" / CACHE_FILE) as db:
-        db.execute("UPDATE hashes SET digest = 'from-the-cache' WHERE path = ?",
-                   [os.fsencode(paths[0].resolve())])
+        db.execute(
+            "UPDATE hashes SET digest = 'from-the-cache' WHERE path = ?",
+            [os.fsencode(paths[0].resolve())],
+        )
     with ContentHasher(tmp_path / "cache") as h:
         assert h.hash_files(paths[:1]) == ["from-the-cache"]
 
@@ -194,20 +198,17 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "mine"
 
 
-def test_a_generated_folder_made_again_with_other_masks_is_a_new_run(demo, lite0, tmp_path,
-                                                                      caplog):
+def test_a_generated_folder_made_again_with_other_masks_is_a_new_run(demo, lite0, tmp_path, caplog):
     """The same --out regenerated from other masks: the evaluation must not resume."""
     from robustlab.generate import generate
 
     data, masks_a, masks_b = demo
     out, db = tmp_path / "gen", tmp_path / "r.duckdb"
     kw = dict(shifts=["only_fg"], label_space="demo", workers=0, batch_size=8, progress=False)
-    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_a, workers=0,
-             progress=False)
+    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_a, workers=0, progress=False)
     first = robustlab.evaluate(lite0, out, db=db, **kw)
     shutil.rmtree(out)
-    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_b, workers=0,
-             progress=False)
+    generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_b, workers=0, progress=False)
     with caplog.at_level(logging.WARNING, logger="robustlab.evaluation"):
         second = robustlab.evaluate(lite0, out, db=db, **kw)
     assert second.attrs["run_id"] != first.attrs["run_id"] and not second.attrs["resumed"]

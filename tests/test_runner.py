@@ -33,11 +33,17 @@ def test_plan_tasks_skips_stored_keys(tmp_path, samples):
     store = Store(tmp_path / "r.duckdb")
     store.start_run(RunRecord(run_id="r", model_spec="lite0"))
     # samples[3] has rows only for cells not requested now (an earlier, other selection).
-    one = {"sample_id": [samples[0].id, samples[1].id] + [samples[3].id] * 3,
-           "shift": ["clean", "gaussian_noise", "fog", "fog", "fog"],
-           "level": ["0", "3", "1", "2", "3"], "label": [0] * 5, "class_name": ["a"] * 5,
-           "top5_ids": np.zeros((5, 5), np.int32), "top5_probs": np.zeros((5, 5), np.float32),
-           "correct": [True] * 5, "correct5": [True] * 5}
+    one = {
+        "sample_id": [samples[0].id, samples[1].id] + [samples[3].id] * 3,
+        "shift": ["clean", "gaussian_noise", "fog", "fog", "fog"],
+        "level": ["0", "3", "1", "2", "3"],
+        "label": [0] * 5,
+        "class_name": ["a"] * 5,
+        "top5_ids": np.zeros((5, 5), np.int32),
+        "top5_probs": np.zeros((5, 5), np.float32),
+        "correct": [True] * 5,
+        "correct5": [True] * 5,
+    }
     store.write_predictions("r", one)
     # samples[2] is complete
     full = {k: [] for k in one}
@@ -45,17 +51,29 @@ def test_plan_tasks_skips_stored_keys(tmp_path, samples):
         full["sample_id"].append(samples[2].id)
         full["shift"].append(shift)
         full["level"].append(str(level))
-    full.update(label=[0] * 3, class_name=["c"] * 3, top5_ids=np.zeros((3, 5), np.int32),
-                top5_probs=np.zeros((3, 5), np.float32), correct=[True] * 3, correct5=[True] * 3)
+    full.update(
+        label=[0] * 3,
+        class_name=["c"] * 3,
+        top5_ids=np.zeros((3, 5), np.int32),
+        top5_probs=np.zeros((3, 5), np.float32),
+        correct=[True] * 3,
+        correct5=[True] * 3,
+    )
     store.write_predictions("r", full)
     tasks, done, already = plan_tasks(samples, CELLS, store, "r", cells_per_task=2)
     got = {(t.sample_index, c) for t in tasks for c in t.cells}
-    want = {(i, c) for i in range(4) for c in CELLS} - {(0, CELLS[0]), (1, CELLS[2])} - {
-        (2, c) for c in CELLS}
+    want = (
+        {(i, c) for i in range(4) for c in CELLS}
+        - {(0, CELLS[0]), (1, CELLS[2])}
+        - {(2, c) for c in CELLS}
+    )
     assert got == want
     assert all(len(t.cells) <= 2 for t in tasks)
-    assert already == 5 and done == {("clean", "0"): 2, ("gaussian_noise", "1"): 1,
-                                      ("gaussian_noise", "3"): 2}
+    assert already == 5 and done == {
+        ("clean", "0"): 2,
+        ("gaussian_noise", "1"): 1,
+        ("gaussian_noise", "3"): 2,
+    }
 
 
 def test_tasks_produce_the_pipeline_pixels(samples):
@@ -66,7 +84,9 @@ def test_tasks_produce_the_pipeline_pixels(samples):
     assert i == 0 and errors == [] and measured == [] and tensor.shape == (3, 3, 224, 224)
     prep = pipeline.load_prepared(samples[0], proto)
     np.testing.assert_array_equal(tensor[0].permute(1, 2, 0).numpy(), prep.rgb)
-    want = pipeline.as_stored(pipeline.apply_shift(prep.rgb, samples[0].id, "gaussian_noise", 3, 7), proto)
+    want = pipeline.as_stored(
+        pipeline.apply_shift(prep.rgb, samples[0].id, "gaussian_noise", 3, 7), proto
+    )
     np.testing.assert_array_equal(tensor[2].permute(1, 2, 0).numpy(), want)
 
 
@@ -78,14 +98,18 @@ def test_unreadable_source_and_bad_cell_are_reported_not_raised(tmp_path, sample
     ds = TaskDataset(broken, [Task(0, tuple(CELLS))], CellImages(Protocol(), 0), _hwc_tensor)
     _, tensor, errors, _ = ds[0]
     assert tensor is None and errors[0][0] == -1 and "image" in errors[0][1]
-    ds = TaskDataset(samples, [Task(0, (("clean", 0), ("gaussian_noise", 9)))],
-                     CellImages(Protocol(), 0), _hwc_tensor)
+    ds = TaskDataset(
+        samples,
+        [Task(0, (("clean", 0), ("gaussian_noise", 9)))],
+        CellImages(Protocol(), 0),
+        _hwc_tensor,
+    )
     _, tensor, errors, _ = ds[0]
     assert tensor.shape[0] == 1 and errors[0][0] == 1 and "level 9" in errors[0][1]
 
 
 def test_worker_count_does_not_change_items(samples):
-    tasks = [Task(i, tuple(CELLS[j:j + 2])) for i in range(len(samples)) for j in (0, 2)]
+    tasks = [Task(i, tuple(CELLS[j : j + 2])) for i in range(len(samples)) for j in (0, 2)]
     ds = TaskDataset(samples, tasks, CellImages(Protocol(), 3), _hwc_tensor)
     a = list(iterate_local(ds, workers=0))
     b = list(iterate_local(ds, workers=2, prefetch=1))

@@ -99,9 +99,14 @@ def test_color_grey(scene):
     assert (bg[:, 0] == bg[:, 1]).all() and (bg[:, 1] == bg[:, 2]).all()
 
 
-@pytest.mark.parametrize("name,ranges", [
-    ("color_r", [(0, 29), (150, 180)]), ("color_g", [(30, 89)]), ("color_b", [(90, 149)]),
-])
+@pytest.mark.parametrize(
+    "name,ranges",
+    [
+        ("color_r", [(0, 29), (150, 180)]),
+        ("color_g", [(30, 89)]),
+        ("color_b", [(90, 149)]),
+    ],
+)
 def test_background_hue_in_range(scene, name, ranges):
     x, m = scene[0], scene[1]
     for seed in range(4):
@@ -113,7 +118,9 @@ def test_background_hue_in_range(scene, name, ranges):
         assert hues.size > 500
         med = int(np.median(hues))
         # uint8 HSV round trips move a hue by a unit or two at most
-        assert any(lo - 2 <= med <= hi + 2 for lo, hi in ranges) or (name == "color_r" and med >= 178)
+        assert any(lo - 2 <= med <= hi + 2 for lo, hi in ranges) or (
+            name == "color_r" and med >= 178
+        )
         assert np.percentile(np.abs(hues - med), 90) <= 3
 
 
@@ -191,7 +198,7 @@ def test_only_bg_b_and_bbox_override(scene):
     ys, xs = np.nonzero(m)
     out = _run("only_bg_b", "default", scene)
     box = np.zeros_like(m)
-    box[ys.min():ys.max() + 1, xs.min():xs.max() + 1] = True
+    box[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1] = True
     assert (out[box] == 0).all()
     np.testing.assert_array_equal(out[~box], x[~box])
     out2 = _run("only_bg_b", "default", scene, bbox=(10, 20, 50, 40))
@@ -207,12 +214,17 @@ def test_only_bg_t_tiles_largest_strip(scene):
     box[y0:y1, x0:x1] = True
     np.testing.assert_array_equal(out[~box], x[~box])
     # the strips: top y0*224, bottom (224-y1)*224, left 224*x0, right 224*(224-x1)
-    areas = {"top": y0 * 224, "bottom": (224 - y1) * 224, "left": x0 * 224, "right": (224 - x1) * 224}
+    areas = {
+        "top": y0 * 224,
+        "bottom": (224 - y1) * 224,
+        "left": x0 * 224,
+        "right": (224 - x1) * 224,
+    }
     best = max(areas, key=areas.get)
     tex = {"top": x[:y0], "bottom": x[y1:], "left": x[:, :x0], "right": x[:, x1:]}[best]
     th, tw = tex.shape[:2]
     fill = out[y0:y1, x0:x1]
-    for (i, j) in [(0, 0), (y1 - y0 - 1, x1 - x0 - 1), (th + 1, tw + 3)]:
+    for i, j in [(0, 0), (y1 - y0 - 1, x1 - x0 - 1), (th + 1, tw + 3)]:
         if i < fill.shape[0] and j < fill.shape[1]:
             np.testing.assert_array_equal(fill[i, j], tex[i % th, j % tw])
 
@@ -270,8 +282,13 @@ def test_missing_or_bad_donor(scene, name):
         with pytest.raises(ValueError, match="background_mask is empty"):
             _run(name, level, scene, background_mask=np.zeros((50, 50), bool))
         # the donor's box alone is enough for the tiling
-        out = _run(name, level, scene, background_mask=np.zeros((224, 224), bool),
-                   background_bbox=(100, 50, 224, 150))
+        out = _run(
+            name,
+            level,
+            scene,
+            background_mask=np.zeros((224, 224), bool),
+            background_bbox=(100, 50, 224, 150),
+        )
         bg = tile_fill(scene[2], (100, 50, 224, 150))
         np.testing.assert_array_equal(out[~scene[1]], bg[~scene[1]])
 
@@ -285,7 +302,9 @@ class S:
     mask_path: str | None = "m.png"
 
 
-POOL = [S(f"{c}/{i}.jpg", c) for c in ("ant", "bee", "cat") for i in range(4)] + [S("dog/0.jpg", "dog")]
+POOL = [S(f"{c}/{i}.jpg", c) for c in ("ant", "bee", "cat") for i in range(4)] + [
+    S("dog/0.jpg", "dog")
+]
 
 
 def test_choose_donor_rules():
@@ -315,5 +334,7 @@ def test_choose_donor_errors():
     with pytest.raises(ValueError, match="no class name or label"):
         choose_donor([S("a", None)], S("a", None), "same", make_rng(0))
     no_masks = [S(s.id, s.class_name, mask_path=None) if s.class_name == "bee" else s for s in POOL]
-    d = choose_donor(no_masks, POOL[0], "next", make_rng(0), eligible=lambda s: s.mask_path is not None)
+    d = choose_donor(
+        no_masks, POOL[0], "next", make_rng(0), eligible=lambda s: s.mask_path is not None
+    )
     assert d.class_name == "cat"  # bee has no masked donor, so the next eligible class

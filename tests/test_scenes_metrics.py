@@ -16,11 +16,11 @@ def _preds(rows):
 def test_bg_gap_per_run_and_paired():
     rows = []
     for i in range(10):
-        rows.append(("r1", f"s{i}", "mixed_same", "default", i < 9))   # 0.9
-        rows.append(("r1", f"s{i}", "mixed_rand", "default", i < 6))   # 0.6
+        rows.append(("r1", f"s{i}", "mixed_same", "default", i < 9))  # 0.9
+        rows.append(("r1", f"s{i}", "mixed_rand", "default", i < 6))  # 0.6
         rows.append(("r2", f"s{i}", "mixed_same", "default", i < 5))
         rows.append(("r2", f"s{i}", "mixed_rand", "default", i < 5))
-    rows.append(("r1", "extra", "mixed_same", "default", False))       # no mixed_rand partner
+    rows.append(("r1", "extra", "mixed_same", "default", False))  # no mixed_rand partner
     out = bg_gap(_preds(rows)).set_index("run_id")
     assert out.loc["r1", "bg_gap"] == pytest.approx(0.3) and out.loc["r1", "n"] == 10
     assert out.loc["r2", "bg_gap"] == pytest.approx(0.0)
@@ -41,14 +41,21 @@ def test_bg_gap_errors():
 
 
 def test_robustness_score_complete():
-    cross = {"blur_bg": 0.9097, "blur_obj": 0.8817, "color_grey": 0.9213,
-             "random_bg": 0.2241, "segmented": 0.6855}
+    cross = {
+        "blur_bg": 0.9097,
+        "blur_obj": 0.8817,
+        "color_grey": 0.9213,
+        "random_bg": 0.2241,
+        "segmented": 0.6855,
+    }
     inner = {k: v + 0.05 for k, v in cross.items()}
     mu = 0.95
     r = robustness_score(mu, cross, inner)
     s2c = np.mean([(v - mu) ** 2 for v in cross.values()])
     s2i = np.mean([(v - mu) ** 2 for v in inner.values()])
-    assert r.complete and r.sigma2_cross == pytest.approx(s2c) and r.sigma2_inner == pytest.approx(s2i)
+    assert (
+        r.complete and r.sigma2_cross == pytest.approx(s2c) and r.sigma2_inner == pytest.approx(s2i)
+    )
     assert r.s_robust == pytest.approx(1 - s2c - s2i) and r.s_partial == r.s_robust
     # a model whose accuracy never moves scores exactly 1
     flat = robustness_score(0.8, dict.fromkeys(cross, 0.8), dict.fromkeys(cross, 0.8))

@@ -41,11 +41,21 @@ def model(weights):
 
 
 def test_cell_scores_by_hand():
-    counts = pd.DataFrame([
-        {"run_id": "r", "shift": "blur_bg", "level": "default", "tp": 30, "fp": 10, "fn": 20, "tn": 40},
-        {"run_id": "r", "shift": "clean", "level": "0", "tp": 8, "fp": 2, "fn": 0, "tn": 90},
-        {"run_id": "r", "shift": "clean", "level": "0", "tp": 2, "fp": 0, "fn": 8, "tn": 90},
-    ])
+    counts = pd.DataFrame(
+        [
+            {
+                "run_id": "r",
+                "shift": "blur_bg",
+                "level": "default",
+                "tp": 30,
+                "fp": 10,
+                "fn": 20,
+                "tn": 40,
+            },
+            {"run_id": "r", "shift": "clean", "level": "0", "tp": 8, "fp": 2, "fn": 0, "tn": 90},
+            {"run_id": "r", "shift": "clean", "level": "0", "tp": 2, "fp": 0, "fn": 8, "tn": 90},
+        ]
+    )
     out = cell_scores(counts)
     assert list(out["shift"]) == ["clean", "blur_bg"]  # clean first, as classification tables
     clean, blur = out.iloc[0], out.iloc[1]
@@ -95,13 +105,19 @@ def test_store_rows_resume_and_match_the_evaluator(masked_photos, model, tmp_pat
         assert (merged[c] == merged[c + "_db"]).all()
     ours = cell_scores(stored).set_index(["shift", "level"])
     theirs = ref.summary.set_index(["shift", "level"])
-    assert set(ours.index) == set(theirs.index) == {("clean", "0"), ("blur_bg", "default"),
-                                                    ("segmented", "default")}
+    assert (
+        set(ours.index)
+        == set(theirs.index)
+        == {("clean", "0"), ("blur_bg", "default"), ("segmented", "default")}
+    )
     cols = ["n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"]
-    pd.testing.assert_frame_equal(ours.loc[theirs.index, cols].astype(float),
-                                  theirs[cols].astype(float))
-    pd.testing.assert_frame_equal(again.summary.set_index(["shift", "level"]).loc[theirs.index, cols]
-                                  .astype(float), theirs[cols].astype(float))
+    pd.testing.assert_frame_equal(
+        ours.loc[theirs.index, cols].astype(float), theirs[cols].astype(float)
+    )
+    pd.testing.assert_frame_equal(
+        again.summary.set_index(["shift", "level"]).loc[theirs.index, cols].astype(float),
+        theirs[cols].astype(float),
+    )
 
     # a different seed is a different run (different cells' pixels)
     other = segment_to_store(model, data, masks=masks, db=db, shifts=["blur_bg"], seed=3)
@@ -117,8 +133,16 @@ def test_random_weights_and_bad_rows_are_refused(masked_photos, tmp_path):
         segment_to_store(rnd, data, masks=masks, db=tmp_path / "x.duckdb")
     assert not (tmp_path / "x.duckdb").exists()
     store = Store(tmp_path / "y.duckdb")
-    row = {"sample_id": ["a"], "shift": ["clean"], "level": ["0"], "class_name": [None],
-           "tp": [1], "fp": [0], "fn": [0], "tn": [-1]}
+    row = {
+        "sample_id": ["a"],
+        "shift": ["clean"],
+        "level": ["0"],
+        "class_name": [None],
+        "tp": [1],
+        "fp": [0],
+        "fn": [0],
+        "tn": [-1],
+    }
     with pytest.raises(ValueError, match="non-negative"):
         store.write_segmentation("r", row)
     with pytest.raises(ValueError, match="lack"):
@@ -148,25 +172,55 @@ def test_old_database_without_the_table_keeps_working(tmp_path):
     assert len(table) == 1 and not notes
     seg, _ = segmentation_table(store)
     assert seg.empty
-    Store(db).write_segmentation("s", {"sample_id": ["a"], "shift": ["clean"], "level": ["0"],
-                                   "class_name": ["c"], "tp": [1], "fp": [0], "fn": [0], "tn": [0]})
+    Store(db).write_segmentation(
+        "s",
+        {
+            "sample_id": ["a"],
+            "shift": ["clean"],
+            "level": ["0"],
+            "class_name": ["c"],
+            "tp": [1],
+            "fp": [0],
+            "fn": [0],
+            "tn": [0],
+        },
+    )
     assert len(Store(db).segmentation_counts()) == 1
     # a fresh Store whose first call on an existing file is a batch write (regression:
     # the schema check left a result open that blocked DuckDB's register())
-    Store(db).write_predictions("c1", {
-        "sample_id": ["z"], "shift": ["clean"], "level": ["0"], "label": [1], "class_name": ["x"],
-        "top5_ids": [[1, 0, 3, 4, 5]], "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]],
-        "correct": [True], "correct5": [True]})
+    Store(db).write_predictions(
+        "c1",
+        {
+            "sample_id": ["z"],
+            "shift": ["clean"],
+            "level": ["0"],
+            "label": [1],
+            "class_name": ["x"],
+            "top5_ids": [[1, 0, 3, 4, 5]],
+            "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]],
+            "correct": [True],
+            "correct5": [True],
+        },
+    )
     assert Store(db).count("c1") == 3
 
 
 def _classifier_run(store):
     store.start_run(RunRecord(run_id="c1", model_spec="lite0", suite=None))
-    store.write_predictions("c1", {
-        "sample_id": ["a", "b"], "shift": ["clean", "clean"], "level": ["0", "0"],
-        "label": [1, 2], "class_name": ["x", "y"], "top5_ids": [[1, 0, 3, 4, 5], [0, 2, 3, 4, 5]],
-        "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]] * 2, "correct": [True, False],
-        "correct5": [True, True]})
+    store.write_predictions(
+        "c1",
+        {
+            "sample_id": ["a", "b"],
+            "shift": ["clean", "clean"],
+            "level": ["0", "0"],
+            "label": [1, 2],
+            "class_name": ["x", "y"],
+            "top5_ids": [[1, 0, 3, 4, 5], [0, 2, 3, 4, 5]],
+            "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]] * 2,
+            "correct": [True, False],
+            "correct5": [True, True],
+        },
+    )
     store.finish_run("c1", status="finished")
 
 
@@ -175,8 +229,22 @@ def test_cli_segment_then_results(masked_photos, weights, tmp_path, capsys):
 
     data, masks = masked_photos
     db = tmp_path / "cli.duckdb"
-    argv = ["segment", SPEC, "--weights", str(weights), "--data", str(data), "--masks", str(masks),
-            "--db", str(db), "--num-classes", "3", "--shift", "segmented"]
+    argv = [
+        "segment",
+        SPEC,
+        "--weights",
+        str(weights),
+        "--data",
+        str(data),
+        "--masks",
+        str(masks),
+        "--db",
+        str(db),
+        "--num-classes",
+        "3",
+        "--shift",
+        "segmented",
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     lines = out.strip().splitlines()

@@ -20,12 +20,8 @@ from robustlab.metrics.segmentation import (
 )
 
 # 3x4 maps worked out by hand below.
-TRUTH = np.array([[0, 0, 1, 1],
-                  [0, 2, 2, 1],
-                  [0, 2, 2, 0]])
-PRED = np.array([[0, 1, 1, 1],
-                 [0, 2, 0, 1],
-                 [2, 2, 2, 0]])
+TRUTH = np.array([[0, 0, 1, 1], [0, 2, 2, 1], [0, 2, 2, 0]])
+PRED = np.array([[0, 1, 1, 1], [0, 2, 0, 1], [2, 2, 2, 0]])
 
 
 def test_confusion_matrix_by_hand():
@@ -77,12 +73,14 @@ def test_bad_inputs():
 
 
 def test_summarize_accumulates_pixels_not_image_scores():
-    counts = pd.DataFrame([
-        # a big object found well, a tiny one missed
-        {"shift": "clean", "level": "0", "tp": 90, "fp": 10, "fn": 0, "tn": 900},
-        {"shift": "clean", "level": "0", "tp": 0, "fp": 0, "fn": 10, "tn": 990},
-        {"shift": "blur_bg", "level": "default", "tp": 0, "fp": 0, "fn": 0, "tn": 1000},
-    ])
+    counts = pd.DataFrame(
+        [
+            # a big object found well, a tiny one missed
+            {"shift": "clean", "level": "0", "tp": 90, "fp": 10, "fn": 0, "tn": 900},
+            {"shift": "clean", "level": "0", "tp": 0, "fp": 0, "fn": 10, "tn": 990},
+            {"shift": "blur_bg", "level": "default", "tp": 0, "fp": 0, "fn": 0, "tn": 1000},
+        ]
+    )
     out = summarize(counts).set_index("shift")
     fg = 90 / (90 + 10 + 10)
     bg = 1890 / (1890 + 10 + 10)
@@ -111,21 +109,33 @@ def seg_model():
     from robustlab.run.segmentation import load_segmentation_model
 
     torch.manual_seed(0)
-    return load_segmentation_model("torchvision:lraspp_mobilenet_v3_large", weights="random",
-                                   num_classes=3, device="cpu")
+    return load_segmentation_model(
+        "torchvision:lraspp_mobilenet_v3_large", weights="random", num_classes=3, device="cpu"
+    )
 
 
 def test_evaluator_counts_every_pixel_and_scores_per_scenario(masked_photos, seg_model):
     from robustlab.run.segmentation import evaluate_segmentation
 
     data, masks = masked_photos
-    res = evaluate_segmentation(seg_model, data, masks=masks, suite="ximagenet12",
-                                shifts=["blur_bg", "segmented", "random_bg"], levels=None, seed=3,
-                                batch_size=5)
+    res = evaluate_segmentation(
+        seg_model,
+        data,
+        masks=masks,
+        suite="ximagenet12",
+        shifts=["blur_bg", "segmented", "random_bg"],
+        levels=None,
+        seed=3,
+        batch_size=5,
+    )
     c = res.counts
-    assert set(zip(c["shift"], c["level"])) == {("clean", "0"), ("blur_bg", "default"),
-                                               ("segmented", "default"), ("random_bg", "add"),
-                                               ("random_bg", "paste")}
+    assert set(zip(c["shift"], c["level"])) == {
+        ("clean", "0"),
+        ("blur_bg", "default"),
+        ("segmented", "default"),
+        ("random_bg", "add"),
+        ("random_bg", "paste"),
+    }
     assert len(c) == 4 * 5 and not res.skipped
     assert (c[["tp", "fp", "fn", "tn"]].sum(axis=1) == 224 * 224).all()
     # the truth under the unmoved scenarios is the same mask as the clean one
@@ -156,7 +166,7 @@ def test_prediction_that_equals_the_truth_scores_one(masked_photos):
         def forward(self, x):
             # x is normalised; the segmented scenario has a black background, so the object
             # is where any channel is above black's normalised value.
-            black = ((0 - torch.tensor([0.485, 0.456, 0.406])) / torch.tensor([0.229, 0.224, 0.225]))
+            black = (0 - torch.tensor([0.485, 0.456, 0.406])) / torch.tensor([0.229, 0.224, 0.225])
             fg = (x - black.view(1, 3, 1, 1)).abs().amax(1) > 1e-4
             return torch.stack([(~fg).float(), fg.float()], 1)
 
@@ -184,7 +194,9 @@ def test_random_bg_truth_is_the_moved_object(masked_photos):
     moved = target_mask(s, prep, "random_bg", "paste", 7)
     assert moved.sum() == (prep.mask > 0).sum()
     # the paste level copies the object's own pixels under the moved mask
-    np.testing.assert_array_equal(np.sort(out[moved].reshape(-1)), np.sort(prep.rgb[prep.mask > 0].reshape(-1)))
+    np.testing.assert_array_equal(
+        np.sort(out[moved].reshape(-1)), np.sort(prep.rgb[prep.mask > 0].reshape(-1))
+    )
     assert target_mask(s, prep, "no_fg", "default", 7) is None
 
 
@@ -205,12 +217,18 @@ def test_loader_round_trips_a_state_dict(tmp_path):
     from robustlab.run.segmentation import load_segmentation_model
 
     torch.manual_seed(1)
-    a = load_segmentation_model("lraspp_mobilenet_v3_large", weights="random", num_classes=2, device="cpu")
+    a = load_segmentation_model(
+        "lraspp_mobilenet_v3_large", weights="random", num_classes=2, device="cpu"
+    )
     path = tmp_path / "w.pth"
     torch.save(a.module.state_dict(), path)
-    b = load_segmentation_model("lraspp_mobilenet_v3_large", weights=path, num_classes=2, device="cpu")
+    b = load_segmentation_model(
+        "lraspp_mobilenet_v3_large", weights=path, num_classes=2, device="cpu"
+    )
     x = [np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)]
     torch.testing.assert_close(a.logits(x), b.logits(x))
     assert len(b.weights_hash) == 16
     with pytest.raises(ValueError, match="do not fit"):
-        load_segmentation_model("lraspp_mobilenet_v3_large", weights=path, num_classes=5, device="cpu")
+        load_segmentation_model(
+            "lraspp_mobilenet_v3_large", weights=path, num_classes=5, device="cpu"
+        )

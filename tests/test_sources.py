@@ -21,8 +21,9 @@ def test_shared_flat_folder_with_labels_csv(samples_dir):
     assert len(samples) == len(rows) >= 100 and samples.layout == "flat" and samples.skipped == []
     assert [s.id for s in samples] == sorted(s.id for s in samples)
     tench = samples[0]
-    assert tench == Sample("n01440764_tench.JPEG", samples_dir.resolve() / "n01440764_tench.JPEG",
-                           "n01440764", 0)
+    assert tench == Sample(
+        "n01440764_tench.JPEG", samples_dir.resolve() / "n01440764_tench.JPEG", "n01440764", 0
+    )
     # The CSV's index column fills the label; wnid is preferred as the class name.
     fountain = next(s for s in samples if s.id == "n03388043_fountain.JPEG")
     assert fountain.class_name == "n03388043" and fountain.label == 562
@@ -58,7 +59,9 @@ def test_csv_columns_missing_and_unlisted_files(tmp_path):
     csv.write_text("File,Class\na.png,apple\nb.png,banana\ngone.png,ghost\n")
     samples = discover(root, labels_csv=csv)
     assert [(s.id, s.class_name, s.label) for s in samples] == [
-        ("a.png", "apple", None), ("b.png", "banana", None)]
+        ("a.png", "apple", None),
+        ("b.png", "banana", None),
+    ]
     reasons = dict(samples.skipped)
     assert reasons["c.png"] == "not listed in labels.csv"
     assert reasons["gone.png"] == "listed in labels.csv but missing"

@@ -19,19 +19,32 @@ from robustlab.store import RunRecord, Store
 def _batch(sample_ids, shift="gaussian_noise", level="3", correct=None):
     n = len(sample_ids)
     ids = np.tile(np.arange(5, dtype=np.int32), (n, 1)) + np.arange(n, dtype=np.int32)[:, None]
-    probs = np.tile(np.array([.5, .2, .1, .1, .1], np.float32), (n, 1))
+    probs = np.tile(np.array([0.5, 0.2, 0.1, 0.1, 0.1], np.float32), (n, 1))
     correct = np.ones(n, bool) if correct is None else np.asarray(correct, bool)
     return {
-        "sample_id": list(sample_ids), "shift": [shift] * n, "level": [level] * n,
-        "label": list(range(n)), "class_name": ["n01440764"] * n,
-        "top5_ids": ids, "top5_probs": probs, "correct": correct, "correct5": np.ones(n, bool),
+        "sample_id": list(sample_ids),
+        "shift": [shift] * n,
+        "level": [level] * n,
+        "label": list(range(n)),
+        "class_name": ["n01440764"] * n,
+        "top5_ids": ids,
+        "top5_probs": probs,
+        "correct": correct,
+        "correct5": np.ones(n, bool),
     }
 
 
 def _run(store, run_id="r1", **kw):
-    rec = RunRecord(run_id=run_id, model_spec="lite0", suite="imagenet-c", seed=0,
-                    preprocessing={"input_size": 224}, versions={"robustlab": "x"},
-                    config={"batch_size": 8}, **kw)
+    rec = RunRecord(
+        run_id=run_id,
+        model_spec="lite0",
+        suite="imagenet-c",
+        seed=0,
+        preprocessing={"input_size": 224},
+        versions={"robustlab": "x"},
+        config={"batch_size": 8},
+        **kw,
+    )
     return store.start_run(rec)
 
 
@@ -55,17 +68,24 @@ def test_rows_round_trip_and_replayed_batches_do_not_duplicate(tmp_path):
     df = store.predictions(["r1"])
     row = df[(df.sample_id == "b") & (df["shift"] == "gaussian_noise")].iloc[0]
     assert list(row.top5_ids) == [1, 2, 3, 4, 5]
-    np.testing.assert_allclose(list(row.top5_probs), [.5, .2, .1, .1, .1], rtol=1e-6)
+    np.testing.assert_allclose(list(row.top5_probs), [0.5, 0.2, 0.1, 0.1, 0.1], rtol=1e-6)
     assert row.level == "3" and row.label == 1 and bool(row.correct)
     assert store.done_counts("r1") == {"a": 2, "b": 1, "c": 1}
-    assert store.done_keys("r1", ["a", "zzz"]) == {("a", "gaussian_noise", "3"), ("a", "clean", "0")}
+    assert store.done_keys("r1", ["a", "zzz"]) == {
+        ("a", "gaussian_noise", "3"),
+        ("a", "clean", "0"),
+    }
 
 
 def test_run_record_json_and_finish(tmp_path):
     store = Store(tmp_path / "r.duckdb")
     _run(store)
-    store.finish_run("r1", status="finished", n_samples=7,
-                     skipped=[["bad.jpg", "not an image (unrecognised format)"]])
+    store.finish_run(
+        "r1",
+        status="finished",
+        n_samples=7,
+        skipped=[["bad.jpg", "not an image (unrecognised format)"]],
+    )
     run = store.get_run("r1")
     assert run["status"] == "finished" and run["n_samples"] == 7 and run["n_skipped"] == 1
     assert run["skipped"] == [["bad.jpg", "not an image (unrecognised format)"]]
@@ -77,7 +97,9 @@ def test_sql_cell_table_matches_pandas(tmp_path):
     store = Store(tmp_path / "r.duckdb")
     _run(store)
     store.write_predictions("r1", _batch(list("abcd"), correct=[1, 0, 1, 1]))
-    store.write_predictions("r1", _batch(list("abcd"), shift="clean", level="0", correct=[1, 1, 1, 0]))
+    store.write_predictions(
+        "r1", _batch(list("abcd"), shift="clean", level="0", correct=[1, 1, 1, 0])
+    )
     sql = store.cell_table(["r1"])
     pdf = cell_table(store.predictions(["r1"]))
     pd.testing.assert_frame_equal(sql, pdf, check_dtype=False)
@@ -118,9 +140,14 @@ def test_two_processes_write_concurrently_without_losing_rows(tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     # Two different runs plus a third process replaying run A: the PK keeps A exact.
-    procs = [subprocess.Popen([sys.executable, str(script), str(db), rid, "40", "16"],
-                              stderr=subprocess.PIPE, text=True)
-             for rid in ("A", "B", "A")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(db), rid, "40", "16"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rid in ("A", "B", "A")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err

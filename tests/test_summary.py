@@ -41,17 +41,23 @@ def world(tmp_path_factory):
     db = root / "results.duckdb"
     models = {s: load_model(s, label_space=DEMO_LABEL_SPACE) for s in ("lite0", "lite1")}
     runs = {}
-    common = {"db": db, "masks": masks, "label_space": DEMO_LABEL_SPACE, "workers": 0,
-              "progress": False}
+    common = {
+        "db": db,
+        "masks": masks,
+        "label_space": DEMO_LABEL_SPACE,
+        "workers": 0,
+        "progress": False,
+    }
     for spec, model in models.items():
         runs[(spec, "imagenet-c")] = robustlab.evaluate(
-            model, data, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS,
-            **common).attrs["run_id"]
+            model, data, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS, **common
+        ).attrs["run_id"]
     runs[("lite0", "ximagenet12")] = robustlab.evaluate(
-        models["lite0"], data, suite="ximagenet12", shifts=SCENARIOS, **common).attrs["run_id"]
+        models["lite0"], data, suite="ximagenet12", shifts=SCENARIOS, **common
+    ).attrs["run_id"]
     runs[("lite0", "imagenet9")] = robustlab.evaluate(
-        models["lite0"], data, suite="imagenet9", shifts=["mixed_same", "mixed_rand"],
-        **common).attrs["run_id"]
+        models["lite0"], data, suite="imagenet9", shifts=["mixed_same", "mixed_rand"], **common
+    ).attrs["run_id"]
     return {"root": root, "db": db, "runs": runs, "data": data}
 
 
@@ -142,14 +148,33 @@ def test_summary_marks_the_generated_path(world, tmp_path):
     from robustlab.models import load_model
 
     gen = tmp_path / "gen"
-    generate("imagenet-c", world["data"], gen, shifts=["contrast"], levels=[1], workers=0,
-             progress=False)
+    generate(
+        "imagenet-c", world["data"], gen, shifts=["contrast"], levels=[1], workers=0, progress=False
+    )
     db = tmp_path / "g.duckdb"
     model = load_model("lite0", label_space=DEMO_LABEL_SPACE)
-    robustlab.evaluate(model, gen, suite="imagenet-c", shifts=["contrast"], levels=[1], db=db,
-                       label_space=DEMO_LABEL_SPACE, workers=0, progress=False)
-    robustlab.evaluate(model, world["data"], suite="imagenet-c", shifts=["contrast"], levels=[1],
-                       db=db, label_space=DEMO_LABEL_SPACE, workers=0, progress=False)
+    robustlab.evaluate(
+        model,
+        gen,
+        suite="imagenet-c",
+        shifts=["contrast"],
+        levels=[1],
+        db=db,
+        label_space=DEMO_LABEL_SPACE,
+        workers=0,
+        progress=False,
+    )
+    robustlab.evaluate(
+        model,
+        world["data"],
+        suite="imagenet-c",
+        shifts=["contrast"],
+        levels=[1],
+        db=db,
+        label_space=DEMO_LABEL_SPACE,
+        workers=0,
+        progress=False,
+    )
     table = _summary_cli(db)
     assert sorted(table["path"]) == ["generated", "on-the-fly"]
     assert table["clean_top1"].nunique() == 1
@@ -173,9 +198,15 @@ def test_report_first_table_is_the_summary(world, tmp_path):
     shown = {r["Run"]["text"]: r for r in as_records(tables_of(out.read_text())["run-summary"])}
     table = _summary_cli(world["db"], "--baseline", "lite1")
     assert set(shown) == set(table["run_id"])
-    heads = {"clean_top1": "Clean top-1 %", "shifted_top1": "Shifted top-1 %", "mce": "mCE %",
-             "relative_mce": "Rel. mCE %", "s_partial": "S partial (EX1)", "bg_gap": "BG-gap %",
-             "images": "Images"}
+    heads = {
+        "clean_top1": "Clean top-1 %",
+        "shifted_top1": "Shifted top-1 %",
+        "mce": "mCE %",
+        "relative_mce": "Rel. mCE %",
+        "s_partial": "S partial (EX1)",
+        "bg_gap": "BG-gap %",
+        "images": "Images",
+    }
     for row in table.to_dict("records"):
         cells = shown[row["run_id"]]
         for col, head in heads.items():
@@ -194,8 +225,23 @@ def test_compare_two_real_runs_cell_by_cell(world):
     a, b = world["runs"][("lite0", "imagenet-c")], world["runs"][("lite1", "imagenet-c")]
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        assert cli(["results", "--db", str(world["db"]), "--compare", a[:8], b[:8],
-                    "--format", "csv", "--resamples", "300"]) == 0
+        assert (
+            cli(
+                [
+                    "results",
+                    "--db",
+                    str(world["db"]),
+                    "--compare",
+                    a[:8],
+                    b[:8],
+                    "--format",
+                    "csv",
+                    "--resamples",
+                    "300",
+                ]
+            )
+            == 0
+        )
     table = pd.read_csv(io.StringIO(out.getvalue()), dtype={"level": str})
     acc_a, acc_b = _cell_acc(store.predictions([a])), _cell_acc(store.predictions([b]))
     cells = table[table["level"] != "all"]
@@ -227,11 +273,14 @@ def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
                 page = browser.new_page(viewport={"width": width, "height": 900})
                 page.goto(out.resolve().as_uri(), wait_until="load")
                 overflow = page.evaluate(
-                    "document.documentElement.scrollWidth - document.documentElement.clientWidth")
+                    "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+                )
                 assert overflow <= 0, (width, overflow)
                 # plots are shown at natural size (never shrunk below their text size)
-                scales = page.evaluate("Array.from(document.querySelectorAll('figure.plot img'))"
-                                       ".map(i => i.clientWidth / i.naturalWidth)")
+                scales = page.evaluate(
+                    "Array.from(document.querySelectorAll('figure.plot img'))"
+                    ".map(i => i.clientWidth / i.naturalWidth)"
+                )
                 assert scales and min(scales) >= 0.999, scales
                 assert page.evaluate("Array.from(document.images).filter(i => !i.alt).length") == 0
                 page.close()
@@ -264,27 +313,44 @@ def test_wide_plot_and_wide_table_scroll_in_their_own_box_at_1280(tmp_path):
 
     sync_playwright = sync_playwright_or_skip()
     names = [f"scenario_{i}" for i in range(12)]
-    scen = pd.DataFrame([{"run_full": r, "scenario": n, "top1": 0.5 + 0.03 * i, "top1_lo": 0.4,
-                          "top1_hi": 0.7} for r in ("r1", "r2") for i, n in enumerate(names)])
-    png = plots.scenario_bars(scen, {"r1": "model one", "r2": "model two"}, {"r1": .8, "r2": .7})
+    scen = pd.DataFrame(
+        [
+            {"run_full": r, "scenario": n, "top1": 0.5 + 0.03 * i, "top1_lo": 0.4, "top1_hi": 0.7}
+            for r in ("r1", "r2")
+            for i, n in enumerate(names)
+        ]
+    )
+    png = plots.scenario_bars(scen, {"r1": "model one", "r2": "model two"}, {"r1": 0.8, "r2": 0.7})
     cols = [Column(f"c{i}", f"a long column title {i}") for i in range(40)]
     table = Table("wide", cols, [{f"c{i}": f"value {i}" for i in range(40)}] * 3)
     out = tmp_path / "wide.html"
-    out.write_text(page("wide", figure("fig-wide", png, "wide plot", "bars per scenario")
-                        + render_table(table)), encoding="utf-8")
+    out.write_text(
+        page(
+            "wide", figure("fig-wide", png, "wide plot", "bars per scenario") + render_table(table)
+        ),
+        encoding="utf-8",
+    )
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         try:
             pg = browser.new_page(viewport={"width": 1280, "height": 900})
             pg.goto(out.resolve().as_uri(), wait_until="load")
-            assert pg.evaluate("document.documentElement.scrollWidth"
-                               " - document.documentElement.clientWidth") <= 0
-            img = pg.evaluate("(() => { const i = document.querySelector('figure.plot img');"
-                              " return [i.clientWidth, i.naturalWidth]; })()")
+            assert (
+                pg.evaluate(
+                    "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+                )
+                <= 0
+            )
+            img = pg.evaluate(
+                "(() => { const i = document.querySelector('figure.plot img');"
+                " return [i.clientWidth, i.naturalWidth]; })()"
+            )
             assert img[1] > 1280 and img[0] == pytest.approx(img[1])
-            boxes = pg.evaluate("Array.from(document.querySelectorAll('figure.plot, .table-wrap'))"
-                                ".map(b => [b.scrollWidth > b.clientWidth,"
-                                " b.getBoundingClientRect().right <= 1280])")
+            boxes = pg.evaluate(
+                "Array.from(document.querySelectorAll('figure.plot, .table-wrap'))"
+                ".map(b => [b.scrollWidth > b.clientWidth,"
+                " b.getBoundingClientRect().right <= 1280])"
+            )
             assert boxes == [[True, True], [True, True]]
         finally:
             browser.close()

@@ -25,7 +25,12 @@ from robustlab.errors import InputChangedError, InputError, MissingResourceError
 from robustlab.seeding import derive_seed
 from robustlab.synth.backend import TextToImage
 from robustlab.synth.prompts import (
-    build_grid, class_display, load_templates, load_vocabulary, make_prompt, nuisance_display,
+    build_grid,
+    class_display,
+    load_templates,
+    load_vocabulary,
+    make_prompt,
+    nuisance_display,
     select_classes,
 )
 from robustlab.synth.run import synth
@@ -44,8 +49,10 @@ def backend(checkpoint):
 
 
 def _pngs(root: Path) -> dict[str, np.ndarray]:
-    return {p.relative_to(root).as_posix(): np.asarray(Image.open(p))
-            for p in sorted(root.rglob("*.png"))}
+    return {
+        p.relative_to(root).as_posix(): np.asarray(Image.open(p))
+        for p in sorted(root.rglob("*.png"))
+    }
 
 
 # ----------------------------------------------------------------------------- the grid
@@ -54,8 +61,10 @@ def test_builtin_vocabularies_and_names():
     assert sizes == {"background": 468, "texture": 47, "material": 32}
     assert nuisance_display("apartment_building-outdoor-s") == "apartment building outdoor"
     assert class_display("coffee/french press") == "coffee or french press"
-    assert make_prompt("a photo of {a_cls} in the {nuisance}", "alarm clock", "living_room-s") == \
-        "a photo of an alarm clock in the living room"
+    assert (
+        make_prompt("a photo of {a_cls} in the {nuisance}", "alarm clock", "living_room-s")
+        == "a photo of an alarm clock in the living room"
+    )
 
 
 def test_grid_is_classes_by_nuisances_by_n_with_seed_rule_seeds():
@@ -63,15 +72,18 @@ def test_grid_is_classes_by_nuisances_by_n_with_seed_rule_seeds():
     vocabs = [load_vocabulary("texture"), load_vocabulary("material")]
     classes = select_classes(space, ["backpack", "banana", "2"])  # folder, name, index
     assert classes == [1, 2]
-    grid = build_grid(space, vocabs, classes=classes, per_pair=3, seed=7,
-                      templates=load_templates(None))
+    grid = build_grid(
+        space, vocabs, classes=classes, per_pair=3, seed=7, templates=load_templates(None)
+    )
     assert len(grid) == 2 * (47 + 32) * 3
     assert len({g.file for g in grid}) == len(grid)
     item = next(g for g in grid if g.file == "material/banana/glass_002.png")
     assert item.prompt == "a photo of a banana made of glass"
     assert item.seed == derive_seed(7, "banana", "synth/material/glass", 2)
     # An image's seed does not depend on which other classes were asked for.
-    alone = build_grid(space, vocabs[1:], classes=[2], per_pair=3, seed=7, templates=load_templates(None))
+    alone = build_grid(
+        space, vocabs[1:], classes=[2], per_pair=3, seed=7, templates=load_templates(None)
+    )
     assert {g.file: g.seed for g in alone}.items() <= {g.file: g.seed for g in grid}.items()
 
 
@@ -83,9 +95,18 @@ def test_user_vocabulary_templates_and_label_space(tmp_path):
     space = get_label_space("imagenet9")
     v = load_vocabulary(vocab)
     assert v.subset == "weather" and v.names == ("foggy day", "heavy rain")
-    grid = build_grid(space, [v], classes=select_classes(space, ["dog"]), per_pair=1, seed=0,
-                      templates=load_templates(tpl))
-    assert [g.file for g in grid] == ["weather/00_dog/foggy_day_000.png", "weather/00_dog/heavy_rain_000.png"]
+    grid = build_grid(
+        space,
+        [v],
+        classes=select_classes(space, ["dog"]),
+        per_pair=1,
+        seed=0,
+        templates=load_templates(tpl),
+    )
+    assert [g.file for g in grid] == [
+        "weather/00_dog/foggy_day_000.png",
+        "weather/00_dog/heavy_rain_000.png",
+    ]
     assert grid[0].prompt == "a dog on a foggy day"
 
 
@@ -116,19 +137,35 @@ def test_synth_writes_the_layout_manifest_and_resumes(tmp_path, checkpoint, back
             seen.setdefault("pngs", len(list(out.rglob("*.png"))))
             return backend(*a, **k)
 
-    res = synth(out, checkpoint, classes=["backpack", "banana"], nuisances=["background", "texture"],
-                max_nuisances=2, per_pair=2, seed=3, backend=Watching(), batch_size=3, **TINY)
+    res = synth(
+        out,
+        checkpoint,
+        classes=["backpack", "banana"],
+        nuisances=["background", "texture"],
+        max_nuisances=2,
+        per_pair=2,
+        seed=3,
+        backend=Watching(),
+        batch_size=3,
+        **TINY,
+    )
     assert seen == {"manifest": True, "pngs": 0}  # recorded before the first image
     assert (res.planned, res.written, res.existing, res.failures) == (16, 16, 0, [])
     images = _pngs(out)
-    assert sorted(images)[:2] == ["background/backpack/bedroom_000.png", "background/backpack/bedroom_001.png"]
+    assert sorted(images)[:2] == [
+        "background/backpack/bedroom_000.png",
+        "background/backpack/bedroom_001.png",
+    ]
     assert all(a.shape == (64, 64, 3) and a.dtype == np.uint8 for a in images.values())
     assert len({a.tobytes() for a in images.values()}) == 16  # every seed draws its own image
 
     m = json.loads((out / "manifest.json").read_text())
     assert m["format"] == "robustlab-synth/1"
     ident = m["identity"]
-    assert ident["checkpoint_fingerprint"] == backend.fingerprint and ident["sampler"] == "DDIMScheduler"
+    assert (
+        ident["checkpoint_fingerprint"] == backend.fingerprint
+        and ident["sampler"] == "DDIMScheduler"
+    )
     assert (ident["steps"], ident["seed"], ident["height"]) == (2, 3, 64)
     assert m["runs"][-1]["status"] == "complete" and m["runs"][-1]["batch_size"] == 3
     assert m["counts"]["written"] == 16 and m["failures"] == []
@@ -150,14 +187,32 @@ def test_synth_writes_the_layout_manifest_and_resumes(tmp_path, checkpoint, back
 
     # Rerun: nothing to do, the model is not even loaded; files untouched.
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.png")}
-    again = synth(out, checkpoint, classes=["backpack", "banana"], nuisances=["background", "texture"],
-                  max_nuisances=2, per_pair=2, seed=3, device="cpu", **TINY)
+    again = synth(
+        out,
+        checkpoint,
+        classes=["backpack", "banana"],
+        nuisances=["background", "texture"],
+        max_nuisances=2,
+        per_pair=2,
+        seed=3,
+        device="cpu",
+        **TINY,
+    )
     assert (again.written, again.existing, again.backend) == (0, 16, None)
     assert before == {p: p.stat().st_mtime_ns for p in out.rglob("*.png")}
 
     # A rerun may grow the grid (one more image per pair); the old images stay.
-    more = synth(out, checkpoint, classes=["backpack"], nuisances=["texture"], max_nuisances=2,
-                 per_pair=3, seed=3, backend=backend, **TINY)
+    more = synth(
+        out,
+        checkpoint,
+        classes=["backpack"],
+        nuisances=["texture"],
+        max_nuisances=2,
+        per_pair=3,
+        seed=3,
+        backend=backend,
+        **TINY,
+    )
     assert (more.written, more.existing) == (2, 4)
     assert len(json.loads((out / "manifest.json").read_text())["runs"]) == 3
 
@@ -172,12 +227,19 @@ def test_changed_identity_is_refused_naming_what_changed(tmp_path, checkpoint, b
         synth(out, checkpoint, seed=2, **kw, **TINY)
     assert "\n" not in str(exc.value)
     with pytest.raises(InputChangedError, match="template of material"):
-        synth(out, checkpoint, seed=1, templates={"material": "{a_cls} of {nuisance}"}, **kw, **TINY)
+        synth(
+            out, checkpoint, seed=1, templates={"material": "{a_cls} of {nuisance}"}, **kw, **TINY
+        )
     other = save_tiny_text2image(tmp_path / "other-sd")  # same architecture, a new config file
     (other / "unet" / "config.json").write_text(
-        (other / "unet" / "config.json").read_text().replace('"sample_size": 8', '"sample_size": 16'))
+        (other / "unet" / "config.json")
+        .read_text()
+        .replace('"sample_size": 8', '"sample_size": 16')
+    )
     with pytest.raises(InputChangedError, match="checkpoint_fingerprint"):
-        synth(out, other, seed=1, classes=["banana"], nuisances=["material"], max_nuisances=1, **TINY)
+        synth(
+            out, other, seed=1, classes=["banana"], nuisances=["material"], max_nuisances=1, **TINY
+        )
 
 
 def test_a_failing_prompt_is_a_counted_skip(tmp_path, checkpoint, backend):
@@ -192,12 +254,19 @@ def test_a_failing_prompt_is_a_counted_skip(tmp_path, checkpoint, backend):
                 raise RuntimeError("CUDA error: an illegal memory access\nmore lines")
             return backend(prompts, seeds, **k)
 
-    kw = dict(classes=["backpack", "banana"], nuisances=["texture"], max_nuisances=2, seed=0, **TINY)
+    kw = dict(
+        classes=["backpack", "banana"], nuisances=["texture"], max_nuisances=2, seed=0, **TINY
+    )
     res = synth(out, checkpoint, backend=FailsOnBanana(), batch_size=4, **kw)
     assert res.written == 2 and len(res.failures) == 2
-    assert {f for f, _ in res.failures} == {"texture/banana/blotchy_000.png", "texture/banana/dotted_000.png"}
-    assert all(r == "the pipeline failed: RuntimeError: CUDA error: an illegal memory access"
-               for _, r in res.failures)
+    assert {f for f, _ in res.failures} == {
+        "texture/banana/blotchy_000.png",
+        "texture/banana/dotted_000.png",
+    }
+    assert all(
+        r == "the pipeline failed: RuntimeError: CUDA error: an illegal memory access"
+        for _, r in res.failures
+    )
     m = json.loads((out / "manifest.json").read_text())
     assert m["counts"]["failed"] == 2 and len(m["failures"]) == 2
     with open(out / "labels.csv") as fh:
@@ -236,9 +305,29 @@ def test_cli_resumes_after_kill_9(tmp_path, checkpoint, backend):
     import torch
 
     out = tmp_path / "killed"
-    args = [sys.executable, "-m", "robustlab.cli", "synth", "--checkpoint", str(checkpoint),
-            "--out", str(out), "--classes", "backpack,banana,bucket", "--nuisances", "texture",
-            "--max-nuisances", "8", "--steps", "2", "--size", "64", "--device", "cpu", "--quiet"]
+    args = [
+        sys.executable,
+        "-m",
+        "robustlab.cli",
+        "synth",
+        "--checkpoint",
+        str(checkpoint),
+        "--out",
+        str(out),
+        "--classes",
+        "backpack,banana,bucket",
+        "--nuisances",
+        "texture",
+        "--max-nuisances",
+        "8",
+        "--steps",
+        "2",
+        "--size",
+        "64",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread everywhere: identical float sums
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 120
@@ -257,8 +346,15 @@ def test_cli_resumes_after_kill_9(tmp_path, checkpoint, backend):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        synth(ref, checkpoint, classes=["backpack", "banana", "bucket"], nuisances=["texture"],
-              max_nuisances=8, backend=backend, **TINY)
+        synth(
+            ref,
+            checkpoint,
+            classes=["backpack", "banana", "bucket"],
+            nuisances=["texture"],
+            max_nuisances=8,
+            backend=backend,
+            **TINY,
+        )
     finally:
         torch.set_num_threads(threads)
     resumed, expected = _pngs(out), _pngs(ref)

@@ -26,8 +26,11 @@ def crops(samples_dir, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("train")
     data, masks = root / "data", root / "masks"
-    rows = [r for r in csv.DictReader(open(samples_dir / "labels.csv"))
-            if min(Image.open(samples_dir / r["file"]).size) >= 200][:N_CLASSES]
+    rows = [
+        r
+        for r in csv.DictReader(open(samples_dir / "labels.csv"))
+        if min(Image.open(samples_dir / r["file"]).size) >= 200
+    ][:N_CLASSES]
     for r in rows:
         img = Image.open(samples_dir / r["file"]).convert("RGB")
         w, h = img.size
@@ -36,7 +39,10 @@ def crops(samples_dir, tmp_path_factory):
         for k in range(N_CROPS):
             s = 0.7 + 0.08 * (k % 3)
             cw, ch = int(w * s), int(h * s)
-            x0, y0 = int((w - cw) * k / (N_CROPS - 1)), int((h - ch) * ((3 * k) % N_CROPS) / (N_CROPS - 1))
+            x0, y0 = (
+                int((w - cw) * k / (N_CROPS - 1)),
+                int((h - ch) * ((3 * k) % N_CROPS) / (N_CROPS - 1)),
+            )
             stem = f"{Path(r['file']).stem}_{k}"
             img.crop((x0, y0, x0 + cw, y0 + ch)).save(data / r["wnid"] / f"{stem}.JPEG", quality=95)
             yy, xx = np.mgrid[:ch, :cw]
@@ -89,8 +95,16 @@ def test_linear_probe_loss_decreases_and_checkpoint_round_trips(crops, split, tm
     data, masks = crops
     assert len(split.train) == 12 and len(split.test) == 4
     cfg = TrainConfig(mode="linear", steps=15, batch_size=6, lr=3e-3)
-    tr = train_on_cells("lite0", data, [("segmented", "default")], split, config=cfg, out=tmp_path,
-                        masks=masks, device="cpu")
+    tr = train_on_cells(
+        "lite0",
+        data,
+        [("segmented", "default")],
+        split,
+        config=cfg,
+        out=tmp_path,
+        masks=masks,
+        device="cpu",
+    )
     first, last = np.mean(tr.losses[:3]), np.mean(tr.losses[-3:])
     assert len(tr.losses) == 15 and last < first
     rec = json.loads(tr.checkpoint.with_suffix(".json").read_text())
@@ -104,8 +118,16 @@ def test_linear_probe_loss_decreases_and_checkpoint_round_trips(crops, split, tm
     m = load_model("lite0", weights=tr.checkpoint, device="cpu")
     assert m.weights_hash == rec["weights_hash"]
     # same config, same split: the checkpoint is reused, not retrained
-    again = train_on_cells("lite0", data, [("segmented", "default")], split, config=cfg, out=tmp_path,
-                           masks=masks, device="cpu")
+    again = train_on_cells(
+        "lite0",
+        data,
+        [("segmented", "default")],
+        split,
+        config=cfg,
+        out=tmp_path,
+        masks=masks,
+        device="cpu",
+    )
     assert again.reused and again.checkpoint == tr.checkpoint
 
 
@@ -117,8 +139,16 @@ def test_full_fine_tune_moves_the_backbone_but_not_batchnorm_stats(crops, split,
     from robustlab.train import train_on_cells
 
     data, masks = crops
-    tr = train_on_cells("lite0", data, [("clean", 0)], split, out=tmp_path, masks=masks, device="cpu",
-                        config=TrainConfig(mode="full", steps=2, batch_size=4))
+    tr = train_on_cells(
+        "lite0",
+        data,
+        [("clean", 0)],
+        split,
+        out=tmp_path,
+        masks=masks,
+        device="cpu",
+        config=TrainConfig(mode="full", steps=2, batch_size=4),
+    )
     assert len(tr.losses) == 2 and all(np.isfinite(tr.losses))
     base = load_model("lite0", device="cpu").module.state_dict()
     tuned = torch.load(tr.checkpoint, weights_only=True)
@@ -142,9 +172,28 @@ def test_cli_protocols_store_runs_and_score(crops, tmp_path, capsys):
 
     data, masks = crops
     db = tmp_path / "r.duckdb"
-    argv = ["train", "lite0", "--data", str(data), "--masks", str(masks), "--shift", "segmented",
-            "--steps", "8", "--train-batch-size", "6", "--test-fraction", "0.25", "--out",
-            str(tmp_path / "ckpt"), "--db", str(db), "--device", "cpu"]
+    argv = [
+        "train",
+        "lite0",
+        "--data",
+        str(data),
+        "--masks",
+        str(masks),
+        "--shift",
+        "segmented",
+        "--steps",
+        "8",
+        "--train-batch-size",
+        "6",
+        "--test-fraction",
+        "0.25",
+        "--out",
+        str(tmp_path / "ckpt"),
+        "--db",
+        str(db),
+        "--device",
+        "cpu",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr()
     assert "robustness score S_robust" in out.out
@@ -169,8 +218,12 @@ def test_cli_protocols_store_runs_and_score(crops, tmp_path, capsys):
     assert main(argv) == 0
     assert "reused" in capsys.readouterr().err and store.count() == n_rows
     # EX1 alone gives a partial score
-    assert main([*argv[:-4], "--db", str(tmp_path / "p.duckdb"), "--protocol", "ex1",
-                 "--device", "cpu"]) == 0
+    assert (
+        main(
+            [*argv[:-4], "--db", str(tmp_path / "p.duckdb"), "--protocol", "ex1", "--device", "cpu"]
+        )
+        == 0
+    )
     assert "partial robustness score" in capsys.readouterr().out
 
 
@@ -179,13 +232,27 @@ def test_scenario_score_from_runs():
 
     from robustlab.train import scenario_score
 
-    runs = pd.DataFrame([
-        {"protocol": "ex1", "trained_on": "clean", "tested_on": "clean", "shift": "clean", "top1": 0.9},
-        {"protocol": "ex1", "trained_on": "clean", "tested_on": "a", "shift": "a", "top1": 0.7},
-        {"protocol": "ex1", "trained_on": "clean", "tested_on": "b", "shift": "b", "top1": 0.8},
-        {"protocol": "ex2", "trained_on": "a", "tested_on": "clean", "shift": "clean", "top1": 0.5},
-        {"protocol": "ex2", "trained_on": "a", "tested_on": "a", "shift": "a", "top1": 0.85},
-    ])
+    runs = pd.DataFrame(
+        [
+            {
+                "protocol": "ex1",
+                "trained_on": "clean",
+                "tested_on": "clean",
+                "shift": "clean",
+                "top1": 0.9,
+            },
+            {"protocol": "ex1", "trained_on": "clean", "tested_on": "a", "shift": "a", "top1": 0.7},
+            {"protocol": "ex1", "trained_on": "clean", "tested_on": "b", "shift": "b", "top1": 0.8},
+            {
+                "protocol": "ex2",
+                "trained_on": "a",
+                "tested_on": "clean",
+                "shift": "clean",
+                "top1": 0.5,
+            },
+            {"protocol": "ex2", "trained_on": "a", "tested_on": "a", "shift": "a", "top1": 0.85},
+        ]
+    )
     sc = scenario_score(runs, ["a", "b"])
     assert sc.mu == 0.9 and sc.sigma2_cross == pytest.approx((0.04 + 0.01) / 2)
     assert sc.sigma2_inner == pytest.approx(0.0025) and sc.missing_inner == ("b",)

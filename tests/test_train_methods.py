@@ -39,8 +39,9 @@ def photos(samples_dir, tmp_path_factory):
         for k in range(N_CROPS):
             cw, ch = int(w * 0.75), int(h * 0.75)
             x0, y0 = (w - cw) * k // (N_CROPS - 1), (h - ch) * (N_CROPS - 1 - k) // (N_CROPS - 1)
-            img.crop((x0, y0, x0 + cw, y0 + ch)).save(data / r["wnid"] / f"{Path(r['file']).stem}_{k}.JPEG",
-                                                      quality=95)
+            img.crop((x0, y0, x0 + cw, y0 + ch)).save(
+                data / r["wnid"] / f"{Path(r['file']).stem}_{k}.JPEG", quality=95
+            )
     return data
 
 
@@ -71,12 +72,15 @@ def test_stability_loss_equals_hand_computation_and_only_the_noisy_side_gets_the
     # noisy logits: d/dz KL(p || softmax(z)) = softmax(z) - p, weighted and batch-averaged
     np.testing.assert_allclose(tn.grad.numpy(), w * (q - p) / 5, atol=1e-12)
     # weight 0 is plain cross-entropy; a subset label space scores only its columns
-    assert float(stability_loss(tc, tn, torch.tensor(y), 0.0).detach()) == pytest.approx(ce, rel=1e-10)
+    assert float(stability_loss(tc, tn, torch.tensor(y), 0.0).detach()) == pytest.approx(
+        ce, rel=1e-10
+    )
     cols = torch.tensor([1, 4, 6])
     sub = stability_loss(tc, tn, torch.tensor([0, 2, 1, 1, 0]), w, cols)
     ps, qs = _softmax(clean[:, [1, 4, 6]]), _softmax(noisy[:, [1, 4, 6]])
-    want = (-np.mean(np.log(ps[np.arange(5), [0, 2, 1, 1, 0]]))
-            + w * np.mean(np.sum(ps * np.log(ps / qs), axis=1)))
+    want = -np.mean(np.log(ps[np.arange(5), [0, 2, 1, 1, 0]])) + w * np.mean(
+        np.sum(ps * np.log(ps / qs), axis=1)
+    )
     assert float(sub.detach()) == pytest.approx(want, rel=1e-10)
 
 
@@ -117,24 +121,34 @@ def test_augmentation_never_draws_a_held_out_family_and_is_seeded():
     again = [aug.draw(f"cls/img{i % 37}", seed=5, step=i // 37, pos=i % 11) for i in range(4000)]
     other = [aug.draw(f"cls/img{i % 37}", seed=6, step=i // 37, pos=i % 11) for i in range(4000)]
     assert draws == again and draws != other
+
     # items() keeps each sample and replaces only its cell
     class _S:
         def __init__(self, i):
             self.id = f"c/{i}"
-    out = aug.items([(2, "clean", 0), (0, "clean", 0)], step=3, samples=[_S(i) for i in range(3)], seed=5)
+
+    out = aug.items(
+        [(2, "clean", 0), (0, "clean", 0)], step=3, samples=[_S(i) for i in range(3)], seed=5
+    )
     assert [i for i, _, _ in out] == [2, 0]
     assert out[0][1:] == aug.draw("c/2", seed=5, step=3, pos=0)
 
 
-@pytest.mark.parametrize("make, needle", [
-    (lambda: CorruptionAugmentation(("blurr",)), "unknown corruption family 'blurr'"),
-    (lambda: CorruptionAugmentation(("noise", "blur", "weather", "digital")), "every corruption family"),
-    (lambda: CorruptionAugmentation((), clean_fraction=1.0), "clean fraction"),
-    (lambda: StabilityTraining(0.05, -0.01), "weight must be a number >= 0"),
-    (lambda: StabilityTraining(0.0, 0.05), "noise must be in (0, 1]"),
-    (lambda: StabilityTraining(1.5, 0.05), "noise must be in (0, 1]"),
-    (lambda: StabilityTraining(float("nan"), 0.05), "noise must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda: CorruptionAugmentation(("blurr",)), "unknown corruption family 'blurr'"),
+        (
+            lambda: CorruptionAugmentation(("noise", "blur", "weather", "digital")),
+            "every corruption family",
+        ),
+        (lambda: CorruptionAugmentation((), clean_fraction=1.0), "clean fraction"),
+        (lambda: StabilityTraining(0.05, -0.01), "weight must be a number >= 0"),
+        (lambda: StabilityTraining(0.0, 0.05), "noise must be in (0, 1]"),
+        (lambda: StabilityTraining(1.5, 0.05), "noise must be in (0, 1]"),
+        (lambda: StabilityTraining(float("nan"), 0.05), "noise must be in (0, 1]"),
+    ],
+)
 def test_bad_method_parameters_are_input_errors(make, needle):
     with pytest.raises(InputError) as e:
         make()
@@ -153,28 +167,65 @@ def test_stability_and_augmented_training_store_their_records(photos, tmp_path):
     assert len(split.train) == 8 and len(split.test) == 4
     cfg = TrainConfig(mode="linear", steps=2, batch_size=3, lr=1e-2)
     stab = StabilityTraining(0.1, 0.1)
-    tr = train_on_cells("lite0", photos, [(CLEAN_SHIFT, 0)], split, config=cfg, out=tmp_path,
-                        device="cpu", method=stab)
+    tr = train_on_cells(
+        "lite0",
+        photos,
+        [(CLEAN_SHIFT, 0)],
+        split,
+        config=cfg,
+        out=tmp_path,
+        device="cpu",
+        method=stab,
+    )
     rec = json.loads(tr.checkpoint.with_suffix(".json").read_text())
     assert rec["method"]["name"] == "stability" and rec["method"]["noise"] == 0.1
     assert rec["method"]["drawn"] == {"clean": 6} and "stability" in tr.checkpoint.name
     assert len(tr.losses) == 2 and all(np.isfinite(tr.losses))
     tuned = torch.load(tr.checkpoint, weights_only=True)
     ref = base.module.state_dict()
-    assert {k for k in ref if not torch.equal(ref[k], tuned[k])} == {"classifier.weight", "classifier.bias"}
+    assert {k for k in ref if not torch.equal(ref[k], tuned[k])} == {
+        "classifier.weight",
+        "classifier.bias",
+    }
     # the stability term takes part: weight 0 (cross-entropy only) ends elsewhere
-    ce_only = train_on_cells("lite0", photos, [(CLEAN_SHIFT, 0)], split, config=cfg, out=tmp_path,
-                             device="cpu", method=StabilityTraining(0.1, 0.0))
+    ce_only = train_on_cells(
+        "lite0",
+        photos,
+        [(CLEAN_SHIFT, 0)],
+        split,
+        config=cfg,
+        out=tmp_path,
+        device="cpu",
+        method=StabilityTraining(0.1, 0.0),
+    )
     assert ce_only.checkpoint != tr.checkpoint
-    assert not torch.equal(torch.load(ce_only.checkpoint, weights_only=True)["classifier.weight"],
-                           tuned["classifier.weight"])
+    assert not torch.equal(
+        torch.load(ce_only.checkpoint, weights_only=True)["classifier.weight"],
+        tuned["classifier.weight"],
+    )
     # same method, same seed: the checkpoint is reused, not retrained
-    assert train_on_cells("lite0", photos, [(CLEAN_SHIFT, 0)], split, config=cfg, out=tmp_path,
-                          device="cpu", method=stab).reused
+    assert train_on_cells(
+        "lite0",
+        photos,
+        [(CLEAN_SHIFT, 0)],
+        split,
+        config=cfg,
+        out=tmp_path,
+        device="cpu",
+        method=stab,
+    ).reused
 
     aug = CorruptionAugmentation(("blur", "weather", "digital"), clean_fraction=0.0)
-    tr2 = train_on_cells("lite0", photos, [(CLEAN_SHIFT, 0)], split, config=cfg, out=tmp_path,
-                         device="cpu", method=aug)
+    tr2 = train_on_cells(
+        "lite0",
+        photos,
+        [(CLEAN_SHIFT, 0)],
+        split,
+        config=cfg,
+        out=tmp_path,
+        device="cpu",
+        method=aug,
+    )
     rec2 = json.loads(tr2.checkpoint.with_suffix(".json").read_text())
     assert rec2["method"]["holdout_families"] == ["blur", "weather", "digital"]
     assert set(rec2["method"]["drawn"]) <= set(pool_families()["noise"])
@@ -190,9 +241,16 @@ def test_full_stability_fine_tune_moves_the_backbone(photos, tmp_path):
 
     base = load_model("lite0", device="cpu")
     split = make_split(base, photos, test_fraction=0.3)
-    tr = train_on_cells("lite0", photos, [("clean", 0)], split, out=tmp_path, device="cpu",
-                        config=TrainConfig(mode="full", steps=2, batch_size=2),
-                        method=StabilityTraining(0.05, 0.05))
+    tr = train_on_cells(
+        "lite0",
+        photos,
+        [("clean", 0)],
+        split,
+        out=tmp_path,
+        device="cpu",
+        config=TrainConfig(mode="full", steps=2, batch_size=2),
+        method=StabilityTraining(0.05, 0.05),
+    )
     tuned = torch.load(tr.checkpoint, weights_only=True)
     ref = base.module.state_dict()
     assert not torch.equal(ref["conv_stem.weight"], tuned["conv_stem.weight"])
@@ -217,14 +275,46 @@ def test_cli_stability_grid_and_augmentation_store_runs_with_their_method(photos
     from robustlab.store import Store
 
     db = tmp_path / "r.duckdb"
-    common = ["--data", str(photos), "--steps", "1", "--train-batch-size", "2", "--out",
-              str(tmp_path / "ckpt"), "--db", str(db), "--device", "cpu", "--shift", "motion_blur",
-              "--level", "2"]
-    assert main(["train", "lite0", *common, "--method", "stability", "--stability-noise", "0.01,0.1",
-                 "--stability-weight", "0.05"]) == 0
+    common = [
+        "--data",
+        str(photos),
+        "--steps",
+        "1",
+        "--train-batch-size",
+        "2",
+        "--out",
+        str(tmp_path / "ckpt"),
+        "--db",
+        str(db),
+        "--device",
+        "cpu",
+        "--shift",
+        "motion_blur",
+        "--level",
+        "2",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                "lite0",
+                *common,
+                "--method",
+                "stability",
+                "--stability-noise",
+                "0.01,0.1",
+                "--stability-weight",
+                "0.05",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "stability(noise=0.01,weight=0.05)" in out and "stability(noise=0.1,weight=0.05)" in out
-    assert main(["train", "lite0", *common, "--method", "corruption-aug", "--holdout-family", "blur"]) == 0
+    assert (
+        main(["train", "lite0", *common, "--method", "corruption-aug", "--holdout-family", "blur"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "corruption-aug(holdout=blur)" in out
     runs = Store(db).runs()
@@ -236,26 +326,40 @@ def test_cli_stability_grid_and_augmentation_store_runs_with_their_method(photos
         assert cfg["split"]["part"] == "test" and r["n_samples"] == 4
     # one un-fine-tuned base run (shared by both commands), two stability runs, one augmented
     assert sorted(str(m and m["name"]) for m in methods.values()) == [
-        "None", "corruption-aug", "stability", "stability"]
+        "None",
+        "corruption-aug",
+        "stability",
+        "stability",
+    ]
     aug = next(m for m in methods.values() if m and m["name"] == "corruption-aug")
     assert aug["holdout_families"] == ["blur"] and "motion_blur" in aug["held_out_shifts"]
     assert not set(aug["drawn"]) & set(pool_families()["blur"])
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--method", "corruption-aug", "--holdout-family", "noise,blur,weather,digital"], "every corruption family"),
-    (["--method", "corruption-aug", "--holdout-family", "rain"], "unknown corruption family 'rain'"),
-    (["--method", "stability", "--stability-weight", "-0.1"], "weight must be a number >= 0"),
-    (["--method", "stability", "--stability-noise", "2"], "noise must be in (0, 1]"),
-    (["--method", "stability", "--stability-noise", "abc"], "not a number"),
-    (["--method", "stability", "--holdout-family", "blur"], "--holdout-family applies"),
-    (["--method", "plain", "--stability-noise", "0.1"], "apply to --method stability only"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (
+            ["--method", "corruption-aug", "--holdout-family", "noise,blur,weather,digital"],
+            "every corruption family",
+        ),
+        (
+            ["--method", "corruption-aug", "--holdout-family", "rain"],
+            "unknown corruption family 'rain'",
+        ),
+        (["--method", "stability", "--stability-weight", "-0.1"], "weight must be a number >= 0"),
+        (["--method", "stability", "--stability-noise", "2"], "noise must be in (0, 1]"),
+        (["--method", "stability", "--stability-noise", "abc"], "not a number"),
+        (["--method", "stability", "--holdout-family", "blur"], "--holdout-family applies"),
+        (["--method", "plain", "--stability-noise", "0.1"], "apply to --method stability only"),
+    ],
+)
 def test_cli_bad_method_input_is_one_line(tmp_path, capsys, extra, needle):
     from test_cli_errors import assert_one_line_error, run_cli
 
-    rc, lines, _ = run_cli(capsys, "train", "lite0", "--data", tmp_path, "--db", tmp_path / "r.duckdb",
-                           *extra)
+    rc, lines, _ = run_cli(
+        capsys, "train", "lite0", "--data", tmp_path, "--db", tmp_path / "r.duckdb", *extra
+    )
     assert rc == 2
     assert_one_line_error(lines, "train", needle)
 
@@ -264,8 +368,10 @@ def test_tables_name_a_method_fine_tuned_model_by_its_method():
     from robustlab.defences import model_label
 
     stab = {"fine_tuned": {"method": {"name": "stability", "noise": 0.05, "weight": 0.1}}}
-    aug = {"fine_tuned": {"method": {"name": "corruption-aug", "holdout_families": ["blur"]}},
-           "defence": {"preprocess": {"name": "clahe"}}}
+    aug = {
+        "fine_tuned": {"method": {"name": "corruption-aug", "holdout_families": ["blur"]}},
+        "defence": {"preprocess": {"name": "clahe"}},
+    }
     assert model_label("lite0", stab) == "lite0 ft:stability(noise=0.05,weight=0.1)"
     assert model_label("lite0", aug) == "lite0 +clahe ft:corruption-aug(holdout=blur)"
     assert model_label("lite0", {"fine_tuned": {"config": {}}}) == "lite0"  # EX1/EX2 runs

@@ -26,11 +26,14 @@ from robustlab.vlm.questions import (
 from robustlab.vlm.run import evaluate_vlm
 from robustlab.vlm.scoring import score_answer
 
-PUBLISHED = ("What is the main object in this image? Choose from the following list: "
-             "backpack, banana.")
-TEMPLATE = ("{% for m in messages %}{{ m['role'].upper() }}: {% for c in m['content'] %}"
-            "{% if c['type'] == 'image' %}<image>\n{% else %}{{ c['text'] }}{% endif %}"
-            "{% endfor %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+PUBLISHED = (
+    "What is the main object in this image? Choose from the following list: backpack, banana."
+)
+TEMPLATE = (
+    "{% for m in messages %}{{ m['role'].upper() }}: {% for c in m['content'] %}"
+    "{% if c['type'] == 'image' %}<image>\n{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
 
 
 def save_tiny_llava(path):
@@ -53,22 +56,48 @@ def save_tiny_llava(path):
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                        eos_token="</s>", pad_token="<pad>",
-                                        extra_special_tokens={"image_token": "<image>"})
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        extra_special_tokens={"image_token": "<image>"},
+    )
     images = CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
-    processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=14,
-                               vision_feature_select_strategy="default", chat_template=TEMPLATE,
-                               num_additional_image_tokens=1)
+    processor = LlavaProcessor(
+        image_processor=images,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=TEMPLATE,
+        num_additional_image_tokens=1,
+    )
     config = LlavaConfig(
-        vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                       num_attention_heads=2, image_size=28, patch_size=14),
-        text_config=LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
-                                num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                                max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
-                                pad_token_id=3),
-        image_token_index=vocab["<image>"], vision_feature_layer=-1,
-        vision_feature_select_strategy="default")
+        vision_config=CLIPVisionConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+        text_config=LlamaConfig(
+            vocab_size=len(vocab),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=3,
+        ),
+        image_token_index=vocab["<image>"],
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
     torch.manual_seed(0)
     LlavaForConditionalGeneration(config).save_pretrained(path)
     processor.save_pretrained(path)
@@ -94,8 +123,13 @@ def _image(seed: int) -> Image.Image:
 @pytest.fixture()
 def imagenet_d(tmp_path):
     """An ImageNet-D-like root: background/<class>/<id>.png and questions/background.csv."""
-    rows = [("backpack", "backpack", "banana"), ("banana", "backpack", "banana"),
-            ("bench", "bench", "bucket"), ("bucket", "pen", "plate"), ("pen", "can opener", "pen")]
+    rows = [
+        ("backpack", "backpack", "banana"),
+        ("banana", "backpack", "banana"),
+        ("bench", "bench", "bucket"),
+        ("bucket", "pen", "plate"),
+        ("pen", "can opener", "pen"),
+    ]
     root = tmp_path / "ImageNet-D"
     with_rows = []
     for i, (gt, top1, top2) in enumerate(rows):
@@ -142,24 +176,46 @@ def test_distractors_from_a_stored_clip_run(tmp_path):
     space = get_label_space("imagenet-d")
     store = Store(tmp_path / "r.duckdb")
     root = tmp_path / "ImageNet-D" / "texture"
-    store.start_run(RunRecord(run_id="clip", model_spec="open_clip:ViT-B-32", data_root=str(root),
-                              label_space="imagenet-d"))
-    pen, opener, coffee, tshirt = (space.index_of(n) for n in
-                                   ("pen", "can opener", "coffee/french press", "t-shirt"))
-    store.write_predictions("clip", {
-        "sample_id": ["pen/a.png", "pen/b.png"], "shift": ["clean"] * 2, "level": ["0"] * 2,
-        "label": [pen, pen], "class_name": ["pen", "pen"],
-        "top5_ids": [[opener, pen, coffee, 0, 1], [pen, tshirt, opener, 0, 1]],
-        "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]] * 2, "correct": [False, True],
-        "correct5": [True, True]})
+    store.start_run(
+        RunRecord(
+            run_id="clip",
+            model_spec="open_clip:ViT-B-32",
+            data_root=str(root),
+            label_space="imagenet-d",
+        )
+    )
+    pen, opener, coffee, tshirt = (
+        space.index_of(n) for n in ("pen", "can opener", "coffee/french press", "t-shirt")
+    )
+    store.write_predictions(
+        "clip",
+        {
+            "sample_id": ["pen/a.png", "pen/b.png"],
+            "shift": ["clean"] * 2,
+            "level": ["0"] * 2,
+            "label": [pen, pen],
+            "class_name": ["pen", "pen"],
+            "top5_ids": [[opener, pen, coffee, 0, 1], [pen, tshirt, opener, 0, 1]],
+            "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]] * 2,
+            "correct": [False, True],
+            "correct5": [True, True],
+        },
+    )
     a, b = items_from_clip_run(store, "clip")
     assert (a.subset, a.image_id, a.path) == ("texture", "texture/pen/a.png", root / "pen/a.png")
     assert (a.gt, distractor(a.gt, a.top1, a.top2)) == ("pen", "can opener")
     # CLIP right: the distractor is its top-2, written as ImageNet-D's CLIP writes names.
     assert (b.gt, distractor(b.gt, b.top1, b.top2)) == ("pen", "t shirt")
     # A classifier's run ranks ImageNet-1k ids: refused, not read as ImageNet-D classes.
-    store.start_run(RunRecord(run_id="resnet", model_spec="timm:resnet50", data_root=str(root),
-                              label_space="imagenet-d", config={"model": {"head": "mapping"}}))
+    store.start_run(
+        RunRecord(
+            run_id="resnet",
+            model_spec="timm:resnet50",
+            data_root=str(root),
+            label_space="imagenet-d",
+            config={"model": {"head": "mapping"}},
+        )
+    )
     with pytest.raises(InputError, match="zero-shot CLIP run"):
         items_from_clip_run(store, "resnet")
 
@@ -172,34 +228,70 @@ def test_cli_takes_items_from_a_stored_clip_run(tiny, tmp_path, capsys):
     (root / "banana").mkdir(parents=True)
     _image(3).save(root / "banana" / "a.png")
     store = Store(tmp_path / "r.duckdb")
-    store.start_run(RunRecord(run_id="clip", model_spec="open_clip:x", data_root=str(root),
-                              label_space="imagenet-d"))
+    store.start_run(
+        RunRecord(
+            run_id="clip", model_spec="open_clip:x", data_root=str(root), label_space="imagenet-d"
+        )
+    )
     banana, backpack = space.index_of("banana"), space.index_of("backpack")
-    store.write_predictions("clip", {
-        "sample_id": ["banana/a.png"], "shift": ["clean"], "level": ["0"], "label": [banana],
-        "class_name": ["banana"], "top5_ids": [[backpack, banana, 0, 1, 2]],
-        "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]], "correct": [False], "correct5": [True]})
-    rc = main(["vlm", "--model", f"vlm:{tiny[0]}", "--clip-run", "clip", "--db", str(store.path),
-               "--mode", "likelihood", "--device", "cpu"])
+    store.write_predictions(
+        "clip",
+        {
+            "sample_id": ["banana/a.png"],
+            "shift": ["clean"],
+            "level": ["0"],
+            "label": [banana],
+            "class_name": ["banana"],
+            "top5_ids": [[backpack, banana, 0, 1, 2]],
+            "top5_probs": [[0.5, 0.2, 0.1, 0.1, 0.1]],
+            "correct": [False],
+            "correct5": [True],
+        },
+    )
+    rc = main(
+        [
+            "vlm",
+            "--model",
+            f"vlm:{tiny[0]}",
+            "--clip-run",
+            "clip",
+            "--db",
+            str(store.path),
+            "--mode",
+            "likelihood",
+            "--device",
+            "cpu",
+        ]
+    )
     assert rc == 0 and "material" in capsys.readouterr().out
     row = answers(store).iloc[0]
-    assert (row["image_id"], list(row["options"])) == ("material/banana/a.png", ["banana", "backpack"])
+    assert (row["image_id"], list(row["options"])) == (
+        "material/banana/a.png",
+        ["banana", "backpack"],
+    )
     assert row["correct"] == (row["chosen"] == "banana") and row["dropped"] is None
 
 
-@pytest.mark.parametrize("answer,gt,other,expected", [
-    ("The main object is a backpack.", "backpack", "banana", ("backpack", True, None)),
-    ("BANANA", "backpack", "banana", ("banana", False, None)),
-    ("A backpack next to a banana", "backpack", "banana", (None, None, "both")),
-    ("I see a chair.", "backpack", "banana", (None, None, "neither")),
-    ("It is a television set", "tv", "bench", ("tv", True, None)),             # variant
-    ("a dumbbell", "bench", "weight (exercise)", ("weight (exercise)", False, None)),
-    ("a can opener", "pen", "can opener", ("can opener", False, None)),       # pen inside it
-    ("a pen", "pen", "can opener", ("pen", True, None)),
-    ("a can opener", "can opener", "pen", ("can opener", True, None)),
-    ("plates on a drying rack for plates", "plate", "drying rack for plates",
-     ("drying rack for plates", False, None)),
-])
+@pytest.mark.parametrize(
+    "answer,gt,other,expected",
+    [
+        ("The main object is a backpack.", "backpack", "banana", ("backpack", True, None)),
+        ("BANANA", "backpack", "banana", ("banana", False, None)),
+        ("A backpack next to a banana", "backpack", "banana", (None, None, "both")),
+        ("I see a chair.", "backpack", "banana", (None, None, "neither")),
+        ("It is a television set", "tv", "bench", ("tv", True, None)),  # variant
+        ("a dumbbell", "bench", "weight (exercise)", ("weight (exercise)", False, None)),
+        ("a can opener", "pen", "can opener", ("can opener", False, None)),  # pen inside it
+        ("a pen", "pen", "can opener", ("pen", True, None)),
+        ("a can opener", "can opener", "pen", ("can opener", True, None)),
+        (
+            "plates on a drying rack for plates",
+            "plate",
+            "drying rack for plates",
+            ("drying rack for plates", False, None),
+        ),
+    ],
+)
 def test_scorer_matches_substrings_and_variants(answer, gt, other, expected):
     v = score_answer(answer, gt, other)
     assert (v.chosen, v.correct, v.dropped) == expected
@@ -211,10 +303,22 @@ def test_dropped_answers_are_counted_and_left_out_of_accuracy(tmp_path):
     rows = []
     for i, text in enumerate(hand):
         v = score_answer(text, "backpack", "banana")
-        rows.append({"run_id": "r", "subset": "background", "image_id": str(i), "gt": "backpack",
-                     "distractor": "banana", "options": ["backpack", "banana"], "answer": text,
-                     "chosen": v.chosen, "correct": v.correct, "dropped": v.dropped,
-                     "logprobs": None, "seed": 1})
+        rows.append(
+            {
+                "run_id": "r",
+                "subset": "background",
+                "image_id": str(i),
+                "gt": "backpack",
+                "distractor": "banana",
+                "options": ["backpack", "banana"],
+                "answer": text,
+                "chosen": v.chosen,
+                "correct": v.correct,
+                "dropped": v.dropped,
+                "logprobs": None,
+                "seed": 1,
+            }
+        )
     write_answers(store, rows)
     s = summary(store, "r").iloc[0]
     assert (s.n, s.right, s.wrong, s.dropped_both, s.dropped_neither) == (6, 2, 1, 1, 2)
@@ -253,8 +357,16 @@ def test_likelihood_mode_is_deterministic_and_picks_the_likelier_option(tiny):
 def evaluate_item(vlm, item, image):
     from robustlab.vlm.run import answer_item
 
-    return answer_item(vlm, item, mode="likelihood", seed=0, shuffle=False, temperature=0.2,
-                       max_new_tokens=4, image=image)
+    return answer_item(
+        vlm,
+        item,
+        mode="likelihood",
+        seed=0,
+        shuffle=False,
+        temperature=0.2,
+        max_new_tokens=4,
+        image=image,
+    )
 
 
 def test_original_mode_sampling_is_reproducible_with_a_seed(tiny):
@@ -270,10 +382,23 @@ def test_original_mode_sampling_is_reproducible_with_a_seed(tiny):
     assert torch.equal(before, torch.random.get_rng_state())  # the global RNG is untouched
 
 
-def test_cli_runs_resumes_without_duplicates_and_prints_per_subset(tiny, imagenet_d, tmp_path, capsys):
+def test_cli_runs_resumes_without_duplicates_and_prints_per_subset(
+    tiny, imagenet_d, tmp_path, capsys
+):
     folder, vlm = tiny
-    args = ["vlm", "--model", f"vlm:{folder}", "--data", str(imagenet_d), "--device", "cpu",
-            "--max-new-tokens", "4", "--seed", "5"]
+    args = [
+        "vlm",
+        "--model",
+        f"vlm:{folder}",
+        "--data",
+        str(imagenet_d),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "4",
+        "--seed",
+        "5",
+    ]
     # In one go, for reference.
     assert main([*args, "--db", str(tmp_path / "whole.duckdb")]) == 0
     out = capsys.readouterr().out
@@ -292,8 +417,12 @@ def test_cli_runs_resumes_without_duplicates_and_prints_per_subset(tiny, imagene
     # Per-image generators: the answers do not depend on which items were asked together.
     assert list(steps["answer"]) == list(whole["answer"])
     assert [list(o) for o in steps["options"]] == [
-        ["backpack", "banana"], ["banana", "backpack"], ["bench", "bucket"], ["bucket", "pen"],
-        ["pen", "can opener"]]
+        ["backpack", "banana"],
+        ["banana", "backpack"],
+        ["bench", "bucket"],
+        ["bucket", "pen"],
+        ["pen", "can opener"],
+    ]
     run = store.runs().iloc[0]
     assert run["config"]["mode"] == "original" and run["seed"] == 5
     assert run["weights_hash"] == vlm.fingerprint and run["status"] == "finished"
@@ -309,7 +438,8 @@ def test_shuffled_likelihood_run_is_its_own_run(tiny, imagenet_d, tmp_path):
     assert a.run_id != b.run_id and a.n_new == b.n_new == 5
     rows = answers(store, [a.run_id])
     assert [list(o) for o in rows["options"]] == [
-        list(options(it, shuffle=True, seed=1)) for it in sorted(items, key=lambda i: i.image_id)]
+        list(options(it, shuffle=True, seed=1)) for it in sorted(items, key=lambda i: i.image_id)
+    ]
     assert rows["dropped"].isna().all()  # likelihood always names exactly one option
     assert json.dumps(store.get_run(a.run_id)["config"]["shuffle"]) == "true"
 
@@ -317,8 +447,9 @@ def test_shuffled_likelihood_run_is_its_own_run(tiny, imagenet_d, tmp_path):
 def test_bad_model_folders_are_one_line_errors(tmp_path, capsys):
     from transformers import BertConfig
 
-    BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-               intermediate_size=8).save_pretrained(tmp_path / "bert")
+    BertConfig(
+        hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+    ).save_pretrained(tmp_path / "bert")
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="bert model; expected a transformers image-text-to-text"):
         load_vlm(f"vlm:{tmp_path / 'bert'}")
@@ -327,17 +458,40 @@ def test_bad_model_folders_are_one_line_errors(tmp_path, capsys):
     with pytest.raises(MissingResourceError):
         load_vlm(f"vlm:{tmp_path / 'nowhere'}")
     good = tmp_path / "good.csv"
-    good.write_text("image_dir\tgt_category\ttop1_pred_cate\ttop2_pred_cate\n"
-                    "x.png\tpen\tpen\tplate\n")
+    good.write_text(
+        "image_dir\tgt_category\ttop1_pred_cate\ttop2_pred_cate\nx.png\tpen\tpen\tplate\n"
+    )
     for model, words in (("bert", "is a bert model"), ("empty", "has no config.json")):
-        rc = main(["vlm", "--model", f"vlm:{tmp_path / model}", "--data", str(tmp_path),
-                   "--questions", str(good), "--db", str(tmp_path / "r.duckdb")])
+        rc = main(
+            [
+                "vlm",
+                "--model",
+                f"vlm:{tmp_path / model}",
+                "--data",
+                str(tmp_path),
+                "--questions",
+                str(good),
+                "--db",
+                str(tmp_path / "r.duckdb"),
+            ]
+        )
         err = capsys.readouterr().err
         assert rc == 2 and words in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
     q = tmp_path / "q.csv"
     q.write_text("image_dir\tgt_category\ta\tb\nx.png\tpen\tpen\tplate\n")
-    rc = main(["vlm", "--model", f"vlm:{tmp_path / 'bert'}", "--data", str(tmp_path),
-               "--questions", str(q), "--db", str(tmp_path / "r.duckdb")])
+    rc = main(
+        [
+            "vlm",
+            "--model",
+            f"vlm:{tmp_path / 'bert'}",
+            "--data",
+            str(tmp_path),
+            "--questions",
+            str(q),
+            "--db",
+            str(tmp_path / "r.duckdb"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "lacks column(s) top1_pred_cate" in err

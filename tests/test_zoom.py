@@ -9,8 +9,14 @@ from scipy.ndimage import zoom as scipy_zoom
 from robustlab.shifts.corruptions._zoom import clipped_zoom, clipped_zoom_sum
 
 # every factor zoom_blur uses, plus snow's
-FACTORS = sorted({float(z) for stop, step in [(1.11, .01), (1.16, .01), (1.21, .02), (1.26, .02), (1.31, .03)]
-                  for z in np.arange(1, stop, step)} | {2.0, 2.5, 3.0, 4.0, 4.5})
+FACTORS = sorted(
+    {
+        float(z)
+        for stop, step in [(1.11, 0.01), (1.16, 0.01), (1.21, 0.02), (1.26, 0.02), (1.31, 0.03)]
+        for z in np.arange(1, stop, step)
+    }
+    | {2.0, 2.5, 3.0, 4.0, 4.5}
+)
 
 
 def scipy_clipped_zoom(img, z):
@@ -18,12 +24,14 @@ def scipy_clipped_zoom(img, z):
     h, w = img.shape[:2]
     ch, cw = int(np.ceil(h / z)), int(np.ceil(w / z))
     top, left = (h - ch) // 2, (w - cw) // 2
-    out = scipy_zoom(img[top:top + ch, left:left + cw], (z, z, 1), order=1)
+    out = scipy_zoom(img[top : top + ch, left : left + cw], (z, z, 1), order=1)
     t, lft = (out.shape[0] - h) // 2, (out.shape[1] - w) // 2
-    return out[t:t + h, lft:lft + w]
+    return out[t : t + h, lft : lft + w]
 
 
-@pytest.mark.parametrize("shape", [(224, 224, 3), (224, 224, 1), (36, 61, 3), (139, 160, 1), (33, 512, 3)])
+@pytest.mark.parametrize(
+    "shape", [(224, 224, 3), (224, 224, 1), (36, 61, 3), (139, 160, 1), (33, 512, 3)]
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_bit_identical_to_scipy(shape, dtype):
     img = np.random.default_rng(sum(shape)).random(shape).astype(dtype)
@@ -53,8 +61,14 @@ def test_sum_matches_sequential_float32_adds():
     np.testing.assert_array_equal(clipped_zoom_sum(img, factors), expected)
 
 
-@pytest.mark.parametrize("img,z", [(np.zeros((8, 8, 3), np.uint8), 1.1), (np.zeros((8, 8), np.float32), 1.1),
-                                   (np.zeros((8, 8, 3), np.float32), 0.9)])
+@pytest.mark.parametrize(
+    "img,z",
+    [
+        (np.zeros((8, 8, 3), np.uint8), 1.1),
+        (np.zeros((8, 8), np.float32), 1.1),
+        (np.zeros((8, 8, 3), np.float32), 0.9),
+    ],
+)
 def test_bad_input_raises(img, z):
     with pytest.raises(ValueError, match="clipped_zoom"):
         clipped_zoom(img, z)

@@ -23,8 +23,23 @@ import traceback
 from robustlab.errors import EnvironmentProblem, InputError, RobustlabError, environment_problem
 
 # Subcommand modules under robustlab.commands, in the order --help lists them.
-COMMANDS = ["demo", "list_cmd", "data", "generate", "masks", "evaluate", "results", "report", "train",
-            "holdout", "segment", "synth", "mine", "review", "vlm"]
+COMMANDS = [
+    "demo",
+    "list_cmd",
+    "data",
+    "generate",
+    "masks",
+    "evaluate",
+    "results",
+    "report",
+    "train",
+    "holdout",
+    "segment",
+    "synth",
+    "mine",
+    "review",
+    "vlm",
+]
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
@@ -49,9 +64,15 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         default = action.default
-        if ("default" in text or not action.option_strings or default is None
-                or isinstance(default, bool) or default is argparse.SUPPRESS
-                or default == [] or action.help is argparse.SUPPRESS):
+        if (
+            "default" in text
+            or not action.option_strings
+            or default is None
+            or isinstance(default, bool)
+            or default is argparse.SUPPRESS
+            or default == []
+            or action.help is argparse.SUPPRESS
+        ):
             return text
         return f"{text} (default: %(default)s)"
 
@@ -72,7 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build robustness test sets for image classifiers and measure models on them.",
     )
     parser.add_argument("--version", action="version", version=f"robustlab {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages (and show the traceback of an error)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log debug messages (and show the traceback of an error)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -104,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             raise problem from exc
         except MemoryError as exc:
-            raise EnvironmentProblem("out of memory",
-                                     hint="use a smaller --batch-size or fewer --workers") from exc
+            raise EnvironmentProblem(
+                "out of memory", hint="use a smaller --batch-size or fewer --workers"
+            ) from exc
         except RuntimeError as exc:
             if type(exc).__name__ != "OutOfMemoryError":  # torch's, for a full GPU
                 raise
-            raise EnvironmentProblem(f"out of GPU memory: {_one_line(exc)[:200]}",
-                                     hint="use a smaller --batch-size") from exc
+            raise EnvironmentProblem(
+                f"out of GPU memory: {_one_line(exc)[:200]}", hint="use a smaller --batch-size"
+            ) from exc
     except RobustlabError as exc:
         # The user's to fix: one line (and a hint), no traceback.
         _print_error(f"robustlab {args.command}", exc)
@@ -123,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         # The shell's convention, 128 + signal number: 143 for SIGTERM, 130 for Ctrl-C.
         return 128 + signal.SIGTERM if terminated else 130
     except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, show where
-        print(f"robustlab {args.command}: internal error (a bug, please report it): "
-              f"{type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        print(
+            f"robustlab {args.command}: internal error (a bug, please report it): "
+            f"{type(exc).__name__}: {_one_line(exc)}",
+            file=sys.stderr,
+        )
         traceback.print_exc()
         return EXIT_INTERNAL
     finally:

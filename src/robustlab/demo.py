@@ -75,11 +75,13 @@ class DemoPhoto:
         try:
             path = Path(str(resources.files(module).joinpath(self.resource)))
         except ModuleNotFoundError:
-            raise MissingResourceError(f"demo photo {self.id} ships with {self.package}, which is not "
-                             "installed") from None
+            raise MissingResourceError(
+                f"demo photo {self.id} ships with {self.package}, which is not installed"
+            ) from None
         if not path.is_file():
-            raise MissingResourceError(f"demo photo {self.id}: {path} is missing from the installed "
-                             f"{self.package}")
+            raise MissingResourceError(
+                f"demo photo {self.id}: {path} is missing from the installed {self.package}"
+            )
         return path
 
     @property
@@ -99,13 +101,25 @@ def _assets():
 
 def demo_photos() -> list[DemoPhoto]:
     """The demo photos in ``photos.csv`` order."""
-    rows = list(csv.DictReader(_assets().joinpath("photos.csv").read_text(encoding="utf-8").splitlines()))
+    rows = list(
+        csv.DictReader(_assets().joinpath("photos.csv").read_text(encoding="utf-8").splitlines())
+    )
     out = []
     for r in rows:
         x0, y0, x1, y1 = (int(v) for v in r["bbox"].split())
-        out.append(DemoPhoto(r["id"], r["package"], r["resource"], r["class"], (x0, y0, x1, y1),
-                             int(r["cam_class"]) if r["cam_class"] else None,
-                             r["fill_holes"] == "1", r["photo"], r["licence"]))
+        out.append(
+            DemoPhoto(
+                r["id"],
+                r["package"],
+                r["resource"],
+                r["class"],
+                (x0, y0, x1, y1),
+                int(r["cam_class"]) if r["cam_class"] else None,
+                r["fill_holes"] == "1",
+                r["photo"],
+                r["licence"],
+            )
+        )
     return out
 
 
@@ -183,7 +197,9 @@ def _offline_shifts(suite_name: str, classes_with_pairs: bool) -> tuple[list[str
     return kept, dropped
 
 
-def plan_demo(photos=None, corruptions=None, levels=None, scenarios=None) -> list[tuple[str, list, list | None, list[str]]]:
+def plan_demo(
+    photos=None, corruptions=None, levels=None, scenarios=None
+) -> list[tuple[str, list, list | None, list[str]]]:
     """(suite, shifts, levels, left-out notes) for each suite the demo evaluates.
 
     Args:
@@ -209,7 +225,9 @@ def plan_demo(photos=None, corruptions=None, levels=None, scenarios=None) -> lis
         corr = list(corruptions)
         bad = [c for c in corr if c not in c_suite.shifts]
         if bad:
-            raise InputError(f"{bad[0]!r} is not an ImageNet-C corruption; use {', '.join(c_suite.shifts)}")
+            raise InputError(
+                f"{bad[0]!r} is not an ImageNet-C corruption; use {', '.join(c_suite.shifts)}"
+            )
     if corr:
         plan.append(("imagenet-c", corr, list(levels) if levels else None, []))
     known = set()
@@ -223,7 +241,9 @@ def plan_demo(photos=None, corruptions=None, levels=None, scenarios=None) -> lis
     if scenarios is not None:
         bad = [s for s in scenarios if s not in known]
         if bad:
-            raise InputError(f"{bad[0]!r} is not a scenario the demo can run; use {', '.join(sorted(known))}")
+            raise InputError(
+                f"{bad[0]!r} is not a scenario the demo can run; use {', '.join(sorted(known))}"
+            )
     return plan
 
 
@@ -231,8 +251,17 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None, scenarios=None,
-             workers: int | None = None, progress: bool | None = None, report: bool = True) -> int:
+def run_demo(
+    out="robustlab-demo",
+    *,
+    photos=None,
+    corruptions=None,
+    levels=None,
+    scenarios=None,
+    workers: int | None = None,
+    progress: bool | None = None,
+    report: bool = True,
+) -> int:
     """Run the whole pipeline on the embedded demo photos with the bundled ``lite0``.
 
     Steps: copy the photos and masks into ``out``; evaluate clean accuracy, the ImageNet-C
@@ -263,7 +292,9 @@ def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None
 
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file; give a folder for the demo's data, database and report")
+        raise InputError(
+            f"--out {out} is a file; give a folder for the demo's data, database and report"
+        )
     plan = plan_demo(photos, corruptions, levels, scenarios)
     chosen = select_photos(photos)
     t0 = time.perf_counter()
@@ -279,28 +310,49 @@ def run_demo(out="robustlab-demo", *, photos=None, corruptions=None, levels=None
     for suite_name, shifts, lv, dropped in plan:
         step += 1
         n_cells = len(get_suite(suite_name).select(shifts, lv).cells())
-        what = (f"{len(shifts)} corruptions" if suite_name == "imagenet-c"
-                else f"{len(shifts)} attribute edits" if suite_name == "imagenet-e"
-                else f"{len(shifts)} scenarios")
-        _say(f"[{step}/{n_steps}] {suite_name}: clean + {what} ({n_cells} cells) on "
-             f"{len(chosen)} photos")
+        what = (
+            f"{len(shifts)} corruptions"
+            if suite_name == "imagenet-c"
+            else f"{len(shifts)} attribute edits"
+            if suite_name == "imagenet-e"
+            else f"{len(shifts)} scenarios"
+        )
+        _say(
+            f"[{step}/{n_steps}] {suite_name}: clean + {what} ({n_cells} cells) on "
+            f"{len(chosen)} photos"
+        )
         for note in dropped:
             _say(f"    left out: {note}")
         t = time.perf_counter()
-        table = evaluate(model, data, suite=suite_name, db=db, shifts=shifts, levels=lv,
-                         masks=masks, label_space=DEMO_LABEL_SPACE, workers=workers,
-                         progress=progress)
+        table = evaluate(
+            model,
+            data,
+            suite=suite_name,
+            db=db,
+            shifts=shifts,
+            levels=lv,
+            masks=masks,
+            label_space=DEMO_LABEL_SPACE,
+            workers=workers,
+            progress=progress,
+        )
         run_ids.append(table.attrs["run_id"])
         resumed = " (resumed)" if table.attrs.get("resumed") else ""
-        _say(f"    {table.attrs.get('n_written', 0)} predictions written{resumed} "
-             f"in {time.perf_counter() - t:.1f} s")
+        _say(
+            f"    {table.attrs.get('n_written', 0)} predictions written{resumed} "
+            f"in {time.perf_counter() - t:.1f} s"
+        )
     if report:
         from robustlab.report import build_report
 
         step += 1
         _say(f"[{step}/{n_steps}] writing the report")
-        result = build_report(db, out / REPORT_NAME, run_ids=run_ids,
-                              title=f"robustlab demo: {DEMO_MODEL} on {len(chosen)} photos")
+        result = build_report(
+            db,
+            out / REPORT_NAME,
+            run_ids=run_ids,
+            title=f"robustlab demo: {DEMO_MODEL} on {len(chosen)} photos",
+        )
         for note in result.notes:
             _say(f"    note: {note}")
     summary = demo_summary(Store(db), run_ids)
@@ -323,12 +375,16 @@ def demo_summary(store, run_ids) -> str:
     clean = cells[cells["shift"] == CLEAN_SHIFT]
     if not clean.empty:
         first = clean.iloc[0]
-        lines.append(f"{DEMO_MODEL} on {int(first['n'])} demo photos, clean top-1: "
-                     f"{100 * float(first['top1']):.1f}%")
+        lines.append(
+            f"{DEMO_MODEL} on {int(first['n'])} demo photos, clean top-1: "
+            f"{100 * float(first['top1']):.1f}%"
+        )
     for rid in run_ids:
         part = cells[(cells["run_id"] == rid) & (cells["shift"] != CLEAN_SHIFT)]
         if part.empty:
             continue
-        lines.append(f"  {runs[rid]['suite']}: mean top-1 over {len(part)} cells "
-                     f"{100 * float(part['top1'].mean()):.1f}%")
+        lines.append(
+            f"  {runs[rid]['suite']}: mean top-1 over {len(part)} cells "
+            f"{100 * float(part['top1'].mean()):.1f}%"
+        )
     return "\n".join(lines)

@@ -93,14 +93,19 @@ def environment_problem(exc: OSError, doing: str, *, hint: str | None = None) ->
     """
     code = getattr(exc, "errno", None)
     if code in (errno.ENOTDIR, errno.EISDIR):
-        what = "a part of the path is a file, not a folder" if code == errno.ENOTDIR else "is a folder"
+        what = (
+            "a part of the path is a file, not a folder" if code == errno.ENOTDIR else "is a folder"
+        )
         return InputError(_say(exc, doing, what), hint=hint or "check the path you passed")
     cause = _ENVIRONMENT_ERRNOS.get(code) if isinstance(code, int) else None
     if cause is None:
         return exc
     if hint is None:
-        hint = ("free disk space or write somewhere else" if code in (errno.ENOSPC, errno.EDQUOT)
-                else "choose a folder you can write to")
+        hint = (
+            "free disk space or write somewhere else"
+            if code in (errno.ENOSPC, errno.EDQUOT)
+            else "choose a folder you can write to"
+        )
     return EnvironmentProblem(_say(exc, doing, cause), hint=hint)
 
 
@@ -132,7 +137,12 @@ def environment_errors(doing: str, *, hint: str | None = None):
 
 
 __all__ = [
-    "RobustlabError", "InputError", "InputChangedError", "MissingResourceError",
-    "StoreError", "EnvironmentProblem", "environment_problem",
+    "RobustlabError",
+    "InputError",
+    "InputChangedError",
+    "MissingResourceError",
+    "StoreError",
+    "EnvironmentProblem",
+    "environment_problem",
     "environment_errors",
 ]

@@ -44,8 +44,11 @@ def _resolve_suite(suite, shifts, levels, available=None):
     if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
         kept = available_shifts(names, log=log)
     else:  # a generated folder: such shifts count when their files were generated
-        kept = [n for n in names
-                if not needs_resource(get_shift(n)) or any(sh == n for sh, _ in available)]
+        kept = [
+            n
+            for n in names
+            if not needs_resource(get_shift(n)) or any(sh == n for sh, _ in available)
+        ]
         if not kept:
             raise InputError(f"no generated images for {', '.join(names)} in this folder")
     if shifts or levels or kept != list(s.shifts):
@@ -103,8 +106,10 @@ def _label_space_hint(class_name: str, space_name: str) -> str | None:
         get_label_space("imagenet1k").index_of(class_name)
     except (KeyError, ValueError):
         return None
-    return (f"{class_name!r} is an ImageNet-1k class: pass --label-space imagenet1k "
-            "(label_space='imagenet1k' in Python)")
+    return (
+        f"{class_name!r} is an ImageNet-1k class: pass --label-space imagenet1k "
+        "(label_space='imagenet1k' in Python)"
+    )
 
 
 def _labels_for(samples, space) -> list[int]:
@@ -118,19 +123,23 @@ def _labels_for(samples, space) -> list[int]:
             try:
                 label = int(space.index_of(s.class_name))
             except (KeyError, ValueError):
-                raise InputError(f"{s.id}: class {s.class_name!r} is not in label space "
-                                 f"{space.name!r}",
-                                 hint=_label_space_hint(s.class_name, space.name)) from None
+                raise InputError(
+                    f"{s.id}: class {s.class_name!r} is not in label space {space.name!r}",
+                    hint=_label_space_hint(s.class_name, space.name),
+                ) from None
             if s.label is not None and not _index_agrees(s.class_name, int(s.label), label):
                 raise InputError(
                     f"labels CSV row {s.id!r}: index {s.label} contradicts class "
                     f"{s.class_name!r} (index {label} in label space {space.name!r})",
-                    hint="fix the row, or drop the index column")
+                    hint="fix the row, or drop the index column",
+                )
         elif s.label is not None:
             label = int(s.label)
             if not 0 <= label < n_classes:
-                raise InputError(f"{s.id}: label {label} is outside label space {space.name!r} "
-                                 f"(0..{n_classes - 1})")
+                raise InputError(
+                    f"{s.id}: label {label} is outside label space {space.name!r} "
+                    f"(0..{n_classes - 1})"
+                )
         else:
             raise InputError(f"{s.id} has no label: use a class-folder tree or a labels CSV")
         out.append(label)
@@ -172,20 +181,46 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
     if seed is not None and int(seed) != m_seed:
         raise InputChangedError(f"{root} was generated with seed {m_seed}, not {seed}")
     fields = {f.name for f in dataclasses.fields(Protocol)}
-    protocol = Protocol(**{k: v for k, v in (manifest.get("protocol") or {}).items() if k in fields})
+    protocol = Protocol(
+        **{k: v for k, v in (manifest.get("protocol") or {}).items() if k in fields}
+    )
     data = manifest.get("data") or {}
     source = Path(data.get("root") or "")
     if not source.is_dir():
-        raise InputError(f"the source images of {root} ({source}) are not there; the clean "
-                         "cell is read from them")
+        raise InputError(
+            f"the source images of {root} ({source}) are not there; the clean "
+            "cell is read from them"
+        )
     available = {(c["shift"], str(c["level"])) for c in manifest.get("cells", [])}
-    return (suite if suite is not None else get_suite(str(m_suite))), protocol, m_seed, source, \
-        labels_csv or data.get("labels_csv"), masks or data.get("masks"), available
+    return (
+        (suite if suite is not None else get_suite(str(m_suite))),
+        protocol,
+        m_seed,
+        source,
+        labels_csv or data.get("labels_csv"),
+        masks or data.get("masks"),
+        available,
+    )
 
 
-def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, levels=None,
-             labels_csv=None, masks=None, label_space=None, weights=None, device=None,
-             batch_size=None, preprocess=None, tta=None, shift_path: dict | None = None):
+def plan_run(
+    model,
+    data,
+    *,
+    suite=None,
+    seed: int | None = None,
+    shifts=None,
+    levels=None,
+    labels_csv=None,
+    masks=None,
+    label_space=None,
+    weights=None,
+    device=None,
+    batch_size=None,
+    preprocess=None,
+    tta=None,
+    shift_path: dict | None = None,
+):
     """Validate everything and build what a run needs, without touching the database.
 
     ``preprocess`` and ``tta`` name test-time defences (:mod:`robustlab.defences`); the
@@ -203,51 +238,78 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     from robustlab.manifest import generated_identity
     from robustlab.run.content_hash import hash_files
     from robustlab.run.identity import (
-        fields_of, data_fingerprint, input_parts, model_precision, run_id, versions,
+        fields_of,
+        data_fingerprint,
+        input_parts,
+        model_precision,
+        run_id,
+        versions,
     )
     from robustlab.run.tasks import CellImages
     from robustlab.shifts.registry import describe_resources, described_resources, get_shift
 
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                             or not 0 <= seed < 2**63):
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
+    ):
         raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     defences = _parse_defences(model, preprocess, tta)
     root = Path(data).expanduser()
     if not root.is_dir():
-        raise MissingResourceError(f"data folder {root} does not exist" if not root.exists()
-                         else f"data folder {root} is not a folder")
+        raise MissingResourceError(
+            f"data folder {root} does not exist"
+            if not root.exists()
+            else f"data folder {root} is not a folder"
+        )
     from robustlab.data.imagenet_e import is_archive
 
     if shift_path and (is_archive(root) or read_generated(root) is not None):
-        raise InputError(f"{root} holds shifted images already; --shift-device applies shifts "
-                         "on the fly", hint="leave out --shift-device")
+        raise InputError(
+            f"{root} holds shifted images already; --shift-device applies shifts on the fly",
+            hint="leave out --shift-device",
+        )
     if is_archive(root):
         if suite is not None and suite != "imagenet-e":
-            raise InputError(f"{root} is an ImageNet-E archive; its level folders are the cells "
-                             f"(leave out --suite {suite})")
-        return _archive_plan(model, root, shifts=shifts, levels=levels, label_space=label_space,
-                             weights=weights, device=device, batch_size=batch_size,
-                             **defences)
+            raise InputError(
+                f"{root} is an ImageNet-E archive; its level folders are the cells "
+                f"(leave out --suite {suite})"
+            )
+        return _archive_plan(
+            model,
+            root,
+            shifts=shifts,
+            levels=levels,
+            label_space=label_space,
+            weights=weights,
+            device=device,
+            batch_size=batch_size,
+            **defences,
+        )
     manifest = read_generated(root)
     generated_root, source_kind = None, "on-the-fly"
     if manifest is not None:
         suite, gen_protocol, seed, source, labels_csv, masks, available = _generated_plan(
-            root, manifest, suite, seed, labels_csv, masks)
+            root, manifest, suite, seed, labels_csv, masks
+        )
         generated_root, source_kind = root.resolve(), "generated"
     seed = 0 if seed is None else int(seed)
-    suite_obj, protocol, cells = _resolve_suite(suite, shifts, levels,
-                                                available if manifest is not None else None)
+    suite_obj, protocol, cells = _resolve_suite(
+        suite, shifts, levels, available if manifest is not None else None
+    )
     if manifest is not None:
         protocol = gen_protocol
-        missing = [f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available]
+        missing = [
+            f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available
+        ]
         if missing:
             made = sorted({sh for sh, _ in available if sh != CLEAN_SHIFT})
-            raise InputError(f"{root} has no generated images for {', '.join(missing[:6])}"
-                             + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""),
-                             hint="evaluate what was generated: "
-                             + " ".join(f"--shift {sh}" for sh in made[:6])
-                             + (" ..." if len(made) > 6 else "")
-                             + f" (shifts={made[:6]} in Python)")
+            raise InputError(
+                f"{root} has no generated images for {', '.join(missing[:6])}"
+                + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""),
+                hint="evaluate what was generated: "
+                + " ".join(f"--shift {sh}" for sh in made[:6])
+                + (" ..." if len(made) > 6 else "")
+                + f" (shifts={made[:6]} in Python)",
+            )
         root = source
     shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
     if shift_path:
@@ -257,12 +319,16 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     needs_mask = any("mask" in sh.needs for sh in shift_objs)
     if needs_mask and manifest is None and not masks:
         which = ", ".join(dict.fromkeys(sh.name for sh in shift_objs if "mask" in sh.needs))
-        raise InputError(f"{which} need foreground masks: pass --masks DIR (make them with "
-                         f"`robustlab masks --data {root} --out DIR`)")
+        raise InputError(
+            f"{which} need foreground masks: pass --masks DIR (make them with "
+            f"`robustlab masks --data {root} --out DIR`)"
+        )
     samples = discover(root, labels_csv=labels_csv, masks=masks)
     if needs_mask and manifest is None and not any(s.mask_path is not None for s in samples):
-        raise InputError(f"none of the {len(samples)} images has a mask in {masks} (make them "
-                         f"with `robustlab masks --data {root} --out {masks}`)")
+        raise InputError(
+            f"none of the {len(samples)} images has a mask in {masks} (make them "
+            f"with `robustlab masks --data {root} --out {masks}`)"
+        )
     space_name = label_space or (suite_obj.label_space if suite_obj else "imagenet1k")
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
     samples = _subset_classes(samples, space)
@@ -271,26 +337,35 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
     if isinstance(model, str):
         from robustlab.models import load_model
 
-        model = load_model(model, weights=weights, device=device, label_space=space,
-                           batch_size=batch_size)
+        model = load_model(
+            model, weights=weights, device=device, label_space=space, batch_size=batch_size
+        )
     model, defence = _defended(model, defences)
     note_trained_preprocess(weights, defence)
-    preprocessing = {"model": fields_of(getattr(model, "undefended", model).preprocessing),
-                     "protocol": protocol.describe()}
+    preprocessing = {
+        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "protocol": protocol.describe(),
+    }
     # What decides the pixels and labels, by content: a replaced photo or mask, another
     # masks folder or a regenerated folder is another run, never a resumed one.
     digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
     image_hashes, mask_hashes = digests[0::2], digests[1::2]
     fingerprint = data_fingerprint(
         (s.id, s.class_name, lab, ih, mh)
-        for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes))
+        for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes)
+    )
     masks_dir = str(Path(masks).expanduser().resolve()) if masks else None
     inputs = input_parts(samples, labels, image_hashes, mask_hashes)
     inputs.update(
-        masks_dir=masks_dir, seed=int(seed), protocol=preprocessing["protocol"],
-        preprocessing=preprocessing["model"], precision=model_precision(model),
-        source=source_kind, defence=defence,
-        generated=run_id(generated_identity(manifest)) if manifest is not None else None)
+        masks_dir=masks_dir,
+        seed=int(seed),
+        protocol=preprocessing["protocol"],
+        preprocessing=preprocessing["model"],
+        precision=model_precision(model),
+        source=source_kind,
+        defence=defence,
+        generated=run_id(generated_identity(manifest)) if manifest is not None else None,
+    )
     if shift_path:
         from robustlab.run.device_shifts import label
 
@@ -326,13 +401,16 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
         preprocessing=preprocessing,
         seed=int(seed),
         versions=versions(),
-        config={"source": source_kind, "generated_root": str(generated_root or ""),
-                "labels_csv": str(getattr(samples, "labels_csv", None) or labels_csv or "") or None,
-                "masks": masks_dir,
-                "inputs": inputs,
-                "model": _describe(model),
-                **({"defence": defence} if defence else {}),
-                "cells": [[s, str(lv)] for s, lv in cells]},
+        config={
+            "source": source_kind,
+            "generated_root": str(generated_root or ""),
+            "labels_csv": str(getattr(samples, "labels_csv", None) or labels_csv or "") or None,
+            "masks": masks_dir,
+            "inputs": inputs,
+            "model": _describe(model),
+            **({"defence": defence} if defence else {}),
+            "cells": [[s, str(lv)] for s, lv in cells],
+        },
         n_samples=len(samples),
         # Files left out while listing the folder (stray files, CSV rows without a file,
         # loops, bad names): the runner adds them to the run's skip record.
@@ -351,16 +429,30 @@ def plan_run(model, data, *, suite=None, seed: int | None = None, shifts=None, l
 
     if any(needs_hole_fill(sh) for sh in shift_objs):
         # The attribute edits' backgrounds depend on the hole-fill backend.
-        record.config["hole_fill"] = (manifest.get("hole_fill") if manifest is not None
-                                      else describe_hole_fill())
+        record.config["hole_fill"] = (
+            manifest.get("hole_fill") if manifest is not None else describe_hole_fill()
+        )
     if shift_path:
         record.config["shift_path"] = shift_path
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
-    images = CellImages(protocol, seed, generated_root=generated_root,
-                        donors=samples if needs_donors else None, with_mask=needs_mask)
-    return {"model": model, "samples": samples, "labels": labels, "cells": cells,
-            "protocol": protocol, "suite": suite_obj, "record": record, "images": images,
-            "label_space": space}
+    images = CellImages(
+        protocol,
+        seed,
+        generated_root=generated_root,
+        donors=samples if needs_donors else None,
+        with_mask=needs_mask,
+    )
+    return {
+        "model": model,
+        "samples": samples,
+        "labels": labels,
+        "cells": cells,
+        "protocol": protocol,
+        "suite": suite_obj,
+        "record": record,
+        "images": images,
+        "label_space": space,
+    }
 
 
 def _parse_defences(model, preprocess, tta) -> dict:
@@ -369,8 +461,10 @@ def _parse_defences(model, preprocess, tta) -> dict:
 
     pixels, views = get_preprocess(preprocess), get_tta(tta)
     if isinstance(model, DefendedModel) and (pixels is not None or views is not None):
-        raise InputError("the model is already defended; pass the plain model with "
-                         "preprocess=/tta=, or the defended model alone")
+        raise InputError(
+            "the model is already defended; pass the plain model with "
+            "preprocess=/tta=, or the defended model alone"
+        )
     return {"preprocess": pixels, "tta": views}
 
 
@@ -407,11 +501,13 @@ def note_trained_preprocess(weights, defence: dict | None) -> str | None:
         return None
     name = defence_label({"preprocess": trained})
     used_name = defence_label({"preprocess": used})
-    line = (f"{weights} was fine-tuned on {name or 'plain'} images (its training record "
-            f"{path.name}) but is evaluated "
-            f"{'with --preprocess ' + used_name if used_name else 'without --preprocess'}"
-            f"; {'pass --preprocess ' + name if name else 'leave --preprocess out'} to measure it "
-            "as it was trained")
+    line = (
+        f"{weights} was fine-tuned on {name or 'plain'} images (its training record "
+        f"{path.name}) but is evaluated "
+        f"{'with --preprocess ' + used_name if used_name else 'without --preprocess'}"
+        f"; {'pass --preprocess ' + name if name else 'leave --preprocess out'} to measure it "
+        "as it was trained"
+    )
     log.warning(line)
     return line
 
@@ -419,8 +515,19 @@ def note_trained_preprocess(weights, defence: dict | None) -> str | None:
 ARCHIVE_SUITE = "imagenet-e-archive"
 
 
-def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=None,
-                  weights=None, device=None, batch_size=None, preprocess=None, tta=None):
+def _archive_plan(
+    model,
+    root: Path,
+    *,
+    shifts=None,
+    levels=None,
+    label_space=None,
+    weights=None,
+    device=None,
+    batch_size=None,
+    preprocess=None,
+    tta=None,
+):
     """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell."""
     from robustlab import __version__
     from robustlab.data.imagenet_e import read_archive
@@ -434,8 +541,10 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
     if shifts:
         unknown = [s for s in shifts if s not in {c[0] for c in cells}]
         if unknown:
-            raise InputError(f"the archive has no {unknown[0]!r} folders; its cells are "
-                             f"{', '.join(f'{s}/{lv}' for s, lv in cells)}")
+            raise InputError(
+                f"the archive has no {unknown[0]!r} folders; its cells are "
+                f"{', '.join(f'{s}/{lv}' for s, lv in cells)}"
+            )
         cells = [c for c in cells if c[0] in shifts]
     if levels:
         cells = [c for c in cells if c[1] in {str(lv) for lv in levels}]
@@ -449,38 +558,71 @@ def _archive_plan(model, root: Path, *, shifts=None, levels=None, label_space=No
     if isinstance(model, str):
         from robustlab.models import load_model
 
-        model = load_model(model, weights=weights, device=device, label_space=space,
-                           batch_size=batch_size)
+        model = load_model(
+            model, weights=weights, device=device, label_space=space, batch_size=batch_size
+        )
     model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
     images = ArchiveImages(archive.root.resolve(), archive.folders)
-    preprocessing = {"model": fields_of(getattr(model, "undefended", model).preprocessing),
-                     "protocol": images.protocol.describe()}
+    preprocessing = {
+        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "protocol": images.protocol.describe(),
+    }
     # The archive's files are the pixels: hash the original and every level file per sample.
     shifted = [c for c in cells if c[0] != CLEAN_SHIFT]
     paths = [[s.path, *(images.path(s, sh, lv) for sh, lv in shifted)] for s in samples]
     digests = iter(hash_files([p for row in paths for p in row]))
-    fingerprint = data_fingerprint((s.id, s.class_name, lab, *(next(digests) for _ in row))
-                                   for s, lab, row in zip(samples, labels, paths))
-    identity = {"model_spec": model.spec, "weights_hash": model.weights_hash,
-                "suite": ARCHIVE_SUITE, "suite_version": "1", "robustlab": __version__,
-                "data_fingerprint": fingerprint, "label_space": space.name, "seed": 0,
-                "preprocessing": preprocessing, "source": ARCHIVE_SUITE}
+    fingerprint = data_fingerprint(
+        (s.id, s.class_name, lab, *(next(digests) for _ in row))
+        for s, lab, row in zip(samples, labels, paths)
+    )
+    identity = {
+        "model_spec": model.spec,
+        "weights_hash": model.weights_hash,
+        "suite": ARCHIVE_SUITE,
+        "suite_version": "1",
+        "robustlab": __version__,
+        "data_fingerprint": fingerprint,
+        "label_space": space.name,
+        "seed": 0,
+        "preprocessing": preprocessing,
+        "source": ARCHIVE_SUITE,
+    }
     if defence:
         identity["defence"] = defence
     record = RunRecord(
-        run_id=run_id(identity), model_spec=model.spec, weights_hash=model.weights_hash,
-        suite=ARCHIVE_SUITE, suite_version="1", data_root=str(root.resolve()),
-        data_fingerprint=fingerprint, label_space=space.name, preprocessing=preprocessing,
-        seed=0, versions=versions(),
-        config={"source": ARCHIVE_SUITE, "archive_root": str(root.resolve()),
-                "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
-                "model": _describe(model), "cells": [[s, str(lv)] for s, lv in cells],
-                **({"defence": defence} if defence else {}),
-                "discover_skipped": [list(x) for x in archive.skipped]},
-        n_samples=len(samples))
-    return {"model": model, "samples": samples, "labels": labels, "cells": cells,
-            "protocol": images.protocol, "suite": None, "record": record, "images": images,
-            "label_space": space}
+        run_id=run_id(identity),
+        model_spec=model.spec,
+        weights_hash=model.weights_hash,
+        suite=ARCHIVE_SUITE,
+        suite_version="1",
+        data_root=str(root.resolve()),
+        data_fingerprint=fingerprint,
+        label_space=space.name,
+        preprocessing=preprocessing,
+        seed=0,
+        versions=versions(),
+        config={
+            "source": ARCHIVE_SUITE,
+            "archive_root": str(root.resolve()),
+            "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
+            "model": _describe(model),
+            "cells": [[s, str(lv)] for s, lv in cells],
+            **({"defence": defence} if defence else {}),
+            "discover_skipped": [list(x) for x in archive.skipped],
+        },
+        n_samples=len(samples),
+    )
+    return {
+        "model": model,
+        "samples": samples,
+        "labels": labels,
+        "cells": cells,
+        "protocol": images.protocol,
+        "suite": None,
+        "record": record,
+        "images": images,
+        "label_space": space,
+    }
 
 
 def _describe(model) -> dict[str, Any]:
@@ -490,12 +632,32 @@ def _describe(model) -> dict[str, Any]:
         return {"spec": model.spec}
 
 
-def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None, shifts=None,
-             levels=None, labels_csv=None, masks=None, label_space=None, weights=None,
-             device=None, batch_size: int | None = None, workers: int | None = None,
-             prefetch: int = 2, cells_per_task: int = 0, backend: str = "local",
-             address: str | None = None, progress: bool | None = None, preprocess=None,
-             tta=None, shift_device: str | None = None, shift_jpeg: str = "device"):
+def evaluate(
+    model,
+    data,
+    *,
+    suite=None,
+    db=DEFAULT_DB,
+    seed: int | None = None,
+    shifts=None,
+    levels=None,
+    labels_csv=None,
+    masks=None,
+    label_space=None,
+    weights=None,
+    device=None,
+    batch_size: int | None = None,
+    workers: int | None = None,
+    prefetch: int = 2,
+    cells_per_task: int = 0,
+    backend: str = "local",
+    address: str | None = None,
+    progress: bool | None = None,
+    preprocess=None,
+    tta=None,
+    shift_device: str | None = None,
+    shift_jpeg: str = "device",
+):
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 
     Shifts are applied on the fly with :mod:`robustlab.pipeline` (nothing is written to
@@ -557,12 +719,17 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         from robustlab.run.device_shifts import ShiftDevice
 
         if backend == "ray":
-            raise InputError("--shift-device runs on this machine's device; it does not "
-                             "combine with --backend ray yet", hint="leave one of them out")
+            raise InputError(
+                "--shift-device runs on this machine's device; it does not "
+                "combine with --backend ray yet",
+                hint="leave one of them out",
+            )
         if preprocess is not None or tta is not None:
-            raise InputError("--shift-device does not combine with --preprocess or --tta yet "
-                             "(the defences run after the exact path's shifts)",
-                             hint="leave --shift-device out to evaluate a defended model")
+            raise InputError(
+                "--shift-device does not combine with --preprocess or --tta yet "
+                "(the defences run after the exact path's shifts)",
+                hint="leave --shift-device out to evaluate a defended model",
+            )
         settings = ShiftDevice(str(shift_device), jpeg=shift_jpeg)
     session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if backend == "ray":
@@ -576,19 +743,36 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
             plan_placement(resources, device)
         # On Ray the driver's model only names the run and scores the predictions: it stays
         # on the CPU, the actors load it on the device asked for.
-        plan = plan_run(model, data, suite=suite, seed=seed, shifts=shifts, levels=levels,
-                        labels_csv=labels_csv, masks=masks, label_space=label_space,
-                        weights=weights, device="cpu" if backend == "ray" else device,
-                        batch_size=batch_size, preprocess=preprocess, tta=tta,
-                        shift_path=settings.describe() if settings else None)
+        plan = plan_run(
+            model,
+            data,
+            suite=suite,
+            seed=seed,
+            shifts=shifts,
+            levels=levels,
+            labels_csv=labels_csv,
+            masks=masks,
+            label_space=label_space,
+            weights=weights,
+            device="cpu" if backend == "ray" else device,
+            batch_size=batch_size,
+            preprocess=preprocess,
+            tta=tta,
+            shift_path=settings.describe() if settings else None,
+        )
         m = plan["model"]
         if workers is None:
             workers = 0 if backend == "ray" else default_workers()
         options = RunOptions(
             batch_size=int(batch_size or getattr(m, "batch_size", None) or 32),
-            workers=int(workers), prefetch=prefetch, cells_per_task=cells_per_task,
-            backend=backend, address=address, device=device,
-            progress=True if progress is None else bool(progress), shift_device=settings,
+            workers=int(workers),
+            prefetch=prefetch,
+            cells_per_task=cells_per_task,
+            backend=backend,
+            address=address,
+            device=device,
+            progress=True if progress is None else bool(progress),
+            shift_device=settings,
         )
         if options.batch_size < 1:
             raise InputError(f"batch size must be at least 1, got {options.batch_size}")
@@ -598,12 +782,21 @@ def evaluate(model, data, *, suite=None, db=DEFAULT_DB, seed: int | None = None,
         note_earlier_runs(store, plan["record"])
         if getattr(plan["images"], "generated_root", None) is None:  # shifts computed here
             ensure_compiled_for({s for s, _ in plan["cells"]}, progress=options.progress)
-        summary = Runner(m, plan["samples"], plan["labels"], plan["cells"], plan["images"],
-                         store, plan["record"], options).run()
+        summary = Runner(
+            m,
+            plan["samples"],
+            plan["labels"],
+            plan["cells"],
+            plan["images"],
+            store,
+            plan["record"],
+            options,
+        ).run()
     _store_generated_attributes(store, plan)
     table = run_table(store, summary.run_id, skipped=summary.skipped)
-    table.attrs.update({"n_written": summary.n_written, "resumed": summary.resumed,
-                        "stages": summary.stages})
+    table.attrs.update(
+        {"n_written": summary.n_written, "resumed": summary.resumed, "stages": summary.stages}
+    )
     return table
 
 
@@ -623,10 +816,13 @@ def note_earlier_runs(store: Store, record) -> str | None:
     runs = store.runs()
     if runs.empty:
         return None
-    same = runs[(runs["data_root"] == record.data_root) & (runs["model_spec"] == record.model_spec)
-                & (runs["weights_hash"].fillna("") == (record.weights_hash or ""))
-                & (runs["suite"].fillna("") == (record.suite or ""))
-                & (runs["run_id"] != record.run_id)]
+    same = runs[
+        (runs["data_root"] == record.data_root)
+        & (runs["model_spec"] == record.model_spec)
+        & (runs["weights_hash"].fillna("") == (record.weights_hash or ""))
+        & (runs["suite"].fillna("") == (record.suite or ""))
+        & (runs["run_id"] != record.run_id)
+    ]
     for _, old in same.sort_values("started_at", ascending=False).iterrows():
         config = old["config"] if isinstance(old["config"], dict) else {}
         old_inputs = config.get("inputs")
@@ -642,9 +838,11 @@ def note_earlier_runs(store: Store, record) -> str | None:
             changes.append(f"robustlab {before} -> {record.versions.get('robustlab')}")
         if not changes:  # e.g. a fine-tuning split: not what this line is about
             continue
-        line = (f"new run {record.run_id}: earlier run {old['run_id']} of {record.model_spec} "
-                f"over {record.data_root} had other inputs ({'; '.join(changes)}); "
-                "its numbers are kept under its own id")
+        line = (
+            f"new run {record.run_id}: earlier run {old['run_id']} of {record.model_spec} "
+            f"over {record.data_root} had other inputs ({'; '.join(changes)}); "
+            "its numbers are kept under its own id"
+        )
         log.warning(line)
         return line
     return None
@@ -676,7 +874,8 @@ def _check_same_resources(store: Store, record) -> None:
                 f"run {record.run_id} already holds {shifts} images drawn by the {key} "
                 f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
                 f"{record.config[key].get('path')} ({new})",
-                hint="use another --db or --seed, or configure the first checkpoint again")
+                hint="use another --db or --seed, or configure the first checkpoint again",
+            )
 
 
 def _check_same_fill(store: Store, record) -> None:
@@ -684,7 +883,7 @@ def _check_same_fill(store: Store, record) -> None:
     new = (record.config.get("hole_fill") or {}).get("fingerprint")
     if not new or not store.exists():
         return
-    old = (((store.get_run(record.run_id) or {}).get("config") or {}).get("hole_fill") or {})
+    old = ((store.get_run(record.run_id) or {}).get("config") or {}).get("hole_fill") or {}
     if old.get("fingerprint") and old["fingerprint"] != new:
         from robustlab.errors import InputChangedError
 
@@ -692,7 +891,8 @@ def _check_same_fill(store: Store, record) -> None:
             f"run {record.run_id} already holds attribute edits filled by {old.get('backend')} "
             f"({old['fingerprint']}); the configured backend is "
             f"{record.config['hole_fill'].get('backend')} ({new})",
-            hint="use another --db or --seed, or configure the first backend again")
+            hint="use another --db or --seed, or configure the first backend again",
+        )
 
 
 def _store_generated_attributes(store: Store, plan: dict) -> None:
@@ -708,9 +908,11 @@ def _store_generated_attributes(store: Store, plan: dict) -> None:
 
     cells = {(s, str(lv)) for s, lv in plan["cells"]}
     ids = {s.id for s in plan["samples"]}
-    rows = [{k: v for k, v in r.items() if k != "file"}
-            for r in read_attributes_csv(Path(root) / ATTRIBUTES_CSV)
-            if (r.get("shift"), str(r.get("level"))) in cells and r.get("sample_id") in ids]
+    rows = [
+        {k: v for k, v in r.items() if k != "file"}
+        for r in read_attributes_csv(Path(root) / ATTRIBUTES_CSV)
+        if (r.get("shift"), str(r.get("level"))) in cells and r.get("sample_id") in ids
+    ]
     store.write_attributes(plan["record"].run_id, rows)
 
 
@@ -724,6 +926,11 @@ def run_table(store: Store, run_id: str, skipped=None):
 
     cells.insert(1, "model", model_label(run["model_spec"], run.get("config")))
     cells.insert(2, "suite", run["suite"])
-    cells.attrs.update({"run_id": run_id, "db": str(store.path),
-                        "skipped": run["skipped"] if skipped is None else skipped})
+    cells.attrs.update(
+        {
+            "run_id": run_id,
+            "db": str(store.path),
+            "skipped": run["skipped"] if skipped is None else skipped,
+        }
+    )
     return cells

@@ -48,16 +48,31 @@ from robustlab.data.images import MAX_PIXELS, ImageError
 from robustlab.data.sources import Sample, discover
 from robustlab.errors import InputError, RobustlabError, environment_problem
 from robustlab.manifest import (
-    FORMAT, MANIFEST, check_compatible, load_manifest, manifest_lock, mark_dead_runs, this_process,
+    FORMAT,
+    MANIFEST,
+    check_compatible,
+    load_manifest,
+    manifest_lock,
+    mark_dead_runs,
+    this_process,
 )
 from robustlab.pipeline import (
-    DONOR_KEYS, apply_shift, cell_path, encode, load_prepared, shift_context,
+    DONOR_KEYS,
+    apply_shift,
+    cell_path,
+    encode,
+    load_prepared,
+    shift_context,
 )
 from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
 from robustlab.shifts.kernels import ensure_compiled_for
 from robustlab.shifts.registry import (
-    available_shifts, describe_resources, described_resources, get_shift, list_shifts,
+    available_shifts,
+    describe_resources,
+    described_resources,
+    get_shift,
+    list_shifts,
 )
 from robustlab.suites import Protocol, Suite, get_suite
 
@@ -65,9 +80,22 @@ log = logging.getLogger(__name__)
 
 ATTRIBUTES_CSV = "attributes.csv"
 # Leading columns of attributes.csv; other reported keys follow in sorted order.
-ATTRIBUTE_CSV_COLUMNS = ("file", "sample_id", "shift", "level", "object_rate", "rate_before",
-                         "box_x", "box_y", "box_w", "box_h", "angle", "hf_before", "hf_after",
-                         "fill")
+ATTRIBUTE_CSV_COLUMNS = (
+    "file",
+    "sample_id",
+    "shift",
+    "level",
+    "object_rate",
+    "rate_before",
+    "box_x",
+    "box_y",
+    "box_w",
+    "box_h",
+    "angle",
+    "hf_before",
+    "hf_after",
+    "fill",
+)
 TEMP_SUFFIX = ".rltmp"
 MAX_ATTEMPTS = 2  # a sample whose worker process died this often is skipped
 LIBRARIES = {  # manifest key -> distribution names to try, in order
@@ -196,8 +224,9 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
     if not todo:
         return res  # finished earlier: not even decoded
     try:
-        prep = load_prepared(sample, job.protocol, with_mask=job.need_mask,
-                             max_pixels=job.max_pixels)
+        prep = load_prepared(
+            sample, job.protocol, with_mask=job.need_mask, max_pixels=job.max_pixels
+        )
     except ImageError as exc:
         res.skip_reason = exc.reason
         return res
@@ -207,17 +236,31 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
     res.note = prep.note
     for name, level, path in todo:
         try:
-            ctx = shift_context(sample, prep, name, level, job.seed, job.protocol,
-                                job.donors, max_pixels=job.max_pixels)
+            ctx = shift_context(
+                sample,
+                prep,
+                name,
+                level,
+                job.seed,
+                job.protocol,
+                job.donors,
+                max_pixels=job.max_pixels,
+            )
             attrs: dict = {}
             ctx["attributes"] = attrs
             img = apply_shift(prep.rgb, sample.id, name, level, job.seed, ctx)
             atomic_write(path, encode(img, job.protocol))
             res.written += 1
             if attrs:
-                res.attributes.append({"file": path.relative_to(out).as_posix(),
-                                       "sample_id": sample.id, "shift": name,
-                                       "level": str(level), **attrs})
+                res.attributes.append(
+                    {
+                        "file": path.relative_to(out).as_posix(),
+                        "sample_id": sample.id,
+                        "shift": name,
+                        "level": str(level),
+                        **attrs,
+                    }
+                )
         except (ValueError, ImageError) as exc:
             res.failures.append((name, str(level), str(exc)))
         except OSError as exc:
@@ -250,8 +293,12 @@ def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
         return list(suite.shifts)
     import fnmatch
 
-    groups = {"all": None, "common": "imagenet-c", "extra": "imagenet-c-extra",
-              "validation": "imagenet-c-extra"}
+    groups = {
+        "all": None,
+        "common": "imagenet-c",
+        "extra": "imagenet-c-extra",
+        "validation": "imagenet-c-extra",
+    }
     chosen: list[str] = []
     for raw in patterns:
         pat = raw.strip()
@@ -261,19 +308,29 @@ def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
             tag = groups[pat]
             hits = [n for n in suite.shifts if tag is None or tag in get_shift(n).tags]
         else:
-            hits = [n for n in suite.shifts
-                    if n == pat or fnmatch.fnmatchcase(n, pat) or get_shift(n).family == pat
-                    or pat in get_shift(n).tags]
+            hits = [
+                n
+                for n in suite.shifts
+                if n == pat
+                or fnmatch.fnmatchcase(n, pat)
+                or get_shift(n).family == pat
+                or pat in get_shift(n).tags
+            ]
         if not hits:
             known = {s.name for s in list_shifts()}
-            where = (f"{pat!r} is a shift but not part of suite {suite.name!r}" if pat in known
-                     else f"no shift of suite {suite.name!r} matches {pat!r}")
+            where = (
+                f"{pat!r} is a shift but not part of suite {suite.name!r}"
+                if pat in known
+                else f"no shift of suite {suite.name!r} matches {pat!r}"
+            )
             raise InputError(f"{where}; its shifts are: {', '.join(suite.shifts)}")
         chosen.extend(h for h in hits if h not in chosen)
     if not chosen:
-        raise InputError(f"--shifts {','.join(patterns)!r} names no shift",
-                         hint=f"leave --shifts out for the whole suite, or name some of: "
-                              f"{', '.join(suite.shifts)}")
+        raise InputError(
+            f"--shifts {','.join(patterns)!r} names no shift",
+            hint=f"leave --shifts out for the whole suite, or name some of: "
+            f"{', '.join(suite.shifts)}",
+        )
     return [n for n in suite.shifts if n in chosen]
 
 
@@ -297,8 +354,10 @@ def parse_levels(text: str | Sequence | None) -> list | None:
         else:
             out.append(tok)
     if not out:  # "--levels ," must not mean "all levels"
-        raise InputError(f"--levels {text!r} names no level",
-                         hint="leave --levels out for all levels, or give e.g. 1,3,5 or 1-3")
+        raise InputError(
+            f"--levels {text!r} names no level",
+            hint="leave --levels out for all levels, or give e.g. 1,3,5 or 1-3",
+        )
     return out
 
 
@@ -323,8 +382,10 @@ def library_versions() -> dict[str, str | None]:
 
     import robustlab
 
-    out: dict[str, str | None] = {"robustlab": robustlab.__version__,
-                                  "python": platform.python_version()}
+    out: dict[str, str | None] = {
+        "robustlab": robustlab.__version__,
+        "python": platform.python_version(),
+    }
     for key, dists in LIBRARIES.items():
         out[key] = None
         for d in dists:
@@ -455,16 +516,32 @@ def generate(
             cpus = workers if isinstance(workers, int) and workers > 0 else None
             with ray_session(address, cpus) as resources:  # a bad count is refused below
                 plan_placement(resources, model=False)
-                return generate(suite, data, out, shifts=shifts, levels=levels, seed=seed,
-                                workers=workers, fmt=fmt, keep_size=keep_size, limit=limit,
-                                labels_csv=labels_csv, masks=masks, bboxes=bboxes,
-                                max_pixels=max_pixels, progress=progress, backend=backend,
-                                address=address)
+                return generate(
+                    suite,
+                    data,
+                    out,
+                    shifts=shifts,
+                    levels=levels,
+                    seed=seed,
+                    workers=workers,
+                    fmt=fmt,
+                    keep_size=keep_size,
+                    limit=limit,
+                    labels_csv=labels_csv,
+                    masks=masks,
+                    bboxes=bboxes,
+                    max_pixels=max_pixels,
+                    progress=progress,
+                    backend=backend,
+                    address=address,
+                )
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
     # Shifts needing an unconfigured tool (ai_bg without an inpainter) are skipped, logged.
     names = available_shifts(resolve_shifts(suite_obj, shifts), log=log)
-    level_list = parse_levels(levels) if isinstance(levels, str) else (list(levels) if levels else None)
+    level_list = (
+        parse_levels(levels) if isinstance(levels, str) else (list(levels) if levels else None)
+    )
     suite_obj = suite_obj.select(names, level_list)
     protocol = suite_obj.protocol
     if fmt:
@@ -486,10 +563,14 @@ def generate(
     data_root = Path(data).expanduser()
     out_root = Path(out).expanduser()
     if out_root.exists() and not out_root.is_dir():
-        raise InputError(f"--out {out_root} is a file; generate writes a folder of images",
-                         hint="pass a folder name (created if missing)")
+        raise InputError(
+            f"--out {out_root} is a file; generate writes a folder of images",
+            hint="pass a folder name (created if missing)",
+        )
     if data_root.exists() and out_root.resolve().is_relative_to(data_root.resolve()):
-        raise InputError(f"--out {out_root} is inside --data {data_root}; choose a folder outside it")
+        raise InputError(
+            f"--out {out_root} is inside --data {data_root}; choose a folder outside it"
+        )
 
     needs = set().union(*(s.needs for s in shift_objs.values())) if shift_objs else set()
     need_mask = "mask" in needs
@@ -540,9 +621,13 @@ def generate(
         hole_fill = describe_hole_fill()
     cell_records = {}
     for n, lv in cells:
-        rec = {"shift": n, "level": lv, "family": shift_objs[n].family,
-               "deterministic": shift_objs[n].deterministic,
-               "params": _jsonable(shift_objs[n].params[lv])}
+        rec = {
+            "shift": n,
+            "level": lv,
+            "family": shift_objs[n].family,
+            "deterministic": shift_objs[n].deterministic,
+            "params": _jsonable(shift_objs[n].params[lv]),
+        }
         for key, described in resources.items():
             if key in shift_objs[n].needs:
                 rec[key] = (described or {}).get("fingerprint")
@@ -558,27 +643,43 @@ def generate(
     protocol_record = _jsonable(protocol.describe())
     identity = {
         "seed": seed,
-        "suite": {"name": suite_obj.name, "version": suite_obj.version,
-                  "label_space": suite_obj.label_space},
+        "suite": {
+            "name": suite_obj.name,
+            "version": suite_obj.version,
+            "label_space": suite_obj.label_space,
+        },
         "protocol": protocol_record,
-        "data": {"root": str(data_root.resolve()),
-                 "labels_csv": str(Path(labels_csv).resolve()) if labels_csv else None,
-                 "masks": str(Path(masks).expanduser().resolve()) if masks else None,
-                 "samples": len(samples)},
+        "data": {
+            "root": str(data_root.resolve()),
+            "labels_csv": str(Path(labels_csv).resolve()) if labels_csv else None,
+            "masks": str(Path(masks).expanduser().resolve()) if masks else None,
+            "samples": len(samples),
+        },
         "cells": cell_records,
         "samples": content,
     }
     manifest_path = out_root / MANIFEST
-    run_record = {"id": uuid.uuid4().hex[:12], "started_at": _now(), **this_process(),
-                  "workers": 0, "status": "running", "shifts": names, "levels": level_list,
-                  "limit": limit}
+    run_record = {
+        "id": uuid.uuid4().hex[:12],
+        "started_at": _now(),
+        **this_process(),
+        "workers": 0,
+        "status": "running",
+        "shifts": names,
+        "levels": level_list,
+        "limit": limit,
+    }
     run_record.update(resources)
     if hole_fill is not None:
         run_record["hole_fill"] = hole_fill
-    result = GenerateResult(out_root, manifest_path, len(samples), len(cells),
-                            skipped_inputs=list(skipped_listing))
-    n_workers = 0 if workers == 0 else max(1, min(
-        available_cpus() if workers is None else int(workers), len(samples)))
+    result = GenerateResult(
+        out_root, manifest_path, len(samples), len(cells), skipped_inputs=list(skipped_listing)
+    )
+    n_workers = (
+        0
+        if workers == 0
+        else max(1, min(available_cpus() if workers is None else int(workers), len(samples)))
+    )
     run_record["workers"] = n_workers
     run_record["backend"] = backend
     if backend == "ray":
@@ -587,22 +688,30 @@ def generate(
     with manifest_lock(out_root):
         prev = load_manifest(manifest_path)
         check_compatible(prev, identity, manifest_path)
-        _write_json(manifest_path, _merge_manifest(prev, result, identity, run_record, samples,
-                                                   final=False))
+        _write_json(
+            manifest_path, _merge_manifest(prev, result, identity, run_record, samples, final=False)
+        )
     n_tmp = remove_temp_files(out_root, names)
     if n_tmp:
         log.info("removed %d temp files left by an interrupted run", n_tmp)
 
     ensure_compiled_for(names, progress=bool(progress))
     job = _Job(str(out_root), cells, protocol, seed, int(max_pixels), need_mask, donors)
-    log.info("generating %d cells x %d images into %s with %d worker(s)",
-             len(cells), len(samples), out_root, n_workers)
+    log.info(
+        "generating %d cells x %d images into %s with %d worker(s)",
+        len(cells),
+        len(samples),
+        out_root,
+        n_workers,
+    )
 
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(samples), unit="img", desc=f"generate {suite_obj.name}", dynamic_ncols=True)
+        bar = tqdm(
+            total=len(samples), unit="img", desc=f"generate {suite_obj.name}", dynamic_ncols=True
+        )
 
     def collect(o: SampleOutcome) -> None:
         result.written += o.written
@@ -624,11 +733,15 @@ def generate(
         if backend == "ray":
             from robustlab.run.ray_backend import generate_on_ray
 
-            times = generate_on_ray(samples, job, collect, process=process_sample,
-                                    crashed=lambda s: SampleOutcome(
-                                        s.id, skip_reason="a worker process crashed on it"),
-                                    address=address,
-                                    cpus=int(workers) if workers else None)
+            times = generate_on_ray(
+                samples,
+                job,
+                collect,
+                process=process_sample,
+                crashed=lambda s: SampleOutcome(s.id, skip_reason="a worker process crashed on it"),
+                address=address,
+                cpus=int(workers) if workers else None,
+            )
             run_record["stages"] = result.stages = times.summary()
             log.info("%s", times.line())
         elif n_workers == 0:
@@ -643,13 +756,20 @@ def generate(
             bar.close()
         result.failed = len(result.failures)
         result.seconds = time.perf_counter() - started
-        run_record.update(finished_at=_now(), status=status, seconds=round(result.seconds, 3),
-                          written=result.written, skipped_existing=result.skipped_existing,
-                          failed=result.failed, skipped_inputs=len(result.skipped_inputs))
+        run_record.update(
+            finished_at=_now(),
+            status=status,
+            seconds=round(result.seconds, 3),
+            written=result.written,
+            skipped_existing=result.skipped_existing,
+            failed=result.failed,
+            skipped_inputs=len(result.skipped_inputs),
+        )
         with manifest_lock(out_root):  # merged into what is there now: a concurrent run's too
             current = load_manifest(manifest_path)
-            _write_json(manifest_path,
-                        _merge_manifest(current, result, identity, run_record, samples))
+            _write_json(
+                manifest_path, _merge_manifest(current, result, identity, run_record, samples)
+            )
             if result.attributes:
                 write_attributes_csv(out_root / ATTRIBUTES_CSV, result.attributes)
     return result
@@ -700,7 +820,9 @@ def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
     atomic_write(Path(path), buf.getvalue().encode())
 
 
-def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result: GenerateResult) -> None:
+def _run_pool(
+    samples: list[Sample], job: _Job, n_workers: int, collect, result: GenerateResult
+) -> None:
     """Process samples in a pool with a bounded queue; survive crashed workers."""
     mp = worker_context()
     queue = list(reversed(samples))
@@ -708,8 +830,9 @@ def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result:
     window = n_workers * 4
     while queue:
         broken: list[Sample] = []
-        pool = cf.ProcessPoolExecutor(n_workers, mp_context=mp, initializer=_init_worker,
-                                      initargs=(job, True))
+        pool = cf.ProcessPoolExecutor(
+            n_workers, mp_context=mp, initializer=_init_worker, initargs=(job, True)
+        )
         inflight: dict[cf.Future, Sample] = {}
         try:
             while queue or inflight:
@@ -731,7 +854,11 @@ def _run_pool(samples: list[Sample], job: _Job, n_workers: int, collect, result:
                     except RobustlabError:
                         raise  # a full disk, say: the run cannot go on
                     except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
-                        collect(SampleOutcome(s.id, skip_reason=f"worker error: {type(exc).__name__}: {exc}"))
+                        collect(
+                            SampleOutcome(
+                                s.id, skip_reason=f"worker error: {type(exc).__name__}: {exc}"
+                            )
+                        )
                 if broken:
                     # The pool is unusable; everything still in flight must be redone.
                     for fut, s in inflight.items():
@@ -764,8 +891,7 @@ def _content_record(samples: Sequence[Sample], donors) -> dict[str, list]:
         used.update((d.id, d) for d in donors.samples if d.id not in used)
     ordered = sorted(used.values(), key=lambda s: s.id)
     digests = hash_files([p for s in ordered for p in (s.path, s.mask_path)])
-    return {s.id: [s.class_name, digests[2 * i], digests[2 * i + 1]]
-            for i, s in enumerate(ordered)}
+    return {s.id: [s.class_name, digests[2 * i], digests[2 * i + 1]] for i, s in enumerate(ordered)}
 
 
 def _donor_pool_fingerprint(donors, content: dict[str, list]) -> str:
@@ -777,8 +903,15 @@ def _donor_pool_fingerprint(donors, content: dict[str, list]) -> str:
     return data_fingerprint((i, *content[i]) for i in ids)
 
 
-def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, run_record: dict,
-                    samples: Sequence[Sample], *, final: bool = True) -> dict:
+def _merge_manifest(
+    prev: dict | None,
+    result: GenerateResult,
+    identity: dict,
+    run_record: dict,
+    samples: Sequence[Sample],
+    *,
+    final: bool = True,
+) -> dict:
     """This run's record merged into the manifest ``prev`` found on disk.
 
     Called twice per run, both times under the manifest lock: before the first file
@@ -793,8 +926,10 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, r
     prev = prev or {}
     skipped = {d["id"]: d["reason"] for d in prev.get("skipped_inputs", [])}
     converted = {d["id"]: d["note"] for d in prev.get("converted", [])}
-    failures = {(d.get("id"), d.get("shift"), str(d.get("level"))): d.get("reason")
-                for d in prev.get("failures", [])}
+    failures = {
+        (d.get("id"), d.get("shift"), str(d.get("level"))): d.get("reason")
+        for d in prev.get("failures", [])
+    }
     cells = identity["cells"]
     counts = dict(prev.get("counts") or {})
     if final:
@@ -804,8 +939,11 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, r
         skipped.update(skip_now)
         converted.update(dict(result.converted))
         # A cell considered again in this run either failed again or now exists.
-        failures = {k: v for k, v in failures.items()
-                    if not (k[0] in done_ids and f"{k[1]}/{k[2]}" in cells)}
+        failures = {
+            k: v
+            for k, v in failures.items()
+            if not (k[0] in done_ids and f"{k[1]}/{k[2]}" in cells)
+        }
         failures.update({(i, s, lv): r for i, s, lv, r in result.failures})
         counts = {
             "written": int(counts.get("written", 0)) + result.written,
@@ -818,8 +956,9 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, r
     all_cells.update(cells)
     content = dict(prev.get("samples") or {})
     content.update(identity["samples"])
-    runs = [r for r in mark_dead_runs(list(prev.get("runs", [])))
-            if r.get("id") != run_record["id"]]
+    runs = [
+        r for r in mark_dead_runs(list(prev.get("runs", []))) if r.get("id") != run_record["id"]
+    ]
     runs.append(dict(run_record))
     return {
         "format": FORMAT,
@@ -835,8 +974,10 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, r
         "counts": counts,
         "skipped_inputs": [{"id": k, "reason": v} for k, v in sorted(skipped.items())],
         "converted": [{"id": k, "note": v} for k, v in sorted(converted.items())],
-        "failures": [{"id": k[0], "shift": k[1], "level": k[2], "reason": v}
-                     for k, v in sorted(failures.items())],
+        "failures": [
+            {"id": k[0], "shift": k[1], "level": k[2], "reason": v}
+            for k, v in sorted(failures.items())
+        ],
         "created_at": prev.get("created_at", run_record["started_at"]),
         "updated_at": _now(),
         "runs": runs,
@@ -850,6 +991,18 @@ def _merge_manifest(prev: dict | None, result: GenerateResult, identity: dict, r
     }
 
 
-__all__ = ["generate", "GenerateResult", "read_attributes_csv", "write_attributes_csv",
-           "ATTRIBUTES_CSV", "SampleOutcome", "process_sample", "atomic_write",
-           "resolve_shifts", "parse_levels", "library_versions", "remove_temp_files", "MANIFEST"]
+__all__ = [
+    "generate",
+    "GenerateResult",
+    "read_attributes_csv",
+    "write_attributes_csv",
+    "ATTRIBUTES_CSV",
+    "SampleOutcome",
+    "process_sample",
+    "atomic_write",
+    "resolve_shifts",
+    "parse_levels",
+    "library_versions",
+    "remove_temp_files",
+    "MANIFEST",
+]

@@ -67,8 +67,9 @@ def load_manifest(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read the previous manifest {path}: {exc}",
-                         hint="move it away to start over") from None
+        raise InputError(
+            f"cannot read the previous manifest {path}: {exc}", hint="move it away to start over"
+        ) from None
     return data if isinstance(data, dict) else None
 
 
@@ -134,15 +135,20 @@ def _content_changes(prev: dict, new: dict) -> list[str]:
         was = old.get(sid)
         if was is None or sid in unused:
             continue
-        what = [name for name, a, b in zip(("class", "image", "mask"), was, now)
-                if a is not None and b is not None and a != b]
+        what = [
+            name
+            for name, a, b in zip(("class", "image", "mask"), was, now)
+            if a is not None and b is not None and a != b
+        ]
         if what:
             changed.append(f"{sid} ({', '.join(what)})")
     if not changed:
         return []
     more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-    return [f"{len(changed)} source image(s) changed since their files were generated: "
-            f"{'; '.join(changed[:3])}{more}"]
+    return [
+        f"{len(changed)} source image(s) changed since their files were generated: "
+        f"{'; '.join(changed[:3])}{more}"
+    ]
 
 
 def check_compatible(prev: dict | None, new: dict, path: Path) -> None:
@@ -155,8 +161,9 @@ def check_compatible(prev: dict | None, new: dict, path: Path) -> None:
         return
     changes = identity_changes(prev, new)
     if changes:
-        raise InputChangedError(f"{path.parent} was generated with other inputs: "
-                                + "; ".join(changes), hint=HINT)
+        raise InputChangedError(
+            f"{path.parent} was generated with other inputs: " + "; ".join(changes), hint=HINT
+        )
 
 
 def this_process() -> dict:
@@ -188,11 +195,24 @@ def generated_identity(manifest: dict) -> dict:
     per-image content is covered by the evaluation's own image hashes, and cell parameters
     cannot change inside one folder (:func:`check_compatible`).
     """
-    return {"format": manifest.get("format"), "seed": manifest.get("seed"),
-            "suite": manifest.get("suite"), "protocol": manifest.get("protocol"),
-            "masks": (manifest.get("data") or {}).get("masks"),
-            "created_at": manifest.get("created_at")}
+    return {
+        "format": manifest.get("format"),
+        "seed": manifest.get("seed"),
+        "suite": manifest.get("suite"),
+        "protocol": manifest.get("protocol"),
+        "masks": (manifest.get("data") or {}).get("masks"),
+        "created_at": manifest.get("created_at"),
+    }
 
 
-__all__ = ["MANIFEST", "FORMAT", "manifest_lock", "load_manifest", "identity_changes",
-           "check_compatible", "generated_identity", "mark_dead_runs", "this_process"]
+__all__ = [
+    "MANIFEST",
+    "FORMAT",
+    "manifest_lock",
+    "load_manifest",
+    "identity_changes",
+    "check_compatible",
+    "generated_identity",
+    "mark_dead_runs",
+    "this_process",
+]

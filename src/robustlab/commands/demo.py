@@ -5,7 +5,9 @@ from __future__ import annotations
 
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="run the whole pipeline on the embedded demo photos")
-    p.add_argument("--out", default="robustlab-demo", help="output folder (default: ./robustlab-demo)")
+    p.add_argument(
+        "--out", default="robustlab-demo", help="output folder (default: ./robustlab-demo)"
+    )
     p.set_defaults(func=run)
 
 

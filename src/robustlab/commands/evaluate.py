@@ -8,52 +8,94 @@ from robustlab.commands._args import CommaList, add_backend, add_no_progress, le
 def add_defence_args(p, *, tta: bool = True) -> None:
     """``--preprocess`` (and ``--tta``): test-time defences, checked when the command runs
     so a bad name is one line that lists the choices."""
-    p.add_argument("--preprocess", default=None, metavar="NAME[:KEY=VALUE,...]",
-                   help="pixel defence applied to every image before the model: clahe "
-                        "(contrast-limited equalisation of lightness) or nlmeans (non-local "
-                        "means, strength from each image's noise estimate); parameters as in "
-                        "clahe:clip_limit=3,tile_grid=4x4 (default: none)")
+    p.add_argument(
+        "--preprocess",
+        default=None,
+        metavar="NAME[:KEY=VALUE,...]",
+        help="pixel defence applied to every image before the model: clahe "
+        "(contrast-limited equalisation of lightness) or nlmeans (non-local "
+        "means, strength from each image's noise estimate); parameters as in "
+        "clahe:clip_limit=3,tile_grid=4x4 (default: none)",
+    )
     if tta:
-        p.add_argument("--tta", default=None, metavar="NAME[:KEY=VALUE,...]",
-                       help="test-time augmentation: ten-crop (four corners and centre, and "
-                            "their mirror images, softmax averaged; ten-crop:scale=0.875) "
-                            "(default: none)")
+        p.add_argument(
+            "--tta",
+            default=None,
+            metavar="NAME[:KEY=VALUE,...]",
+            help="test-time augmentation: ten-crop (four corners and centre, and "
+            "their mirror images, softmax averaged; ten-crop:scale=0.875) "
+            "(default: none)",
+        )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "evaluate", help="evaluate a model on clean images and on every cell of a suite",
+        "evaluate",
+        help="evaluate a model on clean images and on every cell of a suite",
         description="Evaluate MODEL on the images in --data (clean) and on every cell of "
-                    "--suite, applying the shifts on the fly (nothing written to disk). "
-                    "Predictions go to a DuckDB file; rerunning resumes an interrupted run.")
+        "--suite, applying the shifts on the fly (nothing written to disk). "
+        "Predictions go to a DuckDB file; rerunning resumes an interrupted run.",
+    )
     p.add_argument("model", help="model spec: lite0, timm:NAME, torchvision:NAME, onnx:PATH, ...")
-    p.add_argument("--data", required=True, help="image folder (class folders, or flat + labels CSV)")
-    p.add_argument("--suite", default=None, help="suite name or YAML file (default: clean images only)")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)")
+    p.add_argument(
+        "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
+    )
+    p.add_argument(
+        "--suite", default=None, help="suite name or YAML file (default: clean images only)"
+    )
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
+    )
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
-    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
-                   help="only these shifts of the suite (repeatable, or comma-separated)")
-    p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList, dest="levels", convert=level,
-                   help="only these levels (repeatable, or comma-separated)")
+    p.add_argument(
+        "--shift",
+        "--shifts",
+        action=CommaList,
+        dest="shifts",
+        help="only these shifts of the suite (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--level",
+        "--levels",
+        "--severity",
+        "--severities",
+        action=CommaList,
+        dest="levels",
+        convert=level,
+        help="only these levels (repeatable, or comma-separated)",
+    )
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")
     p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
     p.add_argument("--weights", default=None, help="weights file for the model")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the model's choice)")
+    p.add_argument(
+        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: the model's choice)"
+    )
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
     add_defence_args(p)
-    p.add_argument("--workers", type=workers, default=None,
-                   help="data worker processes that decode and shift images ahead of the model "
-                        "(default: cores - 1; 0: all in the main process)")
+    p.add_argument(
+        "--workers",
+        type=workers,
+        default=None,
+        help="data worker processes that decode and shift images ahead of the model "
+        "(default: cores - 1; 0: all in the main process)",
+    )
     add_backend(p)
-    p.add_argument("--shift-device", default=None,
-                   help="apply the corruptions batched as torch tensor operations on this "
-                        "device (cuda, cpu) after the workers decode: other pixels than the "
-                        "exact path, the same statistics, a run of its own (default: the exact "
-                        "CPU path, byte for byte the reference's)")
-    p.add_argument("--shift-jpeg", choices=("device", "cpu"), default="device",
-                   help="with --shift-device: the protocol's JPEG round trip on the device's "
-                        "codec (nvJPEG on CUDA) or on the CPU (libjpeg)")
+    p.add_argument(
+        "--shift-device",
+        default=None,
+        help="apply the corruptions batched as torch tensor operations on this "
+        "device (cuda, cpu) after the workers decode: other pixels than the "
+        "exact path, the same statistics, a run of its own (default: the exact "
+        "CPU path, byte for byte the reference's)",
+    )
+    p.add_argument(
+        "--shift-jpeg",
+        choices=("device", "cpu"),
+        default="device",
+        help="with --shift-device: the protocol's JPEG round trip on the device's "
+        "codec (nvJPEG on CUDA) or on the CPU (libjpeg)",
+    )
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -66,20 +108,38 @@ def run(args) -> int:
     from robustlab.store import Store
 
     Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
-    df = evaluate(args.model, args.data, suite=args.suite, db=args.db, seed=args.seed,
-                  shifts=args.shifts, levels=args.levels, labels_csv=args.labels,
-                  masks=args.masks, label_space=args.label_space, weights=args.weights,
-                  device=args.device, batch_size=args.batch_size, workers=args.workers,
-                  backend=args.backend, address=args.address,
-                  progress=False if args.no_progress else None,
-                  preprocess=args.preprocess, tta=args.tta,
-                  shift_device=args.shift_device, shift_jpeg=args.shift_jpeg)
+    df = evaluate(
+        args.model,
+        args.data,
+        suite=args.suite,
+        db=args.db,
+        seed=args.seed,
+        shifts=args.shifts,
+        levels=args.levels,
+        labels_csv=args.labels,
+        masks=args.masks,
+        label_space=args.label_space,
+        weights=args.weights,
+        device=args.device,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+        progress=False if args.no_progress else None,
+        preprocess=args.preprocess,
+        tta=args.tta,
+        shift_device=args.shift_device,
+        shift_jpeg=args.shift_jpeg,
+    )
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
     skipped = df.attrs.get("skipped") or []
     if skipped:
-        print(f"skipped {len({s[0] for s in skipped})} image(s); first: {skipped[0][0]}: "
-              f"{skipped[0][1]} (all listed in the run record)", file=sys.stderr)
+        print(
+            f"skipped {len({s[0] for s in skipped})} image(s); first: {skipped[0][0]}: "
+            f"{skipped[0][1]} (all listed in the run record)",
+            file=sys.stderr,
+        )
     if df.attrs.get("stages"):
         from robustlab.run.ray_backend import stages_line
 
@@ -88,7 +148,10 @@ def run(args) -> int:
     if df.empty or int(df["n"].sum()) == 0:
         # A run without a single prediction has no number to report: say so, as generate does.
         why = f"; first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
-        print(f"robustlab evaluate: error: no image of {args.data} could be used, so there are "
-              f"no results{why}", file=sys.stderr)
+        print(
+            f"robustlab evaluate: error: no image of {args.data} could be used, so there are "
+            f"no results{why}",
+            file=sys.stderr,
+        )
         return 1
     return 0

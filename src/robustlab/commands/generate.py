@@ -12,26 +12,59 @@ def add_parser(sub) -> None:
         description="Generate a suite (e.g. imagenet-c) from an ImageFolder tree or a flat "
         "folder with labels.csv. Rerunning the same command resumes: finished files are kept.",
     )
-    p.add_argument("suite", help="built-in suite name (see `robustlab list suites`) or a suite .yaml")
-    p.add_argument("--data", required=True, help="source images: <class>/<file> tree or flat folder + labels CSV")
-    p.add_argument("--out", required=True, help="output folder (resumes when it already holds a run)")
-    p.add_argument("--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)")
+    p.add_argument(
+        "suite", help="built-in suite name (see `robustlab list suites`) or a suite .yaml"
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="source images: <class>/<file> tree or flat folder + labels CSV",
+    )
+    p.add_argument(
+        "--out", required=True, help="output folder (resumes when it already holds a run)"
+    )
+    p.add_argument(
+        "--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)"
+    )
     p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")
     p.add_argument("--bboxes", default=None, help="CSV of object boxes: file,x0,y0,x1,y1")
-    p.add_argument("--shifts", "--shift", "--corruptions", dest="shifts", action=CommaList,
-                   help="names, families, tags or globs, comma-separated or repeated "
-                        "(default: the whole suite)")
-    p.add_argument("--level", "--levels", "--severity", "--severities", dest="levels", action=CommaList,
-                   help="levels or ranges, comma-separated or repeated, e.g. 1,3,5 or 1-3 "
-                        "(default: all)")
-    p.add_argument("--format", dest="fmt", choices=["jpeg", "png"], default=None,
-                   help="output format (default: the suite's, JPEG q85 for imagenet-c)")
-    p.add_argument("--keep-size", action="store_true",
-                   help="no resize or crop; sources under 32x32 are skipped")
+    p.add_argument(
+        "--shifts",
+        "--shift",
+        "--corruptions",
+        dest="shifts",
+        action=CommaList,
+        help="names, families, tags or globs, comma-separated or repeated "
+        "(default: the whole suite)",
+    )
+    p.add_argument(
+        "--level",
+        "--levels",
+        "--severity",
+        "--severities",
+        dest="levels",
+        action=CommaList,
+        help="levels or ranges, comma-separated or repeated, e.g. 1,3,5 or 1-3 (default: all)",
+    )
+    p.add_argument(
+        "--format",
+        dest="fmt",
+        choices=["jpeg", "png"],
+        default=None,
+        help="output format (default: the suite's, JPEG q85 for imagenet-c)",
+    )
+    p.add_argument(
+        "--keep-size",
+        action="store_true",
+        help="no resize or crop; sources under 32x32 are skipped",
+    )
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default 0)")
-    p.add_argument("--workers", type=workers, default=None,
-                   help="worker processes (default: one per available CPU; 0: all in the main "
-                        "process)")
+    p.add_argument(
+        "--workers",
+        type=workers,
+        default=None,
+        help="worker processes (default: one per available CPU; 0: all in the main process)",
+    )
     p.add_argument("--limit", type=int, default=None, help="only the first N images (sorted by id)")
     add_backend(p)
     add_no_progress(p)
@@ -42,11 +75,22 @@ def run(args) -> int:
     from robustlab.generate import generate
 
     res = generate(
-        args.suite, args.data, args.out, shifts=args.shifts,
-        levels=None if args.levels is None else ",".join(args.levels), seed=args.seed,
-        workers=args.workers, fmt=args.fmt, keep_size=args.keep_size, limit=args.limit,
-        labels_csv=args.labels, masks=args.masks, bboxes=args.bboxes, progress=not args.no_progress,
-        backend=args.backend, address=args.address,
+        args.suite,
+        args.data,
+        args.out,
+        shifts=args.shifts,
+        levels=None if args.levels is None else ",".join(args.levels),
+        seed=args.seed,
+        workers=args.workers,
+        fmt=args.fmt,
+        keep_size=args.keep_size,
+        limit=args.limit,
+        labels_csv=args.labels,
+        masks=args.masks,
+        bboxes=args.bboxes,
+        progress=not args.no_progress,
+        backend=args.backend,
+        address=args.address,
     )
     rate = res.samples / res.seconds if res.seconds > 0 else 0.0
     print(

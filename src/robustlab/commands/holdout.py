@@ -7,45 +7,78 @@ from robustlab.commands._args import CommaList
 
 def _subtypes(text: str):
     """``--holdout-subtypes 1`` (per class) or ``--holdout-subtypes duck,owl`` (named)."""
-    return int(text) if text.strip().isdigit() else [s.strip() for s in text.split(",") if s.strip()]
+    return (
+        int(text) if text.strip().isdigit() else [s.strip() for s in text.split(",") if s.strip()]
+    )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "holdout", help="train a small network with a style, subtypes or versions held out",
+        "holdout",
+        help="train a small network with a style, subtypes or versions held out",
         description="The ImageNet-C paper's surface-variation protocols (ICONS-50): train a "
-                    "small network from scratch on a labelled image set with one style "
-                    "(--holdout style=VALUE), some subtypes of each class (--holdout-subtypes) "
-                    "or one version of each multi-version icon (--holdout-versions, the "
-                    "control) held out, then test on what was held out and on a seeded "
-                    "in-distribution share. Each protocol is stored in --db as a run.")
-    p.add_argument("--data", required=True,
-                   help="a folder with metadata.csv (robustlab data icons), Icons-50.npy, or "
-                        "CIFAR-100's cifar-100-python folder")
-    p.add_argument("--layout", choices=["auto", "folder", "icons50", "cifar100"], default="auto",
-                   help="how to read --data (auto guesses from the files)")
+        "small network from scratch on a labelled image set with one style "
+        "(--holdout style=VALUE), some subtypes of each class (--holdout-subtypes) "
+        "or one version of each multi-version icon (--holdout-versions, the "
+        "control) held out, then test on what was held out and on a seeded "
+        "in-distribution share. Each protocol is stored in --db as a run.",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="a folder with metadata.csv (robustlab data icons), Icons-50.npy, or "
+        "CIFAR-100's cifar-100-python folder",
+    )
+    p.add_argument(
+        "--layout",
+        choices=["auto", "folder", "icons50", "cifar100"],
+        default="auto",
+        help="how to read --data (auto guesses from the files)",
+    )
     p.add_argument("--metadata", default=None, help="metadata CSV (default DATA/metadata.csv)")
-    p.add_argument("--holdout", default=None, metavar="COLUMN=VALUE",
-                   help="hold out the rows with this value, e.g. style=openmoji")
-    p.add_argument("--holdout-subtypes", type=_subtypes, default=None, metavar="N|A,B",
-                   help="hold out N subtypes of each class (seeded), or the subtypes named")
-    p.add_argument("--holdout-versions", action="store_true",
-                   help="the control: hold out one version of each icon that has several")
-    p.add_argument("--arch", default="small-cnn", help="small-cnn or timm:NAME (e.g. timm:resnet10t)")
+    p.add_argument(
+        "--holdout",
+        default=None,
+        metavar="COLUMN=VALUE",
+        help="hold out the rows with this value, e.g. style=openmoji",
+    )
+    p.add_argument(
+        "--holdout-subtypes",
+        type=_subtypes,
+        default=None,
+        metavar="N|A,B",
+        help="hold out N subtypes of each class (seeded), or the subtypes named",
+    )
+    p.add_argument(
+        "--holdout-versions",
+        action="store_true",
+        help="the control: hold out one version of each icon that has several",
+    )
+    p.add_argument(
+        "--arch", default="small-cnn", help="small-cnn or timm:NAME (e.g. timm:resnet10t)"
+    )
     p.add_argument("--width", type=int, default=16, help="small-cnn first-stage channels")
     p.add_argument("--image-size", type=int, default=32, help="input side in pixels")
     p.add_argument("--epochs", type=int, default=8, help="training epochs")
     p.add_argument("--batch-size", type=int, default=64, help="images per training step")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW, one-cycle)")
     p.add_argument("--no-augment", action="store_true", help="no random shifts and flips")
-    p.add_argument("--test-fraction", type=float, default=0.1,
-                   help="share of each class's training pool kept as the in-distribution test "
-                        "(ignored when the data has its own train/test split)")
+    p.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.1,
+        help="share of each class's training pool kept as the in-distribution test "
+        "(ignored when the data has its own train/test split)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the split and of training")
     p.add_argument("--out", default="checkpoints", help="checkpoint folder")
     p.add_argument("--db", default="robustlab.duckdb", help="results database")
-    p.add_argument("--classes", action=CommaList, default=None,
-                   help="keep only these classes (repeatable or comma-separated)")
+    p.add_argument(
+        "--classes",
+        action=CommaList,
+        default=None,
+        help="keep only these classes (repeatable or comma-separated)",
+    )
     p.set_defaults(func=run)
 
 
@@ -57,26 +90,42 @@ def run(args) -> int:
     from robustlab.train.holdout import HoldoutConfig, make_split, read_set, run_holdout
 
     Store(args.db).check()
-    config = HoldoutConfig(arch=args.arch, width=args.width, image_size=args.image_size,
-                           epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                           augment=not args.no_augment, seed=args.seed)
+    config = HoldoutConfig(
+        arch=args.arch,
+        width=args.width,
+        image_size=args.image_size,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        augment=not args.no_augment,
+        seed=args.seed,
+    )
     data = read_set(args.data, layout=args.layout, metadata=args.metadata)
     if args.classes:
         unknown = sorted(set(args.classes) - set(data.meta["class"]))
         if unknown:
             raise InputError(f"no class {unknown[0]!r} in {args.data}")
         data.meta = data.meta[data.meta["class"].isin(args.classes)].reset_index(drop=True)
-    split = make_split(data.meta, holdout=args.holdout, holdout_subtypes=args.holdout_subtypes,
-                       versions=args.holdout_versions, seed=args.seed,
-                       test_fraction=args.test_fraction)
+    split = make_split(
+        data.meta,
+        holdout=args.holdout,
+        holdout_subtypes=args.holdout_subtypes,
+        versions=args.holdout_versions,
+        seed=args.seed,
+        test_fraction=args.test_fraction,
+    )
 
     def progress(epoch, loss):
         print(f"epoch {epoch}/{config.epochs}: loss {loss:.3f}", file=sys.stderr)
 
     res = run_holdout(data, split, config, db=args.db, out=args.out, progress=progress)
     state = "reused stored run" if res.reused else f"checkpoint {res.checkpoint}"
-    print(f"held out {split.label}: trained on {len(split.train)} images of "
-          f"{len(data.classes)} classes ({state})")
-    print(f"in-distribution top-1 {100 * res.seen_top1:.1f} % (n={res.n_seen}); "
-          f"held-out top-1 {100 * res.held_top1:.1f} % (n={res.n_held}); run {res.run_id} in {args.db}")
+    print(
+        f"held out {split.label}: trained on {len(split.train)} images of "
+        f"{len(data.classes)} classes ({state})"
+    )
+    print(
+        f"in-distribution top-1 {100 * res.seen_top1:.1f} % (n={res.n_seen}); "
+        f"held-out top-1 {100 * res.held_top1:.1f} % (n={res.n_held}); run {res.run_id} in {args.db}"
+    )
     return 0

@@ -17,7 +17,10 @@ def run(args) -> int:
     if args.what == "shifts":
         from robustlab.shifts import list_shifts
 
-        rows = [(s.name, s.family, _fmt_levels(s.levels), ",".join(sorted(s.tags)), s.doc) for s in list_shifts()]
+        rows = [
+            (s.name, s.family, _fmt_levels(s.levels), ",".join(sorted(s.tags)), s.doc)
+            for s in list_shifts()
+        ]
         header = ("name", "family", "levels", "tags", "description")
     elif args.what == "suites":
         from robustlab.suites import list_suites

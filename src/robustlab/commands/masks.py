@@ -6,23 +6,51 @@ from robustlab.errors import InputError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("masks", help="make foreground masks automatically (GrabCut, CAM-seeded GrabCut, your segmentation model)")
-    p.add_argument("--data", required=True, help="image folder (ImageFolder tree or flat + labels CSV)")
-    p.add_argument("--out", required=True, help="folder for the mask PNGs and masks_quality.csv/json")
-    p.add_argument("--method", choices=["grabcut", "cam-grabcut", "segmentation"], default="grabcut",
-                   help="grabcut: seed by the bbox (CAM when an image has none); "
-                        "cam-grabcut: seed by a lite0 class-activation map (bbox bounds it); "
-                        "segmentation: non-background pixels of your own --seg-model")
-    p.add_argument("--seg-model", help="with --method segmentation: torchvision:NAME "
-                                       "(e.g. torchvision:deeplabv3_resnet50)")
-    p.add_argument("--seg-weights", help="with --method segmentation: local state-dict file of --seg-model")
-    p.add_argument("--seg-classes", type=int, default=21, help="output classes of the checkpoint (VOC: 21)")
+    p = sub.add_parser(
+        "masks",
+        help="make foreground masks automatically (GrabCut, CAM-seeded GrabCut, your segmentation model)",
+    )
+    p.add_argument(
+        "--data", required=True, help="image folder (ImageFolder tree or flat + labels CSV)"
+    )
+    p.add_argument(
+        "--out", required=True, help="folder for the mask PNGs and masks_quality.csv/json"
+    )
+    p.add_argument(
+        "--method",
+        choices=["grabcut", "cam-grabcut", "segmentation"],
+        default="grabcut",
+        help="grabcut: seed by the bbox (CAM when an image has none); "
+        "cam-grabcut: seed by a lite0 class-activation map (bbox bounds it); "
+        "segmentation: non-background pixels of your own --seg-model",
+    )
+    p.add_argument(
+        "--seg-model",
+        help="with --method segmentation: torchvision:NAME (e.g. torchvision:deeplabv3_resnet50)",
+    )
+    p.add_argument(
+        "--seg-weights", help="with --method segmentation: local state-dict file of --seg-model"
+    )
+    p.add_argument(
+        "--seg-classes", type=int, default=21, help="output classes of the checkpoint (VOC: 21)"
+    )
     p.add_argument("--seg-background", type=int, default=0, help="index of the background class")
     p.add_argument("--bboxes", help="CSV of object boxes: file,x0,y0,x1,y1 in source pixels")
-    p.add_argument("--labels", "--labels-csv", dest="labels_csv", help="labels CSV for a flat folder (default: DATA/labels.csv)")
-    p.add_argument("--cam-class", choices=["top1", "label"], default="top1",
-                   help="CAM target: the model's top-1 class or the sample's ImageNet-1k label")
-    p.add_argument("--max-side", type=int, default=256, help="GrabCut work resolution (longer side)")
+    p.add_argument(
+        "--labels",
+        "--labels-csv",
+        dest="labels_csv",
+        help="labels CSV for a flat folder (default: DATA/labels.csv)",
+    )
+    p.add_argument(
+        "--cam-class",
+        choices=["top1", "label"],
+        default="top1",
+        help="CAM target: the model's top-1 class or the sample's ImageNet-1k label",
+    )
+    p.add_argument(
+        "--max-side", type=int, default=256, help="GrabCut work resolution (longer side)"
+    )
     p.add_argument("--iterations", type=int, default=5, help="GrabCut iterations")
     p.add_argument("--overwrite", action="store_true", help="remake masks that already exist")
     p.set_defaults(func=run)
@@ -43,16 +71,21 @@ def run(args) -> int:
             raise InputError("--method segmentation needs --seg-model and --seg-weights")
         from robustlab.run.segmentation import load_segmentation_model
 
-        segmenter = load_segmentation_model(args.seg_model, weights=args.seg_weights,
-                                            num_classes=args.seg_classes,
-                                            background=args.seg_background)
+        segmenter = load_segmentation_model(
+            args.seg_model,
+            weights=args.seg_weights,
+            num_classes=args.seg_classes,
+            background=args.seg_background,
+        )
     elif args.seg_model or args.seg_weights:
         raise InputError("--seg-model/--seg-weights only apply to --method segmentation")
     data, out = Path(args.data).expanduser(), Path(args.out).expanduser()
     if data.is_dir() and out.resolve().is_relative_to(data.resolve()):
-        raise InputError(f"--out {out} is inside --data {data}: the masks would become part of "
-                         "the data set (a class 'masks' on the next run)",
-                         hint="choose a masks folder outside the data folder")
+        raise InputError(
+            f"--out {out} is inside --data {data}: the masks would become part of "
+            "the data set (a class 'masks' on the next run)",
+            hint="choose a masks folder outside the data folder",
+        )
     samples = discover(data, labels_csv=args.labels_csv, bboxes=args.bboxes)
     if args.method in ("grabcut", "cam-grabcut"):
         print(_seeding_line(args.method, samples, args.bboxes), flush=True)
@@ -60,14 +93,21 @@ def run(args) -> int:
     from robustlab.run.progress import LineProgress
 
     lines = LineProgress(len(samples), what="masks", unit="img")
-    summary = build_masks(samples, args.out, AutoMasker(args.method, params=params, segmenter=segmenter),
-                          overwrite=args.overwrite, cam_class=args.cam_class,
-                          progress=lambda done, _total: lines.update(done - lines.done))
+    summary = build_masks(
+        samples,
+        args.out,
+        AutoMasker(args.method, params=params, segmenter=segmenter),
+        overwrite=args.overwrite,
+        cam_class=args.cam_class,
+        progress=lambda done, _total: lines.update(done - lines.done),
+    )
     lines.close()
-    print(f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
-          f"({summary['n'] - summary['n_written']} empty/full, unusable), {summary['n_skipped']} "
-          f"skipped (unreadable, or a mask of another size), {summary['n_suspicious']} "
-          f"suspicious; flags: {_counts_text(summary['flag_counts'])}")
+    print(
+        f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
+        f"({summary['n'] - summary['n_written']} empty/full, unusable), {summary['n_skipped']} "
+        f"skipped (unreadable, or a mask of another size), {summary['n_suspicious']} "
+        f"suspicious; flags: {_counts_text(summary['flag_counts'])}"
+    )
     return 0
 
 
@@ -77,8 +117,9 @@ def _seeding_line(method: str, samples, bboxes) -> str:
     boxed = sum(s.bbox is not None for s in samples)
     rest = len(samples) - boxed
     if method == "cam-grabcut":
-        return (f"seeding: lite0 CAM for all {len(samples)} images"
-                + (f" ({boxed} bounded by their box)" if boxed else ""))
+        return f"seeding: lite0 CAM for all {len(samples)} images" + (
+            f" ({boxed} bounded by their box)" if boxed else ""
+        )
     line = f"seeding: {boxed} images by their box, {rest} by a lite0 CAM (no box)"
     if rest and not bboxes:
         line += "; pass --bboxes CSV to seed by object boxes"

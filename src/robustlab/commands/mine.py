@@ -14,33 +14,74 @@ def add_parser(sub) -> None:
         "under the label space's rule, and write the hard subset (links or copies, labels.csv, "
         "hard.csv with each surrogate's guess) plus a mining record in the database.",
     )
-    p.add_argument("--data", required=True,
-                   help="images to mine: a class-folder tree, a flat folder + labels CSV, a "
-                   "`robustlab synth` folder or a `robustlab generate` folder")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="images to mine: a class-folder tree, a flat folder + labels CSV, a "
+        "`robustlab synth` folder or a `robustlab generate` folder",
+    )
     p.add_argument("--out", default=None, help="folder for the hard subset (default: record only)")
-    p.add_argument("--surrogates", default="lite0,lite1,lite2",
-                   help="comma-separated model specs (default lite0,lite1,lite2, bundled offline)")
-    p.add_argument("--weights", default=None,
-                   help="comma-separated weights paths, one per surrogate (empty for none)")
-    p.add_argument("--k", type=int, default=None,
-                   help="keep when at least K surrogates are wrong (default: all of them)")
-    p.add_argument("--label-space", default=None,
-                   help="label space of the correctness rule (e.g. imagenet-d; default: the "
-                   "suite's, else imagenet1k)")
-    p.add_argument("--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)")
-    p.add_argument("--copy", action="store_true", help="copy the kept images instead of linking them")
-    p.add_argument("--include-clean", action="store_true",
-                   help="also mine a generated folder's clean source images")
-    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
-                   help="only these shifts of a generated folder (repeatable, or comma-separated)")
-    p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList,
-                   dest="levels", convert=level,
-                   help="only these levels of a generated folder (repeatable, or comma-separated)")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)")
+    p.add_argument(
+        "--surrogates",
+        default="lite0,lite1,lite2",
+        help="comma-separated model specs (default lite0,lite1,lite2, bundled offline)",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="comma-separated weights paths, one per surrogate (empty for none)",
+    )
+    p.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="keep when at least K surrogates are wrong (default: all of them)",
+    )
+    p.add_argument(
+        "--label-space",
+        default=None,
+        help="label space of the correctness rule (e.g. imagenet-d; default: the "
+        "suite's, else imagenet1k)",
+    )
+    p.add_argument(
+        "--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)"
+    )
+    p.add_argument(
+        "--copy", action="store_true", help="copy the kept images instead of linking them"
+    )
+    p.add_argument(
+        "--include-clean",
+        action="store_true",
+        help="also mine a generated folder's clean source images",
+    )
+    p.add_argument(
+        "--shift",
+        "--shifts",
+        action=CommaList,
+        dest="shifts",
+        help="only these shifts of a generated folder (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--level",
+        "--levels",
+        "--severity",
+        "--severities",
+        action=CommaList,
+        dest="levels",
+        convert=level,
+        help="only these levels of a generated folder (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)"
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
-    p.add_argument("--workers", type=workers, default=None,
-                   help="data worker processes (default: cores - 1; 0: all in the main process)")
+    p.add_argument(
+        "--workers",
+        type=workers,
+        default=None,
+        help="data worker processes (default: cores - 1; 0: all in the main process)",
+    )
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -50,18 +91,32 @@ def run(args) -> int:
 
     specs = [s.strip() for s in args.surrogates.split(",") if s.strip()]
     weights = [w.strip() or None for w in args.weights.split(",")] if args.weights else None
-    res = mine(args.data, surrogates=specs, k=args.k, label_space=args.label_space,
-               labels_csv=args.labels, db=args.db, out=args.out, copy=args.copy,
-               include_clean=True if args.include_clean else None,
-               shifts=args.shifts, levels=args.levels, weights=weights,
-               device=args.device, batch_size=args.batch_size, workers=args.workers,
-               progress=False if args.no_progress else None)
+    res = mine(
+        args.data,
+        surrogates=specs,
+        k=args.k,
+        label_space=args.label_space,
+        labels_csv=args.labels,
+        db=args.db,
+        out=args.out,
+        copy=args.copy,
+        include_clean=True if args.include_clean else None,
+        shifts=args.shifts,
+        levels=args.levels,
+        weights=weights,
+        device=args.device,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        progress=False if args.no_progress else None,
+    )
     kept = len(res.kept)
     total = len(res.table)
-    print(f"mining {res.mining_id}: kept {kept} of {total} candidates "
-          f"({100.0 * kept / total:.1f} %) that at least {res.k} of {res.n} surrogates "
-          f"({', '.join(res.surrogates)}) get wrong; runs {', '.join(res.run_ids)}"
-          + (f"; hard subset in {res.out}" if res.out else ""))
+    print(
+        f"mining {res.mining_id}: kept {kept} of {total} candidates "
+        f"({100.0 * kept / total:.1f} %) that at least {res.k} of {res.n} surrogates "
+        f"({', '.join(res.surrogates)}) get wrong; runs {', '.join(res.run_ids)}"
+        + (f"; hard subset in {res.out}" if res.out else "")
+    )
     for note in res.notes:
         print(f"  note: {note}")
     return 0

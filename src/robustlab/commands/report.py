@@ -8,23 +8,47 @@ from robustlab.errors import InputError
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "report", help="write a self-contained HTML report of stored results",
+        "report",
+        help="write a self-contained HTML report of stored results",
         description="Write one HTML file (plots and images embedded; opens from disk with no "
-                    "server or network) with the runs' summary, ImageNet-C and scenario "
-                    "tables, plots, an example image grid and a leaderboard.")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)")
-    p.add_argument("--run", nargs="+", action="extend", dest="runs", metavar="ID",
-                   help="only these run ids or id prefixes (default: every run)")
+        "server or network) with the runs' summary, ImageNet-C and scenario "
+        "tables, plots, an example image grid and a leaderboard.",
+    )
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
+    )
+    p.add_argument(
+        "--run",
+        nargs="+",
+        action="extend",
+        dest="runs",
+        metavar="ID",
+        help="only these run ids or id prefixes (default: every run)",
+    )
     p.add_argument("--out", required=True, help="output HTML file, e.g. report.html")
-    p.add_argument("--baseline", default=None,
-                   help="CE baseline: 'alexnet' (full ImageNet val only) or a model spec evaluated "
-                        "on the same images (default: alexnet when valid, else no mCE)")
-    p.add_argument("--no-grid", action="store_true",
-                   help="leave out the example image grid (it re-renders images from the data root)")
-    p.add_argument("--grid-sample", default=None, metavar="ID",
-                   help="sample id to show in the image grid (default: chosen automatically)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals (default: 0)")
-    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: 1000)")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="CE baseline: 'alexnet' (full ImageNet val only) or a model spec evaluated "
+        "on the same images (default: alexnet when valid, else no mCE)",
+    )
+    p.add_argument(
+        "--no-grid",
+        action="store_true",
+        help="leave out the example image grid (it re-renders images from the data root)",
+    )
+    p.add_argument(
+        "--grid-sample",
+        default=None,
+        metavar="ID",
+        help="sample id to show in the image grid (default: chosen automatically)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the bootstrap intervals (default: 0)"
+    )
+    p.add_argument(
+        "--resamples", type=int, default=1000, help="bootstrap resamples (default: 1000)"
+    )
     p.add_argument("--title", default=None, help="page title")
     add_no_progress(p)
     p.set_defaults(func=run)
@@ -38,12 +62,23 @@ def run(args) -> int:
     if args.resamples < 1:
         raise InputError(f"--resamples must be at least 1, got {args.resamples}")
 
-    result = build_report(args.db, args.out, run_ids=args.runs, baseline=args.baseline,
-                          grid=not args.no_grid, grid_sample=args.grid_sample, seed=args.seed,
-                          n_resamples=args.resamples, title=args.title,
-                          progress=not args.no_progress)
+    result = build_report(
+        args.db,
+        args.out,
+        run_ids=args.runs,
+        baseline=args.baseline,
+        grid=not args.no_grid,
+        grid_sample=args.grid_sample,
+        seed=args.seed,
+        n_resamples=args.resamples,
+        title=args.title,
+        progress=not args.no_progress,
+    )
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"report written to {result.path} ({len(result.tables)} tables, "
-          f"{len(result.figures)} plots, {result.grids} image grid(s))", file=sys.stderr)
+    print(
+        f"report written to {result.path} ({len(result.tables)} tables, "
+        f"{len(result.figures)} plots, {result.grids} image grid(s))",
+        file=sys.stderr,
+    )
     return 0

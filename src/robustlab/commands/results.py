@@ -7,32 +7,61 @@ import sys
 
 def add_parser(sub) -> None:
     p = sub.add_parser("results", help="show stored results (per cell, CE, mCE) or export them")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)")
-    p.add_argument("--format", default="table", choices=["table", "csv", "json", "markdown"],
-                   help="output format (default: table)")
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
+    )
+    p.add_argument(
+        "--format",
+        default="table",
+        choices=["table", "csv", "json", "markdown"],
+        help="output format (default: table)",
+    )
     p.add_argument("--model", action="append", help="only this model spec (repeatable)")
     p.add_argument("--suite", action="append", help="only this suite (repeatable)")
     p.add_argument("--run", action="append", help="only this run id or id prefix (repeatable)")
-    p.add_argument("--baseline", default=None,
-                   help="CE baseline: 'alexnet' (bundled errors; full ImageNet val only) or a "
-                        "model spec evaluated on the same images (default: alexnet when valid)")
-    p.add_argument("--export", metavar="DIR", default=None,
-                   help="write runs.parquet and predictions.parquet into DIR instead of a table")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="CE baseline: 'alexnet' (bundled errors; full ImageNet val only) or a "
+        "model spec evaluated on the same images (default: alexnet when valid)",
+    )
+    p.add_argument(
+        "--export",
+        metavar="DIR",
+        default=None,
+        help="write runs.parquet and predictions.parquet into DIR instead of a table",
+    )
     p.add_argument("--output", "-o", default=None, help="write the table to this file")
-    p.add_argument("--segmentation", action="store_true",
-                   help="show segmentation runs (mIoU, pixel accuracy per cell) instead; shown "
-                        "anyway when the selected runs are all segmentation runs")
-    p.add_argument("--summary", action="store_true",
-                   help="one row per run: images, clean and mean shifted top-1, mCE and relative "
-                        "mCE (with the baseline used), S_robust / partial S, BG-gap, path, precision, "
-                        "defence")
-    p.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
-                   help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
-                        "images, B - A and its paired bootstrap interval")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the --compare bootstrap (default: 0)")
-    p.add_argument("--resamples", type=_positive, default=2000,
-                   help="bootstrap resamples per --compare interval (default: 2000)")
+    p.add_argument(
+        "--segmentation",
+        action="store_true",
+        help="show segmentation runs (mIoU, pixel accuracy per cell) instead; shown "
+        "anyway when the selected runs are all segmentation runs",
+    )
+    p.add_argument(
+        "--summary",
+        action="store_true",
+        help="one row per run: images, clean and mean shifted top-1, mCE and relative "
+        "mCE (with the baseline used), S_robust / partial S, BG-gap, path, precision, "
+        "defence",
+    )
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
+        "images, B - A and its paired bootstrap interval",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the --compare bootstrap (default: 0)"
+    )
+    p.add_argument(
+        "--resamples",
+        type=_positive,
+        default=2000,
+        help="bootstrap resamples per --compare interval (default: 2000)",
+    )
     p.set_defaults(func=run)
 
 
@@ -58,8 +87,9 @@ def run(args) -> int:
     if args.export:
         ids = None
         if args.run or args.model or args.suite:
-            ids = list(select_runs(store, run_ids=args.run, models=args.model,
-                                   suites=args.suite)["run_id"])
+            ids = list(
+                select_runs(store, run_ids=args.run, models=args.model, suites=args.suite)["run_id"]
+            )
         paths = store.export_parquet(args.export, ids)
         for p in paths:
             print(p)
@@ -67,23 +97,31 @@ def run(args) -> int:
     if args.compare:
         from robustlab.store.queries import compare_table
 
-        table, notes = compare_table(store, *args.compare, seed=args.seed,
-                                     n_resamples=args.resamples)
+        table, notes = compare_table(
+            store, *args.compare, seed=args.seed, n_resamples=args.resamples
+        )
         return _emit(format_table(table, args.format), notes, args.output)
     if args.summary:
         from robustlab.store.queries import summary_table
 
-        table, notes = summary_table(store, run_ids=args.run, models=args.model,
-                                     suites=args.suite, baseline=args.baseline)
+        table, notes = summary_table(
+            store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline
+        )
         return _emit(format_table(table, args.format), notes, args.output)
-    table, notes = ([], []) if args.segmentation else results_table(
-        store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline)
+    table, notes = (
+        ([], [])
+        if args.segmentation
+        else results_table(
+            store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline
+        )
+    )
     if args.segmentation or len(table) == 0:
         from robustlab.commands.segment import format_segmentation
         from robustlab.store.queries import segmentation_table
 
-        seg, seg_notes = segmentation_table(store, run_ids=args.run, models=args.model,
-                                            suites=args.suite, require=args.segmentation)
+        seg, seg_notes = segmentation_table(
+            store, run_ids=args.run, models=args.model, suites=args.suite, require=args.segmentation
+        )
         if args.segmentation or len(seg):
             table, notes = seg, [n for n in notes if "segmentation run(s)" not in n] + seg_notes
             text = format_segmentation(table, args.format)

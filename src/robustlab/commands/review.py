@@ -13,40 +13,82 @@ import sys
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "review", help="verify images by hand in a local web app; export the agreed set",
+        "review",
+        help="verify images by hand in a local web app; export the agreed set",
         description="Serve a local web page for people to verify a set of images (accept, "
-                    "reject, not a single object, relabel; keyboard shortcuts, undo, several "
-                    "named annotators), storing every decision in the results database. "
-                    "With --export, write the images kept by the agreement rule instead.")
-    p.add_argument("--data", required=True, metavar="DIR",
-                   help="labelled image folder: <class>/<file> (or <subset>/<class>/<file>, "
-                        "or a flat folder with labels.csv)")
-    p.add_argument("--predictions", metavar="CSV", default=None,
-                   help="CSV with a 'file' column and one column per surrogate guess, shown "
-                        "beside each image (e.g. the CSV `robustlab mine` writes)")
-    p.add_argument("--db", default="robustlab.duckdb",
-                   help="results database the decisions go to (default: ./robustlab.duckdb)")
-    p.add_argument("--annotator", metavar="NAME", default=None,
-                   help="annotator name to put in the printed URL (each person can set theirs "
-                        "in the page)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="interface to listen on (default: 127.0.0.1, this machine only)")
+        "reject, not a single object, relabel; keyboard shortcuts, undo, several "
+        "named annotators), storing every decision in the results database. "
+        "With --export, write the images kept by the agreement rule instead.",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="DIR",
+        help="labelled image folder: <class>/<file> (or <subset>/<class>/<file>, "
+        "or a flat folder with labels.csv)",
+    )
+    p.add_argument(
+        "--predictions",
+        metavar="CSV",
+        default=None,
+        help="CSV with a 'file' column and one column per surrogate guess, shown "
+        "beside each image (e.g. the CSV `robustlab mine` writes)",
+    )
+    p.add_argument(
+        "--db",
+        default="robustlab.duckdb",
+        help="results database the decisions go to (default: ./robustlab.duckdb)",
+    )
+    p.add_argument(
+        "--annotator",
+        metavar="NAME",
+        default=None,
+        help="annotator name to put in the printed URL (each person can set theirs in the page)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default: 127.0.0.1, this machine only)",
+    )
     p.add_argument("--port", type=int, default=0, help="TCP port (default: 0, a free one)")
-    p.add_argument("--label-space", default=None, metavar="NAME",
-                   help="label space of the class folders and of relabel choices (default: a "
-                        "built-in space whose folder names match, else the folder names)")
-    p.add_argument("--set", dest="set_name", default=None, metavar="NAME",
-                   help="name the set's decisions are stored under (default: the data folder's "
-                        "absolute path; give the same name after moving the folder)")
-    p.add_argument("--export", metavar="OUT.csv", default=None,
-                   help="do not serve: write the images the agreement rule keeps (file, final "
-                        "class, votes) and print the agreement statistics")
-    p.add_argument("-k", "--agree", type=int, default=2, metavar="K",
-                   help="votes an image needs to be kept, for its label or for one relabel "
-                        "target (default: 2)")
-    p.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
-                   help="how long to wait for a database another process is writing "
-                        "(default: 10)")
+    p.add_argument(
+        "--label-space",
+        default=None,
+        metavar="NAME",
+        help="label space of the class folders and of relabel choices (default: a "
+        "built-in space whose folder names match, else the folder names)",
+    )
+    p.add_argument(
+        "--set",
+        dest="set_name",
+        default=None,
+        metavar="NAME",
+        help="name the set's decisions are stored under (default: the data folder's "
+        "absolute path; give the same name after moving the folder)",
+    )
+    p.add_argument(
+        "--export",
+        metavar="OUT.csv",
+        default=None,
+        help="do not serve: write the images the agreement rule keeps (file, final "
+        "class, votes) and print the agreement statistics",
+    )
+    p.add_argument(
+        "-k",
+        "--agree",
+        type=int,
+        default=2,
+        metavar="K",
+        help="votes an image needs to be kept, for its label or for one relabel "
+        "target (default: 2)",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for a database another process is writing (default: 10)",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,8 +111,9 @@ def _load(args):
     from robustlab.review import load_review_set
     from robustlab.store.reviews import ReviewStore
 
-    review_set = load_review_set(args.data, predictions=args.predictions,
-                                 label_space=args.label_space, name=args.set_name)
+    review_set = load_review_set(
+        args.data, predictions=args.predictions, label_space=args.label_space, name=args.set_name
+    )
     for note in review_set.notes:
         print(f"note: {note}", file=sys.stderr)
     return review_set, ReviewStore(args.db, timeout=args.wait)
@@ -100,10 +143,16 @@ def _serve(args) -> int:
     review_set, store = _load(args)
     server = ReviewServer(review_set, store, host=args.host, port=args.port, annotator=annotator)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {args.host}: anyone who can reach this machine and has "
-              "the URL can review", file=sys.stderr)
-    print(f"reviewing {len(review_set)} images ({review_set.label_space} label space) into "
-          f"{store.path}; stop with Ctrl-C", file=sys.stderr)
+        print(
+            f"warning: listening on {args.host}: anyone who can reach this machine and has "
+            "the URL can review",
+            file=sys.stderr,
+        )
+    print(
+        f"reviewing {len(review_set)} images ({review_set.label_space} label space) into "
+        f"{store.path}; stop with Ctrl-C",
+        file=sys.stderr,
+    )
     print(f"open {server.url()}", flush=True)
     try:
         server.serve_forever()  # returns on Ctrl-C (Werkzeug catches the KeyboardInterrupt)

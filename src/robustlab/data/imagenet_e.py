@@ -111,5 +111,12 @@ def read_archive(root) -> Archive:
     return Archive(root, samples, list(folders), folders, skipped)
 
 
-__all__ = ["LABELS", "CLEAN_DIR", "Archive", "is_archive", "read_archive", "folder_cell",
-           "labels_file"]
+__all__ = [
+    "LABELS",
+    "CLEAN_DIR",
+    "Archive",
+    "is_archive",
+    "read_archive",
+    "folder_cell",
+    "labels_file",
+]

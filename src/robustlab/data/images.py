@@ -73,9 +73,7 @@ def array_to_rgb(image) -> tuple[np.ndarray, np.ndarray | None]:
     if isinstance(image, Image.Image):
         return pil_to_rgb(image)
     if not isinstance(image, np.ndarray):
-        raise ValueError(
-            f"image must be a numpy array or a PIL image, not {type(image).__name__}"
-        )
+        raise ValueError(f"image must be a numpy array or a PIL image, not {type(image).__name__}")
     if image.dtype != np.uint8:
         raise ValueError(
             f"image array must be uint8 (0..255), got {image.dtype}; "
@@ -89,9 +87,7 @@ def array_to_rgb(image) -> tuple[np.ndarray, np.ndarray | None]:
         return np.ascontiguousarray(image), None
     if image.ndim == 3 and image.shape[2] == 4:
         return np.ascontiguousarray(image[..., :3]), np.ascontiguousarray(image[..., 3])
-    raise ValueError(
-        f"image must be HxW, HxWx1, HxWx3 or HxWx4, got shape {tuple(image.shape)}"
-    )
+    raise ValueError(f"image must be HxW, HxWx1, HxWx3 or HxWx4, got shape {tuple(image.shape)}")
 
 
 def check_size(rgb: np.ndarray, min_side: int = MIN_SIDE) -> None:
@@ -176,7 +172,9 @@ def read_image(
         raise ImageError(f"unreadable: {exc}") from None
 
 
-def load_image(path: str | Path, max_pixels: int = MAX_PIXELS) -> tuple[np.ndarray, np.ndarray | None]:
+def load_image(
+    path: str | Path, max_pixels: int = MAX_PIXELS
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Decode ``path`` to (HxWx3 uint8 RGB, alpha or None), applying EXIF orientation.
 
     Raises:

@@ -61,13 +61,19 @@ class LabelSpace:
     def __post_init__(self) -> None:
         n = len(self.classes)
         if self.kind not in KINDS:
-            raise InputError(f"label space kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+            raise InputError(
+                f"label space kind must be one of {', '.join(KINDS)}, not {self.kind!r}"
+            )
         if not n or not (len(self.wnids) == len(self.folders) == len(self.imagenet_ids) == n):
-            raise InputError(f"label space {self.name!r}: classes, wnids, folders and ids differ in length")
+            raise InputError(
+                f"label space {self.name!r}: classes, wnids, folders and ids differ in length"
+            )
         for i, ids in enumerate(self.imagenet_ids):
             if not ids or any(not 0 <= j < NUM_IMAGENET_CLASSES for j in ids):
-                raise InputError(f"label space {self.name!r}: class {self.classes[i]!r} has ImageNet "
-                                 f"ids {list(ids)} (need 1+ ids in 0..{NUM_IMAGENET_CLASSES - 1})")
+                raise InputError(
+                    f"label space {self.name!r}: class {self.classes[i]!r} has ImageNet "
+                    f"ids {list(ids)} (need 1+ ids in 0..{NUM_IMAGENET_CLASSES - 1})"
+                )
             if self.kind != "mapping" and len(ids) != 1:
                 raise InputError(f"label space {self.name!r}: a {self.kind} class maps to one id")
         lookup: dict[str, int] = {}
@@ -115,7 +121,9 @@ class LabelSpace:
         if isinstance(key, int):
             if 0 <= key < len(self.classes):
                 return key
-            raise InputError(f"class index {key} is outside label space {self.name!r} (0..{len(self) - 1})")
+            raise InputError(
+                f"class index {key} is outside label space {self.name!r} (0..{len(self) - 1})"
+            )
         text = str(key).strip()
         if text in self._lookup:
             return self._lookup[text]
@@ -124,8 +132,10 @@ class LabelSpace:
         if text.isdigit():
             return self.index_of(int(text))
         if text in self._ambiguous or text.lower() in self._ambiguous:
-            raise InputError(f"class name {text!r} is used by more than one class of label space "
-                             f"{self.name!r}; name it by wnid")
+            raise InputError(
+                f"class name {text!r} is used by more than one class of label space "
+                f"{self.name!r}; name it by wnid"
+            )
         raise InputError(f"{text!r} is not a class of label space {self.name!r}")
 
     @property
@@ -137,8 +147,12 @@ class LabelSpace:
 
     def describe(self) -> dict:
         """A JSON-able record: name, kind, size and source."""
-        return {"name": self.name, "kind": self.kind, "num_classes": len(self),
-                "source": self.source}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "num_classes": len(self),
+            "source": self.source,
+        }
 
 
 # ---------------------------------------------------------------- built-in tables
@@ -163,10 +177,14 @@ def _imagenet_rows() -> tuple[tuple[str, str], ...]:
 def _imagenet1k() -> LabelSpace:
     rows = _imagenet_rows()
     return LabelSpace(
-        name="imagenet1k", classes=tuple(n for _, n in rows), wnids=tuple(w for w, _ in rows),
-        folders=tuple(w for w, _ in rows), kind="full",
+        name="imagenet1k",
+        classes=tuple(n for _, n in rows),
+        wnids=tuple(w for w, _ in rows),
+        folders=tuple(w for w, _ in rows),
+        kind="full",
         imagenet_ids=tuple((i,) for i in range(len(rows))),
-        source="ImageNet-1k (ILSVRC-2012) classes, index = position of the sorted wnid")
+        source="ImageNet-1k (ILSVRC-2012) classes, index = position of the sorted wnid",
+    )
 
 
 def _subset(name: str, wnids: list[str], source: str) -> LabelSpace:
@@ -176,23 +194,39 @@ def _subset(name: str, wnids: list[str], source: str) -> LabelSpace:
     if unknown:
         raise InputError(f"label space {name!r}: {unknown[0]!r} is not an ImageNet-1k wnid")
     ids = sorted({index[w] for w in wnids})  # ImageNet index order, like the reference masks
-    return LabelSpace(name=name, classes=tuple(rows[i][1] for i in ids),
-                      wnids=tuple(rows[i][0] for i in ids), folders=tuple(rows[i][0] for i in ids),
-                      kind="subset", imagenet_ids=tuple((i,) for i in ids), source=source)
+    return LabelSpace(
+        name=name,
+        classes=tuple(rows[i][1] for i in ids),
+        wnids=tuple(rows[i][0] for i in ids),
+        folders=tuple(rows[i][0] for i in ids),
+        kind="subset",
+        imagenet_ids=tuple((i,) for i in ids),
+        source=source,
+    )
 
 
 def _wnid_list(file: str) -> list[str]:
-    return [line.strip() for line in _asset(file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        line.strip()
+        for line in _asset(file).read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def _imagenet_a() -> LabelSpace:
-    return _subset("imagenet-a", _wnid_list("imagenet_a_wnids.txt"),
-                   "ImageNet-A 200 classes (hendrycks/natural-adv-examples)")
+    return _subset(
+        "imagenet-a",
+        _wnid_list("imagenet_a_wnids.txt"),
+        "ImageNet-A 200 classes (hendrycks/natural-adv-examples)",
+    )
 
 
 def _imagenet_r() -> LabelSpace:
-    return _subset("imagenet-r", _wnid_list("imagenet_r_wnids.txt"),
-                   "ImageNet-R 200 classes (hendrycks/imagenet-r)")
+    return _subset(
+        "imagenet-r",
+        _wnid_list("imagenet_r_wnids.txt"),
+        "ImageNet-R 200 classes (hendrycks/imagenet-r)",
+    )
 
 
 def _imagenet9() -> LabelSpace:
@@ -202,29 +236,41 @@ def _imagenet9() -> LabelSpace:
     for row in pairs:
         ids[int(row["imagenet9_index"])].append(int(row["imagenet_index"]))
     return LabelSpace(
-        name="imagenet9", classes=tuple(r["name"] for r in classes),
-        wnids=tuple(r["wnid"] for r in classes), folders=tuple(r["folder"] for r in classes),
-        kind="mapping", imagenet_ids=tuple(tuple(sorted(x)) for x in ids),
-        source="ImageNet-9 in_to_in9.json (MadryLab/backgrounds_challenge): 9 classes over 370 ImageNet classes")
+        name="imagenet9",
+        classes=tuple(r["name"] for r in classes),
+        wnids=tuple(r["wnid"] for r in classes),
+        folders=tuple(r["folder"] for r in classes),
+        kind="mapping",
+        imagenet_ids=tuple(tuple(sorted(x)) for x in ids),
+        source="ImageNet-9 in_to_in9.json (MadryLab/backgrounds_challenge): 9 classes over 370 ImageNet classes",
+    )
 
 
 def _imagenet_d() -> LabelSpace:
     rows = _read_csv(_asset("imagenet_d_classes.csv").read_text(encoding="utf-8"))
     rows.sort(key=lambda r: int(r["index"]))
     return LabelSpace(
-        name="imagenet-d", classes=tuple(r["name"] for r in rows), wnids=tuple(None for _ in rows),
-        folders=tuple(r["folder"] for r in rows), kind="mapping",
+        name="imagenet-d",
+        classes=tuple(r["name"] for r in rows),
+        wnids=tuple(None for _ in rows),
+        folders=tuple(r["folder"] for r in rows),
+        kind="mapping",
         imagenet_ids=tuple(tuple(int(x) for x in r["imagenet_ids"].split()) for r in rows),
-        source="ImageNet-D imgnet_d2imgnet_id.txt (chenshuang-zhang/imagenet_d): 113 classes, 1-3 ImageNet ids each")
+        source="ImageNet-D imgnet_d2imgnet_id.txt (chenshuang-zhang/imagenet_d): 113 classes, 1-3 ImageNet ids each",
+    )
 
 
 def _demo() -> LabelSpace:
     rows = _read_csv(_asset("demo/classes.csv").read_text(encoding="utf-8"))
     return LabelSpace(
-        name="demo", classes=tuple(r["name"] for r in rows), wnids=tuple(None for _ in rows),
-        folders=tuple(r["folder"] for r in rows), kind="mapping",
+        name="demo",
+        classes=tuple(r["name"] for r in rows),
+        wnids=tuple(None for _ in rows),
+        folders=tuple(r["folder"] for r in rows),
+        kind="mapping",
         imagenet_ids=tuple(tuple(int(x) for x in r["imagenet_ids"].split()) for r in rows),
-        source="robustlab demo set (docs/demo.md): 6 classes, 1-3 ImageNet ids each")
+        source="robustlab demo set (docs/demo.md): 6 classes, 1-3 ImageNet ids each",
+    )
 
 
 _BUILTIN = {
@@ -235,9 +281,16 @@ _BUILTIN = {
     "imagenet-d": (_imagenet_d, "ImageNet-D: 113 classes, each 1-3 ImageNet ids"),
     "demo": (_demo, "robustlab demo photos: 6 classes, each 1-3 ImageNet ids"),
 }
-_ALIASES = {"imagenet": "imagenet1k", "imagenet-1k": "imagenet1k", "in1k": "imagenet1k",
-            "imagenet-9": "imagenet9", "in9": "imagenet9", "imagenet_d": "imagenet-d",
-            "imagenet_a": "imagenet-a", "imagenet_r": "imagenet-r"}
+_ALIASES = {
+    "imagenet": "imagenet1k",
+    "imagenet-1k": "imagenet1k",
+    "in1k": "imagenet1k",
+    "imagenet-9": "imagenet9",
+    "in9": "imagenet9",
+    "imagenet_d": "imagenet-d",
+    "imagenet_a": "imagenet-a",
+    "imagenet_r": "imagenet-r",
+}
 
 
 def list_label_spaces() -> list[tuple[str, str]]:
@@ -281,28 +334,41 @@ def _from_csv(path: Path) -> LabelSpace:
         raise InputError(f"cannot read label space file {path}: {exc}") from None
     cols = set(rows[0]) if rows else set()
     if not rows or "name" not in cols or not ({"wnid", "imagenet_ids"} & cols):
-        raise InputError(f"{path}: a label space CSV needs a 'name' column and 'wnid' or "
-                         "'imagenet_ids', and at least one row")
+        raise InputError(
+            f"{path}: a label space CSV needs a 'name' column and 'wnid' or "
+            "'imagenet_ids', and at least one row"
+        )
     if "imagenet_ids" in cols:
         ids = []
         for n, row in enumerate(rows, start=2):
             try:
                 ids.append(tuple(int(x) for x in (row["imagenet_ids"] or "").split()))
             except ValueError:
-                raise InputError(f"{path} line {n}: imagenet_ids must be integers, "
-                                 f"got {row['imagenet_ids']!r}") from None
+                raise InputError(
+                    f"{path} line {n}: imagenet_ids must be integers, got {row['imagenet_ids']!r}"
+                ) from None
         wnids = tuple((row.get("wnid") or None) for row in rows)
         folders = tuple(row.get("folder") or row["name"] for row in rows)
-        return LabelSpace(name=str(path), classes=tuple(r["name"] for r in rows), wnids=wnids,
-                          folders=folders, kind="mapping", imagenet_ids=tuple(ids),
-                          source=f"user file {path}")
+        return LabelSpace(
+            name=str(path),
+            classes=tuple(r["name"] for r in rows),
+            wnids=wnids,
+            folders=folders,
+            kind="mapping",
+            imagenet_ids=tuple(ids),
+            source=f"user file {path}",
+        )
     index = {w: i for i, (w, _) in enumerate(_imagenet_rows())}
     bad = [r["wnid"] for r in rows if r["wnid"] not in index]
     if bad:
         raise InputError(f"{path}: {bad[0]!r} is not an ImageNet-1k wnid")
     order = sorted(rows, key=lambda r: index[r["wnid"]])
-    return LabelSpace(name=str(path), classes=tuple(r["name"] for r in order),
-                      wnids=tuple(r["wnid"] for r in order),
-                      folders=tuple(r.get("folder") or r["wnid"] for r in order), kind="subset",
-                      imagenet_ids=tuple((index[r["wnid"]],) for r in order),
-                      source=f"user file {path}")
+    return LabelSpace(
+        name=str(path),
+        classes=tuple(r["name"] for r in order),
+        wnids=tuple(r["wnid"] for r in order),
+        folders=tuple(r.get("folder") or r["wnid"] for r in order),
+        kind="subset",
+        imagenet_ids=tuple((index[r["wnid"]],) for r in order),
+        source=f"user file {path}",
+    )

@@ -39,8 +39,21 @@ log = logging.getLogger(__name__)
 
 # Extensions Pillow decodes that photo datasets use; anything else is not an image input.
 IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
-     ".pgm", ".pbm", ".pnm"}
+    {
+        ".jpg",
+        ".jpeg",
+        ".jpe",
+        ".png",
+        ".bmp",
+        ".gif",
+        ".tif",
+        ".tiff",
+        ".webp",
+        ".ppm",
+        ".pgm",
+        ".pbm",
+        ".pnm",
+    }
 )
 # Columns a labels CSV may use for the class, in order of preference.
 LABEL_COLUMNS = ("wnid", "class", "label", "index")
@@ -77,8 +90,14 @@ class SampleList(list):
         labels_csv: The CSV the labels came from, if any.
     """
 
-    def __init__(self, items: Iterable[Sample] = (), *, skipped=(), layout: str = "",
-                 labels_csv: Path | None = None):
+    def __init__(
+        self,
+        items: Iterable[Sample] = (),
+        *,
+        skipped=(),
+        layout: str = "",
+        labels_csv: Path | None = None,
+    ):
         super().__init__(items)
         self.skipped: list[tuple[str, str]] = list(skipped)
         self.layout = layout
@@ -145,8 +164,9 @@ def _walk(root: Path) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
             with os.scandir(dirpath) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            skipped.append((printable_name(str(base or ".")),
-                            f"cannot list folder: {exc.strerror or exc}"))
+            skipped.append(
+                (printable_name(str(base or ".")), f"cannot list folder: {exc.strerror or exc}")
+            )
             continue
         subdirs = []
         for e in entries:
@@ -154,8 +174,9 @@ def _walk(root: Path) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
                 continue
             rel = base / e.name if base is not None else PurePosixPath(e.name)
             if not _is_utf8(e.name):
-                skipped.append((printable_name(str(rel)),
-                                "name is not valid UTF-8 (rename it to use it)"))
+                skipped.append(
+                    (printable_name(str(rel)), "name is not valid UTF-8 (rename it to use it)")
+                )
                 continue
             try:
                 is_dir = e.is_dir()
@@ -167,9 +188,14 @@ def _walk(root: Path) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
             if is_dir:
                 if e.is_symlink() and key in real:
                     where = real[key]
-                    skipped.append((str(rel), "link to a folder listed under its own path "
-                                    f"({where})" if where != "." else
-                                    "link to the data folder itself (a loop)"))
+                    skipped.append(
+                        (
+                            str(rel),
+                            f"link to a folder listed under its own path ({where})"
+                            if where != "."
+                            else "link to the data folder itself (a loop)",
+                        )
+                    )
                 elif key in visited:
                     skipped.append((str(rel), "link to a folder already listed (a loop)"))
                 else:
@@ -233,7 +259,9 @@ def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
                     raise InputError(
                         f"labels CSV {csv_path} line {n}: {name!r} has {col} {cls!r} and index "
                         f"{label}, but line {first[0]} pairs {key[0]} {key[1]!r} with "
-                        f"{first[1]!r}", hint="fix the row so that each class has one index")
+                        f"{first[1]!r}",
+                        hint="fix the row so that each class has one index",
+                    )
         out[name] = (cls, label)
     return out
 
@@ -310,7 +338,9 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
         if is_image_name(rel.name):
             images.append(rel)
         else:
-            skipped.append((rel.as_posix(), f"not an image file (extension {rel.suffix or 'none'!r})"))
+            skipped.append(
+                (rel.as_posix(), f"not an image file (extension {rel.suffix or 'none'!r})")
+            )
 
     entries: list[tuple[PurePosixPath, str | None, int | None]] = []
     if csv_path is not None:
@@ -375,5 +405,11 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     return SampleList(samples, skipped=skipped, layout=layout, labels_csv=csv_path)
 
 
-__all__ = ["Sample", "SampleList", "discover", "is_image_name", "printable_name",
-           "IMAGE_EXTENSIONS"]
+__all__ = [
+    "Sample",
+    "SampleList",
+    "discover",
+    "is_image_name",
+    "printable_name",
+    "IMAGE_EXTENSIONS",
+]

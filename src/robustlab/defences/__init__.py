@@ -35,9 +35,22 @@ from robustlab.defences.pixels import PIXEL_DEFENCES, Clahe, NLMeans, noise_sigm
 from robustlab.defences.tta import TTA_METHODS, TenCrop
 from robustlab.errors import InputError
 
-__all__ = ["PIXEL_DEFENCES", "TTA_METHODS", "Clahe", "DefendedModel", "DefendedPreprocessing",
-           "NLMeans", "TenCrop", "defence_label", "defend", "get_preprocess", "get_tta",
-           "model_label", "noise_sigma", "parse_spec"]
+__all__ = [
+    "PIXEL_DEFENCES",
+    "TTA_METHODS",
+    "Clahe",
+    "DefendedModel",
+    "DefendedPreprocessing",
+    "NLMeans",
+    "TenCrop",
+    "defence_label",
+    "defend",
+    "get_preprocess",
+    "get_tta",
+    "model_label",
+    "noise_sigma",
+    "parse_spec",
+]
 
 
 def _convert(cls, key: str, text: str):
@@ -60,8 +73,9 @@ def _convert(cls, key: str, text: str):
             return int(text)
         return float(text)
     except ValueError:
-        raise InputError(f"{cls.name} {key}={text!r} is not a valid value (default "
-                         f"{default!r})") from None
+        raise InputError(
+            f"{cls.name} {key}={text!r} is not a valid value (default {default!r})"
+        ) from None
 
 
 def parse_spec(spec, table: dict[str, type], what: str):
@@ -75,8 +89,10 @@ def parse_spec(spec, table: dict[str, type], what: str):
         return None
     if not isinstance(spec, str):
         if type(spec) not in table.values():
-            raise InputError(f"{what} must be one of {', '.join(table)} (a name or an object "
-                             f"of its class), got {spec!r}")
+            raise InputError(
+                f"{what} must be one of {', '.join(table)} (a name or an object "
+                f"of its class), got {spec!r}"
+            )
         return spec
     name, _, params = spec.strip().partition(":")
     cls = table.get(name.strip().lower())
@@ -88,8 +104,10 @@ def parse_spec(spec, table: dict[str, type], what: str):
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in fields:
-            raise InputError(f"{cls.name} has no parameter {key!r}; its parameters are "
-                             f"{', '.join(fields)} (as {cls.name}:{fields[0]}=VALUE)")
+            raise InputError(
+                f"{cls.name} has no parameter {key!r}; its parameters are "
+                f"{', '.join(fields)} (as {cls.name}:{fields[0]}=VALUE)"
+            )
         kwargs[key] = _convert(cls, key, value.strip())
     return cls(**kwargs)
 

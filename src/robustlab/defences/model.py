@@ -85,8 +85,10 @@ class DefendedPreprocessing:
 
 def describe_parts(pixels, tta) -> dict[str, Any]:
     """The defence record: ``{"preprocess": {...} | None, "tta": {...} | None}``."""
-    return {"preprocess": pixels.describe() if pixels is not None else None,
-            "tta": tta.describe() if tta is not None else None}
+    return {
+        "preprocess": pixels.describe() if pixels is not None else None,
+        "tta": tta.describe() if tta is not None else None,
+    }
 
 
 class DefendedModel:

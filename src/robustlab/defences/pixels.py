@@ -27,8 +27,7 @@ MAD_TO_SIGMA = 0.6745
 def _check_rgb(rgb) -> np.ndarray:
     rgb = np.asarray(rgb)
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
-        raise ValueError(f"a pixel defence needs a uint8 HxWx3 image, got {rgb.dtype} "
-                         f"{rgb.shape}")
+        raise ValueError(f"a pixel defence needs a uint8 HxWx3 image, got {rgb.dtype} {rgb.shape}")
     return rgb
 
 
@@ -59,8 +58,9 @@ class Clahe:
             object.__setattr__(self, "tile_grid", (grid, grid))
         grid = tuple(self.tile_grid)
         if len(grid) != 2 or any(not isinstance(g, (int, np.integer)) or g < 1 for g in grid):
-            raise InputError(f"clahe tile_grid must be one or two positive integers, got "
-                             f"{self.tile_grid!r}")
+            raise InputError(
+                f"clahe tile_grid must be one or two positive integers, got {self.tile_grid!r}"
+            )
         object.__setattr__(self, "tile_grid", (int(grid[0]), int(grid[1])))
         if not float(self.clip_limit) > 0:
             raise InputError(f"clahe clip_limit must be positive, got {self.clip_limit!r}")
@@ -71,8 +71,9 @@ class Clahe:
         rgb = _check_rgb(rgb)
         lab = cv2.cvtColor(rgb, cv2.COLOR_RGB2LAB)
         # cv2 takes the grid as (width, height): columns first.
-        clahe = cv2.createCLAHE(clipLimit=float(self.clip_limit),
-                                tileGridSize=(self.tile_grid[1], self.tile_grid[0]))
+        clahe = cv2.createCLAHE(
+            clipLimit=float(self.clip_limit), tileGridSize=(self.tile_grid[1], self.tile_grid[0])
+        )
         lab[..., 0] = clahe.apply(np.ascontiguousarray(lab[..., 0]))
         return cv2.cvtColor(lab, cv2.COLOR_LAB2RGB)
 
@@ -132,8 +133,10 @@ class NLMeans:
         if not float(self.h_factor) > 0:
             raise InputError(f"nlmeans h_factor must be positive, got {self.h_factor!r}")
         if int(self.patch_size) < 1 or int(self.patch_distance) < 1:
-            raise InputError("nlmeans patch_size and patch_distance must be at least 1, got "
-                             f"{self.patch_size!r} and {self.patch_distance!r}")
+            raise InputError(
+                "nlmeans patch_size and patch_distance must be at least 1, got "
+                f"{self.patch_size!r} and {self.patch_distance!r}"
+            )
         if float(self.min_sigma) < 0:
             raise InputError(f"nlmeans min_sigma must be 0 or more, got {self.min_sigma!r}")
 
@@ -145,9 +148,15 @@ class NLMeans:
         if sigma < float(self.min_sigma) or sigma == 0:
             return rgb.copy()
         s = sigma / 255.0
-        out = denoise_nl_means(rgb.astype(np.float32) / 255.0, h=float(self.h_factor) * s,
-                               sigma=s, fast_mode=True, patch_size=int(self.patch_size),
-                               patch_distance=int(self.patch_distance), channel_axis=-1)
+        out = denoise_nl_means(
+            rgb.astype(np.float32) / 255.0,
+            h=float(self.h_factor) * s,
+            sigma=s,
+            fast_mode=True,
+            patch_size=int(self.patch_size),
+            patch_distance=int(self.patch_distance),
+            channel_axis=-1,
+        )
         return np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
 
     def describe(self) -> dict[str, Any]:

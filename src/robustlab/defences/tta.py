@@ -52,12 +52,19 @@ class TenCrop:
         th, tw = hw
         height, width = int(batch.shape[-2]), int(batch.shape[-1])
         if height < th or width < tw or (height, width) == (th, tw):
-            raise ValueError(f"ten-crop needs images larger than the model input {th}x{tw}, "
-                             f"got {height}x{width}: use the defended model's transform")
+            raise ValueError(
+                f"ten-crop needs images larger than the model input {th}x{tw}, "
+                f"got {height}x{width}: use the defended model's transform"
+            )
         top, left = round((height - th) / 2.0), round((width - tw) / 2.0)
-        corners = [(0, 0), (0, width - tw), (height - th, 0), (height - th, width - tw),
-                   (top, left)]
-        crops = [batch[..., y:y + th, x:x + tw] for y, x in corners]
+        corners = [
+            (0, 0),
+            (0, width - tw),
+            (height - th, 0),
+            (height - th, width - tw),
+            (top, left),
+        ]
+        crops = [batch[..., y : y + th, x : x + tw] for y, x in corners]
         yield from crops
         for crop in crops:
             yield crop.flip(-1)

@@ -56,7 +56,9 @@ def _work_copy(rgb: np.ndarray, max_side: int) -> tuple[np.ndarray, float]:
     s = min(1.0, max_side / max(h, w))
     if s >= 1.0:
         return rgb, 1.0
-    return cv2.resize(rgb, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA), s
+    return cv2.resize(
+        rgb, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA
+    ), s
 
 
 def _run_grabcut(bgr: np.ndarray, labels: np.ndarray, params: MaskerParams) -> np.ndarray:
@@ -112,13 +114,18 @@ def seed_from_cam(cam: np.ndarray, params: MaskerParams, bbox=None) -> np.ndarra
     if bbox is not None:
         x0, y0, x1, y1 = (int(v) for v in bbox)
         outside = np.ones((h, w), bool)
-        outside[max(0, y0):y1, max(0, x0):x1] = False
+        outside[max(0, y0) : y1, max(0, x0) : x1] = False
         labels[outside] = BGD
     return labels
 
 
-def grabcut_mask(rgb: np.ndarray, *, bbox=None, cam: np.ndarray | None = None,
-                 params: MaskerParams = MaskerParams()) -> np.ndarray:
+def grabcut_mask(
+    rgb: np.ndarray,
+    *,
+    bbox=None,
+    cam: np.ndarray | None = None,
+    params: MaskerParams = MaskerParams(),
+) -> np.ndarray:
     """Foreground mask of ``rgb`` (HxWx3 uint8) by GrabCut.
 
     Args:
@@ -135,8 +142,13 @@ def grabcut_mask(rgb: np.ndarray, *, bbox=None, cam: np.ndarray | None = None,
     h, w = rgb.shape[:2]
     small, s = _work_copy(np.ascontiguousarray(rgb[..., :3]), params.max_side)
     sh, sw = small.shape[:2]
-    sbox = None if bbox is None else tuple(
-        int(np.floor(v * s)) if i < 2 else int(np.ceil(v * s)) for i, v in enumerate(bbox))
+    sbox = (
+        None
+        if bbox is None
+        else tuple(
+            int(np.floor(v * s)) if i < 2 else int(np.ceil(v * s)) for i, v in enumerate(bbox)
+        )
+    )
     if cam is not None:
         c = cv2.resize(np.asarray(cam, np.float32), (sw, sh), interpolation=cv2.INTER_LINEAR)
         labels = seed_from_cam(c, params, sbox)
@@ -168,12 +180,15 @@ def _features_and_fc(net):
         fc = net.get_classifier()
         if isinstance(fc, torch.nn.Linear):
             return net.forward_features, fc
-    raise InputError(f"{type(net).__name__} has no forward_features/linear classifier; "
-                     "CAM needs a global-pool + linear head (timm convention)")
+    raise InputError(
+        f"{type(net).__name__} has no forward_features/linear classifier; "
+        "CAM needs a global-pool + linear head (timm convention)"
+    )
 
 
-def class_activation_map(model: Any, rgb: np.ndarray, class_index: int | None = None,
-                         transform=None) -> tuple[np.ndarray, int]:
+def class_activation_map(
+    model: Any, rgb: np.ndarray, class_index: int | None = None, transform=None
+) -> tuple[np.ndarray, int]:
     """CAM of ``class_index`` (default: the top-1 class) at ``rgb``'s size, scaled to [0, 1].
 
     CAM_c = ReLU(sum_k w_ck F_k), with F the last conv features and w the linear
@@ -200,7 +215,7 @@ def class_activation_map(model: Any, rgb: np.ndarray, class_index: int | None = 
     was_training = net.training
     net.eval()
     with torch.inference_mode():
-        feats = feats_fn(x.unsqueeze(0))[0]            # C x h x w
+        feats = feats_fn(x.unsqueeze(0))[0]  # C x h x w
         logits = fc(feats.mean(dim=(1, 2)))
         c = int(logits.argmax()) if class_index is None else int(class_index)
         if not 0 <= c < fc.out_features:
@@ -233,10 +248,17 @@ class AutoMasker:
 
     METHODS = ("grabcut", "cam-grabcut", "segmentation")
 
-    def __init__(self, method: str = "grabcut", model: Any = None, params: MaskerParams = MaskerParams(),
-                 segmenter: Any = None):
+    def __init__(
+        self,
+        method: str = "grabcut",
+        model: Any = None,
+        params: MaskerParams = MaskerParams(),
+        segmenter: Any = None,
+    ):
         if method not in self.METHODS:
-            raise InputError(f"unknown masking method {method!r}; use one of {', '.join(self.METHODS)}")
+            raise InputError(
+                f"unknown masking method {method!r}; use one of {', '.join(self.METHODS)}"
+            )
         if (method == "segmentation") != (segmenter is not None):
             raise InputError("the 'segmentation' method needs a segmenter, and only it takes one")
         self.method, self.params, self._model, self.segmenter = method, params, model, segmenter
@@ -247,16 +269,23 @@ class AutoMasker:
             try:
                 from robustlab.models import load_model
             except ImportError as exc:
-                raise MissingResourceError(f"CAM seeding needs robustlab.models.load_model ({exc})") from None
+                raise MissingResourceError(
+                    f"CAM seeding needs robustlab.models.load_model ({exc})"
+                ) from None
             self._model = load_model("lite0")
         return self._model
 
-    def __call__(self, rgb: np.ndarray, *, bbox=None, class_index: int | None = None) -> tuple[np.ndarray, dict]:
+    def __call__(
+        self, rgb: np.ndarray, *, bbox=None, class_index: int | None = None
+    ) -> tuple[np.ndarray, dict]:
         """Mask ``rgb``; returns (HxW bool, info dict with ``seed`` and ``cam_class``)."""
         if self.method == "segmentation":
             return self._segment(rgb, bbox), {"seed": "segmentation", "cam_class": None}
         if self.method == "grabcut" and bbox is not None:
-            return grabcut_mask(rgb, bbox=bbox, params=self.params), {"seed": "bbox", "cam_class": None}
+            return grabcut_mask(rgb, bbox=bbox, params=self.params), {
+                "seed": "bbox",
+                "cam_class": None,
+            }
         cam, c = class_activation_map(self.model, rgb, class_index)
         mask = grabcut_mask(rgb, cam=cam, bbox=bbox, params=self.params)
         return mask, {"seed": "cam+bbox" if bbox is not None else "cam", "cam_class": c}

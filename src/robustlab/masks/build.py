@@ -33,8 +33,22 @@ from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_d
 
 log = logging.getLogger(__name__)
 
-CSV_FIELDS = ("id", "mask", "seed", "cam_class", "height", "width", "area_fraction", "components",
-              "largest_fraction", "border_sides", "touches_border", "flags", "suspicious", "seconds")
+CSV_FIELDS = (
+    "id",
+    "mask",
+    "seed",
+    "cam_class",
+    "height",
+    "width",
+    "area_fraction",
+    "components",
+    "largest_fraction",
+    "border_sides",
+    "touches_border",
+    "flags",
+    "suspicious",
+    "seconds",
+)
 
 
 def mask_file(out: Path, sample_id: str) -> Path:
@@ -52,9 +66,16 @@ def _cached(out: Path, sample, siblings) -> Path | None:
     return None if found is None else out / found
 
 
-def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
-                thresholds: QualityThresholds = QualityThresholds(), cam_class: str = "top1",
-                progress=None) -> dict:
+def build_masks(
+    samples,
+    out,
+    masker: AutoMasker,
+    *,
+    overwrite: bool = False,
+    thresholds: QualityThresholds = QualityThresholds(),
+    cam_class: str = "top1",
+    progress=None,
+) -> dict:
     """Mask every sample; write PNGs, ``masks_quality.csv`` and ``masks_quality.json``.
 
     Args:
@@ -88,7 +109,8 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
                 if mask.shape != img.rgb.shape[:2]:
                     raise ImageError(
                         f"mask {target.relative_to(out).as_posix()} is {mask.shape[1]}x"
-                        f"{mask.shape[0]} but the image is {img.rgb.shape[1]}x{img.rgb.shape[0]}")
+                        f"{mask.shape[0]} but the image is {img.rgb.shape[1]}x{img.rgb.shape[0]}"
+                    )
             else:
                 rgb, _ = load_image(s.path)
                 cls = s.label if cam_class == "label" else None
@@ -103,8 +125,13 @@ def build_masks(samples, out, masker: AutoMasker, *, overwrite: bool = False,
                 progress(i + 1, len(samples))
             continue
         usable = target.exists() and bool(mask.any()) and not bool(mask.all())
-        rec = {"id": s.id, "mask": target.relative_to(out).as_posix() if usable else "", **info,
-               **mask_record(mask, thresholds), "seconds": round(time.perf_counter() - t0, 4)}
+        rec = {
+            "id": s.id,
+            "mask": target.relative_to(out).as_posix() if usable else "",
+            **info,
+            **mask_record(mask, thresholds),
+            "seconds": round(time.perf_counter() - t0, 4),
+        }
         records.append(rec)
         if progress:
             progress(i + 1, len(samples))

@@ -85,8 +85,9 @@ def load_mask(path: str | Path, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
         with Image.open(path) as img:
             w, h = img.size
             if w * h > max_pixels:
-                raise InputError(f"mask {path} is too large: {w}x{h} pixels exceeds the "
-                                 f"limit of {max_pixels}")
+                raise InputError(
+                    f"mask {path} is too large: {w}x{h} pixels exceeds the limit of {max_pixels}"
+                )
             img.load()
             try:
                 img = ImageOps.exif_transpose(img) or img
@@ -95,8 +96,13 @@ def load_mask(path: str | Path, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
             return mask_from_pil(img)
     except FileNotFoundError:
         raise InputError(f"mask file not found: {path}") from None
-    except (OSError, SyntaxError, EOFError, Image.UnidentifiedImageError,
-            Image.DecompressionBombError) as exc:
+    except (
+        OSError,
+        SyntaxError,
+        EOFError,
+        Image.UnidentifiedImageError,
+        Image.DecompressionBombError,
+    ) as exc:
         raise InputError(f"unreadable mask {path}: {exc}") from None
 
 
@@ -136,8 +142,9 @@ def shared_stems(sample_ids) -> dict[str, list[str]]:
     return {i: [o for o in g if o != i] for g in groups.values() if len(g) > 1 for i in g}
 
 
-def find_mask(exists: Callable[[PurePosixPath], bool], sample_id: str,
-              siblings: list[str] | tuple = ()) -> PurePosixPath | None:
+def find_mask(
+    exists: Callable[[PurePosixPath], bool], sample_id: str, siblings: list[str] | tuple = ()
+) -> PurePosixPath | None:
     """The mask of ``sample_id`` relative to a masks folder, under the naming rule above.
 
     Args:
@@ -159,13 +166,15 @@ def find_mask(exists: Callable[[PurePosixPath], bool], sample_id: str,
                 raise InputError(
                     f"mask {cand} could belong to {sample_id} or {', '.join(sorted(siblings))} "
                     f"(same name stem); name each mask after its image's full file name, "
-                    f"e.g. {mask_name(sample_id)}")
+                    f"e.g. {mask_name(sample_id)}"
+                )
             return cand
     return None
 
 
-def mask_path_for(masks_root: str | Path, sample_id: str,
-                  siblings: list[str] | tuple = ()) -> Path | None:
+def mask_path_for(
+    masks_root: str | Path, sample_id: str, siblings: list[str] | tuple = ()
+) -> Path | None:
     """The mask file of ``sample_id`` under ``masks_root`` (:func:`find_mask`), if any."""
     root = Path(masks_root)
     found = find_mask(lambda rel: (root / rel).is_file(), sample_id, siblings)
@@ -275,7 +284,9 @@ def polygons_to_mask(polygons: list, height: int, width: int) -> np.ndarray:
     return canvas > 0
 
 
-def load_coco_masks(path: str | Path, *, category_ids: Iterable[int] | None = None) -> dict[str, np.ndarray]:
+def load_coco_masks(
+    path: str | Path, *, category_ids: Iterable[int] | None = None
+) -> dict[str, np.ndarray]:
     """Union of every annotation's segmentation per image, keyed by ``file_name``.
 
     Args:
@@ -298,7 +309,9 @@ def load_coco_masks(path: str | Path, *, category_ids: Iterable[int] | None = No
             continue
         im = images.get(ann.get("image_id"))
         if im is None:
-            raise InputError(f"{path}: annotation {ann.get('id')} refers to unknown image {ann.get('image_id')}")
+            raise InputError(
+                f"{path}: annotation {ann.get('id')} refers to unknown image {ann.get('image_id')}"
+            )
         h, w = int(im["height"]), int(im["width"])
         seg = ann.get("segmentation")
         if isinstance(seg, dict):
@@ -335,7 +348,9 @@ def read_bboxes_csv(path: str | Path) -> dict[str, tuple[int, int, int, int]]:
     if not rows:
         raise InputError(f"{path}: no rows")
     cols = {c.strip().lower(): c for c in rows[0]}
-    key = next((cols[k] for k in ("file", "id", "image", "filename", "file_name") if k in cols), None)
+    key = next(
+        (cols[k] for k in ("file", "id", "image", "filename", "file_name") if k in cols), None
+    )
     if key is None:
         raise InputError(f"{path}: needs a 'file' column (or id/image/filename)")
     names = next((n for n in _BOX_COLUMNS if all(c in cols for c in n)), None)
@@ -364,5 +379,5 @@ def bbox_to_mask(bbox, height: int, width: int) -> np.ndarray:
     """A filled rectangle mask for ``(x0, y0, x1, y1)`` (x1, y1 exclusive), clipped."""
     x0, y0, x1, y1 = (int(v) for v in bbox)
     m = np.zeros((height, width), bool)
-    m[max(0, y0):max(0, min(height, y1)), max(0, x0):max(0, min(width, x1))] = True
+    m[max(0, y0) : max(0, min(height, y1)), max(0, x0) : max(0, min(width, x1))] = True
     return m

@@ -151,15 +151,21 @@ def compare_mask_sets(pred_dir: str | Path, true_dir: str | Path):
         rel = p.relative_to(pred_dir).as_posix()
         t = true_dir / rel
         if not t.exists():
-            rows.append({"id": rel, "iou": np.nan, "boundary_f": np.nan, "error": "no reference mask"})
+            rows.append(
+                {"id": rel, "iou": np.nan, "boundary_f": np.nan, "error": "no reference mask"}
+            )
             continue
         try:
             rows.append({"id": rel, **compare_masks(load_mask(p), load_mask(t)), "error": ""})
         except ValueError as exc:
             rows.append({"id": rel, "iou": np.nan, "boundary_f": np.nan, "error": str(exc)})
     df = pd.DataFrame(rows, columns=["id", "iou", "boundary_f", "error"])
-    df.attrs["mean"] = {"iou": float(df["iou"].mean()), "boundary_f": float(df["boundary_f"].mean()),
-                        "n": int(df["iou"].notna().sum()), "errors": int((df["error"] != "").sum())}
+    df.attrs["mean"] = {
+        "iou": float(df["iou"].mean()),
+        "boundary_f": float(df["boundary_f"].mean()),
+        "n": int(df["iou"].notna().sum()),
+        "errors": int((df["error"] != "").sum()),
+    }
     return df
 
 

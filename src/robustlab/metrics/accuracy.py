@@ -39,8 +39,11 @@ def add_rates(counts: pd.DataFrame) -> pd.DataFrame:
 
 
 def _summarise(grouped) -> pd.DataFrame:
-    return add_rates(grouped.agg(n=("correct", "size"), n_correct=("correct", "sum"),
-                                 n_correct5=("correct5", "sum")).reset_index())
+    return add_rates(
+        grouped.agg(
+            n=("correct", "size"), n_correct=("correct", "sum"), n_correct5=("correct5", "sum")
+        ).reset_index()
+    )
 
 
 def shift_order() -> dict[str, int]:
@@ -66,11 +69,14 @@ def sort_cells(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df.reset_index(drop=True)
     order = shift_order()
-    keys = pd.DataFrame({
-        "_shift": [order.get(s, len(order)) for s in df["shift"]],
-        "_name": df["shift"].astype(str).values,
-        "_level": [_level_sort_key(v) for v in df["level"]],
-    }, index=df.index)
+    keys = pd.DataFrame(
+        {
+            "_shift": [order.get(s, len(order)) for s in df["shift"]],
+            "_name": df["shift"].astype(str).values,
+            "_level": [_level_sort_key(v) for v in df["level"]],
+        },
+        index=df.index,
+    )
     by = (["run_id"] if "run_id" in df.columns else []) + ["_shift", "_name", "_level"]
     tmp = pd.concat([df, keys], axis=1).sort_values(by, kind="stable")
     return tmp.drop(columns=["_shift", "_name", "_level"]).reset_index(drop=True)
@@ -88,8 +94,11 @@ def cell_table(predictions: pd.DataFrame, by: Sequence[str] = ("run_id",)) -> pd
     return sort_cells(_summarise(predictions.groupby(keys, sort=False)))
 
 
-def per_class(predictions: pd.DataFrame, by: Sequence[str] = ("run_id", "shift", "level"),
-              class_column: str = "label") -> pd.DataFrame:
+def per_class(
+    predictions: pd.DataFrame,
+    by: Sequence[str] = ("run_id", "shift", "level"),
+    class_column: str = "label",
+) -> pd.DataFrame:
     """Accuracy per class within each (``by``...) group (e.g. per cell)."""
     keys = [c for c in by if c in predictions.columns] + [class_column]
     _require(predictions, keys + ["correct", "correct5"])
@@ -109,8 +118,11 @@ def family_of(shift: str) -> str:
         return "unknown"
 
 
-def per_family(predictions: pd.DataFrame, by: Sequence[str] = ("run_id",),
-               families: dict[str, str] | None = None) -> pd.DataFrame:
+def per_family(
+    predictions: pd.DataFrame,
+    by: Sequence[str] = ("run_id",),
+    families: dict[str, str] | None = None,
+) -> pd.DataFrame:
     """Accuracy pooled over all cells of each shift family (noise, blur, ...).
 
     Pooling counts every (sample, cell) prediction once, so a family with more levels or
@@ -128,8 +140,12 @@ def per_family(predictions: pd.DataFrame, by: Sequence[str] = ("run_id",),
     keys = [c for c in by if c in df.columns] + ["family"]
     out = _summarise(df.groupby(keys, sort=False))
     rank = {CLEAN: -1}
-    return out.assign(_r=out["family"].map(lambda f: rank.get(f, 0))).sort_values(
-        [*keys[:-1], "_r", "family"], kind="stable").drop(columns="_r").reset_index(drop=True)
+    return (
+        out.assign(_r=out["family"].map(lambda f: rank.get(f, 0)))
+        .sort_values([*keys[:-1], "_r", "family"], kind="stable")
+        .drop(columns="_r")
+        .reset_index(drop=True)
+    )
 
 
 def accuracy_drop(cells: pd.DataFrame, by: Sequence[str] = ("run_id",)) -> pd.DataFrame:
@@ -149,16 +165,19 @@ def accuracy_drop(cells: pd.DataFrame, by: Sequence[str] = ("run_id",)) -> pd.Da
         if ref.index.has_duplicates:
             raise ValueError("more than one clean cell per group; group by more columns")
         missing = set(map(tuple, cells[keys].drop_duplicates().values)) - set(
-            map(lambda k: k if isinstance(k, tuple) else (k,), ref.index))
+            map(lambda k: k if isinstance(k, tuple) else (k,), ref.index)
+        )
         if missing:
             raise ValueError(f"no clean cell for {', '.join(map(str, sorted(missing)))}")
-        joined = cells.join(ref.rename(columns={"top1": "clean_top1", "top5": "clean_top5"}), on=keys)
+        joined = cells.join(
+            ref.rename(columns={"top1": "clean_top1", "top5": "clean_top5"}), on=keys
+        )
     else:
         if len(clean) != 1:
             raise ValueError(f"expected exactly one clean cell, found {len(clean)}")
-        joined = cells.assign(clean_top1=float(clean["top1"].iloc[0]),
-                              clean_top5=float(clean["top5"].iloc[0]))
+        joined = cells.assign(
+            clean_top1=float(clean["top1"].iloc[0]), clean_top5=float(clean["top5"].iloc[0])
+        )
     joined["drop"] = joined["clean_top1"] - joined["top1"]
     joined["drop5"] = joined["clean_top5"] - joined["top5"]
     return joined.drop(columns=["clean_top5"])
-

@@ -25,8 +25,19 @@ ATTRIBUTES = {
     "abs_angle": "|rotation| in degrees, 0..180 (direction edits)",
     "hf_after": "background mean |FFT| after the edit (complexity)",
 }
-COLUMNS = ["run_id", "shift", "attribute", "n", "n_images", "coef", "se_cluster", "p_cluster",
-           "se_naive", "p_naive", "note"]
+COLUMNS = [
+    "run_id",
+    "shift",
+    "attribute",
+    "n",
+    "n_images",
+    "coef",
+    "se_cluster",
+    "p_cluster",
+    "se_naive",
+    "p_naive",
+    "note",
+]
 
 
 def _with_derived(df: pd.DataFrame) -> pd.DataFrame:
@@ -48,8 +59,13 @@ def fit_logit(correct, x, groups) -> dict:
 
     y = np.asarray(correct, dtype=float)
     xv = np.asarray(x, dtype=float)
-    empty = {"coef": np.nan, "se_cluster": np.nan, "p_cluster": np.nan,
-             "se_naive": np.nan, "p_naive": np.nan}
+    empty = {
+        "coef": np.nan,
+        "se_cluster": np.nan,
+        "p_cluster": np.nan,
+        "se_naive": np.nan,
+        "p_naive": np.nan,
+    }
     if len(y) < 10 or np.ptp(xv) == 0:
         return {**empty, "note": "too few rows or the attribute does not vary"}
     if y.min() == y.max():
@@ -61,9 +77,14 @@ def fit_logit(correct, x, groups) -> dict:
         clustered = sm.Logit(y, X).fit(disp=0, cov_type="cluster", cov_kwds={"groups": codes})
     except Exception as exc:  # noqa: BLE001 - perfect separation and friends: say so
         return {**empty, "note": f"not estimable: {type(exc).__name__}: {exc}"}
-    return {"coef": float(clustered.params[1]), "se_cluster": float(clustered.bse[1]),
-            "p_cluster": float(clustered.pvalues[1]), "se_naive": float(naive.bse[1]),
-            "p_naive": float(naive.pvalues[1]), "note": ""}
+    return {
+        "coef": float(clustered.params[1]),
+        "se_cluster": float(clustered.bse[1]),
+        "p_cluster": float(clustered.pvalues[1]),
+        "se_naive": float(naive.bse[1]),
+        "p_naive": float(naive.pvalues[1]),
+        "note": "",
+    }
 
 
 def attribute_effects(df: pd.DataFrame, attributes: Sequence[str] | None = None) -> pd.DataFrame:
@@ -92,9 +113,16 @@ def attribute_effects(df: pd.DataFrame, attributes: Sequence[str] | None = None)
                 continue
             sub = g[keep]
             fit = fit_logit(sub["correct"].astype(bool), vals[keep], sub["sample_id"])
-            rows.append({"run_id": run_id, "shift": shift, "attribute": attr,
-                         "n": int(keep.sum()), "n_images": int(sub["sample_id"].nunique()),
-                         **fit})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "shift": shift,
+                    "attribute": attr,
+                    "n": int(keep.sum()),
+                    "n_images": int(sub["sample_id"].nunique()),
+                    **fit,
+                }
+            )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -22,9 +22,14 @@ def _check(rng, n_resamples: int, confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
 
 
-def bootstrap_distribution(values, rng: np.random.Generator, *,
-                           statistic: Callable[[np.ndarray], float] = np.mean,
-                           n_resamples: int = 2000, chunk_elements: int = 4_000_000) -> np.ndarray:
+def bootstrap_distribution(
+    values,
+    rng: np.random.Generator,
+    *,
+    statistic: Callable[[np.ndarray], float] = np.mean,
+    n_resamples: int = 2000,
+    chunk_elements: int = 4_000_000,
+) -> np.ndarray:
     """The statistic on ``n_resamples`` row resamples of ``values``.
 
     Args:
@@ -51,9 +56,14 @@ def bootstrap_distribution(values, rng: np.random.Generator, *,
     return out
 
 
-def bootstrap_ci(values, rng: np.random.Generator, *,
-                 statistic: Callable[[np.ndarray], float] = np.mean,
-                 n_resamples: int = 2000, confidence: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(
+    values,
+    rng: np.random.Generator,
+    *,
+    statistic: Callable[[np.ndarray], float] = np.mean,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic`` over the rows of ``values``."""
     _check(rng, n_resamples, confidence)
     dist = bootstrap_distribution(values, rng, statistic=statistic, n_resamples=n_resamples)
@@ -62,8 +72,9 @@ def bootstrap_ci(values, rng: np.random.Generator, *,
     return float(lo), float(hi)
 
 
-def accuracy_ci(correct, rng: np.random.Generator, *, n_resamples: int = 2000,
-                confidence: float = 0.95) -> tuple[float, float]:
+def accuracy_ci(
+    correct, rng: np.random.Generator, *, n_resamples: int = 2000, confidence: float = 0.95
+) -> tuple[float, float]:
     """Bootstrap interval of a mean of 0/1 outcomes (accuracy).
 
     Resampling n Bernoulli outcomes with replacement and counting the successes is exactly
@@ -81,9 +92,14 @@ def accuracy_ci(correct, rng: np.random.Generator, *, n_resamples: int = 2000,
     return float(lo), float(hi)
 
 
-def cell_intervals(predictions: pd.DataFrame, rng: np.random.Generator, *,
-                   by=("run_id", "shift", "level"), n_resamples: int = 2000,
-                   confidence: float = 0.95) -> pd.DataFrame:
+def cell_intervals(
+    predictions: pd.DataFrame,
+    rng: np.random.Generator,
+    *,
+    by=("run_id", "shift", "level"),
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
     """Bootstrap intervals of top-1 and top-5 accuracy for each group (cell).
 
     Groups are visited in sorted order so the result depends only on ``rng``'s state and
@@ -93,16 +109,24 @@ def cell_intervals(predictions: pd.DataFrame, rng: np.random.Generator, *,
     rows = []
     for key, g in predictions.groupby(keys, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        lo1, hi1 = accuracy_ci(g["correct"].to_numpy(), rng, n_resamples=n_resamples,
-                               confidence=confidence)
-        lo5, hi5 = accuracy_ci(g["correct5"].to_numpy(), rng, n_resamples=n_resamples,
-                               confidence=confidence)
+        lo1, hi1 = accuracy_ci(
+            g["correct"].to_numpy(), rng, n_resamples=n_resamples, confidence=confidence
+        )
+        lo5, hi5 = accuracy_ci(
+            g["correct5"].to_numpy(), rng, n_resamples=n_resamples, confidence=confidence
+        )
         rows.append((*key, lo1, hi1, lo5, hi5))
     return pd.DataFrame(rows, columns=[*keys, "top1_lo", "top1_hi", "top5_lo", "top5_hi"])
 
 
-def drop_ci(clean_correct, shifted_correct, rng: np.random.Generator, *,
-            n_resamples: int = 2000, confidence: float = 0.95) -> tuple[float, float]:
+def drop_ci(
+    clean_correct,
+    shifted_correct,
+    rng: np.random.Generator,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[float, float]:
     """Paired bootstrap interval of the accuracy drop (clean minus shifted).
 
     Both arrays are aligned by sample (same images), and samples are resampled together so

@@ -16,13 +16,25 @@ import pandas as pd
 from robustlab.metrics.bootstrap import bootstrap_ci
 
 from robustlab.store.schema import CLEAN_SHIFT as CLEAN
-COMPARE_COLUMNS = ["shift", "level", "n_a", "n_b", "n_shared", "top1_a", "top1_b", "diff",
-                   "diff_lo", "diff_hi"]
+
+COMPARE_COLUMNS = [
+    "shift",
+    "level",
+    "n_a",
+    "n_b",
+    "n_shared",
+    "top1_a",
+    "top1_b",
+    "diff",
+    "diff_lo",
+    "diff_hi",
+]
 ALL_SHIFTED = "all shifted cells"
 
 
-def paired_diff_ci(diff, rng: np.random.Generator, *, n_resamples: int = 2000,
-                   confidence: float = 0.95) -> tuple[float, float]:
+def paired_diff_ci(
+    diff, rng: np.random.Generator, *, n_resamples: int = 2000, confidence: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of per-image differences in {-1, 0, 1}.
 
     Resampling n values with replacement and counting how many are -1, 0 and 1 is a
@@ -42,8 +54,14 @@ def paired_diff_ci(diff, rng: np.random.Generator, *, n_resamples: int = 2000,
     return float(lo), float(hi)
 
 
-def compare_runs(a: pd.DataFrame, b: pd.DataFrame, rng: np.random.Generator, *,
-                 n_resamples: int = 2000, confidence: float = 0.95) -> pd.DataFrame:
+def compare_runs(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    rng: np.random.Generator,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
     """Cell-by-cell top-1 of run A and run B on their shared images, B - A and its interval.
 
     Args:
@@ -60,39 +78,66 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, rng: np.random.Generator, *,
         shared non-clean prediction, whose interval resamples whole images (all of an
         image's cells together), since one image's cells are not independent.
     """
+
     def prep(df):
-        return (df.assign(level=df["level"].astype(str), correct=df["correct"].astype(bool))
-                .drop_duplicates(["shift", "level", "sample_id"])
-                .set_index(["shift", "level", "sample_id"])["correct"])
+        return (
+            df.assign(level=df["level"].astype(str), correct=df["correct"].astype(bool))
+            .drop_duplicates(["shift", "level", "sample_id"])
+            .set_index(["shift", "level", "sample_id"])["correct"]
+        )
 
     sa, sb = prep(a), prep(b)
     joined = pd.concat({"a": sa, "b": sb}, axis=1, join="inner")
-    keys = sorted(set(sa.index.droplevel(2)) | set(sb.index.droplevel(2)),
-                  key=lambda k: (k[0] != CLEAN, k))
+    keys = sorted(
+        set(sa.index.droplevel(2)) | set(sb.index.droplevel(2)), key=lambda k: (k[0] != CLEAN, k)
+    )
     n_a = sa.groupby(level=[0, 1]).size()
     n_b = sb.groupby(level=[0, 1]).size()
     by_cell = dict(iter(joined.groupby(level=[0, 1], sort=False)))
     rows = []
     for key in keys:
         shared = by_cell.get(key, joined.iloc[:0])
-        row = {"shift": key[0], "level": key[1], "n_a": int(n_a.get(key, 0)),
-               "n_b": int(n_b.get(key, 0)), "n_shared": len(shared)}
+        row = {
+            "shift": key[0],
+            "level": key[1],
+            "n_a": int(n_a.get(key, 0)),
+            "n_b": int(n_b.get(key, 0)),
+            "n_shared": len(shared),
+        }
         if len(shared):
             d = shared["b"].astype(int).to_numpy() - shared["a"].astype(int).to_numpy()
             lo, hi = paired_diff_ci(d, rng, n_resamples=n_resamples, confidence=confidence)
-            row.update(top1_a=float(shared["a"].mean()), top1_b=float(shared["b"].mean()),
-                       diff=float(d.mean()), diff_lo=lo, diff_hi=hi)
+            row.update(
+                top1_a=float(shared["a"].mean()),
+                top1_b=float(shared["b"].mean()),
+                diff=float(d.mean()),
+                diff_lo=lo,
+                diff_hi=hi,
+            )
         rows.append(row)
     shifted = joined[joined.index.get_level_values(0) != CLEAN]
     if len(shifted):
         d = shifted["b"].astype(int) - shifted["a"].astype(int)
         per_image = d.groupby(level=2).agg(["sum", "size"]).to_numpy(np.float64)
-        lo, hi = bootstrap_ci(per_image, rng, n_resamples=n_resamples, confidence=confidence,
-                              statistic=lambda x: x[:, 0].sum() / x[:, 1].sum())
-        rows.append({"shift": ALL_SHIFTED, "level": "all",
-                     "n_a": int(n_a.drop(CLEAN, level=0, errors="ignore").sum()),
-                     "n_b": int(n_b.drop(CLEAN, level=0, errors="ignore").sum()),
-                     "n_shared": len(shifted), "top1_a": float(shifted["a"].mean()),
-                     "top1_b": float(shifted["b"].mean()), "diff": float(d.mean()),
-                     "diff_lo": lo, "diff_hi": hi})
+        lo, hi = bootstrap_ci(
+            per_image,
+            rng,
+            n_resamples=n_resamples,
+            confidence=confidence,
+            statistic=lambda x: x[:, 0].sum() / x[:, 1].sum(),
+        )
+        rows.append(
+            {
+                "shift": ALL_SHIFTED,
+                "level": "all",
+                "n_a": int(n_a.drop(CLEAN, level=0, errors="ignore").sum()),
+                "n_b": int(n_b.drop(CLEAN, level=0, errors="ignore").sum()),
+                "n_shared": len(shifted),
+                "top1_a": float(shifted["a"].mean()),
+                "top1_b": float(shifted["b"].mean()),
+                "diff": float(d.mean()),
+                "diff_lo": lo,
+                "diff_hi": hi,
+            }
+        )
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)

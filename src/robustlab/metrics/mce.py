@@ -91,8 +91,9 @@ def _error_lookup(cells: pd.DataFrame, what: str) -> dict[tuple[str, str], float
     return dict(zip(keys, cells["error"].astype(float)))
 
 
-def corruption_errors(model_cells: pd.DataFrame, baseline_cells: pd.DataFrame,
-                      corruptions: list[str] | None = None) -> pd.DataFrame:
+def corruption_errors(
+    model_cells: pd.DataFrame, baseline_cells: pd.DataFrame, corruptions: list[str] | None = None
+) -> pd.DataFrame:
     """CE and relative CE per corruption.
 
     Args:
@@ -131,13 +132,24 @@ def corruption_errors(model_cells: pd.DataFrame, baseline_cells: pd.DataFrame,
         b = np.array([base[(c, lv)] for lv in levels])
         denom = float(np.sum(b - b_clean))
         rel = float(np.sum(e - e_clean)) / denom if denom != 0 else float("nan")
-        rows.append((c, ",".join(levels), float(e.sum()), float(b.sum()),
-                     float(e.sum() / b.sum()) if b.sum() > 0 else float("nan"), rel))
+        rows.append(
+            (
+                c,
+                ",".join(levels),
+                float(e.sum()),
+                float(b.sum()),
+                float(e.sum() / b.sum()) if b.sum() > 0 else float("nan"),
+                rel,
+            )
+        )
     if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        shown = ", ".join(missing[:8]) + (
+            f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        )
         raise InputError(f"the baseline lacks cells the model has: {shown}")
-    return pd.DataFrame(rows, columns=["shift", "levels", "error_sum", "baseline_error_sum",
-                                       "ce", "relative_ce"])
+    return pd.DataFrame(
+        rows, columns=["shift", "levels", "error_sum", "baseline_error_sum", "ce", "relative_ce"]
+    )
 
 
 def mce(ce_table: pd.DataFrame) -> dict[str, float]:

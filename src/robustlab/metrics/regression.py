@@ -31,7 +31,9 @@ def significance_stars(p: float) -> str:
     return "ns"
 
 
-def cell_accuracy(predictions: pd.DataFrame, by: Sequence[str], correct: str = "correct") -> pd.DataFrame:
+def cell_accuracy(
+    predictions: pd.DataFrame, by: Sequence[str], correct: str = "correct"
+) -> pd.DataFrame:
     """Mean of ``correct`` per cell of ``by`` (e.g. model, shift, class_name), with ``n``."""
     missing = [c for c in [*by, correct] if c not in predictions.columns]
     if missing:
@@ -64,8 +66,9 @@ def _levels(series: pd.Series) -> list[str]:
     return sorted(series.astype(str).unique())
 
 
-def design_matrix(data: pd.DataFrame, factors: Mapping[str, str],
-                  reference: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
+def design_matrix(
+    data: pd.DataFrame, factors: Mapping[str, str], reference: Mapping[str, str] | None = None
+) -> tuple[pd.DataFrame, dict[str, str]]:
     """Intercept plus treatment-coded dummies; returns (X, factor -> reference level).
 
     Args:
@@ -76,7 +79,9 @@ def design_matrix(data: pd.DataFrame, factors: Mapping[str, str],
     reference = dict(reference or {})
     unknown = set(reference) - set(factors)
     if unknown:
-        raise ValueError(f"reference given for unknown factor(s) {sorted(unknown)}; factors: {list(factors)}")
+        raise ValueError(
+            f"reference given for unknown factor(s) {sorted(unknown)}; factors: {list(factors)}"
+        )
     cols = {"Intercept": np.ones(len(data))}
     used = {}
     for name, col in factors.items():
@@ -88,7 +93,9 @@ def design_matrix(data: pd.DataFrame, factors: Mapping[str, str],
             raise ValueError(f"factor {name} has a single level {levels!r}; drop it from the model")
         ref = str(reference.get(name, levels[0]))
         if ref not in levels:
-            raise ValueError(f"reference {ref!r} is not a level of {name}; levels: {', '.join(levels)}")
+            raise ValueError(
+                f"reference {ref!r} is not a level of {name}; levels: {', '.join(levels)}"
+            )
         used[name] = ref
         for lv in levels:
             if lv != ref:
@@ -99,8 +106,10 @@ def design_matrix(data: pd.DataFrame, factors: Mapping[str, str],
 def _require_identifiable(X: pd.DataFrame) -> None:
     """ValueError when the design is rank-deficient (confounded factors)."""
     if np.linalg.matrix_rank(X.to_numpy()) < X.shape[1]:
-        raise ValueError("factors are confounded (some level combinations never vary independently); "
-                         "the coefficients are not identifiable")
+        raise ValueError(
+            "factors are confounded (some level combinations never vary independently); "
+            "the coefficients are not identifiable"
+        )
 
 
 def _term_parts(term: str) -> tuple[str, str]:
@@ -111,9 +120,14 @@ def _term_parts(term: str) -> tuple[str, str]:
     return factor, level
 
 
-def regress_accuracy(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[str], *,
-                     response: str = "accuracy", reference: Mapping[str, str] | None = None,
-                     alpha: float = 0.05) -> RegressionResult:
+def regress_accuracy(
+    data: pd.DataFrame,
+    factors: Mapping[str, str] | Sequence[str],
+    *,
+    response: str = "accuracy",
+    reference: Mapping[str, str] | None = None,
+    alpha: float = 0.05,
+) -> RegressionResult:
     """OLS of ``response`` on categorical factors with treatment coding.
 
     Args:
@@ -137,7 +151,9 @@ def regress_accuracy(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[s
         raise ValueError(f"data lacks response column {response!r}")
     y = pd.to_numeric(data[response], errors="coerce").astype(float)
     if y.isna().any():
-        raise ValueError(f"response {response!r} has {int(y.isna().sum())} missing or non-numeric values")
+        raise ValueError(
+            f"response {response!r} has {int(y.isna().sum())} missing or non-numeric values"
+        )
     X, used = design_matrix(data, factors, reference)
     if len(X) <= X.shape[1]:
         raise ValueError(f"{len(X)} rows cannot fit {X.shape[1]} terms; need more observations")
@@ -148,17 +164,32 @@ def regress_accuracy(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[s
     for term in X.columns:
         factor, level = _term_parts(term)
         p = float(fit.pvalues[term])
-        rows.append({"term": term, "factor": factor, "level": level,
-                     "estimate": float(fit.params[term]), "std_error": float(fit.bse[term]),
-                     "ci_low": float(ci.loc[term, 0]), "ci_high": float(ci.loc[term, 1]),
-                     "t": float(fit.tvalues[term]), "p": p, "stars": significance_stars(p)})
+        rows.append(
+            {
+                "term": term,
+                "factor": factor,
+                "level": level,
+                "estimate": float(fit.params[term]),
+                "std_error": float(fit.bse[term]),
+                "ci_low": float(ci.loc[term, 0]),
+                "ci_high": float(ci.loc[term, 1]),
+                "t": float(fit.tvalues[term]),
+                "p": p,
+                "stars": significance_stars(p),
+            }
+        )
     return RegressionResult(pd.DataFrame(rows), fit, used)
 
 
-def logit_correctness(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[str], *,
-                      response: str = "correct", cluster: str = "sample_id",
-                      reference: Mapping[str, str] | None = None,
-                      alpha: float = 0.05) -> RegressionResult:
+def logit_correctness(
+    data: pd.DataFrame,
+    factors: Mapping[str, str] | Sequence[str],
+    *,
+    response: str = "correct",
+    cluster: str = "sample_id",
+    reference: Mapping[str, str] | None = None,
+    alpha: float = 0.05,
+) -> RegressionResult:
     """Per-prediction logistic regression of correctness, standard errors clustered by image.
 
     The per-cell OLS (:func:`regress_accuracy`) is the XIMAGENET-12 paper's analysis; this is
@@ -199,21 +230,35 @@ def logit_correctness(data: pd.DataFrame, factors: Mapping[str, str] | Sequence[
             # result's ``converged`` flag, not as a warning on the console.
             warnings.simplefilter("ignore", ConvergenceWarning)
             naive = sm.Logit(y, X).fit(disp=0, maxiter=200)
-            fit = sm.Logit(y, X).fit(disp=0, maxiter=200, cov_type="cluster",
-                                     cov_kwds={"groups": groups})
+            fit = sm.Logit(y, X).fit(
+                disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": groups}
+            )
     except Exception as exc:  # noqa: BLE001 - separation etc.: one line for the report
-        raise ValueError(f"the logistic model cannot be fitted: {type(exc).__name__}: {exc}") from None
+        raise ValueError(
+            f"the logistic model cannot be fitted: {type(exc).__name__}: {exc}"
+        ) from None
     ci = fit.conf_int(alpha)
     rows = []
     for term in X.columns:
         factor, level = _term_parts(term)
         pv = float(fit.pvalues[term])
-        rows.append({"term": term, "factor": factor, "level": level,
-                     "estimate": float(fit.params[term]), "odds_ratio": float(np.exp(fit.params[term])),
-                     "std_error": float(fit.bse[term]), "std_error_naive": float(naive.bse[term]),
-                     "ci_low": float(ci.loc[term, 0]), "ci_high": float(ci.loc[term, 1]),
-                     "z": float(fit.tvalues[term]), "p": pv, "p_naive": float(naive.pvalues[term]),
-                     "stars": significance_stars(pv)})
+        rows.append(
+            {
+                "term": term,
+                "factor": factor,
+                "level": level,
+                "estimate": float(fit.params[term]),
+                "odds_ratio": float(np.exp(fit.params[term])),
+                "std_error": float(fit.bse[term]),
+                "std_error_naive": float(naive.bse[term]),
+                "ci_low": float(ci.loc[term, 0]),
+                "ci_high": float(ci.loc[term, 1]),
+                "z": float(fit.tvalues[term]),
+                "p": pv,
+                "p_naive": float(naive.pvalues[term]),
+                "stars": significance_stars(pv),
+            }
+        )
     table = pd.DataFrame(rows)
     # False when the optimiser stopped early: typically a level that is always right (or
     # wrong), whose estimate then runs off towards infinity; the report says so.

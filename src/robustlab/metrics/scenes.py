@@ -26,13 +26,21 @@ def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
 def _fraction(name: str, value) -> float:
     v = float(value)
     if not np.isfinite(v) or not 0.0 <= v <= 1.0:
-        raise ValueError(f"{name} accuracy {value!r} is not a fraction in [0, 1] (give 0.9097, not 90.97)")
+        raise ValueError(
+            f"{name} accuracy {value!r} is not a fraction in [0, 1] (give 0.9097, not 90.97)"
+        )
     return v
 
 
 # ------------------------------------------------------------------ BG-gap
-def bg_gap(predictions: pd.DataFrame, *, by: Sequence[str] = ("run_id",), same: str = "mixed_same",
-           rand: str = "mixed_rand", paired: bool = True) -> pd.DataFrame:
+def bg_gap(
+    predictions: pd.DataFrame,
+    *,
+    by: Sequence[str] = ("run_id",),
+    same: str = "mixed_same",
+    rand: str = "mixed_rand",
+    paired: bool = True,
+) -> pd.DataFrame:
     """BG-gap = acc(mixed_same) - acc(mixed_rand), per group (e.g. per run).
 
     Args:
@@ -58,12 +66,21 @@ def bg_gap(predictions: pd.DataFrame, *, by: Sequence[str] = ("run_id",), same: 
             common = a.index.intersection(b.index)
             a, b = a.loc[common], b.loc[common]
         if len(a) == 0 or len(b) == 0:
-            raise ValueError(f"group {key!r} has no {'paired ' if paired else ''}predictions "
-                             f"for {same} and {rand}")
+            raise ValueError(
+                f"group {key!r} has no {'paired ' if paired else ''}predictions "
+                f"for {same} and {rand}"
+            )
         key = key if isinstance(key, tuple) else (key,)
         acc_s, acc_r = float(a.mean()), float(b.mean())
-        rows.append({**dict(zip(by, key)), "n": int(min(len(a), len(b))),
-                     "acc_same": acc_s, "acc_rand": acc_r, "bg_gap": acc_s - acc_r})
+        rows.append(
+            {
+                **dict(zip(by, key)),
+                "n": int(min(len(a), len(b))),
+                "acc_same": acc_s,
+                "acc_rand": acc_r,
+                "bg_gap": acc_s - acc_r,
+            }
+        )
     return pd.DataFrame(rows, columns=[*by, "n", "acc_same", "acc_rand", "bg_gap"])
 
 
@@ -98,8 +115,12 @@ class RobustnessScore:
         return asdict(self)
 
 
-def robustness_score(mu: float, cross: Mapping[str, float], inner: Mapping[str, float] | None = None,
-                     scenarios: Sequence[str] | None = None) -> RobustnessScore:
+def robustness_score(
+    mu: float,
+    cross: Mapping[str, float],
+    inner: Mapping[str, float] | None = None,
+    scenarios: Sequence[str] | None = None,
+) -> RobustnessScore:
     """S_robust = 1 - (sigma2_cross + sigma2_inner), with partial-score handling.
 
     A variance is the mean of squared deviations over the scenarios that have an accuracy
@@ -126,7 +147,9 @@ def robustness_score(mu: float, cross: Mapping[str, float], inner: Mapping[str, 
         raise ValueError("robustness score needs at least one scenario accuracy")
     extra = [k for k in [*cross, *inner] if k not in names]
     if extra:
-        raise ValueError(f"accuracies given for scenario(s) outside the set: {', '.join(sorted(set(extra)))}")
+        raise ValueError(
+            f"accuracies given for scenario(s) outside the set: {', '.join(sorted(set(extra)))}"
+        )
 
     def var(acc: dict) -> float | None:
         vals = [_fraction(k, acc[k]) for k in names if k in acc]
@@ -137,12 +160,14 @@ def robustness_score(mu: float, cross: Mapping[str, float], inner: Mapping[str, 
     miss_i = tuple(k for k in names if k not in inner)
     complete = not miss_c and not miss_i
     s_partial = 1.0 - ((s2c or 0.0) + (s2i or 0.0))
-    return RobustnessScore(mu, s2c, s2i, s_partial if complete else None, s_partial, complete,
-                           names, miss_c, miss_i)
+    return RobustnessScore(
+        mu, s2c, s2i, s_partial if complete else None, s_partial, complete, names, miss_c, miss_i
+    )
 
 
-def scenario_accuracies(predictions: pd.DataFrame, *, clean: str = CLEAN,
-                        scenarios: Sequence[str] | None = None) -> tuple[float, dict[str, float]]:
+def scenario_accuracies(
+    predictions: pd.DataFrame, *, clean: str = CLEAN, scenarios: Sequence[str] | None = None
+) -> tuple[float, dict[str, float]]:
     """(mu, {scenario: accuracy}) from one run's predictions (EX1: original-trained model).
 
     A scenario is a shift; a shift stored with several levels (``random_bg`` add/paste)

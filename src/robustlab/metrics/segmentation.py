@@ -36,7 +36,9 @@ def _labels(x, name: str) -> np.ndarray:
     return a.astype(np.int64, copy=False)
 
 
-def confusion_matrix(pred, target, num_classes: int, *, ignore_index: int | None = None) -> np.ndarray:
+def confusion_matrix(
+    pred, target, num_classes: int, *, ignore_index: int | None = None
+) -> np.ndarray:
     """Pixel confusion matrix ``cm[true, predicted]`` (int64, ``num_classes`` square).
 
     Args:
@@ -142,10 +144,21 @@ def summarize(counts: pd.DataFrame, by: Sequence[str] = ("shift", "level")) -> p
         union = c[:, 0] + c[:, 1] + c[:, 2]
         per_image = c[union > 0, 0] / union[union > 0]
         key = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(by, key)), "n": len(g), "pixel_acc": pixel_accuracy(cm),
-                     "miou": mean_iou(cm), "fg_iou": float(fg), "bg_iou": float(bg),
-                     "image_fg_iou": float(per_image.mean()) if per_image.size else float("nan")})
-    return pd.DataFrame(rows, columns=[*by, "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"])
+        rows.append(
+            {
+                **dict(zip(by, key)),
+                "n": len(g),
+                "pixel_acc": pixel_accuracy(cm),
+                "miou": mean_iou(cm),
+                "fg_iou": float(fg),
+                "bg_iou": float(bg),
+                "image_fg_iou": float(per_image.mean()) if per_image.size else float("nan"),
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=[*by, "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"]
+    )
+
 
 def cell_scores(counts: pd.DataFrame, by: Sequence[str] = ("run_id",)) -> pd.DataFrame:
     """Per-cell scores of stored segmentation counts (the ``segmentation`` table's rows).
@@ -170,11 +183,22 @@ def cell_scores(counts: pd.DataFrame, by: Sequence[str] = ("run_id",)) -> pd.Dat
         missing = [c for c in ("shift", "level", *COUNT_COLUMNS) if c not in counts.columns]
         if missing:
             raise ValueError(f"segmentation counts lack column(s) {', '.join(missing)}")
-        return pd.DataFrame(columns=[*keys, "n", "pixel_acc", "miou", "fg_iou", "bg_iou",
-                                     "image_fg_iou"])
+        return pd.DataFrame(
+            columns=[*keys, "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"]
+        )
     df = counts.assign(level=counts["level"].astype(str)) if "level" in counts.columns else counts
     return sort_cells(summarize(df, by=keys))
 
 
-__all__ = ["cell_scores", "confusion_matrix", "binary_counts", "binary_matrix", "iou_per_class", "mean_iou",
-           "pixel_accuracy", "class_accuracy", "summarize", "COUNT_COLUMNS"]
+__all__ = [
+    "cell_scores",
+    "confusion_matrix",
+    "binary_counts",
+    "binary_matrix",
+    "iou_per_class",
+    "mean_iou",
+    "pixel_accuracy",
+    "class_accuracy",
+    "summarize",
+    "COUNT_COLUMNS",
+]

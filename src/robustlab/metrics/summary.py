@@ -38,9 +38,26 @@ from robustlab.defences import defence_label
 from robustlab.metrics.scenes import bg_gap, robustness_score
 
 from robustlab.store.schema import CLEAN_SHIFT as CLEAN
-SUMMARY_COLUMNS = ["model", "suite", "run_id", "data", "images", "clean_top1", "shifted_top1",
-                   "mce", "relative_mce", "baseline", "s_robust", "s_partial", "bg_gap", "path",
-                   "precision", "defence", "status"]
+
+SUMMARY_COLUMNS = [
+    "model",
+    "suite",
+    "run_id",
+    "data",
+    "images",
+    "clean_top1",
+    "shifted_top1",
+    "mce",
+    "relative_mce",
+    "baseline",
+    "s_robust",
+    "s_partial",
+    "bg_gap",
+    "path",
+    "precision",
+    "defence",
+    "status",
+]
 # ImageNet-9's pair of cells whose accuracy difference is the BG-gap.
 BG_GAP_CELLS = ("mixed_same", "mixed_rand")
 
@@ -75,7 +92,8 @@ def _scenario_accuracies(shifted: pd.DataFrame) -> dict[str, float]:
         levels = g["level"].astype(str)
         for level, gl in g.groupby(levels, sort=True):
             out[str(shift) if levels.nunique() == 1 else f"{shift}:{level}"] = float(
-                gl["correct"].mean())
+                gl["correct"].mean()
+            )
     return out
 
 
@@ -84,8 +102,9 @@ def _short_dtype(value) -> str | None:
     return None if value is None else str(value).rsplit(".", 1)[-1]
 
 
-def summarise_run(run: Mapping[str, Any], predictions: pd.DataFrame,
-                  mce: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summarise_run(
+    run: Mapping[str, Any], predictions: pd.DataFrame, mce: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The summary row of one run (keys: :data:`SUMMARY_COLUMNS`).
 
     Args:

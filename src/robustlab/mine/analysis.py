@@ -22,8 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def surrogate_curve(correct: np.ndarray, heldout: np.ndarray | None, *,
-                    k_of_n: str = "all") -> list[dict]:
+def surrogate_curve(
+    correct: np.ndarray, heldout: np.ndarray | None, *, k_of_n: str = "all"
+) -> list[dict]:
     """Kept fraction and held-out accuracy on the kept set for n = 1..M surrogates.
 
     Args:
@@ -54,15 +55,27 @@ def surrogate_curve(correct: np.ndarray, heldout: np.ndarray | None, *,
             counts.append(kept.sum())
             if kept.any() and not no_heldout:
                 accs.append(heldout[kept].mean())
-        rows.append({"n": n, "subsets": len(fracs), "kept_fraction": float(np.mean(fracs)),
-                     "kept": float(np.mean(counts)),
-                     "heldout_acc": float(np.mean(accs)) if accs else float("nan"),
-                     "heldout_acc_all": float("nan") if no_heldout else float(heldout.mean())})
+        rows.append(
+            {
+                "n": n,
+                "subsets": len(fracs),
+                "kept_fraction": float(np.mean(fracs)),
+                "kept": float(np.mean(counts)),
+                "heldout_acc": float(np.mean(accs)) if accs else float("nan"),
+                "heldout_acc_all": float("nan") if no_heldout else float(heldout.mean()),
+            }
+        )
     return rows
 
 
-def transfer(kept: np.ndarray, heldout: np.ndarray, *, draws: int = 2000,
-             rng: np.random.Generator | int = 0, pool: np.ndarray | None = None) -> dict:
+def transfer(
+    kept: np.ndarray,
+    heldout: np.ndarray,
+    *,
+    draws: int = 2000,
+    rng: np.random.Generator | int = 0,
+    pool: np.ndarray | None = None,
+) -> dict:
     """A held-out model's accuracy on the mined set vs random subsets of the same size.
 
     Args:
@@ -82,18 +95,28 @@ def transfer(kept: np.ndarray, heldout: np.ndarray, *, draws: int = 2000,
     pool_idx = np.flatnonzero(np.ones_like(kept) if pool is None else np.asarray(pool, bool))
     size = int(kept.sum())
     if size == 0 or size > len(pool_idx):
-        raise ValueError(f"cannot compare a mined set of {size} with random subsets of {len(pool_idx)}")
+        raise ValueError(
+            f"cannot compare a mined set of {size} with random subsets of {len(pool_idx)}"
+        )
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     mined = float(heldout[kept].mean())
     accs = np.empty(draws)
     for d in range(draws):
         accs[d] = heldout[gen.choice(pool_idx, size=size, replace=False)].mean()
-    return {"n_mined": size, "mined_acc": mined, "random_mean": float(accs.mean()),
-            "random_lo": float(np.percentile(accs, 2.5)), "random_hi": float(np.percentile(accs, 97.5)),
-            "p_value": float((1 + np.sum(accs <= mined)) / (draws + 1)), "draws": int(draws)}
+    return {
+        "n_mined": size,
+        "mined_acc": mined,
+        "random_mean": float(accs.mean()),
+        "random_lo": float(np.percentile(accs, 2.5)),
+        "random_hi": float(np.percentile(accs, 97.5)),
+        "p_value": float((1 + np.sum(accs <= mined)) / (draws + 1)),
+        "draws": int(draws),
+    }
 
 
-def leave_one_out(correct: np.ndarray, names: Sequence[str], *, draws: int = 2000, seed: int = 0) -> list[dict]:
+def leave_one_out(
+    correct: np.ndarray, names: Sequence[str], *, draws: int = 2000, seed: int = 0
+) -> list[dict]:
     """Each model held out in turn, the others as surrogates ("all wrong"): transfer and curve.
 
     Returns:
@@ -107,16 +130,22 @@ def leave_one_out(correct: np.ndarray, names: Sequence[str], *, draws: int = 200
         others = [i for i in range(correct.shape[1]) if i != j]
         sur = correct[:, others]
         kept = ~sur.any(axis=1)
-        out.append({
-            "heldout": name, "surrogates": [names[i] for i in others],
-            "curve": surrogate_curve(sur, correct[:, j]),
-            "transfer": transfer(kept, correct[:, j], draws=draws, rng=seed) if kept.any() else None,
-        })
+        out.append(
+            {
+                "heldout": name,
+                "surrogates": [names[i] for i in others],
+                "curve": surrogate_curve(sur, correct[:, j]),
+                "transfer": transfer(kept, correct[:, j], draws=draws, rng=seed)
+                if kept.any()
+                else None,
+            }
+        )
     return out
 
 
-def stored_correctness(store, run_ids: Sequence[str], names: Sequence[str], *,
-                       include_clean: bool = False):
+def stored_correctness(
+    store, run_ids: Sequence[str], names: Sequence[str], *, include_clean: bool = False
+):
     """(candidate table, bool matrix candidates x models) from stored runs of the models.
 
     Several run ids per model (a list of lists) are stacked, so one pool can come from

@@ -72,8 +72,9 @@ class MiningResult:
         return self.table[self.table["kept"]]
 
 
-def candidate_table(store: Store, run_ids: Sequence[str], names: Sequence[str], *,
-                    include_clean: bool):
+def candidate_table(
+    store: Store, run_ids: Sequence[str], names: Sequence[str], *, include_clean: bool
+):
     """Per candidate (sample, shift, level): each run's top-1 id and correctness.
 
     Returns:
@@ -82,13 +83,21 @@ def candidate_table(store: Store, run_ids: Sequence[str], names: Sequence[str], 
 
     frames = []
     for rid, name in zip(run_ids, names):
-        p = store.predictions([rid], columns=["sample_id", "shift", "level", "label", "class_name",
-                                              "top5_ids", "correct"])
+        p = store.predictions(
+            [rid],
+            columns=["sample_id", "shift", "level", "label", "class_name", "top5_ids", "correct"],
+        )
         if not include_clean:
             p = p[p["shift"] != CLEAN_SHIFT]
-        p = p.assign(**{name: [int(t[0]) for t in p["top5_ids"]],
-                        f"{name}_correct": p["correct"].astype(bool)})
-        frames.append(p.drop(columns=["top5_ids", "correct"]).set_index(["sample_id", "shift", "level"]))
+        p = p.assign(
+            **{
+                name: [int(t[0]) for t in p["top5_ids"]],
+                f"{name}_correct": p["correct"].astype(bool),
+            }
+        )
+        frames.append(
+            p.drop(columns=["top5_ids", "correct"]).set_index(["sample_id", "shift", "level"])
+        )
     union = set().union(*(set(f.index) for f in frames)) if frames else set()
     table = frames[0]
     for f in frames[1:]:
@@ -99,11 +108,25 @@ def candidate_table(store: Store, run_ids: Sequence[str], names: Sequence[str], 
     return table.sort_values(["shift", "level", "sample_id"]).reset_index(drop=True), dropped
 
 
-def mine(data, *, surrogates: Sequence[str] = DEFAULT_SURROGATES, k: int | None = None,
-         label_space=None, labels_csv=None, db=DEFAULT_DB, out=None, copy: bool = False,
-         include_clean: bool | None = None, shifts=None, levels=None, weights=None, device=None,
-         batch_size: int | None = None, workers: int | None = None,
-         progress: bool | None = None) -> MiningResult:
+def mine(
+    data,
+    *,
+    surrogates: Sequence[str] = DEFAULT_SURROGATES,
+    k: int | None = None,
+    label_space=None,
+    labels_csv=None,
+    db=DEFAULT_DB,
+    out=None,
+    copy: bool = False,
+    include_clean: bool | None = None,
+    shifts=None,
+    levels=None,
+    weights=None,
+    device=None,
+    batch_size: int | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> MiningResult:
     """Evaluate the surrogates on ``data`` and keep the images at least ``k`` get wrong.
 
     Args:
@@ -139,7 +162,9 @@ def mine(data, *, surrogates: Sequence[str] = DEFAULT_SURROGATES, k: int | None 
     n = len(specs)
     k = n if k is None else k
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
-        raise InputError(f"k must be an integer from 1 to the number of surrogates ({n}), got {k!r}")
+        raise InputError(
+            f"k must be an integer from 1 to the number of surrogates ({n}), got {k!r}"
+        )
     weight_list = list(weights) if weights else [None] * n
     if len(weight_list) != n:
         raise InputError(f"{len(weight_list)} weights for {n} surrogates")
@@ -158,9 +183,20 @@ def mine(data, *, surrogates: Sequence[str] = DEFAULT_SURROGATES, k: int | None 
         ids = set()
         # Cells are not part of a run's identity: each group extends the same run.
         for group_shifts, group_levels in groups:
-            t = evaluate(model, root, db=db, label_space=label_space, labels_csv=labels_csv,
-                         shifts=group_shifts, levels=group_levels, weights=w, device=device,
-                         batch_size=batch_size, workers=workers, progress=progress)
+            t = evaluate(
+                model,
+                root,
+                db=db,
+                label_space=label_space,
+                labels_csv=labels_csv,
+                shifts=group_shifts,
+                levels=group_levels,
+                weights=w,
+                device=device,
+                batch_size=batch_size,
+                workers=workers,
+                progress=progress,
+            )
             ids.add(t.attrs["run_id"])
         run_ids.append(ids.pop())
     names = [_column(s) for s in specs]
@@ -171,10 +207,14 @@ def mine(data, *, surrogates: Sequence[str] = DEFAULT_SURROGATES, k: int | None 
     runs = store.runs(run_ids)
     first = runs.set_index("run_id").loc[run_ids[0]]
     cells = sorted({f"{s}/{lv}" for s, lv in zip(table["shift"], table["level"])})
-    mining_id = hash_id({"run_ids": run_ids, "k": k, "cells": cells, "include_clean": include_clean})
+    mining_id = hash_id(
+        {"run_ids": run_ids, "k": k, "cells": cells, "include_clean": include_clean}
+    )
     locate = _locator(first)
-    table["path"] = [str(locate(sid, sh, lv)) for sid, sh, lv in
-                     zip(table["sample_id"], table["shift"], table["level"])]
+    table["path"] = [
+        str(locate(sid, sh, lv))
+        for sid, sh, lv in zip(table["sample_id"], table["shift"], table["level"])
+    ]
     result = MiningResult(mining_id, run_ids, specs, table, k, n, dropped=dropped)
     if dropped:
         result.notes.append(f"{dropped} candidates left out: not predicted by every surrogate")
@@ -184,13 +224,29 @@ def mine(data, *, surrogates: Sequence[str] = DEFAULT_SURROGATES, k: int | None 
     from robustlab.store.mining import write_mining
 
     kept = result.kept
-    write_mining(store, {
-        "mining_id": mining_id, "data_root": str(root.resolve()), "label_space": first["label_space"],
-        "surrogates": specs, "run_ids": run_ids, "k": k, "n": n, "n_candidates": len(table),
-        "n_kept": len(kept), "out": str(result.out) if result.out else None,
-        "config": {"include_clean": include_clean, "cells": cells, "copy": bool(copy),
-                   "dropped": dropped, "weights": [str(w) if w else None for w in weight_list]},
-    }, kept.assign(top1_ids=[list(r) for r in kept[names].itertuples(index=False)]))
+    write_mining(
+        store,
+        {
+            "mining_id": mining_id,
+            "data_root": str(root.resolve()),
+            "label_space": first["label_space"],
+            "surrogates": specs,
+            "run_ids": run_ids,
+            "k": k,
+            "n": n,
+            "n_candidates": len(table),
+            "n_kept": len(kept),
+            "out": str(result.out) if result.out else None,
+            "config": {
+                "include_clean": include_clean,
+                "cells": cells,
+                "copy": bool(copy),
+                "dropped": dropped,
+                "weights": [str(w) if w else None for w in weight_list],
+            },
+        },
+        kept.assign(top1_ids=[list(r) for r in kept[names].itertuples(index=False)]),
+    )
     return result
 
 
@@ -236,7 +292,9 @@ def _locator(run):
         return lambda sid, shift, level: data_root / sid
     manifest = read_generated(Path(gen)) or {}
     fields = {f.name for f in dataclasses.fields(Protocol)}
-    protocol = Protocol(**{k: v for k, v in (manifest.get("protocol") or {}).items() if k in fields})
+    protocol = Protocol(
+        **{k: v for k, v in (manifest.get("protocol") or {}).items() if k in fields}
+    )
     samples = {s.id: s for s in discover(data_root, labels_csv=config.get("labels_csv"))}
 
     def locate(sid, shift, level):
@@ -272,13 +330,18 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
             raise InputChangedError(
                 f"{out} holds the hard subset of mining {prev.get('mining_id')}, not "
                 f"{result.mining_id} (other surrogates, k, cells or data)",
-                hint="use a new --out folder")
+                hint="use a new --out folder",
+            )
     elif out.exists() and any(out.iterdir()):
-        raise InputError(f"--out {out} exists and is not a mining folder", hint="use a new or empty folder")
+        raise InputError(
+            f"--out {out} exists and is not a mining folder", hint="use a new or empty folder"
+        )
     out.mkdir(parents=True, exist_ok=True)
     kept = result.kept
     rel_paths = []
-    for sid, shift, level, src in zip(kept["sample_id"], kept["shift"], kept["level"], kept["path"]):
+    for sid, shift, level, src in zip(
+        kept["sample_id"], kept["shift"], kept["level"], kept["path"]
+    ):
         rel = sid if shift == CLEAN_SHIFT else f"{shift}/{level}/{sid}"
         dest = out / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +352,9 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
         else:
             os.symlink(os.path.abspath(src), dest)
         rel_paths.append(rel)
-    id_names = {n: _top1_names(runs.set_index("run_id").loc[r]) for n, r in zip(names, result.run_ids)}
+    id_names = {
+        n: _top1_names(runs.set_index("run_id").loc[r]) for n, r in zip(names, result.run_ids)
+    }
     buf = io.StringIO()
     cols = ["file", "class", "sample_id", "shift", "level", "label", "n_wrong"]
     for n in names:
@@ -297,8 +362,15 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for rel, (_, r) in zip(rel_paths, kept.iterrows()):
-        row = [rel, r["class_name"], r["sample_id"], r["shift"], r["level"], int(r["label"]),
-               int(r["n_wrong"])]
+        row = [
+            rel,
+            r["class_name"],
+            r["sample_id"],
+            r["shift"],
+            r["level"],
+            int(r["label"]),
+            int(r["n_wrong"]),
+        ]
         for n in names:
             top = int(r[n])
             table = id_names[n]
@@ -310,10 +382,25 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
     lw.writerow(["file", "class"])
     lw.writerows([rel, c] for rel, c in zip(rel_paths, kept["class_name"]))
     atomic_write(out / "labels.csv", labels.getvalue().encode())
-    atomic_write(record_path, (json.dumps({
-        "mining_id": result.mining_id, "surrogates": result.surrogates, "run_ids": result.run_ids,
-        "k": result.k, "n": result.n, "n_candidates": len(result.table), "n_kept": len(kept),
-        "copy": bool(copy)}, indent=2) + "\n").encode())
+    atomic_write(
+        record_path,
+        (
+            json.dumps(
+                {
+                    "mining_id": result.mining_id,
+                    "surrogates": result.surrogates,
+                    "run_ids": result.run_ids,
+                    "k": result.k,
+                    "n": result.n,
+                    "n_candidates": len(result.table),
+                    "n_kept": len(kept),
+                    "copy": bool(copy),
+                },
+                indent=2,
+            )
+            + "\n"
+        ).encode(),
+    )
     return out
 
 

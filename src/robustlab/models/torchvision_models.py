@@ -49,9 +49,13 @@ def preprocessing_of(w) -> Preprocessing:
         return Preprocessing(224, 0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD)
     t = w.transforms()
     crop, resize = int(t.crop_size[0]), int(t.resize_size[0])
-    return Preprocessing(input_size=crop, crop_pct=crop / resize,
-                         interpolation=str(t.interpolation.value),
-                         mean=tuple(float(v) for v in t.mean), std=tuple(float(v) for v in t.std))
+    return Preprocessing(
+        input_size=crop,
+        crop_pct=crop / resize,
+        interpolation=str(t.interpolation.value),
+        mean=tuple(float(v) for v in t.mean),
+        std=tuple(float(v) for v in t.std),
+    )
 
 
 def cache_path(w) -> Path:
@@ -60,12 +64,15 @@ def cache_path(w) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(w.url).path).name
 
 
-def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
-         batch_size=None) -> TorchModel:
+def load(
+    name: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None
+) -> TorchModel:
     from torchvision.models import get_model, list_models
 
     if name not in list_models():
-        raise InputError(f"unknown torchvision model {name!r} (see torchvision.models.list_models())")
+        raise InputError(
+            f"unknown torchvision model {name!r} (see torchvision.models.list_models())"
+        )
     default = _default_weights(name)
     if weights is not None:
         path, source = Path(weights).expanduser(), "file"
@@ -73,22 +80,30 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
             raise MissingResourceError(f"weights file {path} does not exist")
     else:
         if default is None:
-            raise InputError(f"torchvision has no pretrained weights for {name!r}; pass --weights PATH")
+            raise InputError(
+                f"torchvision has no pretrained weights for {name!r}; pass --weights PATH"
+            )
         path, source = cache_path(default), "torch hub cache"
         if not path.is_file():
             if offline():
-                raise MissingResourceError(f"torchvision:{name} has no weights on this machine and downloads "
-                                 f"are off: download {default.url} to {path} or pass --weights PATH")
+                raise MissingResourceError(
+                    f"torchvision:{name} has no weights on this machine and downloads "
+                    f"are off: download {default.url} to {path} or pass --weights PATH"
+                )
             why = unreachable(default.url)
             if why:
-                raise MissingResourceError(f"cannot download torchvision:{name} weights: {why}; download "
-                                 f"{default.url} to {path} or pass --weights PATH")
+                raise MissingResourceError(
+                    f"cannot download torchvision:{name} weights: {why}; download "
+                    f"{default.url} to {path} or pass --weights PATH"
+                )
             try:
                 default.get_state_dict(progress=False, check_hash=True)
             except Exception as exc:  # noqa: BLE001 - urllib/hash errors of many types
                 msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise MissingResourceError(f"could not download torchvision:{name} weights ({msg}); download "
-                                 f"{default.url} to {path} or pass --weights PATH") from None
+                raise MissingResourceError(
+                    f"could not download torchvision:{name} weights ({msg}); download "
+                    f"{default.url} to {path} or pass --weights PATH"
+                ) from None
             source = "torchvision download"
     sd = load_state_dict_file(path)
     kwargs = {}
@@ -104,13 +119,22 @@ def load(name: str, *, spec: str, weights=None, device=None, label_space=None,
     num = _num_outputs(net)
     dev = auto_device(device)
     return TorchModel(
-        spec, net, preprocessing=preprocessing_of(default),
-        batch_size=batch_size or default_batch_size(CPU_BATCH, dev), device=dev,
-        label_space=label_space, weights_path=path, weights_hash=weights_hash(path),
+        spec,
+        net,
+        preprocessing=preprocessing_of(default),
+        batch_size=batch_size or default_batch_size(CPU_BATCH, dev),
+        device=dev,
+        label_space=label_space,
+        weights_path=path,
+        weights_hash=weights_hash(path),
         model_outputs=num,
-        details={"architecture": f"torchvision:{name}", "weights_source": source,
-                 "weights_enum": str(default) if default is not None else None,
-                 "versions": package_versions("torchvision")})
+        details={
+            "architecture": f"torchvision:{name}",
+            "weights_source": source,
+            "weights_enum": str(default) if default is not None else None,
+            "versions": package_versions("torchvision"),
+        },
+    )
 
 
 def _num_outputs(net) -> int:

@@ -102,91 +102,183 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
 
     runs = d.runs
     models = list(dict.fromkeys(r.record["model_spec"] for r in runs))
-    suites = list(dict.fromkeys(f"{r.record['suite'] or 'clean only'}"
-                                + (f" v{r.record['suite_version']}" if r.record.get("suite_version") else "")
-                                for r in runs))
+    suites = list(
+        dict.fromkeys(
+            f"{r.record['suite'] or 'clean only'}"
+            + (f" v{r.record['suite_version']}" if r.record.get("suite_version") else "")
+            for r in runs
+        )
+    )
     roots = list(dict.fromkeys(str(r.record["data_root"]) for r in runs))
     seeds = list(dict.fromkeys(int(r.record["seed"] or 0) for r in runs))
     p.section("summary", "Summary")
-    items = [("Models", ", ".join(models)), ("Suites", ", ".join(suites)),
-             ("Data", "; ".join(roots)), ("Seeds", ", ".join(map(str, seeds))),
-             ("Runs", str(len(runs))), ("Database", str(d.db)),
-             ("CE baseline", d.baseline or "AlexNet constants when valid (full ImageNet val)"),
-             ("Intervals", f"{100 * d.confidence:.0f} % percentile bootstrap, {d.n_resamples} resamples"),
-             ("Generated", f"{generated} by robustlab {__version__}")]
-    p.add('<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>")
+    items = [
+        ("Models", ", ".join(models)),
+        ("Suites", ", ".join(suites)),
+        ("Data", "; ".join(roots)),
+        ("Seeds", ", ".join(map(str, seeds))),
+        ("Runs", str(len(runs))),
+        ("Database", str(d.db)),
+        ("CE baseline", d.baseline or "AlexNet constants when valid (full ImageNet val)"),
+        (
+            "Intervals",
+            f"{100 * d.confidence:.0f} % percentile bootstrap, {d.n_resamples} resamples",
+        ),
+        ("Generated", f"{generated} by robustlab {__version__}"),
+    ]
+    p.add(
+        '<dl class="kv">'
+        + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
+        + "</dl>"
+    )
     _run_summary(p, d)
     rows = []
     for r in runs:
         rec = r.record
         v = rec.get("versions") or {}
-        rows.append({
-            "label": r.label, "run": r.short, "model": rec["model_spec"],
-            "weights": (rec.get("weights_hash") or "")[:12],
-            "suite": rec["suite"] or "clean only", "suite_version": rec.get("suite_version"),
-            "data": rec["data_root"], "fingerprint": (rec.get("data_fingerprint") or "")[:12],
-            "label_space": rec.get("label_space"), "seed": rec.get("seed"),
-            "n_samples": rec.get("n_samples"), "n_skipped": rec.get("n_skipped"),
-            "status": rec.get("status"), "started": str(rec.get("started_at") or "")[:19],
-            "finished": str(rec.get("finished_at") or "")[:19] if not pd.isna(rec.get("finished_at")) else "",
-            "robustlab": v.get("robustlab"), "torch": v.get("torch"), "timm": v.get("timm"),
-            "numpy": v.get("numpy"),
-        })
-    p.table(Table("runs", [
-        Column("label", "Model"), Column("run", "Run"), Column("weights", "Weights hash"),
-        Column("suite", "Suite"), Column("suite_version", "Version"), Column("data", "Data root"),
-        Column("fingerprint", "Data fingerprint"), Column("label_space", "Label space"),
-        Column("seed", "Seed", integer, True), Column("n_samples", "Images", integer, True),
-        Column("n_skipped", "Skipped", integer, True), Column("status", "Status"),
-        Column("started", "Started (UTC)"), Column("finished", "Finished (UTC)"),
-        Column("robustlab", "robustlab"), Column("torch", "torch"), Column("timm", "timm"),
-        Column("numpy", "numpy"),
-    ], rows, caption="Runs in this report"))
+        rows.append(
+            {
+                "label": r.label,
+                "run": r.short,
+                "model": rec["model_spec"],
+                "weights": (rec.get("weights_hash") or "")[:12],
+                "suite": rec["suite"] or "clean only",
+                "suite_version": rec.get("suite_version"),
+                "data": rec["data_root"],
+                "fingerprint": (rec.get("data_fingerprint") or "")[:12],
+                "label_space": rec.get("label_space"),
+                "seed": rec.get("seed"),
+                "n_samples": rec.get("n_samples"),
+                "n_skipped": rec.get("n_skipped"),
+                "status": rec.get("status"),
+                "started": str(rec.get("started_at") or "")[:19],
+                "finished": str(rec.get("finished_at") or "")[:19]
+                if not pd.isna(rec.get("finished_at"))
+                else "",
+                "robustlab": v.get("robustlab"),
+                "torch": v.get("torch"),
+                "timm": v.get("timm"),
+                "numpy": v.get("numpy"),
+            }
+        )
+    p.table(
+        Table(
+            "runs",
+            [
+                Column("label", "Model"),
+                Column("run", "Run"),
+                Column("weights", "Weights hash"),
+                Column("suite", "Suite"),
+                Column("suite_version", "Version"),
+                Column("data", "Data root"),
+                Column("fingerprint", "Data fingerprint"),
+                Column("label_space", "Label space"),
+                Column("seed", "Seed", integer, True),
+                Column("n_samples", "Images", integer, True),
+                Column("n_skipped", "Skipped", integer, True),
+                Column("status", "Status"),
+                Column("started", "Started (UTC)"),
+                Column("finished", "Finished (UTC)"),
+                Column("robustlab", "robustlab"),
+                Column("torch", "torch"),
+                Column("timm", "timm"),
+                Column("numpy", "numpy"),
+            ],
+            rows,
+            caption="Runs in this report",
+        )
+    )
     for r in runs:
         rec = r.record
-        detail = {"preprocessing": rec.get("preprocessing"), "versions": rec.get("versions"),
-                  "config": {k: v for k, v in (rec.get("config") or {}).items() if k != "cells"}}
+        detail = {
+            "preprocessing": rec.get("preprocessing"),
+            "versions": rec.get("versions"),
+            "config": {k: v for k, v in (rec.get("config") or {}).items() if k != "cells"},
+        }
         skipped = rec.get("skipped") or []
         body = esc(json.dumps(detail, indent=1, sort_keys=True, default=str))
         extra = ""
         if skipped:
-            shown = "".join(f"<li>{esc(s[0] if isinstance(s, list) else s)}: "
-                            f"{esc(s[1] if isinstance(s, list) and len(s) > 1 else '')}</li>"
-                            for s in skipped[:20])
+            shown = "".join(
+                f"<li>{esc(s[0] if isinstance(s, list) else s)}: "
+                f"{esc(s[1] if isinstance(s, list) and len(s) > 1 else '')}</li>"
+                for s in skipped[:20]
+            )
             more = f"<li>... and {len(skipped) - 20} more</li>" if len(skipped) > 20 else ""
             extra = f"<p>Skipped inputs:</p><ul>{shown}{more}</ul>"
-        p.add(f"<details><summary>{esc(r.label)} (run {esc(r.short)}): preprocessing, "
-              f"versions, configuration</summary>{extra}<pre>{body}</pre></details>")
+        p.add(
+            f"<details><summary>{esc(r.label)} (run {esc(r.short)}): preprocessing, "
+            f"versions, configuration</summary>{extra}<pre>{body}</pre></details>"
+        )
 
 
 def _run_summary(p: _Page, d: ReportData) -> None:
     """The first table: ``robustlab results --summary``, one row per run."""
     rows = d.summary.to_dict("records")
-    has = {k: any(not is_missing(r.get(k)) for r in rows)
-           for k in ("mce", "s_robust", "s_partial", "bg_gap")}
-    cols = [Column("label", "Model"), Column("suite", "Suite"), Column("run_id", "Run"),
-            Column("data", "Data"), Column("images", "Images", integer, True),
-            Column("clean_top1", "Clean top-1 %", pct, True),
-            Column("shifted_top1", "Shifted top-1 %", pct, True,
-                   tip="mean over the shifted cells of each cell's top-1")]
+    has = {
+        k: any(not is_missing(r.get(k)) for r in rows)
+        for k in ("mce", "s_robust", "s_partial", "bg_gap")
+    }
+    cols = [
+        Column("label", "Model"),
+        Column("suite", "Suite"),
+        Column("run_id", "Run"),
+        Column("data", "Data"),
+        Column("images", "Images", integer, True),
+        Column("clean_top1", "Clean top-1 %", pct, True),
+        Column(
+            "shifted_top1",
+            "Shifted top-1 %",
+            pct,
+            True,
+            tip="mean over the shifted cells of each cell's top-1",
+        ),
+    ]
     if has["mce"]:
-        cols += [Column("mce", "mCE %", pct, True), Column("relative_mce", "Rel. mCE %", pct, True),
-                 Column("baseline", "CE baseline")]
+        cols += [
+            Column("mce", "mCE %", pct, True),
+            Column("relative_mce", "Rel. mCE %", pct, True),
+            Column("baseline", "CE baseline"),
+        ]
     if has["s_robust"]:
         cols.append(Column("s_robust", "S_robust", num, True))
     if has["s_partial"]:
-        cols.append(Column("s_partial", "S partial (EX1)", num, True,
-                           tip="1 - sigma2_cross: EX2 needs models trained on each scenario"))
+        cols.append(
+            Column(
+                "s_partial",
+                "S partial (EX1)",
+                num,
+                True,
+                tip="1 - sigma2_cross: EX2 needs models trained on each scenario",
+            )
+        )
     if has["bg_gap"]:
         cols.append(Column("bg_gap", "BG-gap %", pct, True))
-    cols += [Column("path", "Path", tip="on-the-fly (torch:cuda/cpu: batched torch shifts), or read from a "
-                    "generated folder"),
-             Column("precision", "Precision")]
+    cols += [
+        Column(
+            "path",
+            "Path",
+            tip="on-the-fly (torch:cuda/cpu: batched torch shifts), or read from a "
+            "generated folder",
+        ),
+        Column("precision", "Precision"),
+    ]
     if any(not is_missing(r.get("defence")) for r in rows):
-        cols.append(Column("defence", "Defence",
-                           tip="test-time defence the model ran behind (--preprocess, --tta)"))
-    p.table(Table("run-summary", cols, rows,
-                  caption="One row per run (the same numbers as `robustlab results --summary`)"))
+        cols.append(
+            Column(
+                "defence",
+                "Defence",
+                tip="test-time defence the model ran behind (--preprocess, --tta)",
+            )
+        )
+    p.table(
+        Table(
+            "run-summary",
+            cols,
+            rows,
+            caption="One row per run (the same numbers as `robustlab results --summary`)",
+        )
+    )
 
 
 def _leaderboard(p: _Page, d: ReportData) -> None:
@@ -196,33 +288,52 @@ def _leaderboard(p: _Page, d: ReportData) -> None:
         m = d.mce.get(r.run_id, {})
         rs = d.robustness.get(r.run_id)
         gap = d.bg_gap[d.bg_gap["run_id"] == r.run_id]["bg_gap"] if not d.bg_gap.empty else []
-        rows.append({"label": r.label, "run": r.short, "suite": r.record["suite"] or "clean only",
-                     "n": pooled.get("clean_n"), "clean": pooled.get("clean"),
-                     "shifted": pooled.get("shifted"), "mce": m.get("mce"),
-                     "rel_mce": m.get("relative_mce"),
-                     "s_partial": rs.s_partial if rs is not None else None,
-                     "bg_gap": float(gap.iloc[0]) if len(gap) else None})
+        rows.append(
+            {
+                "label": r.label,
+                "run": r.short,
+                "suite": r.record["suite"] or "clean only",
+                "n": pooled.get("clean_n"),
+                "clean": pooled.get("clean"),
+                "shifted": pooled.get("shifted"),
+                "mce": m.get("mce"),
+                "rel_mce": m.get("relative_mce"),
+                "s_partial": rs.s_partial if rs is not None else None,
+                "bg_gap": float(gap.iloc[0]) if len(gap) else None,
+            }
+        )
     # Runs are ranked only against runs of the same suite: different cells, different scale.
     order = list(dict.fromkeys(x["suite"] for x in rows))
-    rows.sort(key=lambda x: (order.index(x["suite"]),
-                             -(x["shifted"] if x["shifted"] is not None else -1)))
+    rows.sort(
+        key=lambda x: (order.index(x["suite"]), -(x["shifted"] if x["shifted"] is not None else -1))
+    )
     for x in rows:
-        x["rank"] = 1 + sum(1 for y in rows if y["suite"] == x["suite"]
-                            and (y["shifted"] or -1) > (x["shifted"] or -1))
-    cols = [Column("label", "Model"), Column("run", "Run"), Column("suite", "Suite"),
-            Column("rank", "Rank in suite", integer, True),
-            Column("n", "Images", integer, True),
-            Column("clean", "Clean top-1 %", pct, True),
-            Column("shifted", "Shifted top-1 %", pct, True, tip="all shifted cells pooled")]
+        x["rank"] = 1 + sum(
+            1
+            for y in rows
+            if y["suite"] == x["suite"] and (y["shifted"] or -1) > (x["shifted"] or -1)
+        )
+    cols = [
+        Column("label", "Model"),
+        Column("run", "Run"),
+        Column("suite", "Suite"),
+        Column("rank", "Rank in suite", integer, True),
+        Column("n", "Images", integer, True),
+        Column("clean", "Clean top-1 %", pct, True),
+        Column("shifted", "Shifted top-1 %", pct, True, tip="all shifted cells pooled"),
+    ]
     if any(x["mce"] is not None for x in rows):
         cols += [Column("mce", "mCE %", pct, True), Column("rel_mce", "Rel. mCE %", pct, True)]
     if any(x["s_partial"] is not None for x in rows):
         cols.append(Column("s_partial", "S partial (EX1)", num, True))
     if any(x["bg_gap"] is not None for x in rows):
         cols.append(Column("bg_gap", "BG-gap %", pct, True))
-    p.section("leaderboard", "Leaderboard",
-              "Runs ranked within their suite by pooled shifted accuracy (runs of different "
-              "suites are measured on different cells). Click a header to sort.")
+    p.section(
+        "leaderboard",
+        "Leaderboard",
+        "Runs ranked within their suite by pooled shifted accuracy (runs of different "
+        "suites are measured on different cells). Click a header to sort.",
+    )
     p.table(Table("leaderboard", cols, rows))
 
 
@@ -232,57 +343,121 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
     if not corr:
         return
     fam = {s: family(s) for s in corr}
-    p.section("corruptions", "Corruptions (ImageNet-C)",
-              "Like ImageNet-C Table 1: per corruption, the top-1 error averaged over the "
-              "stored severities; CE divides the summed errors by the baseline's (lower is better).")
+    p.section(
+        "corruptions",
+        "Corruptions (ImageNet-C)",
+        "Like ImageNet-C Table 1: per corruption, the top-1 error averaged over the "
+        "stored severities; CE divides the summed errors by the baseline's (lower is better).",
+    )
     clean = d.cells[d.cells["shift"] == CLEAN_SHIFT].set_index("run_full")["error"]
     rows = []
     for r in d.runs:
-        g = d.corruption_error[d.corruption_error["run_full"] == r.run_id].set_index("shift")["mean_error"]
+        g = d.corruption_error[d.corruption_error["run_full"] == r.run_id].set_index("shift")[
+            "mean_error"
+        ]
         if g.empty:
             continue
-        rows.append({"label": r.label, "run": r.short, "clean": clean.get(r.run_id),
-                     **{f"e:{s}": g.get(s) for s in corr}})
-    cols = [Column("label", "Model"), Column("run", "Run"), Column("clean", "Clean error %", pct, True)]
+        rows.append(
+            {
+                "label": r.label,
+                "run": r.short,
+                "clean": clean.get(r.run_id),
+                **{f"e:{s}": g.get(s) for s in corr},
+            }
+        )
+    cols = [
+        Column("label", "Model"),
+        Column("run", "Run"),
+        Column("clean", "Clean error %", pct, True),
+    ]
     cols += [Column(f"e:{s}", s.replace("_", " "), pct, True, note=fam[s]) for s in corr]
-    p.table(Table("corruption-errors", cols, rows,
-                  caption="Top-1 error (%) per corruption, mean over the stored severities"))
+    p.table(
+        Table(
+            "corruption-errors",
+            cols,
+            rows,
+            caption="Top-1 error (%) per corruption, mean over the stored severities",
+        )
+    )
     if ce_runs:
         rows = []
         for r in ce_runs:
             g = d.ce[d.ce["run_full"] == r.run_id].set_index("shift")
             m = d.mce[r.run_id]
-            rows.append({"label": r.label, "run": r.short, "baseline": m["baseline"],
-                         "clean": clean.get(r.run_id), "mce": m["mce"], "rel": m["relative_mce"],
-                         **{f"ce:{s}": g["ce"].get(s) for s in corr},
-                         **{f"rce:{s}": g["relative_ce"].get(s) for s in corr}})
-        cols = [Column("label", "Model"), Column("run", "Run"), Column("baseline", "Baseline"),
-                Column("clean", "Clean error %", pct, True),
-                Column("mce", "mCE %", pct, True, tip="mean CE over the corruptions"),
-                Column("rel", "Rel. mCE %", pct, True, tip="mean relative CE")]
-        cols += [Column(f"ce:{s}", s.replace("_", " "), pct, True, note=f"{fam[s]} CE") for s in corr]
-        p.table(Table("ce-table", cols, rows, caption="Corruption Error (CE, %) and mCE against the baseline"))
-        cols = [Column("label", "Model"), Column("run", "Run"), Column("rel", "Rel. mCE %", pct, True)]
-        cols += [Column(f"rce:{s}", s.replace("_", " "), pct, True, note=f"{fam[s]} rel. CE") for s in corr]
-        p.table(Table("relative-ce-table", cols, rows, caption="Relative CE (%): degradation from clean, "
-                      "relative to the baseline's"))
-    missing = [r for r in d.runs if r.run_id not in d.mce and
-               not d.corruption_error[d.corruption_error["run_full"] == r.run_id].empty]
+            rows.append(
+                {
+                    "label": r.label,
+                    "run": r.short,
+                    "baseline": m["baseline"],
+                    "clean": clean.get(r.run_id),
+                    "mce": m["mce"],
+                    "rel": m["relative_mce"],
+                    **{f"ce:{s}": g["ce"].get(s) for s in corr},
+                    **{f"rce:{s}": g["relative_ce"].get(s) for s in corr},
+                }
+            )
+        cols = [
+            Column("label", "Model"),
+            Column("run", "Run"),
+            Column("baseline", "Baseline"),
+            Column("clean", "Clean error %", pct, True),
+            Column("mce", "mCE %", pct, True, tip="mean CE over the corruptions"),
+            Column("rel", "Rel. mCE %", pct, True, tip="mean relative CE"),
+        ]
+        cols += [
+            Column(f"ce:{s}", s.replace("_", " "), pct, True, note=f"{fam[s]} CE") for s in corr
+        ]
+        p.table(
+            Table(
+                "ce-table",
+                cols,
+                rows,
+                caption="Corruption Error (CE, %) and mCE against the baseline",
+            )
+        )
+        cols = [
+            Column("label", "Model"),
+            Column("run", "Run"),
+            Column("rel", "Rel. mCE %", pct, True),
+        ]
+        cols += [
+            Column(f"rce:{s}", s.replace("_", " "), pct, True, note=f"{fam[s]} rel. CE")
+            for s in corr
+        ]
+        p.table(
+            Table(
+                "relative-ce-table",
+                cols,
+                rows,
+                caption="Relative CE (%): degradation from clean, relative to the baseline's",
+            )
+        )
+    missing = [
+        r
+        for r in d.runs
+        if r.run_id not in d.mce
+        and not d.corruption_error[d.corruption_error["run_full"] == r.run_id].empty
+    ]
     if missing:
         why = [n for n in d.notes if "CE/mCE" in n]
-        p.add(f'<p class="note"><strong>No mCE for {esc(", ".join(r.label for r in missing))}.</strong> '
-              "mCE needs a baseline measured on the same images: the bundled AlexNet errors are "
-              "valid only for the full ImageNet validation set, so pass a model evaluated on these "
-              "images with <code>--baseline SPEC</code>. The table above shows the errors "
-              "themselves.</p>" + notes_list(why))
+        p.add(
+            f'<p class="note"><strong>No mCE for {esc(", ".join(r.label for r in missing))}.</strong> '
+            "mCE needs a baseline measured on the same images: the bundled AlexNet errors are "
+            "valid only for the full ImageNet validation set, so pass a model evaluated on these "
+            "images with <code>--baseline SPEC</code>. The table above shows the errors "
+            "themselves.</p>" + notes_list(why)
+        )
 
 
 def _scenario_tables(p: _Page, d: ReportData) -> None:
     if not d.scenarios:
         return
-    p.section("scenarios", "Background scenarios",
-              "Like XIMAGENET-12 Table 1: top-1 accuracy of the original-trained model on each "
-              "scenario (EX1). One table per suite, so no row is half empty.")
+    p.section(
+        "scenarios",
+        "Background scenarios",
+        "Like XIMAGENET-12 Table 1: top-1 accuracy of the original-trained model on each "
+        "scenario (EX1). One table per suite, so no row is half empty.",
+    )
     by_suite: dict[str, list] = {}
     for r in d.runs:
         if r.run_id in d.scenarios:
@@ -292,37 +467,89 @@ def _scenario_tables(p: _Page, d: ReportData) -> None:
         rows = []
         for r in runs:
             mu, acc = d.scenarios[r.run_id]
-            rows.append({"label": r.label, "run": r.short, "mu": mu,
-                         **{f"s:{k}": acc.get(k) for k in names}})
-        cols = [Column("label", "Model"), Column("run", "Run"), Column("mu", "Original %", pct, True)]
+            rows.append(
+                {
+                    "label": r.label,
+                    "run": r.short,
+                    "mu": mu,
+                    **{f"s:{k}": acc.get(k) for k in names},
+                }
+            )
+        cols = [
+            Column("label", "Model"),
+            Column("run", "Run"),
+            Column("mu", "Original %", pct, True),
+        ]
         cols += [Column(f"s:{k}", k.replace("_", " "), pct, True) for k in names]
-        p.table(Table(f"scenarios-{_slug(suite)}", cols, rows,
-                      caption=f"{suite}: scenario top-1 accuracy (%)"))
+        p.table(
+            Table(
+                f"scenarios-{_slug(suite)}",
+                cols,
+                rows,
+                caption=f"{suite}: scenario top-1 accuracy (%)",
+            )
+        )
     rows = []
     for r in d.runs:
         rs = d.robustness.get(r.run_id)
         if rs is None:
             continue
-        rows.append({"label": r.label, "run": r.short, "mu": rs.mu, "s2c": rs.sigma2_cross,
-                     "s2i": rs.sigma2_inner, "partial": rs.s_partial, "full": rs.s_robust,
-                     "n": len(rs.scenarios)})
+        rows.append(
+            {
+                "label": r.label,
+                "run": r.short,
+                "mu": rs.mu,
+                "s2c": rs.sigma2_cross,
+                "s2i": rs.sigma2_inner,
+                "partial": rs.s_partial,
+                "full": rs.s_robust,
+                "n": len(rs.scenarios),
+            }
+        )
     if rows:
-        p.table(Table("robustness", [
-            Column("label", "Model"), Column("run", "Run"), Column("mu", "mu %", pct, True),
-            Column("n", "Scenarios", integer, True),
-            Column("s2c", "sigma2 cross", num, True), Column("s2i", "sigma2 inner", num, True),
-            Column("partial", "S partial", num, True, tip="1 - sigma2_cross (EX1 only)"),
-            Column("full", "S_robust", num, True, tip="needs EX2 (inner) accuracies too"),
-        ], rows, caption="XIMAGENET-12 robustness score S_robust = 1 - (sigma2_cross + sigma2_inner)"))
+        p.table(
+            Table(
+                "robustness",
+                [
+                    Column("label", "Model"),
+                    Column("run", "Run"),
+                    Column("mu", "mu %", pct, True),
+                    Column("n", "Scenarios", integer, True),
+                    Column("s2c", "sigma2 cross", num, True),
+                    Column("s2i", "sigma2 inner", num, True),
+                    Column("partial", "S partial", num, True, tip="1 - sigma2_cross (EX1 only)"),
+                    Column("full", "S_robust", num, True, tip="needs EX2 (inner) accuracies too"),
+                ],
+                rows,
+                caption="XIMAGENET-12 robustness score S_robust = 1 - (sigma2_cross + sigma2_inner)",
+            )
+        )
     if not d.bg_gap.empty:
         labels = d.labels
-        rows = [{"label": labels.get(g.run_id, g.run_id), "n": g.n, "same": g.acc_same,
-                 "rand": g.acc_rand, "gap": g.bg_gap} for g in d.bg_gap.itertuples()]
-        p.table(Table("bg-gap", [
-            Column("label", "Model"), Column("n", "Paired images", integer, True),
-            Column("same", "mixed_same %", pct, True), Column("rand", "mixed_rand %", pct, True),
-            Column("gap", "BG-gap %", pct, True)], rows,
-            caption="ImageNet-9 BG-gap = acc(mixed_same) - acc(mixed_rand), paired images"))
+        rows = [
+            {
+                "label": labels.get(g.run_id, g.run_id),
+                "n": g.n,
+                "same": g.acc_same,
+                "rand": g.acc_rand,
+                "gap": g.bg_gap,
+            }
+            for g in d.bg_gap.itertuples()
+        ]
+        p.table(
+            Table(
+                "bg-gap",
+                [
+                    Column("label", "Model"),
+                    Column("n", "Paired images", integer, True),
+                    Column("same", "mixed_same %", pct, True),
+                    Column("rand", "mixed_rand %", pct, True),
+                    Column("gap", "BG-gap %", pct, True),
+                ],
+                rows,
+                caption="ImageNet-9 BG-gap = acc(mixed_same) - acc(mixed_rand), paired images",
+            )
+        )
 
 
 def _surface_variation(p: _Page, d: ReportData) -> None:
@@ -330,24 +557,51 @@ def _surface_variation(p: _Page, d: ReportData) -> None:
     t = d.surface
     if t.empty:
         return
-    p.section("surface-variation", "Surface variation (hold-out protocols)",
-              "A network trained from scratch with a style, some subtypes or one version of "
-              "each icon held out (ImageNet-C paper, ICONS-50). In-distribution: a seeded share "
-              "of the training pool kept aside; held-out: what was held out, scored on the "
-              "broad class. The paper's shape: versions stay high, a held-out style drops.")
+    p.section(
+        "surface-variation",
+        "Surface variation (hold-out protocols)",
+        "A network trained from scratch with a style, some subtypes or one version of "
+        "each icon held out (ImageNet-C paper, ICONS-50). In-distribution: a seeded share "
+        "of the training pool kept aside; held-out: what was held out, scored on the "
+        "broad class. The paper's shape: versions stay high, a held-out style drops.",
+    )
     labels = d.labels
-    rows = [{"label": labels.get(r.run_id, r.model), "run": r.run_id[:8], "protocol": r.protocol,
-             "held": r.held_out, "seed": r.seed, "n_train": r.n_train, "n_seen": r.n_seen,
-             "seen": r.seen_top1, "n_held": r.n_held, "heldacc": r.held_top1,
-             "gap": r.seen_top1 - r.held_top1} for r in t.itertuples()]
-    p.table(Table("surface-variation", [
-        Column("label", "Model"), Column("run", "Run"), Column("protocol", "Protocol"),
-        Column("held", "Held out"), Column("seed", "Seed", integer, True),
-        Column("n_train", "Train images", integer, True),
-        Column("n_seen", "In-dist. n", integer, True), Column("seen", "In-dist. %", pct, True),
-        Column("n_held", "Held-out n", integer, True), Column("heldacc", "Held-out %", pct, True),
-        Column("gap", "Drop %", pct, True, tip="in-distribution minus held-out top-1")],
-        rows, caption="Top-1 accuracy (%) under each hold-out protocol"))
+    rows = [
+        {
+            "label": labels.get(r.run_id, r.model),
+            "run": r.run_id[:8],
+            "protocol": r.protocol,
+            "held": r.held_out,
+            "seed": r.seed,
+            "n_train": r.n_train,
+            "n_seen": r.n_seen,
+            "seen": r.seen_top1,
+            "n_held": r.n_held,
+            "heldacc": r.held_top1,
+            "gap": r.seen_top1 - r.held_top1,
+        }
+        for r in t.itertuples()
+    ]
+    p.table(
+        Table(
+            "surface-variation",
+            [
+                Column("label", "Model"),
+                Column("run", "Run"),
+                Column("protocol", "Protocol"),
+                Column("held", "Held out"),
+                Column("seed", "Seed", integer, True),
+                Column("n_train", "Train images", integer, True),
+                Column("n_seen", "In-dist. n", integer, True),
+                Column("seen", "In-dist. %", pct, True),
+                Column("n_held", "Held-out n", integer, True),
+                Column("heldacc", "Held-out %", pct, True),
+                Column("gap", "Drop %", pct, True, tip="in-distribution minus held-out top-1"),
+            ],
+            rows,
+            caption="Top-1 accuracy (%) under each hold-out protocol",
+        )
+    )
 
 
 def _slug(text: str) -> str:
@@ -362,9 +616,12 @@ def _imagenet_d(p: _Page, d: ReportData) -> None:
     t = d.imagenet_d
     if t.empty:
         return
-    p.section("imagenet-d", "ImageNet-D subsets",
-              "Top-1 accuracy (%) per subset for runs on the imagenet-d label space; a "
-              "prediction is right when its top-1 ImageNet class is one of the class's ids.")
+    p.section(
+        "imagenet-d",
+        "ImageNet-D subsets",
+        "Top-1 accuracy (%) per subset for runs on the imagenet-d label space; a "
+        "prediction is right when its top-1 ImageNet class is one of the class's ids.",
+    )
     order = [s for s in ("background", "texture", "material", "all") if s in set(t["subset"])]
     rows = []
     for r in d.runs:
@@ -389,40 +646,62 @@ def _mining_analysis(p: _Page, d: ReportData, seed: int) -> None:
     for v in mining_views(d, seed=seed):
         i = v.mining_id
         p.add(f"<h3>Mining {esc(v.mining_id)}: {esc(', '.join(v.surrogates))}</h3>")
-        p.figure(f"fig-mining-curve-{i}", curve_plot(v),
-                 "ImageNet-D's first claim: with more surrogates that must all be wrong, fewer "
-                 "candidates are kept, and the kept ones are harder for models that were not "
-                 "used to mine them (each point averages every subset of that many surrogates).",
-                 "line plots of the kept fraction and held-out accuracy against the number of "
-                 "surrogates")
+        p.figure(
+            f"fig-mining-curve-{i}",
+            curve_plot(v),
+            "ImageNet-D's first claim: with more surrogates that must all be wrong, fewer "
+            "candidates are kept, and the kept ones are harder for models that were not "
+            "used to mine them (each point averages every subset of that many surrogates).",
+            "line plots of the kept fraction and held-out accuracy against the number of "
+            "surrogates",
+        )
         if v.transfer:
-            p.table(Table(f"mining-transfer-{i}", [
-                Column("heldout", "Held-out model"), Column("n_mined", "Kept", integer, True),
-                Column("mined_acc", "Top-1 on kept %", pct, True),
-                Column("random_mean", "Random same-size %", pct, True),
-                Column("random_lo", "2.5 %", pct, True), Column("random_hi", "97.5 %", pct, True),
-                Column("p_value", "p (one-sided)", num, True),
-            ], v.transfer, caption="Transfer (the second claim): a held-out model's top-1 on "
-                "the mined set against random subsets of the same candidates and size; p is "
-                "the share of random subsets at or below the mined accuracy"))
+            p.table(
+                Table(
+                    f"mining-transfer-{i}",
+                    [
+                        Column("heldout", "Held-out model"),
+                        Column("n_mined", "Kept", integer, True),
+                        Column("mined_acc", "Top-1 on kept %", pct, True),
+                        Column("random_mean", "Random same-size %", pct, True),
+                        Column("random_lo", "2.5 %", pct, True),
+                        Column("random_hi", "97.5 %", pct, True),
+                        Column("p_value", "p (one-sided)", num, True),
+                    ],
+                    v.transfer,
+                    caption="Transfer (the second claim): a held-out model's top-1 on "
+                    "the mined set against random subsets of the same candidates and size; p is "
+                    "the share of random subsets at or below the mined accuracy",
+                )
+            )
         elif len(v.curve.columns) == 4:
-            v.notes.append("no held-out model: evaluate another model on the same candidates "
-                           "(robustlab evaluate ... --data <the candidates>) to measure transfer")
+            v.notes.append(
+                "no held-out model: evaluate another model on the same candidates "
+                "(robustlab evaluate ... --data <the candidates>) to measure transfer"
+            )
         if v.examples:
             cells = []
             for ex in v.examples:
                 thumb = thumbnail(ex["path"])
-                img = (f'<img src="{data_uri(*thumb)}" alt="hard image {esc(ex["sample_id"])} '
-                       f'{esc(ex["cell"])}">' if thumb else
-                       f'<p class="note">not readable: {esc(ex["path"])}</p>')
-                guesses = "".join(f'<span class="pred bad"><span class="mark" aria-label="wrong">'
-                                  f"{WRONG_MARK}</span>{esc(s)}: {esc(g)}</span>"
-                                  for s, g in ex["guesses"])
-                cells.append(f'<figure class="thumb">{img}<figcaption><strong>'
-                             f'{esc(ex["class_name"])}</strong> {esc(ex["cell"])}{guesses}'
-                             "</figcaption></figure>")
-            p.add(f'<div class="hard-examples" id="mining-examples-{i}">' + "".join(cells)
-                  + "</div>")
+                img = (
+                    f'<img src="{data_uri(*thumb)}" alt="hard image {esc(ex["sample_id"])} '
+                    f'{esc(ex["cell"])}">'
+                    if thumb
+                    else f'<p class="note">not readable: {esc(ex["path"])}</p>'
+                )
+                guesses = "".join(
+                    f'<span class="pred bad"><span class="mark" aria-label="wrong">'
+                    f"{WRONG_MARK}</span>{esc(s)}: {esc(g)}</span>"
+                    for s, g in ex["guesses"]
+                )
+                cells.append(
+                    f'<figure class="thumb">{img}<figcaption><strong>'
+                    f"{esc(ex['class_name'])}</strong> {esc(ex['cell'])}{guesses}"
+                    "</figcaption></figure>"
+                )
+            p.add(
+                f'<div class="hard-examples" id="mining-examples-{i}">' + "".join(cells) + "</div>"
+            )
         if v.notes:
             p.add(notes_list(v.notes))
 
@@ -431,39 +710,64 @@ def _mining_and_review(p: _Page, d: ReportData, seed: int = 0) -> None:
     """ImageNet-D's workflow: what mining kept and what people decided."""
     if d.mining.empty and d.reviews.empty:
         return
-    p.section("hard-images", "Hard-image mining and human verification",
-              "Mining keeps the candidates that k of n surrogate models get wrong; review "
-              "decisions are each annotator's current one; an image is kept when at least 2 "
-              "annotators accept it (or relabel it to the same class); Fleiss' kappa is over "
-              "the images every annotator decided.")
+    p.section(
+        "hard-images",
+        "Hard-image mining and human verification",
+        "Mining keeps the candidates that k of n surrogate models get wrong; review "
+        "decisions are each annotator's current one; an image is kept when at least 2 "
+        "annotators accept it (or relabel it to the same class); Fleiss' kappa is over "
+        "the images every annotator decided.",
+    )
     if not d.mining.empty:
-        p.table(Table("mining", [
-            Column("mining_id", "Mining"), Column("data_root", "Candidates from"),
-            Column("surrogates", "Surrogates"), Column("rule", "Rule"),
-            Column("n_candidates", "Candidates", integer, True),
-            Column("n_kept", "Kept", integer, True), Column("kept", "Kept %", pct, True),
-        ], d.mining.to_dict("records"), caption="robustlab mine records"))
+        p.table(
+            Table(
+                "mining",
+                [
+                    Column("mining_id", "Mining"),
+                    Column("data_root", "Candidates from"),
+                    Column("surrogates", "Surrogates"),
+                    Column("rule", "Rule"),
+                    Column("n_candidates", "Candidates", integer, True),
+                    Column("n_kept", "Kept", integer, True),
+                    Column("kept", "Kept %", pct, True),
+                ],
+                d.mining.to_dict("records"),
+                caption="robustlab mine records",
+            )
+        )
         _mining_analysis(p, d, seed)
     if not d.reviews.empty:
-        cols = [Column("review_set", "Review set"),
-                Column("images", "Images decided", integer, True),
-                Column("annotators", "Annotators", integer, True)]
-        cols += [Column(c, c.replace("_", " "), integer, True)
-                 for c in ("accept", "reject", "not_single", "relabel")]
-        cols += [Column("kept", "Kept (2 of n)", integer, True),
-                 Column("kappa", "Fleiss' kappa", num, True)]
-        p.table(Table("reviews", cols, d.reviews.to_dict("records"),
-                      caption="robustlab review decisions"))
+        cols = [
+            Column("review_set", "Review set"),
+            Column("images", "Images decided", integer, True),
+            Column("annotators", "Annotators", integer, True),
+        ]
+        cols += [
+            Column(c, c.replace("_", " "), integer, True)
+            for c in ("accept", "reject", "not_single", "relabel")
+        ]
+        cols += [
+            Column("kept", "Kept (2 of n)", integer, True),
+            Column("kappa", "Fleiss' kappa", num, True),
+        ]
+        p.table(
+            Table(
+                "reviews", cols, d.reviews.to_dict("records"), caption="robustlab review decisions"
+            )
+        )
 
 
 def _edit_tables(p: _Page, d: ReportData) -> None:
     """ImageNet-E: accuracy and drop per attribute level, and accuracy vs the measured value."""
     if d.edits.empty:
         return
-    p.section("attribute-edits", "Attribute edits (ImageNet-E)",
-              "Like ImageNet-E Table 1: top-1 accuracy on each edited attribute level and its "
-              "drop from the clean accuracy of the same run (points; higher drop = more "
-              "sensitive to that attribute).")
+    p.section(
+        "attribute-edits",
+        "Attribute edits (ImageNet-E)",
+        "Like ImageNet-E Table 1: top-1 accuracy on each edited attribute level and its "
+        "drop from the clean accuracy of the same run (points; higher drop = more "
+        "sensitive to that attribute).",
+    )
     keys = list(dict.fromkeys(zip(d.edits["shift"], d.edits["level"])))
     rows = []
     for r in d.runs:
@@ -480,78 +784,146 @@ def _edit_tables(p: _Page, d: ReportData) -> None:
     p.table(Table("edit-accuracy", cols, rows, caption="Top-1 accuracy (%) per attribute level"))
     cols = [Column("label", "Model"), Column("run", "Run")]
     cols += [Column(f"d:{s}:{lv}", f"{s.replace('_', ' ')} {lv}", pct, True) for s, lv in keys]
-    p.table(Table("edit-drop", cols, rows,
-                  caption="Drop from clean top-1 (percentage points) per attribute level"))
+    p.table(
+        Table(
+            "edit-drop",
+            cols,
+            rows,
+            caption="Drop from clean top-1 (percentage points) per attribute level",
+        )
+    )
     if not d.edit_curves.empty:
-        p.figure("fig-edit-attributes",
-                 plots.attribute_curves(d.edit_curves, d.labels, EDIT_ATTRIBUTES),
-                 "Top-1 accuracy of edited images against what the edit achieved (object pixel "
-                 "rate; mean |FFT| complexity of the edited image), pooled over the edits, "
-                 "in quantile bins.",
-                 "line plots of accuracy against measured object rate and image complexity")
+        p.figure(
+            "fig-edit-attributes",
+            plots.attribute_curves(d.edit_curves, d.labels, EDIT_ATTRIBUTES),
+            "Top-1 accuracy of edited images against what the edit achieved (object pixel "
+            "rate; mean |FFT| complexity of the edited image), pooled over the edits, "
+            "in quantile bins.",
+            "line plots of accuracy against measured object rate and image complexity",
+        )
     fits = d.edit_effects[d.edit_effects["note"] == ""] if not d.edit_effects.empty else None
     if fits is not None and not fits.empty:
         labels = {r.run_id: (r.label, r.short) for r in d.runs}
-        rows = [{"label": labels.get(f.run_id, (f.run_id, f.run_id))[0],
-                 "run": labels.get(f.run_id, (f.run_id, f.run_id))[1], "edit": f.shift,
-                 "attribute": f.attribute, "n": f"{f.n} ({f.n_images} images)",
-                 "coef": f"{f.coef:+.3g}", "se": f"{f.se_cluster:.3g} (naive {f.se_naive:.3g})",
-                 "p": f"{f.p_cluster:.3g} {significance_stars(f.p_cluster)}"}
-                for f in fits.itertuples()]
-        cols = [Column("label", "Model"), Column("run", "Run"), Column("edit", "Edit"),
-                Column("attribute", "Measured attribute"), Column("n", "Rows"),
-                Column("coef", "Log-odds per unit"), Column("se", "SE, clustered by image"),
-                Column("p", "p (clustered)")]
-        p.table(Table("edit-effects", cols, rows,
-                      caption="Logistic regression of top-1 correctness on what each edit "
-                              "achieved; an image's rows are correlated, so read the clustered "
-                              "standard errors (the naive ones are shown for comparison)"))
+        rows = [
+            {
+                "label": labels.get(f.run_id, (f.run_id, f.run_id))[0],
+                "run": labels.get(f.run_id, (f.run_id, f.run_id))[1],
+                "edit": f.shift,
+                "attribute": f.attribute,
+                "n": f"{f.n} ({f.n_images} images)",
+                "coef": f"{f.coef:+.3g}",
+                "se": f"{f.se_cluster:.3g} (naive {f.se_naive:.3g})",
+                "p": f"{f.p_cluster:.3g} {significance_stars(f.p_cluster)}",
+            }
+            for f in fits.itertuples()
+        ]
+        cols = [
+            Column("label", "Model"),
+            Column("run", "Run"),
+            Column("edit", "Edit"),
+            Column("attribute", "Measured attribute"),
+            Column("n", "Rows"),
+            Column("coef", "Log-odds per unit"),
+            Column("se", "SE, clustered by image"),
+            Column("p", "p (clustered)"),
+        ]
+        p.table(
+            Table(
+                "edit-effects",
+                cols,
+                rows,
+                caption="Logistic regression of top-1 correctness on what each edit "
+                "achieved; an image's rows are correlated, so read the clustered "
+                "standard errors (the naive ones are shown for comparison)",
+            )
+        )
 
 
 def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
     reg = d.regression
     if reg is None:
         return
-    p.section("regression", "Regression analysis",
-              "OLS of per-cell accuracy (model x shift x class, levels pooled) on categorical "
-              "factors with treatment coding; an estimate is the difference in accuracy from the "
-              "reference level (" + ", ".join(f"{k} = {v}" for k, v in reg.reference.items())
-              + "), holding the other factors fixed.")
+    p.section(
+        "regression",
+        "Regression analysis",
+        "OLS of per-cell accuracy (model x shift x class, levels pooled) on categorical "
+        "factors with treatment coding; an estimate is the difference in accuracy from the "
+        "reference level ("
+        + ", ".join(f"{k} = {v}" for k, v in reg.reference.items())
+        + "), holding the other factors fixed.",
+    )
     rows = reg.table.to_dict("records")
-    p.table(Table("regression", [
-        Column("term", "Term"), Column("estimate", "Estimate", num, True),
-        Column("std_error", "Std. error", num, True), Column("ci_low", "95 % CI low", num, True),
-        Column("ci_high", "95 % CI high", num, True), Column("t", "t", num, True),
-        Column("p", "p", num, True), Column("stars", "Signif."),
-    ], rows, caption=f"R^2 = {reg.fit.rsquared:.3f}, {int(reg.fit.nobs)} cells; "
-                     "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns"))
+    p.table(
+        Table(
+            "regression",
+            [
+                Column("term", "Term"),
+                Column("estimate", "Estimate", num, True),
+                Column("std_error", "Std. error", num, True),
+                Column("ci_low", "95 % CI low", num, True),
+                Column("ci_high", "95 % CI high", num, True),
+                Column("t", "t", num, True),
+                Column("p", "p", num, True),
+                Column("stars", "Signif."),
+            ],
+            rows,
+            caption=f"R^2 = {reg.fit.rsquared:.3f}, {int(reg.fit.nobs)} cells; "
+            "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns",
+        )
+    )
     logit = d.logit
     if logit is not None:
-        p.add('<p class="note">' + esc("Which to read: the table above is the XIMAGENET-12 paper's analysis, one "
-                    "observation per (model, shift, class) cell, so its p-values count cells. "
-                    "The table below models every prediction (right or wrong) with a logistic "
-                    "regression and clusters the standard errors by image, because one photo's "
-                    "predictions under many shifts are not independent; read it for per-image "
-                    "effects. Its naive p-values, which treat every prediction as independent, "
-                    "are shown for comparison: they are far too small.") + "</p>")
-        p.table(Table("regression-logit", [
-            Column("term", "Term"), Column("estimate", "Log-odds", num, True),
-            Column("odds_ratio", "Odds ratio", num, True),
-            Column("std_error", "SE (clustered)", num, True),
-            Column("ci_low", "95 % CI low", num, True), Column("ci_high", "95 % CI high", num, True),
-            Column("p", "p (clustered)", num, True), Column("p_naive", "p (naive)", num, True),
-            Column("stars", "Signif."),
-        ], logit.table.to_dict("records"),
-            caption=f"Logistic model of top-1 correctness, {int(logit.fit.nobs)} predictions, "
-                    "standard errors clustered by image"
-                    + ("" if logit.table.attrs.get("converged", True) else
-                       "; the fit did not converge (a level is always right or always wrong): "
-                       "its estimates and intervals are not meaningful")))
+        p.add(
+            '<p class="note">'
+            + esc(
+                "Which to read: the table above is the XIMAGENET-12 paper's analysis, one "
+                "observation per (model, shift, class) cell, so its p-values count cells. "
+                "The table below models every prediction (right or wrong) with a logistic "
+                "regression and clusters the standard errors by image, because one photo's "
+                "predictions under many shifts are not independent; read it for per-image "
+                "effects. Its naive p-values, which treat every prediction as independent, "
+                "are shown for comparison: they are far too small."
+            )
+            + "</p>"
+        )
+        p.table(
+            Table(
+                "regression-logit",
+                [
+                    Column("term", "Term"),
+                    Column("estimate", "Log-odds", num, True),
+                    Column("odds_ratio", "Odds ratio", num, True),
+                    Column("std_error", "SE (clustered)", num, True),
+                    Column("ci_low", "95 % CI low", num, True),
+                    Column("ci_high", "95 % CI high", num, True),
+                    Column("p", "p (clustered)", num, True),
+                    Column("p_naive", "p (naive)", num, True),
+                    Column("stars", "Signif."),
+                ],
+                logit.table.to_dict("records"),
+                caption=f"Logistic model of top-1 correctness, {int(logit.fit.nobs)} predictions, "
+                "standard errors clustered by image"
+                + (
+                    ""
+                    if logit.table.attrs.get("converged", True)
+                    else "; the fit did not converge (a level is always right or always wrong): "
+                    "its estimates and intervals are not meaningful"
+                ),
+            )
+        )
     paths = reg.plots(tmp, "regression")
-    p.figure("fig-regression-residuals", paths["residuals"].read_bytes(),
-             "Regression residuals vs fitted values", "scatter of residuals against fitted accuracy")
-    p.figure("fig-regression-qq", paths["qq"].read_bytes(), "Normal QQ plot of the regression residuals",
-             "QQ plot of residual quantiles against normal quantiles")
+    p.figure(
+        "fig-regression-residuals",
+        paths["residuals"].read_bytes(),
+        "Regression residuals vs fitted values",
+        "scatter of residuals against fitted accuracy",
+    )
+    p.figure(
+        "fig-regression-qq",
+        paths["qq"].read_bytes(),
+        "Normal QQ plot of the regression residuals",
+        "QQ plot of residual quantiles against normal quantiles",
+    )
 
 
 def runs_sharing_cells(cells, shifts) -> tuple[list[str], list[str]]:
@@ -577,42 +949,73 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
     p.section("plots", "Plots", "Shaded bands and whiskers are bootstrap intervals of each cell.")
     labels = d.labels
     corr = list(dict.fromkeys(s for s in d.cells["shift"] if is_corruption(s)))
-    numeric = [s for s in corr if any(plots._severity(v) is not None
-                                      for v in d.cells[d.cells["shift"] == s]["level"])]
+    numeric = [
+        s
+        for s in corr
+        if any(plots._severity(v) is not None for v in d.cells[d.cells["shift"] == s]["level"])
+    ]
     if numeric:
-        p.figure("fig-severity-corruption",
-                 plots.severity_curves(d.cells, [(s, [s]) for s in numeric], labels,
-                                       title="Top-1 accuracy vs severity per corruption"),
-                 "Top-1 accuracy vs severity for each corruption (severity 0 = clean).",
-                 "line plots of accuracy against corruption severity, one panel per corruption")
+        p.figure(
+            "fig-severity-corruption",
+            plots.severity_curves(
+                d.cells,
+                [(s, [s]) for s in numeric],
+                labels,
+                title="Top-1 accuracy vs severity per corruption",
+            ),
+            "Top-1 accuracy vs severity for each corruption (severity 0 = clean).",
+            "line plots of accuracy against corruption severity, one panel per corruption",
+        )
         shared, left_out = runs_sharing_cells(d.cells, numeric)
-        fams = d.families[d.families["family"].isin(["clean", *{family(s) for s in numeric}])
-                          & d.families["run_id"].isin(shared)]
+        fams = d.families[
+            d.families["family"].isin(["clean", *{family(s) for s in numeric}])
+            & d.families["run_id"].isin(shared)
+        ]
         caption = "Top-1 accuracy vs severity pooled over the corruptions of each family."
         if left_out:
-            caption += (" Pooling compares like with like, so only runs that evaluated the same "
-                        "corruption cells are drawn; left out (other cells): "
-                        + ", ".join(labels.get(r, r) for r in left_out) + ".")
-            notes.append("family plot: left out " + ", ".join(labels.get(r, r) for r in left_out)
-                         + " (evaluated other corruption cells than the runs drawn)")
-        p.figure("fig-severity-family", plots.family_curves(fams, {r: labels[r] for r in shared
-                                                                   if r in labels}),
-                 caption, "line plots of accuracy against severity, one panel per corruption family")
+            caption += (
+                " Pooling compares like with like, so only runs that evaluated the same "
+                "corruption cells are drawn; left out (other cells): "
+                + ", ".join(labels.get(r, r) for r in left_out)
+                + "."
+            )
+            notes.append(
+                "family plot: left out "
+                + ", ".join(labels.get(r, r) for r in left_out)
+                + " (evaluated other corruption cells than the runs drawn)"
+            )
+        p.figure(
+            "fig-severity-family",
+            plots.family_curves(fams, {r: labels[r] for r in shared if r in labels}),
+            caption,
+            "line plots of accuracy against severity, one panel per corruption family",
+        )
     if d.scenarios:
         rows = []
         for rid, (_, acc) in d.scenarios.items():
             cells = d.cells[d.cells["run_full"] == rid]
             for name in acc:
                 shift, _, level = name.partition(":")
-                c = cells[(cells["shift"] == shift) & ((cells["level"] == level) if level else True)]
+                c = cells[
+                    (cells["shift"] == shift) & ((cells["level"] == level) if level else True)
+                ]
                 one = len(c) == 1
-                rows.append({"run_full": rid, "scenario": name, "top1": acc[name],
-                             "top1_lo": float(c["top1_lo"].iloc[0]) if one else np.nan,
-                             "top1_hi": float(c["top1_hi"].iloc[0]) if one else np.nan})
+                rows.append(
+                    {
+                        "run_full": rid,
+                        "scenario": name,
+                        "top1": acc[name],
+                        "top1_lo": float(c["top1_lo"].iloc[0]) if one else np.nan,
+                        "top1_hi": float(c["top1_hi"].iloc[0]) if one else np.nan,
+                    }
+                )
         clean = {rid: mu for rid, (mu, _) in d.scenarios.items()}
-        p.figure("fig-scenarios", plots.scenario_bars(pd.DataFrame(rows), labels, clean),
-                 "Scenario accuracy per run with bootstrap intervals; dashed lines: clean accuracy.",
-                 "grouped bar chart of accuracy per background scenario")
+        p.figure(
+            "fig-scenarios",
+            plots.scenario_bars(pd.DataFrame(rows), labels, clean),
+            "Scenario accuracy per run with bootstrap intervals; dashed lines: clean accuracy.",
+            "grouped bar chart of accuracy per background scenario",
+        )
     if not d.class_drops.empty:
         for i, r in enumerate(d.runs):
             g = d.class_drops[d.class_drops["run_id"] == r.run_id]
@@ -620,19 +1023,27 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
                 continue
             namer = run_namer(r.record)
             png, note = plots.class_drop_heatmap(
-                g, namer, f"{r.label}: drop from clean top-1 per class (points)")
-            p.figure(f"fig-class-drop-{i}", png,
-                     f"{r.label} (run {r.short}): accuracy drop per class and shift, levels pooled"
-                     + (f"; {note}" if note else "") + ".",
-                     "heatmap of per-class accuracy drops, classes by shifts")
+                g, namer, f"{r.label}: drop from clean top-1 per class (points)"
+            )
+            p.figure(
+                f"fig-class-drop-{i}",
+                png,
+                f"{r.label} (run {r.short}): accuracy drop per class and shift, levels pooled"
+                + (f"; {note}" if note else "")
+                + ".",
+                "heatmap of per-class accuracy drops, classes by shifts",
+            )
     rows = [{"label": r.label, **d.pooled.get(r.run_id, {})} for r in d.runs]
     df = pd.DataFrame(rows)
     for c in ("clean", "clean_lo", "clean_hi", "shifted", "shifted_lo", "shifted_hi"):
         if c not in df.columns:
             df[c] = np.nan
-    p.figure("fig-intervals", plots.interval_plot(df),
-             "Clean and pooled shifted top-1 per run with bootstrap intervals (images resampled).",
-             "dot plot with interval whiskers of clean and shifted accuracy per run")
+    p.figure(
+        "fig-intervals",
+        plots.interval_plot(df),
+        "Clean and pooled shifted top-1 per run with bootstrap intervals (images resampled).",
+        "dot plot with interval whiskers of clean and shifted accuracy per run",
+    )
 
 
 def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> int:
@@ -640,21 +1051,26 @@ def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> 
 
     grids, grid_notes = build_grids(d, sample_id=sample_id)
     notes.extend(grid_notes)
-    p.section("examples", "Example images",
-              "Informative samples of different classes (the cells where models disagree, a "
-              "mask covering 10-60 % of the picture when the runs used masks), clean and under "
-              "every stored cell, re-rendered from the run's data root and seed with the same "
-              "pipeline the model saw. Under each image: each model's top-1 prediction, "
-              f"{CORRECT_MARK} correct / {WRONG_MARK} wrong.")
+    p.section(
+        "examples",
+        "Example images",
+        "Informative samples of different classes (the cells where models disagree, a "
+        "mask covering 10-60 % of the picture when the runs used masks), clean and under "
+        "every stored cell, re-rendered from the run's data root and seed with the same "
+        "pipeline the model saw. Under each image: each model's top-1 prediction, "
+        f"{CORRECT_MARK} correct / {WRONG_MARK} wrong.",
+    )
     if not grids:
         p.add(notes_list(grid_notes or ["no image grid: no sample to show"]))
         return 0
     for gi, g in enumerate(grids):
         n_img = sum(len(c) for _, c in g.rows)
         lossless = n_img <= PNG_LIMIT
-        p.add(f"<h3>{esc(g.sample_id)}: true class {esc(g.true_class)}</h3>"
-              f'<p class="note">Runs: {esc(", ".join(g.runs))}; data root {esc(g.data_root)}; '
-              f"seed {g.seed}; pictures embedded as {'PNG (exact pixels)' if lossless else 'JPEG q90'}.</p>")
+        p.add(
+            f"<h3>{esc(g.sample_id)}: true class {esc(g.true_class)}</h3>"
+            f'<p class="note">Runs: {esc(", ".join(g.runs))}; data root {esc(g.data_root)}; '
+            f"seed {g.seed}; pictures embedded as {'PNG (exact pixels)' if lossless else 'JPEG q90'}.</p>"
+        )
         width = max(len(c) for _, c in g.rows)
         out = [f'<div class="table-wrap"><table class="grid" id="grid-{gi}"><tbody>']
         for row_label, cells in g.rows:
@@ -663,17 +1079,23 @@ def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> 
                 cap = c.caption or ("clean" if c.shift == CLEAN_SHIFT else f"level {c.level}")
                 if c.image is not None:
                     data, mime = encode_thumb(c.image, lossless)
-                    img = (f'<img src="{data_uri(data, mime)}" alt="{esc(g.sample_id)} '
-                           f'{esc(c.shift)} level {esc(c.level)}">')
+                    img = (
+                        f'<img src="{data_uri(data, mime)}" alt="{esc(g.sample_id)} '
+                        f'{esc(c.shift)} level {esc(c.level)}">'
+                    )
                 else:
                     img = f'<p class="note">not rendered: {esc(c.error)}</p>'
                 preds = "".join(
                     f'<span class="pred {"ok" if pr.correct else "bad"}"><span class="mark" '
                     f'aria-label="{"correct" if pr.correct else "wrong"}">'
-                    f'{CORRECT_MARK if pr.correct else WRONG_MARK}</span>{esc(pr.label)}: '
-                    f"{esc(pr.top1)} ({100 * pr.prob:.0f} %)</span>" for pr in c.predictions)
-                out.append(f'<td><figure class="thumb">{img}<figcaption><strong>{esc(cap)}</strong>'
-                           f"{preds}</figcaption></figure></td>")
+                    f"{CORRECT_MARK if pr.correct else WRONG_MARK}</span>{esc(pr.label)}: "
+                    f"{esc(pr.top1)} ({100 * pr.prob:.0f} %)</span>"
+                    for pr in c.predictions
+                )
+                out.append(
+                    f'<td><figure class="thumb">{img}<figcaption><strong>{esc(cap)}</strong>'
+                    f"{preds}</figcaption></figure></td>"
+                )
             out.append("<td></td>" * (width - len(cells)) + "</tr>")
         out.append("</tbody></table></div>")
         p.add("".join(out) + notes_list(g.notes))
@@ -681,28 +1103,58 @@ def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> 
 
 
 def _cells_table(p: _Page, d: ReportData) -> None:
-    p.section("cells", "All cells",
-              "Every stored cell as `robustlab results` prints it (same numbers), with bootstrap "
-              "intervals of top-1. CE rows (level 'all') follow each run's cells.")
-    res = d.results.merge(d.cells[["run_full", "shift", "level", "family", "top1_lo", "top1_hi"]],
-                          on=["run_full", "shift", "level"], how="left")
+    p.section(
+        "cells",
+        "All cells",
+        "Every stored cell as `robustlab results` prints it (same numbers), with bootstrap "
+        "intervals of top-1. CE rows (level 'all') follow each run's cells.",
+    )
+    res = d.results.merge(
+        d.cells[["run_full", "shift", "level", "family", "top1_lo", "top1_hi"]],
+        on=["run_full", "shift", "level"],
+        how="left",
+    )
     rows = res.to_dict("records")
-    p.table(Table("cells", [
-        Column("model", "Model"), Column("suite", "Suite"), Column("run_id", "Run"),
-        Column("shift", "Shift"), Column("family", "Family"), Column("level", "Level"),
-        Column("n", "n", integer, True), Column("top1", "top1 %", pct, True),
-        Column("top1_lo", "top1 low %", pct, True), Column("top1_hi", "top1 high %", pct, True),
-        Column("top5", "top5 %", pct, True), Column("error", "error %", pct, True),
-        Column("ce", "ce %", pct, True), Column("relative_ce", "relative_ce %", pct, True),
-        Column("baseline", "Baseline"),
-    ], rows, row_class=lambda r: "summary" if r.get("level") == "all" else ""))
+    p.table(
+        Table(
+            "cells",
+            [
+                Column("model", "Model"),
+                Column("suite", "Suite"),
+                Column("run_id", "Run"),
+                Column("shift", "Shift"),
+                Column("family", "Family"),
+                Column("level", "Level"),
+                Column("n", "n", integer, True),
+                Column("top1", "top1 %", pct, True),
+                Column("top1_lo", "top1 low %", pct, True),
+                Column("top1_hi", "top1 high %", pct, True),
+                Column("top5", "top5 %", pct, True),
+                Column("error", "error %", pct, True),
+                Column("ce", "ce %", pct, True),
+                Column("relative_ce", "relative_ce %", pct, True),
+                Column("baseline", "Baseline"),
+            ],
+            rows,
+            row_class=lambda r: "summary" if r.get("level") == "all" else "",
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- entry point
-def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str | None = None,
-                 grid: bool = True, grid_sample: str | None = None, seed: int = 0,
-                 n_resamples: int = 1000, title: str | None = None,
-                 progress: bool = False) -> ReportResult:
+def build_report(
+    db: str | Path,
+    out: str | Path,
+    *,
+    run_ids=None,
+    baseline: str | None = None,
+    grid: bool = True,
+    grid_sample: str | None = None,
+    seed: int = 0,
+    n_resamples: int = 1000,
+    title: str | None = None,
+    progress: bool = False,
+) -> ReportResult:
     """Write the HTML report of the runs in ``db`` to ``out``.
 
     Args:
@@ -761,10 +1213,15 @@ def build_report(db: str | Path, out: str | Path, *, run_ids=None, baseline: str
     if notes:
         p.section("notes", "Notes", "What is missing or partial, and why.")
         p.add(notes_list(list(dict.fromkeys(notes))))
-    toc = '<nav class="toc" aria-label="Contents"><ul>' + "".join(
-        f'<li><a href="#{esc(s)}">{esc(t)}</a></li>' for s, t in p.toc) + "</ul></nav>"
-    head = (f'<header class="top"><h1>{esc(title)}</h1><p class="meta">{len(d.runs)} run(s) from '
-            f"{esc(d.db)}; generated {esc(generated)}</p>{toc}</header>")
+    toc = (
+        '<nav class="toc" aria-label="Contents"><ul>'
+        + "".join(f'<li><a href="#{esc(s)}">{esc(t)}</a></li>' for s, t in p.toc)
+        + "</ul></nav>"
+    )
+    head = (
+        f'<header class="top"><h1>{esc(title)}</h1><p class="meta">{len(d.runs)} run(s) from '
+        f"{esc(d.db)}; generated {esc(generated)}</p>{toc}</header>"
+    )
     document = page(title, head + "".join(p.parts))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -29,7 +29,16 @@ from robustlab.train.holdout import holdout_table
 log = logging.getLogger(__name__)
 
 # The columns of predictions the report needs (top-5 lists are read only for the grid).
-PRED_COLUMNS = ["run_id", "sample_id", "shift", "level", "label", "class_name", "correct", "correct5"]
+PRED_COLUMNS = [
+    "run_id",
+    "sample_id",
+    "shift",
+    "level",
+    "label",
+    "class_name",
+    "correct",
+    "correct5",
+]
 # The regression's Class factor is left out above this many classes (dense design matrix).
 MAX_REGRESSION_CLASSES = 200
 # The per-image logistic model is skipped above this many design-matrix entries (memory).
@@ -180,16 +189,40 @@ def edit_tables(cells: pd.DataFrame, runs: Sequence[RunView]) -> pd.DataFrame:
         base = float(clean.iloc[0]) if len(clean) else np.nan
         for row in c.itertuples():
             if is_edit(row.shift, suite):
-                rows.append({"run_full": r.run_id, "label": r.label, "shift": row.shift,
-                             "level": str(row.level), "n": int(row.n), "top1": float(row.top1),
-                             "top1_lo": getattr(row, "top1_lo", np.nan),
-                             "top1_hi": getattr(row, "top1_hi", np.nan),
-                             "clean": base, "drop": base - float(row.top1)})
-    return pd.DataFrame(rows, columns=["run_full", "label", "shift", "level", "n", "top1",
-                                       "top1_lo", "top1_hi", "clean", "drop"])
+                rows.append(
+                    {
+                        "run_full": r.run_id,
+                        "label": r.label,
+                        "shift": row.shift,
+                        "level": str(row.level),
+                        "n": int(row.n),
+                        "top1": float(row.top1),
+                        "top1_lo": getattr(row, "top1_lo", np.nan),
+                        "top1_hi": getattr(row, "top1_hi", np.nan),
+                        "clean": base,
+                        "drop": base - float(row.top1),
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "run_full",
+            "label",
+            "shift",
+            "level",
+            "n",
+            "top1",
+            "top1_lo",
+            "top1_hi",
+            "clean",
+            "drop",
+        ],
+    )
 
 
-def edit_curves(joined: pd.DataFrame, labels: dict[str, str], *, bins: int = EDIT_BINS) -> pd.DataFrame:
+def edit_curves(
+    joined: pd.DataFrame, labels: dict[str, str], *, bins: int = EDIT_BINS
+) -> pd.DataFrame:
     """Top-1 accuracy against each measured attribute, in quantile bins per run.
 
     Args:
@@ -209,9 +242,16 @@ def edit_curves(joined: pd.DataFrame, labels: dict[str, str], *, bins: int = EDI
                 continue
             q = pd.qcut(g[attr].astype(float), q=min(bins, g[attr].nunique()), duplicates="drop")
             for _, b in g.groupby(q, observed=True):
-                out.append({"run_full": rid, "label": labels.get(rid, rid), "attribute": attr,
-                            "x": float(b[attr].astype(float).mean()), "n": len(b),
-                            "top1": float(b["correct"].astype(float).mean())})
+                out.append(
+                    {
+                        "run_full": rid,
+                        "label": labels.get(rid, rid),
+                        "attribute": attr,
+                        "x": float(b[attr].astype(float).mean()),
+                        "n": len(b),
+                        "top1": float(b["correct"].astype(float).mean()),
+                    }
+                )
     return pd.DataFrame(out, columns=["run_full", "label", "attribute", "x", "n", "top1"])
 
 
@@ -225,7 +265,9 @@ def _labels(runs: pd.DataFrame) -> list[str]:
     from robustlab.defences import model_label
 
     specs = [model_label(s, c) for s, c in zip(runs["model_spec"], runs["config"])]
-    return [s if specs.count(s) == 1 else f"{s} [{rid[:8]}]" for s, rid in zip(specs, runs["run_id"])]
+    return [
+        s if specs.count(s) == 1 else f"{s} [{rid[:8]}]" for s, rid in zip(specs, runs["run_id"])
+    ]
 
 
 class ClassNames:
@@ -278,9 +320,16 @@ def class_namer(label_space: str | None) -> ClassNames:
 _NAMERS: dict[str | None, ClassNames] = {}
 
 
-def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: str | None = None,
-           rng: np.random.Generator | None = None, n_resamples: int = 1000,
-           confidence: float = 0.95, regression: bool = True) -> ReportData:
+def gather(
+    db: str | Path,
+    *,
+    run_ids: Sequence[str] | None = None,
+    baseline: str | None = None,
+    rng: np.random.Generator | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    regression: bool = True,
+) -> ReportData:
     """Read the selected runs and compute every table and plot input.
 
     Args:
@@ -310,8 +359,10 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     if runs_df.empty:
         raise InputError(f"no runs in {store.path}; run `robustlab evaluate` first")
     notes: list[str] = []
-    runs = [RunView(rid, lab, rec) for rid, lab, rec in
-            zip(runs_df["run_id"], _labels(runs_df), runs_df.to_dict("records"))]
+    runs = [
+        RunView(rid, lab, rec)
+        for rid, lab, rec in zip(runs_df["run_id"], _labels(runs_df), runs_df.to_dict("records"))
+    ]
 
     # Results exactly as `robustlab results` computes them, one run at a time so that a
     # baseline missing for one run leaves the others' CE rows in place.
@@ -347,8 +398,9 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
 
     # Per-cell rows plus bootstrap intervals.
     cells = results[results["level"] != "all"].copy()
-    ci = cell_intervals(preds, rng, by=("run_id", "shift", "level"), n_resamples=n_resamples,
-                        confidence=confidence).rename(columns={"run_id": "run_full"})
+    ci = cell_intervals(
+        preds, rng, by=("run_id", "shift", "level"), n_resamples=n_resamples, confidence=confidence
+    ).rename(columns={"run_id": "run_full"})
     cells = cells.merge(ci, on=["run_full", "shift", "level"], how="left")
     cells["family"] = [family(s) for s in cells["shift"]]
 
@@ -356,16 +408,25 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     summary = results[results["level"] == "all"]
     is_mce = summary["shift"].astype(str).str.startswith("mCE (")
     ce = summary[~is_mce][["run_full", "label", "shift", "error", "ce", "relative_ce", "baseline"]]
-    mce_rows = {row.run_full: {"mce": row.ce, "relative_mce": row.relative_ce,
-                               "n_corruptions": int(str(row.shift).split("(")[1].split()[0]),
-                               "baseline": row.baseline}
-                for row in summary[is_mce].itertuples()}
+    mce_rows = {
+        row.run_full: {
+            "mce": row.ce,
+            "relative_mce": row.relative_ce,
+            "n_corruptions": int(str(row.shift).split("(")[1].split()[0]),
+            "baseline": row.baseline,
+        }
+        for row in summary[is_mce].itertuples()
+    }
 
     # Mean error over the stored severities of each corruption (ImageNet-C's E_c when no
     # baseline makes CE possible); where CE rows exist their `error` column is the same mean.
     corr_cells = cells[[is_corruption(s) for s in cells["shift"]]]
-    corruption_error = (corr_cells.groupby(["run_full", "shift"], sort=False)["error"].mean()
-                        .rename("mean_error").reset_index())
+    corruption_error = (
+        corr_cells.groupby(["run_full", "shift"], sort=False)["error"]
+        .mean()
+        .rename("mean_error")
+        .reset_index()
+    )
     corruption_error["family"] = [family(s) for s in corruption_error["shift"]]
 
     # Pooled accuracy per family and level (plot), and per run (leaderboard, with a
@@ -379,23 +440,47 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
         entry: dict[str, float] = {}
         if not clean.empty:
             row = cells[(cells["run_full"] == rid) & (cells["shift"] == CLEAN_SHIFT)].iloc[0]
-            entry.update(clean=float(row["top1"]), clean_lo=float(row["top1_lo"]),
-                         clean_hi=float(row["top1_hi"]), clean_n=int(row["n"]))
+            entry.update(
+                clean=float(row["top1"]),
+                clean_lo=float(row["top1_lo"]),
+                clean_hi=float(row["top1_hi"]),
+                clean_n=int(row["n"]),
+            )
         if not shifted.empty:
-            pf = per_family(shifted, by=(), families=dict.fromkeys(shifted["shift"].unique(), "shifted"))
+            pf = per_family(
+                shifted, by=(), families=dict.fromkeys(shifted["shift"].unique(), "shifted")
+            )
             per_image = shifted.groupby("sample_id")["correct"].agg(["sum", "size"]).to_numpy(float)
-            lo, hi = bootstrap_ci(per_image, rng, n_resamples=n_resamples, confidence=confidence,
-                                  statistic=lambda a: a[:, 0].sum() / a[:, 1].sum())
-            entry.update(shifted=float(pf["top1"].iloc[0]), shifted_lo=lo, shifted_hi=hi,
-                         shifted_n=int(pf["n"].iloc[0]))
+            lo, hi = bootstrap_ci(
+                per_image,
+                rng,
+                n_resamples=n_resamples,
+                confidence=confidence,
+                statistic=lambda a: a[:, 0].sum() / a[:, 1].sum(),
+            )
+            entry.update(
+                shifted=float(pf["top1"].iloc[0]),
+                shifted_lo=lo,
+                shifted_hi=hi,
+                shifted_n=int(pf["n"].iloc[0]),
+            )
         pooled[rid] = entry
 
     # The per-run summary, with the function `robustlab results --summary` uses.
     from robustlab.metrics.summary import summarise_run
 
-    summary = pd.DataFrame([
-        {**summarise_run(r.record, preds[preds["run_id"] == r.run_id], mce_rows.get(r.run_id)),
-         "run_full": r.run_id, "label": r.label} for r in runs])
+    summary = pd.DataFrame(
+        [
+            {
+                **summarise_run(
+                    r.record, preds[preds["run_id"] == r.run_id], mce_rows.get(r.run_id)
+                ),
+                "run_full": r.run_id,
+                "label": r.label,
+            }
+            for r in runs
+        ]
+    )
 
     # Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap.
     scenarios, robustness, gaps = {}, {}, []
@@ -403,8 +488,11 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
         if r.record.get("suite") == HOLDOUT_SUITE:  # its own table (surface variation)
             continue
         g = preds[preds["run_id"] == r.run_id]
-        scen = [s for s in g["shift"].unique() if s != CLEAN_SHIFT and not is_corruption(s)
-                and not is_edit(s, r.record.get("suite"))]
+        scen = [
+            s
+            for s in g["shift"].unique()
+            if s != CLEAN_SHIFT and not is_corruption(s) and not is_edit(s, r.record.get("suite"))
+        ]
         if not scen:
             continue
         try:
@@ -423,11 +511,16 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
             except ValueError as exc:
                 notes.append(f"{r.label}: no BG-gap: {exc}")
     if robustness:
-        notes.append("robustness score: only EX1 (train on original, test on each scenario) can "
-                      "be measured from stored predictions; sigma2_inner needs EX2 models trained "
-                      "on each scenario, so S_robust is shown as the partial score 1 - sigma2_cross")
-    bg = pd.concat(gaps, ignore_index=True) if gaps else pd.DataFrame(
-        columns=["run_id", "n", "acc_same", "acc_rand", "bg_gap"])
+        notes.append(
+            "robustness score: only EX1 (train on original, test on each scenario) can "
+            "be measured from stored predictions; sigma2_inner needs EX2 models trained "
+            "on each scenario, so S_robust is shown as the partial score 1 - sigma2_cross"
+        )
+    bg = (
+        pd.concat(gaps, ignore_index=True)
+        if gaps
+        else pd.DataFrame(columns=["run_id", "n", "acc_same", "acc_rand", "bg_gap"])
+    )
 
     # Per-class drop from clean, pooled over the levels of each shift.
     class_drops = pd.DataFrame()
@@ -455,14 +548,35 @@ def gather(db: str | Path, *, run_ids: Sequence[str] | None = None, baseline: st
     effects = attribute_effects(joined)
     surface = holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds)
 
-    return ReportData(db=store.path, runs=runs, baseline=baseline, results=results, cells=cells,
-                      ce=ce.reset_index(drop=True), mce=mce_rows, corruption_error=corruption_error,
-                      families=families, pooled=pooled, scenarios=scenarios, robustness=robustness,
-                      bg_gap=bg, class_drops=class_drops, regression=reg, logit=logit, edits=edits,
-                      edit_curves=curves, edit_effects=effects, imagenet_d=subsets,
-                      mining=mining, reviews=reviews,
-                      n_resamples=n_resamples, confidence=confidence, summary=summary,
-                      surface=surface, notes=notes)
+    return ReportData(
+        db=store.path,
+        runs=runs,
+        baseline=baseline,
+        results=results,
+        cells=cells,
+        ce=ce.reset_index(drop=True),
+        mce=mce_rows,
+        corruption_error=corruption_error,
+        families=families,
+        pooled=pooled,
+        scenarios=scenarios,
+        robustness=robustness,
+        bg_gap=bg,
+        class_drops=class_drops,
+        regression=reg,
+        logit=logit,
+        edits=edits,
+        edit_curves=curves,
+        edit_effects=effects,
+        imagenet_d=subsets,
+        mining=mining,
+        reviews=reviews,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        summary=summary,
+        surface=surface,
+        notes=notes,
+    )
 
 
 def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame:
@@ -487,8 +601,15 @@ def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame
         parts = [(name, g[g["subset"] == name]) for name in ("background", "texture", "material")]
         for name, part in [*parts, ("all", g)]:
             if len(part):
-                rows.append({"run_full": rid, "label": labels.get(rid, rid), "subset": name,
-                             "n": int(len(part)), "top1": float(part["correct"].mean())})
+                rows.append(
+                    {
+                        "run_full": rid,
+                        "label": labels.get(rid, rid),
+                        "subset": name,
+                        "n": int(len(part)),
+                        "top1": float(part["correct"].mean()),
+                    }
+                )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -500,12 +621,18 @@ def mining_table(store: Store) -> pd.DataFrame:
     cols = ["mining_id", "data_root", "surrogates", "rule", "n_candidates", "n_kept", "kept"]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    return pd.DataFrame({
-        "mining_id": df["mining_id"].astype(str).str[:8], "data_root": df["data_root"],
-        "surrogates": [", ".join(map(str, s or [])) for s in df["surrogates"]],
-        "rule": [f"{k} of {n} wrong" for k, n in zip(df["k"], df["n"])],
-        "n_candidates": df["n_candidates"], "n_kept": df["n_kept"],
-        "kept": df["n_kept"] / df["n_candidates"].where(df["n_candidates"] > 0)}, columns=cols)
+    return pd.DataFrame(
+        {
+            "mining_id": df["mining_id"].astype(str).str[:8],
+            "data_root": df["data_root"],
+            "surrogates": [", ".join(map(str, s or [])) for s in df["surrogates"]],
+            "rule": [f"{k} of {n} wrong" for k, n in zip(df["k"], df["n"])],
+            "n_candidates": df["n_candidates"],
+            "n_kept": df["n_kept"],
+            "kept": df["n_kept"] / df["n_candidates"].where(df["n_candidates"] > 0),
+        },
+        columns=cols,
+    )
 
 
 def review_table(store: Store, k: int = 2) -> pd.DataFrame:
@@ -534,15 +661,23 @@ def review_table(store: Store, k: int = 2) -> pd.DataFrame:
         for dec in current:
             by_image.setdefault(dec.image_id, []).append(dec)
         annotators = sorted({d.annotator for d in current})
-        kept = sum(verdict(ds[0].label, [(d.decision, d.target) for d in ds], k).kept
-                   for ds in by_image.values())
-        full = [ds for ds in by_image.values()
-                if len({d.annotator for d in ds}) == len(annotators)]
+        kept = sum(
+            verdict(ds[0].label, [(d.decision, d.target) for d in ds], k).kept
+            for ds in by_image.values()
+        )
+        full = [ds for ds in by_image.values() if len({d.annotator for d in ds}) == len(annotators)]
         counts = np.array([[sum(d.decision == c for d in ds) for c in CATEGORIES] for ds in full])
         kappa = fleiss_kappa(counts) if len(annotators) >= 2 and len(full) else None
-        rows.append({"review_set": name, "images": len(by_image), "annotators": len(annotators),
-                     **{c: sum(d.decision == c for d in current) for c in CATEGORIES},
-                     "kept": kept, "kappa": kappa})
+        rows.append(
+            {
+                "review_set": name,
+                "images": len(by_image),
+                "annotators": len(annotators),
+                **{c: sum(d.decision == c for d in current) for c in CATEGORIES},
+                "kept": kept,
+                "kappa": kappa,
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -551,17 +686,27 @@ def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -
     (content fingerprint, label space, seed) over the same cells is one measurement, whether
     it ran on the fly or from a generated folder; counting it twice would double its cells
     and shrink every p-value."""
-    cells = {rid: frozenset(zip(g["shift"], g["level"].astype(str)))
-             for rid, g in preds.groupby("run_id")}
+    cells = {
+        rid: frozenset(zip(g["shift"], g["level"].astype(str)))
+        for rid, g in preds.groupby("run_id")
+    }
     seen: dict[tuple, str] = {}
     keep = []
     for r in runs:
         rec = r.record
-        key = (rec.get("model_spec"), rec.get("weights_hash"), rec.get("data_fingerprint"),
-               rec.get("label_space"), rec.get("seed"), cells.get(r.run_id))
+        key = (
+            rec.get("model_spec"),
+            rec.get("weights_hash"),
+            rec.get("data_fingerprint"),
+            rec.get("label_space"),
+            rec.get("seed"),
+            cells.get(r.run_id),
+        )
         if key in seen:
-            notes.append(f"regression: run {r.short} repeats run {seen[key][:8]} (same model, "
-                         "data and cells) and is counted once")
+            notes.append(
+                f"regression: run {r.short} repeats run {seen[key][:8]} (same model, "
+                "data and cells) and is counted once"
+            )
             continue
         seen[key] = r.run_id
         keep.append(r.run_id)
@@ -606,14 +751,15 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
     keep = _distinct_runs(preds, runs, notes)
     labels = {r.run_id: r.label for r in runs}
     data = preds[preds["run_id"].isin(keep)]
-    data = data.assign(model=data["run_id"].map(labels),
-                       class_name=_readable_classes(data, runs))
+    data = data.assign(model=data["run_id"].map(labels), class_name=_readable_classes(data, runs))
     factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
     reference = {"Model": next(r.label for r in runs if r.run_id in keep), "Shift": CLEAN_SHIFT}
     n_classes = data["class_name"].nunique()
     if n_classes > MAX_REGRESSION_CLASSES:
-        notes.append(f"regression: Class factor left out ({n_classes} classes; at most "
-                     f"{MAX_REGRESSION_CLASSES} are fitted as dummies)")
+        notes.append(
+            f"regression: Class factor left out ({n_classes} classes; at most "
+            f"{MAX_REGRESSION_CLASSES} are fitted as dummies)"
+        )
         factors.pop("Class")
     for name in list(factors):
         if data[factors[name]].nunique() < 2:
@@ -629,9 +775,11 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
         notes.append(f"no regression table: {exc}")
     terms = 1 + sum(data[c].nunique() - 1 for c in factors.values())
     if len(data) * terms > MAX_LOGIT_ENTRIES:
-        notes.append(f"per-image logistic model left out: {len(data):,} predictions x {terms} "
-                     f"terms is over {MAX_LOGIT_ENTRIES:,} design entries (fit "
-                     "robustlab.metrics.regression.logit_correctness on a sample)")
+        notes.append(
+            f"per-image logistic model left out: {len(data):,} predictions x {terms} "
+            f"terms is over {MAX_LOGIT_ENTRIES:,} design entries (fit "
+            "robustlab.metrics.regression.logit_correctness on a sample)"
+        )
     else:
         try:
             logit = logit_correctness(data, factors, reference=reference)

@@ -41,8 +41,8 @@ MASK_CANDIDATES = 60
 
 @dataclass
 class Prediction:
-    label: str        # run label
-    top1: str         # predicted class name
+    label: str  # run label
+    top1: str  # predicted class name
     prob: float
     correct: bool
 
@@ -91,12 +91,18 @@ def registry_level(shift: str, level: str):
 
 def _group_key(record: dict[str, Any]) -> str:
     config = record.get("config") or {}
-    return json.dumps({
-        "root": record.get("data_root"), "seed": int(record.get("seed") or 0),
-        "protocol": (record.get("preprocessing") or {}).get("protocol"),
-        "generated": config.get("generated_root") or "", "labels_csv": config.get("labels_csv"),
-        "masks": config.get("masks"),
-    }, sort_keys=True, default=str)
+    return json.dumps(
+        {
+            "root": record.get("data_root"),
+            "seed": int(record.get("seed") or 0),
+            "protocol": (record.get("preprocessing") or {}).get("protocol"),
+            "generated": config.get("generated_root") or "",
+            "labels_csv": config.get("labels_csv"),
+            "masks": config.get("masks"),
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
 def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, str]]):
@@ -140,8 +146,13 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     needs_donors = any(sh.extra.get("donor_rule") for sh in shifts)
     needs_mask = any("mask" in sh.needs for sh in shifts)
     generated = config.get("generated_root") or None
-    images = CellImages(protocol_of(record), int(record.get("seed") or 0), generated_root=generated,
-                        donors=samples if needs_donors else None, with_mask=needs_mask)
+    images = CellImages(
+        protocol_of(record),
+        int(record.get("seed") or 0),
+        generated_root=generated,
+        donors=samples if needs_donors else None,
+        with_mask=needs_mask,
+    )
     try:
         base = images.base(sample)
     except Exception as exc:  # noqa: BLE001 - an unreadable source only costs the grid
@@ -207,7 +218,9 @@ def _sample_scores(store: Store, run_ids: list[str]):
                        count(*) FILTER (WHERE disagree) AS n_disagree,
                        count(*) FILTER (WHERE wrong AND shift <> 'clean') AS n_wrong,
                        bool_or(shift = 'clean' AND all_right) AS clean_ok
-                FROM cell GROUP BY sample_id""", list(run_ids)).df()
+                FROM cell GROUP BY sample_id""",
+            list(run_ids),
+        ).df()
 
 
 def mask_shares(record: dict[str, Any], sample_ids: list[str]) -> dict[str, float]:
@@ -221,8 +234,9 @@ def mask_shares(record: dict[str, Any], sample_ids: list[str]) -> dict[str, floa
     if not config.get("masks") or not root or not Path(str(root)).is_dir():
         return {}
     try:
-        samples = discover(Path(str(root)), labels_csv=config.get("labels_csv"),
-                           masks=config.get("masks"))
+        samples = discover(
+            Path(str(root)), labels_csv=config.get("labels_csv"), masks=config.get("masks")
+        )
     except (OSError, ValueError):
         return {}
     by_id = {s.id: s for s in samples}
@@ -238,8 +252,9 @@ def mask_shares(record: dict[str, Any], sample_ids: list[str]) -> dict[str, floa
     return out
 
 
-def pick_samples(store: Store, run_ids: list[str], *, k: int = MAX_SAMPLES,
-                 record: dict[str, Any] | None = None) -> list[str]:
+def pick_samples(
+    store: Store, run_ids: list[str], *, k: int = MAX_SAMPLES, record: dict[str, Any] | None = None
+) -> list[str]:
     """Up to ``k`` informative example samples, deterministic, of different classes.
 
     Among the samples stored in the most cells: a mask covering 10-60 % of the picture
@@ -253,8 +268,9 @@ def pick_samples(store: Store, run_ids: list[str], *, k: int = MAX_SAMPLES,
         return []
     scores = scores[scores["n_cells"] == scores["n_cells"].max()].copy()
     scores["balance"] = np.minimum(scores["n_wrong"], scores["n_cells"] - 1 - scores["n_wrong"])
-    scores = scores.sort_values(["n_disagree", "clean_ok", "balance", "sample_id"],
-                                ascending=[False, False, False, True])
+    scores = scores.sort_values(
+        ["n_disagree", "clean_ok", "balance", "sample_id"], ascending=[False, False, False, True]
+    )
     if record is not None:
         shares = mask_shares(record, list(scores["sample_id"][:MASK_CANDIDATES]))
         lo, hi = MASK_SHARE
@@ -280,7 +296,8 @@ def _predictions(store: Store, run_ids: list[str], sample_id: str):
         return con.execute(
             f"SELECT run_id, shift, level, label, top5_ids, top5_probs, correct FROM predictions "
             f"WHERE sample_id = ? AND run_id IN ({', '.join('?' for _ in run_ids)})",
-            [sample_id, *run_ids]).df()
+            [sample_id, *run_ids],
+        ).df()
 
 
 def _namer_for(run: RunView, ids) -> Any:
@@ -326,7 +343,7 @@ def layout_rows(keys: list[tuple[str, str]]) -> list[tuple[str, list[tuple[str, 
         rows.insert(0, ("clean", clean))
     for fam, cells in singles.items():
         for i in range(0, len(cells), ROW_WIDTH):
-            rows.append((fam, cells[i:i + ROW_WIDTH]))
+            rows.append((fam, cells[i : i + ROW_WIDTH]))
     return rows
 
 
@@ -391,16 +408,41 @@ def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cell
         ids_ = [int(v) for v in rec.top5_ids] if rec.top5_ids is not None else []
         namer = _namer_for(run, ids_)
         probs = list(rec.top5_probs) if rec.top5_probs is not None else []
-        by_key.setdefault((rec.shift, str(rec.level)), []).append(Prediction(
-            run.label, namer(ids_[0]) if ids_ else "?", float(probs[0]) if probs else float("nan"),
-            bool(rec.correct)))
-    rows = [(label, [GridCell(s, lv, images.get((s, lv)), errors.get((s, lv), ""),
-                              sorted(by_key.get((s, lv), []), key=lambda p: order.index(p.label)),
-                              cap) for s, lv, cap in cells_])
-            for label, cells_ in layout_rows(keys)]
+        by_key.setdefault((rec.shift, str(rec.level)), []).append(
+            Prediction(
+                run.label,
+                namer(ids_[0]) if ids_ else "?",
+                float(probs[0]) if probs else float("nan"),
+                bool(rec.correct),
+            )
+        )
+    rows = [
+        (
+            label,
+            [
+                GridCell(
+                    s,
+                    lv,
+                    images.get((s, lv)),
+                    errors.get((s, lv), ""),
+                    sorted(by_key.get((s, lv), []), key=lambda p: order.index(p.label)),
+                    cap,
+                )
+                for s, lv, cap in cells_
+            ],
+        )
+        for label, cells_ in layout_rows(keys)
+    ]
     grid_notes = [f"{s}/{lv}: not rendered: {why}" for (s, lv), why in errors.items()]
-    return Grid(sid, true_name, str(runs[0].record.get("data_root")),
-                int(runs[0].record.get("seed") or 0), order, rows, grid_notes), ""
+    return Grid(
+        sid,
+        true_name,
+        str(runs[0].record.get("data_root")),
+        int(runs[0].record.get("seed") or 0),
+        order,
+        rows,
+        grid_notes,
+    ), ""
 
 
 def encode_thumb(img: np.ndarray, lossless: bool) -> tuple[bytes, str]:

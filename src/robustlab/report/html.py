@@ -18,11 +18,13 @@ import numpy as np
 
 # Okabe & Ito (2008) colour-blind-safe palette, black first dropped (used for text).
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-CORRECT_MARK = "\u2713"      # check mark: correctness is never told by colour alone
-WRONG_MARK = "\u2717"        # ballot x
+CORRECT_MARK = "\u2713"  # check mark: correctness is never told by colour alone
+WRONG_MARK = "\u2717"  # ballot x
 
-CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-       "script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'")
+CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    "script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+)
 
 
 def esc(value: Any) -> str:
@@ -129,8 +131,10 @@ def render_table(t: Table) -> str:
         tip = f' title="{esc(c.tip)}"' if c.tip else ""
         num_cls = ' class="num"' if c.numeric else ""
         if "sortable" in cls:
-            out.append(f'<th scope="col"{num_cls}{tip}><button type="button">{label}'
-                       '<span class="arrow" aria-hidden="true"></span></button></th>')
+            out.append(
+                f'<th scope="col"{num_cls}{tip}><button type="button">{label}'
+                '<span class="arrow" aria-hidden="true"></span></button></th>'
+            )
         else:
             out.append(f'<th scope="col"{num_cls}{tip}>{label}</th>')
     out.append("</tr></thead><tbody>")
@@ -141,7 +145,9 @@ def render_table(t: Table) -> str:
             v = r.get(c.key)
             shown = c.fmt(v)
             num_cls = ' class="num"' if c.numeric else ""
-            out.append(f'<td{num_cls} data-sort="{esc(_sort_value(v, c.numeric))}">{esc(shown)}</td>')
+            out.append(
+                f'<td{num_cls} data-sort="{esc(_sort_value(v, c.numeric))}">{esc(shown)}</td>'
+            )
         out.append("</tr>")
     out.append("</tbody></table></div>")
     for n in t.notes:
@@ -155,8 +161,10 @@ def data_uri(data: bytes, mime: str) -> str:
 
 def figure(fig_id: str, png: bytes, caption: str, alt: str, mime: str = "image/png") -> str:
     """An embedded plot: ``<figure id=...>`` with a data-URI ``<img>`` and a caption."""
-    return (f'<figure class="plot" id="{esc(fig_id)}"><img src="{data_uri(png, mime)}" '
-            f'alt="{esc(alt)}"><figcaption>{esc(caption)}</figcaption></figure>')
+    return (
+        f'<figure class="plot" id="{esc(fig_id)}"><img src="{data_uri(png, mime)}" '
+        f'alt="{esc(alt)}"><figcaption>{esc(caption)}</figcaption></figure>'
+    )
 
 
 def notes_list(notes: Sequence[str]) -> str:
@@ -262,7 +270,7 @@ SORTER_JS = """
 def page(title: str, body: str) -> str:
     """The complete HTML document around ``body``."""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body><main>"

@@ -31,8 +31,8 @@ class MiningView:
 
     mining_id: str
     surrogates: list[str]
-    curve: pd.DataFrame                    # n, subsets, kept_fraction, kept + one column per held-out
-    heldout_all: dict[str, float]          # held-out label -> accuracy on every candidate
+    curve: pd.DataFrame  # n, subsets, kept_fraction, kept + one column per held-out
+    heldout_all: dict[str, float]  # held-out label -> accuracy on every candidate
     transfer: list[dict[str, Any]] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -60,28 +60,39 @@ def mining_views(data: ReportData, *, seed: int = 0) -> list[MiningView]:
         table, correct = stored_correctness(store, run_ids, cols, include_clean=include_clean)
         first = stored.set_index("run_id").loc[run_ids[0]].to_dict()
         key = _candidate_key(first)
-        heldout = [r for r in data.runs if r.run_id not in run_ids
-                   and r.record.get("model_spec") not in names and _candidate_key(r.record) == key]
-        curve = pd.DataFrame(surrogate_curve(correct, None))[["n", "subsets", "kept_fraction", "kept"]]
+        heldout = [
+            r
+            for r in data.runs
+            if r.run_id not in run_ids
+            and r.record.get("model_spec") not in names
+            and _candidate_key(r.record) == key
+        ]
+        curve = pd.DataFrame(surrogate_curve(correct, None))[
+            ["n", "subsets", "kept_fraction", "kept"]
+        ]
         view = MiningView(str(m["mining_id"])[:8], names, curve, {})
         kept = correct.sum(axis=1) <= correct.shape[1] - int(m["k"])  # at least k wrong
         idx = pd.MultiIndex.from_frame(table[["sample_id", "shift", "level"]].astype(str))
         for r in heldout:
             p = store.predictions([r.run_id], columns=["sample_id", "shift", "level", "correct"])
             p = p.astype({"sample_id": str, "shift": str, "level": str}).set_index(
-                ["sample_id", "shift", "level"])["correct"]
+                ["sample_id", "shift", "level"]
+            )["correct"]
             right = p.reindex(idx)
             if right.isna().any():
-                view.notes.append(f"{r.label} lacks {int(right.isna().sum())} of the candidates; "
-                                  "not used as a held-out model")
+                view.notes.append(
+                    f"{r.label} lacks {int(right.isna().sum())} of the candidates; "
+                    "not used as a held-out model"
+                )
                 continue
             right = right.to_numpy(bool)
             rows = surrogate_curve(correct, right)
             view.curve[r.label] = [row["heldout_acc"] for row in rows]
             view.heldout_all[r.label] = float(right.mean())
             if 0 < kept.sum() < len(kept):
-                view.transfer.append({"heldout": r.label,
-                                      **transfer(kept, right, draws=2000, rng=seed)})
+                view.transfer.append(
+                    {"heldout": r.label, **transfer(kept, right, draws=2000, rng=seed)}
+                )
         view.examples = _examples(mined_images(store, m["mining_id"]), names, first)
         views.append(view)
     return views
@@ -93,17 +104,26 @@ def _examples(images: pd.DataFrame, names: list[str], first_run: dict[str, Any])
         return []
     namer = class_namer(first_run.get("label_space"))
     wide = class_namer("imagenet1k")
-    images = images.sort_values(["n_wrong", "class_name", "sample_id"], ascending=[False, True, True])
+    images = images.sort_values(
+        ["n_wrong", "class_name", "sample_id"], ascending=[False, True, True]
+    )
     first = images.drop_duplicates("class_name")
     chosen = pd.concat([first, images.drop(first.index)]).head(N_EXAMPLES)
     out = []
     for rec in chosen.to_dict("records"):
         guesses = [int(g) for g in (rec["top1_ids"] if rec["top1_ids"] is not None else [])]
         named = [(wide if namer.size and g >= namer.size else namer)(g) for g in guesses]
-        out.append({"sample_id": rec["sample_id"], "cell": f"{rec['shift']}/{rec['level']}",
-                    "class_name": namer(rec["label"]) if rec["label"] is not None
-                    else str(rec["class_name"]),
-                    "path": rec["path"], "guesses": list(zip(names, named))})
+        out.append(
+            {
+                "sample_id": rec["sample_id"],
+                "cell": f"{rec['shift']}/{rec['level']}",
+                "class_name": namer(rec["label"])
+                if rec["label"] is not None
+                else str(rec["class_name"]),
+                "path": rec["path"],
+                "guesses": list(zip(names, named)),
+            }
+        )
     return out
 
 

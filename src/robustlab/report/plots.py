@@ -67,8 +67,13 @@ def _grid(n: int, cols: int = 4) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
-def severity_curves(cells: pd.DataFrame, groups: Sequence[tuple[str, Sequence[str]]],
-                    labels: dict[str, str], *, title: str) -> bytes:
+def severity_curves(
+    cells: pd.DataFrame,
+    groups: Sequence[tuple[str, Sequence[str]]],
+    labels: dict[str, str],
+    *,
+    title: str,
+) -> bytes:
     """Small multiples of top-1 accuracy vs severity, one panel per group, a line per run.
 
     Args:
@@ -88,14 +93,24 @@ def severity_curves(cells: pd.DataFrame, groups: Sequence[tuple[str, Sequence[st
         ax = axes[k // cols][k % cols]
         for i, (rid, lab) in enumerate(labels.items()):
             g = cells[(cells["run_full"] == rid) & cells["shift"].isin([*shifts, "clean"])]
-            g = g.assign(sev=[_severity(v) for v in g["level"]]).dropna(subset=["sev"]).sort_values("sev")
+            g = (
+                g.assign(sev=[_severity(v) for v in g["level"]])
+                .dropna(subset=["sev"])
+                .sort_values("sev")
+            )
             if g.empty or (g["shift"] != "clean").sum() == 0:
                 continue
             st = _style(i)
             ax.plot(g["sev"], 100 * g["top1"], label=lab, lw=1.6, ms=5, **st)
             if {"top1_lo", "top1_hi"} <= set(g.columns):
-                ax.fill_between(g["sev"], 100 * g["top1_lo"], 100 * g["top1_hi"],
-                                color=st["color"], alpha=0.15, lw=0)
+                ax.fill_between(
+                    g["sev"],
+                    100 * g["top1_lo"],
+                    100 * g["top1_hi"],
+                    color=st["color"],
+                    alpha=0.15,
+                    lw=0,
+                )
         ax.set_title(name.replace("_", " "), fontsize=10)
         ax.set_ylim(-2, 102)
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -108,8 +123,15 @@ def severity_curves(cells: pd.DataFrame, groups: Sequence[tuple[str, Sequence[st
         axes[k // cols][k % cols].set_visible(False)
     handles, legend_labels = axes[0][0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, legend_labels, loc="upper center", ncol=min(4, len(handles)),
-                   fontsize=9, frameon=False, bbox_to_anchor=(0.5, 1.0))
+        fig.legend(
+            handles,
+            legend_labels,
+            loc="upper center",
+            ncol=min(4, len(handles)),
+            fontsize=9,
+            frameon=False,
+            bbox_to_anchor=(0.5, 1.0),
+        )
     fig.suptitle(title, fontsize=11, y=1.04 if handles else 1.0)
     fig.tight_layout()
     return to_png(fig)
@@ -120,8 +142,12 @@ def family_curves(families: pd.DataFrame, labels: dict[str, str]) -> bytes:
     fam = families[families["family"] != "clean"]
     names = list(dict.fromkeys(fam["family"]))
     cells = families.rename(columns={"run_id": "run_full", "family": "shift"})
-    return severity_curves(cells, [(n, [n]) for n in names], labels,
-                           title="Top-1 accuracy vs severity, pooled per family")
+    return severity_curves(
+        cells,
+        [(n, [n]) for n in names],
+        labels,
+        title="Top-1 accuracy vs severity, pooled per family",
+    )
 
 
 def scenario_bars(scen: pd.DataFrame, labels: dict[str, str], clean: dict[str, float]) -> bytes:
@@ -142,13 +168,24 @@ def scenario_bars(scen: pd.DataFrame, labels: dict[str, str], clean: dict[str, f
         y = 100 * g["top1"].to_numpy(float)
         err = None
         if {"top1_lo", "top1_hi"} <= set(g.columns):
-            err = np.vstack([y - 100 * g["top1_lo"].to_numpy(float),
-                             100 * g["top1_hi"].to_numpy(float) - y])
+            err = np.vstack(
+                [y - 100 * g["top1_lo"].to_numpy(float), 100 * g["top1_hi"].to_numpy(float) - y]
+            )
             err = np.where(np.isfinite(err), np.clip(err, 0, None), 0)
         colour = OKABE_ITO[i % len(OKABE_ITO)]
-        ax.bar(x + (i - (len(runs) - 1) / 2) * width, y, width * 0.95, label=labels[rid],
-               color=colour, edgecolor="black", linewidth=0.5, hatch=HATCHES[i % len(HATCHES)],
-               yerr=err, capsize=2, error_kw={"elinewidth": 0.8})
+        ax.bar(
+            x + (i - (len(runs) - 1) / 2) * width,
+            y,
+            width * 0.95,
+            label=labels[rid],
+            color=colour,
+            edgecolor="black",
+            linewidth=0.5,
+            hatch=HATCHES[i % len(HATCHES)],
+            yerr=err,
+            capsize=2,
+            error_kw={"elinewidth": 0.8},
+        )
         if rid in clean:
             ax.axhline(100 * clean[rid], color=colour, ls="--", lw=1)
     ax.set_xticks(x, [n.replace("_", " ") for n in names], rotation=35, ha="right", fontsize=8)
@@ -161,7 +198,9 @@ def scenario_bars(scen: pd.DataFrame, labels: dict[str, str], clean: dict[str, f
     return to_png(fig)
 
 
-def class_drop_heatmap(drops: pd.DataFrame, class_name, title: str, max_classes: int = 25) -> tuple[bytes, str]:
+def class_drop_heatmap(
+    drops: pd.DataFrame, class_name, title: str, max_classes: int = 25
+) -> tuple[bytes, str]:
     """Heatmap of accuracy drop (clean minus shifted, points) per class and shift.
 
     Diverging ColorBrewer PuOr (colour-blind safe), centred on zero so gains and losses
@@ -186,16 +225,28 @@ def class_drop_heatmap(drops: pd.DataFrame, class_name, title: str, max_classes:
     ax = fig.add_subplot()
     lim = max(1.0, float(np.nanmax(np.abs(values))) if values.size else 1.0)
     im = ax.imshow(values, cmap="PuOr_r", vmin=-lim, vmax=lim, aspect="auto")
-    ax.set_xticks(range(n_c), [c.replace("_", " ") for c in table.columns], rotation=40,
-                  ha="right", fontsize=8)
+    ax.set_xticks(
+        range(n_c),
+        [c.replace("_", " ") for c in table.columns],
+        rotation=40,
+        ha="right",
+        fontsize=8,
+    )
     ax.set_yticks(range(n_r), [class_name(v) for v in table.index], fontsize=8)
     if n_r * n_c <= 600:
         for r in range(n_r):
             for c in range(n_c):
                 v = values[r, c]
                 if np.isfinite(v):
-                    ax.text(c, r, f"{v:.0f}", ha="center", va="center", fontsize=6.5,
-                            color="white" if abs(v) > 0.6 * lim else "black")
+                    ax.text(
+                        c,
+                        r,
+                        f"{v:.0f}",
+                        ha="center",
+                        va="center",
+                        fontsize=6.5,
+                        color="white" if abs(v) > 0.6 * lim else "black",
+                    )
     cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
     cb.set_label("drop in top-1 (points; > 0 worse than clean)", fontsize=8)
     ax.set_title(title, fontsize=10)
@@ -213,22 +264,33 @@ def interval_plot(rows: pd.DataFrame) -> bytes:
     fig = _figure(7.0, 1.0 + 0.45 * n)
     ax = fig.add_subplot()
     y = np.arange(n)[::-1]
-    for j, (what, name, marker) in enumerate((("clean", "clean", "o"), ("shifted", "all shifts pooled", "s"))):
+    for j, (what, name, marker) in enumerate(
+        (("clean", "clean", "o"), ("shifted", "all shifts pooled", "s"))
+    ):
         if what not in rows.columns:
             continue
         v = 100 * rows[what].to_numpy(float)
         lo = 100 * rows[f"{what}_lo"].to_numpy(float)
         hi = 100 * rows[f"{what}_hi"].to_numpy(float)
         ok = np.isfinite(v)
-        ax.errorbar(v[ok], y[ok] + (0.12 if j == 0 else -0.12),
-                    xerr=np.vstack([v[ok] - lo[ok], hi[ok] - v[ok]]), fmt=marker, capsize=3,
-                    color=OKABE_ITO[j], label=name, ms=6)
+        ax.errorbar(
+            v[ok],
+            y[ok] + (0.12 if j == 0 else -0.12),
+            xerr=np.vstack([v[ok] - lo[ok], hi[ok] - v[ok]]),
+            fmt=marker,
+            capsize=3,
+            color=OKABE_ITO[j],
+            label=name,
+            ms=6,
+        )
     ax.set_yticks(y, list(rows["label"]), fontsize=8)
     ax.set_xlabel("top-1 accuracy (%)")
     ax.set_xlim(-2, 102)
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.set_title("Top-1 with bootstrap intervals (per-image resampling for the pooled value)", fontsize=10)
+    ax.set_title(
+        "Top-1 with bootstrap intervals (per-image resampling for the pooled value)", fontsize=10
+    )
     fig.tight_layout()
     return to_png(fig)
 

@@ -6,7 +6,17 @@ from robustlab.review.final import CSV_COLUMNS, FinalSet, final_set, write_csv
 from robustlab.review.items import ClassInfo, ReviewItem, ReviewSet, load_review_set
 
 __all__ = [
-    "CATEGORIES", "Verdict", "fleiss_kappa", "rating_table", "verdict",
-    "CSV_COLUMNS", "FinalSet", "final_set", "write_csv",
-    "ClassInfo", "ReviewItem", "ReviewSet", "load_review_set",
+    "CATEGORIES",
+    "Verdict",
+    "fleiss_kappa",
+    "rating_table",
+    "verdict",
+    "CSV_COLUMNS",
+    "FinalSet",
+    "final_set",
+    "write_csv",
+    "ClassInfo",
+    "ReviewItem",
+    "ReviewSet",
+    "load_review_set",
 ]

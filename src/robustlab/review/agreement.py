@@ -54,10 +54,10 @@ def fleiss_kappa(counts) -> float | None:
         raise ValueError("Fleiss' kappa needs the same number of raters for every item")
     if n < 2:
         raise ValueError("Fleiss' kappa needs at least 2 raters per item")
-    p_item = ((table ** 2).sum(axis=1) - n) / (n * (n - 1))
+    p_item = ((table**2).sum(axis=1) - n) / (n * (n - 1))
     p_bar = p_item.mean()
     p_cat = table.sum(axis=0) / table.sum()
-    p_e = float((p_cat ** 2).sum())
+    p_e = float((p_cat**2).sum())
     if np.isclose(p_e, 1.0):
         return None
     return float((p_bar - p_e) / (1.0 - p_e))

@@ -38,9 +38,11 @@ ASSETS = {
 # Formats every browser shows; others (TIFF, PNM) are converted to PNG when served.
 WEB_IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".gif", ".webp", ".bmp"})
 SECURITY_HEADERS = {
-    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; "
-                                "img-src 'self'; connect-src 'self'; base-uri 'none'; "
-                                "form-action 'self'; frame-ancestors 'none'"),
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; "
+        "img-src 'self'; connect-src 'self'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    ),
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -53,16 +55,28 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     The annotator's name travels in the page URL (``?annotator=``), so each person's
     bookmark opens their own progress; without one the page asks for it.
     """
-    app = Flask(__name__, static_folder=None,
-                template_folder=str(resources.files("robustlab.review") / "templates"))
-    assets = {name: (resources.files("robustlab.review").joinpath(path).read_bytes(), mime)
-              for name, (path, mime) in ASSETS.items()}
+    app = Flask(
+        __name__,
+        static_folder=None,
+        template_folder=str(resources.files("robustlab.review") / "templates"),
+    )
+    assets = {
+        name: (resources.files("robustlab.review").joinpath(path).read_bytes(), mime)
+        for name, (path, mime) in ASSETS.items()
+    }
     set_json = {
-        "name": review_set.name, "label_space": review_set.label_space,
+        "name": review_set.name,
+        "label_space": review_set.label_space,
         "n": len(review_set),
-        "items": [{"index": it.index, "id": it.id, "label": it.label,
-                   "guesses": [{"column": c, "value": v, "name": n} for c, v, n in it.guesses]}
-                  for it in review_set.items],
+        "items": [
+            {
+                "index": it.index,
+                "id": it.id,
+                "label": it.label,
+                "guesses": [{"column": c, "value": v, "name": n} for c, v, n in it.guesses],
+            }
+            for it in review_set.items
+        ],
         "classes": [c.as_json() for c in review_set.classes],
         "decisions": list(DECISIONS),
     }
@@ -84,7 +98,10 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     def _forbidden(_):
         return app.response_class(
             "403 forbidden: this review server needs its access token (open the URL it "
-            "printed when it started)\n", status=403, mimetype="text/plain")
+            "printed when it started)\n",
+            status=403,
+            mimetype="text/plain",
+        )
 
     @app.errorhandler(404)
     def _not_found(_):
@@ -103,18 +120,30 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
             annotator = check_annotator(annotator) if annotator else ""
         except InputError:
             annotator = ""
-        config = {"token": token, "annotator": annotator, "set": review_set.name,
-                  "n": len(review_set), "label_space": review_set.label_space}
-        return render_template("review.html", config=config, title=_title(review_set),
-                               set_label=review_set.root.name or str(review_set.root))
+        config = {
+            "token": token,
+            "annotator": annotator,
+            "set": review_set.name,
+            "n": len(review_set),
+            "label_space": review_set.label_space,
+        }
+        return render_template(
+            "review.html",
+            config=config,
+            title=_title(review_set),
+            set_label=review_set.root.name or str(review_set.root),
+        )
 
     @app.get("/assets/<name>")
     def asset(name):
         if name not in assets:
             abort(404)
         body, mime = assets[name]
-        return app.response_class(body, mimetype=mime.split(";")[0],
-                                  headers={"Content-Type": mime, "Cache-Control": "no-cache"})
+        return app.response_class(
+            body,
+            mimetype=mime.split(";")[0],
+            headers={"Content-Type": mime, "Cache-Control": "no-cache"},
+        )
 
     @app.get("/image/<int:index>")
     def image(index):
@@ -155,8 +184,15 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
                 decision = "accept"  # relabelling to its own class is agreeing with it
             else:
                 target, target_name = info.key, info.name
-        store.record(review_set.name, item.id, annotator, decision, label=item.label,
-                     target=target, target_name=target_name)
+        store.record(
+            review_set.name,
+            item.id,
+            annotator,
+            decision,
+            label=item.label,
+            target=target,
+            target_name=target_name,
+        )
         return jsonify(_state(annotator))
 
     @app.post("/api/undo")
@@ -167,8 +203,11 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         state = _state(annotator)
         if withdrawn is not None:
             item = review_set.item_by_id(withdrawn.image_id)
-            state["undone"] = {"index": item.index if item else None,
-                               "decision": withdrawn.decision, "target": withdrawn.target}
+            state["undone"] = {
+                "index": item.index if item else None,
+                "decision": withdrawn.decision,
+                "target": withdrawn.target,
+            }
         else:
             state["undone"] = None
         return jsonify(state)
@@ -185,10 +224,17 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         for d in store.current(review_set.name, annotator):
             item = review_set.item_by_id(d.image_id)
             if item is not None:
-                decisions[item.index] = {"decision": d.decision, "target": d.target,
-                                         "target_name": d.target_name}
-        return {"annotator": annotator, "reviewed": len(decisions), "n": len(review_set),
-                "decisions": decisions}
+                decisions[item.index] = {
+                    "decision": d.decision,
+                    "target": d.target,
+                    "target_name": d.target_name,
+                }
+        return {
+            "annotator": annotator,
+            "reviewed": len(decisions),
+            "n": len(review_set),
+            "decisions": decisions,
+        }
 
     return app
 

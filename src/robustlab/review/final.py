@@ -16,8 +16,20 @@ from robustlab.review.agreement import fleiss_kappa, rating_table, verdict
 from robustlab.review.items import ReviewSet
 from robustlab.store.reviews import ReviewStore
 
-CSV_COLUMNS = ("file", "class", "class_name", "wnids", "original_class", "relabelled",
-               "support", "n_annotators", "n_accept", "n_reject", "n_not_single", "n_relabel")
+CSV_COLUMNS = (
+    "file",
+    "class",
+    "class_name",
+    "wnids",
+    "original_class",
+    "relabelled",
+    "support",
+    "n_annotators",
+    "n_accept",
+    "n_reject",
+    "n_not_single",
+    "n_relabel",
+)
 
 
 @dataclass
@@ -56,10 +68,12 @@ class FinalSet:
 
     def summary(self) -> str:
         kappa = "undefined" if self.kappa is None else f"{self.kappa:.3f}"
-        return (f"{self.n_kept} of {self.n_images} images kept ({self.n_relabelled} relabelled; "
-                f"rule: at least {self.k} agreeing vote(s)); {self.n_reviewed} reviewed by "
-                f"{len(self.annotators)} annotator(s); Fleiss' kappa {kappa} over "
-                f"{self.kappa_items} image(s) reviewed by all of them")
+        return (
+            f"{self.n_kept} of {self.n_images} images kept ({self.n_relabelled} relabelled; "
+            f"rule: at least {self.k} agreeing vote(s)); {self.n_reviewed} reviewed by "
+            f"{len(self.annotators)} annotator(s); Fleiss' kappa {kappa} over "
+            f"{self.kappa_items} image(s) reviewed by all of them"
+        )
 
 
 def final_set(review_set: ReviewSet, store: ReviewStore, *, k: int = 2) -> FinalSet:
@@ -79,33 +93,61 @@ def final_set(review_set: ReviewSet, store: ReviewStore, *, k: int = 2) -> Final
             reasons[v.reason] += 1
             continue
         info = review_set.class_info(v.label)
-        rows.append({
-            "file": item.id, "class": v.label,
-            "class_name": info.name if info else v.label,
-            "wnids": " ".join(info.wnids) if info else "",
-            "original_class": item.label, "relabelled": v.relabelled, "support": v.support,
-            "n_annotators": len(decisions), "n_accept": v.votes["accept"],
-            "n_reject": v.votes["reject"], "n_not_single": v.votes["not_single"],
-            "n_relabel": v.votes["relabel"],
-        })
+        rows.append(
+            {
+                "file": item.id,
+                "class": v.label,
+                "class_name": info.name if info else v.label,
+                "wnids": " ".join(info.wnids) if info else "",
+                "original_class": item.label,
+                "relabelled": v.relabelled,
+                "support": v.support,
+                "n_annotators": len(decisions),
+                "n_accept": v.votes["accept"],
+                "n_reject": v.votes["reject"],
+                "n_not_single": v.votes["not_single"],
+                "n_relabel": v.votes["relabel"],
+            }
+        )
     names = sorted(annotators)
-    table = rating_table([[_category(d, item_label=review_set.item_by_id(i).label)
-                           for d in ds] for i, ds in per_image.items()], len(names))
+    table = rating_table(
+        [
+            [_category(d, item_label=review_set.item_by_id(i).label) for d in ds]
+            for i, ds in per_image.items()
+        ],
+        len(names),
+    )
     kappa = fleiss_kappa(table) if len(names) >= 2 else None
     notes = []
     if not per_image:
         others = [name for name in store.review_sets() if name != review_set.name]
-        notes.append(f"no decisions are stored for set {review_set.name!r} in {store.path}"
-                     + (f"; it has decisions for {', '.join(map(repr, others))} (pass that "
-                        "name with --set if the folder moved)" if others else ""))
+        notes.append(
+            f"no decisions are stored for set {review_set.name!r} in {store.path}"
+            + (
+                f"; it has decisions for {', '.join(map(repr, others))} (pass that "
+                "name with --set if the folder moved)"
+                if others
+                else ""
+            )
+        )
     if names and k > len(names):
-        notes.append(f"k = {k} but only {len(names)} annotator(s) reviewed this set: "
-                     "no image can be kept yet")
+        notes.append(
+            f"k = {k} but only {len(names)} annotator(s) reviewed this set: "
+            "no image can be kept yet"
+        )
     if len(names) < 2:
         notes.append("agreement needs at least 2 annotators")
-    return FinalSet(rows=rows, k=k, n_images=len(review_set), n_reviewed=len(per_image),
-                    annotators=names, kappa=kappa, kappa_items=int(table.shape[0]),
-                    reasons=dict(reasons), notes=notes)
+    return FinalSet(
+        rows=rows,
+        k=k,
+        n_images=len(review_set),
+        n_reviewed=len(per_image),
+        annotators=names,
+        kappa=kappa,
+        kappa_items=int(table.shape[0]),
+        reasons=dict(reasons),
+        notes=notes,
+    )
 
 
 def _category(decision, *, item_label: str) -> str:

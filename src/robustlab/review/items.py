@@ -21,8 +21,9 @@ from robustlab.errors import InputError
 # ImageNet-D). Otherwise the folder names themselves are the label space.
 AUTO_SPACES = ("imagenet1k", "imagenet-d", "imagenet9", "demo")
 # Columns of a predictions CSV that describe the image, not a surrogate's guess.
-NOT_GUESSES = frozenset({"file", "path", "id", "class", "label", "wnid", "index", "name",
-                         "class_name", "subset"})
+NOT_GUESSES = frozenset(
+    {"file", "path", "id", "class", "label", "wnid", "index", "name", "class_name", "subset"}
+)
 _WNID = re.compile(r"^n\d{8}$")
 
 
@@ -119,8 +120,10 @@ def load_review_set(data, *, predictions=None, label_space=None, name=None) -> R
     root = Path(data).expanduser().resolve()
     notes = []
     if samples.skipped:
-        notes.append(f"{len(samples.skipped)} file(s) in {root} are not reviewable images "
-                     f"(first: {samples.skipped[0][0]}: {samples.skipped[0][1]})")
+        notes.append(
+            f"{len(samples.skipped)} file(s) in {root} are not reviewable images "
+            f"(first: {samples.skipped[0][0]}: {samples.skipped[0][1]})"
+        )
     raw = []
     for s in samples:
         if samples.layout == "imagefolder":
@@ -129,18 +132,30 @@ def load_review_set(data, *, predictions=None, label_space=None, name=None) -> R
         else:
             cls = s.class_name
         if not cls:
-            raise InputError(f"{s.id} in {root} has no label",
-                             hint="review needs class folders (<class>/<file>) or a labels.csv")
+            raise InputError(
+                f"{s.id} in {root} has no label",
+                hint="review needs class folders (<class>/<file>) or a labels.csv",
+            )
         raw.append((s, cls))
     space_name, classes, key_of = _label_space({cls for _, cls in raw}, label_space)
-    guesses = _read_predictions(Path(predictions).expanduser(), [s.id for s, _ in raw],
-                                classes, notes) if predictions else {}
-    items = [ReviewItem(i, s.id, s.path, key_of[cls], guesses.get(s.id, ()))
-             for i, (s, cls) in enumerate(raw)]
-    return ReviewSet(name=str(name) if name else str(root), root=root, items=items,
-                     classes=classes, label_space=space_name,
-                     predictions=Path(predictions).expanduser().resolve() if predictions else None,
-                     notes=notes)
+    guesses = (
+        _read_predictions(Path(predictions).expanduser(), [s.id for s, _ in raw], classes, notes)
+        if predictions
+        else {}
+    )
+    items = [
+        ReviewItem(i, s.id, s.path, key_of[cls], guesses.get(s.id, ()))
+        for i, (s, cls) in enumerate(raw)
+    ]
+    return ReviewSet(
+        name=str(name) if name else str(root),
+        root=root,
+        items=items,
+        classes=classes,
+        label_space=space_name,
+        predictions=Path(predictions).expanduser().resolve() if predictions else None,
+        notes=notes,
+    )
 
 
 def _label_space(folders: set[str], requested):
@@ -154,15 +169,18 @@ def _label_space(folders: set[str], requested):
                 requested = space
                 break
         else:
-            classes = [ClassInfo(f, f.replace("_", " "), (f,) if _WNID.match(f) else ())
-                       for f in sorted(folders)]
+            classes = [
+                ClassInfo(f, f.replace("_", " "), (f,) if _WNID.match(f) else ())
+                for f in sorted(folders)
+            ]
             return "folders", classes, {f: f for f in folders}
     try:
         space = get_label_space(requested)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    classes = [ClassInfo(space.folders[i], space.classes[i], _wnids(space, i))
-               for i in range(len(space))]
+    classes = [
+        ClassInfo(space.folders[i], space.classes[i], _wnids(space, i)) for i in range(len(space))
+    ]
     key_of = {}
     for folder in sorted(folders):
         try:
@@ -171,7 +189,8 @@ def _label_space(folders: set[str], requested):
             raise InputError(
                 f"class folder {folder!r}: {exc}",
                 hint="pick the label space the folders are named in (--label-space) or leave "
-                     "it out to use the folder names") from None
+                "it out to use the folder names",
+            ) from None
     return space.name, classes, key_of
 
 
@@ -210,8 +229,9 @@ def _read_predictions(path: Path, ids: list[str], classes: list[ClassInfo], note
         if image_id is None:
             unmatched += 1
             continue
-        out[image_id] = tuple((col, row[col], names.get(row[col])) for col in guess_cols
-                              if row.get(col))
+        out[image_id] = tuple(
+            (col, row[col], names.get(row[col])) for col in guess_cols if row.get(col)
+        )
     if unmatched:
         notes.append(f"{unmatched} row(s) of {path.name} match no image of the set")
     return out

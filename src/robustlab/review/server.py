@@ -37,25 +37,38 @@ class ReviewServer:
             image URL) out of the terminal.
     """
 
-    def __init__(self, review_set: ReviewSet, store: ReviewStore, *, host: str = "127.0.0.1",
-                 port: int = 0, annotator: str | None = None, token: str | None = None,
-                 quiet: bool = True):
+    def __init__(
+        self,
+        review_set: ReviewSet,
+        store: ReviewStore,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        annotator: str | None = None,
+        token: str | None = None,
+        quiet: bool = True,
+    ):
         self.review_set = review_set
         self.store = store
         self.token = token or secrets.token_urlsafe(24)
         self.annotator = annotator
-        store.open(review_set.name, data_root=str(review_set.root),
-                   label_space=review_set.label_space,
-                   predictions=str(review_set.predictions) if review_set.predictions else None,
-                   n_images=len(review_set))
+        store.open(
+            review_set.name,
+            data_root=str(review_set.root),
+            label_space=review_set.label_space,
+            predictions=str(review_set.predictions) if review_set.predictions else None,
+            n_images=len(review_set),
+        )
         if quiet:
             logging.getLogger("werkzeug").setLevel(logging.WARNING)
         app = create_app(review_set, store, self.token)
         try:
             self._server = make_server(host, port, app, threaded=True)
         except OSError as exc:
-            raise EnvironmentProblem(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                                     hint="pick another --port (0 takes a free one)") from None
+            raise EnvironmentProblem(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                hint="pick another --port (0 takes a free one)",
+            ) from None
         self.host = host
         self.port = self._server.server_port
         self._thread: threading.Thread | None = None
@@ -75,8 +88,9 @@ class ReviewServer:
 
     def start(self) -> ReviewServer:
         """Serve from a daemon thread (tests, notebooks) and return self."""
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="robustlab-review")
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, daemon=True, name="robustlab-review"
+        )
         self._thread.start()
         return self
 

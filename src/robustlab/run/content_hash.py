@@ -36,7 +36,7 @@ CACHE_FILE = "content-hashes.sqlite"
 DIGEST_SIZE = 16  # bytes: 32 hex digits
 CHUNK = 1 << 20
 RACY_NS = 100_000_000  # 0.1 s: far above any file system's timestamp tick
-MISSING = "missing"    # the hash of a file that cannot be read
+MISSING = "missing"  # the hash of a file that cannot be read
 
 
 def cache_dir() -> Path:
@@ -94,9 +94,11 @@ class ContentHasher:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=30)
             # The path is a BLOB of its file-system bytes: names need not be valid UTF-8.
-            db.execute("CREATE TABLE IF NOT EXISTS hashes (path BLOB PRIMARY KEY, size INTEGER,"
-                       " mtime_ns INTEGER, ctime_ns INTEGER, inode INTEGER,"
-                       " hashed_at_ns INTEGER, digest TEXT)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS hashes (path BLOB PRIMARY KEY, size INTEGER,"
+                " mtime_ns INTEGER, ctime_ns INTEGER, inode INTEGER,"
+                " hashed_at_ns INTEGER, digest TEXT)"
+            )
             db.commit()
             self._db = db
         except (OSError, sqlite3.Error) as exc:
@@ -164,9 +166,11 @@ class ContentHasher:
         try:
             ordered = sorted(keys)
             for j in range(0, len(ordered), 500):  # SQLite's host-parameter limit
-                part = ordered[j:j + 500]
-                q = ("SELECT path, size, mtime_ns, ctime_ns, inode, hashed_at_ns, digest"
-                     f" FROM hashes WHERE path IN ({','.join('?' * len(part))})")
+                part = ordered[j : j + 500]
+                q = (
+                    "SELECT path, size, mtime_ns, ctime_ns, inode, hashed_at_ns, digest"
+                    f" FROM hashes WHERE path IN ({','.join('?' * len(part))})"
+                )
                 for path, size, mt, ct, ino, at, digest in self._db.execute(q, part):
                     found[path] = ((size, mt, ct, ino), at, digest)
         except sqlite3.Error as exc:
@@ -179,8 +183,9 @@ class ContentHasher:
             return
         try:
             with self._db:
-                self._db.executemany("INSERT OR REPLACE INTO hashes VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                     rows)
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO hashes VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+                )
         except sqlite3.Error as exc:
             self._disable(exc)
 
@@ -203,8 +208,12 @@ def hash_files(paths: Sequence[str | os.PathLike | None]) -> list[str | None]:
         out = hasher.hash_files(paths)
         s = hasher.stats
     if s.read:
-        log.info("hashed %d input files (%.1f MB); %d from the cache", s.read,
-                 s.bytes_read / 1e6, s.cached)
+        log.info(
+            "hashed %d input files (%.1f MB); %d from the cache",
+            s.read,
+            s.bytes_read / 1e6,
+            s.cached,
+        )
     return out
 
 

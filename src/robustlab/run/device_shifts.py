@@ -53,8 +53,10 @@ class ShiftDevice:
         if dev.type not in ("cpu", "cuda"):
             raise InputError(f"shifts run on cpu or cuda, not {self.device!r}")
         if dev.type == "cuda" and not torch.cuda.is_available():
-            raise EnvironmentProblem(f"--shift-device {self.device}: no CUDA device here",
-                                     hint="use --shift-device cpu, or leave it out")
+            raise EnvironmentProblem(
+                f"--shift-device {self.device}: no CUDA device here",
+                hint="use --shift-device cpu, or leave it out",
+            )
         try:
             codec_name(dev, self.jpeg)
         except ValueError as exc:
@@ -67,8 +69,12 @@ class ShiftDevice:
         from robustlab.shifts.batched import codec_name
 
         dev = torch.device(self.device)
-        return {"path": "torch", "device": dev.type, "jpeg": codec_name(dev, self.jpeg),
-                "torch": torch.__version__.split("+")[0]}
+        return {
+            "path": "torch",
+            "device": dev.type,
+            "jpeg": codec_name(dev, self.jpeg),
+            "torch": torch.__version__.split("+")[0],
+        }
 
 
 def label(shift_path: dict | None) -> str:
@@ -85,9 +91,11 @@ def check_shifts(names: Iterable[str]) -> None:
 
     bad = [n for n in names if not ({"imagenet-c", "imagenet-c-extra"} & get_shift(n).tags)]
     if bad:
-        raise InputError(f"--shift-device applies ImageNet-C corruptions only; "
-                         f"{', '.join(dict.fromkeys(bad))} cannot run there",
-                         hint="leave out --shift-device for this suite")
+        raise InputError(
+            f"--shift-device applies ImageNet-C corruptions only; "
+            f"{', '.join(dict.fromkeys(bad))} cannot run there",
+            hint="leave out --shift-device for this suite",
+        )
 
 
 class CleanTaskDataset(TaskDataset):
@@ -131,8 +139,15 @@ class DeviceShifts:
         settings: :class:`ShiftDevice`.
     """
 
-    def __init__(self, preprocessing, samples: Sequence, tasks: Sequence, protocol, seed: int,
-                 settings: ShiftDevice):
+    def __init__(
+        self,
+        preprocessing,
+        samples: Sequence,
+        tasks: Sequence,
+        protocol,
+        seed: int,
+        settings: ShiftDevice,
+    ):
         self.preprocessing = preprocessing
         self.samples = samples
         self.tasks = tasks
@@ -173,8 +188,9 @@ class DeviceShifts:
         if name in PIL_FILTERS:
             return pil_resize(x, size, name)
         host = x.permute(0, 2, 3, 1).cpu().numpy()  # e.g. nearest: Pillow itself, per image
-        out = [torch.from_numpy(self.preprocessing.resize_crop(img, crop=False).copy())
-               for img in host]
+        out = [
+            torch.from_numpy(self.preprocessing.resize_crop(img, crop=False).copy()) for img in host
+        ]
         return torch.stack(out).permute(0, 3, 1, 2).to(x.device)
 
     def _shift(self, group: list) -> Iterator:
@@ -196,8 +212,9 @@ class DeviceShifts:
             if shift == CLEAN_SHIFT:
                 out = self._finish(x, shifted=False)
             else:
-                ids = [self.samples[self.tasks[group[pos][0]].sample_index].id
-                       for pos, _ in members]
+                ids = [
+                    self.samples[self.tasks[group[pos][0]].sample_index].id for pos, _ in members
+                ]
                 try:
                     out = self._finish(apply(shift, level, x, ids, seed=self.seed), shifted=True)
                 except ValueError as exc:  # a per-cell skip signal, as on the exact path

@@ -25,8 +25,9 @@ def _worker_init(worker_id: int) -> None:
     worker_init(worker_id)
 
 
-def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2,
-                  pin_memory: bool = False) -> Iterator:
+def iterate_local(
+    dataset: TaskDataset, *, workers: int, prefetch: int = 2, pin_memory: bool = False
+) -> Iterator:
     """Yield ``dataset`` items in order, computed by ``workers`` processes ahead of use.
 
     Args:
@@ -46,11 +47,18 @@ def iterate_local(dataset: TaskDataset, *, workers: int, prefetch: int = 2,
     # Workers must not be forked from this process: after a forward pass its OpenMP and
     # OpenCV thread pools exist, and a forked child that touches them can deadlock (seen:
     # cv2.setNumThreads hanging in worker_init). forkserver children start clean.
-    loader = DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(workers),
-                        collate_fn=_identity, prefetch_factor=max(1, int(prefetch)),
-                        worker_init_fn=_worker_init, persistent_workers=False,
-                        pin_memory=bool(pin_memory),
-                        multiprocessing_context=worker_context())
+    loader = DataLoader(
+        dataset,
+        batch_size=None,
+        shuffle=False,
+        num_workers=int(workers),
+        collate_fn=_identity,
+        prefetch_factor=max(1, int(prefetch)),
+        worker_init_fn=_worker_init,
+        persistent_workers=False,
+        pin_memory=bool(pin_memory),
+        multiprocessing_context=worker_context(),
+    )
     yield from loader
 
 
@@ -61,8 +69,9 @@ def get_executor(name: str):
     try:
         return EXECUTORS[name]
     except KeyError:
-        raise InputError(f"unknown backend {name!r}; available: {', '.join([*EXECUTORS, 'ray'])}"
-                         ) from None
+        raise InputError(
+            f"unknown backend {name!r}; available: {', '.join([*EXECUTORS, 'ray'])}"
+        ) from None
 
 
 def check_backend(name: str, address: str | None = None) -> None:
@@ -77,5 +86,7 @@ def check_backend(name: str, address: str | None = None) -> None:
         return
     get_executor(name)
     if address:
-        raise InputError(f"--address {address} names a Ray cluster, but the backend is {name!r}",
-                         hint="add --backend ray (backend='ray' in Python)")
+        raise InputError(
+            f"--address {address} names a Ray cluster, but the backend is {name!r}",
+            hint="add --backend ray (backend='ray' in Python)",
+        )

@@ -76,18 +76,31 @@ def input_parts(samples, labels, image_hashes, mask_hashes) -> dict[str, Any]:
     return {
         "n": len(ids),
         "images": data_fingerprint(zip(ids, image_hashes)),
-        "masks": (data_fingerprint(zip(ids, mask_hashes))
-                  if any(h is not None for h in mask_hashes) else None),
+        "masks": (
+            data_fingerprint(zip(ids, mask_hashes))
+            if any(h is not None for h in mask_hashes)
+            else None
+        ),
         "labels": data_fingerprint((s.id, s.class_name, lab) for s, lab in zip(samples, labels)),
     }
 
 
 # Reading order and wording of :func:`input_changes`.
-_PART_NAMES = {"n": "number of images", "images": "image content", "masks": "mask content",
-               "masks_dir": "masks folder", "labels": "labels", "seed": "seed",
-               "protocol": "protocol", "preprocessing": "model preprocessing",
-               "precision": "precision", "defence": "defence", "source": "source",
-               "generated": "generated folder", "shift_path": "shift path"}
+_PART_NAMES = {
+    "n": "number of images",
+    "images": "image content",
+    "masks": "mask content",
+    "masks_dir": "masks folder",
+    "labels": "labels",
+    "seed": "seed",
+    "protocol": "protocol",
+    "preprocessing": "model preprocessing",
+    "precision": "precision",
+    "defence": "defence",
+    "source": "source",
+    "generated": "generated folder",
+    "shift_path": "shift path",
+}
 
 
 def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -132,8 +145,18 @@ def run_id(identity: dict[str, Any]) -> str:
 def versions() -> dict[str, str]:
     """Versions of the packages whose behaviour can change a prediction."""
     out = {"python": platform.python_version()}
-    for dist in ("robustlab", "numpy", "torch", "torchvision", "timm", "pillow",
-                 "opencv-python-headless", "scikit-image", "scipy", "duckdb"):
+    for dist in (
+        "robustlab",
+        "numpy",
+        "torch",
+        "torchvision",
+        "timm",
+        "pillow",
+        "opencv-python-headless",
+        "scikit-image",
+        "scipy",
+        "duckdb",
+    ):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -120,8 +120,9 @@ def worker_context():
     if threading.current_thread() is threading.main_thread():
         # The lifeline first (a worker must die with robustlab from its first
         # instruction), then the warm-up (see robustlab.run._forkserver_warm).
-        context.set_forkserver_preload(["robustlab.run._forkserver_lifeline",
-                                        "robustlab.run._forkserver_warm"])
+        context.set_forkserver_preload(
+            ["robustlab.run._forkserver_lifeline", "robustlab.run._forkserver_warm"]
+        )
     return context
 
 

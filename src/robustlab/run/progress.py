@@ -24,8 +24,11 @@ LINE_INTERVAL_S = 10.0
 
 def _duration(seconds: float) -> str:
     s = round(seconds)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
-        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+    return (
+        f"{s // 3600}h{s % 3600 // 60:02d}m"
+        if s >= 3600
+        else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+    )
 
 
 class LineProgress:
@@ -42,8 +45,17 @@ class LineProgress:
         clock: Time source (monotonic seconds).
     """
 
-    def __init__(self, total: int, *, what: str = "progress", unit: str = "img", done: int = 0,
-                 interval: float = LINE_INTERVAL_S, stream=None, clock=time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        *,
+        what: str = "progress",
+        unit: str = "img",
+        done: int = 0,
+        interval: float = LINE_INTERVAL_S,
+        stream=None,
+        clock=time.monotonic,
+    ):
         self.total, self.done, self.start_done = int(total), int(done), int(done)
         self.what, self.unit, self.interval = what, unit, float(interval)
         self.stream = stream if stream is not None else sys.stderr
@@ -62,8 +74,9 @@ class LineProgress:
             rate = new / elapsed
             parts.append(f"{rate:.1f} {self.unit}/s")
             left = self.total - self.done
-            parts.append(f"ETA {_duration(left / rate)}" if left > 0 else
-                         f"took {_duration(elapsed)}")
+            parts.append(
+                f"ETA {_duration(left / rate)}" if left > 0 else f"took {_duration(elapsed)}"
+            )
         if self.note:
             parts.append(self.note)
         print(", ".join(parts), file=self.stream, flush=True)
@@ -88,8 +101,9 @@ class StageLines:
     but a silent minute looks like a hang.
     """
 
-    def __init__(self, what: str, n_stages: int, *, enabled: bool = True, stream=None,
-                 clock=time.monotonic):
+    def __init__(
+        self, what: str, n_stages: int, *, enabled: bool = True, stream=None, clock=time.monotonic
+    ):
         self.what, self.n, self.enabled = what, int(n_stages), enabled
         self.stream = stream if stream is not None else sys.stderr
         self.clock, self.t0, self.k = clock, clock(), 0
@@ -97,13 +111,17 @@ class StageLines:
     def stage(self, name: str) -> None:
         self.k += 1
         if self.enabled:
-            print(f"{self.what} {self.k}/{self.n}: {name} ({self.clock() - self.t0:.1f} s so far)",
-                  file=self.stream, flush=True)
+            print(
+                f"{self.what} {self.k}/{self.n}: {name} ({self.clock() - self.t0:.1f} s so far)",
+                file=self.stream,
+                flush=True,
+            )
 
     def done(self) -> None:
         if self.enabled:
-            print(f"{self.what}: done in {self.clock() - self.t0:.1f} s", file=self.stream,
-                  flush=True)
+            print(
+                f"{self.what}: done in {self.clock() - self.t0:.1f} s", file=self.stream, flush=True
+            )
 
 
 class CellProgress:
@@ -119,9 +137,16 @@ class CellProgress:
         what: Prefix of the progress lines.
     """
 
-    def __init__(self, totals: dict[tuple[str, str], int], *, enabled: bool = True,
-                 max_bars: int = 24, done: dict[tuple[str, str], int] | None = None,
-                 terminal: bool | None = None, what: str = "evaluate"):
+    def __init__(
+        self,
+        totals: dict[tuple[str, str], int],
+        *,
+        enabled: bool = True,
+        max_bars: int = 24,
+        done: dict[tuple[str, str], int] | None = None,
+        terminal: bool | None = None,
+        what: str = "evaluate",
+    ):
         self.enabled = enabled and bool(totals)
         self.by_shift = len(totals) > max_bars
         self.bars = {}
@@ -129,8 +154,9 @@ class CellProgress:
         if not self.enabled:
             return
         if not (sys.stderr.isatty() if terminal is None else terminal):
-            self.lines = LineProgress(sum(totals.values()), what=what, unit="pred",
-                                      done=sum((done or {}).values()))
+            self.lines = LineProgress(
+                sum(totals.values()), what=what, unit="pred", done=sum((done or {}).values())
+            )
             return
         from tqdm.auto import tqdm
 
@@ -141,8 +167,15 @@ class CellProgress:
             initial[self._bar_key(key)] += (done or {}).get(key, 0)
         for pos, (key, total) in enumerate(grouped.items()):
             name = key if isinstance(key, str) else f"{key[0]}/{key[1]}"
-            self.bars[key] = tqdm(total=total, initial=initial[key], desc=name, position=pos,
-                                  unit="img", leave=True, dynamic_ncols=True)
+            self.bars[key] = tqdm(
+                total=total,
+                initial=initial[key],
+                desc=name,
+                position=pos,
+                unit="img",
+                leave=True,
+                dynamic_ncols=True,
+            )
 
     def _bar_key(self, key: tuple[str, str]):
         return key[0] if self.by_shift else key

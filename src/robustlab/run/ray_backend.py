@@ -57,8 +57,10 @@ def require_ray():
         import ray
         import ray.data  # the backend is built on Ray Data
     except ImportError as exc:
-        raise MissingResourceError(f"--backend ray needs Ray (ray[data]), which is not "
-                                   f"installed ({exc.name or exc})", hint=RAY_HINT) from None
+        raise MissingResourceError(
+            f"--backend ray needs Ray (ray[data]), which is not installed ({exc.name or exc})",
+            hint=RAY_HINT,
+        ) from None
     return ray
 
 
@@ -74,8 +76,10 @@ def check_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     text = address.split("://", 1)[-1].rstrip("/")
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise InputError(f"--address {address!r} is not HOST:PORT",
-                         hint="pass the address `ray start --head` printed, e.g. 10.0.0.5:6379")
+        raise InputError(
+            f"--address {address!r} is not HOST:PORT",
+            hint="pass the address `ray start --head` printed, e.g. 10.0.0.5:6379",
+        )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as exc:
@@ -85,7 +89,8 @@ def check_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         raise EnvironmentProblem(
             f"cannot reach a Ray cluster at {address}: {reason}",
             hint="start one with `ray start --head` and pass the address it prints, or leave "
-                 "out --address to run on a Ray instance on this machine") from None
+            "out --address to run on a Ray instance on this machine",
+        ) from None
 
 
 def ray_running() -> bool:
@@ -115,8 +120,11 @@ def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator
     if not ray.is_initialized():
         if address:
             check_address(address)
-        kwargs: dict[str, Any] = {"address": address, "log_to_driver": False,
-                                  "logging_level": logging.WARNING}
+        kwargs: dict[str, Any] = {
+            "address": address,
+            "log_to_driver": False,
+            "logging_level": logging.WARNING,
+        }
         if not address:
             kwargs.update(num_cpus=cpus or None, include_dashboard=False)
         # Ray's C++ core would print a warning line per connection retry before the error.
@@ -128,8 +136,9 @@ def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator
             raise EnvironmentProblem(
                 f"cannot connect to a Ray cluster at {address}: "
                 + ("it asks for an authentication token" if token else _first_line(exc)),
-                hint="export RAY_AUTH_MODE=token, with the head's ~/.ray/auth_token on this "
-                     "machine" if token else "check the address `ray start --head` printed",
+                hint="export RAY_AUTH_MODE=token, with the head's ~/.ray/auth_token on this machine"
+                if token
+                else "check the address `ray start --head` printed",
             ) from None
         started = True
     try:
@@ -182,7 +191,8 @@ def plan_placement(resources: dict, device: str | None = None, *, model: bool = 
         raise MissingResourceError(
             f"the Ray cluster has no CPU for the decode and shift tasks (it offers "
             f"{_describe(resources)})",
-            hint="add a node with `ray start --address HEAD:PORT --num-cpus N`")
+            hint="add a node with `ray start --address HEAD:PORT --num-cpus N`",
+        )
     want = str(device or "auto")
     if not model:
         return Placement(0, 0, 0, cpus)
@@ -190,10 +200,15 @@ def plan_placement(resources: dict, device: str | None = None, *, model: bool = 
         raise MissingResourceError(
             f"--device {want} asks for a GPU, but the Ray cluster has none (it offers "
             f"{_describe(resources)})",
-            hint="leave out --device to run the model on a CPU, or add a GPU node")
+            hint="leave out --device to run the model on a CPU, or add a GPU node",
+        )
     use_gpu = gpus >= 1 and want != "cpu"
-    return Placement(model_gpus=1 if use_gpu else 0, model_cpus=1 if cpus >= 2 else 0,
-                     actors=gpus if use_gpu else 1, cpus=cpus)
+    return Placement(
+        model_gpus=1 if use_gpu else 0,
+        model_cpus=1 if cpus >= 2 else 0,
+        actors=gpus if use_gpu else 1,
+        cpus=cpus,
+    )
 
 
 def _describe(resources: dict) -> str:
@@ -274,8 +289,11 @@ class StageTimes:
         out: dict[str, Any] = {}
         for stage, n in self.items.items():
             s = self.seconds.get(stage, 0.0)
-            out[stage] = {"items": n, "worker_s": round(s, 3),
-                          "items_per_worker_s": round(n / s, 2) if s > 0 else None}
+            out[stage] = {
+                "items": n,
+                "worker_s": round(s, 3),
+                "items_per_worker_s": round(n / s, 2) if s > 0 else None,
+            }
         out["wall_s"] = round(self.wall, 3)
         return out
 
@@ -285,9 +303,12 @@ class StageTimes:
 
 def stages_line(summary: dict) -> str:
     """One line from :meth:`StageTimes.summary`: items and rate per stage, and the wall time."""
-    parts = [f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
-             + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
-             for stage, d in summary.items() if isinstance(d, dict)]
+    parts = [
+        f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
+        + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
+        for stage, d in summary.items()
+        if isinstance(d, dict)
+    ]
     return f"ray stages: {'; '.join(parts)}; wall {summary.get('wall_s', 0):.1f} s"
 
 
@@ -315,8 +336,7 @@ def _map_tasks(ds, fn, size: int = 1, **kwargs):
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.* is deprecated")
-        return ds.map_batches(fn, batch_size=size, num_cpus=1, max_retries=TASK_RETRIES,
-                              **kwargs)
+        return ds.map_batches(fn, batch_size=size, num_cpus=1, max_retries=TASK_RETRIES, **kwargs)
 
 
 @contextlib.contextmanager
@@ -350,13 +370,23 @@ def _write_cells(batch: dict, *, samples: Sequence, job, process_sample: Callabl
             outcome = exc
         outcomes.append(outcome)
         seconds.append(time.perf_counter() - t0)
-    return {"index": np.asarray(batch["index"]), "outcome": _objects(outcomes),
-            "seconds": np.asarray(seconds, dtype=np.float64)}
+    return {
+        "index": np.asarray(batch["index"]),
+        "outcome": _objects(outcomes),
+        "seconds": np.asarray(seconds, dtype=np.float64),
+    }
 
 
-def generate_on_ray(samples: Sequence, job, collect: Callable, *, process: Callable,
-                    crashed: Callable, address: str | None = None,
-                    cpus: int | None = None) -> StageTimes:
+def generate_on_ray(
+    samples: Sequence,
+    job,
+    collect: Callable,
+    *,
+    process: Callable,
+    crashed: Callable,
+    address: str | None = None,
+    cpus: int | None = None,
+) -> StageTimes:
     """Write every missing cell of ``samples`` on a Ray cluster.
 
     Args:
@@ -386,9 +416,13 @@ def generate_on_ray(samples: Sequence, job, collect: Callable, *, process: Calla
         # skipped below, as the local pool does with an image that keeps killing workers.
         with _data_context(max_errored_blocks=-1), _worker_errors_as_ours():
             ds = ray.data.from_items([{"index": i} for i in range(len(samples))])
-            ds = _map_tasks(ds, functools.partial(_write_cells, samples=list(samples), job=job,
-                                                  process_sample=process),
-                            task_size(len(samples), placement.cpus))
+            ds = _map_tasks(
+                ds,
+                functools.partial(
+                    _write_cells, samples=list(samples), job=job, process_sample=process
+                ),
+                task_size(len(samples), placement.cpus),
+            )
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for i, outcome, sec in zip(batch["index"], batch["outcome"], batch["seconds"]):
                     if isinstance(outcome, BaseException):
@@ -416,9 +450,13 @@ def _prepare_cells(batch: dict, *, dataset) -> dict:
         errors.append(list(errs))
         measured.append(list(meas))
         seconds.append(time.perf_counter() - t0)
-    return {"index": np.asarray(batch["index"]), "pixels": _objects(pixels),
-            "errors": _objects(errors), "measured": _objects(measured),
-            "prepare_s": np.asarray(seconds, dtype=np.float64)}
+    return {
+        "index": np.asarray(batch["index"]),
+        "pixels": _objects(pixels),
+        "errors": _objects(errors),
+        "measured": _objects(measured),
+        "prepare_s": np.asarray(seconds, dtype=np.float64),
+    }
 
 
 class _Predictor:
@@ -429,21 +467,34 @@ class _Predictor:
     its weights hash against the driver's, so every node scores with the same weights.
     """
 
-    def __init__(self, spec: str, weights: str | None, label_space, device: str | None,
-                 batch_size: int, weights_hash: str | None, topk: int, defences: dict):
+    def __init__(
+        self,
+        spec: str,
+        weights: str | None,
+        label_space,
+        device: str | None,
+        batch_size: int,
+        weights_hash: str | None,
+        topk: int,
+        defences: dict,
+    ):
         from robustlab.defences import defend
         from robustlab.models import load_model
 
         # The driver's test-time defences wrap the actor's model too (ten-crop averages its
         # views here; pixel defences already ran in the CPU stage, as in local workers).
-        self.model = defend(load_model(spec, weights=weights, device=device,
-                                       label_space=label_space, batch_size=batch_size),
-                            **defences)
+        self.model = defend(
+            load_model(
+                spec, weights=weights, device=device, label_space=label_space, batch_size=batch_size
+            ),
+            **defences,
+        )
         if weights_hash is not None and self.model.weights_hash != weights_hash:
             raise InputError(
                 f"a Ray worker loaded {spec} with weights {self.model.weights_hash}, the "
                 f"driver with {weights_hash}",
-                hint="give every node the same weights file (a shared path)")
+                hint="give every node the same weights file (a shared path)",
+            )
         self.batch_size = int(batch_size)
         self.topk = int(topk)
 
@@ -457,7 +508,9 @@ class _Predictor:
             # Ray hands out read-only buffers: copy before torch takes them.
             images = torch.from_numpy(np.concatenate(arrays))
             for start in range(0, len(images), self.batch_size):
-                probs, ids = self.model.predict_topk(images[start:start + self.batch_size], self.topk)
+                probs, ids = self.model.predict_topk(
+                    images[start : start + self.batch_size], self.topk
+                )
                 probs_parts.append(probs.numpy().astype(np.float32))
                 ids_parts.append(ids.numpy().astype(np.int32))
         seconds = time.perf_counter() - t0
@@ -466,16 +519,22 @@ class _Predictor:
         row_probs, row_ids, at = [], [], 0
         for p in batch["pixels"]:
             n = 0 if p is None else len(p)
-            row_probs.append(None if n == 0 else probs_all[at:at + n])
-            row_ids.append(None if n == 0 else ids_all[at:at + n])
+            row_probs.append(None if n == 0 else probs_all[at : at + n])
+            row_ids.append(None if n == 0 else ids_all[at : at + n])
             at += n
         share = seconds / max(1, at)
-        return {"index": batch["index"], "errors": batch["errors"],
-                "measured": batch["measured"], "prepare_s": batch["prepare_s"],
-                "probs": _objects(row_probs), "ids": _objects(row_ids),
-                "n_images": np.asarray([0 if p is None else len(p) for p in batch["pixels"]]),
-                "model_s": np.asarray([share * (0 if p is None else len(p))
-                                       for p in batch["pixels"]], dtype=np.float64)}
+        return {
+            "index": batch["index"],
+            "errors": batch["errors"],
+            "measured": batch["measured"],
+            "prepare_s": batch["prepare_s"],
+            "probs": _objects(row_probs),
+            "ids": _objects(row_ids),
+            "n_images": np.asarray([0 if p is None else len(p) for p in batch["pixels"]]),
+            "model_s": np.asarray(
+                [share * (0 if p is None else len(p)) for p in batch["pixels"]], dtype=np.float64
+            ),
+        }
 
 
 def _defences_arg(model) -> dict:
@@ -497,9 +556,18 @@ def _label_space_arg(model):
         return space
 
 
-def predict_on_ray(dataset, model, *, batch_size: int, cells_per_task: float, topk: int,
-                   address: str | None = None, cpus: int | None = None,
-                   device: str | None = None, times: StageTimes | None = None) -> Iterator:
+def predict_on_ray(
+    dataset,
+    model,
+    *,
+    batch_size: int,
+    cells_per_task: float,
+    topk: int,
+    address: str | None = None,
+    cpus: int | None = None,
+    device: str | None = None,
+    times: StageTimes | None = None,
+) -> Iterator:
     """Run a task dataset through the CPU stage and the model on a Ray cluster.
 
     Args:
@@ -526,29 +594,60 @@ def predict_on_ray(dataset, model, *, batch_size: int, cells_per_task: float, to
         placement = plan_placement(resources, device)
         import ray.data
 
-        log.info("ray: %g CPU(s), model on %s (%d actor(s))", placement.cpus,
-                 "a GPU each" if placement.model_gpus else "a CPU", placement.actors)
+        log.info(
+            "ray: %g CPU(s), model on %s (%d actor(s))",
+            placement.cpus,
+            "a GPU each" if placement.model_gpus else "a CPU",
+            placement.actors,
+        )
         tasks_per_batch = max(1, round(batch_size / max(1.0, cells_per_task)))
         with _data_context(), _worker_errors_as_ours():
             ds = ray.data.from_items([{"index": i} for i in range(len(dataset))])
-            ds = _map_tasks(ds, functools.partial(_prepare_cells, dataset=dataset),
-                            task_size(len(dataset), placement.cpus))
+            ds = _map_tasks(
+                ds,
+                functools.partial(_prepare_cells, dataset=dataset),
+                task_size(len(dataset), placement.cpus),
+            )
             ds = ds.map_batches(
-                _Predictor, batch_size=tasks_per_batch,
-                fn_constructor_args=(model.spec, model.weights_path, _label_space_arg(model),
-                                     device,
-                                     int(batch_size), model.weights_hash, int(topk),
-                                     _defences_arg(model)),
+                _Predictor,
+                batch_size=tasks_per_batch,
+                fn_constructor_args=(
+                    model.spec,
+                    model.weights_path,
+                    _label_space_arg(model),
+                    device,
+                    int(batch_size),
+                    model.weights_hash,
+                    int(topk),
+                    _defences_arg(model),
+                ),
                 compute=ray.data.ActorPoolStrategy(size=placement.actors),
-                num_gpus=placement.model_gpus, num_cpus=placement.model_cpus)
+                num_gpus=placement.model_gpus,
+                num_cpus=placement.model_cpus,
+            )
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for j in range(len(batch["index"])):
                     times.add("prepare", 1, batch["prepare_s"][j])
                     times.add("model", int(batch["n_images"][j]), batch["model_s"][j])
-                    yield (int(batch["index"][j]), batch["errors"][j], batch["measured"][j],
-                           batch["probs"][j], batch["ids"][j])
+                    yield (
+                        int(batch["index"][j]),
+                        batch["errors"][j],
+                        batch["measured"][j],
+                        batch["probs"][j],
+                        batch["ids"][j],
+                    )
     times.wall = time.perf_counter() - started
 
 
-__all__ = ["Placement", "StageTimes", "check_address", "generate_on_ray", "plan_placement",
-           "predict_on_ray", "ray_running", "ray_session", "require_ray", "stages_line"]
+__all__ = [
+    "Placement",
+    "StageTimes",
+    "check_address",
+    "generate_on_ray",
+    "plan_placement",
+    "predict_on_ray",
+    "ray_running",
+    "ray_session",
+    "require_ray",
+    "stages_line",
+]

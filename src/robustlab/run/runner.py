@@ -63,7 +63,9 @@ class RunOptions:
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or int(self.workers) < 0:
-            raise InputError(f"workers must be 0 (in the main process) or more, got {self.workers!r}")
+            raise InputError(
+                f"workers must be 0 (in the main process) or more, got {self.workers!r}"
+            )
         if int(self.batch_size) < 1:
             raise InputError(f"batch size must be at least 1, got {self.batch_size}")
 
@@ -85,8 +87,9 @@ def _to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def plan_tasks(samples: Sequence, cells: Sequence[Cell], store: Store, run_id: str,
-               cells_per_task: int) -> tuple[list[Task], dict[tuple[str, str], int], int]:
+def plan_tasks(
+    samples: Sequence, cells: Sequence[Cell], store: Store, run_id: str, cells_per_task: int
+) -> tuple[list[Task], dict[tuple[str, str], int], int]:
     """Tasks for every (sample, cell) not yet stored for ``run_id``.
 
     Returns:
@@ -99,7 +102,7 @@ def plan_tasks(samples: Sequence, cells: Sequence[Cell], store: Store, run_id: s
     partial = [s.id for s in samples if 0 < counts.get(s.id, 0) < len(keys)]
     done_keys = store.done_keys(run_id, partial, keys) if partial else set()
     step = int(cells_per_task) if int(cells_per_task) > 0 else max(1, len(cells))
-    full_groups = [tuple(cells[i:i + step]) for i in range(0, len(cells), step)]
+    full_groups = [tuple(cells[i : i + step]) for i in range(0, len(cells), step)]
     tasks: list[Task] = []
     done_per_cell: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
     already = 0
@@ -120,7 +123,7 @@ def plan_tasks(samples: Sequence, cells: Sequence[Cell], store: Store, run_id: s
                 already += 1
             else:
                 todo.append(cell)
-        tasks.extend(Task(i, tuple(todo[j:j + step])) for j in range(0, len(todo), step))
+        tasks.extend(Task(i, tuple(todo[j : j + step])) for j in range(0, len(todo), step))
     return tasks, done_per_cell, already
 
 
@@ -140,9 +143,18 @@ class Runner:
             cropped, since the suite protocol has already resized and cropped the image).
     """
 
-    def __init__(self, model, samples: Sequence, labels: Sequence[int], cells: Sequence[Cell],
-                 images: CellImages, store: Store, record: RunRecord, options: RunOptions,
-                 transform: Callable | None = None):
+    def __init__(
+        self,
+        model,
+        samples: Sequence,
+        labels: Sequence[int],
+        cells: Sequence[Cell],
+        images: CellImages,
+        store: Store,
+        record: RunRecord,
+        options: RunOptions,
+        transform: Callable | None = None,
+    ):
         self.model = model
         self.samples = samples
         self.labels = np.asarray(labels, dtype=np.int64)
@@ -163,16 +175,22 @@ class Runner:
         run_id = self.record.run_id
         resumed = not self.store.start_run(self.record)
         tasks, done_per_cell, already = plan_tasks(
-            self.samples, self.cells, self.store, run_id, self.options.cells_per_task)
+            self.samples, self.cells, self.store, run_id, self.options.cells_per_task
+        )
         summary = RunSummary(run_id, resumed, len(self.samples), n_already_done=already)
         if resumed:
-            log.info("resuming run %s: %d predictions already stored, %d tasks to do",
-                     run_id, already, len(tasks))
+            log.info(
+                "resuming run %s: %d predictions already stored, %d tasks to do",
+                run_id,
+                already,
+                len(tasks),
+            )
         totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
         progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
         # Files the folder scan left out count as skips of this run too.
         skipped: dict[tuple[str, str], None] = dict.fromkeys(
-            (str(a), str(b)) for a, b in self.record.skipped)
+            (str(a), str(b)) for a, b in self.record.skipped
+        )
         status = "failed"
         writer = None
         try:
@@ -181,13 +199,23 @@ class Runner:
             if self.options.shift_device is not None:
                 from robustlab.run.device_shifts import DeviceShifts
 
-                shifter = DeviceShifts(self.model.preprocessing, self.samples, tasks,
-                                       self.images.protocol, self.images.seed,
-                                       self.options.shift_device)
+                shifter = DeviceShifts(
+                    self.model.preprocessing,
+                    self.samples,
+                    tasks,
+                    self.images.protocol,
+                    self.images.seed,
+                    self.options.shift_device,
+                )
                 dataset = shifter.dataset(self.images)
-            writer = PredictionWriter(self.store, run_id, on_written=lambda out: (
-                setattr(summary, "n_written", summary.n_written + len(out["shift"])),
-                progress.update(zip(out["shift"], out["level"]))))
+            writer = PredictionWriter(
+                self.store,
+                run_id,
+                on_written=lambda out: (
+                    setattr(summary, "n_written", summary.n_written + len(out["shift"])),
+                    progress.update(zip(out["shift"], out["level"])),
+                ),
+            )
             pending: list[tuple[Task, Any, list[int]]] = []
             if self.options.backend == "ray":
                 if tasks:  # nothing left: no cluster to start
@@ -214,16 +242,25 @@ class Runner:
             progress.close()
             summary.skipped = [list(k) for k in skipped]
             try:
-                self.store.finish_run(run_id, status=status, n_samples=len(self.samples),
-                                      skipped=summary.skipped)
+                self.store.finish_run(
+                    run_id, status=status, n_samples=len(self.samples), skipped=summary.skipped
+                )
             except Exception:  # never mask the original error
                 if status == "finished":
                     raise
                 log.exception("could not record the end of run %s", run_id)
         return summary
 
-    def _run_local(self, dataset: TaskDataset, tasks: list[Task], skipped: dict, progress,
-                   writer: PredictionWriter, pending: list, shifter=None) -> None:
+    def _run_local(
+        self,
+        dataset: TaskDataset,
+        tasks: list[Task],
+        skipped: dict,
+        progress,
+        writer: PredictionWriter,
+        pending: list,
+        shifter=None,
+    ) -> None:
         """Workers prepare the pixels, this process runs the model in ``batch_size`` batches
         (after ``shifter``, a :class:`~robustlab.run.device_shifts.DeviceShifts`, applied
         the corruptions on its device, when the run uses torch shifts)."""
@@ -232,8 +269,16 @@ class Runner:
         on_gpu = device.startswith("cuda")
         # Nothing left (a rerun of a finished run): starting worker processes would
         # cost seconds per run for no item at all.
-        items = executor(dataset, workers=self.options.workers,
-                         prefetch=self.options.prefetch, pin_memory=on_gpu) if tasks else iter(())
+        items = (
+            executor(
+                dataset,
+                workers=self.options.workers,
+                prefetch=self.options.prefetch,
+                pin_memory=on_gpu,
+            )
+            if tasks
+            else iter(())
+        )
         if shifter is not None:
             items = shifter.wrap(items)
         n_pending = 0
@@ -249,17 +294,31 @@ class Runner:
             while n_pending >= self.options.batch_size:
                 n_pending -= self._flush(pending, self.options.batch_size, writer)
 
-    def _run_on_ray(self, dataset: TaskDataset, tasks: list[Task], skipped: dict, progress,
-                    writer: PredictionWriter, summary: RunSummary) -> None:
+    def _run_on_ray(
+        self,
+        dataset: TaskDataset,
+        tasks: list[Task],
+        skipped: dict,
+        progress,
+        writer: PredictionWriter,
+        summary: RunSummary,
+    ) -> None:
         """Ray workers prepare the pixels and run the model; this process stores the rows."""
         from robustlab.run.ray_backend import StageTimes, predict_on_ray
 
         times = StageTimes()
         cells = sum(len(t.cells) for t in tasks) / max(1, len(tasks))
-        items = predict_on_ray(dataset, self.model, batch_size=self.options.batch_size, topk=TOPK,
-                               cells_per_task=cells, address=self.options.address,
-                               cpus=int(self.options.workers) or None,
-                               device=self.options.device, times=times)
+        items = predict_on_ray(
+            dataset,
+            self.model,
+            batch_size=self.options.batch_size,
+            topk=TOPK,
+            cells_per_task=cells,
+            address=self.options.address,
+            cpus=int(self.options.workers) or None,
+            device=self.options.device,
+            times=times,
+        )
         rows: list[tuple[Task, int]] = []
         probs_parts, ids_parts = [], []
 
@@ -287,8 +346,9 @@ class Runner:
         sample = self.samples[task.sample_index]
         for cell_index, attrs in measured:
             shift, level = task.cells[cell_index]
-            self._attributes.append({"sample_id": sample.id, "shift": shift,
-                                     "level": level_key(level), **attrs})
+            self._attributes.append(
+                {"sample_id": sample.id, "shift": shift, "level": level_key(level), **attrs}
+            )
         failed = set()
         for cell_index, reason in errors:
             skipped[(sample.id, reason)] = None
@@ -314,7 +374,7 @@ class Runner:
         while pending and taken < limit:
             task, tensor, ok, start = pending[0]
             n = min(len(ok) - start, limit - taken)
-            pieces.append(tensor[start:start + n])
+            pieces.append(tensor[start : start + n])
             rows.extend((task, ok[r]) for r in range(start, start + n))
             taken += n
             if start + n == len(ok):
@@ -371,8 +431,14 @@ class PredictionWriter:
 
     _STOP = object()
 
-    def __init__(self, store: Store, run_id: str, *, depth: int = 8,
-                 on_written: Callable[[dict], Any] | None = None):
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        *,
+        depth: int = 8,
+        on_written: Callable[[dict], Any] | None = None,
+    ):
         import queue
         import threading
 
@@ -381,8 +447,7 @@ class PredictionWriter:
         self.on_written = on_written
         self.error: BaseException | None = None
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
-        self._thread = threading.Thread(target=self._loop, name="robustlab-db-writer",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="robustlab-db-writer", daemon=True)
         self._closed = False
         self._thread.start()
 

@@ -40,11 +40,20 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # What each scenario does to the object: "same" (default), "moved" (replay the placement)
 # or None (the object is gone; the cell is skipped).
-TARGET_RULES: dict[str, str | None] = {"random_bg": "moved", "no_fg": None,
-                                       "only_bg_b": None, "only_bg_t": None}
-TORCHVISION_SEGMENTATION = ("lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large",
-                            "deeplabv3_resnet50", "deeplabv3_resnet101", "fcn_resnet50",
-                            "fcn_resnet101")
+TARGET_RULES: dict[str, str | None] = {
+    "random_bg": "moved",
+    "no_fg": None,
+    "only_bg_b": None,
+    "only_bg_t": None,
+}
+TORCHVISION_SEGMENTATION = (
+    "lraspp_mobilenet_v3_large",
+    "deeplabv3_mobilenet_v3_large",
+    "deeplabv3_resnet50",
+    "deeplabv3_resnet101",
+    "fcn_resnet50",
+    "fcn_resnet101",
+)
 
 
 class SegmentationModel:
@@ -60,8 +69,17 @@ class SegmentationModel:
         weights_hash: Recorded with the results.
     """
 
-    def __init__(self, module, *, spec: str, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                 background: int = 0, device=None, weights_hash: str | None = None):
+    def __init__(
+        self,
+        module,
+        *,
+        spec: str,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        background: int = 0,
+        device=None,
+        weights_hash: str | None = None,
+    ):
         from robustlab.models.base import auto_device
 
         self.device = auto_device(device)
@@ -92,26 +110,34 @@ class SegmentationModel:
             if out.ndim != 4 or out.shape[0] != x.shape[0]:
                 raise ValueError(f"{self.spec} returned {tuple(out.shape)}, expected (B, K, H, W)")
             if out.shape[-2:] != x.shape[-2:]:
-                out = torch.nn.functional.interpolate(out, size=x.shape[-2:], mode="bilinear",
-                                                      align_corners=False)
+                out = torch.nn.functional.interpolate(
+                    out, size=x.shape[-2:], mode="bilinear", align_corners=False
+                )
             return out.float().cpu()
 
     def foreground(self, images: Sequence[np.ndarray]) -> np.ndarray:
         """(B, H, W) bool: pixels whose arg-max class is not the background class."""
         out = self.logits(images)
         if not 0 <= self.background < out.shape[1]:
-            raise InputError(f"background class {self.background} is outside the model's "
-                             f"{out.shape[1]} classes")
+            raise InputError(
+                f"background class {self.background} is outside the model's {out.shape[1]} classes"
+            )
         return (out.argmax(1) != self.background).numpy()
 
     def describe(self) -> dict[str, Any]:
-        return {"spec": self.spec, "mean": list(self.mean), "std": list(self.std),
-                "background": self.background, "device": self.device,
-                "weights_hash": self.weights_hash}
+        return {
+            "spec": self.spec,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "background": self.background,
+            "device": self.device,
+            "weights_hash": self.weights_hash,
+        }
 
 
-def load_segmentation_model(spec: str, *, weights=None, num_classes: int = 21, background: int = 0,
-                            device=None) -> SegmentationModel:
+def load_segmentation_model(
+    spec: str, *, weights=None, num_classes: int = 21, background: int = 0, device=None
+) -> SegmentationModel:
     """A torchvision segmentation network from a local weights file (never a download).
 
     Args:
@@ -127,11 +153,14 @@ def load_segmentation_model(spec: str, *, weights=None, num_classes: int = 21, b
 
     name = spec.split(":", 1)[1] if spec.startswith("torchvision:") else spec
     if name not in TORCHVISION_SEGMENTATION:
-        raise InputError(f"unknown segmentation model {spec!r}; use one of "
-                         f"{', '.join(TORCHVISION_SEGMENTATION)}")
+        raise InputError(
+            f"unknown segmentation model {spec!r}; use one of {', '.join(TORCHVISION_SEGMENTATION)}"
+        )
     if weights is None:
-        raise InputError(f"{name} needs weights: a local state-dict file (e.g. torchvision's "
-                         f"{name} checkpoint), or weights='random' for an untrained network")
+        raise InputError(
+            f"{name} needs weights: a local state-dict file (e.g. torchvision's "
+            f"{name} checkpoint), or weights='random' for an untrained network"
+        )
     kwargs = {"weights": None, "weights_backbone": None, "num_classes": int(num_classes)}
     if not name.startswith("lraspp"):
         kwargs["aux_loss"] = False
@@ -145,8 +174,9 @@ def load_segmentation_model(spec: str, *, weights=None, num_classes: int = 21, b
         sd = {k: v for k, v in sd.items() if not k.startswith("aux_classifier.")}
         load_strict(module, sd, f"torchvision:{name} with {num_classes} classes")
         whash = weights_hash(path)
-    return SegmentationModel(module, spec=f"torchvision:{name}", background=background,
-                             device=device, weights_hash=whash)
+    return SegmentationModel(
+        module, spec=f"torchvision:{name}", background=background, device=device, weights_hash=whash
+    )
 
 
 def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | None:
@@ -168,7 +198,9 @@ def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | 
         from robustlab.shifts.scenes.ximagenet12 import place_object
 
         # random_bg draws the placement first from its cell generator: same seed, same spot.
-        _, moved, _ = place_object(prepared.rgb, m, make_rng(derive_seed(seed, sample.id, shift, level)))
+        _, moved, _ = place_object(
+            prepared.rgb, m, make_rng(derive_seed(seed, sample.id, shift, level))
+        )
         return moved
     raise ValueError(f"unknown target rule {rule!r} for {shift}")
 
@@ -183,10 +215,21 @@ class SegmentationResult:
     record: dict
 
 
-def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximagenet12",
-                          shifts=None, levels=None, seed: int = 0, labels_csv=None,
-                          batch_size: int = 8, limit: int | None = None, done=None,
-                          sink=None) -> SegmentationResult:
+def evaluate_segmentation(
+    model: SegmentationModel,
+    data,
+    *,
+    masks,
+    suite="ximagenet12",
+    shifts=None,
+    levels=None,
+    seed: int = 0,
+    labels_csv=None,
+    batch_size: int = 8,
+    limit: int | None = None,
+    done=None,
+    sink=None,
+) -> SegmentationResult:
     """Segment the clean images and every cell of ``suite``; score predicted foreground.
 
     Args:
@@ -232,8 +275,9 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
     needs_donors = any(get_shift(n).extra.get("donor_rule") for n, _ in cells if n != CLEAN_SHIFT)
     # Donors come from the whole data set (DonorPool's rule), not from the first --limit
     # masked samples, so the cells are the pixels generate and evaluate make.
-    images = CellImages(s.protocol, seed, donors=list(samples) if needs_donors else None,
-                        with_mask=True)
+    images = CellImages(
+        s.protocol, seed, donors=list(samples) if needs_donors else None, with_mask=True
+    )
     for name in dict.fromkeys(n for n, _ in cells):
         if TARGET_RULES.get(name, "same") is None:
             log.info("%s removes the object: no foreground to segment, its cells are skipped", name)
@@ -279,19 +323,42 @@ def evaluate_segmentation(model: SegmentationModel, data, *, masks, suite="ximag
                 skipped.append((sample.id, f"{shift}/{level}: {reason}"))
                 log.warning("skipping %s %s/%s: %s", sample.id, shift, level, reason)
                 continue
-            batch.append(({"sample_id": sample.id, "class_name": sample.class_name,
-                           "shift": shift, "level": str(level)}, img, truth))
+            batch.append(
+                (
+                    {
+                        "sample_id": sample.id,
+                        "class_name": sample.class_name,
+                        "shift": shift,
+                        "level": str(level),
+                    },
+                    img,
+                    truth,
+                )
+            )
             if len(batch) >= int(batch_size):
                 flush()
     flush()
     counts = pd.DataFrame(rows, columns=columns)
     from robustlab.metrics.segmentation import summarize
 
-    summary = summarize(counts) if len(counts) else pd.DataFrame(
-        columns=["shift", "level", "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"])
-    record = {"model": model.describe(), "suite": s.name, "suite_version": s.version,
-              "seed": int(seed), "protocol": s.protocol.describe(), "data": str(data),
-              "masks": str(masks), "n_samples": len(usable), "n_skipped": len(skipped)}
+    summary = (
+        summarize(counts)
+        if len(counts)
+        else pd.DataFrame(
+            columns=["shift", "level", "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"]
+        )
+    )
+    record = {
+        "model": model.describe(),
+        "suite": s.name,
+        "suite_version": s.version,
+        "seed": int(seed),
+        "protocol": s.protocol.describe(),
+        "data": str(data),
+        "masks": str(masks),
+        "n_samples": len(usable),
+        "n_skipped": len(skipped),
+    }
     return SegmentationResult(counts, summary, skipped, record)
 
 
@@ -301,10 +368,20 @@ def _counts(pred: np.ndarray, truth: np.ndarray) -> tuple[int, int, int, int]:
     return binary_counts(pred, truth)
 
 
-def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duckdb",
-                     suite="ximagenet12", shifts=None, levels=None, seed: int = 0,
-                     labels_csv=None, batch_size: int = 8, limit: int | None = None
-                     ) -> SegmentationResult:
+def segment_to_store(
+    model: SegmentationModel,
+    data,
+    *,
+    masks,
+    db="robustlab.duckdb",
+    suite="ximagenet12",
+    shifts=None,
+    levels=None,
+    seed: int = 0,
+    labels_csv=None,
+    batch_size: int = 8,
+    limit: int | None = None,
+) -> SegmentationResult:
     """:func:`evaluate_segmentation` with its per-image counts stored in the results database.
 
     The run gets a ``runs`` row like a classifier run (``config["task"] ==
@@ -338,8 +415,10 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
     if masks is None:
         raise InputError("segmentation scoring needs foreground masks; pass masks=DIR")
     if model.weights_hash in (None, "random"):
-        raise InputError("storing segmentation results needs a model loaded from a weights file "
-                         "(an untrained random network has no identity to resume under)")
+        raise InputError(
+            "storing segmentation results needs a model loaded from a weights file "
+            "(an untrained random network has no identity to resume under)"
+        )
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     root = Path(data).expanduser()
@@ -349,8 +428,10 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
     if not mask_root.is_dir():
         raise MissingResourceError(f"masks folder {mask_root} does not exist")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    s = s.select(available_shifts(list(shifts) if shifts else list(s.shifts), log=log),
-                 list(levels) if levels else None)
+    s = s.select(
+        available_shifts(list(shifts) if shifts else list(s.shifts), log=log),
+        list(levels) if levels else None,
+    )
     cells = [(CLEAN_SHIFT, "0"), *((sh, str(lv)) for sh, lv in s.cells())]
     samples = discover(root, labels_csv=labels_csv, masks=mask_root)
     usable = [x for x in samples if x.mask_path is not None]
@@ -364,26 +445,50 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
     fingerprint = data_fingerprint((x.id, x.class_name, h) for x, h in zip(usable, image_hashes))
     mask_fingerprint = data_fingerprint((x.id, h) for x, h in zip(usable, mask_hashes))
     protocol = s.protocol.describe()
-    identity = {"task": SEGMENTATION_TASK, "model_spec": model.spec,
-                "weights_hash": model.weights_hash, "background": model.background,
-                "mean": list(model.mean), "std": list(model.std), "suite": s.name,
-                "suite_version": s.version, "robustlab": __version__,
-                "data_fingerprint": fingerprint, "mask_fingerprint": mask_fingerprint,
-                "seed": int(seed), "protocol": protocol}
+    identity = {
+        "task": SEGMENTATION_TASK,
+        "model_spec": model.spec,
+        "weights_hash": model.weights_hash,
+        "background": model.background,
+        "mean": list(model.mean),
+        "std": list(model.std),
+        "suite": s.name,
+        "suite_version": s.version,
+        "robustlab": __version__,
+        "data_fingerprint": fingerprint,
+        "mask_fingerprint": mask_fingerprint,
+        "seed": int(seed),
+        "protocol": protocol,
+    }
     rid = run_id(identity)
     record = RunRecord(
-        run_id=rid, model_spec=model.spec, weights_hash=model.weights_hash, suite=s.name,
-        suite_version=s.version, data_root=str(root.resolve()), data_fingerprint=fingerprint,
+        run_id=rid,
+        model_spec=model.spec,
+        weights_hash=model.weights_hash,
+        suite=s.name,
+        suite_version=s.version,
+        data_root=str(root.resolve()),
+        data_fingerprint=fingerprint,
         label_space=None,
-        preprocessing={"model": {"mean": list(model.mean), "std": list(model.std)},
-                       "protocol": protocol},
-        seed=int(seed), versions=versions(),
-        config={"task": SEGMENTATION_TASK, "source": "on-the-fly", "masks": str(mask_root.resolve()),
-                "mask_fingerprint": mask_fingerprint,
-                "labels_csv": str(labels_csv) if labels_csv else None,
-                "model": model.describe(), "background": model.background,
-                "cells": [list(c) for c in cells], "limit": limit},
-        n_samples=len(usable))
+        preprocessing={
+            "model": {"mean": list(model.mean), "std": list(model.std)},
+            "protocol": protocol,
+        },
+        seed=int(seed),
+        versions=versions(),
+        config={
+            "task": SEGMENTATION_TASK,
+            "source": "on-the-fly",
+            "masks": str(mask_root.resolve()),
+            "mask_fingerprint": mask_fingerprint,
+            "labels_csv": str(labels_csv) if labels_csv else None,
+            "model": model.describe(),
+            "background": model.background,
+            "cells": [list(c) for c in cells],
+            "limit": limit,
+        },
+        n_samples=len(usable),
+    )
     store = Store(db)
     done = store.segmentation_done_keys(rid)
     resumed = not store.start_run(record)
@@ -393,26 +498,48 @@ def segment_to_store(model: SegmentationModel, data, *, masks, db="robustlab.duc
         written[0] += store.write_segmentation(rid, rows)
 
     try:
-        res = evaluate_segmentation(model, root, masks=mask_root, suite=s, seed=seed,
-                                    labels_csv=labels_csv, batch_size=batch_size, limit=limit,
-                                    done=done, sink=sink)
+        res = evaluate_segmentation(
+            model,
+            root,
+            masks=mask_root,
+            suite=s,
+            seed=seed,
+            labels_csv=labels_csv,
+            batch_size=batch_size,
+            limit=limit,
+            done=done,
+            sink=sink,
+        )
     except KeyboardInterrupt:
         store.finish_run(rid, status="interrupted")
         raise
     except BaseException:
         store.finish_run(rid, status="failed")
         raise
-    store.finish_run(rid, status="finished", n_samples=len(usable),
-                     skipped=[list(x) for x in res.skipped])
+    store.finish_run(
+        rid, status="finished", n_samples=len(usable), skipped=[list(x) for x in res.skipped]
+    )
     counts = store.segmentation_counts([rid])
     wanted = set(cells)
     counts = counts[[(a, b) in wanted for a, b in zip(counts["shift"], counts["level"])]]
     counts = counts.drop(columns=["run_id"]).reset_index(drop=True)
     summary = cell_scores(counts)
-    record_out = {**res.record, "run_id": rid, "db": str(store.path), "resumed": resumed,
-                  "n_written": written[0]}
+    record_out = {
+        **res.record,
+        "run_id": rid,
+        "db": str(store.path),
+        "resumed": resumed,
+        "n_written": written[0],
+    }
     return SegmentationResult(counts, summary, res.skipped, record_out)
 
 
-__all__ = ["segment_to_store", "SegmentationModel", "SegmentationResult", "load_segmentation_model",
-           "evaluate_segmentation", "target_mask", "TARGET_RULES"]
+__all__ = [
+    "segment_to_store",
+    "SegmentationModel",
+    "SegmentationResult",
+    "load_segmentation_model",
+    "evaluate_segmentation",
+    "target_mask",
+    "TARGET_RULES",
+]

@@ -51,8 +51,14 @@ class CellImages:
         with_mask: Load each sample's mask (scene shifts need one).
     """
 
-    def __init__(self, protocol, seed: int, generated_root: str | Path | None = None,
-                 donors: Sequence | None = None, with_mask: bool = False):
+    def __init__(
+        self,
+        protocol,
+        seed: int,
+        generated_root: str | Path | None = None,
+        donors: Sequence | None = None,
+        with_mask: bool = False,
+    ):
         self.protocol = protocol
         self.seed = int(seed)
         self.generated_root = Path(generated_root) if generated_root is not None else None
@@ -67,11 +73,13 @@ class CellImages:
         """Decode and prepare the source once: a ``pipeline.Prepared`` (rgb = clean cell)."""
         from robustlab.pipeline import load_prepared
 
-        return load_prepared(sample, self.protocol,
-                             with_mask=self.with_mask and sample.mask_path is not None)
+        return load_prepared(
+            sample, self.protocol, with_mask=self.with_mask and sample.mask_path is not None
+        )
 
-    def cell(self, sample, prepared, shift: str, level: Any,
-             attributes: dict | None = None) -> np.ndarray:
+    def cell(
+        self, sample, prepared, shift: str, level: Any, attributes: dict | None = None
+    ) -> np.ndarray:
         """HxWx3 uint8 pixels of one cell (an RGBA result keeps its colour channels).
 
         ``attributes``: a dict that an attribute edit computed on the fly fills with what
@@ -89,13 +97,15 @@ class CellImages:
             sh = pipeline.resolve_shift(shift)
             ctx = None
             if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
-                ctx = pipeline.shift_context(sample, prepared, sh, level, self.seed,
-                                             self.protocol, self.donors)
+                ctx = pipeline.shift_context(
+                    sample, prepared, sh, level, self.seed, self.protocol, self.donors
+                )
             if attributes is not None:
                 ctx = {**(ctx or {}), "attributes": attributes}
             img = pipeline.as_stored(
                 pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx),
-                self.protocol)
+                self.protocol,
+            )
         return img[..., :3] if img.shape[2] == 4 else img
 
 
@@ -118,8 +128,9 @@ class ArchiveImages(CellImages):
         self.root = Path(root)
         self.folders = dict(folders)
 
-    def cell(self, sample, prepared, shift: str, level: Any,
-             attributes: dict | None = None) -> np.ndarray:
+    def cell(
+        self, sample, prepared, shift: str, level: Any, attributes: dict | None = None
+    ) -> np.ndarray:
         from robustlab import pipeline
 
         if shift == CLEAN_SHIFT:
@@ -139,8 +150,9 @@ class ArchiveImages(CellImages):
         if folder is None:
             return None
         name = Path(sample.id)
-        for candidate in dict.fromkeys([name.name, name.stem + ".png", name.stem + ".jpg",
-                                        name.stem + ".JPEG"]):
+        for candidate in dict.fromkeys(
+            [name.name, name.stem + ".png", name.stem + ".jpg", name.stem + ".JPEG"]
+        ):
             path = self.root / folder / candidate
             if path.is_file():
                 return path
@@ -157,8 +169,13 @@ class TaskDataset:
     what it achieved (the ImageNet-E attribute edits).
     """
 
-    def __init__(self, samples: Sequence, tasks: Sequence[Task], images: CellImages,
-                 transform: Callable[[np.ndarray], Any]):
+    def __init__(
+        self,
+        samples: Sequence,
+        tasks: Sequence[Task],
+        images: CellImages,
+        transform: Callable[[np.ndarray], Any],
+    ):
         self.samples = samples
         self.tasks = tasks
         self.images = images

@@ -105,8 +105,10 @@ def ensure_compiled(*, progress: bool = True) -> bool:
     def say(text: str) -> None:  # even with --no-progress: it explains a minute of silence
         print(text, file=sys.stderr, flush=True)
 
-    say(f"robustlab: compiling {len(shifts)} corruption kernels (first run only, "
-        "about a minute) ...")
+    say(
+        f"robustlab: compiling {len(shifts)} corruption kernels (first run only, "
+        "about a minute) ..."
+    )
     t0 = time.monotonic()
     for i, shift in enumerate(shifts, 1):
         for name, error in warm([shift]).items():

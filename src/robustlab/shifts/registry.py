@@ -50,7 +50,9 @@ class Shift:
     def levels(self) -> tuple:
         return tuple(self.params)
 
-    def apply(self, image: np.ndarray, level: Hashable, rng: Any = None, ctx: Mapping | None = None):
+    def apply(
+        self, image: np.ndarray, level: Hashable, rng: Any = None, ctx: Mapping | None = None
+    ):
         """Apply the shift at ``level`` with random generator ``rng`` and context ``ctx``."""
         if level not in self.params:
             raise ValueError(
@@ -108,8 +110,12 @@ def register_shift(
 
 # Modules whose import registers shifts; loaded lazily so that importing the registry
 # alone has no side effects. A new family adds its module here.
-FAMILY_MODULES = ("robustlab.shifts.corruptions", "robustlab.shifts.scenes", "robustlab.shifts.synth",
-                  "robustlab.shifts.attributes")
+FAMILY_MODULES = (
+    "robustlab.shifts.corruptions",
+    "robustlab.shifts.scenes",
+    "robustlab.shifts.synth",
+    "robustlab.shifts.attributes",
+)
 
 
 @dataclass(frozen=True)
@@ -138,8 +144,13 @@ class Resource:
 _RESOURCES: dict[str, Resource] = {}
 
 
-def register_resource(key: str, *, check: Callable[[], str | None], load: Callable[[], Any],
-                      describe: Callable[[], dict] | None = None) -> None:
+def register_resource(
+    key: str,
+    *,
+    check: Callable[[], str | None],
+    load: Callable[[], Any],
+    describe: Callable[[], dict] | None = None,
+) -> None:
     """Declare how the context key ``key`` is checked, filled and described from configuration."""
     _RESOURCES[key] = Resource(key, check, load, describe)
 
@@ -216,9 +227,7 @@ def get_shift(name: str) -> Shift:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise InputError(
-            f"unknown shift {name!r}; known shifts: {', '.join(_REGISTRY)}"
-        ) from None
+        raise InputError(f"unknown shift {name!r}; known shifts: {', '.join(_REGISTRY)}") from None
 
 
 def list_shifts(pattern: str | None = None, *, tag: str | None = None) -> list[Shift]:

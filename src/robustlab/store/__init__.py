@@ -3,4 +3,12 @@
 from robustlab.store.db import DEFAULT_DB, LockTimeout, Store
 from robustlab.store.schema import CLEAN_LEVEL, CLEAN_SHIFT, RunRecord, level_key
 
-__all__ = ["Store", "RunRecord", "DEFAULT_DB", "LockTimeout", "CLEAN_SHIFT", "CLEAN_LEVEL", "level_key"]
+__all__ = [
+    "Store",
+    "RunRecord",
+    "DEFAULT_DB",
+    "LockTimeout",
+    "CLEAN_SHIFT",
+    "CLEAN_LEVEL",
+    "level_key",
+]

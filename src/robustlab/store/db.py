@@ -77,11 +77,15 @@ class Store:
     def require(self) -> None:
         """Raise a one-line MissingResourceError when there is no database to read."""
         if not self.path.exists():
-            raise MissingResourceError(f"no results database at {self.path}",
-                                       hint="run `robustlab evaluate` first, or pass --db FILE")
+            raise MissingResourceError(
+                f"no results database at {self.path}",
+                hint="run `robustlab evaluate` first, or pass --db FILE",
+            )
         if self.path.is_dir():
-            raise InputError(f"--db {self.path} is a folder, not a results database file",
-                             hint="pass the .duckdb file itself")
+            raise InputError(
+                f"--db {self.path} is a folder, not a results database file",
+                hint="pass the .duckdb file itself",
+            )
 
     def check(self) -> None:
         """Fail now, with a one-line error, if an existing file is not a usable database.
@@ -117,11 +121,15 @@ class Store:
             with environment_errors(f"cannot create the folder of --db {self.path}"):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.is_dir():
-                raise InputError(f"--db {self.path} is a folder, not a results database file",
-                                 hint="pass a file name, e.g. robustlab.duckdb")
+                raise InputError(
+                    f"--db {self.path} is a folder, not a results database file",
+                    hint="pass a file name, e.g. robustlab.duckdb",
+                )
         with ExitStack() as stack:
-            with environment_errors(f"cannot create the lock file {self.lock_path}",
-                                    hint="pass a --db in a folder you can write to"):
+            with environment_errors(
+                f"cannot create the lock file {self.lock_path}",
+                hint="pass a --db in a folder you can write to",
+            ):
                 stack.enter_context(file_lock(self.lock_path, self.timeout, required=not read_only))
             con = self._open(duckdb, read_only)
             try:
@@ -139,8 +147,9 @@ class Store:
         deadline = time.monotonic() + self.timeout
         for delay in backoff_delays(0.01, 1.0):
             try:
-                return duckdb.connect(str(self.path), read_only=read_only,
-                                      config={"threads": self.threads})
+                return duckdb.connect(
+                    str(self.path), read_only=read_only, config={"threads": self.threads}
+                )
             except duckdb.Error as exc:
                 busy = isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
                 if not busy:
@@ -148,10 +157,11 @@ class Store:
                 if time.monotonic() > deadline:
                     pid = re.search(r"PID (\d+)", str(exc))
                     who = f"process {pid.group(1)}" if pid else "another program"
-                    raise StoreError(f"{self.path} is locked by {who} (held open for more "
-                                     f"than {self.timeout:.0f} s)",
-                                     hint="close the other program (a duckdb shell?) or pass "
-                                          "another --db") from exc
+                    raise StoreError(
+                        f"{self.path} is locked by {who} (held open for more "
+                        f"than {self.timeout:.0f} s)",
+                        hint="close the other program (a duckdb shell?) or pass another --db",
+                    ) from exc
                 time.sleep(delay)
 
     def _translate(self, exc: Exception) -> Exception:
@@ -162,28 +172,43 @@ class Store:
         text = " ".join(str(exc).split())
         low = text.lower()
         if any(k in low for k in ("no space left", "disk full", "disk quota")):
-            return EnvironmentProblem(f"no space left on device writing {self.path} ({text})",
-                                      hint="free disk space or pass --db on another disk; "
-                                           "the results stored so far are kept")
+            return EnvironmentProblem(
+                f"no space left on device writing {self.path} ({text})",
+                hint="free disk space or pass --db on another disk; "
+                "the results stored so far are kept",
+            )
         if any(k in low for k in ("read-only file system", "permission denied")):
-            return EnvironmentProblem(f"cannot write {self.path}: {text}",
-                                      hint="pass a --db in a folder you can write to")
-        damaged = ("not a valid duckdb", "corrupt", "could not read enough bytes", "checksum",
-                   "serialization", "unsupported version", "version number")
-        if type(exc) in (duckdb.IOException, duckdb.SerializationException, duckdb.Error) \
-                or any(k in low for k in damaged):
-            return StoreError(f"results database {self.path} cannot be read: {text}",
-                              hint="the file is damaged, truncated or not a robustlab database; "
-                                   "move it away (or pass another --db) and rerun")
+            return EnvironmentProblem(
+                f"cannot write {self.path}: {text}", hint="pass a --db in a folder you can write to"
+            )
+        damaged = (
+            "not a valid duckdb",
+            "corrupt",
+            "could not read enough bytes",
+            "checksum",
+            "serialization",
+            "unsupported version",
+            "version number",
+        )
+        if type(exc) in (duckdb.IOException, duckdb.SerializationException, duckdb.Error) or any(
+            k in low for k in damaged
+        ):
+            return StoreError(
+                f"results database {self.path} cannot be read: {text}",
+                hint="the file is damaged, truncated or not a robustlab database; "
+                "move it away (or pass another --db) and rerun",
+            )
         return exc
 
     def _check_robustlab_db(self, con) -> None:
         """Refuse another program's DuckDB file, and a truncated one: DuckDB opens a file cut
         short after its catalogue and fails only on the first read of a missing block."""
         if not _has_table(con, "meta") or not _has_table(con, "runs"):
-            raise StoreError(f"{self.path} is a DuckDB file but not a robustlab results database "
-                             "(no runs table)",
-                             hint="pass the --db file that robustlab evaluate wrote")
+            raise StoreError(
+                f"{self.path} is a DuckDB file but not a robustlab results database "
+                "(no runs table)",
+                hint="pass the --db file that robustlab evaluate wrote",
+            )
         if Path(f"{self.path}.wal").exists():
             return  # replaying the write-ahead log adds blocks the file does not hold yet
         # Blocks in use must all be in the file (free ones may lie past its end), so a file
@@ -193,9 +218,11 @@ class Store:
             expected = int(row[0][0]) * int(row[0][1])
             size = self.path.stat().st_size
             if size < expected:
-                raise StoreError(f"results database {self.path} cannot be read: it is truncated "
-                                 f"({size} bytes; the blocks in use need {expected})",
-                                 hint="restore it from a copy, or move it away and rerun")
+                raise StoreError(
+                    f"results database {self.path} cannot be read: it is truncated "
+                    f"({size} bytes; the blocks in use need {expected})",
+                    hint="restore it from a copy, or move it away and rerun",
+                )
 
     def _create_schema(self, con) -> None:
         for stmt in DDL:
@@ -210,7 +237,8 @@ class Store:
             raise StoreError(
                 f"{self.path} has results schema version {row[0]}; this robustlab writes "
                 f"version {SCHEMA_VERSION}",
-                hint="export it with the robustlab that wrote it, or use a new --db")
+                hint="export it with the robustlab that wrote it, or use a new --db",
+            )
         self._initialised = True
 
     # ------------------------------------------------------------------ runs
@@ -231,12 +259,20 @@ class Store:
                 )
                 return False
             placeholders = ", ".join("?" for _ in RUN_COLUMNS)
-            con.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders})",
-                        record.as_row())
+            con.execute(
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders})",
+                record.as_row(),
+            )
             return True
 
-    def finish_run(self, run_id: str, *, status: str, n_samples: int | None = None,
-                   skipped: Sequence[Any] | None = None) -> None:
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        n_samples: int | None = None,
+        skipped: Sequence[Any] | None = None,
+    ) -> None:
         """Record the end state of a run (``finished``, ``interrupted`` or ``failed``)."""
         sets, params = ["status = ?", "finished_at = ?"], [status, utcnow()]
         if n_samples is not None:
@@ -244,7 +280,9 @@ class Store:
             params.append(int(n_samples))
         if skipped is not None:
             # ``skipped`` rows are [sample_id, reason]; a sample can fail in several cells.
-            n_skipped = len({str(s[0]) if isinstance(s, (list, tuple)) else str(s) for s in skipped})
+            n_skipped = len(
+                {str(s[0]) if isinstance(s, (list, tuple)) else str(s) for s in skipped}
+            )
             sets += ["n_skipped = ?", "skipped = ?"]
             params += [n_skipped, json.dumps(list(skipped), default=str)]
         with self.connect() as con:
@@ -290,24 +328,30 @@ class Store:
         probs = np.ascontiguousarray(rows["top5_probs"], dtype=np.float32)
         k = ids.shape[1]
         offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32))
-        label = [None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
-                 for v in rows["label"]]
-        table = pa.table({
-            "run_id": pa.array([run_id] * n, pa.string()),
-            "sample_id": pa.array(list(rows["sample_id"]), pa.string()),
-            "shift": pa.array(list(rows["shift"]), pa.string()),
-            "level": pa.array([str(v) for v in rows["level"]], pa.string()),
-            "label": pa.array(label, pa.int32()),
-            "class_name": pa.array(list(rows["class_name"]), pa.string()),
-            "top5_ids": pa.ListArray.from_arrays(offsets, pa.array(ids.ravel())),
-            "top5_probs": pa.ListArray.from_arrays(offsets, pa.array(probs.ravel())),
-            "correct": pa.array(np.asarray(rows["correct"], bool)),
-            "correct5": pa.array(np.asarray(rows["correct5"], bool)),
-        })
+        label = [
+            None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
+            for v in rows["label"]
+        ]
+        table = pa.table(
+            {
+                "run_id": pa.array([run_id] * n, pa.string()),
+                "sample_id": pa.array(list(rows["sample_id"]), pa.string()),
+                "shift": pa.array(list(rows["shift"]), pa.string()),
+                "level": pa.array([str(v) for v in rows["level"]], pa.string()),
+                "label": pa.array(label, pa.int32()),
+                "class_name": pa.array(list(rows["class_name"]), pa.string()),
+                "top5_ids": pa.ListArray.from_arrays(offsets, pa.array(ids.ravel())),
+                "top5_probs": pa.ListArray.from_arrays(offsets, pa.array(probs.ravel())),
+                "correct": pa.array(np.asarray(rows["correct"], bool)),
+                "correct5": pa.array(np.asarray(rows["correct5"], bool)),
+            }
+        )
         self._insert_batch("predictions", PREDICTION_COLUMNS, table)
         return n
 
-    def done_counts(self, run_id: str, cells: Iterable[tuple[str, str]] | None = None) -> dict[str, int]:
+    def done_counts(
+        self, run_id: str, cells: Iterable[tuple[str, str]] | None = None
+    ) -> dict[str, int]:
         """Sample id -> number of cells already stored for ``run_id`` (resume).
 
         Args:
@@ -320,11 +364,14 @@ class Store:
             join = self._register_cells(con, cells)
             rows = con.execute(
                 f"SELECT p.sample_id, count(*) FROM predictions p {join} WHERE p.run_id = ? "
-                "GROUP BY p.sample_id", [run_id]).fetchall()
+                "GROUP BY p.sample_id",
+                [run_id],
+            ).fetchall()
         return dict(rows)
 
-    def done_keys(self, run_id: str, sample_ids: Iterable[str],
-                  cells: Iterable[tuple[str, str]] | None = None) -> set[tuple[str, str, str]]:
+    def done_keys(
+        self, run_id: str, sample_ids: Iterable[str], cells: Iterable[tuple[str, str]] | None = None
+    ) -> set[tuple[str, str, str]]:
         """The (sample_id, shift, level) keys stored for some samples of ``run_id``."""
         ids = list(sample_ids)
         if not ids or not self.exists():
@@ -336,7 +383,9 @@ class Store:
             join = self._register_cells(con, cells)
             rows = con.execute(
                 "SELECT p.sample_id, p.shift, p.level FROM predictions p "
-                f"JOIN wanted w USING (sample_id) {join} WHERE p.run_id = ?", [run_id]).fetchall()
+                f"JOIN wanted w USING (sample_id) {join} WHERE p.run_id = ?",
+                [run_id],
+            ).fetchall()
         return {tuple(r) for r in rows}
 
     @staticmethod
@@ -346,9 +395,15 @@ class Store:
         import pyarrow as pa
 
         cells = list(cells)
-        con.register("wanted_cells", pa.table({
-            "shift": pa.array([c[0] for c in cells], pa.string()),
-            "level": pa.array([str(c[1]) for c in cells], pa.string())}))
+        con.register(
+            "wanted_cells",
+            pa.table(
+                {
+                    "shift": pa.array([c[0] for c in cells], pa.string()),
+                    "level": pa.array([str(c[1]) for c in cells], pa.string()),
+                }
+            ),
+        )
         return "JOIN wanted_cells c ON p.shift = c.shift AND p.level = c.level"
 
     def count(self, run_id: str | None = None) -> int:
@@ -358,21 +413,27 @@ class Store:
         with self.connect(read_only=True) as con:
             if run_id is None:
                 return con.execute("SELECT count(*) FROM predictions").fetchone()[0]
-            return con.execute("SELECT count(*) FROM predictions WHERE run_id = ?",
-                               [run_id]).fetchone()[0]
+            return con.execute(
+                "SELECT count(*) FROM predictions WHERE run_id = ?", [run_id]
+            ).fetchone()[0]
 
-    def predictions(self, run_ids: Iterable[str] | None = None, *,
-                    columns: Sequence[str] | None = None):
+    def predictions(
+        self, run_ids: Iterable[str] | None = None, *, columns: Sequence[str] | None = None
+    ):
         """Prediction rows as a DataFrame (optionally only some runs / columns)."""
         cols = list(columns or PREDICTION_COLUMNS)
         bad = [c for c in cols if c not in PREDICTION_COLUMNS]
         if bad:
-            raise InputError(f"unknown prediction column {bad[0]!r}; columns are {', '.join(PREDICTION_COLUMNS)}")
+            raise InputError(
+                f"unknown prediction column {bad[0]!r}; columns are {', '.join(PREDICTION_COLUMNS)}"
+            )
         where, params = _in_clause("run_id", run_ids)
         with self.connect(read_only=True) as con:
             return con.execute(
                 f"SELECT {', '.join(cols)} FROM predictions {where} "
-                "ORDER BY run_id, shift, level, sample_id", params).df()
+                "ORDER BY run_id, shift, level, sample_id",
+                params,
+            ).df()
 
     def cell_table(self, run_ids: Iterable[str] | None = None):
         """Per-cell counts and accuracies computed in SQL (same columns as
@@ -387,7 +448,9 @@ class Store:
                        sum(correct::INTEGER) AS n_correct, sum(correct5::INTEGER) AS n_correct5
                 FROM predictions {where}
                 GROUP BY run_id, shift, level
-                """, params).df()
+                """,
+                params,
+            ).df()
         from robustlab.metrics.accuracy import add_rates, sort_cells
 
         return sort_cells(add_rates(df))
@@ -397,7 +460,9 @@ class Store:
         with self.connect(read_only=True) as con:
             n, k = con.execute(
                 "SELECT count(DISTINCT sample_id), count(DISTINCT label) FROM predictions "
-                "WHERE run_id = ? AND shift = 'clean'", [run_id]).fetchone()
+                "WHERE run_id = ? AND shift = 'clean'",
+                [run_id],
+            ).fetchone()
         return {"n_samples": int(n), "n_classes": int(k)}
 
     # ------------------------------------------------------------------ segmentation
@@ -429,15 +494,18 @@ class Store:
         counts = {c: np.asarray(rows[c], dtype=np.int64) for c in ("tp", "fp", "fn", "tn")}
         if any((v < 0).any() for v in counts.values()):
             raise InputError("segmentation pixel counts must be non-negative")
-        table = pa.table({
-            "run_id": pa.array([run_id] * n, pa.string()),
-            "sample_id": pa.array([str(v) for v in rows["sample_id"]], pa.string()),
-            "shift": pa.array([str(v) for v in rows["shift"]], pa.string()),
-            "level": pa.array([str(v) for v in rows["level"]], pa.string()),
-            "class_name": pa.array([None if v is None else str(v) for v in rows["class_name"]],
-                                   pa.string()),
-            **{c: pa.array(v, pa.int64()) for c, v in counts.items()},
-        })
+        table = pa.table(
+            {
+                "run_id": pa.array([run_id] * n, pa.string()),
+                "sample_id": pa.array([str(v) for v in rows["sample_id"]], pa.string()),
+                "shift": pa.array([str(v) for v in rows["shift"]], pa.string()),
+                "level": pa.array([str(v) for v in rows["level"]], pa.string()),
+                "class_name": pa.array(
+                    [None if v is None else str(v) for v in rows["class_name"]], pa.string()
+                ),
+                **{c: pa.array(v, pa.int64()) for c, v in counts.items()},
+            }
+        )
         self._insert_batch("segmentation", SEGMENTATION_COLUMNS, table)
         return n
 
@@ -448,7 +516,9 @@ class Store:
             con.register("batch_rows", table)
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute(f"INSERT OR IGNORE INTO {target} SELECT {', '.join(columns)} FROM batch_rows")
+                con.execute(
+                    f"INSERT OR IGNORE INTO {target} SELECT {', '.join(columns)} FROM batch_rows"
+                )
                 con.execute("COMMIT")
             except BaseException:
                 # A failed COMMIT (disk full) has already ended the transaction: ROLLBACK
@@ -466,8 +536,9 @@ class Store:
         with self.connect(read_only=True) as con:
             if not _has_table(con, "segmentation"):
                 return set()
-            rows = con.execute("SELECT sample_id, shift, level FROM segmentation WHERE run_id = ?",
-                               [run_id]).fetchall()
+            rows = con.execute(
+                "SELECT sample_id, shift, level FROM segmentation WHERE run_id = ?", [run_id]
+            ).fetchall()
         return {tuple(r) for r in rows}
 
     def segmentation_counts(self, run_ids: Iterable[str] | None = None):
@@ -487,7 +558,9 @@ class Store:
                 return empty
             return con.execute(
                 f"SELECT {', '.join(SEGMENTATION_COLUMNS)} FROM segmentation {where} "
-                "ORDER BY run_id, shift, level, sample_id", params).df()
+                "ORDER BY run_id, shift, level, sample_id",
+                params,
+            ).df()
 
     # ------------------------------------------------------------------ attributes
     def write_attributes(self, run_id: str, rows: Sequence[dict[str, Any]]) -> int:
@@ -516,17 +589,29 @@ class Store:
         def col(name, typ):
             return pa.array([r.get(name) for r in rows], typ)
 
-        table = pa.table({
-            "run_id": pa.array([run_id] * len(rows), pa.string()),
-            **{k: pa.array([str(r[k]) for r in rows], pa.string()) for k in keys},
-            **{c: col(c, pa.float64()) for c in ("object_rate", "rate_before")},
-            **{c: col(c, pa.int32()) for c in ("box_x", "box_y", "box_w", "box_h")},
-            **{c: col(c, pa.float64()) for c in ("angle", "hf_before", "hf_after")},
-            "fill": pa.array([None if r.get("fill") is None else str(r["fill"]) for r in rows],
-                             pa.string()),
-            "extra": pa.array([json.dumps({k: v for k, v in r.items() if k not in known},
-                                          sort_keys=True, default=str) for r in rows], pa.string()),
-        })
+        table = pa.table(
+            {
+                "run_id": pa.array([run_id] * len(rows), pa.string()),
+                **{k: pa.array([str(r[k]) for r in rows], pa.string()) for k in keys},
+                **{c: col(c, pa.float64()) for c in ("object_rate", "rate_before")},
+                **{c: col(c, pa.int32()) for c in ("box_x", "box_y", "box_w", "box_h")},
+                **{c: col(c, pa.float64()) for c in ("angle", "hf_before", "hf_after")},
+                "fill": pa.array(
+                    [None if r.get("fill") is None else str(r["fill"]) for r in rows], pa.string()
+                ),
+                "extra": pa.array(
+                    [
+                        json.dumps(
+                            {k: v for k, v in r.items() if k not in known},
+                            sort_keys=True,
+                            default=str,
+                        )
+                        for r in rows
+                    ],
+                    pa.string(),
+                ),
+            }
+        )
         self._insert_batch("attributes", ATTRIBUTE_COLUMNS, table)
         return len(rows)
 
@@ -543,7 +628,9 @@ class Store:
                 return empty
             return con.execute(
                 f"SELECT {', '.join(ATTRIBUTE_COLUMNS)} FROM attributes {where} "
-                "ORDER BY run_id, shift, level, sample_id", params).df()
+                "ORDER BY run_id, shift, level, sample_id",
+                params,
+            ).df()
 
     def predictions_with_attributes(self, run_ids: Iterable[str] | None = None):
         """Predictions of attribute-edit cells joined with what each edit achieved.
@@ -554,24 +641,38 @@ class Store:
         """
         import pandas as pd
 
-        cols = ["run_id", "sample_id", "shift", "level", "correct", "correct5",
-                *ATTRIBUTE_VALUE_COLUMNS]
+        cols = [
+            "run_id",
+            "sample_id",
+            "shift",
+            "level",
+            "correct",
+            "correct5",
+            *ATTRIBUTE_VALUE_COLUMNS,
+        ]
         if not self.exists():
             return pd.DataFrame(columns=cols)
         where, params = _in_clause("p.run_id", run_ids)
         with self.connect(read_only=True) as con:
             if not _has_table(con, "attributes"):
                 return pd.DataFrame(columns=cols)
-            select = ", ".join(f"p.{c}" if c in ("run_id", "sample_id", "shift", "level",
-                                                  "correct", "correct5") else f"a.{c}"
-                               for c in cols)
+            select = ", ".join(
+                f"p.{c}"
+                if c in ("run_id", "sample_id", "shift", "level", "correct", "correct5")
+                else f"a.{c}"
+                for c in cols
+            )
             return con.execute(
                 f"SELECT {select} FROM predictions p JOIN attributes a USING "
                 f"(run_id, sample_id, shift, level) {where} "
-                "ORDER BY p.run_id, p.shift, p.level, p.sample_id", params).df()
+                "ORDER BY p.run_id, p.shift, p.level, p.sample_id",
+                params,
+            ).df()
 
     # ------------------------------------------------------------------ export
-    def export_parquet(self, out_dir: str | Path, run_ids: Iterable[str] | None = None) -> list[Path]:
+    def export_parquet(
+        self, out_dir: str | Path, run_ids: Iterable[str] | None = None
+    ) -> list[Path]:
         """Write ``runs.parquet`` and ``predictions.parquet`` into ``out_dir``, plus
         ``segmentation.parquet`` / ``attributes.parquet`` when the selected runs have
         segmentation / attribute-edit rows.
@@ -582,8 +683,10 @@ class Store:
         self.require()
         out = Path(out_dir)
         if out.exists() and not out.is_dir():
-            raise InputError(f"--export {out} is a file; it takes a folder for the .parquet files",
-                             hint="pass a folder name (created if missing)")
+            raise InputError(
+                f"--export {out} is a file; it takes a folder for the .parquet files",
+                hint="pass a folder name (created if missing)",
+            )
         with environment_errors(f"cannot create the export folder {out}"):
             out.mkdir(parents=True, exist_ok=True)
         where, params = _in_clause("run_id", run_ids)
@@ -591,12 +694,16 @@ class Store:
         with self.connect(read_only=True) as con:
             tables = ["runs", "predictions"]
             for extra in ("segmentation", "attributes"):
-                if _has_table(con, extra) and con.execute(
-                        f"SELECT count(*) FROM {extra} {where}", params).fetchone()[0]:
+                if (
+                    _has_table(con, extra)
+                    and con.execute(f"SELECT count(*) FROM {extra} {where}", params).fetchone()[0]
+                ):
                     tables.append(extra)
             for table in tables:
                 dest = out / f"{table}.parquet"
-                order = "started_at, run_id" if table == "runs" else "run_id, shift, level, sample_id"
+                order = (
+                    "started_at, run_id" if table == "runs" else "run_id, shift, level, sample_id"
+                )
                 sql = f"SELECT * FROM {table} {where} ORDER BY {order}"
                 # COPY does not take prepared parameters; inline the (quoted) run ids.
                 for p in params:
@@ -608,8 +715,12 @@ class Store:
 
 def _has_table(con, name: str) -> bool:
     # fetchall: an unfinished result would block con.register() on this connection.
-    return con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                       [name]).fetchall()[0][0] > 0
+    return (
+        con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        ).fetchall()[0][0]
+        > 0
+    )
 
 
 def _quote(text: str) -> str:

@@ -96,7 +96,8 @@ def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True
             if time.monotonic() > deadline:
                 raise LockTimeout(
                     f"{path} has been locked by another process for more than {timeout:.0f} s",
-                    hint="wait for the other robustlab process, or pass another --db")
+                    hint="wait for the other robustlab process, or pass another --db",
+                )
             time.sleep(delay)
         try:
             yield

@@ -45,10 +45,31 @@ MINING_DDL = [
     )
     """,
 ]
-MINING_COLUMNS = ("mining_id", "created_at", "data_root", "label_space", "surrogates", "run_ids",
-                  "k", "n", "n_candidates", "n_kept", "out", "config")
-MINED_COLUMNS = ("mining_id", "sample_id", "shift", "level", "class_name", "label", "n_wrong",
-                 "top1_ids", "path")
+MINING_COLUMNS = (
+    "mining_id",
+    "created_at",
+    "data_root",
+    "label_space",
+    "surrogates",
+    "run_ids",
+    "k",
+    "n",
+    "n_candidates",
+    "n_kept",
+    "out",
+    "config",
+)
+MINED_COLUMNS = (
+    "mining_id",
+    "sample_id",
+    "shift",
+    "level",
+    "class_name",
+    "label",
+    "n_wrong",
+    "top1_ids",
+    "path",
+)
 
 
 def write_mining(store, record: dict[str, Any], kept) -> None:
@@ -65,20 +86,30 @@ def write_mining(store, record: dict[str, Any], kept) -> None:
 
     mid = record["mining_id"]
     row = dict(record, created_at=record.get("created_at") or utcnow())
-    values = [json.dumps(row[c], sort_keys=True, default=str)
-              if c in ("surrogates", "run_ids", "config") else row[c] for c in MINING_COLUMNS]
+    values = [
+        json.dumps(row[c], sort_keys=True, default=str)
+        if c in ("surrogates", "run_ids", "config")
+        else row[c]
+        for c in MINING_COLUMNS
+    ]
     n = len(kept)
-    table = pa.table({
-        "mining_id": pa.array([mid] * n, pa.string()),
-        "sample_id": pa.array([str(v) for v in kept["sample_id"]], pa.string()),
-        "shift": pa.array([str(v) for v in kept["shift"]], pa.string()),
-        "level": pa.array([str(v) for v in kept["level"]], pa.string()),
-        "class_name": pa.array([None if v is None else str(v) for v in kept["class_name"]], pa.string()),
-        "label": pa.array([int(v) for v in kept["label"]], pa.int32()),
-        "n_wrong": pa.array([int(v) for v in kept["n_wrong"]], pa.int32()),
-        "top1_ids": pa.array([[int(x) for x in v] for v in kept["top1_ids"]], pa.list_(pa.int32())),
-        "path": pa.array([None if v is None else str(v) for v in kept["path"]], pa.string()),
-    })
+    table = pa.table(
+        {
+            "mining_id": pa.array([mid] * n, pa.string()),
+            "sample_id": pa.array([str(v) for v in kept["sample_id"]], pa.string()),
+            "shift": pa.array([str(v) for v in kept["shift"]], pa.string()),
+            "level": pa.array([str(v) for v in kept["level"]], pa.string()),
+            "class_name": pa.array(
+                [None if v is None else str(v) for v in kept["class_name"]], pa.string()
+            ),
+            "label": pa.array([int(v) for v in kept["label"]], pa.int32()),
+            "n_wrong": pa.array([int(v) for v in kept["n_wrong"]], pa.int32()),
+            "top1_ids": pa.array(
+                [[int(x) for x in v] for v in kept["top1_ids"]], pa.list_(pa.int32())
+            ),
+            "path": pa.array([None if v is None else str(v) for v in kept["path"]], pa.string()),
+        }
+    )
     with store.connect() as con:
         for stmt in MINING_DDL:
             con.execute(stmt)
@@ -87,9 +118,14 @@ def write_mining(store, record: dict[str, Any], kept) -> None:
         try:
             con.execute("DELETE FROM mined_images WHERE mining_id = ?", [mid])
             con.execute("DELETE FROM mining_runs WHERE mining_id = ?", [mid])
-            con.execute(f"INSERT INTO mining_runs ({', '.join(MINING_COLUMNS)}) VALUES "
-                        f"({', '.join('?' for _ in MINING_COLUMNS)})", values)
-            con.execute(f"INSERT INTO mined_images SELECT {', '.join(MINED_COLUMNS)} FROM kept_rows")
+            con.execute(
+                f"INSERT INTO mining_runs ({', '.join(MINING_COLUMNS)}) VALUES "
+                f"({', '.join('?' for _ in MINING_COLUMNS)})",
+                values,
+            )
+            con.execute(
+                f"INSERT INTO mined_images SELECT {', '.join(MINED_COLUMNS)} FROM kept_rows"
+            )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -97,8 +133,12 @@ def write_mining(store, record: dict[str, Any], kept) -> None:
 
 
 def _has(con, table: str) -> bool:
-    return con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                       [table]).fetchone()[0] > 0
+    return (
+        con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
+        ).fetchone()[0]
+        > 0
+    )
 
 
 def mining_runs(store):
@@ -126,8 +166,17 @@ def mined_images(store, mining_id: str | None = None):
         if not _has(con, "mined_images"):
             return pd.DataFrame(columns=list(MINED_COLUMNS))
         where, params = ("WHERE mining_id = ?", [mining_id]) if mining_id else ("", [])
-        return con.execute(f"SELECT * FROM mined_images {where} "
-                           "ORDER BY mining_id, shift, level, sample_id", params).df()
+        return con.execute(
+            f"SELECT * FROM mined_images {where} ORDER BY mining_id, shift, level, sample_id",
+            params,
+        ).df()
 
 
-__all__ = ["write_mining", "mining_runs", "mined_images", "MINING_DDL", "MINING_COLUMNS", "MINED_COLUMNS"]
+__all__ = [
+    "write_mining",
+    "mining_runs",
+    "mined_images",
+    "MINING_DDL",
+    "MINING_COLUMNS",
+    "MINED_COLUMNS",
+]

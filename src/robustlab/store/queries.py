@@ -25,8 +25,20 @@ from robustlab.store.schema import CLEAN_SHIFT, SEGMENTATION_TASK
 
 log = logging.getLogger(__name__)
 
-RESULT_COLUMNS = ["model", "suite", "run_id", "shift", "level", "n", "top1", "top5", "error",
-                  "ce", "relative_ce", "baseline"]
+RESULT_COLUMNS = [
+    "model",
+    "suite",
+    "run_id",
+    "shift",
+    "level",
+    "n",
+    "top1",
+    "top5",
+    "error",
+    "ce",
+    "relative_ce",
+    "baseline",
+]
 
 
 def _is_corruption(shift: str) -> bool:
@@ -44,8 +56,11 @@ def _is_corruption(shift: str) -> bool:
 
 def is_segmentation(runs: pd.DataFrame) -> pd.Series:
     """Which rows of a ``runs`` table are segmentation runs (``config["task"]``)."""
-    return pd.Series([isinstance(c, dict) and c.get("task") == SEGMENTATION_TASK
-                      for c in runs["config"]], index=runs.index, dtype=bool)
+    return pd.Series(
+        [isinstance(c, dict) and c.get("task") == SEGMENTATION_TASK for c in runs["config"]],
+        index=runs.index,
+        dtype=bool,
+    )
 
 
 def select_runs(store: Store, *, run_ids=None, models=None, suites=None) -> pd.DataFrame:
@@ -79,16 +94,22 @@ def find_baseline_run(store: Store, run: dict, spec: str) -> str:
         InputError: no such run in the database (the message says how to make one).
     """
     runs = store.runs()
-    same = runs[(runs["model_spec"] == spec)
-                & (runs["data_fingerprint"] == run["data_fingerprint"])
-                & (runs["suite"].fillna("") == (run["suite"] or ""))
-                & pd.Series([not (isinstance(c, dict) and c.get("defence"))
-                             for c in runs["config"]], index=runs.index, dtype=bool)]
+    same = runs[
+        (runs["model_spec"] == spec)
+        & (runs["data_fingerprint"] == run["data_fingerprint"])
+        & (runs["suite"].fillna("") == (run["suite"] or ""))
+        & pd.Series(
+            [not (isinstance(c, dict) and c.get("defence")) for c in runs["config"]],
+            index=runs.index,
+            dtype=bool,
+        )
+    ]
     if same.empty:
         raise InputError(
             f"no run of baseline {spec!r} on the same images and suite as {run['model_spec']!r} "
             f"({run['suite']}, {run['data_root']}) in {store.path}; run `robustlab evaluate "
-            f"{spec} --data {run['data_root']} --suite {run['suite']}` first")
+            f"{spec} --data {run['data_root']} --suite {run['suite']}` first"
+        )
     finished = same[same["status"] == "finished"]
     pick = finished if not finished.empty else same
     return str(pick.iloc[-1]["run_id"])
@@ -120,17 +141,39 @@ def summary_rows(store: Store, run: dict, cells: pd.DataFrame, baseline: str | N
         base_cells, label = store.cell_table([base_id]), f"{baseline} ({base_id[:8]})"
     ce = corruption_errors(cells[["shift", "level", "error"]], base_cells, corr)
     summary = mce(ce)
-    rows = [{"shift": r.shift, "level": "all", "n": None, "top1": None, "top5": None,
-             "error": r.error_sum / len(r.levels.split(",")), "ce": r.ce,
-             "relative_ce": r.relative_ce, "baseline": label} for r in ce.itertuples()]
-    rows.append({"shift": f"mCE ({summary['n_corruptions']} corruptions)", "level": "all",
-                 "n": None, "top1": None, "top5": None, "error": None,
-                 "ce": summary["mce"], "relative_ce": summary["relative_mce"], "baseline": label})
+    rows = [
+        {
+            "shift": r.shift,
+            "level": "all",
+            "n": None,
+            "top1": None,
+            "top5": None,
+            "error": r.error_sum / len(r.levels.split(",")),
+            "ce": r.ce,
+            "relative_ce": r.relative_ce,
+            "baseline": label,
+        }
+        for r in ce.itertuples()
+    ]
+    rows.append(
+        {
+            "shift": f"mCE ({summary['n_corruptions']} corruptions)",
+            "level": "all",
+            "n": None,
+            "top1": None,
+            "top5": None,
+            "error": None,
+            "ce": summary["mce"],
+            "relative_ce": summary["relative_mce"],
+            "baseline": label,
+        }
+    )
     return pd.DataFrame(rows), None
 
 
-def results_table(store: Store, *, run_ids=None, models=None, suites=None,
-                  baseline: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+def results_table(
+    store: Store, *, run_ids=None, models=None, suites=None, baseline: str | None = None
+) -> tuple[pd.DataFrame, list[str]]:
     """One row per model x suite x cell, then CE / mCE rows per run.
 
     Returns:
@@ -141,9 +184,16 @@ def results_table(store: Store, *, run_ids=None, models=None, suites=None,
     if runs.empty:
         raise InputError(f"no runs match in {store.path}")
     seg = is_segmentation(runs)
-    notes = [(f"{int(seg.sum())} segmentation run(s) not in this table (no predictions); "
-              "`robustlab results --segmentation` lists their mIoU and pixel accuracy")
-             ] if seg.any() else []
+    notes = (
+        [
+            (
+                f"{int(seg.sum())} segmentation run(s) not in this table (no predictions); "
+                "`robustlab results --segmentation` lists their mIoU and pixel accuracy"
+            )
+        ]
+        if seg.any()
+        else []
+    )
     runs = runs[~seg]
     all_cells = store.cell_table(list(runs["run_id"]))
     parts = []
@@ -152,33 +202,52 @@ def results_table(store: Store, *, run_ids=None, models=None, suites=None,
         if cells.empty:
             notes.append(f"run {run['run_id'][:8]} ({run['model_spec']}) has no predictions yet")
             continue
-        head = {"model": model_label(run["model_spec"], run.get("config")),
-                "suite": run["suite"] or "clean",
-                "run_id": run["run_id"][:8]}
+        head = {
+            "model": model_label(run["model_spec"], run.get("config")),
+            "suite": run["suite"] or "clean",
+            "run_id": run["run_id"][:8],
+        }
         part = cells[["shift", "level", "n", "top1", "top5", "error"]].assign(
-            ce=None, relative_ce=None, baseline=None)
+            ce=None, relative_ce=None, baseline=None
+        )
         summary, why = summary_rows(store, run, cells, baseline)
         if summary is not None:
             part = pd.concat([part, summary], ignore_index=True)
         elif why != "no corruption cells":
-            notes.append(f"{run['model_spec']} ({run['suite']}, run {run['run_id'][:8]}): "
-                         f"no CE/mCE rows: {why}")
+            notes.append(
+                f"{run['model_spec']} ({run['suite']}, run {run['run_id'][:8]}): "
+                f"no CE/mCE rows: {why}"
+            )
         for k, v in reversed(list(head.items())):
             part.insert(0, k, v)
         if run["status"] != "finished":
-            notes.append(f"run {run['run_id'][:8]} ({run['model_spec']}) is {run['status']}; "
-                         "rerun the same evaluate command to complete it")
+            notes.append(
+                f"run {run['run_id'][:8]} ({run['model_spec']}) is {run['status']}; "
+                "rerun the same evaluate command to complete it"
+            )
         parts.append(part)
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=RESULT_COLUMNS)
     return table[RESULT_COLUMNS], notes
 
 
-SEGMENTATION_RESULT_COLUMNS = ["model", "suite", "run_id", "shift", "level", "n", "pixel_acc",
-                               "miou", "fg_iou", "bg_iou", "image_fg_iou"]
+SEGMENTATION_RESULT_COLUMNS = [
+    "model",
+    "suite",
+    "run_id",
+    "shift",
+    "level",
+    "n",
+    "pixel_acc",
+    "miou",
+    "fg_iou",
+    "bg_iou",
+    "image_fg_iou",
+]
 
 
-def segmentation_table(store: Store, *, run_ids=None, models=None, suites=None,
-                       require: bool = False) -> tuple[pd.DataFrame, list[str]]:
+def segmentation_table(
+    store: Store, *, run_ids=None, models=None, suites=None, require: bool = False
+) -> tuple[pd.DataFrame, list[str]]:
     """Per-cell mIoU / IoU / pixel accuracy of the selected segmentation runs.
 
     The scores are :func:`robustlab.metrics.segmentation.cell_scores` over the stored
@@ -206,22 +275,30 @@ def segmentation_table(store: Store, *, run_ids=None, models=None, suites=None,
     for run in runs.to_dict("records"):
         part = scores[scores["run_id"] == run["run_id"]].drop(columns=["run_id"])
         if run["status"] != "finished":
-            notes.append(f"segmentation run {run['run_id'][:8]} ({run['model_spec']}) is "
-                         f"{run['status']}; rerun the same segment command to complete it")
+            notes.append(
+                f"segmentation run {run['run_id'][:8]} ({run['model_spec']}) is "
+                f"{run['status']}; rerun the same segment command to complete it"
+            )
         if part.empty:
-            notes.append(f"segmentation run {run['run_id'][:8]} ({run['model_spec']}) has no rows yet")
+            notes.append(
+                f"segmentation run {run['run_id'][:8]} ({run['model_spec']}) has no rows yet"
+            )
             continue
         part.insert(0, "run_id", run["run_id"][:8])
         part.insert(0, "suite", run["suite"] or "clean")
         part.insert(0, "model", run["model_spec"])
         parts.append(part)
-    table = (pd.concat(parts, ignore_index=True) if parts
-             else pd.DataFrame(columns=SEGMENTATION_RESULT_COLUMNS))
+    table = (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=SEGMENTATION_RESULT_COLUMNS)
+    )
     return table[SEGMENTATION_RESULT_COLUMNS], notes
 
 
-def summary_table(store: Store, *, run_ids=None, models=None, suites=None,
-                  baseline: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+def summary_table(
+    store: Store, *, run_ids=None, models=None, suites=None, baseline: str | None = None
+) -> tuple[pd.DataFrame, list[str]]:
     """One row per classification run: :func:`robustlab.metrics.summary.summarise_run`.
 
     The mCE columns are the mCE rows of :func:`results_table` (same baseline rule), so
@@ -232,29 +309,43 @@ def summary_table(store: Store, *, run_ids=None, models=None, suites=None,
     """
     from robustlab.metrics.summary import SUMMARY_COLUMNS, summarise_run
 
-    table, notes = results_table(store, run_ids=run_ids, models=models, suites=suites,
-                                 baseline=baseline)
+    table, notes = results_table(
+        store, run_ids=run_ids, models=models, suites=suites, baseline=baseline
+    )
     runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
     runs = runs[~is_segmentation(runs)]
     mce_rows = table[table["shift"].astype(str).str.startswith("mCE (")]
-    preds = store.predictions(list(runs["run_id"]),
-                              columns=["run_id", "sample_id", "shift", "level", "correct"])
+    preds = store.predictions(
+        list(runs["run_id"]), columns=["run_id", "sample_id", "shift", "level", "correct"]
+    )
     rows = []
     for run in runs.to_dict("records"):
         mine = preds[preds["run_id"] == run["run_id"]]
         if mine.empty:
             continue
         hit = mce_rows[mce_rows["run_id"] == run["run_id"][:8]]
-        mce = None if hit.empty else {"mce": hit.iloc[0]["ce"],
-                                      "relative_mce": hit.iloc[0]["relative_ce"],
-                                      "baseline": hit.iloc[0]["baseline"]}
+        mce = (
+            None
+            if hit.empty
+            else {
+                "mce": hit.iloc[0]["ce"],
+                "relative_mce": hit.iloc[0]["relative_ce"],
+                "baseline": hit.iloc[0]["baseline"],
+            }
+        )
         rows.append(summarise_run(run, mine, mce))
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
 
 
-def compare_table(store: Store, run_a: str, run_b: str, *, seed: int = 0,
-                  n_resamples: int = 2000, confidence: float = 0.95
-                  ) -> tuple[pd.DataFrame, list[str]]:
+def compare_table(
+    store: Store,
+    run_a: str,
+    run_b: str,
+    *,
+    seed: int = 0,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[pd.DataFrame, list[str]]:
     """Runs A and B cell by cell: :func:`robustlab.metrics.compare.compare_runs`.
 
     Args:
@@ -278,17 +369,29 @@ def compare_table(store: Store, run_a: str, run_b: str, *, seed: int = 0,
     for r, p in zip(picked, preds):
         if p.empty:
             raise InputError(f"run {r['run_id'][:8]} ({r['model_spec']}) has no predictions")
-    table = compare_runs(preds[0], preds[1], np.random.default_rng(seed),
-                         n_resamples=n_resamples, confidence=confidence)
+    table = compare_runs(
+        preds[0],
+        preds[1],
+        np.random.default_rng(seed),
+        n_resamples=n_resamples,
+        confidence=confidence,
+    )
     if not (table["n_shared"] > 0).any():
-        raise InputError(f"runs {picked[0]['run_id'][:8]} and {picked[1]['run_id'][:8]} share "
-                         "no image in any cell; compare runs evaluated on the same data")
+        raise InputError(
+            f"runs {picked[0]['run_id'][:8]} and {picked[1]['run_id'][:8]} share "
+            "no image in any cell; compare runs evaluated on the same data"
+        )
     a, b = picked
-    notes = [(f"A = {a['model_spec']} ({a['suite'] or 'clean'}, run {a['run_id'][:8]}), "
-             f"B = {b['model_spec']} ({b['suite'] or 'clean'}, run {b['run_id'][:8]}); diff = "
-             f"B - A on the images both runs predicted, {100 * confidence:.0f} % paired "
-             f"bootstrap interval ({n_resamples} resamples, seed {seed})")]
+    notes = [
+        (
+            f"A = {a['model_spec']} ({a['suite'] or 'clean'}, run {a['run_id'][:8]}), "
+            f"B = {b['model_spec']} ({b['suite'] or 'clean'}, run {b['run_id'][:8]}); diff = "
+            f"B - A on the images both runs predicted, {100 * confidence:.0f} % paired "
+            f"bootstrap interval ({n_resamples} resamples, seed {seed})"
+        )
+    ]
     if a["data_fingerprint"] != b["data_fingerprint"]:
-        notes.append("the two runs were evaluated on different data; only shared image ids "
-                     "are compared")
+        notes.append(
+            "the two runs were evaluated on different data; only shared image ids are compared"
+        )
     return table, notes

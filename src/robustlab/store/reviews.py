@@ -98,9 +98,10 @@ def check_annotator(name: str) -> str:
     """
     text = (name or "").strip()
     if not _ANNOTATOR.match(text):
-        raise InputError(f"annotator name {name!r} is not usable",
-                         hint="use 1-64 letters, digits, spaces or ._@- (starting with a "
-                              "letter or digit)")
+        raise InputError(
+            f"annotator name {name!r} is not usable",
+            hint="use 1-64 letters, digits, spaces or ._@- (starting with a letter or digit)",
+        )
     return text
 
 
@@ -141,8 +142,15 @@ class ReviewStore:
         """A locked connection; every failure to get one becomes a one-line StoreError."""
         return _Guarded(self, read_only)
 
-    def open(self, review_set: str, *, data_root: str, label_space: str,
-             predictions: str | None, n_images: int) -> None:
+    def open(
+        self,
+        review_set: str,
+        *,
+        data_root: str,
+        label_space: str,
+        predictions: str | None,
+        n_images: int,
+    ) -> None:
         """Create the review tables if needed and record (or refresh) the review set.
 
         Called once when a server starts, so that a database nobody can write to is
@@ -155,12 +163,21 @@ class ReviewStore:
                 "DO UPDATE SET data_root = excluded.data_root, label_space = "
                 "excluded.label_space, predictions = excluded.predictions, n_images = "
                 "excluded.n_images, updated_at = excluded.updated_at",
-                [review_set, data_root, label_space, predictions, n_images, now, now])
+                [review_set, data_root, label_space, predictions, n_images, now, now],
+            )
 
     # ------------------------------------------------------------------ writes
-    def record(self, review_set: str, image_id: str, annotator: str, decision: str, *,
-               label: str | None, target: str | None = None,
-               target_name: str | None = None) -> int:
+    def record(
+        self,
+        review_set: str,
+        image_id: str,
+        annotator: str,
+        decision: str,
+        *,
+        label: str | None,
+        target: str | None = None,
+        target_name: str | None = None,
+    ) -> int:
         """Append one decision event and return its id.
 
         Raises:
@@ -176,8 +193,8 @@ class ReviewStore:
                 "INSERT INTO review_events (review_set, image_id, annotator, decision, label, "
                 "target, target_name, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "RETURNING event_id",
-                [review_set, image_id, annotator, decision, label, target, target_name,
-                 utcnow()]).fetchall()[0][0]
+                [review_set, image_id, annotator, decision, label, target, target_name, utcnow()],
+            ).fetchall()[0][0]
 
     def undo(self, review_set: str, annotator: str) -> Decision | None:
         """Withdraw the annotator's most recent standing decision in the set.
@@ -191,15 +208,24 @@ class ReviewStore:
                 f"SELECT {_DECISION_COLUMNS} FROM review_events e WHERE review_set = ? "
                 "AND annotator = ? AND decision <> 'undo' AND event_id NOT IN (SELECT undoes "
                 "FROM review_events WHERE decision = 'undo' AND undoes IS NOT NULL) "
-                "ORDER BY event_id DESC LIMIT 1", [review_set, annotator]).fetchall()
+                "ORDER BY event_id DESC LIMIT 1",
+                [review_set, annotator],
+            ).fetchall()
             if not rows:
                 return None
             withdrawn = Decision(*rows[0])
             con.execute(
                 "INSERT INTO review_events (review_set, image_id, annotator, decision, label, "
                 "undoes, created_at) VALUES (?, ?, ?, 'undo', ?, ?, ?)",
-                [review_set, withdrawn.image_id, annotator, withdrawn.label,
-                 withdrawn.event_id, utcnow()])
+                [
+                    review_set,
+                    withdrawn.image_id,
+                    annotator,
+                    withdrawn.label,
+                    withdrawn.event_id,
+                    utcnow(),
+                ],
+            )
         return withdrawn
 
     # ------------------------------------------------------------------ reads
@@ -213,8 +239,9 @@ class ReviewStore:
             sql += " AND annotator = ?"
             params.append(annotator)
         with self._connect() as con:
-            return [Decision(*row) for row in
-                    con.execute(sql + " ORDER BY event_id", params).fetchall()]
+            return [
+                Decision(*row) for row in con.execute(sql + " ORDER BY event_id", params).fetchall()
+            ]
 
     def events(self, review_set: str | None = None):
         """Every event (decisions and undos) as a DataFrame, in the order they happened."""
@@ -224,20 +251,27 @@ class ReviewStore:
             return pd.DataFrame()
         where, params = ("WHERE review_set = ?", [review_set]) if review_set else ("", [])
         with self._connect() as con:
-            return con.execute(f"SELECT * FROM review_events {where} ORDER BY event_id",
-                               params).df()
+            return con.execute(
+                f"SELECT * FROM review_events {where} ORDER BY event_id", params
+            ).df()
 
     def review_sets(self) -> list[str]:
         """Names of the review sets recorded in the file."""
         if not self.path.exists():
             return []
         with self._connect() as con:
-            return [r[0] for r in con.execute(
-                "SELECT review_set FROM review_sets ORDER BY created_at").fetchall()]
+            return [
+                r[0]
+                for r in con.execute(
+                    "SELECT review_set FROM review_sets ORDER BY created_at"
+                ).fetchall()
+            ]
 
 
-_DECISION_COLUMNS = ("e.image_id, e.annotator, e.decision, e.label, e.target, e.target_name, "
-                     "e.event_id, e.created_at")
+_DECISION_COLUMNS = (
+    "e.image_id, e.annotator, e.decision, e.label, e.target, e.target_name, "
+    "e.event_id, e.created_at"
+)
 
 
 class _Guarded:
@@ -288,11 +322,15 @@ def _store_error(path: Path, exc: BaseException) -> StoreError:
     if isinstance(exc, LockTimeout) or "lock" in text.lower():
         pid = re.search(r"PID (\d+)", text)
         who = f"process {pid.group(1)}" if pid else "another process"
-        return StoreError(f"review database {path} is locked by {who}",
-                          hint="close the other program using it (a DuckDB shell, a notebook, "
-                               "another review server) or use another --db")
-    return StoreError(f"cannot use review database {path}: {text}",
-                      hint="point --db at a robustlab results database or a new file")
+        return StoreError(
+            f"review database {path} is locked by {who}",
+            hint="close the other program using it (a DuckDB shell, a notebook, "
+            "another review server) or use another --db",
+        )
+    return StoreError(
+        f"cannot use review database {path}: {text}",
+        hint="point --db at a robustlab results database or a new file",
+    )
 
 
 __all__ = ["ReviewStore", "Decision", "DECISIONS", "UNDO", "REVIEW_DDL", "check_annotator"]

@@ -112,23 +112,62 @@ DDL = [
 SEGMENTATION_TASK = "segmentation"
 
 RUN_COLUMNS = (
-    "run_id", "model_spec", "weights_hash", "suite", "suite_version", "data_root",
-    "data_fingerprint", "label_space", "preprocessing", "seed", "versions", "config",
-    "started_at", "finished_at", "status", "n_samples", "n_skipped", "skipped",
+    "run_id",
+    "model_spec",
+    "weights_hash",
+    "suite",
+    "suite_version",
+    "data_root",
+    "data_fingerprint",
+    "label_space",
+    "preprocessing",
+    "seed",
+    "versions",
+    "config",
+    "started_at",
+    "finished_at",
+    "status",
+    "n_samples",
+    "n_skipped",
+    "skipped",
 )
 PREDICTION_COLUMNS = (
-    "run_id", "sample_id", "shift", "level", "label", "class_name", "top5_ids",
-    "top5_probs", "correct", "correct5",
+    "run_id",
+    "sample_id",
+    "shift",
+    "level",
+    "label",
+    "class_name",
+    "top5_ids",
+    "top5_probs",
+    "correct",
+    "correct5",
 )
 SEGMENTATION_COLUMNS = (
-    "run_id", "sample_id", "shift", "level", "class_name", "tp", "fp", "fn", "tn",
+    "run_id",
+    "sample_id",
+    "shift",
+    "level",
+    "class_name",
+    "tp",
+    "fp",
+    "fn",
+    "tn",
 )
 # What an attribute edit achieved per image (ImageNet-E): joined to ``predictions`` on the
 # key so accuracy can be plotted against the measured attribute, not only the level. Keys
 # an edit reports beyond these columns go to ``extra`` (JSON).
 ATTRIBUTE_VALUE_COLUMNS = (
-    "object_rate", "rate_before", "box_x", "box_y", "box_w", "box_h", "angle", "hf_before",
-    "hf_after", "fill",
+    "object_rate",
+    "rate_before",
+    "box_x",
+    "box_y",
+    "box_w",
+    "box_h",
+    "angle",
+    "hf_before",
+    "hf_after",
+    "fill",
 )
 ATTRIBUTE_COLUMNS = ("run_id", "sample_id", "shift", "level", *ATTRIBUTE_VALUE_COLUMNS, "extra")
 _JSON_COLUMNS = ("preprocessing", "versions", "config", "skipped")
@@ -160,8 +199,10 @@ class RunRecord:
     def as_row(self) -> list[Any]:
         """Values in :data:`RUN_COLUMNS` order, JSON columns serialised."""
         d = asdict(self)
-        return [json.dumps(d[c], sort_keys=True, default=str) if c in _JSON_COLUMNS else d[c]
-                for c in RUN_COLUMNS]
+        return [
+            json.dumps(d[c], sort_keys=True, default=str) if c in _JSON_COLUMNS else d[c]
+            for c in RUN_COLUMNS
+        ]
 
 
 def level_key(level: Any) -> str:

@@ -28,13 +28,29 @@ VLM_DDL = """
         PRIMARY KEY (run_id, image_id)
     )
 """
-VLM_COLUMNS = ("run_id", "subset", "image_id", "gt", "distractor", "options", "answer", "chosen",
-               "correct", "dropped", "logprobs", "seed")
+VLM_COLUMNS = (
+    "run_id",
+    "subset",
+    "image_id",
+    "gt",
+    "distractor",
+    "options",
+    "answer",
+    "chosen",
+    "correct",
+    "dropped",
+    "logprobs",
+    "seed",
+)
 
 
 def _has(con) -> bool:
-    return con.execute("SELECT count(*) FROM information_schema.tables "
-                       "WHERE table_name = 'vlm_answers'").fetchall()[0][0] > 0
+    return (
+        con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'vlm_answers'"
+        ).fetchall()[0][0]
+        > 0
+    )
 
 
 def write_answers(store, rows: list[dict]) -> int:
@@ -44,15 +60,27 @@ def write_answers(store, rows: list[dict]) -> int:
 
     if not rows:
         return 0
-    table = pa.table({
-        **{c: pa.array([r[c] for r in rows], pa.string())
-           for c in ("run_id", "subset", "image_id", "gt", "distractor", "answer", "chosen",
-                     "dropped")},
-        "options": pa.array([list(r["options"]) for r in rows], pa.list_(pa.string())),
-        "correct": pa.array([r["correct"] for r in rows], pa.bool_()),
-        "logprobs": pa.array([r["logprobs"] for r in rows], pa.list_(pa.float64())),
-        "seed": pa.array([r["seed"] for r in rows], pa.uint64()),
-    })
+    table = pa.table(
+        {
+            **{
+                c: pa.array([r[c] for r in rows], pa.string())
+                for c in (
+                    "run_id",
+                    "subset",
+                    "image_id",
+                    "gt",
+                    "distractor",
+                    "answer",
+                    "chosen",
+                    "dropped",
+                )
+            },
+            "options": pa.array([list(r["options"]) for r in rows], pa.list_(pa.string())),
+            "correct": pa.array([r["correct"] for r in rows], pa.bool_()),
+            "logprobs": pa.array([r["logprobs"] for r in rows], pa.list_(pa.float64())),
+            "seed": pa.array([r["seed"] for r in rows], pa.uint64()),
+        }
+    )
     with store.connect() as con:
         con.execute(VLM_DDL)
     store._insert_batch("vlm_answers", VLM_COLUMNS, table)
@@ -81,10 +109,18 @@ def answers(store, run_ids=None):
     with store.connect(read_only=True) as con:
         if not _has(con):
             return empty
-        where = "" if run_ids is None else \
-            f"WHERE run_id IN ({', '.join('?' for _ in run_ids)})" if run_ids else "WHERE FALSE"
-        return con.execute(f"SELECT {', '.join(VLM_COLUMNS)} FROM vlm_answers {where} "
-                           "ORDER BY run_id, subset, image_id", run_ids or []).df()
+        where = (
+            ""
+            if run_ids is None
+            else f"WHERE run_id IN ({', '.join('?' for _ in run_ids)})"
+            if run_ids
+            else "WHERE FALSE"
+        )
+        return con.execute(
+            f"SELECT {', '.join(VLM_COLUMNS)} FROM vlm_answers {where} "
+            "ORDER BY run_id, subset, image_id",
+            run_ids or [],
+        ).df()
 
 
 def summary(store, run_id: str):
@@ -98,9 +134,18 @@ def summary(store, run_id: str):
         # A dropped answer's NULL reads as None or NA: neither right nor wrong.
         known = [bool(v) for v in g["correct"] if v is not None and not pd.isna(v)]
         right, wrong = sum(known), len(known) - sum(known)
-        rows.append({"subset": subset, "n": len(g), "right": right, "wrong": wrong,
-                     "dropped_both": int((g["dropped"] == "both").sum()),
-                     "dropped_neither": int((g["dropped"] == "neither").sum()),
-                     "accuracy": right / (right + wrong) if right + wrong else float("nan")})
-    return pd.DataFrame(rows, columns=["subset", "n", "right", "wrong", "dropped_both",
-                                       "dropped_neither", "accuracy"])
+        rows.append(
+            {
+                "subset": subset,
+                "n": len(g),
+                "right": right,
+                "wrong": wrong,
+                "dropped_both": int((g["dropped"] == "both").sum()),
+                "dropped_neither": int((g["dropped"] == "neither").sum()),
+                "accuracy": right / (right + wrong) if right + wrong else float("nan"),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=["subset", "n", "right", "wrong", "dropped_both", "dropped_neither", "accuracy"],
+    )

@@ -61,14 +61,19 @@ def describe_checkpoint(path) -> dict[str, Any]:
     """
     problem = checkpoint_problem(path)
     if problem:
-        raise MissingResourceError(f"synthesis checkpoint: {problem}",
-                                   hint="pass a folder written by a diffusers pipeline's save_pretrained")
+        raise MissingResourceError(
+            f"synthesis checkpoint: {problem}",
+            hint="pass a folder written by a diffusers pipeline's save_pretrained",
+        )
     root = Path(path).expanduser().resolve()
     index = json.loads((root / "model_index.json").read_text())
     sched = index.get("scheduler")
-    return {"path": str(root), "fingerprint": checkpoint_fingerprint(root),
-            "pipeline": index.get("_class_name"),
-            "scheduler": sched[1] if isinstance(sched, list) and len(sched) > 1 else None}
+    return {
+        "path": str(root),
+        "fingerprint": checkpoint_fingerprint(root),
+        "pipeline": index.get("_class_name"),
+        "scheduler": sched[1] if isinstance(sched, list) and len(sched) > 1 else None,
+    }
 
 
 class TextToImage:
@@ -85,8 +90,14 @@ class TextToImage:
         InputError: the folder does not load as a text-to-image pipeline (one line).
     """
 
-    def __init__(self, path, *, device: str | None = None, dtype: str | None = None,
-                 scheduler: str | None = None):
+    def __init__(
+        self,
+        path,
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+        scheduler: str | None = None,
+    ):
         import torch
 
         from robustlab.models.base import auto_device
@@ -112,28 +123,43 @@ class TextToImage:
             dlog.disable_progress_bar()
             try:
                 with warnings.catch_warnings():  # newer diffusers renamed torch_dtype to dtype
-                    warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
+                    warnings.filterwarnings(
+                        "ignore", message=".*torch_dtype.*", category=FutureWarning
+                    )
                     pipe = AutoPipelineForText2Image.from_pretrained(
-                        str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True)
+                        str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True
+                    )
             finally:
                 dlog.set_verbosity(verbosity)
                 if bars:
                     dlog.enable_progress_bar()
         except Exception as exc:  # wrong pipeline type, missing component, corrupt file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"cannot load a text-to-image pipeline from {self.path}: {first}") from None
+            raise InputError(
+                f"cannot load a text-to-image pipeline from {self.path}: {first}"
+            ) from None
         if scheduler is not None:
             import diffusers
 
-            pipe.scheduler = getattr(diffusers, SCHEDULERS[scheduler]).from_config(pipe.scheduler.config)
+            pipe.scheduler = getattr(diffusers, SCHEDULERS[scheduler]).from_config(
+                pipe.scheduler.config
+            )
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe.to(self.device)
         self.multiple = int(getattr(pipe, "vae_scale_factor", 8) or 8)
         self._lock = threading.Lock()
 
-    def __call__(self, prompts: Sequence[str], seeds: Sequence[int], *, steps: int = 30,
-                 guidance_scale: float = 7.5, height: int = 512, width: int = 512,
-                 negative_prompt: str = "") -> list[np.ndarray | str]:
+    def __call__(
+        self,
+        prompts: Sequence[str],
+        seeds: Sequence[int],
+        *,
+        steps: int = 30,
+        guidance_scale: float = 7.5,
+        height: int = 512,
+        width: int = 512,
+        negative_prompt: str = "",
+    ) -> list[np.ndarray | str]:
         """One image per prompt, in one batch.
 
         Args:
@@ -156,10 +182,16 @@ class TextToImage:
         generators = [torch.Generator("cpu").manual_seed(int(s) & (2**63 - 1)) for s in seeds]
         negative = [negative_prompt] * len(prompts) if negative_prompt else None
         with self._lock, torch.inference_mode():
-            out = self.pipe(prompt=list(prompts), negative_prompt=negative, height=int(height),
-                            width=int(width), num_inference_steps=int(steps),
-                            guidance_scale=float(guidance_scale), generator=generators,
-                            output_type="np")
+            out = self.pipe(
+                prompt=list(prompts),
+                negative_prompt=negative,
+                height=int(height),
+                width=int(width),
+                num_inference_steps=int(steps),
+                guidance_scale=float(guidance_scale),
+                generator=generators,
+                output_type="np",
+            )
         images = np.asarray(out.images, dtype=np.float32)
         flagged = getattr(out, "nsfw_content_detected", None) or [False] * len(prompts)
         result: list[np.ndarray | str] = []
@@ -173,11 +205,17 @@ class TextToImage:
     def describe(self) -> dict[str, Any]:
         """JSON-able record of the checkpoint and how it runs (manifest and run records)."""
         sched = self.pipe.scheduler
-        return {"path": str(self.path), "fingerprint": self.fingerprint,
-                "pipeline": type(self.pipe).__name__, "scheduler": type(sched).__name__,
-                "scheduler_config": {k: v for k, v in dict(sched.config).items()
-                                     if not k.startswith("_")},
-                "device": self.device, "dtype": self.dtype}
+        return {
+            "path": str(self.path),
+            "fingerprint": self.fingerprint,
+            "pipeline": type(self.pipe).__name__,
+            "scheduler": type(sched).__name__,
+            "scheduler_config": {
+                k: v for k, v in dict(sched.config).items() if not k.startswith("_")
+            },
+            "device": self.device,
+            "dtype": self.dtype,
+        }
 
 
 __all__ = ["TextToImage", "describe_checkpoint", "checkpoint_problem", "SCHEDULERS"]

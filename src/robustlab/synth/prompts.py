@@ -105,7 +105,7 @@ def nuisance_display(name: str) -> str:
 
 
 def with_article(text: str) -> str:
-    """"an alarm clock", "a backpack": the article English spelling usually takes."""
+    """ "an alarm clock", "a backpack": the article English spelling usually takes."""
     return ("an " if text[:1].lower() in "aeiou" else "a ") + text
 
 
@@ -125,14 +125,18 @@ def load_vocabulary(spec: str | Path) -> Vocabulary:
     key = str(spec).strip()
     if key.lower() in VOCABULARIES:
         text = _asset(f"{key.lower()}.csv").read_text(encoding="utf-8")
-        subset, source = key.lower(), f"ImageNet-D {key.lower()}.csv (chenshuang-zhang/imagenet_d, MIT)"
+        subset, source = (
+            key.lower(),
+            f"ImageNet-D {key.lower()}.csv (chenshuang-zhang/imagenet_d, MIT)",
+        )
         where = source
     else:
         path = Path(key).expanduser()
         if not path.is_file():
             raise MissingResourceError(
                 f"nuisance vocabulary {key!r} is neither {', '.join(VOCABULARIES)} nor a CSV file",
-                hint="pass a built-in name or the path of a CSV with a 'name' column")
+                hint="pass a built-in name or the path of a CSV with a 'name' column",
+            )
         try:
             text = path.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
@@ -145,8 +149,10 @@ def load_vocabulary(spec: str | Path) -> Vocabulary:
     except csv.Error as exc:
         raise InputError(f"cannot read nuisance vocabulary {where}: {exc}") from None
     if "name" not in fields:
-        raise InputError(f"nuisance vocabulary {where} needs a 'name' column; it has {fields}",
-                         hint="a header line such as 'name' (optionally 'code,name')")
+        raise InputError(
+            f"nuisance vocabulary {where} needs a 'name' column; it has {fields}",
+            hint="a header line such as 'name' (optionally 'code,name')",
+        )
     col = reader.fieldnames[fields.index("name")]
     names = [(r.get(col) or "").strip() for r in rows]
     names = [n for n in names if n]
@@ -156,8 +162,9 @@ def load_vocabulary(spec: str | Path) -> Vocabulary:
     for n in names:
         s = slug(n)
         if s in seen:
-            raise InputError(f"nuisance vocabulary {where}: {n!r} and {seen[s]!r} give the same "
-                             f"file name {s!r}")
+            raise InputError(
+                f"nuisance vocabulary {where}: {n!r} and {seen[s]!r} give the same file name {s!r}"
+            )
         seen[s] = n
     return Vocabulary(subset, tuple(names), source)
 
@@ -201,14 +208,18 @@ def check_template(template: str, subset: str = "") -> None:
     try:
         template.format(**{p: "x" for p in PLACEHOLDERS})
     except (KeyError, IndexError, ValueError) as exc:
-        raise InputError(f"template {template!r}{f' of {subset}' if subset else ''} is not usable: "
-                         f"{type(exc).__name__} {exc}",
-                         hint=f"placeholders are {', '.join('{' + p + '}' for p in PLACEHOLDERS)}") from None
+        raise InputError(
+            f"template {template!r}{f' of {subset}' if subset else ''} is not usable: "
+            f"{type(exc).__name__} {exc}",
+            hint=f"placeholders are {', '.join('{' + p + '}' for p in PLACEHOLDERS)}",
+        ) from None
 
 
 def make_prompt(template: str, class_name: str, nuisance: str) -> str:
     cls, nui = class_display(class_name), nuisance_display(nuisance)
-    return template.format(cls=cls, a_cls=with_article(cls), nuisance=nui, a_nuisance=with_article(nui))
+    return template.format(
+        cls=cls, a_cls=with_article(cls), nuisance=nui, a_nuisance=with_article(nui)
+    )
 
 
 def select_classes(space, classes: Sequence[str] | None) -> list[int]:
@@ -224,15 +235,24 @@ def select_classes(space, classes: Sequence[str] | None) -> list[int]:
         try:
             i = space.index_of(str(c).strip())
         except ValueError as exc:
-            raise InputError(str(exc), hint="see the label space's class folders or names") from None
+            raise InputError(
+                str(exc), hint="see the label space's class folders or names"
+            ) from None
         if i not in out:
             out.append(i)
     return out
 
 
-def build_grid(space, vocabularies: Sequence[Vocabulary], *, classes: Sequence[int],
-               per_pair: int, seed: int, templates: Mapping[str, str],
-               max_nuisances: int | None = None) -> list[PromptItem]:
+def build_grid(
+    space,
+    vocabularies: Sequence[Vocabulary],
+    *,
+    classes: Sequence[int],
+    per_pair: int,
+    seed: int,
+    templates: Mapping[str, str],
+    max_nuisances: int | None = None,
+) -> list[PromptItem]:
     """Every (subset, class, nuisance, k) item, in a fixed order.
 
     Args:
@@ -256,19 +276,39 @@ def build_grid(space, vocabularies: Sequence[Vocabulary], *, classes: Sequence[i
         for ci in classes:
             folder, name = space.folders[ci], space.classes[ci]
             if not folder or folder.startswith(".") or "/" in folder or "\\" in folder:
-                raise InputError(f"class folder {folder!r} of label space {space.name!r} cannot be "
-                                 "a folder name")
+                raise InputError(
+                    f"class folder {folder!r} of label space {space.name!r} cannot be a folder name"
+                )
             for nuisance in names:
                 prompt = make_prompt(template, name, nuisance)
                 for k in range(per_pair):
-                    items.append(PromptItem(
-                        file=f"{vocab.subset}/{folder}/{slug(nuisance)}_{k:03d}.png",
-                        subset=vocab.subset, class_folder=folder, class_name=name,
-                        nuisance=nuisance, k=k, prompt=prompt,
-                        seed=derive_seed(seed, folder, f"synth/{vocab.subset}/{nuisance}", k)))
+                    items.append(
+                        PromptItem(
+                            file=f"{vocab.subset}/{folder}/{slug(nuisance)}_{k:03d}.png",
+                            subset=vocab.subset,
+                            class_folder=folder,
+                            class_name=name,
+                            nuisance=nuisance,
+                            k=k,
+                            prompt=prompt,
+                            seed=derive_seed(seed, folder, f"synth/{vocab.subset}/{nuisance}", k),
+                        )
+                    )
     return items
 
 
-__all__ = ["VOCABULARIES", "TEMPLATES", "DEFAULT_TEMPLATE", "Vocabulary", "PromptItem",
-           "load_vocabulary", "load_templates", "build_grid", "select_classes", "make_prompt",
-           "class_display", "nuisance_display", "slug"]
+__all__ = [
+    "VOCABULARIES",
+    "TEMPLATES",
+    "DEFAULT_TEMPLATE",
+    "Vocabulary",
+    "PromptItem",
+    "load_vocabulary",
+    "load_templates",
+    "build_grid",
+    "select_classes",
+    "make_prompt",
+    "class_display",
+    "nuisance_display",
+    "slug",
+]

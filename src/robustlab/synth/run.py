@@ -31,12 +31,21 @@ from typing import Any
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.generate import (
-    _jsonable, _now, atomic_write, library_versions, remove_temp_files,
+    _jsonable,
+    _now,
+    atomic_write,
+    library_versions,
+    remove_temp_files,
 )
 from robustlab.manifest import load_manifest
 from robustlab.synth.backend import SCHEDULERS, TextToImage, describe_checkpoint
 from robustlab.synth.prompts import (
-    VOCABULARIES, PromptItem, build_grid, load_templates, load_vocabulary, select_classes,
+    VOCABULARIES,
+    PromptItem,
+    build_grid,
+    load_templates,
+    load_vocabulary,
+    select_classes,
 )
 
 log = logging.getLogger(__name__)
@@ -71,13 +80,30 @@ class SynthResult:
     backend: dict[str, Any] | None = None
 
 
-def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence[str] | None = None,
-          nuisances: Sequence[str] = VOCABULARIES, per_pair: int = 1, seed: int = 0,
-          steps: int = 30, guidance_scale: float = 7.5, height: int = 512, width: int = 512,
-          negative_prompt: str = "", templates=None, sampler: str | None = None,
-          max_nuisances: int | None = None, limit: int | None = None,
-          batch_size: int | None = None, device: str | None = None, dtype: str | None = None,
-          backend: TextToImage | None = None, progress: bool = False) -> SynthResult:
+def synth(
+    out,
+    checkpoint,
+    *,
+    label_space: str = "imagenet-d",
+    classes: Sequence[str] | None = None,
+    nuisances: Sequence[str] = VOCABULARIES,
+    per_pair: int = 1,
+    seed: int = 0,
+    steps: int = 30,
+    guidance_scale: float = 7.5,
+    height: int = 512,
+    width: int = 512,
+    negative_prompt: str = "",
+    templates=None,
+    sampler: str | None = None,
+    max_nuisances: int | None = None,
+    limit: int | None = None,
+    batch_size: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    backend: TextToImage | None = None,
+    progress: bool = False,
+) -> SynthResult:
     """Synthesise every image of the prompt grid that ``out`` does not hold yet.
 
     Args:
@@ -127,8 +153,15 @@ def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence
     if not vocabs:
         raise InputError("no nuisance vocabulary given")
     template_map = load_templates(templates)
-    grid = build_grid(space, vocabs, classes=class_ids, per_pair=int(per_pair), seed=int(seed),
-                      templates=template_map, max_nuisances=max_nuisances)
+    grid = build_grid(
+        space,
+        vocabs,
+        classes=class_ids,
+        per_pair=int(per_pair),
+        seed=int(seed),
+        templates=template_map,
+        max_nuisances=max_nuisances,
+    )
     if limit is not None:
         grid = grid[: int(limit)]
     ckpt = backend.describe() if backend is not None else describe_checkpoint(checkpoint)
@@ -142,7 +175,9 @@ def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence
         "width": int(width),
         "negative_prompt": negative_prompt,
         "seed": int(seed),
-        "templates": {v.subset: template_map.get(v.subset) or template_map.get("*") for v in vocabs},
+        "templates": {
+            v.subset: template_map.get(v.subset) or template_map.get("*") for v in vocabs
+        },
         "label_space": space.name,
     }
 
@@ -153,9 +188,16 @@ def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence
         _check_identity(prev, identity, manifest_path)
     rows = _merge_prompts(out_root / PROMPTS, grid)
     out_root.mkdir(parents=True, exist_ok=True)
-    run_record = {"started_at": _now(), "status": "running", "planned": len(grid),
-                  "classes": len(class_ids), "subsets": [v.subset for v in vocabs],
-                  "per_pair": int(per_pair), "max_nuisances": max_nuisances, "limit": limit}
+    run_record = {
+        "started_at": _now(),
+        "status": "running",
+        "planned": len(grid),
+        "classes": len(class_ids),
+        "subsets": [v.subset for v in vocabs],
+        "per_pair": int(per_pair),
+        "max_nuisances": max_nuisances,
+        "limit": limit,
+    }
     manifest = _manifest(prev, identity, ckpt, vocabs, template_map, rows, run_record)
     # The record goes down before any image, so no image is ever of unknown making.
     _write_prompts(out_root / PROMPTS, rows)
@@ -182,17 +224,38 @@ def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence
             if batch < 1:
                 raise InputError(f"batch size must be at least 1, got {batch}")
             run_record["batch_size"] = batch
-            log.info("synthesising %d images (%d already there) into %s", len(todo),
-                     result.existing, out_root)
-            _draw(backend, todo, batch, out_root, result, progress,
-                  dict(steps=int(steps), guidance_scale=float(guidance_scale), height=int(height),
-                       width=int(width), negative_prompt=negative_prompt))
+            log.info(
+                "synthesising %d images (%d already there) into %s",
+                len(todo),
+                result.existing,
+                out_root,
+            )
+            _draw(
+                backend,
+                todo,
+                batch,
+                out_root,
+                result,
+                progress,
+                dict(
+                    steps=int(steps),
+                    guidance_scale=float(guidance_scale),
+                    height=int(height),
+                    width=int(width),
+                    negative_prompt=negative_prompt,
+                ),
+            )
         status = "complete"
     finally:
         result.seconds = time.perf_counter() - started
-        run_record.update(finished_at=_now(), status=status, seconds=round(result.seconds, 3),
-                          written=result.written, existing=result.existing,
-                          failed=len(result.failures))
+        run_record.update(
+            finished_at=_now(),
+            status=status,
+            seconds=round(result.seconds, 3),
+            written=result.written,
+            existing=result.existing,
+            failed=len(result.failures),
+        )
         if result.backend:
             run_record["backend"] = _jsonable(result.backend)
         manifest = _finish_manifest(manifest, result, run_record, grid)
@@ -202,8 +265,15 @@ def synth(out, checkpoint, *, label_space: str = "imagenet-d", classes: Sequence
     return result
 
 
-def _draw(backend: TextToImage, todo: list[PromptItem], batch: int, out_root: Path,
-          result: SynthResult, progress: bool, settings: dict) -> None:
+def _draw(
+    backend: TextToImage,
+    todo: list[PromptItem],
+    batch: int,
+    out_root: Path,
+    result: SynthResult,
+    progress: bool,
+    settings: dict,
+) -> None:
     """Run the pipeline batch by batch; a failing batch is retried prompt by prompt."""
     bar = None
     if progress:
@@ -212,7 +282,7 @@ def _draw(backend: TextToImage, todo: list[PromptItem], batch: int, out_root: Pa
         bar = tqdm(total=len(todo), unit="img", desc="synth", dynamic_ncols=True)
     try:
         for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
+            chunk = todo[start : start + batch]
             for item, image in _generate(backend, chunk, settings):
                 if isinstance(image, str):
                     result.failures.append((item.file, image))
@@ -237,8 +307,11 @@ def _generate(backend: TextToImage, chunk: list[PromptItem], settings: dict):
         raise
     except Exception as exc:  # noqa: BLE001 - the model failing on a prompt is a counted skip
         if len(chunk) > 1:
-            log.warning("a batch of %d failed (%s); retrying one prompt at a time", len(chunk),
-                        _one_line(exc))
+            log.warning(
+                "a batch of %d failed (%s); retrying one prompt at a time",
+                len(chunk),
+                _one_line(exc),
+            )
             return [pair for item in chunk for pair in _generate(backend, [item], settings)]
         return [(chunk[0], f"the pipeline failed: {_one_line(exc)}")]
 
@@ -259,21 +332,27 @@ def _png(image) -> bytes:
 def _check_identity(prev: dict, identity: dict, path: Path) -> None:
     """Refuse to add images made another way to a folder; say which settings differ."""
     if prev.get("format") != FORMAT:
-        raise InputChangedError(f"{path} is not a robustlab synth manifest ({prev.get('format')!r})",
-                                hint="use a new --out folder")
+        raise InputChangedError(
+            f"{path} is not a robustlab synth manifest ({prev.get('format')!r})",
+            hint="use a new --out folder",
+        )
     old = prev.get("identity") or {}
     changed = []
     for key, value in identity.items():
         if key == "templates":
             before = old.get(key) or {}
-            changed += [f"template of {s} ({before[s]!r} -> {t!r})" for s, t in value.items()
-                        if s in before and before[s] != t]
+            changed += [
+                f"template of {s} ({before[s]!r} -> {t!r})"
+                for s, t in value.items()
+                if s in before and before[s] != t
+            ]
         elif key in old and old[key] != value:
             changed.append(f"{key} ({old[key]!r} -> {value!r})")
     if changed:
-        raise InputChangedError(f"{path.parent} was synthesised with other settings: "
-                                + "; ".join(changed),
-                                hint="use a new --out folder to synthesise with other settings")
+        raise InputChangedError(
+            f"{path.parent} was synthesised with other settings: " + "; ".join(changed),
+            hint="use a new --out folder to synthesise with other settings",
+        )
 
 
 def _merge_prompts(path: Path, grid: list[PromptItem]) -> dict[str, dict]:
@@ -284,17 +363,27 @@ def _merge_prompts(path: Path, grid: list[PromptItem]) -> dict[str, dict]:
             with open(path, newline="", encoding="utf-8") as fh:
                 rows = {r["file"]: r for r in csv.DictReader(fh)}
         except (OSError, csv.Error, KeyError) as exc:
-            raise InputError(f"cannot read {path}: {exc}", hint="move it away to start over") from None
+            raise InputError(
+                f"cannot read {path}: {exc}", hint="move it away to start over"
+            ) from None
     for item in grid:
-        rows[item.file] = {"file": item.file, "class": item.class_folder, "subset": item.subset,
-                           "nuisance": item.nuisance, "k": str(item.k), "prompt": item.prompt,
-                           "seed": str(item.seed)}
+        rows[item.file] = {
+            "file": item.file,
+            "class": item.class_folder,
+            "subset": item.subset,
+            "nuisance": item.nuisance,
+            "k": str(item.k),
+            "prompt": item.prompt,
+            "seed": str(item.seed),
+        }
     return dict(sorted(rows.items()))
 
 
 def _csv_bytes(rows, columns) -> bytes:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(
+        buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore"
+    )
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue().encode()
@@ -320,8 +409,9 @@ def _write_json(path: Path, data: dict) -> None:
 def _manifest(prev, identity, ckpt, vocabs, templates, rows, run_record) -> dict:
     prev = prev or {}
     vocab_records = {v["subset"]: v for v in prev.get("vocabularies", [])}
-    vocab_records.update({v.subset: {"subset": v.subset, "source": v.source, "n": len(v.names)}
-                          for v in vocabs})
+    vocab_records.update(
+        {v.subset: {"subset": v.subset, "source": v.source, "n": len(v.names)} for v in vocabs}
+    )
     return {
         "format": FORMAT,
         "identity": identity,
@@ -342,12 +432,16 @@ def _manifest(prev, identity, ckpt, vocabs, templates, rows, run_record) -> dict
     }
 
 
-def _finish_manifest(manifest: dict, result: SynthResult, run_record: dict,
-                     grid: list[PromptItem]) -> dict:
+def _finish_manifest(
+    manifest: dict, result: SynthResult, run_record: dict, grid: list[PromptItem]
+) -> dict:
     """This run's outcome merged in: a failure retried now either failed again or exists."""
     considered = {i.file for i in grid}
-    failures = {d["file"]: d["reason"] for d in manifest.get("failures", [])
-                if d.get("file") not in considered}
+    failures = {
+        d["file"]: d["reason"]
+        for d in manifest.get("failures", [])
+        if d.get("file") not in considered
+    }
     failures.update(dict(result.failures))
     counts = dict(manifest.get("counts") or {})
     manifest = dict(manifest)

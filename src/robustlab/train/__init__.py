@@ -9,11 +9,28 @@ scenario), EX2 (train and test within each scenario) and the robustness score.
 
 from robustlab.train.finetune import MODES, TrainConfig, TrainResult, finetune
 from robustlab.train.protocols import (
-    PROTOCOLS, ProtocolResult, evaluate_on_split, make_split, run_protocol, scenario_score,
+    PROTOCOLS,
+    ProtocolResult,
+    evaluate_on_split,
+    make_split,
+    run_protocol,
+    scenario_score,
     train_on_cells,
 )
 from robustlab.train.splits import Split, split_samples
 
-__all__ = ["MODES", "PROTOCOLS", "TrainConfig", "TrainResult", "ProtocolResult", "Split",
-           "finetune", "split_samples", "make_split", "train_on_cells", "evaluate_on_split",
-           "run_protocol", "scenario_score"]
+__all__ = [
+    "MODES",
+    "PROTOCOLS",
+    "TrainConfig",
+    "TrainResult",
+    "ProtocolResult",
+    "Split",
+    "finetune",
+    "split_samples",
+    "make_split",
+    "train_on_cells",
+    "evaluate_on_split",
+    "run_protocol",
+    "scenario_score",
+]

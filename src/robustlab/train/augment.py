@@ -56,11 +56,15 @@ class CorruptionAugmentation:
         object.__setattr__(self, "holdout_families", held)
         unknown = [f for f in held if f not in families]
         if unknown:
-            raise InputError(f"unknown corruption family {unknown[0]!r}; the families are "
-                             f"{', '.join(families)}")
+            raise InputError(
+                f"unknown corruption family {unknown[0]!r}; the families are {', '.join(families)}"
+            )
         if set(held) == set(families):
-            raise InputError(f"holding out every corruption family ({', '.join(held)}) leaves "
-                             "nothing to train on", hint="hold out one to three families")
+            raise InputError(
+                f"holding out every corruption family ({', '.join(held)}) leaves "
+                "nothing to train on",
+                hint="hold out one to three families",
+            )
         f = float(self.clean_fraction)
         if not (math.isfinite(f) and 0.0 <= f < 1.0):
             raise InputError(f"clean fraction must be in [0, 1), got {self.clean_fraction}")
@@ -68,8 +72,12 @@ class CorruptionAugmentation:
     @property
     def train_shifts(self) -> tuple[str, ...]:
         """Corruptions that may be drawn (families not held out)."""
-        return tuple(s for fam, names in pool_families().items()
-                     if fam not in self.holdout_families for s in names)
+        return tuple(
+            s
+            for fam, names in pool_families().items()
+            if fam not in self.holdout_families
+            for s in names
+        )
 
     @property
     def held_out_shifts(self) -> tuple[str, ...]:
@@ -82,10 +90,15 @@ class CorruptionAugmentation:
         return f"corruption-aug(holdout={held})"
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "holdout_families": list(self.holdout_families),
-                "held_out_shifts": list(self.held_out_shifts),
-                "train_shifts": list(self.train_shifts), "clean_fraction": float(self.clean_fraction),
-                "pool": POOL_TAG, "draw": f"seed rule ({DRAW_KEY}, step/position), uniform"}
+        return {
+            "name": self.name,
+            "holdout_families": list(self.holdout_families),
+            "held_out_shifts": list(self.held_out_shifts),
+            "train_shifts": list(self.train_shifts),
+            "clean_fraction": float(self.clean_fraction),
+            "pool": POOL_TAG,
+            "draw": f"seed rule ({DRAW_KEY}, step/position), uniform",
+        }
 
     def draw(self, sample_id: str, *, seed: int, step: int, pos: int) -> tuple[str, Any]:
         """The (shift, level) cell one training image is made of."""
@@ -101,8 +114,10 @@ class CorruptionAugmentation:
 
     def items(self, items, *, step: int, samples, seed: int):
         """The step's (sample, shift, level) items, each clean item replaced by a draw."""
-        return [(i, *self.draw(samples[i].id, seed=seed, step=step, pos=pos))
-                for pos, (i, _, _) in enumerate(items)]
+        return [
+            (i, *self.draw(samples[i].id, seed=seed, step=step, pos=pos))
+            for pos, (i, _, _) in enumerate(items)
+        ]
 
     def loss(self, forward, x, labels, columns, gen, preprocessing):
         """Plain cross-entropy on the (augmented) batch."""

@@ -66,7 +66,9 @@ class TrainConfig:
         if self.mode not in MODES:
             raise InputError(f"training mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if int(self.steps) < 1 or int(self.batch_size) < 1:
-            raise InputError(f"steps and batch size must be at least 1, got {self.steps} and {self.batch_size}")
+            raise InputError(
+                f"steps and batch size must be at least 1, got {self.steps} and {self.batch_size}"
+            )
         if self.lr is not None and not float(self.lr) > 0:
             raise InputError(f"learning rate must be positive, got {self.lr}")
 
@@ -105,9 +107,11 @@ def _output_columns(model):
         import torch
 
         return torch.tensor(model.label_space.subset_ids, dtype=torch.long)
-    raise InputError(f"cannot fine-tune on label space {model.label_space.name!r}: a class that "
-                     "stands for several ImageNet classes has no single training target; "
-                     "use imagenet1k or a subset space")
+    raise InputError(
+        f"cannot fine-tune on label space {model.label_space.name!r}: a class that "
+        "stands for several ImageNet classes has no single training target; "
+        "use imagenet1k or a subset space"
+    )
 
 
 def _network(model):
@@ -152,9 +156,19 @@ def _loss(logits, labels, columns):
     return torch.nn.functional.cross_entropy(logits, labels)
 
 
-def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tuple[str, Any]],
-             images, config: TrainConfig, checkpoint: str | Path, *, extra_record: dict | None = None,
-             progress=None, method=None) -> TrainResult:
+def finetune(
+    model,
+    samples: Sequence,
+    labels: Sequence[int],
+    cells: Sequence[tuple[str, Any]],
+    images,
+    config: TrainConfig,
+    checkpoint: str | Path,
+    *,
+    extra_record: dict | None = None,
+    progress=None,
+    method=None,
+) -> TrainResult:
     """Fine-tune ``model`` in place on every (sample, cell) pair and save a checkpoint.
 
     Args:
@@ -191,27 +205,48 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.seed))
         if method is not None:
-            losses, drawn = method_steps(model, method, samples, images, items, item_labels,
-                                         config, gen, columns, device, progress)
+            losses, drawn = method_steps(
+                model,
+                method,
+                samples,
+                images,
+                items,
+                item_labels,
+                config,
+                gen,
+                columns,
+                device,
+                progress,
+            )
         elif config.mode == "linear":
-            if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
-                raise InputError(f"{model.spec}: the linear probe needs a timm-style network "
-                                 "(forward_features/forward_head/get_classifier); use mode 'full'")
+            if not all(
+                hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")
+            ):
+                raise InputError(
+                    f"{model.spec}: the linear probe needs a timm-style network "
+                    "(forward_features/forward_head/get_classifier); use mode 'full'"
+                )
             head = net.get_classifier()
             net.eval()
             feats = []
             with torch.no_grad():
                 chunk = max(1, int(config.batch_size))
                 for k in range(0, len(items), chunk):
-                    x = _item_tensors(model, samples, images, items[k:k + chunk], cache).to(device)
-                    feats.append(net.forward_head(net.forward_features(x), pre_logits=True).float().cpu())
+                    x = _item_tensors(model, samples, images, items[k : k + chunk], cache).to(
+                        device
+                    )
+                    feats.append(
+                        net.forward_head(net.forward_features(x), pre_logits=True).float().cpu()
+                    )
             feats = torch.cat(feats)
             params = list(head.parameters())
             for p in net.parameters():
                 p.requires_grad_(False)
             for p in params:
                 p.requires_grad_(True)
-            opt = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+            opt = torch.optim.AdamW(
+                params, lr=config.learning_rate, weight_decay=config.weight_decay
+            )
             head.train()
             for step, idx in enumerate(_batches(len(items), config.batch_size, config.steps, gen)):
                 loss = _loss(head(feats[idx].to(device)), item_labels[idx].to(device), columns)
@@ -224,8 +259,9 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
         else:
             for p in net.parameters():
                 p.requires_grad_(True)
-            opt = torch.optim.AdamW(net.parameters(), lr=config.learning_rate,
-                                    weight_decay=config.weight_decay)
+            opt = torch.optim.AdamW(
+                net.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+            )
             net.train()
             for m in net.modules():  # frozen batch-norm statistics (see the module docstring)
                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
@@ -278,8 +314,9 @@ def finetune(model, samples: Sequence, labels: Sequence[int], cells: Sequence[tu
 __all__ = ["TrainConfig", "TrainResult", "finetune", "MODES"]
 
 
-def method_steps(model, method, samples, images, items, item_labels, config, gen, columns,
-                 device, progress=None) -> tuple[list[float], dict[str, int]]:
+def method_steps(
+    model, method, samples, images, items, item_labels, config, gen, columns, device, progress=None
+) -> tuple[list[float], dict[str, int]]:
     """Run ``config.steps`` optimiser steps of ``method``.
 
     Returns:
@@ -297,8 +334,10 @@ def method_steps(model, method, samples, images, items, item_labels, config, gen
         p.requires_grad_(False)
     if config.mode == "linear":
         if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
-            raise InputError(f"{model.spec}: the linear probe needs a timm-style network "
-                             "(forward_features/forward_head/get_classifier); use mode 'full'")
+            raise InputError(
+                f"{model.spec}: the linear probe needs a timm-style network "
+                "(forward_features/forward_head/get_classifier); use mode 'full'"
+            )
         head = net.get_classifier()
         net.eval()
         params = list(head.parameters())
@@ -326,15 +365,18 @@ def method_steps(model, method, samples, images, items, item_labels, config, gen
     drawn: dict[str, int] = {}
     cache: dict = {}
     for step, idx in enumerate(_batches(len(items), config.batch_size, config.steps, gen)):
-        batch = method.items([items[j] for j in idx.tolist()], step=step, samples=samples,
-                             seed=int(config.seed))
+        batch = method.items(
+            [items[j] for j in idx.tolist()], step=step, samples=samples, seed=int(config.seed)
+        )
         for _, shift, _ in batch:
             drawn[shift] = drawn.get(shift, 0) + 1
         x = _item_tensors(model, samples, images, batch, cache)
         if config.mode == "full" and config.hflip:
             flip = torch.rand(len(x), generator=gen) < 0.5
             x[flip] = x[flip].flip(-1)
-        loss = method.loss(forward, x, item_labels[idx].to(device), columns, gen, model.preprocessing)
+        loss = method.loss(
+            forward, x, item_labels[idx].to(device), columns, gen, model.preprocessing
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

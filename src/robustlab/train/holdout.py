@@ -54,8 +54,21 @@ SUITE_VERSION = "1"
 PROTOCOLS = ("column", "subtypes", "versions")
 # ICONS-50's 13 vendors, as its training code names them; in the folder layout the style of
 # an icon is the vendor named in its path.
-ICONS50_STYLES = ("apple", "google", "facebook", "emoji-one", "samsung", "microsoft", "lg", "htc",
-                  "whatsapp", "messenger", "twitter", "emojidex", "mozilla")
+ICONS50_STYLES = (
+    "apple",
+    "google",
+    "facebook",
+    "emoji-one",
+    "samsung",
+    "microsoft",
+    "lg",
+    "htc",
+    "whatsapp",
+    "messenger",
+    "twitter",
+    "emojidex",
+    "mozilla",
+)
 # ICONS-50's normalisation (mean 0.5, std 0.25 per channel).
 MEAN, STD = 0.5, 0.25
 META_COLUMNS = ("class", "subtype", "style", "version", "split")
@@ -119,22 +132,27 @@ def read_folder(root: str | Path, metadata: str | Path | None = None) -> Labelle
         raise MissingResourceError(f"data folder {root} does not exist")
     path = Path(metadata).expanduser() if metadata else root / "metadata.csv"
     if not path.is_file():
-        raise MissingResourceError(f"no metadata CSV at {path}",
-                                   hint="give --metadata CSV with file and class columns "
-                                        "(robustlab data icons writes one)")
+        raise MissingResourceError(
+            f"no metadata CSV at {path}",
+            hint="give --metadata CSV with file and class columns "
+            "(robustlab data icons writes one)",
+        )
     try:
         meta = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
     missing = [c for c in ("file", "class") if c not in meta.columns]
     if missing:
-        raise InputError(f"{path} has no {' or '.join(missing)} column "
-                         f"(columns: {', '.join(meta.columns)})")
+        raise InputError(
+            f"{path} has no {' or '.join(missing)} column (columns: {', '.join(meta.columns)})"
+        )
     if (meta["class"].str.strip() == "").any():
         n = int((meta["class"].str.strip() == "").sum())
         raise InputError(f"{path}: {n} row(s) have an empty class")
     if meta["file"].duplicated().any():
-        raise InputError(f"{path}: file {meta['file'][meta['file'].duplicated()].iloc[0]!r} is listed twice")
+        raise InputError(
+            f"{path}: file {meta['file'][meta['file'].duplicated()].iloc[0]!r} is listed twice"
+        )
     absent = [f for f in meta["file"] if not (root / f).is_file()]
     if absent:
         raise InputError(f"{len(absent)} file(s) of {path} are not in {root}, e.g. {absent[0]!r}")
@@ -176,23 +194,33 @@ def read_icons50(path: str | Path) -> LabelledSet:
     if p.is_dir():
         p = p / "Icons-50.npy"
     if not p.is_file():
-        raise MissingResourceError(f"no Icons-50.npy at {p}",
-                                   hint="download ICONS-50 (Icons-50.npy) and pass its path")
+        raise MissingResourceError(
+            f"no Icons-50.npy at {p}", hint="download ICONS-50 (Icons-50.npy) and pass its path"
+        )
     try:
         d = np.load(p, allow_pickle=True).item()
         images = np.asarray(d["image"], dtype=np.uint8)
         cols = {k: [str(v) for v in d[k]] for k in ("class", "style", "subtype", "rendition")}
     except (OSError, ValueError, KeyError, pickle.UnpicklingError, AttributeError) as exc:
-        raise InputError(f"{p} is not ICONS-50's Icons-50.npy ({type(exc).__name__}: {exc})") from None
+        raise InputError(
+            f"{p} is not ICONS-50's Icons-50.npy ({type(exc).__name__}: {exc})"
+        ) from None
     if images.ndim != 4 or images.shape[1] != 3 or len(images) != len(cols["class"]):
         raise InputError(f"{p}: images must be N x 3 x H x W, one per label; got {images.shape}")
-    meta = pd.DataFrame({"id": [f"{i:05d}" for i in range(len(images))], "class": cols["class"],
-                         "subtype": cols["subtype"], "style": cols["style"],
-                         "version": cols["rendition"]})
+    meta = pd.DataFrame(
+        {
+            "id": [f"{i:05d}" for i in range(len(images))],
+            "class": cols["class"],
+            "subtype": cols["subtype"],
+            "style": cols["style"],
+            "version": cols["rendition"],
+        }
+    )
 
     def read(ids, size):
-        return np.stack([_resize(np.ascontiguousarray(images[int(i)].transpose(1, 2, 0)), size)
-                         for i in ids])
+        return np.stack(
+            [_resize(np.ascontiguousarray(images[int(i)].transpose(1, 2, 0)), size) for i in ids]
+        )
 
     return LabelledSet("icons50", p, meta, read)
 
@@ -216,8 +244,11 @@ def _icons50_folder(root: Path) -> LabelledSet:
     if skipped:
         log.info("%s: %d file(s) name no single ICONS-50 vendor and are left out", root, skipped)
     if not rows:
-        raise InputError(f"{root}: no image in <class>/ folders names an ICONS-50 vendor "
-                         f"({', '.join(ICONS50_STYLES)})", hint="or pass Icons-50.npy")
+        raise InputError(
+            f"{root}: no image in <class>/ folders names an ICONS-50 vendor "
+            f"({', '.join(ICONS50_STYLES)})",
+            hint="or pass Icons-50.npy",
+        )
     meta = pd.DataFrame(rows, columns=["id", "class", "style"])
     return LabelledSet("icons50", root, meta, lambda ids, size: _read_files(root, ids, size))
 
@@ -230,8 +261,10 @@ def read_cifar100(path: str | Path) -> LabelledSet:
         root = root / "cifar-100-python"
     need = [root / n for n in ("train", "test", "meta")]
     if not all(f.is_file() for f in need):
-        raise MissingResourceError(f"{root} is not CIFAR-100's python release (needs train, "
-                                   "test and meta)", hint="extract cifar-100-python.tar.gz")
+        raise MissingResourceError(
+            f"{root} is not CIFAR-100's python release (needs train, test and meta)",
+            hint="extract cifar-100-python.tar.gz",
+        )
 
     def unpickle(f):
         try:
@@ -247,7 +280,9 @@ def read_cifar100(path: str | Path) -> LabelledSet:
         parts, rows = [], []
         for split in ("train", "test"):
             d = unpickle(root / split)
-            data = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+            data = (
+                np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+            )
             names = [n.decode() for n in d[b"filenames"]]
             for k, (f, c) in enumerate(zip(d[b"fine_labels"], d[b"coarse_labels"])):
                 rows.append((f"{split}/{names[k]}", coarse[c], fine[f], split))
@@ -273,7 +308,9 @@ def read_set(data: str | Path, *, layout: str = "auto", metadata=None) -> Labell
     if layout == "auto":
         if p.suffix == ".npy" or (p / "Icons-50.npy").is_file():
             layout = "icons50"
-        elif (p / "cifar-100-python").is_dir() or (p / "meta").is_file() and (p / "train").is_file():
+        elif (
+            (p / "cifar-100-python").is_dir() or (p / "meta").is_file() and (p / "train").is_file()
+        ):
             layout = "cifar100"
         else:
             layout = "folder"
@@ -309,21 +346,33 @@ class HoldoutSplit:
         from robustlab.run.identity import data_fingerprint
 
         ids = meta["id"].to_numpy()
-        return data_fingerprint([(part, ids[i]) for part, rows in
-                                 (("train", self.train), ("seen", self.seen), ("held", self.held))
-                                 for i in rows])
+        return data_fingerprint(
+            [
+                (part, ids[i])
+                for part, rows in (("train", self.train), ("seen", self.seen), ("held", self.held))
+                for i in rows
+            ]
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "held_out": self.label, "seed": self.seed,
-                "n_train": len(self.train), "n_seen_test": len(self.seen),
-                "n_held_out": len(self.held), "held_values": list(self.held_values)}
+        return {
+            "protocol": self.protocol,
+            "held_out": self.label,
+            "seed": self.seed,
+            "n_train": len(self.train),
+            "n_seen_test": len(self.seen),
+            "n_held_out": len(self.held),
+            "held_values": list(self.held_values),
+        }
 
 
 def _need(meta: pd.DataFrame, column: str, what: str) -> None:
     if column not in meta.columns:
-        raise InputError(f"{what} needs a {column!r} column; the data has "
-                         f"{', '.join(c for c in meta.columns if c != 'id')}",
-                         hint=f"add a {column} column to the metadata CSV")
+        raise InputError(
+            f"{what} needs a {column!r} column; the data has "
+            f"{', '.join(c for c in meta.columns if c != 'id')}",
+            hint=f"add a {column} column to the metadata CSV",
+        )
 
 
 def _choices(values, k: int = 12) -> str:
@@ -336,23 +385,34 @@ def _pick(rng_key: tuple, items: Sequence[str], k: int) -> list[str]:
     return [items[i] for i in order[:k]]
 
 
-def _finish(meta: pd.DataFrame, protocol: str, label: str, held_mask: np.ndarray,
-            held_values, seed: int, test_fraction: float) -> HoldoutSplit:
+def _finish(
+    meta: pd.DataFrame,
+    protocol: str,
+    label: str,
+    held_mask: np.ndarray,
+    held_values,
+    seed: int,
+    test_fraction: float,
+) -> HoldoutSplit:
     """Common checks, and the in-distribution test carved from what is not held out."""
     rest = ~held_mask
     if not rest.any():
-        raise InputError(f"{label} covers every image: nothing is left to train on",
-                         hint="hold out a value that only part of the images have")
+        raise InputError(
+            f"{label} covers every image: nothing is left to train on",
+            hint="hold out a value that only part of the images have",
+        )
     if not held_mask.any():
         raise InputError(f"{label} holds out no image")
     train_classes = set(meta.loc[rest, "class"])
     orphans = sorted(set(meta.loc[held_mask, "class"]) - train_classes)
     if orphans:
-        raise InputError(f"class(es) {_choices(orphans, 6)} have no training image outside {label}",
-                         hint="drop those classes from the metadata, or hold out less")
+        raise InputError(
+            f"class(es) {_choices(orphans, 6)} have no training image outside {label}",
+            hint="drop those classes from the metadata, or hold out less",
+        )
     idx = np.flatnonzero(rest)
     if "split" in meta.columns and {"train", "test"} <= set(meta["split"]):
-        is_test = (meta["split"].to_numpy() == "test")
+        is_test = meta["split"].to_numpy() == "test"
         train = idx[~is_test[idx]]
         seen = idx[is_test[idx]]
         held = np.flatnonzero(held_mask & is_test)
@@ -364,19 +424,35 @@ def _finish(meta: pd.DataFrame, protocol: str, label: str, held_mask: np.ndarray
         for c in sorted(train_classes):
             rows = idx[classes[idx] == c]
             k = min(len(rows) - 1, math.ceil(len(rows) * test_fraction))
-            order = make_rng(derive_seed(seed, f"class:{c}", "holdout-seen", test_fraction)).permutation(len(rows))
+            order = make_rng(
+                derive_seed(seed, f"class:{c}", "holdout-seen", test_fraction)
+            ).permutation(len(rows))
             seen_list += rows[order[:k]].tolist()
             train_list += rows[order[k:]].tolist()
-        train, seen, held = np.array(sorted(train_list)), np.array(sorted(seen_list)), np.flatnonzero(held_mask)
+        train, seen, held = (
+            np.array(sorted(train_list)),
+            np.array(sorted(seen_list)),
+            np.flatnonzero(held_mask),
+        )
     missing = sorted(train_classes - set(meta["class"].to_numpy()[train]))
     if missing:
-        raise InputError(f"class(es) {_choices(missing, 6)} have no training image left under {label}")
-    return HoldoutSplit(protocol, label, tuple(int(i) for i in train), tuple(int(i) for i in seen),
-                        tuple(int(i) for i in held), tuple(sorted(map(str, held_values))), int(seed))
+        raise InputError(
+            f"class(es) {_choices(missing, 6)} have no training image left under {label}"
+        )
+    return HoldoutSplit(
+        protocol,
+        label,
+        tuple(int(i) for i in train),
+        tuple(int(i) for i in seen),
+        tuple(int(i) for i in held),
+        tuple(sorted(map(str, held_values))),
+        int(seed),
+    )
 
 
-def split_column(meta: pd.DataFrame, spec: str, *, seed: int = 0,
-                 test_fraction: float = 0.1) -> HoldoutSplit:
+def split_column(
+    meta: pd.DataFrame, spec: str, *, seed: int = 0, test_fraction: float = 0.1
+) -> HoldoutSplit:
     """``style=openmoji``: test on the rows with that value, train on the others."""
     column, sep, value = spec.partition("=")
     column, value = column.strip(), value.strip()
@@ -386,12 +462,20 @@ def split_column(meta: pd.DataFrame, spec: str, *, seed: int = 0,
     values = meta[column].astype(str)
     if value not in set(values):
         raise InputError(f"no image has {column}={value!r}; choose from {_choices(values)}")
-    return _finish(meta, "column", f"{column}={value}", (values == value).to_numpy(), [value],
-                   seed, test_fraction)
+    return _finish(
+        meta,
+        "column",
+        f"{column}={value}",
+        (values == value).to_numpy(),
+        [value],
+        seed,
+        test_fraction,
+    )
 
 
-def split_subtypes(meta: pd.DataFrame, subtypes: int | Sequence[str], *, seed: int = 0,
-                   test_fraction: float = 0.1) -> HoldoutSplit:
+def split_subtypes(
+    meta: pd.DataFrame, subtypes: int | Sequence[str], *, seed: int = 0, test_fraction: float = 0.1
+) -> HoldoutSplit:
     """Hold out N subtypes of each class (seeded), or the subtypes named."""
     _need(meta, "subtype", "--holdout-subtypes")
     sub = meta["subtype"].astype(str).to_numpy()
@@ -406,11 +490,18 @@ def split_subtypes(meta: pd.DataFrame, subtypes: int | Sequence[str], *, seed: i
             if len(names) < 2:
                 single.append(c)
                 continue
-            held += [(c, s) for s in _pick((seed, f"class:{c}", "holdout-subtypes", n), names,
-                                           min(n, len(names) - 1))]
+            held += [
+                (c, s)
+                for s in _pick(
+                    (seed, f"class:{c}", "holdout-subtypes", n), names, min(n, len(names) - 1)
+                )
+            ]
         if single:
-            log.info("%d class(es) with one subtype keep it in training: %s", len(single),
-                     _choices(single, 6))
+            log.info(
+                "%d class(es) with one subtype keep it in training: %s",
+                len(single),
+                _choices(single, 6),
+            )
         label = f"subtypes:{n}-per-class"
     else:
         wanted = [str(s).strip() for s in subtypes if str(s).strip()]
@@ -421,10 +512,14 @@ def split_subtypes(meta: pd.DataFrame, subtypes: int | Sequence[str], *, seed: i
         label = "subtypes:" + ",".join(sorted(set(wanted)))
     keys = set(held)
     mask = np.array([(c, s) in keys for c, s in zip(cls, sub)], bool)
-    return _finish(meta, "subtypes", label, mask, [f"{c}/{s}" for c, s in held], seed, test_fraction)
+    return _finish(
+        meta, "subtypes", label, mask, [f"{c}/{s}" for c, s in held], seed, test_fraction
+    )
 
 
-def split_versions(meta: pd.DataFrame, *, seed: int = 0, test_fraction: float = 0.1) -> HoldoutSplit:
+def split_versions(
+    meta: pd.DataFrame, *, seed: int = 0, test_fraction: float = 0.1
+) -> HoldoutSplit:
     """The control: of each (class, subtype, style) icon with several versions, hold one out."""
     _need(meta, "version", "the version hold-out")
     _need(meta, "subtype", "the version hold-out")
@@ -436,12 +531,23 @@ def split_versions(meta: pd.DataFrame, *, seed: int = 0, test_fraction: float = 
         by_icon.setdefault(k, set()).add(v)
     several = {k: sorted(v) for k, v in by_icon.items() if len(v) > 1}
     if not several:
-        raise InputError("no icon has several versions, so no version can be held out",
-                         hint="the control needs a version column with 2+ values per icon")
-    held_key = {k: _pick((seed, "/".join(k), "holdout-version", 1), v, 1)[0] for k, v in several.items()}
+        raise InputError(
+            "no icon has several versions, so no version can be held out",
+            hint="the control needs a version column with 2+ values per icon",
+        )
+    held_key = {
+        k: _pick((seed, "/".join(k), "holdout-version", 1), v, 1)[0] for k, v in several.items()
+    }
     mask = np.array([held_key.get(k) == v for k, v in zip(key, ver)], bool)
-    return _finish(meta, "versions", "versions:one-per-icon", mask,
-                   [f"{'/'.join(k)}@{v}" for k, v in held_key.items()], seed, test_fraction)
+    return _finish(
+        meta,
+        "versions",
+        "versions:one-per-icon",
+        mask,
+        [f"{'/'.join(k)}@{v}" for k, v in held_key.items()],
+        seed,
+        test_fraction,
+    )
 
 
 # ---------------------------------------------------------------------------- training
@@ -489,13 +595,25 @@ def build_network(config: HoldoutConfig, n_classes: int):
         w = config.width
 
         def block(i, o):
-            return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
+            return [
+                nn.Conv2d(i, o, 3, padding=1, bias=False),
+                nn.BatchNorm2d(o),
+                nn.ReLU(inplace=True),
+            ]
 
-        return nn.Sequential(*block(3, w), *block(w, w), nn.MaxPool2d(2),
-                             *block(w, 2 * w), nn.MaxPool2d(2),
-                             *block(2 * w, 4 * w), nn.MaxPool2d(2),
-                             *block(4 * w, 8 * w), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                             nn.Linear(8 * w, n_classes))
+        return nn.Sequential(
+            *block(3, w),
+            *block(w, w),
+            nn.MaxPool2d(2),
+            *block(w, 2 * w),
+            nn.MaxPool2d(2),
+            *block(2 * w, 4 * w),
+            nn.MaxPool2d(2),
+            *block(4 * w, 8 * w),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8 * w, n_classes),
+        )
     import timm
 
     name = config.arch.split(":", 1)[1]
@@ -522,14 +640,19 @@ def _augment(x, gen):
     pad = torch.nn.functional.pad(x, (2, 2, 2, 2), mode="replicate")
     dx = torch.randint(0, 5, (n,), generator=gen)
     dy = torch.randint(0, 5, (n,), generator=gen)
-    out = torch.stack([pad[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+    out = torch.stack([pad[i, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w] for i in range(n)])
     flip = torch.rand(n, generator=gen) < 0.5
     out[flip] = out[flip].flip(-1)
     return out
 
 
-def train_network(images: np.ndarray, labels: np.ndarray, n_classes: int, config: HoldoutConfig,
-                  progress: Callable[[int, float], None] | None = None):
+def train_network(
+    images: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    config: HoldoutConfig,
+    progress: Callable[[int, float], None] | None = None,
+):
     """Train from scratch; returns (network in eval mode, mean loss per epoch)."""
     import torch
 
@@ -540,15 +663,16 @@ def train_network(images: np.ndarray, labels: np.ndarray, n_classes: int, config
         x_all, y_all = _to_tensor(images), torch.as_tensor(labels, dtype=torch.long)
         steps = config.epochs * math.ceil(len(x_all) / config.batch_size)
         opt = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr, total_steps=steps,
-                                                    pct_start=0.15)
+        sched = torch.optim.lr_scheduler.OneCycleLR(
+            opt, max_lr=config.lr, total_steps=steps, pct_start=0.15
+        )
         losses = []
         net.train()
         for epoch in range(config.epochs):
             order = torch.randperm(len(x_all), generator=gen)
             total = 0.0
             for k in range(0, len(order), config.batch_size):
-                idx = order[k:k + config.batch_size]
+                idx = order[k : k + config.batch_size]
                 x = x_all[idx]
                 if config.augment:
                     x = _augment(x, gen)
@@ -572,7 +696,7 @@ def predict(net, images: np.ndarray, batch: int = 256) -> np.ndarray:
     out = []
     with torch.no_grad():
         for k in range(0, len(images), batch):
-            out.append(torch.softmax(net(_to_tensor(images[k:k + batch])), 1).numpy())
+            out.append(torch.softmax(net(_to_tensor(images[k : k + batch])), 1).numpy())
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
 
@@ -602,14 +726,21 @@ class HoldoutResult:
     losses: list[float] = field(default_factory=list)
 
 
-def make_split(meta: pd.DataFrame, *, holdout: str | None = None,
-               holdout_subtypes: int | Sequence[str] | None = None, versions: bool = False,
-               seed: int = 0, test_fraction: float = 0.1) -> HoldoutSplit:
+def make_split(
+    meta: pd.DataFrame,
+    *,
+    holdout: str | None = None,
+    holdout_subtypes: int | Sequence[str] | None = None,
+    versions: bool = False,
+    seed: int = 0,
+    test_fraction: float = 0.1,
+) -> HoldoutSplit:
     """The split of exactly one protocol (``holdout``, ``holdout_subtypes`` or ``versions``)."""
     given = [holdout is not None, holdout_subtypes is not None, bool(versions)]
     if sum(given) != 1:
-        raise InputError("give exactly one of --holdout COLUMN=VALUE, --holdout-subtypes and "
-                         "--holdout-versions")
+        raise InputError(
+            "give exactly one of --holdout COLUMN=VALUE, --holdout-subtypes and --holdout-versions"
+        )
     if not 0.0 < float(test_fraction) < 1.0:
         raise InputError(f"test fraction must be between 0 and 1, got {test_fraction}")
     if holdout is not None:
@@ -619,9 +750,15 @@ def make_split(meta: pd.DataFrame, *, holdout: str | None = None,
     return split_versions(meta, seed=seed, test_fraction=test_fraction)
 
 
-def run_holdout(data: LabelledSet, split: HoldoutSplit, config: HoldoutConfig = HoldoutConfig(), *,
-                db="robustlab.duckdb", out="checkpoints",
-                progress: Callable[[int, float], None] | None = None) -> HoldoutResult:
+def run_holdout(
+    data: LabelledSet,
+    split: HoldoutSplit,
+    config: HoldoutConfig = HoldoutConfig(),
+    *,
+    db="robustlab.duckdb",
+    out="checkpoints",
+    progress: Callable[[int, float], None] | None = None,
+) -> HoldoutResult:
     """Train on ``split.train``, test on ``split.seen`` and ``split.held``, store the run.
 
     A run with the same identity (data, split, config) already finished is reused.
@@ -637,9 +774,14 @@ def run_holdout(data: LabelledSet, split: HoldoutSplit, config: HoldoutConfig = 
     classes = data.classes
     index = {c: i for i, c in enumerate(classes)}
     labels = meta["class"].map(index).to_numpy()
-    identity = {"suite": SUITE, "version": SUITE_VERSION, "data": data.fingerprint,
-                "split": split.fingerprint(meta), "split_spec": split.describe(),
-                "config": asdict(config)}
+    identity = {
+        "suite": SUITE,
+        "version": SUITE_VERSION,
+        "data": data.fingerprint,
+        "split": split.fingerprint(meta),
+        "split_spec": split.describe(),
+        "config": asdict(config),
+    }
     rid = hash_id(identity)
     store = Store(db)
     if store.exists():
@@ -648,10 +790,17 @@ def run_holdout(data: LabelledSet, split: HoldoutSplit, config: HoldoutConfig = 
             return _result_from_store(store, rid, split)
     size = config.image_size
     train_rows = list(split.train)
-    log.info("%s: training %s on %d images, testing on %d seen and %d held-out images",
-             split.label, config.arch, len(train_rows), len(split.seen), len(split.held))
-    net, losses = train_network(data.load(train_rows, size), labels[train_rows], len(classes),
-                                config, progress)
+    log.info(
+        "%s: training %s on %d images, testing on %d seen and %d held-out images",
+        split.label,
+        config.arch,
+        len(train_rows),
+        len(split.seen),
+        len(split.held),
+    )
+    net, losses = train_network(
+        data.load(train_rows, size), labels[train_rows], len(classes), config, progress
+    )
     ckpt = Path(out) / f"holdout-{config.arch.replace(':', '_')}-{rid}.pth"
     with environment_errors(f"cannot write checkpoint {ckpt}"):
         ckpt.parent.mkdir(parents=True, exist_ok=True)
@@ -659,19 +808,36 @@ def run_holdout(data: LabelledSet, split: HoldoutSplit, config: HoldoutConfig = 
         torch.save({k: v.detach().cpu() for k, v in net.state_dict().items()}, tmp)
         tmp.replace(ckpt)
     record = RunRecord(
-        run_id=rid, model_spec=f"holdout:{config.arch}", weights_hash=weights_hash(ckpt),
-        suite=SUITE, suite_version=SUITE_VERSION, data_root=str(data.root),
-        data_fingerprint=data.fingerprint, label_space=None,
-        preprocessing={"input_size": size, "mean": [MEAN] * 3, "std": [STD] * 3,
-                       "resize": "bicubic"},
-        seed=int(split.seed), versions=package_versions(),
-        config={"holdout": split.describe(), "data_layout": data.name, "classes": classes,
-                "train": {**asdict(config), "losses": losses, "checkpoint": str(ckpt)},
-                "cells": [[CLEAN_SHIFT, CLEAN_LEVEL], [HOLDOUT_SHIFT, split.label]]})
+        run_id=rid,
+        model_spec=f"holdout:{config.arch}",
+        weights_hash=weights_hash(ckpt),
+        suite=SUITE,
+        suite_version=SUITE_VERSION,
+        data_root=str(data.root),
+        data_fingerprint=data.fingerprint,
+        label_space=None,
+        preprocessing={
+            "input_size": size,
+            "mean": [MEAN] * 3,
+            "std": [STD] * 3,
+            "resize": "bicubic",
+        },
+        seed=int(split.seed),
+        versions=package_versions(),
+        config={
+            "holdout": split.describe(),
+            "data_layout": data.name,
+            "classes": classes,
+            "train": {**asdict(config), "losses": losses, "checkpoint": str(ckpt)},
+            "cells": [[CLEAN_SHIFT, CLEAN_LEVEL], [HOLDOUT_SHIFT, split.label]],
+        },
+    )
     store.start_run(record)
     accs = {}
-    for shift, level, rows in ((CLEAN_SHIFT, CLEAN_LEVEL, split.seen),
-                               (HOLDOUT_SHIFT, split.label, split.held)):
+    for shift, level, rows in (
+        (CLEAN_SHIFT, CLEAN_LEVEL, split.seen),
+        (HOLDOUT_SHIFT, split.label, split.held),
+    ):
         rows = list(rows)
         if not rows:
             continue
@@ -680,17 +846,35 @@ def run_holdout(data: LabelledSet, split: HoldoutSplit, config: HoldoutConfig = 
         top = np.argsort(-probs, axis=1, kind="stable")[:, :k]
         y = labels[rows]
         correct = top[:, 0] == y
-        store.write_predictions(rid, {
-            "sample_id": meta["id"].to_numpy()[rows].tolist(), "shift": [shift] * len(rows),
-            "level": [level] * len(rows), "label": y.tolist(),
-            "class_name": meta["class"].to_numpy()[rows].tolist(), "top5_ids": top,
-            "top5_probs": np.take_along_axis(probs, top, 1), "correct": correct,
-            "correct5": (top == y[:, None]).any(1)})
+        store.write_predictions(
+            rid,
+            {
+                "sample_id": meta["id"].to_numpy()[rows].tolist(),
+                "shift": [shift] * len(rows),
+                "level": [level] * len(rows),
+                "label": y.tolist(),
+                "class_name": meta["class"].to_numpy()[rows].tolist(),
+                "top5_ids": top,
+                "top5_probs": np.take_along_axis(probs, top, 1),
+                "correct": correct,
+                "correct5": (top == y[:, None]).any(1),
+            },
+        )
         accs[shift] = float(correct.mean())
-    store.finish_run(rid, status="finished", n_samples=len(split.seen) + len(split.held), skipped=[])
-    return HoldoutResult(rid, split, accs.get(CLEAN_SHIFT, float("nan")),
-                         accs.get(HOLDOUT_SHIFT, float("nan")), len(split.seen), len(split.held),
-                         False, ckpt, losses)
+    store.finish_run(
+        rid, status="finished", n_samples=len(split.seen) + len(split.held), skipped=[]
+    )
+    return HoldoutResult(
+        rid,
+        split,
+        accs.get(CLEAN_SHIFT, float("nan")),
+        accs.get(HOLDOUT_SHIFT, float("nan")),
+        len(split.seen),
+        len(split.held),
+        False,
+        ckpt,
+        losses,
+    )
 
 
 def _result_from_store(store, rid: str, split: HoldoutSplit) -> HoldoutResult:
@@ -705,10 +889,17 @@ def _result_from_store(store, rid: str, split: HoldoutSplit) -> HoldoutResult:
     rec = store.get_run(rid)
     train = (rec.get("config") or {}).get("train", {})
     ckpt = Path(train["checkpoint"]) if train.get("checkpoint") else None
-    return HoldoutResult(rid, split, get(CLEAN_SHIFT, "mean"), get(HOLDOUT_SHIFT, "mean"),
-                         int(get(CLEAN_SHIFT, "size") if CLEAN_SHIFT in acc.index else 0),
-                         int(get(HOLDOUT_SHIFT, "size") if HOLDOUT_SHIFT in acc.index else 0),
-                         True, ckpt, list(train.get("losses", [])))
+    return HoldoutResult(
+        rid,
+        split,
+        get(CLEAN_SHIFT, "mean"),
+        get(HOLDOUT_SHIFT, "mean"),
+        int(get(CLEAN_SHIFT, "size") if CLEAN_SHIFT in acc.index else 0),
+        int(get(HOLDOUT_SHIFT, "size") if HOLDOUT_SHIFT in acc.index else 0),
+        True,
+        ckpt,
+        list(train.get("losses", [])),
+    )
 
 
 def holdout_table(runs: pd.DataFrame, preds: pd.DataFrame) -> pd.DataFrame:
@@ -728,14 +919,35 @@ def holdout_table(runs: pd.DataFrame, preds: pd.DataFrame) -> pd.DataFrame:
         g = preds[preds["run_id"] == r.run_id]
         seen, held = g[g["shift"] == CLEAN_SHIFT], g[g["shift"] == HOLDOUT_SHIFT]
         h = cfg["holdout"]
-        rows.append({"run_id": r.run_id, "model": r.model_spec, "protocol": h.get("protocol"),
-                     "held_out": h.get("held_out"), "seed": h.get("seed"),
-                     "n_train": h.get("n_train"), "n_seen": len(seen),
-                     "seen_top1": float(seen["correct"].mean()) if len(seen) else np.nan,
-                     "n_held": len(held),
-                     "held_top1": float(held["correct"].mean()) if len(held) else np.nan})
-    return pd.DataFrame(rows, columns=["run_id", "model", "protocol", "held_out", "seed", "n_train",
-                                       "n_seen", "seen_top1", "n_held", "held_top1"])
+        rows.append(
+            {
+                "run_id": r.run_id,
+                "model": r.model_spec,
+                "protocol": h.get("protocol"),
+                "held_out": h.get("held_out"),
+                "seed": h.get("seed"),
+                "n_train": h.get("n_train"),
+                "n_seen": len(seen),
+                "seen_top1": float(seen["correct"].mean()) if len(seen) else np.nan,
+                "n_held": len(held),
+                "held_top1": float(held["correct"].mean()) if len(held) else np.nan,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "run_id",
+            "model",
+            "protocol",
+            "held_out",
+            "seed",
+            "n_train",
+            "n_seen",
+            "seen_top1",
+            "n_held",
+            "held_top1",
+        ],
+    )
 
 
 __all__ = [

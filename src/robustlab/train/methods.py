@@ -38,8 +38,14 @@ METHODS = ("plain", "stability", "corruption-aug")
 CORRUPTION_TAGS = frozenset({"imagenet-c", "imagenet-c-extra"})
 
 
-def make_methods(name: str, *, noises: Sequence[float] = (0.05,), weights: Sequence[float] = (0.05,),
-                 holdout_families: Sequence[str] = (), clean_fraction: float = 0.5) -> list:
+def make_methods(
+    name: str,
+    *,
+    noises: Sequence[float] = (0.05,),
+    weights: Sequence[float] = (0.05,),
+    holdout_families: Sequence[str] = (),
+    clean_fraction: float = 0.5,
+) -> list:
     """The method objects one command line asks for (None stands for ``plain``).
 
     ``stability`` gives one method per (noise, weight) pair: the paper's grid is
@@ -73,8 +79,10 @@ def test_cells_for(method, suite, shifts: Sequence[str] | None, levels: Sequence
     if names is None and getattr(method, "held_out_shifts", None):
         names = [s for s in method.held_out_shifts if s in suite.shifts]
         if not names:
-            raise InputError(f"suite {suite.name!r} has none of the held-out corruptions "
-                             f"{', '.join(method.held_out_shifts)}")
+            raise InputError(
+                f"suite {suite.name!r} has none of the held-out corruptions "
+                f"{', '.join(method.held_out_shifts)}"
+            )
     return suite.select(names, list(levels) if levels else None).cells()
 
 
@@ -105,23 +113,49 @@ def _scores(label, method, table, base_cells, run_id, checkpoint):
     cells = table.assign(error=1.0 - table["top1"])
     ce = corruption_errors(cells, base_cells)
     held = set(getattr(method, "held_out_shifts", ()) or ())
-    ce = ce.assign(method=label, run_id=run_id, family=[family_of(s) for s in ce["shift"]],
-                   held_out=[s in held for s in ce["shift"]])
+    ce = ce.assign(
+        method=label,
+        run_id=run_id,
+        family=[family_of(s) for s in ce["shift"]],
+        held_out=[s in held for s in ce["shift"]],
+    )
     clean = cells[cells["shift"] == CLEAN_SHIFT]
-    row = {"method": label, "run_id": run_id, "clean_error": float(clean["error"].iloc[0]),
-           "mce": float(ce["ce"].mean()), "relative_mce": float(ce["relative_ce"].mean()),
-           "n_corruptions": len(ce),
-           "mce_held_out": float(ce.loc[ce["held_out"], "ce"].mean()) if held else float("nan"),
-           "checkpoint": checkpoint}
+    row = {
+        "method": label,
+        "run_id": run_id,
+        "clean_error": float(clean["error"].iloc[0]),
+        "mce": float(ce["ce"].mean()),
+        "relative_mce": float(ce["relative_ce"].mean()),
+        "n_corruptions": len(ce),
+        "mce_held_out": float(ce.loc[ce["held_out"], "ce"].mean()) if held else float("nan"),
+        "checkpoint": checkpoint,
+    }
     return row, ce
 
 
-def run_method(model_spec: str, data, methods: Sequence, *, config, suite="imagenet-c",
-               shifts: Sequence[str] | None = None, levels: Sequence | None = None, out="checkpoints",
-               db=DEFAULT_DB, test_fraction: float = 0.3, split_seed: int = 0, seed: int = 0,
-               labels_csv=None, label_space=None, weights=None, device=None,
-               batch_size: int | None = None, workers: int = 0, split=None,
-               progress: bool = False) -> MethodResult:
+def run_method(
+    model_spec: str,
+    data,
+    methods: Sequence,
+    *,
+    config,
+    suite="imagenet-c",
+    shifts: Sequence[str] | None = None,
+    levels: Sequence | None = None,
+    out="checkpoints",
+    db=DEFAULT_DB,
+    test_fraction: float = 0.3,
+    split_seed: int = 0,
+    seed: int = 0,
+    labels_csv=None,
+    label_space=None,
+    weights=None,
+    device=None,
+    batch_size: int | None = None,
+    workers: int = 0,
+    split=None,
+    progress: bool = False,
+) -> MethodResult:
     """Fine-tune with each method on clean training images and score it on corruptions.
 
     Args:
@@ -149,45 +183,96 @@ def run_method(model_spec: str, data, methods: Sequence, *, config, suite="image
         raise InputError("no training method given")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
     if not s.shifts or not all(get_shift(n).tags & CORRUPTION_TAGS for n in s.shifts):
-        raise InputError(f"suite {s.name!r} has no corruption errors (mCE); use imagenet-c or "
-                         "imagenet-c-extra")
+        raise InputError(
+            f"suite {s.name!r} has no corruption errors (mCE); use imagenet-c or imagenet-c-extra"
+        )
     for m in methods:
         if getattr(m, "name", None) == "corruption-aug" and not m.holdout_families:
-            log.warning("corruption augmentation without a held-out family: the test corruptions "
-                        "are among the training ones (not a robustness measurement)")
+            log.warning(
+                "corruption augmentation without a held-out family: the test corruptions "
+                "are among the training ones (not a robustness measurement)"
+            )
     per_method = [test_cells_for(m, s, shifts, levels) for m in methods]
     union = list(dict.fromkeys(c for cells in per_method for c in cells))
     if split is None:
         base = load_model(model_spec, weights=weights, device=device, label_space=label_space)
-        split = make_split(base, data, labels_csv=labels_csv, label_space=label_space, suite=s,
-                           test_fraction=test_fraction, split_seed=split_seed)
+        split = make_split(
+            base,
+            data,
+            labels_csv=labels_csv,
+            label_space=label_space,
+            suite=s,
+            test_fraction=test_fraction,
+            split_seed=split_seed,
+        )
         del base
     common = {"suite": s, "seed": seed, "labels_csv": labels_csv, "label_space": label_space}
-    base_table = evaluate_on_split(model_spec, weights, data, union, split, db=db, device=device,
-                                   batch_size=batch_size, workers=workers, progress=progress,
-                                   **common)
+    base_table = evaluate_on_split(
+        model_spec,
+        weights,
+        data,
+        union,
+        split,
+        db=db,
+        device=device,
+        batch_size=batch_size,
+        workers=workers,
+        progress=progress,
+        **common,
+    )
     base_cells = base_table.assign(error=1.0 - base_table["top1"])
-    base_row, base_ce = _scores("base", None, base_table, base_cells,
-                                base_table.attrs["run_id"], None)
+    base_row, base_ce = _scores(
+        "base", None, base_table, base_cells, base_table.attrs["run_id"], None
+    )
     rows, ces, trainings = [base_row], [base_ce], {}
     for method, cells in zip(methods, per_method):
         label = method_label(method)
-        tr = train_on_cells(model_spec, data, [(CLEAN_SHIFT, 0)], split, config=config, out=out,
-                            weights=weights, device=device, method=method, progress=progress,
-                            **common)
+        tr = train_on_cells(
+            model_spec,
+            data,
+            [(CLEAN_SHIFT, 0)],
+            split,
+            config=config,
+            out=out,
+            weights=weights,
+            device=device,
+            method=method,
+            progress=progress,
+            **common,
+        )
         trainings[label] = tr
-        table = evaluate_on_split(model_spec, tr.checkpoint, data, cells, split, train=tr, db=db,
-                                  device=device, batch_size=batch_size, workers=workers,
-                                  progress=progress, **common)
+        table = evaluate_on_split(
+            model_spec,
+            tr.checkpoint,
+            data,
+            cells,
+            split,
+            train=tr,
+            db=db,
+            device=device,
+            batch_size=batch_size,
+            workers=workers,
+            progress=progress,
+            **common,
+        )
         keep = {(a, str(b)) for a, b in cells} | {(CLEAN_SHIFT, "0")}
-        mine = base_cells[[(a, str(b)) in keep for a, b in zip(base_cells["shift"], base_cells["level"])]]
+        mine = base_cells[
+            [(a, str(b)) in keep for a, b in zip(base_cells["shift"], base_cells["level"])]
+        ]
         row, ce = _scores(label, method, table, mine, table.attrs["run_id"], str(tr.checkpoint))
         rows.append(row)
         ces.append(ce)
-    ce_all = pd.concat(ces, ignore_index=True)[["method", "run_id", "shift", "family", "held_out",
-                                                "ce", "relative_ce"]]
+    ce_all = pd.concat(ces, ignore_index=True)[
+        ["method", "run_id", "shift", "family", "held_out", "ce", "relative_ce"]
+    ]
     return MethodResult(pd.DataFrame(rows), ce_all, trainings, split)
 
 
-__all__ = ["METHODS", "MethodResult", "make_methods", "method_label",
-           "run_method", "test_cells_for"]
+__all__ = [
+    "METHODS",
+    "MethodResult",
+    "make_methods",
+    "method_label",
+    "run_method",
+    "test_cells_for",
+]

@@ -49,8 +49,16 @@ def _plan(model, data, *, suite, cells, masks, labels_csv, label_space, seed):
     from robustlab.evaluation import plan_run
 
     shifts = list(dict.fromkeys(s for s, _ in cells if s != CLEAN_SHIFT))
-    return plan_run(model, data, suite=suite if shifts else None, seed=seed, shifts=shifts or None,
-                    masks=masks, labels_csv=labels_csv, label_space=label_space)
+    return plan_run(
+        model,
+        data,
+        suite=suite if shifts else None,
+        seed=seed,
+        shifts=shifts or None,
+        masks=masks,
+        labels_csv=labels_csv,
+        label_space=label_space,
+    )
 
 
 def _usable(samples, labels, masks):
@@ -61,11 +69,28 @@ def _usable(samples, labels, masks):
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def make_split(model, data, *, masks=None, labels_csv=None, label_space=None, suite="ximagenet12",
-               test_fraction: float = 0.3, split_seed: int = 0) -> Split:
+def make_split(
+    model,
+    data,
+    *,
+    masks=None,
+    labels_csv=None,
+    label_space=None,
+    suite="ximagenet12",
+    test_fraction: float = 0.3,
+    split_seed: int = 0,
+) -> Split:
     """The split every model of a protocol shares (over images with masks when given)."""
-    plan = _plan(model, data, suite=suite, cells=[(CLEAN_SHIFT, 0)], masks=masks,
-                 labels_csv=labels_csv, label_space=label_space, seed=0)
+    plan = _plan(
+        model,
+        data,
+        suite=suite,
+        cells=[(CLEAN_SHIFT, 0)],
+        masks=masks,
+        labels_csv=labels_csv,
+        label_space=label_space,
+        seed=0,
+    )
     samples, labels = _usable(plan["samples"], plan["labels"], masks)
     return split_samples(samples, labels, test_fraction=test_fraction, seed=split_seed)
 
@@ -76,10 +101,25 @@ def _subset(plan, ids):
     return [plan["samples"][i] for i in idx], [plan["labels"][i] for i in idx]
 
 
-def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]], split: Split, *,
-                   config: TrainConfig, out, suite="ximagenet12", seed: int = 0, masks=None,
-                   labels_csv=None, label_space=None, weights=None, device=None,
-                   method=None, preprocess=None, progress: bool = False) -> TrainResult:
+def train_on_cells(
+    model_spec: str,
+    data,
+    train_cells: Sequence[tuple[str, Any]],
+    split: Split,
+    *,
+    config: TrainConfig,
+    out,
+    suite="ximagenet12",
+    seed: int = 0,
+    masks=None,
+    labels_csv=None,
+    label_space=None,
+    weights=None,
+    device=None,
+    method=None,
+    preprocess=None,
+    progress: bool = False,
+) -> TrainResult:
     """Fine-tune ``model_spec`` on the train ids of ``split`` under ``train_cells``.
 
     The checkpoint name is a hash of everything that decides the weights, so rerunning a
@@ -97,43 +137,76 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
     from robustlab.models import load_model
     from robustlab.run.identity import run_id as hash_id
 
-    model = defend(load_model(model_spec, weights=weights, device=device, label_space=label_space),
-                   preprocess=preprocess)
+    model = defend(
+        load_model(model_spec, weights=weights, device=device, label_space=label_space),
+        preprocess=preprocess,
+    )
     trained_on = (getattr(model, "defence", None) or {}).get("preprocess")
-    plan = _plan(model, data, suite=suite, cells=train_cells, masks=masks, labels_csv=labels_csv,
-                 label_space=label_space, seed=seed)
+    plan = _plan(
+        model,
+        data,
+        suite=suite,
+        cells=train_cells,
+        masks=masks,
+        labels_csv=labels_csv,
+        label_space=label_space,
+        seed=seed,
+    )
     samples, labels = _subset(plan, split.train)
     if len(samples) != len(split.train):
-        raise InputError(f"{len(split.train) - len(samples)} training images of the split are "
-                         f"not in {data}")
+        raise InputError(
+            f"{len(split.train) - len(samples)} training images of the split are not in {data}"
+        )
     wanted = {(a, str(b)) for a, b in train_cells}
     cells = [(s, lv) for s, lv in plan["cells"] if (s, str(lv)) in wanted]
     if len(cells) != len(wanted):
         raise InputError(f"unknown training cell(s) among {sorted(wanted)}")
-    key = {"base": model.spec, "weights_hash": model.weights_hash, "label_space": model.label_space.name,
-           "config": config.describe(), "cells": [[s, str(lv)] for s, lv in cells],
-           "split": split.fingerprint, "seed": int(seed), "data": plan["record"].data_fingerprint,
-           "protocol": plan["protocol"].describe()}
+    key = {
+        "base": model.spec,
+        "weights_hash": model.weights_hash,
+        "label_space": model.label_space.name,
+        "config": config.describe(),
+        "cells": [[s, str(lv)] for s, lv in cells],
+        "split": split.fingerprint,
+        "seed": int(seed),
+        "data": plan["record"].data_fingerprint,
+        "protocol": plan["protocol"].describe(),
+    }
     if method is not None:
         key["method"] = method.describe()
     if trained_on:  # absent without one, so plain checkpoints keep their names
         key["preprocess"] = trained_on
-    name = "-".join([model.spec.replace(":", "_").replace("/", "_"), config.mode,
-                     *([method.name] if method is not None else []),
-                     "+".join(_cell_name(s, lv) for s, lv in cells), hash_id(key)])
+    name = "-".join(
+        [
+            model.spec.replace(":", "_").replace("/", "_"),
+            config.mode,
+            *([method.name] if method is not None else []),
+            "+".join(_cell_name(s, lv) for s, lv in cells),
+            hash_id(key),
+        ]
+    )
     ckpt = Path(out) / f"{name}.pth"
     if ckpt.is_file() and ckpt.with_suffix(".json").is_file():
         record = json.loads(ckpt.with_suffix(".json").read_text())
         log.info("reusing %s (same model, data, split and training config)", ckpt)
         return TrainResult(ckpt, list(record.get("losses", [])), record, reused=True)
-    log.info("training %s (%s, %d steps) on %d images x %s", model.spec, config.mode, config.steps,
-             len(samples), ", ".join(_cell_name(s, lv) for s, lv in cells))
+    log.info(
+        "training %s (%s, %d steps) on %d images x %s",
+        model.spec,
+        config.mode,
+        config.steps,
+        len(samples),
+        ", ".join(_cell_name(s, lv) for s, lv in cells),
+    )
     lines = None
     if progress:
         from robustlab.run.progress import LineProgress
 
-        lines = LineProgress(config.steps, unit="step", what="train on " + "+".join(
-            _cell_name(s, lv) for s, lv in cells))
+        lines = LineProgress(
+            config.steps,
+            unit="step",
+            what="train on " + "+".join(_cell_name(s, lv) for s, lv in cells),
+        )
 
     def step_done(step: int, loss: float) -> None:
         if lines is not None:
@@ -141,22 +214,49 @@ def train_on_cells(model_spec: str, data, train_cells: Sequence[tuple[str, Any]]
             lines.update(step - lines.done)
 
     try:
-        return finetune(model, samples, labels, cells, plan["images"], config, ckpt,
-                        extra_record={"split": split.describe(),
-                                      "data_root": plan["record"].data_root,
-                                      "train_seed_rule_seed": int(seed), "identity": key,
-                                      "preprocess": trained_on},
-                        method=method, progress=step_done)
+        return finetune(
+            model,
+            samples,
+            labels,
+            cells,
+            plan["images"],
+            config,
+            ckpt,
+            extra_record={
+                "split": split.describe(),
+                "data_root": plan["record"].data_root,
+                "train_seed_rule_seed": int(seed),
+                "identity": key,
+                "preprocess": trained_on,
+            },
+            method=method,
+            progress=step_done,
+        )
     finally:
         if lines is not None:
             lines.close()
 
 
-def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tuple[str, Any]],
-                      split: Split, *, train: TrainResult | None = None, suite="ximagenet12",
-                      seed: int = 0, db=DEFAULT_DB, masks=None, labels_csv=None, label_space=None,
-                      device=None, batch_size: int | None = None, workers: int = 0,
-                      progress: bool = False, preprocess=None) -> pd.DataFrame:
+def evaluate_on_split(
+    model_spec: str,
+    checkpoint,
+    data,
+    test_cells: Sequence[tuple[str, Any]],
+    split: Split,
+    *,
+    train: TrainResult | None = None,
+    suite="ximagenet12",
+    seed: int = 0,
+    db=DEFAULT_DB,
+    masks=None,
+    labels_csv=None,
+    label_space=None,
+    device=None,
+    batch_size: int | None = None,
+    workers: int = 0,
+    progress: bool = False,
+    preprocess=None,
+) -> pd.DataFrame:
     """Evaluate the checkpoint on the test ids of ``split`` and store it as a run.
 
     The run is the ordinary runner's, restricted to the test images; its id also covers the
@@ -172,14 +272,31 @@ def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tu
     from robustlab.run.identity import data_fingerprint, run_id
     from robustlab.run.runner import RunOptions, Runner
 
-    model = defend(load_model(model_spec, weights=checkpoint, device=device,
-                              label_space=label_space, batch_size=batch_size),
-                   preprocess=preprocess)
-    plan = _plan(model, data, suite=suite, cells=test_cells, masks=masks, labels_csv=labels_csv,
-                 label_space=label_space, seed=seed)
+    model = defend(
+        load_model(
+            model_spec,
+            weights=checkpoint,
+            device=device,
+            label_space=label_space,
+            batch_size=batch_size,
+        ),
+        preprocess=preprocess,
+    )
+    plan = _plan(
+        model,
+        data,
+        suite=suite,
+        cells=test_cells,
+        masks=masks,
+        labels_csv=labels_csv,
+        label_space=label_space,
+        seed=seed,
+    )
     samples, labels = _subset(plan, split.test)
     if len(samples) != len(split.test):
-        raise InputError(f"{len(split.test) - len(samples)} test images of the split are not in {data}")
+        raise InputError(
+            f"{len(split.test) - len(samples)} test images of the split are not in {data}"
+        )
     wanted = {(s, str(lv)) for s, lv in test_cells} | {(CLEAN_SHIFT, "0")}
     cells = [(s, lv) for s, lv in plan["cells"] if (s, str(lv)) in wanted]
     base = plan["record"]
@@ -188,12 +305,22 @@ def evaluate_on_split(model_spec: str, checkpoint, data, test_cells: Sequence[tu
     if train is not None:
         fine_tuned = {k: v for k, v in train.record.items() if k not in ("identity",)}
     record = dataclasses.replace(
-        base, run_id=run_id({"run": base.run_id, "split": split.fingerprint, "test": fingerprint}),
-        data_fingerprint=fingerprint, n_samples=len(samples),
-        config={**base.config, "split": {**split.describe(), "part": "test"},
-                "fine_tuned": fine_tuned, "cells": [[s, str(lv)] for s, lv in cells]})
-    options = RunOptions(batch_size=int(batch_size or model.batch_size or 32), workers=int(workers),
-                         progress=progress)
+        base,
+        run_id=run_id({"run": base.run_id, "split": split.fingerprint, "test": fingerprint}),
+        data_fingerprint=fingerprint,
+        n_samples=len(samples),
+        config={
+            **base.config,
+            "split": {**split.describe(), "part": "test"},
+            "fine_tuned": fine_tuned,
+            "cells": [[s, str(lv)] for s, lv in cells],
+        },
+    )
+    options = RunOptions(
+        batch_size=int(batch_size or model.batch_size or 32),
+        workers=int(workers),
+        progress=progress,
+    )
     store = Store(db)
     summary = Runner(model, samples, labels, cells, plan["images"], store, record, options).run()
     return run_table(store, summary.run_id, skipped=summary.skipped)
@@ -216,13 +343,30 @@ class ProtocolResult:
     split: Split | None = None
 
 
-def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximagenet12",
-                 shifts: Sequence[str] | None = None, levels: Sequence | None = None,
-                 masks=None, config: TrainConfig = TrainConfig(), out="checkpoints",
-                 db=DEFAULT_DB, test_fraction: float = 0.3, split_seed: int = 0, seed: int = 0,
-                 labels_csv=None, label_space=None, weights=None, device=None,
-                 batch_size: int | None = None, workers: int = 0,
-                 progress: bool = False, preprocess=None) -> ProtocolResult:
+def run_protocol(
+    model_spec: str,
+    data,
+    *,
+    protocol: str = "both",
+    suite="ximagenet12",
+    shifts: Sequence[str] | None = None,
+    levels: Sequence | None = None,
+    masks=None,
+    config: TrainConfig = TrainConfig(),
+    out="checkpoints",
+    db=DEFAULT_DB,
+    test_fraction: float = 0.3,
+    split_seed: int = 0,
+    seed: int = 0,
+    labels_csv=None,
+    label_space=None,
+    weights=None,
+    device=None,
+    batch_size: int | None = None,
+    workers: int = 0,
+    progress: bool = False,
+    preprocess=None,
+) -> ProtocolResult:
     """Run EX1, EX2 or both on a suite's scenarios and compute the robustness score.
 
     Args:
@@ -258,35 +402,90 @@ def run_protocol(model_spec: str, data, *, protocol: str = "both", suite="ximage
     s = s.select(names, list(levels) if levels else None)
     scenario_cells = s.cells()
     base = load_model(model_spec, weights=weights, device=device, label_space=label_space)
-    split = make_split(base, data, masks=masks, labels_csv=labels_csv, label_space=label_space,
-                       suite=s, test_fraction=test_fraction, split_seed=split_seed)
+    split = make_split(
+        base,
+        data,
+        masks=masks,
+        labels_csv=labels_csv,
+        label_space=label_space,
+        suite=s,
+        test_fraction=test_fraction,
+        split_seed=split_seed,
+    )
     del base
-    common = {"suite": s, "seed": seed, "masks": masks, "labels_csv": labels_csv,
-              "label_space": label_space, "preprocess": preprocess}
+    common = {
+        "suite": s,
+        "seed": seed,
+        "masks": masks,
+        "labels_csv": labels_csv,
+        "label_space": label_space,
+        "preprocess": preprocess,
+    }
     rows, trainings = [], {}
 
     def one(proto: str, train_cells, test_cells):
         name = "+".join(_cell_name(a, b) for a, b in train_cells)
-        tr = trainings.get(name) or train_on_cells(model_spec, data, train_cells, split, config=config,
-                                                   out=out, weights=weights, device=device,
-                                                   progress=progress, **common)
+        tr = trainings.get(name) or train_on_cells(
+            model_spec,
+            data,
+            train_cells,
+            split,
+            config=config,
+            out=out,
+            weights=weights,
+            device=device,
+            progress=progress,
+            **common,
+        )
         trainings[name] = tr
-        table = evaluate_on_split(model_spec, tr.checkpoint, data, test_cells, split, train=tr, db=db,
-                                  device=device, batch_size=batch_size, workers=workers,
-                                  progress=progress, **common)
+        table = evaluate_on_split(
+            model_spec,
+            tr.checkpoint,
+            data,
+            test_cells,
+            split,
+            train=tr,
+            db=db,
+            device=device,
+            batch_size=batch_size,
+            workers=workers,
+            progress=progress,
+            **common,
+        )
         for _, r in table.iterrows():
-            rows.append({"protocol": proto, "trained_on": name,
-                         "tested_on": _cell_name(r["shift"], r["level"]), "shift": r["shift"],
-                         "level": r["level"], "run_id": table.attrs["run_id"],
-                         "checkpoint": str(tr.checkpoint), "n": int(r["n"]), "top1": float(r["top1"])})
+            rows.append(
+                {
+                    "protocol": proto,
+                    "trained_on": name,
+                    "tested_on": _cell_name(r["shift"], r["level"]),
+                    "shift": r["shift"],
+                    "level": r["level"],
+                    "run_id": table.attrs["run_id"],
+                    "checkpoint": str(tr.checkpoint),
+                    "n": int(r["n"]),
+                    "top1": float(r["top1"]),
+                }
+            )
 
     if protocol in ("ex1", "both"):
         one("ex1", [(CLEAN_SHIFT, 0)], scenario_cells)
     if protocol in ("ex2", "both"):
         for cell in scenario_cells:
             one("ex2", [cell], [cell])
-    runs = pd.DataFrame(rows, columns=["protocol", "trained_on", "tested_on", "shift", "level",
-                                       "run_id", "checkpoint", "n", "top1"])
+    runs = pd.DataFrame(
+        rows,
+        columns=[
+            "protocol",
+            "trained_on",
+            "tested_on",
+            "shift",
+            "level",
+            "run_id",
+            "checkpoint",
+            "n",
+            "top1",
+        ],
+    )
     score = scenario_score(runs, [_cell_name(a, b) for a, b in scenario_cells])
     return ProtocolResult(runs, score, trainings, split)
 
@@ -306,10 +505,20 @@ def scenario_score(runs: pd.DataFrame, scenarios: Sequence[str]):
         return None
     mu = float(clean["top1"].iloc[0])
     cross = {r.tested_on: float(r.top1) for r in ex1.itertuples() if r.tested_on in scenarios}
-    inner = {r.tested_on: float(r.top1) for r in ex2.itertuples()
-             if r.tested_on in scenarios and r.tested_on == r.trained_on}
+    inner = {
+        r.tested_on: float(r.top1)
+        for r in ex2.itertuples()
+        if r.tested_on in scenarios and r.tested_on == r.trained_on
+    }
     return robustness_score(mu, cross, inner or None, scenarios=list(scenarios))
 
 
-__all__ = ["PROTOCOLS", "ProtocolResult", "make_split", "train_on_cells", "evaluate_on_split",
-           "run_protocol", "scenario_score"]
+__all__ = [
+    "PROTOCOLS",
+    "ProtocolResult",
+    "make_split",
+    "train_on_cells",
+    "evaluate_on_split",
+    "run_protocol",
+    "scenario_score",
+]

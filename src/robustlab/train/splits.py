@@ -38,12 +38,18 @@ class Split:
     fingerprint: str
 
     def describe(self) -> dict:
-        return {"test_fraction": self.test_fraction, "seed": self.seed, "n_train": len(self.train),
-                "n_test": len(self.test), "fingerprint": self.fingerprint}
+        return {
+            "test_fraction": self.test_fraction,
+            "seed": self.seed,
+            "n_train": len(self.train),
+            "n_test": len(self.test),
+            "fingerprint": self.fingerprint,
+        }
 
 
-def split_samples(samples: Sequence, labels: Sequence[int], *, test_fraction: float = 0.3,
-                  seed: int = 0) -> Split:
+def split_samples(
+    samples: Sequence, labels: Sequence[int], *, test_fraction: float = 0.3, seed: int = 0
+) -> Split:
     """Split samples per class: ``ceil(n * test_fraction)`` of each class go to test.
 
     A class with a single image goes to train (it cannot be on both sides); a split with an
@@ -76,8 +82,10 @@ def split_samples(samples: Sequence, labels: Sequence[int], *, test_fraction: fl
         test += [ids[i] for i in order[:k]]
         train += [ids[i] for i in order[k:]]
     if not train or not test:
-        raise InputError(f"the split of {len(samples)} images has an empty side "
-                         f"({len(train)} train, {len(test)} test); give each class two or more images")
+        raise InputError(
+            f"the split of {len(samples)} images has an empty side "
+            f"({len(train)} train, {len(test)} test); give each class two or more images"
+        )
     train, test = sorted(train), sorted(test)
     fp = data_fingerprint([("train", i) for i in train] + [("test", i) for i in test])
     return Split(tuple(train), tuple(test), f, int(seed), fp)

@@ -86,19 +86,27 @@ class StabilityTraining:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(float(self.noise)) and 0.0 < float(self.noise) <= 1.0):
-            raise InputError(f"stability noise must be in (0, 1] on the [0, 1] pixel scale, "
-                             f"got {self.noise}", hint="the paper's grid is 0.01, 0.05, 0.1")
+            raise InputError(
+                f"stability noise must be in (0, 1] on the [0, 1] pixel scale, got {self.noise}",
+                hint="the paper's grid is 0.01, 0.05, 0.1",
+            )
         if not (math.isfinite(float(self.weight)) and float(self.weight) >= 0.0):
-            raise InputError(f"stability weight must be a number >= 0, got {self.weight}",
-                             hint="the paper's grid is 0.01, 0.05, 0.1")
+            raise InputError(
+                f"stability weight must be a number >= 0, got {self.weight}",
+                hint="the paper's grid is 0.01, 0.05, 0.1",
+            )
 
     def label(self) -> str:
         return f"stability(noise={self.noise:g},weight={self.weight:g})"
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "noise": float(self.noise), "weight": float(self.weight),
-                "noise_kind": "uniform +-noise on [0,1] pixels, clipped",
-                "divergence": "KL(softmax clean || softmax noisy), clean side detached"}
+        return {
+            "name": self.name,
+            "noise": float(self.noise),
+            "weight": float(self.weight),
+            "noise_kind": "uniform +-noise on [0,1] pixels, clipped",
+            "divergence": "KL(softmax clean || softmax noisy), clean side detached",
+        }
 
     def items(self, items, *, step: int, samples, seed: int):
         """Training items of one step: the clean images themselves."""
@@ -110,7 +118,7 @@ class StabilityTraining:
 
         noisy = noisy_copy(x, self.noise, gen, preprocessing.mean, preprocessing.std)
         logits = forward(torch.cat([x, noisy]))
-        clean_logits, noisy_logits = logits[: len(x)], logits[len(x):]
+        clean_logits, noisy_logits = logits[: len(x)], logits[len(x) :]
         return stability_loss(clean_logits, noisy_logits, labels, self.weight, columns)
 
 
@@ -119,5 +127,11 @@ def stability_grid(noises, weights) -> list[StabilityTraining]:
     return [StabilityTraining(float(n), float(w)) for n in noises for w in weights]
 
 
-__all__ = ["PAPER_NOISES", "PAPER_WEIGHTS", "StabilityTraining", "noisy_copy", "stability_grid",
-           "stability_loss"]
+__all__ = [
+    "PAPER_NOISES",
+    "PAPER_WEIGHTS",
+    "StabilityTraining",
+    "noisy_copy",
+    "stability_grid",
+    "stability_loss",
+]

@@ -23,8 +23,9 @@ import numpy as np
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.seeding import derive_seed
 
-QUESTION = ("What is the main object in this image? Choose from the following list: "
-            "{first}, {second}.")
+QUESTION = (
+    "What is the main object in this image? Choose from the following list: {first}, {second}."
+)
 CSV_COLUMNS = ("image_dir", "gt_category", "top1_pred_cate", "top2_pred_cate")
 
 
@@ -79,26 +80,38 @@ def read_question_csvs(root, questions=None, subsets=None) -> list[Item]:
     elif src.is_file():
         files = [src]
     else:
-        raise MissingResourceError(f"no question CSVs at {src}",
-                                   hint="pass --questions (ImageNet-D's questions/<subset>.csv) "
-                                        "or --clip-run RUN_ID")
+        raise MissingResourceError(
+            f"no question CSVs at {src}",
+            hint="pass --questions (ImageNet-D's questions/<subset>.csv) or --clip-run RUN_ID",
+        )
     if subsets:
         files = [f for f in files if f.stem in set(subsets)]
     if not files:
-        raise MissingResourceError(f"no question CSV in {src}"
-                                   + (f" for subsets {', '.join(subsets)}" if subsets else ""))
+        raise MissingResourceError(
+            f"no question CSV in {src}" + (f" for subsets {', '.join(subsets)}" if subsets else "")
+        )
     items = []
     for f in files:
         with open(f, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh, delimiter="\t")
             missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
-                raise InputError(f"{f} lacks column(s) {', '.join(missing)} (tab-separated "
-                                 f"{', '.join(CSV_COLUMNS)} expected)")
+                raise InputError(
+                    f"{f} lacks column(s) {', '.join(missing)} (tab-separated "
+                    f"{', '.join(CSV_COLUMNS)} expected)"
+                )
             for row in reader:
                 rel = row["image_dir"].strip()
-                items.append(Item(f.stem, rel, root / rel, row["gt_category"].strip(),
-                                  row["top1_pred_cate"].strip(), row["top2_pred_cate"].strip()))
+                items.append(
+                    Item(
+                        f.stem,
+                        rel,
+                        root / rel,
+                        row["gt_category"].strip(),
+                        row["top1_pred_cate"].strip(),
+                        row["top2_pred_cate"].strip(),
+                    )
+                )
     return items
 
 
@@ -127,13 +140,16 @@ def items_from_clip_run(store, run_id: str, subset: str | None = None) -> list[I
     """
     run = store.get_run(run_id)
     if run is None:
-        raise InputError(f"no run {run_id!r} in {store.path}",
-                         hint="`robustlab results` lists the stored runs")
+        raise InputError(
+            f"no run {run_id!r} in {store.path}", hint="`robustlab results` lists the stored runs"
+        )
     head = ((run.get("config") or {}).get("model") or {}).get("head")
     if head not in (None, "direct"):
-        raise InputError(f"run {run_id} ranks ImageNet-1k classes ({head} head), not the classes "
-                         f"of {run['label_space']}; distractors need a zero-shot CLIP run",
-                         hint="evaluate open_clip:ARCH with --label-space imagenet-d")
+        raise InputError(
+            f"run {run_id} ranks ImageNet-1k classes ({head} head), not the classes "
+            f"of {run['label_space']}; distractors need a zero-shot CLIP run",
+            hint="evaluate open_clip:ARCH with --label-space imagenet-d",
+        )
     preds = store.predictions([run_id], columns=["sample_id", "shift", "label", "top5_ids"])
     preds = preds[preds["shift"] == "clean"]
     if preds.empty:
@@ -147,8 +163,18 @@ def items_from_clip_run(store, run_id: str, subset: str | None = None) -> list[I
         if len(top) < 2 or label is None or np.isnan(label):
             raise InputError(f"run {run_id}: sample {sid} has no label or fewer than 2 guesses")
         if max(top[:2]) >= len(names):
-            raise InputError(f"run {run_id}: sample {sid}'s guesses are not classes of "
-                             f"{run['label_space']} (a distractor needs a zero-shot CLIP run)")
-        items.append(Item(subset, f"{subset}/{sid}", root / sid, names[int(label)],
-                          names[top[0]], names[top[1]]))
+            raise InputError(
+                f"run {run_id}: sample {sid}'s guesses are not classes of "
+                f"{run['label_space']} (a distractor needs a zero-shot CLIP run)"
+            )
+        items.append(
+            Item(
+                subset,
+                f"{subset}/{sid}",
+                root / sid,
+                names[int(label)],
+                names[top[0]],
+                names[top[1]],
+            )
+        )
     return items

@@ -38,8 +38,17 @@ def run_id_for(model_fp: str, config: dict) -> str:
     return "vlm-" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
-def answer_item(vlm, item: Item, *, mode: str, seed: int, shuffle: bool, temperature: float,
-                max_new_tokens: int, image) -> dict:
+def answer_item(
+    vlm,
+    item: Item,
+    *,
+    mode: str,
+    seed: int,
+    shuffle: bool,
+    temperature: float,
+    max_new_tokens: int,
+    image,
+) -> dict:
     """Ask ``vlm`` about one item and score the answer (a row of ``vlm_answers``)."""
     first, second = options(item, shuffle=shuffle, seed=seed)
     q = question(first, second)
@@ -55,14 +64,34 @@ def answer_item(vlm, item: Item, *, mode: str, seed: int, shuffle: bool, tempera
         # The answer is an option itself: no text to parse, never dropped.
         text = first if logprobs[0] >= logprobs[1] else second
         v = Verdict(text, text == gt, None)
-    return {"subset": item.subset, "image_id": item.image_id, "gt": gt, "distractor": wrong,
-            "options": [first, second], "answer": text, "chosen": v.chosen, "correct": v.correct,
-            "dropped": v.dropped, "logprobs": logprobs, "seed": s}
+    return {
+        "subset": item.subset,
+        "image_id": item.image_id,
+        "gt": gt,
+        "distractor": wrong,
+        "options": [first, second],
+        "answer": text,
+        "chosen": v.chosen,
+        "correct": v.correct,
+        "dropped": v.dropped,
+        "logprobs": logprobs,
+        "seed": s,
+    }
 
 
-def evaluate_vlm(vlm, items: list[Item], store, *, mode: str = "original", seed: int = 0,
-                 shuffle: bool = False, temperature: float = 0.2, max_new_tokens: int = 512,
-                 source: dict | None = None, data_root: str | None = None) -> VLMResult:
+def evaluate_vlm(
+    vlm,
+    items: list[Item],
+    store,
+    *,
+    mode: str = "original",
+    seed: int = 0,
+    shuffle: bool = False,
+    temperature: float = 0.2,
+    max_new_tokens: int = 512,
+    source: dict | None = None,
+    data_root: str | None = None,
+) -> VLMResult:
     """Answer every item not yet answered in this run, storing answers as they come.
 
     Args:
@@ -85,14 +114,25 @@ def evaluate_vlm(vlm, items: list[Item], store, *, mode: str = "original", seed:
         raise InputError("the original mode samples: --temperature must be above 0")
     if not items:
         raise InputError("no questions to ask (the question source is empty)")
-    config = {"task": VLM_TASK, "mode": mode, "shuffle": bool(shuffle),
-              "temperature": float(temperature) if mode == "original" else None,
-              "max_new_tokens": int(max_new_tokens) if mode == "original" else None,
-              "source": source or {}}
+    config = {
+        "task": VLM_TASK,
+        "mode": mode,
+        "shuffle": bool(shuffle),
+        "temperature": float(temperature) if mode == "original" else None,
+        "max_new_tokens": int(max_new_tokens) if mode == "original" else None,
+        "source": source or {},
+    }
     run_id = run_id_for(vlm.fingerprint, {**config, "seed": int(seed)})
-    record = RunRecord(run_id=run_id, model_spec=vlm.spec, weights_hash=vlm.fingerprint,
-                       suite="imagenet-d-vlm", data_root=data_root, label_space="imagenet-d",
-                       seed=int(seed), config={**config, "model": vlm.describe()})
+    record = RunRecord(
+        run_id=run_id,
+        model_spec=vlm.spec,
+        weights_hash=vlm.fingerprint,
+        suite="imagenet-d-vlm",
+        data_root=data_root,
+        label_space="imagenet-d",
+        seed=int(seed),
+        config={**config, "model": vlm.describe()},
+    )
     resumed = not store.start_run(record)
     done = answered(store, run_id)
     todo = [it for it in items if it.image_id not in done]
@@ -106,9 +146,21 @@ def evaluate_vlm(vlm, items: list[Item], store, *, mode: str = "original", seed:
                 skipped.append([item.image_id, f"unreadable image: {exc}"])
                 log.warning("skipping %s: %s", item.image_id, exc)
                 continue
-            pending.append({"run_id": run_id, **answer_item(
-                vlm, item, mode=mode, seed=seed, shuffle=shuffle, temperature=temperature,
-                max_new_tokens=max_new_tokens, image=image)})
+            pending.append(
+                {
+                    "run_id": run_id,
+                    **answer_item(
+                        vlm,
+                        item,
+                        mode=mode,
+                        seed=seed,
+                        shuffle=shuffle,
+                        temperature=temperature,
+                        max_new_tokens=max_new_tokens,
+                        image=image,
+                    ),
+                }
+            )
             if len(pending) >= BATCH:
                 n_new += write_answers(store, pending)
                 pending = []
@@ -122,4 +174,3 @@ def evaluate_vlm(vlm, items: list[Item], store, *, mode: str = "original", seed:
     finally:
         store.finish_run(run_id, status=status, n_samples=len(done) + n_new, skipped=skipped)
     return VLMResult(run_id, resumed, n_new, summary(store, run_id), skipped)
-

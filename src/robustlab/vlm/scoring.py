@@ -74,8 +74,11 @@ def score_answer(answer: str, gt: str, distractor: str, variants=VARIANTS) -> Ve
     g, d = gt.lower(), distractor.lower()
     if g != d and (g in d or d in g):
         longer, shorter = (g, d) if d in g else (d, g)
-        hit = longer if names(longer, answer, variants) else (
-            shorter if names(shorter, answer, variants) else None)
+        hit = (
+            longer
+            if names(longer, answer, variants)
+            else (shorter if names(shorter, answer, variants) else None)
+        )
         if hit is None:
             return Verdict(None, None, "neither")
         return Verdict(gt if hit == g else distractor, hit == g, None)

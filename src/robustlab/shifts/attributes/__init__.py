@@ -19,14 +19,27 @@ from robustlab.shifts.attributes import size  # noqa: F401, I001  (registers obj
 from robustlab.shifts.attributes import position  # noqa: F401  (registers obj_position)
 from robustlab.shifts.attributes import direction  # noqa: F401  (registers obj_direction)
 from robustlab.shifts.attributes._common import (
-    ATTRIBUTES_KEY, hf_complexity, largest_box, object_rate,
+    ATTRIBUTES_KEY,
+    hf_complexity,
+    largest_box,
+    object_rate,
 )
 from robustlab.shifts.attributes.fill import configure_hole_fill, describe_hole_fill
 
 EDITS = ("obj_size", "obj_position", "obj_direction")
 # Columns of <out>/attributes.csv and of the store's attributes table, in order.
-ATTRIBUTE_COLUMNS = ("object_rate", "rate_before", "box_x", "box_y", "box_w", "box_h", "angle",
-                     "hf_before", "hf_after", "fill")
+ATTRIBUTE_COLUMNS = (
+    "object_rate",
+    "rate_before",
+    "box_x",
+    "box_y",
+    "box_w",
+    "box_h",
+    "angle",
+    "hf_before",
+    "hf_after",
+    "fill",
+)
 
 
 def needs_hole_fill(shift) -> bool:
@@ -34,5 +47,14 @@ def needs_hole_fill(shift) -> bool:
     return shift.family == "attribute" and shift.name in EDITS
 
 
-__all__ = ["EDITS", "ATTRIBUTE_COLUMNS", "ATTRIBUTES_KEY", "hf_complexity", "largest_box",
-           "object_rate", "configure_hole_fill", "describe_hole_fill", "needs_hole_fill"]
+__all__ = [
+    "EDITS",
+    "ATTRIBUTE_COLUMNS",
+    "ATTRIBUTES_KEY",
+    "hf_complexity",
+    "largest_box",
+    "object_rate",
+    "configure_hole_fill",
+    "describe_hole_fill",
+    "needs_hole_fill",
+]

@@ -52,8 +52,9 @@ def largest_box(mask: np.ndarray) -> tuple[int, int, int, int]:
     Raises:
         ValueError: the mask has no foreground.
     """
-    contours, _ = cv2.findContours(np.ascontiguousarray(mask, dtype=np.uint8),
-                                   cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    contours, _ = cv2.findContours(
+        np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
+    )
     if not contours:
         raise ValueError("mask is empty (no foreground pixels)")
     best, area = None, -1
@@ -69,7 +70,9 @@ def object_rate(mask: np.ndarray, box: tuple[int, int, int, int] | None = None) 
     if not mask.any():
         return 0.0
     x, y, w, h = box if box is not None else largest_box(mask)
-    return float(np.count_nonzero(mask[y:y + h, x:x + w])) / float(mask.shape[0] * mask.shape[1])
+    return float(np.count_nonzero(mask[y : y + h, x : x + w])) / float(
+        mask.shape[0] * mask.shape[1]
+    )
 
 
 def touches_every_border(box: tuple[int, int, int, int], shape) -> bool:
@@ -115,11 +118,29 @@ def record(ctx: Mapping, **values: Any) -> None:
 def measured(x: np.ndarray, out: np.ndarray, new_mask: np.ndarray, fill_name: str, **extra) -> dict:
     """The attribute record every edit reports: achieved rate, box, complexity, backend."""
     box = largest_box(new_mask)
-    return {"object_rate": round(object_rate(new_mask, box), 6),
-            "box_x": box[0], "box_y": box[1], "box_w": box[2], "box_h": box[3],
-            "hf_before": round(hf_complexity(x), 6), "hf_after": round(hf_complexity(out), 6),
-            "fill": fill_name, **extra}
+    return {
+        "object_rate": round(object_rate(new_mask, box), 6),
+        "box_x": box[0],
+        "box_y": box[1],
+        "box_w": box[2],
+        "box_h": box[3],
+        "hf_before": round(hf_complexity(x), 6),
+        "hf_after": round(hf_complexity(out), 6),
+        "fill": fill_name,
+        **extra,
+    }
 
 
-__all__ = ["FAMILY", "TAGS", "ATTRIBUTES_KEY", "prepare_inputs", "largest_box", "object_rate",
-           "touches_every_border", "hf_complexity", "composite", "record", "measured"]
+__all__ = [
+    "FAMILY",
+    "TAGS",
+    "ATTRIBUTES_KEY",
+    "prepare_inputs",
+    "largest_box",
+    "object_rate",
+    "touches_every_border",
+    "hf_complexity",
+    "composite",
+    "record",
+    "measured",
+]

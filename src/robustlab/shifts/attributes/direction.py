@@ -19,7 +19,14 @@ from PIL import Image
 
 from robustlab.seeding import randint
 from robustlab.shifts.attributes._common import (
-    FAMILY, TAGS, composite, largest_box, measured, object_rate, prepare_inputs, record,
+    FAMILY,
+    TAGS,
+    composite,
+    largest_box,
+    measured,
+    object_rate,
+    prepare_inputs,
+    record,
 )
 from robustlab.shifts.attributes.fill import fill_background
 from robustlab.shifts.registry import register_shift
@@ -45,7 +52,8 @@ def rotate(x: np.ndarray, mask: np.ndarray, angle: float, center=None):
     """(rotated image, rotated HxW bool mask) with Pillow's rotate semantics."""
     img = Image.fromarray(x, "RGB").rotate(angle, resample=Image.Resampling.NEAREST, center=center)
     m = Image.fromarray(mask.astype(np.uint8) * 255, "L").rotate(
-        angle, resample=Image.Resampling.NEAREST, center=center)
+        angle, resample=Image.Resampling.NEAREST, center=center
+    )
     return np.asarray(img), np.asarray(m) > 127
 
 
@@ -63,8 +71,10 @@ def edit_direction(image, p, rng, ctx):
         raise ValueError(f"the object left the image when rotated by {angle:g} degrees")
     background, fill = fill_background(x, mask, rng, ctx)
     out = composite(turned, new_mask, background)
-    record(ctx, **measured(x, out, new_mask, fill, rate_before=round(object_rate(mask), 6),
-                           angle=angle))
+    record(
+        ctx,
+        **measured(x, out, new_mask, fill, rate_before=round(object_rate(mask), 6), angle=angle),
+    )
     return out
 
 

@@ -43,9 +43,14 @@ BACKENDS = ("telea", "ns", "diffusers")
 SETTINGS = {
     "telea": {"radius": 5, "dilate": 3},
     "ns": {"radius": 5, "dilate": 3},
-    "diffusers": {"dilate": 3, "prompt": "empty background scenery, no object",
-                  "negative_prompt": "object, animal, person", "steps": 30,
-                  "guidance_scale": 7.5, "work_size": 512},
+    "diffusers": {
+        "dilate": 3,
+        "prompt": "empty background scenery, no object",
+        "negative_prompt": "object, animal, person",
+        "steps": 30,
+        "guidance_scale": 7.5,
+        "work_size": 512,
+    },
 }
 _OPENCV_FLAGS = {"telea": cv2.INPAINT_TELEA, "ns": cv2.INPAINT_NS}
 _CACHE_SIZE = 4
@@ -59,11 +64,12 @@ def backend_name(value: str | None = None) -> str:
     Raises:
         ValueError: an unknown name (the message lists the known ones).
     """
-    name = (value if value is not None else os.environ.get(ENV_FILL) or DEFAULT_BACKEND)
+    name = value if value is not None else os.environ.get(ENV_FILL) or DEFAULT_BACKEND
     name = str(name).strip().lower()
     if name not in BACKENDS:
-        raise ValueError(f"unknown hole-fill backend {name!r} ({ENV_FILL}); use one of "
-                         f"{', '.join(BACKENDS)}")
+        raise ValueError(
+            f"unknown hole-fill backend {name!r} ({ENV_FILL}); use one of {', '.join(BACKENDS)}"
+        )
     return name
 
 
@@ -83,15 +89,23 @@ def hole_mask(mask: np.ndarray, dilate: int) -> np.ndarray:
 
 def _opencv_fill(image: np.ndarray, hole: np.ndarray, name: str) -> np.ndarray:
     s = SETTINGS[name]
-    key = hashlib.blake2b(image.tobytes() + np.packbits(hole).tobytes()
-                          + f"{image.shape}{name}{s['radius']}".encode(), digest_size=16).digest()
+    key = hashlib.blake2b(
+        image.tobytes()
+        + np.packbits(hole).tobytes()
+        + f"{image.shape}{name}{s['radius']}".encode(),
+        digest_size=16,
+    ).digest()
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit.copy()
-    out = cv2.inpaint(np.ascontiguousarray(image), hole.astype(np.uint8) * 255,
-                      float(s["radius"]), _OPENCV_FLAGS[name])
+    out = cv2.inpaint(
+        np.ascontiguousarray(image),
+        hole.astype(np.uint8) * 255,
+        float(s["radius"]),
+        _OPENCV_FLAGS[name],
+    )
     with _cache_lock:
         _cache[key] = out
         while len(_cache) > _CACHE_SIZE:
@@ -117,8 +131,10 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
         name, inpainter = backend_name(given), None
     hole = hole_mask(mask, SETTINGS[name]["dilate"])
     if not (~hole).any():
-        raise ValueError("the object (grown by the fill margin) covers the whole image: "
-                         "no background to fill from")
+        raise ValueError(
+            "the object (grown by the fill margin) covers the whole image: "
+            "no background to fill from"
+        )
     if name in _OPENCV_FLAGS:
         return _opencv_fill(image, hole, name), f"opencv-{name}"
     if inpainter is None:
@@ -127,9 +143,16 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
         inpainter = get_inpainter()
     s = SETTINGS["diffusers"]
     seed = int(randint(rng, 0, 2**31 - 1))
-    out = inpainter(image, ~hole, seed=seed, prompt=s["prompt"],
-                    negative_prompt=s["negative_prompt"], steps=s["steps"],
-                    guidance_scale=s["guidance_scale"], work_size=s["work_size"])
+    out = inpainter(
+        image,
+        ~hole,
+        seed=seed,
+        prompt=s["prompt"],
+        negative_prompt=s["negative_prompt"],
+        steps=s["steps"],
+        guidance_scale=s["guidance_scale"],
+        work_size=s["work_size"],
+    )
     return np.asarray(out, dtype=np.uint8), "diffusers"
 
 
@@ -144,8 +167,10 @@ def describe_hole_fill(backend: str | None = None) -> dict[str, Any]:
         ValueError: unknown backend, or ``diffusers`` without a configured checkpoint.
     """
     name = backend_name(backend)
-    rec: dict[str, Any] = {"backend": name if name == "diffusers" else f"opencv-{name}",
-                           **SETTINGS[name]}
+    rec: dict[str, Any] = {
+        "backend": name if name == "diffusers" else f"opencv-{name}",
+        **SETTINGS[name],
+    }
     if name == "diffusers":
         from robustlab.shifts.synth.inpaint import describe_inpainter
 
@@ -159,5 +184,13 @@ def describe_hole_fill(backend: str | None = None) -> dict[str, Any]:
     return rec
 
 
-__all__ = ["ENV_FILL", "BACKENDS", "SETTINGS", "backend_name", "configure_hole_fill", "hole_mask",
-           "fill_background", "describe_hole_fill"]
+__all__ = [
+    "ENV_FILL",
+    "BACKENDS",
+    "SETTINGS",
+    "backend_name",
+    "configure_hole_fill",
+    "hole_mask",
+    "fill_background",
+    "describe_hole_fill",
+]

@@ -15,7 +15,14 @@ import numpy as np
 
 from robustlab.seeding import randint
 from robustlab.shifts.attributes._common import (
-    FAMILY, TAGS, composite, largest_box, measured, object_rate, prepare_inputs, record,
+    FAMILY,
+    TAGS,
+    composite,
+    largest_box,
+    measured,
+    object_rate,
+    prepare_inputs,
+    record,
     touches_every_border,
 )
 from robustlab.shifts.attributes.fill import fill_background
@@ -28,9 +35,9 @@ def move_box(x: np.ndarray, mask: np.ndarray, box, nx: int, ny: int):
     """(image with the box's pixels copied to (nx, ny), mask holding only the moved object)."""
     bx, by, w, h = box
     moved = x.copy()
-    moved[ny:ny + h, nx:nx + w] = x[by:by + h, bx:bx + w]
+    moved[ny : ny + h, nx : nx + w] = x[by : by + h, bx : bx + w]
     new_mask = np.zeros_like(mask)
-    new_mask[ny:ny + h, nx:nx + w] = mask[by:by + h, bx:bx + w]
+    new_mask[ny : ny + h, nx : nx + w] = mask[by : by + h, bx : bx + w]
     return moved, new_mask
 
 
@@ -48,8 +55,19 @@ def edit_position(image, p, rng, ctx):
     moved, new_mask = move_box(x, mask, box, nx, ny)
     background, fill = fill_background(x, mask, rng, ctx)
     out = composite(moved, new_mask, background)
-    record(ctx, **measured(x, out, new_mask, fill, rate_before=round(object_rate(mask), 6),
-                           angle=0.0, dx=nx - box[0], dy=ny - box[1]))
+    record(
+        ctx,
+        **measured(
+            x,
+            out,
+            new_mask,
+            fill,
+            rate_before=round(object_rate(mask), 6),
+            angle=0.0,
+            dx=nx - box[0],
+            dy=ny - box[1],
+        ),
+    )
     return out
 
 

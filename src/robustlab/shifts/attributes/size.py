@@ -30,7 +30,14 @@ import cv2
 import numpy as np
 
 from robustlab.shifts.attributes._common import (
-    FAMILY, TAGS, composite, largest_box, measured, object_rate, prepare_inputs, record,
+    FAMILY,
+    TAGS,
+    composite,
+    largest_box,
+    measured,
+    object_rate,
+    prepare_inputs,
+    record,
 )
 from robustlab.shifts.attributes.fill import fill_background
 from robustlab.shifts.registry import register_shift
@@ -41,8 +48,13 @@ MAX_STEPS = 50
 TARGETS = (0.10, 0.08, 0.05)
 
 
-def size_levels(targets=TARGETS, *, tolerance: float = TOLERANCE, max_steps: int = MAX_STEPS,
-                unreachable: str = "skip") -> dict[str, dict]:
+def size_levels(
+    targets=TARGETS,
+    *,
+    tolerance: float = TOLERANCE,
+    max_steps: int = MAX_STEPS,
+    unreachable: str = "skip",
+) -> dict[str, dict]:
     """A level table: level name (``"0.10"``) -> parameters of :func:`edit_size`."""
     if unreachable not in ("skip", "copy"):
         raise ValueError(f"unreachable must be 'skip' or 'copy', not {unreachable!r}")
@@ -51,8 +63,12 @@ def size_levels(targets=TARGETS, *, tolerance: float = TOLERANCE, max_steps: int
         t = float(t)
         if not 0.0 < t < 1.0:
             raise ValueError(f"a target object pixel rate must be in (0, 1), got {t}")
-        out[f"{t:.2f}"] = {"target": t, "tolerance": float(tolerance), "max_steps": int(max_steps),
-                           "unreachable": unreachable}
+        out[f"{t:.2f}"] = {
+            "target": t,
+            "tolerance": float(tolerance),
+            "max_steps": int(max_steps),
+            "unreachable": unreachable,
+        }
     return out
 
 
@@ -67,13 +83,20 @@ def _zoom(s: float, cx: float, cy: float) -> np.ndarray:
 
 def _warp_mask(mask: np.ndarray, a: np.ndarray) -> np.ndarray:
     h, w = mask.shape
-    m = cv2.warpAffine(mask.astype(np.uint8) * 255, a[:2], (w, h), flags=cv2.INTER_LINEAR,
-                       borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    m = cv2.warpAffine(
+        mask.astype(np.uint8) * 255,
+        a[:2],
+        (w, h),
+        flags=cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=0,
+    )
     return m > 127
 
 
-def rescale_plan(mask: np.ndarray, target: float, *, tolerance: float = TOLERANCE,
-                 max_steps: int = MAX_STEPS) -> tuple[np.ndarray, np.ndarray, float, int]:
+def rescale_plan(
+    mask: np.ndarray, target: float, *, tolerance: float = TOLERANCE, max_steps: int = MAX_STEPS
+) -> tuple[np.ndarray, np.ndarray, float, int]:
     """The official iterative centred rescale, on the mask only.
 
     Returns:
@@ -91,20 +114,25 @@ def rescale_plan(mask: np.ndarray, target: float, *, tolerance: float = TOLERANC
     steps = 0
     while not _on_target(rate, target, tolerance):
         if steps >= max_steps:
-            raise ValueError(f"object pixel rate {rate:.3f} did not reach {target:.2f} "
-                             f"in {max_steps} zoom steps")
+            raise ValueError(
+                f"object pixel rate {rate:.3f} did not reach {target:.2f} in {max_steps} zoom steps"
+            )
         grow = math.floor(rate * 100) < round(target * 100)
         x, y, w, h = box
         a = _zoom(math.sqrt(target / rate), x + w / 2.0, y + h / 2.0) @ a
         m2 = _warp_mask(mask, a)
         if not m2.any():
-            raise ValueError(f"object pixel rate {object_rate(mask):.3f} cannot reach "
-                             f"{target:.2f} (the object left the image while zooming)")
+            raise ValueError(
+                f"object pixel rate {object_rate(mask):.3f} cannot reach "
+                f"{target:.2f} (the object left the image while zooming)"
+            )
         box2 = largest_box(m2)
         rate2 = object_rate(m2, box2)
         if (grow and rate2 < rate) or (not grow and rate2 > rate):
-            raise ValueError(f"object pixel rate {object_rate(mask):.3f} cannot reach "
-                             f"{target:.2f} (zooming stalled at {rate:.3f})")
+            raise ValueError(
+                f"object pixel rate {object_rate(mask):.3f} cannot reach "
+                f"{target:.2f} (zooming stalled at {rate:.3f})"
+            )
         m, box, rate = m2, box2, rate2
         steps += 1
     return a, m, rate, steps
@@ -115,21 +143,45 @@ def edit_size(image, p, rng, ctx):
     x, mask = prepare_inputs(image, ctx)
     before = object_rate(mask)
     try:
-        a, new_mask, _, steps = rescale_plan(mask, p["target"], tolerance=p["tolerance"],
-                                             max_steps=p["max_steps"])
+        a, new_mask, _, steps = rescale_plan(
+            mask, p["target"], tolerance=p["tolerance"], max_steps=p["max_steps"]
+        )
     except ValueError:
         if p["unreachable"] != "copy":
             raise
-        record(ctx, **measured(x, x, mask, "none", rate_before=round(before, 6), steps=-1,
-                               angle=0.0, note="target unreachable: original copied (official)"))
+        record(
+            ctx,
+            **measured(
+                x,
+                x,
+                mask,
+                "none",
+                rate_before=round(before, 6),
+                steps=-1,
+                angle=0.0,
+                note="target unreachable: original copied (official)",
+            ),
+        )
         return x.copy()
     h, w = mask.shape
-    zoomed = cv2.warpAffine(x, a[:2], (w, h), flags=cv2.INTER_LINEAR,
-                            borderMode=cv2.BORDER_REPLICATE)
+    zoomed = cv2.warpAffine(
+        x, a[:2], (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+    )
     background, fill = fill_background(x, mask, rng, ctx)
     out = composite(zoomed, new_mask, background)
-    record(ctx, **measured(x, out, new_mask, fill, rate_before=round(before, 6), steps=steps,
-                           angle=0.0, scale=round(float(a[0, 0]), 6)))
+    record(
+        ctx,
+        **measured(
+            x,
+            out,
+            new_mask,
+            fill,
+            rate_before=round(before, 6),
+            steps=steps,
+            angle=0.0,
+            scale=round(float(a[0, 0]), 6),
+        ),
+    )
     return out
 
 
@@ -139,11 +191,19 @@ def register_size_shift(name: str, levels: dict[str, dict]) -> None:
     Not marked deterministic: with the ``diffusers`` hole fill the background depends on
     the cell's generator.
     """
-    register_shift(name, family=FAMILY, params=levels, needs=("mask",), deterministic=False,
-                   tags=TAGS)(edit_size)
+    register_shift(
+        name, family=FAMILY, params=levels, needs=("mask",), deterministic=False, tags=TAGS
+    )(edit_size)
 
 
 register_size_shift("obj_size", size_levels())
 
-__all__ = ["TARGETS", "TOLERANCE", "MAX_STEPS", "size_levels", "rescale_plan", "edit_size",
-           "register_size_shift"]
+__all__ = [
+    "TARGETS",
+    "TOLERANCE",
+    "MAX_STEPS",
+    "size_levels",
+    "rescale_plan",
+    "edit_size",
+    "register_size_shift",
+]

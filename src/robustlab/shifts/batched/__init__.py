@@ -43,8 +43,9 @@ def has_batched(name: str) -> bool:
     return name in BATCHED
 
 
-def apply(name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str], *,
-          seed: int = 0) -> torch.Tensor:
+def apply(
+    name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str], *, seed: int = 0
+) -> torch.Tensor:
     """Apply the shift ``name`` at ``level`` to a uint8 batch, one seed-rule generator per image.
 
     Args:
@@ -64,8 +65,9 @@ def apply(name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str]
     if level not in sh.params:
         raise ValueError(f"{name}: level {level!r} is not defined; levels are {list(sh.levels)}")
     if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[1] != 3:
-        raise ValueError(f"batched shifts need an (N, 3, H, W) uint8 tensor, got "
-                         f"{x.dtype} {tuple(x.shape)}")
+        raise ValueError(
+            f"batched shifts need an (N, 3, H, W) uint8 tensor, got {x.dtype} {tuple(x.shape)}"
+        )
     if len(sample_ids) != x.shape[0]:
         raise ValueError(f"{len(sample_ids)} sample ids for {x.shape[0]} images")
     seeds = [derive_seed(seed, sid, name, level) for sid in sample_ids]
@@ -74,8 +76,9 @@ def apply(name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str]
         return _exact(sh, level, x, sample_ids, seed)
     out = fn(x, sh.params[level], generators(seeds, x.device))
     if out.shape != x.shape or out.dtype != torch.uint8:  # a bug in the batched version
-        raise RuntimeError(f"batched {name} returned {out.dtype} {tuple(out.shape)} "
-                           f"for {tuple(x.shape)}")
+        raise RuntimeError(
+            f"batched {name} returned {out.dtype} {tuple(out.shape)} for {tuple(x.shape)}"
+        )
     return out
 
 
@@ -84,6 +87,7 @@ def _exact(sh, level, x: torch.Tensor, sample_ids, seed: int) -> torch.Tensor:
     from robustlab.pipeline import apply_shift
 
     host = x.permute(0, 2, 3, 1).cpu().numpy()
-    out = np.stack([apply_shift(img, sid, sh, level, seed)[..., :3]
-                    for img, sid in zip(host, sample_ids)])
+    out = np.stack(
+        [apply_shift(img, sid, sh, level, seed)[..., :3] for img, sid in zip(host, sample_ids)]
+    )
     return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous().to(x.device)

@@ -29,14 +29,20 @@ def per_sample(gens: Sequence[torch.Generator], draw: Callable[[torch.Generator]
 
 def normal(gens, shape, device, *, mean: float = 0.0, std: float = 1.0, dtype=torch.float32):
     """(N, *shape) normal draws, one generator per image."""
-    return per_sample(gens, lambda g: torch.randn(shape, generator=g, device=device,
-                                                  dtype=dtype)) * std + mean
+    return (
+        per_sample(gens, lambda g: torch.randn(shape, generator=g, device=device, dtype=dtype))
+        * std
+        + mean
+    )
 
 
 def uniform(gens, shape, device, low: float, high: float, dtype=torch.float32):
     """(N, *shape) uniform draws on [low, high), one generator per image."""
-    return per_sample(gens, lambda g: torch.rand(shape, generator=g, device=device,
-                                                 dtype=dtype)) * (high - low) + low
+    return (
+        per_sample(gens, lambda g: torch.rand(shape, generator=g, device=device, dtype=dtype))
+        * (high - low)
+        + low
+    )
 
 
 def randint(gens, low: int, high: int, shape, device):
@@ -60,6 +66,7 @@ def trunc_uint8(v: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- padding and filtering
+
 
 def pad_index(n: int, r: int, mode: str) -> np.ndarray:
     """Source index of each of the ``n + 2 r`` positions of a line padded by ``r``.
@@ -108,8 +115,9 @@ def separable(x: torch.Tensor, taps: np.ndarray, mode: str) -> torch.Tensor:
     return flat.reshape(n, c, h, w)
 
 
-def gaussian(x: torch.Tensor, sigma: float, *, truncate: float = 4.0,
-             mode: str = "nearest") -> torch.Tensor:
+def gaussian(
+    x: torch.Tensor, sigma: float, *, truncate: float = 4.0, mode: str = "nearest"
+) -> torch.Tensor:
     """``scipy.ndimage.gaussian_filter`` over H and W (scikit-image ``gaussian``'s default
     ``mode='nearest'``, ``truncate=4``)."""
     from robustlab.shifts.corruptions._gauss import gaussian_weights
@@ -128,6 +136,7 @@ def filter2d(x: torch.Tensor, kernel: np.ndarray) -> torch.Tensor:
 
 # ---------------------------------------------------------------- zoom and motion
 
+
 def _zoom_axis(x: torch.Tensor, dim: int, factor: float) -> torch.Tensor:
     from robustlab.shifts.corruptions._zoom import _axis_table
 
@@ -138,8 +147,10 @@ def _zoom_axis(x: torch.Tensor, dim: int, factor: float) -> torch.Tensor:
     dev = x.device
     w0 = torch.as_tensor(w0 * inside, dtype=x.dtype, device=dev).view(shape)
     w1 = torch.as_tensor(w1 * inside, dtype=x.dtype, device=dev).view(shape)
-    return (x.index_select(dim, torch.as_tensor(i0, device=dev)) * w0
-            + x.index_select(dim, torch.as_tensor(i1, device=dev)) * w1)
+    return (
+        x.index_select(dim, torch.as_tensor(i0, device=dev)) * w0
+        + x.index_select(dim, torch.as_tensor(i1, device=dev)) * w1
+    )
 
 
 def clipped_zoom(x: torch.Tensor, factor: float) -> torch.Tensor:
@@ -149,7 +160,9 @@ def clipped_zoom(x: torch.Tensor, factor: float) -> torch.Tensor:
     return _zoom_axis(_zoom_axis(x, -2, factor), -1, factor)
 
 
-def motion_blur(x: torch.Tensor, radius: float, sigma: float, angles: Sequence[float]) -> torch.Tensor:
+def motion_blur(
+    x: torch.Tensor, radius: float, sigma: float, angles: Sequence[float]
+) -> torch.Tensor:
     """ImageMagick's motion blur of a uint8 batch, one angle (degrees) per image.
 
     Same taps, offsets, edge replication and Q16 rounding as :mod:`..corruptions._motion`
@@ -175,12 +188,15 @@ def motion_blur(x: torch.Tensor, radius: float, sigma: float, angles: Sequence[f
     acc = torch.zeros((n, c, h, w), dtype=torch.float32, device=dev)
     for t in range(taps):
         idx = (rows + dy[:, t].view(n, 1, 1)) * wp + cols + dx[:, t].view(n, 1, 1)
-        acc += float(weights[t]) * flat.gather(2, idx.view(n, 1, -1).expand(n, c, -1)).view(n, c, h, w)
+        acc += float(weights[t]) * flat.gather(2, idx.view(n, 1, -1).expand(n, c, -1)).view(
+            n, c, h, w
+        )
     q = torch.floor(acc + 0.5).clamp_(0, 65535)
     return torch.div(q, 257, rounding_mode="floor").to(torch.uint8)
 
 
 # ---------------------------------------------------------------- Pillow resampling
+
 
 def _pil_filters() -> dict[str, tuple[Callable[[float], float], float]]:
     def box(v):
@@ -216,8 +232,13 @@ def _pil_filters() -> dict[str, tuple[Callable[[float], float], float]]:
         v *= math.pi
         return math.sin(v) / v * (0.54 + 0.46 * math.cos(v))
 
-    return {"box": (box, 0.5), "bilinear": (bilinear, 1.0), "bicubic": (bicubic, 2.0),
-            "lanczos": (lanczos, 3.0), "hamming": (hamming, 1.0)}
+    return {
+        "box": (box, 0.5),
+        "bilinear": (bilinear, 1.0),
+        "bicubic": (bicubic, 2.0),
+        "lanczos": (lanczos, 3.0),
+        "hamming": (hamming, 1.0),
+    }
 
 
 PIL_FILTERS = _pil_filters()

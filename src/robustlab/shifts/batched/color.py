@@ -13,8 +13,9 @@ import torch
 from robustlab.shifts.batched._ops import to_uint8, unit
 
 
-def hsv_adjust(x: torch.Tensor, s_scale: float = 1.0, s_shift: float = 0.0,
-               v_shift: float = 0.0) -> torch.Tensor:
+def hsv_adjust(
+    x: torch.Tensor, s_scale: float = 1.0, s_shift: float = 0.0, v_shift: float = 0.0
+) -> torch.Tensor:
     """``S = clip(S * s_scale + s_shift)``, ``V = clip(V + v_shift)`` in HSV; uint8 out."""
     v3 = unit(x, torch.float64)
     r, g, b = v3[:, 0], v3[:, 1], v3[:, 2]
@@ -36,10 +37,16 @@ def hsv_adjust(x: torch.Tensor, s_scale: float = 1.0, s_shift: float = 0.0,
     q = v * (1 - f * s)
     t = v * (1 - (1 - f) * s)
     sector = torch.remainder(hi, 6).to(torch.int64)
-    choices = torch.stack([
-        torch.stack([v, t, p]), torch.stack([q, v, p]), torch.stack([p, v, t]),
-        torch.stack([p, q, v]), torch.stack([t, p, v]), torch.stack([v, p, q]),
-    ])  # (6, 3, N, H, W)
+    choices = torch.stack(
+        [
+            torch.stack([v, t, p]),
+            torch.stack([q, v, p]),
+            torch.stack([p, v, t]),
+            torch.stack([p, q, v]),
+            torch.stack([t, p, v]),
+            torch.stack([v, p, q]),
+        ]
+    )  # (6, 3, N, H, W)
     idx = sector.unsqueeze(0).unsqueeze(0).expand(1, 3, *sector.shape)
     rgb = choices.gather(0, idx)[0]  # (3, N, H, W)
     return to_uint8(rgb.permute(1, 0, 2, 3))

@@ -73,7 +73,7 @@ def _reflect_gain(n: int, sigma: float, truncate: float) -> np.ndarray:
     r = (len(wts) - 1) // 2
     k = np.arange(2 * n)[:, None]
     d = np.arange(1, r + 1)[None, :]
-    gain = wts[r] + 2 * (wts[r + 1:][None, :] * np.cos(np.pi * k * d / n)).sum(1)
+    gain = wts[r] + 2 * (wts[r + 1 :][None, :] * np.cos(np.pi * k * d / n)).sum(1)
     gain.setflags(write=False)
     return gain
 
@@ -93,11 +93,15 @@ def gaussian_reflect(field: torch.Tensor, sigma: float, truncate: float = 3.0) -
 def _affine_sources(m: torch.Tensor, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Source (x, y) of every destination pixel for forward affine matrices (N, 2, 3)."""
     n = m.shape[0]
-    full = torch.cat([m, torch.tensor([[[0.0, 0.0, 1.0]]], dtype=m.dtype, device=m.device)
-                      .expand(n, 1, 3)], 1)
+    full = torch.cat(
+        [m, torch.tensor([[[0.0, 0.0, 1.0]]], dtype=m.dtype, device=m.device).expand(n, 1, 3)], 1
+    )
     inv = torch.linalg.inv(full)[:, :2]  # (N, 2, 3)
-    ys, xs = torch.meshgrid(torch.arange(h, dtype=m.dtype, device=m.device),
-                            torch.arange(w, dtype=m.dtype, device=m.device), indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.arange(h, dtype=m.dtype, device=m.device),
+        torch.arange(w, dtype=m.dtype, device=m.device),
+        indexing="ij",
+    )
     pts = torch.stack([xs, ys, torch.ones_like(xs)], 0).reshape(3, -1)  # (3, H*W)
     src = inv @ pts  # (N, 2, H*W)
     return src[:, 0].view(n, h, w), src[:, 1].view(n, h, w)
@@ -115,8 +119,7 @@ def _sample(img: torch.Tensor, sx: torch.Tensor, sy: torch.Tensor, *, align: boo
     else:
         gx, gy = (2 * sx + 1) / w - 1, (2 * sy + 1) / h - 1
     grid = torch.stack([gx, gy], -1).to(img.dtype)
-    return F.grid_sample(img, grid, mode="bilinear", padding_mode="reflection",
-                         align_corners=align)
+    return F.grid_sample(img, grid, mode="bilinear", padding_mode="reflection", align_corners=align)
 
 
 @batched("elastic_transform")
@@ -138,6 +141,9 @@ def elastic_transform(x, params, gens):
     fields = uniform(gens, (2, h, w), dev, -1.0, 1.0, dtype=torch.float64)  # dx drawn first
     dx = (gaussian_reflect(fields[:, 0], sigma) * alpha).float()
     dy = (gaussian_reflect(fields[:, 1], sigma) * alpha).float()
-    ys, xs = torch.meshgrid(torch.arange(h, device=dev, dtype=torch.float32),
-                            torch.arange(w, device=dev, dtype=torch.float32), indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.arange(h, device=dev, dtype=torch.float32),
+        torch.arange(w, device=dev, dtype=torch.float32),
+        indexing="ij",
+    )
     return to_uint8(_sample(warped, xs + dx, ys + dy, align=False))

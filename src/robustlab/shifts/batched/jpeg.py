@@ -33,6 +33,7 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, codec: str = "device") -> torc
         # the encoded bytes (a few KB each) must be host tensors for the decoder
         return torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device))
     host = x.cpu()
-    out = torch.stack([decode_jpeg(encode_jpeg(img.contiguous(), quality=int(quality)))
-                       for img in host])
+    out = torch.stack(
+        [decode_jpeg(encode_jpeg(img.contiguous(), quality=int(quality))) for img in host]
+    )
     return out.to(x.device)

@@ -41,4 +41,3 @@ def speckle_noise(x, sigma, gens):
     """``x + x * N(0, sigma)`` on ``x / 255``, clipped."""
     v = unit(x)
     return to_uint8(v + v * normal(gens, x.shape[1:], x.device, std=sigma))
-

@@ -62,8 +62,13 @@ def _textures(device: str, h: int, w: int) -> tuple[torch.Tensor, ...]:
     (enlarged like the exact path when an ``h x w`` crop would not fit)."""
     from robustlab.shifts.corruptions.frost import N_DRAWN, texture_for
 
-    return tuple(torch.from_numpy(texture_for(i, h, w)[..., ::-1].copy()).permute(2, 0, 1)
-                 .contiguous().to(device) for i in range(N_DRAWN))
+    return tuple(
+        torch.from_numpy(texture_for(i, h, w)[..., ::-1].copy())
+        .permute(2, 0, 1)
+        .contiguous()
+        .to(device)
+        for i in range(N_DRAWN)
+    )
 
 
 @batched("frost")
@@ -80,7 +85,7 @@ def frost(x, params, gens):
         tex = textures[idx]
         top = int(torch.randint(0, tex.shape[1] - h, (1,), generator=g, device=x.device))
         left = int(torch.randint(0, tex.shape[2] - w, (1,), generator=g, device=x.device))
-        crops.append(tex[:, top:top + h, left:left + w])
+        crops.append(tex[:, top : top + h, left : left + w])
     out = a * x.to(torch.float32) + b * torch.stack(crops).to(torch.float32)
     return out.clamp(0, 255).to(torch.uint8)
 
@@ -94,8 +99,9 @@ def plasma_fractal(gens, size: int, decay: float, device) -> torch.Tensor:
         half = step // 2
 
         def wibbled(acc, wib=wibble):
-            return acc / 4 + wib * uniform(gens, acc.shape[1:], device, -wib, wib,
-                                           dtype=torch.float64)
+            return acc / 4 + wib * uniform(
+                gens, acc.shape[1:], device, -wib, wib, dtype=torch.float64
+            )
 
         corners = m[:, 0::step, 0::step]
         acc = corners + torch.roll(corners, -1, dims=1)
@@ -103,10 +109,12 @@ def plasma_fractal(gens, size: int, decay: float, device) -> torch.Tensor:
         m[:, half::step, half::step] = wibbled(acc)
         centres = m[:, half::step, half::step]
         corners = m[:, 0::step, 0::step]
-        m[:, 0::step, half::step] = wibbled((centres + torch.roll(centres, 1, dims=1))
-                                            + (corners + torch.roll(corners, -1, dims=2)))
-        m[:, half::step, 0::step] = wibbled((centres + torch.roll(centres, 1, dims=2))
-                                            + (corners + torch.roll(corners, -1, dims=1)))
+        m[:, 0::step, half::step] = wibbled(
+            (centres + torch.roll(centres, 1, dims=1)) + (corners + torch.roll(corners, -1, dims=2))
+        )
+        m[:, half::step, 0::step] = wibbled(
+            (centres + torch.roll(centres, 1, dims=2)) + (corners + torch.roll(corners, -1, dims=1))
+        )
         step //= 2
         wibble /= decay
     m = m - m.amin(dim=(1, 2), keepdim=True)
@@ -124,4 +132,3 @@ def fog(x, params, gens):
     v = unit(x, torch.float64)
     top = v.amax(dim=(1, 2, 3), keepdim=True)
     return to_uint8((v + c * plasma) * top / (top + c))
-

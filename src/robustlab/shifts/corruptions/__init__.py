@@ -13,11 +13,25 @@ import numpy as np
 
 # Import order = registration order = the canonical ImageNet-C order.
 from robustlab.shifts.corruptions import (  # noqa: F401
-    gaussian_noise, shot_noise, impulse_noise,
-    defocus_blur, glass_blur, motion_blur, zoom_blur,
-    snow, frost, fog, brightness,
-    contrast, elastic_transform, pixelate, jpeg_compression,
-    speckle_noise, gaussian_blur, spatter, saturate,
+    gaussian_noise,
+    shot_noise,
+    impulse_noise,
+    defocus_blur,
+    glass_blur,
+    motion_blur,
+    zoom_blur,
+    snow,
+    frost,
+    fog,
+    brightness,
+    contrast,
+    elastic_transform,
+    pixelate,
+    jpeg_compression,
+    speckle_noise,
+    gaussian_blur,
+    spatter,
+    saturate,
 )
 from robustlab.data.images import array_to_rgb, check_size
 from robustlab.errors import InputError
@@ -60,11 +74,7 @@ def list_corruptions(pattern_or_family: str | None = None) -> list[str]:
         return [s.name for s in everything]
     if key in _GROUPS:
         return [s.name for s in everything if _GROUPS[key] in s.tags]
-    out = [
-        s.name
-        for s in everything
-        if s.family == key or fnmatch.fnmatchcase(s.name, key)
-    ]
+    out = [s.name for s in everything if s.family == key or fnmatch.fnmatchcase(s.name, key)]
     if not out:
         families = sorted({s.family for s in everything})
         raise InputError(
@@ -86,9 +96,11 @@ def get_corruption(name: str) -> Shift:
 
 
 def check_severity(severity) -> int:
-    if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or int(
-        severity
-    ) not in SEVERITIES:
+    if (
+        isinstance(severity, bool)
+        or not isinstance(severity, (int, np.integer))
+        or int(severity) not in SEVERITIES
+    ):
         raise InputError(f"severity must be an integer from 1 to 5, got {severity!r}")
     return int(severity)
 

@@ -70,14 +70,14 @@ def _smooth_axis1(src, dst, w, channels):
             for ch in range(channels):
                 padded[j * channels + ch] = np.float64(s[sj * channels + ch])
         c = w[r]
-        mid = padded[r * channels:r * channels + k]
+        mid = padded[r * channels : r * channels + k]
         for j in range(k):
             acc[j] = mid[j] * c
         for d in range(r, 0, -1):
             c = w[r - d]
             # slices, not computed indices: lets LLVM vectorise the inner loop
-            a = padded[(r - d) * channels:(r - d) * channels + k]
-            b = padded[(r + d) * channels:(r + d) * channels + k]
+            a = padded[(r - d) * channels : (r - d) * channels + k]
+            b = padded[(r + d) * channels : (r + d) * channels + k]
             for j in range(k):
                 acc[j] += (a[j] + b[j]) * c
         o = dst[i]

@@ -81,8 +81,9 @@ def _hsv_adjust(img, levels, s_scale, s_shift, v_shift, out):
     return out
 
 
-def hsv_adjust(img: np.ndarray, s_scale: float = 1.0, s_shift: float = 0.0,
-               v_shift: float = 0.0) -> np.ndarray:
+def hsv_adjust(
+    img: np.ndarray, s_scale: float = 1.0, s_shift: float = 0.0, v_shift: float = 0.0
+) -> np.ndarray:
     """Scale/shift saturation and shift value of an HxWx3 uint8 RGB image; uint8 out."""
     img = np.ascontiguousarray(img, dtype=np.uint8)
     out = np.empty_like(img)

@@ -115,7 +115,7 @@ def _blur_rows(padded, weights, dx, dy, top, left, height, width, out):
         for t in range(weights.shape[0]):
             wt = weights[t]
             start = (left + dx[t]) * channels
-            row = padded[top + y + dy[t], start:start + n]
+            row = padded[top + y + dy[t], start : start + n]
             for j in range(n):
                 acc[j] += wt * row[j]
         o = out[y]
@@ -144,7 +144,9 @@ def motion_blur_uint8(img: np.ndarray, radius: float, sigma: float, angle: float
     """
     img = np.asarray(img)
     if img.dtype != np.uint8 or img.ndim not in (2, 3):
-        raise ValueError(f"motion_blur_uint8 needs a uint8 HxW or HxWxC array, got {img.dtype} {img.shape}")
+        raise ValueError(
+            f"motion_blur_uint8 needs a uint8 HxW or HxWxC array, got {img.dtype} {img.shape}"
+        )
     weights, dx, dy = motion_kernel(radius, sigma, angle)
     src = img if img.ndim == 3 else img[:, :, None]
     height, width, channels = src.shape

@@ -96,7 +96,9 @@ def _zoom_into(img, out, accumulate, r0, r1, rw0, rw1, rin, g0, g1, gw0, gw1, gi
         for k in range(n):
             k0 = g0[k]
             k1 = g1[k]
-            line[k] = a_row[k0] * gw0[k] + a_row[k1] * gw1[k] + b_row[k0] * gw0[k] + b_row[k1] * gw1[k]
+            line[k] = (
+                a_row[k0] * gw0[k] + a_row[k1] * gw1[k] + b_row[k0] * gw0[k] + b_row[k1] * gw1[k]
+            )
         if accumulate:
             for k in range(n):
                 if gin[k]:
@@ -135,8 +137,12 @@ def _zoom_add_rgb(img, out, r0, r1, rw0, rw1, rin, c0, c1, cw0, cw1, cin):
             x0 = cw0[j]
             x1 = cw1[j]
             one[0, 0] = a_row[p] * x0 + a_row[q] * x1 + b_row[p] * x0 + b_row[q] * x1
-            one[0, 1] = a_row[p + 1] * x0 + a_row[q + 1] * x1 + b_row[p + 1] * x0 + b_row[q + 1] * x1
-            one[0, 2] = a_row[p + 2] * x0 + a_row[q + 2] * x1 + b_row[p + 2] * x0 + b_row[q + 2] * x1
+            one[0, 1] = (
+                a_row[p + 1] * x0 + a_row[q + 1] * x1 + b_row[p + 1] * x0 + b_row[q + 1] * x1
+            )
+            one[0, 2] = (
+                a_row[p + 2] * x0 + a_row[q + 2] * x1 + b_row[p + 2] * x0 + b_row[q + 2] * x1
+            )
             orow[3 * j] += one[0, 0]
             orow[3 * j + 1] += one[0, 1]
             orow[3 * j + 2] += one[0, 2]
@@ -144,7 +150,9 @@ def _zoom_add_rgb(img, out, r0, r1, rw0, rw1, rin, c0, c1, cw0, cw1, cin):
 
 def _check(img: np.ndarray, zoom_factor: float) -> None:
     if img.ndim != 3 or img.dtype not in (np.float32, np.float64):
-        raise ValueError(f"clipped_zoom needs an HxWxC float32/float64 array, got {img.dtype} {img.shape}")
+        raise ValueError(
+            f"clipped_zoom needs an HxWxC float32/float64 array, got {img.dtype} {img.shape}"
+        )
     if not zoom_factor >= 1.0:
         raise ValueError(f"clipped_zoom needs a zoom factor >= 1, got {zoom_factor!r}")
 
@@ -159,8 +167,17 @@ def _zoom(img: np.ndarray, zoom_factor: float, out: np.ndarray, accumulate: bool
     chan = np.arange(ch)
     g0 = (c0[:, None] * ch + chan).ravel()
     g1 = (c1[:, None] * ch + chan).ravel()
-    _zoom_into(img.reshape(h, w * ch), out.reshape(h, w * ch), accumulate, *rows,
-               g0, g1, np.repeat(w0, ch), np.repeat(w1, ch), np.repeat(inside, ch))
+    _zoom_into(
+        img.reshape(h, w * ch),
+        out.reshape(h, w * ch),
+        accumulate,
+        *rows,
+        g0,
+        g1,
+        np.repeat(w0, ch),
+        np.repeat(w1, ch),
+        np.repeat(inside, ch),
+    )
 
 
 def clipped_zoom(img: np.ndarray, zoom_factor: float) -> np.ndarray:

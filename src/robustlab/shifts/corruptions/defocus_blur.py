@@ -71,7 +71,7 @@ def _pass(m: np.ndarray, taps: np.ndarray, first_product_rounded: bool) -> np.nd
     w = m.shape[1]
 
     def at(o):
-        return p[:, r + o:r + o + w]
+        return p[:, r + o : r + o + w]
 
     pairs = [((at(-j) + at(j)).astype(_F32), taps[r + j]) for j in range(1, r + 1)]
     if first_product_rounded:

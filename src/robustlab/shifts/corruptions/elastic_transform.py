@@ -158,8 +158,8 @@ def _smooth_rows_reflect(src, dst, wts):
             acc[j] = padded[j + r] * c
         for d in range(r, 0, -1):
             c = wts[r - d]
-            lo = padded[r - d:r - d + n]
-            hi = padded[r + d:r + d + n]
+            lo = padded[r - d : r - d + n]
+            hi = padded[r + d : r + d + n]
             for j in range(n):
                 acc[j] += (lo[j] + hi[j]) * c
         out = dst[i]
@@ -214,7 +214,7 @@ def _dct_response(n: int, sigma: float, truncate: float) -> np.ndarray:
     r = (len(wts) - 1) // 2
     k = np.arange(n)[:, None]
     d = np.arange(1, r + 1)[None, :]
-    gain = wts[r] + 2 * (wts[r + 1:][None, :] * np.cos(np.pi * k * d / n)).sum(1)
+    gain = wts[r] + 2 * (wts[r + 1 :][None, :] * np.cos(np.pi * k * d / n)).sum(1)
     gain.setflags(write=False)
     return gain
 

@@ -70,7 +70,8 @@ def _fill(size, u, wibbles):
             for j in range(n):
                 j1 = (j + 1) % n
                 acc = (m[i * step, j * step] + m[i1 * step, j * step]) + (
-                    m[i * step, j1 * step] + m[i1 * step, j1 * step])
+                    m[i * step, j1 * step] + m[i1 * step, j1 * step]
+                )
                 m[i * step + half, j * step + half] = acc / 4 + wib * u[pos + i * n + j]
         pos += n * n
         # diamonds on the corner rows: centre above (roll +1 on rows) and corner right
@@ -78,8 +79,9 @@ def _fill(size, u, wibbles):
             iu = (i - 1) % n
             for j in range(n):
                 j1 = (j + 1) % n
-                acc = (m[i * step + half, j * step + half] + m[iu * step + half, j * step + half]) + (
-                    m[i * step, j * step] + m[i * step, j1 * step])
+                acc = (
+                    m[i * step + half, j * step + half] + m[iu * step + half, j * step + half]
+                ) + (m[i * step, j * step] + m[i * step, j1 * step])
                 m[i * step, j * step + half] = acc / 4 + wib * u[pos + i * n + j]
         pos += n * n
         # diamonds on the corner columns: centre to the left and corner below
@@ -87,8 +89,9 @@ def _fill(size, u, wibbles):
             i1 = (i + 1) % n
             for j in range(n):
                 jl = (j - 1) % n
-                acc = (m[i * step + half, j * step + half] + m[i * step + half, jl * step + half]) + (
-                    m[i * step, j * step] + m[i1 * step, j * step])
+                acc = (
+                    m[i * step + half, j * step + half] + m[i * step + half, jl * step + half]
+                ) + (m[i * step, j * step] + m[i1 * step, j * step])
                 m[i * step + half, j * step] = acc / 4 + wib * u[pos + i * n + j]
         pos += n * n
         step //= 2

@@ -47,7 +47,8 @@ def texture_paths() -> tuple[Path, ...]:
     if missing:
         raise FrostTexturesMissing(
             f"robustlab's frost textures {', '.join(missing)} are missing from {folder}; "
-            "reinstall robustlab (pip install --force-reinstall robustlab)")
+            "reinstall robustlab (pip install --force-reinstall robustlab)"
+        )
     return tuple(folder / t for t in TEXTURES)
 
 

@@ -40,4 +40,6 @@ def impulse_noise(x, amount, rng, ctx):
     """Salt and pepper: a fraction ``amount`` of the values set to 0 or 255 (half each)."""
     x = np.ascontiguousarray(x, dtype=np.uint8)
     u = rng.random(x.size)
-    return _salt_and_pepper(x.reshape(-1), u, float(amount), np.empty(x.size, np.uint8)).reshape(x.shape)
+    return _salt_and_pepper(x.reshape(-1), u, float(amount), np.empty(x.size, np.uint8)).reshape(
+        x.shape
+    )

@@ -24,5 +24,6 @@ def pixelate(x, scale, rng, ctx):
     """Blocky image: PIL BOX resize to ``scale`` of each side and back."""
     h, w = x.shape[:2]
     small = Image.fromarray(np.ascontiguousarray(x)).resize(
-        (max(1, int(w * scale)), max(1, int(h * scale))), Image.BOX)
+        (max(1, int(w * scale)), max(1, int(h * scale))), Image.BOX
+    )
     return np.asarray(small.resize((w, h), Image.BOX))

@@ -36,4 +36,6 @@ def speckle_noise(x, sigma, rng, ctx):
     """Noise proportional to intensity: ``x + x * N(0, sigma)``."""
     x = np.ascontiguousarray(x, dtype=np.uint8)
     noise = rng.normal(size=x.shape, scale=sigma)
-    return _speckle(x.reshape(-1), noise.reshape(-1), _LEVELS, np.empty(x.size, np.uint8)).reshape(x.shape)
+    return _speckle(x.reshape(-1), noise.reshape(-1), _LEVELS, np.empty(x.size, np.uint8)).reshape(
+        x.shape
+    )

@@ -18,14 +18,42 @@ composite.
 """
 
 from robustlab.shifts.scenes._common import (  # noqa: F401
-    DONOR_RULES, DonorIndex, DonorPool, check_mask, choose_donor, mask_bbox, matte, tile_fill,
+    DONOR_RULES,
+    DonorIndex,
+    DonorPool,
+    check_mask,
+    choose_donor,
+    mask_bbox,
+    matte,
+    tile_fill,
 )
 from robustlab.shifts.scenes import ximagenet12, imagenet9  # noqa: F401  (registers shifts)
 
-XIMAGENET12 = ("blur_bg", "blur_obj", "color_grey", "color_r", "color_g", "color_b", "rainbow",
-               "bright_bg", "bright_obj", "segmented", "transparent", "random_bg")
+XIMAGENET12 = (
+    "blur_bg",
+    "blur_obj",
+    "color_grey",
+    "color_r",
+    "color_g",
+    "color_b",
+    "rainbow",
+    "bright_bg",
+    "bright_obj",
+    "segmented",
+    "transparent",
+    "random_bg",
+)
 IMAGENET9 = ("only_fg", "no_fg", "only_bg_b", "only_bg_t", "mixed_same", "mixed_rand", "mixed_next")
 
-__all__ = ["DONOR_RULES", "DonorIndex", "DonorPool", "choose_donor", "check_mask", "mask_bbox",
-           "matte",
-           "tile_fill", "XIMAGENET12", "IMAGENET9"]
+__all__ = [
+    "DONOR_RULES",
+    "DonorIndex",
+    "DonorPool",
+    "choose_donor",
+    "check_mask",
+    "mask_bbox",
+    "matte",
+    "tile_fill",
+    "XIMAGENET12",
+    "IMAGENET9",
+]

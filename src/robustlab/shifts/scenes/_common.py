@@ -117,8 +117,11 @@ def fit_mask(mask: Any, shape: Sequence[int], *, name: str) -> np.ndarray:
     if m.ndim == 3 and m.shape[2] == 1:
         m = m[..., 0]
     if m.ndim == 2 and m.shape != tuple(shape[:2]):
-        m = cv2.resize((m > 0).astype(np.uint8), (int(shape[1]), int(shape[0])),
-                       interpolation=cv2.INTER_NEAREST)
+        m = cv2.resize(
+            (m > 0).astype(np.uint8),
+            (int(shape[1]), int(shape[0])),
+            interpolation=cv2.INTER_NEAREST,
+        )
     return check_mask(m, shape, name=name)
 
 
@@ -179,8 +182,10 @@ def _key(sample) -> Any:
     if key is None:
         key = getattr(sample, "label", None)
     if key is None:
-        raise ValueError(f"sample {getattr(sample, 'id', sample)!r} has no class name or label; "
-                         "donor rules need classes")
+        raise ValueError(
+            f"sample {getattr(sample, 'id', sample)!r} has no class name or label; "
+            "donor rules need classes"
+        )
     return key
 
 
@@ -284,8 +289,9 @@ class DonorPool:
         return self.index(shift).choose(sample, shift.extra.get("donor_rule") or "random", rng)
 
 
-def choose_donor(samples: Sequence, sample, rule: str, rng, *,
-                 eligible: Callable[[Any], bool] | None = None):
+def choose_donor(
+    samples: Sequence, sample, rule: str, rng, *, eligible: Callable[[Any], bool] | None = None
+):
     """Pick a background donor for ``sample`` from ``samples`` under ``rule``.
 
     The runner calls this with the per-sample generator (``derive_seed(seed, sample.id,

@@ -15,7 +15,14 @@ import numpy as np
 
 from robustlab.shifts.registry import register_shift
 from robustlab.shifts.scenes._common import (
-    check_bbox, check_image, check_mask, fit_donor, fit_mask, mask_bbox, object_box, tile_fill,
+    check_bbox,
+    check_image,
+    check_mask,
+    fit_donor,
+    fit_mask,
+    mask_bbox,
+    object_box,
+    tile_fill,
 )
 
 TAGS = ("imagenet9",)
@@ -44,7 +51,9 @@ def no_fg(image, p, rng, ctx):
     return np.where(m[..., None], 0, x).astype(np.uint8)
 
 
-@register_shift("only_bg_b", family=FAMILY, params=DEFAULT, needs=MASK, deterministic=True, tags=TAGS)
+@register_shift(
+    "only_bg_b", family=FAMILY, params=DEFAULT, needs=MASK, deterministic=True, tags=TAGS
+)
 def only_bg_b(image, p, rng, ctx):
     """Object box set to black; pixels outside the box unchanged."""
     x, m = _prep(image, ctx)
@@ -54,7 +63,9 @@ def only_bg_b(image, p, rng, ctx):
     return out
 
 
-@register_shift("only_bg_t", family=FAMILY, params=DEFAULT, needs=MASK, deterministic=True, tags=TAGS)
+@register_shift(
+    "only_bg_t", family=FAMILY, params=DEFAULT, needs=MASK, deterministic=True, tags=TAGS
+)
 def only_bg_t(image, p, rng, ctx):
     """Object box filled by tiling the largest background strip outside it."""
     x, m = _prep(image, ctx)
@@ -79,10 +90,18 @@ for _name, _rule, _what in (
     ("mixed_rand", "random", "an image of a random other class"),
     ("mixed_next", "next", "an image of the next class"),
 ):
+
     def _fn(image, p, rng, ctx):
         return _mixed(image, ctx)
 
     _fn.__doc__ = f"Object pasted at its own position onto the only_bg_t background of {_what}."
     _fn.__name__ = _fn.__qualname__ = _name
-    globals()[_name] = register_shift(_name, family=FAMILY, params=DEFAULT, needs=DONOR,
-                                      deterministic=True, tags=TAGS, donor_rule=_rule)(_fn)
+    globals()[_name] = register_shift(
+        _name,
+        family=FAMILY,
+        params=DEFAULT,
+        needs=DONOR,
+        deterministic=True,
+        tags=TAGS,
+        donor_rule=_rule,
+    )(_fn)

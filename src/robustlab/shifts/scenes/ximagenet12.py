@@ -52,8 +52,9 @@ def blur_obj(image, p, rng, ctx):
     return _where(m, _blur(x, p), x)
 
 
-@register_shift("color_grey", family=FAMILY, params={"default": {}}, needs=MASK,
-                deterministic=True, tags=TAGS)
+@register_shift(
+    "color_grey", family=FAMILY, params={"default": {}}, needs=MASK, deterministic=True, tags=TAGS
+)
 def color_grey(image, p, rng, ctx):
     """Background converted to grayscale (OpenCV luma); object pixels unchanged."""
     x, m = _prep(image, ctx)
@@ -93,10 +94,14 @@ def _make_color(name: str, colour: str):
         hue = _draw_hue(p["hue_ranges"], rng)
         return _set_bg_hue(x, m, lambda h: np.full_like(h, hue))
 
-    color.__doc__ = (f"Background hue set to one random {colour} hue (OpenCV units "
-                     f"{HUE_RANGES[name]['default']['hue_ranges']}); object unchanged.")
+    color.__doc__ = (
+        f"Background hue set to one random {colour} hue (OpenCV units "
+        f"{HUE_RANGES[name]['default']['hue_ranges']}); object unchanged."
+    )
     color.__name__ = color.__qualname__ = name
-    return register_shift(name, family=FAMILY, params=HUE_RANGES[name], needs=MASK, tags=TAGS)(color)
+    return register_shift(name, family=FAMILY, params=HUE_RANGES[name], needs=MASK, tags=TAGS)(
+        color
+    )
 
 
 color_r = _make_color("color_r", "red")
@@ -104,8 +109,13 @@ color_g = _make_color("color_g", "green")
 color_b = _make_color("color_b", "blue")
 
 
-@register_shift("rainbow", family=FAMILY, params={"default": {"shift": (0, 90), "period": 180}},
-                needs=MASK, tags=TAGS)
+@register_shift(
+    "rainbow",
+    family=FAMILY,
+    params={"default": {"shift": (0, 90), "period": 180}},
+    needs=MASK,
+    tags=TAGS,
+)
 def rainbow(image, p, rng, ctx):
     """Background hue rotated by one random amount (0..90, mod 180); object unchanged."""
     x, m = _prep(image, ctx)
@@ -123,30 +133,47 @@ def _bright(x: np.ndarray, p: dict) -> np.ndarray:
     return cv2.addWeighted(x, float(p["alpha"]), blurred, float(p["beta"]), float(p["gamma"]))
 
 
-@register_shift("bright_bg", family=FAMILY, params=BRIGHT, needs=MASK, deterministic=True, tags=TAGS)
+@register_shift(
+    "bright_bg", family=FAMILY, params=BRIGHT, needs=MASK, deterministic=True, tags=TAGS
+)
 def bright_bg(image, p, rng, ctx):
     """Background brightened: addWeighted(x, 1.5, GaussianBlur(x, 9x9), 0.9, 1.9)."""
     x, m = _prep(image, ctx)
     return _where(m, x, _bright(x, p))
 
 
-@register_shift("bright_obj", family=FAMILY, params=BRIGHT, needs=MASK, deterministic=True, tags=TAGS)
+@register_shift(
+    "bright_obj", family=FAMILY, params=BRIGHT, needs=MASK, deterministic=True, tags=TAGS
+)
 def bright_obj(image, p, rng, ctx):
     """Object brightened: addWeighted(x, 1.5, GaussianBlur(x, 9x9), 0.9, 1.9)."""
     x, m = _prep(image, ctx)
     return _where(m, _bright(x, p), x)
 
 
-@register_shift("segmented", family=FAMILY, params={"default": {"fill": (0, 0, 0)}}, needs=MASK,
-                deterministic=True, tags=TAGS)
+@register_shift(
+    "segmented",
+    family=FAMILY,
+    params={"default": {"fill": (0, 0, 0)}},
+    needs=MASK,
+    deterministic=True,
+    tags=TAGS,
+)
 def segmented(image, p, rng, ctx):
     """Background set to black; object pixels unchanged."""
     x, m = _prep(image, ctx)
     return _where(m, x, np.asarray(p["fill"], np.uint8))
 
 
-@register_shift("transparent", family=FAMILY, params={"default": {"matte": (255, 255, 255)}},
-                needs=MASK, deterministic=True, tags=TAGS, channels=4)
+@register_shift(
+    "transparent",
+    family=FAMILY,
+    params={"default": {"matte": (255, 255, 255)}},
+    needs=MASK,
+    deterministic=True,
+    tags=TAGS,
+    channels=4,
+)
 def transparent(image, p, rng, ctx):
     """RGBA: alpha 255 on the object, 0 on the background (colour there: a white matte).
 
@@ -171,15 +198,20 @@ def place_object(x: np.ndarray, m: np.ndarray, rng):
     ny = int(randint(rng, 0, h - bh + 1))
     nx = int(randint(rng, 0, w - bw + 1))
     moved = np.zeros_like(m)
-    moved[ny:ny + bh, nx:nx + bw] = m[y0:y1, x0:x1]
+    moved[ny : ny + bh, nx : nx + bw] = m[y0:y1, x0:x1]
     canvas = np.zeros_like(x)
     canvas[moved] = x[y0:y1, x0:x1][m[y0:y1, x0:x1]]
     return canvas, moved, (nx - x0, ny - y0)
 
 
-@register_shift("random_bg", family=FAMILY,
-                params={"add": {"blend": "add"}, "paste": {"blend": "paste"}},
-                needs=("mask", "background"), tags=TAGS, donor_rule="random")
+@register_shift(
+    "random_bg",
+    family=FAMILY,
+    params={"add": {"blend": "add"}, "paste": {"blend": "paste"}},
+    needs=("mask", "background"),
+    tags=TAGS,
+    donor_rule="random",
+)
 def random_bg(image, p, rng, ctx):
     """Object moved to a random position on another class's image (add or paste blend).
 

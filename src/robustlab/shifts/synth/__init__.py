@@ -18,5 +18,11 @@ from robustlab.shifts.synth.guided_bg import (
 )
 from robustlab.shifts.synth.inpaint import Inpainter, configure_inpainter, get_inpainter
 
-__all__ = ["Inpainter", "configure_inpainter", "get_inpainter", "GuidedBackground",
-           "configure_bg_diffusion", "get_bg_diffusion"]
+__all__ = [
+    "Inpainter",
+    "configure_inpainter",
+    "get_inpainter",
+    "GuidedBackground",
+    "configure_bg_diffusion",
+    "get_bg_diffusion",
+]

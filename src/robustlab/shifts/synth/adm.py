@@ -132,8 +132,11 @@ class _Resample(nn.Module):
         if up and conv:
             self.conv = nn.Conv2d(channels, channels, 3, padding=1)
         elif not up:
-            self.op = (nn.Conv2d(channels, channels, 3, stride=2, padding=1) if conv
-                       else nn.AvgPool2d(2, 2))
+            self.op = (
+                nn.Conv2d(channels, channels, 3, stride=2, padding=1)
+                if conv
+                else nn.AvgPool2d(2, 2)
+            )
 
     def forward(self, x):
         if self.up:
@@ -145,20 +148,35 @@ class _Resample(nn.Module):
 class _ResBlock(nn.Module):
     """Residual block conditioned on the time embedding; optionally resamples by 2."""
 
-    def __init__(self, ch: int, emb_ch: int, out_ch: int, *, groups: int, scale_shift: bool,
-                 up: bool = False, down: bool = False):
+    def __init__(
+        self,
+        ch: int,
+        emb_ch: int,
+        out_ch: int,
+        *,
+        groups: int,
+        scale_shift: bool,
+        up: bool = False,
+        down: bool = False,
+    ):
         super().__init__()
         self.scale_shift = scale_shift
-        self.in_layers = nn.Sequential(_Norm(groups, ch), nn.SiLU(),
-                                       nn.Conv2d(ch, out_ch, 3, padding=1))
+        self.in_layers = nn.Sequential(
+            _Norm(groups, ch), nn.SiLU(), nn.Conv2d(ch, out_ch, 3, padding=1)
+        )
         self.resample = up or down
         if self.resample:
             self.h_upd = _Resample(ch, up=up, conv=False)
             self.x_upd = _Resample(ch, up=up, conv=False)
         self.emb_layers = nn.Sequential(
-            nn.SiLU(), nn.Linear(emb_ch, 2 * out_ch if scale_shift else out_ch))
-        self.out_layers = nn.Sequential(_Norm(groups, out_ch), nn.SiLU(), nn.Dropout(0.0),
-                                        nn.Conv2d(out_ch, out_ch, 3, padding=1))
+            nn.SiLU(), nn.Linear(emb_ch, 2 * out_ch if scale_shift else out_ch)
+        )
+        self.out_layers = nn.Sequential(
+            _Norm(groups, out_ch),
+            nn.SiLU(),
+            nn.Dropout(0.0),
+            nn.Conv2d(out_ch, out_ch, 3, padding=1),
+        )
         self.skip_connection = nn.Identity() if out_ch == ch else nn.Conv2d(ch, out_ch, 1)
 
     def forward(self, x, emb):
@@ -232,7 +250,8 @@ class ADMUNet(nn.Module):
         self.time_embed = nn.Sequential(nn.Linear(mc, emb_ch), nn.SiLU(), nn.Linear(emb_ch, emb_ch))
         ch = first = int(cfg.channel_mult[0] * mc)
         self.input_blocks = nn.ModuleList(
-            [_Sequential(nn.Conv2d(cfg.in_channels, ch, 3, padding=1))])
+            [_Sequential(nn.Conv2d(cfg.in_channels, ch, 3, padding=1))]
+        )
         skips, ds = [ch], 1
         last = len(cfg.channel_mult) - 1
         for level, mult in enumerate(cfg.channel_mult):
@@ -245,13 +264,17 @@ class ADMUNet(nn.Module):
                 self.input_blocks.append(_Sequential(*layers))
                 skips.append(ch)
             if level != last:
-                down = (res(ch, ch, down=True) if cfg.resblock_updown
-                        else _Resample(ch, up=False, conv=True))
+                down = (
+                    res(ch, ch, down=True)
+                    if cfg.resblock_updown
+                    else _Resample(ch, up=False, conv=True)
+                )
                 self.input_blocks.append(_Sequential(down))
                 skips.append(ch)
                 ds *= 2
         self.middle_block = _Sequential(
-            res(ch, ch), _Attention(ch, heads=heads(ch), groups=g), res(ch, ch))
+            res(ch, ch), _Attention(ch, heads=heads(ch), groups=g), res(ch, ch)
+        )
         self.output_blocks = nn.ModuleList()
         for level, mult in reversed(list(enumerate(cfg.channel_mult))):
             for i in range(cfg.num_res_blocks + 1):
@@ -261,12 +284,16 @@ class ADMUNet(nn.Module):
                 if ds in cfg.attention_ds:
                     layers.append(_Attention(ch, heads=heads(ch), groups=g))
                 if level and i == cfg.num_res_blocks:
-                    layers.append(res(ch, ch, up=True) if cfg.resblock_updown
-                                  else _Resample(ch, up=True, conv=True))
+                    layers.append(
+                        res(ch, ch, up=True)
+                        if cfg.resblock_updown
+                        else _Resample(ch, up=True, conv=True)
+                    )
                     ds //= 2
                 self.output_blocks.append(_Sequential(*layers))
-        self.out = nn.Sequential(_Norm(g, ch), nn.SiLU(),
-                                 nn.Conv2d(first, cfg.out_channels, 3, padding=1))
+        self.out = nn.Sequential(
+            _Norm(g, ch), nn.SiLU(), nn.Conv2d(first, cfg.out_channels, 3, padding=1)
+        )
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Model output for ``x`` at ``t``: eps, then the variance interpolation if learned."""
@@ -310,9 +337,14 @@ class Denoiser:
         return self.net(x, t)
 
     def describe(self) -> dict[str, Any]:
-        d = {"path": self.path, "kind": self.kind, "fingerprint": self.fingerprint,
-             "image_size": self.image_size, "learn_sigma": self.learn_sigma,
-             "schedule": asdict(self.schedule)}
+        d = {
+            "path": self.path,
+            "kind": self.kind,
+            "fingerprint": self.fingerprint,
+            "image_size": self.image_size,
+            "learn_sigma": self.learn_sigma,
+            "schedule": asdict(self.schedule),
+        }
         if isinstance(self.net, ADMUNet):
             d["config"] = self.net.config.describe()
         return d
@@ -361,15 +393,20 @@ def check_state_dict(net: nn.Module, sd: dict, what: str) -> None:
         parts.append(f"{len(unexpected)} unexpected ({_few(unexpected)})")
     if shaped:
         k = shaped[0]
-        parts.append(f"{len(shaped)} of another shape (e.g. {k}: {tuple(sd[k].shape)}, "
-                     f"expected {tuple(target[k].shape)})")
-    raise InputError(f"{what}: keys do not fit the ADM architecture: {'; '.join(parts)}",
-                     hint="pass the matching architecture (ADMConfig) or the official "
-                          "256x256_diffusion_uncond.pt")
+        parts.append(
+            f"{len(shaped)} of another shape (e.g. {k}: {tuple(sd[k].shape)}, "
+            f"expected {tuple(target[k].shape)})"
+        )
+    raise InputError(
+        f"{what}: keys do not fit the ADM architecture: {'; '.join(parts)}",
+        hint="pass the matching architecture (ADMConfig) or the official "
+        "256x256_diffusion_uncond.pt",
+    )
 
 
-def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *,
-             schedule: NoiseSchedule | None = None) -> Denoiser:
+def load_adm(
+    path, config: ADMConfig = OPENAI_256_UNCOND, *, schedule: NoiseSchedule | None = None
+) -> Denoiser:
     """An :class:`ADMUNet` with the weights of a guided-diffusion state-dict file.
 
     Raises:
@@ -379,9 +416,10 @@ def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *,
     """
     p = Path(path).expanduser()
     if not p.is_file():
-        raise MissingResourceError(f"no guided-diffusion checkpoint at {p}",
-                                   hint="download 256x256_diffusion_uncond.pt "
-                                        "from openai/guided-diffusion")
+        raise MissingResourceError(
+            f"no guided-diffusion checkpoint at {p}",
+            hint="download 256x256_diffusion_uncond.pt from openai/guided-diffusion",
+        )
     try:
         sd = torch.load(str(p), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - truncated file, not a torch file, pickled code
@@ -398,8 +436,15 @@ def load_adm(path, config: ADMConfig = OPENAI_256_UNCOND, *,
     check_state_dict(net, sd, str(p))
     net.load_state_dict(sd, strict=True, assign=True)
     net.eval().requires_grad_(False)
-    return Denoiser(net, "adm", config.image_size, config.learn_sigma, schedule or NoiseSchedule(),
-                    str(p.resolve()), fingerprint(p))
+    return Denoiser(
+        net,
+        "adm",
+        config.image_size,
+        config.learn_sigma,
+        schedule or NoiseSchedule(),
+        str(p.resolve()),
+        fingerprint(p),
+    )
 
 
 def _read_json(path: Path) -> dict:
@@ -426,28 +471,37 @@ def unet_folder(path) -> Path:
             name = _read_json(cfg).get("_class_name")
             if name == "UNet2DModel":
                 return d
-            raise InputError(f"{d} holds a {name or 'non-diffusers'} config, not a UNet2DModel",
-                             hint="point at a pixel-space diffusion UNet (saved with "
-                                  "UNet2DModel.save_pretrained) or a guided-diffusion .pt file")
-    raise InputError(f"{root} is not a diffusers UNet2DModel folder "
-                     "(no config.json in it or in unet/)",
-                     hint="save one with UNet2DModel.save_pretrained, "
-                          "or pass a guided-diffusion .pt file")
+            raise InputError(
+                f"{d} holds a {name or 'non-diffusers'} config, not a UNet2DModel",
+                hint="point at a pixel-space diffusion UNet (saved with "
+                "UNet2DModel.save_pretrained) or a guided-diffusion .pt file",
+            )
+    raise InputError(
+        f"{root} is not a diffusers UNet2DModel folder (no config.json in it or in unet/)",
+        hint="save one with UNet2DModel.save_pretrained, or pass a guided-diffusion .pt file",
+    )
 
 
 def _diffusers_schedule(root: Path, unet_dir: Path) -> NoiseSchedule:
     """The linear schedule named by a saved scheduler config next to the UNet, else ADM's."""
-    for cfg in (root / "scheduler" / "scheduler_config.json", unet_dir / "scheduler_config.json",
-                root / "scheduler_config.json"):
+    for cfg in (
+        root / "scheduler" / "scheduler_config.json",
+        unet_dir / "scheduler_config.json",
+        root / "scheduler_config.json",
+    ):
         if cfg.is_file():
             data = _read_json(cfg)
             kind = data.get("beta_schedule", "linear")
             if kind != "linear" or data.get("trained_betas"):
-                raise InputError(f"{cfg}: beta_schedule {kind!r} is not supported (the guided "
-                                 "sampler uses linear betas, as ADM and DDPM)")
-            return NoiseSchedule(int(data.get("num_train_timesteps", 1000)),
-                                 float(data.get("beta_start", 0.0001)),
-                                 float(data.get("beta_end", 0.02)))
+                raise InputError(
+                    f"{cfg}: beta_schedule {kind!r} is not supported (the guided "
+                    "sampler uses linear betas, as ADM and DDPM)"
+                )
+            return NoiseSchedule(
+                int(data.get("num_train_timesteps", 1000)),
+                float(data.get("beta_start", 0.0001)),
+                float(data.get("beta_end", 0.02)),
+            )
     return NoiseSchedule()
 
 
@@ -463,9 +517,10 @@ def load_diffusers_unet(path) -> Denoiser:
     try:
         from diffusers import UNet2DModel
     except ImportError:
-        raise MissingResourceError("loading a UNet2DModel folder needs diffusers",
-                                   hint="pip install diffusers, or pass a guided-diffusion "
-                                        ".pt file") from None
+        raise MissingResourceError(
+            "loading a UNet2DModel folder needs diffusers",
+            hint="pip install diffusers, or pass a guided-diffusion .pt file",
+        ) from None
     try:
         net = UNet2DModel.from_pretrained(str(d), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - missing weights file, shape mismatch, corrupt file
@@ -474,14 +529,24 @@ def load_diffusers_unet(path) -> Denoiser:
     cfg = net.config
     size = cfg.sample_size if isinstance(cfg.sample_size, int) else cfg.sample_size[0]
     if not isinstance(cfg.sample_size, int) and len(set(cfg.sample_size)) != 1:
-        raise InputError(f"{d}: the guided sampler needs a square model, "
-                         f"sample_size is {cfg.sample_size}")
+        raise InputError(
+            f"{d}: the guided sampler needs a square model, sample_size is {cfg.sample_size}"
+        )
     if cfg.in_channels != 3 or cfg.out_channels not in (3, 6):
-        raise InputError(f"{d}: needs a pixel-space RGB model (3 input, 3 or 6 output channels), "
-                         f"got {cfg.in_channels} -> {cfg.out_channels}")
+        raise InputError(
+            f"{d}: needs a pixel-space RGB model (3 input, 3 or 6 output channels), "
+            f"got {cfg.in_channels} -> {cfg.out_channels}"
+        )
     net.eval().requires_grad_(False)
-    return Denoiser(net, "diffusers", int(size), cfg.out_channels == 6,
-                    _diffusers_schedule(root, d), str(root.resolve()), fingerprint(root))
+    return Denoiser(
+        net,
+        "diffusers",
+        int(size),
+        cfg.out_channels == 6,
+        _diffusers_schedule(root, d),
+        str(root.resolve()),
+        fingerprint(root),
+    )
 
 
 def load_denoiser(path, config: ADMConfig = OPENAI_256_UNCOND) -> Denoiser:
@@ -496,10 +561,23 @@ def load_denoiser(path, config: ADMConfig = OPENAI_256_UNCOND) -> Denoiser:
         return load_diffusers_unet(p)
     if p.is_file():
         return load_adm(p, config)
-    raise MissingResourceError(f"no diffusion checkpoint at {p}",
-                               hint="a guided-diffusion .pt file or a diffusers UNet2DModel folder")
+    raise MissingResourceError(
+        f"no diffusion checkpoint at {p}",
+        hint="a guided-diffusion .pt file or a diffusers UNet2DModel folder",
+    )
 
 
-__all__ = ["ADMConfig", "ADMUNet", "OPENAI_256_UNCOND", "NoiseSchedule", "Denoiser", "load_adm",
-           "load_diffusers_unet", "load_denoiser", "check_state_dict", "fingerprint", "unet_folder",
-           "timestep_embedding"]
+__all__ = [
+    "ADMConfig",
+    "ADMUNet",
+    "OPENAI_256_UNCOND",
+    "NoiseSchedule",
+    "Denoiser",
+    "load_adm",
+    "load_diffusers_unet",
+    "load_denoiser",
+    "check_state_dict",
+    "fingerprint",
+    "unet_folder",
+    "timestep_embedding",
+]

@@ -73,8 +73,13 @@ BG_COMPLEXITY = {
     20: {"lam": 20.0, "steps": STEPS, "range_lambda": RANGE_LAMBDA, "respacing": RESPACING},
 }
 BG_COMPLEXITY_ADV = {
-    20: {"lam": 20.0, "steps": STEPS, "range_lambda": RANGE_LAMBDA, "respacing": RESPACING,
-         "adv_scale": ADV_SCALE},
+    20: {
+        "lam": 20.0,
+        "steps": STEPS,
+        "range_lambda": RANGE_LAMBDA,
+        "respacing": RESPACING,
+        "adv_scale": ADV_SCALE,
+    },
 }
 
 
@@ -121,8 +126,9 @@ def _settings(path, device, dtype):
     return Path(path).expanduser().resolve(), device, dtype
 
 
-def get_bg_diffusion(path=None, *, device: str | None = None,
-                     dtype: str | None = None) -> GuidedBackground:
+def get_bg_diffusion(
+    path=None, *, device: str | None = None, dtype: str | None = None
+) -> GuidedBackground:
     """The :class:`GuidedBackground` of ``path`` (default ``$ROBUSTLAB_BG_DIFFUSION``), loaded
     once per process.
 
@@ -146,8 +152,9 @@ def get_bg_diffusion(path=None, *, device: str | None = None,
         return _CACHE[key]
 
 
-def describe_bg_diffusion(path=None, *, device: str | None = None,
-                          dtype: str | None = None) -> dict[str, Any]:
+def describe_bg_diffusion(
+    path=None, *, device: str | None = None, dtype: str | None = None
+) -> dict[str, Any]:
     """The configured checkpoint's record (path, kind, fingerprint, device, dtype) without
     loading it, for manifests and run records (a loaded one describes itself)."""
     from robustlab.errors import InputError
@@ -161,8 +168,13 @@ def describe_bg_diffusion(path=None, *, device: str | None = None,
     problem = _problem(root)
     if problem:
         raise InputError(f"background diffusion: {problem}")
-    return {"path": str(root), "kind": "diffusers" if root.is_dir() else "adm",
-            "fingerprint": fingerprint(root), "device": device, "dtype": dtype}
+    return {
+        "path": str(root),
+        "kind": "diffusers" if root.is_dir() else "adm",
+        "fingerprint": fingerprint(root),
+        "device": device,
+        "dtype": dtype,
+    }
 
 
 def get_adv_guide(spec: str | None = None, *, device: str | None = None) -> ClassifierGuide:
@@ -174,8 +186,9 @@ def get_adv_guide(spec: str | None = None, *, device: str | None = None) -> Clas
 
     spec = spec or os.environ.get(ENV_ADV)
     if not spec:
-        raise MissingResourceError("no classifier configured for the adversarial level",
-                                   hint=_adv_hint())
+        raise MissingResourceError(
+            "no classifier configured for the adversarial level", hint=_adv_hint()
+        )
     device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
     with _CACHE_LOCK:
         if (spec, device) not in _ADV:
@@ -183,8 +196,9 @@ def get_adv_guide(spec: str | None = None, *, device: str | None = None) -> Clas
         return _ADV[(spec, device)]
 
 
-def configure_bg_diffusion(path, *, device: str | None = None, dtype: str | None = None,
-                           adv_model: str | None = None) -> None:
+def configure_bg_diffusion(
+    path, *, device: str | None = None, dtype: str | None = None, adv_model: str | None = None
+) -> None:
     """Use the checkpoint at ``path`` (and ``adv_model`` for the adversarial level) in this
     process and the workers it starts; checks the path first.
 
@@ -205,8 +219,10 @@ def configure_bg_diffusion(path, *, device: str | None = None, dtype: str | None
 
 
 def _hint() -> str:
-    return (f"set {ENV_PATH} to OpenAI's 256x256_diffusion_uncond.pt (openai/guided-diffusion) "
-            "or a diffusers UNet2DModel folder")
+    return (
+        f"set {ENV_PATH} to OpenAI's 256x256_diffusion_uncond.pt (openai/guided-diffusion) "
+        "or a diffusers UNet2DModel folder"
+    )
 
 
 def _adv_hint() -> str:
@@ -225,10 +241,15 @@ def _check_adv() -> str | None:
     return None if os.environ.get(ENV_ADV) else _adv_hint()
 
 
-register_resource("bg_diffusion", check=_check, load=get_bg_diffusion,
-                  describe=describe_bg_diffusion)
-register_resource("bg_adv_model", check=_check_adv, load=get_adv_guide,
-                  describe=lambda: {"spec": os.environ.get(ENV_ADV)})
+register_resource(
+    "bg_diffusion", check=_check, load=get_bg_diffusion, describe=describe_bg_diffusion
+)
+register_resource(
+    "bg_adv_model",
+    check=_check_adv,
+    load=get_adv_guide,
+    describe=lambda: {"spec": os.environ.get(ENV_ADV)},
+)
 
 
 def _sampler(ctx) -> GuidedBackground:
@@ -236,20 +257,37 @@ def _sampler(ctx) -> GuidedBackground:
     return get_bg_diffusion(s) if isinstance(s, (str, os.PathLike)) else s
 
 
-@register_shift("bg_complexity", family="background", params=BG_COMPLEXITY,
-                needs=("mask", "bg_diffusion"), tags=("imagenet-e",))
+@register_shift(
+    "bg_complexity",
+    family="background",
+    params=BG_COMPLEXITY,
+    needs=("mask", "bg_diffusion"),
+    tags=("imagenet-e",),
+)
 def bg_complexity(image, p, rng, ctx):
     """Background made busier (level > 0) or plainer (< 0) by guided diffusion; object kept."""
     x = check_image(image)
     m = check_mask(ctx.get("mask"), x.shape)
     seed = int(randint(rng, 0, 2**31 - 1))
-    return _sampler(ctx)(x, m, seed=seed, lam=p["lam"], steps=p["steps"],
-                         range_lambda=p["range_lambda"], respacing=p["respacing"],
-                         background=ctx.get("filled_background"))
+    return _sampler(ctx)(
+        x,
+        m,
+        seed=seed,
+        lam=p["lam"],
+        steps=p["steps"],
+        range_lambda=p["range_lambda"],
+        respacing=p["respacing"],
+        background=ctx.get("filled_background"),
+    )
 
 
-@register_shift("bg_complexity_adv", family="background", params=BG_COMPLEXITY_ADV,
-                needs=("mask", "bg_diffusion", "bg_adv_model", "class_name"), tags=("imagenet-e",))
+@register_shift(
+    "bg_complexity_adv",
+    family="background",
+    params=BG_COMPLEXITY_ADV,
+    needs=("mask", "bg_diffusion", "bg_adv_model", "class_name"),
+    tags=("imagenet-e",),
+)
 def bg_complexity_adv(image, p, rng, ctx):
     """Busier background also guided away from the true class through a classifier."""
     x = check_image(image)
@@ -262,14 +300,38 @@ def bg_complexity_adv(image, p, rng, ctx):
     except ValueError as exc:  # the class is not in the classifier's label space: skip the sample
         raise ValueError(f"adversarial guidance: {exc}") from None
     seed = int(randint(rng, 0, 2**31 - 1))
-    return _sampler(ctx)(x, m, seed=seed, lam=p["lam"], steps=p["steps"],
-                         range_lambda=p["range_lambda"], respacing=p["respacing"],
-                         background=ctx.get("filled_background"),
-                         guide=guide, guide_ids=ids, adv_scale=p["adv_scale"])
+    return _sampler(ctx)(
+        x,
+        m,
+        seed=seed,
+        lam=p["lam"],
+        steps=p["steps"],
+        range_lambda=p["range_lambda"],
+        respacing=p["respacing"],
+        background=ctx.get("filled_background"),
+        guide=guide,
+        guide_ids=ids,
+        adv_scale=p["adv_scale"],
+    )
 
 
-__all__ = ["GuidedBackground", "ClassifierGuide", "Respaced", "space_timesteps", "hf_loss",
-           "hf_complexity",
-           "get_bg_diffusion", "describe_bg_diffusion", "get_adv_guide", "configure_bg_diffusion",
-           "bg_complexity", "bg_complexity_adv", "BG_COMPLEXITY", "BG_COMPLEXITY_ADV",
-           "ENV_PATH", "ENV_DEVICE", "ENV_DTYPE", "ENV_ADV"]
+__all__ = [
+    "GuidedBackground",
+    "ClassifierGuide",
+    "Respaced",
+    "space_timesteps",
+    "hf_loss",
+    "hf_complexity",
+    "get_bg_diffusion",
+    "describe_bg_diffusion",
+    "get_adv_guide",
+    "configure_bg_diffusion",
+    "bg_complexity",
+    "bg_complexity_adv",
+    "BG_COMPLEXITY",
+    "BG_COMPLEXITY_ADV",
+    "ENV_PATH",
+    "ENV_DEVICE",
+    "ENV_DTYPE",
+    "ENV_ADV",
+]

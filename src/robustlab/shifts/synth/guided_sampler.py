@@ -45,8 +45,13 @@ class Respaced:
     alphas_cumprod: np.ndarray
 
     @classmethod
-    def linear(cls, num_train_timesteps: int = 1000, beta_start: float = 0.0001,
-               beta_end: float = 0.02, count: int = RESPACING) -> Respaced:
+    def linear(
+        cls,
+        num_train_timesteps: int = 1000,
+        beta_start: float = 0.0001,
+        beta_end: float = 0.02,
+        count: int = RESPACING,
+    ) -> Respaced:
         base = np.linspace(beta_start, beta_end, num_train_timesteps, dtype=np.float64)
         acp = np.cumprod(1.0 - base)
         keep = space_timesteps(num_train_timesteps, count)
@@ -75,12 +80,15 @@ class Respaced:
         a, ap, b = self.alphas_cumprod[t], self.alphas_cumprod_prev[t], self.betas[t]
         fixed_large = self.posterior_variance[1] if t == 0 else b
         return {
-            "sqrt_recip": float(np.sqrt(1.0 / a)), "sqrt_recipm1": float(np.sqrt(1.0 / a - 1.0)),
+            "sqrt_recip": float(np.sqrt(1.0 / a)),
+            "sqrt_recipm1": float(np.sqrt(1.0 / a - 1.0)),
             "coef1": float(b * np.sqrt(ap) / (1.0 - a)),
             "coef2": float((1.0 - ap) * np.sqrt(1.0 - b) / (1.0 - a)),
-            "min_log": float(self.posterior_log_variance_clipped[t]), "max_log": float(np.log(b)),
+            "min_log": float(self.posterior_log_variance_clipped[t]),
+            "max_log": float(np.log(b)),
             "fixed_log": float(np.log(fixed_large)),
-            "sqrt_a": float(np.sqrt(a)), "sqrt_1ma": float(np.sqrt(1.0 - a)),
+            "sqrt_a": float(np.sqrt(a)),
+            "sqrt_1ma": float(np.sqrt(1.0 - a)),
         }
 
 
@@ -120,9 +128,11 @@ class ClassifierGuide:
         from robustlab.errors import InputError
 
         if getattr(model, "module", None) is None:
-            raise InputError(f"{getattr(model, 'spec', model)}: the adversarial level needs a "
-                             "torch classifier (timm:, torchvision:, hf:, lite*), not an ONNX "
-                             "session")
+            raise InputError(
+                f"{getattr(model, 'spec', model)}: the adversarial level needs a "
+                "torch classifier (timm:, torchvision:, hf:, lite*), not an ONNX "
+                "session"
+            )
         model.module.requires_grad_(False)  # only the pixels need gradients
         self.model = model
 
@@ -155,7 +165,7 @@ class ClassifierGuide:
             kw = {"antialias": True, "align_corners": False} if smooth else {}
             x01 = F.interpolate(x01, size=tuple(size), mode=mode, **kw)
         top, left = round((size[0] - th) / 2.0), round((size[1] - tw) / 2.0)
-        x01 = x01[..., top:top + th, left:left + tw]
+        x01 = x01[..., top : top + th, left : left + tw]
         mean = torch.tensor(p.mean, device=x01.device, dtype=x01.dtype).view(1, 3, 1, 1)
         std = torch.tensor(p.std, device=x01.device, dtype=x01.dtype).view(1, 3, 1, 1)
         return (x01 - mean) / std
@@ -226,9 +236,21 @@ class GuidedBackground:
         with torch.autocast(device_type=kind, dtype=getattr(torch, self.dtype)):
             return self.denoiser(x, t).float()
 
-    def sample(self, background, obj, bg_mask, *, seed: int, lam: float, steps: int = STEPS,
-               range_lambda: float = RANGE_LAMBDA, respacing: int = RESPACING,
-               guide: ClassifierGuide | None = None, guide_ids=None, adv_scale: float = 0.0):
+    def sample(
+        self,
+        background,
+        obj,
+        bg_mask,
+        *,
+        seed: int,
+        lam: float,
+        steps: int = STEPS,
+        range_lambda: float = RANGE_LAMBDA,
+        respacing: int = RESPACING,
+        guide: ClassifierGuide | None = None,
+        guide_ids=None,
+        adv_scale: float = 0.0,
+    ):
         """Run the guided chain on model-size tensors; returns the final x0_hat (1x3xSxS).
 
         Args:
@@ -269,8 +291,9 @@ class GuidedBackground:
                     log_var = torch.full_like(x, c["fixed_log"])
                 mean = c["coef1"] * x0 + c["coef2"] * x
                 if guided:
-                    loss = (-float(lam) * hf_loss((x0 + 1.0) / 2.0)
-                            + float(range_lambda) * _range_loss(x0))
+                    loss = -float(lam) * hf_loss((x0 + 1.0) / 2.0) + float(
+                        range_lambda
+                    ) * _range_loss(x0)
                     if guide is not None and adv_scale != 0:
                         loss = loss + float(adv_scale) * guide.log_prob((x0 + 1.0) / 2.0, guide_ids)
                     grad = torch.autograd.grad(loss, x)[0]
@@ -281,10 +304,21 @@ class GuidedBackground:
             x = x * bg_mask + kept * (1.0 - bg_mask)
         return x0.clamp(-1.0, 1.0) * bg_mask + obj * (1.0 - bg_mask)
 
-    def __call__(self, image: np.ndarray, keep: np.ndarray, *, seed: int, lam: float,
-                 steps: int = STEPS, range_lambda: float = RANGE_LAMBDA, respacing: int = RESPACING,
-                 background: np.ndarray | None = None, guide: ClassifierGuide | None = None,
-                 guide_ids=None, adv_scale: float = 0.0) -> np.ndarray:
+    def __call__(
+        self,
+        image: np.ndarray,
+        keep: np.ndarray,
+        *,
+        seed: int,
+        lam: float,
+        steps: int = STEPS,
+        range_lambda: float = RANGE_LAMBDA,
+        respacing: int = RESPACING,
+        background: np.ndarray | None = None,
+        guide: ClassifierGuide | None = None,
+        guide_ids=None,
+        adv_scale: float = 0.0,
+    ) -> np.ndarray:
         """Edit the background of ``image``; the pixels inside ``keep`` come back unchanged.
 
         Args:
@@ -308,10 +342,19 @@ class GuidedBackground:
         m = keep if keep.shape == (s, s) else _resize(keep.astype(np.uint8) * 255, s, s) > 0
         bg_mask = torch.from_numpy((~m).astype(np.float32))[None, None].to(self.device)
         with self._lock:
-            out = self.sample(self._tensor(_fit(bg, s)), self._tensor(_fit(image, s)), bg_mask,
-                              seed=seed, lam=lam, steps=steps, range_lambda=range_lambda,
-                              respacing=respacing, guide=guide, guide_ids=guide_ids,
-                              adv_scale=adv_scale)
+            out = self.sample(
+                self._tensor(_fit(bg, s)),
+                self._tensor(_fit(image, s)),
+                bg_mask,
+                seed=seed,
+                lam=lam,
+                steps=steps,
+                range_lambda=range_lambda,
+                respacing=respacing,
+                guide=guide,
+                guide_ids=guide_ids,
+                adv_scale=adv_scale,
+            )
         gen = (out[0].permute(1, 2, 0).float().cpu().numpy() + 1.0) * 127.5
         gen = gen.round().clip(0, 255).astype(np.uint8)
         if gen.shape[:2] != (h, w):
@@ -319,5 +362,14 @@ class GuidedBackground:
         return np.where(keep[..., None], image, gen).astype(np.uint8)
 
 
-__all__ = ["GuidedBackground", "ClassifierGuide", "Respaced", "space_timesteps", "hf_loss",
-           "hf_complexity", "RESPACING", "STEPS", "RANGE_LAMBDA"]
+__all__ = [
+    "GuidedBackground",
+    "ClassifierGuide",
+    "Respaced",
+    "space_timesteps",
+    "hf_loss",
+    "hf_complexity",
+    "RESPACING",
+    "STEPS",
+    "RANGE_LAMBDA",
+]

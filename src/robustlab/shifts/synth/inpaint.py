@@ -119,10 +119,13 @@ class Inpainter:
             with warnings.catch_warnings():  # newer diffusers renamed torch_dtype to dtype
                 warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
                 pipe = AutoPipelineForInpainting.from_pretrained(
-                    str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True)
+                    str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True
+                )
         except Exception as exc:  # wrong pipeline type, missing component, corrupt file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"cannot load an inpainting pipeline from {self.path}: {first}") from None
+            raise InputError(
+                f"cannot load an inpainting pipeline from {self.path}: {first}"
+            ) from None
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe.to(self.device)
         self.multiple = int(getattr(pipe, "vae_scale_factor", 8) or 8)
@@ -133,11 +136,24 @@ class Inpainter:
         """(height, width) the model runs at: shorter side ``work_size``, multiples of the VAE's."""
         scale = 1.0 if not work_size else float(work_size) / min(height, width)
         m = self.multiple
-        return (max(m, int(round(height * scale / m)) * m), max(m, int(round(width * scale / m)) * m))
+        return (
+            max(m, int(round(height * scale / m)) * m),
+            max(m, int(round(width * scale / m)) * m),
+        )
 
-    def __call__(self, image: np.ndarray, keep: np.ndarray, *, seed: int, prompt: str = PROMPT,
-                 negative_prompt: str = "", steps: int = 30, guidance_scale: float = 7.5,
-                 strength: float = 1.0, work_size: int | None = 512) -> np.ndarray:
+    def __call__(
+        self,
+        image: np.ndarray,
+        keep: np.ndarray,
+        *,
+        seed: int,
+        prompt: str = PROMPT,
+        negative_prompt: str = "",
+        steps: int = 30,
+        guidance_scale: float = 7.5,
+        strength: float = 1.0,
+        work_size: int | None = 512,
+    ) -> np.ndarray:
         """Redraw the pixels outside ``keep``; the pixels inside are returned unchanged.
 
         Args:
@@ -166,23 +182,39 @@ class Inpainter:
             repaint = repaint.resize((ww, wh), Image.Resampling.NEAREST)
         generator = torch.Generator("cpu").manual_seed(int(seed))
         with self._lock, torch.inference_mode():
-            out = self.pipe(prompt=prompt, negative_prompt=negative_prompt or None, image=src,
-                            mask_image=repaint, height=wh, width=ww,
-                            num_inference_steps=int(steps), guidance_scale=float(guidance_scale),
-                            strength=float(strength), generator=generator, output_type="np")
+            out = self.pipe(
+                prompt=prompt,
+                negative_prompt=negative_prompt or None,
+                image=src,
+                mask_image=repaint,
+                height=wh,
+                width=ww,
+                num_inference_steps=int(steps),
+                guidance_scale=float(guidance_scale),
+                strength=float(strength),
+                generator=generator,
+                output_type="np",
+            )
         flagged = getattr(out, "nsfw_content_detected", None)
         if flagged and any(flagged):
             raise ValueError("the inpainting pipeline's safety checker blanked this image")
-        gen = np.clip(np.round(np.asarray(out.images[0], np.float32) * 255.0), 0, 255).astype(np.uint8)
+        gen = np.clip(np.round(np.asarray(out.images[0], np.float32) * 255.0), 0, 255).astype(
+            np.uint8
+        )
         if gen.shape[:2] != (h, w):
             gen = np.asarray(Image.fromarray(gen, "RGB").resize((w, h), Image.Resampling.BICUBIC))
         return np.where(keep[..., None], image, gen).astype(np.uint8)
 
     def describe(self) -> dict[str, Any]:
         """JSON-able record of the checkpoint and how it runs."""
-        return {"path": str(self.path), "fingerprint": self.fingerprint, "device": self.device,
-                "dtype": self.dtype, "pipeline": type(self.pipe).__name__,
-                "scheduler": type(self.pipe.scheduler).__name__}
+        return {
+            "path": str(self.path),
+            "fingerprint": self.fingerprint,
+            "device": self.device,
+            "dtype": self.dtype,
+            "pipeline": type(self.pipe).__name__,
+            "scheduler": type(self.pipe.scheduler).__name__,
+        }
 
 
 _CACHE: dict[tuple[str, str | None, str | None], Inpainter] = {}
@@ -210,7 +242,9 @@ def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = N
         return _CACHE[key]
 
 
-def describe_inpainter(path=None, *, device: str | None = None, dtype: str | None = None) -> dict[str, Any]:
+def describe_inpainter(
+    path=None, *, device: str | None = None, dtype: str | None = None
+) -> dict[str, Any]:
     """:meth:`Inpainter.describe` of the configured checkpoint, for manifests and run records.
 
     A checkpoint already loaded in this process describes itself; otherwise the same keys
@@ -242,10 +276,14 @@ def describe_inpainter(path=None, *, device: str | None = None, dtype: str | Non
     except (OSError, ValueError):
         index = {}
     scheduler = index.get("scheduler")
-    return {"path": str(root), "fingerprint": checkpoint_fingerprint(root), "device": device,
-            "dtype": dtype or ("float16" if device.startswith("cuda") else "float32"),
-            "pipeline": index.get("_class_name"),
-            "scheduler": scheduler[1] if isinstance(scheduler, list) and len(scheduler) > 1 else None}
+    return {
+        "path": str(root),
+        "fingerprint": checkpoint_fingerprint(root),
+        "device": device,
+        "dtype": dtype or ("float16" if device.startswith("cuda") else "float32"),
+        "pipeline": index.get("_class_name"),
+        "scheduler": scheduler[1] if isinstance(scheduler, list) and len(scheduler) > 1 else None,
+    }
 
 
 def configure_inpainter(path, *, device: str | None = None, dtype: str | None = None) -> None:
@@ -265,8 +303,10 @@ def configure_inpainter(path, *, device: str | None = None, dtype: str | None = 
 
 
 def _hint() -> str:
-    return (f"set {ENV_PATH} to a local diffusers inpainting checkpoint folder (e.g. a saved "
-            "StableDiffusionInpaintPipeline or SDXL inpainting model)")
+    return (
+        f"set {ENV_PATH} to a local diffusers inpainting checkpoint folder (e.g. a saved "
+        "StableDiffusionInpaintPipeline or SDXL inpainting model)"
+    )
 
 
 def _check() -> str | None:
@@ -280,8 +320,9 @@ def _check() -> str | None:
 register_resource("inpainter", check=_check, load=get_inpainter, describe=describe_inpainter)
 
 
-@register_shift("ai_bg", family="background", params=AI_BG, needs=("mask", "inpainter"),
-                tags=("ximagenet12",))
+@register_shift(
+    "ai_bg", family="background", params=AI_BG, needs=("mask", "inpainter"), tags=("ximagenet12",)
+)
 def ai_bg(image, p, rng, ctx):
     """Background redrawn by a diffusion inpainting model; object pixels unchanged."""
     x = check_image(image)
@@ -290,10 +331,29 @@ def ai_bg(image, p, rng, ctx):
     if isinstance(inp, (str, os.PathLike)):
         inp = get_inpainter(inp)
     seed = int(randint(rng, 0, 2**31 - 1))
-    return inp(x, m, seed=seed, prompt=p["prompt"], negative_prompt=p["negative_prompt"],
-               steps=p["steps"], guidance_scale=p["guidance_scale"], strength=p["strength"],
-               work_size=p["work_size"])
+    return inp(
+        x,
+        m,
+        seed=seed,
+        prompt=p["prompt"],
+        negative_prompt=p["negative_prompt"],
+        steps=p["steps"],
+        guidance_scale=p["guidance_scale"],
+        strength=p["strength"],
+        work_size=p["work_size"],
+    )
 
 
-__all__ = ["Inpainter", "get_inpainter", "describe_inpainter", "configure_inpainter", "checkpoint_fingerprint",
-           "ai_bg", "AI_BG", "PROMPT", "ENV_PATH", "ENV_DEVICE", "ENV_DTYPE"]
+__all__ = [
+    "Inpainter",
+    "get_inpainter",
+    "describe_inpainter",
+    "configure_inpainter",
+    "checkpoint_fingerprint",
+    "ai_bg",
+    "AI_BG",
+    "PROMPT",
+    "ENV_PATH",
+    "ENV_DEVICE",
+    "ENV_DTYPE",
+]
