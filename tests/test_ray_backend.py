@@ -143,6 +143,21 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     assert Store(db).get_run(run_id)["status"] == "finished"
 
 
+def test_mine_on_ray_keeps_what_mine_keeps_locally(ray_cluster, photos, tmp_path):
+    """mine's surrogate evaluations run on Ray: the same runs, rows and kept images."""
+    from robustlab.mine import mine
+
+    kw = dict(surrogates=["lite0"], include_clean=True, workers=0, progress=False)
+    local = mine(photos, db=tmp_path / "local.duckdb", **kw)
+    on_ray = mine(photos, db=tmp_path / "ray.duckdb", backend="ray", **kw)
+    assert on_ray.run_ids == local.run_ids and on_ray.mining_id == local.mining_id
+    cols = ["sample_id", "shift", "level", "lite0", "kept"]
+    pd.testing.assert_frame_equal(on_ray.table[cols], local.table[cols])
+    pd.testing.assert_frame_equal(
+        Store(tmp_path / "ray.duckdb").predictions(), Store(tmp_path / "local.duckdb").predictions()
+    )
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -31,6 +31,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 UNRUNNABLE = {
     'pip install -e ".[test]" && robustlab demo': "installs; the demo is test_demo.py's job",
     "python -m pytest": "this is the test suite",
+    "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu": "installs "
+    "from the PyTorch index (no network in tests); torch is already installed",
     "robustlab evaluate timm:resnet50 --weights r50.pth --data imagenet-c/": "needs the user's ResNet-50 weights",
     "robustlab segment torchvision:deeplabv3_resnet50 --weights dlv3.pth --data val/ --masks masks/": "needs the user's DeepLabV3 weights",
     "robustlab evaluate lite0 --data ImageNet-E/": "needs the published ImageNet-E archive",
@@ -40,6 +42,11 @@ UNRUNNABLE = {
     "--annotator alice": "a server waiting for a browser; reads mine's output",
     "robustlab review --data hard/ --db robustlab.duckdb --export final.csv -k 2": "needs review decisions on mine's output",
     "robustlab evaluate lite0 --data hard/ --labels final.csv": "reads review's export",
+    "robustlab train lite0 --data val/ --method corruption-aug --holdout-family blur": "its "
+    "class-stratified split needs two images per class (the test folder has one); "
+    "tests/test_train_methods.py runs it",
+    "robustlab evaluate lite0 --data val/ --suite imagenet-c --shift-device cuda": "needs a "
+    "CUDA GPU; tests/test_evaluate_shift_device.py runs --shift-device cpu",
     "pip install 'robustlab[ray]'": "installs; the Ray extra is part of the test extra",
     "ray start --head --port 6379": "starts cluster daemons on a fixed port; "
     "test_ray_backend.py's two-node test runs this recipe",

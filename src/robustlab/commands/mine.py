@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_no_progress, level, workers
+from robustlab.commands._args import CommaList, add_backend, add_no_progress, level, workers
 
 
 def add_parser(sub) -> None:
@@ -83,6 +83,7 @@ def add_parser(sub) -> None:
         help="data worker processes (default: cores - 1; 0: all in the main process)",
     )
     add_no_progress(p)
+    add_backend(p)
     p.set_defaults(func=run)
 
 
@@ -108,6 +109,8 @@ def run(args) -> int:
         batch_size=args.batch_size,
         workers=args.workers,
         progress=False if args.no_progress else None,
+        backend=args.backend,
+        address=args.address,
     )
     kept = len(res.kept)
     total = len(res.table)

@@ -126,6 +126,8 @@ def mine(
     batch_size: int | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> MiningResult:
     """Evaluate the surrogates on ``data`` and keep the images at least ``k`` get wrong.
 
@@ -145,6 +147,8 @@ def mine(
         shifts, levels: Restrict a generated folder's cells (passed to evaluate).
         weights: One weights path per surrogate (or None).
         device, batch_size, workers, progress: Passed to :func:`robustlab.evaluate`.
+        backend, address: Where the surrogates' evaluations run (``"ray"``: a Ray cluster,
+            see :func:`robustlab.evaluate`); the mining itself is a query on the driver.
 
     Raises:
         InputError: no surrogate, a bad k, a folder evaluate cannot read.
@@ -196,6 +200,8 @@ def mine(
                 batch_size=batch_size,
                 workers=workers,
                 progress=progress,
+                backend=backend,
+                address=address,
             )
             ids.add(t.attrs["run_id"])
         run_ids.append(ids.pop())
