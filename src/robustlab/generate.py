@@ -74,28 +74,14 @@ from robustlab.shifts.registry import (
     get_shift,
     list_shifts,
 )
+from robustlab.store.schema import ATTRIBUTE_VALUE_COLUMNS
 from robustlab.suites import Protocol, Suite, get_suite
 
 log = logging.getLogger(__name__)
 
 ATTRIBUTES_CSV = "attributes.csv"
 # Leading columns of attributes.csv; other reported keys follow in sorted order.
-ATTRIBUTE_CSV_COLUMNS = (
-    "file",
-    "sample_id",
-    "shift",
-    "level",
-    "object_rate",
-    "rate_before",
-    "box_x",
-    "box_y",
-    "box_w",
-    "box_h",
-    "angle",
-    "hf_before",
-    "hf_after",
-    "fill",
-)
+ATTRIBUTE_CSV_COLUMNS = ("file", "sample_id", "shift", "level", *ATTRIBUTE_VALUE_COLUMNS)
 TEMP_SUFFIX = ".rltmp"
 MAX_ATTEMPTS = 2  # a sample whose worker process died this often is skipped
 LIBRARIES = {  # manifest key -> distribution names to try, in order

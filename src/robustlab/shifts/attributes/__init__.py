@@ -25,21 +25,11 @@ from robustlab.shifts.attributes._common import (
     object_rate,
 )
 from robustlab.shifts.attributes.fill import configure_hole_fill, describe_hole_fill
+from robustlab.store.schema import ATTRIBUTE_VALUE_COLUMNS
 
 EDITS = ("obj_size", "obj_position", "obj_direction")
 # Columns of <out>/attributes.csv and of the store's attributes table, in order.
-ATTRIBUTE_COLUMNS = (
-    "object_rate",
-    "rate_before",
-    "box_x",
-    "box_y",
-    "box_w",
-    "box_h",
-    "angle",
-    "hf_before",
-    "hf_after",
-    "fill",
-)
+ATTRIBUTE_COLUMNS = ATTRIBUTE_VALUE_COLUMNS  # one list, defined with the store's table
 
 
 def needs_hole_fill(shift) -> bool:
