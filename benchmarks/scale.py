@@ -116,9 +116,12 @@ def main() -> None:
                 )
         result["init_s"], result["first_pipeline_s"], result["next_pipeline_s"] = _startup(ray, c)
         try:
+            # generate's jobs first: an evaluate pipeline's model actor may hold its CPU for
+            # a while after the job, which would halve the generate job after it
             for phase in ("cold", "warm"):
                 if "generate" not in args.skip:
                     result[f"gen_ray_{phase}"] = run_generate(f"ray{c}{phase}", backend="ray")
+            for phase in ("cold", "warm"):
                 if "evaluate" not in args.skip:
                     result[f"eval_ray_{phase}"] = run_evaluate(
                         f"ray{c}{phase}", model, backend="ray"
