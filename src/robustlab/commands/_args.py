@@ -80,3 +80,26 @@ def add_backend(p) -> None:
         "printed (default: start a Ray instance on this machine, with "
         "--workers CPUs)",
     )
+
+
+def add_defence_args(p, *, tta: bool = True) -> None:
+    """``--preprocess`` (and ``--tta``): test-time defences, checked when the command runs
+    so a bad name is one line that lists the choices."""
+    p.add_argument(
+        "--preprocess",
+        default=None,
+        metavar="NAME[:KEY=VALUE,...]",
+        help="pixel defence applied to every image before the model: clahe "
+        "(contrast-limited equalisation of lightness) or nlmeans (non-local "
+        "means, strength from each image's noise estimate); parameters as in "
+        "clahe:clip_limit=3,tile_grid=4x4 (default: none)",
+    )
+    if tta:
+        p.add_argument(
+            "--tta",
+            default=None,
+            metavar="NAME[:KEY=VALUE,...]",
+            help="test-time augmentation: ten-crop (four corners and centre, and "
+            "their mirror images, softmax averaged; ten-crop:scale=0.875) "
+            "(default: none)",
+        )

@@ -4,8 +4,7 @@ paper's training-time robustness methods, scored by mCE against the un-fine-tune
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_no_progress, level, workers
-from robustlab.commands.evaluate import add_defence_args
+from robustlab.commands._args import CommaList, add_defence_args, add_no_progress, level, workers
 from robustlab.commands.train_methods import add_method_arguments, run_method_command
 
 
