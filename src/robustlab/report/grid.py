@@ -253,9 +253,15 @@ def mask_shares(record: dict[str, Any], sample_ids: list[str]) -> dict[str, floa
 
 
 def pick_samples(
-    store: Store, run_ids: list[str], *, k: int = MAX_SAMPLES, record: dict[str, Any] | None = None
+    store: Store,
+    run_ids: list[str],
+    *,
+    k: int = MAX_SAMPLES,
+    budget: int | None = None,
+    record: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Up to ``k`` informative example samples, deterministic, of different classes.
+    """Up to ``k`` informative example samples, deterministic, of different classes
+    (fewer when ``budget`` pictures cannot hold ``k`` samples' cells; at least one).
 
     Among the samples stored in the most cells: a mask covering 10-60 % of the picture
     (when the runs used masks: background and object changes are both visible); then the
@@ -266,7 +272,10 @@ def pick_samples(
     scores = _sample_scores(store, run_ids)
     if scores.empty:
         return []
-    scores = scores[scores["n_cells"] == scores["n_cells"].max()].copy()
+    n_cells = int(scores["n_cells"].max())
+    scores = scores[scores["n_cells"] == n_cells].copy()
+    if budget is not None:
+        k = max(1, min(k, budget // max(1, n_cells)))
     scores["balance"] = np.minimum(scores["n_wrong"], scores["n_cells"] - 1 - scores["n_wrong"])
     scores = scores.sort_values(
         ["n_disagree", "clean_ok", "balance", "sample_id"], ascending=[False, False, False, True]
@@ -373,9 +382,7 @@ def build_grids(data: ReportData, *, sample_id: str | None = None) -> tuple[list
         if sample_id is not None:
             sids = [sample_id]
         else:
-            n_cells = int(_sample_scores(store, ids)["n_cells"].max() or 1) if ids else 1
-            k = max(1, min(MAX_SAMPLES, PICTURE_BUDGET // max(1, n_cells)))
-            sids = pick_samples(store, ids, k=k, record=runs[0].record)
+            sids = pick_samples(store, ids, budget=PICTURE_BUDGET, record=runs[0].record)
         for sid in sids:
             grid, note = _grid_for(store, runs, sid, names, sort_cells)
             if grid is not None:
