@@ -156,19 +156,6 @@ def defence_label(defence: dict | None) -> str | None:
     return "+".join(parts) or None
 
 
-def method_label(method: dict | None) -> str | None:
-    """Short name of a stored training method (``robustlab train --method``):
-    ``stability(noise=0.05,weight=0.05)``, ``corruption-aug(holdout=blur)``, ``plain``."""
-    if not method or not method.get("name"):
-        return None
-    name = str(method["name"])
-    if name == "stability":
-        return f"stability(noise={method.get('noise'):g},weight={method.get('weight'):g})"
-    if name == "corruption-aug":
-        return f"corruption-aug(holdout={'+'.join(method.get('holdout_families') or []) or 'none'})"
-    return name
-
-
 def model_label(spec: str, config: dict | None) -> str:
     """How tables name a run's model: its spec, plus ``+defence`` for a defended run
     (``lite0 +clahe``) and ``ft:method`` for a model fine-tuned with a training method
@@ -177,5 +164,7 @@ def model_label(spec: str, config: dict | None) -> str:
     config = config if isinstance(config, dict) else {}
     label = defence_label(config.get("defence"))
     out = f"{spec} +{label}" if label else str(spec)
-    method = method_label((config.get("fine_tuned") or {}).get("method"))
+    from robustlab.train.methods import record_label
+
+    method = record_label((config.get("fine_tuned") or {}).get("method"))
     return f"{out} ft:{method}" if method else out

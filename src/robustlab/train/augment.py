@@ -85,10 +85,6 @@ class CorruptionAugmentation:
         fams = pool_families()
         return tuple(s for fam in self.holdout_families for s in fams[fam])
 
-    def label(self) -> str:
-        held = "+".join(self.holdout_families) or "none"
-        return f"corruption-aug(holdout={held})"
-
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

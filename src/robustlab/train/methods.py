@@ -8,7 +8,7 @@ A *method* changes what one optimiser step sees and minimises:
 
 A method object has ``items(items, step=, samples=, seed=)`` (which cells the step's
 images are), ``loss(forward, x, labels, columns, gen, preprocessing)``, ``describe()``
-(recorded as ``record["method"]``) and ``label()``. :func:`robustlab.train.finetune.method_steps` runs them in
+(recorded as ``record["method"]``; :func:`record_label` names it). :func:`robustlab.train.finetune.method_steps` runs them in
 either training mode; in ``linear`` mode the frozen backbone runs on every step's images
 (they change from step to step), unlike the plain probe's cached features.
 
@@ -69,7 +69,22 @@ def make_methods(
 
 
 def method_label(method) -> str:
-    return "plain" if method is None else method.label()
+    """Short name of a method object (None: plain cross-entropy)."""
+    return "plain" if method is None else str(record_label(method.describe()))
+
+
+def record_label(method: dict | None) -> str | None:
+    """Short name of a training method's record (``describe()``, also stored in a training
+    record):
+    ``stability(noise=0.05,weight=0.05)``, ``corruption-aug(holdout=blur)``, ``plain``."""
+    if not method or not method.get("name"):
+        return None
+    name = str(method["name"])
+    if name == "stability":
+        return f"stability(noise={method.get('noise'):g},weight={method.get('weight'):g})"
+    if name == "corruption-aug":
+        return f"corruption-aug(holdout={'+'.join(method.get('holdout_families') or []) or 'none'})"
+    return name
 
 
 def test_cells_for(method, suite, shifts: Sequence[str] | None, levels: Sequence | None):
@@ -273,6 +288,7 @@ __all__ = [
     "MethodResult",
     "make_methods",
     "method_label",
+    "record_label",
     "run_method",
     "test_cells_for",
 ]

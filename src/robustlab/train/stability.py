@@ -96,9 +96,6 @@ class StabilityTraining:
                 hint="the paper's grid is 0.01, 0.05, 0.1",
             )
 
-    def label(self) -> str:
-        return f"stability(noise={self.noise:g},weight={self.weight:g})"
-
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
