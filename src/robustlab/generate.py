@@ -14,6 +14,8 @@ How it stays correct when things go wrong:
 - **Atomic writes.** A cell is written to a hidden temp file in its own folder and moved
   into place with ``os.replace``; a killed run leaves only temp files, never a
   half-written image. A rerun removes the temp files and skips cells whose file exists.
+  ``out`` may also be an fsspec URL (``s3://bucket/prefix``): object stores get one atomic
+  PUT per file, other filesystems the temp-and-move (:mod:`robustlab.outputs`).
 - **Bad input never stops a run.** A source that cannot be decoded or prepared is
   skipped with its reason; a cell whose shift fails is counted as failed with its reason;
   a worker process that crashes is replaced and its images are retried, then skipped.
@@ -51,10 +53,16 @@ from robustlab.manifest import (
     FORMAT,
     MANIFEST,
     check_compatible,
-    load_manifest,
-    manifest_lock,
     mark_dead_runs,
     this_process,
+)
+from robustlab.outputs import (
+    TEMP_SUFFIX,
+    LocalFolder,
+    UrlFolder,
+    atomic_write,
+    open_folder,
+    remove_temp_files,
 )
 from robustlab.pipeline import (
     DONOR_KEYS,
@@ -82,7 +90,6 @@ log = logging.getLogger(__name__)
 ATTRIBUTES_CSV = "attributes.csv"
 # Leading columns of attributes.csv; other reported keys follow in sorted order.
 ATTRIBUTE_CSV_COLUMNS = ("file", "sample_id", "shift", "level", *ATTRIBUTE_VALUE_COLUMNS)
-TEMP_SUFFIX = ".rltmp"
 MAX_ATTEMPTS = 2  # a sample whose worker process died this often is skipped
 LIBRARIES = {  # manifest key -> distribution names to try, in order
     "numpy": ("numpy",),
@@ -113,8 +120,8 @@ class GenerateResult:
     """Summary of a ``generate`` call (the manifest holds the full record).
 
     Attributes:
-        out: Output folder.
-        manifest_path: ``out/manifest.json``.
+        out: Output folder (its URL when ``out`` was one).
+        manifest_path: ``out/manifest.json`` (a URL when ``out`` was one).
         samples: Source images considered.
         cells: (shift, level) cells per image.
         written: Files written by this call.
@@ -126,8 +133,8 @@ class GenerateResult:
         stages: With the Ray backend, worker time and rate per pipeline stage.
     """
 
-    out: Path
-    manifest_path: Path
+    out: Path | str
+    manifest_path: Path | str
     samples: int
     cells: int
     written: int = 0
@@ -146,7 +153,7 @@ class GenerateResult:
 class _Job:
     """What every worker needs, sent once per process (not once per image)."""
 
-    out: str
+    out: LocalFolder | UrlFolder
     cells: tuple[tuple[str, Any], ...]
     protocol: Protocol
     seed: int
@@ -173,37 +180,16 @@ def _init_worker(job: _Job, single_thread: bool) -> None:
             pass
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that the file is either absent or complete.
-
-    The bytes go to a hidden temp file in the same folder (same file system, so
-    ``os.replace`` is an atomic rename); a crash before the rename leaves only the temp
-    file, which :func:`remove_temp_files` cleans and :func:`discover` ignores.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-
-
 def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
     """Write every missing cell of one source image (the work unit)."""
     job = job or _JOB
     assert job is not None, "worker not initialised"
     res = SampleOutcome(sample.id)
-    out = Path(job.out)
+    out = job.out
     todo = []
     for name, level in job.cells:
-        path = cell_path(out, sample, name, level, job.protocol)
-        if path.exists():
+        path = cell_path("", sample, name, level, job.protocol).as_posix()
+        if out.exists(path):
             res.existing += 1
         else:
             todo.append((name, level, path))
@@ -235,12 +221,12 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
             attrs: dict = {}
             ctx["attributes"] = attrs
             img = apply_shift(prep.rgb, sample.id, name, level, job.seed, ctx)
-            atomic_write(path, encode(img, job.protocol))
+            out.write(path, encode(img, job.protocol))
             res.written += 1
             if attrs:
                 res.attributes.append(
                     {
-                        "file": path.relative_to(out).as_posix(),
+                        "file": path,
                         "sample_id": sample.id,
                         "shift": name,
                         "level": str(level),
@@ -250,7 +236,7 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
         except (ValueError, ImageError) as exc:
             res.failures.append((name, str(level), str(exc)))
         except OSError as exc:
-            problem = environment_problem(exc, f"cannot write {path}")
+            problem = environment_problem(exc, f"cannot write {out.location_of(path)}")
             if problem is not exc:  # a full disk fails every cell after it: stop the run
                 raise problem from None
             log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
@@ -383,42 +369,6 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
-    """Delete the temp files an interrupted run left under the given shift folders.
-
-    A temp file's name carries the writer's pid (:func:`atomic_write`); one whose writer
-    is still alive belongs to a concurrent run into the same folder and is left alone.
-    """
-    n = 0
-    for name in shift_names:
-        base = out / name
-        if not base.is_dir():
-            continue
-        for dirpath, _, files in os.walk(base):
-            for f in files:
-                if f.startswith(".") and f.endswith(TEMP_SUFFIX) and not _writer_alive(f):
-                    try:
-                        os.unlink(os.path.join(dirpath, f))
-                        n += 1
-                    except OSError:
-                        pass
-    return n
-
-
-def _writer_alive(temp_name: str) -> bool:
-    """Whether the process named in ``.<file>.<pid>.rltmp`` still runs (not this one)."""
-    pid = temp_name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[-1]
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def available_cpus() -> int:
     """CPUs this process may use (respects affinity masks and container limits)."""
     if hasattr(os, "sched_getaffinity"):
@@ -430,15 +380,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_json(path: Path, data: dict) -> None:
-    atomic_write(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode())
+def _json_bytes(data: dict) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=False) + "\n").encode()
 
 
 # --------------------------------------------------------------------------- engine
 def generate(
     suite: str | Suite,
     data: str | Path,
-    out: str | Path,
+    out: str | Path | LocalFolder | UrlFolder,
     *,
     shifts: Sequence[str] | None = None,
     levels: Sequence | str | None = None,
@@ -454,13 +404,16 @@ def generate(
     progress: bool = True,
     backend: str = "local",
     address: str | None = None,
+    storage_options: dict | None = None,
 ) -> GenerateResult:
     """Generate a suite's cells for every image under ``data`` into ``out``.
 
     Args:
         suite: Built-in suite name, YAML path, or a :class:`Suite`.
         data: ImageFolder tree or flat folder with a labels CSV (see :func:`discover`).
-        out: Output folder; rerunning with the same arguments resumes.
+        out: Output folder, or an fsspec URL (``s3://bucket/prefix``, ``gs://...``; the
+            protocol's package, e.g. s3fs, must be installed); rerunning with the same
+            arguments resumes. A URL is checked for writing before any work starts.
         shifts: Names, families, tags or globs selecting the suite's shifts (default all).
         levels: Levels to build (``[1, 3]`` or ``"1,3"`` / ``"1-3"``; default all).
         seed: Global seed of the seed rule.
@@ -478,7 +431,9 @@ def generate(
             run started on one resumes on the other.
         address: The Ray cluster's ``HOST:PORT`` (None: a Ray instance on this machine
             with ``workers`` CPUs, 0 meaning all). ``out`` must be a path every node of
-            the cluster sees.
+            the cluster sees, or a URL.
+        storage_options: Options for the URL's fsspec filesystem (``endpoint_url``,
+            ``key``...), on top of fsspec's config; never written to the manifest.
 
     Returns:
         A :class:`GenerateResult`; the manifest at ``out/manifest.json`` holds the record.
@@ -493,6 +448,14 @@ def generate(
     from robustlab.run.executors import check_backend
 
     check_backend(backend, address)
+    folder = open_folder(out, storage_options)
+    if isinstance(folder, UrlFolder) and not isinstance(out, UrlFolder):
+        if folder.process_local and (backend == "ray" or workers != 0):
+            raise InputError(
+                f"--out {folder.url} lives in this process only; worker processes would not see it",
+                hint="pass --workers 0 (and the local backend), or use a shared URL",
+            )
+        folder.check_writable()  # before Ray starts or any source is read
     if backend == "ray":
         from robustlab.run.ray_backend import plan_placement, ray_running, ray_session
 
@@ -505,7 +468,7 @@ def generate(
                 return generate(
                     suite,
                     data,
-                    out,
+                    folder,
                     shifts=shifts,
                     levels=levels,
                     seed=seed,
@@ -547,16 +510,17 @@ def generate(
     shift_objs = {n: get_shift(n) for n in names}
 
     data_root = Path(data).expanduser()
-    out_root = Path(out).expanduser()
-    if out_root.exists() and not out_root.is_dir():
-        raise InputError(
-            f"--out {out_root} is a file; generate writes a folder of images",
-            hint="pass a folder name (created if missing)",
-        )
-    if data_root.exists() and out_root.resolve().is_relative_to(data_root.resolve()):
-        raise InputError(
-            f"--out {out_root} is inside --data {data_root}; choose a folder outside it"
-        )
+    if isinstance(folder, LocalFolder):
+        out_root = folder.root
+        if out_root.exists() and not out_root.is_dir():
+            raise InputError(
+                f"--out {out_root} is a file; generate writes a folder of images",
+                hint="pass a folder name (created if missing)",
+            )
+        if data_root.exists() and out_root.resolve().is_relative_to(data_root.resolve()):
+            raise InputError(
+                f"--out {out_root} is inside --data {data_root}; choose a folder outside it"
+            )
 
     needs = set().union(*(s.needs for s in shift_objs.values())) if shift_objs else set()
     need_mask = "mask" in needs
@@ -644,7 +608,7 @@ def generate(
         "cells": cell_records,
         "samples": content,
     }
-    manifest_path = out_root / MANIFEST
+    manifest_path = folder.location_of(MANIFEST)
     run_record = {
         "id": uuid.uuid4().hex[:12],
         "started_at": _now(),
@@ -659,7 +623,11 @@ def generate(
     if hole_fill is not None:
         run_record["hole_fill"] = hole_fill
     result = GenerateResult(
-        out_root, manifest_path, len(samples), len(cells), skipped_inputs=list(skipped_listing)
+        folder.location,
+        manifest_path,
+        len(samples),
+        len(cells),
+        skipped_inputs=list(skipped_listing),
     )
     n_workers = (
         0
@@ -671,23 +639,24 @@ def generate(
     if backend == "ray":
         run_record["address"] = address
     # The identity goes to disk before the first file: a killed run's files stay tied to it.
-    with manifest_lock(out_root):
-        prev = load_manifest(manifest_path)
-        check_compatible(prev, identity, manifest_path)
-        _write_json(
-            manifest_path, _merge_manifest(prev, result, identity, run_record, samples, final=False)
+    with folder.lock():
+        prev = folder.load_manifest()
+        check_compatible(prev, identity, folder.location)
+        folder.write(
+            MANIFEST,
+            _json_bytes(_merge_manifest(prev, result, identity, run_record, samples, final=False)),
         )
-    n_tmp = remove_temp_files(out_root, names)
+    n_tmp = folder.remove_temp_files(names)
     if n_tmp:
         log.info("removed %d temp files left by an interrupted run", n_tmp)
 
     ensure_compiled_for(names, progress=bool(progress))
-    job = _Job(str(out_root), cells, protocol, seed, int(max_pixels), need_mask, donors)
+    job = _Job(folder, cells, protocol, seed, int(max_pixels), need_mask, donors)
     log.info(
         "generating %d cells x %d images into %s with %d worker(s)",
         len(cells),
         len(samples),
-        out_root,
+        folder,
         n_workers,
     )
 
@@ -751,51 +720,63 @@ def generate(
             failed=result.failed,
             skipped_inputs=len(result.skipped_inputs),
         )
-        with manifest_lock(out_root):  # merged into what is there now: a concurrent run's too
-            current = load_manifest(manifest_path)
-            _write_json(
-                manifest_path, _merge_manifest(current, result, identity, run_record, samples)
+        with folder.lock():  # merged into what is there now: a concurrent run's too
+            current = folder.load_manifest()
+            folder.write(
+                MANIFEST,
+                _json_bytes(_merge_manifest(current, result, identity, run_record, samples)),
             )
             if result.attributes:
-                write_attributes_csv(out_root / ATTRIBUTES_CSV, result.attributes)
+                old = folder.read(ATTRIBUTES_CSV)
+                folder.write(
+                    ATTRIBUTES_CSV,
+                    merge_attributes_csv(
+                        parse_attributes_csv(old.decode()) if old else [], result.attributes
+                    ),
+                )
     return result
 
 
 def read_attributes_csv(path: Path) -> list[dict]:
     """Rows of an ``attributes.csv`` (numbers parsed; empty cells dropped); [] if absent."""
-    import csv
-
     if not Path(path).is_file():
         return []
-    rows = []
     with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            row: dict = {}
-            for k, v in r.items():
-                if v in (None, ""):
-                    continue
-                if k in ("file", "sample_id", "shift", "level", "fill"):
-                    row[k] = v
-                    continue
-                try:
-                    num = float(v)
-                    row[k] = int(num) if num.is_integer() and k.startswith("box_") else num
-                except ValueError:
-                    row[k] = v
-            rows.append(row)
-    return rows
+        return parse_attributes_csv(fh.read())
 
 
-def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
-    """Merge ``rows`` into ``path`` (keyed by ``file``: a rerun's word replaces the old one).
-
-    Rows of cells generated by earlier runs stay, so a resumed folder keeps one row per
-    edited file. Written atomically like every other output.
-    """
+def parse_attributes_csv(text: str) -> list[dict]:
+    """Rows of an ``attributes.csv``'s text (a file's or a URL's; see
+    :func:`read_attributes_csv`)."""
     import csv
     import io
 
-    merged = {r["file"]: r for r in read_attributes_csv(path)}
+    rows = []
+    for r in csv.DictReader(io.StringIO(text, newline="")):
+        row: dict = {}
+        for k, v in r.items():
+            if v in (None, ""):
+                continue
+            if k in ("file", "sample_id", "shift", "level", "fill"):
+                row[k] = v
+                continue
+            try:
+                num = float(v)
+                row[k] = int(num) if num.is_integer() and k.startswith("box_") else num
+            except ValueError:
+                row[k] = v
+        rows.append(row)
+    return rows
+
+
+def merge_attributes_csv(old: Sequence[dict], rows: Sequence[dict]) -> bytes:
+    """``rows`` merged into the ``old`` rows of an ``attributes.csv``, as the file's bytes
+    (keyed by ``file``: a rerun's word replaces the old one; rows of cells generated by
+    earlier runs stay, so a resumed folder keeps one row per edited file)."""
+    import csv
+    import io
+
+    merged = {r["file"]: r for r in old}
     merged.update({r["file"]: r for r in rows})
     extra = sorted({k for r in merged.values() for k in r} - set(ATTRIBUTE_CSV_COLUMNS))
     buf = io.StringIO()
@@ -803,7 +784,13 @@ def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
     w.writeheader()
     for key in sorted(merged):
         w.writerow(merged[key])
-    atomic_write(Path(path), buf.getvalue().encode())
+    return buf.getvalue().encode()
+
+
+def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
+    """Merge ``rows`` into the ``attributes.csv`` at ``path`` (:func:`merge_attributes_csv`),
+    written atomically like every other output."""
+    atomic_write(Path(path), merge_attributes_csv(read_attributes_csv(path), rows))
 
 
 def _run_pool(
@@ -982,6 +969,9 @@ __all__ = [
     "GenerateResult",
     "read_attributes_csv",
     "write_attributes_csv",
+    "parse_attributes_csv",
+    "merge_attributes_csv",
+    "TEMP_SUFFIX",
     "ATTRIBUTES_CSV",
     "SampleOutcome",
     "process_sample",

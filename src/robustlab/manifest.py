@@ -65,10 +65,22 @@ def load_manifest(path: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        text = path.read_bytes()
+    except OSError as exc:
         raise InputError(
             f"cannot read the previous manifest {path}: {exc}", hint="move it away to start over"
+        ) from None
+    return parse_manifest(text, path)
+
+
+def parse_manifest(text: bytes | str, where: Path | str) -> dict | None:
+    """A manifest's JSON (read from a file or a URL); InputError naming ``where`` when
+    it is not JSON (a manifest is written atomically, so only a foreign file is)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(
+            f"cannot read the previous manifest {where}: {exc}", hint="move it away to start over"
         ) from None
     return data if isinstance(data, dict) else None
 
@@ -151,8 +163,10 @@ def _content_changes(prev: dict, new: dict) -> list[str]:
     ]
 
 
-def check_compatible(prev: dict | None, new: dict, path: Path) -> None:
+def check_compatible(prev: dict | None, new: dict, folder: Path | str) -> None:
     """Refuse to add files made under another identity to an existing folder.
+
+    ``folder`` (a path or a URL) is only named in the message.
 
     Raises:
         InputChangedError: naming every difference, with the hint to use a new folder.
@@ -162,7 +176,7 @@ def check_compatible(prev: dict | None, new: dict, path: Path) -> None:
     changes = identity_changes(prev, new)
     if changes:
         raise InputChangedError(
-            f"{path.parent} was generated with other inputs: " + "; ".join(changes), hint=HINT
+            f"{folder} was generated with other inputs: " + "; ".join(changes), hint=HINT
         )
 
 
@@ -210,6 +224,7 @@ __all__ = [
     "FORMAT",
     "manifest_lock",
     "load_manifest",
+    "parse_manifest",
     "identity_changes",
     "check_compatible",
     "generated_identity",

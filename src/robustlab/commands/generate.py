@@ -21,7 +21,10 @@ def add_parser(sub) -> None:
         help="source images: <class>/<file> tree or flat folder + labels CSV",
     )
     p.add_argument(
-        "--out", required=True, help="output folder (resumes when it already holds a run)"
+        "--out",
+        required=True,
+        help="output folder, or an fsspec URL such as s3://bucket/prefix (resumes when it "
+        "already holds a run)",
     )
     p.add_argument(
         "--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)"

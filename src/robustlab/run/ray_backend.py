@@ -416,9 +416,10 @@ def generate_on_ray(
 
     Args:
         samples: Sources to generate (the local backend's list).
-        job: :class:`robustlab.generate._Job` (output root, cells, protocol, seed...). The
-            output root must be a path every node sees (the same local disk or a shared
-            file system).
+        job: :class:`robustlab.generate._Job` (output folder, cells, protocol, seed...). The
+            output folder must be a path every node sees (the same local disk or a shared
+            file system) or an fsspec URL (:mod:`robustlab.outputs`: its filesystem and
+            options travel with the job).
         collect: Called on the driver with each :class:`~robustlab.generate.SampleOutcome`.
         process: ``process(sample, job)``, the local backend's work unit (run on workers).
         crashed: ``crashed(sample)``, the outcome recorded for a sample whose worker died
