@@ -181,11 +181,13 @@ def test_s3_worker_processes_same_bytes_resume_and_refusal(photos, local_files, 
         generate("imagenet-c", photos, url, **{**kw, "seed": 3})
 
 
-def test_s3_missing_bucket_and_unreachable_endpoint(photos, s3):
+def test_s3_missing_bucket_bad_option_and_unreachable_endpoint(photos, s3):
     options, _ = s3
     with pytest.raises(MissingResourceError, match="not found") as err:
         generate("imagenet-c", photos, "s3://no-such-bucket/x", storage_options=options)
     assert "create the bucket" in err.value.hint
+    with pytest.raises(InputError, match="storage option is not accepted"):
+        generate("imagenet-c", photos, "s3://any/x", storage_options={**options, "retries": 1})
     # A closed port, with botocore's retries cut so the test does not wait for them.
     dead = {
         **options,

@@ -287,6 +287,8 @@ class UrlFolder:
             self.fs.pipe_file(probe, b"")
         except RobustlabError:
             raise
+        except TypeError as exc:  # s3fs and others pass options on at the first call
+            raise _bad_option(self.url, exc) from None
         except FileNotFoundError as exc:
             raise MissingResourceError(
                 f"cannot write to {self.url}: not found ({_why(exc, name=False)})",
@@ -312,6 +314,13 @@ def _why(exc: BaseException, *, name: bool = True) -> str:
     if not name:
         return text or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _bad_option(url: str, exc: TypeError) -> InputError:
+    return InputError(
+        f"--out {url}: a storage option is not accepted by its filesystem ({_why(exc)})",
+        hint="check storage_options= and the FSSPEC_<PROTOCOL>_* variables / fsspec config",
+    )
 
 
 def _hint(folder: UrlFolder) -> str:
@@ -359,6 +368,8 @@ def open_folder(out: Any, storage_options: dict | None = None) -> LocalFolder | 
         raise MissingResourceError(
             f"{proto}:// needs {package}, which is not installed", hint=f"pip install {package}"
         ) from None
+    except TypeError as exc:
+        raise _bad_option(text, exc) from None
     except ValueError as exc:
         if "protocol not known" in str(exc).lower():
             raise InputError(
