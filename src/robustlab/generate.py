@@ -685,11 +685,16 @@ def generate(
 
     status = "interrupted"
     try:
-        if backend == "ray":
+        todo = samples
+        if isinstance(folder, UrlFolder):
+            todo = _unfinished(folder, samples, cells, protocol, names, collect)
+        if not todo:
+            log.info("every file is already in %s", folder)
+        elif backend == "ray":
             from robustlab.run.ray_backend import generate_on_ray
 
             times = generate_on_ray(
-                samples,
+                todo,
                 job,
                 collect,
                 process=process_sample,
@@ -701,10 +706,10 @@ def generate(
             log.info("%s", times.line())
         elif n_workers == 0:
             _init_worker(job, single_thread=False)
-            for sample in samples:
+            for sample in todo:
                 collect(process_sample(sample, job))
         else:
-            _run_pool(samples, job, n_workers, collect, result)
+            _run_pool(todo, job, n_workers, collect, result)
         status = "complete"
     finally:
         if bar is not None:
@@ -791,6 +796,30 @@ def write_attributes_csv(path: Path, rows: Sequence[dict]) -> None:
     """Merge ``rows`` into the ``attributes.csv`` at ``path`` (:func:`merge_attributes_csv`),
     written atomically like every other output."""
     atomic_write(Path(path), merge_attributes_csv(read_attributes_csv(path), rows))
+
+
+def _unfinished(
+    folder: UrlFolder,
+    samples: list[Sample],
+    cells: Sequence[tuple[str, Any]],
+    protocol: Protocol,
+    names: Sequence[str],
+    collect,
+) -> list[Sample]:
+    """The samples with a cell missing at a URL; the others are collected as finished.
+
+    One listing per shift folder (a thousand keys per request on S3) replaces a request
+    per cell in the workers, and spares a resumed run from starting workers (and their
+    filesystem clients) for images that are done. The workers still check each cell.
+    """
+    present = folder.files_under(names)
+    todo = []
+    for s in samples:
+        if all(cell_path("", s, n, lv, protocol).as_posix() in present for n, lv in cells):
+            collect(SampleOutcome(s.id, existing=len(cells)))
+        else:
+            todo.append(s)
+    return todo
 
 
 def _run_pool(

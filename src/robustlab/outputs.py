@@ -248,6 +248,19 @@ class UrlFolder:
         data = self.read(MANIFEST)
         return None if data is None else parse_manifest(data, self.location_of(MANIFEST))
 
+    def files_under(self, folders: Sequence[str]) -> set[str]:
+        """Paths (relative to the root) of every file under the given folders."""
+        out: set[str] = set()
+        for name in folders:
+            base = self._path(name)
+            self.fs.invalidate_cache(base)
+            try:
+                found = self._call("cannot list", self.fs.find, base)
+            except FileNotFoundError:
+                continue
+            out.update(posixpath.relpath(p, self.root) for p in found)
+        return out
+
     def remove_temp_files(self, shift_names: Sequence[str]) -> int:
         """Temp files of dead writers under the shift folders (none on object stores,
         which are written without temp objects, so nothing is listed there)."""
