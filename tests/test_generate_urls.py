@@ -227,6 +227,37 @@ def _cli_env(options: dict) -> dict:
     }
 
 
+def test_s3_cli_takes_the_endpoint_from_fsspec_config(
+    photos, local_files, s3, bucket, monkeypatch, capsys
+):
+    """``FSSPEC_S3_*`` variables reach the CLI's filesystem and, through it, its worker
+    process; a missing bucket is one line, exit 2."""
+    options, fs = s3
+    argv = [sys.executable, "-m", "robustlab.cli", "generate", "imagenet-c", "--data"]
+    argv += [str(photos), "--shifts", ",".join(SHIFTS), "--levels", "1,3", "--workers", "1"]
+    argv += ["--no-progress", "--out"]
+    done = subprocess.run([*argv, f"s3://{bucket}/cli"], env=_cli_env(options), **_TEXT)
+    assert done.returncode == 0, done.stderr
+    assert f"s3://{bucket}/cli: {len(local_files)} written" in done.stdout
+    assert _url_files(fs, f"{bucket}/cli") == local_files
+
+    # In this process: the config those variables fill, set directly.
+    import fsspec.config
+
+    monkeypatch.setitem(fsspec.config.conf, "s3", dict(options))
+    rc = cli.main([*argv[3:], "s3://no-such-bucket/cli"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if ln.startswith("robustlab generate: error:")]
+    assert errors == [
+        "robustlab generate: error: cannot write to s3://no-such-bucket/cli: not found "
+        "(The specified bucket does not exist)"
+    ]
+
+
+_TEXT = dict(capture_output=True, text=True, timeout=300, check=False)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "ray"])
 def test_s3_cli_resumes_after_sigkill(s3, bucket, tmp_path, backend, request):
