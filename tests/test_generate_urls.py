@@ -16,6 +16,7 @@ import importlib.util
 import json
 import logging
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -196,6 +197,28 @@ def test_s3_missing_bucket_bad_option_and_unreachable_endpoint(photos, s3):
     }
     with pytest.raises(EnvironmentProblem, match="cannot write to s3://any/x: .*Connect"):
         generate("imagenet-c", photos, "s3://any/x", storage_options=dead)
+
+
+def test_a_worker_without_the_filesystem_package_fails_in_one_line(s3, bucket, tmp_path):
+    """A worker (a Ray node) that lacks s3fs receives its job, and the first file access
+    raises the MissingResourceError that the driver prints, naming the package."""
+    options, _ = s3
+    folder = open_folder(f"s3://{bucket}/x", options)
+    (tmp_path / "folder.pkl").write_bytes(pickle.dumps(folder))
+    code = (
+        "import pickle, sys\n"
+        "sys.modules['s3fs'] = None  # this node has no s3fs\n"
+        f"folder = pickle.loads(open({str(tmp_path / 'folder.pkl')!r}, 'rb').read())\n"
+        "try:\n"
+        "    folder.exists('a.jpg')\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc, '|', exc.hint)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], **_TEXT)
+    assert done.stdout.startswith(f"MissingResourceError s3://{bucket}/x needs s3fs on "), (
+        done.stdout + done.stderr
+    )
+    assert done.stdout.strip().endswith("| pip install s3fs on every node that runs workers")
 
 
 def test_s3_on_ray_same_bytes(photos, local_files, s3, bucket, ray_cluster):

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import posixpath
 import re
+import socket
 import threading
 import uuid
 from collections.abc import Sequence
@@ -175,12 +177,38 @@ class UrlFolder:
 
     def __init__(self, url: str, fs: Any, root: str):
         self.url = url.rstrip("/")
-        self.fs = fs
+        self._fs = fs
+        self._fs_pickle: bytes | None = None
         self.root = root.rstrip("/")
         protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
         self.protocols = frozenset(protocols)
         self.atomic_put = bool(self.protocols & ATOMIC_PUT)
         self.process_local = bool(self.protocols & PROCESS_LOCAL)
+
+    def __getstate__(self) -> dict:
+        # The filesystem travels as bytes, unpickled on first use: a worker (a Ray node)
+        # without the protocol's package then fails in one line inside the work unit,
+        # which reaches the driver, instead of failing to even receive its task.
+        state = dict(self.__dict__)
+        state["_fs_pickle"] = self._fs_pickle or pickle.dumps(self._fs)
+        state["_fs"] = None
+        return state
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (with the options the driver resolved)."""
+        if self._fs is None:
+            assert self._fs_pickle is not None
+            try:
+                self._fs = pickle.loads(self._fs_pickle)
+            except ImportError as exc:
+                package = (exc.name or "the filesystem package").split(".")[0]
+                raise MissingResourceError(
+                    f"{self.url} needs {package} on {socket.gethostname()}, "
+                    "where it is not installed",
+                    hint=f"pip install {package} on every node that runs workers",
+                ) from None
+        return self._fs
 
     @property
     def location(self) -> str:
