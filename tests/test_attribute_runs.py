@@ -114,6 +114,21 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     assert len(joined) == len(a_fly) and joined["correct"].dtype == bool
     run = store.get_run(fly.attrs["run_id"])
     assert run["config"]["hole_fill"]["backend"] == "opencv-telea"
+    # Resuming the run with another fill backend would mix two backends' backgrounds.
+    with pytest.raises(InputChangedError, match="drawn by the hole-fill backend opencv-telea"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("ROBUSTLAB_EDIT_FILL", "ns")
+            evaluate(
+                model,
+                data,
+                suite="imagenet-e",
+                shifts=SHIFTS,
+                masks=masks,
+                db=db,
+                label_space="demo",
+                workers=0,
+                progress=False,
+            )
     # Rerunning stores nothing twice.
     evaluate(
         model,
