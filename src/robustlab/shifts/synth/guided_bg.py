@@ -46,6 +46,11 @@ from typing import Any
 
 from robustlab.errors import RobustlabError
 from robustlab.seeding import randint
+from robustlab.shifts.process_config import (
+    checked_path,
+    path_setting_problem,
+    set_process_config,
+)
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.scenes._common import check_image, check_mask
 from robustlab.shifts.synth.guided_sampler import (
@@ -205,17 +210,14 @@ def configure_bg_diffusion(
     Raises:
         InputError: ``path`` is not a usable checkpoint file or folder.
     """
-    from robustlab.errors import InputError
-
-    problem = _problem(path)
-    if problem:
-        raise InputError(f"background diffusion: {problem}", hint=_hint())
-    os.environ[ENV_PATH] = str(Path(path).expanduser().resolve())
-    for var, value in ((ENV_DEVICE, device), (ENV_DTYPE, dtype), (ENV_ADV, adv_model)):
-        if value:
-            os.environ[var] = str(value)
-        else:
-            os.environ.pop(var, None)
+    set_process_config(
+        {
+            ENV_PATH: checked_path(path, _problem, what="background diffusion", hint=_hint()),
+            ENV_DEVICE: device,
+            ENV_DTYPE: dtype,
+            ENV_ADV: adv_model,
+        }
+    )
 
 
 def _hint() -> str:
@@ -230,11 +232,7 @@ def _adv_hint() -> str:
 
 
 def _check() -> str | None:
-    path = os.environ.get(ENV_PATH)
-    if not path:
-        return _hint()
-    problem = _problem(path)
-    return f"{ENV_PATH}={path}: {problem}" if problem else None
+    return path_setting_problem(ENV_PATH, _problem, _hint())
 
 
 def _check_adv() -> str | None:

@@ -38,6 +38,11 @@ import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.seeding import randint
+from robustlab.shifts.process_config import (
+    checked_path,
+    path_setting_problem,
+    set_process_config,
+)
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.scenes._common import check_image, check_mask
 
@@ -291,15 +296,13 @@ def configure_inpainter(path, *, device: str | None = None, dtype: str | None = 
 
     Sets the environment variables (workers inherit them) after checking the folder.
     """
-    problem = _problem(path)
-    if problem:
-        raise InputError(f"inpainter: {problem}")
-    os.environ[ENV_PATH] = str(Path(path).expanduser().resolve())
-    for var, value in ((ENV_DEVICE, device), (ENV_DTYPE, dtype)):
-        if value:
-            os.environ[var] = str(value)
-        else:
-            os.environ.pop(var, None)
+    set_process_config(
+        {
+            ENV_PATH: checked_path(path, _problem, what="inpainter"),
+            ENV_DEVICE: device,
+            ENV_DTYPE: dtype,
+        }
+    )
 
 
 def _hint() -> str:
@@ -310,11 +313,7 @@ def _hint() -> str:
 
 
 def _check() -> str | None:
-    path = os.environ.get(ENV_PATH)
-    if not path:
-        return _hint()
-    problem = _problem(path)
-    return f"{ENV_PATH}={path}: {problem}" if problem else None
+    return path_setting_problem(ENV_PATH, _problem, _hint())
 
 
 register_resource("inpainter", check=_check, load=get_inpainter, describe=describe_inpainter)
