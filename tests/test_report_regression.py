@@ -141,3 +141,48 @@ def test_logit_says_when_it_did_not_converge():
     assert res.table.attrs["converged"] is False
     ok = logit_correctness(_clustered_frame(np.random.default_rng(6)), {"Shift": "shift"})
     assert ok.table.attrs["converged"] is True
+
+
+def test_logit_fits_once_and_matches_the_two_fit_cluster_covariance():
+    """One fit plus the sandwich covariance gives what statsmodels' own cluster fit gives
+    (same CRV1 small-sample correction G/(G-1) (N-1)/(N-K), normal-based inference)."""
+    import statsmodels.api as sm
+
+    from robustlab.metrics.regression import design_matrix, logit_correctness
+
+    df = _clustered_frame(np.random.default_rng(11), n_images=90)
+    factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
+    fits = []
+    real_logit = sm.Logit
+
+    class CountingLogit(real_logit):
+        def fit(self, *args, **kwargs):
+            fits.append(kwargs.get("cov_type", "nonrobust"))
+            return super().fit(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sm, "Logit", CountingLogit)
+        res = logit_correctness(df, factors, alpha=0.1)
+    assert fits == ["nonrobust"]
+
+    X, _ = design_matrix(df, factors)
+    y = df["correct"].astype(float).to_numpy()
+    groups = pd.factorize(df["sample_id"])[0]
+    clustered = real_logit(y, X).fit(
+        disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": groups}
+    )
+    naive = real_logit(y, X).fit(disp=0, maxiter=200)
+    t = res.table.set_index("term").loc[list(X.columns)]
+    ci = clustered.conf_int(0.1)
+    for col, want in (
+        ("estimate", clustered.params),
+        ("std_error", clustered.bse),
+        ("z", clustered.tvalues),
+        ("p", clustered.pvalues),
+        ("ci_low", ci[0]),
+        ("ci_high", ci[1]),
+        ("std_error_naive", naive.bse),
+        ("p_naive", naive.pvalues),
+    ):
+        np.testing.assert_allclose(t[col].to_numpy(), np.asarray(want), rtol=1e-10, err_msg=col)
+    assert int(res.fit.nobs) == len(df) and res.table.attrs["converged"] is True
