@@ -255,17 +255,9 @@ def _sampler(ctx) -> GuidedBackground:
     return get_bg_diffusion(s) if isinstance(s, (str, os.PathLike)) else s
 
 
-@register_shift(
-    "bg_complexity",
-    family="background",
-    params=BG_COMPLEXITY,
-    needs=("mask", "bg_diffusion"),
-    tags=("imagenet-e",),
-)
-def bg_complexity(image, p, rng, ctx):
-    """Background made busier (level > 0) or plainer (< 0) by guided diffusion; object kept."""
-    x = check_image(image)
-    m = check_mask(ctx.get("mask"), x.shape)
+def _generate(x, m, p, rng, ctx, **guidance):
+    """The level's new background around the kept object, seeded by one draw from ``rng``
+    (after the shift's other draws); ``guidance``: the adversarial level's classifier."""
     seed = int(randint(rng, 0, 2**31 - 1))
     return _sampler(ctx)(
         x,
@@ -276,7 +268,21 @@ def bg_complexity(image, p, rng, ctx):
         range_lambda=p["range_lambda"],
         respacing=p["respacing"],
         background=ctx.get("filled_background"),
+        **guidance,
     )
+
+
+@register_shift(
+    "bg_complexity",
+    family="background",
+    params=BG_COMPLEXITY,
+    needs=("mask", "bg_diffusion"),
+    tags=("imagenet-e",),
+)
+def bg_complexity(image, p, rng, ctx):
+    """Background made busier (level > 0) or plainer (< 0) by guided diffusion; object kept."""
+    x = check_image(image)
+    return _generate(x, check_mask(ctx.get("mask"), x.shape), p, rng, ctx)
 
 
 @register_shift(
@@ -297,20 +303,7 @@ def bg_complexity_adv(image, p, rng, ctx):
         ids = guide.column_ids(class_name=ctx["class_name"])
     except ValueError as exc:  # the class is not in the classifier's label space: skip the sample
         raise ValueError(f"adversarial guidance: {exc}") from None
-    seed = int(randint(rng, 0, 2**31 - 1))
-    return _sampler(ctx)(
-        x,
-        m,
-        seed=seed,
-        lam=p["lam"],
-        steps=p["steps"],
-        range_lambda=p["range_lambda"],
-        respacing=p["respacing"],
-        background=ctx.get("filled_background"),
-        guide=guide,
-        guide_ids=ids,
-        adv_scale=p["adv_scale"],
-    )
+    return _generate(x, m, p, rng, ctx, guide=guide, guide_ids=ids, adv_scale=p["adv_scale"])
 
 
 __all__ = [
