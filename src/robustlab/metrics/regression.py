@@ -243,7 +243,10 @@ def logit_correctness(
             f"the logistic model cannot be fitted: {type(exc).__name__}: {exc}"
         ) from None
     params = np.asarray(fit.params, dtype=float)
-    se = np.sqrt(np.diag(cov))
+    with np.errstate(invalid="ignore"):
+        # A fit that did not converge can leave a negative variance: its error is NaN
+        # (as statsmodels reports it), and the table's ``converged`` flag says why.
+        se = np.sqrt(np.diag(cov))
     z = params / se
     p_clustered = 2 * stats.norm.sf(np.abs(z))
     half = stats.norm.ppf(1 - alpha / 2) * se
