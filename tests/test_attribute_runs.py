@@ -85,9 +85,7 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
 
     db = tmp_path / "r.duckdb"
     model = load_model("lite0", label_space="demo")
-    fly = evaluate(
-        model,
-        data,
+    on_the_fly = dict(
         suite="imagenet-e",
         shifts=SHIFTS,
         masks=masks,
@@ -96,6 +94,7 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
         workers=0,
         progress=False,
     )
+    fly = evaluate(model, data, **on_the_fly)
     from_disk = evaluate(
         model, out, shifts=SHIFTS, db=db, label_space="demo", workers=0, progress=False
     )
@@ -114,18 +113,13 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     assert len(joined) == len(a_fly) and joined["correct"].dtype == bool
     run = store.get_run(fly.attrs["run_id"])
     assert run["config"]["hole_fill"]["backend"] == "opencv-telea"
+    # Resuming the run with another fill backend would mix two backends' backgrounds.
+    with pytest.raises(InputChangedError, match="drawn by the hole-fill backend opencv-telea"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("ROBUSTLAB_EDIT_FILL", "ns")
+            evaluate(model, data, **on_the_fly)
     # Rerunning stores nothing twice.
-    evaluate(
-        model,
-        data,
-        suite="imagenet-e",
-        shifts=SHIFTS,
-        masks=masks,
-        db=db,
-        label_space="demo",
-        workers=0,
-        progress=False,
-    )
+    evaluate(model, data, **on_the_fly)
     assert len(store.attributes([fly.attrs["run_id"]])) == len(a_fly)
     assert "attributes.parquet" in {p.name for p in store.export_parquet(tmp_path / "pq")}
 

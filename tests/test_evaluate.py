@@ -472,3 +472,28 @@ def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
     ):
         _check_same_resources(store, other)
     _check_same_resources(store, RunRecord(run_id="r2", model_spec="lite0", config=other.config))
+
+
+def test_resuming_attribute_edits_with_another_fill_backend_is_refused(tmp_path):
+    """The hole-fill backend is checked like the checkpoints: same mechanism, same words."""
+    from robustlab.errors import InputChangedError
+    from robustlab.evaluation import _check_same_resources
+    from robustlab.shifts.attributes import describe_hole_fill
+    from robustlab.store import RunRecord, Store
+
+    telea, ns = describe_hole_fill("telea"), describe_hole_fill("ns")
+    store = Store(tmp_path / "r.duckdb")
+    store.start_run(RunRecord(run_id="r1", model_spec="lite0", config={"hole_fill": telea}))
+    _check_same_resources(
+        store, RunRecord(run_id="r1", model_spec="lite0", config={"hole_fill": dict(telea)})
+    )
+    with pytest.raises(InputChangedError) as e:
+        _check_same_resources(
+            store, RunRecord(run_id="r1", model_spec="lite0", config={"hole_fill": ns})
+        )
+    assert str(e.value) == (
+        "run r1 already holds obj_size/obj_position/obj_direction images drawn by the "
+        f"hole-fill backend opencv-telea (fingerprint {telea['fingerprint']}); "
+        f"the configured one is opencv-ns ({ns['fingerprint']})"
+    )
+    assert "hole-fill backend" in e.value.hint

@@ -234,3 +234,21 @@ def test_predict_rejects_bad_batches(lite0):
 
 def test_model_is_a_model(lite0):
     assert isinstance(lite0, Model) and "lite0" in repr(lite0)
+
+
+def test_state_dict_mismatch_names_a_few_keys_of_each_kind():
+    """One description of a checkpoint that does not fit, for the model adapters and the
+    background diffusion model alike."""
+    import torch
+
+    from robustlab.models.base import state_dict_mismatch
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    assert state_dict_mismatch(net, net.state_dict()) is None
+    sd = {f"extra{i}": torch.zeros(1) for i in range(5)}
+    sd["0.weight"] = torch.zeros(3, 5)
+    assert state_dict_mismatch(net, sd) == (
+        "3 missing (0.bias, 1.weight, 1.bias); "
+        "5 unexpected (extra0, extra1, extra2 (+2 more)); "
+        "1 of another shape (e.g. 0.weight: (3, 5), expected (3, 4))"
+    )

@@ -141,3 +141,86 @@ def test_logit_says_when_it_did_not_converge():
     assert res.table.attrs["converged"] is False
     ok = logit_correctness(_clustered_frame(np.random.default_rng(6)), {"Shift": "shift"})
     assert ok.table.attrs["converged"] is True
+
+
+def _separated_frame(seed=0):
+    """Four images per class, one class always right and one always wrong: the fit does not
+    converge and the clustered covariance has negative variances (NaN errors)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, cls in enumerate(("a", "b", "c", "h")):
+        p = {"a": 1.0, "h": 0.0}.get(cls, 0.4)
+        for rep in range(2):
+            for model in ("m0", "m1", "m2"):
+                for shift in ("clean", "fog", "noise", "blur"):
+                    rows.append(
+                        {
+                            "sample_id": f"img{i}_{rep}",
+                            "model": model,
+                            "shift": shift,
+                            "class_name": cls,
+                            "correct": bool(rng.random() < p),
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "make, converged",
+    [
+        (lambda: _clustered_frame(np.random.default_rng(11), n_images=90), True),
+        (_separated_frame, False),
+    ],
+)
+def test_logit_fits_once_and_matches_the_two_fit_cluster_covariance(make, converged):
+    """One fit plus the sandwich covariance gives what statsmodels' own cluster fit gives
+    (same CRV1 small-sample correction G/(G-1) (N-1)/(N-K), normal-based inference), NaN
+    where it has NaN, and no warning on the console."""
+    import warnings
+
+    import statsmodels.api as sm
+
+    from robustlab.metrics.regression import design_matrix, logit_correctness
+
+    df = make()
+    factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
+    fits = []
+    real_logit = sm.Logit
+
+    class CountingLogit(real_logit):
+        def fit(self, *args, **kwargs):
+            fits.append(kwargs.get("cov_type", "nonrobust"))
+            return super().fit(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        mp.setattr(sm, "Logit", CountingLogit)
+        res = logit_correctness(df, factors, alpha=0.1)
+    assert fits == ["nonrobust"]
+
+    X, _ = design_matrix(df, factors)
+    y = df["correct"].astype(float).to_numpy()
+    groups = pd.factorize(df["sample_id"])[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clustered = real_logit(y, X).fit(
+            disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": groups}
+        )
+        naive = real_logit(y, X).fit(disp=0, maxiter=200)
+        ci = clustered.conf_int(0.1)
+    t = res.table.set_index("term").loc[list(X.columns)]
+    assert t["std_error"].isna().any() == (not converged)
+    for col, want in (
+        ("estimate", clustered.params),
+        ("std_error", clustered.bse),
+        ("z", clustered.tvalues),
+        ("p", clustered.pvalues),
+        ("ci_low", ci[0]),
+        ("ci_high", ci[1]),
+        ("std_error_naive", naive.bse),
+        ("p_naive", naive.pvalues),
+    ):
+        np.testing.assert_allclose(
+            t[col].to_numpy(), np.asarray(want), rtol=1e-10, equal_nan=True, err_msg=col
+        )
+    assert int(res.fit.nobs) == len(df) and res.table.attrs["converged"] is converged

@@ -778,7 +778,6 @@ def evaluate(
             raise InputError(f"batch size must be at least 1, got {options.batch_size}")
         store = Store(db)
         _check_same_resources(store, plan["record"])
-        _check_same_fill(store, plan["record"])
         note_earlier_runs(store, plan["record"])
         if getattr(plan["images"], "generated_root", None) is None:  # shifts computed here
             ensure_compiled_for({s for s, _ in plan["cells"]}, progress=options.progress)
@@ -849,50 +848,35 @@ def note_earlier_runs(store: Store, record) -> str | None:
 
 
 def _check_same_resources(store: Store, record) -> None:
-    """Refuse to resume a run whose images came from another checkpoint of a configured tool.
+    """Refuse to resume a run whose images came from another configured tool.
 
-    The checkpoint (ai_bg's inpainter, bg_complexity's diffusion model) is not part of the
-    run id (a run may gain such cells later), so without this check a rerun with a
-    different ``ROBUSTLAB_INPAINTER`` or ``ROBUSTLAB_BG_DIFFUSION`` would mix two models'
-    images in one run.
+    The tools (ai_bg's inpainter and bg_complexity's diffusion checkpoints, the attribute
+    edits' hole-fill backend: every self-describing resource of the registry) are not part
+    of the run id (a run may gain such cells later), so without this check a rerun with a
+    different ``ROBUSTLAB_INPAINTER``, ``ROBUSTLAB_BG_DIFFUSION`` or ``ROBUSTLAB_EDIT_FILL``
+    would mix two tools' images in one run.
     """
-    from robustlab.shifts.registry import described_resources, list_shifts
+    from robustlab.shifts.registry import described_resources, get_resource, list_shifts
 
     if not store.exists():
         return
     old_config = None
     for key in described_resources():
-        new = (record.config.get(key) or {}).get("fingerprint")
-        if not new:
+        new = record.config.get(key) or {}
+        if not new.get("fingerprint"):
             continue
         if old_config is None:
             old_config = (store.get_run(record.run_id) or {}).get("config") or {}
         old = old_config.get(key) or {}
-        if old.get("fingerprint") and old["fingerprint"] != new:
-            shifts = "/".join(s.name for s in list_shifts() if key in s.needs)
+        if old.get("fingerprint") and old["fingerprint"] != new["fingerprint"]:
+            res = get_resource(key)
+            shifts = "/".join(s.name for s in list_shifts() if res.uses(s))
             raise InputChangedError(
-                f"run {record.run_id} already holds {shifts} images drawn by the {key} "
-                f"{old.get('path')} (fingerprint {old['fingerprint']}); the configured one is "
-                f"{record.config[key].get('path')} ({new})",
-                hint="use another --db or --seed, or configure the first checkpoint again",
+                f"run {record.run_id} already holds {shifts} images drawn by the {res.noun} "
+                f"{res.label(old)} (fingerprint {old['fingerprint']}); the configured one is "
+                f"{res.label(new)} ({new['fingerprint']})",
+                hint=f"use another --db or --seed, or configure the run's {res.noun} again",
             )
-
-
-def _check_same_fill(store: Store, record) -> None:
-    """Refuse to resume a run whose attribute edits were filled by another backend."""
-    new = (record.config.get("hole_fill") or {}).get("fingerprint")
-    if not new or not store.exists():
-        return
-    old = ((store.get_run(record.run_id) or {}).get("config") or {}).get("hole_fill") or {}
-    if old.get("fingerprint") and old["fingerprint"] != new:
-        from robustlab.errors import InputChangedError
-
-        raise InputChangedError(
-            f"run {record.run_id} already holds attribute edits filled by {old.get('backend')} "
-            f"({old['fingerprint']}); the configured backend is "
-            f"{record.config['hole_fill'].get('backend')} ({new})",
-            hint="use another --db or --seed, or configure the first backend again",
-        )
 
 
 def _store_generated_attributes(store: Store, plan: dict) -> None:

@@ -125,13 +125,12 @@ def identity_changes(prev: dict, new: dict) -> list[str]:
         if now["params"] != c.get("params"):
             out.append(f"parameters of {key} {_short(c.get('params'))} -> {_short(now['params'])}")
         # Checkpoints of configured tools and the hole-fill backend, recorded per cell.
-        from robustlab.shifts.registry import described_resources
+        from robustlab.shifts.registry import described_resources, get_resource
 
-        for field in (*described_resources(), "hole_fill"):
+        for field in described_resources():
             was, now_value = c.get(field), now.get(field)
             if was and now_value and was != now_value:
-                what = "hole-fill backend" if field == "hole_fill" else field
-                out.append(f"{what} of {key} {was} -> {now_value}")
+                out.append(f"{get_resource(field).noun} of {key} {was} -> {now_value}")
         if c.get("donors") and now.get("donors") and c["donors"] != now["donors"]:
             out.append(f"donor pool of {key} (images added, removed or changed)")
     out.extend(_content_changes(prev, new))

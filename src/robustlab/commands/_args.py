@@ -52,6 +52,31 @@ def level(text: str):
     return int(text) if text.lstrip("-").isdigit() else text
 
 
+def add_cell_filters(p, *, shifts: str = "shifts of the suite", levels: str = "levels") -> None:
+    """``--shift`` and ``--level`` (with their aliases) that pick cells, alike everywhere.
+
+    Args:
+        shifts, levels: What the flags choose among, for their help ("only these ...").
+    """
+    p.add_argument(
+        "--shift",
+        "--shifts",
+        action=CommaList,
+        dest="shifts",
+        help=f"only these {shifts} (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "--level",
+        "--levels",
+        "--severity",
+        "--severities",
+        action=CommaList,
+        dest="levels",
+        convert=level,
+        help=f"only these {levels} (repeatable, or comma-separated)",
+    )
+
+
 def add_no_progress(p) -> None:
     """``--no-progress`` (alias ``--quiet``) in every command that draws a progress bar."""
     p.add_argument(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_backend, add_no_progress, level, workers
+from robustlab.commands._args import add_backend, add_cell_filters, add_no_progress, workers
 
 
 def add_parser(sub) -> None:
@@ -54,22 +54,8 @@ def add_parser(sub) -> None:
         action="store_true",
         help="also mine a generated folder's clean source images",
     )
-    p.add_argument(
-        "--shift",
-        "--shifts",
-        action=CommaList,
-        dest="shifts",
-        help="only these shifts of a generated folder (repeatable, or comma-separated)",
-    )
-    p.add_argument(
-        "--level",
-        "--levels",
-        "--severity",
-        "--severities",
-        action=CommaList,
-        dest="levels",
-        convert=level,
-        help="only these levels of a generated folder (repeatable, or comma-separated)",
+    add_cell_filters(
+        p, shifts="shifts of a generated folder", levels="levels of a generated folder"
     )
     p.add_argument(
         "--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)"

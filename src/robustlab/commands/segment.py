@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import sys
 
-from robustlab.commands._args import CommaList, level
+from robustlab.commands._args import add_cell_filters
 from robustlab.errors import InputError
 
 SCORE_COLUMNS = ("pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou")
@@ -48,23 +48,7 @@ def add_parser(sub) -> None:
         "--background", type=int, default=0, help="index of the background class (default: 0)"
     )
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
-    p.add_argument(
-        "--shift",
-        "--shifts",
-        action=CommaList,
-        dest="shifts",
-        help="only these shifts of the suite (repeatable, or comma-separated)",
-    )
-    p.add_argument(
-        "--level",
-        "--levels",
-        "--severity",
-        "--severities",
-        action=CommaList,
-        dest="levels",
-        convert=level,
-        help="only these levels (repeatable, or comma-separated)",
-    )
+    add_cell_filters(p)
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default: 8)")

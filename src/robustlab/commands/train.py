@@ -4,7 +4,7 @@ paper's training-time robustness methods, scored by mCE against the un-fine-tune
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_defence_args, add_no_progress, level, workers
+from robustlab.commands._args import add_cell_filters, add_defence_args, add_no_progress, workers
 from robustlab.commands.train_methods import add_method_arguments, run_method_command
 
 
@@ -40,23 +40,7 @@ def add_parser(sub) -> None:
         help="ex1 (cross), ex2 (inner) or both (default; needed for the full score)",
     )
     add_method_arguments(p)
-    p.add_argument(
-        "--shift",
-        "--shifts",
-        action=CommaList,
-        dest="shifts",
-        help="only these scenarios (repeatable, or comma-separated)",
-    )
-    p.add_argument(
-        "--level",
-        "--levels",
-        "--severity",
-        "--severities",
-        action=CommaList,
-        dest="levels",
-        convert=level,
-        help="only these levels (repeatable, or comma-separated)",
-    )
+    add_cell_filters(p, shifts="scenarios")
     p.add_argument(
         "--mode",
         choices=["linear", "full"],

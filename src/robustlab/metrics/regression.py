@@ -195,19 +195,26 @@ def logit_correctness(
     The per-cell OLS (:func:`regress_accuracy`) is the XIMAGENET-12 paper's analysis; this is
     the per-image one done right. Every image contributes one row per cell, and those rows
     are correlated (an easy photo is right under most shifts), so treating them as
-    independent makes p-values far too small; the cluster-robust covariance (statsmodels,
-    ``cov_type="cluster"``) counts images, not rows. An estimate is a log-odds ratio against
-    the reference level.
+    independent makes p-values far too small; the cluster-robust covariance counts images,
+    not rows. An estimate is a log-odds ratio against the reference level.
+
+    The model is fitted once. The clustered covariance is the sandwich of that fit
+    (statsmodels' ``cov_cluster``, CRV1 with the small-sample factor
+    ``G/(G-1) * (N-1)/(N-K)``), and its inference is normal-based: exactly what statsmodels'
+    ``fit(cov_type="cluster")`` reports, without fitting a second time.
 
     Returns:
         A :class:`RegressionResult` whose table has ``estimate`` (log-odds), ``odds_ratio``,
-        ``std_error`` (clustered), ``std_error_naive``, ``ci_low``/``ci_high`` (log-odds),
-        ``z``, ``p`` (clustered), ``p_naive`` and ``stars``.
+        ``std_error`` (clustered), ``std_error_naive``, ``ci_low``/``ci_high`` (log-odds,
+        clustered), ``z``, ``p`` (clustered), ``p_naive`` and ``stars``. Its ``fit`` is the
+        one statsmodels fit (its own ``bse``/``pvalues`` are the naive ones).
 
     Raises:
         ValueError: as :func:`regress_accuracy`; also a response that is all 0 or all 1.
     """
     import statsmodels.api as sm
+    from scipy import stats
+    from statsmodels.stats.sandwich_covariance import cov_cluster
 
     if not isinstance(factors, Mapping):
         factors = {c: c for c in factors}
@@ -229,33 +236,38 @@ def logit_correctness(
             # Non-convergence (a level always right or always wrong) is reported in the
             # result's ``converged`` flag, not as a warning on the console.
             warnings.simplefilter("ignore", ConvergenceWarning)
-            naive = sm.Logit(y, X).fit(disp=0, maxiter=200)
-            fit = sm.Logit(y, X).fit(
-                disp=0, maxiter=200, cov_type="cluster", cov_kwds={"groups": groups}
-            )
+            fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
+            cov = cov_cluster(fit, groups, use_correction=True)
     except Exception as exc:  # noqa: BLE001 - separation etc.: one line for the report
         raise ValueError(
             f"the logistic model cannot be fitted: {type(exc).__name__}: {exc}"
         ) from None
-    ci = fit.conf_int(alpha)
+    params = np.asarray(fit.params, dtype=float)
+    with np.errstate(invalid="ignore"):
+        # A fit that did not converge can leave a negative variance: its error is NaN
+        # (as statsmodels reports it), and the table's ``converged`` flag says why.
+        se = np.sqrt(np.diag(cov))
+    z = params / se
+    p_clustered = 2 * stats.norm.sf(np.abs(z))
+    half = stats.norm.ppf(1 - alpha / 2) * se
     rows = []
-    for term in X.columns:
+    for k, term in enumerate(X.columns):
         factor, level = _term_parts(term)
-        pv = float(fit.pvalues[term])
+        pv = float(p_clustered[k])
         rows.append(
             {
                 "term": term,
                 "factor": factor,
                 "level": level,
-                "estimate": float(fit.params[term]),
-                "odds_ratio": float(np.exp(fit.params[term])),
-                "std_error": float(fit.bse[term]),
-                "std_error_naive": float(naive.bse[term]),
-                "ci_low": float(ci.loc[term, 0]),
-                "ci_high": float(ci.loc[term, 1]),
-                "z": float(fit.tvalues[term]),
+                "estimate": float(params[k]),
+                "odds_ratio": float(np.exp(params[k])),
+                "std_error": float(se[k]),
+                "std_error_naive": float(fit.bse[term]),
+                "ci_low": float(params[k] - half[k]),
+                "ci_high": float(params[k] + half[k]),
+                "z": float(z[k]),
                 "p": pv,
-                "p_naive": float(naive.pvalues[term]),
+                "p_naive": float(fit.pvalues[term]),
                 "stars": significance_stars(pv),
             }
         )

@@ -553,23 +553,38 @@ def head_classes(module, sd: dict) -> int | None:
     return None
 
 
-def load_strict(module, sd: dict, what: str) -> None:
-    """``load_state_dict(strict=True)`` with a one-line ValueError saying what does not fit."""
+def _few(keys: list[str], n: int = 3) -> str:
+    more = f" (+{len(keys) - n} more)" if len(keys) > n else ""
+    return ", ".join(keys[:n]) + more
+
+
+def state_dict_mismatch(module, sd: dict) -> str | None:
+    """What keeps ``sd`` from loading strictly into ``module``, in one line, or None.
+
+    Names a few missing, unexpected and mis-shaped keys: enough to tell a checkpoint of
+    another architecture from one of another head or a wrapped (``module.``) state dict.
+    """
     target = module.state_dict()
     missing = [k for k in target if k not in sd]
     unexpected = [k for k in sd if k not in target]
-    shape = [k for k in sd if k in target and tuple(sd[k].shape) != tuple(target[k].shape)]
-    if missing or unexpected or shape:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
-        if shape:
-            k = shape[0]
-            parts.append(
-                f"{len(shape)} of another shape (e.g. {k}: {tuple(sd[k].shape)} vs "
-                f"{tuple(target[k].shape)})"
-            )
-        raise InputError(f"weights do not fit {what}: {'; '.join(parts)} tensors")
+    shaped = [k for k in sd if k in target and tuple(sd[k].shape) != tuple(target[k].shape)]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing ({_few(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({_few(unexpected)})")
+    if shaped:
+        k = shaped[0]
+        parts.append(
+            f"{len(shaped)} of another shape (e.g. {k}: {tuple(sd[k].shape)}, "
+            f"expected {tuple(target[k].shape)})"
+        )
+    return "; ".join(parts) or None
+
+
+def load_strict(module, sd: dict, what: str) -> None:
+    """``load_state_dict(strict=True)`` with a one-line InputError saying what does not fit."""
+    why = state_dict_mismatch(module, sd)
+    if why:
+        raise InputError(f"weights do not fit {what}: {why}")
     module.load_state_dict(sd, strict=True)

@@ -120,25 +120,47 @@ FAMILY_MODULES = (
 
 @dataclass(frozen=True)
 class Resource:
-    """A context entry that comes from the user's configuration, not from the sample.
+    """A tool from the user's configuration, not from the sample, that pixels depend on.
 
-    Some shifts need a heavy, optional tool (a diffusion inpainter for ``ai_bg``). The
-    shift names the key in ``needs``; the module providing the tool registers how to tell
-    whether it is configured (cheap, no loading) and how to load it (once per process).
+    Two kinds. A *loaded* resource is a context entry: some shifts need a heavy, optional
+    tool (a diffusion inpainter for ``ai_bg``), name its key in ``needs``, and the module
+    providing the tool registers how to tell whether it is configured (cheap, no loading)
+    and how to load it (once per process). A *recorded* resource has neither: the shifts
+    read a process-wide setting themselves (the attribute edits' hole-fill backend), so
+    only its description is recorded, and ``used_by`` says which shifts depend on it.
 
     Attributes:
-        key: The ``ctx`` key, e.g. ``"inpainter"``.
-        check: ``() -> None`` when configured, else a one-line hint on how to configure it.
-        load: ``() -> value`` put into ``ctx[key]``.
+        key: The ``ctx`` / run-config key, e.g. ``"inpainter"``.
+        check: ``() -> None`` when configured, else a one-line hint on how to configure it
+            (None: a recorded resource).
+        load: ``() -> value`` put into ``ctx[key]`` (None: a recorded resource).
         describe: ``() -> dict`` naming the configured tool (path, ``fingerprint``...)
             without loading it; recorded in runs and manifests, because the pixels a
             shift draws depend on it. None: nothing to record.
+        what: How messages name the resource (empty: its key).
+        name_field: The description's field that names the configured tool in messages.
+        used_by: Which shifts' pixels depend on it (None: those naming ``key`` in ``needs``).
     """
 
     key: str
-    check: Callable[[], str | None]
-    load: Callable[[], Any]
+    check: Callable[[], str | None] | None = None
+    load: Callable[[], Any] | None = None
     describe: Callable[[], dict] | None = None
+    what: str = ""
+    name_field: str = "path"
+    used_by: Callable[[Shift], bool] | None = None
+
+    @property
+    def noun(self) -> str:
+        return self.what or self.key
+
+    def uses(self, shift: Shift) -> bool:
+        """Whether ``shift``'s pixels depend on this resource."""
+        return self.used_by(shift) if self.used_by is not None else self.key in shift.needs
+
+    def label(self, description: dict) -> str:
+        """The configured tool a description names (a checkpoint path, a backend)."""
+        return str(description.get(self.name_field))
 
 
 _RESOURCES: dict[str, Resource] = {}
@@ -147,12 +169,29 @@ _RESOURCES: dict[str, Resource] = {}
 def register_resource(
     key: str,
     *,
-    check: Callable[[], str | None],
-    load: Callable[[], Any],
+    check: Callable[[], str | None] | None = None,
+    load: Callable[[], Any] | None = None,
     describe: Callable[[], dict] | None = None,
+    what: str = "",
+    name_field: str = "path",
+    used_by: Callable[[Shift], bool] | None = None,
 ) -> None:
-    """Declare how the context key ``key`` is checked, filled and described from configuration."""
-    _RESOURCES[key] = Resource(key, check, load, describe)
+    """Declare how the context key ``key`` is checked, filled and described from configuration.
+
+    A loaded resource gives ``check`` and ``load``; a recorded one neither, but
+    ``describe`` and ``used_by`` (see :class:`Resource`).
+    """
+    if (check is None) != (load is None):
+        raise TypeError(f"resource {key!r}: give both check and load, or neither")
+    if check is None and (describe is None or used_by is None):
+        raise TypeError(f"recorded resource {key!r} needs describe and used_by")
+    _RESOURCES[key] = Resource(key, check, load, describe, what, name_field, used_by)
+
+
+def get_resource(key: str) -> Resource:
+    """The registered resource ``key`` (KeyError: none)."""
+    _ensure_loaded()
+    return _RESOURCES[key]
 
 
 def described_resources() -> list[str]:
@@ -179,7 +218,7 @@ def missing_resource(shift: Shift) -> str | None:
     _ensure_loaded()
     for key in sorted(shift.needs):
         res = _RESOURCES.get(key)
-        hint = res.check() if res is not None else None
+        hint = res.check() if res is not None and res.check is not None else None
         if hint:
             return f"{shift.name}: no usable {key} ({hint})"
     return None
@@ -188,7 +227,11 @@ def missing_resource(shift: Shift) -> str | None:
 def resource_context(shift: Shift) -> dict[str, Any]:
     """The configured resources ``shift`` needs, loaded (``{}`` for most shifts)."""
     _ensure_loaded()
-    return {k: _RESOURCES[k].load() for k in sorted(shift.needs) if k in _RESOURCES}
+    return {
+        k: load()
+        for k in sorted(shift.needs)
+        if k in _RESOURCES and (load := _RESOURCES[k].load) is not None
+    }
 
 
 def available_shifts(names: Iterable[str], *, log=None) -> list[str]:

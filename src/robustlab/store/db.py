@@ -547,20 +547,7 @@ class Store:
         A database written before segmentation runs existed has no such table; it reads
         as empty rather than failing.
         """
-        import pandas as pd
-
-        empty = pd.DataFrame(columns=list(SEGMENTATION_COLUMNS))
-        if not self.exists():
-            return empty
-        where, params = _in_clause("run_id", run_ids)
-        with self.connect(read_only=True) as con:
-            if not _has_table(con, "segmentation"):
-                return empty
-            return con.execute(
-                f"SELECT {', '.join(SEGMENTATION_COLUMNS)} FROM segmentation {where} "
-                "ORDER BY run_id, shift, level, sample_id",
-                params,
-            ).df()
+        return self._optional_table("segmentation", SEGMENTATION_COLUMNS, run_ids)
 
     # ------------------------------------------------------------------ attributes
     def write_attributes(self, run_id: str, rows: Sequence[dict[str, Any]]) -> int:
@@ -617,17 +604,23 @@ class Store:
 
     def attributes(self, run_ids: Iterable[str] | None = None):
         """The ``attributes`` rows as a DataFrame (empty, with its columns, if none)."""
+        return self._optional_table("attributes", ATTRIBUTE_COLUMNS, run_ids)
+
+    def _optional_table(self, table: str, columns: Sequence[str], run_ids):
+        """Rows of a per-sample table that older databases lack (segmentation, attributes)
+        for ``run_ids`` (None: all), in cell order; empty, with its columns, when the
+        database or the table does not exist."""
         import pandas as pd
 
-        empty = pd.DataFrame(columns=list(ATTRIBUTE_COLUMNS))
+        empty = pd.DataFrame(columns=list(columns))
         if not self.exists():
             return empty
         where, params = _in_clause("run_id", run_ids)
         with self.connect(read_only=True) as con:
-            if not _has_table(con, "attributes"):
+            if not _has_table(con, table):
                 return empty
             return con.execute(
-                f"SELECT {', '.join(ATTRIBUTE_COLUMNS)} FROM attributes {where} "
+                f"SELECT {', '.join(columns)} FROM {table} {where} "
                 "ORDER BY run_id, shift, level, sample_id",
                 params,
             ).df()

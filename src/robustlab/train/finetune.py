@@ -156,6 +156,95 @@ def _loss(logits, labels, columns):
     return torch.nn.functional.cross_entropy(logits, labels)
 
 
+class PlainTraining:
+    """Plain fine-tuning as a training method: cross-entropy on the cells' own images.
+
+    It has the interface of :mod:`robustlab.train.methods`' method objects, so one loop
+    runs every method. Its images are the same at every step (``fixed_images``), which
+    lets the linear probe compute the frozen backbone's features once instead of per step.
+    """
+
+    name = "plain"
+    fixed_images = True
+
+    def items(self, items, *, step: int, samples, seed: int):
+        """The step's items, unchanged."""
+        return items
+
+    def loss(self, forward, x, labels, columns, gen, preprocessing):
+        """Cross-entropy over the label space's logit columns."""
+        return _loss(forward(x), labels, columns)
+
+
+class _LinearProbe:
+    """``linear`` mode: the frozen backbone gives features, only the classifier learns."""
+
+    def __init__(self, model, net, device) -> None:
+        if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
+            raise InputError(
+                f"{model.spec}: the linear probe needs a timm-style network "
+                "(forward_features/forward_head/get_classifier); use mode 'full'"
+            )
+        self.net, self.device, self.head = net, device, net.get_classifier()
+        net.eval()
+
+    def features(self, x):
+        """Pooled backbone features of a batch of model inputs (no gradient)."""
+        import torch
+
+        with torch.no_grad():
+            return self.net.forward_head(
+                self.net.forward_features(x.to(self.device)), pre_logits=True
+            )
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+    def start(self) -> list:
+        """Freeze the backbone, put the head in training mode; returns the trained weights."""
+        params = list(self.head.parameters())
+        for p in self.net.parameters():
+            p.requires_grad_(False)
+        for p in params:
+            p.requires_grad_(True)
+        self.head.train()
+        return params
+
+
+class _FullTraining:
+    """``full`` mode: every weight learns; batch-norm statistics stay frozen (module doc)."""
+
+    def __init__(self, net, device) -> None:
+        self.net, self.device = net, device
+
+    def forward(self, x):
+        return self.net(x.to(self.device))
+
+    def start(self) -> list:
+        """Unfreeze every weight, training mode except batch norm; returns the weights."""
+        import torch
+
+        params = list(self.net.parameters())
+        for p in params:
+            p.requires_grad_(True)
+        self.net.train()
+        for m in self.net.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.eval()
+        return params
+
+
+def _probe_features(trainer, model, samples, images, items, chunk: int, cache: dict):
+    """Features of every training item, once (on the CPU, in item order)."""
+    import torch
+
+    feats = []
+    for k in range(0, len(items), chunk):
+        x = _item_tensors(model, samples, images, items[k : k + chunk], cache)
+        feats.append(trainer.features(x).float().cpu())
+    return torch.cat(feats)
+
+
 def finetune(
     model,
     samples: Sequence,
@@ -182,7 +271,8 @@ def finetune(
         progress: Optional callable ``(step, loss)``.
         method: A training method (:mod:`robustlab.train.methods`: stability training,
             corruption augmentation) that decides each step's images and loss; None trains
-            with cross-entropy on the cells' images. Recorded as ``record["method"]``.
+            with cross-entropy on the cells' images (:class:`PlainTraining`). Recorded as
+            ``record["method"]``, with how many images of each shift it drew.
 
     Raises:
         InputError: no training images, a label space without single targets, or a
@@ -198,86 +288,23 @@ def finetune(
     y_all = torch.as_tensor(np.asarray(labels, dtype=np.int64))
     device = getattr(model, "device", "cpu")
     gen = torch.Generator().manual_seed(int(config.seed))
-    losses: list[float] = []
     started = time.perf_counter()
-    cache: dict = {}
     item_labels = torch.stack([y_all[i] for i, _, _ in items])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.seed))
-        if method is not None:
-            losses, drawn = method_steps(
-                model,
-                method,
-                samples,
-                images,
-                items,
-                item_labels,
-                config,
-                gen,
-                columns,
-                device,
-                progress,
-            )
-        elif config.mode == "linear":
-            if not all(
-                hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")
-            ):
-                raise InputError(
-                    f"{model.spec}: the linear probe needs a timm-style network "
-                    "(forward_features/forward_head/get_classifier); use mode 'full'"
-                )
-            head = net.get_classifier()
-            net.eval()
-            feats = []
-            with torch.no_grad():
-                chunk = max(1, int(config.batch_size))
-                for k in range(0, len(items), chunk):
-                    x = _item_tensors(model, samples, images, items[k : k + chunk], cache).to(
-                        device
-                    )
-                    feats.append(
-                        net.forward_head(net.forward_features(x), pre_logits=True).float().cpu()
-                    )
-            feats = torch.cat(feats)
-            params = list(head.parameters())
-            for p in net.parameters():
-                p.requires_grad_(False)
-            for p in params:
-                p.requires_grad_(True)
-            opt = torch.optim.AdamW(
-                params, lr=config.learning_rate, weight_decay=config.weight_decay
-            )
-            head.train()
-            for step, idx in enumerate(_batches(len(items), config.batch_size, config.steps, gen)):
-                loss = _loss(head(feats[idx].to(device)), item_labels[idx].to(device), columns)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
-                if progress:
-                    progress(step + 1, losses[-1])
-        else:
-            for p in net.parameters():
-                p.requires_grad_(True)
-            opt = torch.optim.AdamW(
-                net.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-            )
-            net.train()
-            for m in net.modules():  # frozen batch-norm statistics (see the module docstring)
-                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                    m.eval()
-            for step, idx in enumerate(_batches(len(items), config.batch_size, config.steps, gen)):
-                x = _item_tensors(model, samples, images, [items[j] for j in idx.tolist()], cache)
-                if config.hflip:
-                    flip = torch.rand(len(x), generator=gen) < 0.5
-                    x[flip] = x[flip].flip(-1)
-                loss = _loss(net(x.to(device)), item_labels[idx].to(device), columns)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
-                if progress:
-                    progress(step + 1, losses[-1])
+        losses, drawn = _train(
+            model,
+            method or PlainTraining(),
+            samples,
+            images,
+            items,
+            item_labels,
+            config,
+            gen,
+            columns,
+            device,
+            progress,
+        )
     net.eval()
     for p in net.parameters():
         p.requires_grad_(False)
@@ -311,69 +338,57 @@ def finetune(
     return TrainResult(ckpt, losses, record)
 
 
-__all__ = ["TrainConfig", "TrainResult", "finetune", "MODES"]
-
-
-def method_steps(
-    model, method, samples, images, items, item_labels, config, gen, columns, device, progress=None
+def _train(
+    model, method, samples, images, items, item_labels, config, gen, columns, device, progress
 ) -> tuple[list[float], dict[str, int]]:
-    """Run ``config.steps`` optimiser steps of ``method``.
+    """Run ``config.steps`` optimiser steps of ``method``: the one training loop.
+
+    Each step takes the next index batch of :func:`_batches`, lets the method choose the
+    batch's images (``method.items``), makes them (random flips in ``full`` mode when
+    ``config.hflip``) and minimises the method's loss. In ``linear`` mode the frozen
+    backbone runs on each step's images, except for a method with ``fixed_images``
+    (plain fine-tuning), whose features are computed once and reused every step.
 
     Returns:
         The loss per step, and how many training images each shift made (``clean``
         included): what the method actually drew, for the training record.
-
-    ``linear`` trains the classifier layer on features the frozen backbone computes from
-    each step's images; ``full`` trains every weight with batch-norm statistics frozen and
-    random flips when ``config.hflip`` (as :func:`robustlab.train.finetune.finetune`).
     """
     import torch
 
     net = _network(model)
-    for p in net.parameters():
-        p.requires_grad_(False)
-    if config.mode == "linear":
-        if not all(hasattr(net, a) for a in ("forward_features", "forward_head", "get_classifier")):
-            raise InputError(
-                f"{model.spec}: the linear probe needs a timm-style network "
-                "(forward_features/forward_head/get_classifier); use mode 'full'"
-            )
-        head = net.get_classifier()
-        net.eval()
-        params = list(head.parameters())
+    linear = config.mode == "linear"
+    trainer = _LinearProbe(model, net, device) if linear else _FullTraining(net, device)
+    cache: dict = {}
+    drawn: dict[str, int] = {}
+    forward = trainer.forward
+    if linear and getattr(method, "fixed_images", False):
+        feats = _probe_features(
+            trainer, model, samples, images, items, max(1, int(config.batch_size)), cache
+        )
+        forward = trainer.head
 
-        def forward(x):
-            with torch.no_grad():
-                feats = net.forward_head(net.forward_features(x.to(device)), pre_logits=True)
-            return head(feats)
+        def inputs(step, idx):
+            return feats[idx].to(device)
 
-        head.train()
     else:
-        params = list(net.parameters())
-        net.train()
-        for m in net.modules():  # frozen batch-norm statistics, as in finetune()
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                m.eval()
 
-        def forward(x):
-            return net(x.to(device))
+        def inputs(step, idx):
+            batch = method.items(
+                [items[j] for j in idx.tolist()], step=step, samples=samples, seed=int(config.seed)
+            )
+            for _, shift, _ in batch:
+                drawn[shift] = drawn.get(shift, 0) + 1
+            x = _item_tensors(model, samples, images, batch, cache)
+            if not linear and config.hflip:
+                flip = torch.rand(len(x), generator=gen) < 0.5
+                x[flip] = x[flip].flip(-1)
+            return x
 
-    for p in params:
-        p.requires_grad_(True)
+    params = trainer.start()
     opt = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
     losses: list[float] = []
-    drawn: dict[str, int] = {}
-    cache: dict = {}
     for step, idx in enumerate(_batches(len(items), config.batch_size, config.steps, gen)):
-        batch = method.items(
-            [items[j] for j in idx.tolist()], step=step, samples=samples, seed=int(config.seed)
-        )
-        for _, shift, _ in batch:
-            drawn[shift] = drawn.get(shift, 0) + 1
-        x = _item_tensors(model, samples, images, batch, cache)
-        if config.mode == "full" and config.hflip:
-            flip = torch.rand(len(x), generator=gen) < 0.5
-            x[flip] = x[flip].flip(-1)
+        x = inputs(step, idx)
         loss = method.loss(
             forward, x, item_labels[idx].to(device), columns, gen, model.preprocessing
         )
@@ -384,3 +399,6 @@ def method_steps(
         if progress:
             progress(step + 1, losses[-1])
     return losses, dict(sorted(drawn.items()))
+
+
+__all__ = ["MODES", "PlainTraining", "TrainConfig", "TrainResult", "finetune"]

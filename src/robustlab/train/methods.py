@@ -8,9 +8,11 @@ A *method* changes what one optimiser step sees and minimises:
 
 A method object has ``items(items, step=, samples=, seed=)`` (which cells the step's
 images are), ``loss(forward, x, labels, columns, gen, preprocessing)``, ``describe()``
-(recorded as ``record["method"]``; :func:`record_label` names it). :func:`robustlab.train.finetune.method_steps` runs them in
-either training mode; in ``linear`` mode the frozen backbone runs on every step's images
-(they change from step to step), unlike the plain probe's cached features.
+(recorded as ``record["method"]``; :func:`record_label` names it). Plain fine-tuning is
+:class:`robustlab.train.finetune.PlainTraining`, and :func:`robustlab.train.finetune.finetune`
+runs every method in one loop, in either training mode; in ``linear`` mode the frozen
+backbone runs on every step's images (they change from step to step), unlike the plain
+probe's cached features.
 
 :func:`run_method` is the experiment: fine-tune on the clean training split with each
 method, evaluate every checkpoint and the un-fine-tuned model on the test split under the

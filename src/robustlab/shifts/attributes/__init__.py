@@ -25,6 +25,7 @@ from robustlab.shifts.attributes._common import (
     object_rate,
 )
 from robustlab.shifts.attributes.fill import configure_hole_fill, describe_hole_fill
+from robustlab.shifts.registry import register_resource
 from robustlab.store.schema import ATTRIBUTE_VALUE_COLUMNS
 
 EDITS = ("obj_size", "obj_position", "obj_direction")
@@ -35,6 +36,17 @@ ATTRIBUTE_COLUMNS = ATTRIBUTE_VALUE_COLUMNS  # one list, defined with the store'
 def needs_hole_fill(shift) -> bool:
     """True for the shifts whose pixels depend on the hole-fill backend."""
     return shift.family == "attribute" and shift.name in EDITS
+
+
+# The fill backend is a recorded resource: runs and manifests hold its description, and a
+# resumed run or folder refuses another backend, exactly as for ai_bg's inpainter.
+register_resource(
+    "hole_fill",
+    describe=describe_hole_fill,
+    what="hole-fill backend",
+    name_field="backend",
+    used_by=needs_hole_fill,
+)
 
 
 __all__ = [

@@ -35,6 +35,7 @@ import cv2
 import numpy as np
 
 from robustlab.seeding import randint
+from robustlab.shifts.process_config import set_process_config
 
 ENV_FILL = "ROBUSTLAB_EDIT_FILL"
 DEFAULT_BACKEND = "telea"
@@ -75,7 +76,7 @@ def backend_name(value: str | None = None) -> str:
 
 def configure_hole_fill(backend: str) -> None:
     """Use ``backend`` for the attribute edits in this process and the workers it starts."""
-    os.environ[ENV_FILL] = backend_name(backend)
+    set_process_config({ENV_FILL: backend_name(backend)})
 
 
 def hole_mask(mask: np.ndarray, dilate: int) -> np.ndarray:

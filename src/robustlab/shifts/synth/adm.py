@@ -373,35 +373,17 @@ def fingerprint(path) -> str:
     return _HASHES[key]
 
 
-def _few(keys: list[str], n: int = 3) -> str:
-    more = f" (+{len(keys) - n} more)" if len(keys) > n else ""
-    return ", ".join(keys[:n]) + more
-
-
 def check_state_dict(net: nn.Module, sd: dict, what: str) -> None:
     """Raise one-line :class:`InputError` naming a few missing/unexpected/mis-shaped keys."""
-    target = net.state_dict()
-    missing = [k for k in target if k not in sd]
-    unexpected = [k for k in sd if k not in target]
-    shaped = [k for k in sd if k in target and tuple(sd[k].shape) != tuple(target[k].shape)]
-    if not (missing or unexpected or shaped):
-        return
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing ({_few(missing)})")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected ({_few(unexpected)})")
-    if shaped:
-        k = shaped[0]
-        parts.append(
-            f"{len(shaped)} of another shape (e.g. {k}: {tuple(sd[k].shape)}, "
-            f"expected {tuple(target[k].shape)})"
+    from robustlab.models.base import state_dict_mismatch
+
+    why = state_dict_mismatch(net, sd)
+    if why:
+        raise InputError(
+            f"{what}: keys do not fit the ADM architecture: {why}",
+            hint="pass the matching architecture (ADMConfig) or the official "
+            "256x256_diffusion_uncond.pt",
         )
-    raise InputError(
-        f"{what}: keys do not fit the ADM architecture: {'; '.join(parts)}",
-        hint="pass the matching architecture (ADMConfig) or the official "
-        "256x256_diffusion_uncond.pt",
-    )
 
 
 def load_adm(

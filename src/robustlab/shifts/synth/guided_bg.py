@@ -46,6 +46,11 @@ from typing import Any
 
 from robustlab.errors import RobustlabError
 from robustlab.seeding import randint
+from robustlab.shifts.process_config import (
+    checked_path,
+    path_setting_problem,
+    set_process_config,
+)
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.scenes._common import check_image, check_mask
 from robustlab.shifts.synth.guided_sampler import (
@@ -205,17 +210,14 @@ def configure_bg_diffusion(
     Raises:
         InputError: ``path`` is not a usable checkpoint file or folder.
     """
-    from robustlab.errors import InputError
-
-    problem = _problem(path)
-    if problem:
-        raise InputError(f"background diffusion: {problem}", hint=_hint())
-    os.environ[ENV_PATH] = str(Path(path).expanduser().resolve())
-    for var, value in ((ENV_DEVICE, device), (ENV_DTYPE, dtype), (ENV_ADV, adv_model)):
-        if value:
-            os.environ[var] = str(value)
-        else:
-            os.environ.pop(var, None)
+    set_process_config(
+        {
+            ENV_PATH: checked_path(path, _problem, what="background diffusion", hint=_hint()),
+            ENV_DEVICE: device,
+            ENV_DTYPE: dtype,
+            ENV_ADV: adv_model,
+        }
+    )
 
 
 def _hint() -> str:
@@ -230,11 +232,7 @@ def _adv_hint() -> str:
 
 
 def _check() -> str | None:
-    path = os.environ.get(ENV_PATH)
-    if not path:
-        return _hint()
-    problem = _problem(path)
-    return f"{ENV_PATH}={path}: {problem}" if problem else None
+    return path_setting_problem(ENV_PATH, _problem, _hint())
 
 
 def _check_adv() -> str | None:
@@ -257,17 +255,9 @@ def _sampler(ctx) -> GuidedBackground:
     return get_bg_diffusion(s) if isinstance(s, (str, os.PathLike)) else s
 
 
-@register_shift(
-    "bg_complexity",
-    family="background",
-    params=BG_COMPLEXITY,
-    needs=("mask", "bg_diffusion"),
-    tags=("imagenet-e",),
-)
-def bg_complexity(image, p, rng, ctx):
-    """Background made busier (level > 0) or plainer (< 0) by guided diffusion; object kept."""
-    x = check_image(image)
-    m = check_mask(ctx.get("mask"), x.shape)
+def _generate(x, m, p, rng, ctx, **guidance):
+    """The level's new background around the kept object, seeded by one draw from ``rng``
+    (after the shift's other draws); ``guidance``: the adversarial level's classifier."""
     seed = int(randint(rng, 0, 2**31 - 1))
     return _sampler(ctx)(
         x,
@@ -278,7 +268,21 @@ def bg_complexity(image, p, rng, ctx):
         range_lambda=p["range_lambda"],
         respacing=p["respacing"],
         background=ctx.get("filled_background"),
+        **guidance,
     )
+
+
+@register_shift(
+    "bg_complexity",
+    family="background",
+    params=BG_COMPLEXITY,
+    needs=("mask", "bg_diffusion"),
+    tags=("imagenet-e",),
+)
+def bg_complexity(image, p, rng, ctx):
+    """Background made busier (level > 0) or plainer (< 0) by guided diffusion; object kept."""
+    x = check_image(image)
+    return _generate(x, check_mask(ctx.get("mask"), x.shape), p, rng, ctx)
 
 
 @register_shift(
@@ -299,20 +303,7 @@ def bg_complexity_adv(image, p, rng, ctx):
         ids = guide.column_ids(class_name=ctx["class_name"])
     except ValueError as exc:  # the class is not in the classifier's label space: skip the sample
         raise ValueError(f"adversarial guidance: {exc}") from None
-    seed = int(randint(rng, 0, 2**31 - 1))
-    return _sampler(ctx)(
-        x,
-        m,
-        seed=seed,
-        lam=p["lam"],
-        steps=p["steps"],
-        range_lambda=p["range_lambda"],
-        respacing=p["respacing"],
-        background=ctx.get("filled_background"),
-        guide=guide,
-        guide_ids=ids,
-        adv_scale=p["adv_scale"],
-    )
+    return _generate(x, m, p, rng, ctx, guide=guide, guide_ids=ids, adv_scale=p["adv_scale"])
 
 
 __all__ = [

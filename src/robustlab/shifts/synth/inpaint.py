@@ -38,6 +38,11 @@ import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.seeding import randint
+from robustlab.shifts.process_config import (
+    checked_path,
+    path_setting_problem,
+    set_process_config,
+)
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.scenes._common import check_image, check_mask
 
@@ -221,6 +226,23 @@ _CACHE: dict[tuple[str, str | None, str | None], Inpainter] = {}
 _CACHE_LOCK = threading.Lock()
 
 
+def _settings(path, device, dtype) -> tuple[Path, str, str | None]:
+    """(checkpoint folder, device, dtype): the arguments given, else the configured ones
+    (:func:`configure_inpainter`, the environment); device resolved, dtype None = the
+    device's default.
+
+    Raises:
+        MissingResourceError: no checkpoint given or configured.
+    """
+    from robustlab.models.base import auto_device
+
+    path = path if path is not None else os.environ.get(ENV_PATH)
+    if not path:
+        raise MissingResourceError(_hint())
+    device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
+    return Path(path).expanduser().resolve(), device, dtype or os.environ.get(ENV_DTYPE) or None
+
+
 def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = None) -> Inpainter:
     """The :class:`Inpainter` for ``path`` (default ``$ROBUSTLAB_INPAINTER``), loaded once per process.
 
@@ -228,17 +250,11 @@ def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = N
         MissingResourceError: nothing configured.
         InputError: the folder is not a usable checkpoint.
     """
-    path = path if path is not None else os.environ.get(ENV_PATH)
-    if not path:
-        raise MissingResourceError(_hint())
-    from robustlab.models.base import auto_device
-
-    device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
-    dtype = dtype or os.environ.get(ENV_DTYPE) or None
-    key = (str(Path(path).expanduser().resolve()), device, dtype)
+    root, device, dtype = _settings(path, device, dtype)
+    key = (str(root), device, dtype)
     with _CACHE_LOCK:
         if key not in _CACHE:
-            _CACHE[key] = Inpainter(path, device=device, dtype=dtype)
+            _CACHE[key] = Inpainter(root, device=device, dtype=dtype)
         return _CACHE[key]
 
 
@@ -256,17 +272,10 @@ def describe_inpainter(
         MissingResourceError: nothing configured.
         InputError: the folder is not a usable checkpoint.
     """
-    path = path if path is not None else os.environ.get(ENV_PATH)
-    if not path:
-        raise MissingResourceError(_hint())
-    problem = _problem(path)
+    root, device, dtype = _settings(path, device, dtype)
+    problem = _problem(root)
     if problem:
         raise InputError(f"inpainter: {problem}")
-    from robustlab.models.base import auto_device
-
-    device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
-    dtype = dtype or os.environ.get(ENV_DTYPE) or None
-    root = Path(path).expanduser().resolve()
     with _CACHE_LOCK:
         loaded = _CACHE.get((str(root), device, dtype))
     if loaded is not None:
@@ -291,15 +300,13 @@ def configure_inpainter(path, *, device: str | None = None, dtype: str | None = 
 
     Sets the environment variables (workers inherit them) after checking the folder.
     """
-    problem = _problem(path)
-    if problem:
-        raise InputError(f"inpainter: {problem}")
-    os.environ[ENV_PATH] = str(Path(path).expanduser().resolve())
-    for var, value in ((ENV_DEVICE, device), (ENV_DTYPE, dtype)):
-        if value:
-            os.environ[var] = str(value)
-        else:
-            os.environ.pop(var, None)
+    set_process_config(
+        {
+            ENV_PATH: checked_path(path, _problem, what="inpainter"),
+            ENV_DEVICE: device,
+            ENV_DTYPE: dtype,
+        }
+    )
 
 
 def _hint() -> str:
@@ -310,11 +317,7 @@ def _hint() -> str:
 
 
 def _check() -> str | None:
-    path = os.environ.get(ENV_PATH)
-    if not path:
-        return _hint()
-    problem = _problem(path)
-    return f"{ENV_PATH}={path}: {problem}" if problem else None
+    return path_setting_problem(ENV_PATH, _problem, _hint())
 
 
 register_resource("inpainter", check=_check, load=get_inpainter, describe=describe_inpainter)
