@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_backend, add_no_progress, level, workers
+from robustlab.commands._args import (
+    CommaList,
+    add_backend,
+    add_inference_args,
+    add_no_progress,
+    level,
+    workers,
+)
 
 
 def add_parser(sub) -> None:
@@ -76,6 +83,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
+    add_inference_args(p)
     p.add_argument(
         "--workers",
         type=workers,
@@ -111,6 +119,8 @@ def run(args) -> int:
         progress=False if args.no_progress else None,
         backend=args.backend,
         address=args.address,
+        precision=args.precision,
+        compile=args.compile,
     )
     kept = len(res.kept)
     total = len(res.table)
