@@ -194,7 +194,7 @@ def test_cli_precision_flag_and_throughput_line(samples_dir, tmp_path):
     done = subprocess.run([*cmd, "--precision", "bf16"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "lite0 @bf16" in done.stdout
-    line = [ln for ln in done.stderr.splitlines() if ln.startswith("evaluate: 3 predictions")]
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("throughput: 3 predictions")]
     assert len(line) == 1 and "predictions/s, model busy" in line[0], done.stderr
     bad = subprocess.run([*cmd, "--precision", "fp8"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice: 'fp8'" in bad.stderr

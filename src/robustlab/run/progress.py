@@ -201,7 +201,7 @@ class CellProgress:
 
 
 def throughput_line(numbers: dict) -> str:
-    """The one line that ends an evaluation: ``evaluate: 1200 predictions in 12.3 s, 97.6
+    """The one line that ends an evaluation: ``throughput: 1200 predictions in 12.3 s, 97.6
     predictions/s, model busy 64 % of the wall time (cpu)``.
 
     Args:
@@ -211,7 +211,7 @@ def throughput_line(numbers: dict) -> str:
     """
     n = int(numbers.get("predictions") or 0)
     wall = float(numbers.get("wall_s") or 0.0)
-    line = f"evaluate: {n} predictions in {wall:.1f} s"
+    line = f"throughput: {n} predictions in {wall:.1f} s"
     if numbers.get("per_s") is not None and n:
         line += f", {numbers['per_s']:.1f} predictions/s"
     busy = numbers.get("busy")
