@@ -279,3 +279,16 @@ def test_compiled_model_predicts_like_the_plain_one_in_a_run_of_its_own(tmp_path
     assert [list(v) for v in a["top5_ids"]] == [list(v) for v in b["top5_ids"]]
     run = store.get_run(compiled.attrs["run_id"])
     assert run["config"]["inputs"]["compile"] == "inductor"
+
+
+def test_ray_actors_load_the_drivers_precision(lite0):
+    """The Ray backend's model stage rebuilds the model from its spec on each actor: it
+    gets the driver's precision too (else a bf16 run id would hold fp32 predictions)."""
+    from robustlab.run.ray_backend import _Predictor
+
+    args = ("lite0", None, "imagenet1k", "cpu", 4, lite0.weights_hash, 5, {})
+    actor = _Predictor(*args, get_inference("bf16"))
+    assert actor.model.inference == Inference("bf16")
+    net = actor.model.module
+    assert "forward" in vars(net.conv_stem) and "forward" in vars(net.classifier)
+    assert _Predictor(*args).model.inference.default
