@@ -12,10 +12,10 @@ import hashlib
 import math
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
