@@ -1,10 +1,12 @@
 """Throughput of the bundled models: preprocessing (decode + transform) and forward passes.
 
     python benchmarks/models.py [--models lite0 lite1 lite2] [--batch 32] [--batches 4]
+        [--precisions fp32,bf16,fp16] [--compile]
 
 Prints images/s for the transform of real photos from ../shared/data and for
-``Model.predict`` on batches of them, on the device ``load_model`` picks (``--device``).
-No thresholds: machines differ; compare numbers from the same machine only.
+``Model.predict`` on batches of them, on the device ``load_model`` picks (``--device``),
+once per precision (autocast, :mod:`robustlab.models.inference`) with the ratio to the
+first one. No thresholds: machines differ; compare numbers from the same machine only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from robustlab.data.images import load_image
 from robustlab.models import load_model
+from robustlab.models.inference import get_inference
 
 SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "imagenet-samples"
 
@@ -28,6 +31,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--device", default=None)
+    ap.add_argument("--precisions", default="fp32", help="comma list, e.g. fp32,bf16")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the forward pass")
     args = ap.parse_args()
     rows = list(csv.DictReader((SAMPLES / "labels.csv").read_text(encoding="utf-8").splitlines()))
     n = args.batch * args.batches
@@ -39,17 +44,23 @@ def main() -> None:
         xs = [model.transform(p) for p in photos]
         t1 = time.perf_counter()
         batches = [torch.stack(xs[i : i + args.batch]) for i in range(0, len(xs), args.batch)]
-        model.predict(batches[0])  # warm-up
-        t2 = time.perf_counter()
-        for b in batches:
-            model.predict(b)
-        if model.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t3 = time.perf_counter()
-        print(
-            f"{spec:8s} device {model.device}: transform {len(xs) / (t1 - t0):7.1f} img/s   "
-            f"predict {len(xs) / (t3 - t2):7.1f} img/s"
-        )
+        print(f"{spec:8s} device {model.device}: transform {len(xs) / (t1 - t0):7.1f} img/s")
+        precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+        first = None
+        for precision in precisions:
+            model.set_inference(get_inference(precision, args.compile))
+            model.predict(batches[0])  # warm-up (and compile)
+            t2 = time.perf_counter()
+            for b in batches:
+                model.predict(b)
+            if model.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            rate = len(xs) / (time.perf_counter() - t2)
+            first = first or rate
+            print(
+                f"{spec:8s} {precision}{' compiled' if args.compile else ''}: "
+                f"predict {rate:7.1f} img/s (x{rate / first:.2f} of {precisions[0]})"
+            )
 
 
 if __name__ == "__main__":

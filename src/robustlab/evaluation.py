@@ -220,6 +220,8 @@ def plan_run(
     preprocess=None,
     tta=None,
     shift_path: dict | None = None,
+    precision: str | None = None,
+    compile: bool = False,
 ):
     """Validate everything and build what a run needs, without touching the database.
 
@@ -227,7 +229,10 @@ def plan_run(
     model is wrapped in them and their record joins the run identity. ``shift_path``:
     :meth:`robustlab.run.device_shifts.ShiftDevice.describe` when the shifts run batched on
     a device (part of the run id: its pixels are not the exact path's), None for the exact
-    path.
+    path. ``precision`` and ``compile``: how the forward pass computes
+    (:mod:`robustlab.models.inference`); a non-default one joins the run identity. None
+    and False keep a loaded model's own setting (fp32 and not compiled unless it was
+    given another with ``set_inference``).
 
     Returns:
         A dict with model, samples, labels, cells, protocol, suite, record, images.
@@ -240,6 +245,7 @@ def plan_run(
     from robustlab.run.identity import (
         fields_of,
         data_fingerprint,
+        inference_identity,
         input_parts,
         model_precision,
         run_id,
@@ -253,6 +259,7 @@ def plan_run(
     ):
         raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     defences = _parse_defences(model, preprocess, tta)
+    inference = _parse_inference(precision, compile)
     root = Path(data).expanduser()
     if not root.is_dir():
         raise MissingResourceError(
@@ -282,6 +289,7 @@ def plan_run(
             weights=weights,
             device=device,
             batch_size=batch_size,
+            inference=inference,
             **defences,
         )
     manifest = read_generated(root)
@@ -340,6 +348,7 @@ def plan_run(
         model = load_model(
             model, weights=weights, device=device, label_space=space, batch_size=batch_size
         )
+    _set_inference(model, inference)
     model, defence = _defended(model, defences)
     note_trained_preprocess(weights, defence)
     preprocessing = {
@@ -362,6 +371,7 @@ def plan_run(
         protocol=preprocessing["protocol"],
         preprocessing=preprocessing["model"],
         precision=model_precision(model),
+        compile=inference_identity(model).get("compile"),
         source=source_kind,
         defence=defence,
         generated=run_id(generated_identity(manifest)) if manifest is not None else None,
@@ -387,6 +397,7 @@ def plan_run(
     }
     if defence:  # absent for a plain model, so plain runs keep the ids they always had
         identity["defence"] = defence
+    identity.update(inference_identity(model))  # likewise: only for a compiled model
     if shift_path:  # only then: exact runs keep the ids they always had
         identity["shift_path"] = shift_path
     record = RunRecord(
@@ -468,6 +479,31 @@ def _parse_defences(model, preprocess, tta) -> dict:
     return {"preprocess": pixels, "tta": views}
 
 
+def _parse_inference(precision, compile):
+    """The :class:`~robustlab.models.inference.Inference` asked for, or None when neither
+    argument was given (a loaded model then keeps its own)."""
+    from robustlab.models.inference import get_inference
+
+    if precision is None and not compile:
+        return None
+    return get_inference(precision, compile)
+
+
+def _set_inference(model, inference) -> None:
+    """Give ``model`` its precision and compile setting (None: leave it as it is)."""
+    if inference is None:
+        return
+    if not hasattr(model, "set_inference"):
+        if inference.default:
+            return
+        raise InputError(
+            f"{getattr(model, 'spec', type(model).__name__)} cannot take a precision or "
+            "compile setting: it is not a robustlab Model",
+            hint="leave precision and compile out",
+        )
+    model.set_inference(inference)
+
+
 def _defended(model, defences: dict):
     """(model behind its defences, the defence record or None)."""
     from robustlab.defences import defend
@@ -527,13 +563,21 @@ def _archive_plan(
     batch_size=None,
     preprocess=None,
     tta=None,
+    inference=None,
 ):
     """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell."""
     from robustlab import __version__
     from robustlab.data.imagenet_e import read_archive
     from robustlab.data.labels import get_label_space
     from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import fields_of, data_fingerprint, run_id, versions
+    from robustlab.run.identity import (
+        data_fingerprint,
+        fields_of,
+        inference_identity,
+        model_precision,
+        run_id,
+        versions,
+    )
     from robustlab.run.tasks import ArchiveImages
 
     archive = read_archive(root)
@@ -561,6 +605,7 @@ def _archive_plan(
         model = load_model(
             model, weights=weights, device=device, label_space=space, batch_size=batch_size
         )
+    _set_inference(model, inference)
     model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
     images = ArchiveImages(archive.root.resolve(), archive.folders)
     preprocessing = {
@@ -589,6 +634,11 @@ def _archive_plan(
     }
     if defence:
         identity["defence"] = defence
+    # This identity never held a precision: only autocast adds one (fp32 ids unchanged).
+    precision = model_precision(model)
+    if getattr(getattr(model, "inference", None), "dtype", None) is not None:
+        identity["precision"] = precision
+    identity.update(inference_identity(model))
     record = RunRecord(
         run_id=run_id(identity),
         model_spec=model.spec,
@@ -608,6 +658,8 @@ def _archive_plan(
             "model": _describe(model),
             "cells": [[s, str(lv)] for s, lv in cells],
             **({"defence": defence} if defence else {}),
+            "precision": precision,
+            **inference_identity(model),
             "discover_skipped": [list(x) for x in archive.skipped],
         },
         n_samples=len(samples),
@@ -657,6 +709,8 @@ def evaluate(
     tta=None,
     shift_device: str | None = None,
     shift_jpeg: str = "device",
+    precision: str | None = None,
+    compile: bool = False,
 ):
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 
@@ -704,10 +758,19 @@ def evaluate(
             labelled ``torch:<device>``.
         shift_jpeg: With ``shift_device``: ``"device"`` (nvJPEG on CUDA, libjpeg on the
             CPU) or ``"cpu"`` (libjpeg always) for the protocol's JPEG round trip.
+        precision: ``"fp32"`` (default: the comparable number), ``"bf16"`` or ``"fp16"``:
+            the forward pass under ``torch.autocast`` on the model's device, softmax and
+            top-k in float32 (:mod:`robustlab.models.inference`). Torch models only; a
+            run of its own, labelled ``@bf16`` in tables.
+        compile: Run the forward pass through ``torch.compile`` (compiled before any
+            work; a run of its own, labelled ``@compiled``).
 
     Returns:
         A DataFrame with one row per cell of this run: model, suite, shift, level, n,
-        top1, top5, error (``.attrs`` holds ``run_id``, ``skipped`` and ``db``).
+        top1, top5, error (``.attrs`` holds ``run_id``, ``skipped``, ``db``, and
+        ``throughput``: this call's predictions, wall and predict seconds, rate and the
+        share of the wall time the model was busy, see :func:`robustlab.run.progress.
+        throughput_line`).
     """
     from robustlab.run.executors import check_backend
     from robustlab.run.runner import RunOptions, Runner
@@ -759,8 +822,12 @@ def evaluate(
             preprocess=preprocess,
             tta=tta,
             shift_path=settings.describe() if settings else None,
+            precision=precision,
+            compile=compile,
         )
         m = plan["model"]
+        if compile and backend != "ray":  # compiled now: a failure writes nothing
+            m.warm_up()
         if workers is None:
             workers = 0 if backend == "ray" else default_workers()
         options = RunOptions(
@@ -794,7 +861,12 @@ def evaluate(
     _store_generated_attributes(store, plan)
     table = run_table(store, summary.run_id, skipped=summary.skipped)
     table.attrs.update(
-        {"n_written": summary.n_written, "resumed": summary.resumed, "stages": summary.stages}
+        {
+            "n_written": summary.n_written,
+            "resumed": summary.resumed,
+            "stages": summary.stages,
+            "throughput": summary.throughput,
+        }
     )
     return table
 

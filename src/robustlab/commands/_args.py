@@ -128,3 +128,24 @@ def add_defence_args(p, *, tta: bool = True) -> None:
             "their mirror images, softmax averaged; ten-crop:scale=0.875) "
             "(default: none)",
         )
+
+
+def add_inference_args(p) -> None:
+    """``--precision`` and ``--compile`` in every command whose models predict through the
+    evaluation engine (:mod:`robustlab.models.inference`)."""
+    from robustlab.models.inference import PRECISIONS
+
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="numeric precision of the forward pass: fp32 (default, comparable with "
+        "published numbers), or bf16/fp16 under torch.autocast (softmax in fp32; torch "
+        "models only; a run of its own, labelled @bf16)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the forward pass through torch.compile (compiled before any work; "
+        "needs a C compiler; a run of its own, labelled @compiled)",
+    )

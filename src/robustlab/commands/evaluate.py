@@ -6,6 +6,7 @@ from robustlab.commands._args import (
     CommaList,
     add_backend,
     add_defence_args,
+    add_inference_args,
     add_no_progress,
     level,
     workers,
@@ -57,6 +58,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
     add_defence_args(p)
+    add_inference_args(p)
     p.add_argument(
         "--workers",
         type=workers,
@@ -114,6 +116,8 @@ def run(args) -> int:
         tta=args.tta,
         shift_device=args.shift_device,
         shift_jpeg=args.shift_jpeg,
+        precision=args.precision,
+        compile=args.compile,
     )
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
@@ -128,6 +132,10 @@ def run(args) -> int:
         from robustlab.run.ray_backend import stages_line
 
         print(stages_line(df.attrs["stages"]), file=sys.stderr)
+    if df.attrs.get("throughput"):
+        from robustlab.run.progress import throughput_line
+
+        print(throughput_line(df.attrs["throughput"]), file=sys.stderr)
     print(f"run {df.attrs['run_id']} stored in {df.attrs['db']}", file=sys.stderr)
     if df.empty or int(df["n"].sum()) == 0:
         # A run without a single prediction has no number to report: say so, as generate does.

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_backend, add_cell_filters, add_no_progress, workers
+from robustlab.commands._args import (
+    add_backend,
+    add_cell_filters,
+    add_inference_args,
+    add_no_progress,
+    workers,
+)
 
 
 def add_parser(sub) -> None:
@@ -62,6 +68,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
+    add_inference_args(p)
     p.add_argument(
         "--workers",
         type=workers,
@@ -97,6 +104,8 @@ def run(args) -> int:
         progress=False if args.no_progress else None,
         backend=args.backend,
         address=args.address,
+        precision=args.precision,
+        compile=args.compile,
     )
     kept = len(res.kept)
     total = len(res.table)

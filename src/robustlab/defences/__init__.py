@@ -158,13 +158,18 @@ def defence_label(defence: dict | None) -> str | None:
 
 def model_label(spec: str, config: dict | None) -> str:
     """How tables name a run's model: its spec, plus ``+defence`` for a defended run
-    (``lite0 +clahe``) and ``ft:method`` for a model fine-tuned with a training method
-    (``lite0 ft:stability(noise=0.05,weight=0.05)``), so such a row never reads as the plain
-    model's."""
+    (``lite0 +clahe``), ``ft:method`` for a model fine-tuned with a training method
+    (``lite0 ft:stability(noise=0.05,weight=0.05)``) and ``@bf16`` / ``@fp16`` /
+    ``@compiled`` for a forward pass under autocast or ``torch.compile`` (``--precision``,
+    ``--compile``), so such a row never reads as the plain fp32 model's."""
     config = config if isinstance(config, dict) else {}
     label = defence_label(config.get("defence"))
     out = f"{spec} +{label}" if label else str(spec)
     from robustlab.train.methods import record_label
 
     method = record_label((config.get("fine_tuned") or {}).get("method"))
-    return f"{out} ft:{method}" if method else out
+    out = f"{out} ft:{method}" if method else out
+    inference = (config.get("model") or {}).get("inference") or {}
+    if inference.get("precision", "fp32") != "fp32":
+        out += f" @{inference['precision']}"
+    return f"{out} @compiled" if inference.get("compile") else out

@@ -20,7 +20,9 @@ The columns and what they mean:
   folder written by ``robustlab generate``), or the published archive's own folders;
   on the fly with batched torch shifts (``--shift-device``) it says
   ``on-the-fly, torch:cuda`` (or ``torch:cpu``): other pixels than the exact path.
-* ``precision``: the numeric type the model computed in (float32, float16, ...).
+* ``precision``: the numeric type the model computed in: ``float32`` (its parameters'
+  type), or ``bfloat16 (autocast)`` / ``float16 (autocast)`` for a run with
+  ``--precision bf16|fp16``; ``, compiled`` is added for a ``--compile`` run.
 * ``defence``: the test-time defence the model ran behind (``clahe``, ``nlmeans``,
   ``ten-crop``, ``clahe+ten-crop``; parameters shown when not the defaults); blank for
   the plain model (:mod:`robustlab.defences`).
@@ -102,6 +104,16 @@ def _short_dtype(value) -> str | None:
     return None if value is None else str(value).rsplit(".", 1)[-1]
 
 
+def precision_label(config: Mapping) -> str | None:
+    """The ``precision`` column of a run's config: the autocast or parameter type, and
+    whether the forward pass was compiled (an archive run keeps both outside ``inputs``)."""
+    inputs = config.get("inputs") or {}
+    value = _short_dtype(inputs.get("precision") or config.get("precision"))
+    if inputs.get("compile") or config.get("compile"):
+        return f"{value or 'unknown'}, compiled"
+    return value
+
+
 def summarise_run(
     run: Mapping[str, Any], predictions: pd.DataFrame, mce: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -118,7 +130,6 @@ def summarise_run(
         XIMAGENET-12 scenario, no ImageNet-9 pair, no baseline) are None.
     """
     config = run.get("config") or {}
-    inputs = config.get("inputs") or {}
     preds = predictions.assign(level=predictions["level"].astype(str))
     clean = preds[preds["shift"] == CLEAN]
     shifted = preds[preds["shift"] != CLEAN]
@@ -151,7 +162,7 @@ def summarise_run(
         "s_partial": s_partial,
         "bg_gap": gap,
         "path": _path(config),
-        "precision": _short_dtype(inputs.get("precision")),
+        "precision": precision_label(config),
         "defence": defence_label(config.get("defence")),
         "status": run.get("status"),
     }

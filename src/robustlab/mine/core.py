@@ -128,6 +128,8 @@ def mine(
     progress: bool | None = None,
     backend: str = "local",
     address: str | None = None,
+    precision: str | None = None,
+    compile: bool = False,
 ) -> MiningResult:
     """Evaluate the surrogates on ``data`` and keep the images at least ``k`` get wrong.
 
@@ -149,6 +151,9 @@ def mine(
         device, batch_size, workers, progress: Passed to :func:`robustlab.evaluate`.
         backend, address: Where the surrogates' evaluations run (``"ray"``: a Ray cluster,
             see :func:`robustlab.evaluate`); the mining itself is a query on the driver.
+        precision, compile: How the surrogates' forward passes compute (passed to
+            :func:`robustlab.evaluate`; a bf16 surrogate run is another run, so another
+            mining).
 
     Raises:
         InputError: no surrogate, a bad k, a folder evaluate cannot read.
@@ -202,6 +207,8 @@ def mine(
                 progress=progress,
                 backend=backend,
                 address=address,
+                precision=precision,
+                compile=compile,
             )
             ids.add(t.attrs["run_id"])
         run_ids.append(ids.pop())

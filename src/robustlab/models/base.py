@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -324,6 +325,12 @@ class Model:
         self.model_outputs = int(model_outputs)
         self.details = dict(details or {})
         self._setup_head(native)
+        from robustlab.models.inference import Inference
+
+        # fp32, not compiled: the forward pass as the adapter wrote it (set_inference).
+        self.inference = Inference()
+        self._compiled: Callable | None = None
+        self._fp32_kept: list = []  # layers kept in float32 under autocast
 
     # ------------------------------------------------------------ label-space head
     def _setup_head(self, native: bool) -> None:
@@ -365,6 +372,84 @@ class Model:
     def _forward(self, batch):  # pragma: no cover - every adapter overrides it
         raise NotImplementedError
 
+    def set_inference(self, inference) -> None:
+        """Run the forward pass under autocast and/or ``torch.compile`` from now on.
+
+        Args:
+            inference: A :class:`robustlab.models.inference.Inference`.
+
+        Raises:
+            InputError: anything but fp32 without compile for an adapter whose backend is
+                not a torch module (ONNX Runtime has neither autocast nor compile).
+            EnvironmentProblem: the device cannot autocast to that precision.
+        """
+        import torch
+
+        from robustlab.models.inference import check_autocast, keep_ends_fp32, release_fp32
+
+        if not inference.default and not isinstance(getattr(self, "module", None), torch.nn.Module):
+            asked = " and ".join(
+                x
+                for x in (
+                    f"--precision {inference.precision}" if inference.precision != "fp32" else "",
+                    "--compile" if inference.compile else "",
+                )
+                if x
+            )
+            raise InputError(
+                f"{self.spec}: {asked} needs a torch model; the {self.adapter} adapter "
+                "always computes in its own precision",
+                hint="leave it out (fp32, not compiled), or use a torch spec of this model",
+            )
+        check_autocast(self.device, inference)
+        release_fp32(self._fp32_kept)
+        self._fp32_kept = (
+            keep_ends_fp32(self._fp32_layers(), torch.device(self.device).type)
+            if inference.dtype is not None
+            else []
+        )
+        self.inference = inference
+        self._compiled = torch.compile(self._forward) if inference.compile else None
+
+    def _fp32_layers(self) -> list:
+        """Layers that stay in float32 under autocast: the one reading the pixels and the
+        one writing the logits (:func:`robustlab.models.inference.end_layers`)."""
+        from robustlab.models.inference import end_layers
+
+        return end_layers(getattr(self, "module", None))
+
+    def warm_up(self) -> None:
+        """One forward pass on a blank batch: with ``--compile``, compiles now (a failure is
+        one line before any work), not inside the first batch of a run."""
+        import torch
+
+        h, w = self.preprocessing.hw
+        self.predict(torch.zeros(self.batch_size, 3, h, w, dtype=torch.uint8))
+
+    def _run_forward(self, batch):
+        """:meth:`_forward` under the autocast and compile of :attr:`inference`."""
+        import contextlib
+
+        import torch
+
+        dtype = self.inference.dtype
+        cast = (
+            torch.autocast(torch.device(self.device).type, dtype=dtype)
+            if dtype is not None
+            else contextlib.nullcontext()
+        )
+        with cast:
+            if self._compiled is None:
+                return self._forward(batch)
+            from torch._dynamo.exc import TorchDynamoException
+
+            from robustlab.models.inference import compile_failure
+
+            try:
+                return self._compiled(batch)
+            except TorchDynamoException as exc:
+                raise compile_failure(exc) from None
+
     def input_device(self) -> str:
         """Where :meth:`predict` normalises a uint8 batch: the model's own device (adapters
         whose runtime takes host memory, such as ONNX Runtime, say ``cpu``)."""
@@ -383,7 +468,7 @@ class Model:
             raise ValueError(f"predict needs a Bx3xHxW tensor, got {shape}")
         if batch.dtype == torch.uint8:
             batch = self.preprocessing.normalize(batch.to(self.input_device(), non_blocking=True))
-        logits = self._forward(batch)
+        logits = self._run_forward(batch)
         if (
             logits.ndim != 2
             or logits.shape[0] != batch.shape[0]
@@ -393,7 +478,7 @@ class Model:
                 f"{self.spec} returned logits of shape {tuple(logits.shape)}, "
                 f"expected ({batch.shape[0]}, {self.model_outputs})"
             )
-        logits = logits.float()
+        logits = logits.float()  # softmax and top-k in float32 whatever the precision
         if self._columns is not None:
             if self._columns.device != logits.device:
                 self._columns = self._columns.to(logits.device)
@@ -476,6 +561,7 @@ class Model:
             "head": self.head,
             "model_outputs": self.model_outputs,
             "num_outputs": self.num_outputs,
+            **({"inference": self.inference.describe()} if not self.inference.default else {}),
             **self.details,
         }
 
@@ -495,12 +581,16 @@ class TorchModel(Model):
         import torch
 
         # channels_last lets oneDNN/cuDNN pick their fast convolution kernels (about 1.3-1.6x
-        # for EfficientNet-Lite on CPU; logits agree to ~1e-6). Inputs may stay NCHW.
+        # for EfficientNet-Lite on CPU; logits agree to ~1e-6). Inputs may stay NCHW. Always
+        # on, so it is recorded with the model (describe) but is no part of the run id.
         self.module = module.eval().to(kwargs["device"]).to(memory_format=torch.channels_last)
         super().__init__(spec, **kwargs)
 
     def _forward(self, batch):
         return self.module(batch.to(self.device, non_blocking=True))
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "memory_format": "channels_last"}
 
 
 def load_state_dict_file(path) -> dict:

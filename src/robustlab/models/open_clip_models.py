@@ -101,11 +101,21 @@ class OpenCLIPModel(Model):
         super().__init__(spec, native=True, **kwargs)
 
     def _forward(self, batch):
+        import torch
         import torch.nn.functional as F
 
         img = self.module.encode_image(batch.to(self.device, non_blocking=True))
-        img = F.normalize(img.float(), dim=-1)
-        return self.logit_scale * img @ self.class_weights.T
+        # The class logits in float32 also under --precision bf16/fp16 (see
+        # robustlab.models.inference): only the image tower runs in low precision.
+        with torch.autocast(torch.device(self.device).type, enabled=False):
+            img = F.normalize(img.float(), dim=-1)
+            return self.logit_scale * img @ self.class_weights.float().T
+
+    def _fp32_layers(self) -> list:
+        """The image tower's ends (the text tower only built the class weights)."""
+        from robustlab.models.inference import end_layers
+
+        return end_layers(self.module.visual)
 
 
 def zero_shot_weights(net, tokenizer, classes, templates, device: str):

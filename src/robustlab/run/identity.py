@@ -96,6 +96,7 @@ _PART_NAMES = {
     "protocol": "protocol",
     "preprocessing": "model preprocessing",
     "precision": "precision",
+    "compile": "torch.compile",
     "defence": "defence",
     "source": "source",
     "generated": "generated folder",
@@ -124,8 +125,17 @@ def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def model_precision(model) -> str | None:
-    """The numeric type a model computes in: its ``dtype``/``precision`` attribute, else the
-    dtype of a torch module's first parameter, else None (unknown: e.g. ONNX)."""
+    """The numeric type a model computes in: its autocast type (``bfloat16 (autocast)``,
+    see :mod:`robustlab.models.inference`), else its ``dtype``/``precision`` attribute,
+    else the dtype of a torch module's first parameter, else None (unknown: e.g. ONNX).
+
+    Without autocast the value is what it always was (``torch.float32``), so fp32 runs
+    keep their ids; under autocast it differs, so a bf16 run never resumes an fp32 one.
+    """
+    inference = getattr(model, "inference", None)
+    label = inference.precision_label() if inference is not None else None
+    if label is not None:
+        return label
     for attr in ("precision", "dtype"):
         value = getattr(model, attr, None)
         if value is not None:
@@ -135,6 +145,19 @@ def model_precision(model) -> str | None:
         for p in module.parameters():
             return str(p.dtype)
     return None
+
+
+def inference_identity(model) -> dict[str, Any]:
+    """Identity keys of how the forward pass runs, beyond its precision: ``compile`` when
+    the model runs through ``torch.compile`` (other kernels, other roundings), and nothing
+    otherwise, so uncompiled runs keep the ids they always had.
+
+    ``channels_last`` is not here on purpose: every torch model has always run in it (see
+    :class:`robustlab.models.TorchModel`), so it is part of what "the model" means, not a
+    choice that can differ between two runs.
+    """
+    inference = getattr(model, "inference", None)
+    return {"compile": "inductor"} if inference is not None and inference.compile else {}
 
 
 def run_id(identity: dict[str, Any]) -> str:

@@ -501,18 +501,19 @@ class _Predictor:
         weights_hash: str | None,
         topk: int,
         defences: dict,
+        inference=None,
     ):
         from robustlab.defences import defend
         from robustlab.models import load_model
 
+        model = load_model(
+            spec, weights=weights, device=device, label_space=label_space, batch_size=batch_size
+        )
+        if inference is not None:  # the driver's precision and compile (part of the run id)
+            model.set_inference(inference)
         # The driver's test-time defences wrap the actor's model too (ten-crop averages its
         # views here; pixel defences already ran in the CPU stage, as in local workers).
-        self.model = defend(
-            load_model(
-                spec, weights=weights, device=device, label_space=label_space, batch_size=batch_size
-            ),
-            **defences,
-        )
+        self.model = defend(model, **defences)
         if weights_hash is not None and self.model.weights_hash != weights_hash:
             raise InputError(
                 f"a Ray worker loaded {spec} with weights {self.model.weights_hash}, the "
@@ -644,6 +645,7 @@ def predict_on_ray(
                     model.weights_hash,
                     int(topk),
                     _defences_arg(model),
+                    getattr(model, "inference", None),
                 ),
                 compute=ray.data.ActorPoolStrategy(size=placement.actors),
                 num_gpus=placement.model_gpus,

@@ -10,6 +10,7 @@ and a rerun skips every (sample, shift, level) already stored for the same run i
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from robustlab.errors import InputError
 from robustlab.run.executors import get_executor
-from robustlab.run.progress import CellProgress
+from robustlab.run.progress import CellProgress, throughput_line
 from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset
 from robustlab.store import RunRecord, Store, level_key
 
@@ -79,6 +80,25 @@ class RunSummary:
     n_already_done: int = 0
     skipped: list[list[str]] = field(default_factory=list)
     stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
+    throughput: dict = field(default_factory=dict)  # :func:`throughput` of this session
+
+
+def throughput(n: int, wall_s: float, predict_s: float | None, device: str | None) -> dict:
+    """The end-of-run numbers: predictions stored by this session, its wall time, their
+    rate, and the share of the wall time the main process spent in the model's forward
+    pass (softmax and top-k included; on a GPU, where the result is copied back, that is
+    the time the GPU worked for us plus the copies: a proxy for how busy it was). None
+    where the model ran elsewhere (the Ray backend's actors; see its stages line)."""
+    return {
+        "predictions": int(n),
+        "wall_s": round(float(wall_s), 3),
+        "per_s": round(n / wall_s, 1) if wall_s > 0 else None,
+        "predict_s": None if predict_s is None else round(float(predict_s), 3),
+        "busy": (
+            round(min(1.0, predict_s / wall_s), 3) if predict_s is not None and wall_s > 0 else None
+        ),
+        "device": device,
+    }
 
 
 def _to_numpy(x) -> np.ndarray:
@@ -165,6 +185,7 @@ class Runner:
         self.options = options
         self.transform = transform or _ModelTransform(model)
         self._attributes: list[dict] = []  # measured attributes not yet stored
+        self._predict_s = 0.0  # seconds this process spent in predict_topk
 
     def _write_attributes(self) -> None:
         if self._attributes:
@@ -172,6 +193,7 @@ class Runner:
             self._attributes = []
 
     def run(self) -> RunSummary:
+        started = time.perf_counter()
         run_id = self.record.run_id
         resumed = not self.store.start_run(self.record)
         tasks, done_per_cell, already = plan_tasks(
@@ -241,6 +263,13 @@ class Runner:
                     log.exception("could not store the last predictions of run %s", run_id)
             progress.close()
             summary.skipped = [list(k) for k in skipped]
+            on_ray = self.options.backend == "ray"
+            summary.throughput = throughput(
+                summary.n_written,
+                time.perf_counter() - started,
+                None if on_ray else self._predict_s,
+                None if on_ray else self.model.input_device(),
+            )
             try:
                 self.store.finish_run(
                     run_id, status=status, n_samples=len(self.samples), skipped=summary.skipped
@@ -249,6 +278,7 @@ class Runner:
                 if status == "finished":
                     raise
                 log.exception("could not record the end of run %s", run_id)
+        log.info("%s", throughput_line(summary.throughput))
         return summary
 
     def _run_local(
@@ -385,7 +415,9 @@ class Runner:
         # resumed run (which skips stored predictions) never lacks them.
         self._write_attributes()
         batch = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        probs, ids = self.model.predict_topk(batch, TOPK)
+        t0 = time.perf_counter()
+        probs, ids = self.model.predict_topk(batch, TOPK)  # on the CPU: synchronised
+        self._predict_s += time.perf_counter() - t0
         writer.put(self._rows(rows, probs, ids))
         return taken
 
