@@ -153,6 +153,10 @@ def test_scenes_need_their_masks_and_boxes(photos):
         apply("blur_bg", "default", x, ids[:2])
     with pytest.raises(ValueError, match="boxes"):
         apply("only_bg_b", "default", x, ids[:2], masks=torch.from_numpy(np.stack(masks[:2])))
+    with pytest.raises(ValueError, match="bool"):
+        apply("blur_bg", "default", x, ids[:2], masks=torch.ones((2, 224, 224), dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"masks must be \(2, 224, 224\)"):
+        apply("blur_bg", "default", x, ids[:2], masks=torch.ones((2, 64, 64), dtype=torch.bool))
 
 
 # ------------------------------------------------------- masks through the hand-over

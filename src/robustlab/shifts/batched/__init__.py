@@ -83,6 +83,13 @@ def apply(
         )
     if len(sample_ids) != x.shape[0]:
         raise ValueError(f"{len(sample_ids)} sample ids for {x.shape[0]} images")
+    n, _, h, w = x.shape
+    if masks is not None and (masks.dtype != torch.bool or tuple(masks.shape) != (n, h, w)):
+        raise ValueError(
+            f"masks must be ({n}, {h}, {w}) bool, got {masks.dtype} {tuple(masks.shape)}"
+        )
+    if boxes is not None and tuple(boxes.shape) != (n, 4):
+        raise ValueError(f"boxes must be ({n}, 4), got {tuple(boxes.shape)}")
     given = {"masks": masks, "boxes": boxes}
     context = {}
     for key in CONTEXT.get(name, ()):
