@@ -315,6 +315,11 @@ def _shifter(tasks, samples, *, group: int, size: int = 64):
     return DeviceShifts(pre, samples, tasks, SMALL, 0, ShiftDevice("cpu", group=group)), pre
 
 
+def _payload(x: torch.Tensor) -> dict:
+    """What a worker ships for one photo of a corruption suite (no masks, no exact cells)."""
+    return {"image": x, "scene": None, "exact": {}}
+
+
 def test_device_shifts_yield_every_task_in_order_with_its_cells(prepared):
     from types import SimpleNamespace
 
@@ -325,7 +330,7 @@ def test_device_shifts_yield_every_task_in_order_with_its_cells(prepared):
     cells = (("clean", 0), ("contrast", 2), ("gaussian_noise", 1))
     tasks = [Task(i, cells) for i in range(len(ids))]
     x = _tensor(imgs)
-    items = [(i, x[i : i + 1], [], []) for i in range(len(ids))]
+    items = [(i, _payload(x[i : i + 1]), [], []) for i in range(len(ids))]
     items[2] = (2, None, [(-1, "unreadable: test")], [])  # a photo the worker could not read
     shifter, _ = _shifter(tasks, samples, group=3)
     out = list(shifter.wrap(iter(items)))
@@ -354,7 +359,7 @@ def test_device_shifts_resize_like_the_models_transform(prepared):
     tasks = [Task(i, (("clean", 0),)) for i in range(2)]
     shifter, pre = _shifter(tasks, samples, group=8, size=80)
     x = _tensor(imgs[:2])
-    out = list(shifter.wrap(iter([(i, x[i : i + 1], [], []) for i in range(2)])))
+    out = list(shifter.wrap(iter([(i, _payload(x[i : i + 1]), [], []) for i in range(2)])))
     for i in range(2):
         ref = pre.to_uint8(imgs[i], crop=False)  # what a worker ships on the exact path
         assert torch.equal(out[i][1][0], ref)

@@ -132,11 +132,67 @@ def test_bad_shift_device_requests_are_clear_errors(photos, lite0, tmp_path):
         robustlab.evaluate(
             lite0, photos, suite="imagenet-c", shifts=["contrast"], shift_device="tpu", **kw
         )
-    with pytest.raises(InputError, match="corruptions only"):
-        robustlab.evaluate(lite0, photos, suite="imagenet9", masks=photos, shift_device="cpu", **kw)
+    with pytest.raises(InputError, match="scenes only; obj_size"):
+        robustlab.evaluate(
+            lite0,
+            photos,
+            suite="imagenet-e",
+            shifts=["obj_size"],
+            masks=photos,
+            shift_device="cpu",
+            **kw,
+        )
     if not torch.cuda.is_available():
         with pytest.raises(EnvironmentProblem, match="no CUDA device"):
             robustlab.evaluate(
                 lite0, photos, suite="imagenet-c", shifts=["contrast"], shift_device="cuda", **kw
             )
     assert not (tmp_path / "x.duckdb").exists()
+
+
+# ------------------------------------------------------------------ scene suites
+
+
+@pytest.fixture(scope="module")
+def masks(photos, tmp_path_factory):
+    """An irregular blob mask for each photo (the shared photos come without masks)."""
+    from PIL import Image
+
+    from robustlab.masks.io import mask_name, save_mask
+    from robustlab.masks.synthetic import random_blob
+
+    out = tmp_path_factory.mktemp("masks")
+    for k, path in enumerate(sorted(photos.glob("*.JPEG"))):
+        w, h = Image.open(path).size
+        save_mask(out / mask_name(path.name), random_blob(h, w, k))
+    return out
+
+
+@pytest.mark.parametrize(
+    "suite, shifts",
+    [
+        ("ximagenet12", ["blur_bg", "color_g", "bright_obj", "random_bg"]),
+        ("imagenet9", ["only_bg_t", "no_fg", "mixed_rand"]),
+    ],
+)
+def test_scene_suites_run_batched_with_their_masks(photos, masks, lite0, tmp_path, suite, shifts):
+    """Batched scenes get the exact path's pixels (deterministic ones) or draws (colour),
+    the donor scenes are made exactly by the workers, skips are the same, and the run
+    is labelled as the torch path's."""
+    db = tmp_path / "s.duckdb"
+    kw = dict(suite=suite, shifts=shifts, masks=masks, db=db, batch_size=8, progress=False)
+    exact = robustlab.evaluate(lite0, photos, workers=0, **kw)
+    ours = robustlab.evaluate(lite0, photos, workers=1, shift_device="cpu", **kw)
+    assert exact.attrs["run_id"] != ours.attrs["run_id"]
+    assert list(ours["shift"]) == list(exact["shift"])
+    assert list(ours["n"]) == list(exact["n"])
+    assert (exact.set_index("shift")["n"].drop(["mixed_rand"], errors="ignore") == N_PHOTOS).all()
+    assert sorted(map(tuple, ours.attrs["skipped"])) == sorted(map(tuple, exact.attrs["skipped"]))
+    store = Store(db)
+    assert store.get_run(ours.attrs["run_id"])["config"]["shift_path"]["device"] == "cpu"
+    preds = store.predictions([exact.attrs["run_id"], ours.attrs["run_id"]])
+    same = [s for s in shifts if s not in ("color_g",)] + ["clean"]
+    for shift in same:  # the same pixels, so the same predictions
+        cell = preds[preds["shift"] == shift].sort_values(["level", "sample_id"])
+        a, b = (cell[cell["run_id"] == r] for r in (exact.attrs["run_id"], ours.attrs["run_id"]))
+        assert [list(x) for x in a["top5_ids"]] == [list(x) for x in b["top5_ids"]], shift

@@ -752,8 +752,8 @@ def evaluate(
             Either defence makes a run of its own (never mixed with the plain model's).
         shift_device: None (default): the exact path, shifts applied image by image in
             the workers, byte for byte the reference's. ``"cuda"`` or ``"cpu"``: workers
-            only decode; the corruptions run batched as torch tensor operations on that
-            device (:mod:`robustlab.shifts.batched`). Different pixels, the same
+            only decode; the corruptions and mask scenes run batched as torch tensor
+            operations on that device (:mod:`robustlab.shifts.batched`). Different pixels, the same
             statistics (benchmarks/README.md): such a run has its own run id and is
             labelled ``torch:<device>``.
         shift_jpeg: With ``shift_device``: ``"device"`` (nvJPEG on CUDA, libjpeg on the

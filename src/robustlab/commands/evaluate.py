@@ -70,7 +70,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--shift-device",
         default=None,
-        help="apply the corruptions batched as torch tensor operations on this "
+        help="apply the corruptions and mask scenes batched as torch tensor operations on this "
         "device (cuda, cpu) after the workers decode: other pixels than the "
         "exact path, the same statistics, a run of its own (default: the exact "
         "CPU path, byte for byte the reference's)",

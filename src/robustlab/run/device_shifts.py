@@ -2,11 +2,21 @@
 
 On the exact path every worker decodes a photo, applies each cell's shift with numpy, JPEG
 round-trips it and ships one image per cell. With a shift device the workers only decode
-and prepare (one uint8 image per task); the main process gathers a group of tasks, applies
-each (shift, level) to all their images at once with :mod:`robustlab.shifts.batched` on the
-device, does the protocol's JPEG round trip and the model's resize there, and hands the
-runner the same ``(index, tensor, errors, measured)`` items it gets from workers, in order.
-The runner itself does not change.
+and prepare: each task ships one :class:`CleanTaskDataset` payload, a dict of
+
+* ``image``: the prepared photo, (1, 3, H, W) uint8;
+* ``scene``: for suites with masks, :func:`robustlab.shifts.batched.scenes.scene_inputs`
+  (the prepared (H, W) bool mask, the object box, and why the exact path would skip the
+  photo's mask or box scenes), else None;
+* ``exact``: ``{cell index: (3, H, W) uint8}`` for the cells whose shift has no batched
+  version (spatter, the donor scenes, ai_bg), made by the worker exactly as on the exact
+  path (donors, configured tools and the protocol's storage included).
+
+The main process gathers a group of tasks, applies each (shift, level) to all their
+images at once with :mod:`robustlab.shifts.batched` on the device (the masks and boxes
+travel with the images), does the protocol's JPEG round trip and the model's resize
+there, and hands the runner the same ``(index, tensor, errors, measured)`` items it gets
+from workers, in order. The runner itself does not change.
 
 The pixels differ from the exact path (torch draws, float32 arithmetic, nvJPEG on CUDA),
 so such a run has its own identity (:func:`describe` goes into the run id and the record).
@@ -84,25 +94,36 @@ def label(shift_path: dict | None) -> str:
     return f"torch:{shift_path.get('device')}"
 
 
+# Suites whose shifts the shift device takes (batched, or made exactly by the workers).
+DEVICE_TAGS = frozenset({"imagenet-c", "imagenet-c-extra", "ximagenet12", "imagenet9"})
+
+
 def check_shifts(names: Iterable[str]) -> None:
-    """Refuse shifts that batched evaluation cannot apply (only corruptions can: scene
-    shifts need masks, donors or configured tools from the worker side)."""
+    """Refuse shifts outside the ImageNet-C corruptions and the XIMAGENET-12 / ImageNet-9
+    scenes (the attribute edits and synthesis report measurements or need tools that
+    only the exact path's workers handle)."""
     from robustlab.shifts.registry import get_shift
 
-    bad = [n for n in names if not ({"imagenet-c", "imagenet-c-extra"} & get_shift(n).tags)]
+    bad = [n for n in names if not (DEVICE_TAGS & get_shift(n).tags)]
     if bad:
         raise InputError(
-            f"--shift-device applies ImageNet-C corruptions only; "
-            f"{', '.join(dict.fromkeys(bad))} cannot run there",
+            f"--shift-device applies ImageNet-C corruptions and XIMAGENET-12 / ImageNet-9 "
+            f"scenes only; {', '.join(dict.fromkeys(bad))} cannot run there",
             hint="leave out --shift-device for this suite",
         )
 
 
+def _tensor(img) -> torch.Tensor:
+    return torch.from_numpy(img.copy()).permute(2, 0, 1).contiguous()
+
+
 class CleanTaskDataset(TaskDataset):
-    """Worker side: each task's prepared source image only, as a (1, 3, H, W) uint8 tensor."""
+    """Worker side: each task's prepared photo, its mask inputs and its unbatched cells."""
 
     def __getitem__(self, i: int):
         from robustlab.data.images import ImageError
+        from robustlab.shifts.batched import has_batched
+        from robustlab.shifts.batched.scenes import scene_inputs
 
         task = self.tasks[i]
         sample = self.samples[task.sample_index]
@@ -112,8 +133,24 @@ class CleanTaskDataset(TaskDataset):
             return i, None, [(-1, exc.reason)], []
         except (OSError, ValueError) as exc:
             return i, None, [(-1, f"unreadable: {exc}")], []
-        rgb = torch.from_numpy(base.rgb.copy()).permute(2, 0, 1).contiguous()
-        return i, rgb[None], [], []
+        errors, measured, exact = [], [], {}
+        for j, (shift, level) in enumerate(task.cells):
+            if shift == CLEAN_SHIFT or has_batched(shift):
+                continue
+            attrs: dict = {}
+            try:
+                exact[j] = _tensor(self.images.cell(sample, base, shift, level, attrs))
+            except (OSError, ValueError) as exc:
+                errors.append((j, f"{shift}/{level}: {exc}"))
+                continue
+            if attrs:
+                measured.append((j, attrs))
+        payload = {
+            "image": _tensor(base.rgb)[None],
+            "scene": scene_inputs(base) if self.images.with_mask else None,
+            "exact": exact,
+        }
+        return i, payload, errors, measured
 
 
 def _model_size(preprocessing, h: int, w: int) -> tuple[int, int]:
@@ -193,30 +230,63 @@ class DeviceShifts:
         ]
         return torch.stack(out).permute(0, 3, 1, 2).to(x.device)
 
-    def _shift(self, group: list) -> Iterator:
-        from robustlab.shifts.batched import apply
+    def _batch(self, shift: str, level, members, ids, clean: dict, scene: dict) -> torch.Tensor:
+        """The shifted cells of ``members`` (photos the shift can use), before JPEG and
+        resize; the masks and boxes of the scenes go along with the images."""
+        from robustlab.shifts.batched import CONTEXT, apply
 
-        clean = {}
-        for pos, (_, tensor, _, _) in enumerate(group):
-            if tensor is not None:
-                clean[pos] = tensor[0].to(self.device, non_blocking=True)
-        # (shift, level, height, width) -> [(position in group, cell index)]
+        x = torch.stack([clean[pos] for pos, _ in members])
+        needs = CONTEXT.get(shift, ())
+        masks = boxes = None
+        if "masks" in needs:
+            masks = torch.stack([scene[pos]["mask"] for pos, _ in members]).to(self.device)
+        if "boxes" in needs:
+            boxes = torch.tensor([scene[pos]["box"] for pos, _ in members], device=self.device)
+        return apply(shift, level, x, ids, seed=self.seed, masks=masks, boxes=boxes)
+
+    def _shift(self, group: list) -> Iterator:
+        from robustlab.shifts.batched import has_batched
+        from robustlab.shifts.batched.scenes import problem
+
+        clean, scene, exact = {}, {}, {}
+        for pos, (_, payload, _, _) in enumerate(group):
+            if payload is not None:
+                clean[pos] = payload["image"][0].to(self.device, non_blocking=True)
+                scene[pos] = payload["scene"]
+                exact.update({(pos, j): t for j, t in payload["exact"].items()})
+        errors: dict[int, list] = {pos: list(item[2]) for pos, item in enumerate(group)}
+        # (kind, shift, level, height, width) -> [(position in group, cell index)]
         cells: dict[tuple, list[tuple[int, int]]] = {}
         for pos, img in clean.items():
             for j, (shift, level) in enumerate(self.tasks[group[pos][0]].cells):
-                cells.setdefault((shift, level, *img.shape[-2:]), []).append((pos, j))
+                if shift == CLEAN_SHIFT:
+                    kind = "clean"
+                elif (pos, j) in exact:
+                    kind = "exact"
+                elif not has_batched(shift):  # the worker failed it: its error is listed
+                    continue
+                else:
+                    kind = "batched"
+                    why = problem(shift, scene[pos], img.shape[-2:])
+                    if why:  # the exact scene's skip reason for this photo
+                        errors[pos].append((j, f"{shift}/{level}: {why}"))
+                        continue
+                cells.setdefault((kind, shift, level, *img.shape[-2:]), []).append((pos, j))
         rows: dict[tuple[int, int], torch.Tensor] = {}
-        errors: dict[int, list] = {pos: list(item[2]) for pos, item in enumerate(group)}
-        for (shift, level, _, _), members in cells.items():
-            x = torch.stack([clean[pos] for pos, _ in members])
-            if shift == CLEAN_SHIFT:
+        for (kind, shift, level, _, _), members in cells.items():
+            if kind == "clean":
+                out = self._finish(torch.stack([clean[pos] for pos, _ in members]), shifted=False)
+            elif kind == "exact":  # made (and stored) by the worker: only the model's resize
+                x = torch.stack([exact[key] for key in members]).to(self.device)
                 out = self._finish(x, shifted=False)
             else:
                 ids = [
                     self.samples[self.tasks[group[pos][0]].sample_index].id for pos, _ in members
                 ]
                 try:
-                    out = self._finish(apply(shift, level, x, ids, seed=self.seed), shifted=True)
+                    out = self._finish(
+                        self._batch(shift, level, members, ids, clean, scene), shifted=True
+                    )
                 except ValueError as exc:  # a per-cell skip signal, as on the exact path
                     for pos, j in members:
                         errors[pos].append((j, f"{shift}/{level}: {exc}"))
@@ -224,9 +294,10 @@ class DeviceShifts:
             for r, key in enumerate(members):
                 rows[key] = out[r]
         for pos, (index, tensor, _, measured) in enumerate(group):
+            errs = sorted(errors[pos], key=lambda e: e[0])  # in cell order, as a worker lists them
             if tensor is None:
-                yield index, None, errors[pos], measured
+                yield index, None, errs, measured
                 continue
             n_cells = len(self.tasks[index].cells)
             kept = [rows[(pos, j)] for j in range(n_cells) if (pos, j) in rows]
-            yield index, (torch.stack(kept) if kept else None), errors[pos], measured
+            yield index, (torch.stack(kept) if kept else None), errs, measured

@@ -59,10 +59,15 @@ class Shift:
                 f"{self.name}: level {level!r} is not defined; levels are {list(self.levels)}"
             )
         ctx = dict(ctx or {})
-        missing = [k for k in sorted(self.needs) if ctx.get(k) is None]
-        if missing:
-            raise ValueError(f"{self.name} needs {', '.join(missing)} in its context")
+        why = self.missing_context(ctx)
+        if why:
+            raise ValueError(why)
         return self.fn(image, self.params[level], rng, ctx)
+
+    def missing_context(self, ctx: Mapping) -> str | None:
+        """Why ``ctx`` cannot serve this shift (the needed keys it lacks), or None."""
+        missing = [k for k in sorted(self.needs) if ctx.get(k) is None]
+        return f"{self.name} needs {', '.join(missing)} in its context" if missing else None
 
 
 _REGISTRY: dict[str, Shift] = {}

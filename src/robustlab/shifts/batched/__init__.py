@@ -1,4 +1,4 @@
-"""Batched torch versions of the ImageNet-C corruptions (``--shift-device cuda|cpu``).
+"""Batched torch versions of the ImageNet-C corruptions and the mask scenes (``--shift-device``).
 
 The exact path (:mod:`robustlab.shifts.corruptions`) reproduces the reference byte for
 byte, one image at a time on one CPU core. These versions apply the same corruption with
@@ -30,12 +30,12 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from robustlab.shifts.batched import blur, digital, noise, weather  # noqa: F401 (register)
+from robustlab.shifts.batched import blur, digital, noise, scenes, weather  # noqa: F401
 from robustlab.shifts.batched._ops import generators
-from robustlab.shifts.batched._registry import BATCHED
+from robustlab.shifts.batched._registry import BATCHED, CONTEXT
 from robustlab.shifts.batched.jpeg import codec_name, jpeg_roundtrip
 
-__all__ = ["BATCHED", "apply", "codec_name", "has_batched", "jpeg_roundtrip"]
+__all__ = ["BATCHED", "CONTEXT", "apply", "codec_name", "has_batched", "jpeg_roundtrip"]
 
 
 def has_batched(name: str) -> bool:
@@ -44,7 +44,14 @@ def has_batched(name: str) -> bool:
 
 
 def apply(
-    name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str], *, seed: int = 0
+    name: str,
+    level: Hashable,
+    x: torch.Tensor,
+    sample_ids: Sequence[str],
+    *,
+    seed: int = 0,
+    masks: torch.Tensor | None = None,
+    boxes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Apply the shift ``name`` at ``level`` to a uint8 batch, one seed-rule generator per image.
 
@@ -54,9 +61,15 @@ def apply(
         x: (N, 3, H, W) uint8 on any device.
         sample_ids: The N sample ids (the seed rule keys each image's generator by its id).
         seed: Global seed of the seed rule.
+        masks: (N, H, W) bool foreground masks, for the scenes (usable ones: see
+            :func:`.scenes.problem`).
+        boxes: (N, 4) int object boxes ``(x0, y0, x1, y1)``, for the box scenes.
 
     Returns:
-        (N, 3, H, W) uint8 on ``x``'s device.
+        (N, 3, H, W) uint8 on ``x``'s device (an RGBA scene: its colour channels).
+
+    Raises:
+        ValueError: unknown level, a bad batch, or a scene without its masks or boxes.
     """
     from robustlab.seeding import derive_seed
     from robustlab.shifts.registry import get_shift
@@ -70,11 +83,24 @@ def apply(
         )
     if len(sample_ids) != x.shape[0]:
         raise ValueError(f"{len(sample_ids)} sample ids for {x.shape[0]} images")
+    n, _, h, w = x.shape
+    if masks is not None and (masks.dtype != torch.bool or tuple(masks.shape) != (n, h, w)):
+        raise ValueError(
+            f"masks must be ({n}, {h}, {w}) bool, got {masks.dtype} {tuple(masks.shape)}"
+        )
+    if boxes is not None and tuple(boxes.shape) != (n, 4):
+        raise ValueError(f"boxes must be ({n}, 4), got {tuple(boxes.shape)}")
+    given = {"masks": masks, "boxes": boxes}
+    context = {}
+    for key in CONTEXT.get(name, ()):
+        if given[key] is None:
+            raise ValueError(f"{name} needs the batch's {key}")
+        context[key] = given[key].to(x.device)
     seeds = [derive_seed(seed, sid, name, level) for sid in sample_ids]
     fn = BATCHED.get(name)
     if fn is None:
-        return _exact(sh, level, x, sample_ids, seed)
-    out = fn(x, sh.params[level], generators(seeds, x.device))
+        return _exact(sh, level, x, sample_ids, seed, masks, boxes)
+    out = fn(x, sh.params[level], generators(seeds, x.device), **context)
     if out.shape != x.shape or out.dtype != torch.uint8:  # a bug in the batched version
         raise RuntimeError(
             f"batched {name} returned {out.dtype} {tuple(out.shape)} for {tuple(x.shape)}"
@@ -82,12 +108,22 @@ def apply(
     return out
 
 
-def _exact(sh, level, x: torch.Tensor, sample_ids, seed: int) -> torch.Tensor:
-    """The exact shift image by image on the CPU (shifts without a batched version)."""
+def _exact(sh, level, x: torch.Tensor, sample_ids, seed: int, masks, boxes) -> torch.Tensor:
+    """The exact shift image by image on the CPU (shifts without a batched version; a
+    scene gets its mask and box, and one that needs a donor fails as without one)."""
     from robustlab.pipeline import apply_shift
 
     host = x.permute(0, 2, 3, 1).cpu().numpy()
+    ctxs: list[dict | None] = [None] * len(host)
+    if masks is not None:
+        ctxs = [{"mask": m} for m in masks.cpu().numpy()]
+        if boxes is not None:
+            for ctx, box in zip(ctxs, boxes.tolist()):
+                ctx["bbox"] = box
     out = np.stack(
-        [apply_shift(img, sid, sh, level, seed)[..., :3] for img, sid in zip(host, sample_ids)]
+        [
+            apply_shift(img, sid, sh, level, seed, ctx)[..., :3]
+            for img, sid, ctx in zip(host, sample_ids, ctxs)
+        ]
     )
     return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous().to(x.device)
