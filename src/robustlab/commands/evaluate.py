@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from robustlab.commands._args import (
-    CommaList,
     add_backend,
+    add_cell_filters,
     add_defence_args,
     add_inference_args,
     add_no_progress,
-    level,
     workers,
 )
 
@@ -32,23 +31,7 @@ def add_parser(sub) -> None:
         "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
     )
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
-    p.add_argument(
-        "--shift",
-        "--shifts",
-        action=CommaList,
-        dest="shifts",
-        help="only these shifts of the suite (repeatable, or comma-separated)",
-    )
-    p.add_argument(
-        "--level",
-        "--levels",
-        "--severity",
-        "--severities",
-        action=CommaList,
-        dest="levels",
-        convert=level,
-        help="only these levels (repeatable, or comma-separated)",
-    )
+    add_cell_filters(p)
     p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
     p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")
     p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
