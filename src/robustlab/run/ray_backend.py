@@ -166,20 +166,45 @@ class Placement:
     Attributes:
         model_gpus: GPUs per model actor (1 when the cluster has a GPU and the device
             allows it, else 0).
-        model_cpus: CPUs per model actor. 0 on a one-CPU cluster: an actor holding the only
-            CPU would starve the decode tasks forever.
-        actors: Size of the model actor pool (one per GPU, else one).
+        model_cpus: CPUs per model actor. With a CPU stage beside it, 1 (0 on a node of one
+            CPU: an actor holding the only CPU would starve the decode tasks forever);
+            without one (``synth``), all of the smallest node's CPUs.
+        actors: Size of the model actor pool: one per GPU, else one per node (Ray Data
+            spreads the actors over the nodes).
         cpus: CPUs in the cluster (each decode/shift task takes one).
+        model_threads: torch threads of a model actor whose model runs on the CPU: the
+            CPUs of the smallest node, as the local backend's model has in its main
+            process (Ray would give it one thread, ``OMP_NUM_THREADS=1``). While the
+            decode tasks keep up, the model is the bottleneck and its threads use the cores
+            the tasks leave idle. It also keeps the arithmetic the local backend's: a CPU
+            forward pass's float sums, hence a diffusion pipeline's pixels, can change with
+            the thread count. A model on a GPU keeps Ray's setting.
     """
 
     model_gpus: int
     model_cpus: int
     actors: int
     cpus: float
+    model_threads: int = 0
 
 
-def plan_placement(resources: dict, device: str | None = None, *, model: bool = True) -> Placement:
+def plan_placement(
+    resources: dict,
+    device: str | None = None,
+    *,
+    model: bool = True,
+    cpu_stage: bool = True,
+    node_cpus: Sequence[float] | None = None,
+) -> Placement:
     """Check the cluster can run the job and decide each stage's resources.
+
+    Args:
+        resources: ``ray.cluster_resources()``.
+        device: The device asked for (None: a GPU when the cluster has one).
+        model: Whether the job has a model stage (``generate`` has not).
+        cpu_stage: Whether CPU map tasks run beside the model actors (``evaluate``; not
+            ``synth``, whose actors may take every CPU of their node).
+        node_cpus: CPUs of each live node (:func:`node_cpus`; None: one node holding all).
 
     Raises:
         MissingResourceError: no CPU for the map tasks, or a CUDA device asked for on a
@@ -190,7 +215,9 @@ def plan_placement(resources: dict, device: str | None = None, *, model: bool = 
     if cpus < 1:
         raise MissingResourceError(
             f"the Ray cluster has no CPU for the decode and shift tasks (it offers "
-            f"{_describe(resources)})",
+            f"{_describe(resources)})"
+            if cpu_stage
+            else f"the Ray cluster has no CPU (it offers {_describe(resources)})",
             hint="add a node with `ray start --address HEAD:PORT --num-cpus N`",
         )
     want = str(device or "auto")
@@ -202,13 +229,34 @@ def plan_placement(resources: dict, device: str | None = None, *, model: bool = 
             f"{_describe(resources)})",
             hint="leave out --device to run the model on a CPU, or add a GPU node",
         )
-    use_gpu = gpus >= 1 and want != "cpu"
+    nodes = [c for c in (node_cpus or [cpus]) if c >= 1] or [cpus]
+    smallest = int(min(nodes))
+    if gpus >= 1 and want != "cpu":
+        return Placement(
+            model_gpus=1,
+            model_cpus=1 if cpus >= (2 if cpu_stage else gpus) else 0,
+            actors=gpus,
+            cpus=cpus,
+            model_threads=smallest,
+        )
     return Placement(
-        model_gpus=1 if use_gpu else 0,
-        model_cpus=1 if cpus >= 2 else 0,
-        actors=gpus if use_gpu else 1,
+        model_gpus=0,
+        model_cpus=(1 if smallest >= 2 else 0) if cpu_stage else smallest,
+        actors=len(nodes),
         cpus=cpus,
+        model_threads=smallest,
     )
+
+
+def node_cpus() -> list[float]:
+    """CPUs of each live node of the connected cluster (Ray's ``CPU`` resource)."""
+    import ray
+
+    return [
+        float(n["Resources"].get("CPU", 0))
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1
+    ]
 
 
 def _describe(resources: dict) -> str:
@@ -246,6 +294,15 @@ def _one_thread(torch: bool) -> None:
         pass
 
 
+def _model_threads(threads: int, device: str) -> None:
+    """torch threads of a model actor whose model runs on the CPU (see
+    :attr:`Placement.model_threads`); a GPU model's actor keeps Ray's one thread."""
+    if threads > 0 and str(device).startswith("cpu"):
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
 def _ray_cause(exc: BaseException) -> BaseException | None:
     """The robustlab error a Ray exception carries from a worker, if any."""
     seen = set()
@@ -274,18 +331,23 @@ def _worker_errors_as_ours():
 
 @dataclass
 class StageTimes:
-    """Worker time per pipeline stage, for the throughput summary."""
+    """Worker time per pipeline stage, for the throughput summary (and the torch threads
+    of a model stage's actors, which decide its speed on a CPU)."""
 
     items: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    threads: dict[str, int] = field(default_factory=dict)
     wall: float = 0.0
 
-    def add(self, stage: str, n: int, seconds: float) -> None:
+    def add(self, stage: str, n: int, seconds: float, threads: int | None = None) -> None:
         self.items[stage] = self.items.get(stage, 0) + int(n)
         self.seconds[stage] = self.seconds.get(stage, 0.0) + float(seconds)
+        if threads is not None:
+            self.threads[stage] = int(threads)
 
     def summary(self) -> dict[str, Any]:
-        """``{stage: {items, worker_s, per_worker_s}, wall_s, ...}`` (rates per second)."""
+        """``{stage: {items, worker_s, items_per_worker_s[, threads]}, wall_s}`` (rates per
+        second)."""
         out: dict[str, Any] = {}
         for stage, n in self.items.items():
             s = self.seconds.get(stage, 0.0)
@@ -294,6 +356,8 @@ class StageTimes:
                 "worker_s": round(s, 3),
                 "items_per_worker_s": round(n / s, 2) if s > 0 else None,
             }
+            if stage in self.threads:
+                out[stage]["threads"] = self.threads[stage]
         out["wall_s"] = round(self.wall, 3)
         return out
 
@@ -306,6 +370,7 @@ def stages_line(summary: dict) -> str:
     parts = [
         f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
         + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
+        + (f" [{d['threads']} torch threads]" if d.get("threads") else "")
         for stage, d in summary.items()
         if isinstance(d, dict)
     ]
@@ -500,6 +565,7 @@ class _Predictor:
         weights_hash: str | None,
         topk: int,
         defences: dict,
+        threads: int,
     ):
         from robustlab.defences import defend
         from robustlab.models import load_model
@@ -518,6 +584,7 @@ class _Predictor:
                 f"driver with {weights_hash}",
                 hint="give every node the same weights file (a shared path)",
             )
+        _model_threads(threads, self.model.input_device())
         self.batch_size = int(batch_size)
         self.topk = int(topk)
 
@@ -554,6 +621,7 @@ class _Predictor:
             "probs": _objects(row_probs),
             "ids": _objects(row_ids),
             "n_images": np.asarray([0 if p is None else len(p) for p in batch["pixels"]]),
+            "threads": np.full(len(batch["index"]), torch.get_num_threads()),
             "model_s": np.asarray(
                 [share * (0 if p is None else len(p)) for p in batch["pixels"]], dtype=np.float64
             ),
@@ -614,13 +682,13 @@ def predict_on_ray(
     times = times if times is not None else StageTimes()
     started = time.perf_counter()
     with ray_session(address, cpus) as resources:
-        placement = plan_placement(resources, device)
+        placement = plan_placement(resources, device, node_cpus=node_cpus())
         import ray.data
 
         log.info(
             "ray: %g CPU(s), model on %s (%d actor(s))",
             placement.cpus,
-            "a GPU each" if placement.model_gpus else "a CPU",
+            "a GPU each" if placement.model_gpus else f"{placement.model_threads} CPU threads",
             placement.actors,
         )
         tasks_per_batch = max(1, round(batch_size / max(1.0, cells_per_task)))
@@ -643,6 +711,7 @@ def predict_on_ray(
                     model.weights_hash,
                     int(topk),
                     _defences_arg(model),
+                    placement.model_threads,
                 ),
                 compute=ray.data.ActorPoolStrategy(size=placement.actors),
                 num_gpus=placement.model_gpus,
@@ -651,7 +720,12 @@ def predict_on_ray(
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for j in range(len(batch["index"])):
                     times.add("prepare", 1, batch["prepare_s"][j])
-                    times.add("model", int(batch["n_images"][j]), batch["model_s"][j])
+                    times.add(
+                        "model",
+                        int(batch["n_images"][j]),
+                        batch["model_s"][j],
+                        int(batch["threads"][j]),
+                    )
                     yield (
                         int(batch["index"][j]),
                         batch["errors"][j],
