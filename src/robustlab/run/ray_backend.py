@@ -736,6 +736,149 @@ def predict_on_ray(
     times.wall = time.perf_counter() - started
 
 
+# --------------------------------------------------------------------------- synth
+class _Synthesizer:
+    """Model stage of ``synth``: one diffusion pipeline per actor, loaded from the
+    checkpoint folder where the actor runs (a pipeline is gigabytes: paths travel, weights
+    do not), checked against the driver's fingerprint of that folder. Each batch is drawn
+    and written by the local backend's work unit (``draw``) on the chunk the local backend
+    would draw in one pipeline call (a diffusion pipeline's pixels depend on which prompts
+    share its batch, by a unit here and there), so the files are the same bytes."""
+
+    def __init__(
+        self,
+        checkpoint: str,
+        fingerprint: str,
+        pipeline_args: dict,
+        threads: int,
+        chunks: Sequence[Sequence],
+        out_root: str,
+        settings: dict,
+        draw: Callable,
+    ):
+        from pathlib import Path
+
+        from robustlab.synth.backend import TextToImage
+
+        self.pipeline = TextToImage(checkpoint, **pipeline_args)
+        _model_threads(threads, self.pipeline.device)
+        if self.pipeline.fingerprint != fingerprint:
+            raise InputError(
+                f"a Ray worker found another checkpoint at {checkpoint} (fingerprint "
+                f"{self.pipeline.fingerprint}, the driver's {fingerprint})",
+                hint="give every node the same checkpoint folder (a shared path)",
+            )
+        self.chunks, self.out_root = chunks, Path(out_root)
+        self.settings, self.draw = dict(settings), draw
+        self.record = self.pipeline.describe()
+
+    def __call__(self, batch: dict) -> dict:
+        import json
+
+        import torch
+
+        t0 = time.perf_counter()
+        done = [
+            pair
+            for i in batch["index"]
+            for pair in self.draw(self.pipeline, self.chunks[int(i)], self.out_root, self.settings)
+        ]
+        share = (time.perf_counter() - t0) / max(1, len(done))
+        return {
+            "file": _objects([f for f, _ in done]),
+            # "" for an image written: Ray Data turns None in an object column into NaN
+            "reason": _objects([r or "" for _, r in done]),
+            "seconds": np.full(len(done), share, dtype=np.float64),
+            "pipeline": _objects([json.dumps(self.record, default=str)] * len(done)),
+            "threads": np.full(len(done), torch.get_num_threads()),
+        }
+
+
+def synth_on_ray(
+    items: Sequence,
+    checkpoint: str,
+    fingerprint: str,
+    out_root: str,
+    settings: dict,
+    *,
+    draw: Callable,
+    collect: Callable,
+    placement: Placement,
+    batch_size: int,
+    pipeline_args: dict,
+) -> tuple[StageTimes, dict | None]:
+    """Draw ``items`` with one pipeline per actor on the connected Ray cluster.
+
+    The actors write the images (``out_root`` must be a path every node sees) with the
+    local backend's atomic write; the driver only counts, so the caller's manifest and
+    resume work as locally: a rerun skips the files that exist.
+
+    Args:
+        items: :class:`~robustlab.synth.prompts.PromptItem` of the images still missing.
+        checkpoint: The checkpoint folder, the same path on every node.
+        fingerprint: The driver's fingerprint of it (a node with other weights is refused).
+        out_root: The output folder.
+        settings: Diffusion settings (steps, guidance, size, negative prompt).
+        draw: ``draw(pipeline, chunk, out_root, settings) -> [(file, reason or None)]``,
+            the local backend's work unit (:func:`robustlab.synth.run.draw_chunk`).
+        collect: Called on the driver with ``(file, reason or None)`` per image.
+        placement: From :func:`plan_placement` on this cluster (``model=True``).
+        batch_size: Prompts per pipeline call: ``items`` are cut into chunks of that many
+            as the local backend cuts them, and each chunk is one call on one actor.
+        pipeline_args: ``device``, ``dtype``, ``scheduler`` of
+            :class:`~robustlab.synth.backend.TextToImage`.
+
+    Returns:
+        The stage's worker time, and the pipeline's record (None when nothing ran).
+    """
+    import json
+
+    import ray.data
+
+    times = StageTimes()
+    started = time.perf_counter()
+    described = None
+    log.info(
+        "ray: %d pipeline actor(s), %s",
+        placement.actors,
+        "a GPU each" if placement.model_gpus else f"{placement.model_threads} CPU thread(s) each",
+    )
+    # One stage of actors and nothing to reserve for: as generate, no per-operator reservation.
+    chunks = [list(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
+    with _data_context(reserve=False), _worker_errors_as_ours():
+        ds = _index_blocks(len(chunks), 1).map_batches(
+            _Synthesizer,
+            batch_size=1,
+            fn_constructor_args=(
+                checkpoint,
+                fingerprint,
+                dict(pipeline_args),
+                placement.model_threads,
+                chunks,
+                out_root,
+                dict(settings),
+                draw,
+            ),
+            compute=ray.data.ActorPoolStrategy(size=placement.actors),
+            num_gpus=placement.model_gpus,
+            num_cpus=placement.model_cpus,
+        )
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            for file, reason, sec, record, threads in zip(
+                batch["file"],
+                batch["reason"],
+                batch["seconds"],
+                batch["pipeline"],
+                batch["threads"],
+            ):
+                if described is None:
+                    described = json.loads(record)
+                times.add("synth", 1, sec, int(threads))
+                collect(str(file), str(reason) or None)
+    times.wall = time.perf_counter() - started
+    return times, described
+
+
 __all__ = [
     "Placement",
     "StageTimes",
@@ -747,4 +890,5 @@ __all__ = [
     "ray_session",
     "require_ray",
     "stages_line",
+    "synth_on_ray",
 ]
