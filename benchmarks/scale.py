@@ -11,7 +11,10 @@ databases. "cold" is a backend's first job (Ray: its worker processes start, imp
 robustlab and load the model; local: the first pool and JIT compilation), "warm" the second
 (what every later job on a running cluster sees). Prints images/s and Ray's rate as a
 ratio of the local one, plus Ray's start-up overhead (``ray.init`` and the first, empty Ray
-Data pipeline). Asserts nothing: the machine is shared and timings vary.
+Data pipeline). For evaluate it also prints the CPU time of every process involved per image
+(:func:`tree_cpu_seconds`), which other users' load moves far less than wall time: on a
+busy shared machine the wall-time ratio flatters the backend with more processes. Asserts
+nothing: the machine is shared and timings vary.
 """
 
 from __future__ import annotations
@@ -30,12 +33,40 @@ from evaluate import make_folder
 
 import robustlab
 from robustlab.generate import generate
+from robustlab.run.ray_backend import stages_line
 
 
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and every process below it that
+    is alive or was reaped (Ray's raylet, GCS and workers, local pool workers). Unlike wall
+    time, this barely moves with what other users run on a shared machine."""
+    root = os.getpid() if root is None else root
+    parent, used = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        parent[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(x) for x in fields[11:15])
+    total = 0
+    for pid, ticks in used.items():
+        p = pid
+        while p not in (root, 0, 1) and p in parent:
+            p = parent[p]
+        if p == root:
+            total += ticks
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _startup(ray, cpus: int) -> tuple[float, float, float]:
@@ -81,6 +112,7 @@ def main() -> None:
     )
     kw = {"shifts": shifts, "levels": levels, "progress": False}
     rows = []
+    cpu_ms: dict[str, float] = {}  # evaluate: CPU milliseconds of all processes per image
 
     def run_generate(tag: str, **extra) -> float:
         out = work / f"gen-{tag}"
@@ -90,11 +122,21 @@ def main() -> None:
 
     def run_evaluate(tag: str, model, **extra) -> float:
         db = work / f"{tag}.duckdb"
+        out: dict = {}
+        cpu0 = tree_cpu_seconds()
         seconds = _timed(
-            lambda: robustlab.evaluate(model, data, suite="imagenet-c", db=db, **kw, **extra)
+            lambda: out.update(
+                df=robustlab.evaluate(model, data, suite="imagenet-c", db=db, **kw, **extra)
+            )
         )
+        cpu = tree_cpu_seconds() - cpu0
         db.unlink()
-        return args.images * (1 + n_cells) / seconds
+        n = args.images * (1 + n_cells)
+        cpu_ms[tag] = 1000 * cpu / n
+        print(f"  {tag}: {n / seconds:.1f} img/s, {cpu_ms[tag]:.1f} CPU-ms/img", flush=True)
+        if out["df"].attrs.get("stages"):  # Ray: where the time went, per stage
+            print(f"    {stages_line(out['df'].attrs['stages'])}", flush=True)
+        return n / seconds
 
     from robustlab.models import load_model
 
@@ -103,7 +145,7 @@ def main() -> None:
     for c in cores:
         # C cores for this process and everything it starts (pools, Ray's processes).
         os.sched_setaffinity(0, everything[:c])
-        result = {"cores": c}
+        result = {"cores": c, "load_before": os.getloadavg()[0]}
         for phase in ("cold", "warm"):
             if "generate" not in args.skip:
                 # one core: in this process (workers=0); more: one worker process per core
@@ -129,6 +171,11 @@ def main() -> None:
         finally:
             ray.shutdown()
             os.sched_setaffinity(0, everything)
+        result["load_after"] = os.getloadavg()[0]
+        for phase in ("cold", "warm"):
+            for backend in ("local", "ray"):
+                if f"{backend}{c}{phase}" in cpu_ms:
+                    result[f"eval_{backend}_{phase}_cpu_ms"] = cpu_ms[f"{backend}{c}{phase}"]
         rows.append(result)
         print({k: round(v, 3) for k, v in result.items()}, flush=True)
 
@@ -147,6 +194,14 @@ def main() -> None:
             print(
                 f"| {r['cores']} | {job} | {lc:.2f} / {lw:.2f} | {cold:.2f} (x{cold / lc:.2f}) "
                 f"| {warm:.2f} (x{warm / lw:.2f}) |"
+            )
+    for r in rows:
+        if "eval_ray_warm_cpu_ms" in r:
+            lw, rw = r["eval_local_warm_cpu_ms"], r["eval_ray_warm_cpu_ms"]
+            print(
+                f"evaluate, {r['cores']} core(s), warm: CPU-ms per image (all processes) local "
+                f"{lw:.1f}, Ray {rw:.1f} (local/Ray x{lw / rw:.2f}); load average "
+                f"{r['load_before']:.1f} -> {r['load_after']:.1f}"
             )
     for r in rows:
         print(

@@ -1,4 +1,4 @@
-"""The Ray backend: ``generate`` and ``evaluate`` spread over a Ray cluster.
+"""The Ray backend: ``generate``, ``evaluate`` and ``synth`` spread over a Ray cluster.
 
 Why it can give exactly the local backend's output: every cell draws from
 ``derive_seed(seed, sample_id, shift, level)``, so where and in which order a cell is made
@@ -17,8 +17,13 @@ The work is a Ray Data pipeline (Ray's streaming engine, no scheduler of our own
   holds a few images, :func:`task_size`; a rerun retries them).
 * ``evaluate``: task indices -> CPU tasks that decode, prepare, shift and preprocess
   (uint8 pixels) -> an actor pool that holds the model (one actor per GPU, ``num_gpus=1``,
-  when the cluster has GPUs; else one CPU actor) -> predictions streamed to the driver,
-  which builds and stores the rows with the local runner's code.
+  when the cluster has GPUs; else one CPU actor per node, with the node's CPUs as torch
+  threads, :class:`Placement`) -> predictions streamed to the driver, which builds and
+  stores the rows with the local runner's code.
+* ``synth``: chunks of prompts (the local backend's batches) -> an actor pool of diffusion
+  pipelines (one per GPU, else one per node with all its CPUs) that draw and write each
+  chunk with the local backend's work unit -> outcomes streamed to the driver, which keeps
+  the manifest.
 
 Resuming is the local backend's: a rerun skips files that exist and rows that are stored,
 so a killed driver or a lost worker costs only the work in flight. Which backend ran a
