@@ -11,7 +11,10 @@ databases. "cold" is a backend's first job (Ray: its worker processes start, imp
 robustlab and load the model; local: the first pool and JIT compilation), "warm" the second
 (what every later job on a running cluster sees). Prints images/s and Ray's rate as a
 ratio of the local one, plus Ray's start-up overhead (``ray.init`` and the first, empty Ray
-Data pipeline). Asserts nothing: the machine is shared and timings vary.
+Data pipeline), the load average around each job (on a busy shared machine the wall-time
+ratio flatters the backend with more processes, which get a larger share of the cores) and,
+for evaluate on Ray, where the time went per stage. Asserts nothing: the machine is shared
+and timings vary.
 """
 
 from __future__ import annotations
@@ -30,12 +33,27 @@ from evaluate import make_folder
 
 import robustlab
 from robustlab.generate import generate
+from robustlab.run.ray_backend import stages_line
 
 
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def pin(cores: list[int]) -> None:
+    """Run every thread of this process, and what it starts from now on, on ``cores``.
+
+    ``os.sched_setaffinity(0, ...)`` moves only the calling thread: torch's OpenMP threads,
+    started when the model was loaded, kept all the cores, so the local backend's "1 core"
+    ran its forward passes on two (earlier runs of this benchmark, see benchmarks/README.md).
+    """
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 def _startup(ray, cpus: int) -> tuple[float, float, float]:
@@ -69,6 +87,7 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="generate and/or evaluate")
     args = ap.parse_args()
     import ray
+    import torch
 
     cores = [os.cpu_count() if c == "all" else int(c) for c in args.cores.split(",")]
     shifts, levels = args.shifts.split(","), [int(x) for x in args.levels.split(",")]
@@ -90,11 +109,20 @@ def main() -> None:
 
     def run_evaluate(tag: str, model, **extra) -> float:
         db = work / f"{tag}.duckdb"
+        out: dict = {}
         seconds = _timed(
-            lambda: robustlab.evaluate(model, data, suite="imagenet-c", db=db, **kw, **extra)
+            lambda: out.update(
+                df=robustlab.evaluate(model, data, suite="imagenet-c", db=db, **kw, **extra)
+            )
         )
         db.unlink()
-        return args.images * (1 + n_cells) / seconds
+        n = args.images * (1 + n_cells)
+        print(
+            f"  {tag}: {n / seconds:.1f} img/s, load average {os.getloadavg()[0]:.1f}", flush=True
+        )
+        if out["df"].attrs.get("stages"):  # Ray: where the time went, per stage
+            print(f"    {stages_line(out['df'].attrs['stages'])}", flush=True)
+        return n / seconds
 
     from robustlab.models import load_model
 
@@ -102,8 +130,11 @@ def main() -> None:
     everything = sorted(os.sched_getaffinity(0))
     for c in cores:
         # C cores for this process and everything it starts (pools, Ray's processes).
-        os.sched_setaffinity(0, everything[:c])
-        result = {"cores": c}
+        pin(everything[:c])
+        # what a process started on C cores gets (OpenMP sizes its pool by the affinity mask);
+        # the model was loaded on all cores, and two threads on one core thrash
+        torch.set_num_threads(c)
+        result = {"cores": c, "load_before": os.getloadavg()[0]}
         for phase in ("cold", "warm"):
             if "generate" not in args.skip:
                 # one core: in this process (workers=0); more: one worker process per core
@@ -128,7 +159,9 @@ def main() -> None:
                     )
         finally:
             ray.shutdown()
-            os.sched_setaffinity(0, everything)
+            pin(everything)
+            torch.set_num_threads(len(everything))
+        result["load_after"] = os.getloadavg()[0]
         rows.append(result)
         print({k: round(v, 3) for k, v in result.items()}, flush=True)
 
@@ -148,6 +181,8 @@ def main() -> None:
                 f"| {r['cores']} | {job} | {lc:.2f} / {lw:.2f} | {cold:.2f} (x{cold / lc:.2f}) "
                 f"| {warm:.2f} (x{warm / lw:.2f}) |"
             )
+    for r in rows:
+        print(f"{r['cores']} core(s): load average {r['load_before']:.1f} -> {r['load_after']:.1f}")
     for r in rows:
         print(
             f"Ray start-up with {r['cores']} CPU(s): ray.init {r['init_s']:.1f} s, first "

@@ -140,6 +140,9 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     stages = df.attrs["stages"]
     assert stages["prepare"]["items"] == N_PHOTOS
     assert stages["model"]["items"] == len(local_rows) - 1
+    # The actor's model runs on the CPU (the declared GPU is not a CUDA device): it gets the
+    # node's 2 CPUs as torch threads, as the local backend's model, not Ray's one.
+    assert stages["model"]["threads"] == 2
     assert Store(db).get_run(run_id)["status"] == "finished"
 
 
@@ -257,15 +260,27 @@ def test_placement_follows_the_cluster_resources():
     give is refused, never waited for."""
     gpu = plan_placement({"CPU": 16.0, "GPU": 4.0})
     assert (gpu.model_gpus, gpu.actors, gpu.model_cpus) == (1, 4, 1)
+    # A CPU model: one actor per node (Ray Data spreads them), holding one CPU of it and
+    # the smallest node's CPUs as torch threads, as the local backend's model has.
     cpu = plan_placement({"CPU": 8.0})
-    assert (cpu.model_gpus, cpu.actors, cpu.model_cpus) == (0, 1, 1)
+    assert (cpu.model_gpus, cpu.actors, cpu.model_cpus, cpu.model_threads) == (0, 1, 1, 8)
+    two = plan_placement({"CPU": 12.0}, node_cpus=[4.0, 8.0])
+    assert (two.actors, two.model_cpus, two.model_threads) == (2, 1, 4)
     assert plan_placement({"CPU": 8.0, "GPU": 2.0}, "cpu").model_gpus == 0
     # One CPU: an actor holding it would starve the decode tasks, so it takes none.
     assert plan_placement({"CPU": 1.0}).model_cpus == 0
-    with pytest.raises(MissingResourceError, match="asks for a GPU, but the Ray cluster has none"):
-        plan_placement({"CPU": 8.0}, "cuda")
+    # synth has no CPU stage: a CPU actor takes its whole node, a GPU actor one CPU.
+    synth = plan_placement({"CPU": 12.0}, cpu_stage=False, node_cpus=[4.0, 8.0])
+    assert (synth.actors, synth.model_cpus, synth.model_threads, synth.model_gpus) == (2, 4, 4, 0)
+    synth_gpu = plan_placement({"CPU": 2.0, "GPU": 2.0}, cpu_stage=False)
+    assert (synth_gpu.actors, synth_gpu.model_cpus, synth_gpu.model_gpus) == (2, 1, 1)
+    for cpu_stage in (True, False):
+        with pytest.raises(MissingResourceError, match="asks for a GPU, but the Ray cluster"):
+            plan_placement({"CPU": 8.0}, "cuda", cpu_stage=cpu_stage)
     with pytest.raises(MissingResourceError, match="no CPU for the decode and shift tasks"):
         plan_placement({"GPU": 1.0, "memory": 1e9})
+    with pytest.raises(MissingResourceError, match="the Ray cluster has no CPU"):
+        plan_placement({"GPU": 1.0}, cpu_stage=False)
 
 
 @pytest.mark.slow

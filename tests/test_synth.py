@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import save_tiny_text2image
+from conftest import kill_after_first_file, save_tiny_text2image
 from PIL import Image
 
 from robustlab.cli import main
@@ -145,7 +145,7 @@ def test_synth_writes_the_layout_manifest_and_resumes(tmp_path, checkpoint, back
         max_nuisances=2,
         per_pair=2,
         seed=3,
-        backend=Watching(),
+        pipeline=Watching(),
         batch_size=3,
         **TINY,
     )
@@ -210,7 +210,7 @@ def test_synth_writes_the_layout_manifest_and_resumes(tmp_path, checkpoint, back
         max_nuisances=2,
         per_pair=3,
         seed=3,
-        backend=backend,
+        pipeline=backend,
         **TINY,
     )
     assert (more.written, more.existing) == (2, 4)
@@ -219,7 +219,7 @@ def test_synth_writes_the_layout_manifest_and_resumes(tmp_path, checkpoint, back
 
 def test_changed_identity_is_refused_naming_what_changed(tmp_path, checkpoint, backend):
     out = tmp_path / "out"
-    kw = dict(classes=["banana"], nuisances=["material"], max_nuisances=1, backend=backend)
+    kw = dict(classes=["banana"], nuisances=["material"], max_nuisances=1, pipeline=backend)
     synth(out, checkpoint, seed=1, **kw, **TINY)
     with pytest.raises(InputChangedError, match=r"steps \(2 -> 3\)"):
         synth(out, checkpoint, seed=1, **kw, steps=3, height=64, width=64)
@@ -257,7 +257,7 @@ def test_a_failing_prompt_is_a_counted_skip(tmp_path, checkpoint, backend):
     kw = dict(
         classes=["backpack", "banana"], nuisances=["texture"], max_nuisances=2, seed=0, **TINY
     )
-    res = synth(out, checkpoint, backend=FailsOnBanana(), batch_size=4, **kw)
+    res = synth(out, checkpoint, pipeline=FailsOnBanana(), batch_size=4, **kw)
     assert res.written == 2 and len(res.failures) == 2
     assert {f for f, _ in res.failures} == {
         "texture/banana/blotchy_000.png",
@@ -271,7 +271,7 @@ def test_a_failing_prompt_is_a_counted_skip(tmp_path, checkpoint, backend):
     assert m["counts"]["failed"] == 2 and len(m["failures"]) == 2
     with open(out / "labels.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 2  # only images that exist
-    fixed = synth(out, checkpoint, backend=backend, **kw)
+    fixed = synth(out, checkpoint, pipeline=backend, **kw)
     assert (fixed.written, fixed.existing, fixed.failures) == (2, 2, [])
     assert json.loads((out / "manifest.json").read_text())["failures"] == []
 
@@ -352,7 +352,7 @@ def test_cli_resumes_after_kill_9(tmp_path, checkpoint, backend):
             classes=["backpack", "banana", "bucket"],
             nuisances=["texture"],
             max_nuisances=8,
-            backend=backend,
+            pipeline=backend,
             **TINY,
         )
     finally:
@@ -361,3 +361,154 @@ def test_cli_resumes_after_kill_9(tmp_path, checkpoint, backend):
     assert resumed.keys() == expected.keys() and len(expected) == 24
     for k in expected:
         np.testing.assert_array_equal(resumed[k], expected[k], err_msg=k)
+
+
+# ----------------------------------------------------------------------------- on Ray
+def _bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.png"))}
+
+
+def test_synth_on_ray_finishes_a_local_folder_with_the_local_bytes(
+    ray_cluster, tmp_path, checkpoint, backend
+):
+    """What a killed local run leaves (some images, a writer's temp file, a running
+    manifest), finished once on Ray and once locally: the same missing images redrawn, byte
+    for byte, nothing duplicated or left over. The actors load the checkpoint from its path
+    and write with the local backend's work unit, on the batches the local backend cuts
+    (a diffusion pipeline's pixels move by a unit here and there with its batch). The
+    session cluster declares a GPU, so the actor takes the ``num_gpus=1`` path (torch
+    finds no CUDA there and draws on the CPU)."""
+    import shutil
+
+    kw = dict(
+        classes=["backpack", "banana"],
+        nuisances=["texture"],
+        max_nuisances=2,
+        per_pair=2,
+        seed=5,
+        batch_size=3,
+        **TINY,
+    )
+    started = tmp_path / "started"
+    assert synth(started, checkpoint, pipeline=backend, **kw).written == 8
+    lost = sorted(_bytes(started))[1::3]  # three images: one batch of three to redraw
+    for name in lost:
+        (started / name).unlink()
+    (started / lost[0]).with_name(f".{Path(lost[0]).name}.999999999.rltmp").write_bytes(b"x")
+    out, here = tmp_path / "ray", tmp_path / "local"
+    shutil.copytree(started, out)
+    shutil.copytree(started, here)
+
+    res = synth(out, checkpoint, backend="ray", **kw)
+    assert (res.planned, res.written, res.existing, res.failures) == (8, 3, 5, [])
+    assert synth(here, checkpoint, pipeline=backend, **kw).written == 3
+    assert _bytes(out) == _bytes(here) and len(_bytes(out)) == 8
+    assert res.stages["synth"]["items"] == 3 and res.stages["wall_s"] > 0
+    assert res.stages["synth"]["threads"] == 2  # the node's CPUs, as the local pipeline's
+    left = sorted(p.name for p in out.rglob("*") if p.is_file() and p.suffix != ".png")
+    assert left == ["labels.csv", "manifest.json", "prompts.csv"]
+    m = json.loads((out / "manifest.json").read_text())
+    run = m["runs"][-1]
+    assert (run["backend"], run["status"], run["batch_size"]) == ("ray", "complete", 3)
+    assert run["device"] == "cpu" and run["pipeline"]["fingerprint"] == backend.fingerprint
+    assert m["counts"]["written_this_run"] == 3 and m["failures"] == []
+    with open(out / "labels.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 8
+    # Nothing left to draw: no cluster is asked for anything.
+    assert synth(out, checkpoint, backend="ray", **kw).existing == 8
+
+
+@pytest.mark.slow
+def test_synth_on_ray_from_the_cli_resumes_after_kill_9(ray_cluster, tmp_path, checkpoint, backend):
+    """``robustlab synth --backend ray --address`` on the session cluster, its driver killed
+    with SIGKILL after the first image: the rerun finishes the grid, each image the one an
+    uninterrupted local run draws (slow: two interpreters importing Ray and diffusers)."""
+    out = tmp_path / "killed"
+    args = [
+        sys.executable,
+        "-m",
+        "robustlab.cli",
+        "synth",
+        "--checkpoint",
+        str(checkpoint),
+        "--out",
+        str(out),
+        "--classes",
+        "backpack,banana",
+        "--nuisances",
+        "texture",
+        "--max-nuisances",
+        "6",
+        "--steps",
+        "2",
+        "--size",
+        "64",
+        "--batch-size",
+        "1",
+        "--backend",
+        "ray",
+        "--address",
+        ray_cluster,
+        "--quiet",
+    ]
+    kill_after_first_file(args, out, "*.png")
+    partial = _bytes(out)
+    assert 1 <= len(partial) < 12
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"{12 - len(partial)} written, {len(partial)} already there" in done.stdout
+    assert "ray stages: synth" in done.stdout
+    assert not [p for p in out.rglob("*") if p.name.endswith(".rltmp")]
+    ref = tmp_path / "ref"
+    synth(
+        ref,
+        checkpoint,
+        classes=["backpack", "banana"],
+        nuisances=["texture"],
+        max_nuisances=6,
+        batch_size=1,
+        pipeline=backend,
+        **TINY,
+    )
+    assert _bytes(out) == _bytes(ref) and len(_bytes(ref)) == 12
+
+
+def test_synth_on_ray_errors_are_one_line(tmp_path, checkpoint, backend, capsys):
+    """An unreachable cluster, --address without the Ray backend, a loaded pipeline for Ray
+    and a Python without Ray: one line each, before anything is written."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "o"
+    base = ["synth", "--checkpoint", str(checkpoint), "--out", str(out), "--size", "64"]
+    assert main([*base, "--backend", "ray", "--address", f"127.0.0.1:{port}"]) == 3
+    err = capsys.readouterr().err
+    assert f"cannot reach a Ray cluster at 127.0.0.1:{port}" in err and "Traceback" not in err
+    assert main([*base, "--address", "127.0.0.1:6379"]) == 2
+    assert "add --backend ray" in capsys.readouterr().err
+    with pytest.raises(InputError, match="the Ray backend loads one per worker"):
+        synth(out, checkpoint, pipeline=backend, backend="ray", **TINY)
+    assert not out.exists()
+
+    no_ray = (
+        "import sys\n"
+        "class NoRay:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ray' or name.startswith('ray.'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoRay())\n"
+        "from robustlab.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", no_ray, *base, "--backend", "ray"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "needs Ray" in proc.stderr and "pip install 'robustlab[ray]'" in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()

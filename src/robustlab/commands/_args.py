@@ -88,8 +88,9 @@ def add_no_progress(p) -> None:
     )
 
 
-def add_backend(p) -> None:
-    """``--backend local|ray`` and ``--address`` in every command that can run on Ray."""
+def add_backend(p, *, workers: bool = True) -> None:
+    """``--backend local|ray`` and ``--address`` in every command that can run on Ray
+    (``workers``: whether the command's ``--workers`` sizes a Ray instance started here)."""
     p.add_argument(
         "--backend",
         choices=["local", "ray"],
@@ -103,7 +104,7 @@ def add_backend(p) -> None:
         default=None,
         help="with --backend ray: the cluster's HOST:PORT that `ray start --head` "
         "printed (default: start a Ray instance on this machine, with "
-        "--workers CPUs)",
+        + ("--workers CPUs)" if workers else "all its CPUs)"),
     )
 
 

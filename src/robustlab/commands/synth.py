@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_no_progress
+from robustlab.commands._args import add_backend, add_no_progress
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -76,6 +76,7 @@ def add_parser(sub) -> None:
         choices=["float32", "float16", "bfloat16"],
         help="default float16 on a GPU, float32 on the CPU",
     )
+    add_backend(p, workers=False)
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -103,6 +104,8 @@ def run(args) -> int:
         batch_size=args.batch_size,
         device=args.device,
         dtype=args.dtype,
+        backend=args.backend,
+        address=args.address,
         progress=not args.no_progress,
     )
     rate = res.written / res.seconds if res.seconds > 0 else 0.0
@@ -111,6 +114,10 @@ def run(args) -> int:
         f"{len(res.failures)} failed ({res.planned} planned, {res.seconds:.1f} s, "
         f"{rate:.3f} images/s); manifest: {res.out / 'manifest.json'}"
     )
+    if res.stages:
+        from robustlab.run.ray_backend import stages_line
+
+        print(stages_line(res.stages))
     for file, reason in res.failures[:10]:
         print(f"  skipped {file}: {reason}")
     if len(res.failures) > 10:

@@ -1,4 +1,4 @@
-"""The Ray backend: ``generate`` and ``evaluate`` spread over a Ray cluster.
+"""The Ray backend: ``generate``, ``evaluate`` and ``synth`` spread over a Ray cluster.
 
 Why it can give exactly the local backend's output: every cell draws from
 ``derive_seed(seed, sample_id, shift, level)``, so where and in which order a cell is made
@@ -17,8 +17,13 @@ The work is a Ray Data pipeline (Ray's streaming engine, no scheduler of our own
   holds a few images, :func:`task_size`; a rerun retries them).
 * ``evaluate``: task indices -> CPU tasks that decode, prepare, shift and preprocess
   (uint8 pixels) -> an actor pool that holds the model (one actor per GPU, ``num_gpus=1``,
-  when the cluster has GPUs; else one CPU actor) -> predictions streamed to the driver,
-  which builds and stores the rows with the local runner's code.
+  when the cluster has GPUs; else one CPU actor per node, with the node's CPUs as torch
+  threads, :class:`Placement`) -> predictions streamed to the driver, which builds and
+  stores the rows with the local runner's code.
+* ``synth``: chunks of prompts (the local backend's batches) -> an actor pool of diffusion
+  pipelines (one per GPU, else one per node with all its CPUs) that draw and write each
+  chunk with the local backend's work unit -> outcomes streamed to the driver, which keeps
+  the manifest.
 
 Resuming is the local backend's: a rerun skips files that exist and rows that are stored,
 so a killed driver or a lost worker costs only the work in flight. Which backend ran a
@@ -166,20 +171,45 @@ class Placement:
     Attributes:
         model_gpus: GPUs per model actor (1 when the cluster has a GPU and the device
             allows it, else 0).
-        model_cpus: CPUs per model actor. 0 on a one-CPU cluster: an actor holding the only
-            CPU would starve the decode tasks forever.
-        actors: Size of the model actor pool (one per GPU, else one).
+        model_cpus: CPUs per model actor. With a CPU stage beside it, 1 (0 on a node of one
+            CPU: an actor holding the only CPU would starve the decode tasks forever);
+            without one (``synth``), all of the smallest node's CPUs.
+        actors: Size of the model actor pool: one per GPU, else one per node (Ray Data
+            spreads the actors over the nodes).
         cpus: CPUs in the cluster (each decode/shift task takes one).
+        model_threads: torch threads of a model actor whose model runs on the CPU: the
+            CPUs of the smallest node, as the local backend's model has in its main
+            process (Ray would give it one thread, ``OMP_NUM_THREADS=1``). While the
+            decode tasks keep up, the model is the bottleneck and its threads use the cores
+            the tasks leave idle. It also keeps the arithmetic the local backend's: a CPU
+            forward pass's float sums, hence a diffusion pipeline's pixels, can change with
+            the thread count. A model on a GPU keeps Ray's setting.
     """
 
     model_gpus: int
     model_cpus: int
     actors: int
     cpus: float
+    model_threads: int = 0
 
 
-def plan_placement(resources: dict, device: str | None = None, *, model: bool = True) -> Placement:
+def plan_placement(
+    resources: dict,
+    device: str | None = None,
+    *,
+    model: bool = True,
+    cpu_stage: bool = True,
+    node_cpus: Sequence[float] | None = None,
+) -> Placement:
     """Check the cluster can run the job and decide each stage's resources.
+
+    Args:
+        resources: ``ray.cluster_resources()``.
+        device: The device asked for (None: a GPU when the cluster has one).
+        model: Whether the job has a model stage (``generate`` has not).
+        cpu_stage: Whether CPU map tasks run beside the model actors (``evaluate``; not
+            ``synth``, whose actors may take every CPU of their node).
+        node_cpus: CPUs of each live node (:func:`node_cpus`; None: one node holding all).
 
     Raises:
         MissingResourceError: no CPU for the map tasks, or a CUDA device asked for on a
@@ -190,7 +220,9 @@ def plan_placement(resources: dict, device: str | None = None, *, model: bool = 
     if cpus < 1:
         raise MissingResourceError(
             f"the Ray cluster has no CPU for the decode and shift tasks (it offers "
-            f"{_describe(resources)})",
+            f"{_describe(resources)})"
+            if cpu_stage
+            else f"the Ray cluster has no CPU (it offers {_describe(resources)})",
             hint="add a node with `ray start --address HEAD:PORT --num-cpus N`",
         )
     want = str(device or "auto")
@@ -202,13 +234,34 @@ def plan_placement(resources: dict, device: str | None = None, *, model: bool = 
             f"{_describe(resources)})",
             hint="leave out --device to run the model on a CPU, or add a GPU node",
         )
-    use_gpu = gpus >= 1 and want != "cpu"
+    nodes = [c for c in (node_cpus or [cpus]) if c >= 1] or [cpus]
+    smallest = int(min(nodes))
+    if gpus >= 1 and want != "cpu":
+        return Placement(
+            model_gpus=1,
+            model_cpus=1 if cpus >= (2 if cpu_stage else gpus) else 0,
+            actors=gpus,
+            cpus=cpus,
+            model_threads=smallest,
+        )
     return Placement(
-        model_gpus=1 if use_gpu else 0,
-        model_cpus=1 if cpus >= 2 else 0,
-        actors=gpus if use_gpu else 1,
+        model_gpus=0,
+        model_cpus=(1 if smallest >= 2 else 0) if cpu_stage else smallest,
+        actors=len(nodes),
         cpus=cpus,
+        model_threads=smallest,
     )
+
+
+def node_cpus() -> list[float]:
+    """CPUs of each live node of the connected cluster (Ray's ``CPU`` resource)."""
+    import ray
+
+    return [
+        float(n["Resources"].get("CPU", 0))
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1
+    ]
 
 
 def _describe(resources: dict) -> str:
@@ -246,6 +299,15 @@ def _one_thread(torch: bool) -> None:
         pass
 
 
+def _model_threads(threads: int, device: str) -> None:
+    """torch threads of a model actor whose model runs on the CPU (see
+    :attr:`Placement.model_threads`); a GPU model's actor keeps Ray's one thread."""
+    if threads > 0 and str(device).startswith("cpu"):
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
 def _ray_cause(exc: BaseException) -> BaseException | None:
     """The robustlab error a Ray exception carries from a worker, if any."""
     seen = set()
@@ -274,18 +336,23 @@ def _worker_errors_as_ours():
 
 @dataclass
 class StageTimes:
-    """Worker time per pipeline stage, for the throughput summary."""
+    """Worker time per pipeline stage, for the throughput summary (and the torch threads
+    of a model stage's actors, which decide its speed on a CPU)."""
 
     items: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    threads: dict[str, int] = field(default_factory=dict)
     wall: float = 0.0
 
-    def add(self, stage: str, n: int, seconds: float) -> None:
+    def add(self, stage: str, n: int, seconds: float, threads: int | None = None) -> None:
         self.items[stage] = self.items.get(stage, 0) + int(n)
         self.seconds[stage] = self.seconds.get(stage, 0.0) + float(seconds)
+        if threads is not None:
+            self.threads[stage] = int(threads)
 
     def summary(self) -> dict[str, Any]:
-        """``{stage: {items, worker_s, per_worker_s}, wall_s, ...}`` (rates per second)."""
+        """``{stage: {items, worker_s, items_per_worker_s[, threads]}, wall_s}`` (rates per
+        second)."""
         out: dict[str, Any] = {}
         for stage, n in self.items.items():
             s = self.seconds.get(stage, 0.0)
@@ -294,6 +361,8 @@ class StageTimes:
                 "worker_s": round(s, 3),
                 "items_per_worker_s": round(n / s, 2) if s > 0 else None,
             }
+            if stage in self.threads:
+                out[stage]["threads"] = self.threads[stage]
         out["wall_s"] = round(self.wall, 3)
         return out
 
@@ -306,6 +375,7 @@ def stages_line(summary: dict) -> str:
     parts = [
         f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
         + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
+        + (f" [{d['threads']} torch threads]" if d.get("threads") else "")
         for stage, d in summary.items()
         if isinstance(d, dict)
     ]
@@ -501,6 +571,7 @@ class _Predictor:
         weights_hash: str | None,
         topk: int,
         defences: dict,
+        threads: int,
         inference=None,
     ):
         from robustlab.defences import defend
@@ -520,6 +591,7 @@ class _Predictor:
                 f"driver with {weights_hash}",
                 hint="give every node the same weights file (a shared path)",
             )
+        _model_threads(threads, self.model.input_device())
         self.batch_size = int(batch_size)
         self.topk = int(topk)
 
@@ -556,6 +628,7 @@ class _Predictor:
             "probs": _objects(row_probs),
             "ids": _objects(row_ids),
             "n_images": np.asarray([0 if p is None else len(p) for p in batch["pixels"]]),
+            "threads": np.full(len(batch["index"]), torch.get_num_threads()),
             "model_s": np.asarray(
                 [share * (0 if p is None else len(p)) for p in batch["pixels"]], dtype=np.float64
             ),
@@ -616,13 +689,13 @@ def predict_on_ray(
     times = times if times is not None else StageTimes()
     started = time.perf_counter()
     with ray_session(address, cpus) as resources:
-        placement = plan_placement(resources, device)
+        placement = plan_placement(resources, device, node_cpus=node_cpus())
         import ray.data
 
         log.info(
             "ray: %g CPU(s), model on %s (%d actor(s))",
             placement.cpus,
-            "a GPU each" if placement.model_gpus else "a CPU",
+            "a GPU each" if placement.model_gpus else f"{placement.model_threads} CPU threads",
             placement.actors,
         )
         tasks_per_batch = max(1, round(batch_size / max(1.0, cells_per_task)))
@@ -645,6 +718,7 @@ def predict_on_ray(
                     model.weights_hash,
                     int(topk),
                     _defences_arg(model),
+                    placement.model_threads,
                     getattr(model, "inference", None),
                 ),
                 compute=ray.data.ActorPoolStrategy(size=placement.actors),
@@ -654,7 +728,12 @@ def predict_on_ray(
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for j in range(len(batch["index"])):
                     times.add("prepare", 1, batch["prepare_s"][j])
-                    times.add("model", int(batch["n_images"][j]), batch["model_s"][j])
+                    times.add(
+                        "model",
+                        int(batch["n_images"][j]),
+                        batch["model_s"][j],
+                        int(batch["threads"][j]),
+                    )
                     yield (
                         int(batch["index"][j]),
                         batch["errors"][j],
@@ -663,6 +742,149 @@ def predict_on_ray(
                         batch["ids"][j],
                     )
     times.wall = time.perf_counter() - started
+
+
+# --------------------------------------------------------------------------- synth
+class _Synthesizer:
+    """Model stage of ``synth``: one diffusion pipeline per actor, loaded from the
+    checkpoint folder where the actor runs (a pipeline is gigabytes: paths travel, weights
+    do not), checked against the driver's fingerprint of that folder. Each batch is drawn
+    and written by the local backend's work unit (``draw``) on the chunk the local backend
+    would draw in one pipeline call (a diffusion pipeline's pixels depend on which prompts
+    share its batch, by a unit here and there), so the files are the same bytes."""
+
+    def __init__(
+        self,
+        checkpoint: str,
+        fingerprint: str,
+        pipeline_args: dict,
+        threads: int,
+        chunks: Sequence[Sequence],
+        out_root: str,
+        settings: dict,
+        draw: Callable,
+    ):
+        from pathlib import Path
+
+        from robustlab.synth.backend import TextToImage
+
+        self.pipeline = TextToImage(checkpoint, **pipeline_args)
+        _model_threads(threads, self.pipeline.device)
+        if self.pipeline.fingerprint != fingerprint:
+            raise InputError(
+                f"a Ray worker found another checkpoint at {checkpoint} (fingerprint "
+                f"{self.pipeline.fingerprint}, the driver's {fingerprint})",
+                hint="give every node the same checkpoint folder (a shared path)",
+            )
+        self.chunks, self.out_root = chunks, Path(out_root)
+        self.settings, self.draw = dict(settings), draw
+        self.record = self.pipeline.describe()
+
+    def __call__(self, batch: dict) -> dict:
+        import json
+
+        import torch
+
+        t0 = time.perf_counter()
+        done = [
+            pair
+            for i in batch["index"]
+            for pair in self.draw(self.pipeline, self.chunks[int(i)], self.out_root, self.settings)
+        ]
+        share = (time.perf_counter() - t0) / max(1, len(done))
+        return {
+            "file": _objects([f for f, _ in done]),
+            # "" for an image written: Ray Data turns None in an object column into NaN
+            "reason": _objects([r or "" for _, r in done]),
+            "seconds": np.full(len(done), share, dtype=np.float64),
+            "pipeline": _objects([json.dumps(self.record, default=str)] * len(done)),
+            "threads": np.full(len(done), torch.get_num_threads()),
+        }
+
+
+def synth_on_ray(
+    items: Sequence,
+    checkpoint: str,
+    fingerprint: str,
+    out_root: str,
+    settings: dict,
+    *,
+    draw: Callable,
+    collect: Callable,
+    placement: Placement,
+    batch_size: int,
+    pipeline_args: dict,
+) -> tuple[StageTimes, dict | None]:
+    """Draw ``items`` with one pipeline per actor on the connected Ray cluster.
+
+    The actors write the images (``out_root`` must be a path every node sees) with the
+    local backend's atomic write; the driver only counts, so the caller's manifest and
+    resume work as locally: a rerun skips the files that exist.
+
+    Args:
+        items: :class:`~robustlab.synth.prompts.PromptItem` of the images still missing.
+        checkpoint: The checkpoint folder, the same path on every node.
+        fingerprint: The driver's fingerprint of it (a node with other weights is refused).
+        out_root: The output folder.
+        settings: Diffusion settings (steps, guidance, size, negative prompt).
+        draw: ``draw(pipeline, chunk, out_root, settings) -> [(file, reason or None)]``,
+            the local backend's work unit (:func:`robustlab.synth.run.draw_chunk`).
+        collect: Called on the driver with ``(file, reason or None)`` per image.
+        placement: From :func:`plan_placement` on this cluster (``model=True``).
+        batch_size: Prompts per pipeline call: ``items`` are cut into chunks of that many
+            as the local backend cuts them, and each chunk is one call on one actor.
+        pipeline_args: ``device``, ``dtype``, ``scheduler`` of
+            :class:`~robustlab.synth.backend.TextToImage`.
+
+    Returns:
+        The stage's worker time, and the pipeline's record (None when nothing ran).
+    """
+    import json
+
+    import ray.data
+
+    times = StageTimes()
+    started = time.perf_counter()
+    described = None
+    log.info(
+        "ray: %d pipeline actor(s), %s",
+        placement.actors,
+        "a GPU each" if placement.model_gpus else f"{placement.model_threads} CPU thread(s) each",
+    )
+    # One stage of actors and nothing to reserve for: as generate, no per-operator reservation.
+    chunks = [list(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
+    with _data_context(reserve=False), _worker_errors_as_ours():
+        ds = _index_blocks(len(chunks), 1).map_batches(
+            _Synthesizer,
+            batch_size=1,
+            fn_constructor_args=(
+                checkpoint,
+                fingerprint,
+                dict(pipeline_args),
+                placement.model_threads,
+                chunks,
+                out_root,
+                dict(settings),
+                draw,
+            ),
+            compute=ray.data.ActorPoolStrategy(size=placement.actors),
+            num_gpus=placement.model_gpus,
+            num_cpus=placement.model_cpus,
+        )
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            for file, reason, sec, record, threads in zip(
+                batch["file"],
+                batch["reason"],
+                batch["seconds"],
+                batch["pipeline"],
+                batch["threads"],
+            ):
+                if described is None:
+                    described = json.loads(record)
+                times.add("synth", 1, sec, int(threads))
+                collect(str(file), str(reason) or None)
+    times.wall = time.perf_counter() - started
+    return times, described
 
 
 __all__ = [
@@ -676,4 +898,5 @@ __all__ = [
     "ray_session",
     "require_ray",
     "stages_line",
+    "synth_on_ray",
 ]

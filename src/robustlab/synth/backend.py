@@ -5,10 +5,14 @@ Any Stable Diffusion or SDXL checkpoint written with ``save_pretrained`` (a fold
 On a GPU it runs in float16 and in batches, on the CPU in float32.
 
 Reproducibility: each image's starting noise comes from its own CPU ``torch.Generator``
-seeded with the grid's seed for that image, so an image does not depend on which other
-prompts share its batch (diffusers draws one latent per generator). Bit-identical results
-across CPU and GPU, float32 and float16, or library versions are not promised: the
-denoising arithmetic differs between them.
+seeded with the grid's seed for that image, so an image's content does not depend on which
+other prompts share its batch (diffusers draws one latent per generator). Its bytes may: the
+float sums of a batched forward pass, and of a CPU one run on another number of torch
+threads, differ in the last bits, which moves a few pixels by one unit (a tiny random
+checkpoint, 64 px: batches of 3 against 1, 1 thread against 2). Byte-identical files
+therefore need the same batch size and threads (the Ray backend keeps both the local
+backend's). Bit-identical results across CPU and GPU, float32 and float16, or library
+versions are not promised: the denoising arithmetic differs between them.
 """
 
 from __future__ import annotations

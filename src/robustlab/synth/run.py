@@ -20,6 +20,7 @@ nuisances or images per pair. A prompt the model fails on is a counted, recorded
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
@@ -69,6 +70,7 @@ class SynthResult:
         failures: ``(file, reason)`` of images the model failed on (counted skips).
         seconds: Wall time.
         backend: The pipeline's record, when one was loaded.
+        stages: With the Ray backend: images and worker time per stage, and the wall time.
     """
 
     out: Path
@@ -78,6 +80,7 @@ class SynthResult:
     failures: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     backend: dict[str, Any] | None = None
+    stages: dict[str, Any] | None = None
 
 
 def synth(
@@ -101,7 +104,9 @@ def synth(
     batch_size: int | None = None,
     device: str | None = None,
     dtype: str | None = None,
-    backend: TextToImage | None = None,
+    pipeline: TextToImage | None = None,
+    backend: str = "local",
+    address: str | None = None,
     progress: bool = False,
 ) -> SynthResult:
     """Synthesise every image of the prompt grid that ``out`` does not hold yet.
@@ -123,16 +128,32 @@ def synth(
         limit: Only the first N images of the grid (in grid order).
         batch_size: Prompts per pipeline call (default 8 on a GPU, 1 on the CPU).
         device, dtype: Where and how the pipeline runs (see :class:`TextToImage`).
-        backend: An already loaded :class:`TextToImage` for ``checkpoint``.
+        pipeline: An already loaded :class:`TextToImage` for ``checkpoint`` (local backend).
+        backend: ``"local"`` (the pipeline runs in this process) or ``"ray"`` (one pipeline
+            per GPU of a Ray cluster, or per node without GPUs, each loaded from
+            ``checkpoint``: :func:`robustlab.run.ray_backend.synth_on_ray`). The same files
+            byte for byte; a folder started on one backend is finished on the other.
+        address: The Ray cluster's ``HOST:PORT`` (None: a Ray instance on this machine).
+            ``out`` and ``checkpoint`` must be paths every node of that cluster sees.
         progress: A tqdm bar on stderr.
 
     Raises:
         InputError: bad arguments, unknown class, vocabulary without a name column.
         InputChangedError: ``out`` was made with another identity.
-        MissingResourceError: the checkpoint folder or a vocabulary file is missing.
+        MissingResourceError: the checkpoint folder or a vocabulary file is missing, Ray
+            is not installed, or the Ray cluster lacks the GPU asked for.
+        EnvironmentProblem: the Ray cluster at ``address`` does not answer.
     """
     started = time.perf_counter()
     from robustlab.data.labels import get_label_space
+    from robustlab.run.executors import check_backend
+
+    check_backend(backend, address)
+    if backend == "ray" and pipeline is not None:
+        raise InputError(
+            "a loaded pipeline runs in this process; the Ray backend loads one per worker",
+            hint="pass the checkpoint path only, or leave out backend='ray'",
+        )
 
     for name, value, low in (("seed", seed, 0), ("steps", steps, 1), ("per_pair", per_pair, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -164,7 +185,7 @@ def synth(
     )
     if limit is not None:
         grid = grid[: int(limit)]
-    ckpt = backend.describe() if backend is not None else describe_checkpoint(checkpoint)
+    ckpt = pipeline.describe() if pipeline is not None else describe_checkpoint(checkpoint)
     identity = {
         "checkpoint_fingerprint": ckpt["fingerprint"],
         "pipeline": ckpt["pipeline"],
@@ -187,25 +208,6 @@ def synth(
     if prev is not None:
         _check_identity(prev, identity, manifest_path)
     rows = _merge_prompts(out_root / PROMPTS, grid)
-    out_root.mkdir(parents=True, exist_ok=True)
-    run_record = {
-        "started_at": _now(),
-        "status": "running",
-        "planned": len(grid),
-        "classes": len(class_ids),
-        "subsets": [v.subset for v in vocabs],
-        "per_pair": int(per_pair),
-        "max_nuisances": max_nuisances,
-        "limit": limit,
-    }
-    manifest = _manifest(prev, identity, ckpt, vocabs, template_map, rows, run_record)
-    # The record goes down before any image, so no image is ever of unknown making.
-    _write_prompts(out_root / PROMPTS, rows)
-    _write_json(manifest_path, manifest)
-    removed = remove_temp_files(out_root, [v.subset for v in vocabs])
-    if removed:
-        log.info("removed %d temp files left by an interrupted run", removed)
-
     result = SynthResult(out_root, len(grid))
     todo = []
     for item in grid:
@@ -213,89 +215,181 @@ def synth(
             result.existing += 1
         else:
             todo.append(item)
-    status = "interrupted"
-    try:
-        if todo:
-            if backend is None:
-                backend = TextToImage(checkpoint, device=device, dtype=dtype, scheduler=sampler)
-            result.backend = backend.describe()
-            run_record.update(device=backend.device, dtype=backend.dtype)
-            batch = int(batch_size or (8 if backend.device.startswith("cuda") else 1))
-            if batch < 1:
-                raise InputError(f"batch size must be at least 1, got {batch}")
-            run_record["batch_size"] = batch
-            log.info(
-                "synthesising %d images (%d already there) into %s",
-                len(todo),
-                result.existing,
-                out_root,
-            )
-            _draw(
-                backend,
-                todo,
-                batch,
-                out_root,
-                result,
-                progress,
-                dict(
-                    steps=int(steps),
-                    guidance_scale=float(guidance_scale),
-                    height=int(height),
-                    width=int(width),
-                    negative_prompt=negative_prompt,
-                ),
-            )
-        status = "complete"
-    finally:
-        result.seconds = time.perf_counter() - started
-        run_record.update(
-            finished_at=_now(),
-            status=status,
-            seconds=round(result.seconds, 3),
-            written=result.written,
-            existing=result.existing,
-            failed=len(result.failures),
-        )
-        if result.backend:
-            run_record["backend"] = _jsonable(result.backend)
-        manifest = _finish_manifest(manifest, result, run_record, grid)
+    if batch_size is not None and int(batch_size) < 1:
+        raise InputError(f"batch size must be at least 1, got {batch_size}")
+    settings = dict(
+        steps=int(steps),
+        guidance_scale=float(guidance_scale),
+        height=int(height),
+        width=int(width),
+        negative_prompt=negative_prompt,
+    )
+    with contextlib.ExitStack() as stack:
+        placement = None
+        if backend == "ray" and todo:  # nothing left to draw: no cluster to start
+            from robustlab.run.ray_backend import node_cpus, plan_placement, ray_session
+
+            # Connected and the cluster's resources checked before anything is written.
+            resources = stack.enter_context(ray_session(address))
+            placement = plan_placement(resources, device, cpu_stage=False, node_cpus=node_cpus())
+        out_root.mkdir(parents=True, exist_ok=True)
+        run_record: dict[str, Any] = {
+            "started_at": _now(),
+            "status": "running",
+            "planned": len(grid),
+            "classes": len(class_ids),
+            "subsets": [v.subset for v in vocabs],
+            "per_pair": int(per_pair),
+            "max_nuisances": max_nuisances,
+            "limit": limit,
+            "backend": backend,
+        }
+        if backend == "ray":
+            run_record["address"] = address
+        manifest = _manifest(prev, identity, ckpt, vocabs, template_map, rows, run_record)
+        # The record goes down before any image, so no image is ever of unknown making.
+        _write_prompts(out_root / PROMPTS, rows)
         _write_json(manifest_path, manifest)
-        _write_labels(out_root, rows)
+        removed = remove_temp_files(out_root, [v.subset for v in vocabs])
+        if removed:
+            log.info("removed %d temp files left by an interrupted run", removed)
+
+        status = "interrupted"
+        tally = _Tally(result, len(todo), progress and bool(todo))
+        try:
+            if todo:
+                log.info(
+                    "synthesising %d images (%d already there) into %s",
+                    len(todo),
+                    result.existing,
+                    out_root,
+                )
+                pipeline_args = dict(device=device, dtype=dtype, scheduler=sampler)
+                job = dict(out_root=out_root, settings=settings, batch_size=batch_size)
+                if placement is not None:
+                    _draw_on_ray(todo, ckpt, pipeline_args, placement, job, run_record, tally)
+                else:
+                    pipeline = pipeline or TextToImage(checkpoint, **pipeline_args)
+                    _draw_here(todo, pipeline, job, run_record, tally)
+            status = "complete"
+        finally:
+            tally.close()
+            result.seconds = time.perf_counter() - started
+            run_record.update(
+                finished_at=_now(),
+                status=status,
+                seconds=round(result.seconds, 3),
+                written=result.written,
+                existing=result.existing,
+                failed=len(result.failures),
+            )
+            if result.backend:
+                run_record["pipeline"] = _jsonable(result.backend)
+            manifest = _finish_manifest(manifest, result, run_record, grid)
+            _write_json(manifest_path, manifest)
+            _write_labels(out_root, rows)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _draw(
-    backend: TextToImage,
-    todo: list[PromptItem],
-    batch: int,
-    out_root: Path,
-    result: SynthResult,
-    progress: bool,
-    settings: dict,
-) -> None:
-    """Run the pipeline batch by batch; a failing batch is retried prompt by prompt."""
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+class _Tally:
+    """Counts each drawn image into the result (a failure is a logged, counted skip) and
+    moves the progress bar: one bookkeeping for both backends."""
 
-        bar = tqdm(total=len(todo), unit="img", desc="synth", dynamic_ncols=True)
-    try:
-        for start in range(0, len(todo), batch):
-            chunk = todo[start : start + batch]
-            for item, image in _generate(backend, chunk, settings):
-                if isinstance(image, str):
-                    result.failures.append((item.file, image))
-                    log.warning("skipped %s: %s", item.file, image)
-                else:
-                    atomic_write(out_root / item.file, _png(image))
-                    result.written += 1
-            if bar is not None:
-                bar.update(len(chunk))
-                bar.set_postfix(written=result.written, failed=len(result.failures), refresh=False)
-    finally:
-        if bar is not None:
-            bar.close()
+    def __init__(self, result: SynthResult, total: int, progress: bool):
+        self.result, self.total, self.progress = result, total, progress
+        self.bar = None
+
+    def start(self) -> None:
+        """Show the bar (once the pipeline is loaded: a load error stays one clean line)."""
+        if self.progress and self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, unit="img", desc="synth", dynamic_ncols=True)
+
+    def __call__(self, file: str, reason: str | None) -> None:
+        if reason is not None:
+            self.result.failures.append((file, reason))
+            log.warning("skipped %s: %s", file, reason)
+        else:
+            self.result.written += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(
+                written=self.result.written, failed=len(self.result.failures), refresh=False
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def draw_chunk(
+    pipeline: TextToImage, chunk: Sequence[PromptItem], out_root: Path, settings: dict
+) -> list[tuple[str, str | None]]:
+    """Draw one batch and write its images atomically: ``(file, None)`` per image written,
+    ``(file, reason)`` per image the pipeline failed on (a failing batch is retried prompt
+    by prompt). The work unit of both backends, so their files are the same bytes."""
+    done: list[tuple[str, str | None]] = []
+    for item, image in _generate(pipeline, list(chunk), settings):
+        if isinstance(image, str):
+            done.append((item.file, image))
+        else:
+            atomic_write(out_root / item.file, _png(image))
+            done.append((item.file, None))
+    return done
+
+
+def _draw_here(
+    todo: list[PromptItem], pipeline: TextToImage, job: dict, run_record: dict, tally: _Tally
+) -> None:
+    """The local backend: the grid's missing images drawn batch by batch in this process
+    (``job``: out_root, settings, batch_size)."""
+    tally.result.backend = pipeline.describe()
+    tally.start()
+    run_record.update(device=pipeline.device, dtype=pipeline.dtype)
+    batch = int(job["batch_size"] or (8 if pipeline.device.startswith("cuda") else 1))
+    run_record["batch_size"] = batch
+    for start in range(0, len(todo), batch):
+        for file, reason in draw_chunk(
+            pipeline, todo[start : start + batch], job["out_root"], job["settings"]
+        ):
+            tally(file, reason)
+
+
+def _draw_on_ray(
+    todo: list[PromptItem],
+    ckpt: dict,
+    pipeline_args: dict,
+    placement,
+    job: dict,
+    run_record: dict,
+    tally: _Tally,
+) -> None:
+    """The grid's missing images drawn by pipelines on Ray's workers, which write the files;
+    this process only tallies them and keeps the manifest."""
+    from robustlab.run.ray_backend import synth_on_ray
+
+    batch = int(job["batch_size"] or (8 if placement.model_gpus else 1))
+    run_record.update(batch_size=batch, workers=placement.actors)
+    tally.start()
+    times, described = synth_on_ray(
+        todo,
+        ckpt["path"],
+        ckpt["fingerprint"],
+        str(Path(job["out_root"]).resolve()),
+        job["settings"],
+        draw=draw_chunk,
+        collect=tally,
+        placement=placement,
+        batch_size=batch,
+        pipeline_args=pipeline_args,
+    )
+    if described:
+        tally.result.backend = described
+        run_record.update(device=described["device"], dtype=described["dtype"])
+    run_record["stages"] = tally.result.stages = times.summary()
+    log.info("%s", times.line())
 
 
 def _generate(backend: TextToImage, chunk: list[PromptItem], settings: dict):
@@ -478,4 +572,13 @@ def result_summary(result: SynthResult) -> dict[str, Any]:
     return d
 
 
-__all__ = ["synth", "SynthResult", "FORMAT", "MANIFEST", "PROMPTS", "LABELS", "result_summary"]
+__all__ = [
+    "synth",
+    "draw_chunk",
+    "SynthResult",
+    "FORMAT",
+    "MANIFEST",
+    "PROMPTS",
+    "LABELS",
+    "result_summary",
+]
