@@ -55,6 +55,9 @@ UNRUNNABLE = {
     "--address HEAD:6379": "needs a Ray cluster (the two-node test)",
     "robustlab evaluate lite0 --data /nfs/val/ --suite imagenet-c --backend ray "
     "--address HEAD:6379": "needs a Ray cluster (the two-node test)",
+    "robustlab synth --checkpoint /nfs/sd-1.5/ --out /nfs/imagenet-d/ --backend ray "
+    "--address HEAD:6379": "needs a Ray cluster and the user's diffusers checkpoint "
+    "(test_synth.py runs synth on Ray with a tiny checkpoint)",
 }
 
 PHOTOS = ["cat/chelsea.png", "rocket/rocket.jpg"]

@@ -280,14 +280,17 @@ class UrlFolder:
         """Paths (relative to the root) of every file under the given folders."""
         out: set[str] = set()
         for name in folders:
-            base = self._path(name)
-            self.fs.invalidate_cache(base)
-            try:
-                found = self._call("cannot list", self.fs.find, base)
-            except FileNotFoundError:
-                continue
-            out.update(posixpath.relpath(p, self.root) for p in found)
+            out.update(posixpath.relpath(p, self.root) for p in self._find(name))
         return out
+
+    def _find(self, name: str) -> list[str]:
+        """Every file under one folder, freshly listed (none when it does not exist)."""
+        base = self._path(name)
+        self.fs.invalidate_cache(base)
+        try:
+            return list(self._call("cannot list", self.fs.find, base))
+        except FileNotFoundError:
+            return []
 
     def remove_temp_files(self, shift_names: Sequence[str]) -> int:
         """Temp files of dead writers under the shift folders (none on object stores,
@@ -296,13 +299,7 @@ class UrlFolder:
             return 0
         n = 0
         for name in shift_names:
-            base = self._path(name)
-            self.fs.invalidate_cache(base)
-            try:
-                found = self._call("cannot list", self.fs.find, base)
-            except FileNotFoundError:
-                continue
-            for path in found:
+            for path in self._find(name):
                 if _is_stale_temp(posixpath.basename(path)):
                     with contextlib.suppress(OSError):
                         self.fs.rm_file(path)
