@@ -29,19 +29,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from torch_shifts import photos  # the same photo pick as the corruption table (sibling script)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "imagenet-samples"
 MASKS = Path(tempfile.gettempdir()) / "robustlab-bench-masks"
-
-
-def photos(root: Path, n: int, masks: Path | None = None):
-    """``n`` labelled samples spread evenly over the sorted folder."""
-    from robustlab.data.sources import discover
-
-    samples = discover(root, labels_csv=root / "labels.csv", masks=masks)
-    step = max(1, len(samples) // max(1, n))
-    return list(samples)[::step][:n]
 
 
 def ensure_masks(samples, out: Path) -> None:

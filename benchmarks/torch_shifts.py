@@ -34,11 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "imagenet-samples"
 
 
-def photos(root: Path, n: int):
-    """``n`` labelled samples spread evenly over the sorted folder."""
+def photos(root: Path, n: int, masks: Path | None = None):
+    """``n`` labelled samples spread evenly over the sorted folder (with their masks from
+    ``masks``, for torch_scenes.py)."""
     from robustlab.data.sources import discover
 
-    samples = discover(root, labels_csv=root / "labels.csv")
+    samples = discover(root, labels_csv=root / "labels.csv", masks=masks)
     step = max(1, len(samples) // max(1, n))
     return list(samples)[::step][:n]
 
