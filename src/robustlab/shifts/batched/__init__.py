@@ -32,10 +32,19 @@ import torch
 
 from robustlab.shifts.batched import blur, digital, noise, scenes, weather  # noqa: F401
 from robustlab.shifts.batched._ops import generators
-from robustlab.shifts.batched._registry import BATCHED, CONTEXT
+from robustlab.shifts.batched._registry import BATCHED, CONTEXT, PARTS
 from robustlab.shifts.batched.jpeg import codec_name, jpeg_roundtrip
 
-__all__ = ["BATCHED", "CONTEXT", "apply", "codec_name", "has_batched", "jpeg_roundtrip"]
+__all__ = [
+    "BATCHED",
+    "CONTEXT",
+    "PARTS",
+    "apply",
+    "apply_matched",
+    "codec_name",
+    "has_batched",
+    "jpeg_roundtrip",
+]
 
 
 def has_batched(name: str) -> bool:
@@ -75,14 +84,7 @@ def apply(
     from robustlab.shifts.registry import get_shift
 
     sh = get_shift(name)
-    if level not in sh.params:
-        raise ValueError(f"{name}: level {level!r} is not defined; levels are {list(sh.levels)}")
-    if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[1] != 3:
-        raise ValueError(
-            f"batched shifts need an (N, 3, H, W) uint8 tensor, got {x.dtype} {tuple(x.shape)}"
-        )
-    if len(sample_ids) != x.shape[0]:
-        raise ValueError(f"{len(sample_ids)} sample ids for {x.shape[0]} images")
+    _check(sh, level, x, sample_ids)
     n, _, h, w = x.shape
     if masks is not None and (masks.dtype != torch.bool or tuple(masks.shape) != (n, h, w)):
         raise ValueError(
@@ -100,7 +102,54 @@ def apply(
     fn = BATCHED.get(name)
     if fn is None:
         return _exact(sh, level, x, sample_ids, seed, masks, boxes)
-    out = fn(x, sh.params[level], generators(seeds, x.device), **context)
+    return _checked(name, fn(x, sh.params[level], generators(seeds, x.device), **context), x)
+
+
+def apply_matched(
+    name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str], *, seed: int = 0
+) -> torch.Tensor:
+    """The batched ``name`` fed the exact path's own draws instead of torch's.
+
+    Each image gets the generator the exact path would give it (the seed rule, numpy),
+    the shift's replay makes the exact path's draws with it, and the batched apply uses
+    them: the result is the exact path's image up to the shift's documented arithmetic
+    differences (``PARTS[name].matched_mad``). This is how the batched arithmetic is
+    checked apart from its randomness; runs use :func:`apply`. Deterministic shifts and
+    those without a batched version have nothing to replay and give :func:`apply`'s result.
+
+    Raises:
+        ValueError: as :func:`apply`.
+    """
+    from robustlab.seeding import derive_seed, make_rng
+    from robustlab.shifts.registry import get_shift
+
+    parts = PARTS.get(name)
+    if parts is None:
+        return apply(name, level, x, sample_ids, seed=seed)
+    sh = get_shift(name)
+    _check(sh, level, x, sample_ids)
+    params = sh.params[level]
+    host = x.permute(0, 2, 3, 1).cpu().numpy()
+    per_image = [
+        parts.replay(img, params, make_rng(derive_seed(seed, sid, name, level)))
+        for img, sid in zip(host, sample_ids)
+    ]
+    draws = {k: torch.cat([d[k] for d in per_image]).to(x.device) for k in per_image[0]}
+    return _checked(name, parts.apply(x, params, draws), x)
+
+
+def _check(sh, level, x: torch.Tensor, sample_ids) -> None:
+    if level not in sh.params:
+        raise ValueError(f"{sh.name}: level {level!r} is not defined; levels are {list(sh.levels)}")
+    if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[1] != 3:
+        raise ValueError(
+            f"batched shifts need an (N, 3, H, W) uint8 tensor, got {x.dtype} {tuple(x.shape)}"
+        )
+    if len(sample_ids) != x.shape[0]:
+        raise ValueError(f"{len(sample_ids)} sample ids for {x.shape[0]} images")
+
+
+def _checked(name: str, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if out.shape != x.shape or out.dtype != torch.uint8:  # a bug in the batched version
         raise RuntimeError(
             f"batched {name} returned {out.dtype} {tuple(out.shape)} for {tuple(x.shape)}"

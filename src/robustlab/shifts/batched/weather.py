@@ -6,7 +6,8 @@ Deviations from the exact versions:
   uint8 version with an angle from [-135, -45), blend with the brightened grey image,
   mirrored flakes added), in float32; the noise and the angle come from torch.
 * frost: the same five textures (decoded once per process and device, kept on the
-  device) and the same draws (texture index, crop corner), from torch.
+  device), the same draws (texture index, crop corner) from torch, and the same float64
+  blend: fed the exact path's draws, the same pixels.
 * fog: the same diamond-square plasma fractal, built for all images of the batch at
   once with the reference's vectorised steps (``roll`` on strided views), in float64.
 * brightness: the scikit-image HSV round trip in float64 (:mod:`.color`).
@@ -26,7 +27,7 @@ from robustlab.shifts.batched._ops import (
     uniform,
     unit,
 )
-from robustlab.shifts.batched._registry import batched
+from robustlab.shifts.batched._registry import batched, random_batched
 from robustlab.shifts.batched.color import hsv_adjust
 
 
@@ -71,22 +72,47 @@ def _textures(device: str, h: int, w: int) -> tuple[torch.Tensor, ...]:
     )
 
 
-@batched("frost")
-def frost(x, params, gens):
-    """The image blended with a random crop of one of five frost photographs."""
+def _frost_draw(x, params, gens) -> dict[str, torch.Tensor]:
+    """Per image: texture index, crop top and crop left, each uniform like the reference."""
     from robustlab.shifts.corruptions.frost import N_DRAWN
 
-    a, b = params
     h, w = x.shape[-2:]
     textures = _textures(str(x.device), h, w)
-    crops = []
+    rows = []
     for g in gens:
         idx = int(torch.randint(N_DRAWN, (1,), generator=g, device=x.device))
         tex = textures[idx]
         top = int(torch.randint(0, tex.shape[1] - h, (1,), generator=g, device=x.device))
         left = int(torch.randint(0, tex.shape[2] - w, (1,), generator=g, device=x.device))
-        crops.append(tex[:, top : top + h, left : left + w])
-    out = a * x.to(torch.float32) + b * torch.stack(crops).to(torch.float32)
+        rows.append((idx, top, left))
+    return _frost_draws(rows)
+
+
+def _frost_replay(img, params, rng) -> dict[str, torch.Tensor]:
+    from robustlab.shifts.corruptions.frost import draw
+
+    return _frost_draws([draw(rng, *img.shape[:2])])
+
+
+def _frost_draws(rows) -> dict[str, torch.Tensor]:
+    t = torch.tensor(rows, dtype=torch.int64).reshape(-1, 3)
+    return {"texture": t[:, 0], "top": t[:, 1], "left": t[:, 2]}
+
+
+@random_batched("frost", draw=_frost_draw, replay=_frost_replay)
+def frost(x, params, draws):
+    """The image blended with a crop of one of five frost photographs."""
+    a, b = params
+    h, w = x.shape[-2:]
+    textures = _textures(str(x.device), h, w)
+    crops = [
+        textures[i][:, top : top + h, left : left + w]
+        for i, top, left in zip(
+            draws["texture"].tolist(), draws["top"].tolist(), draws["left"].tolist()
+        )
+    ]
+    # float64 like the exact path's lookup tables: float32 flips a truncated value
+    out = a * x.to(torch.float64) + b * torch.stack(crops).to(torch.float64)
     return out.clamp(0, 255).to(torch.uint8)
 
 

@@ -82,6 +82,15 @@ def texture_for(index: int, h: int, w: int) -> np.ndarray:
     return _enlarged(index, h, w)
 
 
+def draw(rng, h: int, w: int) -> tuple[int, int, int]:
+    """The reference's draws for an ``h x w`` image: texture index, crop top, crop left."""
+    idx = int(randint(rng, N_DRAWN))
+    tex = texture_for(idx, h, w)
+    top = int(randint(rng, 0, tex.shape[0] - h))
+    left = int(randint(rng, 0, tex.shape[1] - w))
+    return idx, top, left
+
+
 @njit(cache=True, nogil=True)
 def _blend(x, frost, top, left, ta, tb, out):
     """``uint8(clip(a*x + b*rgb(frost crop), 0, 255))``; ``ta[v] = a*v``, ``tb[v] = b*v``."""
@@ -105,10 +114,8 @@ def frost(x, params, rng, ctx):
     a, b = params
     x = np.asarray(x)
     h, w = x.shape[:2]
-    idx = int(randint(rng, N_DRAWN))
+    idx, top, left = draw(rng, h, w)
     tex = texture_for(idx, h, w)
-    top = int(randint(rng, 0, tex.shape[0] - h))
-    left = int(randint(rng, 0, tex.shape[1] - w))
     levels = np.arange(256, dtype=np.float64)
     out = np.empty(x.shape, np.uint8)
     _blend(x, tex, top, left, a * levels, b * levels, out)
