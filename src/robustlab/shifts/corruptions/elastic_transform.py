@@ -33,6 +33,9 @@ Exactness (bit-identical to the reference for ``RandomState`` seeds, fixtures ch
   coordinate, weights ``w0 = 1 - frac``, ``w1 = 1 - w0``, and the sum over the corners in
   C order; the channel coordinate is an integer, so only four corners count.
 
+All randomness comes from :func:`draw` (jitter, then the raw x and y fields), which the
+batched version's replay also calls, so the two paths share one draw order.
+
 Any size: everything above already follows the image's shape except that the reference
 passes (row, col) points to OpenCV, which takes (x, y); here the triangle is centred on
 (x, y) = (W // 2, H // 2), which is the same on square images and keeps the warp
@@ -311,6 +314,20 @@ def affine_points(h: int, w: int) -> np.ndarray:
     return np.float32([center + s, [center[0] + s, center[1] - s], center - s])
 
 
+def draw(rng, h: int, w: int, affine: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All of the shift's randomness, in the reference's order.
+
+    Returns:
+        The triangle jitter (3, 2) float32 (OpenCV (x, y) order, added to
+        :func:`affine_points`), then the raw fields of the x and the y displacement, each
+        (h, w) float64 uniform on [-1, 1) before smoothing (x drawn first).
+    """
+    jitter = rng.uniform(-affine, affine, size=(3, 2)).astype(np.float32)
+    field_x = rng.uniform(-1, 1, size=(h, w))
+    field_y = rng.uniform(-1, 1, size=(h, w))
+    return jitter, field_x, field_y
+
+
 @register_shift(
     "elastic_transform",
     family="digital",
@@ -329,15 +346,15 @@ def elastic_transform(x, params, rng, ctx):
     alpha, sigma, affine = params
     x = np.asarray(x)
     h, w = x.shape[:2]
+    jitter, field_x, field_y = draw(rng, h, w, affine)
     pts1 = affine_points(h, w)
-    pts2 = pts1 + rng.uniform(-affine, affine, size=pts1.shape).astype(np.float32)
     warped = np.empty(x.shape, np.float32)
-    _warp_affine(x, _F32_SCALE, cv2.getAffineTransform(pts1, pts2), _WTAB, warped)
+    _warp_affine(x, _F32_SCALE, cv2.getAffineTransform(pts1, pts1 + jitter), _WTAB, warped)
     smooth = gaussian_reflect
     if not is_legacy(rng) and int(3.0 * sigma + 0.5) > _DCT_MIN_RADIUS:
         smooth = gaussian_reflect_dct
-    dx = (smooth(rng.uniform(-1, 1, size=(h, w)), sigma) * alpha).astype(np.float32)
-    dy = (smooth(rng.uniform(-1, 1, size=(h, w)), sigma) * alpha).astype(np.float32)
+    dx = (smooth(field_x, sigma) * alpha).astype(np.float32)
+    dy = (smooth(field_y, sigma) * alpha).astype(np.float32)
     out = np.empty(x.shape, np.uint8)
     _displace(warped, dx, dy, out)
     return out
