@@ -247,6 +247,26 @@ def test_hole_fill_backends(synthetic, monkeypatch):
         _edit(x, m, "obj_direction", "90")
 
 
+def test_the_registry_is_the_one_record_of_the_hole_fill(monkeypatch):
+    # generate and evaluate record whatever describe_resources returns; the edits depend on
+    # the fill backend without naming it in ``needs``, so it must come from ``used_by``
+    from robustlab.shifts.registry import describe_resources, get_resource, recorded_resources
+
+    monkeypatch.delenv(fillmod.ENV_FILL, raising=False)
+    edits = [get_shift(n) for n in EDITS]
+    assert recorded_resources(edits) == ["hole_fill"]
+    assert recorded_resources([get_shift("gaussian_noise")]) == []
+    assert recorded_resources([get_shift("ai_bg")]) == ["inpainter"]
+    telea = describe_hole_fill()
+    assert describe_resources([get_shift("obj_size"), get_shift("gaussian_noise")]) == {
+        "hole_fill": telea
+    }
+    # a cell names the backend (older manifests' format, part of the cell's identity);
+    # a checkpoint's cell holds its fingerprint only
+    assert get_resource("hole_fill").cell_value(telea) == f"opencv-telea {telea['fingerprint']}"
+    assert get_resource("inpainter").cell_value({"path": "/x", "fingerprint": "ab"}) == "ab"
+
+
 class _FlatInpainter:
     """The Inpainter call: repaints outside ``keep`` with one colour; remembers the seeds."""
 

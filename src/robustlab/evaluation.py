@@ -252,7 +252,7 @@ def plan_run(
         versions,
     )
     from robustlab.run.tasks import CellImages
-    from robustlab.shifts.registry import describe_resources, described_resources, get_shift
+    from robustlab.shifts.registry import describe_resources, get_shift, recorded_resources
 
     if seed is not None and (
         isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
@@ -427,22 +427,14 @@ def plan_run(
         # loops, bad names): the runner adds them to the run's skip record.
         skipped=[list(x) for x in getattr(samples, "skipped", [])],
     )
-    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model)
-    # depend on its checkpoint: on the fly the configured one draws them (described here),
-    # from a generated folder the one its manifest names.
+    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model,
+    # the attribute edits' hole-fill backend) depend on it: on the fly the configured one
+    # draws them (described here), from a generated folder the one its manifest names.
     if manifest is not None:
-        for key in described_resources():
-            if any(key in sh.needs for sh in shift_objs):
-                record.config[key] = manifest.get(key)
+        for key in recorded_resources(shift_objs):
+            record.config[key] = manifest.get(key)
     else:
         record.config.update(describe_resources(shift_objs))
-    from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
-
-    if any(needs_hole_fill(sh) for sh in shift_objs):
-        # The attribute edits' backgrounds depend on the hole-fill backend.
-        record.config["hole_fill"] = (
-            manifest.get("hole_fill") if manifest is not None else describe_hole_fill()
-        )
     if shift_path:
         record.config["shift_path"] = shift_path
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)

@@ -73,12 +73,12 @@ from robustlab.pipeline import (
     shift_context,
 )
 from robustlab.run.lifeline import die_with_parent, worker_context
-from robustlab.shifts.attributes import describe_hole_fill, needs_hole_fill
 from robustlab.shifts.kernels import ensure_compiled_for
 from robustlab.shifts.registry import (
     available_shifts,
     describe_resources,
     described_resources,
+    get_resource,
     get_shift,
     list_shifts,
 )
@@ -561,14 +561,10 @@ def generate(
             unique.append(sample)
     samples = unique
 
-    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model)
-    # depend on its checkpoint: each such cell's identity names the checkpoint.
+    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model,
+    # the attribute edits' hole-fill backend) depend on it: each such cell's identity names
+    # the tool, so a folder never mixes two.
     resources = describe_resources(shift_objs.values())
-    hole_fill = None
-    if any(needs_hole_fill(s) for s in shift_objs.values()):
-        # The edits' backgrounds depend on the fill backend: record it per cell, so a
-        # folder never mixes two backends.
-        hole_fill = describe_hole_fill()
     cell_records = {}
     for n, lv in cells:
         rec = {
@@ -579,10 +575,9 @@ def generate(
             "params": _jsonable(shift_objs[n].params[lv]),
         }
         for key, described in resources.items():
-            if key in shift_objs[n].needs:
-                rec[key] = (described or {}).get("fingerprint")
-        if hole_fill is not None and needs_hole_fill(shift_objs[n]):
-            rec["hole_fill"] = f"{hole_fill.get('backend')} {hole_fill.get('fingerprint')}"
+            res = get_resource(key)
+            if res.uses(shift_objs[n]):
+                rec[key] = res.cell_value(described)
         cell_records[f"{n}/{lv}"] = rec
     content = _content_record(samples, donors)
     if donors is not None:  # a donor cell's pixels depend on the whole pool, not one image
@@ -620,8 +615,6 @@ def generate(
         "limit": limit,
     }
     run_record.update(resources)
-    if hole_fill is not None:
-        run_record["hole_fill"] = hole_fill
     result = GenerateResult(
         folder.location,
         manifest_path,
@@ -983,13 +976,12 @@ def _merge_manifest(
         "created_at": prev.get("created_at", run_record["started_at"]),
         "updated_at": _now(),
         "runs": runs,
-        # The checkpoint of each configured tool (ai_bg's inpainter, bg_complexity's
-        # diffusion model) of the latest run that drew its cells (None: never drawn here).
+        # Each configured tool (ai_bg's inpainter, bg_complexity's diffusion model, the
+        # attribute edits' hole-fill backend) of the latest run that drew its cells (None:
+        # never drawn here).
         **{key: run_record.get(key) or prev.get(key) for key in described_resources()},
         # id -> [class, image BLAKE2b, mask BLAKE2b]: a rerun refuses changed sources.
         "samples": dict(sorted(content.items())),
-        # The hole-fill backend of the attribute edits (None: no edit drawn here).
-        "hole_fill": run_record.get("hole_fill") or prev.get("hole_fill"),
     }
 
 

@@ -145,6 +145,11 @@ class Resource:
         what: How messages name the resource (empty: its key).
         name_field: The description's field that names the configured tool in messages.
         used_by: Which shifts' pixels depend on it (None: those naming ``key`` in ``needs``).
+        cell_names_tool: A manifest cell records ``"<label> <fingerprint>"`` instead of
+            the fingerprint alone: for a tool whose label is a short name (the hole-fill
+            backend, ``opencv-telea``) rather than a long checkpoint path, so the cell
+            says which backend drew it. The format is part of the cell's identity, so it
+            must not change for a registered resource (a folder would refuse to resume).
     """
 
     key: str
@@ -154,6 +159,7 @@ class Resource:
     what: str = ""
     name_field: str = "path"
     used_by: Callable[[Shift], bool] | None = None
+    cell_names_tool: bool = False
 
     @property
     def noun(self) -> str:
@@ -166,6 +172,13 @@ class Resource:
     def label(self, description: dict) -> str:
         """The configured tool a description names (a checkpoint path, a backend)."""
         return str(description.get(self.name_field))
+
+    def cell_value(self, description: dict | None) -> str | None:
+        """What a manifest cell drawn with this tool records (see ``cell_names_tool``)."""
+        description = description or {}
+        if self.cell_names_tool:
+            return f"{self.label(description)} {description.get('fingerprint')}"
+        return description.get("fingerprint")
 
 
 _RESOURCES: dict[str, Resource] = {}
@@ -180,6 +193,7 @@ def register_resource(
     what: str = "",
     name_field: str = "path",
     used_by: Callable[[Shift], bool] | None = None,
+    cell_names_tool: bool = False,
 ) -> None:
     """Declare how the context key ``key`` is checked, filled and described from configuration.
 
@@ -190,7 +204,9 @@ def register_resource(
         raise TypeError(f"resource {key!r}: give both check and load, or neither")
     if check is None and (describe is None or used_by is None):
         raise TypeError(f"recorded resource {key!r} needs describe and used_by")
-    _RESOURCES[key] = Resource(key, check, load, describe, what, name_field, used_by)
+    _RESOURCES[key] = Resource(
+        key, check, load, describe, what, name_field, used_by, cell_names_tool
+    )
 
 
 def get_resource(key: str) -> Resource:
@@ -205,11 +221,28 @@ def described_resources() -> list[str]:
     return [k for k, r in _RESOURCES.items() if r.describe is not None]
 
 
-def describe_resources(shifts: Iterable[Shift]) -> dict[str, dict]:
-    """``{key: description}`` of the self-describing resources ``shifts`` need."""
+def recorded_resources(shifts: Iterable[Shift]) -> list[str]:
+    """Keys of the self-describing resources whose tools ``shifts``' pixels depend on.
+
+    The one place that decides what a run or a generated folder records: loaded resources
+    named in ``needs`` and recorded ones (the hole-fill backend) by their ``used_by``.
+    """
     _ensure_loaded()
-    keys = sorted({k for sh in shifts for k in sh.needs if k in _RESOURCES})
-    return {k: describe() for k in keys if (describe := _RESOURCES[k].describe) is not None}
+    shifts = list(shifts)
+    return [
+        k
+        for k, r in sorted(_RESOURCES.items())
+        if r.describe is not None and any(r.uses(sh) for sh in shifts)
+    ]
+
+
+def describe_resources(shifts: Iterable[Shift]) -> dict[str, dict]:
+    """``{key: description}`` of the self-describing resources ``shifts`` depend on."""
+    return {
+        k: describe()
+        for k in recorded_resources(shifts)
+        if (describe := _RESOURCES[k].describe) is not None
+    }
 
 
 def needs_resource(shift: Shift) -> bool:

@@ -46,6 +46,7 @@ register_resource(
     what="hole-fill backend",
     name_field="backend",
     used_by=needs_hole_fill,
+    cell_names_tool=True,
 )
 
 
