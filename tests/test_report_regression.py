@@ -224,3 +224,54 @@ def test_logit_fits_once_and_matches_the_two_fit_cluster_covariance(make, conver
             t[col].to_numpy(), np.asarray(want), rtol=1e-10, equal_nan=True, err_msg=col
         )
     assert int(res.fit.nobs) == len(df) and res.table.attrs["converged"] is converged
+
+
+def _shift_decides_frame():
+    """Every clean and blurred image right, every noisy one wrong: the shift predicts each
+    prediction exactly (statsmodels: perfect separation)."""
+    return pd.DataFrame(
+        {
+            "sample_id": f"img{i}",
+            "shift": shift,
+            "class_name": "ab"[i % 2],
+            "correct": shift != "noise",
+        }
+        for i in range(30)
+        for shift in ("clean", "blur", "noise")
+    )
+
+
+def test_perfect_separation_is_a_counted_note_not_a_console_warning():
+    import warnings
+
+    from robustlab.metrics.regression import logit_correctness
+    from robustlab.report.gather import separation_note
+
+    df = _shift_decides_frame()
+    runs = [_run("aaaaaaaa1111", "lite0")]
+    preds = df.assign(run_id=runs[0].run_id, label=0, level="3", correct5=True)
+    preds.loc[preds["shift"] == "clean", "level"] = "0"
+    notes: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # statsmodels' raw warning would fail here
+        _, logit = _regression(preds, runs, notes)
+    assert logit.table.attrs["separated"] is True
+    levels = ["Shift[blur]", "Shift[clean]", "Shift[noise]"]
+    assert logit.table.attrs["constant_levels"] == levels
+    assert separation_note(levels) in notes
+    assert "3 level(s) always right or always wrong: Shift[blur]" in separation_note(levels)
+    # an ordinary fit carries no such flag
+    ok = logit_correctness(_clustered_frame(np.random.default_rng(6)), {"Shift": "shift"})
+    assert ok.table.attrs["separated"] is False
+
+
+def test_an_attribute_that_separates_is_noted_not_warned():
+    import warnings
+
+    from robustlab.metrics.attributes import fit_logit
+
+    x = np.r_[np.arange(15.0), np.arange(15.0) + 100]  # right exactly when x >= 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = fit_logit(x >= 100, x, np.arange(30) // 3)
+    assert got["note"].startswith("perfect separation")

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from robustlab.metrics.regression import fit_logit_quietly
+
 # Measured attributes and how each enters the model.
 ATTRIBUTES = {
     "object_rate": "object pixels in the object's box / image area (size edits)",
@@ -73,9 +75,11 @@ def fit_logit(correct, x, groups) -> dict:
     X = sm.add_constant(xv, has_constant="add")
     codes = pd.factorize(pd.Series(groups))[0]
     try:
-        naive = sm.Logit(y, X).fit(disp=0)
-        clustered = sm.Logit(y, X).fit(disp=0, cov_type="cluster", cov_kwds={"groups": codes})
-    except Exception as exc:  # noqa: BLE001 - perfect separation and friends: say so
+        naive, separated = fit_logit_quietly(sm.Logit(y, X))
+        clustered, _ = fit_logit_quietly(
+            sm.Logit(y, X), cov_type="cluster", cov_kwds={"groups": codes}
+        )
+    except Exception as exc:  # noqa: BLE001 - a singular Hessian and friends: say so
         return {**empty, "note": f"not estimable: {type(exc).__name__}: {exc}"}
     return {
         "coef": float(clustered.params[1]),
@@ -83,7 +87,12 @@ def fit_logit(correct, x, groups) -> dict:
         "p_cluster": float(clustered.pvalues[1]),
         "se_naive": float(naive.bse[1]),
         "p_naive": float(naive.pvalues[1]),
-        "note": "",
+        "note": (
+            "perfect separation: the attribute predicts correctness exactly, the slope is "
+            "not meaningful"
+            if separated
+            else ""
+        ),
     }
 
 

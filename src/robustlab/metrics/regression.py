@@ -227,18 +227,10 @@ def logit_correctness(
     X, used = design_matrix(data, factors, reference)
     _require_identifiable(X)
     groups = pd.factorize(data[cluster])[0]
-    import warnings
-
-    from statsmodels.tools.sm_exceptions import ConvergenceWarning
-
     try:
-        with warnings.catch_warnings():
-            # Non-convergence (a level always right or always wrong) is reported in the
-            # result's ``converged`` flag, not as a warning on the console.
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
-            cov = cov_cluster(fit, groups, use_correction=True)
-    except Exception as exc:  # noqa: BLE001 - separation etc.: one line for the report
+        fit, separated = fit_logit_quietly(sm.Logit(y, X), maxiter=200)
+        cov = cov_cluster(fit, groups, use_correction=True)
+    except Exception as exc:  # noqa: BLE001 - a singular Hessian etc.: one line for the report
         raise ValueError(
             f"the logistic model cannot be fitted: {type(exc).__name__}: {exc}"
         ) from None
@@ -275,7 +267,53 @@ def logit_correctness(
     # False when the optimiser stopped early: typically a level that is always right (or
     # wrong), whose estimate then runs off towards infinity; the report says so.
     table.attrs["converged"] = bool(fit.mle_retvals.get("converged", True))
+    # statsmodels saw perfect separation (some predictions fitted exactly): the
+    # coefficients are not identified. The levels that are always right or always wrong
+    # are the usual cause; they are named so that the report can say which.
+    table.attrs["separated"] = separated
+    table.attrs["constant_levels"] = constant_levels(data, factors, y) if separated else []
     return RegressionResult(table, fit, used)
+
+
+def fit_logit_quietly(model, **kwargs) -> tuple[Any, bool]:
+    """``model.fit(disp=0, **kwargs)`` and whether statsmodels detected perfect separation.
+
+    statsmodels reports separation and non-convergence as warnings on the console, where a
+    user sees a raw library message without the context; the callers report both in their
+    results instead (a flag, a note). Other warnings pass through unchanged.
+
+    Returns:
+        (fit, separated): ``separated`` is True when statsmodels warned of perfect
+        separation or prediction, so the estimates and their errors are not meaningful.
+    """
+    import warnings
+
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning, PerfectSeparationWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("always", PerfectSeparationWarning)
+        fit = model.fit(disp=0, **kwargs)
+    separated = False
+    for w in caught:
+        if issubclass(w.category, PerfectSeparationWarning):
+            separated = True
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return fit, separated
+
+
+def constant_levels(data: pd.DataFrame, factors: Mapping[str, str], y: np.ndarray) -> list[str]:
+    """``"Factor[level]"`` of every factor level whose responses are all equal (all right
+    or all wrong): the levels that separate the data perfectly."""
+    out = []
+    for name, col in factors.items():
+        values = data[col].astype(str).to_numpy()
+        for lv in _levels(data[col]):
+            ys = y[values == lv]
+            if ys.min() == ys.max():
+                out.append(f"{name}[{lv}]")
+    return out
 
 
 def regression_plots(fit, out_dir: str | Path, prefix: str = "regression") -> dict[str, Path]:

@@ -908,6 +908,11 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
                     if logit.table.attrs.get("converged", True)
                     else "; the fit did not converge (a level is always right or always wrong): "
                     "its estimates and intervals are not meaningful"
+                )
+                + (
+                    "; perfect separation, see the notes"
+                    if logit.table.attrs.get("separated")
+                    else ""
                 ),
             )
         )

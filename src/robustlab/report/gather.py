@@ -546,6 +546,10 @@ def gather(
     joined = store.predictions_with_attributes(ids)
     curves = edit_curves(joined, {r.run_id: r.label for r in runs})
     effects = attribute_effects(joined)
+    if not effects.empty:
+        # fits with a note (perfect separation, too few rows...) stay out of the table
+        for why, k in effects.loc[effects["note"] != "", "note"].value_counts().items():
+            notes.append(f"edit effects: {k} attribute fit(s) left out of the table: {why}")
     surface = holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds)
 
     return ReportData(
@@ -785,4 +789,21 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
             logit = logit_correctness(data, factors, reference=reference)
         except ValueError as exc:
             notes.append(f"no per-image logistic model: {exc}")
+        else:
+            if logit.table.attrs.get("separated"):
+                notes.append(separation_note(logit.table.attrs.get("constant_levels", [])))
     return ols, logit
+
+
+def separation_note(levels: list[str]) -> str:
+    """The report's note for a logistic fit with perfect separation (``levels``: the
+    factor levels always right or always wrong)."""
+    why = (
+        f"{len(levels)} level(s) always right or always wrong: {', '.join(levels)}"
+        if levels
+        else "a combination of levels predicts correctness exactly"
+    )
+    return (
+        f"per-image logistic model: perfect separation ({why}); its estimates and "
+        "intervals are not meaningful"
+    )
