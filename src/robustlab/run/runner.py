@@ -241,7 +241,7 @@ class Runner:
             pending: list[tuple[Task, Any, list[int]]] = []
             if self.options.backend == "ray":
                 if tasks:  # nothing left: no cluster to start
-                    self._run_on_ray(dataset, tasks, skipped, progress, writer, summary)
+                    self._run_on_ray(dataset, tasks, skipped, progress, writer, summary, shifter)
             else:
                 self._run_local(dataset, tasks, skipped, progress, writer, pending, shifter)
             while pending:
@@ -332,8 +332,11 @@ class Runner:
         progress,
         writer: PredictionWriter,
         summary: RunSummary,
+        shifter=None,
     ) -> None:
-        """Ray workers prepare the pixels and run the model; this process stores the rows."""
+        """Ray workers prepare the pixels and run the model (the model actors apply
+        ``shifter``'s batched shifts first, when the run uses torch shifts); this process
+        stores the rows."""
         from robustlab.run.ray_backend import StageTimes, predict_on_ray
 
         times = StageTimes()
@@ -348,6 +351,7 @@ class Runner:
             cpus=int(self.options.workers) or None,
             device=self.options.device,
             times=times,
+            shifter=shifter,
         )
         rows: list[tuple[Task, int]] = []
         probs_parts, ids_parts = [], []
