@@ -47,9 +47,9 @@ class RunOptions:
         device: The device asked for (Ray places the model on a GPU when it may).
         progress: Show per-cell progress bars.
         shift_device: A :class:`robustlab.run.device_shifts.ShiftDevice`: workers only
-            decode, and the corruptions run batched on that device (other pixels than
-            the exact path, so the caller gives such a run its own identity). None: the
-            exact path.
+            decode, and the corruptions run batched on that device (on Ray: in each model
+            actor, on its device). Other pixels than the exact path, so the caller gives
+            such a run its own identity. None: the exact path.
     """
 
     batch_size: int = 32
