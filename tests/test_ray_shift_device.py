@@ -85,6 +85,33 @@ def test_ray_finishes_a_partial_local_shift_device_run_with_its_rows(
     assert "shift_path" not in Store(db).get_run(exact.attrs["run_id"])["config"]
 
 
+@pytest.mark.slow
+def test_ray_shifts_mask_scenes_as_the_local_run(ray_cluster, photos, tmp_path):
+    """Masks and boxes travel with the photos to the actors; the donor scene (random_bg)
+    comes made by the CPU tasks, the colour scene draws per image: the local rows and skips."""
+    from PIL import Image
+
+    from robustlab.masks.io import mask_name, save_mask
+    from robustlab.masks.synthetic import random_blob
+
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    for k, path in enumerate(sorted(photos.glob("*.JPEG"))):
+        w, h = Image.open(path).size
+        save_mask(masks / mask_name(path.name), random_blob(h, w, k))
+    kw = dict(KW, suite="ximagenet12", shifts=["color_g", "bright_obj", "random_bg"], levels=None)
+    kw.update(masks=masks, shift_device="cpu")
+    local = robustlab.evaluate("lite0", photos, db=tmp_path / "l.duckdb", workers=0, **kw)
+    on_ray = robustlab.evaluate("lite0", photos, db=tmp_path / "r.duckdb", backend="ray", **kw)
+    assert on_ray.attrs["run_id"] == local.attrs["run_id"]
+    assert sorted(map(tuple, on_ray.attrs["skipped"])) == sorted(map(tuple, local.attrs["skipped"]))
+    pd.testing.assert_frame_equal(
+        Store(tmp_path / "r.duckdb").predictions(), Store(tmp_path / "l.duckdb").predictions()
+    )
+    shifts = Store(tmp_path / "r.duckdb").predictions()["shift"]
+    assert set(shifts) == {"clean", "color_g", "bright_obj", "random_bg"}
+
+
 def test_a_gpu_actor_without_cuda_is_one_error(ray_cluster, photos, tmp_path):
     """The test cluster declares a GPU that torch cannot use: the actor says so."""
     if torch.cuda.is_available():
