@@ -55,6 +55,9 @@ UNRUNNABLE = {
     "--address HEAD:6379": "needs a Ray cluster (the two-node test)",
     "robustlab evaluate lite0 --data /nfs/val/ --suite imagenet-c --backend ray "
     "--address HEAD:6379": "needs a Ray cluster (the two-node test)",
+    "robustlab evaluate lite0 --data /nfs/val/ --suite imagenet-c --backend ray "
+    "--address HEAD:6379 --shift-device cuda": "needs a Ray cluster with GPUs; "
+    "test_ray_shift_device.py runs --shift-device cpu on Ray",
     "robustlab synth --checkpoint /nfs/sd-1.5/ --out /nfs/imagenet-d/ --backend ray "
     "--address HEAD:6379": "needs a Ray cluster and the user's diffusers checkpoint "
     "(test_synth.py runs synth on Ray with a tiny checkpoint)",

@@ -747,7 +747,8 @@ def evaluate(
             only decode; the corruptions and mask scenes run batched as torch tensor
             operations on that device (:mod:`robustlab.shifts.batched`). Different pixels, the same
             statistics (benchmarks/README.md): such a run has its own run id and is
-            labelled ``torch:<device>``.
+            labelled ``torch:<device>``. With ``backend="ray"`` the model actors apply them
+            on their own device (``cuda``: their GPUs), with the same rows and run id.
         shift_jpeg: With ``shift_device``: ``"device"`` (nvJPEG on CUDA, libjpeg on the
             CPU) or ``"cpu"`` (libjpeg always) for the protocol's JPEG round trip.
         precision: ``"fp32"`` (default: the comparable number), ``"bf16"`` or ``"fp16"``:
@@ -773,12 +774,6 @@ def evaluate(
     if shift_device is not None:
         from robustlab.run.device_shifts import ShiftDevice
 
-        if backend == "ray":
-            raise InputError(
-                "--shift-device runs on this machine's device; it does not "
-                "combine with --backend ray yet",
-                hint="leave one of them out",
-            )
         if preprocess is not None or tta is not None:
             raise InputError(
                 "--shift-device does not combine with --preprocess or --tta yet "
@@ -786,6 +781,8 @@ def evaluate(
                 hint="leave --shift-device out to evaluate a defended model",
             )
         settings = ShiftDevice(str(shift_device), jpeg=shift_jpeg)
+        if backend != "ray":  # on Ray: the model actors' devices (plan_placement, the actors)
+            settings.check_here()
     session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if backend == "ray":
         from robustlab.run.ray_backend import plan_placement, ray_session
@@ -795,7 +792,9 @@ def evaluate(
         session = ray_session(address, int(workers) if workers else None)
     with session as resources:
         if resources is not None:
-            plan_placement(resources, device)
+            plan_placement(
+                resources, device, shift_device=None if settings is None else settings.device
+            )
         # On Ray the driver's model only names the run and scores the predictions: it stays
         # on the CPU, the actors load it on the device asked for.
         plan = plan_run(

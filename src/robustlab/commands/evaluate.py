@@ -54,9 +54,10 @@ def add_parser(sub) -> None:
         "--shift-device",
         default=None,
         help="apply the corruptions and mask scenes batched as torch tensor operations on this "
-        "device (cuda, cpu) after the workers decode: other pixels than the "
-        "exact path, the same statistics, a run of its own (default: the exact "
-        "CPU path, byte for byte the reference's)",
+        "device (cuda, cpu) after the workers decode (with --backend ray: on the model "
+        "actors, cuda on their GPUs): other pixels than the exact path, the same "
+        "statistics, a run of its own (default: the exact CPU path, byte for byte the "
+        "reference's)",
     )
     p.add_argument(
         "--shift-jpeg",

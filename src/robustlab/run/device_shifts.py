@@ -12,11 +12,13 @@ and prepare: each task ships one :class:`CleanTaskDataset` payload, a dict of
   version (spatter, the donor scenes, ai_bg), made by the worker exactly as on the exact
   path (donors, configured tools and the protocol's storage included).
 
-The main process gathers a group of tasks, applies each (shift, level) to all their
-images at once with :mod:`robustlab.shifts.batched` on the device (the masks and boxes
-travel with the images), does the protocol's JPEG round trip and the model's resize
-there, and hands the runner the same ``(index, tensor, errors, measured)`` items it gets
-from workers, in order. The runner itself does not change.
+The main process (on ``--backend ray``: each model actor, on its own device, see
+:mod:`robustlab.run.ray_backend`) gathers a group of tasks, applies each (shift, level) to
+all their images at once with :mod:`robustlab.shifts.batched` on the device (the masks and
+boxes travel with the images), does the protocol's JPEG round trip and the model's resize
+there, and hands the model the same ``(index, tensor, errors, measured)`` items it gets
+from workers, in order. Each image draws from its own seed-rule generator, so which
+images share a group (the local prefetch, a Ray batch) does not change its pixels.
 
 The pixels differ from the exact path (torch draws, float32 arithmetic, nvJPEG on CUDA),
 so such a run has its own identity (:func:`describe` goes into the run id and the record).
@@ -62,17 +64,32 @@ class ShiftDevice:
             raise InputError(f"unknown shift device {self.device!r}; use cpu or cuda") from None
         if dev.type not in ("cpu", "cuda"):
             raise InputError(f"shifts run on cpu or cuda, not {self.device!r}")
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise EnvironmentProblem(
-                f"--shift-device {self.device}: no CUDA device here",
-                hint="use --shift-device cpu, or leave it out",
-            )
         try:
             codec_name(dev, self.jpeg)
         except ValueError as exc:
             raise InputError(str(exc)) from None
         if int(self.group) < 1:
             raise InputError(f"shift group must be at least 1, got {self.group}")
+
+    @property
+    def type(self) -> str:
+        """``cpu`` or ``cuda``."""
+        return torch.device(self.device).type
+
+    def check_here(self) -> None:
+        """Refuse a CUDA shift device in a process that has none, in one line.
+
+        Not part of construction: a Ray driver describes the run for the cluster's GPUs,
+        which it need not have itself (the model actors check on their own machine).
+
+        Raises:
+            EnvironmentProblem: ``cuda`` asked for and torch finds no CUDA device.
+        """
+        if self.type == "cuda" and not torch.cuda.is_available():
+            raise EnvironmentProblem(
+                f"--shift-device {self.device}: no CUDA device here",
+                hint="use --shift-device cpu, or leave it out",
+            )
 
     def describe(self) -> dict:
         """What decides the pixels (part of the run id): path, device type, JPEG codec."""

@@ -19,7 +19,12 @@ The work is a Ray Data pipeline (Ray's streaming engine, no scheduler of our own
   (uint8 pixels) -> an actor pool that holds the model (one actor per GPU, ``num_gpus=1``,
   when the cluster has GPUs; else one CPU actor per node, with the node's CPUs as torch
   threads, :class:`Placement`) -> predictions streamed to the driver, which builds and
-  stores the rows with the local runner's code.
+  stores the rows with the local runner's code. With ``--shift-device`` the CPU tasks only
+  decode and prepare (:class:`~robustlab.run.device_shifts.CleanTaskDataset`), and each
+  actor applies the batched shifts, the JPEG round trip and the model's resize on its own
+  device with the local runner's :class:`~robustlab.run.device_shifts.DeviceShifts`
+  before predicting: per-image seed-rule generators make the pixels independent of which
+  tasks share an actor's batch, so the rows are the local ``--shift-device`` run's.
 * ``synth``: chunks of prompts (the local backend's batches) -> an actor pool of diffusion
   pipelines (one per GPU, else one per node with all its CPUs) that draw and write each
   chunk with the local backend's work unit -> outcomes streamed to the driver, which keeps
@@ -200,6 +205,7 @@ def plan_placement(
     model: bool = True,
     cpu_stage: bool = True,
     node_cpus: Sequence[float] | None = None,
+    shift_device: str | None = None,
 ) -> Placement:
     """Check the cluster can run the job and decide each stage's resources.
 
@@ -210,10 +216,14 @@ def plan_placement(
         cpu_stage: Whether CPU map tasks run beside the model actors (``evaluate``; not
             ``synth``, whose actors may take every CPU of their node).
         node_cpus: CPUs of each live node (:func:`node_cpus`; None: one node holding all).
+        shift_device: ``evaluate --shift-device`` (None: the exact path): the model actors
+            apply the shifts, so ``cuda`` needs them on GPUs.
 
     Raises:
-        MissingResourceError: no CPU for the map tasks, or a CUDA device asked for on a
-            cluster without GPUs (Ray would wait forever for either).
+        MissingResourceError: no CPU for the map tasks, or a CUDA device (model or shift)
+            asked for on a cluster without GPUs (Ray would wait forever for either).
+        InputError: ``--shift-device cuda`` with ``--device cpu`` (the actors get no GPU),
+            or a GPU index (each actor has one GPU of its own).
     """
     cpus = float(resources.get("CPU", 0))
     gpus = int(resources.get("GPU", 0))
@@ -234,6 +244,7 @@ def plan_placement(
             f"{_describe(resources)})",
             hint="leave out --device to run the model on a CPU, or add a GPU node",
         )
+    _check_shift_device(str(shift_device or "cpu"), want, resources)
     nodes = [c for c in (node_cpus or [cpus]) if c >= 1] or [cpus]
     smallest = int(min(nodes))
     if gpus >= 1 and want != "cpu":
@@ -251,6 +262,30 @@ def plan_placement(
         cpus=cpus,
         model_threads=smallest,
     )
+
+
+def _check_shift_device(shift: str, device: str, resources: dict) -> None:
+    """``--shift-device cuda`` runs on the model actors' GPUs: refuse it, before any work,
+    where they get none (see :func:`plan_placement`)."""
+    if not shift.startswith("cuda"):
+        return
+    if shift not in ("cuda", "cuda:0"):
+        raise InputError(
+            f"--shift-device {shift}: on Ray each model actor shifts on the one GPU it is given",
+            hint="use --shift-device cuda",
+        )
+    if int(resources.get("GPU", 0)) < 1:
+        raise MissingResourceError(
+            f"--shift-device {shift} shifts on the model actors' GPUs, but the Ray cluster "
+            f"has none (it offers {_describe(resources)})",
+            hint="use --shift-device cpu, or add a GPU node",
+        )
+    if device == "cpu":
+        raise InputError(
+            f"--shift-device {shift} shifts on the model actors' GPUs, but --device cpu "
+            "gives them none",
+            hint="leave out --device, or use --shift-device cpu",
+        )
 
 
 def node_cpus() -> list[float]:
@@ -534,13 +569,15 @@ def generate_on_ray(
 # --------------------------------------------------------------------------- evaluate
 def _prepare_cells(batch: dict, *, dataset) -> dict:
     """CPU stage of ``evaluate``: decode, prepare, shift and preprocess each task's cells
-    (the local DataLoader workers' :meth:`TaskDataset.__getitem__`)."""
+    (the local DataLoader workers' :meth:`TaskDataset.__getitem__`); with a shift device
+    only decode and prepare (:class:`~robustlab.run.device_shifts.CleanTaskDataset`, whose
+    payload dict travels as it is)."""
     _one_thread(torch=True)
     pixels, errors, measured, seconds = [], [], [], []
     for i in batch["index"]:
         t0 = time.perf_counter()
-        _, tensor, errs, meas = dataset[int(i)]
-        pixels.append(None if tensor is None else tensor.numpy())
+        _, item, errs, meas = dataset[int(i)]
+        pixels.append(item.numpy() if hasattr(item, "numpy") else item)
         errors.append(list(errs))
         measured.append(list(meas))
         seconds.append(time.perf_counter() - t0)
@@ -559,6 +596,12 @@ class _Predictor:
     The actor rebuilds the model where it runs (a pickled model would carry its weights
     through the object store, and a CUDA model cannot move between processes) and checks
     its weights hash against the driver's, so every node scores with the same weights.
+
+    With ``shifter`` (the driver's :class:`~robustlab.run.device_shifts.DeviceShifts`) the
+    CPU stage shipped clean photos: the actor applies the batched shifts, the JPEG round
+    trip and the model's resize on its device first, after checking that its machine
+    makes the pixels the run was named for (``shift_path``, the driver's
+    :meth:`~robustlab.run.device_shifts.ShiftDevice.describe`).
     """
 
     def __init__(
@@ -573,37 +616,72 @@ class _Predictor:
         defences: dict,
         threads: int,
         inference=None,
+        shifter=None,
+        shift_path: dict | None = None,
     ):
         from robustlab.defences import defend
         from robustlab.models import load_model
 
-        model = load_model(
-            spec, weights=weights, device=device, label_space=label_space, batch_size=batch_size
-        )
-        if inference is not None:  # the driver's precision and compile (part of the run id)
-            model.set_inference(inference)
-        # The driver's test-time defences wrap the actor's model too (ten-crop averages its
-        # views here; pixel defences already ran in the CPU stage, as in local workers).
-        self.model = defend(model, **defences)
-        if weights_hash is not None and self.model.weights_hash != weights_hash:
-            raise InputError(
-                f"a Ray worker loaded {spec} with weights {self.model.weights_hash}, the "
-                f"driver with {weights_hash}",
-                hint="give every node the same weights file (a shared path)",
+        # Ray Data reports an exception in an actor's __init__ as the actor's death, and one
+        # in a batch as its own error, both with only the error's text: kept and returned
+        # with every batch instead, it reaches the driver as itself (a one-line error).
+        self.failure: RobustlabError | None = None
+        try:
+            model = load_model(
+                spec, weights=weights, device=device, label_space=label_space, batch_size=batch_size
             )
-        _model_threads(threads, self.model.input_device())
-        self.batch_size = int(batch_size)
-        self.topk = int(topk)
+            if inference is not None:  # the driver's precision and compile (part of the run id)
+                model.set_inference(inference)
+            # The driver's test-time defences wrap the actor's model too (ten-crop averages its
+            # views here; pixel defences already ran in the CPU stage, as in local workers).
+            self.model = defend(model, **defences)
+            if weights_hash is not None and self.model.weights_hash != weights_hash:
+                raise InputError(
+                    f"a Ray worker loaded {spec} with weights {self.model.weights_hash}, the "
+                    f"driver with {weights_hash}",
+                    hint="give every node the same weights file (a shared path)",
+                )
+            if shifter is not None:
+                _check_shift_path(shifter.settings, shift_path)
+            self.shifter = shifter
+            # CPU shifts are tensor work on this actor's CPUs, as a CPU model's forward pass.
+            on_cpu = shifter is not None and shifter.settings.type == "cpu"
+            _model_threads(threads, "cpu" if on_cpu else self.model.input_device())
+            self.batch_size = int(batch_size)
+            self.topk = int(topk)
+        except RobustlabError as exc:
+            self.failure = exc
+
+    def _shift(self, batch: dict) -> tuple[list, list]:
+        """Each task's cell images and errors: the CPU stage's, or (with a shift device)
+        the batched shifts' of its clean photo, in the tasks' order."""
+        pixels, errors = list(batch["pixels"]), [list(e) for e in batch["errors"]]
+        if self.shifter is None:
+            return pixels, errors
+        items = zip((int(i) for i in batch["index"]), pixels, errors, batch["measured"])
+        done = list(self.shifter.wrap(items))
+        return [t for _, t, _, _ in done], [list(e) for _, _, e, _ in done]
 
     def __call__(self, batch: dict) -> dict:
         import torch
 
-        arrays = [p for p in batch["pixels"] if p is not None]
+        n_tasks = len(batch["index"])
+        if self.failure is None:
+            t0 = time.perf_counter()
+            pixels, errors = self._shift(batch)
+            shift_s = time.perf_counter() - t0
+        else:  # nothing to predict: the driver raises the failure
+            pixels, errors, shift_s = [None] * n_tasks, [[] for _ in range(n_tasks)], 0.0
+        arrays = [p for p in pixels if p is not None]
         t0 = time.perf_counter()
         probs_parts, ids_parts = [], []
         if arrays:
             # Ray hands out read-only buffers: copy before torch takes them.
-            images = torch.from_numpy(np.concatenate(arrays))
+            images = (
+                torch.cat(arrays)
+                if isinstance(arrays[0], torch.Tensor)
+                else torch.from_numpy(np.concatenate(arrays))
+            )
             for start in range(0, len(images), self.batch_size):
                 probs, ids = self.model.predict_topk(
                     images[start : start + self.batch_size], self.topk
@@ -613,26 +691,46 @@ class _Predictor:
         seconds = time.perf_counter() - t0
         probs_all = np.concatenate(probs_parts) if probs_parts else None
         ids_all = np.concatenate(ids_parts) if ids_parts else None
+        n_images = np.asarray([0 if p is None else len(p) for p in pixels])
         row_probs, row_ids, at = [], [], 0
-        for p in batch["pixels"]:
-            n = 0 if p is None else len(p)
+        for n in n_images:
             row_probs.append(None if n == 0 else probs_all[at : at + n])
             row_ids.append(None if n == 0 else ids_all[at : at + n])
             at += n
-        share = seconds / max(1, at)
+        share = n_images / max(1, at)  # each task's part of the batch's seconds
         return {
             "index": batch["index"],
-            "errors": batch["errors"],
+            "errors": _objects(errors),
             "measured": batch["measured"],
             "prepare_s": batch["prepare_s"],
             "probs": _objects(row_probs),
             "ids": _objects(row_ids),
-            "n_images": np.asarray([0 if p is None else len(p) for p in batch["pixels"]]),
-            "threads": np.full(len(batch["index"]), torch.get_num_threads()),
-            "model_s": np.asarray(
-                [share * (0 if p is None else len(p)) for p in batch["pixels"]], dtype=np.float64
-            ),
+            "n_images": n_images,
+            "threads": np.full(n_tasks, torch.get_num_threads()),
+            "model_s": share * seconds,
+            "shift_s": share * shift_s,
+            "failure": _objects([self.failure or ""] * n_tasks),
         }
+
+
+def _check_shift_path(settings, shift_path: dict | None) -> None:
+    """Refuse, in one line, an actor whose machine cannot shift as the run was named: no
+    CUDA for ``--shift-device cuda`` (a node whose GPU torch cannot use), or another torch
+    (the pixels would differ from those the run id stands for)."""
+    import torch
+
+    if settings.type == "cuda" and not torch.cuda.is_available():
+        raise EnvironmentProblem(
+            f"--shift-device {settings.device}: a Ray model actor on {socket.gethostname()} "
+            f"was given a GPU, but its torch {torch.__version__} finds no CUDA device",
+            hint="install a CUDA build of torch on the GPU nodes, or use --shift-device cpu",
+        )
+    here = settings.describe()
+    if here != shift_path:
+        raise InputError(
+            f"a Ray worker would shift with {here}, the driver named the run for {shift_path}",
+            hint="give every node the same torch version",
+        )
 
 
 def _defences_arg(model) -> dict:
@@ -665,11 +763,13 @@ def predict_on_ray(
     cpus: int | None = None,
     device: str | None = None,
     times: StageTimes | None = None,
+    shifter=None,
 ) -> Iterator:
     """Run a task dataset through the CPU stage and the model on a Ray cluster.
 
     Args:
-        dataset: :class:`~robustlab.run.tasks.TaskDataset` of the tasks still to do.
+        dataset: :class:`~robustlab.run.tasks.TaskDataset` of the tasks still to do
+            (with ``shifter``: its :meth:`~robustlab.run.device_shifts.DeviceShifts.dataset`).
         model: The driver's loaded model (its spec, weights and label space are rebuilt
             on each actor).
         batch_size: Images per forward pass.
@@ -679,6 +779,8 @@ def predict_on_ray(
         address, cpus: See :func:`ray_session`.
         device: The device asked for (None: a GPU when the cluster has one).
         times: Filled with each stage's worker time.
+        shifter: :class:`~robustlab.run.device_shifts.DeviceShifts` for ``--shift-device``
+            (the model actors apply the shifts), None for the exact path.
 
     Yields:
         ``(task index, errors, measured, probs (k, 5) or None, ids (k, 5) or None)``;
@@ -689,7 +791,13 @@ def predict_on_ray(
     times = times if times is not None else StageTimes()
     started = time.perf_counter()
     with ray_session(address, cpus) as resources:
-        placement = plan_placement(resources, device, node_cpus=node_cpus())
+        settings = None if shifter is None else shifter.settings
+        placement = plan_placement(
+            resources,
+            device,
+            node_cpus=node_cpus(),
+            shift_device=None if settings is None else settings.device,
+        )
         import ray.data
 
         log.info(
@@ -720,14 +828,21 @@ def predict_on_ray(
                     _defences_arg(model),
                     placement.model_threads,
                     getattr(model, "inference", None),
+                    shifter,
+                    None if settings is None else settings.describe(),
                 ),
                 compute=ray.data.ActorPoolStrategy(size=placement.actors),
                 num_gpus=placement.model_gpus,
                 num_cpus=placement.model_cpus,
             )
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                failure = batch["failure"][0] if len(batch["index"]) else ""
+                if isinstance(failure, BaseException):  # an actor that could not start
+                    raise failure
                 for j in range(len(batch["index"])):
                     times.add("prepare", 1, batch["prepare_s"][j])
+                    if shifter is not None:
+                        times.add("shift", int(batch["n_images"][j]), batch["shift_s"][j])
                     times.add(
                         "model",
                         int(batch["n_images"][j]),

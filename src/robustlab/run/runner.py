@@ -47,9 +47,9 @@ class RunOptions:
         device: The device asked for (Ray places the model on a GPU when it may).
         progress: Show per-cell progress bars.
         shift_device: A :class:`robustlab.run.device_shifts.ShiftDevice`: workers only
-            decode, and the corruptions run batched on that device (other pixels than
-            the exact path, so the caller gives such a run its own identity). None: the
-            exact path.
+            decode, and the corruptions run batched on that device (on Ray: in each model
+            actor, on its device). Other pixels than the exact path, so the caller gives
+            such a run its own identity. None: the exact path.
     """
 
     batch_size: int = 32
@@ -241,7 +241,7 @@ class Runner:
             pending: list[tuple[Task, Any, list[int]]] = []
             if self.options.backend == "ray":
                 if tasks:  # nothing left: no cluster to start
-                    self._run_on_ray(dataset, tasks, skipped, progress, writer, summary)
+                    self._run_on_ray(dataset, tasks, skipped, progress, writer, summary, shifter)
             else:
                 self._run_local(dataset, tasks, skipped, progress, writer, pending, shifter)
             while pending:
@@ -332,8 +332,11 @@ class Runner:
         progress,
         writer: PredictionWriter,
         summary: RunSummary,
+        shifter=None,
     ) -> None:
-        """Ray workers prepare the pixels and run the model; this process stores the rows."""
+        """Ray workers prepare the pixels and run the model (the model actors apply
+        ``shifter``'s batched shifts first, when the run uses torch shifts); this process
+        stores the rows."""
         from robustlab.run.ray_backend import StageTimes, predict_on_ray
 
         times = StageTimes()
@@ -348,6 +351,7 @@ class Runner:
             cpus=int(self.options.workers) or None,
             device=self.options.device,
             times=times,
+            shifter=shifter,
         )
         rows: list[tuple[Task, int]] = []
         probs_parts, ids_parts = [], []
