@@ -2,14 +2,17 @@
 
 Deviations from the exact versions (all measured in benchmarks/torch_shifts.py):
 
-* Arithmetic in float32 where the exact path uses float64 (defocus, zoom, Gaussian):
+* Arithmetic in float32 where the exact path uses float64 (defocus, zoom, Gaussian blur):
   a truncated output value moves by one where a result lands within ~1e-6 of a step.
 * glass_blur: the shuffle is the reference's chained copy done row by row (bottom row
   first, as the reference walks), each row in parallel; a chain of copies inside a row
   is resolved by pointer jumping, so for the same offsets the result is the exact one.
-  Only the offsets come from torch generators. Cost: one small step per image row.
-* motion_blur: the same taps and Q16 arithmetic as ImageMagick (see
-  :func:`._ops.motion_blur`), with the angle drawn from torch.
+  Both Gaussians run in float64 in scipy's order (float32 flipped ~3e-5 of the bytes).
+  Only the offsets come from torch generators: fed the exact path's, the same pixels.
+  Cost: one small step per image row.
+* motion_blur: the same taps and float64 Q16 arithmetic as ImageMagick (see
+  :func:`._ops.motion_blur`), with the angle drawn from torch: fed the exact path's
+  angle, the same pixels.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from robustlab.shifts.batched._ops import (
     clipped_zoom,
     filter2d,
     gaussian,
+    pad,
     randint,
     to_uint8,
     uniform,
@@ -31,7 +35,7 @@ from robustlab.shifts.batched._ops import (
 from robustlab.shifts.batched._ops import (
     motion_blur as _motion,
 )
-from robustlab.shifts.batched._registry import batched
+from robustlab.shifts.batched._registry import batched, random_batched
 
 
 @batched("defocus_blur")
@@ -82,26 +86,85 @@ def _shuffle_pass(img: torch.Tensor, offsets: torch.Tensor, delta: int) -> None:
         img[batch, :, hh, ws.view(1, -1).expand(n, -1)] = vals
 
 
-@batched("glass_blur")
-def glass_blur(x, params, gens):
+def _gaussian_scipy(v: torch.Tensor, sigma: float) -> torch.Tensor:
+    """:func:`..corruptions._gauss.gaussian_nearest` of float64 (N, C, H, W), same bits.
+
+    scipy's order for a symmetric kernel, rows then columns: ``x[i] * w0`` plus
+    ``(x[i - k] + x[i + k]) * w_k`` for k from the radius down to 1, edge pixels repeated;
+    each step one rounded float64 operation, as in the exact path. (A convolution sums
+    in another order and flips a truncated byte now and then.)
+    """
+    from robustlab.shifts.corruptions._gauss import gaussian_weights
+
+    w = gaussian_weights(sigma)
+    r = (len(w) - 1) // 2
+    h, wd = v.shape[-2:]
+    rows = pad(v, r, 0, "nearest")
+    acc = rows[..., r : r + h, :] * float(w[r])
+    for d in range(r, 0, -1):
+        acc = acc + (rows[..., r - d : r - d + h, :] + rows[..., r + d : r + d + h, :]) * float(
+            w[r - d]
+        )
+    cols = pad(acc, 0, r, "nearest")
+    acc = cols[..., r : r + wd] * float(w[r])
+    for d in range(r, 0, -1):
+        acc = acc + (cols[..., r - d : r - d + wd] + cols[..., r + d : r + d + wd]) * float(
+            w[r - d]
+        )
+    return acc
+
+
+def _glass_draw(x, params, gens) -> dict[str, torch.Tensor]:
+    """Per image and pass, the offsets of every visited pixel, uniform on [-delta, delta)."""
+    _, delta, iterations = params
+    rows, cols = _glass_grid(*x.shape[-2:], delta)
+    shape = (iterations, rows, cols, 2)
+    return {"offsets": randint(gens, -delta, delta, shape, x.device)}
+
+
+def _glass_replay(img, params, rng) -> dict[str, torch.Tensor]:
+    from robustlab.shifts.corruptions.glass_blur import draw
+
+    _, delta, iterations = params
+    h, w = img.shape[:2]
+    rows, cols = _glass_grid(h, w, delta)
+    offsets = draw(rng, h, w, delta, iterations)  # visiting order is row-major: a reshape
+    return {"offsets": torch.from_numpy(offsets).view(1, iterations, rows, cols, 2)}
+
+
+def _glass_grid(h: int, w: int, delta: int) -> tuple[int, int]:
+    """Rows and columns of the pixels one pass visits."""
+    return max(h - 2 * delta, 0), max(w - 2 * delta, 0)
+
+
+@random_batched("glass_blur", draw=_glass_draw, replay=_glass_replay)
+def glass_blur(x, params, draws):
     """Gaussian blur, ``iterations`` passes of local chained pixel copies, Gaussian blur."""
     sigma, delta, iterations = params
-    h, w = x.shape[-2:]
-    img = (gaussian(unit(x), sigma) * 255).to(torch.uint8)
-    rows, cols = max(h - 2 * delta, 0), max(w - 2 * delta, 0)
-    for _ in range(iterations):
-        if rows and cols:
-            offsets = randint(gens, -delta, delta, (rows, cols, 2), x.device)
-            _shuffle_pass(img, offsets, delta)
-    return to_uint8(gaussian(unit(img), sigma))
+    img = (_gaussian_scipy(unit(x, torch.float64), sigma) * 255).to(torch.uint8)
+    offsets = draws["offsets"]
+    if offsets.numel():
+        for i in range(iterations):
+            _shuffle_pass(img, offsets[:, i], delta)
+    return to_uint8(_gaussian_scipy(unit(img, torch.float64), sigma))
 
 
-@batched("motion_blur")
-def motion_blur(x, params, gens):
-    """ImageMagick-style motion blur along an angle drawn uniformly from [-45, 45) degrees."""
+def _motion_draw(x, params, gens) -> dict[str, torch.Tensor]:
+    """Per image, the blur angle in degrees, uniform on [-45, 45) (float64 like numpy's)."""
+    return {"angle": uniform(gens, (), x.device, -45.0, 45.0, dtype=torch.float64)}
+
+
+def _motion_replay(img, params, rng) -> dict[str, torch.Tensor]:
+    from robustlab.shifts.corruptions.motion_blur import draw
+
+    return {"angle": torch.tensor([draw(rng)], dtype=torch.float64)}
+
+
+@random_batched("motion_blur", draw=_motion_draw, replay=_motion_replay)
+def motion_blur(x, params, draws):
+    """ImageMagick-style motion blur along each image's drawn angle (degrees)."""
     radius, sigma = params
-    angles = uniform(gens, (), x.device, -45.0, 45.0, dtype=torch.float64).cpu().numpy()
-    return _motion(x, radius, sigma, angles)
+    return _motion(x, radius, sigma, draws["angle"].tolist())
 
 
 @batched("zoom_blur")

@@ -2,9 +2,13 @@
 
 Deviations from the exact versions:
 
-* snow: the same steps (zoomed thresholded noise layer, ImageMagick motion blur of its
-  uint8 version with an angle from [-135, -45), blend with the brightened grey image,
-  mirrored flakes added), in float32; the noise and the angle come from torch.
+* snow: the same draws (float64 normal layer, then an angle from [-135, -45)) from torch
+  and the same steps with the exact path's rounding: the scipy-order zoom in float64, the
+  ImageMagick motion blur's float64 taps, OpenCV's fused float32 grey, the float32 wash
+  and the float64 sum. Fed the exact path's draws, the same pixels (the separable zoom,
+  a float32 blur sum and a plain grey flipped up to 6e-4 of the bytes at 224 px). The
+  grey is OpenCV's with IPP on an x86-64 CPU with FMA; where OpenCV rounds otherwise,
+  the exact path itself changes in the last bit of the grey.
 * frost: the same five textures (decoded once per process and device, kept on the
   device), the same draws (texture index, crop corner) from torch, and the same float64
   blend: fed the exact path's draws, the same pixels.
@@ -17,12 +21,12 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 
 from robustlab.shifts.batched._ops import (
-    clipped_zoom,
+    clipped_zoom_exact,
     motion_blur,
-    normal,
     to_uint8,
     uniform,
     unit,
@@ -37,22 +41,62 @@ def brightness(x, shift, gens):
     return hsv_adjust(x, v_shift=shift)
 
 
-@batched("snow")
-def snow(x, params, gens):
-    """Snow flakes (zoomed, thresholded noise, motion-blurred downwards) over a brightened image."""
-    loc, scale, zoom, threshold, radius, sigma, blend = params
+def _snow_draw(x, params, gens) -> dict[str, torch.Tensor]:
+    """Per image, like the reference: the float64 ``normal(loc, scale)`` layer, one value
+    per pixel, then the blur angle in degrees, uniform on [-135, -45)."""
+    loc, scale = params[:2]
     h, w = x.shape[-2:]
     dev = x.device
-    layer = normal(gens, (1, h, w), dev, mean=loc, std=scale, dtype=torch.float64)
-    layer = clipped_zoom(layer, zoom)
+    layers, angles = [], []
+    for g in gens:
+        layers.append(torch.randn((1, h, w), generator=g, device=dev, dtype=torch.float64))
+        angles.append(torch.rand((), generator=g, device=dev, dtype=torch.float64))
+    return {
+        "layer": torch.stack(layers) * scale + loc,
+        "angle": torch.stack(angles) * 90.0 - 135.0,
+    }
+
+
+def _snow_replay(img, params, rng) -> dict[str, torch.Tensor]:
+    from robustlab.shifts.corruptions.snow import draw
+
+    layer, angle = draw(rng, *img.shape[:2], *params[:2])
+    return {
+        "layer": torch.from_numpy(layer).view(1, 1, *layer.shape),
+        "angle": torch.tensor([angle], dtype=torch.float64),
+    }
+
+
+def _grey(v: torch.Tensor) -> torch.Tensor:
+    """OpenCV's float32 RGB-to-grey of (N, 3, H, W) float32, as the exact path gets it.
+
+    OpenCV (with IPP, on an x86-64 CPU with FMA) computes ``fma(b, 0.114, fma(r, 0.299,
+    g * 0.587))`` in float32: other orders differ in the last bit at 14 % to 30 % of the
+    pixels. Here each fused step is a float64 product (exact for float32 factors) and sum
+    rounded once to float32, which is the fused result except for a double rounding too
+    rare to have been seen.
+    """
+
+    def f32(c: float) -> float:
+        return float(np.float32(c))
+
+    d = v.to(torch.float64)
+    r, g, b = d[:, 0:1], d[:, 1:2], d[:, 2:3]
+    acc = (g * f32(0.587)).to(torch.float32).to(torch.float64)
+    acc = (r * f32(0.299) + acc).to(torch.float32).to(torch.float64)
+    return (b * f32(0.114) + acc).to(torch.float32)
+
+
+@random_batched("snow", draw=_snow_draw, replay=_snow_replay)
+def snow(x, params, draws):
+    """Snow flakes (zoomed, thresholded noise, motion-blurred downwards) over a brightened image."""
+    _, _, zoom, threshold, radius, sigma, blend = params
+    layer = clipped_zoom_exact(draws["layer"], zoom)
     layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
     layer8 = to_uint8(layer)
-    angles = uniform(gens, (), dev, -135.0, -45.0, dtype=torch.float64).cpu().numpy()
-    flakes = motion_blur(layer8, radius, sigma, angles).to(torch.float64) / 255.0
+    flakes = motion_blur(layer8, radius, sigma, draws["angle"].tolist()).to(torch.float64) / 255.0
     v = unit(x)
-    r, g, b = v[:, 0:1], v[:, 1:2], v[:, 2:3]
-    grey = r * 0.299 + g * 0.587 + b * 0.114  # OpenCV's RGB2GRAY weights
-    washed = blend * v + (1 - blend) * torch.maximum(v, grey * 1.5 + 0.5)
+    washed = blend * v + (1 - blend) * torch.maximum(v, _grey(v) * 1.5 + 0.5)
     out = washed.to(torch.float64) + flakes + torch.flip(flakes, dims=(-2, -1))
     return to_uint8(out)
 

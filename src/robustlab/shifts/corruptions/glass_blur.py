@@ -54,6 +54,18 @@ def _shuffle_pass(img, offsets, delta):
                 img[h, w, c] = img[hp, wp, c]
 
 
+def draw(rng, height: int, width: int, delta: int, iterations: int) -> np.ndarray:
+    """The reference's draws: ``(iterations, n, 2)`` int64 offsets ``(dx, dy)`` in [-delta, delta).
+
+    ``n`` is the number of pixels one pass visits, in :func:`_shuffle_pass`'s order. Drawing
+    every pass up front consumes the stream as the reference's per-pass draws do (nothing
+    else is drawn in between).
+    """
+    n = max(height - 2 * delta, 0) * max(width - 2 * delta, 0)
+    passes = [randint(rng, -delta, delta, size=(n, 2)) for _ in range(iterations)]
+    return np.asarray(passes, dtype=np.int64).reshape(iterations, n, 2)
+
+
 @register_shift(
     "glass_blur",
     family="blur",
@@ -71,8 +83,6 @@ def glass_blur(x, params, rng, ctx):
     height, width = x.shape[:2]
     # np.uint8(gaussian * 255): truncation, as in the reference (values stay within [0, 255])
     img = (gaussian_nearest(x / 255.0, sigma) * 255).astype(np.uint8)
-    n = max(height - 2 * delta, 0) * max(width - 2 * delta, 0)
-    for _ in range(iterations):
-        offsets = np.asarray(randint(rng, -delta, delta, size=(n, 2)), dtype=np.int64)
+    for offsets in draw(rng, height, width, delta, iterations):
         _shuffle_pass(img, offsets, delta)
     return np.clip(gaussian_nearest(img / 255.0, sigma), 0, 1) * 255

@@ -18,6 +18,11 @@ from robustlab.shifts.corruptions._motion import motion_blur_uint8
 from robustlab.shifts.registry import register_shift
 
 
+def draw(rng) -> float:
+    """The reference's one draw: the blur angle in degrees, uniform on [-45, 45)."""
+    return float(rng.uniform(-45, 45))
+
+
 @register_shift(
     "motion_blur",
     family="blur",
@@ -27,5 +32,4 @@ from robustlab.shifts.registry import register_shift
 def motion_blur(x, params, rng, ctx):
     """ImageMagick-style motion blur, ``params = (radius, sigma)``, random angle in [-45, 45)."""
     radius, sigma = params
-    angle = rng.uniform(-45, 45)
-    return motion_blur_uint8(np.ascontiguousarray(x, dtype=np.uint8), radius, sigma, angle)
+    return motion_blur_uint8(np.ascontiguousarray(x, dtype=np.uint8), radius, sigma, draw(rng))

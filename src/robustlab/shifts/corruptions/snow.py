@@ -61,6 +61,13 @@ def _compose(x, grey, flakes, blend, rest):
     return out
 
 
+def draw(rng, height: int, width: int, loc: float, scale: float) -> tuple[np.ndarray, float]:
+    """The reference's draws in its order: the float64 ``normal(loc, scale)`` snow layer
+    (``height x width``), then the blur angle in degrees, uniform on [-135, -45)."""
+    layer = rng.normal(size=(height, width), loc=loc, scale=scale)
+    return layer, float(rng.uniform(-135, -45))
+
+
 @register_shift(
     "snow",
     family="weather",
@@ -81,11 +88,10 @@ def snow(x, params, rng, ctx):
     loc, scale, zoom, threshold, radius, sigma, blend = params
     x = np.asarray(x, dtype=np.float32) / 255.0
     height, width = x.shape[:2]
-    layer = rng.normal(size=(height, width), loc=loc, scale=scale)
+    layer, angle = draw(rng, height, width, loc, scale)
     layer = clipped_zoom(layer[..., np.newaxis], zoom)[..., 0]
     layer[layer < threshold] = 0
     layer8 = (np.clip(layer, 0, 1) * 255).astype(np.uint8)
-    angle = rng.uniform(-135, -45)
     flakes = motion_blur_uint8(layer8, radius, sigma, angle)
     grey = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)
     return _compose(x, grey, flakes, np.float32(blend), np.float32(1 - blend))
