@@ -22,7 +22,8 @@ PASS when the interval lies within +-1.5, FAIL when it lies wholly outside (a de
 violation), else INCONCLUSIVE (too few photos to decide), the share of photos whose
 correctness differs ("flips"), the mean absolute pixel difference and each side's shift
 time per image. A pooled line per corruption averages its levels, and a summary counts
-verdicts and the cells that miss +-1.5 by point estimate. ``--draws K`` gives every photo
+verdicts and the cells that miss +-1.5 by point estimate (each cell's FAIL is a 2.5 %
+one-sided test, so over 45 cells about one FAIL can come by chance). ``--draws K`` gives every photo
 K sample ids (``id/draw0`` ...) and averages its correctness over them, which shrinks the
 random part of the standard error. Photos are processed in chunks and the cumulative
 tables are printed after each chunk, so a run stopped early still reports.
@@ -332,7 +333,8 @@ def report_comparison(comp: str, rows: list[dict]) -> dict:
     if s["cells"]:
         line += (
             f"; mean diff {s['mean_diff']:+.2f}, worst {s['worst']:.1f}, "
-            f"RMS diff {s['rms_diff']:.2f} vs RMS SE {s['rms_se']:.2f}"
+            f"RMS diff {s['rms_diff']:.2f} vs RMS SE {s['rms_se']:.2f}; "
+            f"chance FAILs if every true difference were 0: <= {0.025 * s['cells']:.1f}"
         )
     print(line, flush=True)
     return {"rows": rows, "pooled": pools, "summary": s}
