@@ -13,7 +13,9 @@ Deviations from the exact versions:
   device), the same draws (texture index, crop corner) from torch, and the same float64
   blend: fed the exact path's draws, the same pixels.
 * fog: the same diamond-square plasma fractal, built for all images of the batch at
-  once with the reference's vectorised steps (``roll`` on strided views), in float64.
+  once with the reference's vectorised steps (``roll`` on strided views), in float64,
+  from the same kinds of draws (per level, ``uniform(-wibble, wibble)`` for the square
+  centres, row diamonds and column diamonds): fed the exact path's draws, the same pixels.
 * brightness: the scikit-image HSV round trip in float64 (:mod:`.color`).
 """
 
@@ -160,45 +162,79 @@ def frost(x, params, draws):
     return out.clamp(0, 255).to(torch.uint8)
 
 
-def plasma_fractal(gens, size: int, decay: float, device) -> torch.Tensor:
-    """(N, size, size) diamond-square plasma fractals in [0, 1], one per generator."""
-    n = len(gens)
-    m = torch.zeros((n, size, size), dtype=torch.float64, device=device)
-    step, wibble = size, 100.0
-    while step >= 2:
+def _fog_levels(size: int, decay: float) -> list[tuple[str, int, float]]:
+    """``(draw key, cells per side, wibble)`` of each plasma level, coarsest first."""
+    from robustlab.shifts.corruptions.fog import levels
+
+    return [(f"step{step}", size // step, wibble) for step, wibble in levels(size, decay)]
+
+
+def _fog_split(flat: torch.Tensor, size: int, decay: float) -> dict[str, torch.Tensor]:
+    """(N, total) draws in the exact path's order -> one (N, 3, n, n) tensor per level
+    (square centres, row diamonds, column diamonds)."""
+    spec = _fog_levels(size, decay)
+    parts = torch.split(flat, [3 * n * n for _, n, _ in spec], dim=1)
+    return {key: part.reshape(-1, 3, n, n) for (key, n, _), part in zip(spec, parts)}
+
+
+def _fog_draw(x, params, gens) -> dict[str, torch.Tensor]:
+    """Per image and plasma level, ``uniform(-wibble, wibble)`` for each new point."""
+    from robustlab.shifts.corruptions.fog import map_size
+
+    _, decay = params
+    size = map_size(*x.shape[-2:])
+    total = sum(3 * n * n for _, n, _ in _fog_levels(size, decay))
+    split = _fog_split(uniform(gens, (total,), x.device, 0.0, 1.0, torch.float64), size, decay)
+    return {key: split[key] * (2 * wib) - wib for key, _, wib in _fog_levels(size, decay)}
+
+
+def _fog_replay(img, params, rng) -> dict[str, torch.Tensor]:
+    from robustlab.shifts.corruptions.fog import draw, map_size
+
+    _, decay = params
+    size = map_size(*img.shape[:2])
+    u, _ = draw(rng, size, decay)
+    return _fog_split(torch.from_numpy(u)[None], size, decay)
+
+
+def plasma_fractal(draws: dict[str, torch.Tensor], size: int, decay: float) -> torch.Tensor:
+    """(N, size, size) diamond-square plasma fractals in [0, 1] from :func:`_fog_draw`'s draws.
+
+    The reference's vectorised steps (``roll`` on strided views) for the whole batch at
+    once, in float64 with the reference's order of additions.
+    """
+    spec = _fog_levels(size, decay)
+    first = draws[spec[0][0]]
+    m = torch.zeros((first.shape[0], size, size), dtype=torch.float64, device=first.device)
+    for key, n, wib in spec:
+        step = size // n
         half = step // 2
-
-        def wibbled(acc, wib=wibble):
-            return acc / 4 + wib * uniform(
-                gens, acc.shape[1:], device, -wib, wib, dtype=torch.float64
-            )
-
+        u = draws[key]
         corners = m[:, 0::step, 0::step]
         acc = corners + torch.roll(corners, -1, dims=1)
         acc = acc + torch.roll(acc, -1, dims=2)
-        m[:, half::step, half::step] = wibbled(acc)
+        m[:, half::step, half::step] = acc / 4 + wib * u[:, 0]
         centres = m[:, half::step, half::step]
-        corners = m[:, 0::step, 0::step]
-        m[:, 0::step, half::step] = wibbled(
-            (centres + torch.roll(centres, 1, dims=1)) + (corners + torch.roll(corners, -1, dims=2))
+        acc = (centres + torch.roll(centres, 1, dims=1)) + (
+            corners + torch.roll(corners, -1, dims=2)
         )
-        m[:, half::step, 0::step] = wibbled(
-            (centres + torch.roll(centres, 1, dims=2)) + (corners + torch.roll(corners, -1, dims=1))
+        m[:, 0::step, half::step] = acc / 4 + wib * u[:, 1]
+        acc = (centres + torch.roll(centres, 1, dims=2)) + (
+            corners + torch.roll(corners, -1, dims=1)
         )
-        step //= 2
-        wibble /= decay
+        m[:, half::step, 0::step] = acc / 4 + wib * u[:, 2]
     m = m - m.amin(dim=(1, 2), keepdim=True)
     return m / m.amax(dim=(1, 2), keepdim=True)
 
 
-@batched("fog")
-def fog(x, params, gens):
+@random_batched("fog", draw=_fog_draw, replay=_fog_replay)
+def fog(x, params, draws):
     """A plasma fractal added with strength ``c``, then rescaled to keep the maximum."""
     from robustlab.shifts.corruptions.fog import map_size
 
     c, decay = params
     h, w = x.shape[-2:]
-    plasma = plasma_fractal(gens, map_size(h, w), decay, x.device)[:, None, :h, :w]
+    plasma = plasma_fractal(draws, map_size(h, w), decay)[:, None, :h, :w]
     v = unit(x, torch.float64)
     top = v.amax(dim=(1, 2, 3), keepdim=True)
     return to_uint8((v + c * plasma) * top / (top + c))

@@ -37,19 +37,35 @@ def map_size(h: int, w: int) -> int:
     return max(_MIN_MAP, 1 << (side - 1).bit_length())
 
 
-def _draw(rng, size: int, decay: float):
-    """The reference's uniform draws, level by level, and the wibble of each level."""
-    draws, wibbles = [], []
-    wibble = 100.0
-    step = size
+def levels(size: int, decay: float) -> list[tuple[int, float]]:
+    """``(step, wibble)`` of each diamond-square level of a ``size`` map, coarsest first:
+    the step halves from ``size`` down to 2 while the wibble, from 100, is divided by
+    ``decay``."""
+    out = []
+    step, wibble = size, 100.0
     while step >= 2:
+        out.append((step, wibble))
+        step //= 2
+        wibble /= decay
+    return out
+
+
+def draw(rng, size: int, decay: float) -> tuple[np.ndarray, np.ndarray]:
+    """The reference's uniform draws, level by level, and the wibble of each level.
+
+    Returns:
+        ``(u, wibbles)``: all draws concatenated (per level: square centres, row
+        diamonds, column diamonds, each ``(n, n)`` in C order with ``n = size // step``,
+        from ``uniform(-wibble, wibble)``), and the wibble of each level. The batched
+        version replays them (:mod:`robustlab.shifts.batched.weather`).
+    """
+    draws = []
+    steps = levels(size, decay)
+    for step, wibble in steps:
         n = size // step
         for _ in range(3):  # square centres, row diamonds, column diamonds
             draws.append(rng.uniform(-wibble, wibble, (n, n)).ravel())
-        wibbles.append(wibble)
-        step //= 2
-        wibble /= decay
-    return np.concatenate(draws), np.array(wibbles)
+    return np.concatenate(draws), np.array([wibble for _, wibble in steps])
 
 
 @njit(cache=True, nogil=True)
@@ -104,7 +120,7 @@ def plasma_fractal(size: int, decay: float, rng) -> np.ndarray:
     """A ``size x size`` (power of two) plasma fractal in [0, 1], drawn from ``rng``."""
     if size < 2 or size & (size - 1):
         raise ValueError(f"plasma map size must be a power of two >= 2, got {size}")
-    u, wibbles = _draw(rng, size, decay)
+    u, wibbles = draw(rng, size, decay)
     return _fill(size, u, wibbles)
 
 

@@ -30,6 +30,11 @@ def _salt_and_pepper(flat, u, amount, out):
     return out
 
 
+def draw(rng, n: int) -> np.ndarray:
+    """``n`` uniforms on [0, 1) (float64), one per value of the HxWx3 array in C order."""
+    return rng.random(n)
+
+
 @register_shift(
     "impulse_noise",
     family="noise",
@@ -39,7 +44,7 @@ def _salt_and_pepper(flat, u, amount, out):
 def impulse_noise(x, amount, rng, ctx):
     """Salt and pepper: a fraction ``amount`` of the values set to 0 or 255 (half each)."""
     x = np.ascontiguousarray(x, dtype=np.uint8)
-    u = rng.random(x.size)
+    u = draw(rng, x.size)
     return _salt_and_pepper(x.reshape(-1), u, float(amount), np.empty(x.size, np.uint8)).reshape(
         x.shape
     )

@@ -28,7 +28,7 @@ from robustlab.shifts.registry import register_shift
 
 
 @cache
-def _tables(photons: int) -> tuple[np.ndarray, np.ndarray]:
+def tables(photons: int) -> tuple[np.ndarray, np.ndarray]:
     """(cdf, values): ``cdf[v, k] = P(Poisson(v / 255 * c) <= k)`` for ``k < c``, and
     ``values[k]``, the uint8 the reference produces for count ``k`` (``k = c`` for all
     larger counts, which clip to 255)."""
@@ -60,6 +60,12 @@ def _inverse_cdf(flat, u, cdf, values, out):
     return out
 
 
+def draw(rng, n: int) -> np.ndarray:
+    """The ``Generator`` path's draws: ``n`` uniforms on [0, 1) (float64), one per value
+    of the HxWx3 array in C order, each turned into a count by the inverse CDF."""
+    return rng.random(n)
+
+
 @register_shift(
     "shot_noise",
     family="noise",
@@ -72,7 +78,7 @@ def shot_noise(x, photons, rng, ctx):
         x = np.asarray(x) / 255.0
         return np.clip(rng.poisson(x * photons) / float(photons), 0, 1) * 255
     x = np.ascontiguousarray(x, dtype=np.uint8)
-    cdf, values = _tables(int(photons))
+    cdf, values = tables(int(photons))
     flat = x.reshape(-1)
-    u = rng.random(flat.shape[0])
+    u = draw(rng, flat.shape[0])
     return _inverse_cdf(flat, u, cdf, values, np.empty_like(flat)).reshape(x.shape)

@@ -26,6 +26,14 @@ def _speckle(flat, noise, levels, out):
     return out
 
 
+def draw(rng, shape, sigma: float) -> np.ndarray:
+    """The reference's only draw: ``normal(0, sigma)`` over the HxWx3 array (float64).
+
+    The batched version replays it (:mod:`robustlab.shifts.batched.noise`).
+    """
+    return rng.normal(size=shape, scale=sigma)
+
+
 @register_shift(
     "speckle_noise",
     family="extra",
@@ -35,7 +43,7 @@ def _speckle(flat, noise, levels, out):
 def speckle_noise(x, sigma, rng, ctx):
     """Noise proportional to intensity: ``x + x * N(0, sigma)``."""
     x = np.ascontiguousarray(x, dtype=np.uint8)
-    noise = rng.normal(size=x.shape, scale=sigma)
+    noise = draw(rng, x.shape, sigma)
     return _speckle(x.reshape(-1), noise.reshape(-1), _LEVELS, np.empty(x.size, np.uint8)).reshape(
         x.shape
     )
