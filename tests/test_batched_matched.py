@@ -121,3 +121,21 @@ def _sample(t: torch.Tensor, n: int = 20_000) -> np.ndarray:
     if flat.size <= n:
         return flat
     return flat[np.random.default_rng(0).choice(flat.size, n, replace=False)]
+
+
+def test_every_batched_corruption_is_split_or_does_not_draw():
+    """A batched corruption outside PARTS would escape the matched-draw contract: it must
+    then give the same pixels whatever the seed."""
+    from robustlab.shifts.batched import BATCHED
+    from robustlab.shifts.corruptions import list_corruptions
+
+    x = torch.randint(
+        0, 256, (2, 3, 32, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)
+    )
+    unsplit = sorted(set(BATCHED) & set(list_corruptions("all")) - set(PARTS))
+    assert unsplit, "the deterministic corruptions are batched too"
+    for name in unsplit:
+        for lv in LEVELS:
+            assert torch.equal(
+                apply(name, lv, x, ["a", "b"], seed=0), apply(name, lv, x, ["a", "b"], seed=1)
+            ), (name, lv)

@@ -5,10 +5,19 @@ byte, one image at a time on one CPU core. These versions apply the same corrupt
 the same per-level parameters to a whole (N, 3, H, W) uint8 batch with tensor operations,
 on the GPU or on CPU tensors, drawing from one ``torch.Generator`` per image seeded by the
 seed rule (``derive_seed(seed, sample_id, shift, level)``). The draws are not numpy's, so
-images differ pixel by pixel from the exact path; fidelity is statistical: per corruption
-and severity a model's error agrees within 1.5 points (benchmarks/torch_shifts.py and its
-record in benchmarks/README.md), and the deterministic corruptions agree to the pixel
-except for rare float32/float64 rounding flips.
+the images of a random corruption differ pixel by pixel from the exact path's. Fidelity
+is shown in two parts, both tested on CPU tensors (tests/test_batched_matched.py):
+
+* every random corruption is split into its draws and a deterministic apply
+  (:class:`._registry.RandomParts`); fed the exact path's own draws
+  (:func:`apply_matched`), the apply gives the exact path's pixels, bit for bit;
+* its torch draws follow the exact path's distribution (Kolmogorov-Smirnov per kind of
+  draw).
+
+The deterministic corruptions agree to the pixel except for rare float32/float64
+rounding flips. What is left between the two paths' errors on a model is the randomness
+of single draws, which benchmarks/torch_shifts.py measures against two draws of the
+exact path itself (its record is in benchmarks/README.md).
 
 Every ImageNet-C corruption (15 common, 4 extra) has a batched version except
 ``spatter`` (OpenCV's Canny edges, distance transform and histogram equalisation have no
