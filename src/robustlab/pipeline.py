@@ -247,7 +247,7 @@ def _jpeg_input(x: np.ndarray) -> np.ndarray:
 def _jpeg_bytes(x: np.ndarray, protocol, *, optimize: bool) -> bytes:
     """Pillow's (libjpeg's) JPEG of HxWx3 uint8 ``x`` at the protocol's quality.
 
-    ``optimize`` only chooses Huffman tables fitted to the image (smaller files, twice the
+    ``optimize`` only chooses Huffman tables fitted to the image (smaller files, 2.4x the
     encoding time); the quantised DCT coefficients, and so the decoded pixels, are the
     same either way.
     """
@@ -272,7 +272,7 @@ def as_stored(img, protocol) -> np.ndarray:
 
     PNG is lossless, so it returns a copy without the round trip. JPEG takes a shorter
     road to the same pixels, since this runs once per cell of every on-the-fly
-    evaluation (half of the round trip's time went to the two steps it skips): the
+    evaluation (a third of the round trip's time went to the two steps it skips): the
     encoder does not optimise its Huffman tables (that changes the file's size, not the
     decoded pixels) and the decoder is fed the bytes directly, with the size already
     known, instead of parsing them as a file (``Image.open``). The result is byte for
