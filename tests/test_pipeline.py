@@ -131,3 +131,28 @@ def test_mask_and_box_follow_the_image_geometry():
     assert abs(xs.min() - box[0]) <= 1 and abs(ys.min() - box[1]) <= 1
     assert abs(xs.max() + 1 - box[2]) <= 1 and abs(ys.max() + 1 - box[3]) <= 1
     assert prepare_bbox((0, 0, 10, 10), (w, h), P) is None  # cropped away
+
+
+def _jpeg_cases(photo):
+    """Images the JPEG round trip meets: photos and corruptions of them, flat and extreme
+    ones, noise, and sizes that are not multiples of JPEG's 8x8 and 16x16 blocks."""
+    rng = np.random.default_rng(0)
+    yield photo
+    yield apply_shift(photo, "a", "gaussian_noise", 5, 0)
+    yield apply_shift(photo, "a", "zoom_blur", 2, 0)
+    yield np.ascontiguousarray(photo[::-1, ::2])
+    yield photo[3:40, 5:38]  # 37 x 33, a non-contiguous view
+    yield rng.integers(0, 256, (33, 47, 3), dtype=np.uint8)
+    yield np.zeros((32, 32, 3), np.uint8)
+    yield np.full((17, 250, 3), 255, np.uint8)
+    yield np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 9, axis=0).repeat(3, axis=2)
+
+
+@pytest.mark.parametrize("quality", [85, 30, 100])
+def test_as_stored_is_exactly_the_decoded_file(photo, quality):
+    """as_stored skips Huffman optimisation and Image.open; the pixels must not change."""
+    proto = Protocol(jpeg_quality=quality)
+    for img in _jpeg_cases(photo):
+        got = as_stored(img, proto)
+        assert got.dtype == np.uint8 and got.flags.writeable and got.shape == img.shape
+        np.testing.assert_array_equal(got, decode(encode(img, proto)))

@@ -128,3 +128,43 @@ def test_progress_groups_levels_when_there_are_many_cells():
     assert p.bars["fog"].n == 2 and p.bars["clean"].n == 1
     p.close()
     assert CellProgress(totals, enabled=False).bars == {}
+
+
+def _hwc_views(shape, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [_hwc_tensor(rng.integers(0, 256, shape, dtype=np.uint8)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("shape", [(224, 224, 3), (37, 61, 3), (40, 33, 4), (32, 45, 2)])
+def test_pack_is_torch_stack_of_the_cells(shape):
+    from robustlab.run.tasks import pack
+
+    cells = _hwc_views(shape, 5)
+    out = pack(cells)
+    assert out.dtype == torch.uint8 and out.is_contiguous()
+    assert torch.equal(out, torch.stack(cells))
+
+
+def test_pack_in_a_worker_allocates_shared_memory(monkeypatch):
+    """In a DataLoader worker the stack goes straight into shared memory (no copy when it
+    is sent to the main process); elsewhere it is ordinary memory."""
+    from robustlab.run.tasks import pack
+
+    cells = _hwc_views((50, 70, 3), 4, seed=1)
+    assert not pack(cells).is_shared()
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())
+    out = pack(cells)
+    assert out.is_shared() and torch.equal(out, torch.stack(cells))
+
+
+def test_pack_leaves_other_tensors_to_torch_stack():
+    from robustlab.run.tasks import pack
+
+    rng = np.random.default_rng(2)
+    hwc = [torch.from_numpy(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)) for _ in range(3)]
+    chw = [t.permute(2, 0, 1).contiguous() for t in hwc]  # contiguous CxHxW, not a view
+    floats = [t.float() for t in chw]
+    for cells in (hwc, chw, floats, [hwc[0].permute(2, 0, 1), chw[1]]):
+        assert torch.equal(pack(cells), torch.stack(cells))
+    with pytest.raises(RuntimeError):  # shapes that cannot be stacked stay an error
+        pack([chw[0], chw[1][:, :10]])

@@ -222,18 +222,39 @@ def encode(img, protocol) -> bytes:
         ValueError: an RGBA image for JPEG output (JPEG has no alpha; use png), or an
             unknown format.
     """
+    x = _encodable(img)
+    fmt = _format(protocol)
+    if fmt == "jpeg":
+        return _jpeg_bytes(_jpeg_input(x), protocol, optimize=True)
+    buf = io.BytesIO()
+    Image.fromarray(x, "RGBA" if x.shape[2] == 4 else "RGB").save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _encodable(img) -> np.ndarray:
     x = np.ascontiguousarray(np.asarray(img))
     if x.dtype != np.uint8 or x.ndim != 3 or x.shape[2] not in (3, 4):
         raise ValueError(f"encode needs HxWx3 or HxWx4 uint8, got {x.dtype} {x.shape}")
-    fmt = _format(protocol)
+    return x
+
+
+def _jpeg_input(x: np.ndarray) -> np.ndarray:
+    if x.shape[2] == 4:
+        raise InputError("JPEG cannot store an alpha channel; use format png")
+    return x
+
+
+def _jpeg_bytes(x: np.ndarray, protocol, *, optimize: bool) -> bytes:
+    """Pillow's (libjpeg's) JPEG of HxWx3 uint8 ``x`` at the protocol's quality.
+
+    ``optimize`` only chooses Huffman tables fitted to the image (smaller files, 2.4x the
+    encoding time); the quantised DCT coefficients, and so the decoded pixels, are the
+    same either way.
+    """
     buf = io.BytesIO()
-    pil = Image.fromarray(x, "RGBA" if x.shape[2] == 4 else "RGB")
-    if fmt == "jpeg":
-        if x.shape[2] == 4:
-            raise InputError("JPEG cannot store an alpha channel; use format png")
-        pil.save(buf, "JPEG", quality=int(protocol.jpeg_quality), optimize=True)
-    else:
-        pil.save(buf, "PNG")
+    Image.fromarray(x, "RGB").save(
+        buf, "JPEG", quality=int(protocol.jpeg_quality), optimize=optimize
+    )
     return buf.getvalue()
 
 
@@ -249,14 +270,25 @@ def decode(data: bytes) -> np.ndarray:
 def as_stored(img, protocol) -> np.ndarray:
     """Exactly what a generated file holds: ``decode(encode(img))``.
 
-    PNG is lossless, so it returns a copy without the round trip.
+    PNG is lossless, so it returns a copy without the round trip. JPEG takes a shorter
+    road to the same pixels, since this runs once per cell of every on-the-fly
+    evaluation (a third of the round trip's time went to the two steps it skips): the
+    encoder does not optimise its Huffman tables (that changes the file's size, not the
+    decoded pixels) and the decoder is fed the bytes directly, with the size already
+    known, instead of parsing them as a file (``Image.open``). The result is byte for
+    byte ``decode(encode(img))``: tests/test_pipeline.py and benchmarks/worker_cells.py
+    check it.
     """
     if _format(protocol) == "png":
         x = np.asarray(img)
         if not (x.dtype == np.uint8 and x.ndim == 3 and x.shape[2] in (3, 4)):
             raise ValueError(f"encode needs HxWx3 or HxWx4 uint8, got {x.dtype} {x.shape}")
         return x.copy()
-    return decode(encode(img, protocol))
+    x = _jpeg_input(_encodable(img))
+    data = _jpeg_bytes(x, protocol, optimize=False)
+    # The JPEG decoder straight on the bytes: libjpeg's YCbCr -> RGB, as Image.open's.
+    pil = Image.frombytes("RGB", (x.shape[1], x.shape[0]), data, "jpeg", "RGB", "")
+    return np.asarray(pil).copy()
 
 
 def output_suffix(sample, protocol) -> str:

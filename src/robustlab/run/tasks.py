@@ -214,7 +214,53 @@ class TaskDataset:
             tensors.append(t if isinstance(t, torch.Tensor) else torch.as_tensor(t))
             if attrs:
                 measured.append((j, attrs))
-        return i, (torch.stack(tensors) if tensors else None), errors, measured
+        return i, (pack(tensors) if tensors else None), errors, measured
+
+
+def pack(tensors: Sequence) -> Any:
+    """``torch.stack(tensors)``, made for the hand-over of a task's cells to the model.
+
+    The model transform gives each cell as a CxHxW view of an HxWxC uint8 image; torch's
+    copy of such a view into a stack costs more than some corruptions (about 0.2 ms per
+    224x224 cell, 16 ms per ImageNet-C task). OpenCV splits the channels into the planes
+    of the result about ten times faster, with the same bytes. In a DataLoader worker the
+    result is allocated in shared memory, as torch's ``default_collate`` does, so sending
+    it to the main process does not copy it once more. Anything else (another dtype,
+    layout or channel count, tensors of different shapes) goes to ``torch.stack``.
+    """
+    import torch
+
+    first = tensors[0]
+    shape = tuple(first.shape)
+    if not all(_is_hwc_view(t, shape) for t in tensors):
+        return torch.stack(list(tensors))
+    import cv2
+
+    numel = len(tensors) * first.numel()
+    if torch.utils.data.get_worker_info() is not None:
+        storage = first._typed_storage()._new_shared(numel, device=first.device)
+        out = first.new(storage).view(len(tensors), *shape)
+    else:
+        out = torch.empty((len(tensors), *shape), dtype=torch.uint8)
+    planes = out.numpy()
+    for j, t in enumerate(tensors):
+        cv2.split(t.permute(1, 2, 0).numpy(), list(planes[j]))
+    return out
+
+
+def _is_hwc_view(t: Any, shape: tuple) -> bool:
+    """A CPU uint8 CxHxW tensor (C of 2 to 4) whose memory is a contiguous HxWxC image."""
+    import torch
+
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dtype == torch.uint8
+        and t.device.type == "cpu"
+        and tuple(t.shape) == shape
+        and len(shape) == 3
+        and 1 < shape[0] <= 4
+        and t.permute(1, 2, 0).is_contiguous()
+    )
 
 
 def worker_init(_worker_id: int) -> None:

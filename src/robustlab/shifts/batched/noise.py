@@ -50,7 +50,7 @@ def _uniform_draw(x, params, gens) -> dict[str, torch.Tensor]:
 def _gaussian_replay(img, sigma, rng) -> dict[str, torch.Tensor]:
     from robustlab.shifts.corruptions.gaussian_noise import draw
 
-    return {"noise": _chw(draw(rng, img.shape, sigma), img.shape)}
+    return {"noise": _chw(sigma * draw(rng, img.size), img.shape)}
 
 
 @random_batched("gaussian_noise", draw=_normal_draw, replay=_gaussian_replay)

@@ -36,16 +36,21 @@ sum, which uses a 3-channel kernel and skips the temporaries).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from numba import njit
 
 
+@lru_cache(maxsize=1024)
 def _axis_table(n: int, zoom_factor: float):
     """Source lines and weights for the ``n`` output lines kept along one axis.
 
     Returns ``(i0, i1, w0, w1, inside)``: the two source lines of each output line (as
     indices into the full axis, crop offset included), their double weights, and whether
-    scipy treats the line as inside the image (outside lines are 0).
+    scipy treats the line as inside the image (outside lines are 0). Read-only arrays,
+    cached: zoom_blur asks for the same few (side, factor) tables for every image, and
+    building one took about as long as a third of a zoom.
     """
     crop = int(np.ceil(n / float(zoom_factor)))
     top = (n - crop) // 2
@@ -61,6 +66,8 @@ def _axis_table(n: int, zoom_factor: float):
     s = start.astype(np.int64)
     i0 = np.clip(s, 0, crop - 1) + top
     i1 = np.clip(s + 1, 0, crop - 1) + top  # only clipped where its weight is 0
+    for a in (i0, i1, w0, w1, inside):
+        a.setflags(write=False)
     return i0, i1, w0, w1, inside
 
 
