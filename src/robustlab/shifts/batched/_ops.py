@@ -173,8 +173,9 @@ def clipped_zoom_exact(x: torch.Tensor, factor: float) -> torch.Tensor:
 
     h, w = x.shape[-2:]
     dev = x.device
-    r0, r1, rw0, rw1, rin = (torch.as_tensor(t, device=dev) for t in _axis_table(h, factor))
-    c0, c1, cw0, cw1, cin = (torch.as_tensor(t, device=dev) for t in _axis_table(w, factor))
+    # copies: the tables are cached read-only arrays, which torch must not alias
+    r0, r1, rw0, rw1, rin = (torch.tensor(t, device=dev) for t in _axis_table(h, factor))
+    c0, c1, cw0, cw1, cin = (torch.tensor(t, device=dev) for t in _axis_table(w, factor))
     a = x.index_select(-2, r0) * rw0.view(-1, 1)
     b = x.index_select(-2, r1) * rw1.view(-1, 1)
     out = (
