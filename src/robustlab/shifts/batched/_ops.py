@@ -148,8 +148,9 @@ def _zoom_axis(x: torch.Tensor, dim: int, factor: float) -> torch.Tensor:
     w0 = torch.as_tensor(w0 * inside, dtype=x.dtype, device=dev).view(shape)
     w1 = torch.as_tensor(w1 * inside, dtype=x.dtype, device=dev).view(shape)
     return (
-        x.index_select(dim, torch.as_tensor(i0, device=dev)) * w0
-        + x.index_select(dim, torch.as_tensor(i1, device=dev)) * w1
+        # copies of the indices: the tables are cached read-only arrays
+        x.index_select(dim, torch.tensor(i0, device=dev)) * w0
+        + x.index_select(dim, torch.tensor(i1, device=dev)) * w1
     )
 
 
