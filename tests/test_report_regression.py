@@ -275,3 +275,22 @@ def test_an_attribute_that_separates_is_noted_not_warned():
         warnings.simplefilter("error")
         got = fit_logit(x >= 100, x, np.arange(30) // 3)
     assert got["note"].startswith("perfect separation")
+
+
+def test_r_squared_caption_says_why_a_constant_response_has_none():
+    import warnings
+
+    import pandas as pd
+
+    from robustlab.metrics.regression import regress_accuracy
+    from robustlab.report.build import r_squared_text
+
+    data = pd.DataFrame({"err": [0.5] * 6, "bg": ["a", "b", "c"] * 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = r_squared_text(regress_accuracy(data, ["bg"], response="err").fit)
+    assert text == "R^2 undefined (every cell has the same value)"
+    varied = pd.DataFrame({"err": [0.1, 0.5, 0.9, 0.2, 0.4, 1.0], "bg": ["a", "b", "c"] * 2})
+    assert r_squared_text(regress_accuracy(varied, ["bg"], response="err").fit).startswith(
+        "R^2 = 0."
+    )

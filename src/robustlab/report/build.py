@@ -867,7 +867,7 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
                 Column("stars", "Signif."),
             ],
             rows,
-            caption=f"R^2 = {reg.fit.rsquared:.3f}, {int(reg.fit.nobs)} cells; "
+            caption=f"{r_squared_text(reg.fit)}, {int(reg.fit.nobs)} cells; "
             "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns",
         )
     )
@@ -1234,3 +1234,11 @@ def build_report(
     os.replace(tmp_out, out)
     stages.done()
     return ReportResult(out, p.tables, p.figures, n_grids, list(dict.fromkeys(notes)))
+
+
+def r_squared_text(fit) -> str:
+    """``R^2 = 0.873``, or why there is none: with every cell at the same value the
+    total sum of squares is 0 and statsmodels would divide by it (a NaN and a warning)."""
+    if not np.ptp(np.asarray(fit.model.endog, dtype=float)) > 0:
+        return "R^2 undefined (every cell has the same value)"
+    return f"R^2 = {fit.rsquared:.3f}"
