@@ -175,3 +175,33 @@ def test_bad_arguments_are_one_line_errors(ts, capsys):
     with pytest.raises(SystemExit):
         ts.parse_args(["--draws", "0"])
     assert ts.parse_args(["--compare", "null"]).compare == ["null"]
+
+
+def test_torch_is_judged_against_the_mean_of_both_exact_draws(ts, tmp_path, capsys):
+    # 4 photos: exact seed 0, exact seed 1, torch. Per photo, torch - mean(exact) is
+    # -0.5, +0.5, 0, -1 (correctness), so the error difference is +25 points.
+    seed0 = [1.0, 0.0, 1.0, 1.0]
+    seed1 = [0.0, 1.0, 1.0, 1.0]
+    torch_ = [0.0, 1.0, 1.0, 0.0]
+    null_rows = [{"corruption": "fog", "level": 1, **ts.paired_stats(seed0, seed1)}]
+    timing = {"mad": 0.0, "a_s": 0.002, "b_s": 0.003}
+    null_rows[0].update(c_a=seed0, c_b=seed1, **timing)
+    torch_rows = [{"corruption": "fog", "level": 1, **ts.paired_stats(seed0, torch_)}]
+    torch_rows[0].update(c_a=seed0, c_b=torch_, **timing)
+    unsplit = {"corruption": "snow", "level": 1, "status": "not split"}
+    rows = ts.against_both_seeds(null_rows + [unsplit], torch_rows + [unsplit])
+    assert len(rows) == 1
+    d = 100 * np.array([0.5, -0.5, 0.0, 1.0])  # error_torch - error_ref per photo
+    assert rows[0]["diff"] == pytest.approx(d.mean())
+    assert rows[0]["se"] == pytest.approx(d.std(ddof=1) / 2)
+    assert rows[0]["error_a"] == pytest.approx(100 - 100 * np.mean([0.5, 0.5, 1, 1]))
+    # and a saved run prints it again from its JSON
+    record = {
+        "photos": 4,
+        "clean_error": 0.0,
+        "comparisons": {"null": {"rows": null_rows}, "torch": {"rows": torch_rows}},
+    }
+    saved = tmp_path / "run.json"
+    saved.write_text(__import__("json").dumps(record))
+    assert ts.main(["--from-json", str(saved)]) == 0
+    assert "### torch-vs-both" in capsys.readouterr().out
