@@ -279,12 +279,10 @@ def as_stored(img, protocol) -> np.ndarray:
     byte ``decode(encode(img))``: tests/test_pipeline.py and benchmarks/worker_cells.py
     check it.
     """
+    x = _encodable(img)
     if _format(protocol) == "png":
-        x = np.asarray(img)
-        if not (x.dtype == np.uint8 and x.ndim == 3 and x.shape[2] in (3, 4)):
-            raise ValueError(f"encode needs HxWx3 or HxWx4 uint8, got {x.dtype} {x.shape}")
         return x.copy()
-    x = _jpeg_input(_encodable(img))
+    x = _jpeg_input(x)
     data = _jpeg_bytes(x, protocol, optimize=False)
     # The JPEG decoder straight on the bytes: libjpeg's YCbCr -> RGB, as Image.open's.
     pil = Image.frombytes("RGB", (x.shape[1], x.shape[0]), data, "jpeg", "RGB", "")
