@@ -28,7 +28,9 @@ from robustlab.shifts.attributes._common import largest_box
 from robustlab.shifts.attributes.direction import rotate
 from robustlab.shifts.attributes.position import object_layer, place, position_levels
 from robustlab.shifts.attributes.size import box_and_rate, mask_u8, rescale
-from robustlab.suites import IMAGENET_E_PROTOCOL, get_suite
+from robustlab.errors import InputError
+from robustlab.manifest import identity_changes
+from robustlab.suites import IMAGENET_E_PROTOCOL, Protocol, get_suite
 
 REF = Path(__file__).parent / "fixtures" / "imagenet_e_reference"
 META = json.loads((REF / "reference.json").read_text())
@@ -80,6 +82,26 @@ def test_suite_edits_on_the_official_squashed_frame():
     assert d["frame"] == "squash" and d["resize"] == 256 and d["crop"] is None
     # The ImageNet-C protocol's record is unchanged (old folders and runs keep their identity).
     assert "frame" not in get_suite("imagenet-c").describe()["protocol"]
+    with pytest.raises(InputError, match="frame"):
+        Protocol(frame="stretch")
+
+
+def test_a_folder_made_on_the_old_crop_is_not_resumed_into():
+    """The frame is data: a manifest of the 256/224-crop ImageNet-E names the changes."""
+    old = Protocol(resize=256, crop=224, format="png")
+    prev = {"seed": 0, "suite": {"name": "imagenet-e", "version": "1"}, "protocol": old.describe()}
+    suite = get_suite("imagenet-e")
+    new = {
+        "seed": 0,
+        "suite": {"name": suite.name, "version": suite.version},
+        "protocol": suite.protocol.describe(),
+        "data": {},
+        "cells": {},
+        "samples": {},
+    }
+    changes = identity_changes(prev, new)
+    assert "suite version 1 -> 2" in changes
+    assert "protocol frame None -> squash" in changes and "protocol crop 224 -> None" in changes
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -94,10 +116,10 @@ def _size_cases():
     for case in CASES:
         for key, rec in META["cases"][case]["edits"].items():
             if key.startswith("size_"):
-                yield case, key, rec
+                yield pytest.param(case, key, rec, id=f"{case}-{key}")
 
 
-@pytest.mark.parametrize("case,key,rec", list(_size_cases()), ids=lambda v: str(v)[:20])
+@pytest.mark.parametrize("case,key,rec", list(_size_cases()))
 def test_size_equals_the_official_pixels(frames, case, key, rec):
     rgb, mask = _frame(frames, case)
     target = float(key.split("_")[1])
@@ -151,10 +173,10 @@ def _position_cases():
     for case in CASES:
         for key, rec in META["cases"][case]["edits"].items():
             if key.startswith("position_"):
-                yield case, key, rec
+                yield pytest.param(case, key, rec, id=f"{case}-{key}")
 
 
-@pytest.mark.parametrize("case,key,rec", list(_position_cases()), ids=lambda v: str(v)[:20])
+@pytest.mark.parametrize("case,key,rec", list(_position_cases()))
 def test_position_equals_the_official_pixels_for_the_same_draw(frames, case, key, rec):
     rgb, mask = _frame(frames, case)
     p = position_levels(rec["base_rate"])["random"]
@@ -192,10 +214,10 @@ def _direction_cases():
     for case in CASES:
         for key, rec in META["cases"][case]["edits"].items():
             if key.startswith("direction_"):
-                yield case, key, rec
+                yield pytest.param(case, key, rec, id=f"{case}-{key}")
 
 
-@pytest.mark.parametrize("case,key,rec", list(_direction_cases()), ids=lambda v: str(v)[:20])
+@pytest.mark.parametrize("case,key,rec", list(_direction_cases()))
 def test_direction_equals_the_official_pixels(frames, case, key, rec):
     rgb, mask = _frame(frames, case)
     turned, new_mask = rotate(rgb, mask, rec["angle"])
