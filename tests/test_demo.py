@@ -279,6 +279,7 @@ def test_fast_demo_numbers_agree_and_summary_comes_from_the_db(fast_demo):
     suite = Store(fast_demo["out"] / DB_NAME).runs().set_index("run_id")["suite"]
     clean = clean[clean["run_id"].map(suite) != "imagenet-e"]
     assert len(clean) == 3 and clean["top1"].nunique() == 1
+    # The summary line is the first run's (ImageNet-C's) clean accuracy.
     assert f"clean top-1: {100 * float(clean['top1'].iloc[0]):.1f}%" in fast_demo["stdout"]
 
 
