@@ -1,6 +1,6 @@
 """Speed of the ImageNet-E weights-free attribute edits (size, position, direction), one core.
 
-Prints milliseconds per 224x224 image for every level of ``obj_size``, ``obj_position`` and
+Prints milliseconds per image (demo photos on ImageNet-E's 256x256 frame) for every level of ``obj_size``, ``obj_position`` and
 ``obj_direction``, the hole fill alone, and the total of all edits of one image against the
 0.5 s target. The total is what ``generate`` pays per image: its cells run one after the
 other in one process, so the first edit fills the hole and the others reuse the cached
@@ -36,13 +36,13 @@ def demo_images():
     from robustlab.data.sources import Sample
     from robustlab.demo import demo_photos
     from robustlab.pipeline import load_prepared
-    from robustlab.suites import Protocol
+    from robustlab.suites import IMAGENET_E_PROTOCOL
 
     out = []
     for ph in demo_photos():
         p = load_prepared(
             Sample(ph.id, ph.source, ph.class_name, mask_path=ph.mask),
-            Protocol(format="png"),
+            IMAGENET_E_PROTOCOL,
             with_mask=True,
         )
         out.append((ph.id, p.rgb, p.mask > 0))
@@ -108,7 +108,7 @@ def main() -> None:
                 skips += 1
 
     print(
-        f"{len(images)} images of 224x224 (6 demo photos, {len(images) - 6} composited samples), "
+        f"{len(images)} images (6 demo photos at 256x256, {len(images) - 6} composited samples), "
         f"best of {args.repeat}, 1 thread, process CPU time, opencv-telea fill"
     )
     print(f"{'edit':<24}{'median ms':>10}{'max ms':>10}")

@@ -12,19 +12,20 @@ from robustlab.pipeline import apply_shift, load_prepared
 from robustlab.shifts import get_shift, list_shifts
 from robustlab.shifts.attributes import EDITS, describe_hole_fill
 from robustlab.shifts.attributes import fill as fillmod
-from robustlab.shifts.attributes.size import rescale_plan, size_levels
-from robustlab.suites import Protocol, get_suite
+from robustlab.shifts.attributes.position import position_levels
+from robustlab.shifts.attributes.size import mask_u8, rescale, size_levels
+from robustlab.suites import IMAGENET_E_PROTOCOL, get_suite
 
 
 @pytest.fixture(scope="module")
 def demo():
-    """The six demo photos (real photos with checked-in masks), prepared to 224x224."""
+    """The six demo photos (real photos with checked-in masks) on ImageNet-E's 256x256 frame."""
     from robustlab.demo import demo_photos
 
     out = {}
     for ph in demo_photos():
         s = Sample(ph.id, ph.source, ph.class_name, mask_path=ph.mask)
-        p = load_prepared(s, Protocol(format="png"), with_mask=True)
+        p = load_prepared(s, IMAGENET_E_PROTOCOL, with_mask=True)
         out[ph.id] = (p.rgb, p.mask > 0)
     return out
 
@@ -80,52 +81,78 @@ def test_size_hits_targets_on_real_photos(demo, level):
     reached = 0
     for sid, (x, m) in demo.items():
         try:
-            a, new_mask, rate, steps = rescale_plan(m, p["target"])
-        except ValueError as exc:
+            r = rescale(x, mask_u8(m), p["target"])
+        except ValueError as exc:  # the official code copies the original then
             assert "cannot reach" in str(exc) or "did not reach" in str(exc)
-            assert _rate(m) < p["target"]  # only growing can fail on these photos
+            out, attrs = _edit(x, m, "obj_size", level)
+            np.testing.assert_array_equal(out, x)
+            assert attrs["edited"] == 0 and attrs["steps"] == -1
             continue
         reached += 1
-        assert abs(_rate(new_mask) - p["target"]) <= p["tolerance"] + 1e-9, sid
-        assert rate == pytest.approx(_rate(new_mask))
+        # The official stop rule: within the tolerance, or floor(100 * rate) on target.
+        rate = _rate(r.mask > 127)
+        assert (
+            abs(rate - p["target"]) <= p["tolerance"] + 1e-9
+            or np.floor(rate * 100) == p["target"] * 100
+        ), sid
+        assert r.rate == pytest.approx(rate)
         out, attrs = _edit(x, m, "obj_size", level)
-        assert attrs["object_rate"] == pytest.approx(_rate(new_mask), abs=1e-6)
-        assert attrs["steps"] == steps and attrs["fill"] == "opencv-telea"
-        # Object pixels: the original zoomed once about the box centre (bilinear).
-        import cv2
-
-        zoomed = cv2.warpAffine(
-            x, a[:2], (224, 224), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
-        )
-        np.testing.assert_array_equal(out[new_mask], zoomed[new_mask])
-        if a[0, 0] < 1:  # shrunk: the uncovered rim is filled, never the old object or black
-            gone = m & ~new_mask
+        assert attrs["object_rate"] == pytest.approx(rate, abs=1e-6)
+        assert attrs["steps"] == r.steps and attrs["fill"] == "opencv-telea"
+        assert attrs["edited"] == 1 and attrs["how"] == r.how
+        # Object pixels: the official resampled layer wherever its mask is non-zero.
+        paste = r.mask > 0
+        np.testing.assert_array_equal(out[paste], r.image[paste])
+        if r.steps and p["target"] < _rate(m):  # shrunk: the uncovered rim is filled
+            gone = m & ~paste
             assert (out[gone] != x[gone]).any(axis=1).mean() > 0.5
     assert reached >= 5
 
 
-def test_size_unreachable_is_a_skip_or_the_official_copy(synthetic):
+def test_size_past_the_maximum_zooms_to_the_maximum(synthetic):
     x, _ = synthetic
-    # A thin ring can never cover 90% of the frame: zooming in pushes it out of the image.
+    # A thin ring can never cover 90% of the frame: the official code then stretches its
+    # box over the whole frame (the object at its largest) instead of iterating.
     yy, xx = np.mgrid[:96, :96]
-    r = np.hypot(yy - 48, xx - 48)
+    r = np.hypot(yy - 40, xx - 50)
     m = (r > 20) & (r < 23)
+    res = rescale(x, mask_u8(m), 0.9)
+    assert res.how == "maximum" and res.steps == 0
+    big = res.mask > 127
+    assert big[0].any() and big[-1].any() and big[:, 0].any() and big[:, -1].any()
+    assert res.rate == pytest.approx(_rate(big)) and res.rate < 0.9
+    out, attrs = _edit(x, m, "obj_size", "0.10")  # reachable: iterates
+    assert attrs["how"] == "iterate" and attrs["edited"] == 1
+
+
+def test_size_unreachable_is_the_official_copy_or_a_skip(demo):
+    x, m = demo["tripod/camera.png"]
+    # The tripod's rate stalls below 0.3 when grown (its box runs into the frame's edges).
     with pytest.raises(ValueError, match="cannot reach|did not reach"):
-        rescale_plan(m, 0.9)
+        rescale(x, mask_u8(m), 0.3)
     shift = get_shift("obj_size")
-    official = size_levels((0.9,), unreachable="copy")["0.90"]
+    official = size_levels((0.3,))["0.30"]
+    assert official["unreachable"] == "copy"
     attrs = {}
     out = shift.fn(x, official, np.random.default_rng(0), {"mask": m, "attributes": attrs})
     np.testing.assert_array_equal(out, x)
-    assert "copied" in attrs["note"] and attrs["object_rate"] == pytest.approx(_rate(m), abs=1e-6)
+    assert "copied" in attrs["note"] and attrs["edited"] == 0
+    assert attrs["object_rate"] == pytest.approx(_rate(m), abs=1e-6)
+    skip = size_levels((0.3,), unreachable="skip")["0.30"]
+    with pytest.raises(ValueError, match="cannot reach|did not reach"):
+        shift.fn(x, skip, np.random.default_rng(0), {"mask": m})
     with pytest.raises(ValueError, match="skip|copy"):
         size_levels((0.1,), unreachable="ignore")
 
 
 def test_position_moves_object_pixels_exactly_and_fills_the_hole(synthetic):
     x, m = synthetic
+    full = position_levels(None)["random"]  # no base rate: the object moves at full size
     for seed in range(5):
-        out, attrs = _edit(x, m, "obj_position", "random", seed)
+        attrs = {}
+        out = get_shift("obj_position").fn(
+            x, full, np.random.default_rng(seed), {"mask": m, "attributes": attrs}
+        )
         dx, dy = attrs["dx"], attrs["dy"]
         nx, ny = 14 + dx, 20 + dy
         assert 0 <= nx <= 96 - 16 and 0 <= ny <= 96 - 24
@@ -134,7 +161,17 @@ def test_position_moves_object_pixels_exactly_and_fills_the_hole(synthetic):
         moved[ny : ny + 24, nx : nx + 16] = True
         # Everything else is background colour: the old place is filled, not left dark.
         assert _near_bg(out[~moved]).all()
-        assert (attrs["box_x"], attrs["box_y"]) == (nx, ny)
+        assert (attrs["box_x"], attrs["box_y"]) == (nx, ny) and attrs["shrunk"] == 0
+
+
+def test_position_shrinks_to_the_base_rate_first(demo):
+    x, m = demo["espresso/coffee.png"]
+    assert get_shift("obj_position").params["random"]["base_rate"] == 0.05
+    out, attrs = _edit(x, m, "obj_position", "random", seed=2)
+    assert attrs["shrunk"] == 1 and attrs["edited"] == 1
+    # The moved object has the size edit's 0.05 rate (moving keeps the box's pixels).
+    assert attrs["object_rate"] == pytest.approx(rescale(x, mask_u8(m), 0.05).rate, abs=1e-6)
+    assert attrs["rate_before"] > 0.2
 
 
 def test_position_is_seeded(demo):
@@ -221,10 +258,21 @@ def test_missing_mask_is_a_value_error(synthetic, name):
         apply_shift(x, "s", name, get_shift(name).levels[0], 0, {})
 
 
-def test_object_touching_every_border_cannot_move(demo):
-    x, m = demo["cat/chelsea.png"]
-    with pytest.raises(ValueError, match="every border"):
-        _edit(x, m, "obj_position", "random")
+def test_object_touching_every_border_stays_in_place(synthetic):
+    x, _ = synthetic
+    m = np.zeros((96, 96), bool)
+    m[:, 30:60] = True
+    m[40:50, :] = True  # a cross touching all four borders: its box is the whole frame
+    attrs = {}
+    out = get_shift("obj_position").fn(
+        x,
+        position_levels(None)["random"],
+        np.random.default_rng(0),
+        {"mask": m, "attributes": attrs},
+    )
+    # As the official randint(0, 0): the object stays, pasted on the filled background.
+    assert (attrs["dx"], attrs["dy"]) == (0, 0)
+    np.testing.assert_array_equal(out[m], x[m])
 
 
 def test_hole_fill_backends(synthetic, monkeypatch):

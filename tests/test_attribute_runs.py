@@ -50,18 +50,20 @@ def test_generate_writes_attributes_csv_and_fill_record(generated):
         "rate_before",
         "box_x",
     ]
-    assert {"angle", "hf_before", "hf_after", "fill"} <= set(rows[0])
-    # One row per written edit file, and each names a file that exists.
-    assert len(rows) == res.written
+    assert {"angle", "hf_before", "hf_after", "fill", "edited"} <= set(rows[0])
+    # One row per written edit file, and each names a file that exists; every cell is
+    # written (an unreachable size is the official copy of the original, edited=0).
+    assert len(rows) == res.written == len(PHOTOS) * 4 and not res.failures
+    from PIL import Image
+
     for r in rows:
-        assert (out / r["file"]).is_file() and r["fill"] == "opencv-telea"
-        if r["shift"] == "obj_size":
+        path = out / r["file"]
+        assert path.is_file() and Image.open(path).size == (256, 256)  # the official frame
+        assert r["fill"] == ("opencv-telea" if r["edited"] == "1" else "none")
+        if r["shift"] == "obj_size" and r["edited"] == "1":
             assert abs(float(r["object_rate"]) - float(r["level"])) <= 0.015
-    # chelsea's object touches every border: its position cell is a counted failure.
-    assert any(
-        f[0] == "cat/chelsea.png" and f[1] == "obj_position" and "every border" in f[3]
-        for f in res.failures
-    )
+        if r["shift"] == "obj_position":
+            assert r["edited"] == "1" and r["shrunk"] == "1"
     m = json.loads((out / MANIFEST).read_text())
     assert m["hole_fill"]["backend"] == "opencv-telea" and len(m["hole_fill"]["fingerprint"]) == 16
     assert m["runs"][-1]["hole_fill"] == m["hole_fill"]

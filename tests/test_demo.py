@@ -274,7 +274,12 @@ def test_fast_demo_clean_predictions_are_lite0s(fast_demo):
 def test_fast_demo_numbers_agree_and_summary_comes_from_the_db(fast_demo):
     cells = _check_numbers_agree(fast_demo["out"])
     clean = cells[cells["shift"] == CLEAN_SHIFT]
-    assert clean["top1"].nunique() == 1  # the same clean photos in every run
+    # The same clean photos in every run on the 256/224 crop; ImageNet-E's clean cell is
+    # its own frame (the whole photo squashed to 256x256, as the official editor).
+    suite = Store(fast_demo["out"] / DB_NAME).runs().set_index("run_id")["suite"]
+    clean = clean[clean["run_id"].map(suite) != "imagenet-e"]
+    assert len(clean) == 3 and clean["top1"].nunique() == 1
+    # The summary line is the first run's (ImageNet-C's) clean accuracy.
     assert f"clean top-1: {100 * float(clean['top1'].iloc[0]):.1f}%" in fast_demo["stdout"]
 
 

@@ -14,6 +14,8 @@ side ``round(long * resize / short)`` (Python rounding, computed exactly), bilin
 through Pillow; the crop box starts at ``floor((side - crop) / 2)``. Note this differs from
 torchvision's ``Resize`` (which truncates the long side) for some aspect ratios, e.g.
 500x357 gives 359x256 here and 358x256 in torchvision; the reference data shows 359.
+A protocol with ``frame="squash"`` (ImageNet-E) resizes the whole photo to
+``resize x resize`` instead, as the official ImageNet-E editor does.
 """
 
 from __future__ import annotations
@@ -78,7 +80,10 @@ def geometry(width: int, height: int, protocol) -> Geometry:
     """
     w, h = int(width), int(height)
     size = (w, h)
-    if protocol.resize:
+    if protocol.resize and getattr(protocol, "frame", "shorter_side") == "squash":
+        # ImageNet-E's frame: the whole photo to resize x resize, aspect ratio not kept.
+        size = (int(protocol.resize), int(protocol.resize))
+    elif protocol.resize:
         r = int(protocol.resize)
         short, long = (w, h) if w <= h else (h, w)
         # Exact rational arithmetic so that x.5 cases round the same on every machine.

@@ -4,8 +4,13 @@ Importing this package registers them (tag ``"imagenet-e"``, family ``"attribute
 
 - ``obj_size`` (levels ``0.10``, ``0.08``, ``0.05``): object rescaled about its box centre
   to a target object pixel rate (:mod:`.size`);
-- ``obj_position`` (``random``): object box moved to a seeded uniform position (:mod:`.position`);
+- ``obj_position`` (``random``): object shrunk to rate 0.05, then its box moved to a seeded
+  uniform position (:mod:`.position`);
 - ``obj_direction`` (``45``, ``90``, ``180``, ``random``): object rotated (:mod:`.direction`).
+
+The pixels are the official code's on the same frame, mask and draw (the suite's frame is
+the photo squashed to 256x256, as the official editor's); docs/imagenet_e.md says what is
+bit for bit, what only in distribution, and what differs.
 
 Each needs ``ctx["mask"]`` and pastes the edited object on a background whose object
 region was filled by the configured hole-fill backend (:mod:`.fill`: OpenCV by default, the

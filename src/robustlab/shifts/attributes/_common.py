@@ -47,13 +47,14 @@ def prepare_inputs(image, ctx: Mapping) -> tuple[np.ndarray, np.ndarray]:
 def largest_box(mask: np.ndarray) -> tuple[int, int, int, int]:
     """``(x, y, w, h)`` of the bounding box of the mask's largest contour (by box area).
 
-    Ties go to the first contour OpenCV reports, as in the official code.
+    Every contour of the tree counts (holes and objects inside holes too) and ties go to
+    the first one OpenCV reports, as in the official code (``RETR_TREE``).
 
     Raises:
         ValueError: the mask has no foreground.
     """
     contours, _ = cv2.findContours(
-        np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
+        np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_TREE, cv2.CHAIN_APPROX_SIMPLE
     )
     if not contours:
         raise ValueError("mask is empty (no foreground pixels)")
@@ -73,12 +74,6 @@ def object_rate(mask: np.ndarray, box: tuple[int, int, int, int] | None = None) 
     return float(np.count_nonzero(mask[y : y + h, x : x + w])) / float(
         mask.shape[0] * mask.shape[1]
     )
-
-
-def touches_every_border(box: tuple[int, int, int, int], shape) -> bool:
-    """True when the box spans the whole image (the object touches all four borders)."""
-    x, y, w, h = box
-    return x == 0 and y == 0 and w == int(shape[1]) and h == int(shape[0])
 
 
 def hf_complexity(rgb: np.ndarray) -> float:
@@ -138,7 +133,6 @@ __all__ = [
     "prepare_inputs",
     "largest_box",
     "object_rate",
-    "touches_every_border",
     "hf_complexity",
     "composite",
     "record",

@@ -73,7 +73,9 @@ def edit_direction(image, p, rng, ctx):
     out = composite(turned, new_mask, background)
     record(
         ctx,
-        **measured(x, out, new_mask, fill, rate_before=round(object_rate(mask), 6), angle=angle),
+        **measured(
+            x, out, new_mask, fill, rate_before=round(object_rate(mask), 6), angle=angle, edited=1
+        ),
     )
     return out
 
