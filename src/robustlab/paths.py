@@ -57,13 +57,21 @@ class Folder:
     Attributes:
         path: The folder.
         owned: True when the command fills the whole folder (generate, masks, synth...):
-            then no input may lie inside it. False for a folder the command only drops a
-            few named files into (``results --export``, checkpoints), where an input
-            beside those files is harmless.
+            then nothing else, input or output, may lie inside it. False for a folder the
+            command only drops a few named files into (``results --export``, checkpoints).
     """
 
     path: Any
     owned: bool = True
+
+
+@dataclass(frozen=True)
+class Database:
+    """The results database a command writes: never the same file as an input, but it may
+    lie in an input folder (``--data .`` with the default ``./robustlab.duckdb``): no
+    reader takes it for an image, and DuckDB refuses to open a file that is not one."""
+
+    path: Any
 
 
 def _is_url(path: Any) -> bool:
@@ -72,50 +80,85 @@ def _is_url(path: Any) -> bool:
     return is_url(path)
 
 
+@dataclass(frozen=True)
+class _Entry:
+    flag: str
+    given: Any
+    real: Path
+    kind: str  # "file", "folder" (an input folder), "owned", "shared" or "db"
+
+    @property
+    def folder(self) -> bool:
+        return self.kind in ("folder", "owned", "shared")
+
+
+def _clash(out: _Entry, other: _Entry) -> tuple[_Entry, str, _Entry] | None:
+    """(a, relation, b) when output ``out`` and ``other`` overlap, read as "a is relation b"."""
+    if out.real == other.real:
+        return out, "the same " + ("folder" if out.folder else "file") + " as", other
+    if _inside(out.real, other.real):
+        if other.kind == "owned" or (other.kind == "folder" and out.kind != "db"):
+            return out, "inside", other
+    if _inside(other.real, out.real) and out.kind == "owned":
+        return other, "inside", out
+    return None
+
+
 def check_outputs(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
     """Refuse, in one line, any output that would overwrite or mix with an input.
 
+    Paths are compared by their real paths (``~``, ``..`` and links resolved), so a link
+    or a detour names the same file. URLs are not compared.
+
     Args:
-        inputs: ``flag -> path`` of everything the command reads (None entries are
-            ignored); an existing folder counts as a folder input.
-        outputs: ``flag -> path`` of a file the command writes, or ``flag -> Folder`` of a
-            folder it writes into (None entries are ignored). Outputs are also checked
-            against each other.
+        inputs: ``flag -> path`` of everything the command reads (None entries and paths
+            that do not exist are ignored); an existing folder is a folder input.
+        outputs: ``flag -> path`` of a file the command writes, ``flag -> Folder`` of a
+            folder it writes into, ``flag -> Database`` (None entries are ignored).
+            Outputs are also checked against each other.
 
     Raises:
-        InputError: an output is an input (the same real file, links and ``..``
-            resolved), lies inside an input folder, or is an owned folder that holds an
-            input; or two outputs overlap.
+        InputError: an output is an input (the same real file or folder), lies inside an
+            input folder (a database may), or is an owned output folder that holds an
+            input or another output.
     """
-    ins = [(flag, p, real(p)) for flag, p in inputs.items() if p is not None and not _is_url(p)]
+    ins = []
+    for flag, p in inputs.items():
+        if p is None or _is_url(p) or not os.path.lexists(os.path.expanduser(os.fspath(p))):
+            continue
+        r = real(p)
+        ins.append(_Entry(flag, p, r, "folder" if r.is_dir() else "file"))
     outs = []
     for flag, p in outputs.items():
         if p is None:
             continue
-        folder = p if isinstance(p, Folder) else None
-        path = folder.path if folder else p
-        if _is_url(path):
+        if isinstance(p, Folder):
+            given, kind = p.path, "owned" if p.owned else "shared"
+        elif isinstance(p, Database):
+            given, kind = p.path, "db"
+        else:
+            given, kind = p, "file"
+        if given is None or _is_url(given):
             continue
-        outs.append((flag, path, real(path), folder))
-    for i, (oflag, opath, oreal, folder) in enumerate(outs):
-        others = [(f, p, r, r.is_dir()) for f, p, r in ins]
-        others += [(f, p, r, fo is not None) for f, p, r, fo in outs[i + 1 :]]
-        for iflag, ipath, ireal, in_folder in others:
-            if oreal == ireal:
-                what = "the same file as" if not (folder or in_folder) else "the same folder as"
-                _refuse(oflag, opath, what, iflag, ipath, oreal)
-            elif in_folder and _inside(oreal, ireal):
-                _refuse(oflag, opath, "inside", iflag, ipath, oreal)
-            elif folder is not None and _inside(ireal, oreal) and (folder.owned or in_folder):
-                _refuse(iflag, ipath, "inside", oflag, opath, ireal)
+        outs.append(_Entry(flag, given, real(given), kind))
+    for i, out in enumerate(outs):
+        for other in ins:
+            found = _clash(out, other)
+            if found:
+                _refuse(*found)
+        for other in outs[i + 1 :]:
+            found = _clash(out, other) or _clash(other, out)
+            if found:
+                _refuse(*found)
 
 
-def _refuse(flag: str, path: Any, relation: str, other_flag: str, other: Any, resolved) -> None:
-    through = "" if str(resolved) == os.path.abspath(os.fspath(path)) else f" (real path {resolved})"
+def _refuse(a: _Entry, relation: str, b: _Entry) -> None:
+    given = os.path.abspath(os.path.expanduser(os.fspath(a.given)))
+    through = "" if str(a.real) == given else f" (real path {a.real})"
     raise InputError(
-        f"{flag} {path} is {relation} {other_flag} {other}{through}; an output never "
+        f"{a.flag} {a.given} is {relation} {b.flag} {b.given}{through}; an output never "
         "overwrites or mixes with an input",
-        hint=f"choose a {flag} outside {other_flag}",
+        hint="choose an output path apart from the inputs (links and '..' are followed)",
     )
 
 
@@ -187,6 +230,95 @@ def write_output(path: Any, data: bytes | str, *, kind: str, flag: str, force: b
     with environment_errors(f"cannot write {flag} {path}"):
         atomic_write(real(given), body)
     return given
+
+
+# What each command writes: attribute of its parsed arguments -> (flag, role). Roles:
+# "owned" (a folder the command fills), "shared" (a folder it adds named files to),
+# "db" (the results database it writes), or a file kind for write_output ("html", "csv",
+# "table" for results --output, whose kind follows --format).
+COMMAND_OUTPUTS: dict[str, dict[str, tuple[str, str]]] = {
+    "data": {"out": ("--out", "owned")},
+    "demo": {"out": ("--out", "owned")},
+    "generate": {"out": ("--out", "owned")},
+    "masks": {"out": ("--out", "owned")},
+    "evaluate": {"db": ("--db", "db")},
+    "results": {"output": ("--output", "table"), "export": ("--export", "shared")},
+    "report": {"out": ("--out", "html")},
+    "train": {"out": ("--out", "shared"), "db": ("--db", "db")},
+    "holdout": {"out": ("--out", "shared"), "db": ("--db", "db")},
+    "segment": {"db": ("--db", "db")},
+    "synth": {"out": ("--out", "owned")},
+    "mine": {"out": ("--out", "owned"), "db": ("--db", "db")},
+    "review": {"export": ("--export", "csv"), "db": ("--db", "db")},
+    "vlm": {"db": ("--db", "db")},
+}
+# Attributes that name something a command reads, in any command that has them.
+INPUT_ARGS = {
+    "data": "--data",
+    "labels": "--labels",
+    "labels_csv": "--labels",
+    "masks": "--masks",
+    "bboxes": "--bboxes",
+    "weights": "--weights",
+    "seg_weights": "--seg-weights",
+    "checkpoint": "--checkpoint",
+    "predictions": "--predictions",
+    "metadata": "--metadata",
+    "questions": "--questions",
+    "suite": "--suite",
+    "label_space": "--label-space",
+    "emoji_test": "--emoji-test",
+    "templates": "--templates",
+    "model": "--model",
+    "db": "--db",
+}
+# Inputs that are either a built-in name or a file, told apart by the file's suffix.
+NAMED = {
+    "suite": (".yaml", ".yml"),
+    "label_space": (".csv",),
+}
+# Kind of the file ``results --output`` writes, by --format.
+TABLE_KINDS = {"table": "table", "csv": "csv", "json": "json", "markdown": "markdown"}
+
+
+def check_args(command: str, args: Any) -> None:
+    """The output check of :func:`check_outputs` for one parsed CLI command, before it
+    does any work: its outputs (:data:`COMMAND_OUTPUTS`) against every input it was given
+    (:data:`INPUT_ARGS`) and each other; then each file output must be replaceable
+    (:func:`check_replaceable`, ``--force`` where the command has it)."""
+    roles = COMMAND_OUTPUTS.get(command, {})
+    inputs: dict[str, Any] = {}
+    for attr, flag in INPUT_ARGS.items():
+        value = getattr(args, attr, None)
+        if attr in roles or not isinstance(value, (str, os.PathLike)):
+            continue
+        text = os.fspath(value)
+        if attr == "model":  # a spec; only vlm:PATH names a folder
+            if not text.startswith("vlm:"):
+                continue
+            text = text[4:]
+        # Names of built-in suites, label spaces and templates are not paths, even when a
+        # folder of that name happens to lie in the working directory.
+        if attr in NAMED and Path(text).suffix.lower() not in NAMED[attr]:
+            continue
+        inputs[flag] = text
+    outputs: dict[str, Any] = {}
+    files = []
+    for attr, (flag, role) in roles.items():
+        value = getattr(args, attr, None)
+        if not isinstance(value, (str, os.PathLike)):
+            continue
+        if role in ("owned", "shared"):
+            outputs[flag] = Folder(value, owned=role == "owned")
+        elif role == "db":
+            outputs[flag] = Database(value)
+        else:
+            kind = TABLE_KINDS.get(getattr(args, "format", ""), "table") if role == "table" else role
+            outputs[flag] = value
+            files.append((flag, value, kind))
+    check_outputs(inputs, outputs)
+    for flag, value, kind in files:
+        check_replaceable(value, kind=kind, flag=flag, force=bool(getattr(args, "force", False)))
 
 
 # --------------------------------------------------------------------------- readers
@@ -340,7 +472,10 @@ def dirs_inside(root: Any) -> Iterable[Path]:
 
 
 __all__ = [
+    "COMMAND_OUTPUTS",
+    "Database",
     "Folder",
+    "check_args",
     "check_outputs",
     "check_replaceable",
     "dirs_inside",
