@@ -313,7 +313,9 @@ def check_args(command: str, args: Any) -> None:
         elif role == "db":
             outputs[flag] = Database(value)
         else:
-            kind = TABLE_KINDS.get(getattr(args, "format", ""), "table") if role == "table" else role
+            kind = (
+                TABLE_KINDS.get(getattr(args, "format", ""), "table") if role == "table" else role
+            )
             outputs[flag] = value
             files.append((flag, value, kind))
     check_outputs(inputs, outputs)
@@ -458,6 +460,16 @@ def file_inside(root: Any, rel: Any) -> Path | None:
         return None
 
 
+def outside(root: Any, path: Any) -> bool:
+    """Whether an existing ``path`` (built from a CSV row, say) resolves outside ``root``
+    or to something that is not a regular file: the link rule for a path a reader
+    already holds. A missing path is not outside (the reader reports it as missing)."""
+    if not os.path.lexists(path):
+        return False
+    target = real(path)
+    return not (_inside(target, real(root)) and target.is_file())
+
+
 def dirs_inside(root: Any) -> Iterable[Path]:
     """The visible folders directly under ``root`` that the link rule lets a reader enter
     (a linked folder only when it resolves inside ``root``), sorted by name."""
@@ -480,6 +492,7 @@ __all__ = [
     "check_replaceable",
     "dirs_inside",
     "file_inside",
+    "outside",
     "is_kind",
     "printable_name",
     "real",

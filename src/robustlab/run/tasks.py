@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.paths import file_inside
 from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -153,8 +154,9 @@ class ArchiveImages(CellImages):
         for candidate in dict.fromkeys(
             [name.name, name.stem + ".png", name.stem + ".jpg", name.stem + ".JPEG"]
         ):
-            path = self.root / folder / candidate
-            if path.is_file():
+            # robustlab.paths' link rule: never a file a link leads to outside the archive
+            path = file_inside(self.root, f"{folder}/{candidate}")
+            if path is not None:
                 return path
         return None
 
