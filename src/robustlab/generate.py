@@ -711,6 +711,8 @@ def generate(
             bar.close()
         result.failed = len(result.failures)
         result.seconds = time.perf_counter() - started
+        # A worker killed mid-write (and retried) left its temp file; its pid is dead now.
+        folder.remove_temp_files(names)
         run_record.update(
             finished_at=_now(),
             status=status,

@@ -172,6 +172,16 @@ _TEXT_SUFFIXES = {
 }
 
 
+KIND_NAMES = {
+    "html": "an HTML",
+    "csv": "a CSV",
+    "json": "a JSON",
+    "markdown": "a Markdown",
+    "table": "a text table",
+    "parquet": "a Parquet",
+}
+
+
 def is_kind(path: Path, kind: str) -> bool:
     """Whether the existing file ``path`` is a ``kind`` file a command may replace.
 
@@ -208,8 +218,8 @@ def check_replaceable(path: Any, *, kind: str, flag: str, force: bool = False) -
         raise InputError(f"{flag} {path} is a folder; give a file name", hint="choose a file name")
     if p.exists() and not force and not is_kind(real(p), kind):
         raise InputError(
-            f"{flag} {path} exists and is not a {kind} file this command writes; refusing "
-            "to replace it",
+            f"{flag} {path} exists and is not {KIND_NAMES.get(kind, kind)} file, the kind "
+            "this command writes; refusing to replace it",
             hint="choose another name, or pass --force to replace it",
         )
 
@@ -318,9 +328,42 @@ def check_args(command: str, args: Any) -> None:
             )
             outputs[flag] = value
             files.append((flag, value, kind))
+    if "db" not in roles and outputs and isinstance(getattr(args, "db", None), str):
+        inputs.update(stored_inputs(args.db))
     check_outputs(inputs, outputs)
     for flag, value, kind in files:
         check_replaceable(value, kind=kind, flag=flag, force=bool(getattr(args, "force", False)))
+
+
+def stored_inputs(db: Any) -> dict[str, str]:
+    """The folders the runs in a database were read from (data, generated, masks), as
+    inputs of a command that reads the database (``report``, ``results``): their outputs
+    must not land in a run's data either. Empty when the database cannot be read (the
+    command itself then says why, in one line)."""
+    from robustlab.errors import RobustlabError
+
+    if not os.path.isfile(os.path.expanduser(os.fspath(db))):
+        return {}
+    try:
+        from robustlab.store import Store
+
+        runs = Store(db).runs()
+    except (RobustlabError, OSError, ImportError):
+        return {}
+    except Exception as exc:  # noqa: BLE001 - duckdb's own errors: not a database
+        log.debug("cannot list the runs of %s: %s", db, exc)
+        return {}
+    found: dict[str, str] = {}
+    for _, run in runs.iterrows():
+        config = run.get("config") if isinstance(run.get("config"), dict) else {}
+        for what, path in (
+            ("data folder", run.get("data_root")),
+            ("generated folder", config.get("generated_root")),
+            ("masks folder", config.get("masks")),
+        ):
+            if isinstance(path, str) and path and path not in found.values():
+                found[f"(run {str(run.get('run_id'))[:8]}'s {what})"] = path
+    return found
 
 
 # --------------------------------------------------------------------------- readers
