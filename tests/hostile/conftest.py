@@ -14,6 +14,7 @@ Layout under a temp ``world/``::
         <c3>/passwd.jpg -> /etc/passwd  a file link out, named like an image
         <c4>/away.JPEG -> ../../outside/<photo>  a real photo, but outside the data
         <c5>/zero.JPEG, <c5>/text.JPEG  bad files with image names
+        <c5>/selfloop.JPEG -> itself, <c5>/pipe.JPEG (a FIFO)
       outside/                  6 other real photos, never part of the data
       gen/gaussian_noise/1/     a folder shaped like generate's output, holding photos
 """
@@ -86,6 +87,8 @@ def hostile(samples_dir, tmp_path_factory) -> dict:
     os.symlink("/", data / c[2] / "root")
     os.symlink("/etc/passwd", data / c[3] / "passwd.jpg")
     os.symlink(f"../../outside/{other[0]['file']}", data / c[4] / "away.JPEG")
+    os.symlink("selfloop.JPEG", data / c[5] / "selfloop.JPEG")  # a link to itself
+    os.mkfifo(data / c[5] / "pipe.JPEG")  # opening it would block forever
     (data / c[5] / "zero.JPEG").write_bytes(b"")
     (data / c[5] / "text.JPEG").write_text("this is not a photo\n")
     bad = [f"{c[5]}/text.JPEG", f"{c[5]}/zero.JPEG"]

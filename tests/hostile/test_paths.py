@@ -40,6 +40,9 @@ def test_discover_follows_no_link_out_of_the_data(hostile):
     skipped = dict(samples.skipped)
     for rel in hostile["traps"]:
         assert skipped[rel].startswith(LEAVES), (rel, skipped.get(rel))
+    c5 = hostile["classes"][5]
+    assert "symbolic link" in skipped[f"{c5}/selfloop.JPEG"]
+    assert skipped[f"{c5}/pipe.JPEG"] == "not a regular file"
 
 
 def test_masks_folder_links_out_are_not_masks(hostile, tmp_path):
@@ -81,6 +84,25 @@ def test_labels_csv_rows_outside_the_data_are_skipped(hostile, tmp_path):
     reasons = dict(samples.skipped)
     assert reasons["/etc/passwd"] == "listed in labels.csv but outside the data folder"
     assert reasons[f"../{other.name}"] == "listed in labels.csv but outside the data folder"
+
+
+@pytest.mark.slow
+def test_a_generated_cell_swapped_for_a_link_out_is_not_read(hostile, tmp_path, capsys, caplog):
+    gen = tmp_path / "g"
+    argv = ["generate", "imagenet-c", "--data", hostile["data"], "--out", gen]
+    argv += ["--shifts", "gaussian_noise", "--level", "1", "--workers", "0", "--no-progress"]
+    assert run_cli(argv, capsys)[0] == 0
+    cells = sorted(p for p in (gen / "gaussian_noise" / "1").rglob("*") if p.is_file())
+    assert len(cells) == len(hostile["photos"])
+    cells[0].unlink()
+    os.symlink(sorted(hostile["outside"].iterdir())[0], cells[0])
+    db = tmp_path / "e.duckdb"
+    argv = ["evaluate", "lite0", "--data", gen, "--db", db, "--workers", "0"]
+    code, _, err = run_cli([*argv, "--shift", "gaussian_noise", "--level", "1"], capsys)
+    assert code == 0 and "link out of the generated folder" in caplog.text
+    code, out, _ = run_cli(["results", "--db", db, "--format", "csv"], capsys)
+    n = {r["shift"]: int(r["n"]) for r in csv.DictReader(io.StringIO(out))}
+    assert n == {"clean": len(hostile["photos"]), "gaussian_noise": len(hostile["photos"]) - 1}
 
 
 # ------------------------------------------------------------------ outputs (finding 1)

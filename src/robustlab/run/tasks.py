@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.paths import file_inside
+from robustlab.paths import file_inside, outside
 from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,8 @@ class CellImages:
             return prepared.rgb
         if self.generated_root is not None:
             path = pipeline.cell_path(self.generated_root, sample, shift, level, self.protocol)
+            if outside(self.generated_root, path):  # robustlab.paths' link rule
+                raise ValueError("the generated file is a link out of the generated folder")
             img = pipeline.decode(Path(path).read_bytes())
         else:
             sh = pipeline.resolve_shift(shift)
