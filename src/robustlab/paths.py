@@ -165,10 +165,10 @@ def _refuse(a: _Entry, relation: str, b: _Entry) -> None:
 # File kinds a command writes, and how an existing file of that kind is recognised.
 _TEXT_SUFFIXES = {
     "html": (".html", ".htm"),
-    "csv": (".csv", ".tsv", ".txt"),
-    "json": (".json", ".txt"),
-    "markdown": (".md", ".markdown", ".txt"),
-    "table": (".txt", ".text", ".out", ".log", ""),
+    "csv": (".csv", ".tsv"),
+    "json": (".json",),
+    "markdown": (".md", ".markdown"),
+    "table": (".txt", ".text", ".out"),  # never a file without a suffix (a Makefile)
 }
 
 

@@ -296,3 +296,54 @@ def test_every_command_on_the_hostile_tree_fails_cleanly_or_succeeds(
     # Nothing a command wrote leads out of its output or names an outside file.
     for path in tmp_path.rglob("*"):
         assert not path.is_symlink(), path
+
+
+# ------------------------------------------------------------------ the rules themselves
+def test_check_outputs_relations(hostile, tmp_path):
+    """Which overlaps are refused, by real path; each refusal names both flags."""
+    from robustlab.errors import InputError
+    from robustlab.paths import Database, Folder, check_outputs
+
+    data, world = hostile["data"], hostile["world"]
+    alias = tmp_path / "alias"
+    os.symlink(data, alias)
+    refused = [
+        ({"--data": data}, {"--out": Folder(alias)}),  # the same folder through a link
+        ({"--data": data}, {"--out": Folder(world)}),  # data inside an owned output
+        ({"--data": data}, {"--out": Folder(alias / "sub", owned=False)}),  # inside data
+        ({"--data": data}, {"--export": tmp_path / ".." / tmp_path.name / "alias" / "x.csv"}),
+        (
+            {"--labels": data / hostile["photos"][0]},
+            {"--db": Database(alias / hostile["photos"][0])},
+        ),
+        ({}, {"--out": Folder(tmp_path / "o"), "--db": Database(tmp_path / "o" / "r.duckdb")}),
+    ]
+    for inputs, outputs in refused:
+        with pytest.raises(InputError) as info:
+            check_outputs(inputs, outputs)
+        message = str(info.value)
+        assert any(flag in message for flag in inputs) or len(outputs) == 2, message
+    allowed = [
+        ({"--data": data}, {"--db": Database(data / "r.duckdb")}),  # `--data .` with the default db
+        ({"--data": data}, {"--out": Folder(tmp_path / "checkpoints", owned=False)}),
+        ({"--data": data / "missing"}, {"--out": Folder(data / "missing" / "x")}),  # no such input
+        ({"--data": data}, {"--out": Folder("s3://bucket/data")}),  # URLs are not local paths
+    ]
+    for inputs, outputs in allowed:
+        check_outputs(inputs, outputs)
+
+
+def test_file_kinds_are_told_by_content_and_name(hostile, tmp_path):
+    from robustlab.paths import is_kind
+
+    page = tmp_path / "a.html"
+    page.write_text("  <!DOCTYPE html><html></html>")
+    photo_as_page = tmp_path / "b.html"
+    photo_as_page.write_bytes((hostile["data"] / hostile["photos"][0]).read_bytes())
+    table = tmp_path / "t.csv"
+    table.write_text("a,b\n1,2\n")
+    makefile = tmp_path / "Makefile"
+    makefile.write_text("all:\n")
+    assert is_kind(page, "html") and not is_kind(photo_as_page, "html")
+    assert is_kind(table, "csv") and not is_kind(table, "html")
+    assert not is_kind(makefile, "table") and not is_kind(table, "parquet")
