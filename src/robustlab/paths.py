@@ -453,7 +453,7 @@ def walk_files(root: Any) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
             except OSError as exc:
                 skipped.append((str(rel), f"cannot read: {exc.strerror or exc}"))
                 continue
-            if is_dir:
+            if key is not None:  # a folder
                 if link and key in owned:
                     where = owned[key]
                     skipped.append(
