@@ -48,6 +48,7 @@ from typing import Any
 
 from robustlab.data.images import MAX_PIXELS, ImageError
 from robustlab.data.sources import Sample, discover
+from robustlab.paths import Folder, check_outputs
 from robustlab.errors import InputError, RobustlabError, environment_problem
 from robustlab.manifest import (
     FORMAT,
@@ -517,10 +518,11 @@ def generate(
                 f"--out {out_root} is a file; generate writes a folder of images",
                 hint="pass a folder name (created if missing)",
             )
-        if data_root.exists() and out_root.resolve().is_relative_to(data_root.resolve()):
-            raise InputError(
-                f"--out {out_root} is inside --data {data_root}; choose a folder outside it"
-            )
+        # Both ways and through links: --data inside --out would be read as its own cells.
+        check_outputs(
+            {"--data": data_root, "--labels": labels_csv, "--masks": masks, "--bboxes": bboxes},
+            {"--out": Folder(out_root)},
+        )
 
     needs = set().union(*(s.needs for s in shift_objs.values())) if shift_objs else set()
     need_mask = "mask" in needs
@@ -709,6 +711,8 @@ def generate(
             bar.close()
         result.failed = len(result.failures)
         result.seconds = time.perf_counter() - started
+        # A worker killed mid-write (and retried) left its temp file; its pid is dead now.
+        folder.remove_temp_files(names)
         run_record.update(
             finished_at=_now(),
             status=status,

@@ -79,13 +79,9 @@ def run(args) -> int:
         )
     elif args.seg_model or args.seg_weights:
         raise InputError("--seg-model/--seg-weights only apply to --method segmentation")
-    data, out = Path(args.data).expanduser(), Path(args.out).expanduser()
-    if data.is_dir() and out.resolve().is_relative_to(data.resolve()):
-        raise InputError(
-            f"--out {out} is inside --data {data}: the masks would become part of "
-            "the data set (a class 'masks' on the next run)",
-            hint="choose a masks folder outside the data folder",
-        )
+    data = Path(args.data).expanduser()
+    # The CLI checked --out against --data both ways (robustlab.paths.check_args): masks
+    # inside the data would become a class 'masks' on the next run.
     samples = discover(data, labels_csv=args.labels_csv, bboxes=args.bboxes)
     if args.method in ("grabcut", "cam-grabcut"):
         print(_seeding_line(args.method, samples, args.bboxes), flush=True)

@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
         help="keep the images that k of n surrogate models get wrong (ImageNet-D mining)",
         description="Evaluate surrogate classifiers on an image folder (stored in the results "
         "database like any evaluation, resumable), keep the images at least k of them get wrong "
-        "under the label space's rule, and write the hard subset (links or copies, labels.csv, "
+        "under the label space's rule, and write the hard subset (hard links or copies, labels.csv, "
         "hard.csv with each surrogate's guess) plus a mining record in the database.",
     )
     p.add_argument(
@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
         "--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)"
     )
     p.add_argument(
-        "--copy", action="store_true", help="copy the kept images instead of linking them"
+        "--copy", action="store_true", help="copy the kept images instead of hard-linking them"
     )
     p.add_argument(
         "--include-clean",

@@ -50,6 +50,11 @@ def add_parser(sub) -> None:
         "--resamples", type=int, default=1000, help="bootstrap resamples (default: 1000)"
     )
     p.add_argument("--title", default=None, help="page title")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out even when it is not an HTML page (never an input)",
+    )
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -73,6 +78,7 @@ def run(args) -> int:
         n_resamples=args.resamples,
         title=args.title,
         progress=not args.no_progress,
+        force=args.force,
     )
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -33,6 +33,12 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--output", "-o", default=None, help="write the table to this file")
     p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --output (or --export's .parquet files) even when it is not a file "
+        "of that format (never an input)",
+    )
+    p.add_argument(
         "--segmentation",
         action="store_true",
         help="show segmentation runs (mIoU, pixel accuracy per cell) instead; shown "
@@ -90,7 +96,7 @@ def run(args) -> int:
             ids = list(
                 select_runs(store, run_ids=args.run, models=args.model, suites=args.suite)["run_id"]
             )
-        paths = store.export_parquet(args.export, ids)
+        paths = store.export_parquet(args.export, ids, force=args.force)
         for p in paths:
             print(p)
         return 0
@@ -100,14 +106,14 @@ def run(args) -> int:
         table, notes = compare_table(
             store, *args.compare, seed=args.seed, n_resamples=args.resamples
         )
-        return _emit(format_table(table, args.format), notes, args.output)
+        return _emit(format_table(table, args.format), notes, args)
     if args.summary:
         from robustlab.store.queries import summary_table
 
         table, notes = summary_table(
             store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline
         )
-        return _emit(format_table(table, args.format), notes, args.output)
+        return _emit(format_table(table, args.format), notes, args)
     table, notes = (
         ([], [])
         if args.segmentation
@@ -129,14 +135,16 @@ def run(args) -> int:
             text = format_table(table, args.format)
     else:
         text = format_table(table, args.format)
-    return _emit(text, notes, args.output)
+    return _emit(text, notes, args)
 
 
-def _emit(text: str, notes, output: str | None) -> int:
-    """Write the table to ``output`` (or stdout) and the notes to stderr."""
-    if output:
-        with open(output, "w") as fh:
-            fh.write(text)
+def _emit(text: str, notes, args) -> int:
+    """Write the table to ``--output`` (or stdout) and the notes to stderr."""
+    if args.output:
+        from robustlab.paths import TABLE_KINDS, write_output
+
+        kind = TABLE_KINDS.get(args.format, "table")
+        write_output(args.output, text, kind=kind, flag="--output", force=args.force)
     else:
         sys.stdout.write(text)
     for note in notes:

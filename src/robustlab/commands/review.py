@@ -74,6 +74,11 @@ def add_parser(sub) -> None:
         "class, votes) and print the agreement statistics",
     )
     p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --export: replace OUT.csv even when it is not a CSV file (never an input)",
+    )
+    p.add_argument(
         "-k",
         "--agree",
         type=int,
@@ -124,7 +129,7 @@ def _export(args) -> int:
 
     review_set, store = _load(args)
     final = final_set(review_set, store, k=args.agree)
-    path = write_csv(final, args.export)
+    path = write_csv(final, args.export, force=args.force)
     for note in final.notes:
         print(f"note: {note}", file=sys.stderr)
     if final.reasons:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from robustlab.data.sources import Sample
+from robustlab.paths import dirs_inside, file_inside
 
 LABELS = "labels.txt"
 CLEAN_DIR = "ori"
@@ -75,7 +76,12 @@ def read_archive(root) -> Archive:
     if not (root / CLEAN_DIR).is_dir() or lab is None:
         raise ValueError(f"{root} is not an ImageNet-E archive (needs {CLEAN_DIR}/ and {LABELS})")
     ori = root / CLEAN_DIR
-    by_stem = {p.stem: p for p in ori.iterdir() if p.is_file() and p.suffix in IMAGE_SUFFIXES}
+    # The link rule of robustlab.paths: only files whose real path stays in the archive.
+    by_stem = {
+        p.stem: p
+        for p in ori.iterdir()
+        if p.suffix in IMAGE_SUFFIXES and file_inside(root, f"{CLEAN_DIR}/{p.name}") is not None
+    }
     samples, skipped, seen = [], [], set()
     for n, line in enumerate(lab.read_text().splitlines(), 1):
         if not line.strip():
@@ -100,7 +106,7 @@ def read_archive(root) -> Archive:
     if not samples:
         raise ValueError(f"{root}: no image of {lab} was found in {CLEAN_DIR}/")
     folders: dict[tuple[str, str], str] = {}
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for d in dirs_inside(root):
         if d.name == CLEAN_DIR:
             continue
         cell = folder_cell(d.name)

@@ -14,10 +14,12 @@ Two layouts are understood:
   one of ``wnid``, ``class``, ``label``, ``index``. A ``labels.csv`` inside ``root`` is used
   automatically. Without any CSV, a flat folder gives samples whose class is unknown.
 
-The walk follows symbolic links to folders (datasets are often assembled from links) but
-enters each real folder once: a link back to an ancestor (a loop) or to a folder already
-listed is reported in ``skipped`` instead of multiplying the samples under wrong classes.
-A name that is not valid UTF-8 cannot be stored or hashed, so it is skipped too (shown
+Links follow the one rule of :mod:`robustlab.paths`: a symbolic link (to a file or a
+folder) is followed only when its target lies inside the data folder, and each real folder
+is entered once; a link out of the folder (to ``..``, ``/``, ``/proc/self``), a loop or a
+second path to a listed folder is reported in ``skipped`` instead of pulling unrelated
+files into a class. A labels CSV row naming a path outside the folder is skipped the same
+way. A name that is not valid UTF-8 cannot be stored or hashed, so it is skipped too (shown
 with its bytes escaped).
 
 Masks: see :mod:`robustlab.masks.io` for which mask file belongs to which image.
@@ -27,13 +29,13 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.masks.io import find_mask, shared_stems
+from robustlab.paths import file_inside, printable_name, walk_files
 
 log = logging.getLogger(__name__)
 
@@ -112,103 +114,6 @@ def is_image_name(name: str) -> bool:
 def _hidden(rel: PurePosixPath) -> bool:
     """.DS_Store, .ipynb_checkpoints/ and generate's temp files are never inputs."""
     return any(part.startswith(".") for part in rel.parts)
-
-
-def printable_name(name: str) -> str:
-    """``name`` with bytes that are not UTF-8 shown as ``\\xNN`` (for logs and records)."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
-
-
-def _is_utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # surrogate-escaped bytes of a non-UTF-8 name
-        return False
-    return True
-
-
-def _dir_key(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
-
-
-def _walk(root: Path) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
-    """Every regular file under ``root`` as a relative posix path, and what was left out.
-
-    Hidden files and folders are pruned (``.DS_Store``, ``.ipynb_checkpoints``, and the
-    temp files an interrupted ``generate`` leaves). Symlinked folders are followed, since
-    datasets are often assembled from links, but each real folder (device, inode) is
-    entered once: a link to a folder that lies under ``root`` anyway, to an ancestor (a
-    loop) or to a folder another link already led to is skipped with its reason, so the
-    files keep the class of their real location.
-
-    Returns:
-        (files, skipped): ``skipped`` holds ``(relative path, reason)`` for loops, repeated
-        folders, broken links, unlistable folders and names that are not valid UTF-8.
-    """
-    # Folders reachable without following a link own their files.
-    real: dict[tuple[int, int], str] = {}
-    for dirpath, dirnames, _ in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        try:
-            real.setdefault(_dir_key(dirpath), Path(dirpath).relative_to(root).as_posix())
-        except OSError:
-            continue
-    files: list[PurePosixPath] = []
-    skipped: list[tuple[str, str]] = []
-    visited = {_dir_key(str(root))}
-    stack: list[tuple[str, PurePosixPath | None]] = [(str(root), None)]
-    while stack:
-        dirpath, base = stack.pop()
-        try:
-            with os.scandir(dirpath) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            skipped.append(
-                (printable_name(str(base or ".")), f"cannot list folder: {exc.strerror or exc}")
-            )
-            continue
-        subdirs = []
-        for e in entries:
-            if e.name.startswith("."):
-                continue
-            rel = base / e.name if base is not None else PurePosixPath(e.name)
-            if not _is_utf8(e.name):
-                skipped.append(
-                    (printable_name(str(rel)), "name is not valid UTF-8 (rename it to use it)")
-                )
-                continue
-            try:
-                is_dir = e.is_dir()
-                is_file = not is_dir and e.is_file()
-                key = _dir_key(e.path) if is_dir else None
-            except OSError as exc:
-                skipped.append((str(rel), f"cannot read: {exc.strerror or exc}"))
-                continue
-            if is_dir:
-                if e.is_symlink() and key in real:
-                    where = real[key]
-                    skipped.append(
-                        (
-                            str(rel),
-                            f"link to a folder listed under its own path ({where})"
-                            if where != "."
-                            else "link to the data folder itself (a loop)",
-                        )
-                    )
-                elif key in visited:
-                    skipped.append((str(rel), "link to a folder already listed (a loop)"))
-                else:
-                    visited.add(key)
-                    subdirs.append((e.path, rel))
-            elif is_file:
-                files.append(rel)
-            elif e.is_symlink():
-                skipped.append((str(rel), "broken symbolic link"))
-            else:
-                skipped.append((str(rel), "not a regular file"))
-        stack.extend(reversed(subdirs))
-    return files, skipped
 
 
 def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
@@ -319,7 +224,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
         raise InputError(f"data folder {root} is not a folder")
     root = root.resolve()
     csv_path = Path(labels_csv).expanduser().resolve() if labels_csv else None
-    if csv_path is None and (root / "labels.csv").is_file():
+    if csv_path is None and file_inside(root, "labels.csv") is not None:
         csv_path = root / "labels.csv"
     if csv_path is not None and not csv_path.is_file():
         raise MissingResourceError(f"labels CSV {csv_path} does not exist")
@@ -328,7 +233,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
         raise MissingResourceError(f"masks folder {masks_dir} does not exist")
     boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
 
-    files, skipped = _walk(root)
+    files, skipped = walk_files(root)
     images: list[PurePosixPath] = []
     for rel in files:
         if csv_path is not None and root / rel == csv_path:
@@ -354,7 +259,9 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
         for key, (cls, label) in labels.items():
             if key in present:
                 entries.append((present[key], cls, label))
-            elif (root / key).is_file() or _hidden(PurePosixPath(key)):
+            elif key.startswith("/") or ".." in PurePosixPath(key).parts:
+                skipped.append((key, f"listed in {csv_path.name} but outside the data folder"))
+            elif file_inside(root, key) is not None or _hidden(PurePosixPath(key)):
                 continue  # a non-image or hidden file: reported above or never an input
             else:
                 skipped.append((key, f"listed in {csv_path.name} but missing"))
@@ -378,7 +285,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     mask_files: set[PurePosixPath] = set()
     siblings: dict[str, list[str]] = {}
     if masks_dir is not None:
-        mask_files = set(_walk(masks_dir)[0])
+        mask_files = set(walk_files(masks_dir)[0])
         siblings = shared_stems(rel.as_posix() for rel in images)
 
     def mask_for(key: str) -> Path | None:

@@ -176,8 +176,10 @@ def mask_path_for(
     masks_root: str | Path, sample_id: str, siblings: list[str] | tuple = ()
 ) -> Path | None:
     """The mask file of ``sample_id`` under ``masks_root`` (:func:`find_mask`), if any."""
+    from robustlab.paths import file_inside
+
     root = Path(masks_root)
-    found = find_mask(lambda rel: (root / rel).is_file(), sample_id, siblings)
+    found = find_mask(lambda rel: file_inside(root, rel) is not None, sample_id, siblings)
     return None if found is None else root / found
 
 

@@ -145,12 +145,15 @@ def compare_mask_sets(pred_dir: str | Path, true_dir: str | Path):
 
     from robustlab.masks.io import load_mask
 
+    from robustlab.paths import file_inside, walk_files
+
     pred_dir, true_dir = Path(pred_dir), Path(true_dir)
     rows = []
-    for p in sorted(pred_dir.rglob("*.png")):
-        rel = p.relative_to(pred_dir).as_posix()
-        t = true_dir / rel
-        if not t.exists():
+    # Both folders under robustlab.paths' link rule: no link out of either is read.
+    for rel in (r.as_posix() for r in sorted(walk_files(pred_dir)[0]) if r.suffix == ".png"):
+        p = pred_dir / rel
+        t = file_inside(true_dir, rel)
+        if t is None:
             rows.append(
                 {"id": rel, "iou": np.nan, "boundary_f": np.nan, "error": "no reference mask"}
             )

@@ -9,7 +9,7 @@ transfer to models it never used. Here:
 2. a candidate is kept when at least ``k`` of the ``n`` surrogates are wrong under the
    label space's correctness rule (the stored ``correct``: for ImageNet-D, top-1 outside
    the class's ImageNet id set); ``k = n`` (the default) is the paper's "all wrong";
-3. the kept images are linked (or copied) into ``out`` under their relative paths, with
+3. the kept images are hard-linked (or copied) into ``out`` under their relative paths, with
    ``labels.csv`` (so the set is itself an input) and ``hard.csv`` (each surrogate's
    top-1 guess), and the mining is recorded in the database (``mining_runs`` and
    ``mined_images``, :mod:`robustlab.store.mining`).
@@ -142,7 +142,7 @@ def mine(
             ``imagenet1k``, as for evaluate).
         labels_csv: Labels CSV for a flat folder (default ``data/labels.csv``).
         db: Results database.
-        out: Folder for the hard subset (links, or copies with ``copy``), ``labels.csv`` and
+        out: Folder for the hard subset (hard links, or copies with ``copy``), ``labels.csv`` and
             ``hard.csv``; None records the mining without writing files.
         include_clean: Also mine a generated folder's clean (source) images; default: only
             for plain folders (where the clean cell is the folder's images).
@@ -330,7 +330,13 @@ def _top1_names(run):
 
 
 def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy: bool) -> Path:
-    """Links (or copies) of the kept images under their relative paths, plus the CSVs."""
+    """Hard links (or copies) of the kept images under their relative paths, plus the CSVs.
+
+    Hard links, not symbolic ones: the subset is itself an input, and readers follow no
+    symbolic link out of a data folder (:mod:`robustlab.paths`); a hard link is a regular
+    file inside it that costs no space. Across file systems (no hard link possible) the
+    image is copied.
+    """
     from robustlab.generate import atomic_write
 
     record_path = out / RECORD
@@ -363,7 +369,10 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
         if copy:
             shutil.copy2(src, dest)
         else:
-            os.symlink(os.path.abspath(src), dest)
+            try:
+                os.link(os.path.realpath(src), dest)
+            except OSError:  # another file system, or one without hard links
+                shutil.copy2(src, dest)
         rel_paths.append(rel)
     id_names = {
         n: _top1_names(runs.set_index("run_id").loc[r]) for n, r in zip(names, result.run_ids)

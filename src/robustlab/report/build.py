@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -1159,6 +1158,7 @@ def build_report(
     n_resamples: int = 1000,
     title: str | None = None,
     progress: bool = False,
+    force: bool = False,
 ) -> ReportResult:
     """Write the HTML report of the runs in ``db`` to ``out``.
 
@@ -1173,15 +1173,20 @@ def build_report(
         n_resamples: Bootstrap resamples per interval.
         title: Page title.
         progress: One stderr line as each stage starts (the CLI's default).
+        force: Replace ``out`` even when it is not an HTML page (never the database).
 
     Raises:
         InputError: missing database, no matching runs, a bad output path.
     """
     import tempfile
 
+    from robustlab.paths import check_outputs, check_replaceable, write_output
+
     out = Path(out)
     if out.exists() and out.is_dir():
         raise InputError(f"--out {out} is a folder; give a file name such as report.html")
+    check_outputs({"--db": db}, {"--out": out})
+    check_replaceable(out, kind="html", flag="--out", force=force)
     from robustlab.run.progress import StageLines
 
     stages = StageLines("report", 5, enabled=progress)
@@ -1228,10 +1233,7 @@ def build_report(
         f"{esc(d.db)}; generated {esc(generated)}</p>{toc}</header>"
     )
     document = page(title, head + "".join(p.parts))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp_out.write_text(document, encoding="utf-8")
-    os.replace(tmp_out, out)
+    write_output(out, document, kind="html", flag="--out", force=force)
     stages.done()
     return ReportResult(out, p.tables, p.figures, n_grids, list(dict.fromkeys(notes)))
 

@@ -8,6 +8,10 @@ Security model, for a server that only ever listens on the reviewer's own machin
 - Nothing is served by a path the client sends. Images are ``/image/<index>`` looked up in
   the review set; the page's own script and style are a fixed table. Flask's static-file
   route is switched off, so no URL maps onto the file system.
+- An image is sent only when it is, at the moment of the request, a regular file whose
+  real path lies inside the data folder (:func:`robustlab.paths.file_inside`; a link
+  swapped in after the set was read leads nowhere) and Pillow decodes it as an image; it is
+  sent with the media type of its decoded format, never of its name.
 - Responses forbid framing, sniffing and referrers (the token is in the URL), and a content
   security policy allows only this server's own script, style and images.
 
@@ -24,6 +28,7 @@ from importlib import resources
 from flask import Flask, abort, jsonify, make_response, render_template, request, send_file
 
 from robustlab.errors import InputError, StoreError
+from robustlab.paths import file_inside, real
 from robustlab.review.items import ReviewSet
 from robustlab.store.reviews import DECISIONS, ReviewStore, check_annotator
 
@@ -37,6 +42,15 @@ ASSETS = {
 }
 # Formats every browser shows; others (TIFF, PNM) are converted to PNG when served.
 WEB_IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".gif", ".webp", ".bmp"})
+# Decoded formats sent as they are, with their media type.
+WEB_FORMATS = {
+    "JPEG": "image/jpeg",
+    "PNG": "image/png",
+    "GIF": "image/gif",
+    "WEBP": "image/webp",
+    "BMP": "image/bmp",
+    "MPO": "image/jpeg",  # a JPEG with extra frames (many cameras)
+}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -149,11 +163,13 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     def image(index):
         if not 0 <= index < len(review_set):
             abort(404)
-        path = review_set.items[index].path
-        if not path.is_file():
+        path = file_inside(review_set.root, review_set.items[index].id)
+        if path is None:
             abort(404)
-        if path.suffix.lower() in WEB_IMAGE_SUFFIXES:
-            return send_file(path, conditional=True, max_age=3600)
+        path = real(path)
+        mime = _web_mime(path)
+        if mime is not None:
+            return send_file(path, mimetype=mime, conditional=True, max_age=3600)
         return _as_png(path)
 
     @app.get("/api/set")
@@ -237,6 +253,22 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         }
 
     return app
+
+
+def _web_mime(path):
+    """The media type to send ``path`` under unchanged: a browser format (by its name and
+    by what Pillow decodes), else None (converted to PNG, or refused when not an image)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if path.suffix.lower() not in WEB_IMAGE_SUFFIXES:
+        return None
+    try:
+        with Image.open(path) as img:
+            fmt = img.format
+            img.verify()
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
+        return None  # _as_png tries a full decode and answers 415 when that fails too
+    return WEB_FORMATS.get(fmt or "")
 
 
 def _as_png(path):

@@ -157,15 +157,22 @@ def _category(decision, *, item_label: str) -> str:
     return decision.decision
 
 
-def write_csv(final: FinalSet, out) -> Path:
-    """Write the kept images (see :data:`CSV_COLUMNS`) and return the path."""
-    out = Path(out).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(final.rows)
-    return out
+def write_csv(final: FinalSet, out, *, force: bool = False) -> Path:
+    """Write the kept images (see :data:`CSV_COLUMNS`) and return the path.
+
+    Through :func:`robustlab.paths.write_output`: never over a file that is not a CSV
+    unless ``force``, and renamed into place (the CLI first checks ``out`` against the
+    data folder, the predictions CSV and the database).
+    """
+    import io
+
+    from robustlab.paths import write_output
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(final.rows)
+    return write_output(out, buf.getvalue(), kind="csv", flag="--export", force=force)
 
 
 __all__ = ["FinalSet", "final_set", "write_csv", "CSV_COLUMNS"]

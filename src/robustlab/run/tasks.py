@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.paths import file_inside, outside
 from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class CellImages:
             return prepared.rgb
         if self.generated_root is not None:
             path = pipeline.cell_path(self.generated_root, sample, shift, level, self.protocol)
+            if outside(self.generated_root, path):  # robustlab.paths' link rule
+                raise ValueError("the generated file is a link out of the generated folder")
             img = pipeline.decode(Path(path).read_bytes())
         else:
             sh = pipeline.resolve_shift(shift)
@@ -153,8 +156,9 @@ class ArchiveImages(CellImages):
         for candidate in dict.fromkeys(
             [name.name, name.stem + ".png", name.stem + ".jpg", name.stem + ".JPEG"]
         ):
-            path = self.root / folder / candidate
-            if path.is_file():
+            # robustlab.paths' link rule: never a file a link leads to outside the archive
+            path = file_inside(self.root, f"{folder}/{candidate}")
+            if path is not None:
                 return path
         return None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import os
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack, contextmanager
@@ -664,14 +665,16 @@ class Store:
 
     # ------------------------------------------------------------------ export
     def export_parquet(
-        self, out_dir: str | Path, run_ids: Iterable[str] | None = None
+        self, out_dir: str | Path, run_ids: Iterable[str] | None = None, *, force: bool = False
     ) -> list[Path]:
         """Write ``runs.parquet`` and ``predictions.parquet`` into ``out_dir``, plus
         ``segmentation.parquet`` / ``attributes.parquet`` when the selected runs have
         segmentation / attribute-edit rows.
 
         The copy is done by DuckDB itself (streaming), so exporting a large database does
-        not load it into Python memory.
+        not load it into Python memory. Each file is copied to a temp name and renamed into
+        place; an existing file of that name that is not Parquet (or is this database) is
+        never replaced, unless ``force`` (:mod:`robustlab.paths`).
         """
         self.require()
         out = Path(out_dir)
@@ -692,8 +695,12 @@ class Store:
                     and con.execute(f"SELECT count(*) FROM {extra} {where}", params).fetchone()[0]
                 ):
                     tables.append(extra)
+            from robustlab.paths import check_outputs, check_replaceable
+
             for table in tables:
                 dest = out / f"{table}.parquet"
+                check_outputs({"--db": self.path}, {"--export": dest})
+                check_replaceable(dest, kind="parquet", flag="--export", force=force)
                 order = (
                     "started_at, run_id" if table == "runs" else "run_id, shift, level, sample_id"
                 )
@@ -701,7 +708,13 @@ class Store:
                 # COPY does not take prepared parameters; inline the (quoted) run ids.
                 for p in params:
                     sql = sql.replace("?", _quote(p), 1)
-                con.execute(f"COPY ({sql}) TO {_quote(str(dest))} (FORMAT PARQUET)")
+                target = Path(os.path.realpath(dest))
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.rltmp")
+                try:
+                    con.execute(f"COPY ({sql}) TO {_quote(str(tmp))} (FORMAT PARQUET)")
+                    os.replace(tmp, target)
+                finally:
+                    tmp.unlink(missing_ok=True)
                 paths.append(dest)
         return paths
 

@@ -229,11 +229,11 @@ def _icons50_folder(root: Path) -> LabelledSet:
     import re
 
     from robustlab.data.sources import IMAGE_EXTENSIONS
+    from robustlab.paths import walk_files
 
     rows, skipped = [], 0
-    for f in sorted(root.rglob("*")):
-        rel = f.relative_to(root)
-        if len(rel.parts) < 2 or not f.is_file() or f.suffix.lower() not in IMAGE_EXTENSIONS:
+    for rel in sorted(walk_files(root)[0]):  # robustlab.paths' link rule
+        if len(rel.parts) < 2 or rel.suffix.lower() not in IMAGE_EXTENSIONS:
             continue
         words = set(re.findall(r"emoji-one|[a-z0-9]+", rel.as_posix().lower()))
         found = [s for s in ICONS50_STYLES if s in words]

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.paths import file_inside
 from robustlab.seeding import derive_seed
 
 QUESTION = (
@@ -75,8 +76,8 @@ def read_question_csvs(root, questions=None, subsets=None) -> list[Item]:
     """
     root = Path(root).expanduser()
     src = Path(questions).expanduser() if questions else root / "questions"
-    if src.is_dir():
-        files = sorted(src.glob("*.csv"))
+    if src.is_dir():  # robustlab.paths' link rule: no CSV linked in from outside
+        files = sorted(f for f in src.glob("*.csv") if file_inside(src, f.name) is not None)
     elif src.is_file():
         files = [src]
     else:

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 
 from robustlab.errors import InputError
+from robustlab.paths import outside
 from robustlab.seeding import derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
 
@@ -139,6 +140,12 @@ def evaluate_vlm(
     skipped, pending, n_new, status = [], [], 0, "failed"
     try:
         for item in todo:
+            if data_root is not None and outside(data_root, item.path):
+                # robustlab.paths' link rule: a question CSV's ../ path or a link out of
+                # the data folder is never read.
+                skipped.append([item.image_id, "not a file inside the data folder"])
+                log.warning("skipping %s: not a file inside %s", item.image_id, data_root)
+                continue
             try:
                 with Image.open(item.path) as im:
                     image = im.convert("RGB")

@@ -1,0 +1,544 @@
+"""Path safety, one rule each, used by every command and every reader.
+
+Why one module: the same three mistakes can happen wherever robustlab reads or writes a
+path, and a rule enforced at only the reported spot leaves the others open.
+
+1. **Outputs never clobber inputs.** :func:`check_outputs` compares every output path of a
+   command with every input it holds (database, data folder, masks, labels, the other
+   outputs) by their *real* paths (links and ``..`` resolved), and refuses, in one line,
+   an output that is an input, lies inside an input folder, or is a folder holding an
+   input. :func:`write_output` then writes a file output through a temp file renamed into
+   place, and never replaces an existing file that is not the command's own kind of
+   output (a report replaces an HTML page, never a DuckDB database) unless ``force``.
+2. **Links never leave the data root.** :func:`walk_files` lists a folder for every
+   reader (data folders, masks folders, generated folders, published layouts, the review
+   app): a symbolic link, to a file or a folder, is followed only when its resolved target
+   lies inside the root that is being read; any other link is skipped with a counted,
+   logged reason. Each real folder is entered once, so a link back to an ancestor inside
+   the root cannot multiply samples either. :func:`file_inside` applies the same rule to
+   one path named by a CSV, a mask rule or an HTTP request.
+
+A dataset assembled from other folders is therefore built from copies or hard links (or
+by pointing ``--data`` at the real folder), never from links out of the root: a link to
+``..``, ``/`` or ``/proc/self`` would otherwise pull unrelated files into a class.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from robustlab.errors import InputError, environment_errors
+
+log = logging.getLogger(__name__)
+
+OUTSIDE = "link leaves the folder being read (to {target}); only links inside it are followed"
+
+
+def real(path: Any) -> Path:
+    """``path`` with ``~``, ``..`` and every symbolic link resolved (it need not exist)."""
+    return Path(os.path.realpath(os.path.expanduser(os.fspath(path))))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether the real path ``path`` is ``root`` or lies under it (both already real)."""
+    return path == root or path.is_relative_to(root)
+
+
+# --------------------------------------------------------------------------- outputs
+@dataclass(frozen=True)
+class Folder:
+    """An output folder of a command.
+
+    Attributes:
+        path: The folder.
+        owned: True when the command fills the whole folder (generate, masks, synth...):
+            then nothing else, input or output, may lie inside it. False for a folder the
+            command only drops a few named files into (``results --export``, checkpoints).
+    """
+
+    path: Any
+    owned: bool = True
+
+
+@dataclass(frozen=True)
+class Database:
+    """The results database a command writes: never the same file as an input, but it may
+    lie in an input folder (``--data .`` with the default ``./robustlab.duckdb``): no
+    reader takes it for an image, and DuckDB refuses to open a file that is not one."""
+
+    path: Any
+
+
+def _is_url(path: Any) -> bool:
+    from robustlab.outputs import is_url
+
+    return is_url(path)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    flag: str
+    given: Any
+    real: Path
+    kind: str  # "file", "folder" (an input folder), "owned", "shared" or "db"
+
+    @property
+    def folder(self) -> bool:
+        return self.kind in ("folder", "owned", "shared")
+
+
+def _clash(out: _Entry, other: _Entry) -> tuple[_Entry, str, _Entry] | None:
+    """(a, relation, b) when output ``out`` and ``other`` overlap, read as "a is relation b"."""
+    if out.real == other.real:
+        return out, "the same " + ("folder" if out.folder else "file") + " as", other
+    if _inside(out.real, other.real):
+        if other.kind == "owned" or (other.kind == "folder" and out.kind != "db"):
+            return out, "inside", other
+    if _inside(other.real, out.real) and out.kind == "owned":
+        return other, "inside", out
+    return None
+
+
+def check_outputs(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+    """Refuse, in one line, any output that would overwrite or mix with an input.
+
+    Paths are compared by their real paths (``~``, ``..`` and links resolved), so a link
+    or a detour names the same file. URLs are not compared.
+
+    Args:
+        inputs: ``flag -> path`` of everything the command reads (None entries and paths
+            that do not exist are ignored); an existing folder is a folder input.
+        outputs: ``flag -> path`` of a file the command writes, ``flag -> Folder`` of a
+            folder it writes into, ``flag -> Database`` (None entries are ignored).
+            Outputs are also checked against each other.
+
+    Raises:
+        InputError: an output is an input (the same real file or folder), lies inside an
+            input folder (a database may), or is an owned output folder that holds an
+            input or another output.
+    """
+    ins = []
+    for flag, p in inputs.items():
+        if p is None or _is_url(p) or not os.path.lexists(os.path.expanduser(os.fspath(p))):
+            continue
+        r = real(p)
+        ins.append(_Entry(flag, p, r, "folder" if r.is_dir() else "file"))
+    outs = []
+    for flag, p in outputs.items():
+        if p is None:
+            continue
+        if isinstance(p, Folder):
+            given, kind = p.path, "owned" if p.owned else "shared"
+        elif isinstance(p, Database):
+            given, kind = p.path, "db"
+        else:
+            given, kind = p, "file"
+        if given is None or _is_url(given):
+            continue
+        outs.append(_Entry(flag, given, real(given), kind))
+    for i, out in enumerate(outs):
+        for other in ins:
+            found = _clash(out, other)
+            if found:
+                _refuse(*found)
+        for other in outs[i + 1 :]:
+            found = _clash(out, other) or _clash(other, out)
+            if found:
+                _refuse(*found)
+
+
+def _refuse(a: _Entry, relation: str, b: _Entry) -> None:
+    given = os.path.abspath(os.path.expanduser(os.fspath(a.given)))
+    through = "" if str(a.real) == given else f" (real path {a.real})"
+    raise InputError(
+        f"{a.flag} {a.given} is {relation} {b.flag} {b.given}{through}; an output never "
+        "overwrites or mixes with an input",
+        hint="choose an output path apart from the inputs (links and '..' are followed)",
+    )
+
+
+# File kinds a command writes, and how an existing file of that kind is recognised.
+_TEXT_SUFFIXES = {
+    "html": (".html", ".htm"),
+    "csv": (".csv", ".tsv"),
+    "json": (".json",),
+    "markdown": (".md", ".markdown"),
+    "table": (".txt", ".text", ".out"),  # never a file without a suffix (a Makefile)
+}
+
+
+KIND_NAMES = {
+    "html": "an HTML",
+    "csv": "a CSV",
+    "json": "a JSON",
+    "markdown": "a Markdown",
+    "table": "a text table",
+    "parquet": "a Parquet",
+}
+
+
+def is_kind(path: Path, kind: str) -> bool:
+    """Whether the existing file ``path`` is a ``kind`` file a command may replace.
+
+    ``html``: a page (its text starts with ``<!doctype html`` or ``<html``); ``csv``,
+    ``json``, ``markdown``, ``table``: UTF-8 text with a suffix of that kind; ``parquet``:
+    Parquet's magic bytes. A database, an image or a script is never any of these.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    if kind == "parquet":
+        return head.startswith(b"PAR1")
+    if b"\0" in head:
+        return False
+    try:
+        text = head.decode("utf-8", "strict") if len(head) < 4096 else head[:4000].decode()
+    except UnicodeDecodeError:
+        return False
+    if path.suffix.lower() not in _TEXT_SUFFIXES.get(kind, ()):
+        return False
+    if kind == "html":
+        start = text.lstrip().lower()
+        return start.startswith("<!doctype html") or start.startswith("<html")
+    return True
+
+
+def check_replaceable(path: Any, *, kind: str, flag: str, force: bool = False) -> None:
+    """Refuse (one line) to replace an existing ``path`` that is a folder, or a file that
+    is not a ``kind`` output, unless ``force`` (never a folder)."""
+    p = Path(os.path.expanduser(os.fspath(path)))
+    if p.is_dir():
+        raise InputError(f"{flag} {path} is a folder; give a file name", hint="choose a file name")
+    if p.exists() and not force and not is_kind(real(p), kind):
+        raise InputError(
+            f"{flag} {path} exists and is not {KIND_NAMES.get(kind, kind)} file, the kind "
+            "this command writes; refusing to replace it",
+            hint="choose another name, or pass --force to replace it",
+        )
+
+
+def write_output(path: Any, data: bytes | str, *, kind: str, flag: str, force: bool = False):
+    """Write a command's file output: checked by :func:`check_replaceable`, then written
+    to a temp file beside the target and renamed into place (a crash leaves the old file
+    or the new one, never half of either). A link is written through to its target.
+
+    Returns:
+        The path written (as given, ``~`` expanded).
+    """
+    from robustlab.outputs import atomic_write
+
+    check_replaceable(path, kind=kind, flag=flag, force=force)
+    given = Path(os.path.expanduser(os.fspath(path)))
+    body = data.encode("utf-8") if isinstance(data, str) else data
+    with environment_errors(f"cannot write {flag} {path}"):
+        atomic_write(real(given), body)
+    return given
+
+
+# What each command writes: attribute of its parsed arguments -> (flag, role). Roles:
+# "owned" (a folder the command fills), "shared" (a folder it adds named files to),
+# "db" (the results database it writes), or a file kind for write_output ("html", "csv",
+# "table" for results --output, whose kind follows --format).
+COMMAND_OUTPUTS: dict[str, dict[str, tuple[str, str]]] = {
+    "data": {"out": ("--out", "owned")},
+    "demo": {"out": ("--out", "owned")},
+    "generate": {"out": ("--out", "owned")},
+    "masks": {"out": ("--out", "owned")},
+    "evaluate": {"db": ("--db", "db")},
+    "results": {"output": ("--output", "table"), "export": ("--export", "shared")},
+    "report": {"out": ("--out", "html")},
+    "train": {"out": ("--out", "shared"), "db": ("--db", "db")},
+    "holdout": {"out": ("--out", "shared"), "db": ("--db", "db")},
+    "segment": {"db": ("--db", "db")},
+    "synth": {"out": ("--out", "owned")},
+    "mine": {"out": ("--out", "owned"), "db": ("--db", "db")},
+    "review": {"export": ("--export", "csv"), "db": ("--db", "db")},
+    "vlm": {"db": ("--db", "db")},
+}
+# Attributes that name something a command reads, in any command that has them.
+INPUT_ARGS = {
+    "data": "--data",
+    "labels": "--labels",
+    "labels_csv": "--labels",
+    "masks": "--masks",
+    "bboxes": "--bboxes",
+    "weights": "--weights",
+    "seg_weights": "--seg-weights",
+    "checkpoint": "--checkpoint",
+    "predictions": "--predictions",
+    "metadata": "--metadata",
+    "questions": "--questions",
+    "suite": "--suite",
+    "label_space": "--label-space",
+    "emoji_test": "--emoji-test",
+    "templates": "--templates",
+    "model": "--model",
+    "db": "--db",
+}
+# Inputs that are either a built-in name or a file, told apart by the file's suffix.
+NAMED = {
+    "suite": (".yaml", ".yml"),
+    "label_space": (".csv",),
+}
+# Kind of the file ``results --output`` writes, by --format.
+TABLE_KINDS = {"table": "table", "csv": "csv", "json": "json", "markdown": "markdown"}
+
+
+def check_args(command: str, args: Any) -> None:
+    """The output check of :func:`check_outputs` for one parsed CLI command, before it
+    does any work: its outputs (:data:`COMMAND_OUTPUTS`) against every input it was given
+    (:data:`INPUT_ARGS`) and each other; then each file output must be replaceable
+    (:func:`check_replaceable`, ``--force`` where the command has it)."""
+    roles = COMMAND_OUTPUTS.get(command, {})
+    inputs: dict[str, Any] = {}
+    for attr, flag in INPUT_ARGS.items():
+        value = getattr(args, attr, None)
+        if attr in roles or not isinstance(value, (str, os.PathLike)):
+            continue
+        text = os.fspath(value)
+        if attr == "model":  # a spec; only vlm:PATH names a folder
+            if not text.startswith("vlm:"):
+                continue
+            text = text[4:]
+        # Names of built-in suites, label spaces and templates are not paths, even when a
+        # folder of that name happens to lie in the working directory.
+        if attr in NAMED and Path(text).suffix.lower() not in NAMED[attr]:
+            continue
+        inputs[flag] = text
+    outputs: dict[str, Any] = {}
+    files = []
+    for attr, (flag, role) in roles.items():
+        value = getattr(args, attr, None)
+        if not isinstance(value, (str, os.PathLike)):
+            continue
+        if role in ("owned", "shared"):
+            outputs[flag] = Folder(value, owned=role == "owned")
+        elif role == "db":
+            outputs[flag] = Database(value)
+        else:
+            kind = (
+                TABLE_KINDS.get(getattr(args, "format", ""), "table") if role == "table" else role
+            )
+            outputs[flag] = value
+            files.append((flag, value, kind))
+    if "db" not in roles and outputs and isinstance(getattr(args, "db", None), str):
+        inputs.update(stored_inputs(args.db))
+    check_outputs(inputs, outputs)
+    for flag, value, kind in files:
+        check_replaceable(value, kind=kind, flag=flag, force=bool(getattr(args, "force", False)))
+
+
+def stored_inputs(db: Any) -> dict[str, str]:
+    """The folders the runs in a database were read from (data, generated, masks), as
+    inputs of a command that reads the database (``report``, ``results``): their outputs
+    must not land in a run's data either. Empty when the database cannot be read (the
+    command itself then says why, in one line)."""
+    from robustlab.errors import RobustlabError
+
+    if not os.path.isfile(os.path.expanduser(os.fspath(db))):
+        return {}
+    try:
+        from robustlab.store import Store
+
+        runs = Store(db).runs()
+    except (RobustlabError, OSError, ImportError):
+        return {}
+    except Exception as exc:  # noqa: BLE001 - duckdb's own errors: not a database
+        log.debug("cannot list the runs of %s: %s", db, exc)
+        return {}
+    found: dict[str, str] = {}
+    for _, run in runs.iterrows():
+        config = run.get("config") if isinstance(run.get("config"), dict) else {}
+        for what, path in (
+            ("data folder", run.get("data_root")),
+            ("generated folder", config.get("generated_root")),
+            ("masks folder", config.get("masks")),
+        ):
+            if isinstance(path, str) and path and path not in found.values():
+                found[f"(run {str(run.get('run_id'))[:8]}'s {what})"] = path
+    return found
+
+
+# --------------------------------------------------------------------------- readers
+def _dir_key(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate-escaped bytes of a non-UTF-8 name
+        return False
+    return True
+
+
+def printable_name(name: str) -> str:
+    """``name`` with bytes that are not UTF-8 shown as ``\\xNN`` (for logs and records)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def link_target(path: str) -> str:
+    """Where a link points, for a skip reason (its text, escaped when not UTF-8)."""
+    try:
+        return printable_name(os.readlink(path))
+    except OSError:
+        return "?"
+
+
+def walk_files(root: Any) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
+    """Every regular file under ``root`` as a relative posix path, and what was left out.
+
+    The one walk of every reader. Hidden files and folders are pruned (``.DS_Store``,
+    ``.ipynb_checkpoints``, the temp files an interrupted ``generate`` leaves). A
+    symbolic link, to a file or to a folder, is followed only when its resolved target
+    lies inside ``root`` (the module's link rule); each real folder (device, inode) is
+    entered once, so a link to a folder that lies under ``root`` anyway, or back to an
+    ancestor, is skipped and the files keep the class of their real location.
+
+    Returns:
+        (files, skipped): sorted relative paths, and ``(relative path, reason)`` for links
+        leaving the root, loops, repeated folders, broken links, unlistable folders, names
+        that are not valid UTF-8 and anything that is not a regular file.
+    """
+    root_path = real(root)
+    real_root = str(root_path)
+    # Folders reachable without following a link own their files.
+    owned: dict[tuple[int, int], str] = {}
+    for dirpath, dirnames, _ in os.walk(real_root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        try:
+            owned.setdefault(_dir_key(dirpath), Path(dirpath).relative_to(real_root).as_posix())
+        except OSError:
+            continue
+    files: list[PurePosixPath] = []
+    skipped: list[tuple[str, str]] = []
+    visited = {_dir_key(real_root)}
+    stack: list[tuple[str, PurePosixPath | None]] = [(real_root, None)]
+    while stack:
+        dirpath, base = stack.pop()
+        try:
+            with os.scandir(dirpath) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            skipped.append(
+                (printable_name(str(base or ".")), f"cannot list folder: {exc.strerror or exc}")
+            )
+            continue
+        subdirs = []
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            rel = base / e.name if base is not None else PurePosixPath(e.name)
+            if not _is_utf8(e.name):
+                skipped.append(
+                    (printable_name(str(rel)), "name is not valid UTF-8 (rename it to use it)")
+                )
+                continue
+            try:
+                link = e.is_symlink()
+                if link and not _inside(real(e.path), root_path):
+                    skipped.append((str(rel), OUTSIDE.format(target=link_target(e.path))))
+                    continue
+                is_dir = e.is_dir()
+                is_file = not is_dir and e.is_file()
+                key = _dir_key(e.path) if is_dir else None
+            except OSError as exc:
+                skipped.append((str(rel), f"cannot read: {exc.strerror or exc}"))
+                continue
+            if key is not None:  # a folder
+                if link and key in owned:
+                    where = owned[key]
+                    skipped.append(
+                        (
+                            str(rel),
+                            f"link to a folder listed under its own path ({where})"
+                            if where != "."
+                            else "link to the data folder itself (a loop)",
+                        )
+                    )
+                elif key in visited:
+                    skipped.append((str(rel), "link to a folder already listed (a loop)"))
+                else:
+                    visited.add(key)
+                    subdirs.append((e.path, rel))
+            elif is_file:
+                files.append(rel)
+            elif link:
+                skipped.append((str(rel), "broken symbolic link"))
+            else:
+                skipped.append((str(rel), "not a regular file"))
+        stack.extend(reversed(subdirs))
+    n_out = sum(1 for _, why in skipped if why.startswith("link leaves"))
+    if n_out:
+        log.warning("%s: %d link(s) leading outside it were not followed", real_root, n_out)
+    return files, skipped
+
+
+def file_inside(root: Any, rel: Any) -> Path | None:
+    """``root / rel`` when it is a regular file whose real path lies inside ``root``,
+    else None: the link rule for one path named by a CSV row, a mask rule or a request.
+
+    ``rel`` may not be absolute or climb out with ``..``; a link inside the root that
+    points at another file inside it is fine.
+    """
+    rel_path = PurePosixPath(os.fspath(rel).replace("\\", "/"))
+    if rel_path.is_absolute() or ".." in rel_path.parts:
+        return None
+    root_real = real(root)
+    path = Path(root) / rel_path
+    target = real(path)
+    if not _inside(target, root_real) or target == root_real:
+        return None
+    try:
+        return path if target.is_file() else None
+    except OSError:
+        return None
+
+
+def outside(root: Any, path: Any) -> bool:
+    """Whether an existing ``path`` (built from a CSV row, say) resolves outside ``root``
+    or to something that is not a regular file: the link rule for a path a reader
+    already holds. A missing path is not outside (the reader reports it as missing)."""
+    if not os.path.lexists(path):
+        return False
+    target = real(path)
+    return not (_inside(target, real(root)) and target.is_file())
+
+
+def dirs_inside(root: Any) -> Iterable[Path]:
+    """The visible folders directly under ``root`` that the link rule lets a reader enter
+    (a linked folder only when it resolves inside ``root``), sorted by name."""
+    root_real = real(root)
+    for p in sorted(Path(root).iterdir()):
+        if p.name.startswith(".") or not p.is_dir():
+            continue
+        if p.is_symlink() and not _inside(real(p), root_real):
+            log.warning("%s: %s", p, OUTSIDE.format(target=link_target(str(p))))
+            continue
+        yield p
+
+
+__all__ = [
+    "COMMAND_OUTPUTS",
+    "Database",
+    "Folder",
+    "check_args",
+    "check_outputs",
+    "check_replaceable",
+    "dirs_inside",
+    "file_inside",
+    "outside",
+    "is_kind",
+    "printable_name",
+    "real",
+    "walk_files",
+    "write_output",
+]
