@@ -776,7 +776,7 @@ def _published_plan(
         "protocol": images.protocol.describe(),
     }
     # The published files are the pixels: every file of every evaluated cell is hashed.
-    wanted = [pub.clean if sh == CLEAN_SHIFT else pub.folders[(sh, lv)] for sh, lv in cells]
+    wanted = [str(pub.clean) if sh == CLEAN_SHIFT else pub.folders[(sh, lv)] for sh, lv in cells]
     paths = [[pub.file(s.id, f) for f in wanted] for s in samples]
     digests = iter(hash_files([p for row in paths for p in row]))
     fingerprint = data_fingerprint(

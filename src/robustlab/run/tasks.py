@@ -164,9 +164,11 @@ class PublishedImages(CellImages):
 
     Every cell is the file of the sample's id in the cell's folder, decoded and prepared
     with the layout's protocol (ImageNet-C and ImageNet-9: a center crop of 224 that leaves
-    their 224x224 files as they are; an alpha plane, as in XIMAGENET-12's transparent
-    scenario, is dropped like the on-the-fly cell's). The clean cell is the clean folder's
-    file, when the layout has one.
+    their 224x224 files as they are). An alpha plane, as in XIMAGENET-12's transparent
+    PNGs, is dropped as Keras' ``load_img`` and Pillow's ``convert("RGB")`` drop it in the
+    official code, leaving the colours stored under it (robustlab's own ``transparent``
+    cell composites on white instead; docs/fidelity.md). The clean cell is the clean
+    folder's file, when the layout has one.
 
     Args:
         root: The data folder.
