@@ -100,6 +100,8 @@ def test_imagenet_c_cells_labels_and_counts_in_the_db(imagenet_c, tmp_path):
     run, pred = stored(db, df)
     assert run["suite"] == "imagenet-c-published" and run["label_space"] == "imagenet1k"
     assert run["config"]["published"]["layout"] == "imagenet-c"
+    # No clean cell: the baseline checks count the images and classes of all cells.
+    assert Store(db).run_stats(df.attrs["run_id"]) == {"n_samples": 3, "n_classes": 3}
     labels = pred.drop_duplicates("sample_id").set_index("sample_id")["label"].to_dict()
     assert labels == {f"{w}/{n}": i for n, w, i, _ in PHOTOS_USED}
     skipped = {tuple(x) for x in run["skipped"]}
@@ -291,3 +293,22 @@ def test_other_folders_are_not_published_layouts(tmp_path):
     crop224(TENCH[0]).save(tmp_path / "n01440764" / "x.JPEG")
     (tmp_path / "original" / "n01440764").mkdir(parents=True)  # no val/, no scenario
     assert detect(tmp_path) is None
+
+
+def test_ce_without_a_clean_cell_has_no_relative_ce():
+    """A downloaded ImageNet-C has no clean cell: CE and mCE are defined, relative CE not."""
+    import pandas as pd
+
+    from robustlab.metrics.mce import alexnet_cells, corruption_errors, mce
+
+    errors = [0.3, 0.4, 0.5, 0.6, 0.7]
+    cells = pd.DataFrame(
+        {"shift": ["gaussian_noise"] * 5, "level": ["1", "2", "3", "4", "5"], "error": errors}
+    )
+    ce = corruption_errors(cells, alexnet_cells()).set_index("shift")
+    alex = alexnet_cells().set_index(["shift", "level"])["error"]
+    expected = sum(errors) / sum(alex[("gaussian_noise", str(s))] for s in range(1, 6))
+    assert ce.loc["gaussian_noise", "ce"] == pytest.approx(expected)
+    assert np.isnan(ce.loc["gaussian_noise", "relative_ce"])
+    summary = mce(ce.reset_index())
+    assert summary["mce"] == pytest.approx(expected) and np.isnan(summary["relative_mce"])

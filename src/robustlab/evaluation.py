@@ -926,7 +926,11 @@ def evaluate(
             seed, protocol and source folder; shifted cells are read from its files and the
             clean cell from the source), or the published ImageNet-E archive (``ori/``,
             level folders and ``labels.txt``: each level folder is a cell, see
-            :mod:`robustlab.data.imagenet_e`; suite and seed do not apply).
+            :mod:`robustlab.data.imagenet_e`; suite and seed do not apply), or another
+            published set as downloaded (ImageNet-C, ImageNet-9's bg_challenge,
+            XIMAGENET-12: each cell folder a cell, with the benchmark's label space; an
+            ImageNet-D tree gets the ``imagenet-d`` label space), see
+            :mod:`robustlab.data.published`.
         suite: Suite name or YAML path; None evaluates the clean images only (for a
             generated folder: the suite it was generated for).
         db: Results database file (created on the first write).
