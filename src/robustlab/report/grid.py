@@ -10,6 +10,7 @@ saw. When the data root cannot be read any more the grid is skipped with a note.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import logging
@@ -174,9 +175,18 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     return out, errors
 
 
+@functools.lru_cache(maxsize=4)
+def _published_listing(root: Path, name: str):
+    """A published folder's listing, once per report: a grid renders several samples of
+    one run, and listing ImageNet-C's 3.75 million files takes about a minute."""
+    from robustlab.data.published import LAYOUTS, read_published
+
+    return read_published(root, LAYOUTS[name])
+
+
 def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
     """:func:`render_cells` for a run on a published benchmark folder: its files as read."""
-    from robustlab.data.published import LAYOUTS, read_published
+    from robustlab.data.published import LAYOUTS
     from robustlab.run.tasks import PublishedImages
     from robustlab.suites import Protocol
 
@@ -184,7 +194,7 @@ def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
     if layout is None:
         raise InputError(f"the run record of {root} names no published layout robustlab knows")
     try:
-        pub = read_published(root, layout)
+        pub = _published_listing(root, layout.name)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read the {layout.title} folder {root}: {exc}") from None
     sample = next((s for s in pub.samples if s.id == sample_id), None)
