@@ -121,6 +121,18 @@ def test_imagenet_c_cells_labels_and_counts_in_the_db(imagenet_c, tmp_path):
         evaluate_here(imagenet_c, db, suite="imagenet9")
     with pytest.raises(InputError, match="has no 'fog' folders"):
         evaluate_here(imagenet_c, db, shifts=["fog"])
+    with pytest.raises(InputError, match="--labels and --masks do not apply"):
+        evaluate_here(imagenet_c, db, masks=str(imagenet_c))
+
+
+def test_one_corruption_folder_is_read_on_its_own(imagenet_c):
+    """Each ImageNet-C tar unpacks to one folder per corruption; that folder is a set too."""
+    one = imagenet_c / "gaussian_noise"
+    assert detect(one) is LAYOUTS["imagenet-c"]
+    pub = read_published(one, LAYOUTS["imagenet-c"])
+    assert pub.cells == [("gaussian_noise", 1), ("gaussian_noise", 3)]
+    assert pub.folders == {("gaussian_noise", 1): "1", ("gaussian_noise", 3): "3"}
+    assert len(pub.samples) == 3 and ("6", "not a severity folder (1 to 5)") in pub.skipped
 
 
 # ------------------------------------------------------------------------ ImageNet-9

@@ -299,6 +299,12 @@ def plan_run(
         # its own label space (the subset is the first folder of each sample id).
         label_space = label_space or layout.label_space
     elif layout is not None:
+        if labels_csv or masks:
+            raise InputError(
+                f"{root} holds the published {layout.title} layout: its class folders are "
+                "the labels and its files the pixels, so --labels and --masks do not apply",
+                hint="leave out --labels and --masks",
+            )
         return _published_plan(
             model,
             root,

@@ -9,7 +9,7 @@ cells; :func:`robustlab.evaluation.plan_run` hands them to the runner.
 benchmark       layout (as released)                                cells       label space
 ==============  ==================================================  ==========  ===========
 ImageNet-C      ``<corruption>/<severity 1..5>/<wnid>/<file>``      corruption  imagenet1k
-                                                                    / severity
+                (or one ``<corruption>/`` folder)                   / severity
 ImageNet-9      ``<variant>/val/<NN_class>/<file>`` (MadryLab's     variant     imagenet9
 (bg_challenge)  backgrounds_challenge); ``original`` is clean       / default
 XIMAGENET-12    ``<scenario>/<wnid>/<file>``; ``image``/            scenario    imagenet1k
@@ -248,12 +248,20 @@ def _corruptions() -> set[str]:
     return {s.name for tag in ("imagenet-c", "imagenet-c-extra") for s in list_shifts(tag=tag)}
 
 
+SEVERITIES = frozenset({"1", "2", "3", "4", "5"})
+
+
+def _has_severities(path: Path) -> bool:
+    return any(s.name in SEVERITIES for s in _subdirs(path))
+
+
 def _is_imagenet_c(root: Path) -> bool:
+    """The whole set (corruption folders), or one corruption's folder as its tar unpacks
+    (``gaussian_noise/`` with severity folders: the corruption is the folder's name)."""
     names = _corruptions()
-    return any(
-        d.name in names and any(s.name in {"1", "2", "3", "4", "5"} for s in _subdirs(d))
-        for d in _subdirs(root)
-    )
+    if root.name in names and _has_severities(root):
+        return True
+    return any(d.name in names and _has_severities(d) for d in _subdirs(root))
 
 
 def _is_imagenet_9(root: Path) -> bool:
@@ -330,7 +338,13 @@ def _cell_folders(layout: Layout, root: Path):
         else:
             folders[cell] = rel
 
-    if layout.name == "imagenet-c":
+    if layout.name == "imagenet-c" and root.name in _corruptions() and _has_severities(root):
+        for s in _subdirs(root):
+            if s.name in SEVERITIES:
+                claim((root.name, int(s.name)), s.name)
+            else:
+                skipped.append((s.name, "not a severity folder (1 to 5)"))
+    elif layout.name == "imagenet-c":
         names = _corruptions()
         for d in _subdirs(root):
             if d.name not in names:
@@ -338,7 +352,7 @@ def _cell_folders(layout: Layout, root: Path):
                 continue
             skipped.extend(_stray_files(d, d.name))
             for s in _subdirs(d):
-                if s.name in {"1", "2", "3", "4", "5"}:
+                if s.name in SEVERITIES:
                     claim((d.name, int(s.name)), f"{d.name}/{s.name}")
                 else:
                     skipped.append((f"{d.name}/{s.name}", "not a severity folder (1 to 5)"))
