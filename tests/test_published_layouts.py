@@ -324,3 +324,16 @@ def test_ce_without_a_clean_cell_has_no_relative_ce():
     assert np.isnan(ce.loc["gaussian_noise", "relative_ce"])
     summary = mce(ce.reset_index())
     assert summary["mce"] == pytest.approx(expected) and np.isnan(summary["relative_mce"])
+
+
+def test_cli_another_suite_on_a_published_folder_is_one_line(imagenet_9, tmp_path, capsys):
+    from robustlab import cli
+
+    rc = cli.main(
+        ["evaluate", "lite0", "--data", str(imagenet_9), "--suite", "imagenet-c",
+         "--db", str(tmp_path / "r.duckdb"), "--no-progress"]
+    )  # fmt: skip
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert err[0].startswith("robustlab evaluate: error: ") and "ImageNet-9" in err[0]
+    assert err[1:] == ["  hint: leave out --suite imagenet-c (or name --suite imagenet9)"]
