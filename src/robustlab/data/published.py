@@ -190,7 +190,7 @@ LAYOUTS = {
         "imagenet-d",
         "imagenet-d",
         "chenshuang-zhang/imagenet_d: <subset>/<class>/<file>",
-        {"resize": 256, "crop": 224},
+        # No protocol of its own here: read as a class tree with the default protocol.
     ),
 }
 
