@@ -36,7 +36,14 @@ def test_the_class_is_the_folder_inside_the_subset(tmp_path):
 def test_other_label_spaces_still_read_the_first_folder(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     with pytest.raises(InputError, match="'background' is not in label space"):
-        plan_run("lite0", root, device="cpu")
+        plan_run("lite0", root, label_space="imagenet1k", device="cpu")
+
+
+def test_the_layout_is_recognised_without_a_label_space(tmp_path):
+    root = _tree(tmp_path / "ImageNet-D")
+    plan = plan_run("lite0", root, device="cpu")
+    assert plan["label_space"].name == "imagenet-d"
+    assert plan["record"].config["published"]["layout"] == "imagenet-d"
 
 
 def test_evaluate_and_report_per_subset(tmp_path):

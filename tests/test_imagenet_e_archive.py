@@ -82,3 +82,18 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
         evaluate("lite0", archive, suite="imagenet-c", db=db, workers=0, progress=False)
     with pytest.raises(ValueError, match="no 'bg' folders"):
         evaluate("lite0", archive, shifts=["bg"], db=db, workers=0, progress=False)
+
+
+def test_files_that_are_not_listed_images_are_counted(archive, tmp_path):
+    from robustlab.evaluation import plan_run
+
+    root = tmp_path / "copy"
+    shutil.copytree(archive, root)
+    shutil.copy(root / "ori" / "ILSVRC2012_val_00000001.png", root / "ori" / "extra.png")
+    (root / "ori" / "notes.txt").write_text("x\n")
+    skipped = dict(read_archive(root).skipped)
+    assert skipped["ori/extra.png"] == "not listed in labels.txt"
+    assert skipped["ori/notes.txt"] == "not an image of the archive"
+    record = plan_run("lite0", root, device="cpu")["record"]
+    assert ["ori/extra.png", "not listed in labels.txt"] in record.skipped
+    assert record.n_samples == 3

@@ -293,6 +293,31 @@ def plan_run(
             **defences,
         )
     manifest = read_generated(root)
+    layout = published_layout(root, suite, shift_path) if manifest is None else None
+    if layout is not None and layout.name == "imagenet-d":
+        # ImageNet-D has no cells of its own: a class tree under subset folders, read with
+        # its own label space (the subset is the first folder of each sample id).
+        label_space = label_space or layout.label_space
+    elif layout is not None:
+        if labels_csv or masks:
+            raise InputError(
+                f"{root} holds the published {layout.title} layout: its class folders are "
+                "the labels and its files the pixels, so --labels and --masks do not apply",
+                hint="leave out --labels and --masks",
+            )
+        return _published_plan(
+            model,
+            root,
+            layout,
+            shifts=shifts,
+            levels=levels,
+            label_space=label_space,
+            weights=weights,
+            device=device,
+            batch_size=batch_size,
+            inference=inference,
+            **defences,
+        )
     generated_root, source_kind = None, "on-the-fly"
     if manifest is not None:
         suite, gen_protocol, seed, source, labels_csv, masks, available = _generated_plan(
@@ -437,6 +462,8 @@ def plan_run(
         record.config.update(describe_resources(shift_objs))
     if shift_path:
         record.config["shift_path"] = shift_path
+    if layout is not None:  # ImageNet-D's published tree, recognised (not part of the id)
+        record.config["published"] = {"layout": layout.name, "benchmark": layout.title}
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     images = CellImages(
         protocol,
@@ -655,6 +682,7 @@ def _archive_plan(
             "discover_skipped": [list(x) for x in archive.skipped],
         },
         n_samples=len(samples),
+        skipped=[list(x) for x in archive.skipped],  # counted like a source folder's
     )
     return {
         "model": model,
@@ -667,6 +695,192 @@ def _archive_plan(
         "images": images,
         "label_space": space,
     }
+
+
+def _published_plan(
+    model,
+    root: Path,
+    layout,
+    *,
+    shifts=None,
+    levels=None,
+    label_space=None,
+    weights=None,
+    device=None,
+    batch_size=None,
+    preprocess=None,
+    tta=None,
+    inference=None,
+):
+    """:func:`plan_run` for a published benchmark folder (:mod:`robustlab.data.published`):
+    each cell folder is a cell, its files are the pixels, the layout names the label space.
+
+    Samples whose class folder is not a class of the label space are left out with that
+    reason (a published set's class list is fixed, so a stray folder is not the user's
+    label error); samples missing from a cell folder are counted skips of that cell.
+    """
+    from robustlab import __version__
+    from robustlab.data.labels import get_label_space
+    from robustlab.data.published import read_published
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import (
+        data_fingerprint,
+        fields_of,
+        inference_identity,
+        model_precision,
+        run_id,
+        versions,
+    )
+    from robustlab.run.tasks import PublishedImages
+
+    pub = read_published(root, layout)
+    cells: list[tuple[str, Any]] = list(pub.cells)
+    if shifts:
+        unknown = [s for s in shifts if s not in {c[0] for c in cells}]
+        if unknown:
+            raise InputError(
+                f"{root} ({layout.title}) has no {unknown[0]!r} folders; its cells are "
+                f"{', '.join(f'{s}/{lv}' for s, lv in cells)}"
+            )
+        cells = [c for c in cells if c[0] in shifts]
+    if levels:
+        cells = [c for c in cells if str(c[1]) in {str(lv) for lv in levels}]
+    if pub.clean is not None:
+        cells = [(CLEAN_SHIFT, 0), *cells]
+    if not cells:
+        raise InputError(f"{root}: no {layout.title} folder matches the requested shifts/levels")
+    space_name = label_space or layout.label_space
+    space = get_label_space(space_name) if isinstance(space_name, str) else space_name
+    skipped = list(pub.skipped)
+    samples, labels = [], []
+    for s in pub.samples:
+        try:
+            labels.append(int(space.index_of(s.class_name)))
+        except (KeyError, ValueError):
+            skipped.append((s.id, f"class folder {s.class_name!r} is not in {space.name!r}"))
+            continue
+        samples.append(s)
+    if not samples:
+        raise InputError(
+            f"no image of {root} has a class of label space {space.name!r}",
+            hint=f"{layout.title}'s class folders belong to {layout.label_space!r}",
+        )
+    if isinstance(model, str):
+        from robustlab.models import load_model
+
+        model = load_model(
+            model, weights=weights, device=device, label_space=space, batch_size=batch_size
+        )
+    _set_inference(model, inference)
+    model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
+    from robustlab.suites import Protocol
+
+    protocol = Protocol(**{"format": "png", **layout.protocol})
+    images = PublishedImages(pub.root.resolve(), pub.folders, pub.clean, pub.names, protocol)
+    preprocessing = {
+        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "protocol": images.protocol.describe(),
+    }
+    # The published files are the pixels: every file of every evaluated cell is hashed.
+    wanted = [str(pub.clean) if sh == CLEAN_SHIFT else pub.folders[(sh, lv)] for sh, lv in cells]
+    paths = [[pub.file(s.id, f) for f in wanted] for s in samples]
+    digests = iter(hash_files([p for row in paths for p in row]))
+    fingerprint = data_fingerprint(
+        (s.id, s.class_name, lab, *(next(digests) for _ in row))
+        for s, lab, row in zip(samples, labels, paths)
+    )
+    identity = {
+        "model_spec": model.spec,
+        "weights_hash": model.weights_hash,
+        "suite": layout.suite,
+        "suite_version": "1",
+        "robustlab": __version__,
+        "data_fingerprint": fingerprint,
+        "label_space": space.name,
+        "seed": 0,
+        "preprocessing": preprocessing,
+        "source": layout.suite,
+        "cells": [[s, str(lv)] for s, lv in cells],
+        "precision": model_precision(model),
+    }
+    if defence:
+        identity["defence"] = defence
+    identity.update(inference_identity(model))
+    record = RunRecord(
+        run_id=run_id(identity),
+        model_spec=model.spec,
+        weights_hash=model.weights_hash,
+        suite=layout.suite,
+        suite_version="1",
+        data_root=str(root.resolve()),
+        data_fingerprint=fingerprint,
+        label_space=space.name,
+        preprocessing=preprocessing,
+        seed=0,
+        versions=versions(),
+        config={
+            "source": "published",
+            "published": {
+                "layout": layout.name,
+                "benchmark": layout.title,
+                "benchmark_suite": layout.benchmark_suite,
+                "layout_source": layout.source,
+                "clean": pub.clean,
+                "folders": {f"{s}/{lv}": f for (s, lv), f in pub.folders.items()},
+            },
+            "model": _describe(model),
+            "cells": [[s, str(lv)] for s, lv in cells],
+            **({"defence": defence} if defence else {}),
+            "precision": identity["precision"],
+            **inference_identity(model),
+        },
+        n_samples=len(samples),
+        # Folders and files that are not part of the layout, and samples of other classes:
+        # the runner adds them to the run's skip record.
+        skipped=[list(x) for x in skipped],
+    )
+    return {
+        "model": model,
+        "samples": samples,
+        "labels": labels,
+        "cells": cells,
+        "protocol": images.protocol,
+        "suite": None,
+        "record": record,
+        "images": images,
+        "label_space": space,
+    }
+
+
+def published_layout(root: Path, suite, shift_path=None):
+    """The published benchmark layout of ``root`` (:func:`robustlab.data.published.detect`),
+    checked against the ``suite`` and ``shift_path`` the caller asked for; None for a
+    source folder.
+
+    ``suite`` may name the benchmark's own suite (``--suite imagenet-c`` on a downloaded
+    ImageNet-C); any other suite would mean shifting the published images once more,
+    which is refused with the way out.
+    """
+    from robustlab.data.published import detect
+
+    layout = detect(root)
+    if layout is None:
+        return None
+    if layout.name == "imagenet-d":
+        return layout if suite is None else None
+    if shift_path:
+        raise InputError(
+            f"{root} holds the published {layout.title} images; --shift-device applies "
+            "shifts on the fly",
+            hint="leave out --shift-device",
+        )
+    name = str(getattr(suite, "name", suite)) if suite is not None else None
+    if name is not None and name not in {layout.benchmark_suite, layout.suite}:
+        raise InputError(
+            f"{root} holds the published {layout.title} layout; its folders are the cells",
+            hint=f"leave out --suite {suite} (or name --suite {layout.benchmark_suite})",
+        )
+    return layout
 
 
 def _describe(model) -> dict[str, Any]:
@@ -718,7 +932,11 @@ def evaluate(
             seed, protocol and source folder; shifted cells are read from its files and the
             clean cell from the source), or the published ImageNet-E archive (``ori/``,
             level folders and ``labels.txt``: each level folder is a cell, see
-            :mod:`robustlab.data.imagenet_e`; suite and seed do not apply).
+            :mod:`robustlab.data.imagenet_e`; suite and seed do not apply), or another
+            published set as downloaded (ImageNet-C, ImageNet-9's bg_challenge,
+            XIMAGENET-12: each cell folder a cell, with the benchmark's label space; an
+            ImageNet-D tree gets the ``imagenet-d`` label space), see
+            :mod:`robustlab.data.published`.
         suite: Suite name or YAML path; None evaluates the clean images only (for a
             generated folder: the suite it was generated for).
         db: Results database file (created on the first write).

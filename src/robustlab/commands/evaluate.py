@@ -22,7 +22,12 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", help="model spec: lite0, timm:NAME, torchvision:NAME, onnx:PATH, ...")
     p.add_argument(
-        "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
+        "--data",
+        required=True,
+        help="image folder (class folders, or flat + labels CSV), a folder written by "
+        "generate, or a published set as downloaded (ImageNet-C, ImageNet-9 bg_challenge, "
+        "XIMAGENET-12, ImageNet-E archive, ImageNet-D: recognised by its layout, see "
+        "docs/fidelity.md)",
     )
     p.add_argument(
         "--suite", default=None, help="suite name or YAML file (default: clean images only)"

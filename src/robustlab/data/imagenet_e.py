@@ -55,7 +55,8 @@ class Archive:
         samples: One per labelled image found in ``ori/`` (id = its file name).
         cells: (shift, level) per level folder, sorted by folder name.
         folders: (shift, level) -> folder name.
-        skipped: (name, reason) for labels.txt lines that could not be used.
+        skipped: (name, reason) for labels.txt lines that could not be used and for files
+            in ``ori/`` that are not a listed image.
     """
 
     root: Path
@@ -103,6 +104,14 @@ def read_archive(root) -> Archive:
             samples.append(Sample(path.name, path, None, label=int(label)))
         else:
             samples.append(Sample(path.name, path, label))
+    listed = {Path(s.id).stem for s in samples}
+    for p in sorted(ori.iterdir()):
+        if p.name.startswith(".") or p == lab:
+            continue
+        if not p.is_file() or p.suffix not in IMAGE_SUFFIXES:
+            skipped.append((f"{CLEAN_DIR}/{p.name}", "not an image of the archive"))
+        elif p.stem not in listed:
+            skipped.append((f"{CLEAN_DIR}/{p.name}", f"not listed in {lab.name}"))
     if not samples:
         raise ValueError(f"{root}: no image of {lab} was found in {CLEAN_DIR}/")
     folders: dict[tuple[str, str], str] = {}

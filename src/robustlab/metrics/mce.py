@@ -104,21 +104,21 @@ def corruption_errors(
 
     Returns:
         Columns shift, levels (comma-separated), error_sum, baseline_error_sum, ce,
-        relative_ce. Relative CE is NaN when the baseline's summed degradation is zero.
+        relative_ce. Relative CE is NaN when the baseline's summed degradation is zero, or
+        when the model run has no clean cell (a downloaded ImageNet-C publishes no clean
+        images; CE needs none).
 
     Raises:
-        InputError: a cell the model has is missing from the baseline, or either side has
+        InputError: a cell the model has is missing from the baseline, or the baseline has
             no clean cell; the message names the missing cells.
     """
     model = _error_lookup(model_cells, "model")
     base = _error_lookup(baseline_cells, "baseline")
-    if (CLEAN, "0") not in model:
-        raise InputError("the model run has no clean cell; relative CE needs clean error")
     if (CLEAN, "0") not in base:
         raise InputError("the baseline has no clean cell; relative CE needs its clean error")
     if corruptions is None:
         corruptions = list(dict.fromkeys(s for s, _ in model if s != CLEAN))
-    e_clean, b_clean = model[(CLEAN, "0")], base[(CLEAN, "0")]
+    e_clean, b_clean = model.get((CLEAN, "0"), float("nan")), base[(CLEAN, "0")]
     rows, missing = [], []
     for c in corruptions:
         levels = [lv for s, lv in model if s == c]

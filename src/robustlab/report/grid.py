@@ -10,6 +10,7 @@ saw. When the data root cannot be read any more the grid is skipped with a note.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import logging
@@ -129,6 +130,8 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     config = record.get("config") or {}
     if config.get("source") == "imagenet-e-archive":
         return _render_archive_cells(root, sample_id, cells)
+    if config.get("source") == "published":
+        return _render_published_cells(root, config, sample_id, cells)
     try:
         samples = discover(root, labels_csv=config.get("labels_csv"), masks=config.get("masks"))
     except (OSError, ValueError) as exc:
@@ -169,6 +172,43 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
             if needs_mask and sample.mask_path is None and "mask" in why:
                 why += " (the run record names no masks folder for this sample)"
             errors[(shift, level)] = why
+    return out, errors
+
+
+@functools.lru_cache(maxsize=4)
+def _published_listing(root: Path, name: str):
+    """A published folder's listing, once per report: a grid renders several samples of
+    one run, and listing ImageNet-C's 3.75 million files takes about a minute."""
+    from robustlab.data.published import LAYOUTS, read_published
+
+    return read_published(root, LAYOUTS[name])
+
+
+def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
+    """:func:`render_cells` for a run on a published benchmark folder: its files as read."""
+    from robustlab.data.published import LAYOUTS
+    from robustlab.run.tasks import PublishedImages
+    from robustlab.suites import Protocol
+
+    layout = LAYOUTS.get(str((config.get("published") or {}).get("layout")))
+    if layout is None:
+        raise InputError(f"the run record of {root} names no published layout robustlab knows")
+    try:
+        pub = _published_listing(root, layout.name)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the {layout.title} folder {root}: {exc}") from None
+    sample = next((s for s in pub.samples if s.id == sample_id), None)
+    if sample is None:
+        raise InputError(f"data root {root} no longer holds sample {sample_id}")
+    protocol = Protocol(**{"format": "png", **layout.protocol})
+    images = PublishedImages(root, pub.folders, pub.clean, pub.names, protocol)
+    base = images.base(sample)
+    out, errors = {}, {}
+    for shift, level in cells:
+        try:
+            out[(shift, level)] = images.cell(sample, base, shift, level)
+        except (OSError, ValueError) as exc:
+            errors[(shift, level)] = str(getattr(exc, "reason", exc))
     return out, errors
 
 

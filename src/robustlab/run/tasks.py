@@ -163,6 +163,91 @@ class ArchiveImages(CellImages):
         return None
 
 
+class PublishedImages(CellImages):
+    """Cells of a published benchmark folder (:mod:`robustlab.data.published`).
+
+    Every cell is the file of the sample's id in the cell's folder, decoded and prepared
+    with the layout's protocol (ImageNet-C and ImageNet-9: a center crop of 224 that leaves
+    their 224x224 files as they are). An alpha plane, as in XIMAGENET-12's transparent
+    PNGs, is dropped as Keras' ``load_img`` and Pillow's ``convert("RGB")`` drop it in the
+    official code, leaving the colours stored under it (robustlab's own ``transparent``
+    cell composites on white instead; docs/fidelity.md). The clean cell is the clean
+    folder's file, when the layout has one.
+
+    Args:
+        root: The data folder.
+        folders: (shift, level) -> cell folder relative to ``root``.
+        clean: The clean folder relative to ``root``, or None.
+        names: (folder, sample id) -> file inside the folder where it is not named like the
+            id (only these few: the rest is found by name, so workers get a small object
+            even for ImageNet-C's 3.75 million files).
+        protocol: The layout's :class:`~robustlab.suites.Protocol`.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        folders: dict[tuple[str, Any], str],
+        clean: str | None,
+        names: dict[tuple[str, str], str] | None = None,
+        protocol=None,
+    ):
+        from robustlab.suites import Protocol
+
+        super().__init__(protocol or Protocol(resize=None, crop=None, format="png"), 0)
+        self.root = Path(root)
+        self.folders = {(s, str(lv)): f for (s, lv), f in folders.items()}
+        self.clean = clean
+        self.names = dict(names or {})
+
+    def base(self, sample):
+        """The decoded clean file, None when the layout (or this sample) has none, or the
+        ImageError of an unreadable one: the shifted cells are read on their own, so a
+        missing or broken original costs only the clean cell."""
+        from robustlab.data.images import ImageError
+        from robustlab.pipeline import Prepared
+
+        path = self.path(sample, CLEAN_SHIFT, 0)
+        if path is None:
+            return None
+        try:
+            return Prepared(self._read(path))
+        except ImageError as exc:
+            return exc
+
+    def cell(
+        self, sample, prepared, shift: str, level: Any, attributes: dict | None = None
+    ) -> np.ndarray:
+        if shift == CLEAN_SHIFT:
+            if prepared is None:
+                where = f"{self.clean}/" if self.clean else "this layout (it has no clean set)"
+                raise ValueError(f"no clean image in {where}")
+            if isinstance(prepared, Exception):
+                raise prepared
+            return prepared.rgb
+        path = self.path(sample, shift, level)
+        if path is None:
+            folder = self.folders.get((shift, str(level)))
+            if folder is None:
+                raise ValueError("the data folder has no folder for this cell")
+            raise ValueError(f"no file for this image in {folder}/")
+        return self._read(path)
+
+    def _read(self, path: Path) -> np.ndarray:
+        from robustlab.data.images import read_image
+        from robustlab.pipeline import prepare
+
+        return prepare(read_image(path).rgb, self.protocol)
+
+    def path(self, sample, shift: str, level: Any) -> Path | None:
+        """The file of one cell of a sample, or None when its folder lacks it."""
+        folder = self.clean if shift == CLEAN_SHIFT else self.folders.get((shift, str(level)))
+        if folder is None:
+            return None
+        path = self.root / folder / self.names.get((folder, sample.id), sample.id)
+        return path if path.is_file() else None
+
+
 class TaskDataset:
     """A map-style dataset over tasks, for ``torch.utils.data.DataLoader``.
 
