@@ -337,3 +337,20 @@ def test_cli_another_suite_on_a_published_folder_is_one_line(imagenet_9, tmp_pat
     assert rc == 2 and "Traceback" not in "\n".join(err)
     assert err[0].startswith("robustlab evaluate: error: ") and "ImageNet-9" in err[0]
     assert err[1:] == ["  hint: leave out --suite imagenet-c (or name --suite imagenet9)"]
+
+
+def test_cell_folder_links_leaving_the_root_are_skipped_with_the_reason(imagenet_c, tmp_path):
+    """The link rule (robustlab.paths) holds for published layouts too: a severity folder
+    or a corruption folder that links out of the data root is listed, never read."""
+    root = tmp_path / "imagenet-c"
+    shutil.copytree(imagenet_c, root)
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(imagenet_c / "gaussian_noise" / "1", outside)
+    (root / "gaussian_noise" / "5").symlink_to(outside)
+    (root / "brightness").symlink_to(tmp_path)
+    published = read_published(root, detect(root))
+    assert ("gaussian_noise", 5) not in published.cells
+    assert "brightness" not in {c[0] for c in published.cells}
+    reasons = dict(published.skipped)
+    assert "link leaves the folder" in reasons["gaussian_noise/5"]
+    assert "link leaves the folder" in reasons["brightness"]

@@ -49,6 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from robustlab.data.sources import Sample, discover
+from robustlab.paths import OUTSIDE, dirs_inside, link_target
 from robustlab.errors import InputError
 
 # ImageNet-9 (bg_challenge): variant folder -> shift name (None: the clean cell).
@@ -232,8 +233,9 @@ class Published:
 
 # ----------------------------------------------------------------------- detection
 def _subdirs(path: Path) -> list[Path]:
+    """The visible folders under ``path`` that the link rule lets a reader enter."""
     try:
-        return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return list(dirs_inside(path))
     except OSError:
         return []
 
@@ -314,16 +316,21 @@ def detect(root) -> Layout | None:
 
 # ------------------------------------------------------------------------- reading
 def _stray_files(path: Path, rel: str | None) -> list[tuple[str, str]]:
-    """Files lying beside the cell folders (a README, an archive): listed, never inputs."""
+    """Files lying beside the cell folders (a README, an archive), and folder links that
+    leave ``path`` (the link rule of :mod:`robustlab.paths`): listed, never inputs."""
     try:
         entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
     except OSError:
         return []
-    return [
-        (f"{rel}/{p.name}" if rel else p.name, "not inside a cell folder")
-        for p in entries
-        if not p.is_dir()
-    ]
+    inside = {p.name for p in _subdirs(path)}
+    out = []
+    for p in entries:
+        name = f"{rel}/{p.name}" if rel else p.name
+        if not p.is_dir():
+            out.append((name, "not inside a cell folder"))
+        elif p.name not in inside:
+            out.append((name, OUTSIDE.format(target=link_target(str(p)))))
+    return out
 
 
 def _cell_folders(layout: Layout, root: Path):
