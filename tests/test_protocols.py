@@ -269,3 +269,38 @@ def test_imagenet_e_drop_is_paired_with_clean_on_the_same_images(tmp_path):
     assert e["clean"] == pytest.approx(clean.mean())
     assert e["clean_paired"] == pytest.approx(clean.loc[["b.png", "c.png"]].mean())
     assert e["drop"] == pytest.approx(e["clean_paired"] - level["correct"].astype(float).mean())
+
+
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("ViTImageProcessorPil", {}),  # squash to 224
+        ("CLIPImageProcessorPil", {}),  # shortest edge 224, crop 224
+        ("CLIPImageProcessorPil", {"size": {"shortest_edge": 256}}),  # odd margins: floor
+        ("ConvNextImageProcessorPil", {}),  # 384: warp, no crop
+        ("ConvNextImageProcessorPil", {"size": {"shortest_edge": 224}, "crop_pct": 0.9}),
+    ],
+)
+def test_model_protocol_is_the_hf_image_processor_of_its_config(name, kwargs):
+    """``hf:`` models: robustlab's reading of ``preprocessor_config.json`` gives the pixels
+    of transformers' (PIL) image processor built from that config."""
+    import transformers
+
+    from robustlab.models.hf_models import preprocessing_from
+
+    cls = getattr(transformers, name, None)
+    if cls is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {name}")
+    proc = cls(**kwargs)
+    pre, _ = preprocessing_from(proc.to_dict(), 224)
+    for rgb in _photos():
+        ref = proc(images=Image.fromarray(rgb), return_tensors="pt")["pixel_values"][0]
+        mine = _seen(pre, rgb)
+        assert mine.shape == ref.shape
+        # transformers rescales by multiplying with 1/255 in float32, robustlab divides:
+        # the same pixels, normalised values a float32 rounding apart.
+        np.testing.assert_allclose(mine.numpy(), ref.numpy(), rtol=0, atol=1e-5)
+        raw = proc(
+            images=Image.fromarray(rgb), do_rescale=False, do_normalize=False, return_tensors="np"
+        )["pixel_values"][0]
+        assert np.array_equal(model_input(pre, rgb, MODEL_PROTOCOL).numpy(), raw.astype(np.uint8))

@@ -251,7 +251,6 @@ def plan_run(
     from robustlab.manifest import generated_identity
     from robustlab.run.content_hash import hash_files
     from robustlab.run.identity import (
-        fields_of,
         data_fingerprint,
         inference_identity,
         input_parts,
@@ -369,7 +368,7 @@ def plan_run(
     model, defence = _defended(model, defences)
     note_trained_preprocess(weights, defence)
     preprocessing = {
-        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
         "protocol": protocol.describe(),
     }
     # What decides the pixels and labels, by content: a replaced photo or mask, another
@@ -506,6 +505,14 @@ def _chosen_protocol(protocol, override, suite_obj, space, manifest, root):
     return new
 
 
+def preprocessing_record(pre) -> dict:
+    """The model's preprocessing in the run identity: its ``describe()`` (which leaves
+    fields added later out at their defaults), else its fields."""
+    from robustlab.run.identity import fields_of
+
+    return pre.describe() if hasattr(pre, "describe") else fields_of(pre)
+
+
 def protocol_record(protocol, override) -> dict:
     """``runs.config["protocol"]``: the protocol's name, one-line label, whether the user
     overrode the benchmark's own, and its fields (the identity has them too)."""
@@ -626,7 +633,6 @@ def _archive_plan(
     from robustlab.run.content_hash import hash_files
     from robustlab.run.identity import (
         data_fingerprint,
-        fields_of,
         inference_identity,
         model_precision,
         run_id,
@@ -675,7 +681,7 @@ def _archive_plan(
             )
     images = ArchiveImages(archive.root.resolve(), archive.folders, chosen)
     preprocessing = {
-        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
         "protocol": images.protocol.describe(),
     }
     # The archive's files are the pixels: hash the original and every level file per sample.
