@@ -304,3 +304,44 @@ def test_model_protocol_is_the_hf_image_processor_of_its_config(name, kwargs):
             images=Image.fromarray(rgb), do_rescale=False, do_normalize=False, return_tensors="np"
         )["pixel_values"][0]
         assert np.array_equal(model_input(pre, rgb, MODEL_PROTOCOL).numpy(), raw.astype(np.uint8))
+
+
+@pytest.mark.slow  # generates a folder first
+def test_a_generated_folder_keeps_its_frame_and_takes_a_view_override(tmp_path):
+    import shutil
+
+    from robustlab.demo import demo_photos
+    from robustlab.evaluation import plan_run
+    from robustlab.generate import generate
+
+    src = tmp_path / "photos"
+    for p in demo_photos()[:2]:
+        (src / p.class_name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(p.source, src / p.class_name / p.source.name)
+    out = tmp_path / "gen"
+    generate("imagenet-c", src, out, shifts=["brightness"], levels=[1], workers=1, progress=False)
+    base = plan_run(
+        "lite0", out, device="cpu", label_space="demo", shifts=["brightness"], levels=[1]
+    )
+    assert base["protocol"].name == "imagenet-c"
+    viewed = plan_run(
+        "lite0",
+        out,
+        device="cpu",
+        label_space="demo",
+        shifts=["brightness"],
+        levels=[1],
+        protocol="view=model",
+    )
+    assert viewed["protocol"].view == "model" and viewed["protocol"].resize == 256
+    assert viewed["record"].run_id != base["record"].run_id
+    with pytest.raises(InputError, match="can change only how the model sees them"):
+        plan_run(
+            "lite0",
+            out,
+            device="cpu",
+            label_space="demo",
+            shifts=["brightness"],
+            levels=[1],
+            protocol="model",
+        )
