@@ -269,6 +269,12 @@ def test_imagenet_e_drop_is_paired_with_clean_on_the_same_images(tmp_path):
     assert e["clean"] == pytest.approx(clean.mean())
     assert e["clean_paired"] == pytest.approx(clean.loc[["b.png", "c.png"]].mean())
     assert e["drop"] == pytest.approx(e["clean_paired"] - level["correct"].astype(float).mean())
+    from robustlab.report import build_report
+
+    res = build_report(db, tmp_path / "report.html", run_ids=[rid], grid=False, n_resamples=20)
+    html = res.path.read_text()
+    assert "imagenet-e-archive: source as is, then 256/224 bilinear, model&#x27;s resize" in html
+    assert "rp default: 2 of 3" in html  # the level with fewer images than clean is named
 
 
 @pytest.mark.parametrize(
