@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,9 +151,76 @@ def test_the_question_is_the_published_one_truth_first(tiny):
     item = Item("background", "x.png", None, "backpack", "banana", "pen")
     first, second = options(item)
     assert question(first, second) == PUBLISHED
-    assert vlm.prompt(question(first, second)) == f"USER: <image>\n{PUBLISHED} ASSISTANT:"
+    # A LLaVA: ImageNet-D's llava_v1 conversation with its system prompt, not the
+    # processor's chat template.
+    assert vlm.prompt_format == "llava_v1"
+    assert vlm.prompt(question(first, second)) == (
+        "A chat between a curious human and an artificial intelligence assistant. The "
+        "assistant gives helpful, detailed, and polite answers to the human's questions. "
+        f"USER: <image>\n{PUBLISHED} ASSISTANT:"
+    )
     enc = vlm.processor(images=_image(0), text=vlm.prompt(PUBLISHED), return_tensors="pt")
     assert PUBLISHED in vlm.processor.tokenizer.decode(enc["input_ids"][0])
+
+
+def test_every_template_writes_the_prompt_of_the_official_conversation_py():
+    """Prompts built by ImageNet-D's own LLaVA/llava/conversation.py (the fixture, made by
+    benchmarks/imagenet_d_reference.py) for each template robustlab offers."""
+    from robustlab.vlm.model import CONVERSATIONS
+
+    ref = json.loads((Path(__file__).parent / "fixtures" / "imagenet_d_prompts.json").read_text())
+    assert set(ref["prompts"]) == set(CONVERSATIONS)
+    for name, texts in ref["prompts"].items():
+        for q, want in zip(ref["questions"], texts):
+            assert CONVERSATIONS[name].prompt(q) == want, name
+
+
+def test_official_template_follows_the_model_family_and_name():
+    from robustlab.vlm.model import official_conversation
+
+    assert official_conversation("llava-1.5-7b-hf", "llava") == "llava_v1"
+    assert official_conversation("llava-v1.5-13b", "llava") == "llava_v1"
+    assert official_conversation("llava-v1.6-mistral-7b-hf", "llava_next") == "mistral_instruct"
+    assert official_conversation("llava-v1.6-34b-hf", "llava_next") == "chatml_direct"
+    assert official_conversation("qwen2-vl", "qwen2_vl") is None
+
+
+def test_sampling_distribution_is_transformers_temperature_then_top_k_then_top_p():
+    import torch
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    from robustlab.vlm.model import _SampleWith
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(4, 300, generator=g) * 3
+    scores[0, :5] = scores[0].max()  # ties at the k-th score are kept
+    for top_k, top_p in ((50, 1.0), (50, 0.9), (0, 0.7), (3, 1.0)):
+        ref = TemperatureLogitsWarper(0.2)(None, scores.clone())
+        if top_k:
+            ref = TopKLogitsWarper(top_k)(None, ref)
+        if top_p < 1:
+            ref = TopPLogitsWarper(top_p)(None, ref)
+        mine = _SampleWith(0.2, g, top_k, top_p).probabilities(scores)
+        assert torch.equal(mine > 0, torch.softmax(ref, -1) > 0)
+        torch.testing.assert_close(mine, torch.softmax(ref, -1))
+    assert int((_SampleWith(0.2, g, 50).probabilities(scores)[1] > 0).sum()) == 50
+
+
+def test_sampling_uses_top_k_50_unless_the_checkpoint_says_otherwise(tiny, tmp_path):
+    import shutil
+
+    folder, vlm = tiny
+    assert (vlm.top_k, vlm.top_p) == (50, 1.0)
+    other = tmp_path / "llava-topk"
+    shutil.copytree(folder, other)
+    (other / "generation_config.json").write_text(json.dumps({"top_k": 7, "top_p": 0.8}))
+    again = load_vlm(f"vlm:{other}", device="cpu")
+    assert (again.top_k, again.top_p) == (7, 0.8)
+    assert again.describe()["top_k"] == 7
 
 
 def test_shuffle_is_seeded_per_image_and_uses_both_orders():

@@ -222,8 +222,16 @@ def plan_run(
     shift_path: dict | None = None,
     precision: str | None = None,
     compile: bool = False,
+    protocol=None,
 ):
     """Validate everything and build what a run needs, without touching the database.
+
+    ``protocol``: how the model sees the images, replacing the benchmark's own
+    (:func:`robustlab.suites.parse_protocol`: a name such as ``model`` or ``imagenet-c``, or
+    ``key=value`` pairs); part of the run identity, so an override is a run of its own.
+    Without it each benchmark uses its official protocol: the suite's, ImageNet-D's (the
+    model's own eval transform) for clean runs on the ``imagenet-d`` label space, ImageNet-E's
+    rule for the published archive.
 
     ``preprocess`` and ``tta`` name test-time defences (:mod:`robustlab.defences`); the
     model is wrapped in them and their record joins the run identity. ``shift_path``:
@@ -243,7 +251,6 @@ def plan_run(
     from robustlab.manifest import generated_identity
     from robustlab.run.content_hash import hash_files
     from robustlab.run.identity import (
-        fields_of,
         data_fingerprint,
         inference_identity,
         input_parts,
@@ -253,6 +260,9 @@ def plan_run(
     )
     from robustlab.run.tasks import CellImages
     from robustlab.shifts.registry import describe_resources, get_shift, recorded_resources
+    from robustlab.suites import VIEW_FIELDS
+
+    import dataclasses
 
     if seed is not None and (
         isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
@@ -290,8 +300,10 @@ def plan_run(
             device=device,
             batch_size=batch_size,
             inference=inference,
+            protocol=protocol,
             **defences,
         )
+    override = protocol
     manifest = read_generated(root)
     layout = published_layout(root, suite, shift_path) if manifest is None else None
     if layout is not None and layout.name == "imagenet-d":
@@ -329,7 +341,10 @@ def plan_run(
         suite, shifts, levels, available if manifest is not None else None
     )
     if manifest is not None:
-        protocol = gen_protocol
+        # The files fix the frame; how a model sees them is the suite's rule.
+        protocol = dataclasses.replace(
+            gen_protocol, **{k: getattr(protocol, k) for k in VIEW_FIELDS}
+        )
         missing = [
             f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available
         ]
@@ -366,6 +381,7 @@ def plan_run(
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
     samples = _subset_classes(samples, space)
     labels = _labels_for(samples, space)
+    protocol = _chosen_protocol(protocol, override, suite_obj, space, manifest, root)
 
     if isinstance(model, str):
         from robustlab.models import load_model
@@ -377,7 +393,7 @@ def plan_run(
     model, defence = _defended(model, defences)
     note_trained_preprocess(weights, defence)
     preprocessing = {
-        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
         "protocol": protocol.describe(),
     }
     # What decides the pixels and labels, by content: a replaced photo or mask, another
@@ -446,6 +462,7 @@ def plan_run(
             "model": _describe(model),
             **({"defence": defence} if defence else {}),
             "cells": [[s, str(lv)] for s, lv in cells],
+            "protocol": protocol_record(protocol, override),
         },
         n_samples=len(samples),
         # Files left out while listing the folder (stray files, CSV rows without a file,
@@ -482,6 +499,55 @@ def plan_run(
         "record": record,
         "images": images,
         "label_space": space,
+    }
+
+
+# Benchmarks without shifts whose official protocol is not ImageNet-C's, by label space.
+CLEAN_PROTOCOLS = {"imagenet-d": "model"}
+
+
+def _chosen_protocol(protocol, override, suite_obj, space, manifest, root):
+    """The protocol of a run: the benchmark's (``protocol`` from the suite or the generated
+    folder; ImageNet-D's for a clean run on its label space), or the user's override.
+
+    An override of a generated folder may change only the view: its files fix the frame.
+    """
+    from robustlab.suites import PROTOCOLS, VIEW_FIELDS, parse_protocol
+
+    if suite_obj is None and override is None and space.name in CLEAN_PROTOCOLS:
+        return PROTOCOLS[CLEAN_PROTOCOLS[space.name]]
+    if override is None:
+        return protocol
+    new = parse_protocol(override, protocol)
+    if manifest is not None:
+        frame = ("resize", "crop", "interpolation", "format", "jpeg_quality")
+        changed = [k for k in frame if getattr(new, k) != getattr(protocol, k)]
+        if changed:
+            keep = ",".join(f"{k}={getattr(new, k)}" for k in VIEW_FIELDS)
+            raise InputError(
+                f"{root}'s files were made with {', '.join(f'{k}={getattr(protocol, k)}' for k in changed)}; "
+                "--protocol can change only how the model sees them",
+                hint=f"pass --protocol {keep}, or evaluate the source images on the fly",
+            )
+    return new
+
+
+def preprocessing_record(pre) -> dict:
+    """The model's preprocessing in the run identity: its ``describe()`` (which leaves
+    fields added later out at their defaults), else its fields."""
+    from robustlab.run.identity import fields_of
+
+    return pre.describe() if hasattr(pre, "describe") else fields_of(pre)
+
+
+def protocol_record(protocol, override) -> dict:
+    """``runs.config["protocol"]``: the protocol's name, one-line label, whether the user
+    overrode the benchmark's own, and its fields (the identity has them too)."""
+    return {
+        "name": protocol.name,
+        "label": protocol.label(),
+        "override": None if override is None else str(override),
+        **protocol.describe(),
     }
 
 
@@ -583,15 +649,17 @@ def _archive_plan(
     preprocess=None,
     tta=None,
     inference=None,
+    protocol=None,
 ):
-    """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell."""
+    """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell.
+
+    ``protocol``: an override of the view (the archive's files are the frame)."""
     from robustlab import __version__
     from robustlab.data.imagenet_e import read_archive
     from robustlab.data.labels import get_label_space
     from robustlab.run.content_hash import hash_files
     from robustlab.run.identity import (
         data_fingerprint,
-        fields_of,
         inference_identity,
         model_precision,
         run_id,
@@ -626,9 +694,21 @@ def _archive_plan(
         )
     _set_inference(model, inference)
     model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
-    images = ArchiveImages(archive.root.resolve(), archive.folders)
+    override = protocol
+    chosen = None
+    if override is not None:
+        from robustlab.suites import ARCHIVE_PROTOCOL, parse_protocol
+
+        chosen = parse_protocol(override, ARCHIVE_PROTOCOL)
+        if chosen.resize or chosen.crop:
+            raise InputError(
+                "the ImageNet-E archive's files are used as they are; --protocol can "
+                "change only how the model sees them (view, view_resize, view_crop)",
+                hint="e.g. --protocol view=model or --protocol view_resize=none,view_crop=none",
+            )
+    images = ArchiveImages(archive.root.resolve(), archive.folders, chosen)
     preprocessing = {
-        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
         "protocol": images.protocol.describe(),
     }
     # The archive's files are the pixels: hash the original and every level file per sample.
@@ -677,6 +757,7 @@ def _archive_plan(
             "model": _describe(model),
             "cells": [[s, str(lv)] for s, lv in cells],
             **({"defence": defence} if defence else {}),
+            "protocol": protocol_record(images.protocol, override),
             "precision": precision,
             **inference_identity(model),
             "discover_skipped": [list(x) for x in archive.skipped],
@@ -917,6 +998,7 @@ def evaluate(
     shift_jpeg: str = "device",
     precision: str | None = None,
     compile: bool = False,
+    protocol=None,
 ):
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 
@@ -975,6 +1057,11 @@ def evaluate(
             run of its own, labelled ``@bf16`` in tables.
         compile: Run the forward pass through ``torch.compile`` (compiled before any
             work; a run of its own, labelled ``@compiled``).
+        protocol: How the model sees the images, instead of the benchmark's official
+            protocol (:mod:`robustlab.suites`: ImageNet-C's 256/224 frame and the model's
+            resize; ImageNet-D's model's own eval transform; ImageNet-E's 256/224 view of
+            the stored image): a name (``imagenet-c``, ``model``, ``imagenet-e``) or
+            ``key=value`` pairs (``view=model``). A run of its own (another run id).
 
     Returns:
         A DataFrame with one row per cell of this run: model, suite, shift, level, n,
@@ -1033,7 +1120,10 @@ def evaluate(
             shift_path=settings.describe() if settings else None,
             precision=precision,
             compile=compile,
+            protocol=protocol,
         )
+        if settings is not None:
+            _check_device_view(plan["protocol"])
         m = plan["model"]
         if compile and backend != "ray":  # compiled now: a failure writes nothing
             m.warm_up()
@@ -1075,9 +1165,22 @@ def evaluate(
             "resumed": summary.resumed,
             "stages": summary.stages,
             "throughput": summary.throughput,
+            "protocol": (plan["record"].config.get("protocol") or {}).get("label"),
         }
     )
     return table
+
+
+def _check_device_view(protocol) -> None:
+    """The batched shift path resizes for the model itself (the model's resize only)."""
+    from robustlab.suites import VIEW_FIELDS, Protocol
+
+    if any(getattr(protocol, k) != getattr(Protocol(), k) for k in VIEW_FIELDS):
+        raise InputError(
+            f"--shift-device applies the model's resize only; protocol {protocol.label()} "
+            "needs the exact path",
+            hint="leave out --shift-device",
+        )
 
 
 def note_earlier_runs(store: Store, record) -> str | None:

@@ -587,7 +587,7 @@ def generate(
         for n, lv in cells:
             if shift_objs[n].extra.get("donor_rule") or (shift_objs[n].needs & DONOR_KEYS):
                 cell_records[f"{n}/{lv}"]["donors"] = pool
-    protocol_record = _jsonable(protocol.describe())
+    protocol_record = _jsonable(protocol.describe(view=False))  # the files' frame
     identity = {
         "seed": seed,
         "suite": {

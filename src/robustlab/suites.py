@@ -8,6 +8,7 @@ their own from YAML with :func:`load_suite`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,31 @@ from robustlab.errors import InputError
 from robustlab.shifts.registry import get_shift, list_shifts
 
 
+# How the model sees a cell's image (after the frame, the shift and the storage round trip).
+VIEWS = ("resize", "model")
+# The fields that say how a model sees the images (the rest, format and JPEG quality, say
+# how generated files are stored). Added after the first runs were stored: left out of
+# :meth:`Protocol.describe` at their defaults, so ImageNet-C run ids stay what they were.
+VIEW_FIELDS = ("view", "view_resize", "view_crop")
+
+
 @dataclass(frozen=True)
 class Protocol:
-    """How a source image becomes the image a shift sees, and how outputs are saved.
+    """How a source image becomes the image a shift sees, how outputs are saved, and how
+    the model sees the result: one benchmark's evaluation protocol, as data.
+
+    The steps, in order: the *frame* (``resize``, ``crop``, ``interpolation``) prepares the
+    source before the shift; the shifted image is stored (``format``, ``jpeg_quality``;
+    on the fly: the same round trip in memory); then the *view* makes the model's input:
+    an optional ``view_resize``/``view_crop`` of the stored image (shorter side, centre
+    crop, bilinear, torchvision's rounding), then
+
+    - ``view="resize"``: the model's resize of the shorter side to its input size, no
+      crop (the frame already cropped: ImageNet-C's 256/224 protocol);
+    - ``view="model"``: the model's own eval transform (its resize with its crop
+      fraction and interpolation, then its centre crop: torchvision weights'
+      ``transforms()``, timm's data config, open_clip's preprocess, a ``hf:`` image
+      processor, an ``onnx:`` file's metadata, the lite models' declared transform).
 
     Attributes:
         resize: Shorter side is resized to this many pixels first (None keeps the size);
@@ -32,6 +55,9 @@ class Protocol:
         frame: ``"shorter_side"`` (ImageNet-C: the shorter side becomes ``resize``) or
             ``"squash"`` (ImageNet-E's editor: the whole photo becomes ``resize`` x
             ``resize``, see :data:`IMAGENET_E_PROTOCOL`).
+        view: ``"resize"`` or ``"model"`` (above).
+        view_resize, view_crop: Resize and centre crop of the stored image before the
+            model's own step (None: none).
     """
 
     resize: int | None = 256
@@ -40,33 +66,170 @@ class Protocol:
     format: str = "jpeg"
     jpeg_quality: int = 85
     frame: str = "shorter_side"
+    view: str = "resize"
+    view_resize: int | None = None
+    view_crop: int | None = None
 
     def __post_init__(self) -> None:
         if self.frame not in FRAMES:
             raise InputError(
                 f"unknown protocol frame {self.frame!r}; use one of {', '.join(FRAMES)}"
             )
+        if self.view not in VIEWS:
+            raise InputError(f"protocol view must be one of {', '.join(VIEWS)}, got {self.view!r}")
+        for key in ("resize", "crop", "view_resize", "view_crop", "jpeg_quality"):
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InputError(f"protocol {key} must be a positive integer or none, got {v!r}")
+        if self.view_resize and self.view_crop and self.view_crop > self.view_resize:
+            raise InputError(
+                f"protocol view_crop {self.view_crop} is larger than view_resize {self.view_resize}"
+            )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, view: bool = True) -> dict[str, Any]:
+        """The fields as a dict; the view fields only where they differ from the default
+        (``view=False``: never, for what a generated folder's files depend on). The default
+        frame is left out too, so folders and runs recorded before the field existed keep
+        their identity; a squashed frame is always recorded."""
         d = asdict(self)
-        # The default frame is left out, so folders and runs recorded before the field
-        # existed keep their identity; a squashed frame is always recorded.
+        default = Protocol()
+        for key in VIEW_FIELDS:
+            if not view or d[key] == getattr(default, key):
+                d.pop(key)
         if d["frame"] == FRAMES[0]:
             del d["frame"]
         return d
+
+    @property
+    def name(self) -> str:
+        """The :data:`PROTOCOLS` name whose frame and view this is, else ``"custom"``."""
+        return protocol_name(self.describe())
+
+    def label(self) -> str:
+        """One line for tables: name and what the model sees."""
+        return protocol_label(self.describe())
 
 
 FRAMES = ("shorter_side", "squash")
 
 
+def _geometry(d: dict) -> tuple:
+    full = {**asdict(Protocol()), **d}
+    return tuple(full[k] for k in ("resize", "crop", "interpolation", "frame", *VIEW_FIELDS))
+
+
+def protocol_name(described: dict | None) -> str:
+    """Name of a recorded protocol (``Protocol.describe()``): the :data:`PROTOCOLS` entry
+    with the same frame and view (format and JPEG quality aside), else ``"custom"``."""
+    if not described:
+        return "custom"
+    mine = _geometry(described)
+    for name, p in PROTOCOLS.items():
+        if _geometry(p.describe()) == mine:
+            return name
+    return "custom"
+
+
+def protocol_label(described: dict | None) -> str:
+    """``"imagenet-c: 256/224 bilinear, model resize"`` for a recorded protocol."""
+    if not described:
+        return ""
+    resize, crop, interp, frame, view, v_resize, v_crop = _geometry(described)
+    if frame == "squash" and resize:
+        size = f"{resize}x{resize} squashed"
+    else:
+        size = "/".join(str(x) for x in (resize, crop) if x) or "as is"
+    parts = [f"{size} {interp}" if resize or crop else "source as is"]
+    if v_resize or v_crop:
+        parts.append("then " + "/".join(str(x) for x in (v_resize, v_crop) if x) + " bilinear")
+    parts.append("model's own transform" if view == "model" else "model's resize")
+    return f"{protocol_name(described)}: {', '.join(parts)}"
+
+
 IMAGENET_C_PROTOCOL = Protocol()
-# ImageNet-E's editor works on the whole photo squashed to 256x256 (the official app.py
-# resizes the upload to (256, 256); the dataset scripts resize with Pillow's LANCZOS and
-# the masks with NEAREST), not on the ImageNet-C 256/224 centre crop, which cut a median
-# 8.8 % (up to 38.6 %) of the object away before editing. PNG: the edits are measured.
+# ImageNet-D: the published images as they are, each model through its own eval transform
+# (evaluate_imagenet_models.py: weights.transforms(); evaluate_vlm.py: CLIP's preprocess).
+MODEL_PROTOCOL = Protocol(resize=None, crop=None, format="png", view="model")
+# ImageNet-E. The frame: the editor works on the whole photo squashed to 256x256 (the
+# official app.py resizes the upload to (256, 256); the dataset scripts resize with Pillow's
+# LANCZOS and the masks with NEAREST), not on the ImageNet-C 256/224 centre crop, which cut
+# a median 8.8 % (up to 38.6 %) of the object away before editing. PNG: the edits are
+# measured. The view: one rule for every image of the benchmark, the published archive's
+# files and robustlab's own edits alike: the image as stored, shorter side to 256
+# (bilinear) and a centre crop of 224 -- the evaluation transform of the authors' toolkit
+# (alibaba/easyrobust benchmarks/ood/*.py, clean.py; the archive's own script is not
+# published) -- then the model's resize to its input size.
+IMAGENET_E_VIEW = (256, 224)  # (view_resize, view_crop)
 IMAGENET_E_PROTOCOL = Protocol(
-    resize=256, crop=None, interpolation="lanczos", format="png", frame="squash"
+    resize=256,
+    crop=None,
+    interpolation="lanczos",
+    format="png",
+    frame="squash",
+    view_resize=IMAGENET_E_VIEW[0],
+    view_crop=IMAGENET_E_VIEW[1],
 )
+# The published ImageNet-E archive: its files are the frame already.
+ARCHIVE_PROTOCOL = dataclasses.replace(
+    IMAGENET_E_PROTOCOL, resize=None, crop=None, interpolation="bilinear", frame="shorter_side"
+)
+# Names for ``--protocol``; every built-in suite's protocol is one of them.
+PROTOCOLS: dict[str, Protocol] = {
+    "imagenet-c": IMAGENET_C_PROTOCOL,
+    "model": MODEL_PROTOCOL,
+    "imagenet-e": IMAGENET_E_PROTOCOL,
+    "imagenet-e-archive": ARCHIVE_PROTOCOL,
+}
+
+
+def parse_protocol(spec: str | Protocol, base: Protocol | None = None) -> Protocol:
+    """A protocol from ``--protocol``: a :data:`PROTOCOLS` name, ``key=value`` pairs
+    changing ``base`` (e.g. ``view=model`` or ``resize=none,crop=none,view=model``), or a
+    name followed by pairs (``imagenet-c,interpolation=bicubic``).
+
+    A name replaces the frame and view of ``base`` and keeps its file format and JPEG
+    quality (those say how a suite's files are stored, not how a model sees them).
+
+    Raises:
+        InputError: an unknown name or key, or a value of the wrong kind.
+    """
+    if isinstance(spec, Protocol):
+        return spec
+    base = base or Protocol()
+    hint = (
+        f"use a name ({', '.join(PROTOCOLS)}) or key=value pairs of "
+        f"{', '.join(f.name for f in dataclasses.fields(Protocol))}"
+    )
+    parts = [x.strip() for x in str(spec).split(",") if x.strip()]
+    if not parts:
+        raise InputError("--protocol is empty", hint=hint)
+    out = base
+    if "=" not in parts[0]:
+        name = parts.pop(0)
+        if name not in PROTOCOLS:
+            raise InputError(f"unknown protocol {name!r}", hint=hint)
+        named = PROTOCOLS[name]
+        out = dataclasses.replace(named, format=base.format, jpeg_quality=base.jpeg_quality)
+    ints = {"resize", "crop", "view_resize", "view_crop", "jpeg_quality"}
+    changes: dict[str, Any] = {}
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    for part in parts:
+        key, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or key not in fields:
+            raise InputError(f"bad --protocol item {part!r}", hint=hint)
+        if key in ints:
+            if value.lower() in ("none", "null", ""):
+                changes[key] = None
+                continue
+            try:
+                changes[key] = int(value)
+            except ValueError:
+                raise InputError(
+                    f"--protocol {key} must be an integer or none, got {value!r}"
+                ) from None
+        else:
+            changes[key] = value.lower()
+    return dataclasses.replace(out, **changes)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,15 @@ def add_parser(sub) -> None:
         help="with --shift-device: the protocol's JPEG round trip on the device's "
         "codec (nvJPEG on CUDA) or on the CPU (libjpeg)",
     )
+    p.add_argument(
+        "--protocol",
+        default=None,
+        help="how the model sees the images, instead of the benchmark's official protocol "
+        "(ImageNet-C: 256/224 bilinear then the model's resize; ImageNet-D: the model's own "
+        "eval transform; ImageNet-E: the stored image's 256/224 then the model's resize): a "
+        "name (imagenet-c, model, imagenet-e, imagenet-e-archive) or key=value pairs such as "
+        "view=model or resize=none,crop=none,view=model; a run of its own",
+    )
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -107,6 +116,7 @@ def run(args) -> int:
         shift_jpeg=args.shift_jpeg,
         precision=args.precision,
         compile=args.compile,
+        protocol=args.protocol,
     )
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
@@ -125,6 +135,8 @@ def run(args) -> int:
         from robustlab.run.progress import throughput_line
 
         print(throughput_line(df.attrs["throughput"]), file=sys.stderr)
+    if df.attrs.get("protocol"):
+        print(f"protocol {df.attrs['protocol']}", file=sys.stderr)
     print(f"run {df.attrs['run_id']} stored in {df.attrs['db']}", file=sys.stderr)
     if df.empty or int(df["n"].sum()) == 0:
         # A run without a single prediction has no number to report: say so, as generate does.

@@ -25,8 +25,11 @@ def run(args) -> int:
     elif args.what == "suites":
         from robustlab.suites import list_suites
 
-        rows = [(s.name, s.version, str(len(s.cells())), s.description) for s in list_suites()]
-        header = ("name", "version", "cells", "description")
+        rows = [
+            (s.name, s.version, str(len(s.cells())), s.protocol.name, s.description)
+            for s in list_suites()
+        ]
+        header = ("name", "version", "cells", "protocol", "description")
     else:
         from robustlab.models import list_models
 

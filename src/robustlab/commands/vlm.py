@@ -49,7 +49,27 @@ def add_parser(sub) -> None:
         action="store_true",
         help="ask the options in a seeded random order (the paper lists the truth first)",
     )
-    p.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (0.2)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.2,
+        help="sampling temperature (0.2); then top-k/top-p as the checkpoint's generation "
+        "config says, else transformers' defaults ImageNet-D ran with (top-k 50, top-p 1.0)",
+    )
+    p.add_argument(
+        "--scoring",
+        choices=("official", "nested"),
+        default="official",
+        help="answer scorer: official (ImageNet-D's compute_accuracy.py, default) or nested "
+        "(stricter: also decides answers where one option's text lies inside the other's)",
+    )
+    p.add_argument(
+        "--template",
+        default=None,
+        help="conversation template: llava_v1, llava_v0, llava_llama_2, mistral_instruct, "
+        "chatml_direct, mpt or chat_template (default: ImageNet-D's for the model's family, "
+        "llava_v1 for LLaVA-1.5)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=512, help="answer length limit (512)")
     p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (0)")
     p.add_argument("--limit", type=int, default=None, help="ask about the first N items only")
@@ -102,7 +122,7 @@ def run(args) -> int:
     items, source, root = _items(args, store)
     if args.limit is not None:
         items = items[: args.limit]
-    vlm = load_vlm(args.model, device=args.device)
+    vlm = load_vlm(args.model, device=args.device, prompt_format=args.template)
     res = evaluate_vlm(
         vlm,
         items,
@@ -114,9 +134,11 @@ def run(args) -> int:
         max_new_tokens=args.max_new_tokens,
         source=source,
         data_root=root,
+        rule=args.scoring,
     )
     print(
-        f"vlm run {res.run_id} ({'resumed' if res.resumed else 'new'}, {args.mode}"
+        f"vlm run {res.run_id} ({'resumed' if res.resumed else 'new'}, {args.mode}, "
+        f"template {vlm.prompt_format}"
         f"{', shuffled' if args.shuffle else ''}): {res.n_new} new answers"
         + (f", {len(res.skipped)} unreadable images skipped" if res.skipped else "")
     )

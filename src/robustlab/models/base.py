@@ -159,6 +159,9 @@ class Preprocessing:
         resize_mode: ``"shorter"`` (scale the shorter side, keep the aspect ratio: timm,
             torchvision) or ``"squash"`` (scale both sides to the target square, as the
             ViT/BEiT processors of transformers do).
+        crop_offset: Where the centre crop starts when the margin is odd: ``"round"``
+            (``round(margin / 2)``, torchvision's ``CenterCrop``, timm, open_clip) or
+            ``"floor"`` (``margin // 2``, transformers' image processors).
     """
 
     input_size: int | tuple[int, int]
@@ -167,6 +170,7 @@ class Preprocessing:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     resize_mode: str = "shorter"
+    crop_offset: str = "round"
 
     def __post_init__(self) -> None:
         size = self.input_size
@@ -182,6 +186,8 @@ class Preprocessing:
             )
         if self.resize_mode not in ("shorter", "squash"):
             raise InputError(f"resize_mode must be 'shorter' or 'squash', got {self.resize_mode!r}")
+        if self.crop_offset not in ("round", "floor"):
+            raise InputError(f"crop_offset must be 'round' or 'floor', got {self.crop_offset!r}")
         if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
             raise InputError("mean and std need 3 values each (std > 0)")
 
@@ -191,9 +197,13 @@ class Preprocessing:
         return (s, s) if isinstance(s, int) else (int(s[0]), int(s[1]))
 
     def describe(self) -> dict[str, Any]:
+        """The fields as JSON-able values; ``crop_offset`` only when it is not the default
+        (it came later: the records, and so the run ids, of other models stay as they were)."""
         d = asdict(self)
         d["input_size"] = self.input_size if isinstance(self.input_size, int) else list(self.hw)
         d["mean"], d["std"] = list(self.mean), list(self.std)
+        if d["crop_offset"] == "round":
+            del d["crop_offset"]
         return d
 
     def resize_crop(self, rgb: np.ndarray, *, crop: bool = True) -> np.ndarray:
@@ -220,7 +230,10 @@ class Preprocessing:
             rgb = np.asarray(Image.fromarray(rgb).resize((size[1], size[0]), resample=resample))
         if crop:
             h, w = rgb.shape[:2]
-            top, left = round((h - th) / 2.0), round((w - tw) / 2.0)  # torchvision's rounding
+            if self.crop_offset == "floor":
+                top, left = (h - th) // 2, (w - tw) // 2
+            else:
+                top, left = round((h - th) / 2.0), round((w - tw) / 2.0)  # torchvision's
             rgb = rgb[top : top + th, left : left + tw]
         return rgb
 

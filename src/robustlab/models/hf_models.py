@@ -61,8 +61,18 @@ def _side(size, default: int) -> tuple[str, int, int]:
     return "shortest", default, default
 
 
+# ConvNextImageProcessor warps to the square without a crop from this shortest_edge on.
+CONVNEXT_NO_CROP = 384
+
+
 def preprocessing_from(cfg: dict | None, image_size: int) -> tuple[Preprocessing, str]:
-    """(Preprocessing, note) from a ``preprocessor_config.json`` dict (None: defaults)."""
+    """(Preprocessing, note) from a ``preprocessor_config.json`` dict (None: defaults).
+
+    Pixel-equal to transformers' PIL image processors (``ViTImageProcessorPil``,
+    ``CLIPImageProcessorPil``, ``ConvNextImageProcessorPil``: the processors of the
+    transformers releases the checkpoints were evaluated with); transformers 5's default
+    torchvision backend resizes tensors and differs by a grey level here and there.
+    """
     if not cfg:
         return (
             Preprocessing(image_size, 0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD),
@@ -79,19 +89,24 @@ def preprocessing_from(cfg: dict | None, image_size: int) -> tuple[Preprocessing
     if crop:
         _, ch, cw = _side(cfg["crop_size"], image_size)
     note = "from preprocessor_config.json"
+    # transformers' processors start a centre crop at margin // 2 (torchvision rounds).
+    args = (interp, mean, std)
     if kind == "shortest":
         if "crop_pct" in cfg and cfg.get("crop_pct"):
-            # ConvNeXt style: resize to shortest_edge / crop_pct, crop shortest_edge.
-            return Preprocessing(h, float(cfg["crop_pct"]), interp, mean, std), note
+            # ConvNeXt's processor: below 384, resize to shortest_edge / crop_pct and crop
+            # shortest_edge; from 384 on, warp to shortest_edge x shortest_edge, no crop.
+            if h >= CONVNEXT_NO_CROP:
+                return Preprocessing(h, 1.0, *args, "squash"), note
+            return Preprocessing(h, float(cfg["crop_pct"]), *args, crop_offset="floor"), note
         if crop:
-            return Preprocessing(
-                (ch, cw) if ch != cw else ch, min(1.0, ch / h), interp, mean, std
-            ), note
-        return Preprocessing(h, 1.0, interp, mean, std), note
+            size = (ch, cw) if ch != cw else ch
+            return Preprocessing(size, min(1.0, ch / h), *args, crop_offset="floor"), note
+        return Preprocessing(h, 1.0, *args), note
     if crop:
         pct = min(1.0, ch / h)
-        return Preprocessing((ch, cw) if ch != cw else ch, pct, interp, mean, std, "squash"), note
-    return Preprocessing((h, w) if h != w else h, 1.0, interp, mean, std, "squash"), note
+        size = (ch, cw) if ch != cw else ch
+        return Preprocessing(size, pct, *args, "squash", crop_offset="floor"), note
+    return Preprocessing((h, w) if h != w else h, 1.0, *args, "squash"), note
 
 
 class HFModel(Model):

@@ -143,6 +143,7 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
                 "weights": (rec.get("weights_hash") or "")[:12],
                 "suite": rec["suite"] or "clean only",
                 "suite_version": rec.get("suite_version"),
+                "protocol": run_protocol(rec),
                 "data": rec["data_root"],
                 "fingerprint": (rec.get("data_fingerprint") or "")[:12],
                 "label_space": rec.get("label_space"),
@@ -169,6 +170,12 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
                 Column("weights", "Weights hash"),
                 Column("suite", "Suite"),
                 Column("suite_version", "Version"),
+                Column(
+                    "protocol",
+                    "Protocol",
+                    tip="how the model saw the images: the benchmark's official protocol "
+                    "unless marked (override)",
+                ),
                 Column("data", "Data root"),
                 Column("fingerprint", "Data fingerprint"),
                 Column("label_space", "Label space"),
@@ -209,6 +216,19 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
             f"<details><summary>{esc(r.label)} (run {esc(r.short)}): preprocessing, "
             f"versions, configuration</summary>{extra}<pre>{body}</pre></details>"
         )
+
+
+def run_protocol(rec: dict) -> str:
+    """The protocol a run used, one line (``(override)`` when the user chose it); runs
+    stored before protocols had names are labelled from their preprocessing record."""
+    from robustlab.suites import protocol_label
+
+    cfg = rec.get("config") or {}
+    p = cfg.get("protocol") if isinstance(cfg, dict) else None
+    if isinstance(p, dict) and p.get("label"):
+        return str(p["label"]) + (" (override)" if p.get("override") else "")
+    pre = rec.get("preprocessing") or {}
+    return protocol_label(pre.get("protocol") if isinstance(pre, dict) else None)
 
 
 def _run_summary(p: _Page, d: ReportData) -> None:
@@ -765,8 +785,27 @@ def _edit_tables(p: _Page, d: ReportData) -> None:
         "Attribute edits (ImageNet-E)",
         "Like ImageNet-E Table 1: top-1 accuracy on each edited attribute level and its "
         "drop from the clean accuracy of the same run (points; higher drop = more "
-        "sensitive to that attribute).",
+        "sensitive to that attribute). The drop is paired: clean accuracy over the same "
+        "images as the level, so a level that skipped images is not compared with a "
+        "different image set. Every image (clean and edited, the published archive and "
+        "robustlab's own folders alike) is seen through ImageNet-E's rule unless the run "
+        "says otherwise in its protocol column: shorter side 256, centre crop 224, then "
+        "the model's resize.",
     )
+    unpaired = d.edits[d.edits["n"] < d.edits["n_clean"]]
+    if not unpaired.empty:
+        p.add(
+            '<p class="note">'
+            + esc(
+                "Levels with fewer images than clean (drop over their own images): "
+                + "; ".join(
+                    f"{e.label} {e.shift} {e.level}: {e.n} of {e.n_clean} "
+                    f"(clean on all {100 * e.clean:.1f}%, on these {100 * e.clean_paired:.1f}%)"
+                    for e in unpaired.itertuples()
+                )
+            )
+            + "</p>"
+        )
     keys = list(dict.fromkeys(zip(d.edits["shift"], d.edits["level"])))
     rows = []
     for r in d.runs:

@@ -89,7 +89,8 @@ class ReportData:
         regression: RegressionResult or None (per-cell OLS).
         logit: RegressionResult or None (per-image logistic model, clustered by image).
         edits: ImageNet-E table rows (run_full, label, shift, level, n, top1, top1_lo,
-            top1_hi, clean, drop): accuracy and drop from clean per attribute level.
+            top1_hi, clean, n_clean, clean_paired, drop): accuracy and paired drop from
+            clean per attribute level (:func:`edit_tables`).
         imagenet_d: top-1 per ImageNet-D subset of the runs on the imagenet-d label space
             (run_full, label, subset, n, top1); see :func:`imagenet_d_subsets`.
         mining, reviews: ``robustlab mine`` records and ``robustlab review`` statistics of
@@ -179,16 +180,39 @@ def is_edit(shift: str, suite: str | None = None) -> bool:
         return False
 
 
-def edit_tables(cells: pd.DataFrame, runs: Sequence[RunView]) -> pd.DataFrame:
-    """Accuracy and drop from clean per edit level (ImageNet-E Table 1 shape)."""
+def edit_tables(
+    cells: pd.DataFrame, runs: Sequence[RunView], preds: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Accuracy and drop from clean per edit level (ImageNet-E Table 1 shape).
+
+    The drop is paired: with ``preds`` (prediction rows), ``clean_paired`` is the clean
+    accuracy over exactly the images the level holds, so a level that skipped images (an
+    object that could not move, a file missing from an archive folder) is compared with
+    the clean accuracy of the same images, never of a different set. ``clean`` is the
+    clean accuracy over all images; ``n_clean`` how many; ``drop`` = ``clean_paired`` -
+    ``top1`` (= ``clean`` - ``top1`` when nothing was skipped).
+    """
     rows = []
     for r in runs:
         suite = r.record.get("suite")
         c = cells[cells["run_full"] == r.run_id]
-        clean = c[c["shift"] == CLEAN_SHIFT]["top1"]
-        base = float(clean.iloc[0]) if len(clean) else np.nan
+        clean = c[c["shift"] == CLEAN_SHIFT]
+        base = float(clean["top1"].iloc[0]) if len(clean) else np.nan
+        n_clean = int(clean["n"].iloc[0]) if len(clean) else 0
+        clean_hits = per_level = None
+        if preds is not None:
+            g = preds[preds["run_id"] == r.run_id]
+            clean_hits = g[g["shift"] == CLEAN_SHIFT].set_index("sample_id")["correct"]
+            per_level = {
+                key: set(x["sample_id"]) for key, x in g.groupby(["shift", "level"], sort=False)
+            }
         for row in c.itertuples():
             if is_edit(row.shift, suite):
+                paired = base
+                if clean_hits is not None and per_level is not None:
+                    ids = per_level.get((row.shift, str(row.level)), set())
+                    hits = clean_hits[clean_hits.index.isin(ids)]
+                    paired = float(hits.astype(float).mean()) if len(hits) else np.nan
                 rows.append(
                     {
                         "run_full": r.run_id,
@@ -200,7 +224,9 @@ def edit_tables(cells: pd.DataFrame, runs: Sequence[RunView]) -> pd.DataFrame:
                         "top1_lo": getattr(row, "top1_lo", np.nan),
                         "top1_hi": getattr(row, "top1_hi", np.nan),
                         "clean": base,
-                        "drop": base - float(row.top1),
+                        "n_clean": n_clean,
+                        "clean_paired": paired,
+                        "drop": paired - float(row.top1),
                     }
                 )
     return pd.DataFrame(
@@ -215,6 +241,8 @@ def edit_tables(cells: pd.DataFrame, runs: Sequence[RunView]) -> pd.DataFrame:
             "top1_lo",
             "top1_hi",
             "clean",
+            "n_clean",
+            "clean_paired",
             "drop",
         ],
     )
@@ -540,7 +568,7 @@ def gather(
         reg, logit = _regression(preds, runs, notes)
 
     # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
-    edits = edit_tables(cells, runs)
+    edits = edit_tables(cells, runs, preds)
     subsets = imagenet_d_subsets(preds, runs)
     mining, reviews = mining_table(store), review_table(store)
     joined = store.predictions_with_attributes(ids)

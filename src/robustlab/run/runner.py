@@ -20,7 +20,7 @@ import numpy as np
 from robustlab.errors import InputError
 from robustlab.run.executors import get_executor
 from robustlab.run.progress import CellProgress, throughput_line
-from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset
+from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset, model_input
 from robustlab.store import RunRecord, Store, level_key
 
 log = logging.getLogger(__name__)
@@ -159,8 +159,8 @@ class Runner:
         store: The results database.
         record: The run row (its ``run_id`` decides what counts as already done).
         options: Execution options.
-        transform: Image -> tensor (default: the model's uint8 pixels, resized but not
-            cropped, since the suite protocol has already resized and cropped the image).
+        transform: Image -> tensor (default: the model's uint8 pixels as the protocol's
+            view says, :func:`robustlab.run.tasks.model_input`).
     """
 
     def __init__(
@@ -183,7 +183,7 @@ class Runner:
         self.store = store
         self.record = record
         self.options = options
-        self.transform = transform or _ModelTransform(model)
+        self.transform = transform or _ModelTransform(model, getattr(images, "protocol", None))
         self._attributes: list[dict] = []  # measured attributes not yet stored
         self._predict_s = 0.0  # seconds this process spent in predict_topk
 
@@ -541,17 +541,19 @@ def _concat_rows(batches: list[dict]) -> dict:
 
 
 class _ModelTransform:
-    """Picklable ``img -> uint8 CxHxW tensor`` of what the model sees (resize only).
+    """Picklable ``img -> uint8 CxHxW tensor`` of what the model sees: the protocol's view
+    (:func:`robustlab.run.tasks.model_input`).
 
     Workers send uint8 pixels; :meth:`Model.predict` normalises them on the model's device
     (bit-identical to ``model.transform``), a quarter of the bytes of float32 to move
-    between processes and to the GPU. Holds only the model's preprocessing record, not the
-    model: workers start from a clean process (forkserver) and would otherwise receive a
-    pickled copy of the weights.
+    between processes and to the GPU. Holds only the model's preprocessing record and the
+    protocol, not the model: workers start from a clean process (forkserver) and would
+    otherwise receive a pickled copy of the weights.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, protocol=None):
         self.preprocessing = model.preprocessing
+        self.protocol = protocol
 
     def __call__(self, img):
-        return self.preprocessing.to_uint8(img, crop=False)
+        return model_input(self.preprocessing, img, self.protocol)

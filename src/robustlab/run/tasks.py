@@ -112,22 +112,56 @@ class CellImages:
         return img[..., :3] if img.shape[2] == 4 else img
 
 
+def model_input(preprocessing, img: np.ndarray, protocol=None):
+    """The uint8 CxHxW tensor a model sees of a cell's image, as ``protocol``'s view says.
+
+    First the view's own resize and centre crop of the stored image (``view_resize``,
+    ``view_crop``: bilinear, torchvision's ``Resize``/``CenterCrop`` arithmetic), then the
+    model's step: its resize only (``view="resize"``) or its whole eval transform
+    (``view="model"``). No protocol: the model's resize only (ImageNet-C's view).
+    """
+    view = getattr(protocol, "view", "resize")
+    v_resize = getattr(protocol, "view_resize", None)
+    v_crop = getattr(protocol, "view_crop", None)
+    if v_resize or v_crop:
+        from robustlab.data.images import array_to_rgb
+        from robustlab.models.base import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+
+        img, _ = array_to_rgb(img)
+        if v_resize:
+            size = int(v_crop or v_resize)
+            pct = size / int(v_resize)
+            step = Preprocessing(size, pct, "bilinear", IMAGENET_MEAN, IMAGENET_STD)
+            img = step.resize_crop(img, crop=bool(v_crop))
+        if v_crop and not v_resize:
+            h, w = img.shape[:2]
+            c = int(v_crop)
+            if h < c or w < c:
+                raise ValueError(f"{w}x{h} image is smaller than the protocol's view crop {c}")
+            top, left = round((h - c) / 2.0), round((w - c) / 2.0)
+            img = img[top : top + c, left : left + c]
+    return preprocessing.to_uint8(img, crop=view == "model")
+
+
 class ArchiveImages(CellImages):
     """Cells of a published ImageNet-E archive (:mod:`robustlab.data.imagenet_e`).
 
     The clean cell is the ``ori/`` file, every other cell the file of the same stem in the
-    cell's level folder; files are used as they are (no resize or crop: the archive's
-    images are already the benchmark's pixels).
+    cell's level folder; files are read as they are (no frame: the archive's images are
+    the benchmark's pixels), then seen through the protocol's view, by default ImageNet-E's
+    rule (:data:`robustlab.suites.IMAGENET_E_VIEW`), the one robustlab's own ImageNet-E
+    folders are evaluated with too.
 
     Args:
         root: The archive folder.
         folders: (shift, level) -> level folder name.
+        protocol: Another view (``--protocol``); its frame must be none.
     """
 
-    def __init__(self, root: str | Path, folders: dict[tuple[str, str], str]):
-        from robustlab.suites import Protocol
+    def __init__(self, root: str | Path, folders: dict[tuple[str, str], str], protocol=None):
+        from robustlab.suites import ARCHIVE_PROTOCOL
 
-        super().__init__(Protocol(resize=None, crop=None, format="png"), 0)
+        super().__init__(protocol or ARCHIVE_PROTOCOL, 0)
         self.root = Path(root)
         self.folders = dict(folders)
 

@@ -18,7 +18,7 @@ from robustlab.seeding import derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
 
 from .questions import Item, options, question
-from .scoring import Verdict, score_answer
+from .scoring import Verdict, check_rule, score_answer
 
 log = logging.getLogger(__name__)
 MODES = ("original", "likelihood")
@@ -49,6 +49,7 @@ def answer_item(
     temperature: float,
     max_new_tokens: int,
     image,
+    rule: str = "official",
 ) -> dict:
     """Ask ``vlm`` about one item and score the answer (a row of ``vlm_answers``)."""
     first, second = options(item, shuffle=shuffle, seed=seed)
@@ -57,7 +58,7 @@ def answer_item(
     if mode == "original":
         s = derive_seed(seed, item.image_id, "vlm", "original")
         text = vlm.sample(image, q, seed=s, temperature=temperature, max_new_tokens=max_new_tokens)
-        v = score_answer(text, gt, wrong)
+        v = score_answer(text, gt, wrong, rule=rule)
         logprobs = None
     else:
         s = None
@@ -92,6 +93,7 @@ def evaluate_vlm(
     max_new_tokens: int = 512,
     source: dict | None = None,
     data_root: str | None = None,
+    rule: str = "official",
 ) -> VLMResult:
     """Answer every item not yet answered in this run, storing answers as they come.
 
@@ -104,6 +106,8 @@ def evaluate_vlm(
         seed: Global seed of the seed rule (per-image sampling and shuffle draws).
         shuffle: Ask the options in a seeded random order instead of truth first.
         source: Where the items came from (part of the run identity).
+        rule: How a free-text answer is scored (:data:`robustlab.vlm.scoring.RULES`):
+            ``official`` (ImageNet-D's compute_accuracy.py) or ``nested`` (stricter).
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -115,6 +119,7 @@ def evaluate_vlm(
         raise InputError("the original mode samples: --temperature must be above 0")
     if not items:
         raise InputError("no questions to ask (the question source is empty)")
+    original = mode == "original"
     config = {
         "task": VLM_TASK,
         "mode": mode,
@@ -122,6 +127,12 @@ def evaluate_vlm(
         "temperature": float(temperature) if mode == "original" else None,
         "max_new_tokens": int(max_new_tokens) if mode == "original" else None,
         "source": source or {},
+        # What decides an answer and its verdict: another template, sampling filter or
+        # scoring rule is another run, never a resumed one.
+        "prompt_format": vlm.prompt_format,
+        "top_k": vlm.top_k if original else None,
+        "top_p": vlm.top_p if original else None,
+        "scoring": check_rule(rule) if original else None,
     }
     run_id = run_id_for(vlm.fingerprint, {**config, "seed": int(seed)})
     record = RunRecord(
@@ -165,6 +176,7 @@ def evaluate_vlm(
                         temperature=temperature,
                         max_new_tokens=max_new_tokens,
                         image=image,
+                        rule=rule,
                     ),
                 }
             )

@@ -5,10 +5,22 @@ lower-cased answer (plain substring match, as published). An answer naming exact
 option is right or wrong; one naming both or neither is dropped and counted, and accuracy
 is right / (right + wrong).
 
-One case needs care: when one option's text lies inside the other's ("pen" in "can
-opener", "plate" in "drying rack for plates"), the longer option decides whenever it is
-named, and the shorter one is tested only otherwise. The published scorer special-cases
-exactly those two pairs; here the rule applies to any such pair.
+Two rules (:data:`RULES`):
+
+- ``official`` (the default): ImageNet-D's ``LLaVA/compute_accuracy.py`` verdict for verdict.
+  It special-cases exactly two pairs whose one text lies inside the other ("pen" in "can
+  opener", "plate" in "drying rack for plates"): there the distractor is tested first when
+  the truth is the shorter text, the truth first when it is the longer one. Every other
+  pair naming both options is dropped, including pairs where one text hides inside the
+  other by accident ("pen" in "laptop (open)", "letter opener", "soap dispenser").
+- ``nested``: the stricter generalisation: whenever one option's text lies inside the
+  other's, the longer option decides when it is named and the shorter one is tested only
+  otherwise. It scores answers that ``official`` drops as "both", so its accuracies are
+  not the paper's; it is an option, never the default.
+
+``tests/fixtures/imagenet_d_scorer_grid.npz`` holds the official script's verdicts on
+every ordered class pair x 6 answer forms (``benchmarks/imagenet_d_scorer.py`` runs it),
+and a test checks :func:`score_answer` gives the same on all of them.
 """
 
 from __future__ import annotations
@@ -50,7 +62,18 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "weight (exercise)": ("dumbbell", "weight"),
     "weight scale": ("scale",),
     "wheel": ("bicycle wheel",),
+    "winter glove": ("glove",),
 }
+
+# The two ordered pairs of each special case of the published scorer: (truth, distractor)
+# -> which option it tests first. Only these; other nested texts are not special there.
+OFFICIAL_ORDER: dict[tuple[str, str], str] = {
+    ("pen", "can opener"): "distractor",
+    ("plate", "drying rack for plates"): "distractor",
+    ("can opener", "pen"): "gt",
+    ("drying rack for plates", "plate"): "gt",
+}
+RULES = ("official", "nested")
 
 
 @dataclass(frozen=True)
@@ -64,25 +87,42 @@ class Verdict:
 
 
 def names(option: str, answer: str, variants=VARIANTS) -> bool:
-    """True when the lower-cased ``answer`` contains ``option`` or one of its variants."""
+    """True when the lower-cased ``answer`` contains ``option`` or one of its variants
+    (variants are looked up by the option text as the question writes it)."""
     text = answer.lower()
-    return any(v in text for v in (option.lower(), *variants.get(option.lower(), ())))
+    return any(v in text for v in (option, *variants.get(option, ())))
 
 
-def score_answer(answer: str, gt: str, distractor: str, variants=VARIANTS) -> Verdict:
-    """Score a free-text answer to the question with options ``gt`` and ``distractor``."""
-    g, d = gt.lower(), distractor.lower()
-    if g != d and (g in d or d in g):
-        longer, shorter = (g, d) if d in g else (d, g)
-        hit = (
-            longer
-            if names(longer, answer, variants)
-            else (shorter if names(shorter, answer, variants) else None)
-        )
-        if hit is None:
-            return Verdict(None, None, "neither")
-        return Verdict(gt if hit == g else distractor, hit == g, None)
-    said_gt, said_d = names(g, answer, variants), names(d, answer, variants)
+def check_rule(rule: str) -> str:
+    from robustlab.errors import InputError
+
+    if rule not in RULES:
+        raise InputError(f"unknown scoring rule {rule!r}; rules are {', '.join(RULES)}")
+    return rule
+
+
+def score_answer(
+    answer: str, gt: str, distractor: str, variants=VARIANTS, rule: str = "official"
+) -> Verdict:
+    """Score a free-text answer to the question with options ``gt`` and ``distractor``.
+
+    ``rule``: ``"official"`` (ImageNet-D's compute_accuracy.py) or ``"nested"`` (see the
+    module docstring).
+    """
+    said_gt, said_d = names(gt, answer, variants), names(distractor, answer, variants)
+    first = None
+    if check_rule(rule) == "official":
+        first = OFFICIAL_ORDER.get((gt, distractor))
+    else:
+        g, d = gt.lower(), distractor.lower()
+        if g != d and (g in d or d in g):
+            first = "distractor" if g in d else "gt"
+    if first is not None:
+        order = [("gt", said_gt), ("distractor", said_d)]
+        for who, said in order if first == "gt" else order[::-1]:
+            if said:
+                return Verdict(gt if who == "gt" else distractor, who == "gt", None)
+        return Verdict(None, None, "neither")
     if said_gt and said_d:
         return Verdict(None, None, "both")
     if not (said_gt or said_d):
