@@ -317,9 +317,14 @@ class Runner:
             ok = self._note_item(task, errors, measured, skipped, progress)
             if not ok or tensor is None:
                 continue
-            if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass
-                tensor = tensor.to(device, non_blocking=True)
-            pending.append([task, tensor, ok, 0])
+            # One tensor per task, or one per cell when its cells differ in size (pack).
+            pieces = (
+                list(zip(tensor, ([j] for j in ok))) if isinstance(tensor, list) else [(tensor, ok)]
+            )
+            for piece, rows in pieces:
+                if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass
+                    piece = piece.to(device, non_blocking=True)
+                pending.append([task, piece, rows, 0])
             n_pending += len(ok)
             while n_pending >= self.options.batch_size:
                 n_pending -= self._flush(pending, self.options.batch_size, writer)
@@ -400,21 +405,32 @@ class Runner:
 
         ``pending`` holds ``[task, tensor, ok, start]``: row r of ``tensor`` is the image of
         cell ``task.cells[ok[r]]``, and rows before ``start`` were already used.
+
+        One batch holds images of one size: those of the first pending entry's size, taken
+        in order wherever they are in ``pending``. Images of other sizes (a folder made
+        with ``generate --keep-size``) wait for a batch of their own; a model's prediction
+        of an image does not depend on which images share its batch, so this changes no
+        result.
         """
         import torch
 
         pieces, rows = [], []
         taken = 0
-        while pending and taken < limit:
-            task, tensor, ok, start = pending[0]
+        size = tuple(pending[0][1].shape[1:])
+        at = 0
+        while at < len(pending) and taken < limit:
+            task, tensor, ok, start = pending[at]
+            if tuple(tensor.shape[1:]) != size:
+                at += 1
+                continue
             n = min(len(ok) - start, limit - taken)
             pieces.append(tensor[start : start + n])
             rows.extend((task, ok[r]) for r in range(start, start + n))
             taken += n
             if start + n == len(ok):
-                pending.pop(0)
+                pending.pop(at)
             else:
-                pending[0][3] = start + n
+                pending[at][3] = start + n
         # A cell's measured attributes are stored no later than its prediction, so a
         # resumed run (which skips stored predictions) never lacks them.
         self._write_attributes()

@@ -226,12 +226,18 @@ def pack(tensors: Sequence) -> Any:
     of the result about ten times faster, with the same bytes. In a DataLoader worker the
     result is allocated in shared memory, as torch's ``default_collate`` does, so sending
     it to the main process does not copy it once more. Anything else (another dtype,
-    layout or channel count, tensors of different shapes) goes to ``torch.stack``.
+    layout or channel count) goes to ``torch.stack``.
+
+    Cells of different sizes (a ``generate --keep-size`` folder holds each photo at its
+    own size, and a shift may change a cell's size) cannot be stacked: they come back as
+    a list of 1xCxHxW tensors, one per cell, and the runner batches each size on its own.
     """
     import torch
 
     first = tensors[0]
     shape = tuple(first.shape)
+    if any(tuple(t.shape) != shape for t in tensors):
+        return [t[None] for t in tensors]
     if not all(_is_hwc_view(t, shape) for t in tensors):
         return torch.stack(list(tensors))
     import cv2
