@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 MINI = Path(__file__).resolve().parents[1] / "fixtures" / "shared-mini" / "imagenet-samples"
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def photo_rows(n: int) -> list[dict]:
@@ -62,9 +61,13 @@ def run_id_of(stdout: str) -> str:
 
 
 def subprocess_env() -> dict:
-    """This process's environment with the worktree's sources first on the path."""
+    """This process's environment with the robustlab this process imported first on the
+    path (a child runs the same sources as the test)."""
+    import robustlab
+
+    src = str(Path(robustlab.__file__).resolve().parents[1])
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.errors import InputError
+from robustlab.errors import EnvironmentProblem, InputError
 from robustlab.run.executors import get_executor
 from robustlab.run.progress import CellProgress, throughput_line
 from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset
@@ -215,6 +215,7 @@ class Runner:
         )
         status = "failed"
         writer = None
+        failure: BaseException | None = None
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
             shifter = None
@@ -252,15 +253,20 @@ class Runner:
         except KeyboardInterrupt:
             status = "interrupted"
             raise
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             if writer is not None:
                 # Rows already predicted are written even on Ctrl-C or an error elsewhere.
                 try:
                     writer.close()
-                except Exception:  # noqa: BLE001 - never mask the original error
+                except Exception as exc:  # noqa: BLE001 - never mask the original error
                     if status == "finished":
                         raise
-                    log.exception("could not store the last predictions of run %s", run_id)
+                    _after_failure(
+                        exc, failure, f"could not store the last predictions of run {run_id}"
+                    )
             progress.close()
             summary.skipped = [list(k) for k in skipped]
             on_ray = self.options.backend == "ray"
@@ -274,10 +280,10 @@ class Runner:
                 self.store.finish_run(
                     run_id, status=status, n_samples=len(self.samples), skipped=summary.skipped
                 )
-            except Exception:  # never mask the original error
+            except Exception as exc:  # noqa: BLE001 - never mask the original error
                 if status == "finished":
                     raise
-                log.exception("could not record the end of run %s", run_id)
+                _after_failure(exc, failure, f"could not record the end of run {run_id}")
         log.info("%s", throughput_line(summary.throughput))
         return summary
 
@@ -294,21 +300,11 @@ class Runner:
         """Workers prepare the pixels, this process runs the model in ``batch_size`` batches
         (after ``shifter``, a :class:`~robustlab.run.device_shifts.DeviceShifts`, applied
         the corruptions on its device, when the run uses torch shifts)."""
-        executor = get_executor(self.options.backend)
         device = self.model.input_device()
         on_gpu = device.startswith("cuda")
         # Nothing left (a rerun of a finished run): starting worker processes would
         # cost seconds per run for no item at all.
-        items = (
-            executor(
-                dataset,
-                workers=self.options.workers,
-                prefetch=self.options.prefetch,
-                pin_memory=on_gpu,
-            )
-            if tasks
-            else iter(())
-        )
+        items = self._surviving_worker_deaths(dataset, tasks, pin_memory=on_gpu)
         if shifter is not None:
             items = shifter.wrap(items)
         n_pending = 0
@@ -328,6 +324,50 @@ class Runner:
             n_pending += len(ok)
             while n_pending >= self.options.batch_size:
                 n_pending -= self._flush(pending, self.options.batch_size, writer)
+
+    def _surviving_worker_deaths(self, dataset, tasks: list[Task], *, pin_memory: bool):
+        """The executor's items in task order; when a worker process dies (the kernel's
+        out-of-memory killer, a ``kill -9``), the tasks not yet delivered are handed to
+        fresh workers, as ``generate`` retries its images.
+
+        The tasks already delivered keep their results (items come in task order, so
+        everything before the first missing task is done). A task at which workers die
+        :data:`WORKER_DEATHS` times in a row stops the run with one line: what is stored
+        stays stored, and the same command resumes.
+        """
+        executor = get_executor(self.options.backend)
+        start, deaths = 0, 0
+        while start < len(tasks):
+            view = dataset if start == 0 else _TaskTail(dataset, start)
+            try:
+                for item in executor(
+                    view,
+                    workers=self.options.workers,
+                    prefetch=self.options.prefetch,
+                    pin_memory=pin_memory,
+                ):
+                    if int(item[0]) >= start:
+                        start, deaths = int(item[0]) + 1, 0
+                    yield item
+                return
+            except RuntimeError as exc:
+                if not _worker_died(exc):
+                    raise
+                deaths += 1
+                sample = self.samples[tasks[start].sample_index].id if start < len(tasks) else ""
+                if deaths >= WORKER_DEATHS:
+                    raise EnvironmentProblem(
+                        f"worker processes died {deaths} times while preparing {sample} "
+                        f"({_one_line(exc)}); the predictions made so far are stored",
+                        hint="rerun the same command to resume; if the system ran out of "
+                        "memory, pass fewer --workers",
+                    ) from None
+                log.warning(
+                    "a worker process died (%s); retrying %d task(s) from %s in fresh workers",
+                    _one_line(exc),
+                    len(tasks) - start,
+                    sample,
+                )
 
     def _run_on_ray(
         self,
@@ -554,6 +594,54 @@ def _concat_rows(batches: list[dict]) -> dict:
         else:
             out[key] = [v for b in batches for v in b[key]]
     return out
+
+
+def _after_failure(exc: BaseException, failure: BaseException | None, doing: str) -> None:
+    """Log an error met while cleaning up after ``failure`` (the error that ends the run).
+
+    The same error again (the writer re-raising its full disk) or another user-facing one
+    (the disk still full when the run's end is recorded) is one debug line: the CLI already
+    prints the problem on one line, and a traceback would bury it. Anything else is a bug
+    in the cleanup and keeps its traceback.
+    """
+    from robustlab.errors import RobustlabError, environment_problem
+
+    if exc is failure or isinstance(exc, RobustlabError):
+        log.debug("%s: %s", doing, _one_line(exc))
+    elif isinstance(exc, OSError) and environment_problem(exc, "") is not exc:
+        log.debug("%s: %s", doing, _one_line(exc))
+    else:
+        log.exception("%s", doing)
+
+
+# Deaths of worker processes at the same task before a run stops (the task itself may be
+# what exhausts the memory: retrying it for ever would never end).
+WORKER_DEATHS = 3
+
+
+def _worker_died(exc: BaseException) -> bool:
+    """Whether a DataLoader error says one of its worker processes died (killed by a
+    signal, or exited without a word), rather than a bug in the work itself."""
+    return "DataLoader worker (pid" in str(exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class _TaskTail:
+    """The tasks of ``dataset`` from ``start`` on, keeping their indices (a retry after a
+    worker died). Picklable, like the dataset it wraps."""
+
+    def __init__(self, dataset, start: int):
+        self.dataset = dataset
+        self.start = int(start)
+
+    def __len__(self) -> int:
+        return len(self.dataset) - self.start
+
+    def __getitem__(self, i: int):
+        return self.dataset[self.start + i]
 
 
 class _ModelTransform:
