@@ -20,7 +20,7 @@ import numpy as np
 from robustlab.errors import EnvironmentProblem, InputError
 from robustlab.run.executors import get_executor
 from robustlab.run.progress import CellProgress, throughput_line
-from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset
+from robustlab.run.tasks import NOTE, Cell, CellImages, Task, TaskDataset
 from robustlab.store import RunRecord, Store, level_key
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,8 @@ class RunSummary:
     skipped: list[list[str]] = field(default_factory=list)
     stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
     throughput: dict = field(default_factory=dict)  # :func:`throughput` of this session
+    # Sample id -> why it is degenerate (evaluated and counted), over every session of the run.
+    notes: dict = field(default_factory=dict)
 
 
 def throughput(n: int, wall_s: float, predict_s: float | None, device: str | None) -> dict:
@@ -186,6 +188,7 @@ class Runner:
         self.transform = transform or _ModelTransform(model)
         self._attributes: list[dict] = []  # measured attributes not yet stored
         self._predict_s = 0.0  # seconds this process spent in predict_topk
+        self._notes: dict[str, str] = {}  # sample id -> why it is degenerate (evaluated)
 
     def _write_attributes(self) -> None:
         if self._attributes:
@@ -277,13 +280,25 @@ class Runner:
                 None if on_ray else self.model.input_device(),
             )
             try:
-                self.store.finish_run(
-                    run_id, status=status, n_samples=len(self.samples), skipped=summary.skipped
+                summary.notes = self.store.finish_run(
+                    run_id,
+                    status=status,
+                    n_samples=len(self.samples),
+                    skipped=summary.skipped,
+                    notes=self._notes,
                 )
             except Exception as exc:  # noqa: BLE001 - never mask the original error
                 if status == "finished":
                     raise
                 _after_failure(exc, failure, f"could not record the end of run {run_id}")
+        if summary.notes:
+            first = next(iter(sorted(summary.notes.items())))
+            log.warning(
+                "%d evaluated image(s) are degenerate, their predictions counted; first: %s: %s "
+                "(all listed in the run record's notes)",
+                len(summary.notes),
+                *first,
+            )
         log.info("%s", throughput_line(summary.throughput))
         return summary
 
@@ -430,6 +445,9 @@ class Runner:
             )
         failed = set()
         for cell_index, reason in errors:
+            if cell_index == NOTE:  # evaluated, but degenerate: a note, not a skip
+                self._notes[sample.id] = reason
+                continue
             skipped[(sample.id, reason)] = None
             log.warning("skipping %s: %s", sample.id, reason)
             if cell_index < 0:

@@ -159,12 +159,18 @@ class ArchiveImages(CellImages):
         return None
 
 
+# Cell index of an ``errors`` entry that is a note, not a failure: the sample was evaluated,
+# but is degenerate (``Prepared.degenerate``); the runner counts and stores it apart.
+NOTE = -2
+
+
 class TaskDataset:
     """A map-style dataset over tasks, for ``torch.utils.data.DataLoader``.
 
     Each item is ``(task_index, tensor K x C x H x W or None, errors)``. Unreadable images
     and failing cells come back as ``(cell index or -1 for the whole sample, reason)``
     instead of raising, so one bad file never stops a run; the runner counts and lists them.
+    A degenerate source that is still evaluated (a 5x5 image) adds ``(NOTE, note)``.
     A fourth element lists ``(cell index, attributes dict)`` for cells whose shift reported
     what it achieved (the ImageNet-E attribute edits).
     """
@@ -199,7 +205,7 @@ class TaskDataset:
             return i, None, [(-1, exc.reason)], []
         except (OSError, ValueError) as exc:
             return i, None, [(-1, f"unreadable: {exc}")], []
-        tensors, errors, measured = [], [], []
+        tensors, errors, measured = [], degenerate_notes(base), []
         for j, (shift, level) in enumerate(task.cells):
             attrs: dict = {}
             try:
@@ -215,6 +221,12 @@ class TaskDataset:
             if attrs:
                 measured.append((j, attrs))
         return i, (pack(tensors) if tensors else None), errors, measured
+
+
+def degenerate_notes(base) -> list[tuple[int, str]]:
+    """``[(NOTE, note)]`` for a degenerate prepared source, else ``[]``."""
+    note = getattr(base, "degenerate", "")
+    return [(NOTE, note)] if note else []
 
 
 def pack(tensors: Sequence) -> Any:
