@@ -109,3 +109,37 @@ def test_killed_synth_is_marked_and_counted_from_disk(tmp_path):
     assert len(_files(out, "*.png")) == 24
     assert m["counts"]["written"] == 24  # on main: only the resumed run's images
     assert [r["status"] for r in m["runs"]] == ["killed", "complete"]  # on main: "running"
+
+
+def test_killed_evaluate_is_marked_killed_by_the_next_run(tmp_path, capsys):
+    data = h.flat_folder(tmp_path / "data", 6)
+    db = tmp_path / "r.duckdb"
+    cmd = h.robustlab_cmd(
+        "evaluate", "lite0", "--data", data, "--db", db, "--suite", "imagenet-c", "--shift",
+        "brightness,contrast", "--level", "1,2,3", "--workers", "0", "--batch-size", "1",
+        "--no-progress",
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=h.subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not db.exists():
+            time.sleep(0.02)
+        time.sleep(1.0)  # the run row is in, predictions are being made
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    from robustlab.store import Store
+
+    runs = Store(db).runs()
+    assert list(runs["status"]) == ["running"]  # what the killed process left
+    killed = runs["run_id"][0]
+    # Another run (clean images only: another run id) starts in the same database.
+    code, _, err = h.cli(
+        capsys, "evaluate", "lite0", "--data", data, "--db", db, "--workers", "0",
+        "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    assert Store(db).get_run(killed)["status"] == "killed"  # on main: "running" for ever

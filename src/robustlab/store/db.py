@@ -249,8 +249,13 @@ class Store:
             True when the run id was new, False when this resumes an earlier run (whose
             ``started_at`` is kept).
         """
+        from robustlab.manifest import this_process
+
         record.started_at = record.started_at or utcnow()
+        # Who runs it, so that a later run can tell a killed one (kill -9, the OOM killer).
+        record.config = {**record.config, "process": this_process()}
         with self.connect() as con:
+            _mark_dead_runs(con, record.run_id)
             exists = con.execute(
                 "SELECT config FROM runs WHERE run_id = ?", [record.run_id]
             ).fetchone()
@@ -754,3 +759,22 @@ def _in_clause(column: str, values: Iterable[str] | None) -> tuple[str, list]:
 
 
 __all__ = ["Store", "DEFAULT_DB", "LockTimeout", "utcnow"]
+
+
+def _mark_dead_runs(con, run_id: str) -> None:
+    """Runs other than ``run_id`` still ``running`` although the process that started them
+    on this host is gone (``kill -9``, power loss, the OOM killer) are marked ``killed``, as
+    generate and synth mark theirs: a run never stays ``running`` for ever."""
+    from robustlab.manifest import mark_dead_runs
+
+    rows = con.execute(
+        "SELECT run_id, config FROM runs WHERE status = 'running' AND run_id <> ?", [run_id]
+    ).fetchall()
+    for rid, config in rows:
+        try:
+            process = (json.loads(config) if config else {}).get("process") or {}
+        except ValueError:
+            continue
+        run = {"status": "running", "host": process.get("host"), "pid": process.get("pid")}
+        if mark_dead_runs([run])[0]["status"] == "killed":
+            con.execute("UPDATE runs SET status = 'killed' WHERE run_id = ?", [rid])
