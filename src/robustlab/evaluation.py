@@ -363,7 +363,7 @@ def plan_run(
     inputs = input_parts(samples, labels, image_hashes, mask_hashes)
     generated_files = (
         _generated_files_fingerprint(generated_root, samples, available, protocol)
-        if manifest is not None
+        if generated_root is not None
         else None
     )
     inputs.update(
