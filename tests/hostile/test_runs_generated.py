@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _runs_helpers as h  # noqa: E402
@@ -103,3 +104,29 @@ def test_missing_cell_hint_runs_as_printed(tmp_path, capsys):
     assert "--level" in flags, hint
     code, _, err = _evaluate(capsys, gen, db, *flags)
     assert code == 0, f"the hint of {line!r} failed: {err}"
+
+
+def test_ray_model_stage_predicts_each_size_on_its_own():
+    """The Ray backend's model stage gets a batch of tasks whose cells differ in size (a
+    --keep-size folder): each image's prediction equals its prediction alone."""
+    import types
+
+    import torch
+
+    from robustlab.models import load_model
+    from robustlab.run.ray_backend import _Predictor
+
+    model = load_model("lite0", device="cpu")
+    rgb = np.asarray(Image.open(h.MINI / h.photo_rows(1)[0]["file"]).convert("RGB"))
+    wide = model.preprocessing.to_uint8(rgb, crop=False)[None]  # 224 x 298
+    square = model.preprocessing.to_uint8(rgb[:, :375], crop=False)[None]  # 224 x 224
+    assert wide.shape != square.shape
+    arrays = [wide.numpy(), torch.cat([square, square.flip(-1)]).numpy(), wide.flip(-1).numpy()]
+    stage = types.SimpleNamespace(model=model, batch_size=2, topk=5)
+    probs, ids = _Predictor._predict_sizes(stage, arrays)
+    images = [torch.from_numpy(a[i : i + 1].copy()) for a in arrays for i in range(len(a))]
+    assert len(ids) == len(images) == 4
+    for row, image in enumerate(images):
+        p, k = model.predict_topk(image, 5)
+        assert list(ids[row]) == list(k.numpy()[0])
+        np.testing.assert_allclose(probs[row], p.numpy()[0], atol=1e-5)
