@@ -113,3 +113,26 @@ def predictions(db: Path, run_id: str):
 
     df = Store(db).predictions([run_id])
     return df.sort_values(["sample_id", "shift", "level"]).reset_index(drop=True)
+
+
+class DiesAt:
+    """Tasks ``0..n-1`` whose task ``at`` kills the worker process preparing it, every time
+    (what the kernel's OOM killer does to a worker that decodes a huge image): a real
+    process death, for the runner's retry-then-stop path."""
+
+    def __init__(self, n: int, at: int):
+        self.n, self.at = n, at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        import signal
+        import time
+
+        if i == self.at:
+            # As a real decode does, this takes a moment: the tasks before it have reached
+            # the main process by then (a worker killed at once loses what it had queued).
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i, None, [], []

@@ -81,3 +81,30 @@ def test_killed_worker_is_replaced_and_the_run_completes(tmp_path):
     # Every (image, cell) once: 6 images x (clean + 1 cell).
     assert len(rows) == 6 * 2
     assert not rows.duplicated(["sample_id", "shift", "level"]).any()
+
+
+@pytest.mark.slow  # three worker deaths, each noticed by the DataLoader's 5 s status check
+def test_a_task_that_kills_every_worker_stops_the_run_in_one_line():
+    """Workers die at the same task again and again: the runner retries it, then stops with
+    one user-facing line (exit 3 from the CLI), every earlier task delivered exactly once."""
+    from types import SimpleNamespace
+
+    from robustlab.errors import EnvironmentProblem
+    from robustlab.run.runner import WORKER_DEATHS, RunOptions, Runner
+    from robustlab.run.tasks import Task
+
+    n, at = 6, 3
+    samples = [SimpleNamespace(id=f"img{i}.jpg") for i in range(n)]
+    tasks = [Task(i, (("clean", 0),)) for i in range(n)]
+    runner = Runner(
+        None, samples, [0] * n, [("clean", 0)], None, None, None, RunOptions(workers=1),
+        transform=str,
+    )  # fmt: skip
+    seen = []
+    with pytest.raises(EnvironmentProblem) as caught:
+        for item in runner._surviving_worker_deaths(h.DiesAt(n, at), tasks, pin_memory=False):
+            seen.append(item[0])
+    assert seen == list(range(at))  # in order, none twice, none lost before the bad task
+    message = str(caught.value)
+    assert f"died {WORKER_DEATHS} times while preparing img{at}.jpg" in message
+    assert "\n" not in message and "rerun" in caught.value.hint
