@@ -99,7 +99,9 @@ def test_missing_generated_cells_hint_the_shifts_that_exist(newt_folder, tmp_pat
     )
     err = capsys.readouterr().err
     assert code == 2 and "has no generated images for" in err
-    assert "--shift fog --shift gaussian_noise" in err, err
+    # Runnable as printed: the shifts with their levels (tests/hostile/test_runs_generated.py
+    # runs such a hint).
+    assert "--shift fog,gaussian_noise --level 1,2,3,4,5" in err, err
 
 
 def test_masks_says_how_it_seeds_and_prints_text(newt_folder, tmp_path, capsys):

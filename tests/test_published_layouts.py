@@ -354,3 +354,27 @@ def test_cell_folder_links_leaving_the_root_are_skipped_with_the_reason(imagenet
     reasons = dict(published.skipped)
     assert "link leaves the folder" in reasons["gaussian_noise/5"]
     assert "link leaves the folder" in reasons["brightness"]
+
+
+def test_mine_reads_a_published_layout_cell_by_cell(imagenet_c, tmp_path):
+    """Hard-image mining over a downloaded ImageNet-C locates each candidate in its own
+    cell folder (the run's recorded folders), not at a path the layout does not have
+    (it crashed copying ``<root>/<wnid>/<file>``)."""
+    from robustlab.mine import mine
+
+    result = mine(
+        imagenet_c,
+        surrogates=["lite0"],
+        k=1,
+        db=tmp_path / "m.duckdb",
+        out=tmp_path / "hard",
+        workers=0,
+        progress=False,
+        device="cpu",
+    )
+    table = result.table
+    assert len(table) == 8  # 3 photos x 3 cells, the gecko missing from contrast 5
+    for shift, level, sid, path in zip(
+        table["shift"], table["level"], table["sample_id"], table["path"]
+    ):
+        assert path == str(imagenet_c / shift / str(level) / sid)

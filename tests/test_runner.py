@@ -166,5 +166,10 @@ def test_pack_leaves_other_tensors_to_torch_stack():
     floats = [t.float() for t in chw]
     for cells in (hwc, chw, floats, [hwc[0].permute(2, 0, 1), chw[1]]):
         assert torch.equal(pack(cells), torch.stack(cells))
-    with pytest.raises(RuntimeError):  # shapes that cannot be stacked stay an error
-        pack([chw[0], chw[1][:, :10]])
+    # Cells of different sizes (a --keep-size folder) come back one tensor per cell.
+    odd = pack([chw[0], chw[1][:, :10]])
+    assert isinstance(odd, list) and [tuple(t.shape) for t in odd] == [
+        (1, 3, 40, 50),
+        (1, 3, 10, 50),
+    ]
+    assert torch.equal(odd[1][0], chw[1][:, :10])

@@ -13,6 +13,7 @@ import pytest
 
 from robustlab.errors import MissingResourceError
 from robustlab.metrics.accuracy import cell_table
+from robustlab.manifest import this_process
 from robustlab.store import RunRecord, Store
 
 
@@ -89,7 +90,9 @@ def test_run_record_json_and_finish(tmp_path):
     run = store.get_run("r1")
     assert run["status"] == "finished" and run["n_samples"] == 7 and run["n_skipped"] == 1
     assert run["skipped"] == [["bad.jpg", "not an image (unrecognised format)"]]
-    assert run["preprocessing"] == {"input_size": 224} and run["config"] == {"batch_size": 8}
+    assert run["preprocessing"] == {"input_size": 224}
+    # The config as given, plus the process that ran it (a later run tells a killed one).
+    assert run["config"] == {"batch_size": 8, "process": this_process()}
     assert run["finished_at"] >= run["started_at"]
 
 

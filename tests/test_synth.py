@@ -406,7 +406,7 @@ def test_synth_on_ray_finishes_a_local_folder_with_the_local_bytes(
     assert res.stages["synth"]["items"] == 3 and res.stages["wall_s"] > 0
     assert res.stages["synth"]["threads"] == 2  # the node's CPUs, as the local pipeline's
     left = sorted(p.name for p in out.rglob("*") if p.is_file() and p.suffix != ".png")
-    assert left == ["labels.csv", "manifest.json", "prompts.csv"]
+    assert left == [".manifest.lock", "labels.csv", "manifest.json", "prompts.csv"]
     m = json.loads((out / "manifest.json").read_text())
     run = m["runs"][-1]
     assert (run["backend"], run["status"], run["batch_size"]) == ("ray", "complete", 3)

@@ -349,14 +349,10 @@ def plan_run(
             f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available
         ]
         if missing:
-            made = sorted({sh for sh, _ in available if sh != CLEAN_SHIFT})
             raise InputError(
                 f"{root} has no generated images for {', '.join(missing[:6])}"
                 + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""),
-                hint="evaluate what was generated: "
-                + " ".join(f"--shift {sh}" for sh in made[:6])
-                + (" ..." if len(made) > 6 else "")
-                + f" (shifts={made[:6]} in Python)",
+                hint=_generated_hint(available),
             )
         root = source
     shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
@@ -406,6 +402,11 @@ def plan_run(
     )
     masks_dir = str(Path(masks).expanduser().resolve()) if masks else None
     inputs = input_parts(samples, labels, image_hashes, mask_hashes)
+    generated_files = (
+        _generated_files_fingerprint(generated_root, samples, available, protocol)
+        if generated_root is not None
+        else None
+    )
     inputs.update(
         masks_dir=masks_dir,
         seed=int(seed),
@@ -439,6 +440,8 @@ def plan_run(
     if defence:  # absent for a plain model, so plain runs keep the ids they always had
         identity["defence"] = defence
     identity.update(inference_identity(model))  # likewise: only for a compiled model
+    if generated_files is not None:  # a generated folder's cells are read from its files
+        identity["generated_files"] = inputs["generated_files"] = generated_files
     if shift_path:  # only then: exact runs keep the ids they always had
         identity["shift_path"] = shift_path
     record = RunRecord(
@@ -549,6 +552,55 @@ def protocol_record(protocol, override) -> dict:
         "override": None if override is None else str(override),
         **protocol.describe(),
     }
+
+
+def _generated_hint(available) -> str:
+    """A request the folder can answer: ``--shift A,B --level 1,3`` naming shifts that were
+    generated at the same levels (the largest such group), so the hint runs as printed."""
+    levels: dict[str, set[str]] = {}
+    for sh, lv in available:
+        if sh != CLEAN_SHIFT:
+            levels.setdefault(sh, set()).add(str(lv))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for sh in sorted(levels):
+        groups.setdefault(tuple(sorted(levels[sh], key=_level_order)), []).append(sh)
+    lvs, shifts = max(groups.items(), key=lambda g: (len(g[0]) * len(g[1]), -len(g[0])))
+    more = " (other shifts were generated at other levels)" if len(groups) > 1 else ""
+    return (
+        f"evaluate what was generated: --shift {','.join(shifts)} --level {','.join(lvs)}"
+        f" (shifts={shifts}, levels={[int(v) if v.isdigit() else v for v in lvs]} in Python)"
+        f"{more}"
+    )
+
+
+def _level_order(level: str):
+    """Numeric levels in numeric order, then any others by name."""
+    try:
+        return (0, float(level), "")
+    except ValueError:
+        return (1, 0.0, level)
+
+
+def _generated_files_fingerprint(root: Path, samples, available, protocol) -> str:
+    """Fingerprint of the *content* of every file of a generated folder that this run may
+    read: each cell its manifest lists, for each sample evaluated.
+
+    Why: the manifest says how the files were made, not what they hold now. A cell file
+    overwritten with another image (by hand, by a tool, by a second generate into a copy)
+    must give another run id, never a resumed run that keeps the old file's predictions,
+    exactly as a changed source photo does. Every listed cell counts, not only the cells
+    asked for, so that asking for more cells later still extends the same run; a missing
+    file counts as ``missing``. The hashes are cached like the sources'
+    (:mod:`robustlab.run.content_hash`), so a rerun reads no file again.
+    """
+    from robustlab.pipeline import cell_path
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import data_fingerprint
+
+    cells = sorted(c for c in available if c[0] != CLEAN_SHIFT)
+    keys = [(s, sh, lv) for s in samples for sh, lv in cells]
+    digests = hash_files([cell_path(root, s, sh, lv, protocol) for s, sh, lv in keys])
+    return data_fingerprint((s.id, sh, lv, d) for (s, sh, lv), d in zip(keys, digests))
 
 
 def _parse_defences(model, preprocess, tta) -> dict:

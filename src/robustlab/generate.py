@@ -724,9 +724,15 @@ def generate(
         )
         with folder.lock():  # merged into what is there now: a concurrent run's too
             current = folder.load_manifest()
+            cell_keys = {
+                f"{c.get('shift')}/{c.get('level')}" for c in (current or {}).get("cells", [])
+            }
+            on_disk = cell_files_on_disk(folder, sorted(cell_keys | set(identity["cells"])))
             folder.write(
                 MANIFEST,
-                _json_bytes(_merge_manifest(current, result, identity, run_record, samples)),
+                _json_bytes(
+                    _merge_manifest(current, result, identity, run_record, samples, on_disk=on_disk)
+                ),
             )
             if result.attributes:
                 old = folder.read(ATTRIBUTES_CSV)
@@ -880,6 +886,22 @@ def _run_pool(
             log.warning("a worker process died; retrying %d image(s) in a fresh pool", len(queue))
 
 
+def cell_files_on_disk(folder: LocalFolder | UrlFolder, cell_keys: Sequence[str]) -> int:
+    """Files under the ``<shift>/<level>`` folders of ``cell_keys`` (a local folder or a
+    URL), temp files of unfinished writes left out: what the folder holds, whoever wrote it."""
+    if isinstance(folder, UrlFolder):
+        return sum(
+            1
+            for rel in folder.files_under(list(cell_keys))
+            if not rel.rsplit("/", 1)[-1].endswith(TEMP_SUFFIX)
+        )
+    n = 0
+    for key in cell_keys:
+        for _, _, files in os.walk(folder.root / key):
+            n += sum(1 for f in files if not (f.startswith(".") and f.endswith(TEMP_SUFFIX)))
+    return n
+
+
 def _content_record(samples: Sequence[Sample], donors) -> dict[str, list]:
     """``id -> [class, image hash, mask hash]`` of every source whose bytes can reach a file:
     the images to generate and, for donor shifts, every background donor."""
@@ -910,6 +932,7 @@ def _merge_manifest(
     samples: Sequence[Sample],
     *,
     final: bool = True,
+    on_disk: int | None = None,
 ) -> dict:
     """This run's record merged into the manifest ``prev`` found on disk.
 
@@ -920,7 +943,9 @@ def _merge_manifest(
     run may add shifts, levels or images); ``runs`` is keyed by run id. Skipped inputs,
     conversions and failures are keyed by sample (and cell): this run's word replaces the
     previous one, and a sample or cell that succeeded now is removed from the lists.
-    ``counts.written`` adds up over runs; the rest describe the state after this run.
+    ``counts.written`` is ``on_disk``, the cell files in the folder counted when this run
+    ended (a sum of what each process wrote would miss a killed run's files and count a
+    file twice when two runs write one folder); the rest describe the state after this run.
     """
     prev = prev or {}
     skipped = {d["id"]: d["reason"] for d in prev.get("skipped_inputs", [])}
@@ -945,7 +970,7 @@ def _merge_manifest(
         }
         failures.update({(i, s, lv): r for i, s, lv, r in result.failures})
         counts = {
-            "written": int(counts.get("written", 0)) + result.written,
+            "written": int(on_disk or 0),
             "written_this_run": result.written,
             "skipped_existing": result.skipped_existing,
             "failed": len(failures),

@@ -335,7 +335,13 @@ class Prepared:
         mask: Prepared foreground mask (HxW uint8) when the sample has one.
         bbox: Object box in prepared pixels when the sample has one.
         mode: Pillow mode of the source file (``"RGB"``, ``"CMYK"``, ``"L"``, ...).
-        note: What conversion happened, e.g. ``"converted from CMYK"``; empty when none.
+        note: What conversion happened, e.g. ``"converted from CMYK"``, and any
+            ``degenerate`` note; empty when none.
+        degenerate: Why the source is usable but degenerate, empty when it is not: a side
+            under ``MIN_SIDE`` (32 px, :mod:`robustlab.data.images`; the least a shift
+            runs on without a resize) is upscaled by the protocol's resize and evaluated,
+            but a 1x1 or 5x5 "photo" holds no object to classify, so its prediction,
+            counted in the accuracy, is noted (``"tiny source 5x5 px ..."``).
     """
 
     rgb: np.ndarray
@@ -343,6 +349,7 @@ class Prepared:
     bbox: tuple[int, int, int, int] | None = None
     mode: str = "RGB"
     note: str = ""
+    degenerate: str = ""
 
 
 def load_prepared(
@@ -367,6 +374,11 @@ def load_prepared(
         notes.append(f"converted from {d.mode}")
     if d.alpha is not None:
         notes.append("alpha dropped")
+    h, w = d.rgb.shape[:2]
+    degenerate = ""
+    if min(h, w) < MIN_SIDE:
+        degenerate = f"tiny source {w}x{h} px (a side under {MIN_SIDE} px), upscaled"
+        notes.append(degenerate)
     rgb = prepare(d.rgb, protocol)
     mask = None
     if with_mask:
@@ -387,7 +399,7 @@ def load_prepared(
     bbox = None
     if sample.bbox is not None:
         bbox = prepare_bbox(sample.bbox, (d.rgb.shape[1], d.rgb.shape[0]), protocol)
-    return Prepared(rgb, mask, bbox, d.mode, "; ".join(notes))
+    return Prepared(rgb, mask, bbox, d.mode, "; ".join(notes), degenerate)
 
 
 def donor_seed(seed: int, sample_id: str, shift_name: str, level) -> int:

@@ -82,8 +82,10 @@ def test_labels_csv_rows_outside_the_data_are_skipped(hostile, tmp_path):
     samples = discover(flat)
     assert [s.id for s in samples] == ["a.JPEG"]
     reasons = dict(samples.skipped)
-    assert reasons["/etc/passwd"] == "listed in labels.csv but outside the data folder"
-    assert reasons[f"../{other.name}"] == "listed in labels.csv but outside the data folder"
+    assert reasons["/etc/passwd"].startswith("listed in labels.csv but outside the data folder")
+    assert reasons[f"../{other.name}"].startswith(
+        "listed in labels.csv but outside the data folder"
+    )
 
 
 @pytest.mark.slow

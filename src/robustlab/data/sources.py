@@ -116,6 +116,18 @@ def _hidden(rel: PurePosixPath) -> bool:
     return any(part.startswith(".") for part in rel.parts)
 
 
+def _outside_row(key: str) -> str | None:
+    """Why a labels-CSV ``file`` may not be read as an input, or None: an absolute path or
+    a ``..`` part (``../x.jpg``, ``a/../b.jpg``) names a file by a way out of the data
+    folder; rows name files relative to it, plainly."""
+    rel = PurePosixPath(key)
+    if rel.is_absolute() or (len(key) > 1 and key[1] == ":"):  # /x.jpg, C:/x.jpg
+        return "absolute path"
+    if ".." in rel.parts:
+        return "path with '..'"
+    return None
+
+
 def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
     """``file -> (class_name, label index)`` from a labels CSV.
 
@@ -257,10 +269,16 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
             if key not in labels:
                 skipped.append((key, f"not listed in {csv_path.name}"))
         for key, (cls, label) in labels.items():
+            outside = _outside_row(key)
             if key in present:
                 entries.append((present[key], cls, label))
-            elif key.startswith("/") or ".." in PurePosixPath(key).parts:
-                skipped.append((key, f"listed in {csv_path.name} but outside the data folder"))
+            elif outside:  # never read (it may name a file outside --data), never silent
+                skipped.append(
+                    (
+                        key,
+                        f"listed in {csv_path.name} but outside the data folder ({outside}); not read",
+                    )
+                )
             elif file_inside(root, key) is not None or _hidden(PurePosixPath(key)):
                 continue  # a non-image or hidden file: reported above or never an input
             else:

@@ -300,6 +300,8 @@ def _locator(run):
 
     config = run["config"] or {}
     data_root = Path(run["data_root"])
+    if config.get("source") == "published":
+        return _published_locator(data_root, config["published"])
     gen = config.get("generated_root") or ""
     if not gen:
         return lambda sid, shift, level: data_root / sid
@@ -314,6 +316,24 @@ def _locator(run):
         if shift == CLEAN_SHIFT:
             return samples[sid].path
         return cell_path(gen, samples[sid], shift, level, protocol)
+
+    return locate
+
+
+def _published_locator(data_root: Path, published: dict):
+    """The locator of a run over a published layout (ImageNet-C, ImageNet-9, XIMAGENET-12
+    as downloaded): each cell's file in the cell folder the run recorded."""
+    from robustlab.data.published import LAYOUTS, read_published
+
+    pub = read_published(data_root, LAYOUTS[published["layout"]])
+    folders = {tuple(k.split("/", 1)): f for k, f in published["folders"].items()}
+
+    def locate(sid, shift, level):
+        folder = published["clean"] if shift == CLEAN_SHIFT else folders[(shift, str(level))]
+        path = pub.file(sid, folder)
+        if path is None:
+            raise InputError(f"{data_root / folder} no longer holds {sid}")
+        return path
 
     return locate
 

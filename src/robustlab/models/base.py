@@ -606,6 +606,57 @@ class TorchModel(Model):
         return {**super().describe(), "memory_format": "channels_last"}
 
 
+# What robustlab says, and what it never says, when a checkpoint holds more than tensors.
+UNSAFE_PICKLE = (
+    "it holds pickled Python objects besides tensors, which robustlab refuses to load "
+    "(unpickling them could run any code)"
+)
+SAFE_FORMATS = (
+    "save the weights as a state dict of tensors (torch.save(model.state_dict(), PATH)) "
+    "or as .safetensors, from code you trust"
+)
+
+
+def is_unsafe_pickle(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps) is ``torch.load(weights_only=True)`` refusing
+    a pickle that holds more than tensors."""
+    import pickle
+
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def weights_refusal(path, exc: BaseException, what: str = "weights file") -> InputError:
+    """The one-line error for a checkpoint that cannot be read safely.
+
+    PyTorch's own message for a refused pickle explains how to load it anyway
+    (``weights_only=False`` "will likely succeed"): advice that runs the file's code.
+    robustlab never repeats it; a refused pickle is named as such, with the safe formats
+    as the hint, and any other failure by the first line of its message.
+    """
+    text = str(exc)
+    if is_unsafe_pickle(exc):
+        return InputError(f"cannot read {what} {path}: {UNSAFE_PICKLE}", hint=SAFE_FORMATS)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return InputError(f"cannot read {what} {path}: {first}", hint=SAFE_FORMATS)
+
+
+def load_torch_file(path):
+    """``torch.load`` of a weights file with ``weights_only=True`` (tensors and plain
+    containers only, never code), on the CPU; a one-line InputError when it fails."""
+    import torch
+
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - corrupt file, pickle with code, wrong format
+        raise weights_refusal(path, exc) from None
+
+
 def load_state_dict_file(path) -> dict:
     """Tensors of a checkpoint file (``.safetensors``, or a torch file holding a state dict,
     possibly under ``state_dict`` / ``model`` / ``state_dict_ema``), ``module.`` prefix removed."""
@@ -613,17 +664,15 @@ def load_state_dict_file(path) -> dict:
 
     path = Path(path)
     sd: Any
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
 
+        try:
             sd = load_file(str(path))
-        else:
-            sd = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - corrupt file, pickle with code, wrong format
-        raise InputError(
-            f"cannot read weights file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        ) from None
+        except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file
+            raise weights_refusal(path, exc) from None
+    else:
+        sd = load_torch_file(path)
     if isinstance(sd, dict):
         for key in ("state_dict", "model", "model_state_dict", "module"):
             if key in sd and isinstance(sd[key], dict):

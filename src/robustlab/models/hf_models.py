@@ -28,10 +28,12 @@ from .base import (
     auto_device,
     default_batch_size,
     hub_endpoint,
+    is_unsafe_pickle,
     offline,
     package_versions,
     unreachable,
     weights_hash,
+    weights_refusal,
 )
 
 CPU_BATCH = 16
@@ -155,7 +157,12 @@ def load(
     try:
         config = AutoConfig.from_pretrained(where, local_files_only=only_local)
         net = AutoModelForImageClassification.from_pretrained(where, local_files_only=only_local)
-    except (OSError, ValueError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - sorted below; anything else is a bug
+        if is_unsafe_pickle(exc):  # a pytorch_model.bin holding more than tensors
+            files = _weight_files(local) if is_local else []
+            raise weights_refusal(files[0] if files else f"of hf:{src}", exc) from None
+        if not isinstance(exc, (OSError, ValueError, KeyError)):
+            raise
         if no_hub:
             raise MissingResourceError(
                 f"hf:{src} is not in the local Hugging Face cache and {no_hub}: "

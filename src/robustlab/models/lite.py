@@ -21,6 +21,7 @@ from .base import (
     TorchModel,
     auto_device,
     default_batch_size,
+    load_torch_file,
     package_versions,
     weights_hash,
 )
@@ -86,16 +87,12 @@ def load(
     name: str, *, spec: str, weights=None, device=None, label_space=None, batch_size=None
 ) -> TorchModel:
     import timm
-    import torch
 
     arch = LITE[name][0]
     path = Path(weights).expanduser() if weights else package_weights(name)
     if not path.is_file():
         raise MissingResourceError(f"weights file {path} does not exist")
-    try:
-        sd = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is one user error
-        raise InputError(f"cannot read weights file {path}: {type(exc).__name__}") from None
+    sd = load_torch_file(path)
     if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict):

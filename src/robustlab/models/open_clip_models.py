@@ -28,8 +28,10 @@ from .base import (
     Preprocessing,
     auto_device,
     default_batch_size,
+    is_unsafe_pickle,
     package_versions,
     weights_hash,
+    weights_refusal,
 )
 
 CPU_BATCH = 16
@@ -212,6 +214,8 @@ def load(
             open_clip.load_checkpoint(net, str(path), strict=True)
             tokenizer = open_clip.get_tokenizer(name)
     except Exception as exc:  # noqa: BLE001 - config needing a download, checkpoint misfit
+        if is_unsafe_pickle(exc):
+            raise weights_refusal(path, exc) from None
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise InputError(f"cannot load open_clip:{arch} with {path}: {text}") from None
     net = net.eval().to(dev)

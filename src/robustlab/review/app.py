@@ -182,7 +182,12 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
 
     @app.post("/api/decide")
     def api_decide():
-        body = request.get_json(silent=True) or {}
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):  # an array, a number, no JSON at all: the client's
+            return jsonify(
+                error='the body must be a JSON object: {"annotator": ..., "index": ..., '
+                '"decision": ...}'
+            ), 400
         annotator = _annotator(body.get("annotator"))
         index = body.get("index")
         if type(index) is not int or not 0 <= index < len(review_set):  # bool is not an index
@@ -229,6 +234,8 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         return jsonify(state)
 
     def _annotator(name):
+        if name is not None and not isinstance(name, str):
+            abort(make_response(jsonify(error=f"annotator must be a name, got {name!r}"), 400))
         try:
             return check_annotator(name or "")
         except InputError as exc:

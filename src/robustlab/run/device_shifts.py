@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from robustlab.errors import EnvironmentProblem, InputError
-from robustlab.run.tasks import TaskDataset
+from robustlab.run.tasks import TaskDataset, degenerate_notes
 from robustlab.store.schema import CLEAN_SHIFT
 
 DEFAULT_GROUP = 64
@@ -150,7 +150,7 @@ class CleanTaskDataset(TaskDataset):
             return i, None, [(-1, exc.reason)], []
         except (OSError, ValueError) as exc:
             return i, None, [(-1, f"unreadable: {exc}")], []
-        errors, measured, exact = [], [], {}
+        errors, measured, exact = degenerate_notes(base), [], {}
         for j, (shift, level) in enumerate(task.cells):
             if shift == CLEAN_SHIFT or has_batched(shift):
                 continue

@@ -100,6 +100,7 @@ _PART_NAMES = {
     "defence": "defence",
     "source": "source",
     "generated": "generated folder",
+    "generated_files": "generated file content",
     "shift_path": "shift path",
 }
 
@@ -113,7 +114,15 @@ def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         # As JSON: a stored record has lists where a fresh one has tuples.
         if canonical_json(a) == canonical_json(b):
             continue
-        if key in ("images", "masks", "labels", "preprocessing", "protocol", "generated"):
+        if key in (
+            "images",
+            "masks",
+            "labels",
+            "preprocessing",
+            "protocol",
+            "generated",
+            "generated_files",
+        ):
             out.append(name)
         elif key == "defence":
             from robustlab.defences import defence_label

@@ -577,6 +577,8 @@ def _prepare_cells(batch: dict, *, dataset) -> dict:
     for i in batch["index"]:
         t0 = time.perf_counter()
         _, item, errs, meas = dataset[int(i)]
+        if isinstance(item, list):  # cells of different sizes (tasks.pack): one array each
+            item = [t.numpy() for t in item]
         pixels.append(item.numpy() if hasattr(item, "numpy") else item)
         errors.append(list(errs))
         measured.append(list(meas))
@@ -662,6 +664,37 @@ class _Predictor:
         done = list(self.shifter.wrap(items))
         return [t for _, t, _, _ in done], [list(e) for _, _, e, _ in done]
 
+    def _predict_sizes(self, arrays: list) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k probabilities and ids of every image of ``arrays`` (N x C x H x W pieces),
+        in order; pieces of one size are batched together, each size on its own (images of
+        different sizes cannot share a tensor, and a prediction does not depend on its
+        batch)."""
+        import torch
+
+        rows = np.cumsum([0, *(len(a) for a in arrays)])
+        probs_all = np.zeros((rows[-1], self.topk), dtype=np.float32)
+        ids_all = np.zeros((rows[-1], self.topk), dtype=np.int32)
+        by_size: dict[tuple, list[int]] = {}
+        for k, a in enumerate(arrays):
+            by_size.setdefault(tuple(a.shape[1:]), []).append(k)
+        for members in by_size.values():
+            parts = [arrays[k] for k in members]
+            # Ray hands out read-only buffers: copy before torch takes them.
+            images = (
+                torch.cat(parts)
+                if isinstance(parts[0], torch.Tensor)
+                else torch.from_numpy(np.concatenate(parts))
+            )
+            at = np.concatenate([np.arange(rows[k], rows[k + 1]) for k in members])
+            for start in range(0, len(images), self.batch_size):
+                probs, ids = self.model.predict_topk(
+                    images[start : start + self.batch_size], self.topk
+                )
+                where = at[start : start + self.batch_size]
+                probs_all[where] = probs.numpy().astype(np.float32)
+                ids_all[where] = ids.numpy().astype(np.int32)
+        return probs_all, ids_all
+
     def __call__(self, batch: dict) -> dict:
         import torch
 
@@ -672,26 +705,20 @@ class _Predictor:
             shift_s = time.perf_counter() - t0
         else:  # nothing to predict: the driver raises the failure
             pixels, errors, shift_s = [None] * n_tasks, [[] for _ in range(n_tasks)], 0.0
-        arrays = [p for p in pixels if p is not None]
+        # Every image in task order; a task whose cells differ in size (tasks.pack) sent a
+        # list of single-image arrays.
+        arrays = [a for p in pixels if p is not None for a in (p if isinstance(p, list) else [p])]
         t0 = time.perf_counter()
-        probs_parts, ids_parts = [], []
+        probs_all = ids_all = None
         if arrays:
-            # Ray hands out read-only buffers: copy before torch takes them.
-            images = (
-                torch.cat(arrays)
-                if isinstance(arrays[0], torch.Tensor)
-                else torch.from_numpy(np.concatenate(arrays))
-            )
-            for start in range(0, len(images), self.batch_size):
-                probs, ids = self.model.predict_topk(
-                    images[start : start + self.batch_size], self.topk
-                )
-                probs_parts.append(probs.numpy().astype(np.float32))
-                ids_parts.append(ids.numpy().astype(np.int32))
+            probs_all, ids_all = self._predict_sizes(arrays)
         seconds = time.perf_counter() - t0
-        probs_all = np.concatenate(probs_parts) if probs_parts else None
-        ids_all = np.concatenate(ids_parts) if ids_parts else None
-        n_images = np.asarray([0 if p is None else len(p) for p in pixels])
+        n_images = np.asarray(
+            [
+                0 if p is None else sum(len(a) for a in p) if isinstance(p, list) else len(p)
+                for p in pixels
+            ]
+        )
         row_probs, row_ids, at = [], [], 0
         for n in n_images:
             row_probs.append(None if n == 0 else probs_all[at : at + n])

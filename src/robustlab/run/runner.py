@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.errors import InputError
+from robustlab.errors import EnvironmentProblem, InputError
 from robustlab.run.executors import get_executor
 from robustlab.run.progress import CellProgress, throughput_line
-from robustlab.run.tasks import Cell, CellImages, Task, TaskDataset, model_input
+from robustlab.run.tasks import NOTE, Cell, CellImages, Task, TaskDataset, model_input
 from robustlab.store import RunRecord, Store, level_key
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,8 @@ class RunSummary:
     skipped: list[list[str]] = field(default_factory=list)
     stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
     throughput: dict = field(default_factory=dict)  # :func:`throughput` of this session
+    # Sample id -> why it is degenerate (evaluated and counted), over every session of the run.
+    notes: dict = field(default_factory=dict)
 
 
 def throughput(n: int, wall_s: float, predict_s: float | None, device: str | None) -> dict:
@@ -186,6 +188,7 @@ class Runner:
         self.transform = transform or _ModelTransform(model, getattr(images, "protocol", None))
         self._attributes: list[dict] = []  # measured attributes not yet stored
         self._predict_s = 0.0  # seconds this process spent in predict_topk
+        self._notes: dict[str, str] = {}  # sample id -> why it is degenerate (evaluated)
 
     def _write_attributes(self) -> None:
         if self._attributes:
@@ -215,6 +218,7 @@ class Runner:
         )
         status = "failed"
         writer = None
+        failure: BaseException | None = None
         try:
             dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
             shifter = None
@@ -252,15 +256,20 @@ class Runner:
         except KeyboardInterrupt:
             status = "interrupted"
             raise
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             if writer is not None:
                 # Rows already predicted are written even on Ctrl-C or an error elsewhere.
                 try:
                     writer.close()
-                except Exception:  # noqa: BLE001 - never mask the original error
+                except Exception as exc:  # noqa: BLE001 - never mask the original error
                     if status == "finished":
                         raise
-                    log.exception("could not store the last predictions of run %s", run_id)
+                    _after_failure(
+                        exc, failure, f"could not store the last predictions of run {run_id}"
+                    )
             progress.close()
             summary.skipped = [list(k) for k in skipped]
             on_ray = self.options.backend == "ray"
@@ -271,13 +280,25 @@ class Runner:
                 None if on_ray else self.model.input_device(),
             )
             try:
-                self.store.finish_run(
-                    run_id, status=status, n_samples=len(self.samples), skipped=summary.skipped
+                summary.notes = self.store.finish_run(
+                    run_id,
+                    status=status,
+                    n_samples=len(self.samples),
+                    skipped=summary.skipped,
+                    notes=self._notes,
                 )
-            except Exception:  # never mask the original error
+            except Exception as exc:  # noqa: BLE001 - never mask the original error
                 if status == "finished":
                     raise
-                log.exception("could not record the end of run %s", run_id)
+                _after_failure(exc, failure, f"could not record the end of run {run_id}")
+        if summary.notes:
+            first = next(iter(sorted(summary.notes.items())))
+            log.warning(
+                "%d evaluated image(s) are degenerate, their predictions counted; first: %s: %s "
+                "(all listed in the run record's notes)",
+                len(summary.notes),
+                *first,
+            )
         log.info("%s", throughput_line(summary.throughput))
         return summary
 
@@ -294,21 +315,11 @@ class Runner:
         """Workers prepare the pixels, this process runs the model in ``batch_size`` batches
         (after ``shifter``, a :class:`~robustlab.run.device_shifts.DeviceShifts`, applied
         the corruptions on its device, when the run uses torch shifts)."""
-        executor = get_executor(self.options.backend)
         device = self.model.input_device()
         on_gpu = device.startswith("cuda")
         # Nothing left (a rerun of a finished run): starting worker processes would
         # cost seconds per run for no item at all.
-        items = (
-            executor(
-                dataset,
-                workers=self.options.workers,
-                prefetch=self.options.prefetch,
-                pin_memory=on_gpu,
-            )
-            if tasks
-            else iter(())
-        )
+        items = self._surviving_worker_deaths(dataset, tasks, pin_memory=on_gpu)
         if shifter is not None:
             items = shifter.wrap(items)
         n_pending = 0
@@ -317,12 +328,61 @@ class Runner:
             ok = self._note_item(task, errors, measured, skipped, progress)
             if not ok or tensor is None:
                 continue
-            if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass
-                tensor = tensor.to(device, non_blocking=True)
-            pending.append([task, tensor, ok, 0])
+            # One tensor per task, or one per cell when its cells differ in size (pack).
+            pieces = (
+                list(zip(tensor, ([j] for j in ok))) if isinstance(tensor, list) else [(tensor, ok)]
+            )
+            for piece, rows in pieces:
+                if on_gpu:  # pinned by the DataLoader: the copy overlaps the forward pass
+                    piece = piece.to(device, non_blocking=True)
+                pending.append([task, piece, rows, 0])
             n_pending += len(ok)
             while n_pending >= self.options.batch_size:
                 n_pending -= self._flush(pending, self.options.batch_size, writer)
+
+    def _surviving_worker_deaths(self, dataset, tasks: list[Task], *, pin_memory: bool):
+        """The executor's items in task order; when a worker process dies (the kernel's
+        out-of-memory killer, a ``kill -9``), the tasks not yet delivered are handed to
+        fresh workers, as ``generate`` retries its images.
+
+        The tasks already delivered keep their results (items come in task order, so
+        everything before the first missing task is done). A task at which workers die
+        :data:`WORKER_DEATHS` times in a row stops the run with one line: what is stored
+        stays stored, and the same command resumes.
+        """
+        executor = get_executor(self.options.backend)
+        start, deaths = 0, 0
+        while start < len(tasks):
+            view = dataset if start == 0 else _TaskTail(dataset, start)
+            try:
+                for item in executor(
+                    view,
+                    workers=self.options.workers,
+                    prefetch=self.options.prefetch,
+                    pin_memory=pin_memory,
+                ):
+                    if int(item[0]) >= start:
+                        start, deaths = int(item[0]) + 1, 0
+                    yield item
+                return
+            except RuntimeError as exc:
+                if not _worker_died(exc):
+                    raise
+                deaths += 1
+                sample = self.samples[tasks[start].sample_index].id if start < len(tasks) else ""
+                if deaths >= WORKER_DEATHS:
+                    raise EnvironmentProblem(
+                        f"worker processes died {deaths} times while preparing {sample} "
+                        f"({_one_line(exc)}); the predictions made so far are stored",
+                        hint="rerun the same command to resume; if the system ran out of "
+                        "memory, pass fewer --workers",
+                    ) from None
+                log.warning(
+                    "a worker process died (%s); retrying %d task(s) from %s in fresh workers",
+                    _one_line(exc),
+                    len(tasks) - start,
+                    sample,
+                )
 
     def _run_on_ray(
         self,
@@ -385,6 +445,9 @@ class Runner:
             )
         failed = set()
         for cell_index, reason in errors:
+            if cell_index == NOTE:  # evaluated, but degenerate: a note, not a skip
+                self._notes[sample.id] = reason
+                continue
             skipped[(sample.id, reason)] = None
             log.warning("skipping %s: %s", sample.id, reason)
             if cell_index < 0:
@@ -400,21 +463,32 @@ class Runner:
 
         ``pending`` holds ``[task, tensor, ok, start]``: row r of ``tensor`` is the image of
         cell ``task.cells[ok[r]]``, and rows before ``start`` were already used.
+
+        One batch holds images of one size: those of the first pending entry's size, taken
+        in order wherever they are in ``pending``. Images of other sizes (a folder made
+        with ``generate --keep-size``) wait for a batch of their own; a model's prediction
+        of an image does not depend on which images share its batch, so this changes no
+        result.
         """
         import torch
 
         pieces, rows = [], []
         taken = 0
-        while pending and taken < limit:
-            task, tensor, ok, start = pending[0]
+        size = tuple(pending[0][1].shape[1:])
+        at = 0
+        while at < len(pending) and taken < limit:
+            task, tensor, ok, start = pending[at]
+            if tuple(tensor.shape[1:]) != size:
+                at += 1
+                continue
             n = min(len(ok) - start, limit - taken)
             pieces.append(tensor[start : start + n])
             rows.extend((task, ok[r]) for r in range(start, start + n))
             taken += n
             if start + n == len(ok):
-                pending.pop(0)
+                pending.pop(at)
             else:
-                pending[0][3] = start + n
+                pending[at][3] = start + n
         # A cell's measured attributes are stored no later than its prediction, so a
         # resumed run (which skips stored predictions) never lacks them.
         self._write_attributes()
@@ -538,6 +612,54 @@ def _concat_rows(batches: list[dict]) -> dict:
         else:
             out[key] = [v for b in batches for v in b[key]]
     return out
+
+
+def _after_failure(exc: BaseException, failure: BaseException | None, doing: str) -> None:
+    """Log an error met while cleaning up after ``failure`` (the error that ends the run).
+
+    The same error again (the writer re-raising its full disk) or another user-facing one
+    (the disk still full when the run's end is recorded) is one debug line: the CLI already
+    prints the problem on one line, and a traceback would bury it. Anything else is a bug
+    in the cleanup and keeps its traceback.
+    """
+    from robustlab.errors import RobustlabError, environment_problem
+
+    if exc is failure or isinstance(exc, RobustlabError):
+        log.debug("%s: %s", doing, _one_line(exc))
+    elif isinstance(exc, OSError) and environment_problem(exc, "") is not exc:
+        log.debug("%s: %s", doing, _one_line(exc))
+    else:
+        log.exception("%s", doing)
+
+
+# Deaths of worker processes at the same task before a run stops (the task itself may be
+# what exhausts the memory: retrying it for ever would never end).
+WORKER_DEATHS = 3
+
+
+def _worker_died(exc: BaseException) -> bool:
+    """Whether a DataLoader error says one of its worker processes died (killed by a
+    signal, or exited without a word), rather than a bug in the work itself."""
+    return "DataLoader worker (pid" in str(exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class _TaskTail:
+    """The tasks of ``dataset`` from ``start`` on, keeping their indices (a retry after a
+    worker died). Picklable, like the dataset it wraps."""
+
+    def __init__(self, dataset, start: int):
+        self.dataset = dataset
+        self.start = int(start)
+
+    def __len__(self) -> int:
+        return len(self.dataset) - self.start
+
+    def __getitem__(self, i: int):
+        return self.dataset[self.start + i]
 
 
 class _ModelTransform:

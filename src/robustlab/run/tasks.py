@@ -278,8 +278,13 @@ class PublishedImages(CellImages):
         folder = self.clean if shift == CLEAN_SHIFT else self.folders.get((shift, str(level)))
         if folder is None:
             return None
-        path = self.root / folder / self.names.get((folder, sample.id), sample.id)
-        return path if path.is_file() else None
+        # The link rule: only a regular file whose real path stays inside the data folder.
+        return file_inside(self.root, f"{folder}/{self.names.get((folder, sample.id), sample.id)}")
+
+
+# Cell index of an ``errors`` entry that is a note, not a failure: the sample was evaluated,
+# but is degenerate (``Prepared.degenerate``); the runner counts and stores it apart.
+NOTE = -2
 
 
 class TaskDataset:
@@ -288,6 +293,7 @@ class TaskDataset:
     Each item is ``(task_index, tensor K x C x H x W or None, errors)``. Unreadable images
     and failing cells come back as ``(cell index or -1 for the whole sample, reason)``
     instead of raising, so one bad file never stops a run; the runner counts and lists them.
+    A degenerate source that is still evaluated (a 5x5 image) adds ``(NOTE, note)``.
     A fourth element lists ``(cell index, attributes dict)`` for cells whose shift reported
     what it achieved (the ImageNet-E attribute edits).
     """
@@ -322,7 +328,7 @@ class TaskDataset:
             return i, None, [(-1, exc.reason)], []
         except (OSError, ValueError) as exc:
             return i, None, [(-1, f"unreadable: {exc}")], []
-        tensors, errors, measured = [], [], []
+        tensors, errors, measured = [], degenerate_notes(base), []
         for j, (shift, level) in enumerate(task.cells):
             attrs: dict = {}
             try:
@@ -340,6 +346,12 @@ class TaskDataset:
         return i, (pack(tensors) if tensors else None), errors, measured
 
 
+def degenerate_notes(base) -> list[tuple[int, str]]:
+    """``[(NOTE, note)]`` for a degenerate prepared source, else ``[]``."""
+    note = getattr(base, "degenerate", "")
+    return [(NOTE, note)] if note else []
+
+
 def pack(tensors: Sequence) -> Any:
     """``torch.stack(tensors)``, made for the hand-over of a task's cells to the model.
 
@@ -349,12 +361,18 @@ def pack(tensors: Sequence) -> Any:
     of the result about ten times faster, with the same bytes. In a DataLoader worker the
     result is allocated in shared memory, as torch's ``default_collate`` does, so sending
     it to the main process does not copy it once more. Anything else (another dtype,
-    layout or channel count, tensors of different shapes) goes to ``torch.stack``.
+    layout or channel count) goes to ``torch.stack``.
+
+    Cells of different sizes (a ``generate --keep-size`` folder holds each photo at its
+    own size, and a shift may change a cell's size) cannot be stacked: they come back as
+    a list of 1xCxHxW tensors, one per cell, and the runner batches each size on its own.
     """
     import torch
 
     first = tensors[0]
     shape = tuple(first.shape)
+    if any(tuple(t.shape) != shape for t in tensors):
+        return [t[None] for t in tensors]
     if not all(_is_hwc_view(t, shape) for t in tensors):
         return torch.stack(list(tensors))
     import cv2

@@ -250,13 +250,25 @@ class Store:
             True when the run id was new, False when this resumes an earlier run (whose
             ``started_at`` is kept).
         """
+        from robustlab.manifest import this_process
+
         record.started_at = record.started_at or utcnow()
+        # Who runs it, so that a later run can tell a killed one (kill -9, the OOM killer).
+        record.config = {**record.config, "process": this_process()}
         with self.connect() as con:
-            exists = con.execute("SELECT 1 FROM runs WHERE run_id = ?", [record.run_id]).fetchone()
+            _mark_dead_runs(con, record.run_id)
+            exists = con.execute(
+                "SELECT config FROM runs WHERE run_id = ?", [record.run_id]
+            ).fetchone()
             if exists:
+                # The notes of earlier sessions stay: their samples are not decoded again.
+                old = json.loads(exists[0]) if exists[0] else {}
+                config = dict(record.config)
+                if old.get("notes"):
+                    config["notes"] = old["notes"]
                 con.execute(
                     "UPDATE runs SET status = 'running', finished_at = NULL, config = ? WHERE run_id = ?",
-                    [json.dumps(record.config, sort_keys=True, default=str), record.run_id],
+                    [json.dumps(config, sort_keys=True, default=str), record.run_id],
                 )
                 return False
             placeholders = ", ".join("?" for _ in RUN_COLUMNS)
@@ -273,8 +285,17 @@ class Store:
         status: str,
         n_samples: int | None = None,
         skipped: Sequence[Any] | None = None,
-    ) -> None:
-        """Record the end state of a run (``finished``, ``interrupted`` or ``failed``)."""
+        notes: dict[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Record the end state of a run (``finished``, ``interrupted`` or ``failed``).
+
+        ``notes`` (sample id -> why it is degenerate: evaluated, counted, but e.g. a 5x5
+        image) join those of the run's earlier sessions in ``config["notes"]``; a resumed
+        session does not decode the samples already done, so the record keeps them.
+
+        Returns:
+            Every note of the run.
+        """
         sets, params = ["status = ?", "finished_at = ?"], [status, utcnow()]
         if n_samples is not None:
             sets.append("n_samples = ?")
@@ -287,7 +308,15 @@ class Store:
             sets += ["n_skipped = ?", "skipped = ?"]
             params += [n_skipped, json.dumps(list(skipped), default=str)]
         with self.connect() as con:
+            row = con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            config = json.loads(row[0]) if row and row[0] else {}
+            merged = {**(config.get("notes") or {}), **(notes or {})}
+            if notes:
+                config["notes"] = dict(sorted(merged.items()))
+                sets.append("config = ?")
+                params.append(json.dumps(config, sort_keys=True, default=str))
             con.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
+        return merged
 
     def runs(self, run_ids: Iterable[str] | None = None):
         """The ``runs`` table as a DataFrame (JSON columns decoded), oldest first."""
@@ -746,3 +775,22 @@ def _in_clause(column: str, values: Iterable[str] | None) -> tuple[str, list]:
 
 
 __all__ = ["Store", "DEFAULT_DB", "LockTimeout", "utcnow"]
+
+
+def _mark_dead_runs(con, run_id: str) -> None:
+    """Runs other than ``run_id`` still ``running`` although the process that started them
+    on this host is gone (``kill -9``, power loss, the OOM killer) are marked ``killed``, as
+    generate and synth mark theirs: a run never stays ``running`` for ever."""
+    from robustlab.manifest import mark_dead_runs
+
+    rows = con.execute(
+        "SELECT run_id, config FROM runs WHERE status = 'running' AND run_id <> ?", [run_id]
+    ).fetchall()
+    for rid, config in rows:
+        try:
+            process = (json.loads(config) if config else {}).get("process") or {}
+        except ValueError:
+            continue
+        run = {"status": "running", "host": process.get("host"), "pid": process.get("pid")}
+        if mark_dead_runs([run])[0]["status"] == "killed":
+            con.execute("UPDATE runs SET status = 'killed' WHERE run_id = ?", [rid])

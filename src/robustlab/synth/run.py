@@ -24,7 +24,9 @@ import contextlib
 import csv
 import io
 import logging
+import os
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,7 +40,7 @@ from robustlab.generate import (
     library_versions,
     remove_temp_files,
 )
-from robustlab.manifest import load_manifest
+from robustlab.manifest import load_manifest, manifest_lock, mark_dead_runs, this_process
 from robustlab.synth.backend import SCHEDULERS, TextToImage, describe_checkpoint
 from robustlab.synth.prompts import (
     VOCABULARIES,
@@ -234,7 +236,9 @@ def synth(
             placement = plan_placement(resources, device, cpu_stage=False, node_cpus=node_cpus())
         out_root.mkdir(parents=True, exist_ok=True)
         run_record: dict[str, Any] = {
+            "id": uuid.uuid4().hex[:12],
             "started_at": _now(),
+            **this_process(),  # a later run tells a killed one by its gone process
             "status": "running",
             "planned": len(grid),
             "classes": len(class_ids),
@@ -246,10 +250,12 @@ def synth(
         }
         if backend == "ray":
             run_record["address"] = address
-        manifest = _manifest(prev, identity, ckpt, vocabs, template_map, rows, run_record)
         # The record goes down before any image, so no image is ever of unknown making.
-        _write_prompts(out_root / PROMPTS, rows)
-        _write_json(manifest_path, manifest)
+        with manifest_lock(out_root):
+            prev = load_manifest(manifest_path)
+            manifest = _manifest(prev, identity, ckpt, vocabs, template_map, rows, run_record)
+            _write_prompts(out_root / PROMPTS, rows)
+            _write_json(manifest_path, manifest)
         removed = remove_temp_files(out_root, [v.subset for v in vocabs])
         if removed:
             log.info("removed %d temp files left by an interrupted run", removed)
@@ -285,9 +291,12 @@ def synth(
             )
             if result.backend:
                 run_record["pipeline"] = _jsonable(result.backend)
-            manifest = _finish_manifest(manifest, result, run_record, grid)
-            _write_json(manifest_path, manifest)
-            _write_labels(out_root, rows)
+            # Merged into what is on disk now (a concurrent run's record too), counted there.
+            with manifest_lock(out_root):
+                current = load_manifest(manifest_path) or manifest
+                manifest = _finish_manifest(current, result, run_record, grid, out_root)
+                _write_json(manifest_path, manifest)
+                _write_labels(out_root, rows)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -522,14 +531,24 @@ def _manifest(prev, identity, ckpt, vocabs, templates, rows, run_record) -> dict
         "failures": prev.get("failures", []),
         "created_at": prev.get("created_at", run_record["started_at"]),
         "updated_at": _now(),
-        "runs": list(prev.get("runs", [])) + [run_record],
+        # A run still "running" whose process is gone was killed: said so now.
+        "runs": mark_dead_runs(list(prev.get("runs", []))) + [run_record],
     }
 
 
 def _finish_manifest(
-    manifest: dict, result: SynthResult, run_record: dict, grid: list[PromptItem]
+    manifest: dict,
+    result: SynthResult,
+    run_record: dict,
+    grid: list[PromptItem],
+    out_root: Path,
 ) -> dict:
-    """This run's outcome merged in: a failure retried now either failed again or exists."""
+    """This run's outcome merged into ``manifest`` (the one on disk now): a failure retried
+    now either failed again or exists; this run's record replaces its ``running`` one.
+
+    ``counts.written`` is the number of images in the folder, counted on disk: a sum of
+    what each process wrote would miss a killed run's images and count an image twice
+    when two runs draw into one folder."""
     considered = {i.file for i in grid}
     failures = {
         d["file"]: d["reason"]
@@ -537,12 +556,15 @@ def _finish_manifest(
         if d.get("file") not in considered
     }
     failures.update(dict(result.failures))
-    counts = dict(manifest.get("counts") or {})
     manifest = dict(manifest)
-    manifest["runs"] = manifest["runs"][:-1] + [run_record]
+    runs = [
+        r for r in mark_dead_runs(list(manifest.get("runs", []))) if r.get("id") != run_record["id"]
+    ]
+    manifest["runs"] = [*runs, run_record]
     manifest["failures"] = [{"file": f, "reason": r} for f, r in sorted(failures.items())]
+    subsets = [v["subset"] for v in manifest.get("vocabularies", [])]
     manifest["counts"] = {
-        "written": int(counts.get("written", 0)) + result.written,
+        "written": images_on_disk(out_root, subsets),
         "written_this_run": result.written,
         "existing": result.existing,
         "failed": len(failures),
@@ -550,6 +572,15 @@ def _finish_manifest(
     }
     manifest["updated_at"] = _now()
     return manifest
+
+
+def images_on_disk(out_root: Path, subsets: Sequence[str]) -> int:
+    """PNG images under the subset folders of a synth folder (temp files not counted)."""
+    n = 0
+    for subset in subsets:
+        for _, _, files in os.walk(Path(out_root) / subset):
+            n += sum(1 for f in files if f.endswith(".png") and not f.startswith("."))
+    return n
 
 
 def _ml_versions() -> dict[str, str | None]:
