@@ -118,11 +118,15 @@ def model_table(rows: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Data
         )
     df = pd.DataFrame(out)
     if runs is not None and not df.empty:
-        names = {
-            r.run_id: f"{r.model_spec} ({str(r.weights_hash or '')[:8]})" for r in runs.itertuples()
-        }
+        names = {r.run_id: run_label(r._asdict()) for r in runs.itertuples()}
         df.insert(1, "model", [names.get(r, r) for r in df["run_id"]])
     return df
+
+
+def run_label(run: dict) -> str:
+    """``lite0 (57934424) gradcam``: model spec, weights hash and saliency method."""
+    method = ((run.get("config") or {}).get("saliency") or {}).get("method", "")
+    return f"{run['model_spec']} ({str(run.get('weights_hash') or '')[:8]}) {method}".strip()
 
 
 def correlations(models: pd.DataFrame, x: str = "fg_clean") -> pd.DataFrame:
@@ -154,4 +158,4 @@ def correlations(models: pd.DataFrame, x: str = "fg_clean") -> pd.DataFrame:
     return pd.DataFrame(out, columns=["x", "y", "n", "pearson", "spearman", "note"])
 
 
-__all__ = ["cell_summary", "model_table", "correlations", "FEW_MODELS"]
+__all__ = ["cell_summary", "model_table", "correlations", "run_label", "FEW_MODELS"]
