@@ -95,7 +95,10 @@ def _cell_view(run: dict, sample_id: str, shift: str, level: str):
         prep_d["input_size"] = tuple(prep_d["input_size"])
     prep_d["mean"], prep_d["std"] = tuple(prep_d["mean"]), tuple(prep_d["std"])
     prep = Preprocessing(**prep_d)
-    donors = list(samples) if shift.startswith("mixed") else None
+    from robustlab.shifts.registry import get_shift
+
+    rule = shift != CLEAN_SHIFT and get_shift(shift).extra.get("donor_rule")
+    donors = list(samples) if rule else None
     images = CellImages(protocol, int(run["seed"]), donors=donors, with_mask=True)
     base = images.base(sample)
     img = images.cell(sample, base, shift, level)

@@ -27,13 +27,16 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.store.schema import CLEAN_SHIFT, SALIENCY_MAP_SIDE, SALIENCY_TASK
+
+if TYPE_CHECKING:
+    from robustlab.run.tasks import TaskDataset
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +226,7 @@ def saliency(
         raise MissingResourceError(f"masks folder {mask_root} does not exist")
     if batch_size is not None and int(batch_size) < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
-    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
+    s = get_suite(str(suite)) if isinstance(suite, (str, Path)) else suite
     names = list(shifts) if shifts else list(s.shifts)
     clean_only = names == [CLEAN_SHIFT]
     if not clean_only:
@@ -371,7 +374,9 @@ def saliency(
             lines.update(len(rows))
 
     try:
-        for i, inputs, mks, got, errors in iterate_local(dataset, workers=n_workers):
+        # iterate_local takes any map-style dataset (it is typed for the runner's own).
+        loader = iterate_local(cast("TaskDataset", dataset), workers=n_workers)
+        for i, inputs, mks, got, errors in loader:
             sample = dataset.samples[i]
             for where, reason in errors:
                 skipped.append((sample.id, f"{where}: {reason}" if where else reason))
