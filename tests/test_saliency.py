@@ -114,6 +114,19 @@ def test_metrics_equal_quantus_on_lite0_gradcam_maps(masked_photos, lite0):
     assert (share > 0.05).all() and (share < 0.99).all()
 
 
+def test_a_missing_library_is_one_line_naming_the_package(monkeypatch, tmp_path, capsys):
+    import sys
+
+    from robustlab.cli import main
+
+    monkeypatch.setitem(sys.modules, "pytorch_grad_cam", None)  # as if not installed
+    argv = ["saliency", "lite0", "--data", str(tmp_path), "--masks", str(tmp_path)]
+    assert main([*argv, "--db", str(tmp_path / "x.duckdb")]) == 2
+    err = capsys.readouterr().err
+    assert "needs the grad-cam package" in err and "pip install grad-cam==1.5.7" in err
+    assert "Traceback" not in err and not (tmp_path / "x.duckdb").exists()
+
+
 # ----------------------------------------------------------------------------- layers
 def test_target_layer_found_for_cnns_and_vits(lite0):
     import timm

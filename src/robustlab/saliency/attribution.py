@@ -49,15 +49,17 @@ def require_library(method: str) -> None:
             f"unknown saliency method {method!r}", hint=f"use one of: {', '.join(METHODS)}"
         )
     lib = METHODS[method][0]
-    module = "pytorch_grad_cam" if lib == "grad-cam" else "captum"
-    import importlib.util
+    module = "pytorch_grad_cam" if lib == "grad-cam" else "captum.attr"
+    import importlib
 
-    if importlib.util.find_spec(module) is None:
+    try:
+        importlib.import_module(module)
+    except ImportError:
         version = "grad-cam==1.5.7" if lib == "grad-cam" else "captum==0.9.0"
         raise MissingResourceError(
             f"saliency method {method!r} needs the {lib} package, which is not installed",
             hint=f"pip install {version} (or {INSTALL_HINT})",
-        )
+        ) from None
 
 
 @dataclass(frozen=True)
