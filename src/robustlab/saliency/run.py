@@ -242,6 +242,7 @@ def saliency(
     if not clean_only:
         cells += [(sh, str(lv)) for sh, lv in s.cells()]
     gone = sorted({sh for sh, _ in cells if TARGET_RULES.get(sh, "same") is None})
+    Store(db).check()  # a damaged database fails now, not after the model has loaded
     if isinstance(model, str):
         model = load_model(model, weights=weights, device=device, label_space=label_space)
     net = getattr(model, "module", None)
@@ -317,7 +318,6 @@ def saliency(
         n_samples=len(usable),
     )
     store = Store(db)
-    store.check()
     done = store.saliency_done_keys(rid)
     todo = [
         [(sh, lv) for sh, lv in cells if (x.id, sh, lv) not in done and sh not in gone]
