@@ -35,6 +35,7 @@ COMMANDS = [
     "train",
     "holdout",
     "segment",
+    "saliency",
     "synth",
     "mine",
     "review",
@@ -43,7 +44,7 @@ COMMANDS = [
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
-RESUMABLE = {"evaluate", "generate", "train", "segment", "synth", "mine", "vlm"}
+RESUMABLE = {"evaluate", "generate", "train", "segment", "saliency", "synth", "mine", "vlm"}
 
 
 # Exit status of an unexpected exception (a bug): EX_SOFTWARE of sysexits.h, distinct from

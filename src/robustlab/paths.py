@@ -257,6 +257,7 @@ COMMAND_OUTPUTS: dict[str, dict[str, tuple[str, str]]] = {
     "train": {"out": ("--out", "shared"), "db": ("--db", "db")},
     "holdout": {"out": ("--out", "shared"), "db": ("--db", "db")},
     "segment": {"db": ("--db", "db")},
+    "saliency": {"db": ("--db", "db")},
     "synth": {"out": ("--out", "owned")},
     "mine": {"out": ("--out", "owned"), "db": ("--db", "db")},
     "review": {"export": ("--export", "csv"), "db": ("--db", "db")},

@@ -261,6 +261,10 @@ def _commands(h, db, tmp):
             *("segment", "deeplabv3_resnet50", "--weights", d / c3 / "passwd.jpg"),
             *("--data", d, "--masks", d, "--db", tmp / "s.duckdb"),
         ],
+        "saliency": [
+            *("saliency", "lite0", "--data", d, "--masks", d, "--db", tmp / "sa.duckdb"),
+            *("--workers", "0", "--limit", "2", "--no-progress"),
+        ],
         "vlm": ["vlm", "--model", f"vlm:{h['outside']}", "--data", d, "--db", tmp / "v.duckdb"],
         "synth": ["synth", "--checkpoint", h["outside"], "--out", tmp / "syn", "--limit", "1"],
         "mine": [
@@ -281,6 +285,7 @@ def _commands(h, db, tmp):
         "report",
         "review-export",
         "segment",
+        "saliency",
         "vlm",
         "synth",
         "mine",

@@ -1245,6 +1245,10 @@ def build_report(
     _edit_tables(p, d)
     _imagenet_d(p, d)
     _surface_variation(p, d)
+    from robustlab.report.saliency import add_section as _saliency
+    from robustlab.store import Store
+
+    _saliency(p, Store(db), run_ids, rng, n_resamples, notes)
     _mining_and_review(p, d, seed)
     stages.stage("regression models")
     with tempfile.TemporaryDirectory(prefix="robustlab-report-") as tmp:

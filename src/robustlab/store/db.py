@@ -36,6 +36,7 @@ from robustlab.store.schema import (
     DDL,
     PREDICTION_COLUMNS,
     RUN_COLUMNS,
+    SALIENCY_COLUMNS,
     SCHEMA_VERSION,
     SEGMENTATION_COLUMNS,
     RunRecord,
@@ -582,6 +583,74 @@ class Store:
         """
         return self._optional_table("segmentation", SEGMENTATION_COLUMNS, run_ids)
 
+    # ------------------------------------------------------------------ saliency
+    def write_saliency(self, run_id: str, rows) -> int:
+        """Insert one batch of per-image saliency rows in a single transaction.
+
+        Args:
+            run_id: The (saliency) run the rows belong to.
+            rows: A DataFrame (or column -> sequence mapping) with the
+                :data:`~robustlab.store.schema.SALIENCY_COLUMNS` but ``run_id``; NaN
+                numbers are stored as NULL, ``map`` holds bytes.
+
+        Returns:
+            The number of rows in the batch (stored keys are left untouched, so a resumed
+            run never duplicates them).
+        """
+        import pyarrow as pa
+
+        cols = [c for c in SALIENCY_COLUMNS if c != "run_id"]
+        missing = [c for c in cols if c not in rows]
+        if missing:
+            raise ValueError(f"saliency rows lack column(s) {', '.join(missing)}")
+        n = len(rows["sample_id"])
+        if n == 0:
+            return 0
+
+        def num(name):
+            v = np.asarray(rows[name], dtype=np.float64)
+            return pa.array(v, pa.float64(), mask=~np.isfinite(v))
+
+        def ints(name):
+            return pa.array([None if v is None else int(v) for v in rows[name]], pa.int32())
+
+        table = pa.table(
+            {
+                "run_id": pa.array([run_id] * n, pa.string()),
+                **{
+                    k: pa.array([str(v) for v in rows[k]], pa.string())
+                    for k in ("sample_id", "shift", "level")
+                },
+                "class_name": pa.array(
+                    [None if v is None else str(v) for v in rows["class_name"]], pa.string()
+                ),
+                **{k: ints(k) for k in ("label", "target", "pred")},
+                "correct": pa.array([bool(v) for v in rows["correct"]], pa.bool_()),
+                **{k: num(k) for k in ("fg_share", "fg_share_norm", "pointing", "mask_area")},
+                "map": pa.array([bytes(v) for v in rows["map"]], pa.binary()),
+            }
+        )
+        self._insert_batch("saliency", SALIENCY_COLUMNS, table)
+        return n
+
+    def saliency_done_keys(self, run_id: str) -> set[tuple[str, str, str]]:
+        """The (sample_id, shift, level) keys stored for saliency run ``run_id`` (resume)."""
+        if not self.exists():
+            return set()
+        with self.connect(read_only=True) as con:
+            if not _has_table(con, "saliency"):
+                return set()
+            rows = con.execute(
+                "SELECT sample_id, shift, level FROM saliency WHERE run_id = ?", [run_id]
+            ).fetchall()
+        return {(str(a), str(b), str(c)) for a, b, c in rows}
+
+    def saliency(self, run_ids: Iterable[str] | None = None, *, maps: bool = False):
+        """The ``saliency`` rows as a DataFrame (empty, with its columns, if none);
+        the ``map`` thumbnails only with ``maps``."""
+        cols = [c for c in SALIENCY_COLUMNS if maps or c != "map"]
+        return self._optional_table("saliency", cols, run_ids)
+
     # ------------------------------------------------------------------ attributes
     def write_attributes(self, run_id: str, rows: Sequence[dict[str, Any]]) -> int:
         """Store what attribute edits achieved, one row per (sample, shift, level).
@@ -721,7 +790,7 @@ class Store:
         paths = []
         with self.connect(read_only=True) as con:
             tables = ["runs", "predictions"]
-            for extra in ("segmentation", "attributes"):
+            for extra in ("segmentation", "attributes", "saliency"):
                 if (
                     _has_table(con, extra)
                     and con.execute(f"SELECT count(*) FROM {extra} {where}", params).fetchone()[0]

@@ -21,7 +21,7 @@ from robustlab.metrics.mce import (
     mce,
 )
 from robustlab.store.db import Store
-from robustlab.store.schema import CLEAN_SHIFT, SEGMENTATION_TASK
+from robustlab.store.schema import CLEAN_SHIFT, SALIENCY_TASK, SEGMENTATION_TASK
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,17 @@ def results_table(
         if seg.any()
         else []
     )
-    runs = runs[~seg]
+    sal = pd.Series(
+        [isinstance(c, dict) and c.get("task") == SALIENCY_TASK for c in runs["config"]],
+        index=runs.index,
+        dtype=bool,
+    )
+    if sal.any():
+        notes.append(
+            f"{int(sal.sum())} saliency run(s) not in this table (no predictions); "
+            "`robustlab report` has their foreground shares"
+        )
+    runs = runs[~seg & ~sal]
     all_cells = store.cell_table(list(runs["run_id"]))
     parts = []
     for run in runs.to_dict("records"):

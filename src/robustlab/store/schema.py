@@ -13,6 +13,12 @@ tn). Counts, not scores, are stored because IoU and pixel accuracy of any groupi
 pure functions of summed counts (:mod:`robustlab.metrics.segmentation`). The table is
 additive (CREATE TABLE IF NOT EXISTS), so older databases gain it on their next write
 without a schema version change.
+
+Saliency runs (``config["task"] == "saliency"``, ``robustlab saliency``) keep one row per
+(run, sample, shift, level) in ``saliency``: the class explained, the model's top-1 and
+whether it was right, the foreground numbers of :mod:`robustlab.saliency.metrics` and the
+map itself at :data:`SALIENCY_MAP_SIDE` pixels a side (uint8, scaled to its maximum), so
+the report can draw heat maps without the model. Additive like ``segmentation``.
 """
 
 from __future__ import annotations
@@ -87,6 +93,25 @@ DDL = [
     )
     """,
     """
+    CREATE TABLE IF NOT EXISTS saliency (
+        run_id VARCHAR NOT NULL,
+        sample_id VARCHAR NOT NULL,
+        shift VARCHAR NOT NULL,
+        level VARCHAR NOT NULL,
+        class_name VARCHAR,
+        label INTEGER,
+        target INTEGER,
+        pred INTEGER,
+        correct BOOLEAN,
+        fg_share DOUBLE,
+        fg_share_norm DOUBLE,
+        pointing DOUBLE,
+        mask_area DOUBLE,
+        map BLOB,
+        PRIMARY KEY (run_id, sample_id, shift, level)
+    )
+    """,
+    """
     CREATE TABLE IF NOT EXISTS attributes (
         run_id VARCHAR NOT NULL,
         sample_id VARCHAR NOT NULL,
@@ -107,6 +132,27 @@ DDL = [
     )
     """,
 ]
+
+# ``runs.config["task"]`` of a saliency run.
+SALIENCY_TASK = "saliency"
+# Side of the stored saliency thumbnail (Grad-CAM of a CNN has 7 to 14 cells a side).
+SALIENCY_MAP_SIDE = 32
+SALIENCY_COLUMNS = (
+    "run_id",
+    "sample_id",
+    "shift",
+    "level",
+    "class_name",
+    "label",
+    "target",
+    "pred",
+    "correct",
+    "fg_share",
+    "fg_share_norm",
+    "pointing",
+    "mask_area",
+    "map",
+)
 
 # ``runs.config["task"]`` of a segmentation run (classification runs have no "task").
 SEGMENTATION_TASK = "segmentation"

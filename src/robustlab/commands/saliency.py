@@ -1,0 +1,173 @@
+"""``robustlab saliency MODEL --data DIR --masks DIR``: where a model looks.
+
+Saliency maps (Grad-CAM and its variants through the ``grad-cam`` package, gradient
+methods through Captum) on the clean images and every scenario cell of a mask suite,
+scored against the object masks (share of positive saliency on the object, pointing game,
+share normalised by the object's area) and stored per image in the results database,
+resumable like ``evaluate``. Prints the per-cell table and, with several saliency runs in
+the database, the per-model numbers and their correlation with robustness.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from robustlab.commands._args import add_cell_filters, add_no_progress, workers
+
+
+def add_parser(sub) -> None:
+    from robustlab.saliency.attribution import DEFAULT_METHOD, METHODS
+
+    p = sub.add_parser(
+        "saliency",
+        help="saliency maps and foreground reliance on the clean and scenario images",
+        description="Compute saliency maps of MODEL on the clean images of --data and on the "
+        "scenario cells of --suite, measure how much of each map lies on the object of "
+        "--masks (relevance mass, pointing game, area-normalised share), store one row per "
+        "image and cell in --db (rerunning resumes) and print the mean foreground share per "
+        "cell with a bootstrap interval. Needs the saliency extra: "
+        "pip install 'robustlab[saliency]'.",
+    )
+    p.add_argument("model", help="torch model spec: lite0, timm:NAME, torchvision:NAME, ...")
+    p.add_argument(
+        "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
+    )
+    p.add_argument("--masks", required=True, help="folder of foreground masks parallel to --data")
+    p.add_argument(
+        "--suite",
+        default="ximagenet12",
+        help="mask suite whose scenarios to explain: ximagenet12 or imagenet9 "
+        "(default: ximagenet12)",
+    )
+    p.add_argument(
+        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
+    )
+    p.add_argument(
+        "--method",
+        default=DEFAULT_METHOD,
+        choices=list(METHODS),
+        help=f"saliency method (default: {DEFAULT_METHOD})",
+    )
+    p.add_argument(
+        "--target-layer",
+        default=None,
+        help="module name a CAM method explains (default: found automatically and recorded)",
+    )
+    p.add_argument(
+        "--target",
+        default="predicted",
+        choices=("predicted", "label"),
+        help="class to explain: the model's top-1 or the true label (default: predicted)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
+    add_cell_filters(p, shifts="scenarios of the suite ('clean': clean images only)")
+    p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
+    p.add_argument("--label-space", default=None, help="label space (default: imagenet1k)")
+    p.add_argument("--weights", default=None, help="weights file for the model")
+    p.add_argument(
+        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: the model's choice)"
+    )
+    p.add_argument("--batch-size", type=int, default=None, help="images per forward/backward pass")
+    p.add_argument(
+        "--workers",
+        type=workers,
+        default=None,
+        help="data worker processes that decode and shift images ahead of the model "
+        "(default: cores - 1; 0: all in the main process)",
+    )
+    p.add_argument("--limit", type=int, default=None, help="only the first N images with masks")
+    add_no_progress(p)
+    p.set_defaults(func=run)
+
+
+def format_saliency(df) -> str:
+    """A saliency table as text: shares and scores to three decimals, accuracies and the
+    BG-gap in percent (their columns renamed with " %")."""
+    import math
+
+    import pandas as pd
+
+    from robustlab.commands._tables import format_table
+
+    percent = ("top1", "top1_clean", "bg_gap")
+    out = pd.DataFrame(index=df.index)
+    for c in df.columns:
+        col = df[c]
+        if c in ("n", "n_images") or not pd.api.types.is_float_dtype(col):
+            out[c] = col
+            continue
+        scale, digits = (100.0, 2) if c in percent else (1.0, 3)
+        out[c + (" %" if c in percent else "")] = [
+            "" if v is None or math.isnan(float(v)) else f"{scale * float(v):.{digits}f}"
+            for v in col
+        ]
+    return format_table(out, "table")
+
+
+def run(args) -> int:
+    from robustlab.saliency import saliency
+    from robustlab.saliency.analysis import correlations, model_table
+    from robustlab.store import Store
+
+    Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
+    res = saliency(
+        args.model,
+        args.data,
+        masks=args.masks,
+        suite=args.suite,
+        shifts=args.shifts,
+        levels=args.levels,
+        method=args.method,
+        target_layer=args.target_layer,
+        target=args.target,
+        db=args.db,
+        seed=args.seed,
+        labels_csv=args.labels,
+        label_space=args.label_space,
+        weights=args.weights,
+        device=args.device,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        limit=args.limit,
+        progress=not args.no_progress,
+    )
+    show = res.summary.drop(columns=["run_id"])
+    sys.stdout.write(format_saliency(show))
+    store = Store(args.db)
+    runs = store.runs()
+    ids = [r.run_id for r in runs.itertuples() if (r.config or {}).get("task") == "saliency"]
+    if len(ids) > 1:
+        models = model_table(store.saliency(ids), runs)
+        sys.stdout.write("\n" + format_saliency(models.drop(columns=["run_id"])))
+        sys.stdout.write("\n" + format_saliency(correlations(models)))
+    layer = (res.record["saliency"].get("layer") or {}).get("name")
+    print(
+        f"{res.record['saliency']['method']} ({res.record['saliency']['library']} "
+        f"{res.record['saliency']['version']})" + (f", layer {layer}" if layer else ""),
+        file=sys.stderr,
+    )
+    if res.record["removed_object"]:
+        print(
+            f"left out {', '.join(res.record['removed_object'])}: the scenario removes the "
+            "object, so there is no foreground to look at",
+            file=sys.stderr,
+        )
+    if res.skipped:
+        print(
+            f"skipped {len({s[0] for s in res.skipped})} image(s); first: {res.skipped[0][0]}: "
+            f"{res.skipped[0][1]} (all listed in the run record)",
+            file=sys.stderr,
+        )
+    print(
+        f"run {res.record['run_id']} stored in {args.db} ({res.record['n_written']} new rows"
+        f"{', resumed' if res.record['resumed'] else ''})",
+        file=sys.stderr,
+    )
+    if res.rows.empty:
+        print(
+            f"robustlab saliency: error: no image of {args.data} could be used, so there are "
+            "no results",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
