@@ -74,7 +74,9 @@ def test_metrics_equal_quantus_on_lite0_gradcam_maps(masked_photos, lite0):
     """Relevance Mass Accuracy and Pointing Game of Quantus 0.6 on the same maps and masks:
     lite0's Grad-CAM of real photos (non-negative, where the positive-part share is
     Quantus's definition) and random maps clipped at zero, with real elliptic masks."""
-    quantus = pytest.importorskip("quantus", reason="pip install quantus==0.6.0")
+    quantus = pytest.importorskip(
+        "quantus", reason="pip install --no-deps quantus==0.6.0 cachetools (as .ci/run does)"
+    )
     import torch
 
     from robustlab.data.sources import discover
