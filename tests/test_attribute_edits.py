@@ -98,7 +98,7 @@ def test_size_hits_targets_on_real_photos(demo, level):
         assert r.rate == pytest.approx(rate)
         out, attrs = _edit(x, m, "obj_size", level)
         assert attrs["object_rate"] == pytest.approx(rate, abs=1e-6)
-        assert attrs["steps"] == r.steps and attrs["fill"] == "opencv-telea"
+        assert attrs["steps"] == r.steps and attrs["fill"] == "patchmatch"
         assert attrs["edited"] == 1 and attrs["how"] == r.how
         # Object pixels: the official resampled layer wherever its mask is non-zero.
         paste = r.mask > 0
@@ -277,10 +277,14 @@ def test_object_touching_every_border_stays_in_place(synthetic):
 
 def test_hole_fill_backends(synthetic, monkeypatch):
     x, m = synthetic
-    telea = describe_hole_fill()
-    assert telea["backend"] == "opencv-telea" and len(telea["fingerprint"]) == 16
-    ns = describe_hole_fill("ns")
-    assert ns["fingerprint"] != telea["fingerprint"]
+    default = describe_hole_fill()
+    assert default["backend"] == "patchmatch" and len(default["fingerprint"]) == 16
+    telea, ns = describe_hole_fill("telea"), describe_hole_fill("ns")
+    assert telea["backend"] == "opencv-telea"
+    assert len({default["fingerprint"], telea["fingerprint"], ns["fingerprint"]}) == 3
+    monkeypatch.setenv(fillmod.ENV_FILL, "telea")
+    _, attrs = _edit(x, m, "obj_direction", "90")
+    assert attrs["fill"] == "opencv-telea"
     monkeypatch.setenv(fillmod.ENV_FILL, "ns")
     _, attrs = _edit(x, m, "obj_direction", "90")
     assert attrs["fill"] == "opencv-ns"
@@ -305,13 +309,13 @@ def test_the_registry_is_the_one_record_of_the_hole_fill(monkeypatch):
     assert recorded_resources(edits) == ["hole_fill"]
     assert recorded_resources([get_shift("gaussian_noise")]) == []
     assert recorded_resources([get_shift("ai_bg")]) == ["inpainter"]
-    telea = describe_hole_fill()
+    rec = describe_hole_fill()
     assert describe_resources([get_shift("obj_size"), get_shift("gaussian_noise")]) == {
-        "hole_fill": telea
+        "hole_fill": rec
     }
     # a cell names the backend (older manifests' format, part of the cell's identity);
     # a checkpoint's cell holds its fingerprint only
-    assert get_resource("hole_fill").cell_value(telea) == f"opencv-telea {telea['fingerprint']}"
+    assert get_resource("hole_fill").cell_value(rec) == f"patchmatch {rec['fingerprint']}"
     assert get_resource("inpainter").cell_value({"path": "/x", "fingerprint": "ab"}) == "ab"
 
 
@@ -338,3 +342,57 @@ def test_inpainter_object_is_used_as_the_fill_with_a_seeded_draw(synthetic):
     hole = fillmod.hole_mask(m, fillmod.SETTINGS["diffusers"]["dilate"])
     assert (out[hole & ~rm] == 7).all()  # the uncovered object region is repainted
     np.testing.assert_array_equal(out[~hole & ~rm], x[~hole & ~rm])  # background kept
+
+
+def _local_std(img, region):
+    """Median over ``region`` of the grey level's standard deviation in a 7x7 window."""
+    g = img.astype(np.float64).mean(axis=-1)
+    mean = ndimage.uniform_filter(g, 7)
+    var = ndimage.uniform_filter(g * g, 7) - mean**2
+    return float(np.median(np.sqrt(np.maximum(var, 0))[region]))
+
+
+def test_exemplar_fill_keeps_the_background_texture_where_telea_draws_smooth_streaks():
+    # Fine grain all over (sigma 20 grey levels) and a large round hole: Telea's
+    # fast-marching fill propagates smoothed boundary colours inwards (the radial streaks),
+    # the exemplar fill copies the grain itself.
+    rng = np.random.default_rng(5)
+    x = np.clip(128 + rng.normal(0, 20, (128, 128, 1)), 0, 255).repeat(3, -1).astype(np.uint8)
+    yy, xx = np.mgrid[:128, :128]
+    m = (yy - 64) ** 2 + (xx - 64) ** 2 < 40**2
+    hole = fillmod.hole_mask(m, fillmod.SETTINGS["patch"]["dilate"])
+    inner = ndimage.binary_erosion(hole, iterations=6)
+    bg = _local_std(x, ~hole)
+    out = {b: fillmod.fill_background(x, m, None, {"hole_fill": b})[0] for b in ("patch", "telea")}
+    assert _local_std(out["telea"], inner) < 0.3 * bg
+    assert _local_std(out["patch"], inner) > 0.6 * bg
+    for b in out:  # the background itself is never touched
+        assert np.array_equal(out[b][~hole], x[~hole])
+
+
+def test_exemplar_fill_is_deterministic_and_only_copies_background(demo):
+    from robustlab.shifts.attributes.patchfill import patch_fill
+
+    x, m = demo["motorcycle/motorcycle_left.png"]
+    hole = fillmod.hole_mask(m, 3)
+    a = patch_fill(x, hole, seed=0)
+    assert np.array_equal(a, patch_fill(x, hole, seed=0))
+    assert np.array_equal(a[~hole], x[~hole])
+    # the object's own colours do not come back: its reddest pixels (the tank) are gone
+    red = (x[..., 0].astype(int) - x[..., 1:].max(-1)) > 80
+    assert (
+        red[m].sum() > 500 and ((a[..., 0].astype(int) - a[..., 1:].max(-1)) > 80)[hole].sum() < 50
+    )
+    # another seed gives another (equally valid) fill: the seed is a recorded setting
+    assert not np.array_equal(a, patch_fill(x, hole, seed=1))
+
+
+def test_exemplar_fill_falls_back_to_telea_without_background_patches():
+    # a 4-pixel frame of background holds no whole 7x7 patch to copy
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, (64, 64, 3)).astype(np.uint8)
+    m = np.ones((64, 64), bool)
+    m[:8], m[-8:], m[:, :8], m[:, -8:] = False, False, False, False
+    out, used = fillmod.fill_background(x, m, None, {"hole_fill": "patch"})
+    assert used == "opencv-telea (patchmatch fallback)"
+    assert np.array_equal(out, fillmod.fill_background(x, m, None, {"hole_fill": "telea"})[0])

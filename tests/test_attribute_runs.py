@@ -59,13 +59,13 @@ def test_generate_writes_attributes_csv_and_fill_record(generated):
     for r in rows:
         path = out / r["file"]
         assert path.is_file() and Image.open(path).size == (256, 256)  # the official frame
-        assert r["fill"] == ("opencv-telea" if r["edited"] == "1" else "none")
+        assert r["fill"] == ("patchmatch" if r["edited"] == "1" else "none")
         if r["shift"] == "obj_size" and r["edited"] == "1":
             assert abs(float(r["object_rate"]) - float(r["level"])) <= 0.015
         if r["shift"] == "obj_position":
             assert r["edited"] == "1" and r["shrunk"] == "1"
     m = json.loads((out / MANIFEST).read_text())
-    assert m["hole_fill"]["backend"] == "opencv-telea" and len(m["hole_fill"]["fingerprint"]) == 16
+    assert m["hole_fill"]["backend"] == "patchmatch" and len(m["hole_fill"]["fingerprint"]) == 16
     assert m["runs"][-1]["hole_fill"] == m["hole_fill"]
 
 
@@ -76,7 +76,7 @@ def test_resume_keeps_rows_and_other_backend_is_refused(generated, demo_data, mo
     res = generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False, workers=0)
     assert res.written == 0 and _csv(out / ATTRIBUTES_CSV) == before
     monkeypatch.setenv("ROBUSTLAB_EDIT_FILL", "ns")
-    with pytest.raises(InputChangedError, match="hole-fill backend of obj_size/0.10 opencv-telea"):
+    with pytest.raises(InputChangedError, match="hole-fill backend of obj_size/0.10 patchmatch"):
         generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False, workers=0)
 
 
@@ -114,9 +114,9 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     joined = store.predictions_with_attributes([fly.attrs["run_id"]])
     assert len(joined) == len(a_fly) and joined["correct"].dtype == bool
     run = store.get_run(fly.attrs["run_id"])
-    assert run["config"]["hole_fill"]["backend"] == "opencv-telea"
+    assert run["config"]["hole_fill"]["backend"] == "patchmatch"
     # Resuming the run with another fill backend would mix two backends' backgrounds.
-    with pytest.raises(InputChangedError, match="drawn by the hole-fill backend opencv-telea"):
+    with pytest.raises(InputChangedError, match="drawn by the hole-fill backend patchmatch"):
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("ROBUSTLAB_EDIT_FILL", "ns")
             evaluate(model, data, **on_the_fly)

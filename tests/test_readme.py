@@ -29,8 +29,9 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 # Lines (after removing "[...]" optional parts and trailing comments) not run, and why.
 UNRUNNABLE = {
-    'pip install -e ".[test]" && robustlab demo': "installs; the demo is test_demo.py's job",
-    "python -m pytest": "this is the test suite",
+    "pip install -e . && robustlab demo": "installs; the demo is test_demo.py's job",
+    'pip install -e ".[test]" && python -m pytest': "installs; this is the test suite "
+    "(.ci/run runs it)",
     "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu": "installs "
     "from the PyTorch index (no network in tests); torch is already installed",
     "robustlab evaluate timm:resnet50 --weights r50.pth --data imagenet-c/": "needs the user's ResNet-50 weights",

@@ -138,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 "out of memory", hint="use a smaller --batch-size or fewer --workers"
             ) from exc
         except RuntimeError as exc:
+            from robustlab.envcheck import is_torchvision_op_error, torchvision_problem
+
+            if is_torchvision_op_error(exc):  # torchvision imported outside load_model
+                raise torchvision_problem(exc) from exc
             if type(exc).__name__ != "OutOfMemoryError":  # torch's, for a full GPU
                 raise
             raise EnvironmentProblem(

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
+import os
 import shutil
 import sys
 import time
@@ -37,6 +39,9 @@ DEMO_MODEL = "lite0"
 DEMO_SUITES = ("imagenet-c", "ximagenet12", "imagenet9", "imagenet-e")
 DB_NAME = "robustlab.duckdb"
 REPORT_NAME = "report.html"
+# What the last complete demo run in a folder saw (see _demo_inputs and _db_state): a rerun
+# that finds the same inputs, code and database has nothing to compute and says so.
+STATE_NAME = ".demo-state.json"
 
 
 @dataclass(frozen=True)
@@ -251,6 +256,79 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _demo_inputs(plan, chosen, report: bool) -> str:
+    """Digest of everything a demo run's predictions and report depend on, read without
+    importing torch: the plan, the photos' and masks' bytes, the package versions of the run
+    identity, the bundled weights file, robustlab's own files (an edited checkout counts as
+    new code) and the ``ROBUSTLAB_*`` / device settings of the environment.
+    """
+    import robustlab
+    from robustlab.models.lite import package_weights
+    from robustlab.run.identity import canonical_json, versions
+
+    h = hashlib.blake2b(digest_size=16)
+    parts: dict = {
+        "plan": plan,
+        "photos": [(p.id, _digest(p.source), _digest(p.mask)) for p in chosen],
+        "versions": versions(),
+        "report": report,
+        "env": sorted(
+            (k, v)
+            for k, v in os.environ.items()
+            if k.startswith("ROBUSTLAB_") or k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+        ),
+    }
+    try:
+        w = package_weights(DEMO_MODEL)
+        parts["weights"] = (str(w), w.stat().st_size, w.stat().st_mtime_ns)
+    except MissingResourceError:
+        parts["weights"] = None
+    h.update(canonical_json(parts).encode())
+    root = Path(robustlab.__file__).parent
+    for f in sorted(root.rglob("*")):
+        if f.is_file() and "__pycache__" not in f.parts:
+            st = f.stat()
+            h.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _db_state(db: Path) -> str | None:
+    """Digest of the database's content as the report sees it: every run row (without its
+    start and finish times, which a resume rewrites) and the row count of every table."""
+    from robustlab.run.identity import canonical_json
+    from robustlab.store import Store
+
+    if not db.is_file():
+        return None
+    with Store(db).connect(read_only=True) as con:
+        runs = con.execute(
+            "SELECT * EXCLUDE (started_at, finished_at) FROM runs ORDER BY run_id"
+        ).fetchall()
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables ORDER BY table_name"
+            ).fetchall()
+        ]
+        counts = [(t, con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in tables]
+    blob = canonical_json({"runs": runs, "counts": counts})
+    return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+
+
+def _read_state(out: Path) -> dict:
+    try:
+        state = json.loads((out / STATE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _write_state(out: Path, state: dict) -> None:
+    tmp = out / f".{STATE_NAME}.rltmp"
+    tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
+    tmp.replace(out / STATE_NAME)
+
+
 def run_demo(
     out="robustlab-demo",
     *,
@@ -287,7 +365,6 @@ def run_demo(
     """
     from robustlab.evaluation import evaluate
     from robustlab.models import load_model
-    from robustlab.store import Store
     from robustlab.suites import get_suite
 
     out = Path(out).expanduser()
@@ -302,11 +379,34 @@ def run_demo(
     step = 1
     _say(f"[{step}/{n_steps}] copying {len(chosen)} demo photos and their masks to {out}")
     data, masks = materialise(out, photos)
+    db = out / DB_NAME
+    state = _read_state(out)
+    inputs = _demo_inputs(plan, chosen, report)
+    if (
+        state.get("inputs") == inputs
+        and state.get("db") is not None
+        and state.get("db") == _db_state(db)
+        and (
+            not report or (state.get("report_db") == state["db"] and (out / REPORT_NAME).is_file())
+        )
+    ):
+        # Same photos, plan, code, package versions, weights and settings as the last
+        # complete run, and the database it left: every run id would be the same and every
+        # prediction is stored, so loading the model and resuming four runs would compute
+        # nothing (it used to take 30 s to find that out).
+        run_ids = list(state["run_ids"])
+        _say(
+            f"resumed: nothing new to compute ({len(run_ids)} runs complete in {db}, "
+            f"same photos, code and settings as the last demo run"
+            + (f"; report unchanged: {out / REPORT_NAME}" if report else "")
+            + ")"
+        )
+        return _finish(out, db, run_ids, report, t0)
     step += 1
     _say(f"[{step}/{n_steps}] loading {DEMO_MODEL} (bundled ImageNet weights)")
     model = load_model(DEMO_MODEL, label_space=DEMO_LABEL_SPACE)
-    db = out / DB_NAME
     run_ids = []
+    n_written = 0
     for suite_name, shifts, lv, dropped in plan:
         step += 1
         n_cells = len(get_suite(suite_name).select(shifts, lv).cells())
@@ -337,24 +437,48 @@ def run_demo(
             progress=progress,
         )
         run_ids.append(table.attrs["run_id"])
+        n_written += int(table.attrs.get("n_written", 0))
         resumed = " (resumed)" if table.attrs.get("resumed") else ""
         _say(
             f"    {table.attrs.get('n_written', 0)} predictions written{resumed} "
             f"in {time.perf_counter() - t:.1f} s"
         )
+    db_now = _db_state(db)
+    # the database state the report in the folder was built from (None: no report)
+    report_db = state.get("report_db") if state.get("inputs") == inputs else None
     if report:
-        from robustlab.report import build_report
-
         step += 1
-        _say(f"[{step}/{n_steps}] writing the report")
-        result = build_report(
-            db,
-            out / REPORT_NAME,
-            run_ids=run_ids,
-            title=f"robustlab demo: {DEMO_MODEL} on {len(chosen)} photos",
-        )
-        for note in result.notes:
-            _say(f"    note: {note}")
+        if (
+            report_db == db_now
+            and state.get("run_ids") == run_ids
+            and (out / REPORT_NAME).is_file()
+        ):
+            _say(f"[{step}/{n_steps}] report unchanged (nothing new in the database)")
+        else:
+            from robustlab.report import build_report
+
+            _say(f"[{step}/{n_steps}] writing the report")
+            result = build_report(
+                db,
+                out / REPORT_NAME,
+                run_ids=run_ids,
+                title=f"robustlab demo: {DEMO_MODEL} on {len(chosen)} photos",
+            )
+            for note in result.notes:
+                _say(f"    note: {note}")
+            # the report may add to the database (its cached tables): the state is after it
+            db_now = report_db = _db_state(db)
+    # (the state is written only after a complete run: an interrupted one is resumed in full)
+    _write_state(out, {"inputs": inputs, "db": db_now, "run_ids": run_ids, "report_db": report_db})
+    if n_written == 0:
+        _say("resumed: nothing new to compute")
+    return _finish(out, db, run_ids, report, t0)
+
+
+def _finish(out: Path, db: Path, run_ids: list[str], report: bool, t0: float) -> int:
+    """Print the summary read back from the database and where everything is."""
+    from robustlab.store import Store
+
     summary = demo_summary(Store(db), run_ids)
     print(summary)
     print(f"\ndatabase: {db}")

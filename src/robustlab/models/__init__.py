@@ -92,10 +92,16 @@ def load_model(
     Raises:
         InputError: one line for an unknown spec, missing weights or a model that does not
             fit the label space.
+        EnvironmentProblem: installed torch and torchvision that do not fit together.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"model spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
+    # every adapter imports torch, and timm imports torchvision: a mismatched pair is
+    # one line naming both versions and the fix, not a traceback from inside torch
+    from robustlab.envcheck import check_torchvision
+
+    check_torchvision()
     if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
         raise InputError(f"batch size must be a positive integer, got {batch_size!r}")
     kwargs = {"device": device, "label_space": label_space, "batch_size": batch_size}

@@ -40,7 +40,9 @@ class LineProgress:
         unit: Unit name in the rate.
         done: Units already done before this session (a resumed run): counted in
             done/total, not in the rate.
-        interval: Seconds between lines; a line is also printed at the start and at close.
+        interval: Seconds between lines; a line is also printed at the start and at close
+            (at close only when it would say something new: a resumed run with nothing to
+            do prints its one ``done/total`` line once, not twice).
         stream: Where lines go (default ``sys.stderr``).
         clock: Time source (monotonic seconds).
     """
@@ -63,9 +65,11 @@ class LineProgress:
         self.t0 = self.last = clock()
         self.closed = False
         self.note = ""  # appended to each line, e.g. the current training loss
+        self._said: tuple[int, str] | None = None  # (done, note) of the last line
         self._line()
 
     def _line(self) -> None:
+        self._said = (self.done, self.note)
         pct = 100.0 * self.done / self.total if self.total else 100.0
         elapsed = self.clock() - self.t0
         new = self.done - self.start_done
@@ -91,7 +95,8 @@ class LineProgress:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self._line()
+            if self._said != (self.done, self.note):
+                self._line()
 
 
 class StageLines:

@@ -202,20 +202,24 @@ class Runner:
         tasks, done_per_cell, already = plan_tasks(
             self.samples, self.cells, self.store, run_id, self.options.cells_per_task
         )
-        summary = RunSummary(run_id, resumed, len(self.samples), n_already_done=already)
-        if resumed:
-            log.info(
-                "resuming run %s: %d predictions already stored, %d tasks to do",
-                run_id,
-                already,
-                len(tasks),
-            )
-        totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
-        progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
         # Files the folder scan left out count as skips of this run too.
         skipped: dict[tuple[str, str], None] = dict.fromkeys(
             (str(a), str(b)) for a, b in self.record.skipped
         )
+        n_known = 0
+        if resumed:
+            tasks, n_known = self._drop_known_skips(tasks, done_per_cell, skipped)
+        summary = RunSummary(run_id, resumed, len(self.samples), n_already_done=already)
+        if resumed:
+            log.info(
+                "resuming run %s: %d predictions already stored, %d tasks to do%s",
+                run_id,
+                already,
+                len(tasks),
+                f" ({n_known} known skips not retried)" if n_known else "",
+            )
+        totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
+        progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
         status = "failed"
         writer = None
         failure: BaseException | None = None
@@ -301,6 +305,43 @@ class Runner:
             )
         log.info("%s", throughput_line(summary.throughput))
         return summary
+
+    def _drop_known_skips(self, tasks, done_per_cell, skipped) -> tuple[list[Task], int]:
+        """Tasks without the cells this run already skipped, and how many were dropped.
+
+        A cell skip (``"<shift>/<level>: <reason>"``, e.g. an object touching every border
+        cannot move) is a property of the cell's inputs, and those are part of the run id:
+        the same run id gives the same skip, so a resume records it again (``skipped``,
+        counted done) instead of recomputing it and printing its warning once more. Whole-
+        sample errors (unreadable files) and missing generated files are retried: the user
+        may have fixed them.
+        """
+        stored = self.store.get_run(self.record.run_id) or {}
+        known: dict[tuple[str, str], str] = {}
+        for row in stored.get("skipped") or []:
+            if not isinstance(row, (list, tuple)) or len(row) != 2:
+                continue
+            sid, reason = str(row[0]), str(row[1])
+            cell, sep, why = reason.partition(": ")
+            if sep and "/" in cell and why != "generated file missing":
+                known[(sid, cell)] = reason
+        if not known:
+            return tasks, 0
+        kept, dropped = [], 0
+        for task in tasks:
+            sid = str(self.samples[task.sample_index].id)
+            todo = []
+            for shift, level in task.cells:
+                reason = known.get((sid, f"{shift}/{level}"))
+                if reason is None:
+                    todo.append((shift, level))
+                    continue
+                skipped[(sid, reason)] = None
+                done_per_cell[(shift, level_key(level))] += 1
+                dropped += 1
+            if todo:
+                kept.append(Task(task.sample_index, tuple(todo)))
+        return kept, dropped
 
     def _run_local(
         self,

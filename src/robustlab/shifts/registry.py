@@ -147,7 +147,7 @@ class Resource:
         used_by: Which shifts' pixels depend on it (None: those naming ``key`` in ``needs``).
         cell_names_tool: A manifest cell records ``"<label> <fingerprint>"`` instead of
             the fingerprint alone: for a tool whose label is a short name (the hole-fill
-            backend, ``opencv-telea``) rather than a long checkpoint path, so the cell
+            backend, ``patchmatch``) rather than a long checkpoint path, so the cell
             says which backend drew it. The format is part of the cell's identity, so it
             must not change for a registered resource (a folder would refuse to resume).
     """

@@ -4,19 +4,29 @@ Moving, shrinking or rotating an object uncovers the pixels it used to hide. Ima
 filled that region with TFill (a learned inpainting model) before pasting the edited object
 back. Here the backend is chosen once per process, like the ``ai_bg`` inpainter:
 
-- ``telea`` (default) / ``ns``: OpenCV's weights-free inpainting (Telea's fast marching
-  method / Navier-Stokes). Deterministic, about 0.1 s for a 224x224 photo whose object
-  covers most of it, and cached per (image, mask) so the size, position and direction
-  edits of one image fill it once;
+- ``patch`` (default): an exemplar fill (multi-scale PatchMatch completion,
+  :mod:`.patchfill`) that copies patches of the photo's own background into the hole.
+  Weights-free, seeded by its settings (the same pixels every run), about 0.2 s for a
+  256x256 photo whose object covers most of it, and it leaves no object-shaped structure.
+  When the background is too small to take patches from (an object covering nearly the whole
+  frame) the image falls back to ``telea`` and its attributes say so;
+- ``telea`` / ``ns``: OpenCV's diffusion-style inpainting (Telea's fast marching method /
+  Navier-Stokes), the default before the exemplar fill. On large holes it draws radial
+  streaks that converge where the object was, a silhouette a classifier can use (see
+  docs/imagenet_e.md for the comparison); kept as an option and for old folders;
 - ``diffusers``: the local diffusers inpainting checkpoint configured for ``ai_bg``
   (``ROBUSTLAB_INPAINTER``, see :mod:`robustlab.shifts.synth.inpaint`), seeded by one draw
   from the cell's generator (the seed rule), drawn after the edit's own draws.
 
-Configuration: ``ROBUSTLAB_EDIT_FILL`` = ``telea`` | ``ns`` | ``diffusers`` (environment,
-so worker processes inherit it), or :func:`configure_hole_fill`; a ``ctx["hole_fill"]``
-given directly wins. :func:`describe_hole_fill` is the record that ``generate`` writes to
-its manifest and ``evaluate`` to the run config, with a fingerprint that changes whenever
-the filled pixels could.
+The weights-free fills are cached per (image, hole, backend) so the size, position and
+direction edits of one image fill it once.
+
+Configuration: ``ROBUSTLAB_EDIT_FILL`` = ``patch`` | ``telea`` | ``ns`` | ``diffusers``
+(environment, so worker processes inherit it), or :func:`configure_hole_fill`; a
+``ctx["hole_fill"]`` given directly wins. :func:`describe_hole_fill` is the record that
+``generate`` writes to its manifest and ``evaluate`` to the run config, with a fingerprint
+that changes whenever the filled pixels could: a folder or run made with one backend never
+resumes under another.
 
 The hole is the object mask dilated by a few pixels, so the object's anti-aliased rim
 (and a slightly loose mask) does not bleed into the background.
@@ -35,13 +45,29 @@ import cv2
 import numpy as np
 
 from robustlab.seeding import randint
+from robustlab.shifts.attributes.patchfill import patch_fill
 from robustlab.shifts.process_config import set_process_config
 
 ENV_FILL = "ROBUSTLAB_EDIT_FILL"
-DEFAULT_BACKEND = "telea"
-BACKENDS = ("telea", "ns", "diffusers")
+DEFAULT_BACKEND = "patch"
+BACKENDS = ("patch", "telea", "ns", "diffusers")
 # Parameters as data: every backend's settings, recorded in describe_hole_fill().
-SETTINGS = {
+# patch: see robustlab.shifts.attributes.patchfill.patch_fill (em/sweeps: coarsest level,
+# middle levels, full resolution); chosen on the demo photos for no visible seams within
+# about 0.2 s per 256x256 photo (benchmarks/edits.py).
+SETTINGS: dict[str, dict[str, Any]] = {
+    "patch": {
+        "dilate": 3,
+        "patch": 7,
+        "min_side": 32,
+        "min_sources": 64,
+        "em": [4, 2, 1],
+        "sweeps": [4, 2, 2],
+        "search": 8,
+        "sharp": True,
+        "seed": 0,
+        "version": 1,
+    },
     "telea": {"radius": 5, "dilate": 3},
     "ns": {"radius": 5, "dilate": 3},
     "diffusers": {
@@ -55,12 +81,12 @@ SETTINGS = {
 }
 _OPENCV_FLAGS = {"telea": cv2.INPAINT_TELEA, "ns": cv2.INPAINT_NS}
 _CACHE_SIZE = 4
-_cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+_cache: OrderedDict[bytes, tuple[np.ndarray, str]] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
 def backend_name(value: str | None = None) -> str:
-    """The configured backend (``value``, else ``$ROBUSTLAB_EDIT_FILL``, else ``telea``).
+    """The configured backend (``value``, else ``$ROBUSTLAB_EDIT_FILL``, else ``patch``).
 
     Raises:
         ValueError: an unknown name (the message lists the known ones).
@@ -88,30 +114,54 @@ def hole_mask(mask: np.ndarray, dilate: int) -> np.ndarray:
     return m > 0
 
 
-def _opencv_fill(image: np.ndarray, hole: np.ndarray, name: str) -> np.ndarray:
+def _weights_free_fill(image: np.ndarray, hole: np.ndarray, name: str) -> tuple[np.ndarray, str]:
+    """The ``patch`` / ``telea`` / ``ns`` fill (cached) and the name of what filled it."""
     s = SETTINGS[name]
     key = hashlib.blake2b(
         image.tobytes()
         + np.packbits(hole).tobytes()
-        + f"{image.shape}{name}{s['radius']}".encode(),
+        + f"{image.shape}{name}{json.dumps(s, sort_keys=True)}".encode(),
         digest_size=16,
     ).digest()
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
-            return hit.copy()
-    out = cv2.inpaint(
-        np.ascontiguousarray(image),
-        hole.astype(np.uint8) * 255,
-        float(s["radius"]),
-        _OPENCV_FLAGS[name],
-    )
+            return hit[0].copy(), hit[1]
+    if name == "patch":
+        try:
+            out = patch_fill(
+                np.ascontiguousarray(image),
+                hole,
+                patch=s["patch"],
+                min_side=s["min_side"],
+                min_sources=s["min_sources"],
+                em=tuple(s["em"]),
+                sweeps=tuple(s["sweeps"]),
+                search=s["search"],
+                sharp=s["sharp"],
+                seed=s["seed"],
+            )
+            used = "patchmatch"
+        except ValueError:
+            # too little background to copy patches from: Telea's fill, named in attributes
+            out, used = _opencv(image, hole, "telea"), "opencv-telea (patchmatch fallback)"
+    else:
+        out, used = _opencv(image, hole, name), f"opencv-{name}"
     with _cache_lock:
-        _cache[key] = out
+        _cache[key] = (out, used)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
-    return out.copy()
+    return out.copy(), used
+
+
+def _opencv(image: np.ndarray, hole: np.ndarray, name: str) -> np.ndarray:
+    return cv2.inpaint(
+        np.ascontiguousarray(image),
+        hole.astype(np.uint8) * 255,
+        float(SETTINGS[name]["radius"]),
+        _OPENCV_FLAGS[name],
+    )
 
 
 def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.ndarray, str]:
@@ -136,8 +186,8 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
             "the object (grown by the fill margin) covers the whole image: "
             "no background to fill from"
         )
-    if name in _OPENCV_FLAGS:
-        return _opencv_fill(image, hole, name), f"opencv-{name}"
+    if name != "diffusers":
+        return _weights_free_fill(image, hole, name)
     if inpainter is None:
         from robustlab.shifts.synth.inpaint import get_inpainter
 
@@ -160,24 +210,27 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
 def describe_hole_fill(backend: str | None = None) -> dict[str, Any]:
     """JSON-able record of the configured backend, with a 16-hex-digit ``fingerprint``.
 
-    OpenCV backends: their settings and the OpenCV version (its inpainting code shapes the
-    pixels). ``diffusers``: the settings plus the checkpoint's ``describe_inpainter()``
+    Weights-free backends: their settings and the OpenCV version (its inpainting code shapes
+    the pixels; the exemplar fill starts its coarsest level from it), plus numba's for the
+    exemplar fill. ``diffusers``: the settings plus the checkpoint's ``describe_inpainter()``
     record (path, fingerprint, device, dtype), without loading its weights.
 
     Raises:
         ValueError: unknown backend, or ``diffusers`` without a configured checkpoint.
     """
     name = backend_name(backend)
-    rec: dict[str, Any] = {
-        "backend": name if name == "diffusers" else f"opencv-{name}",
-        **SETTINGS[name],
-    }
+    label = {"diffusers": "diffusers", "patch": "patchmatch"}.get(name, f"opencv-{name}")
+    rec: dict[str, Any] = {"backend": label, **SETTINGS[name]}
     if name == "diffusers":
         from robustlab.shifts.synth.inpaint import describe_inpainter
 
         rec["inpainter"] = describe_inpainter()
     else:
         rec["opencv"] = cv2.__version__
+    if name == "patch":
+        import numba
+
+        rec["numba"] = numba.__version__
     blob = json.dumps({k: v for k, v in rec.items() if k != "inpainter"}, sort_keys=True)
     if name == "diffusers":
         blob += rec["inpainter"].get("fingerprint") or ""
