@@ -91,6 +91,33 @@ def test_hard_subset_csv_and_links(pool):
     assert {s.class_name for s in samples} <= set(get_label_space("demo").folders)
 
 
+def test_the_hard_subset_reviews_readably_and_its_own_files_are_no_bad_images(pool):
+    """hard.csv in the review app: per surrogate its predicted class name and right/wrong,
+    the cell in words; robustlab's own hard.csv / mining.json / labels.csv in the folder
+    are never reported as files that are not images (review, evaluate --labels)."""
+    from robustlab.review import load_review_set
+
+    out = pool["root"] / "hard"
+    rows = {r["file"]: r for r in csv.DictReader(open(out / "hard.csv"))}
+    rs = load_review_set(out, predictions=out / "hard.csv")
+    assert rs.notes == []
+    assert len(rs.items) == len(rows)
+    for item in rs.items:
+        r = rows[item.id]
+        assert [(g.column, g.name, g.correct) for g in item.guesses] == [
+            (s, r[f"{s}_top1_name"], r[f"{s}_correct"] == "True") for s in SURROGATES
+        ]
+        assert all(g.name and not g.name.isdigit() for g in item.guesses)
+        facts = dict(item.details)
+        assert facts["Cell"] == f"{r['shift']}, level {r['level']}"
+        assert facts["Surrogates wrong"] == f"{r['n_wrong']} of 3"
+        assert facts["Source image"] == r["sample_id"]
+    final = pool["root"] / "final.csv"
+    final.write_text("file,class\n" + "".join(f"{f},{r['class']}\n" for f, r in rows.items()))
+    assert discover(out, labels_csv=final).skipped == []
+    assert discover(out).skipped == []
+
+
 def test_mining_record_in_the_database(pool):
     res, store = pool["res"], Store(pool["db"])
     runs = mining_runs(store)

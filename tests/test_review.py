@@ -21,6 +21,7 @@ from PIL import Image, ImageDraw
 from robustlab.cli import main as cli
 from robustlab.errors import InputError, MissingResourceError, StoreError
 from robustlab.review import fleiss_kappa, load_review_set, rating_table, verdict
+from robustlab.review.items import Guess
 from robustlab.review.server import ReviewServer
 from robustlab.store.reviews import ReviewStore
 
@@ -304,7 +305,11 @@ def test_review_set_from_an_imagenet_tree_with_predictions(world):
     assert first.label == TENCH and rs.class_info(TENCH).name == "tench"
     assert rs.class_info(TENCH).wnids == (TENCH,)
     # paths in the CSV end in the image id; guesses resolve to readable ImageNet names
-    assert first.guesses == (("lite0", GOLDFISH, "goldfish"), ("lite1", "n04037443", "racer"))
+    assert first.guesses == (
+        Guess("lite0", GOLDFISH, "goldfish"),
+        Guess("lite1", "n04037443", "racer"),
+    )
+    assert first.details == ()
     assert any("not reviewable" in n for n in rs.notes)  # notes.txt
 
 
@@ -327,7 +332,7 @@ def test_review_set_label_spaces_and_bad_input(tmp_path):
     preds = tmp_path / "p.csv"
     preds.write_text("file,guess\nred_thing/img0.png,x\nnope/zzz.png,y\n")
     rs = load_review_set(tmp_path / "f", predictions=preds)
-    assert rs.item_by_id("red_thing/img0.png").guesses == (("guess", "x", None),)
+    assert rs.item_by_id("red_thing/img0.png").guesses == (Guess("guess", "x", None),)
     assert any("1 row(s) of p.csv match no image" in n for n in rs.notes)
     preds.write_text("image,guess\na,b\n")
     with pytest.raises(InputError, match="'file' column"):
