@@ -156,7 +156,9 @@ def render_table(t: Table) -> str:
         for c in t.columns:
             v = r.get(c.key)
             shown = c.fmt(v)
-            num_cls = ' class="num"' if c.numeric else ""
+            # numbers and short one-word texts ("imagenet-c", a date) never break at a hyphen
+            nowrap = c.numeric or (len(shown) <= 24 and " " not in shown)
+            num_cls = ' class="num"' if c.numeric else ' class="nw"' if nowrap else ""
             out.append(
                 f'<td{num_cls} data-sort="{esc(_sort_value(v, c.numeric))}">{esc(shown)}</td>'
             )
@@ -209,7 +211,7 @@ table.data th, table.data td { border-bottom: 1px solid var(--line); padding: .2
    scrolling sideways (a table that still does not fit scrolls inside its own box). */
 table.data { font-size: .84rem; }
 table.data th, table.data td { white-space: normal; overflow-wrap: break-word; }
-table.data td.num { white-space: nowrap; }
+table.data td.num, table.data td.nw { white-space: nowrap; }
 table.data th { background: var(--head); position: sticky; top: 0; z-index: 1; font-weight: 600; }
 table.data td:first-child { position: sticky; left: 0; background: #fff; z-index: 1; }
 table.data th:first-child { left: 0; z-index: 2; }

@@ -260,7 +260,8 @@
   $("image").addEventListener("load", () => {
     const img = $("image");
     const scale = Math.min(img.clientWidth / img.naturalWidth, img.clientHeight / img.naturalHeight);
-    img.classList.toggle("upscaled", scale > 1);
+    // Square pixels only where they show (2x and up); a 10 % enlargement stays smooth.
+    img.classList.toggle("upscaled", scale >= 2);
   });
   $("relabel").addEventListener("mousedown", (e) => { if (e.target.id === "relabel") closeRelabel(); });
 
