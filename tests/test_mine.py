@@ -285,3 +285,36 @@ def test_report_shows_the_mining_curve_transfer_and_hard_examples(pool, tmp_path
     block = block[: block.index("</div>")]
     assert 0 < block.count("<img ") == min(12, int(kept.sum()))
     assert block.count('aria-label="wrong"') == 2 * block.count("<img ")
+
+
+def test_the_readmes_review_flow_runs_on_the_hard_subset(pool, tmp_path, capsys):
+    """README's review lines on what ``mine --out hard/`` wrote: ``review --predictions
+    hard/hard.csv --export final.csv -k 2`` (two annotators' decisions recorded as the
+    page records them), then ``evaluate --data hard/ --labels final.csv``: neither calls
+    robustlab's own hard.csv / mining.json / labels.csv a bad image."""
+    from robustlab.review import load_review_set
+    from robustlab.store.reviews import ReviewStore
+
+    out, db, final = pool["root"] / "hard", tmp_path / "review.duckdb", tmp_path / "final.csv"
+    rs = load_review_set(out, predictions=out / "hard.csv")
+    store = ReviewStore(db)
+    store.open(
+        rs.name,
+        data_root=str(rs.root),
+        label_space=rs.label_space,
+        predictions=str(out / "hard.csv"),
+        n_images=len(rs),
+    )
+    for who in ("alice", "bob"):
+        for it in rs.items:
+            store.record(rs.name, it.id, who, "accept", label=it.label)
+    argv = ["review", "--data", str(out), "--predictions", str(out / "hard.csv")]
+    assert main([*argv, "--db", str(db), "--export", str(final), "-k", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "not reviewable" not in err and "not an image" not in err
+    assert len(list(csv.DictReader(open(final)))) == len(rs)
+    argv = ["evaluate", "lite0", "--data", str(out), "--labels", str(final)]
+    argv += ["--label-space", "demo", "--db", str(tmp_path / "r.duckdb"), "--workers", "0"]
+    assert main([*argv, "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "not an image" not in captured.err and "skipped" not in captured.err
