@@ -294,11 +294,13 @@ def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
                     assert page.evaluate(sideways.replace("SEL", "'.table-wrap'")) == []
                 # the long cells table scrolls in its own box, its header kept in view
                 box = page.evaluate(
-                    "(() => { const w = document.querySelector('table#cells').parentElement;"
+                    "(() => { const w = document.getElementById('cells').parentElement;"
                     " return [w.clientHeight, w.scrollHeight]; })()"
                 )
                 assert box[0] < min(600, box[1]), box
                 assert page.evaluate("Array.from(document.images).filter(i => !i.alt).length") == 0
+                ids = page.evaluate("Array.from(document.querySelectorAll('[id]')).map(e => e.id)")
+                assert len(ids) == len(set(ids))  # every id once (tables and sections)
                 page.close()
         finally:
             browser.close()

@@ -82,8 +82,10 @@ class _Page:
         self.figures: list[str] = []
 
     def section(self, sid: str, title: str, intro: str = "") -> None:
-        self.toc.append((sid, title))
-        self.parts.append(f'<h2 id="{esc(sid)}">{esc(title)}</h2>')
+        # "sec-": a section and its table often share a name (cells, leaderboard, ...),
+        # and an id must be unique in the page
+        self.toc.append((f"sec-{sid}", title))
+        self.parts.append(f'<h2 id="sec-{esc(sid)}">{esc(title)}</h2>')
         if intro:
             self.parts.append(f'<p class="note">{esc(intro)}</p>')
 
