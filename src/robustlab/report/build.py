@@ -1123,7 +1123,10 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
     p.figure(
         "fig-intervals",
         plots.interval_plot(df),
-        "Clean and pooled shifted top-1 per run with bootstrap intervals (images resampled).",
+        "Clean and pooled shifted top-1 per run with bootstrap intervals (images resampled). "
+        "Pooled shifted top-1 counts all of a run's shifted predictions together (a cell with "
+        "more images weighs more), so it can differ from the tables' Shifted top-1 %, the "
+        "mean over cells.",
         "dot plot with interval whiskers of clean and shifted accuracy per run",
     )
 
