@@ -646,3 +646,71 @@ def test_bad_values_are_user_errors_not_bugs(photos, good_db, tmp_path, capsys, 
     rc, lines, _ = run_cli(capsys, *argv)
     assert rc == 2
     assert_one_line_error(lines, argv[0], needle)
+
+
+def test_an_unknown_flag_shows_the_subcommands_usage_and_one_error_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["evaluate", "lite0", "--data", "x", "--bogus", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: robustlab evaluate ")
+    assert "--shift SHIFTS" in err and "COMMAND" not in err
+    assert err.strip().splitlines()[-1] == (
+        "robustlab evaluate: error: unrecognized arguments: --bogus 1"
+    )
+
+
+@pytest.mark.parametrize(
+    "what, meant", [("shift", "gaussian_noise"), ("suite", "imagenet-c"), ("model spec", "lite0")]
+)
+def test_a_misspelt_name_gets_the_closest_matches(what, meant):
+    from robustlab.models import load_model
+    from robustlab.shifts import get_shift
+    from robustlab.suites import get_suite
+
+    typo = {"shift": "gausian_noise", "suite": "imagenet_c", "model spec": "lite00"}[what]
+    find = {"shift": get_shift, "suite": get_suite, "model spec": load_model}[what]
+    with pytest.raises(InputError) as exc:
+        find(typo)
+    msg = str(exc.value)
+    assert msg.startswith(f"unknown {what} {typo!r}; did you mean {meant}")
+    # the closest few, not the whole vocabulary (44 shifts)
+    assert msg.count(",") <= 2 and "motion_blur" not in msg
+
+
+def test_a_name_close_to_nothing_points_to_the_listing_command():
+    from robustlab.shifts import get_shift
+
+    with pytest.raises(InputError) as exc:
+        get_shift("xyzzy")
+    assert str(exc.value) == "unknown shift 'xyzzy'"
+    assert exc.value.hint.startswith("robustlab list shifts shows all ")
+
+
+def test_a_misspelt_shift_on_the_command_line_is_one_line(photos, tmp_path, capsys):
+    rc, lines, _ = run_cli(
+        capsys,
+        "evaluate", "lite0", "--data", photos, "--db", tmp_path / "r.duckdb",
+        "--suite", "imagenet-c", "--shift", "gaussian_nosie",
+    )  # fmt: skip
+    assert rc == 2
+    assert_one_line_error(lines, "evaluate", "did you mean gaussian_noise")
+
+
+def test_top1_is_a_fraction_in_the_api_and_csv_and_a_labelled_percent_in_tables(good_db, capsys):
+    """One quantity, two spellings that say which they are: ``top1`` (a fraction) in the
+    Python API and csv/json, ``top1 %`` in the printed tables; and no lock file is left
+    next to the database after the commands that used it."""
+    from robustlab.store import Store
+
+    stored = Store(good_db).predictions()
+    frac = float(stored["correct"].mean())
+    rc, _, out = run_cli(capsys, "results", "--db", good_db, "--format", "csv")
+    assert rc == 0
+    row = next(r for r in out.splitlines()[1:] if ",clean," in r)
+    head = out.splitlines()[0].split(",")
+    assert float(row.split(",")[head.index("top1")]) == pytest.approx(frac)
+    rc, _, out = run_cli(capsys, "results", "--db", good_db)
+    assert rc == 0 and "top1 %" in out.splitlines()[0]
+    assert f"{100 * frac:.2f}" in out
+    assert not good_db.with_name(good_db.name + ".lock").exists()

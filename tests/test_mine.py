@@ -94,6 +94,33 @@ def test_hard_subset_csv_and_links(pool):
     assert {s.class_name for s in samples} <= set(get_label_space("demo").folders)
 
 
+def test_the_hard_subset_reviews_readably_and_its_own_files_are_no_bad_images(pool):
+    """hard.csv in the review app: per surrogate its predicted class name and right/wrong,
+    the cell in words; robustlab's own hard.csv / mining.json / labels.csv in the folder
+    are never reported as files that are not images (review, evaluate --labels)."""
+    from robustlab.review import load_review_set
+
+    out = pool["root"] / "hard"
+    rows = {r["file"]: r for r in csv.DictReader(open(out / "hard.csv"))}
+    rs = load_review_set(out, predictions=out / "hard.csv")
+    assert rs.notes == []
+    assert len(rs.items) == len(rows)
+    for item in rs.items:
+        r = rows[item.id]
+        assert [(g.column, g.name, g.correct) for g in item.guesses] == [
+            (s, r[f"{s}_top1_name"], r[f"{s}_correct"] == "True") for s in SURROGATES
+        ]
+        assert all(g.name and not g.name.isdigit() for g in item.guesses)
+        facts = dict(item.details)
+        assert facts["Cell"] == f"{r['shift']}, level {r['level']}"
+        assert facts["Surrogates wrong"] == f"{r['n_wrong']} of 3"
+        assert facts["Source image"] == r["sample_id"]
+    final = pool["root"] / "final.csv"
+    final.write_text("file,class\n" + "".join(f"{f},{r['class']}\n" for f, r in rows.items()))
+    assert discover(out, labels_csv=final).skipped == []
+    assert discover(out).skipped == []
+
+
 def test_mining_record_in_the_database(pool):
     res, store = pool["res"], Store(pool["db"])
     runs = mining_runs(store)
@@ -261,3 +288,36 @@ def test_report_shows_the_mining_curve_transfer_and_hard_examples(pool, tmp_path
     block = block[: block.index("</div>")]
     assert 0 < block.count("<img ") == min(12, int(kept.sum()))
     assert block.count('aria-label="wrong"') == 2 * block.count("<img ")
+
+
+def test_the_readmes_review_flow_runs_on_the_hard_subset(pool, tmp_path, capsys):
+    """README's review lines on what ``mine --out hard/`` wrote: ``review --predictions
+    hard/hard.csv --export final.csv -k 2`` (two annotators' decisions recorded as the
+    page records them), then ``evaluate --data hard/ --labels final.csv``: neither calls
+    robustlab's own hard.csv / mining.json / labels.csv a bad image."""
+    from robustlab.review import load_review_set
+    from robustlab.store.reviews import ReviewStore
+
+    out, db, final = pool["root"] / "hard", tmp_path / "review.duckdb", tmp_path / "final.csv"
+    rs = load_review_set(out, predictions=out / "hard.csv")
+    store = ReviewStore(db)
+    store.open(
+        rs.name,
+        data_root=str(rs.root),
+        label_space=rs.label_space,
+        predictions=str(out / "hard.csv"),
+        n_images=len(rs),
+    )
+    for who in ("alice", "bob"):
+        for it in rs.items:
+            store.record(rs.name, it.id, who, "accept", label=it.label)
+    argv = ["review", "--data", str(out), "--predictions", str(out / "hard.csv")]
+    assert main([*argv, "--db", str(db), "--export", str(final), "-k", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "not reviewable" not in err and "not an image" not in err
+    assert len(list(csv.DictReader(open(final)))) == len(rs)
+    argv = ["evaluate", "lite0", "--data", str(out), "--labels", str(final)]
+    argv += ["--label-space", "demo", "--db", str(tmp_path / "r.duckdb"), "--workers", "0"]
+    assert main([*argv, "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "not an image" not in captured.err and "skipped" not in captured.err

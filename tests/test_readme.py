@@ -39,7 +39,7 @@ UNRUNNABLE = {
     "robustlab evaluate lite0 --data ImageNet-E/": "needs the published ImageNet-E archive",
     "robustlab synth --checkpoint sd15/ --out imagenet-d/ --per-pair 1": "needs the user's diffusers checkpoint",
     "robustlab mine --data imagenet-d/ --label-space imagenet-d --out hard/": "reads synth's output",
-    "robustlab review --data hard/ --predictions hard/predictions.csv --db robustlab.duckdb "
+    "robustlab review --data hard/ --predictions hard/hard.csv --db robustlab.duckdb "
     "--annotator alice": "a server waiting for a browser; reads mine's output",
     "robustlab review --data hard/ --db robustlab.duckdb --export final.csv -k 2": "needs review decisions on mine's output",
     "robustlab evaluate lite0 --data hard/ --labels final.csv": "reads review's export",

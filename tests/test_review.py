@@ -21,6 +21,7 @@ from PIL import Image, ImageDraw
 from robustlab.cli import main as cli
 from robustlab.errors import InputError, MissingResourceError, StoreError
 from robustlab.review import fleiss_kappa, load_review_set, rating_table, verdict
+from robustlab.review.items import Guess
 from robustlab.review.server import ReviewServer
 from robustlab.store.reviews import ReviewStore
 
@@ -304,7 +305,11 @@ def test_review_set_from_an_imagenet_tree_with_predictions(world):
     assert first.label == TENCH and rs.class_info(TENCH).name == "tench"
     assert rs.class_info(TENCH).wnids == (TENCH,)
     # paths in the CSV end in the image id; guesses resolve to readable ImageNet names
-    assert first.guesses == (("lite0", GOLDFISH, "goldfish"), ("lite1", "n04037443", "racer"))
+    assert first.guesses == (
+        Guess("lite0", GOLDFISH, "goldfish"),
+        Guess("lite1", "n04037443", "racer"),
+    )
+    assert first.details == ()
     assert any("not reviewable" in n for n in rs.notes)  # notes.txt
 
 
@@ -327,7 +332,7 @@ def test_review_set_label_spaces_and_bad_input(tmp_path):
     preds = tmp_path / "p.csv"
     preds.write_text("file,guess\nred_thing/img0.png,x\nnope/zzz.png,y\n")
     rs = load_review_set(tmp_path / "f", predictions=preds)
-    assert rs.item_by_id("red_thing/img0.png").guesses == (("guess", "x", None),)
+    assert rs.item_by_id("red_thing/img0.png").guesses == (Guess("guess", "x", None),)
     assert any("1 row(s) of p.csv match no image" in n for n in rs.notes)
     preds.write_text("image,guess\na,b\n")
     with pytest.raises(InputError, match="'file' column"):
@@ -785,3 +790,55 @@ def test_command_bad_input_is_one_line(world, capsys):
         assert rc == 2, argv
         lines = [ln for ln in err.splitlines() if not ln.startswith("note:")]
         assert len(lines) == 1 and text in lines[0], err
+
+
+def test_a_mined_set_reads_as_words_fits_1280_and_small_photos_fill_the_pane(tmp_path, browser):
+    """hard.csv as ``robustlab mine`` writes it: each surrogate's guess is a class name
+    marked right or wrong (no ``lite0_top1 = 239``), the cell is a fact in words; a long
+    image id wraps instead of scrolling the page sideways at 1280; a 96 px photo is scaled
+    up to fill the pane, with square pixels."""
+    data = tmp_path / "hard"
+    long_name = "gaussian_noise/5/" + "a_very_long_sample_identifier_" * 4 + "0.png"
+    make_images(data, {TENCH: 1})
+    (data / TENCH / long_name).parent.mkdir(parents=True)
+    (data / TENCH / "img0.png").rename(data / TENCH / long_name)
+    sid = f"{TENCH}/{long_name}"
+    cols = ["file", "class", "sample_id", "shift", "level", "label", "n_wrong"]
+    cols += [f"{m}{end}" for m in ("lite0", "lite1") for end in ("_top1", "_top1_name", "_correct")]
+    hard = data / "hard.csv"
+    with open(hard, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        w.writerow(
+            [sid, TENCH, f"{TENCH}/x.png", "gaussian_noise", "5", 0, 1]
+            + [1, "goldfish", False, 0, "tench", True]
+        )
+    (data / "mining.json").write_text("{}")
+    rs = load_review_set(data, predictions=hard)
+    assert rs.notes == []  # robustlab's own hard.csv / mining.json are no bad images
+    srv = ReviewServer(rs, ReviewStore(tmp_path / "r.duckdb"), annotator="alice").start()
+    try:
+        problems = []
+        page = open_page(browser, srv.url(), problems)
+        guesses = page.locator("#guesses").inner_text()
+        assert "lite0" in guesses and "goldfish" in guesses and "\u2717 wrong" in guesses
+        assert "tench" in guesses and "\u2713 right" in guesses
+        assert "_top1" not in guesses and "_correct" not in guesses and "239" not in guesses
+        facts = page.locator("#details").inner_text()
+        assert "gaussian_noise, level 5" in facts and "1 of 2" in facts
+        assert page.locator("#image-id").inner_text() == sid
+        assert page.evaluate(
+            "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+        )
+        page.wait_for_function(
+            "() => document.getElementById('image').classList.contains('upscaled')"
+        )
+        size = page.evaluate(
+            "(() => { const i = document.getElementById('image');"
+            " return [i.clientWidth, i.clientHeight, i.naturalWidth,"
+            " getComputedStyle(i).imageRendering]; })()"
+        )
+        assert size[2] == 96 and min(size[0], size[1]) > 3 * 96 and size[3] == "pixelated"
+        assert problems == []
+    finally:
+        srv.shutdown()

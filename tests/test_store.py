@@ -158,3 +158,39 @@ def test_two_processes_write_concurrently_without_losing_rows(tmp_path):
     assert store.count("A") == 40 * 16
     assert store.count("B") == 40 * 16
     assert sorted(store.runs()["run_id"]) == ["A", "B"]
+    # the sidecar lock file goes with the last holder: nothing left next to the database
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["shared.duckdb", "writer.py"]
+
+
+COUNTER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from robustlab.store.lock import file_lock
+    lock, counter, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    for _ in range(n):
+        with file_lock(lock, timeout=120):
+            value = int(counter.read_text())
+            counter.write_text(str(value + 1))
+""")
+
+
+def test_a_lock_file_removed_on_release_still_excludes_every_other_holder(tmp_path):
+    """Read-modify-write of one counter by four processes under :func:`file_lock`, which
+    removes its file on every release: a process that waited on a removed file must start
+    over, or two would hold "the" lock at once and increments would be lost."""
+    script, counter, lock = tmp_path / "count.py", tmp_path / "counter", tmp_path / "c.lock"
+    script.write_text(COUNTER)
+    counter.write_text("0")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(lock), str(counter), "150"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert counter.read_text() == str(4 * 150)
+    assert not lock.exists()

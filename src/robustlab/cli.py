@@ -110,7 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            # argparse reports a subcommand's unknown flag with the top-level usage
+            # ("usage: robustlab [-h] ... COMMAND"), which shows none of the flags that
+            # command takes; report it with the subcommand's usage instead.
+            _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     except RobustlabError as exc:  # an argument action's own check (a blank list)
         _print_error(getattr(exc, "prog", "robustlab"), exc)
         return exc.exit_code
@@ -169,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``command`` (``parser`` itself when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(command, parser)
+    return parser
 
 
 def _print_error(prog: str, exc: RobustlabError) -> None:

@@ -11,7 +11,9 @@ Every error carries an optional ``hint``: the next thing to try.
 
 from __future__ import annotations
 
+import difflib
 import errno
+from collections.abc import Iterable
 from contextlib import contextmanager
 
 
@@ -40,6 +42,25 @@ class RobustlabError(Exception):
 
 class InputError(RobustlabError, ValueError):
     """Bad input: an argument, a file, a folder, a CSV, a mask the user handed over."""
+
+
+def unknown_name(
+    what: str, name: object, known: Iterable[str], *, listing: str | None = None
+) -> InputError:
+    """The error for a misspelt name: ``unknown shift 'gausian_noise'; did you mean
+    gaussian_noise?``.
+
+    Listing every known name (44 shifts) buries the one the user meant, so only the closest
+    matches (difflib's ratio) are named. With no close match the names are listed when
+    there are few, otherwise ``listing`` (the command that shows them) goes in the hint.
+    """
+    names = list(dict.fromkeys(known))
+    close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.6)
+    if close:
+        return InputError(f"unknown {what} {name!r}; did you mean {' or '.join(close)}?")
+    if len(names) <= 12 or listing is None:
+        return InputError(f"unknown {what} {name!r}; choose from {', '.join(names)}")
+    return InputError(f"unknown {what} {name!r}", hint=f"{listing} shows all {len(names)}")
 
 
 class InputChangedError(InputError):

@@ -9,7 +9,7 @@ Example:
     >>> import robustlab
     >>> df = robustlab.evaluate("lite0", "photos/", suite="imagenet-c",
     ...                         shifts=["gaussian_noise"], levels=[1, 3])  # doctest: +SKIP
-    >>> df[["shift", "level", "n", "top1"]]  # doctest: +SKIP
+    >>> df[["shift", "level", "n", "top1"]]  # top1 is a fraction in [0, 1]  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -1117,7 +1117,9 @@ def evaluate(
 
     Returns:
         A DataFrame with one row per cell of this run: model, suite, shift, level, n,
-        top1, top5, error (``.attrs`` holds ``run_id``, ``skipped``, ``db``, and
+        top1, top5, error, as fractions in [0, 1] (``robustlab evaluate`` and
+        ``robustlab results`` print them as percentages, in columns headed ``top1 %``;
+        ``results --format csv/json`` keep the fractions) (``.attrs`` holds ``run_id``, ``skipped``, ``db``, and
         ``throughput``: this call's predictions, wall and predict seconds, rate and the
         share of the wall time the model was busy, see :func:`robustlab.run.progress.
         throughput_line`).

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from robustlab.errors import InputError
+from robustlab.errors import InputError, unknown_name
 from robustlab.shifts.registry import get_shift, list_shifts
 
 
@@ -355,9 +355,8 @@ def get_suite(name_or_path: str) -> Suite:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return load_suite(p)
-    raise InputError(
-        f"unknown suite {name_or_path!r}; built-in suites: {', '.join(suites)} (or a .yaml file)"
-    )
+    err = unknown_name("suite", name_or_path, suites)
+    raise InputError(f"{err} (or a .yaml suite file)", hint=err.hint)
 
 
 def load_suite(path: str | Path) -> Suite:

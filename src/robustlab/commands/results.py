@@ -14,7 +14,9 @@ def add_parser(sub) -> None:
         "--format",
         default="table",
         choices=["table", "csv", "json", "markdown"],
-        help="output format (default: table)",
+        help="output format (default: table). table and markdown print top1, error, CE and "
+        "the other rates as percentages, in columns marked %%; csv and json keep them as "
+        "fractions in [0, 1], as the Python API returns them",
     )
     p.add_argument("--model", action="append", help="only this model spec (repeatable)")
     p.add_argument("--suite", action="append", help="only this suite (repeatable)")

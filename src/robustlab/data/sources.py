@@ -57,6 +57,10 @@ IMAGE_EXTENSIONS = frozenset(
         ".pnm",
     }
 )
+# Files robustlab itself writes at the top of a folder that is then an input again (``mine``
+# writes the hard subset with its labels, each surrogate's guesses and the mining record):
+# part of the folder, not bad images, so never reported as skipped.
+OWN_FILES = frozenset({"labels.csv", "hard.csv", "mining.json"})
 # Columns a labels CSV may use for the class, in order of preference.
 LABEL_COLUMNS = ("wnid", "class", "label", "index")
 
@@ -249,6 +253,8 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     images: list[PurePosixPath] = []
     for rel in files:
         if csv_path is not None and root / rel == csv_path:
+            continue
+        if len(rel.parts) == 1 and rel.name in OWN_FILES:
             continue
         if masks_dir is not None and (root / rel).is_relative_to(masks_dir):
             continue

@@ -112,9 +112,14 @@ def load_model(
     prefix, sep, rest = spec.partition(":")
     adapter = find_adapter(prefix) if sep and rest else None
     if adapter is None:
+        import difflib
+
         known = ", ".join([*lite.LITE, *(a.pattern for a in adapters())])
+        close = difflib.get_close_matches(spec, [*lite.LITE], n=3, cutoff=0.6)
         raise InputError(
-            f"unknown model spec {spec!r}; use one of {known}",
+            f"unknown model spec {spec!r}; did you mean {' or '.join(close)}?"
+            if close
+            else f"unknown model spec {spec!r}; use one of {known}",
             hint="robustlab list models shows them with descriptions",
         )
     if adapter.inline_weights:

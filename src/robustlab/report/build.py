@@ -48,6 +48,9 @@ from robustlab.store import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
 
+# Marks gather's note on why a run has no CE/mCE (shown once, under the corruption tables).
+MCE_NOTE = "CE/mCE"
+
 
 @dataclass
 class ReportResult:
@@ -78,8 +81,10 @@ class _Page:
         self.figures: list[str] = []
 
     def section(self, sid: str, title: str, intro: str = "") -> None:
-        self.toc.append((sid, title))
-        self.parts.append(f'<h2 id="{esc(sid)}">{esc(title)}</h2>')
+        # "sec-": a section and its table often share a name (cells, leaderboard, ...),
+        # and an id must be unique in the page
+        self.toc.append((f"sec-{sid}", title))
+        self.parts.append(f'<h2 id="sec-{esc(sid)}">{esc(title)}</h2>')
         if intro:
             self.parts.append(f'<p class="note">{esc(intro)}</p>')
 
@@ -134,7 +139,6 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
     rows = []
     for r in runs:
         rec = r.record
-        v = rec.get("versions") or {}
         rows.append(
             {
                 "label": r.label,
@@ -155,10 +159,6 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
                 "finished": str(rec.get("finished_at") or "")[:19]
                 if not pd.isna(rec.get("finished_at"))
                 else "",
-                "robustlab": v.get("robustlab"),
-                "torch": v.get("torch"),
-                "timm": v.get("timm"),
-                "numpy": v.get("numpy"),
             }
         )
     p.table(
@@ -185,13 +185,10 @@ def _summary(p: _Page, d: ReportData, generated: str) -> None:
                 Column("status", "Status"),
                 Column("started", "Started (UTC)"),
                 Column("finished", "Finished (UTC)"),
-                Column("robustlab", "robustlab"),
-                Column("torch", "torch"),
-                Column("timm", "timm"),
-                Column("numpy", "numpy"),
             ],
             rows,
-            caption="Runs in this report",
+            caption="Runs in this report (library versions, preprocessing and configuration "
+            "of each run: below the table)",
         )
     )
     for r in runs:
@@ -245,13 +242,7 @@ def _run_summary(p: _Page, d: ReportData) -> None:
         Column("data", "Data"),
         Column("images", "Images", integer, True),
         Column("clean_top1", "Clean top-1 %", pct, True),
-        Column(
-            "shifted_top1",
-            "Shifted top-1 %",
-            pct,
-            True,
-            tip="mean over the shifted cells of each cell's top-1",
-        ),
+        Column("shifted_top1", "Shifted top-1 %", pct, True, tip=SHIFTED_TOP1),
     ]
     if has["mce"]:
         cols += [
@@ -296,64 +287,110 @@ def _run_summary(p: _Page, d: ReportData) -> None:
             cols,
             rows,
             caption="One row per run (the same numbers as `robustlab results --summary`)",
+            notes=[f"Shifted top-1 %: {SHIFTED_TOP1}."],
         )
     )
 
 
+# The one definition of "Shifted top-1 %" wherever the report shows it (summary, leaderboard).
+SHIFTED_TOP1 = (
+    "the mean over the run's shifted cells (shift x level) of each cell's top-1, every "
+    "cell weighing the same, as `robustlab results --summary` computes it"
+)
+
+
 def _leaderboard(p: _Page, d: ReportData) -> None:
-    rows = []
+    """Runs ranked against runs over exactly the same shifted cells, others listed apart.
+
+    A mean over 20 cells is not comparable with one over 75 (other shifts, other levels),
+    even within one suite, so only runs whose stored shifted (shift, level) cells are the
+    same set are ranked together; a run that shares its cells with no other run is listed
+    apart with its cell count.
+    """
+    summary = d.summary.set_index("run_full") if not d.summary.empty else pd.DataFrame()
+    shifted = d.cells[d.cells["shift"] != CLEAN_SHIFT]
+    cellsets = {
+        rid: frozenset(zip(g["shift"].astype(str), g["level"].astype(str)))
+        for rid, g in shifted.groupby("run_full")
+    }
+    groups: dict[frozenset, list[dict]] = {}
     for r in d.runs:
-        pooled = d.pooled.get(r.run_id, {})
+        one = summary.loc[r.run_id] if r.run_id in summary.index else {}
         m = d.mce.get(r.run_id, {})
         rs = d.robustness.get(r.run_id)
         gap = d.bg_gap[d.bg_gap["run_id"] == r.run_id]["bg_gap"] if not d.bg_gap.empty else []
-        rows.append(
+        cells = cellsets.get(r.run_id, frozenset())
+        groups.setdefault(cells, []).append(
             {
                 "label": r.label,
                 "run": r.short,
                 "suite": r.record["suite"] or "clean only",
-                "n": pooled.get("clean_n"),
-                "clean": pooled.get("clean"),
-                "shifted": pooled.get("shifted"),
+                "cells": len(cells),
+                "n": one.get("images"),
+                "clean": one.get("clean_top1"),
+                "shifted": one.get("shifted_top1"),
                 "mce": m.get("mce"),
                 "rel_mce": m.get("relative_mce"),
                 "s_partial": rs.s_partial if rs is not None else None,
                 "bg_gap": float(gap.iloc[0]) if len(gap) else None,
             }
         )
-    # Runs are ranked only against runs of the same suite: different cells, different scale.
-    order = list(dict.fromkeys(x["suite"] for x in rows))
-    rows.sort(
-        key=lambda x: (order.index(x["suite"]), -(x["shifted"] if x["shifted"] is not None else -1))
-    )
-    for x in rows:
-        x["rank"] = 1 + sum(
-            1
-            for y in rows
-            if y["suite"] == x["suite"] and (y["shifted"] or -1) > (x["shifted"] or -1)
-        )
-    cols = [
-        Column("label", "Model"),
-        Column("run", "Run"),
-        Column("suite", "Suite"),
-        Column("rank", "Rank in suite", integer, True),
-        Column("n", "Images", integer, True),
-        Column("clean", "Clean top-1 %", pct, True),
-        Column("shifted", "Shifted top-1 %", pct, True, tip="all shifted cells pooled"),
-    ]
-    if any(x["mce"] is not None for x in rows):
-        cols += [Column("mce", "mCE %", pct, True), Column("rel_mce", "Rel. mCE %", pct, True)]
-    if any(x["s_partial"] is not None for x in rows):
-        cols.append(Column("s_partial", "S partial (EX1)", num, True))
-    if any(x["bg_gap"] is not None for x in rows):
-        cols.append(Column("bg_gap", "BG-gap %", pct, True))
+    ranked = [g for cells, g in groups.items() if cells and len(g) > 1]
+    alone = [x for cells, g in groups.items() if not (cells and len(g) > 1) for x in g]
+    all_rows = [x for g in groups.values() for x in g]
+
+    def columns(rank: bool) -> list[Column]:
+        cols = [Column("label", "Model"), Column("run", "Run"), Column("suite", "Suite")]
+        if rank:
+            cols.append(Column("rank", "Rank", integer, True))
+        cols += [
+            Column("cells", "Shifted cells", integer, True),
+            Column("n", "Images", integer, True),
+            Column("clean", "Clean top-1 %", pct, True),
+            Column("shifted", "Shifted top-1 %", pct, True, tip=SHIFTED_TOP1),
+        ]
+        if any(not is_missing(x["mce"]) for x in all_rows):
+            cols += [Column("mce", "mCE %", pct, True), Column("rel_mce", "Rel. mCE %", pct, True)]
+        if any(not is_missing(x["s_partial"]) for x in all_rows):
+            cols.append(Column("s_partial", "S partial (EX1)", num, True))
+        if any(not is_missing(x["bg_gap"]) for x in all_rows):
+            cols.append(Column("bg_gap", "BG-gap %", pct, True))
+        return cols
+
     p.section(
         "leaderboard",
         "Leaderboard",
-        "Runs ranked within their suite by pooled shifted accuracy (runs of different "
-        "suites are measured on different cells). Click a header to sort.",
+        "Runs are ranked only against runs over exactly the same shifted cells (the same "
+        f"shifts at the same levels), by shifted top-1: {SHIFTED_TOP1}. Click a header to sort.",
     )
-    p.table(Table("leaderboard", cols, rows))
+    for i, rows in enumerate(sorted(ranked, key=lambda g: -len(g))):
+
+        def score(x: dict) -> float:
+            return -1.0 if is_missing(x["shifted"]) else float(x["shifted"])
+
+        rows.sort(key=lambda x: -score(x))
+        for x in rows:
+            x["rank"] = 1 + sum(1 for y in rows if score(y) > score(x))
+        suites = ", ".join(dict.fromkeys(x["suite"] for x in rows))
+        p.table(
+            Table(
+                "leaderboard" if i == 0 else f"leaderboard-{i + 1}",
+                columns(rank=True),
+                rows,
+                caption=f"Ranked: {len(rows)} runs over the same {rows[0]['cells']} shifted "
+                f"cells ({suites})",
+            )
+        )
+    if alone:
+        p.table(
+            Table(
+                "leaderboard-unranked",
+                columns(rank=False),
+                alone,
+                caption="Not ranked: no other run covers the same shifted cells, so a rank "
+                "would compare different cells (the cell counts say how many each covers)",
+            )
+        )
 
 
 def _corruption_tables(p: _Page, d: ReportData) -> None:
@@ -369,6 +406,11 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
         "stored severities; CE divides the summed errors by the baseline's (lower is better).",
     )
     clean = d.cells[d.cells["shift"] == CLEAN_SHIFT].set_index("run_full")["error"]
+    # 15 corruption columns are wide: the Run column goes when every label already names
+    # its run ("lite0 [9b862906]", one model evaluated several times).
+    who = [Column("label", "Model")]
+    if not all(f"[{r.short}]" in r.label for r in d.runs):
+        who.append(Column("run", "Run"))
     rows = []
     for r in d.runs:
         g = d.corruption_error[d.corruption_error["run_full"] == r.run_id].set_index("shift")[
@@ -385,8 +427,7 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
             }
         )
     cols = [
-        Column("label", "Model"),
-        Column("run", "Run"),
+        *who,
         Column("clean", "Clean error %", pct, True),
     ]
     cols += [Column(f"e:{s}", s.replace("_", " "), pct, True, note=fam[s]) for s in corr]
@@ -416,8 +457,7 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
                 }
             )
         cols = [
-            Column("label", "Model"),
-            Column("run", "Run"),
+            *who,
             Column("baseline", "Baseline"),
             Column("clean", "Clean error %", pct, True),
             Column("mce", "mCE %", pct, True, tip="mean CE over the corruptions"),
@@ -435,8 +475,7 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
             )
         )
         cols = [
-            Column("label", "Model"),
-            Column("run", "Run"),
+            *who,
             Column("rel", "Rel. mCE %", pct, True),
         ]
         cols += [
@@ -458,13 +497,14 @@ def _corruption_tables(p: _Page, d: ReportData) -> None:
         and not d.corruption_error[d.corruption_error["run_full"] == r.run_id].empty
     ]
     if missing:
-        why = [n for n in d.notes if "CE/mCE" in n]
+        # The reason is said here, once (the Notes section leaves it out: see MCE_NOTE).
+        why = [n for n in d.notes if MCE_NOTE in n] or [
+            "mCE needs a baseline measured on the same images: pass a model evaluated on "
+            "these images with --baseline MODEL"
+        ]
         p.add(
-            f'<p class="note"><strong>No mCE for {esc(", ".join(r.label for r in missing))}.</strong> '
-            "mCE needs a baseline measured on the same images: the bundled AlexNet errors are "
-            "valid only for the full ImageNet validation set, so pass a model evaluated on these "
-            "images with <code>--baseline SPEC</code>. The table above shows the errors "
-            "themselves.</p>" + notes_list(why)
+            f'<p class="note"><strong>No mCE for {esc(", ".join(r.label for r in missing))}'
+            "</strong> (the table above shows the errors themselves):</p>" + notes_list(why)
         )
 
 
@@ -877,6 +917,37 @@ def _edit_tables(p: _Page, d: ReportData) -> None:
         )
 
 
+def withheld_inference(result) -> str:
+    """Why a fit's standard errors, intervals and p-values are not shown ('' when they are).
+
+    A fit that did not converge has estimates running off towards infinity; a fit with no
+    more independent observations than terms has no residual information left to estimate
+    an error from. The independent observations are the images: a per-cell table of 6
+    photos under 40 shifts has 240 rows but only 6 photos' worth of evidence (and the
+    clustered errors of the logistic model are estimated from 6 clusters). p-values and
+    stars printed for such a fit look like findings and are not.
+    """
+    table = result.table
+    terms = len(table)
+    if not table.attrs.get("converged", True):
+        return (
+            "the fit did not converge (a level is always right or always wrong, so its "
+            "estimate runs off towards infinity): no standard errors, intervals or p-values"
+        )
+    n_images = table.attrs.get("n_images")
+    n_obs = int(result.fit.nobs)
+    if n_obs <= terms or (n_images is not None and n_images <= terms):
+        have = (
+            f"{n_images} images" if n_images is not None and n_images <= terms else f"{n_obs} rows"
+        )
+        return (
+            f"{terms} terms fitted on {have}: fewer independent observations than terms, so "
+            "no standard errors, intervals or p-values (the estimates only describe these "
+            "images); evaluate more images for inference"
+        )
+    return ""
+
+
 def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
     reg = d.regression
     if reg is None:
@@ -890,23 +961,23 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
         + ", ".join(f"{k} = {v}" for k, v in reg.reference.items())
         + "), holding the other factors fixed.",
     )
-    rows = reg.table.to_dict("records")
+    stars = "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns"
+    inference = [
+        Column("std_error", "Std. error", num, True),
+        Column("ci_low", "95 % CI low", num, True),
+        Column("ci_high", "95 % CI high", num, True),
+        Column("t", "t", num, True),
+        Column("p", "p", num, True),
+        Column("stars", "Signif."),
+    ]
+    withheld = withheld_inference(reg)
     p.table(
         Table(
             "regression",
-            [
-                Column("term", "Term"),
-                Column("estimate", "Estimate", num, True),
-                Column("std_error", "Std. error", num, True),
-                Column("ci_low", "95 % CI low", num, True),
-                Column("ci_high", "95 % CI high", num, True),
-                Column("t", "t", num, True),
-                Column("p", "p", num, True),
-                Column("stars", "Signif."),
-            ],
-            rows,
-            caption=f"{r_squared_text(reg.fit)}, {int(reg.fit.nobs)} cells; "
-            "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns",
+            [Column("term", "Term"), Column("estimate", "Estimate", num, True)]
+            + ([] if withheld else inference),
+            reg.table.to_dict("records"),
+            caption=f"{r_squared_text(reg.fit)}, {int(reg.fit.nobs)} cells; " + (withheld or stars),
         )
     )
     logit = d.logit
@@ -924,6 +995,15 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
             )
             + "</p>"
         )
+        withheld = withheld_inference(logit)
+        inference = [
+            Column("std_error", "SE (clustered)", num, True),
+            Column("ci_low", "95 % CI low", num, True),
+            Column("ci_high", "95 % CI high", num, True),
+            Column("p", "p (clustered)", num, True),
+            Column("p_naive", "p (naive)", num, True),
+            Column("stars", "Signif."),
+        ]
         p.table(
             Table(
                 "regression-logit",
@@ -931,21 +1011,14 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
                     Column("term", "Term"),
                     Column("estimate", "Log-odds", num, True),
                     Column("odds_ratio", "Odds ratio", num, True),
-                    Column("std_error", "SE (clustered)", num, True),
-                    Column("ci_low", "95 % CI low", num, True),
-                    Column("ci_high", "95 % CI high", num, True),
-                    Column("p", "p (clustered)", num, True),
-                    Column("p_naive", "p (naive)", num, True),
-                    Column("stars", "Signif."),
-                ],
+                ]
+                + ([] if withheld else inference),
                 logit.table.to_dict("records"),
-                caption=f"Logistic model of top-1 correctness, {int(logit.fit.nobs)} predictions, "
-                "standard errors clustered by image"
+                caption=f"Logistic model of top-1 correctness, {int(logit.fit.nobs)} predictions"
                 + (
-                    ""
-                    if logit.table.attrs.get("converged", True)
-                    else "; the fit did not converge (a level is always right or always wrong): "
-                    "its estimates and intervals are not meaningful"
+                    f"; {withheld}"
+                    if withheld
+                    else f", standard errors clustered by image; {stars}"
                 )
                 + (
                     "; perfect separation, see the notes"
@@ -955,6 +1028,7 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
             )
         )
     paths = reg.plots(tmp, "regression")
+    p.add('<div class="plots">')
     p.figure(
         "fig-regression-residuals",
         paths["residuals"].read_bytes(),
@@ -967,6 +1041,7 @@ def _regression(p: _Page, d: ReportData, tmp: Path) -> None:
         "Normal QQ plot of the regression residuals",
         "QQ plot of residual quantiles against normal quantiles",
     )
+    p.add("</div>")
 
 
 def runs_sharing_cells(cells, shifts) -> tuple[list[str], list[str]]:
@@ -1060,6 +1135,7 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
             "grouped bar chart of accuracy per background scenario",
         )
     if not d.class_drops.empty:
+        p.add('<div class="plots">')  # side by side where the window is wide enough
         for i, r in enumerate(d.runs):
             g = d.class_drops[d.class_drops["run_id"] == r.run_id]
             if g.empty:
@@ -1076,6 +1152,7 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
                 + ".",
                 "heatmap of per-class accuracy drops, classes by shifts",
             )
+        p.add("</div>")
     rows = [{"label": r.label, **d.pooled.get(r.run_id, {})} for r in d.runs]
     df = pd.DataFrame(rows)
     for c in ("clean", "clean_lo", "clean_hi", "shifted", "shifted_lo", "shifted_hi"):
@@ -1084,7 +1161,10 @@ def _plots(p: _Page, d: ReportData, notes: list[str]) -> None:
     p.figure(
         "fig-intervals",
         plots.interval_plot(df),
-        "Clean and pooled shifted top-1 per run with bootstrap intervals (images resampled).",
+        "Clean and pooled shifted top-1 per run with bootstrap intervals (images resampled). "
+        "Pooled shifted top-1 counts all of a run's shifted predictions together (a cell with "
+        "more images weighs more), so it can differ from the tables' Shifted top-1 %, the "
+        "mean over cells.",
         "dot plot with interval whiskers of clean and shifted accuracy per run",
     )
 
@@ -1109,9 +1189,12 @@ def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> 
     for gi, g in enumerate(grids):
         n_img = sum(len(c) for _, c in g.rows)
         lossless = n_img <= PNG_LIMIT
+        head = f"<h3>{esc(g.sample_id)}: true class {esc(g.true_class)}</h3>"
+        if gi == 1:
+            # the first sample open, the others one click away (each is a screen or more)
+            p.add(f'<details class="more"><summary>{len(grids) - 1} more sample(s)</summary>')
         p.add(
-            f"<h3>{esc(g.sample_id)}: true class {esc(g.true_class)}</h3>"
-            f'<p class="note">Runs: {esc(", ".join(g.runs))}; data root {esc(g.data_root)}; '
+            head + f'<p class="note">Runs: {esc(", ".join(g.runs))}; data root {esc(g.data_root)}; '
             f"seed {g.seed}; pictures embedded as {'PNG (exact pixels)' if lossless else 'JPEG q90'}.</p>"
         )
         width = max(len(c) for _, c in g.rows)
@@ -1142,6 +1225,8 @@ def _grids(p: _Page, d: ReportData, sample_id: str | None, notes: list[str]) -> 
             out.append("<td></td>" * (width - len(cells)) + "</tr>")
         out.append("</tbody></table></div>")
         p.add("".join(out) + notes_list(g.notes))
+    if len(grids) > 1:
+        p.add("</details>")
     return len(grids)
 
 
@@ -1263,6 +1348,8 @@ def build_report(
         notes.append("image grid left out (--no-grid)")
     stages.stage("tables and page")
     _cells_table(p, d)
+    # said once, where the missing mCE would be (the corruption tables)
+    notes = [n for n in notes if MCE_NOTE not in n or "corruption-errors" not in p.tables]
     if notes:
         p.section("notes", "Notes", "What is missing or partial, and why.")
         p.add(notes_list(list(dict.fromkeys(notes))))

@@ -800,9 +800,13 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
     if "Shift" not in factors:
         return None, None
     cells = cell_accuracy(data, by=list(factors.values()))
+    # The independent observations behind both fits: the report withholds p-values when
+    # they are no more than the terms (robustlab.report.build.withheld_inference).
+    n_images = int(data["sample_id"].nunique())
     ols = logit = None
     try:
         ols = regress_accuracy(cells, factors, reference=reference)
+        ols.table.attrs["n_images"] = n_images
     except ValueError as exc:
         notes.append(f"no regression table: {exc}")
     terms = 1 + sum(data[c].nunique() - 1 for c in factors.values())
@@ -818,6 +822,7 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
         except ValueError as exc:
             notes.append(f"no per-image logistic model: {exc}")
         else:
+            logit.table.attrs["n_images"] = n_images
             if logit.table.attrs.get("separated"):
                 notes.append(separation_note(logit.table.attrs.get("constant_levels", [])))
     return ols, logit

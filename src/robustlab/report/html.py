@@ -115,6 +115,10 @@ def _sort_value(value: Any, numeric: bool) -> str:
     return str(value)
 
 
+# Rows beyond which a table scrolls vertically inside its own box.
+TALL_ROWS = 16
+
+
 def render_table(t: Table) -> str:
     """The table as HTML; headers are buttons (keyboard-usable) when sortable.
 
@@ -122,9 +126,17 @@ def render_table(t: Table) -> str:
     formatting (``9.50`` vs ``10.25`` sorts numerically; blanks go last).
     """
     cls = "data sortable" if t.sortable and len(t.rows) > 1 else "data"
-    out = [f'<div class="table-wrap"><table class="{cls}" id="{esc(t.id)}">']
+    # A long table scrolls inside its own box (header kept in view) instead of making the
+    # page thousands of pixels tall.
+    wrap = "table-wrap tall" if len(t.rows) > TALL_ROWS else "table-wrap"
+    # The caption goes above the box, as wide as the page: inside the table (<caption>) a
+    # long one was squeezed into the width of a narrow table.
+    out = []
+    described = ""
     if t.caption:
-        out.append(f"<caption>{esc(t.caption)}</caption>")
+        out.append(f'<p class="caption" id="{esc(t.id)}-caption">{esc(t.caption)}</p>')
+        described = f' aria-describedby="{esc(t.id)}-caption"'
+    out.append(f'<div class="{wrap}"><table class="{cls}" id="{esc(t.id)}"{described}>')
     out.append("<thead><tr>")
     for c in t.columns:
         label = esc(c.title) + (f'<span class="colnote">{esc(c.note)}</span>' if c.note else "")
@@ -144,7 +156,9 @@ def render_table(t: Table) -> str:
         for c in t.columns:
             v = r.get(c.key)
             shown = c.fmt(v)
-            num_cls = ' class="num"' if c.numeric else ""
+            # numbers and short one-word texts ("imagenet-c", a date) never break at a hyphen
+            nowrap = c.numeric or (len(shown) <= 24 and " " not in shown)
+            num_cls = ' class="num"' if c.numeric else ' class="nw"' if nowrap else ""
             out.append(
                 f'<td{num_cls} data-sort="{esc(_sort_value(v, c.numeric))}">{esc(shown)}</td>'
             )
@@ -179,19 +193,25 @@ STYLE = """
 * { box-sizing: border-box; }
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
        color: var(--fg); margin: 0; background: #fff; }
-main { max-width: 1240px; margin: 0 auto; padding: 1rem 1.25rem 3rem; }
+main { max-width: 1880px; margin: 0 auto; padding: 1rem 1.25rem 3rem; }
 header.top { border-bottom: 3px solid var(--accent); margin-bottom: 1rem; }
 h1 { font-size: 1.6rem; margin: .6rem 0 .2rem; }
 h2 { font-size: 1.25rem; margin: 2rem 0 .5rem; padding-top: .3rem; border-top: 1px solid var(--line); }
 h3 { font-size: 1.05rem; margin: 1.2rem 0 .4rem; }
 nav.toc ul { display: flex; flex-wrap: wrap; gap: .3rem 1rem; list-style: none; padding: 0; margin: .4rem 0; }
 nav.toc a { color: var(--accent); }
-p.meta, p.note, .notes li, caption, figcaption { color: var(--muted); font-size: .9rem; }
+p.meta, p.note, p.caption, .notes li, figcaption { color: var(--muted); font-size: .9rem; }
+p.caption { margin: .8rem 0 .2rem; }
 .table-wrap { overflow-x: auto; max-width: 100%; margin: .4rem 0 .8rem; }
-table.data { border-collapse: collapse; font-size: .86rem; font-variant-numeric: tabular-nums; }
-table.data caption { text-align: left; caption-side: top; padding: .2rem 0; }
-table.data th, table.data td { border-bottom: 1px solid var(--line); padding: .25rem .5rem;
-                               text-align: left; vertical-align: top; white-space: nowrap; }
+.table-wrap.tall { max-height: 34rem; overflow-y: auto; border-bottom: 1px solid var(--line); }
+table.data { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+table.data th, table.data td { border-bottom: 1px solid var(--line); padding: .25rem .4rem;
+                               text-align: left; vertical-align: top; }
+/* Headers and text wrap at spaces, numbers never: wide tables fit the window instead of
+   scrolling sideways (a table that still does not fit scrolls inside its own box). */
+table.data { font-size: .84rem; }
+table.data th, table.data td { white-space: normal; overflow-wrap: break-word; }
+table.data td.num, table.data td.nw { white-space: nowrap; }
 table.data th { background: var(--head); position: sticky; top: 0; z-index: 1; font-weight: 600; }
 table.data td:first-child { position: sticky; left: 0; background: #fff; z-index: 1; }
 table.data th:first-child { left: 0; z-index: 2; }
@@ -204,6 +224,8 @@ table.data th[aria-sort="descending"] .arrow::after { content: " \\25BC"; }
 table.data tr.summary td { font-weight: 600; background: #f7f7f7; }
 table.data tbody tr:hover td { background: #eef5fb; }
 figure.plot { margin: .6rem 0 1.2rem; max-width: 100%; overflow-x: auto; }
+.plots { display: flex; flex-wrap: wrap; gap: 0 1.5rem; align-items: flex-start; }
+details.more > summary { cursor: pointer; color: var(--accent); margin: .6rem 0; }
 figure.plot img { max-width: none; height: auto; border: 1px solid var(--line); }
 .grid { border-collapse: collapse; }
 .grid th { font-weight: 600; font-size: .85rem; text-align: left; padding: .2rem .4rem; vertical-align: middle; }

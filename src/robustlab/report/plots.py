@@ -21,8 +21,11 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 HATCHES = ("", "//", "..", "xx", "\\\\", "++", "oo", "--")
 DPI = 110
 # Smallest text in a plot, in points: 7 pt at 110 dpi is 10.7 px, and the report shows plots
-# at their natural size (a wide plot scrolls inside its own box instead of shrinking).
+# at their natural size (never shrunk; see MAX_WIDTH_IN for how they fit the page).
 MIN_TEXT_PT = 7.0
+# Widest figure, in inches: 1,150 px at DPI, so that every plot fits the report's content
+# column in a 1280 px window at its natural size (plots are never shrunk: their text would).
+MAX_WIDTH_IN = 1150 / DPI
 
 
 def text_px(points: float) -> float:
@@ -87,7 +90,7 @@ def severity_curves(
     shaded band is the bootstrap interval of each cell.
     """
     rows, cols = _grid(len(groups))
-    fig = _figure(3.1 * cols, 2.5 * rows + 0.6)
+    fig = _figure(min(MAX_WIDTH_IN, 0.35 + 2.55 * cols), 2.5 * rows + 0.6)
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     for k, (name, shifts) in enumerate(groups):
         ax = axes[k // cols][k % cols]
@@ -151,7 +154,12 @@ def family_curves(families: pd.DataFrame, labels: dict[str, str]) -> bytes:
 
 
 def scenario_bars(scen: pd.DataFrame, labels: dict[str, str], clean: dict[str, float]) -> bytes:
-    """Grouped bars of scenario accuracy (one bar per run, hatched), with interval whiskers.
+    """Horizontal bars of scenario accuracy (a bar per run that has the scenario, hatched),
+    with interval whiskers.
+
+    Scenarios run down the page, so the figure keeps one width however many scenarios and
+    runs there are (19 scenarios side by side made a 2,500 px wide plot); each run draws
+    bars only for the scenarios it evaluated, so no slot stays empty.
 
     Args:
         scen: Rows run_full, scenario, top1, top1_lo, top1_hi.
@@ -159,41 +167,54 @@ def scenario_bars(scen: pd.DataFrame, labels: dict[str, str], clean: dict[str, f
     """
     names = list(dict.fromkeys(scen["scenario"]))
     runs = [r for r in labels if r in set(scen["run_full"])]
-    width = 0.8 / max(1, len(runs))
-    fig = _figure(max(6.0, 0.55 * len(names) * max(1, len(runs)) + 2), 3.8)
+    slots = [
+        (name, rid)
+        for name in names
+        for rid in runs
+        if ((scen["run_full"] == rid) & (scen["scenario"] == name)).any()
+    ]
+    bar_in = 0.24
+    fig = _figure(min(MAX_WIDTH_IN, 8.0), 1.4 + bar_in * len(slots) + 0.12 * len(names))
     ax = fig.add_subplot()
-    x = np.arange(len(names))
+    y, ticks, pos = [], [], 0.0
+    for name in names:
+        mine = [rid for n, rid in slots if n == name]
+        ticks.append(pos + (len(mine) - 1) / 2)
+        y += [(name, rid, pos + j) for j, rid in enumerate(mine)]
+        pos += len(mine) + 0.6
     for i, rid in enumerate(runs):
-        g = scen[scen["run_full"] == rid].set_index("scenario").reindex(names)
-        y = 100 * g["top1"].to_numpy(float)
+        g = scen[scen["run_full"] == rid].set_index("scenario")
+        at = [(name, yy) for name, r, yy in y if r == rid]
+        x = np.array([100 * float(g.loc[name, "top1"]) for name, _ in at])
         err = None
         if {"top1_lo", "top1_hi"} <= set(g.columns):
-            err = np.vstack(
-                [y - 100 * g["top1_lo"].to_numpy(float), 100 * g["top1_hi"].to_numpy(float) - y]
-            )
+            lo = np.array([100 * float(g.loc[name, "top1_lo"]) for name, _ in at])
+            hi = np.array([100 * float(g.loc[name, "top1_hi"]) for name, _ in at])
+            err = np.vstack([x - lo, hi - x])
             err = np.where(np.isfinite(err), np.clip(err, 0, None), 0)
         colour = OKABE_ITO[i % len(OKABE_ITO)]
-        ax.bar(
-            x + (i - (len(runs) - 1) / 2) * width,
-            y,
-            width * 0.95,
+        ax.barh(
+            [yy for _, yy in at],
+            x,
+            0.85,
             label=labels[rid],
             color=colour,
             edgecolor="black",
             linewidth=0.5,
             hatch=HATCHES[i % len(HATCHES)],
-            yerr=err,
+            xerr=err,
             capsize=2,
             error_kw={"elinewidth": 0.8},
         )
         if rid in clean:
-            ax.axhline(100 * clean[rid], color=colour, ls="--", lw=1)
-    ax.set_xticks(x, [n.replace("_", " ") for n in names], rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("top-1 accuracy (%)")
-    ax.set_ylim(0, 105)
+            ax.axvline(100 * clean[rid], color=colour, ls="--", lw=1)
+    ax.set_yticks(ticks, [n.replace("_", " ") for n in names], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("top-1 accuracy (%)")
+    ax.set_xlim(0, 105)
     ax.set_title("Scenario accuracy (dashed: clean accuracy of the same run)", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return to_png(fig)
 
@@ -219,20 +240,23 @@ def class_drop_heatmap(
         keep = table.mean(axis=1).sort_values(ascending=False).index[:max_classes]
         note = f"showing the {max_classes} classes with the largest mean drop of {len(table)}"
         table = table.loc[keep]
+    # Shifts across while they fit the page at a readable cell width; many shifts (44 in
+    # the full vocabulary) run down the page instead, where there is room for them.
+    if len(table.columns) > 16 and len(table.columns) > len(table):
+        table = table.T
+        row_name, col_name = (lambda v: str(v).replace("_", " ")), class_name
+    else:
+        row_name, col_name = class_name, (lambda v: str(v).replace("_", " "))
     values = 100 * table.to_numpy(float)
     n_r, n_c = values.shape
-    fig = _figure(min(16.0, 2.8 + 0.62 * n_c), min(14.0, 1.4 + 0.34 * n_r))
+    fig = _figure(min(MAX_WIDTH_IN, 2.8 + 0.55 * n_c), min(30.0, 1.4 + 0.3 * n_r))
     ax = fig.add_subplot()
     lim = max(1.0, float(np.nanmax(np.abs(values))) if values.size else 1.0)
     im = ax.imshow(values, cmap="PuOr_r", vmin=-lim, vmax=lim, aspect="auto")
     ax.set_xticks(
-        range(n_c),
-        [c.replace("_", " ") for c in table.columns],
-        rotation=40,
-        ha="right",
-        fontsize=8,
+        range(n_c), [col_name(c) for c in table.columns], rotation=40, ha="right", fontsize=8
     )
-    ax.set_yticks(range(n_r), [class_name(v) for v in table.index], fontsize=8)
+    ax.set_yticks(range(n_r), [row_name(v) for v in table.index], fontsize=8)
     if n_r * n_c <= 600:
         for r in range(n_r):
             for c in range(n_c):

@@ -87,7 +87,8 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
                 "index": it.index,
                 "id": it.id,
                 "label": it.label,
-                "guesses": [{"column": c, "value": v, "name": n} for c, v, n in it.guesses],
+                "guesses": [g._asdict() for g in it.guesses],
+                "details": [{"what": k, "value": v} for k, v in it.details],
             }
             for it in review_set.items
         ],

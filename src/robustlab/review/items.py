@@ -13,6 +13,7 @@ import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from robustlab.errors import InputError
 
@@ -45,6 +46,23 @@ class ClassInfo:
         return {"key": self.key, "name": self.name, "wnids": list(self.wnids)}
 
 
+class Guess(NamedTuple):
+    """One surrogate's guess for an image, as the reviewer sees it.
+
+    Attributes:
+        column: The model (for ``robustlab mine``'s ``hard.csv``) or the CSV column.
+        value: The raw value (a class key, a wnid, or the model's class index).
+        name: Readable class name, or None when none is known.
+        correct: Whether the guess is right under the label space's rule, when the CSV
+            says so (``hard.csv``'s ``<model>_correct``); None otherwise.
+    """
+
+    column: str
+    value: str
+    name: str | None
+    correct: bool | None = None
+
+
 @dataclass(frozen=True)
 class ReviewItem:
     """One image under review.
@@ -54,14 +72,17 @@ class ReviewItem:
         id: Path relative to the data root (posix), the key decisions are stored under.
         path: The file.
         label: Class key of the image's label.
-        guesses: ``(column, value, readable name or None)`` from the predictions CSV.
+        guesses: The surrogates' guesses from the predictions CSV.
+        details: ``(what, value)`` facts about the image from the CSV that are not
+            guesses (``hard.csv``: the cell it came from, how many surrogates were wrong).
     """
 
     index: int
     id: str
     path: Path
     label: str
-    guesses: tuple[tuple[str, str, str | None], ...] = ()
+    guesses: tuple[Guess, ...] = ()
+    details: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -144,7 +165,7 @@ def load_review_set(data, *, predictions=None, label_space=None, name=None) -> R
         else {}
     )
     items = [
-        ReviewItem(i, s.id, s.path, key_of[cls], guesses.get(s.id, ()))
+        ReviewItem(i, s.id, s.path, key_of[cls], *guesses.get(s.id, ((), ())))
         for i, (s, cls) in enumerate(raw)
     ]
     return ReviewSet(
@@ -205,7 +226,14 @@ def _wnids(space, i: int) -> tuple[str, ...]:
 
 
 def _read_predictions(path: Path, ids: list[str], classes: list[ClassInfo], notes: list[str]):
-    """``image id -> guesses`` from a predictions CSV (see :func:`load_review_set`)."""
+    """``image id -> (guesses, details)`` from a predictions CSV (see :func:`load_review_set`).
+
+    ``robustlab mine``'s ``hard.csv`` has three columns per surrogate (``<model>_top1``, the
+    class index; ``<model>_top1_name``; ``<model>_correct``) and the cell an image came
+    from: those become one readable guess per model (its predicted class name, right or
+    wrong) and a few facts, instead of thirteen raw columns. Any other column is a guess
+    as it stands (a class key or wnid, named when it is one).
+    """
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
@@ -216,7 +244,18 @@ def _read_predictions(path: Path, ids: list[str], classes: list[ClassInfo], note
     lower = {f.lower(): f for f in fields}
     if "file" not in lower:
         raise InputError(f"predictions CSV {path} needs a 'file' column; it has {fields}")
-    guess_cols = [f for f in fields if f and f.lower() not in NOT_GUESSES]
+    models = [
+        f.removesuffix("_top1")
+        for f in fields
+        if f.endswith("_top1") and f"{f.removesuffix('_top1')}_correct" in fields
+    ]
+    model_cols = {f"{m}{end}" for m in models for end in MODEL_COLUMNS}
+    facts = [c for c in MINING_FACTS if models and c in fields]
+    guess_cols = [
+        f
+        for f in fields
+        if f and f.lower() not in NOT_GUESSES and f not in model_cols and f not in facts
+    ]
     names = _guess_names(classes)
     id_set = set(ids)
     by_name: dict[str, list[str]] = {}
@@ -229,12 +268,39 @@ def _read_predictions(path: Path, ids: list[str], classes: list[ClassInfo], note
         if image_id is None:
             unmatched += 1
             continue
-        out[image_id] = tuple(
-            (col, row[col], names.get(row[col])) for col in guess_cols if row.get(col)
-        )
+        guesses = [
+            Guess(
+                m,
+                row[f"{m}_top1"],
+                row.get(f"{m}_top1_name") or None,
+                row[f"{m}_correct"].lower() in ("true", "1", "yes"),
+            )
+            for m in models
+            if row.get(f"{m}_top1")
+        ]
+        guesses += [Guess(col, row[col], names.get(row[col])) for col in guess_cols if row.get(col)]
+        out[image_id] = (tuple(guesses), _mining_details(row, image_id, len(models)))
     if unmatched:
         notes.append(f"{unmatched} row(s) of {path.name} match no image of the set")
     return out
+
+
+# hard.csv's columns per surrogate, after the model's name, and its facts about an image.
+MODEL_COLUMNS = ("_top1", "_top1_name", "_correct")
+MINING_FACTS = ("sample_id", "shift", "level", "n_wrong")
+
+
+def _mining_details(row: dict[str, str], image_id: str, n_models: int) -> tuple:
+    """A hard.csv row's facts in words: the source photo, the cell, how many were wrong."""
+    out = []
+    if row.get("sample_id") and row["sample_id"] != image_id:
+        out.append(("Source image", row["sample_id"]))
+    if row.get("shift"):
+        clean = row["shift"] == "clean"
+        out.append(("Cell", "clean" if clean else f"{row['shift']}, level {row.get('level')}"))
+    if row.get("n_wrong") and n_models:
+        out.append(("Surrogates wrong", f"{row['n_wrong']} of {n_models}"))
+    return tuple(out)
 
 
 def _guess_names(classes: list[ClassInfo]) -> dict[str, str]:
@@ -264,4 +330,4 @@ def _match(file: str, ids: set[str], by_name: dict[str, list[str]]) -> str | Non
     return same[0] if same and len(same) == 1 else None
 
 
-__all__ = ["ClassInfo", "ReviewItem", "ReviewSet", "load_review_set", "AUTO_SPACES"]
+__all__ = ["ClassInfo", "Guess", "ReviewItem", "ReviewSet", "load_review_set", "AUTO_SPACES"]

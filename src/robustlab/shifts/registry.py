@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.errors import InputError, MissingResourceError
+from robustlab.errors import MissingResourceError, unknown_name
 
 ShiftFn = Callable[..., np.ndarray]
 
@@ -303,12 +303,12 @@ def _ensure_loaded() -> None:
 
 
 def get_shift(name: str) -> Shift:
-    """Return the registered shift ``name`` or raise InputError listing the known names."""
+    """Return the registered shift ``name`` or raise InputError naming the closest ones."""
     _ensure_loaded()
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise InputError(f"unknown shift {name!r}; known shifts: {', '.join(_REGISTRY)}") from None
+        raise unknown_name("shift", name, _REGISTRY, listing="robustlab list shifts") from None
 
 
 def list_shifts(pattern: str | None = None, *, tag: str | None = None) -> list[Shift]:

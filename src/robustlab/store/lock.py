@@ -3,8 +3,9 @@
 DuckDB lets only one process at a time open a database file for writing (and none may read
 it meanwhile). robustlab therefore never keeps a connection open: every read or write is a
 short connect-work-close transaction taken under an exclusive OS lock on a sidecar file
-``<db>.lock``. Waiting processes retry with exponential backoff instead of failing, so two
-``robustlab evaluate`` processes writing to the same file interleave their batches.
+``<db>.lock`` (removed again by whoever releases it, so none is left behind). Waiting
+processes retry with exponential backoff instead of failing, so two ``robustlab evaluate``
+processes writing to the same file interleave their batches.
 """
 
 from __future__ import annotations
@@ -65,9 +66,15 @@ _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True):
     """Hold an exclusive lock on ``path`` (created if needed) for the ``with`` block.
 
+    The lock file is removed when the holder releases it, so no 0-byte ``<db>.lock`` is
+    left next to the database. Removing a lock file is safe only with a check on the other
+    side: a process that was waiting on the removed file (the old inode) finds, once it
+    holds its lock, that ``path`` no longer names that file, and starts over on the new
+    one. So at any moment at most one process holds a lock on the file ``path`` names.
+    (On Windows an open file cannot be removed; the file stays there.)
+
     Args:
-        path: The lock file. It is never deleted: removing it while another process waits
-            on the old inode would let two processes in at once.
+        path: The lock file.
         timeout: Seconds to keep retrying before raising :class:`LockTimeout`.
         required: False for readers: when the lock file cannot be created because the
             folder is not writable, an existing one is locked read-only, and without one
@@ -78,30 +85,52 @@ def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True
         OSError: the lock file cannot be opened (and ``required`` is true).
     """
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        if required or exc.errno not in _NOT_WRITABLE:
-            raise
+    deadline = time.monotonic() + timeout
+    delays = backoff_delays()
+    while True:
+        writable = True
         try:
-            fd = os.open(path, os.O_RDONLY)  # flock works on a read-only descriptor
-        except OSError:
-            yield
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            if required or exc.errno not in _NOT_WRITABLE:
+                raise
+            writable = False
+            try:
+                fd = os.open(path, os.O_RDONLY)  # flock works on a read-only descriptor
+            except OSError:
+                yield
+                return
+        try:
+            while not _try_lock(fd):
+                if time.monotonic() > deadline:
+                    raise LockTimeout(
+                        f"{path} has been locked by another process for more than {timeout:.0f} s",
+                        hint="wait for the other robustlab process, or pass another --db",
+                    )
+                time.sleep(next(delays))
+            if not _names(path, fd):
+                # The holder before us removed the file we waited on: take the new one.
+                _unlock(fd)
+                continue
+            try:
+                yield
+            finally:
+                if writable and os.name != "nt":
+                    try:
+                        os.unlink(path)  # still locked: nobody can hold the new file yet
+                    except OSError:
+                        pass  # a read-only folder now, or gone: the lock still ends below
+                _unlock(fd)
             return
-    try:
-        deadline = time.monotonic() + timeout
-        for delay in backoff_delays():
-            if _try_lock(fd):
-                break
-            if time.monotonic() > deadline:
-                raise LockTimeout(
-                    f"{path} has been locked by another process for more than {timeout:.0f} s",
-                    hint="wait for the other robustlab process, or pass another --db",
-                )
-            time.sleep(delay)
-        try:
-            yield
         finally:
-            _unlock(fd)
-    finally:
-        os.close(fd)
+            os.close(fd)
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the open file ``fd`` (not removed or replaced)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)

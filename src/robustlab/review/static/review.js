@@ -77,6 +77,7 @@
     const item = set.items[index];
     const n = set.items.length;
     const img = $("image");
+    img.classList.remove("upscaled");
     img.src = `/image/${item.index}?token=${encodeURIComponent(config.token)}`;
     img.alt = `${item.id} (labelled ${classText(item.label)})`;
     img.dataset.id = item.id;
@@ -112,11 +113,33 @@
       who.textContent = g.column;
       const what = document.createElement("span");
       what.className = "what";
-      what.textContent = g.name && g.name !== g.value ? `${g.name} (${g.value})` : g.value;
-      if (g.value === item.label || (c && c.wnids.includes(g.value))) li.className = "same";
+      if (g.correct === null) {
+        // A column of class keys or wnids: the readable name, with the key when it differs.
+        what.textContent = g.name && g.name !== g.value ? `${g.name} (${g.value})` : g.value;
+        if (g.value === item.label || (c && c.wnids.includes(g.value))) li.className = "same";
+      } else {
+        // robustlab mine's hard.csv: the model's predicted class and whether it is right.
+        what.textContent = g.name || `class ${g.value}`;
+        what.title = `class index ${g.value}`;
+        const mark = document.createElement("span");
+        mark.className = "mark";
+        mark.textContent = g.correct ? "\u2713 right" : "\u2717 wrong";
+        what.append(" ", mark);
+        li.className = g.correct ? "same" : "wrong";
+      }
       li.append(who, what);
       list.append(li);
     }
+    const facts = $("details");
+    facts.replaceChildren();
+    for (const f of item.details) {
+      const dt = document.createElement("dt");
+      dt.textContent = f.what;
+      const dd = document.createElement("dd");
+      dd.textContent = f.value;
+      facts.append(dt, dd);
+    }
+    facts.hidden = !item.details.length;
     renderProgress();
     // Warm the cache with the next image so moving on feels instant.
     if (n > 1) new Image().src = `/image/${set.items[(index + 1) % n].index}?token=${encodeURIComponent(config.token)}`;
@@ -231,6 +254,14 @@
     else if (e.key === "Enter") { pick(choice); e.preventDefault(); }
     else if (e.key === "Escape") { closeRelabel(); e.preventDefault(); }
     e.stopPropagation();
+  });
+  // A small photo (a 64 px thumbnail, a CIFAR-sized image) is scaled up to fill the pane,
+  // with square pixels rather than a blur, so the reviewer sees what the model saw.
+  $("image").addEventListener("load", () => {
+    const img = $("image");
+    const scale = Math.min(img.clientWidth / img.naturalWidth, img.clientHeight / img.naturalHeight);
+    // Square pixels only where they show (2x and up); a 10 % enlargement stays smooth.
+    img.classList.toggle("upscaled", scale >= 2);
   });
   $("relabel").addEventListener("mousedown", (e) => { if (e.target.id === "relabel") closeRelabel(); });
 

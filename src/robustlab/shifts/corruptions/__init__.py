@@ -34,7 +34,7 @@ from robustlab.shifts.corruptions import (  # noqa: F401
     saturate,
 )
 from robustlab.data.images import array_to_rgb, check_size
-from robustlab.errors import InputError
+from robustlab.errors import InputError, unknown_name
 from robustlab.seeding import make_rng
 from robustlab.shifts.registry import Shift, list_shifts
 
@@ -86,13 +86,11 @@ def list_corruptions(pattern_or_family: str | None = None) -> list[str]:
 
 
 def get_corruption(name: str) -> Shift:
-    """The registered corruption ``name``; ValueError listing all names otherwise."""
+    """The registered corruption ``name``; an InputError naming the closest otherwise."""
     for s in _all():
         if s.name == name:
             return s
-    raise InputError(
-        f"unknown corruption {name!r}; choose one of: {', '.join(s.name for s in _all())}"
-    )
+    raise unknown_name("corruption", name, [s.name for s in _all()])
 
 
 def check_severity(severity) -> int:
