@@ -380,7 +380,7 @@ def test_every_request_without_the_right_token_is_refused(server):
     wrong = [
         {},
         {"X-Review-Token": ""},
-        {"X-Review-Token": token[:-1] + "x"},
+        {"X-Review-Token": token[:-1] + ("y" if token.endswith("x") else "x")},  # last char off
         {"X-Review-Token": token + "x"},
         {"X-Review-Token": token.upper()},
     ]
