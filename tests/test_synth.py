@@ -277,18 +277,20 @@ def test_a_failing_prompt_is_a_counted_skip(tmp_path, checkpoint, backend):
 
 
 def test_bad_checkpoint_folders_are_one_line_errors(tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"  # apart from --out: an output inside an input is refused first
+    ckpt.mkdir()
     with pytest.raises(MissingResourceError, match="is not a folder"):
-        TextToImage(tmp_path / "nope")
+        TextToImage(ckpt / "nope")
     with pytest.raises(MissingResourceError, match="no model_index.json"):
-        TextToImage(tmp_path)
-    (tmp_path / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
+        TextToImage(ckpt)
+    (ckpt / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
     with pytest.raises(InputError, match="cannot load a text-to-image pipeline") as exc:
-        TextToImage(tmp_path, device="cpu")
+        TextToImage(ckpt, device="cpu")
     assert "\n" not in str(exc.value)
     for argv, expected in (
-        (["--checkpoint", str(tmp_path / "nope")], "is not a folder"),
-        (["--checkpoint", str(tmp_path)], "cannot load a text-to-image pipeline"),
-        (["--checkpoint", str(tmp_path), "--classes", "unicorn"], "'unicorn' is not a class"),
+        (["--checkpoint", str(ckpt / "nope")], "is not a folder"),
+        (["--checkpoint", str(ckpt)], "cannot load a text-to-image pipeline"),
+        (["--checkpoint", str(ckpt), "--classes", "unicorn"], "'unicorn' is not a class"),
     ):
         code = main(["synth", "--out", str(tmp_path / "o"), "--device", "cpu", *argv])
         lines = capsys.readouterr().err.strip().splitlines()
