@@ -305,17 +305,21 @@ def plan_run(
         )
     override = protocol
     manifest = read_generated(root)
-    layout = published_layout(root, suite, shift_path) if manifest is None else None
+    # A labels CSV says what the samples are and their classes: the folder is then read as
+    # a labelled folder (mine's hard subset keeps the <shift>/<level>/ folders of a
+    # published ImageNet-C, and its hard.csv names the files), never as a published layout.
+    published = manifest is None and labels_csv is None
+    layout = published_layout(root, suite, shift_path) if published else None
     if layout is not None and layout.name == "imagenet-d":
         # ImageNet-D has no cells of its own: a class tree under subset folders, read with
         # its own label space (the subset is the first folder of each sample id).
         label_space = label_space or layout.label_space
     elif layout is not None:
-        if labels_csv or masks:
+        if masks:
             raise InputError(
-                f"{root} holds the published {layout.title} layout: its class folders are "
-                "the labels and its files the pixels, so --labels and --masks do not apply",
-                hint="leave out --labels and --masks",
+                f"{root} holds the published {layout.title} layout: its files are the "
+                "pixels, so --masks does not apply",
+                hint="leave out --masks",
             )
         return _published_plan(
             model,
