@@ -104,13 +104,6 @@ class ShiftDevice:
         }
 
 
-def label(shift_path: dict | None) -> str:
-    """A short name of how a run's shifted pixels were made: ``exact`` or ``torch:cuda``."""
-    if not shift_path:
-        return "exact"
-    return f"torch:{shift_path.get('device')}"
-
-
 # Suites whose shifts the shift device takes (batched, or made exactly by the workers).
 DEVICE_TAGS = frozenset({"imagenet-c", "imagenet-c-extra", "ximagenet12", "imagenet9"})
 
