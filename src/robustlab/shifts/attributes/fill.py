@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -34,8 +33,9 @@ from typing import Any
 import cv2
 import numpy as np
 
+from robustlab.errors import CellSkipped
 from robustlab.seeding import randint
-from robustlab.shifts.process_config import set_process_config
+from robustlab.shifts.process_config import set_process_config, setting
 
 ENV_FILL = "ROBUSTLAB_EDIT_FILL"
 DEFAULT_BACKEND = "telea"
@@ -65,7 +65,7 @@ def backend_name(value: str | None = None) -> str:
     Raises:
         ValueError: an unknown name (the message lists the known ones).
     """
-    name = value if value is not None else os.environ.get(ENV_FILL) or DEFAULT_BACKEND
+    name = value if value is not None else setting(ENV_FILL) or DEFAULT_BACKEND
     name = str(name).strip().lower()
     if name not in BACKENDS:
         raise ValueError(
@@ -132,7 +132,7 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
         name, inpainter = backend_name(given), None
     hole = hole_mask(mask, SETTINGS[name]["dilate"])
     if not (~hole).any():
-        raise ValueError(
+        raise CellSkipped(
             "the object (grown by the fill margin) covers the whole image: "
             "no background to fill from"
         )
