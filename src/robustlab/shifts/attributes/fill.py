@@ -12,9 +12,9 @@ back. Here the backend is chosen once per process, like the ``ai_bg`` inpainter:
   (``ROBUSTLAB_INPAINTER``, see :mod:`robustlab.shifts.synth.inpaint`), seeded by one draw
   from the cell's generator (the seed rule), drawn after the edit's own draws.
 
-Configuration: ``ROBUSTLAB_EDIT_FILL`` = ``telea`` | ``ns`` | ``diffusers`` (environment,
-so worker processes inherit it), or :func:`configure_hole_fill`; a ``ctx["hole_fill"]``
-given directly wins. :func:`describe_hole_fill` is the record that ``generate`` writes to
+Configuration: ``ROBUSTLAB_EDIT_FILL`` = ``telea`` | ``ns`` | ``diffusers`` (read by the
+planning process, then carried by each task to the workers), or :func:`configure_hole_fill`;
+a ``ctx["hole_fill"]`` given directly wins. :func:`describe_hole_fill` is the record that ``generate`` writes to
 its manifest and ``evaluate`` to the run config, with a fingerprint that changes whenever
 the filled pixels could.
 

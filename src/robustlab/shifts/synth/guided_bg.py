@@ -28,7 +28,7 @@ from the cell's generator (the seed rule), so a cell is reproducible on one mach
 the noise is the same on every device. The image is processed at the model's size (256)
 and resized back; the exact original object pixels are pasted at the end.
 
-Configuration, like ``ai_bg``'s inpainter (environment, so spawned workers inherit it):
+Configuration, like ``ai_bg``'s inpainter (read by the planning process, then carried by each task):
 ``ROBUSTLAB_BG_DIFFUSION`` = a guided-diffusion ``.pt`` file (OpenAI 256x256 unconditional
 architecture) or a diffusers ``UNet2DModel`` folder; ``ROBUSTLAB_BG_DIFFUSION_DEVICE``
 (default cuda when available) and ``ROBUSTLAB_BG_DIFFUSION_DTYPE`` (``float32``, or

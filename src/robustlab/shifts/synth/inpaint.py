@@ -18,7 +18,7 @@ What the shift guarantees:
 - the image is processed at ``work_size`` (shorter side, both sides rounded to the VAE's
   multiple; inpainting models are trained near 512 or 1024 pixels) and resized back.
 
-Configuration (environment, so spawned workers inherit it): ``ROBUSTLAB_INPAINTER`` = the
+Configuration (read by the planning process, then carried by each task to the workers): ``ROBUSTLAB_INPAINTER`` = the
 checkpoint folder, optional ``ROBUSTLAB_INPAINTER_DEVICE`` (``cpu``, ``cuda``...; default
 cuda when available) and ``ROBUSTLAB_INPAINTER_DTYPE`` (``float32``/``float16``; default
 float16 on a GPU, float32 on the CPU). :func:`configure_inpainter` sets them from Python.
@@ -297,10 +297,8 @@ def describe_inpainter(
 
 
 def configure_inpainter(path, *, device: str | None = None, dtype: str | None = None) -> None:
-    """Use the checkpoint at ``path`` for ``ai_bg`` in this process and the workers it starts.
-
-    Sets the environment variables (workers inherit them) after checking the folder.
-    """
+    """Use the checkpoint at ``path`` for ``ai_bg`` in the runs this process plans (their
+    workers get the setting with their tasks), after checking the folder."""
     set_process_config(
         {
             ENV_PATH: checked_path(path, _problem, what="inpainter"),
