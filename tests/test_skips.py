@@ -126,3 +126,30 @@ def test_a_cell_skipped_is_counted_with_its_reason_and_the_run_succeeds(
     )
     assert (res.written, res.failed) == (len(PHOTOS) - 1, 1)
     assert [f[3] for f in res.failures] == ["the mask is empty (no foreground pixels)"]
+
+
+def test_the_evaluations_work_unit_counts_a_skip_and_raises_a_bug(photos, monkeypatch):
+    """The runner's TaskDataset: a CellSkipped is the cell's reason, any other exception
+    leaves the worker (the runner then fails the run; stored rows stay for the rerun)."""
+    from robustlab.data.sources import discover
+    from robustlab.run.tasks import CellImages, Task, TaskDataset
+    from robustlab.suites import Protocol
+
+    samples = discover(photos)
+    task = Task(0, (("clean", 0), (SHIFT, 3)))
+
+    def item():
+        return TaskDataset(samples, [task], CellImages(Protocol(), 0), lambda img: img)[0]
+
+    _, tensors, errors, _ = item()
+    assert len(tensors) == 2 and errors == []
+    with monkeypatch.context() as m:
+        _second_call_raises(m, CellSkipped("no background to fill from"))
+        item()  # the first call
+        _, tensors, errors, _ = item()
+    assert len(tensors) == 1 and errors == [(1, f"{SHIFT}/3: no background to fill from")]
+    with monkeypatch.context() as m:
+        _second_call_raises(m, ZeroDivisionError("division by zero"))
+        item()
+        with pytest.raises(ZeroDivisionError):
+            item()
