@@ -17,9 +17,11 @@ How it stays correct when things go wrong:
   ``out`` may also be an fsspec URL (``s3://bucket/prefix``): object stores get one atomic
   PUT per file, other filesystems the temp-and-move (:mod:`robustlab.outputs`).
 - **Bad input never stops a run.** A source that cannot be decoded or prepared is
-  skipped with its reason; a cell whose shift fails is counted as failed with its reason;
-  a worker process that crashes is replaced and its images are retried, then skipped.
-  Everything lands in the manifest.
+  skipped with its reason; a cell that this input cannot make (the shift raised
+  :class:`~robustlab.errors.CellSkipped`) is counted as failed with its reason; a worker
+  process that crashes is replaced and its images are retried, then skipped. Everything
+  lands in the manifest. Any other exception is a bug: it stops the run (exit 70), and
+  the rerun resumes from the files written.
 - **One identity per folder.** The manifest, with what decides the pixels, is written
   before the first file; a rerun under other settings or from changed sources is refused
   (:mod:`robustlab.manifest`), so a killed run never resumes under another seed.
