@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.shifts import process_config
 from robustlab.shifts.synth.adm import (
     OPENAI_256_UNCOND,
     ADMConfig,
@@ -362,6 +363,7 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     )
     unet.save_pretrained(tmp_path / "ckpt")
     monkeypatch.setattr(guided_bg, "_CACHE", {})
+    monkeypatch.setattr(process_config, "_CONFIGURED", {})  # this test's configuration only
     guided_bg.configure_bg_diffusion(tmp_path / "ckpt", device="cpu")
     img, keep = _scene(64, 64)
     for root, arr in (("data", img), ("masks", keep.astype(np.uint8) * 255)):

@@ -365,7 +365,7 @@ def test_cli_bad_method_input_is_one_line(tmp_path, capsys, extra, needle):
 
 
 def test_tables_name_a_method_fine_tuned_model_by_its_method():
-    from robustlab.defences import model_label
+    from robustlab.store.naming import model_label
 
     stab = {"fine_tuned": {"method": {"name": "stability", "noise": 0.05, "weight": 0.1}}}
     aug = {

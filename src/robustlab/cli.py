@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     restore = _catch_sigterm(terminated) if args.command in RESUMABLE else None
     try:
         try:
-            from robustlab.paths import check_args
+            from robustlab.commands._outputs import check_args
 
             check_args(args.command, args)  # no output may overwrite or mix with an input
             return int(args.func(args) or 0)

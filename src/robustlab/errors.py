@@ -71,6 +71,22 @@ class InputChangedError(InputError):
     """
 
 
+class CellSkipped(InputError):
+    """One cell (a sample under one shift and level) cannot be made from this input: the
+    mask is empty, the object covers the image, the donor pool has no other class, the
+    cell's file is missing. Shifts and the runners raise it; the workers catch it and count
+    the cell as skipped with this message as its reason. Any other exception in a worker is
+    a bug and fails the run (what was stored stays stored, so the rerun resumes).
+
+    Reaching the user outside a run (``corrupt(image, "ai_bg")`` on a maskless image), it
+    is bad input: one line, exit 2.
+    """
+
+    @property
+    def reason(self) -> str:
+        return self.message
+
+
 class MissingResourceError(RobustlabError, FileNotFoundError):
     """Something the request needs is not there: weights, a checkpoint, an optional
     package, a data folder."""
@@ -161,6 +177,7 @@ __all__ = [
     "RobustlabError",
     "InputError",
     "InputChangedError",
+    "CellSkipped",
     "MissingResourceError",
     "StoreError",
     "EnvironmentProblem",

@@ -423,9 +423,9 @@ def plan_run(
         generated=run_id(generated_identity(manifest)) if manifest is not None else None,
     )
     if shift_path:
-        from robustlab.run.device_shifts import label
+        from robustlab.store.naming import shift_path_label
 
-        inputs["shift_path"] = label(shift_path)
+        inputs["shift_path"] = shift_path_label(shift_path)
     identity = {
         "model_spec": model.spec,
         "weights_hash": model.weights_hash,
@@ -1348,7 +1348,7 @@ def run_table(store: Store, run_id: str, skipped=None):
     if run is None:
         raise StoreError(f"run {run_id} is not in {store.path}")
     cells = store.cell_table([run_id])
-    from robustlab.defences import model_label
+    from robustlab.store.naming import model_label
 
     cells.insert(1, "model", model_label(run["model_spec"], run.get("config")))
     cells.insert(2, "suite", run["suite"])

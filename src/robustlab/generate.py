@@ -17,9 +17,11 @@ How it stays correct when things go wrong:
   ``out`` may also be an fsspec URL (``s3://bucket/prefix``): object stores get one atomic
   PUT per file, other filesystems the temp-and-move (:mod:`robustlab.outputs`).
 - **Bad input never stops a run.** A source that cannot be decoded or prepared is
-  skipped with its reason; a cell whose shift fails is counted as failed with its reason;
-  a worker process that crashes is replaced and its images are retried, then skipped.
-  Everything lands in the manifest.
+  skipped with its reason; a cell that this input cannot make (the shift raised
+  :class:`~robustlab.errors.CellSkipped`) is counted as failed with its reason; a worker
+  process that crashes is replaced and its images are retried, then skipped. Everything
+  lands in the manifest. Any other exception is a bug: it stops the run (exit 70), and
+  the rerun resumes from the files written.
 - **One identity per folder.** The manifest, with what decides the pixels, is written
   before the first file; a rerun under other settings or from changed sources is refused
   (:mod:`robustlab.manifest`), so a killed run never resumes under another seed.
@@ -40,7 +42,7 @@ import os
 import platform
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +51,7 @@ from typing import Any
 from robustlab.data.images import MAX_PIXELS, ImageError
 from robustlab.data.sources import Sample, discover
 from robustlab.paths import Folder, check_outputs
-from robustlab.errors import InputError, RobustlabError, environment_problem
+from robustlab.errors import CellSkipped, InputError, environment_problem
 from robustlab.manifest import (
     FORMAT,
     MANIFEST,
@@ -75,6 +77,7 @@ from robustlab.pipeline import (
 )
 from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.shifts.kernels import ensure_compiled_for
+from robustlab.shifts.process_config import process_settings, task_settings
 from robustlab.shifts.registry import (
     available_shifts,
     describe_resources,
@@ -161,6 +164,9 @@ class _Job:
     max_pixels: int
     need_mask: bool
     donors: Any = None  # DonorPool or None
+    # The tools' settings the run was planned with (process_config.process_settings):
+    # workers compute with these, never with their own environment.
+    settings: Mapping[str, str] | None = None
 
 
 _JOB: _Job | None = None
@@ -182,9 +188,15 @@ def _init_worker(job: _Job, single_thread: bool) -> None:
 
 
 def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
-    """Write every missing cell of one source image (the work unit)."""
+    """Write every missing cell of one source image (the work unit), with the tools'
+    settings the job carries."""
     job = job or _JOB
     assert job is not None, "worker not initialised"
+    with task_settings(job.settings):
+        return _process_sample(sample, job)
+
+
+def _process_sample(sample: Sample, job: _Job) -> SampleOutcome:
     res = SampleOutcome(sample.id)
     out = job.out
     todo = []
@@ -234,7 +246,8 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
                         **attrs,
                     }
                 )
-        except (ValueError, ImageError) as exc:
+        except (CellSkipped, ImageError) as exc:  # this input cannot make this cell
+            log.info("%s %s/%s skipped: %s", sample.id, name, level, exc)
             res.failures.append((name, str(level), str(exc)))
         except OSError as exc:
             problem = environment_problem(exc, f"cannot write {out.location_of(path)}")
@@ -242,9 +255,8 @@ def process_sample(sample: Sample, job: _Job | None = None) -> SampleOutcome:
                 raise problem from None
             log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
             res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
-        except Exception as exc:  # noqa: BLE001 - a shift bug: count it, keep going
-            log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
-            res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
+        # Any other exception is a bug in a shift or in robustlab: it fails the run with
+        # its traceback (the cells written so far stay, so the rerun resumes).
     return res
 
 
@@ -646,7 +658,9 @@ def generate(
         log.info("removed %d temp files left by an interrupted run", n_tmp)
 
     ensure_compiled_for(names, progress=bool(progress))
-    job = _Job(folder, cells, protocol, seed, int(max_pixels), need_mask, donors)
+    job = _Job(
+        folder, cells, protocol, seed, int(max_pixels), need_mask, donors, process_settings()
+    )
     log.info(
         "generating %d cells x %d images into %s with %d worker(s)",
         len(cells),
@@ -856,14 +870,7 @@ def _run_pool(
                         collect(fut.result())
                     except BrokenProcessPool:
                         broken.append(s)
-                    except RobustlabError:
-                        raise  # a full disk, say: the run cannot go on
-                    except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
-                        collect(
-                            SampleOutcome(
-                                s.id, skip_reason=f"worker error: {type(exc).__name__}: {exc}"
-                            )
-                        )
+                    # Anything else (a full disk, a bug in a shift) stops the run below.
                 if broken:
                     # The pool is unusable; everything still in flight must be redone.
                     for fut, s in inflight.items():

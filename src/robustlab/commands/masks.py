@@ -80,8 +80,8 @@ def run(args) -> int:
     elif args.seg_model or args.seg_weights:
         raise InputError("--seg-model/--seg-weights only apply to --method segmentation")
     data = Path(args.data).expanduser()
-    # The CLI checked --out against --data both ways (robustlab.paths.check_args): masks
-    # inside the data would become a class 'masks' on the next run.
+    # The CLI checked --out against --data both ways (commands._outputs.check_args):
+    # masks inside the data would become a class 'masks' on the next run.
     samples = discover(data, labels_csv=args.labels_csv, bboxes=args.bboxes)
     if args.method in ("grabcut", "cam-grabcut"):
         print(_seeding_line(args.method, samples, args.bboxes), flush=True)

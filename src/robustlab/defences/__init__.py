@@ -47,7 +47,6 @@ __all__ = [
     "defend",
     "get_preprocess",
     "get_tta",
-    "model_label",
     "noise_sigma",
     "parse_spec",
 ]
@@ -154,22 +153,3 @@ def defence_label(defence: dict | None) -> str | None:
             changed = [f"{k}={v}" for k, v in rec.items() if k != "name" and default.get(k) != v]
         parts.append(f"{name}({', '.join(changed)})" if changed else str(name))
     return "+".join(parts) or None
-
-
-def model_label(spec: str, config: dict | None) -> str:
-    """How tables name a run's model: its spec, plus ``+defence`` for a defended run
-    (``lite0 +clahe``), ``ft:method`` for a model fine-tuned with a training method
-    (``lite0 ft:stability(noise=0.05,weight=0.05)``) and ``@bf16`` / ``@fp16`` /
-    ``@compiled`` for a forward pass under autocast or ``torch.compile`` (``--precision``,
-    ``--compile``), so such a row never reads as the plain fp32 model's."""
-    config = config if isinstance(config, dict) else {}
-    label = defence_label(config.get("defence"))
-    out = f"{spec} +{label}" if label else str(spec)
-    from robustlab.train.methods import record_label
-
-    method = record_label((config.get("fine_tuned") or {}).get("method"))
-    out = f"{out} ft:{method}" if method else out
-    inference = (config.get("model") or {}).get("inference") or {}
-    if inference.get("precision", "fp32") != "fp32":
-        out += f" @{inference['precision']}"
-    return f"{out} @compiled" if inference.get("compile") else out

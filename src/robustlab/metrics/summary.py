@@ -70,9 +70,9 @@ def _path(config: Mapping) -> str | None:
     shift_path = config.get("shift_path")
     if not shift_path:
         return source
-    from robustlab.run.device_shifts import label
+    from robustlab.store.naming import shift_path_label
 
-    return f"{source}, {label(shift_path)}"
+    return f"{source}, {shift_path_label(shift_path)}"
 
 
 def is_ximagenet12(shift: str) -> bool:

@@ -290,7 +290,7 @@ def family(shift: str) -> str:
 
 
 def _labels(runs: pd.DataFrame) -> list[str]:
-    from robustlab.defences import model_label
+    from robustlab.store.naming import model_label
 
     specs = [model_label(s, c) for s, c in zip(runs["model_spec"], runs["config"])]
     return [

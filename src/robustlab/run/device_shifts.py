@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from robustlab.errors import EnvironmentProblem, InputError
+from robustlab.errors import CellSkipped, EnvironmentProblem, InputError
 from robustlab.run.tasks import TaskDataset, degenerate_notes
 from robustlab.store.schema import CLEAN_SHIFT
 
@@ -104,13 +104,6 @@ class ShiftDevice:
         }
 
 
-def label(shift_path: dict | None) -> str:
-    """A short name of how a run's shifted pixels were made: ``exact`` or ``torch:cuda``."""
-    if not shift_path:
-        return "exact"
-    return f"torch:{shift_path.get('device')}"
-
-
 # Suites whose shifts the shift device takes (batched, or made exactly by the workers).
 DEVICE_TAGS = frozenset({"imagenet-c", "imagenet-c-extra", "ximagenet12", "imagenet9"})
 
@@ -148,7 +141,7 @@ class CleanTaskDataset(TaskDataset):
             base = self.images.base(sample)
         except ImageError as exc:
             return i, None, [(-1, exc.reason)], []
-        except (OSError, ValueError) as exc:
+        except (OSError, CellSkipped) as exc:
             return i, None, [(-1, f"unreadable: {exc}")], []
         errors, measured, exact = degenerate_notes(base), [], {}
         for j, (shift, level) in enumerate(task.cells):
@@ -157,7 +150,7 @@ class CleanTaskDataset(TaskDataset):
             attrs: dict = {}
             try:
                 exact[j] = _tensor(self.images.cell(sample, base, shift, level, attrs))
-            except (OSError, ValueError) as exc:
+            except (OSError, CellSkipped, ImageError) as exc:  # skips; others are bugs
                 errors.append((j, f"{shift}/{level}: {exc}"))
                 continue
             if attrs:
@@ -304,7 +297,7 @@ class DeviceShifts:
                     out = self._finish(
                         self._batch(shift, level, members, ids, clean, scene), shifted=True
                     )
-                except ValueError as exc:  # a per-cell skip signal, as on the exact path
+                except CellSkipped as exc:  # a per-cell skip, as on the exact path
                     for pos, j in members:
                         errors[pos].append((j, f"{shift}/{level}: {exc}"))
                     continue

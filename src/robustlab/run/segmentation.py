@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from robustlab.errors import InputError, MissingResourceError
+from robustlab.errors import CellSkipped, InputError, MissingResourceError
 from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | 
     """The true object mask of one cell (HxW bool), or None when the object is gone.
 
     Raises:
-        ValueError: the sample has no usable mask.
+        CellSkipped: the sample has no usable mask.
     """
     from robustlab.shifts.scenes import check_mask
 
@@ -318,7 +318,7 @@ def evaluate_segmentation(
                 if truth is None:
                     continue
                 img = images.cell(sample, base, shift, level)
-            except (ValueError, ImageError, OSError) as exc:
+            except (CellSkipped, ImageError, OSError) as exc:  # skips; others are bugs
                 reason = getattr(exc, "reason", None) or str(exc)
                 skipped.append((sample.id, f"{shift}/{level}: {reason}"))
                 log.warning("skipping %s %s/%s: %s", sample.id, shift, level, reason)

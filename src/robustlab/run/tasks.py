@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.errors import CellSkipped
 from robustlab.paths import file_inside, outside
+from robustlab.shifts.process_config import process_settings, task_settings
 from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ class CellImages:
             must not depend on which samples a run covers), for shifts with a donor rule;
             :class:`robustlab.shifts.scenes.DonorPool` decides who may be a donor.
         with_mask: Load each sample's mask (scene shifts need one).
+
+    The tools' settings this process plans with (``process_config.process_settings``) are
+    taken at construction, in the driver, and every cell is computed with them wherever
+    this object is unpickled: a worker's own environment never changes a pixel.
     """
 
     def __init__(
@@ -64,6 +70,7 @@ class CellImages:
         self.seed = int(seed)
         self.generated_root = Path(generated_root) if generated_root is not None else None
         self.with_mask = with_mask
+        self.settings = process_settings()
         self.donors = None
         if donors is not None:
             from robustlab.shifts.scenes import DonorPool
@@ -94,7 +101,7 @@ class CellImages:
         if self.generated_root is not None:
             path = pipeline.cell_path(self.generated_root, sample, shift, level, self.protocol)
             if outside(self.generated_root, path):  # robustlab.paths' link rule
-                raise ValueError("the generated file is a link out of the generated folder")
+                raise CellSkipped("the generated file is a link out of the generated folder")
             img = pipeline.decode(Path(path).read_bytes())
         else:
             sh = pipeline.resolve_shift(shift)
@@ -105,10 +112,9 @@ class CellImages:
                 )
             if attributes is not None:
                 ctx = {**(ctx or {}), "attributes": attributes}
-            img = pipeline.as_stored(
-                pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx),
-                self.protocol,
-            )
+            with task_settings(self.settings):
+                shifted = pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx)
+            img = pipeline.as_stored(shifted, self.protocol)
         return img[..., :3] if img.shape[2] == 4 else img
 
 
@@ -137,7 +143,7 @@ def model_input(preprocessing, img: np.ndarray, protocol=None):
             h, w = img.shape[:2]
             c = int(v_crop)
             if h < c or w < c:
-                raise ValueError(f"{w}x{h} image is smaller than the protocol's view crop {c}")
+                raise CellSkipped(f"{w}x{h} image is smaller than the protocol's view crop {c}")
             top, left = round((h - c) / 2.0), round((w - c) / 2.0)
             img = img[top : top + c, left : left + c]
     return preprocessing.to_uint8(img, crop=view == "model")
@@ -174,7 +180,7 @@ class ArchiveImages(CellImages):
             return prepared.rgb
         folder = self.folders.get((shift, str(level)))
         if folder is None:
-            raise ValueError(f"{shift}/{level}: the archive has no folder for this cell")
+            raise CellSkipped(f"{shift}/{level}: the archive has no folder for this cell")
         path = self.path(sample, shift, level)
         if path is None:
             raise FileNotFoundError(f"{folder}/{Path(sample.id).stem}.png")
@@ -255,7 +261,7 @@ class PublishedImages(CellImages):
         if shift == CLEAN_SHIFT:
             if prepared is None:
                 where = f"{self.clean}/" if self.clean else "this layout (it has no clean set)"
-                raise ValueError(f"no clean image in {where}")
+                raise CellSkipped(f"no clean image in {where}")
             if isinstance(prepared, Exception):
                 raise prepared
             return prepared.rgb
@@ -263,8 +269,8 @@ class PublishedImages(CellImages):
         if path is None:
             folder = self.folders.get((shift, str(level)))
             if folder is None:
-                raise ValueError("the data folder has no folder for this cell")
-            raise ValueError(f"no file for this image in {folder}/")
+                raise CellSkipped("the data folder has no folder for this cell")
+            raise CellSkipped(f"no file for this image in {folder}/")
         return self._read(path)
 
     def _read(self, path: Path) -> np.ndarray:
@@ -326,7 +332,7 @@ class TaskDataset:
             base = self.images.base(sample)
         except ImageError as exc:
             return i, None, [(-1, exc.reason)], []
-        except (OSError, ValueError) as exc:
+        except (OSError, CellSkipped) as exc:
             return i, None, [(-1, f"unreadable: {exc}")], []
         tensors, errors, measured = [], degenerate_notes(base), []
         for j, (shift, level) in enumerate(task.cells):
@@ -336,7 +342,7 @@ class TaskDataset:
             except FileNotFoundError:
                 errors.append((j, f"{shift}/{level}: generated file missing"))
                 continue
-            except (OSError, ValueError) as exc:
+            except (OSError, CellSkipped, ImageError) as exc:  # skips; others are bugs
                 errors.append((j, f"{shift}/{level}: {exc}"))
                 continue
             t = self.transform(img)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.errors import MissingResourceError, unknown_name
+from robustlab.errors import CellSkipped, MissingResourceError, unknown_name
 
 ShiftFn = Callable[..., np.ndarray]
 
@@ -55,13 +55,13 @@ class Shift:
     ):
         """Apply the shift at ``level`` with random generator ``rng`` and context ``ctx``."""
         if level not in self.params:
-            raise ValueError(
+            raise CellSkipped(
                 f"{self.name}: level {level!r} is not defined; levels are {list(self.levels)}"
             )
         ctx = dict(ctx or {})
         why = self.missing_context(ctx)
         if why:
-            raise ValueError(why)
+            raise CellSkipped(why)
         return self.fn(image, self.params[level], rng, ctx)
 
     def missing_context(self, ctx: Mapping) -> str | None:

@@ -11,7 +11,6 @@ import logging
 
 import pandas as pd
 
-from robustlab.defences import model_label
 from robustlab.errors import InputError
 from robustlab.metrics.mce import (
     ALEXNET,
@@ -21,6 +20,7 @@ from robustlab.metrics.mce import (
     mce,
 )
 from robustlab.store.db import Store
+from robustlab.store.naming import model_label
 from robustlab.store.schema import CLEAN_SHIFT, SALIENCY_TASK, SEGMENTATION_TASK
 
 log = logging.getLogger(__name__)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, DEFAULT_DB
+from robustlab.store.naming import record_label
 
 log = logging.getLogger(__name__)
 
@@ -73,20 +74,6 @@ def make_methods(
 def method_label(method) -> str:
     """Short name of a method object (None: plain cross-entropy)."""
     return "plain" if method is None else str(record_label(method.describe()))
-
-
-def record_label(method: dict | None) -> str | None:
-    """Short name of a training method's record (``describe()``, also stored in a training
-    record):
-    ``stability(noise=0.05,weight=0.05)``, ``corruption-aug(holdout=blur)``, ``plain``."""
-    if not method or not method.get("name"):
-        return None
-    name = str(method["name"])
-    if name == "stability":
-        return f"stability(noise={method.get('noise'):g},weight={method.get('weight'):g})"
-    if name == "corruption-aug":
-        return f"corruption-aug(holdout={'+'.join(method.get('holdout_families') or []) or 'none'})"
-    return name
 
 
 def test_cells_for(method, suite, shifts: Sequence[str] | None, levels: Sequence | None):

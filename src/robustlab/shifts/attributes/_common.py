@@ -26,6 +26,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from robustlab.errors import CellSkipped
 from robustlab.shifts.scenes._common import check_image, check_mask
 
 FAMILY = "attribute"
@@ -57,7 +58,7 @@ def largest_box(mask: np.ndarray) -> tuple[int, int, int, int]:
         np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_TREE, cv2.CHAIN_APPROX_SIMPLE
     )
     if not contours:
-        raise ValueError("mask is empty (no foreground pixels)")
+        raise CellSkipped("mask is empty (no foreground pixels)")
     best, area = None, -1
     for c in contours:
         x, y, w, h = cv2.boundingRect(c)

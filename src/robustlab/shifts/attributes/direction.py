@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from robustlab.errors import CellSkipped
 from robustlab.seeding import randint
 from robustlab.shifts.attributes._common import (
     FAMILY,
@@ -68,7 +69,7 @@ def edit_direction(image, p, rng, ctx):
         center = (bx + w / 2.0, by + h / 2.0)
     turned, new_mask = rotate(x, mask, angle, center)
     if not new_mask.any():
-        raise ValueError(f"the object left the image when rotated by {angle:g} degrees")
+        raise CellSkipped(f"the object left the image when rotated by {angle:g} degrees")
     background, fill = fill_background(x, mask, rng, ctx)
     out = composite(turned, new_mask, background)
     record(

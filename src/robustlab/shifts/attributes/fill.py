@@ -21,12 +21,12 @@ back. Here the backend is chosen once per process, like the ``ai_bg`` inpainter:
 The weights-free fills are cached per (image, hole, backend) so the size, position and
 direction edits of one image fill it once.
 
-Configuration: ``ROBUSTLAB_EDIT_FILL`` = ``patch`` | ``telea`` | ``ns`` | ``diffusers``
-(environment, so worker processes inherit it), or :func:`configure_hole_fill`; a
-``ctx["hole_fill"]`` given directly wins. :func:`describe_hole_fill` is the record that
-``generate`` writes to its manifest and ``evaluate`` to the run config, with a fingerprint
-that changes whenever the filled pixels could: a folder or run made with one backend never
-resumes under another.
+Configuration: ``ROBUSTLAB_EDIT_FILL`` = ``patch`` | ``telea`` | ``ns`` | ``diffusers`` (read
+by the planning process, then carried by each task to the workers), or
+:func:`configure_hole_fill`; a ``ctx["hole_fill"]`` given directly wins.
+:func:`describe_hole_fill` is the record that ``generate`` writes to its manifest and
+``evaluate`` to the run config, with a fingerprint that changes whenever the filled pixels
+could: a folder or run made with one backend never resumes under another.
 
 The hole is the object mask dilated by a few pixels, so the object's anti-aliased rim
 (and a slightly loose mask) does not bleed into the background.
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -44,9 +43,10 @@ from typing import Any
 import cv2
 import numpy as np
 
+from robustlab.errors import CellSkipped
 from robustlab.seeding import randint
 from robustlab.shifts.attributes.patchfill import patch_fill
-from robustlab.shifts.process_config import set_process_config
+from robustlab.shifts.process_config import set_process_config, setting
 
 ENV_FILL = "ROBUSTLAB_EDIT_FILL"
 DEFAULT_BACKEND = "patch"
@@ -91,7 +91,7 @@ def backend_name(value: str | None = None) -> str:
     Raises:
         ValueError: an unknown name (the message lists the known ones).
     """
-    name = value if value is not None else os.environ.get(ENV_FILL) or DEFAULT_BACKEND
+    name = value if value is not None else setting(ENV_FILL) or DEFAULT_BACKEND
     name = str(name).strip().lower()
     if name not in BACKENDS:
         raise ValueError(
@@ -182,7 +182,7 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
         name, inpainter = backend_name(given), None
     hole = hole_mask(mask, SETTINGS[name]["dilate"])
     if not (~hole).any():
-        raise ValueError(
+        raise CellSkipped(
             "the object (grown by the fill margin) covers the whole image: "
             "no background to fill from"
         )

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from robustlab.errors import CellSkipped
 from robustlab.shifts.attributes._common import (
     FAMILY,
     TAGS,
@@ -172,32 +173,32 @@ def iterate_to(
     """
     box, rate = box_and_rate(m)
     if box is None or rate is None:
-        raise ValueError("object pixel rate cannot be measured: the mask has no object")
+        raise CellSkipped("object pixel rate cannot be measured: the mask has no object")
     start, steps = rate, 0
     while _off_target(rate, target, tolerance):
         grow = math.floor(rate * 100) < target * 100.0
         try:
             img, m = zoom_step(img, m, box, math.sqrt(target / rate))
         except cv2.error:  # a window of zero pixels: the official code fails here too
-            raise ValueError(
+            raise CellSkipped(
                 f"object pixel rate {start:.3f} cannot reach {target:.2f} "
                 "(the zoom window shrank to nothing)"
             ) from None
         box, new = box_and_rate(m)
         if box is None or new is None:
-            raise ValueError(
+            raise CellSkipped(
                 f"object pixel rate {start:.3f} cannot reach {target:.2f} "
                 "(the object left the image while zooming)"
             )
         if (grow and new < rate) or (not grow and new > rate):
-            raise ValueError(
+            raise CellSkipped(
                 f"object pixel rate {start:.3f} cannot reach {target:.2f} "
                 f"(zooming stalled at {rate:.3f})"
             )
         steps += 1
         rate = new
         if steps > max_steps:
-            raise ValueError(
+            raise CellSkipped(
                 f"object pixel rate {start:.3f} did not reach {target:.2f} in {max_steps} steps"
             )
     return img, m, rate, steps
@@ -239,10 +240,10 @@ def rescale(
     """
     top = zoom_to_maximum(img, m)
     if top is None:
-        raise ValueError("object pixel rate cannot be measured: the mask has no object")
+        raise CellSkipped("object pixel rate cannot be measured: the mask has no object")
     _, max_rate = box_and_rate(top[1])
     if max_rate is None:
-        raise ValueError("the object vanished when zoomed to its maximum")
+        raise CellSkipped("the object vanished when zoomed to its maximum")
     if target < max_rate:
         out, om, rate, steps = iterate_to(img, m, target, tolerance, max_steps)
         return Rescaled(out, om, rate, steps, "iterate")

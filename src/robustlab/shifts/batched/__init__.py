@@ -39,6 +39,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
+from robustlab.errors import CellSkipped
 from robustlab.shifts.batched import blur, digital, noise, scenes, weather  # noqa: F401
 from robustlab.shifts.batched._ops import generators
 from robustlab.shifts.batched._registry import BATCHED, CONTEXT, PARTS
@@ -105,7 +106,7 @@ def apply(
     context = {}
     for key in CONTEXT.get(name, ()):
         if given[key] is None:
-            raise ValueError(f"{name} needs the batch's {key}")
+            raise CellSkipped(f"{name} needs the batch's {key}")
         context[key] = given[key].to(x.device)
     seeds = [derive_seed(seed, sid, name, level) for sid in sample_ids]
     fn = BATCHED.get(name)

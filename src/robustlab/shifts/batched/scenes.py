@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from robustlab.errors import CellSkipped
 from robustlab.shifts.batched._opencv import (
     add_weighted,
     gaussian_blur,
@@ -247,7 +248,7 @@ def only_bg_t(x, p, gens, *, masks, boxes):
     for x0, y0, x1, y1 in boxes.tolist():
         strip = largest_background_strip((h, w), (x0, y0, x1, y1))
         if strip is None:
-            raise ValueError(TILE_ERROR)
+            raise CellSkipped(TILE_ERROR)
         rows.append(_tile_index(h, y0, y1, strip[0]))
         cols.append(_tile_index(w, x0, x1, strip[1]))
     ri = torch.as_tensor(np.stack(rows), device=x.device).view(n, 1, h, 1).expand(n, c, h, w)

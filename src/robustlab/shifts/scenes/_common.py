@@ -15,6 +15,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from robustlab.errors import CellSkipped
 from robustlab.seeding import randint
 
 DONOR_RULES = ("same", "random", "next")
@@ -44,26 +45,26 @@ def check_mask(mask: Any, shape: Sequence[int], *, name: str = "mask") -> np.nda
         ValueError: missing, wrong dimensionality or size, empty, or full.
     """
     if mask is None:
-        raise ValueError(f"{name} is missing")
+        raise CellSkipped(f"{name} is missing")
     m = np.asarray(mask)
     if m.ndim == 3 and m.shape[2] == 1:
         m = m[..., 0]
     if m.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D HxW array, got shape {tuple(m.shape)}")
+        raise CellSkipped(f"{name} must be a 2-D HxW array, got shape {tuple(m.shape)}")
     h, w = int(shape[0]), int(shape[1])
     if m.shape != (h, w):
-        raise ValueError(f"{name} is {m.shape[1]}x{m.shape[0]} but the image is {w}x{h}")
+        raise CellSkipped(f"{name} is {m.shape[1]}x{m.shape[0]} but the image is {w}x{h}")
     if m.dtype == bool:
         fg = m
     elif np.issubdtype(m.dtype, np.number):
         fg = m > 0
     else:
-        raise ValueError(f"{name} must be bool or numeric, got {m.dtype}")
+        raise CellSkipped(f"{name} must be bool or numeric, got {m.dtype}")
     n = int(fg.sum())
     if n == 0:
-        raise ValueError(f"{name} is empty (no foreground pixels)")
+        raise CellSkipped(f"{name} is empty (no foreground pixels)")
     if n == fg.size:
-        raise ValueError(f"{name} is full (no background pixels)")
+        raise CellSkipped(f"{name} is full (no background pixels)")
     return np.ascontiguousarray(fg)
 
 
@@ -79,12 +80,12 @@ def check_bbox(bbox: Any, shape: Sequence[int]) -> tuple[int, int, int, int]:
     try:
         x0, y0, x1, y1 = (int(round(float(v))) for v in bbox)
     except (TypeError, ValueError):
-        raise ValueError(f"bbox must be four numbers (x0, y0, x1, y1), got {bbox!r}") from None
+        raise CellSkipped(f"bbox must be four numbers (x0, y0, x1, y1), got {bbox!r}") from None
     h, w = int(shape[0]), int(shape[1])
     x0, x1 = max(0, x0), min(w, x1)
     y0, y1 = max(0, y0), min(h, y1)
     if x1 <= x0 or y1 <= y0:
-        raise ValueError(f"bbox {tuple(bbox)} does not cover any pixel of the {w}x{h} image")
+        raise CellSkipped(f"bbox {tuple(bbox)} does not cover any pixel of the {w}x{h} image")
     return x0, y0, x1, y1
 
 
@@ -98,10 +99,10 @@ def object_box(ctx: dict, mask: np.ndarray, key: str = "bbox") -> tuple[int, int
 def fit_donor(donor: Any, shape: Sequence[int], *, name: str = "background") -> np.ndarray:
     """Validate a donor image and resize it (bilinear) to the target's height and width."""
     if donor is None:
-        raise ValueError(f"{name} is missing")
+        raise CellSkipped(f"{name} is missing")
     d = np.asarray(donor)
     if d.dtype != np.uint8 or d.ndim != 3 or d.shape[2] not in (3, 4):
-        raise ValueError(f"{name} must be an HxWx3 uint8 image, got {d.dtype} {d.shape}")
+        raise CellSkipped(f"{name} must be an HxWx3 uint8 image, got {d.dtype} {d.shape}")
     d = np.ascontiguousarray(d[..., :3])
     h, w = int(shape[0]), int(shape[1])
     if d.shape[:2] != (h, w):
@@ -112,7 +113,7 @@ def fit_donor(donor: Any, shape: Sequence[int], *, name: str = "background") -> 
 def fit_mask(mask: Any, shape: Sequence[int], *, name: str) -> np.ndarray:
     """Resize a donor's mask (nearest neighbour) to ``shape`` and validate it."""
     if mask is None:
-        raise ValueError(f"{name} is missing")
+        raise CellSkipped(f"{name} is missing")
     m = np.asarray(mask)
     if m.ndim == 3 and m.shape[2] == 1:
         m = m[..., 0]
@@ -152,7 +153,7 @@ def tile_fill(image: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
     """
     strip = largest_background_strip(image.shape, box)
     if strip is None:
-        raise ValueError("the object box covers the whole image: no background texture to tile")
+        raise CellSkipped("the object box covers the whole image: no background texture to tile")
     tex = image[strip]
     x0, y0, x1, y1 = box
     bh, bw = y1 - y0, x1 - x0
@@ -182,7 +183,7 @@ def _key(sample) -> Any:
     if key is None:
         key = getattr(sample, "label", None)
     if key is None:
-        raise ValueError(
+        raise CellSkipped(
             f"sample {getattr(sample, 'id', sample)!r} has no class name or label; "
             "donor rules need classes"
         )
@@ -228,18 +229,18 @@ class DonorIndex:
         if rule == "same":
             pool = [s for s in self.by_class.get(own, []) if s.id != sample.id]
             if not pool:
-                raise ValueError(f"no other sample of class {own!r} to use as a donor")
+                raise CellSkipped(f"no other sample of class {own!r} to use as a donor")
         else:
             others = [c for c in self.classes if c != own]
             if not others:
-                raise ValueError("donor rule needs at least two classes")
+                raise CellSkipped("donor rule needs at least two classes")
             if rule == "random":
                 cls = others[int(randint(rng, 0, len(others)))]
             else:
                 ordered = sorted(set(self.classes) | {own}, key=lambda k: (str(type(k)), k))
                 cls = ordered[(ordered.index(own) + 1) % len(ordered)]
                 if cls == own:
-                    raise ValueError("donor rule 'next' needs at least two classes")
+                    raise CellSkipped("donor rule 'next' needs at least two classes")
             pool = self.by_class[cls]
         return pool[int(randint(rng, 0, len(pool)))]
 

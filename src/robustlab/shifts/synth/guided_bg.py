@@ -28,7 +28,7 @@ from the cell's generator (the seed rule), so a cell is reproducible on one mach
 the noise is the same on every device. The image is processed at the model's size (256)
 and resized back; the exact original object pixels are pasted at the end.
 
-Configuration, like ``ai_bg``'s inpainter (environment, so spawned workers inherit it):
+Configuration, like ``ai_bg``'s inpainter (read by the planning process, then carried by each task):
 ``ROBUSTLAB_BG_DIFFUSION`` = a guided-diffusion ``.pt`` file (OpenAI 256x256 unconditional
 architecture) or a diffusers ``UNet2DModel`` folder; ``ROBUSTLAB_BG_DIFFUSION_DEVICE``
 (default cuda when available) and ``ROBUSTLAB_BG_DIFFUSION_DTYPE`` (``float32``, or
@@ -44,9 +44,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from robustlab.errors import RobustlabError
+from robustlab.errors import CellSkipped, RobustlabError
 from robustlab.seeding import randint
 from robustlab.shifts.process_config import (
+    setting,
     checked_path,
     path_setting_problem,
     set_process_config,
@@ -122,12 +123,12 @@ def _settings(path, device, dtype):
     from robustlab.errors import MissingResourceError
     from robustlab.models.base import auto_device
 
-    path = path if path is not None else os.environ.get(ENV_PATH)
+    path = path if path is not None else setting(ENV_PATH)
     if not path:
         raise MissingResourceError("no background-diffusion checkpoint configured", hint=_hint())
-    device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
+    device = auto_device(device or setting(ENV_DEVICE) or None)
     default = "float16" if device.startswith("cuda") else "float32"
-    dtype = dtype or os.environ.get(ENV_DTYPE) or default
+    dtype = dtype or setting(ENV_DTYPE) or default
     return Path(path).expanduser().resolve(), device, dtype
 
 
@@ -189,12 +190,12 @@ def get_adv_guide(spec: str | None = None, *, device: str | None = None) -> Clas
     from robustlab.models import load_model
     from robustlab.models.base import auto_device
 
-    spec = spec or os.environ.get(ENV_ADV)
+    spec = spec or setting(ENV_ADV)
     if not spec:
         raise MissingResourceError(
             "no classifier configured for the adversarial level", hint=_adv_hint()
         )
-    device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
+    device = auto_device(device or setting(ENV_DEVICE) or None)
     with _CACHE_LOCK:
         if (spec, device) not in _ADV:
             _ADV[(spec, device)] = ClassifierGuide(load_model(spec, device=device))
@@ -236,7 +237,7 @@ def _check() -> str | None:
 
 
 def _check_adv() -> str | None:
-    return None if os.environ.get(ENV_ADV) else _adv_hint()
+    return None if setting(ENV_ADV) else _adv_hint()
 
 
 register_resource(
@@ -246,7 +247,7 @@ register_resource(
     "bg_adv_model",
     check=_check_adv,
     load=get_adv_guide,
-    describe=lambda: {"spec": os.environ.get(ENV_ADV)},
+    describe=lambda: {"spec": setting(ENV_ADV)},
 )
 
 
@@ -302,7 +303,7 @@ def bg_complexity_adv(image, p, rng, ctx):
     try:
         ids = guide.column_ids(class_name=ctx["class_name"])
     except ValueError as exc:  # the class is not in the classifier's label space: skip the sample
-        raise ValueError(f"adversarial guidance: {exc}") from None
+        raise CellSkipped(f"adversarial guidance: {exc}") from None
     return _generate(x, m, p, rng, ctx, guide=guide, guide_ids=ids, adv_scale=p["adv_scale"])
 
 

@@ -18,7 +18,7 @@ What the shift guarantees:
 - the image is processed at ``work_size`` (shorter side, both sides rounded to the VAE's
   multiple; inpainting models are trained near 512 or 1024 pixels) and resized back.
 
-Configuration (environment, so spawned workers inherit it): ``ROBUSTLAB_INPAINTER`` = the
+Configuration (read by the planning process, then carried by each task to the workers): ``ROBUSTLAB_INPAINTER`` = the
 checkpoint folder, optional ``ROBUSTLAB_INPAINTER_DEVICE`` (``cpu``, ``cuda``...; default
 cuda when available) and ``ROBUSTLAB_INPAINTER_DTYPE`` (``float32``/``float16``; default
 float16 on a GPU, float32 on the CPU). :func:`configure_inpainter` sets them from Python.
@@ -36,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.errors import InputError, MissingResourceError
+from robustlab.errors import CellSkipped, InputError, MissingResourceError
 from robustlab.seeding import randint
 from robustlab.shifts.process_config import (
+    setting,
     checked_path,
     path_setting_problem,
     set_process_config,
@@ -202,7 +203,7 @@ class Inpainter:
             )
         flagged = getattr(out, "nsfw_content_detected", None)
         if flagged and any(flagged):
-            raise ValueError("the inpainting pipeline's safety checker blanked this image")
+            raise CellSkipped("the inpainting pipeline's safety checker blanked this image")
         gen = np.clip(np.round(np.asarray(out.images[0], np.float32) * 255.0), 0, 255).astype(
             np.uint8
         )
@@ -236,11 +237,11 @@ def _settings(path, device, dtype) -> tuple[Path, str, str | None]:
     """
     from robustlab.models.base import auto_device
 
-    path = path if path is not None else os.environ.get(ENV_PATH)
+    path = path if path is not None else setting(ENV_PATH)
     if not path:
         raise MissingResourceError(_hint())
-    device = auto_device(device or os.environ.get(ENV_DEVICE) or None)
-    return Path(path).expanduser().resolve(), device, dtype or os.environ.get(ENV_DTYPE) or None
+    device = auto_device(device or setting(ENV_DEVICE) or None)
+    return Path(path).expanduser().resolve(), device, dtype or setting(ENV_DTYPE) or None
 
 
 def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = None) -> Inpainter:
@@ -296,10 +297,8 @@ def describe_inpainter(
 
 
 def configure_inpainter(path, *, device: str | None = None, dtype: str | None = None) -> None:
-    """Use the checkpoint at ``path`` for ``ai_bg`` in this process and the workers it starts.
-
-    Sets the environment variables (workers inherit them) after checking the folder.
-    """
+    """Use the checkpoint at ``path`` for ``ai_bg`` in the runs this process plans (their
+    workers get the setting with their tasks), after checking the folder."""
     set_process_config(
         {
             ENV_PATH: checked_path(path, _problem, what="inpainter"),

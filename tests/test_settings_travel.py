@@ -1,0 +1,142 @@
+"""Settings travel with the work: a worker computes pixels with the settings the run record
+describes, whatever its own environment says.
+
+The attribute edits' hole-fill backend is the setting under test (``telea`` and ``ns`` are
+both OpenCV, no weights): the driver plans with ``ns`` (configured in its process only),
+and each worker's environment says ``telea``. Settings used to reach workers through
+``os.environ``, so a worker whose environment disagreed (a Ray worker started before the
+driver configured anything, a worker on another node) filled holes with its own backend
+while the manifest said ``ns``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from robustlab import generate as generate_module
+from robustlab.demo import materialise
+from robustlab.generate import MANIFEST, generate
+from robustlab.manifest import LOCK
+from robustlab.shifts import process_config
+from robustlab.shifts.attributes import fill
+
+PHOTOS = ["rocket/rocket.jpg", "cat/chelsea.png"]
+SHIFTS = ["obj_position"]  # every cell is edited, so every cell has a filled hole
+
+
+def _init_worker_whose_environment_says_telea(*args):
+    """The pool's initialiser, in a worker whose own environment names another backend."""
+    from robustlab.generate import _init_worker
+
+    os.environ[fill.ENV_FILL] = "telea"
+    _init_worker(*args)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name not in (MANIFEST, LOCK)
+    }
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory):
+    return materialise(tmp_path_factory.mktemp("demo"), PHOTOS)
+
+
+def _generate(demo_data, out: Path, **kw):
+    data, masks = demo_data
+    return generate("imagenet-e", data, out, shifts=SHIFTS, masks=masks, progress=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def references(demo_data, tmp_path_factory) -> dict[str, dict[str, bytes]]:
+    """Each backend's files, made in this process (no worker)."""
+    found = {}
+    for backend in ("telea", "ns"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(process_config, "_CONFIGURED", {})
+            mp.delenv(fill.ENV_FILL, raising=False)
+            fill.configure_hole_fill(backend)
+            out = tmp_path_factory.mktemp(backend) / "out"
+            res = _generate(demo_data, out, workers=0)
+            assert res.written == len(PHOTOS) and not res.failures
+            found[backend] = _files(out)
+    assert found["telea"].keys() == found["ns"].keys()
+    images = [k for k in found["ns"] if k.endswith((".png", ".JPEG", ".jpg"))]
+    assert images and all(found["telea"][k] != found["ns"][k] for k in images)  # can fail
+    return found
+
+
+@pytest.fixture
+def driver_plans_ns(monkeypatch):
+    """The driver's own configuration (this process only); nothing in any environment."""
+    monkeypatch.setattr(process_config, "_CONFIGURED", {})
+    monkeypatch.delenv(fill.ENV_FILL, raising=False)
+    fill.configure_hole_fill("ns")
+    assert fill.ENV_FILL not in os.environ
+
+
+def test_pool_workers_fill_with_the_tasks_backend_not_their_environment(
+    demo_data, references, driver_plans_ns, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(generate_module, "_init_worker", _init_worker_whose_environment_says_telea)
+    out = tmp_path / "pool"
+    res = _generate(demo_data, out, workers=2)
+    assert res.written == len(PHOTOS) and not res.failures
+    assert json.loads((out / MANIFEST).read_text())["hole_fill"]["backend"] == "opencv-ns"
+    assert _files(out) == references["ns"]
+
+
+def _hwc(img):
+    import torch
+
+    return torch.from_numpy(img.copy())
+
+
+def _cells(demo_data, workers: int) -> list:
+    """The evaluation's work unit (TaskDataset over CellImages) for every photo, computed
+    here (workers=0) or in a real process pool whose workers inherit an environment that
+    names no backend (so ``telea``, the default, if they read their own)."""
+    from robustlab.data.sources import discover
+    from robustlab.run.executors import iterate_local
+    from robustlab.run.tasks import CellImages, Task, TaskDataset
+    from robustlab.shifts.registry import get_shift
+    from robustlab.suites import get_suite
+
+    data, masks = demo_data
+    samples = discover(data, masks=masks)
+    protocol = get_suite("imagenet-e").protocol
+    images = CellImages(protocol, 0, with_mask=True)  # planned: takes the settings here
+    cells = tuple((s, get_shift(s).levels[0]) for s in SHIFTS)
+    tasks = [Task(i, cells) for i in range(len(samples))]
+    items = list(iterate_local(TaskDataset(samples, tasks, images, _hwc), workers=workers))
+    assert all(not errors for _, _, errors, _ in items)
+    return [(i, t.numpy().tobytes()) for i, t, _, _ in items]
+
+
+def test_evaluation_workers_compute_cells_with_the_planned_backend(
+    demo_data, driver_plans_ns, monkeypatch
+):
+    here = _cells(demo_data, workers=0)
+    assert _cells(demo_data, workers=2) == here
+    monkeypatch.setattr(process_config, "_CONFIGURED", {})
+    assert _cells(demo_data, workers=0) != here  # telea, so the comparison can fail
+
+
+@pytest.mark.slow
+def test_ray_workers_started_before_the_driver_configured(
+    ray_cluster, demo_data, references, driver_plans_ns, tmp_path
+):
+    """The session's Ray workers were started before this test configured ``ns``, with an
+    environment that has no backend (so ``telea``, the default, if they read their own)."""
+    out = tmp_path / "ray"
+    res = _generate(demo_data, out, backend="ray")
+    assert res.written == len(PHOTOS) and not res.failures
+    assert json.loads((out / MANIFEST).read_text())["hole_fill"]["backend"] == "opencv-ns"
+    assert _files(out) == references["ns"]
