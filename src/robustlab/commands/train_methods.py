@@ -118,7 +118,7 @@ def run_method_command(args) -> int:
         test_fraction=args.test_fraction,
         split_seed=args.split_seed,
         seed=args.seed,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
         label_space=args.label_space,
         weights=args.weights,
         device=args.device,
