@@ -137,8 +137,6 @@ def add_defence_args(p, *, tta: bool = True) -> None:
 def add_inference_args(p) -> None:
     """``--precision`` and ``--compile`` in every command whose models predict through the
     evaluation engine (:mod:`robustlab.models.inference`)."""
-    from robustlab.models.inference import PRECISIONS
-
     p.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -160,6 +158,10 @@ def add_inference_args(p) -> None:
 # thing, with the same default, everywhere. tests/test_cli_drift.py walks every subparser
 # and fails when a flag drifts (its allow-list names the few flags whose meaning is the
 # command's own, with the reason).
+
+# robustlab.models.inference.PRECISIONS (spelled here, like DEFAULT_DB below, so that
+# --help imports no model code; a test checks that they agree).
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 # The results database every command reads or writes (robustlab.store.DEFAULT_DB, spelled
 # here so that --help imports no store code; a test checks that the two agree).
@@ -204,8 +206,9 @@ def add_seed(p) -> None:
     )
 
 
-def add_bootstrap(p, *, what: str) -> None:
-    """``--bootstrap-seed`` and ``--resamples``: the bootstrap of confidence intervals.
+def add_bootstrap(p) -> None:
+    """``--bootstrap-seed`` and ``--resamples``: the bootstrap of confidence intervals
+    (:func:`check_resamples` checks the count, as one error line).
 
     ``--seed`` there used to mean the bootstrap seed; it still does in these commands,
     with a warning (``--seed`` is the global seed everywhere else)."""
@@ -220,21 +223,10 @@ def add_bootstrap(p, *, what: str) -> None:
     )
     p.add_argument(
         "--resamples",
-        type=positive,
+        type=int,
         default=RESAMPLES,
         help=f"bootstrap resamples per confidence interval (default: {RESAMPLES})",
     )
-
-
-def positive(text: str) -> int:
-    """A whole number of at least 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return n
 
 
 def add_workers(p) -> None:
@@ -307,3 +299,11 @@ def add_runs(p) -> None:
         metavar="ID",
         help="only these run ids or id prefixes (repeatable; default: every run)",
     )
+
+
+def check_resamples(args) -> None:
+    """``--resamples`` must be at least 1 (an InputError line, not argparse's usage)."""
+    if args.resamples < 1:
+        from robustlab.errors import InputError
+
+        raise InputError(f"--resamples must be at least 1, got {args.resamples}")

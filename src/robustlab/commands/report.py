@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_runs, add_bootstrap, add_db, add_no_progress
-from robustlab.errors import InputError
+from robustlab.commands._args import (
+    check_resamples,
+    add_runs,
+    add_bootstrap,
+    add_db,
+    add_no_progress,
+)
 
 
 def add_parser(sub) -> None:
@@ -34,7 +39,7 @@ def add_parser(sub) -> None:
         metavar="ID",
         help="sample id to show in the image grid (default: chosen automatically)",
     )
-    add_bootstrap(p, what="report")
+    add_bootstrap(p)
     p.add_argument("--title", default=None, help="page title")
     p.add_argument(
         "--force",
@@ -50,8 +55,7 @@ def run(args) -> int:
 
     from robustlab.report import build_report
 
-    if args.resamples < 1:
-        raise InputError(f"--resamples must be at least 1, got {args.resamples}")
+    check_resamples(args)
 
     result = build_report(
         args.db,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_runs, add_bootstrap, add_db
+from robustlab.commands._args import check_resamples, add_runs, add_bootstrap, add_db
 
 import sys
 
@@ -59,20 +59,8 @@ def add_parser(sub) -> None:
         help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
         "images, B - A and its paired bootstrap interval",
     )
-    add_bootstrap(p, what="--compare")
+    add_bootstrap(p)
     p.set_defaults(func=run)
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return n
 
 
 def run(args) -> int:
@@ -80,6 +68,7 @@ def run(args) -> int:
     from robustlab.store import Store
     from robustlab.store.queries import results_table, select_runs
 
+    check_resamples(args)
     store = Store(args.db)
     store.require()
     if args.export:

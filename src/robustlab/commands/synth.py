@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import Deprecated, add_backend, add_device, add_no_progress, add_seed
+from robustlab.commands._args import (
+    PRECISIONS,
+    Deprecated,
+    add_backend,
+    add_device,
+    add_no_progress,
+    add_seed,
+)
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -10,7 +17,6 @@ def _csv(text: str | None) -> list[str] | None:
 
 
 # --precision values (those of evaluate, mine and train) as the pipeline's torch dtypes.
-PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
