@@ -313,7 +313,7 @@ def match_shifts(
         patterns = patterns.split(",")
     import fnmatch
 
-    def tags_of(n: str) -> tuple[str, str | None]:
+    def tags_of(n: str) -> tuple[tuple[str, ...], str | None]:
         try:
             s = get_shift(n)
         except InputError:  # a published folder's cell that is no registered shift
