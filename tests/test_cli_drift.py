@@ -201,3 +201,38 @@ def test_help_imports_nothing_heavy(argv):
     )
     assert "usage: robustlab" in res.stdout
     assert res.stderr.strip().splitlines()[-1:] in ([], [""]), res.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["masks", "--data", "d", "--out", "o"],
+        ["segment", "torchvision:x", "--weights", "w", "--data", "d", "--masks", "m"],
+        ["holdout", "--data", "d"],
+        ["vlm", "--model", "vlm:x"],
+        ["mine", "--data", "d"],
+        ["report", "--out", "r.html"],
+        ["train", "m", "--data", "d"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_no_progress_in_every_command_that_reports_progress(command):
+    p = build_parser()
+    assert p.parse_args(command).no_progress is False
+    assert p.parse_args([*command, "--no-progress"]).no_progress is True
+    assert p.parse_args([*command, "--quiet"]).no_progress is True
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["evaluate", "lite0", "--data", "d"],
+        ["generate", "s", "--data", "d", "--out", "o"],
+        ["train", "m", "--data", "d"],
+        ["mine", "--data", "d"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_workers_has_one_default(command):
+    """None everywhere: CPU cores - 1 (robustlab.run.lifeline.default_workers)."""
+    assert build_parser().parse_args(command).workers is None

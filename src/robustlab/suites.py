@@ -347,7 +347,7 @@ def match_shifts(
             raise InputError(
                 f"{msg}; its shifts are: {', '.join(names)}",
                 hint=(hint + " " if hint else "")
-                + "a name, family, tag, glob (*_blur) or common/extra/all",
+                + "(give names, families, tags, globs such as *_blur, or common/extra/all)",
             )
         chosen.extend(h for h in hits if h not in chosen)
     if not chosen:
