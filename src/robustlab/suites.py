@@ -346,8 +346,7 @@ def match_shifts(
             hint = suggest(pat, [*names, *(f for _, f in info.values() if f)])
             raise InputError(
                 f"{msg}; its shifts are: {', '.join(names)}",
-                hint=(hint + " " if hint else "")
-                + "(give names, families, tags, globs such as *_blur, or common/extra/all)",
+                hint=hint or None,
             )
         chosen.extend(h for h in hits if h not in chosen)
     if not chosen:
