@@ -1,17 +1,23 @@
 """robustlab: robustness test sets for image classifiers, and the numbers to report."""
 
-from robustlab.shifts.corruptions import corrupt, list_corruptions
-
 __version__ = "0.1.0"
 
 __all__ = ["corrupt", "list_corruptions", "evaluate", "__version__"]
 
+# Imported on first use, so that ``import robustlab`` (and ``robustlab --help``) imports no
+# numba, cv2, torch, pandas or duckdb: name -> module that defines it.
+_LAZY = {
+    "corrupt": "robustlab.shifts.corruptions",
+    "list_corruptions": "robustlab.shifts.corruptions",
+    "evaluate": "robustlab.evaluation",
+}
+
 
 def __getattr__(name):
-    # Lazy, so that ``import robustlab`` does not import torch or duckdb.
-    if name == "evaluate":
-        from robustlab.evaluation import evaluate
+    if name in _LAZY:
+        import importlib
 
-        globals()["evaluate"] = evaluate
-        return evaluate
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'robustlab' has no attribute {name!r}")

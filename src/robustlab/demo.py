@@ -409,7 +409,7 @@ def run_demo(
     n_written = 0
     for suite_name, shifts, lv, dropped in plan:
         step += 1
-        n_cells = len(get_suite(suite_name).select(shifts, lv).cells())
+        n_cells = len(get_suite(suite_name).select(shifts, lv))
         what = (
             f"{len(shifts)} corruptions"
             if suite_name == "imagenet-c"

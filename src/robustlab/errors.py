@@ -44,6 +44,12 @@ class InputError(RobustlabError, ValueError):
     """Bad input: an argument, a file, a folder, a CSV, a mask the user handed over."""
 
 
+def closest(word: object, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The ``choices`` closest to a misspelt ``word`` (difflib's ratio, at least 0.6), best
+    first: the one rule for every "did you mean" robustlab prints."""
+    return difflib.get_close_matches(str(word), list(dict.fromkeys(choices)), n=n, cutoff=0.6)
+
+
 def unknown_name(
     what: str, name: object, known: Iterable[str], *, listing: str | None = None
 ) -> InputError:
@@ -55,7 +61,7 @@ def unknown_name(
     there are few, otherwise ``listing`` (the command that shows them) goes in the hint.
     """
     names = list(dict.fromkeys(known))
-    close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.6)
+    close = closest(name, names)
     if close:
         return InputError(f"unknown {what} {name!r}; did you mean {' or '.join(close)}?")
     if len(names) <= 12 or listing is None:

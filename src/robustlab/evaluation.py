@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,11 @@ log = logging.getLogger(__name__)
 
 
 def default_workers() -> int:
-    """One worker per spare core (at least one): the main process runs the forward pass."""
-    return max(1, (os.cpu_count() or 2) - 1)
+    """One worker per spare core (at least one): the main process runs the forward pass
+    (:func:`robustlab.run.lifeline.default_workers`, the default of every command)."""
+    from robustlab.run.lifeline import default_workers as default
+
+    return default()
 
 
 def _resolve_suite(suite, shifts, levels, available=None):
@@ -40,7 +42,7 @@ def _resolve_suite(suite, shifts, levels, available=None):
             raise InputError("--shift needs --suite (which suite's cells to pick from)")
         return None, Protocol(), [(CLEAN_SHIFT, 0)]
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    names = list(shifts) if shifts else list(s.shifts)
+    names = s.match(shifts or None)  # the selection grammar: names, families, globs, groups
     if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
         kept = available_shifts(names, log=log)
     else:  # a generated folder: such shifts count when their files were generated
@@ -52,7 +54,7 @@ def _resolve_suite(suite, shifts, levels, available=None):
         if not kept:
             raise InputError(f"no generated images for {', '.join(names)} in this folder")
     if shifts or levels or kept != list(s.shifts):
-        s = s.select(kept, list(levels) if levels else None)
+        s = s.select(kept, levels or None).suite
     return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
 
 
@@ -725,16 +727,9 @@ def _archive_plan(
 
     archive = read_archive(root)
     cells: list[tuple[str, Any]] = list(archive.cells)
-    if shifts:
-        unknown = [s for s in shifts if s not in {c[0] for c in cells}]
-        if unknown:
-            raise InputError(
-                f"the archive has no {unknown[0]!r} folders; its cells are "
-                f"{', '.join(f'{s}/{lv}' for s, lv in cells)}"
-            )
-        cells = [c for c in cells if c[0] in shifts]
-    if levels:
-        cells = [c for c in cells if c[1] in {str(lv) for lv in levels}]
+    from robustlab.suites import select_cells
+
+    cells = list(select_cells(cells, shifts or None, levels or None, where="the archive"))
     if not cells:
         raise InputError(f"{root}: no level folder matches the requested shifts/levels")
     cells = [(CLEAN_SHIFT, 0), *cells]
@@ -872,16 +867,11 @@ def _published_plan(
 
     pub = read_published(root, layout)
     cells: list[tuple[str, Any]] = list(pub.cells)
-    if shifts:
-        unknown = [s for s in shifts if s not in {c[0] for c in cells}]
-        if unknown:
-            raise InputError(
-                f"{root} ({layout.title}) has no {unknown[0]!r} folders; its cells are "
-                f"{', '.join(f'{s}/{lv}' for s, lv in cells)}"
-            )
-        cells = [c for c in cells if c[0] in shifts]
-    if levels:
-        cells = [c for c in cells if str(c[1]) in {str(lv) for lv in levels}]
+    from robustlab.suites import select_cells
+
+    cells = list(
+        select_cells(cells, shifts or None, levels or None, where=f"{root} ({layout.title})")
+    )
     if pub.clean is not None:
         cells = [(CLEAN_SHIFT, 0), *cells]
     if not cells:

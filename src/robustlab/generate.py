@@ -75,7 +75,7 @@ from robustlab.pipeline import (
     load_prepared,
     shift_context,
 )
-from robustlab.run.lifeline import die_with_parent, worker_context
+from robustlab.run.lifeline import default_workers, die_with_parent, worker_context
 from robustlab.shifts.kernels import ensure_compiled_for
 from robustlab.shifts.process_config import process_settings, task_settings
 from robustlab.shifts.registry import (
@@ -84,10 +84,9 @@ from robustlab.shifts.registry import (
     described_resources,
     get_resource,
     get_shift,
-    list_shifts,
 )
 from robustlab.store.schema import ATTRIBUTE_VALUE_COLUMNS
-from robustlab.suites import Protocol, Suite, get_suite
+from robustlab.suites import Protocol, Suite, get_suite, parse_levels
 
 log = logging.getLogger(__name__)
 
@@ -265,87 +264,6 @@ def _run_in_worker(sample: Sample) -> SampleOutcome:
 
 
 # --------------------------------------------------------------------------- planning
-def resolve_shifts(suite: Suite, patterns: Sequence[str] | None) -> list[str]:
-    """Shift names of ``suite`` selected by names, families, tags or globs.
-
-    ``imagenet-c``-style group words work too: ``common``, ``extra``, ``all``.
-
-    Raises:
-        InputError: a pattern matches no shift of the suite (the message lists them), or
-            ``patterns`` is given but blank (``--shifts ,``), which must not mean "all".
-    """
-    if patterns is None:
-        return list(suite.shifts)
-    import fnmatch
-
-    groups = {
-        "all": None,
-        "common": "imagenet-c",
-        "extra": "imagenet-c-extra",
-        "validation": "imagenet-c-extra",
-    }
-    chosen: list[str] = []
-    for raw in patterns:
-        pat = raw.strip()
-        if not pat:
-            continue
-        if pat in groups:
-            tag = groups[pat]
-            hits = [n for n in suite.shifts if tag is None or tag in get_shift(n).tags]
-        else:
-            hits = [
-                n
-                for n in suite.shifts
-                if n == pat
-                or fnmatch.fnmatchcase(n, pat)
-                or get_shift(n).family == pat
-                or pat in get_shift(n).tags
-            ]
-        if not hits:
-            known = {s.name for s in list_shifts()}
-            where = (
-                f"{pat!r} is a shift but not part of suite {suite.name!r}"
-                if pat in known
-                else f"no shift of suite {suite.name!r} matches {pat!r}"
-            )
-            raise InputError(f"{where}; its shifts are: {', '.join(suite.shifts)}")
-        chosen.extend(h for h in hits if h not in chosen)
-    if not chosen:
-        raise InputError(
-            f"--shifts {','.join(patterns)!r} names no shift",
-            hint=f"leave --shifts out for the whole suite, or name some of: "
-            f"{', '.join(suite.shifts)}",
-        )
-    return [n for n in suite.shifts if n in chosen]
-
-
-def parse_levels(text: str | Sequence | None) -> list | None:
-    """``"1,3,5"`` or ``"1-3"`` -> ``[1, 3, 5]`` / ``[1, 2, 3]``; names stay strings."""
-    if text is None:
-        return None
-    tokens = text.split(",") if isinstance(text, str) else list(text)
-    out: list = []
-    for tok in tokens:
-        tok = str(tok).strip()
-        if not tok:
-            continue
-        if "-" in tok and all(p.strip().isdigit() for p in tok.split("-", 1)):
-            a, b = (int(p) for p in tok.split("-", 1))
-            if a > b:
-                raise InputError(f"level range {tok!r} runs backwards")
-            out.extend(range(a, b + 1))
-        elif tok.lstrip("-").isdigit():
-            out.append(int(tok))
-        else:
-            out.append(tok)
-    if not out:  # "--levels ," must not mean "all levels"
-        raise InputError(
-            f"--levels {text!r} names no level",
-            hint="leave --levels out for all levels, or give e.g. 1,3,5 or 1-3",
-        )
-    return out
-
-
 def _jsonable(x: Any) -> Any:
     """Parameters as JSON: dataclasses, tuples, numpy scalars and arrays included."""
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
@@ -380,13 +298,6 @@ def library_versions() -> dict[str, str | None]:
             except metadata.PackageNotFoundError:
                 continue
     return out
-
-
-def available_cpus() -> int:
-    """CPUs this process may use (respects affinity masks and container limits)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 def _now() -> str:
@@ -500,11 +411,10 @@ def generate(
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
     # Shifts needing an unconfigured tool (ai_bg without an inpainter) are skipped, logged.
-    names = available_shifts(resolve_shifts(suite_obj, shifts), log=log)
-    level_list = (
-        parse_levels(levels) if isinstance(levels, str) else (list(levels) if levels else None)
-    )
-    suite_obj = suite_obj.select(names, level_list)
+    names = available_shifts(suite_obj.match(shifts), log=log)
+    # None or an empty list: every level; a blank string is refused as naming none.
+    level_list = parse_levels(levels) if isinstance(levels, str) or levels else None
+    suite_obj = suite_obj.select(names, level_list).suite
     protocol = suite_obj.protocol
     if fmt:
         protocol = dataclasses.replace(protocol, format=str(fmt).lower())
@@ -639,7 +549,7 @@ def generate(
     n_workers = (
         0
         if workers == 0
-        else max(1, min(available_cpus() if workers is None else int(workers), len(samples)))
+        else max(1, min(default_workers() if workers is None else int(workers), len(samples)))
     )
     run_record["workers"] = n_workers
     run_record["backend"] = backend
@@ -1033,8 +943,6 @@ __all__ = [
     "SampleOutcome",
     "process_sample",
     "atomic_write",
-    "resolve_shifts",
-    "parse_levels",
     "library_versions",
     "remove_temp_files",
     "MANIFEST",

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import yaml
 
-from robustlab.errors import InputError, unknown_name
+from robustlab.errors import InputError, closest, unknown_name
 from robustlab.shifts.registry import get_shift, list_shifts
 
 
@@ -232,6 +233,174 @@ def parse_protocol(spec: str | Protocol, base: Protocol | None = None) -> Protoc
     return dataclasses.replace(out, **changes)
 
 
+class Cell(NamedTuple):
+    """One (shift, level) cell; a plain tuple to code that unpacks or compares it."""
+
+    shift: str
+    level: Any
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What :meth:`Suite.select` chose: the cells, in report order, and the suite
+    restricted to them (its name, version and protocol go into the run record).
+
+    Iterating, ``len`` and indexing go over :attr:`cells`.
+    """
+
+    suite: Suite
+    cells: tuple[Cell, ...]
+
+    @property
+    def shifts(self) -> tuple[str, ...]:
+        """The chosen shift names, in report order."""
+        return self.suite.shifts
+
+    def __iter__(self):
+        return iter(self.cells)
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def __getitem__(self, i):
+        return self.cells[i]
+
+
+# Group words of the selection grammar: the tag each stands for (None: every shift).
+GROUPS: dict[str, str | None] = {
+    "all": None,
+    "common": "imagenet-c",
+    "extra": "imagenet-c-extra",
+    "validation": "imagenet-c-extra",
+}
+
+
+def match_shifts(
+    names: Sequence[str],
+    patterns: Sequence[str] | str | None,
+    *,
+    where: str = "the suite",
+    absent: str = "{pat!r} is a shift but not part of {where}",
+) -> list[str]:
+    """The selection grammar for shifts: those of ``names`` (in their order) chosen by
+    ``patterns``, each an exact name, a family (``blur``), a tag, a glob (``*_noise``) or a
+    group word (:data:`GROUPS`: ``common``, ``extra``, ``all``). A string is split at commas.
+
+    Args:
+        names: The shifts there are to choose from (a suite's, a published folder's).
+        patterns: None for all of ``names``.
+        where: What ``names`` belong to, for messages (``"suite 'imagenet-c'"``).
+        absent: The message for a registered shift that is not among ``names``.
+
+    Raises:
+        InputError: a pattern matches none of ``names`` (the message says whether it is a
+            shift elsewhere or unknown, and names the closest matches), or ``patterns`` is
+            given but blank (``--shifts ,``), which must not mean "all".
+    """
+    names = list(names)
+    if patterns is None:
+        return names
+    if isinstance(patterns, str):
+        patterns = patterns.split(",")
+    import fnmatch
+
+    def tags_of(n: str) -> tuple[tuple[str, ...], str | None]:
+        try:
+            s = get_shift(n)
+        except InputError:  # a published folder's cell that is no registered shift
+            return (), None
+        return tuple(s.tags), s.family
+
+    info = {n: tags_of(n) for n in names}
+    chosen: list[str] = []
+    for raw in patterns:
+        pat = str(raw).strip()
+        if not pat:
+            continue
+        if pat in GROUPS:
+            tag = GROUPS[pat]
+            hits = [n for n in names if tag is None or tag in info[n][0]]
+        else:
+            hits = [
+                n
+                for n in names
+                if n == pat or fnmatch.fnmatchcase(n, pat) or info[n][1] == pat or pat in info[n][0]
+            ]
+        if not hits:
+            known = [s.name for s in list_shifts()]
+            if pat in known:
+                msg = absent.format(pat=pat, where=where)
+            elif any(c in pat for c in "*?["):
+                msg = f"no shift of {where} matches {pat!r}"
+            else:
+                msg = f"unknown shift {pat!r}: no shift of {where} matches it"
+            close = closest(pat, [*names, *(f for _, f in info.values() if f)])
+            if close:
+                raise InputError(f"{msg}; did you mean {' or '.join(close)}?")
+            raise InputError(f"{msg}; its shifts are: {', '.join(names)}")
+        chosen.extend(h for h in hits if h not in chosen)
+    if not chosen:
+        raise InputError(
+            f"--shifts {','.join(patterns)!r} names no shift",
+            hint=f"leave --shifts out for all, or name some of: {', '.join(names)}",
+        )
+    return [n for n in names if n in chosen]
+
+
+def select_cells(
+    cells: Sequence[tuple[str, Any]],
+    shifts: Sequence[str] | str | None,
+    levels: Sequence | str | None,
+    *,
+    where: str,
+) -> list[Cell]:
+    """The selection grammar applied to a fixed list of cells (a published folder's): the
+    cells, in their order, whose shift :func:`match_shifts` chooses and whose level (as
+    text) :func:`parse_levels` names. None chooses everything."""
+    names = list(dict.fromkeys(sh for sh, _ in cells))
+    chosen = set(match_shifts(names, shifts, where=where, absent="{where} has no {pat!r} folders"))
+    wanted = None if levels is None else {str(lv) for lv in parse_levels(levels) or []}
+    return [
+        Cell(sh, lv) for sh, lv in cells if sh in chosen and (wanted is None or str(lv) in wanted)
+    ]
+
+
+def parse_levels(text: str | Sequence | None) -> list | None:
+    """The selection grammar for levels: ``"1,3,5"`` or ``"1-3"`` (or a list of such
+    tokens) -> ``[1, 3, 5]`` / ``[1, 2, 3]``; named levels stay strings; None -> None.
+
+    Raises:
+        InputError: a range that runs backwards, or nothing named (``--levels ,`` must not
+            mean "all levels").
+    """
+    if text is None:
+        return None
+    tokens = text.split(",") if isinstance(text, str) else list(text)
+    out: list = []
+    for tok in tokens:
+        if isinstance(tok, int) and not isinstance(tok, bool):
+            out.append(tok)
+            continue
+        tok = str(tok).strip()
+        if not tok:
+            continue
+        if "-" in tok and all(p.strip().isdigit() for p in tok.split("-", 1)):
+            a, b = (int(p) for p in tok.split("-", 1))
+            if a > b:
+                raise InputError(f"level range {tok!r} runs backwards")
+            out.extend(range(a, b + 1))
+        elif tok.lstrip("-").isdigit():
+            out.append(int(tok))
+        else:
+            out.append(tok)
+    if not out:
+        raise InputError(
+            f"--levels {text!r} names no level",
+            hint="leave --levels out for all levels, or give e.g. 1,3,5 or 1-3",
+        )
+    return list(dict.fromkeys(out))
+
+
 @dataclass(frozen=True)
 class Suite:
     """A named, versioned set of (shift, level) cells with its protocol.
@@ -253,34 +422,56 @@ class Suite:
     protocol: Protocol = field(default_factory=Protocol)
     label_space: str = "imagenet1k"
 
-    def cells(self) -> list[tuple[str, Any]]:
+    def cells(self) -> list[Cell]:
         """All (shift, level) pairs, in report order."""
-        out: list[tuple[str, Any]] = []
+        out: list[Cell] = []
         for name in self.shifts:
             shift = get_shift(name)
             levels = (self.levels or {}).get(name) or shift.levels
-            out.extend((name, level) for level in levels)
+            out.extend(Cell(name, level) for level in levels)
         return out
 
-    def select(self, shifts: list[str] | None = None, levels: list | None = None) -> Suite:
-        """A copy restricted to some shifts and/or levels (names and levels are checked)."""
-        names = tuple(shifts) if shifts else self.shifts
-        for n in names:
-            get_shift(n)
-            if n not in self.shifts:
-                raise InputError(
-                    f"shift {n!r} is not in suite {self.name!r}: {', '.join(self.shifts)}"
-                )
+    def match(self, patterns: Sequence[str] | None) -> list[str]:
+        """Shift names of this suite chosen by ``patterns``, in the suite's order: see
+        :func:`match_shifts` (the selection grammar). None chooses every shift."""
+        return match_shifts(self.shifts, patterns, where=f"suite {self.name!r}")
+
+    def select(
+        self, shifts: Sequence[str] | None = None, levels: Sequence | str | None = None
+    ) -> Selection:
+        """The cells chosen by the one selection grammar every command and the Python API
+        use: ``shifts`` are names, families, tags, globs or the group words ``common``,
+        ``extra``, ``all`` (:func:`match_shifts`); ``levels`` are levels, names or ranges
+        such as ``"1-3"`` (:func:`parse_levels`), as a list or a comma-separated string.
+        None (or nothing given) keeps every shift or level.
+
+        Returns:
+            A :class:`Selection`: the cells, in report order, and the suite restricted to
+            them (whose name, version and protocol the run records).
+
+        Raises:
+            InputError: a pattern matches no shift of the suite (naming the closest
+                names), or a shift has no such level.
+        """
+        names = tuple(self.match(shifts))
+        level_list = parse_levels(levels)
         lv = None
-        if levels:
+        if level_list:
             lv = {}
             for n in names:
                 allowed = get_shift(n).levels
-                bad = [x for x in levels if x not in allowed]
+                bad = [x for x in level_list if x not in allowed]
                 if bad:
-                    raise InputError(f"{n} has no level {bad[0]!r}; levels are {list(allowed)}")
-                lv[n] = tuple(levels)
-        return Suite(
+                    raise InputError(
+                        f"{n} has no level {bad[0]!r}; levels are {list(allowed)}",
+                        hint=(
+                            f"did you mean {' or '.join(close)}?"
+                            if (close := closest(bad[0], [str(x) for x in allowed]))
+                            else None
+                        ),
+                    )
+                lv[n] = tuple(level_list)
+        sub = Suite(
             self.name,
             self.version,
             self.description,
@@ -289,6 +480,7 @@ class Suite:
             self.protocol,
             self.label_space,
         )
+        return Selection(sub, tuple(sub.cells()))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -397,4 +589,4 @@ def load_suite(path: str | Path) -> Suite:
         label_space=str(data.get("label_space", "imagenet1k")),
     )
     levels = data.get("levels")
-    return suite.select(list(shifts), list(levels)) if levels else suite
+    return suite.select(list(shifts), list(levels)).suite if levels else suite

@@ -52,18 +52,21 @@ def level(text: str):
     return int(text) if text.lstrip("-").isdigit() else text
 
 
-def add_cell_filters(p, *, shifts: str = "shifts of the suite", levels: str = "levels") -> None:
-    """``--shift`` and ``--level`` (with their aliases) that pick cells, alike everywhere.
+def add_cell_filters(p, *, corruptions: bool = False) -> None:
+    """``--shift`` and ``--level`` (with their aliases) that pick cells, alike everywhere:
+    both read by the one selection grammar, :meth:`robustlab.suites.Suite.select`.
 
     Args:
-        shifts, levels: What the flags choose among, for their help ("only these ...").
+        corruptions: Also take ``--corruptions`` (generate's first spelling).
     """
     p.add_argument(
         "--shift",
         "--shifts",
+        *(["--corruptions"] if corruptions else []),
         action=CommaList,
         dest="shifts",
-        help=f"only these {shifts} (repeatable, or comma-separated)",
+        help="only these shifts: names, families (blur), tags, globs (*_noise) or "
+        "common/extra/all (repeatable, or comma-separated; default: all)",
     )
     p.add_argument(
         "--level",
@@ -73,7 +76,8 @@ def add_cell_filters(p, *, shifts: str = "shifts of the suite", levels: str = "l
         action=CommaList,
         dest="levels",
         convert=level,
-        help=f"only these {levels} (repeatable, or comma-separated)",
+        help="only these levels or ranges, e.g. 1,3,5 or 1-3 (repeatable, or "
+        "comma-separated; default: all)",
     )
 
 
@@ -88,9 +92,8 @@ def add_no_progress(p) -> None:
     )
 
 
-def add_backend(p, *, workers: bool = True) -> None:
-    """``--backend local|ray`` and ``--address`` in every command that can run on Ray
-    (``workers``: whether the command's ``--workers`` sizes a Ray instance started here)."""
+def add_backend(p) -> None:
+    """``--backend local|ray`` and ``--address`` in every command that can run on Ray."""
     p.add_argument(
         "--backend",
         choices=["local", "ray"],
@@ -103,8 +106,8 @@ def add_backend(p, *, workers: bool = True) -> None:
         "--address",
         default=None,
         help="with --backend ray: the cluster's HOST:PORT that `ray start --head` "
-        "printed (default: start a Ray instance on this machine, with "
-        + ("--workers CPUs)" if workers else "all its CPUs)"),
+        "printed (default: start a Ray instance on this machine, with --workers CPUs "
+        "where the command takes --workers, else all its CPUs)",
     )
 
 
@@ -134,8 +137,6 @@ def add_defence_args(p, *, tta: bool = True) -> None:
 def add_inference_args(p) -> None:
     """``--precision`` and ``--compile`` in every command whose models predict through the
     evaluation engine (:mod:`robustlab.models.inference`)."""
-    from robustlab.models.inference import PRECISIONS
-
     p.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -150,3 +151,159 @@ def add_inference_args(p) -> None:
         help="run the forward pass through torch.compile (compiled before any work; "
         "needs a C compiler; a run of its own, labelled @compiled)",
     )
+
+
+# ----------------------------------------------------------------------------- vocabulary
+# One definition of each flag that several commands take: the same name means the same
+# thing, with the same default, everywhere. tests/test_cli_drift.py walks every subparser
+# and fails when a flag drifts (its allow-list names the few flags whose meaning is the
+# command's own, with the reason).
+
+# robustlab.models.inference.PRECISIONS (spelled here, like DEFAULT_DB below, so that
+# --help imports no model code; a test checks that they agree).
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+# The results database every command reads or writes (robustlab.store.DEFAULT_DB, spelled
+# here so that --help imports no store code; a test checks that the two agree).
+DEFAULT_DB = "robustlab.duckdb"
+# Bootstrap resamples of every interval the CLI prints or reports (the metrics functions'
+# default too), so `results --compare` and `report` give one run the same intervals.
+RESAMPLES = 2000
+
+
+class Deprecated(argparse.Action):
+    """An old spelling kept working: stores like the flag it stands for (``dest``) and
+    prints one ``warning:`` line naming the new spelling. Hidden from ``--help``."""
+
+    def __init__(self, option_strings, dest, new: str = "", type=None, **kwargs):
+        kwargs.setdefault("help", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, type=type, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(
+            f"{parser.prog}: warning: {option_string} is deprecated here, use {self.new}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def add_db(p) -> None:
+    """``--db``: the results database."""
+    p.add_argument("--db", default=DEFAULT_DB, help=f"results database (default: ./{DEFAULT_DB})")
+
+
+def add_seed(p) -> None:
+    """``--seed``: the global seed of the seed rule, the one seed a run is keyed by."""
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="global seed of the seed rule: every random draw of the run derives from it "
+        "(default: 0)",
+    )
+
+
+def add_bootstrap(p) -> None:
+    """``--bootstrap-seed`` and ``--resamples``: the bootstrap of confidence intervals
+    (:func:`check_resamples` checks the count, as one error line).
+
+    ``--seed`` there used to mean the bootstrap seed; it still does in these commands,
+    with a warning (``--seed`` is the global seed everywhere else)."""
+    p.add_argument(
+        "--bootstrap-seed",
+        type=int,
+        default=0,
+        help="seed of the bootstrap confidence intervals (default: 0)",
+    )
+    p.add_argument(
+        "--seed", action=Deprecated, dest="bootstrap_seed", type=int, new="--bootstrap-seed"
+    )
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=RESAMPLES,
+        help=f"bootstrap resamples per confidence interval (default: {RESAMPLES})",
+    )
+
+
+def add_workers(p) -> None:
+    """``--workers``: worker processes, one default everywhere (the main process keeps a
+    core: CPU cores - 1, at least 1)."""
+    p.add_argument(
+        "--workers",
+        type=workers,
+        default=None,
+        help="worker processes that read and shift images (default: CPU cores - 1; "
+        "0: all in the main process)",
+    )
+
+
+def add_device(p) -> None:
+    """``--device``: where models run."""
+    p.add_argument(
+        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)"
+    )
+
+
+def add_labels(p) -> None:
+    """``--labels`` (alias ``--labels-csv``): the labels CSV of a flat folder."""
+    p.add_argument(
+        "--labels",
+        "--labels-csv",
+        dest="labels_csv",
+        default=None,
+        help="labels CSV for a flat folder (default: DATA/labels.csv)",
+    )
+
+
+def add_masks(p, *, required: bool = False) -> None:
+    """``--masks``: the foreground masks of the images."""
+    p.add_argument(
+        "--masks",
+        required=required,
+        default=None,
+        help="folder of foreground masks parallel to --data",
+    )
+
+
+def add_bboxes(p) -> None:
+    """``--bboxes``: object boxes of the images."""
+    p.add_argument(
+        "--bboxes", default=None, help="CSV of object boxes: file,x0,y0,x1,y1 in source pixels"
+    )
+
+
+def add_k(p, *, voters: str, default: int | None) -> None:
+    """``-k`` (``--k``, ``--agree``): keep an image when at least K voters agree."""
+    p.add_argument(
+        "-k",
+        "--k",
+        "--agree",
+        dest="k",
+        type=int,
+        default=default,
+        help=f"the agreement threshold: at least K {voters}",
+    )
+
+
+def add_runs(p) -> None:
+    """``--run``: only these stored runs (ids or prefixes; repeatable, several per flag)."""
+    p.add_argument(
+        "--run",
+        nargs="+",
+        action="extend",
+        dest="runs",
+        metavar="ID",
+        help="only these run ids or id prefixes (repeatable; default: every run)",
+    )
+
+
+def check_resamples(args) -> None:
+    """``--resamples`` must be at least 1 (an InputError line, not argparse's usage)."""
+    if args.resamples < 1:
+        from robustlab.errors import InputError
+
+        raise InputError(f"--resamples must be at least 1, got {args.resamples}")

@@ -5,10 +5,15 @@ from __future__ import annotations
 from robustlab.commands._args import (
     add_backend,
     add_cell_filters,
+    add_db,
     add_defence_args,
+    add_device,
     add_inference_args,
+    add_labels,
+    add_masks,
     add_no_progress,
-    workers,
+    add_seed,
+    add_workers,
 )
 
 
@@ -32,28 +37,18 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--suite", default=None, help="suite name or YAML file (default: clean images only)"
     )
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
+    add_db(p)
+    add_seed(p)
     add_cell_filters(p)
-    p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
-    p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")
+    add_labels(p)
+    add_masks(p)
     p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
     p.add_argument("--weights", default=None, help="weights file for the model")
-    p.add_argument(
-        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: the model's choice)"
-    )
+    add_device(p)
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
     add_defence_args(p)
     add_inference_args(p)
-    p.add_argument(
-        "--workers",
-        type=workers,
-        default=None,
-        help="data worker processes that decode and shift images ahead of the model "
-        "(default: cores - 1; 0: all in the main process)",
-    )
+    add_workers(p)
     add_backend(p)
     p.add_argument(
         "--shift-device",
@@ -100,7 +95,7 @@ def run(args) -> int:
         seed=args.seed,
         shifts=args.shifts,
         levels=args.levels,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
         masks=args.masks,
         label_space=args.label_space,
         weights=args.weights,

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList, add_backend, add_no_progress, workers
+from robustlab.commands._args import (
+    Deprecated,
+    add_backend,
+    add_bboxes,
+    add_cell_filters,
+    add_labels,
+    add_masks,
+    add_no_progress,
+    add_seed,
+    add_workers,
+)
 
 
 def add_parser(sub) -> None:
@@ -26,48 +36,27 @@ def add_parser(sub) -> None:
         help="output folder, or an fsspec URL such as s3://bucket/prefix (resumes when it "
         "already holds a run)",
     )
+    add_labels(p)
+    add_masks(p)
+    add_bboxes(p)
+    add_cell_filters(p, corruptions=True)
     p.add_argument(
-        "--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)"
-    )
-    p.add_argument("--masks", default=None, help="folder of foreground masks parallel to --data")
-    p.add_argument("--bboxes", default=None, help="CSV of object boxes: file,x0,y0,x1,y1")
-    p.add_argument(
-        "--shifts",
-        "--shift",
-        "--corruptions",
-        dest="shifts",
-        action=CommaList,
-        help="names, families, tags or globs, comma-separated or repeated "
-        "(default: the whole suite)",
-    )
-    p.add_argument(
-        "--level",
-        "--levels",
-        "--severity",
-        "--severities",
-        dest="levels",
-        action=CommaList,
-        help="levels or ranges, comma-separated or repeated, e.g. 1,3,5 or 1-3 (default: all)",
-    )
-    p.add_argument(
-        "--format",
+        "--image-format",
         dest="fmt",
         choices=["jpeg", "png"],
         default=None,
-        help="output format (default: the suite's, JPEG q85 for imagenet-c)",
+        help="file format of the generated images (default: the suite's, JPEG q85 for imagenet-c)",
+    )
+    p.add_argument(
+        "--format", action=Deprecated, dest="fmt", choices=["jpeg", "png"], new="--image-format"
     )
     p.add_argument(
         "--keep-size",
         action="store_true",
         help="no resize or crop; sources under 32x32 are skipped",
     )
-    p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default 0)")
-    p.add_argument(
-        "--workers",
-        type=workers,
-        default=None,
-        help="worker processes (default: one per available CPU; 0: all in the main process)",
-    )
+    add_seed(p)
+    add_workers(p)
     p.add_argument("--limit", type=int, default=None, help="only the first N images (sorted by id)")
     add_backend(p)
     add_no_progress(p)
@@ -82,13 +71,13 @@ def run(args) -> int:
         args.data,
         args.out,
         shifts=args.shifts,
-        levels=None if args.levels is None else ",".join(args.levels),
+        levels=args.levels,
         seed=args.seed,
         workers=args.workers,
         fmt=args.fmt,
         keep_size=args.keep_size,
         limit=args.limit,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
         masks=args.masks,
         bboxes=args.bboxes,
         progress=not args.no_progress,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList
+from robustlab.commands._args import add_no_progress, CommaList, add_db, add_seed
 
 
 def _subtypes(text: str):
@@ -70,15 +70,16 @@ def add_parser(sub) -> None:
         help="share of each class's training pool kept as the in-distribution test "
         "(ignored when the data has its own train/test split)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the split and of training")
+    add_seed(p)
     p.add_argument("--out", default="checkpoints", help="checkpoint folder")
-    p.add_argument("--db", default="robustlab.duckdb", help="results database")
+    add_db(p)
     p.add_argument(
         "--classes",
         action=CommaList,
         default=None,
         help="keep only these classes (repeatable or comma-separated)",
     )
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
@@ -118,7 +119,14 @@ def run(args) -> int:
     def progress(epoch, loss):
         print(f"epoch {epoch}/{config.epochs}: loss {loss:.3f}", file=sys.stderr)
 
-    res = run_holdout(data, split, config, db=args.db, out=args.out, progress=progress)
+    res = run_holdout(
+        data,
+        split,
+        config,
+        db=args.db,
+        out=args.out,
+        progress=None if args.no_progress else progress,
+    )
     state = "reused stored run" if res.reused else f"checkpoint {res.checkpoint}"
     print(
         f"held out {split.label}: trained on {len(split.train)} images of "

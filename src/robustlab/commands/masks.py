@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import add_no_progress, add_bboxes, add_labels
+
 from robustlab.errors import InputError
 
 
@@ -35,13 +37,8 @@ def add_parser(sub) -> None:
         "--seg-classes", type=int, default=21, help="output classes of the checkpoint (VOC: 21)"
     )
     p.add_argument("--seg-background", type=int, default=0, help="index of the background class")
-    p.add_argument("--bboxes", help="CSV of object boxes: file,x0,y0,x1,y1 in source pixels")
-    p.add_argument(
-        "--labels",
-        "--labels-csv",
-        dest="labels_csv",
-        help="labels CSV for a flat folder (default: DATA/labels.csv)",
-    )
+    add_bboxes(p)
+    add_labels(p)
     p.add_argument(
         "--cam-class",
         choices=["top1", "label"],
@@ -53,6 +50,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--iterations", type=int, default=5, help="GrabCut iterations")
     p.add_argument("--overwrite", action="store_true", help="remake masks that already exist")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
@@ -88,16 +86,17 @@ def run(args) -> int:
     params = MaskerParams(max_side=args.max_side, iterations=args.iterations)
     from robustlab.run.progress import LineProgress
 
-    lines = LineProgress(len(samples), what="masks", unit="img")
+    lines = None if args.no_progress else LineProgress(len(samples), what="masks", unit="img")
     summary = build_masks(
         samples,
         args.out,
         AutoMasker(args.method, params=params, segmenter=segmenter),
         overwrite=args.overwrite,
         cam_class=args.cam_class,
-        progress=lambda done, _total: lines.update(done - lines.done),
+        progress=None if lines is None else lambda done, _total: lines.update(done - lines.done),
     )
-    lines.close()
+    if lines is not None:
+        lines.close()
     print(
         f"masks: {summary['n']} images, {summary['n_written']} usable masks in {args.out} "
         f"({summary['n'] - summary['n_written']} empty/full, unusable), {summary['n_skipped']} "

@@ -5,9 +5,13 @@ from __future__ import annotations
 from robustlab.commands._args import (
     add_backend,
     add_cell_filters,
+    add_db,
+    add_device,
     add_inference_args,
+    add_k,
+    add_labels,
     add_no_progress,
-    workers,
+    add_workers,
 )
 
 
@@ -37,21 +41,14 @@ def add_parser(sub) -> None:
         default=None,
         help="comma-separated weights paths, one per surrogate (empty for none)",
     )
-    p.add_argument(
-        "--k",
-        type=int,
-        default=None,
-        help="keep when at least K surrogates are wrong (default: all of them)",
-    )
+    add_k(p, voters="surrogates are wrong (default: all of them)", default=None)
     p.add_argument(
         "--label-space",
         default=None,
         help="label space of the correctness rule (e.g. imagenet-d; default: the "
         "suite's, else imagenet1k)",
     )
-    p.add_argument(
-        "--labels", default=None, help="labels CSV for a flat folder (default: DATA/labels.csv)"
-    )
+    add_labels(p)
     p.add_argument(
         "--copy", action="store_true", help="copy the kept images instead of hard-linking them"
     )
@@ -60,21 +57,12 @@ def add_parser(sub) -> None:
         action="store_true",
         help="also mine a generated folder's clean source images",
     )
-    add_cell_filters(
-        p, shifts="shifts of a generated folder", levels="levels of a generated folder"
-    )
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)"
-    )
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    add_cell_filters(p)
+    add_db(p)
+    add_device(p)
     p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
     add_inference_args(p)
-    p.add_argument(
-        "--workers",
-        type=workers,
-        default=None,
-        help="data worker processes (default: cores - 1; 0: all in the main process)",
-    )
+    add_workers(p)
     add_no_progress(p)
     add_backend(p)
     p.set_defaults(func=run)
@@ -90,7 +78,7 @@ def run(args) -> int:
         surrogates=specs,
         k=args.k,
         label_space=args.label_space,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
         db=args.db,
         out=args.out,
         copy=args.copy,

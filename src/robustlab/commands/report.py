@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_no_progress
-from robustlab.errors import InputError
+from robustlab.commands._args import (
+    check_resamples,
+    add_runs,
+    add_bootstrap,
+    add_db,
+    add_no_progress,
+)
 
 
 def add_parser(sub) -> None:
@@ -14,17 +19,8 @@ def add_parser(sub) -> None:
         "server or network) with the runs' summary, ImageNet-C and scenario "
         "tables, plots, an example image grid and a leaderboard.",
     )
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
-    )
-    p.add_argument(
-        "--run",
-        nargs="+",
-        action="extend",
-        dest="runs",
-        metavar="ID",
-        help="only these run ids or id prefixes (default: every run)",
-    )
+    add_db(p)
+    add_runs(p)
     p.add_argument("--out", required=True, help="output HTML file, e.g. report.html")
     p.add_argument(
         "--baseline",
@@ -43,12 +39,7 @@ def add_parser(sub) -> None:
         metavar="ID",
         help="sample id to show in the image grid (default: chosen automatically)",
     )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of the bootstrap intervals (default: 0)"
-    )
-    p.add_argument(
-        "--resamples", type=int, default=1000, help="bootstrap resamples (default: 1000)"
-    )
+    add_bootstrap(p)
     p.add_argument("--title", default=None, help="page title")
     p.add_argument(
         "--force",
@@ -64,8 +55,7 @@ def run(args) -> int:
 
     from robustlab.report import build_report
 
-    if args.resamples < 1:
-        raise InputError(f"--resamples must be at least 1, got {args.resamples}")
+    check_resamples(args)
 
     result = build_report(
         args.db,
@@ -74,7 +64,7 @@ def run(args) -> int:
         baseline=args.baseline,
         grid=not args.no_grid,
         grid_sample=args.grid_sample,
-        seed=args.seed,
+        seed=args.bootstrap_seed,
         n_resamples=args.resamples,
         title=args.title,
         progress=not args.no_progress,

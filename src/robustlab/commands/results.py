@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import check_resamples, add_runs, add_bootstrap, add_db
+
 import sys
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("results", help="show stored results (per cell, CE, mCE) or export them")
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
-    )
+    add_db(p)
     p.add_argument(
         "--format",
         default="table",
@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--model", action="append", help="only this model spec (repeatable)")
     p.add_argument("--suite", action="append", help="only this suite (repeatable)")
-    p.add_argument("--run", action="append", help="only this run id or id prefix (repeatable)")
+    add_runs(p)
     p.add_argument(
         "--baseline",
         default=None,
@@ -61,28 +61,8 @@ def add_parser(sub) -> None:
         help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
         "images, B - A and its paired bootstrap interval",
     )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of the --compare bootstrap (default: 0)"
-    )
-    p.add_argument(
-        "--resamples",
-        type=_positive,
-        default=2000,
-        help="bootstrap resamples per --compare interval (default: 2000)",
-    )
+    add_bootstrap(p)
     p.set_defaults(func=run)
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return n
 
 
 def run(args) -> int:
@@ -90,13 +70,16 @@ def run(args) -> int:
     from robustlab.store import Store
     from robustlab.store.queries import results_table, select_runs
 
+    check_resamples(args)
     store = Store(args.db)
     store.require()
     if args.export:
         ids = None
-        if args.run or args.model or args.suite:
+        if args.runs or args.model or args.suite:
             ids = list(
-                select_runs(store, run_ids=args.run, models=args.model, suites=args.suite)["run_id"]
+                select_runs(store, run_ids=args.runs, models=args.model, suites=args.suite)[
+                    "run_id"
+                ]
             )
         paths = store.export_parquet(args.export, ids, force=args.force)
         for p in paths:
@@ -106,21 +89,21 @@ def run(args) -> int:
         from robustlab.store.queries import compare_table
 
         table, notes = compare_table(
-            store, *args.compare, seed=args.seed, n_resamples=args.resamples
+            store, *args.compare, seed=args.bootstrap_seed, n_resamples=args.resamples
         )
         return _emit(format_table(table, args.format), notes, args)
     if args.summary:
         from robustlab.store.queries import summary_table
 
         table, notes = summary_table(
-            store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline
+            store, run_ids=args.runs, models=args.model, suites=args.suite, baseline=args.baseline
         )
         return _emit(format_table(table, args.format), notes, args)
     table, notes = (
         ([], [])
         if args.segmentation
         else results_table(
-            store, run_ids=args.run, models=args.model, suites=args.suite, baseline=args.baseline
+            store, run_ids=args.runs, models=args.model, suites=args.suite, baseline=args.baseline
         )
     )
     if args.segmentation or len(table) == 0:
@@ -128,7 +111,11 @@ def run(args) -> int:
         from robustlab.store.queries import segmentation_table
 
         seg, seg_notes = segmentation_table(
-            store, run_ids=args.run, models=args.model, suites=args.suite, require=args.segmentation
+            store,
+            run_ids=args.runs,
+            models=args.model,
+            suites=args.suite,
+            require=args.segmentation,
         )
         if args.segmentation or len(seg):
             table, notes = seg, [n for n in notes if "segmentation run(s)" not in n] + seg_notes

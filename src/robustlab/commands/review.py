@@ -8,6 +8,8 @@ agreement rule (k agreeing votes) and writes the final set instead of serving.
 
 from __future__ import annotations
 
+from robustlab.commands._args import add_db, add_k
+
 import sys
 
 
@@ -34,11 +36,7 @@ def add_parser(sub) -> None:
         help="CSV with a 'file' column and one column per surrogate guess, shown "
         "beside each image (e.g. the CSV `robustlab mine` writes)",
     )
-    p.add_argument(
-        "--db",
-        default="robustlab.duckdb",
-        help="results database the decisions go to (default: ./robustlab.duckdb)",
-    )
+    add_db(p)
     p.add_argument(
         "--annotator",
         metavar="NAME",
@@ -78,15 +76,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="with --export: replace OUT.csv even when it is not a CSV file (never an input)",
     )
-    p.add_argument(
-        "-k",
-        "--agree",
-        type=int,
-        default=2,
-        metavar="K",
-        help="votes an image needs to be kept, for its label or for one relabel "
-        "target (default: 2)",
-    )
+    add_k(p, voters="annotators agree on a class", default=2)
     p.add_argument(
         "--wait",
         type=float,
@@ -101,8 +91,8 @@ def run(args) -> int:
     from robustlab.errors import InputError, RobustlabError
 
     try:
-        if args.agree < 1:
-            raise InputError(f"-k/--agree must be at least 1, not {args.agree}")
+        if args.k < 1:
+            raise InputError(f"-k/--agree must be at least 1, not {args.k}")
         if not 0 <= args.port <= 65535:
             raise InputError(f"--port must be 0..65535, not {args.port}")
         return _export(args) if args.export else _serve(args)
@@ -128,7 +118,7 @@ def _export(args) -> int:
     from robustlab.review import final_set, write_csv
 
     review_set, store = _load(args)
-    final = final_set(review_set, store, k=args.agree)
+    final = final_set(review_set, store, k=args.k)
     path = write_csv(final, args.export, force=args.force)
     for note in final.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import sys
 
-from robustlab.commands._args import add_cell_filters, add_no_progress, workers
+from robustlab.commands._args import (
+    add_cell_filters,
+    add_db,
+    add_device,
+    add_labels,
+    add_masks,
+    add_no_progress,
+    add_seed,
+    add_workers,
+)
 
 
 def add_parser(sub) -> None:
-    from robustlab.saliency.attribution import DEFAULT_METHOD, METHODS
+    from robustlab.saliency.methods import DEFAULT_METHOD, METHODS
 
     p = sub.add_parser(
         "saliency",
@@ -32,16 +41,14 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
     )
-    p.add_argument("--masks", required=True, help="folder of foreground masks parallel to --data")
+    add_masks(p, required=True)
     p.add_argument(
         "--suite",
         default="ximagenet12",
         help="mask suite whose scenarios to explain: ximagenet12 or imagenet9 "
         "(default: ximagenet12)",
     )
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
-    )
+    add_db(p)
     p.add_argument(
         "--method",
         default=DEFAULT_METHOD,
@@ -59,22 +66,14 @@ def add_parser(sub) -> None:
         choices=("predicted", "label"),
         help="class to explain: the model's top-1 or the true label (default: predicted)",
     )
-    p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
-    add_cell_filters(p, shifts="scenarios of the suite ('clean': clean images only)")
-    p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
+    add_seed(p)
+    add_cell_filters(p)
+    add_labels(p)
     p.add_argument("--label-space", default=None, help="label space (default: imagenet1k)")
     p.add_argument("--weights", default=None, help="weights file for the model")
-    p.add_argument(
-        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: the model's choice)"
-    )
+    add_device(p)
     p.add_argument("--batch-size", type=int, default=None, help="images per forward/backward pass")
-    p.add_argument(
-        "--workers",
-        type=workers,
-        default=None,
-        help="data worker processes that decode and shift images ahead of the model "
-        "(default: cores - 1; 0: all in the main process)",
-    )
+    add_workers(p)
     p.add_argument("--limit", type=int, default=None, help="only the first N images with masks")
     add_no_progress(p)
     p.set_defaults(func=run)
@@ -122,7 +121,7 @@ def run(args) -> int:
         target=args.target,
         db=args.db,
         seed=args.seed,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
         label_space=args.label_space,
         weights=args.weights,
         device=args.device,

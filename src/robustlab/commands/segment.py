@@ -11,7 +11,15 @@ from __future__ import annotations
 import math
 import sys
 
-from robustlab.commands._args import add_cell_filters
+from robustlab.commands._args import (
+    add_no_progress,
+    add_cell_filters,
+    add_db,
+    add_device,
+    add_labels,
+    add_masks,
+    add_seed,
+)
 from robustlab.errors import InputError
 
 SCORE_COLUMNS = ("pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou")
@@ -31,13 +39,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
     )
-    p.add_argument("--masks", required=True, help="folder of foreground masks parallel to --data")
+    add_masks(p, required=True)
     p.add_argument(
         "--suite", default="ximagenet12", help="suite name or YAML file (default: ximagenet12)"
     )
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default: ./robustlab.duckdb)"
-    )
+    add_db(p)
     p.add_argument(
         "--num-classes",
         type=int,
@@ -47,12 +53,13 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--background", type=int, default=0, help="index of the background class (default: 0)"
     )
-    p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default: 0)")
+    add_seed(p)
     add_cell_filters(p)
-    p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    add_labels(p)
+    add_device(p)
     p.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default: 8)")
     p.add_argument("--limit", type=int, default=None, help="only the first N images with masks")
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
@@ -98,7 +105,8 @@ def run(args) -> int:
         shifts=args.shifts,
         levels=args.levels,
         seed=args.seed,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
+        progress=not args.no_progress,
         batch_size=args.batch_size,
         limit=args.limit,
     )

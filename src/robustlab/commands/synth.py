@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_backend, add_no_progress
+from robustlab.commands._args import (
+    PRECISIONS,
+    Deprecated,
+    add_backend,
+    add_device,
+    add_no_progress,
+    add_seed,
+)
 
 
 def _csv(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+# --precision values (those of evaluate, mine and train) as the pipeline's torch dtypes.
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def add_parser(sub) -> None:
@@ -59,7 +70,7 @@ def add_parser(sub) -> None:
         default=None,
         help="replace the checkpoint's scheduler: ddim, pndm, euler, euler-a, dpm++, lms, unipc",
     )
-    p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (default 0)")
+    add_seed(p)
     p.add_argument("--limit", type=int, default=None, help="only the first N images of the grid")
     p.add_argument(
         "--batch-size",
@@ -67,16 +78,22 @@ def add_parser(sub) -> None:
         default=None,
         help="prompts per pipeline call (default 8 on a GPU, 1 on the CPU)",
     )
+    add_device(p)
     p.add_argument(
-        "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)"
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="numeric precision of the pipeline's forward pass: fp32, bf16 or fp16 (its weights "
+        "cast to it; default fp16 on a GPU, fp32 on the CPU)",
     )
     p.add_argument(
         "--dtype",
-        default=None,
+        action=Deprecated,
+        dest="dtype",
         choices=["float32", "float16", "bfloat16"],
-        help="default float16 on a GPU, float32 on the CPU",
+        new="--precision fp32|fp16|bf16",
     )
-    add_backend(p, workers=False)
+    add_backend(p)
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -103,7 +120,7 @@ def run(args) -> int:
         limit=args.limit,
         batch_size=args.batch_size,
         device=args.device,
-        dtype=args.dtype,
+        dtype=args.dtype or DTYPES.get(args.precision),
         backend=args.backend,
         address=args.address,
         progress=not args.no_progress,

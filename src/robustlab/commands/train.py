@@ -4,7 +4,18 @@ paper's training-time robustness methods, scored by mCE against the un-fine-tune
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_cell_filters, add_defence_args, add_no_progress, workers
+from robustlab.commands._args import (
+    Deprecated,
+    add_cell_filters,
+    add_db,
+    add_defence_args,
+    add_device,
+    add_labels,
+    add_masks,
+    add_no_progress,
+    add_seed,
+    add_workers,
+)
 from robustlab.commands.train_methods import add_method_arguments, run_method_command
 
 
@@ -25,22 +36,29 @@ def add_parser(sub) -> None:
         help="source images (class folders, or flat + labels CSV), "
         "or a folder written by `robustlab generate`",
     )
-    p.add_argument(
-        "--masks", default=None, help="foreground masks parallel to --data (scenarios need them)"
-    )
+    add_masks(p)
     p.add_argument(
         "--suite",
         default=None,
         help="suite of scenarios (default: ximagenet12; imagenet-c with --method)",
     )
     p.add_argument(
-        "--protocol",
+        "--experiment",
+        dest="protocol",
         choices=["ex1", "ex2", "both"],
         default=None,
-        help="ex1 (cross), ex2 (inner) or both (default; needed for the full score)",
+        help="XIMAGENET-12's training experiment: ex1 (cross), ex2 (inner) or both (default; "
+        "needed for the full score)",
+    )
+    p.add_argument(
+        "--protocol",
+        action=Deprecated,
+        dest="protocol",
+        choices=["ex1", "ex2", "both"],
+        new="--experiment (--protocol is evaluate's view protocol)",
     )
     add_method_arguments(p)
-    add_cell_filters(p, shifts="scenarios")
+    add_cell_filters(p)
     p.add_argument(
         "--mode",
         choices=["linear", "full"],
@@ -64,30 +82,18 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--split-seed", type=int, default=0, help="seed of the train/test split (default 0)"
     )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the scenario images and of training (default 0)",
-    )
+    add_seed(p)
     p.add_argument("--out", default="checkpoints", help="checkpoint folder (default ./checkpoints)")
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default ./robustlab.duckdb)"
-    )
-    p.add_argument("--labels", default=None, help="labels CSV for a flat folder")
+    add_db(p)
+    add_labels(p)
     p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
     p.add_argument("--weights", default=None, help="base weights file for the model")
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    add_device(p)
     p.add_argument(
         "--batch-size", type=int, default=None, help="images per evaluation forward pass"
     )
     add_defence_args(p, tta=False)
-    p.add_argument(
-        "--workers",
-        type=workers,
-        default=0,
-        help="evaluation data worker processes (default 0: all in the main process)",
-    )
+    add_workers(p)
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -128,7 +134,7 @@ def run(args) -> int:
         test_fraction=args.test_fraction,
         split_seed=args.split_seed,
         seed=args.seed,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
         label_space=args.label_space,
         weights=args.weights,
         device=args.device,

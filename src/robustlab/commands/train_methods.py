@@ -20,10 +20,13 @@ def _number(text: str) -> float:
     return value
 
 
+# robustlab.train.methods.METHODS, spelled here so that --help imports no training code (a
+# test checks that the two agree).
+METHODS = ("plain", "stability", "corruption-aug")
+
+
 def add_method_arguments(p) -> None:
     """The ``--method`` flags of ``robustlab train``."""
-    from robustlab.train.methods import METHODS
-
     g = p.add_argument_group(
         "training methods (ImageNet-C paper, section 5)",
         "--method fine-tunes on the clean training split with one method, evaluates it and the "
@@ -118,7 +121,7 @@ def run_method_command(args) -> int:
         test_fraction=args.test_fraction,
         split_seed=args.split_seed,
         seed=args.seed,
-        labels_csv=args.labels,
+        labels_csv=args.labels_csv,
         label_space=args.label_space,
         weights=args.weights,
         device=args.device,

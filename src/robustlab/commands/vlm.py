@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from robustlab.commands._args import add_no_progress, add_db, add_device, add_seed
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -71,12 +73,11 @@ def add_parser(sub) -> None:
         "llava_v1 for LLaVA-1.5)",
     )
     p.add_argument("--max-new-tokens", type=int, default=512, help="answer length limit (512)")
-    p.add_argument("--seed", type=int, default=0, help="global seed of the seed rule (0)")
+    add_seed(p)
     p.add_argument("--limit", type=int, default=None, help="ask about the first N items only")
-    p.add_argument(
-        "--db", default="robustlab.duckdb", help="results database (default robustlab.duckdb)"
-    )
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    add_db(p)
+    add_device(p)
+    add_no_progress(p)
     p.set_defaults(func=run)
 
 
@@ -135,6 +136,7 @@ def run(args) -> int:
         source=source,
         data_root=root,
         rule=args.scoring,
+        progress=not args.no_progress,
     )
     print(
         f"vlm run {res.run_id} ({'resumed' if res.resumed else 'new'}, {args.mode}, "

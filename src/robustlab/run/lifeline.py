@@ -30,6 +30,19 @@ import threading
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
+def available_cpus() -> int:
+    """CPUs this process may use (respects affinity masks and container limits)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """The one default of ``--workers`` in every command: one worker per spare CPU (at
+    least one), the main process keeping a core for the model or the writing."""
+    return max(1, available_cpus() - 1)
+
+
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent exits.
 

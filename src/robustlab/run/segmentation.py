@@ -261,8 +261,8 @@ def evaluate_segmentation(
     if int(batch_size) < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    names = available_shifts(list(shifts) if shifts else list(s.shifts), log=log)
-    s = s.select(names, list(levels) if levels else None)
+    names = available_shifts(s.match(shifts or None), log=log)
+    s = s.select(names, levels or None).suite
     cells = [(CLEAN_SHIFT, 0), *s.cells()]
     samples = discover(Path(data).expanduser(), labels_csv=labels_csv, masks=masks)
     skipped: list[tuple[str, str]] = [tuple(x) for x in getattr(samples, "skipped", [])]
@@ -381,6 +381,7 @@ def segment_to_store(
     labels_csv=None,
     batch_size: int = 8,
     limit: int | None = None,
+    progress: bool = False,
 ) -> SegmentationResult:
     """:func:`evaluate_segmentation` with its per-image counts stored in the results database.
 
@@ -396,6 +397,7 @@ def segment_to_store(
         model: A :class:`SegmentationModel` loaded from a weights file (an untrained
             ``weights="random"`` network has no identity to resume under: ValueError).
         db: The DuckDB results file.
+        progress: Print a progress line on stderr now and then (rows scored).
         (others): As for :func:`evaluate_segmentation`.
 
     Returns:
@@ -428,10 +430,7 @@ def segment_to_store(
     if not mask_root.is_dir():
         raise MissingResourceError(f"masks folder {mask_root} does not exist")
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    s = s.select(
-        available_shifts(list(shifts) if shifts else list(s.shifts), log=log),
-        list(levels) if levels else None,
-    )
+    s = s.select(available_shifts(s.match(shifts or None), log=log), levels or None).suite
     cells = [(CLEAN_SHIFT, "0"), *((sh, str(lv)) for sh, lv in s.cells())]
     samples = discover(root, labels_csv=labels_csv, masks=mask_root)
     usable = [x for x in samples if x.mask_path is not None]
@@ -493,9 +492,16 @@ def segment_to_store(
     done = store.segmentation_done_keys(rid)
     resumed = not store.start_run(record)
     written = [0]
+    lines = None
+    if progress:  # one line now and then on stderr: (image, cell) rows scored
+        from robustlab.run.progress import LineProgress
+
+        lines = LineProgress(len(usable) * len(cells), what="segment", unit="row", done=len(done))
 
     def sink(rows: pd.DataFrame) -> None:
         written[0] += store.write_segmentation(rid, rows)
+        if lines is not None:
+            lines.update(len(rows))
 
     try:
         res = evaluate_segmentation(
@@ -516,6 +522,9 @@ def segment_to_store(
     except BaseException:
         store.finish_run(rid, status="failed")
         raise
+    finally:
+        if lines is not None:
+            lines.close()
     store.finish_run(
         rid, status="finished", n_samples=len(usable), skipped=[list(x) for x in res.skipped]
     )

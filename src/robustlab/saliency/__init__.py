@@ -13,14 +13,28 @@ The libraries are an optional extra: ``pip install 'robustlab[saliency]'``.
 
 from __future__ import annotations
 
-from robustlab.saliency.metrics import (
-    foreground_metrics,
-    mask_area,
-    normalised_share,
-    pointing_game,
-    relevance_mass,
-)
-from robustlab.saliency.run import SaliencyResult, saliency
+import importlib
+from typing import Any
+
+# Names of the package face, by the module that defines them: imported on first use, so
+# ``robustlab saliency --help`` (which reads only :mod:`.attribution`'s method table)
+# imports neither pandas nor the store.
+_LAZY = {
+    "saliency": "run",
+    "SaliencyResult": "run",
+    "foreground_metrics": "metrics",
+    "relevance_mass": "metrics",
+    "pointing_game": "metrics",
+    "normalised_share": "metrics",
+    "mask_area": "metrics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"robustlab.saliency.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'robustlab.saliency' has no attribute {name!r}")
+
 
 __all__ = [
     "saliency",

@@ -24,18 +24,8 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.saliency.methods import DEFAULT_METHOD, METHODS
 
-# method -> (library, class name, needs a layer)
-METHODS: dict[str, tuple[str, str, bool]] = {
-    "gradcam": ("grad-cam", "GradCAM", True),
-    "gradcam++": ("grad-cam", "GradCAMPlusPlus", True),
-    "hirescam": ("grad-cam", "HiResCAM", True),
-    "layercam": ("grad-cam", "LayerCAM", True),
-    "xgradcam": ("grad-cam", "XGradCAM", True),
-    "input_x_gradient": ("captum", "InputXGradient", False),
-    "integrated_gradients": ("captum", "IntegratedGradients", False),
-}
-DEFAULT_METHOD = "gradcam"
 # Integrated Gradients: steps of the path from Captum's default baseline (zeros of the
 # normalised input, i.e. the normalisation's mean colour) to the image.
 IG_STEPS = 32

@@ -237,7 +237,7 @@ def saliency(
                 f"{unknown[0]!r} is not a scenario of suite {s.name!r}",
                 hint=f"use one of: {', '.join(s.shifts)}",
             )
-        s = s.select(available_shifts(names, log=log), list(levels) if levels else None)
+        s = s.select(available_shifts(names, log=log), list(levels) if levels else None).suite
     cells = [(CLEAN_SHIFT, "0")]
     if not clean_only:
         cells += [(sh, str(lv)) for sh, lv in s.cells()]

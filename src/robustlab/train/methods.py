@@ -79,7 +79,7 @@ def method_label(method) -> str:
 def test_cells_for(method, suite, shifts: Sequence[str] | None, levels: Sequence | None):
     """Cells a method's checkpoint is evaluated on: ``shifts`` when given, else the held-out
     families' corruptions (corruption augmentation) or the whole suite."""
-    names = list(shifts) if shifts else None
+    names = suite.match(shifts) if shifts else None
     if names is None and getattr(method, "held_out_shifts", None):
         names = [s for s in method.held_out_shifts if s in suite.shifts]
         if not names:
@@ -87,7 +87,7 @@ def test_cells_for(method, suite, shifts: Sequence[str] | None, levels: Sequence
                 f"suite {suite.name!r} has none of the held-out corruptions "
                 f"{', '.join(method.held_out_shifts)}"
             )
-    return suite.select(names, list(levels) if levels else None).cells()
+    return list(suite.select(names, levels or None).cells)
 
 
 @dataclass
@@ -156,7 +156,7 @@ def run_method(
     weights=None,
     device=None,
     batch_size: int | None = None,
-    workers: int = 0,
+    workers: int | None = 0,
     split=None,
     progress: bool = False,
 ) -> MethodResult:

@@ -253,7 +253,7 @@ def evaluate_on_split(
     label_space=None,
     device=None,
     batch_size: int | None = None,
-    workers: int = 0,
+    workers: int | None = 0,
     progress: bool = False,
     preprocess=None,
 ) -> pd.DataFrame:
@@ -271,6 +271,7 @@ def evaluate_on_split(
     from robustlab.models import load_model
     from robustlab.run.identity import data_fingerprint, run_id
     from robustlab.run.runner import RunOptions, Runner
+    from robustlab.run.lifeline import default_workers
 
     model = defend(
         load_model(
@@ -318,7 +319,7 @@ def evaluate_on_split(
     )
     options = RunOptions(
         batch_size=int(batch_size or model.batch_size or 32),
-        workers=int(workers),
+        workers=default_workers() if workers is None else int(workers),
         progress=progress,
     )
     store = Store(db)
@@ -363,7 +364,7 @@ def run_protocol(
     weights=None,
     device=None,
     batch_size: int | None = None,
-    workers: int = 0,
+    workers: int | None = 0,
     progress: bool = False,
     preprocess=None,
 ) -> ProtocolResult:
@@ -398,8 +399,8 @@ def run_protocol(
         raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
     preprocess = get_preprocess(preprocess)  # a bad name fails before any training
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    names = available_shifts(list(shifts) if shifts else list(s.shifts), log=log)
-    s = s.select(names, list(levels) if levels else None)
+    names = available_shifts(s.match(shifts or None), log=log)
+    s = s.select(names, levels or None).suite
     scenario_cells = s.cells()
     base = load_model(model_spec, weights=weights, device=device, label_space=label_space)
     split = make_split(

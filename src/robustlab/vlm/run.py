@@ -94,6 +94,7 @@ def evaluate_vlm(
     source: dict | None = None,
     data_root: str | None = None,
     rule: str = "official",
+    progress: bool = False,
 ) -> VLMResult:
     """Answer every item not yet answered in this run, storing answers as they come.
 
@@ -108,6 +109,7 @@ def evaluate_vlm(
         source: Where the items came from (part of the run identity).
         rule: How a free-text answer is scored (:data:`robustlab.vlm.scoring.RULES`):
             ``official`` (ImageNet-D's compute_accuracy.py) or ``nested`` (stricter).
+        progress: Print a progress line on stderr now and then (items answered).
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -149,8 +151,13 @@ def evaluate_vlm(
     done = answered(store, run_id)
     todo = [it for it in items if it.image_id not in done]
     skipped, pending, n_new, status = [], [], 0, "failed"
+    lines = None
+    if progress:
+        from robustlab.run.progress import LineProgress
+
+        lines = LineProgress(len(items), what="vlm", unit="item", done=len(items) - len(todo))
     try:
-        for item in todo:
+        for item in _ticking(todo, lines):
             if data_root is not None and outside(data_root, item.path):
                 # robustlab.paths' link rule: a question CSV's ../ path or a link out of
                 # the data folder is never read.
@@ -191,5 +198,15 @@ def evaluate_vlm(
         status = "interrupted"
         raise
     finally:
+        if lines is not None:
+            lines.close()
         store.finish_run(run_id, status=status, n_samples=len(done) + n_new, skipped=skipped)
     return VLMResult(run_id, resumed, n_new, summary(store, run_id), skipped)
+
+
+def _ticking(items, lines):
+    """``items``, one progress unit counted as each is finished (skipped ones too)."""
+    for item in items:
+        yield item
+        if lines is not None:
+            lines.update(1)
