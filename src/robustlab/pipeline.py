@@ -290,9 +290,10 @@ def as_stored(img, protocol) -> np.ndarray:
 
     bgr = cv2.cvtColor(x, cv2.COLOR_RGB2BGR)
     ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(protocol.jpeg_quality)])
-    if not ok:  # not reachable for HxWx3 uint8, but never return garbage silently
-        raise RuntimeError(f"JPEG encoding failed for an image of shape {x.shape}")
-    return cv2.cvtColor(cv2.imdecode(data, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    decoded = cv2.imdecode(data, cv2.IMREAD_COLOR) if ok else None
+    if decoded is None:  # not reachable for HxWx3 uint8, but never return garbage silently
+        raise RuntimeError(f"the JPEG round trip failed for an image of shape {x.shape}")
+    return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
 
 
 def output_suffix(sample, protocol) -> str:
