@@ -11,7 +11,7 @@ from robustlab import pipeline
 from robustlab.data.sources import discover
 from robustlab.run.executors import get_executor, iterate_local
 from robustlab.run.progress import CellProgress
-from robustlab.run.runner import plan_tasks
+from robustlab.run.runner import local_prefetch, plan_tasks
 from robustlab.run.tasks import CellImages, Task, TaskDataset
 from robustlab.store import RunRecord, Store
 from robustlab.suites import Protocol
@@ -118,6 +118,21 @@ def test_worker_count_does_not_change_items(samples):
         assert torch.equal(ta, tb)
     with pytest.raises(ValueError, match="unknown backend"):
         get_executor("ray-typo")
+
+
+def test_local_prefetch_keeps_a_batch_ahead_of_the_model():
+    """Workers hold at least one batch of images beyond the one being filled, however
+    few cells a task has; the asked prefetch is a floor, and nothing changes without
+    worker processes."""
+    five = [Task(i, tuple(CELLS[:1] * 5)) for i in range(100)]
+    for workers in (1, 2, 3):
+        n = local_prefetch(2, 32, workers, five)
+        assert (n - 1) * workers * 5 >= 32 > (n - 2) * workers * 5
+    whole_suite = [Task(i, tuple(CELLS[:1] * 76)) for i in range(10)]
+    assert local_prefetch(2, 32, 1, whole_suite) == 2
+    assert local_prefetch(5, 32, 1, whole_suite) == 5
+    assert local_prefetch(2, 32, 0, five) == 2
+    assert local_prefetch(2, 32, 1, []) == 2
 
 
 def test_progress_groups_levels_when_there_are_many_cells():
