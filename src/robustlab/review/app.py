@@ -22,6 +22,7 @@ one short locked transaction per request.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from importlib import resources
 
@@ -51,6 +52,8 @@ WEB_FORMATS = {
     "BMP": "image/bmp",
     "MPO": "image/jpeg",  # a JPEG with extra frames (many cameras)
 }
+# The largest request body the API reads (decisions and undos are tiny JSON objects).
+MAX_BODY_BYTES = 64 * 1024
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -74,6 +77,8 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         static_folder=None,
         template_folder=str(resources.files("robustlab.review") / "templates"),
     )
+    # A decision is a few dozen bytes: a huge body is refused (413) before it is read.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     assets = {
         name: (resources.files("robustlab.review").joinpath(path).read_bytes(), mime)
         for name, (path, mime) in ASSETS.items()
@@ -121,6 +126,10 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     @app.errorhandler(404)
     def _not_found(_):
         return jsonify(error="not found"), 404
+
+    @app.errorhandler(413)
+    def _too_large(_):
+        return jsonify(error=f"request body over {MAX_BODY_BYTES} bytes"), 413
 
     @app.errorhandler(StoreError)
     def _store_down(exc):
@@ -183,12 +192,7 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
 
     @app.post("/api/decide")
     def api_decide():
-        body = request.get_json(silent=True)
-        if not isinstance(body, dict):  # an array, a number, no JSON at all: the client's
-            return jsonify(
-                error='the body must be a JSON object: {"annotator": ..., "index": ..., '
-                '"decision": ...}'
-            ), 400
+        body = _json_object('{"annotator": ..., "index": ..., "decision": ...}')
         annotator = _annotator(body.get("annotator"))
         index = body.get("index")
         if type(index) is not int or not 0 <= index < len(review_set):  # bool is not an index
@@ -219,7 +223,7 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
 
     @app.post("/api/undo")
     def api_undo():
-        body = request.get_json(silent=True) or {}
+        body = _json_object('{"annotator": ...}', empty_ok=True)
         annotator = _annotator(body.get("annotator"))
         withdrawn = store.undo(review_set.name, annotator)
         state = _state(annotator)
@@ -233,6 +237,24 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         else:
             state["undone"] = None
         return jsonify(state)
+
+    def _json_object(shape: str, *, empty_ok: bool = False) -> dict:
+        """The request's JSON body as a dict, or a 400 that says the shape expected.
+
+        One gate for every POST: an array, a number, a string or broken JSON is the
+        client's mistake (400), never a 500 from ``.get`` on a list. ``empty_ok``: a POST
+        with no body at all means ``{}``.
+        """
+        raw = request.get_data(cache=True)
+        if empty_ok and not raw:
+            return {}
+        try:  # json.loads, not get_json: a deeply nested array raises RecursionError
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict):
+            abort(make_response(jsonify(error=f"the body must be a JSON object: {shape}"), 400))
+        return body
 
     def _annotator(name):
         if name is not None and not isinstance(name, str):
