@@ -16,6 +16,11 @@ from PIL import Image, ImageOps
 MIN_SIDE = 32
 # Decompression-bomb guard: refuse images above this many pixels (about 16k x 11k).
 MAX_PIXELS = 178_956_970
+# Longest side over shortest side accepted. Every protocol resizes the shorter side to
+# about 224-256 px, so a 30000x2 strip would become 256x3,840,000 (a 3 GB array): masks
+# died in the OOM killer and evaluate spent most of its run on it. A real photo, even a
+# panorama, stays far below this.
+MAX_ASPECT = 64
 
 
 class ImageError(ValueError):
@@ -147,6 +152,11 @@ def read_image(
                 raise ImageError(f"too large: {w}x{h} pixels exceeds the limit of {max_pixels}")
             if w < 1 or h < 1:
                 raise ImageError(f"empty image: {w}x{h}")
+            if max(w, h) > MAX_ASPECT * min(w, h):
+                raise ImageError(
+                    f"extreme aspect ratio: {w}x{h} pixels (longer side over {MAX_ASPECT}x "
+                    "the shorter; resizing its shorter side would blow it up)"
+                )
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 img.load()
