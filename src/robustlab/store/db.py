@@ -239,8 +239,8 @@ class Store:
                 f"reads and writes version {SCHEMA_VERSION}",
                 hint="export it with the robustlab that wrote it, or use a new --db",
             )
-        for table, expected in _expected_columns().items():
-            missing = sorted(expected - columns.get(table, expected))
+        for table, needed in _expected_columns().items():
+            missing = sorted(needed - columns.get(table, needed))
             if missing:
                 raise StoreError(
                     f"{self.path} is not a robustlab results database: its {table} table "
