@@ -127,3 +127,34 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
     body = json.dumps({"annotator": "alice", "pad": "x" * (2 * MAX_BODY_BYTES)}).encode()
     code, reply = _post(server, "/api/undo", body)
     assert code == 413 and str(MAX_BODY_BYTES) in reply["error"]
+
+
+def test_every_image_of_a_hostile_folder_is_served_or_refused_never_a_500(tmp_path):
+    """Names and files a real folder holds: a newline in the name (its Content-Disposition
+    was a 500), a decompression bomb and a header claiming 2^31 x 2^31 (Pillow's bomb
+    error is not an OSError: a 500), a 30000x2 strip. Shown, or a 415."""
+    import shutil
+
+    from PIL import Image
+
+    from robustlab.review import load_review_set
+    from robustlab.review.app import create_app
+    from robustlab.store.reviews import ReviewStore
+
+    row = h.photo_rows(1)[0]
+    cls = tmp_path / "hard" / row["wnid"]
+    cls.mkdir(parents=True)
+    shutil.copyfile(h.MINI / row["file"], cls / "new\nline.JPEG")
+    big = Image.new("L", (1, 1))
+    big.save(cls / "huge_header.png")
+    data = bytearray((cls / "huge_header.png").read_bytes())
+    data[16:24] = (2**31 - 1).to_bytes(4, "big") * 2  # IHDR width and height
+    (cls / "huge_header.png").write_bytes(bytes(data))
+    Image.new("RGB", (30_000, 2), "red").save(cls / "strip.png")
+    rs = load_review_set(tmp_path / "hard")
+    client = create_app(rs, ReviewStore(tmp_path / "r.duckdb"), TOKEN).test_client()
+    status = {
+        it.id.rsplit("/", 1)[-1]: client.get(f"/image/{it.index}?token={TOKEN}").status_code
+        for it in rs.items
+    }
+    assert status == {"new\nline.JPEG": 200, "huge_header.png": 415, "strip.png": 415}

@@ -26,6 +26,7 @@ import json
 import logging
 from importlib import resources
 
+import PIL.Image
 from flask import Flask, abort, jsonify, make_response, render_template, request, send_file
 
 from robustlab.errors import InputError, StoreError
@@ -179,7 +180,12 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         path = real(path)
         mime = _web_mime(path)
         if mime is not None:
-            return send_file(path, mimetype=mime, conditional=True, max_age=3600)
+            # The file's own name never reaches a header: a name with a newline (legal on
+            # POSIX) made werkzeug's Content-Disposition a 500.
+            name = f"{index}{path.suffix.lower()}"
+            return send_file(
+                path, mimetype=mime, conditional=True, max_age=3600, download_name=name
+            )
         return _as_png(path)
 
     @app.get("/api/set")
@@ -285,18 +291,27 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     return app
 
 
+# What opening a file the app cannot show raises: not an image, damaged, or refused by the
+# header limits every reader shares (ImageError is a ValueError; a decompression bomb's
+# error is neither an OSError nor a ValueError, and was a 500).
+UNSHOWABLE = (OSError, ValueError, SyntaxError, EOFError, PIL.Image.DecompressionBombError)
+
+
 def _web_mime(path):
     """The media type to send ``path`` under unchanged: a browser format (by its name and
     by what Pillow decodes), else None (converted to PNG, or refused when not an image)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from robustlab.data.images import check_header
 
     if path.suffix.lower() not in WEB_IMAGE_SUFFIXES:
         return None
     try:
         with Image.open(path) as img:
+            check_header(img)
             fmt = img.format
             img.verify()
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
+    except UNSHOWABLE:
         return None  # _as_png tries a full decode and answers 415 when that fails too
     return WEB_FORMATS.get(fmt or "")
 
@@ -305,14 +320,17 @@ def _as_png(path):
     """A PNG of an image browsers cannot show (a 415 when it cannot be decoded at all)."""
     import io
 
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from robustlab.data.images import check_header
 
     try:
         with Image.open(path) as img:
+            check_header(img)
             img.load()
             buf = io.BytesIO()
             (img if img.mode in ("RGB", "RGBA", "L") else img.convert("RGB")).save(buf, "PNG")
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
+    except UNSHOWABLE as exc:
         log.warning("cannot show %s: %s", path, exc)
         abort(415)
     return send_file(io.BytesIO(buf.getvalue()), mimetype="image/png", max_age=3600)
