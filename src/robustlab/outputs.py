@@ -26,6 +26,7 @@ instance roles) are found by each node's own SDK, as usual.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pickle
 import posixpath
@@ -82,8 +83,19 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+# Longest file name (bytes) most file systems take (ext4, xfs, btrfs: NAME_MAX).
+NAME_MAX = 255
+
+
 def _temp_name(name: str) -> str:
-    return f".{name}.{os.getpid()}{TEMP_SUFFIX}"
+    """``.<name>.<pid>.rltmp``; a name too long for that (a legal 250-byte file name
+    grows past NAME_MAX with the prefix and suffix, and its write failed with "File name
+    too long") keeps only a digest of itself: the temp name only has to be unique per
+    final name and per writer, and to carry the pid for :func:`_writer_alive`."""
+    tail = f".{os.getpid()}{TEMP_SUFFIX}"
+    if len(os.fsencode(name)) + 1 + len(tail) > NAME_MAX:
+        name = hashlib.sha256(os.fsencode(name)).hexdigest()[:32]
+    return f".{name}{tail}"
 
 
 def _is_stale_temp(name: str) -> bool:

@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+
+def max_workers() -> int:
+    """The most ``--workers`` any command starts: 4 per CPU, at least 64.
+
+    Why a ceiling: each worker is a process that imports torch (hundreds of MB), and the
+    data loaders start them all at once, so ``--workers 100000000`` (a typo, a pasted
+    number) would fork until the machine stops answering instead of failing in one line.
+    """
+    return max(64, 4 * (os.cpu_count() or 1))
 
 
 def workers(text: str) -> int:
-    """``--workers``: a count of worker processes, 0 or more; 0 means everything runs in the
-    main process, in every command."""
+    """``--workers``: a count of worker processes, 0 to :func:`max_workers`; 0 means
+    everything runs in the main process, in every command."""
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    if n > max_workers():
+        raise argparse.ArgumentTypeError(
+            f"must be at most {max_workers()} (4 per CPU of this machine, at least 64), got {n}"
+        )
     return n
 
 

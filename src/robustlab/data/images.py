@@ -16,6 +16,11 @@ from PIL import Image, ImageOps
 MIN_SIDE = 32
 # Decompression-bomb guard: refuse images above this many pixels (about 16k x 11k).
 MAX_PIXELS = 178_956_970
+# Longest side over shortest side accepted. Every protocol resizes the shorter side to
+# about 224-256 px, so a 30000x2 strip would become 256x3,840,000 (a 3 GB array): masks
+# died in the OOM killer and evaluate spent most of its run on it. A real photo, even a
+# panorama, stays far below this.
+MAX_ASPECT = 64
 
 
 class ImageError(ValueError):
@@ -121,6 +126,26 @@ class DecodedImage:
         return self.mode != "RGB" or self.alpha is not None
 
 
+def check_header(img: Image.Image, max_pixels: int = MAX_PIXELS) -> None:
+    """Refuse an opened, not yet decoded image by its header's size: every reader (the
+    decoders here, the review app's server) applies the same limits before any pixel.
+
+    Raises:
+        ImageError: over ``max_pixels`` (a decompression bomb), a side under 1 px, or an
+            aspect ratio over :data:`MAX_ASPECT`.
+    """
+    w, h = img.size
+    if w * h > max_pixels:
+        raise ImageError(f"too large: {w}x{h} pixels exceeds the limit of {max_pixels}")
+    if w < 1 or h < 1:
+        raise ImageError(f"empty image: {w}x{h}")
+    if max(w, h) > MAX_ASPECT * min(w, h):
+        raise ImageError(
+            f"extreme aspect ratio: {w}x{h} pixels (longer side over {MAX_ASPECT}x "
+            "the shorter; resizing its shorter side would blow it up)"
+        )
+
+
 def read_image(
     path: str | Path, max_pixels: int = MAX_PIXELS, *, exif_transpose: bool = True
 ) -> DecodedImage:
@@ -142,11 +167,8 @@ def read_image(
     path = Path(path)
     try:
         with Image.open(path) as img:
+            check_header(img, max_pixels)
             w, h = img.size
-            if w * h > max_pixels:
-                raise ImageError(f"too large: {w}x{h} pixels exceeds the limit of {max_pixels}")
-            if w < 1 or h < 1:
-                raise ImageError(f"empty image: {w}x{h}")
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 img.load()

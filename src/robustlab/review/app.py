@@ -22,9 +22,11 @@ one short locked transaction per request.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from importlib import resources
 
+import PIL.Image
 from flask import Flask, abort, jsonify, make_response, render_template, request, send_file
 
 from robustlab.errors import InputError, StoreError
@@ -51,6 +53,8 @@ WEB_FORMATS = {
     "BMP": "image/bmp",
     "MPO": "image/jpeg",  # a JPEG with extra frames (many cameras)
 }
+# The largest request body the API reads (decisions and undos are tiny JSON objects).
+MAX_BODY_BYTES = 64 * 1024
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -74,6 +78,8 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         static_folder=None,
         template_folder=str(resources.files("robustlab.review") / "templates"),
     )
+    # A decision is a few dozen bytes: a huge body is refused (413) before it is read.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     assets = {
         name: (resources.files("robustlab.review").joinpath(path).read_bytes(), mime)
         for name, (path, mime) in ASSETS.items()
@@ -121,6 +127,10 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     @app.errorhandler(404)
     def _not_found(_):
         return jsonify(error="not found"), 404
+
+    @app.errorhandler(413)
+    def _too_large(_):
+        return jsonify(error=f"request body over {MAX_BODY_BYTES} bytes"), 413
 
     @app.errorhandler(StoreError)
     def _store_down(exc):
@@ -170,7 +180,12 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         path = real(path)
         mime = _web_mime(path)
         if mime is not None:
-            return send_file(path, mimetype=mime, conditional=True, max_age=3600)
+            # The file's own name never reaches a header: a name with a newline (legal on
+            # POSIX) made werkzeug's Content-Disposition a 500.
+            name = f"{index}{path.suffix.lower()}"
+            return send_file(
+                path, mimetype=mime, conditional=True, max_age=3600, download_name=name
+            )
         return _as_png(path)
 
     @app.get("/api/set")
@@ -183,12 +198,7 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
 
     @app.post("/api/decide")
     def api_decide():
-        body = request.get_json(silent=True)
-        if not isinstance(body, dict):  # an array, a number, no JSON at all: the client's
-            return jsonify(
-                error='the body must be a JSON object: {"annotator": ..., "index": ..., '
-                '"decision": ...}'
-            ), 400
+        body = _json_object('{"annotator": ..., "index": ..., "decision": ...}')
         annotator = _annotator(body.get("annotator"))
         index = body.get("index")
         if type(index) is not int or not 0 <= index < len(review_set):  # bool is not an index
@@ -219,7 +229,7 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
 
     @app.post("/api/undo")
     def api_undo():
-        body = request.get_json(silent=True) or {}
+        body = _json_object('{"annotator": ...}', empty_ok=True)
         annotator = _annotator(body.get("annotator"))
         withdrawn = store.undo(review_set.name, annotator)
         state = _state(annotator)
@@ -233,6 +243,24 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         else:
             state["undone"] = None
         return jsonify(state)
+
+    def _json_object(shape: str, *, empty_ok: bool = False) -> dict:
+        """The request's JSON body as a dict, or a 400 that says the shape expected.
+
+        One gate for every POST: an array, a number, a string or broken JSON is the
+        client's mistake (400), never a 500 from ``.get`` on a list. ``empty_ok``: a POST
+        with no body at all means ``{}``.
+        """
+        raw = request.get_data(cache=True)
+        if empty_ok and not raw:
+            return {}
+        try:  # json.loads, not get_json: a deeply nested array raises RecursionError
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict):
+            abort(make_response(jsonify(error=f"the body must be a JSON object: {shape}"), 400))
+        return body
 
     def _annotator(name):
         if name is not None and not isinstance(name, str):
@@ -263,18 +291,27 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     return app
 
 
+# What opening a file the app cannot show raises: not an image, damaged, or refused by the
+# header limits every reader shares (ImageError is a ValueError; a decompression bomb's
+# error is neither an OSError nor a ValueError, and was a 500).
+UNSHOWABLE = (OSError, ValueError, SyntaxError, EOFError, PIL.Image.DecompressionBombError)
+
+
 def _web_mime(path):
     """The media type to send ``path`` under unchanged: a browser format (by its name and
     by what Pillow decodes), else None (converted to PNG, or refused when not an image)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from robustlab.data.images import check_header
 
     if path.suffix.lower() not in WEB_IMAGE_SUFFIXES:
         return None
     try:
         with Image.open(path) as img:
+            check_header(img)
             fmt = img.format
             img.verify()
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
+    except UNSHOWABLE:
         return None  # _as_png tries a full decode and answers 415 when that fails too
     return WEB_FORMATS.get(fmt or "")
 
@@ -283,14 +320,17 @@ def _as_png(path):
     """A PNG of an image browsers cannot show (a 415 when it cannot be decoded at all)."""
     import io
 
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from robustlab.data.images import check_header
 
     try:
         with Image.open(path) as img:
+            check_header(img)
             img.load()
             buf = io.BytesIO()
             (img if img.mode in ("RGB", "RGBA", "L") else img.convert("RGB")).save(buf, "PNG")
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
+    except UNSHOWABLE as exc:
         log.warning("cannot show %s: %s", path, exc)
         abort(415)
     return send_file(io.BytesIO(buf.getvalue()), mimetype="image/png", max_age=3600)

@@ -9,6 +9,7 @@ is created on disk until the first write, so a run that fails validation leaves 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -202,15 +203,50 @@ class Store:
             )
         return exc
 
-    def _check_robustlab_db(self, con) -> None:
-        """Refuse another program's DuckDB file, and a truncated one: DuckDB opens a file cut
-        short after its catalogue and fails only on the first read of a missing block."""
-        if not _has_table(con, "meta") or not _has_table(con, "runs"):
+    def _check_robustlab_db(self, con, *, empty_ok: bool = False) -> None:
+        """Refuse another program's DuckDB file, another schema version's, and a truncated
+        one (DuckDB opens a file cut short after its catalogue and fails only on the first
+        read of a missing block).
+
+        Checked on every open, read or write, before any query: a file with a ``runs``
+        table of other columns, or a ``schema_version`` of another (or no number) failed as
+        an internal error on the first SELECT. ``empty_ok`` (the write path, which creates
+        the missing tables): a file with no tables at all is a new database, and one with
+        only robustlab's ``meta`` is completed.
+        """
+        columns: dict[str, set[str]] = {}
+        for table, column in con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_catalog = current_database()"
+        ).fetchall():
+            columns.setdefault(table, set()).add(column)
+        if empty_ok and not columns:
+            return
+        hint = "pass the --db file that robustlab evaluate wrote"
+        # A robustlab meta table with no runs yet is a database a write completes (tables
+        # are added by CREATE TABLE IF NOT EXISTS); tables without it are another program's.
+        ours = {"key", "value"} <= columns.get("meta", set())
+        if not ours or ("runs" not in columns and not empty_ok):
             raise StoreError(
                 f"{self.path} is a DuckDB file but not a robustlab results database "
                 "(no runs table)",
-                hint="pass the --db file that robustlab evaluate wrote",
+                hint=hint,
             )
+        rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        if rows and str(rows[0][0]).strip() != str(SCHEMA_VERSION):
+            raise StoreError(
+                f"{self.path} has results schema version {rows[0][0]!s:.40}; this robustlab "
+                f"reads and writes version {SCHEMA_VERSION}",
+                hint="export it with the robustlab that wrote it, or use a new --db",
+            )
+        for table, needed in _expected_columns().items():
+            missing = sorted(needed - columns.get(table, needed))
+            if missing:
+                raise StoreError(
+                    f"{self.path} is not a robustlab results database: its {table} table "
+                    f"lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}",
+                    hint=hint,
+                )
         if Path(f"{self.path}.wal").exists():
             return  # replaying the write-ahead log adds blocks the file does not hold yet
         # Blocks in use must all be in the file (free ones may lie past its end), so a file
@@ -227,20 +263,14 @@ class Store:
                 )
 
     def _create_schema(self, con) -> None:
+        self._check_robustlab_db(con, empty_ok=True)
         for stmt in DDL:
             con.execute(stmt)
         # fetchall, not fetchone: an unfinished result blocks con.register() on this
         # connection (DuckDB 2), which the batch writers call next.
         rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
-        row = rows[0] if rows else None
-        if row is None:
+        if not rows:  # another version was refused by the check above
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} has results schema version {row[0]}; this robustlab writes "
-                f"version {SCHEMA_VERSION}",
-                hint="export it with the robustlab that wrote it, or use a new --db",
-            )
         self._initialised = True
 
     # ------------------------------------------------------------------ runs
@@ -818,6 +848,25 @@ class Store:
                     tmp.unlink(missing_ok=True)
                 paths.append(dest)
         return paths
+
+
+@functools.cache
+def _expected_columns() -> dict[str, frozenset[str]]:
+    """Each table of :data:`DDL` and its columns, read from an in-memory database built by
+    the same statements (one source of truth for what a robustlab database holds)."""
+    import duckdb
+
+    with duckdb.connect(":memory:") as con:
+        for stmt in DDL:
+            con.execute(stmt)
+        rows = con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'main'"
+        ).fetchall()
+    out: dict[str, set[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, set()).add(column)
+    return {t: frozenset(c) for t, c in out.items()}
 
 
 def _has_table(con, name: str) -> bool:
