@@ -80,7 +80,7 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
     assert not any("no longer holds" in n for n in res.notes)
     with pytest.raises(ValueError, match="leave out --suite"):
         evaluate("lite0", archive, suite="imagenet-c", db=db, workers=0, progress=False)
-    with pytest.raises(ValueError, match="no 'bg' folders"):
+    with pytest.raises(ValueError, match="unknown shift 'bg': no shift of the archive"):
         evaluate("lite0", archive, shifts=["bg"], db=db, workers=0, progress=False)
 
 
