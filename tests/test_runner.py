@@ -188,3 +188,26 @@ def test_pack_leaves_other_tensors_to_torch_stack():
         (1, 3, 10, 50),
     ]
     assert torch.equal(odd[1][0], chw[1][:, :10])
+
+
+def test_a_broken_hand_over_from_a_worker_counts_as_its_death():
+    """A worker killed while it hands a batch over leaves the main process a broken
+    multiprocessing connection, not the DataLoader's "worker (pid ...) exited" message:
+    that too is a worker death (retried), while the same error from the work itself is not."""
+    import socket
+    from multiprocessing.connection import Client
+
+    from robustlab.run.runner import _worker_died
+
+    with socket.socket() as s:  # a port nobody listens on: a real refused connection
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionRefusedError) as refused:
+        Client(("127.0.0.1", port))
+    assert _worker_died(refused.value)
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError as exc:  # raised here, not inside multiprocessing
+        assert not _worker_died(exc)
+    assert _worker_died(RuntimeError("DataLoader worker (pid 123) is killed by signal: Killed."))
+    assert not _worker_died(RuntimeError("Sizes of tensors must match"))

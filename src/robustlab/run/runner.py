@@ -411,7 +411,7 @@ class Runner:
                         start, deaths = int(item[0]) + 1, 0
                     yield item
                 return
-            except RuntimeError as exc:
+            except (RuntimeError, ConnectionError, EOFError) as exc:
                 if not _worker_died(exc):
                     raise
                 deaths += 1
@@ -704,8 +704,23 @@ WORKER_DEATHS = 3
 
 def _worker_died(exc: BaseException) -> bool:
     """Whether a DataLoader error says one of its worker processes died (killed by a
-    signal, or exited without a word), rather than a bug in the work itself."""
+    signal, or exited without a word), rather than a bug in the work itself.
+
+    A worker killed while it hands over a batch leaves no message of its own: the main
+    process meets the broken connection of the shared-memory hand-over instead
+    (``ConnectionResetError``/``ConnectionRefusedError`` from multiprocessing's resource
+    sharer, or ``EOFError``), raised from inside the DataLoader's queue.
+    """
+    if isinstance(exc, (ConnectionError, EOFError)):
+        return any("multiprocessing" in f.filename for f in _frames(exc))
     return "DataLoader worker (pid" in str(exc)
+
+
+def _frames(exc: BaseException):
+    """The frames of ``exc``'s traceback, innermost last."""
+    import traceback
+
+    return traceback.extract_tb(exc.__traceback__)
 
 
 def _one_line(exc: BaseException) -> str:
