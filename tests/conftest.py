@@ -289,3 +289,13 @@ def ray_cluster() -> str:
     yield ray.get_runtime_context().gcs_address
     if started:
         ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that uses the session's Ray instance runs on one xdist worker
+    (``--dist loadgroup`` in pyproject's addopts): a Ray instance costs seconds to start and
+    keeps daemons busy, so two workers each starting one would pay that twice on a 2-core
+    machine. Without xdist the mark does nothing."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
