@@ -493,12 +493,16 @@ def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cell
 
 
 def encode_thumb(img: np.ndarray, lossless: bool) -> tuple[bytes, str]:
-    """PNG (exact pixels) or JPEG q90 bytes and their MIME type."""
+    """PNG (exact pixels) or JPEG q90 bytes and their MIME type.
+
+    PNG at zlib level 3, not ``optimize=True``: the pixels are the same, the file about 7 %
+    larger and the encode about 3x faster (the report's grids were the largest share of the
+    demo's report step)."""
     from PIL import Image
 
     buf = io.BytesIO()
     if lossless:
-        Image.fromarray(img).save(buf, format="PNG", optimize=True)
+        Image.fromarray(img).save(buf, format="PNG", compress_level=3)
         return buf.getvalue(), "image/png"
     Image.fromarray(img).save(buf, format="JPEG", quality=90)
     return buf.getvalue(), "image/jpeg"
