@@ -408,9 +408,9 @@ def segment_to_store(
     from robustlab import __version__
     from robustlab.data.sources import discover
     from robustlab.metrics.segmentation import cell_scores
-    from robustlab.run.identity import data_fingerprint, run_id, versions
+    from robustlab.run.identity import make_record, masked_fingerprints
     from robustlab.shifts.registry import available_shifts
-    from robustlab.store import RunRecord, Store
+    from robustlab.store import Store
     from robustlab.store.schema import SEGMENTATION_TASK
     from robustlab.suites import get_suite
 
@@ -436,13 +436,8 @@ def segment_to_store(
     usable = [x for x in samples if x.mask_path is not None]
     if limit is not None:
         usable = usable[: int(limit)]
-    from robustlab.run.content_hash import hash_files
-
     # By content (cached), not by size: a replaced photo or mask is another run.
-    image_hashes = hash_files([x.path for x in usable])
-    mask_hashes = hash_files([x.mask_path for x in usable])
-    fingerprint = data_fingerprint((x.id, x.class_name, h) for x, h in zip(usable, image_hashes))
-    mask_fingerprint = data_fingerprint((x.id, h) for x, h in zip(usable, mask_hashes))
+    fingerprint, mask_fingerprint = masked_fingerprints(usable)
     protocol = s.protocol.describe()
     identity = {
         "task": SEGMENTATION_TASK,
@@ -459,22 +454,13 @@ def segment_to_store(
         "seed": int(seed),
         "protocol": protocol,
     }
-    rid = run_id(identity)
-    record = RunRecord(
-        run_id=rid,
-        model_spec=model.spec,
-        weights_hash=model.weights_hash,
-        suite=s.name,
-        suite_version=s.version,
-        data_root=str(root.resolve()),
-        data_fingerprint=fingerprint,
-        label_space=None,
+    record = make_record(
+        identity,
+        data_root=root,
         preprocessing={
             "model": {"mean": list(model.mean), "std": list(model.std)},
             "protocol": protocol,
         },
-        seed=int(seed),
-        versions=versions(),
         config={
             "task": SEGMENTATION_TASK,
             "source": "on-the-fly",
@@ -488,6 +474,7 @@ def segment_to_store(
         },
         n_samples=len(usable),
     )
+    rid = record.run_id
     store = Store(db)
     done = store.segmentation_done_keys(rid)
     resumed = not store.start_run(record)
