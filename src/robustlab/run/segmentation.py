@@ -38,14 +38,6 @@ log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# What each scenario does to the object: "same" (default), "moved" (replay the placement)
-# or None (the object is gone; the cell is skipped).
-TARGET_RULES: dict[str, str | None] = {
-    "random_bg": "moved",
-    "no_fg": None,
-    "only_bg_b": None,
-    "only_bg_t": None,
-}
 TORCHVISION_SEGMENTATION = (
     "lraspp_mobilenet_v3_large",
     "deeplabv3_mobilenet_v3_large",
@@ -179,6 +171,14 @@ def load_segmentation_model(
     )
 
 
+def target_rule(shift: str) -> str | None:
+    """What ``shift`` does to the object (:attr:`robustlab.shifts.registry.Shift.target`:
+    ``"same"``, ``"moved"``, or None when the object is gone); the clean cell keeps it."""
+    from robustlab.shifts.registry import get_shift
+
+    return "same" if shift == CLEAN_SHIFT else get_shift(shift).target
+
+
 def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | None:
     """The true object mask of one cell (HxW bool), or None when the object is gone.
 
@@ -188,8 +188,8 @@ def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | 
     from robustlab.shifts.scenes import check_mask
 
     m = check_mask(prepared.mask, prepared.rgb.shape)
-    rule = TARGET_RULES.get(shift, "same")
-    if shift == CLEAN_SHIFT or rule == "same":
+    rule = target_rule(shift)
+    if rule == "same":
         return m
     if rule is None:
         return None
@@ -279,7 +279,7 @@ def evaluate_segmentation(
         s.protocol, seed, donors=list(samples) if needs_donors else None, with_mask=True
     )
     for name in dict.fromkeys(n for n, _ in cells):
-        if TARGET_RULES.get(name, "same") is None:
+        if target_rule(name) is None:
             log.info("%s removes the object: no foreground to segment, its cells are skipped", name)
 
     rows: list[dict] = []
@@ -537,5 +537,5 @@ __all__ = [
     "load_segmentation_model",
     "evaluate_segmentation",
     "target_mask",
-    "TARGET_RULES",
+    "target_rule",
 ]

@@ -197,7 +197,7 @@ def saliency(
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.identity import make_record, masked_fingerprints
-    from robustlab.run.segmentation import TARGET_RULES
+    from robustlab.run.segmentation import target_rule
     from robustlab.run.tasks import CellImages
     from robustlab.saliency.attribution import (
         METHODS,
@@ -240,7 +240,7 @@ def saliency(
     cells = [(CLEAN_SHIFT, "0")]
     if not clean_only:
         cells += [(sh, str(lv)) for sh, lv in s.cells()]
-    gone = sorted({sh for sh, _ in cells if TARGET_RULES.get(sh, "same") is None})
+    gone = sorted({sh for sh, _ in cells if target_rule(sh) is None})
     Store(db).check()  # a damaged database fails now, not after the model has loaded
     if isinstance(model, str):
         model = load_model(model, weights=weights, device=device, label_space=label_space)
