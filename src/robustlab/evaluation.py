@@ -1174,7 +1174,6 @@ def evaluate(
         throughput_line`).
     """
     from robustlab.run.executors import check_backend
-    from robustlab.run.runner import RunOptions
 
     check_backend(backend, address)
     settings = _shift_device(shift_device, shift_jpeg, preprocess, tta, backend)
@@ -1216,21 +1215,18 @@ def evaluate(
             _check_device_view(plan.protocol)
         if compile and backend != "ray":  # compiled now: a failure writes nothing
             plan.model.warm_up()
-        options = RunOptions(
-            batch_size=int(batch_size or getattr(plan.model, "batch_size", None) or 32),
-            workers=int(
-                (0 if backend == "ray" else default_workers()) if workers is None else workers
-            ),
+        options = _run_options(
+            plan.model,
+            batch_size=batch_size,
+            workers=workers,
             prefetch=prefetch,
             cells_per_task=cells_per_task,
             backend=backend,
             address=address,
             device=device,
-            progress=True if progress is None else bool(progress),
+            progress=progress,
             shift_device=settings,
         )
-        if options.batch_size < 1:
-            raise InputError(f"batch size must be at least 1, got {options.batch_size}")
         store = Store(db)
         summary = execute(plan, store, options)
     _store_generated_attributes(store, plan)
@@ -1245,6 +1241,25 @@ def evaluate(
         }
     )
     return table
+
+
+def _run_options(model, *, batch_size, workers, progress, backend, **options):
+    """How a plan is executed (:class:`robustlab.run.runner.RunOptions`), with evaluate's
+    defaults: the model's batch size, one worker per spare core (none on Ray: its
+    actors), progress on. Never part of the run identity."""
+    from robustlab.run.runner import RunOptions
+
+    default_workers_here = 0 if backend == "ray" else default_workers()
+    run_options = RunOptions(
+        batch_size=int(batch_size or getattr(model, "batch_size", None) or 32),
+        workers=int(default_workers_here if workers is None else workers),
+        backend=backend,
+        progress=True if progress is None else bool(progress),
+        **options,
+    )
+    if run_options.batch_size < 1:
+        raise InputError(f"batch size must be at least 1, got {run_options.batch_size}")
+    return run_options
 
 
 def _shift_device(shift_device, shift_jpeg, preprocess, tta, backend):
