@@ -14,9 +14,11 @@ so that a new run can say which input differs from an earlier one over the same 
 (:func:`input_changes`).
 
 :func:`make_record` is the one place an identity becomes a run's stored record
-(:class:`robustlab.store.RunRecord`): every workflow that stores runs (evaluate and its
-planners, saliency, segmentation, holdout) builds its identity dict and hands it there, so
-the id and the columns that repeat the identity cannot drift apart.
+(:class:`robustlab.store.RunRecord`): evaluate's planners, saliency and segmentation
+build their identity dict and hand it there, so the id and the columns that repeat the
+identity cannot drift apart. (``train.holdout`` and ``vlm.run`` still build their record
+themselves: vlm's ids have a ``vlm-`` prefix and another JSON spelling, kept so stored
+runs resume.)
 """
 
 from __future__ import annotations
