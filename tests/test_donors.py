@@ -108,8 +108,8 @@ def test_generated_and_on_the_fly_pixels_agree_with_partial_masks_and_limit(
     plan = plan_run(
         lite0, data, suite="imagenet9", shifts=MIXES, masks=masks, label_space="imagenet1k"
     )
-    images = plan["images"]
-    by_id = {s.id: s for s in plan["samples"]}
+    images = plan.images
+    by_id = {s.id: s for s in plan.samples}
     for (sid, shift, level), img in generated.items():
         s = by_id[sid]
         fly = images.cell(s, images.base(s), shift, level)

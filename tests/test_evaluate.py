@@ -189,6 +189,13 @@ def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, 
         robustlab.evaluate(lite0, out, db=db, seed=1, progress=False)
 
 
+def test_a_batch_size_below_one_is_refused_before_the_database(photos, lite0, tmp_path):
+    db = tmp_path / "r.duckdb"
+    with pytest.raises(ValueError, match="batch size must be at least 1, got -1"):
+        robustlab.evaluate(lite0, photos, db=db, batch_size=-1, workers=0, progress=False)
+    assert not db.exists()
+
+
 def test_other_seed_is_another_run(first_run, photos, lite0):
     df, db = first_run
     other = robustlab.evaluate(

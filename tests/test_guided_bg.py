@@ -385,4 +385,4 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     assert rec == manifest["runs"][-1]["bg_diffusion"]
     assert rec["fingerprint"] == fingerprint(tmp_path / "ckpt") and rec["kind"] == "diffusers"
     plan = plan_run("lite0", tmp_path / "out", shifts=["bg_complexity"], levels=[20], device="cpu")
-    assert plan["record"].config["bg_diffusion"] == rec
+    assert plan.record.config["bg_diffusion"] == rec

@@ -22,10 +22,8 @@ def _tree(root):
 def test_the_class_is_the_folder_inside_the_subset(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     plan = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
-    space = plan["label_space"]
-    got = {
-        s.id: (s.class_name, space.classes[lab]) for s, lab in zip(plan["samples"], plan["labels"])
-    }
+    space = plan.label_space
+    got = {s.id: (s.class_name, space.classes[lab]) for s, lab in zip(plan.samples, plan.labels)}
     assert got == {
         "background/alarm_clock/a.png": ("alarm_clock", "alarm clock"),
         "material/t-shirt/c.png": ("t-shirt", "t-shirt"),
@@ -42,8 +40,8 @@ def test_other_label_spaces_still_read_the_first_folder(tmp_path):
 def test_the_layout_is_recognised_without_a_label_space(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     plan = plan_run("lite0", root, device="cpu")
-    assert plan["label_space"].name == "imagenet-d"
-    assert plan["record"].config["published"]["layout"] == "imagenet-d"
+    assert plan.label_space.name == "imagenet-d"
+    assert plan.record.config["published"]["layout"] == "imagenet-d"
 
 
 def test_evaluate_and_report_per_subset(tmp_path):

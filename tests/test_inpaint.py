@@ -210,7 +210,7 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(
     assert manifest["inpainter"]["path"] == str(tiny_pipeline.resolve())
     monkeypatch.setenv("ROBUSTLAB_INPAINTER_DTYPE", "float16")  # the local setting does not count
     plan = plan_run("lite0", tmp_path / "out", shifts=["ai_bg"], device="cpu")
-    assert plan["record"].config["inpainter"] == manifest["inpainter"]
+    assert plan.record.config["inpainter"] == manifest["inpainter"]
     monkeypatch.delenv("ROBUSTLAB_INPAINTER_DTYPE")
     out = decode((tmp_path / "out/ai_bg/default/n01440764/n01440764_tench.png").read_bytes())
     prep = load_prepared(
@@ -262,9 +262,9 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(
 
     model = load_model("lite0", device="cpu")
     plan = plan_run(model, data, suite="ximagenet12", shifts=["ai_bg", "segmented"], masks=masks)
-    assert plan["record"].config["inpainter"] == expected
+    assert plan.record.config["inpainter"] == expected
     plan = plan_run(model, data, suite="ximagenet12", shifts=["segmented"], masks=masks)
-    assert "inpainter" not in plan["record"].config
+    assert "inpainter" not in plan.record.config
     res = generate(
         "ximagenet12",
         data,

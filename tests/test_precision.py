@@ -53,9 +53,9 @@ def _clean_pixels(model, folder: Path):
     from robustlab.run.tasks import Task, TaskDataset
 
     plan = plan_run(model, folder)
-    tasks = [Task(i, tuple(plan["cells"])) for i in range(len(plan["samples"]))]
-    ds = TaskDataset(plan["samples"], tasks, plan["images"], _ModelTransform(model))
-    return torch.cat([ds[i][1] for i in range(len(tasks))]), torch.tensor(plan["labels"])
+    tasks = [Task(i, tuple(plan.cells)) for i in range(len(plan.samples))]
+    ds = TaskDataset(plan.samples, tasks, plan.images, _ModelTransform(model))
+    return torch.cat([ds[i][1] for i in range(len(tasks))]), torch.tensor(plan.labels)
 
 
 def _topk(model, x, precision: str):
@@ -124,8 +124,8 @@ def test_precision_joins_the_run_id_and_fp32_keeps_its_old_one(lite0, samples_di
     from robustlab.evaluation import plan_run
 
     data = _folder(samples_dir, tmp_path / "p", 3)
-    records = {p: plan_run("lite0", data, device="cpu", precision=p)["record"] for p in PREC}
-    plain = plan_run("lite0", data, device="cpu")["record"]
+    records = {p: plan_run("lite0", data, device="cpu", precision=p).record for p in PREC}
+    plain = plan_run("lite0", data, device="cpu").record
 
     def old_identity(record, precision):
         return {

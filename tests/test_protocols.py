@@ -189,26 +189,26 @@ def test_imagenet_d_runs_use_the_models_own_transform_and_an_override_is_its_own
 
     root = _imagenet_d_tree(tmp_path / "ImageNet-D")
     plan = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
-    record, images, model = plan["record"], plan["images"], plan["model"]
+    record, images, model = plan.record, plan.images, plan.model
     assert record.config["protocol"]["name"] == "model"
     assert record.config["protocol"]["override"] is None
     assert record.preprocessing["protocol"]["view"] == "model"
     # What the runner's workers hand to the model: the lite model's own eval transform
     # (its resize with its crop fraction, then its centre crop) of the file.
     ds = TaskDataset(
-        plan["samples"], [Task(0, (("clean", 0),))], images, _ModelTransform(model, images.protocol)
+        plan.samples, [Task(0, (("clean", 0),))], images, _ModelTransform(model, images.protocol)
     )
     _, pixels, errors, _ = ds[0]
     assert not errors
-    rgb = np.asarray(Image.open(plan["samples"][0].path).convert("RGB"))
+    rgb = np.asarray(Image.open(plan.samples[0].path).convert("RGB"))
     assert np.array_equal(pixels[0].numpy(), model.preprocessing.to_uint8(rgb).numpy())
 
     other = plan_run("lite0", root, label_space="imagenet-d", device="cpu", protocol="imagenet-c")
-    assert other["record"].run_id != record.run_id
-    assert other["record"].config["protocol"]["override"] == "imagenet-c"
-    assert other["record"].preprocessing["protocol"]["resize"] == 256
+    assert other.record.run_id != record.run_id
+    assert other.record.config["protocol"]["override"] == "imagenet-c"
+    assert other.record.preprocessing["protocol"]["resize"] == 256
     same = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
-    assert same["record"].run_id == record.run_id
+    assert same.record.run_id == record.run_id
 
 
 def test_a_bad_protocol_is_a_one_line_user_error(tmp_path, capsys):
@@ -329,7 +329,7 @@ def test_a_generated_folder_keeps_its_frame_and_takes_a_view_override(tmp_path):
     base = plan_run(
         "lite0", out, device="cpu", label_space="demo", shifts=["brightness"], levels=[1]
     )
-    assert base["protocol"].name == "imagenet-c"
+    assert base.protocol.name == "imagenet-c"
     viewed = plan_run(
         "lite0",
         out,
@@ -339,8 +339,8 @@ def test_a_generated_folder_keeps_its_frame_and_takes_a_view_override(tmp_path):
         levels=[1],
         protocol="view=model",
     )
-    assert viewed["protocol"].view == "model" and viewed["protocol"].resize == 256
-    assert viewed["record"].run_id != base["record"].run_id
+    assert viewed.protocol.view == "model" and viewed.protocol.resize == 256
+    assert viewed.record.run_id != base.record.run_id
     with pytest.raises(InputError, match="can change only how the model sees them"):
         plan_run(
             "lite0",

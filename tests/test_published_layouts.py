@@ -288,11 +288,11 @@ def test_imagenet_d_is_detected_with_its_label_space(tmp_path):
     (root / "questions" / "background.csv").write_text("image,answer\n")
     assert detect(root) is LAYOUTS["imagenet-d"]
     plan = plan_run("lite0", root, device="cpu")
-    space = plan["label_space"]
+    space = plan.label_space
     assert space.name == "imagenet-d"
-    assert [space.classes[lab] for lab in plan["labels"]] == ["alarm clock", "t-shirt", "backpack"]
-    assert plan["cells"] == [("clean", 0)]
-    record = plan["record"]
+    assert [space.classes[lab] for lab in plan.labels] == ["alarm clock", "t-shirt", "backpack"]
+    assert plan.cells == [("clean", 0)]
+    record = plan.record
     assert record.config["published"] == {"layout": "imagenet-d", "benchmark": "ImageNet-D"}
     assert ["questions/background.csv", "not an image file (extension '.csv')"] in record.skipped
     # A suite makes it a source folder again (shifts applied on the fly to its photos).

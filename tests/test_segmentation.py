@@ -200,6 +200,20 @@ def test_random_bg_truth_is_the_moved_object(masked_photos):
     assert target_mask(s, prep, "no_fg", "default", 7) is None
 
 
+def test_the_object_rule_is_a_field_of_each_shift_entry():
+    """What a shift does to the object is stated where it is registered (one registry):
+    the scenes that remove it are exactly those whose cells have no foreground to score."""
+    from robustlab.run.segmentation import target_rule
+    from robustlab.shifts.registry import list_shifts, register_shift
+
+    rules = {s.name: s.target for s in list_shifts()}
+    assert {n for n, r in rules.items() if r is None} == {"no_fg", "only_bg_b", "only_bg_t"}
+    assert {n for n, r in rules.items() if r == "moved"} == {"random_bg"}
+    assert target_rule("clean") == "same" and target_rule("blur_bg") == "same"
+    with pytest.raises(ValueError, match="target must be one of"):
+        register_shift("not_a_rule", family="test", params={1: 1}, target="gone")
+
+
 def test_loader_refuses_missing_weights(tmp_path):
     from robustlab.run.segmentation import load_segmentation_model
 

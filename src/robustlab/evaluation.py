@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputChangedError, InputError, MissingResourceError, StoreError
-from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, RunRecord, Store
+from robustlab.run.plan import RunPlan
+from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, Store
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +169,63 @@ def read_generated(root: Path) -> dict | None:
     return manifest
 
 
+@dataclass(frozen=True)
+class ModelRequest:
+    """The model of a run as asked for; each planner loads it once it knows the label space.
+
+    Attributes:
+        model: A model spec (``"lite0"``, ``"timm:resnet50"``) or a loaded Model.
+        weights, device, batch_size: Passed to :func:`robustlab.models.load_model`.
+        inference: How the forward pass computes (:func:`_parse_inference`); None keeps a
+            loaded model's own setting.
+        defences: ``preprocess`` and ``tta`` objects (:func:`_parse_defences`).
+    """
+
+    model: Any
+    weights: Any = None
+    device: str | None = None
+    batch_size: int | None = None
+    inference: Any = None
+    defences: dict[str, Any] = field(default_factory=dict)
+
+    def load(self, space) -> tuple[Any, dict | None]:
+        """(the model behind its defences, the defence record or None)."""
+        model = self.model
+        if isinstance(model, str):
+            from robustlab.models import load_model
+
+            model = load_model(
+                model,
+                weights=self.weights,
+                device=self.device,
+                label_space=space,
+                batch_size=self.batch_size,
+            )
+        _set_inference(model, self.inference)
+        return _defended(model, self.defences)
+
+
+@dataclass
+class _Source:
+    """A source folder, or a generated folder read back to its source: what the cells of a
+    run on it are and where its images come from."""
+
+    root: Path  # the source images (a generated folder's source)
+    suite: Any  # the Suite, or None for a clean run
+    protocol: Any
+    cells: list[tuple[str, Any]]
+    seed: int
+    labels_csv: Any
+    masks: Any
+    manifest: dict | None = None  # a generated folder's manifest
+    generated_root: Path | None = None
+    available: set[tuple[str, str]] = field(default_factory=set)  # its cells
+
+    @property
+    def kind(self) -> str:
+        return "generated" if self.manifest is not None else "on-the-fly"
+
+
 def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
     """Suite, protocol, seed, source folder and CSV/masks of a generated folder, checked
     against what the caller asked for."""
@@ -205,6 +264,24 @@ def _generated_plan(root: Path, manifest: dict, suite, seed, labels_csv, masks):
     )
 
 
+def _check_seed(seed) -> None:
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
+    ):
+        raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+
+
+def _data_folder(data) -> Path:
+    root = Path(data).expanduser()
+    if not root.is_dir():
+        raise MissingResourceError(
+            f"data folder {root} does not exist"
+            if not root.exists()
+            else f"data folder {root} is not a folder"
+        )
+    return root
+
+
 def plan_run(
     model,
     data,
@@ -225,7 +302,7 @@ def plan_run(
     precision: str | None = None,
     compile: bool = False,
     protocol=None,
-):
+) -> RunPlan:
     """Validate everything and build what a run needs, without touching the database.
 
     ``protocol``: how the model sees the images, replacing the benchmark's own
@@ -244,43 +321,22 @@ def plan_run(
     and False keep a loaded model's own setting (fp32 and not compiled unless it was
     given another with ``set_inference``).
 
-    Returns:
-        A dict with model, samples, labels, cells, protocol, suite, record, images.
+    The folder decides the planner: the ImageNet-E archive (:func:`_archive_plan`), a
+    published layout (:func:`_published_plan`), else source images on the fly or a
+    generated folder (:func:`_source_plan`); each returns the same :class:`RunPlan`.
     """
-    from robustlab import __version__
-    from robustlab.data.labels import get_label_space
-    from robustlab.data.sources import discover
-    from robustlab.manifest import generated_identity
-    from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import (
-        data_fingerprint,
-        inference_identity,
-        input_parts,
-        model_precision,
-        run_id,
-        versions,
-    )
-    from robustlab.run.tasks import CellImages
-    from robustlab.shifts.registry import describe_resources, get_shift, recorded_resources
-    from robustlab.suites import VIEW_FIELDS
-
-    import dataclasses
-
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
-    ):
-        raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-    defences = _parse_defences(model, preprocess, tta)
-    inference = _parse_inference(precision, compile)
-    root = Path(data).expanduser()
-    if not root.is_dir():
-        raise MissingResourceError(
-            f"data folder {root} does not exist"
-            if not root.exists()
-            else f"data folder {root} is not a folder"
-        )
     from robustlab.data.imagenet_e import is_archive
 
+    _check_seed(seed)
+    request = ModelRequest(
+        model,
+        weights=weights,
+        device=device,
+        batch_size=batch_size,
+        inference=_parse_inference(precision, compile),
+        defences=_parse_defences(model, preprocess, tta),
+    )
+    root = _data_folder(data)
     if shift_path and (is_archive(root) or read_generated(root) is not None):
         raise InputError(
             f"{root} holds shifted images already; --shift-device applies shifts on the fly",
@@ -293,19 +349,8 @@ def plan_run(
                 f"(leave out --suite {suite})"
             )
         return _archive_plan(
-            model,
-            root,
-            shifts=shifts,
-            levels=levels,
-            label_space=label_space,
-            weights=weights,
-            device=device,
-            batch_size=batch_size,
-            inference=inference,
-            protocol=protocol,
-            **defences,
+            request, root, shifts=shifts, levels=levels, label_space=label_space, protocol=protocol
         )
-    override = protocol
     manifest = read_generated(root)
     # A labels CSV says what the samples are and their classes: the folder is then read as
     # a labelled folder (mine's hard subset keeps the <shift>/<level>/ folders of a
@@ -324,28 +369,27 @@ def plan_run(
                 hint="leave out --masks",
             )
         return _published_plan(
-            model,
-            root,
-            layout,
-            shifts=shifts,
-            levels=levels,
-            label_space=label_space,
-            weights=weights,
-            device=device,
-            batch_size=batch_size,
-            inference=inference,
-            **defences,
+            request, root, layout, shifts=shifts, levels=levels, label_space=label_space
         )
-    generated_root, source_kind = None, "on-the-fly"
+    source = _read_source(root, manifest, suite, seed, shifts, levels, labels_csv, masks)
+    return _source_plan(request, source, label_space, shift_path, protocol, layout)
+
+
+def _read_source(root: Path, manifest, suite, seed, shifts, levels, labels_csv, masks) -> _Source:
+    """The cells of a run on a source folder, or on a generated folder (then checked
+    against its manifest: every cell asked for must have been generated)."""
+    import dataclasses
+
+    from robustlab.suites import VIEW_FIELDS
+
+    generated_root, available = None, set()
     if manifest is not None:
         suite, gen_protocol, seed, source, labels_csv, masks, available = _generated_plan(
             root, manifest, suite, seed, labels_csv, masks
         )
-        generated_root, source_kind = root.resolve(), "generated"
-    seed = 0 if seed is None else int(seed)
-    suite_obj, protocol, cells = _resolve_suite(
-        suite, shifts, levels, available if manifest is not None else None
-    )
+        generated_root = root.resolve()
+    on_disk = available if manifest is not None else None
+    suite_obj, protocol, cells = _resolve_suite(suite, shifts, levels, on_disk)
     if manifest is not None:
         # The files fix the frame; how a model sees them is the suite's rule.
         protocol = dataclasses.replace(
@@ -361,129 +405,69 @@ def plan_run(
                 hint=_generated_hint(available),
             )
         root = source
-    shift_objs = [get_shift(s) for s, _ in cells if s != CLEAN_SHIFT]
-    if shift_path:
-        from robustlab.run.device_shifts import check_shifts
+    return _Source(
+        root=root,
+        suite=suite_obj,
+        protocol=protocol,
+        cells=cells,
+        seed=0 if seed is None else int(seed),
+        labels_csv=labels_csv,
+        masks=masks,
+        manifest=manifest,
+        generated_root=generated_root,
+        available=available,
+    )
 
-        check_shifts(sh.name for sh in shift_objs)
+
+def _source_samples(src: _Source, shift_objs, label_space):
+    """(samples, labels, label space) of a source folder, with the masks its shifts need."""
+    from robustlab.data.labels import get_label_space
+    from robustlab.data.sources import discover
+
+    root, masks = src.root, src.masks
     needs_mask = any("mask" in sh.needs for sh in shift_objs)
-    if needs_mask and manifest is None and not masks:
+    if needs_mask and src.manifest is None and not masks:
         which = ", ".join(dict.fromkeys(sh.name for sh in shift_objs if "mask" in sh.needs))
         raise InputError(
             f"{which} need foreground masks: pass --masks DIR (make them with "
             f"`robustlab masks --data {root} --out DIR`)"
         )
-    samples = discover(root, labels_csv=labels_csv, masks=masks)
-    if needs_mask and manifest is None and not any(s.mask_path is not None for s in samples):
+    samples = discover(root, labels_csv=src.labels_csv, masks=masks)
+    if needs_mask and src.manifest is None and not any(s.mask_path is not None for s in samples):
         raise InputError(
             f"none of the {len(samples)} images has a mask in {masks} (make them "
             f"with `robustlab masks --data {root} --out {masks}`)"
         )
-    space_name = label_space or (suite_obj.label_space if suite_obj else "imagenet1k")
+    space_name = label_space or (src.suite.label_space if src.suite else "imagenet1k")
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
     samples = _subset_classes(samples, space)
-    labels = _labels_for(samples, space)
-    protocol = _chosen_protocol(protocol, override, suite_obj, space, manifest, root)
+    return samples, _labels_for(samples, space), space
 
-    if isinstance(model, str):
-        from robustlab.models import load_model
 
-        model = load_model(
-            model, weights=weights, device=device, label_space=space, batch_size=batch_size
-        )
-    _set_inference(model, inference)
-    model, defence = _defended(model, defences)
-    note_trained_preprocess(weights, defence)
-    preprocessing = {
-        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
-        "protocol": protocol.describe(),
-    }
-    # What decides the pixels and labels, by content: a replaced photo or mask, another
-    # masks folder or a regenerated folder is another run, never a resumed one.
-    digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
-    image_hashes, mask_hashes = digests[0::2], digests[1::2]
-    fingerprint = data_fingerprint(
-        (s.id, s.class_name, lab, ih, mh)
-        for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes)
-    )
-    masks_dir = str(Path(masks).expanduser().resolve()) if masks else None
-    inputs = input_parts(samples, labels, image_hashes, mask_hashes)
-    generated_files = (
-        _generated_files_fingerprint(generated_root, samples, available, protocol)
-        if generated_root is not None
-        else None
-    )
-    inputs.update(
-        masks_dir=masks_dir,
-        seed=int(seed),
-        protocol=preprocessing["protocol"],
-        preprocessing=preprocessing["model"],
-        precision=model_precision(model),
-        compile=inference_identity(model).get("compile"),
-        source=source_kind,
-        defence=defence,
-        generated=run_id(generated_identity(manifest)) if manifest is not None else None,
-    )
+def _source_plan(request: ModelRequest, src: _Source, label_space, shift_path, override, layout):
+    """:func:`plan_run` for source images (shifts computed on the fly) or a generated
+    folder (shifted cells read from its files, the clean cell from its source)."""
+    from robustlab.run.tasks import CellImages
+    from robustlab.shifts.registry import describe_resources, get_shift, recorded_resources
+
+    shift_objs = [get_shift(s) for s, _ in src.cells if s != CLEAN_SHIFT]
     if shift_path:
-        from robustlab.store.naming import shift_path_label
+        from robustlab.run.device_shifts import check_shifts
 
-        inputs["shift_path"] = shift_path_label(shift_path)
-    identity = {
-        "model_spec": model.spec,
-        "weights_hash": model.weights_hash,
-        "suite": suite_obj.name if suite_obj else None,
-        "suite_version": suite_obj.version if suite_obj else None,
-        "robustlab": __version__,
-        "data_fingerprint": fingerprint,
-        "label_space": space.name,
-        "seed": int(seed),
-        "preprocessing": preprocessing,
-        "source": source_kind,
-        "masks": masks_dir,
-        "precision": inputs["precision"],
-        "generated": inputs["generated"],
-    }
-    if defence:  # absent for a plain model, so plain runs keep the ids they always had
-        identity["defence"] = defence
-    identity.update(inference_identity(model))  # likewise: only for a compiled model
-    if generated_files is not None:  # a generated folder's cells are read from its files
-        identity["generated_files"] = inputs["generated_files"] = generated_files
-    if shift_path:  # only then: exact runs keep the ids they always had
-        identity["shift_path"] = shift_path
-    record = RunRecord(
-        run_id=run_id(identity),
-        model_spec=model.spec,
-        weights_hash=model.weights_hash,
-        suite=identity["suite"],
-        suite_version=identity["suite_version"],
-        data_root=str(root.resolve()),
-        data_fingerprint=fingerprint,
-        label_space=space.name,
-        preprocessing=preprocessing,
-        seed=int(seed),
-        versions=versions(),
-        config={
-            "source": source_kind,
-            "generated_root": str(generated_root or ""),
-            "labels_csv": str(getattr(samples, "labels_csv", None) or labels_csv or "") or None,
-            "masks": masks_dir,
-            "inputs": inputs,
-            "model": _describe(model),
-            **({"defence": defence} if defence else {}),
-            "cells": [[s, str(lv)] for s, lv in cells],
-            "protocol": protocol_record(protocol, override),
-        },
-        n_samples=len(samples),
-        # Files left out while listing the folder (stray files, CSV rows without a file,
-        # loops, bad names): the runner adds them to the run's skip record.
-        skipped=[list(x) for x in getattr(samples, "skipped", [])],
+        check_shifts(sh.name for sh in shift_objs)
+    samples, labels, space = _source_samples(src, shift_objs, label_space)
+    protocol = _chosen_protocol(src.protocol, override, src.suite, space, src.manifest, src.root)
+    model, defence = request.load(space)
+    note_trained_preprocess(request.weights, defence)
+    record = _source_record(
+        model, defence, src, samples, labels, space, protocol, override, shift_path
     )
     # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model,
     # the attribute edits' hole-fill backend) depend on it: on the fly the configured one
     # draws them (described here), from a generated folder the one its manifest names.
-    if manifest is not None:
+    if src.manifest is not None:
         for key in recorded_resources(shift_objs):
-            record.config[key] = manifest.get(key)
+            record.config[key] = src.manifest.get(key)
     else:
         record.config.update(describe_resources(shift_objs))
     if shift_path:
@@ -493,22 +477,121 @@ def plan_run(
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     images = CellImages(
         protocol,
-        seed,
-        generated_root=generated_root,
+        src.seed,
+        generated_root=src.generated_root,
         donors=samples if needs_donors else None,
-        with_mask=needs_mask,
+        with_mask=any("mask" in sh.needs for sh in shift_objs),
     )
-    return {
-        "model": model,
-        "samples": samples,
-        "labels": labels,
-        "cells": cells,
-        "protocol": protocol,
-        "suite": suite_obj,
-        "record": record,
-        "images": images,
-        "label_space": space,
+    return RunPlan(
+        model=model,
+        samples=samples,
+        labels=labels,
+        cells=src.cells,
+        protocol=protocol,
+        suite=src.suite,
+        record=record,
+        images=images,
+        label_space=space,
+    )
+
+
+def _source_inputs(model, defence, src: _Source, samples, labels, protocol, shift_path):
+    """(the parts of a source run's inputs, kept apart for :func:`note_earlier_runs`; the
+    data fingerprint): what decides the pixels and labels, by content, so a replaced photo
+    or mask, another masks folder or a regenerated folder is another run, never a resumed
+    one."""
+    from robustlab.manifest import generated_identity
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import (
+        data_fingerprint,
+        inference_identity,
+        input_parts,
+        model_precision,
+        run_id,
+    )
+
+    digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
+    image_hashes, mask_hashes = digests[0::2], digests[1::2]
+    fingerprint = data_fingerprint(
+        (s.id, s.class_name, lab, ih, mh)
+        for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes)
+    )
+    manifest = src.manifest
+    inputs = input_parts(samples, labels, image_hashes, mask_hashes)
+    inputs.update(
+        masks_dir=str(Path(src.masks).expanduser().resolve()) if src.masks else None,
+        seed=src.seed,
+        protocol=protocol.describe(),
+        preprocessing=preprocessing_record(getattr(model, "undefended", model).preprocessing),
+        precision=model_precision(model),
+        compile=inference_identity(model).get("compile"),
+        source=src.kind,
+        defence=defence,
+        generated=run_id(generated_identity(manifest)) if manifest is not None else None,
+    )
+    if shift_path:
+        from robustlab.store.naming import shift_path_label
+
+        inputs["shift_path"] = shift_path_label(shift_path)
+    return inputs, fingerprint
+
+
+def _source_record(
+    model, defence, src: _Source, samples, labels, space, protocol, override, shift_path
+):
+    """The run record of a source or generated folder: its identity (model, the content of
+    every image and mask, labels, seed, protocol, source kind, optional keys only when
+    used, so runs without them keep their ids) and description."""
+    from robustlab import __version__
+    from robustlab.run.identity import inference_identity, make_record
+
+    inputs, fingerprint = _source_inputs(model, defence, src, samples, labels, protocol, shift_path)
+    preprocessing = {"model": inputs["preprocessing"], "protocol": inputs["protocol"]}
+    masks_dir = inputs["masks_dir"]
+    identity = {
+        "model_spec": model.spec,
+        "weights_hash": model.weights_hash,
+        "suite": src.suite.name if src.suite else None,
+        "suite_version": src.suite.version if src.suite else None,
+        "robustlab": __version__,
+        "data_fingerprint": fingerprint,
+        "label_space": space.name,
+        "seed": src.seed,
+        "preprocessing": preprocessing,
+        "source": src.kind,
+        "masks": masks_dir,
+        "precision": inputs["precision"],
+        "generated": inputs["generated"],
     }
+    if defence:  # absent for a plain model, so plain runs keep the ids they always had
+        identity["defence"] = defence
+    identity.update(inference_identity(model))  # likewise: only for a compiled model
+    if src.generated_root is not None:  # a generated folder's cells are read from its files
+        identity["generated_files"] = inputs["generated_files"] = _generated_files_fingerprint(
+            src.generated_root, samples, src.available, protocol
+        )
+    if shift_path:  # only then: exact runs keep the ids they always had
+        identity["shift_path"] = shift_path
+    labels_csv = str(getattr(samples, "labels_csv", None) or src.labels_csv or "") or None
+    return make_record(
+        identity,
+        data_root=src.root,
+        config={
+            "source": src.kind,
+            "generated_root": str(src.generated_root or ""),
+            "labels_csv": labels_csv,
+            "masks": masks_dir,
+            "inputs": inputs,
+            "model": _describe(model),
+            **({"defence": defence} if defence else {}),
+            "cells": [[s, str(lv)] for s, lv in src.cells],
+            "protocol": protocol_record(protocol, override),
+        },
+        n_samples=len(samples),
+        # Files left out while listing the folder (stray files, CSV rows without a file,
+        # loops, bad names): the runner adds them to the run's skip record.
+        skipped=getattr(samples, "skipped", []),
+    )
 
 
 # Benchmarks without shifts whose official protocol is not ImageNet-C's, by label space.
@@ -694,42 +777,34 @@ def note_trained_preprocess(weights, defence: dict | None) -> str | None:
 ARCHIVE_SUITE = "imagenet-e-archive"
 
 
+def _files_fingerprint(samples, labels, paths) -> str:
+    """Fingerprint of a layout whose files are the pixels: per sample its id, class, label
+    and the content hash of each of its files (``paths``: one row of files per sample)."""
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import data_fingerprint
+
+    digests = iter(hash_files([p for row in paths for p in row]))
+    return data_fingerprint(
+        (s.id, s.class_name, lab, *(next(digests) for _ in row))
+        for s, lab, row in zip(samples, labels, paths)
+    )
+
+
 def _archive_plan(
-    model,
-    root: Path,
-    *,
-    shifts=None,
-    levels=None,
-    label_space=None,
-    weights=None,
-    device=None,
-    batch_size=None,
-    preprocess=None,
-    tta=None,
-    inference=None,
-    protocol=None,
-):
+    request: ModelRequest, root: Path, *, shifts=None, levels=None, label_space=None, protocol=None
+) -> RunPlan:
     """:func:`plan_run` for the published ImageNet-E archive: each level folder is a cell.
 
     ``protocol``: an override of the view (the archive's files are the frame)."""
-    from robustlab import __version__
     from robustlab.data.imagenet_e import read_archive
     from robustlab.data.labels import get_label_space
-    from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import (
-        data_fingerprint,
-        inference_identity,
-        model_precision,
-        run_id,
-        versions,
-    )
     from robustlab.run.tasks import ArchiveImages
-
-    archive = read_archive(root)
-    cells: list[tuple[str, Any]] = list(archive.cells)
     from robustlab.suites import select_cells
 
-    cells = list(select_cells(cells, shifts or None, levels or None, where="the archive"))
+    archive = read_archive(root)
+    cells: list[tuple[str, Any]] = list(
+        select_cells(list(archive.cells), shifts or None, levels or None, where="the archive")
+    )
     if not cells:
         raise InputError(f"{root}: no level folder matches the requested shifts/levels")
     cells = [(CLEAN_SHIFT, 0), *cells]
@@ -737,20 +812,12 @@ def _archive_plan(
     space_name = label_space or "imagenet1k"
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
     labels = _labels_for(samples, space)
-    if isinstance(model, str):
-        from robustlab.models import load_model
-
-        model = load_model(
-            model, weights=weights, device=device, label_space=space, batch_size=batch_size
-        )
-    _set_inference(model, inference)
-    model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
-    override = protocol
+    model, defence = request.load(space)
     chosen = None
-    if override is not None:
+    if protocol is not None:
         from robustlab.suites import ARCHIVE_PROTOCOL, parse_protocol
 
-        chosen = parse_protocol(override, ARCHIVE_PROTOCOL)
+        chosen = parse_protocol(protocol, ARCHIVE_PROTOCOL)
         if chosen.resize or chosen.crop:
             raise InputError(
                 "the ImageNet-E archive's files are used as they are; --protocol can "
@@ -758,18 +825,43 @@ def _archive_plan(
                 hint="e.g. --protocol view=model or --protocol view_resize=none,view_crop=none",
             )
     images = ArchiveImages(archive.root.resolve(), archive.folders, chosen)
-    preprocessing = {
-        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
-        "protocol": images.protocol.describe(),
-    }
     # The archive's files are the pixels: hash the original and every level file per sample.
     shifted = [c for c in cells if c[0] != CLEAN_SHIFT]
     paths = [[s.path, *(images.path(s, sh, lv) for sh, lv in shifted)] for s in samples]
-    digests = iter(hash_files([p for row in paths for p in row]))
-    fingerprint = data_fingerprint(
-        (s.id, s.class_name, lab, *(next(digests) for _ in row))
-        for s, lab, row in zip(samples, labels, paths)
+    record = _archive_record(
+        model,
+        defence,
+        root,
+        archive,
+        cells,
+        space,
+        images.protocol,
+        protocol,
+        _files_fingerprint(samples, labels, paths),
     )
+    return RunPlan(
+        model=model,
+        samples=samples,
+        labels=labels,
+        cells=cells,
+        protocol=images.protocol,
+        suite=None,
+        record=record,
+        images=images,
+        label_space=space,
+    )
+
+
+def _archive_record(model, defence, root, archive, cells, space, protocol, override, fingerprint):
+    """The archive run's record; its identity never held a precision unless autocast is on,
+    nor cells (they extend the run), so ids of earlier archive runs stay."""
+    from robustlab import __version__
+    from robustlab.run.identity import inference_identity, make_record, model_precision
+
+    preprocessing = {
+        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
+        "protocol": protocol.describe(),
+    }
     identity = {
         "model_spec": model.spec,
         "weights_hash": model.weights_hash,
@@ -789,18 +881,9 @@ def _archive_plan(
     if getattr(getattr(model, "inference", None), "dtype", None) is not None:
         identity["precision"] = precision
     identity.update(inference_identity(model))
-    record = RunRecord(
-        run_id=run_id(identity),
-        model_spec=model.spec,
-        weights_hash=model.weights_hash,
-        suite=ARCHIVE_SUITE,
-        suite_version="1",
-        data_root=str(root.resolve()),
-        data_fingerprint=fingerprint,
-        label_space=space.name,
-        preprocessing=preprocessing,
-        seed=0,
-        versions=versions(),
+    return make_record(
+        identity,
+        data_root=root,
         config={
             "source": ARCHIVE_SUITE,
             "archive_root": str(root.resolve()),
@@ -808,42 +891,19 @@ def _archive_plan(
             "model": _describe(model),
             "cells": [[s, str(lv)] for s, lv in cells],
             **({"defence": defence} if defence else {}),
-            "protocol": protocol_record(images.protocol, override),
+            "protocol": protocol_record(protocol, override),
             "precision": precision,
             **inference_identity(model),
             "discover_skipped": [list(x) for x in archive.skipped],
         },
-        n_samples=len(samples),
-        skipped=[list(x) for x in archive.skipped],  # counted like a source folder's
+        n_samples=len(archive.samples),
+        skipped=archive.skipped,  # counted like a source folder's
     )
-    return {
-        "model": model,
-        "samples": samples,
-        "labels": labels,
-        "cells": cells,
-        "protocol": images.protocol,
-        "suite": None,
-        "record": record,
-        "images": images,
-        "label_space": space,
-    }
 
 
 def _published_plan(
-    model,
-    root: Path,
-    layout,
-    *,
-    shifts=None,
-    levels=None,
-    label_space=None,
-    weights=None,
-    device=None,
-    batch_size=None,
-    preprocess=None,
-    tta=None,
-    inference=None,
-):
+    request: ModelRequest, root: Path, layout, *, shifts=None, levels=None, label_space=None
+) -> RunPlan:
     """:func:`plan_run` for a published benchmark folder (:mod:`robustlab.data.published`):
     each cell folder is a cell, its files are the pixels, the layout names the label space.
 
@@ -851,26 +911,16 @@ def _published_plan(
     reason (a published set's class list is fixed, so a stray folder is not the user's
     label error); samples missing from a cell folder are counted skips of that cell.
     """
-    from robustlab import __version__
     from robustlab.data.labels import get_label_space
     from robustlab.data.published import read_published
-    from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import (
-        data_fingerprint,
-        fields_of,
-        inference_identity,
-        model_precision,
-        run_id,
-        versions,
-    )
     from robustlab.run.tasks import PublishedImages
+    from robustlab.suites import Protocol, select_cells
 
     pub = read_published(root, layout)
-    cells: list[tuple[str, Any]] = list(pub.cells)
-    from robustlab.suites import select_cells
-
-    cells = list(
-        select_cells(cells, shifts or None, levels or None, where=f"{root} ({layout.title})")
+    cells: list[tuple[str, Any]] = list(
+        select_cells(
+            list(pub.cells), shifts or None, levels or None, where=f"{root} ({layout.title})"
+        )
     )
     if pub.clean is not None:
         cells = [(CLEAN_SHIFT, 0), *cells]
@@ -892,30 +942,55 @@ def _published_plan(
             f"no image of {root} has a class of label space {space.name!r}",
             hint=f"{layout.title}'s class folders belong to {layout.label_space!r}",
         )
-    if isinstance(model, str):
-        from robustlab.models import load_model
-
-        model = load_model(
-            model, weights=weights, device=device, label_space=space, batch_size=batch_size
-        )
-    _set_inference(model, inference)
-    model, defence = _defended(model, {"preprocess": preprocess, "tta": tta})
-    from robustlab.suites import Protocol
-
+    model, defence = request.load(space)
     protocol = Protocol(**{"format": "png", **layout.protocol})
     images = PublishedImages(pub.root.resolve(), pub.folders, pub.clean, pub.names, protocol)
-    preprocessing = {
-        "model": fields_of(getattr(model, "undefended", model).preprocessing),
-        "protocol": images.protocol.describe(),
-    }
     # The published files are the pixels: every file of every evaluated cell is hashed.
     wanted = [str(pub.clean) if sh == CLEAN_SHIFT else pub.folders[(sh, lv)] for sh, lv in cells]
     paths = [[pub.file(s.id, f) for f in wanted] for s in samples]
-    digests = iter(hash_files([p for row in paths for p in row]))
-    fingerprint = data_fingerprint(
-        (s.id, s.class_name, lab, *(next(digests) for _ in row))
-        for s, lab, row in zip(samples, labels, paths)
+    record = _published_record(
+        model,
+        defence,
+        root,
+        layout,
+        pub,
+        cells,
+        space,
+        images.protocol,
+        _files_fingerprint(samples, labels, paths),
+        len(samples),
+        skipped,
     )
+    return RunPlan(
+        model=model,
+        samples=samples,
+        labels=labels,
+        cells=cells,
+        protocol=images.protocol,
+        suite=None,
+        record=record,
+        images=images,
+        label_space=space,
+    )
+
+
+def _published_record(
+    model, defence, root, layout, pub, cells, space, protocol, fingerprint, n_samples, skipped
+):
+    """A published layout run's record: its identity names the evaluated cells (their
+    files are hashed into the fingerprint) and the precision."""
+    from robustlab import __version__
+    from robustlab.run.identity import (
+        fields_of,
+        inference_identity,
+        make_record,
+        model_precision,
+    )
+
+    preprocessing = {
+        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "protocol": protocol.describe(),
+    }
     identity = {
         "model_spec": model.spec,
         "weights_hash": model.weights_hash,
@@ -933,18 +1008,9 @@ def _published_plan(
     if defence:
         identity["defence"] = defence
     identity.update(inference_identity(model))
-    record = RunRecord(
-        run_id=run_id(identity),
-        model_spec=model.spec,
-        weights_hash=model.weights_hash,
-        suite=layout.suite,
-        suite_version="1",
-        data_root=str(root.resolve()),
-        data_fingerprint=fingerprint,
-        label_space=space.name,
-        preprocessing=preprocessing,
-        seed=0,
-        versions=versions(),
+    return make_record(
+        identity,
+        data_root=root,
         config={
             "source": "published",
             "published": {
@@ -961,22 +1027,11 @@ def _published_plan(
             "precision": identity["precision"],
             **inference_identity(model),
         },
-        n_samples=len(samples),
+        n_samples=n_samples,
         # Folders and files that are not part of the layout, and samples of other classes:
         # the runner adds them to the run's skip record.
-        skipped=[list(x) for x in skipped],
+        skipped=skipped,
     )
-    return {
-        "model": model,
-        "samples": samples,
-        "labels": labels,
-        "cells": cells,
-        "protocol": images.protocol,
-        "suite": None,
-        "record": record,
-        "images": images,
-        "label_space": space,
-    }
 
 
 def published_layout(root: Path, suite, shift_path=None):
@@ -1119,23 +1174,9 @@ def evaluate(
         throughput_line`).
     """
     from robustlab.run.executors import check_backend
-    from robustlab.run.runner import RunOptions, Runner
-    from robustlab.shifts.kernels import ensure_compiled_for
 
     check_backend(backend, address)
-    settings = None
-    if shift_device is not None:
-        from robustlab.run.device_shifts import ShiftDevice
-
-        if preprocess is not None or tta is not None:
-            raise InputError(
-                "--shift-device does not combine with --preprocess or --tta yet "
-                "(the defences run after the exact path's shifts)",
-                hint="leave --shift-device out to evaluate a defended model",
-            )
-        settings = ShiftDevice(str(shift_device), jpeg=shift_jpeg)
-        if backend != "ray":  # on Ray: the model actors' devices (plan_placement, the actors)
-            settings.check_here()
+    settings = _shift_device(shift_device, shift_jpeg, preprocess, tta, backend)
     session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if backend == "ray":
         from robustlab.run.ray_backend import plan_placement, ray_session
@@ -1171,40 +1212,23 @@ def evaluate(
             protocol=protocol,
         )
         if settings is not None:
-            _check_device_view(plan["protocol"])
-        m = plan["model"]
+            _check_device_view(plan.protocol)
         if compile and backend != "ray":  # compiled now: a failure writes nothing
-            m.warm_up()
-        if workers is None:
-            workers = 0 if backend == "ray" else default_workers()
-        options = RunOptions(
-            batch_size=int(batch_size or getattr(m, "batch_size", None) or 32),
-            workers=int(workers),
+            plan.model.warm_up()
+        options = _run_options(
+            plan.model,
+            batch_size=batch_size,
+            workers=workers,
             prefetch=prefetch,
             cells_per_task=cells_per_task,
             backend=backend,
             address=address,
             device=device,
-            progress=True if progress is None else bool(progress),
+            progress=progress,
             shift_device=settings,
         )
-        if options.batch_size < 1:
-            raise InputError(f"batch size must be at least 1, got {options.batch_size}")
         store = Store(db)
-        _check_same_resources(store, plan["record"])
-        note_earlier_runs(store, plan["record"])
-        if getattr(plan["images"], "generated_root", None) is None:  # shifts computed here
-            ensure_compiled_for({s for s, _ in plan["cells"]}, progress=options.progress)
-        summary = Runner(
-            m,
-            plan["samples"],
-            plan["labels"],
-            plan["cells"],
-            plan["images"],
-            store,
-            plan["record"],
-            options,
-        ).run()
+        summary = execute(plan, store, options)
     _store_generated_attributes(store, plan)
     table = run_table(store, summary.run_id, skipped=summary.skipped)
     table.attrs.update(
@@ -1213,10 +1237,72 @@ def evaluate(
             "resumed": summary.resumed,
             "stages": summary.stages,
             "throughput": summary.throughput,
-            "protocol": (plan["record"].config.get("protocol") or {}).get("label"),
+            "protocol": (plan.record.config.get("protocol") or {}).get("label"),
         }
     )
     return table
+
+
+def _run_options(model, *, batch_size, workers, progress, backend, **options):
+    """How a plan is executed (:class:`robustlab.run.runner.RunOptions`), with evaluate's
+    defaults: the model's batch size, one worker per spare core (none on Ray: its
+    actors), progress on. Never part of the run identity."""
+    from robustlab.run.runner import RunOptions
+
+    default_workers_here = 0 if backend == "ray" else default_workers()
+    run_options = RunOptions(
+        batch_size=int(batch_size or getattr(model, "batch_size", None) or 32),
+        workers=int(default_workers_here if workers is None else workers),
+        backend=backend,
+        progress=True if progress is None else bool(progress),
+        **options,
+    )
+    if run_options.batch_size < 1:
+        raise InputError(f"batch size must be at least 1, got {run_options.batch_size}")
+    return run_options
+
+
+def _shift_device(shift_device, shift_jpeg, preprocess, tta, backend):
+    """The batched shift path asked for (:class:`robustlab.run.device_shifts.ShiftDevice`),
+    checked on this machine unless the Ray actors' devices run it; None for the exact path."""
+    if shift_device is None:
+        return None
+    from robustlab.run.device_shifts import ShiftDevice
+
+    if preprocess is not None or tta is not None:
+        raise InputError(
+            "--shift-device does not combine with --preprocess or --tta yet "
+            "(the defences run after the exact path's shifts)",
+            hint="leave --shift-device out to evaluate a defended model",
+        )
+    settings = ShiftDevice(str(shift_device), jpeg=shift_jpeg)
+    if backend != "ray":  # on Ray: the model actors' devices (plan_placement, the actors)
+        settings.check_here()
+    return settings
+
+
+def execute(plan: RunPlan, store: Store, options):
+    """Run ``plan`` into ``store`` with ``options`` (:class:`robustlab.run.runner.RunOptions`:
+    the local or the Ray executor, which consume the same plan) and return the runner's
+    summary. Refuses a resume with another configured tool first, and says when an earlier
+    run over the same folder had other inputs."""
+    from robustlab.run.runner import Runner
+    from robustlab.shifts.kernels import ensure_compiled_for
+
+    _check_same_resources(store, plan.record)
+    note_earlier_runs(store, plan.record)
+    if getattr(plan.images, "generated_root", None) is None:  # shifts computed here
+        ensure_compiled_for({s for s, _ in plan.cells}, progress=options.progress)
+    return Runner(
+        plan.model,
+        plan.samples,
+        plan.labels,
+        plan.cells,
+        plan.images,
+        store,
+        plan.record,
+        options,
+    ).run()
 
 
 def _check_device_view(protocol) -> None:
@@ -1311,25 +1397,25 @@ def _check_same_resources(store: Store, record) -> None:
             )
 
 
-def _store_generated_attributes(store: Store, plan: dict) -> None:
+def _store_generated_attributes(store: Store, plan: RunPlan) -> None:
     """Copy a generated folder's ``attributes.csv`` rows of this run's cells into the store.
 
     On the fly the runner stores what each edit reports as it goes; a generated folder
     measured its edits when it was written, so their record is read from there.
     """
-    root = plan["record"].config.get("generated_root")
+    root = plan.record.config.get("generated_root")
     if not root:
         return
     from robustlab.generate import ATTRIBUTES_CSV, read_attributes_csv
 
-    cells = {(s, str(lv)) for s, lv in plan["cells"]}
-    ids = {s.id for s in plan["samples"]}
+    cells = {(s, str(lv)) for s, lv in plan.cells}
+    ids = {s.id for s in plan.samples}
     rows = [
         {k: v for k, v in r.items() if k != "file"}
         for r in read_attributes_csv(Path(root) / ATTRIBUTES_CSV)
         if (r.get("shift"), str(r.get("level"))) in cells and r.get("sample_id") in ids
     ]
-    store.write_attributes(plan["record"].run_id, rows)
+    store.write_attributes(plan.record.run_id, rows)
 
 
 def run_table(store: Store, run_id: str, skipped=None):

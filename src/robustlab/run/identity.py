@@ -12,6 +12,13 @@ skipped. A changed input gives a new run id, never a resumed old run.
 The parts are also kept apart (:func:`input_parts`, stored as ``runs.config["inputs"]``)
 so that a new run can say which input differs from an earlier one over the same data
 (:func:`input_changes`).
+
+:func:`make_record` is the one place an identity becomes a run's stored record
+(:class:`robustlab.store.RunRecord`): evaluate's planners, saliency and segmentation
+build their identity dict and hand it there, so the id and the columns that repeat the
+identity cannot drift apart. (``train.holdout`` and ``vlm.run`` still build their record
+themselves: vlm's ids have a ``vlm-`` prefix and another JSON spelling, kept so stored
+runs resume.)
 """
 
 from __future__ import annotations
@@ -22,7 +29,11 @@ import json
 import platform
 from collections.abc import Iterable
 from importlib import metadata
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from robustlab.store import RunRecord
 
 
 def fields_of(obj: Any) -> dict[str, Any]:
@@ -83,6 +94,21 @@ def input_parts(samples, labels, image_hashes, mask_hashes) -> dict[str, Any]:
         ),
         "labels": data_fingerprint((s.id, s.class_name, lab) for s, lab in zip(samples, labels)),
     }
+
+
+def masked_fingerprints(samples) -> tuple[str, str]:
+    """(images, masks) fingerprints by content of samples that all have a mask, for the
+    workflows that score a model against masks (saliency, segmentation): the image one
+    holds id, class and hash, the mask one id and hash, so a replaced mask is another run
+    while the images' fingerprint stays comparable across masks folders."""
+    from robustlab.run.content_hash import hash_files
+
+    image_hashes = hash_files([x.path for x in samples])
+    mask_hashes = hash_files([x.mask_path for x in samples])
+    return (
+        data_fingerprint((x.id, x.class_name, h) for x, h in zip(samples, image_hashes)),
+        data_fingerprint((x.id, h) for x, h in zip(samples, mask_hashes)),
+    )
 
 
 # Reading order and wording of :func:`input_changes`.
@@ -194,3 +220,63 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+# Columns of a stored run that repeat the identity's value of the same name.
+RECORD_COLUMNS = (
+    "model_spec",
+    "weights_hash",
+    "suite",
+    "suite_version",
+    "data_fingerprint",
+    "label_space",
+    "preprocessing",
+    "seed",
+)
+
+
+def make_record(
+    identity: dict[str, Any],
+    *,
+    data_root: str | Path,
+    config: dict[str, Any],
+    n_samples: int,
+    skipped: Iterable[Any] = (),
+    extra_versions: dict[str, str] | None = None,
+    **columns: Any,
+) -> RunRecord:
+    """The stored record of the run ``identity`` describes.
+
+    Args:
+        identity: Everything that decides the run's rows; its hash is the run id
+            (:func:`run_id`). Which keys it holds is the workflow's: a key added for a new
+            option only when the option is used keeps the ids of runs without it.
+        data_root: The data folder (stored resolved; not part of the id: a moved folder
+            with the same content is the same run).
+        config: The run's description (``runs.config``): cells, sources, the model's
+            description, whatever the workflow reads back.
+        n_samples: Images the run covers.
+        skipped: ``(id, reason)`` pairs left out while listing the data.
+        extra_versions: Versions beyond :func:`versions` (saliency's attribution library).
+        columns: Values of :data:`RECORD_COLUMNS` that differ from the identity's (saliency
+            and segmentation store the protocol beside the model's preprocessing; a run
+            without a label space stores None).
+
+    Returns:
+        A :class:`robustlab.store.RunRecord` with status ``running``, ready for
+        :meth:`robustlab.store.Store.start_run`.
+    """
+    from robustlab.store import RunRecord
+
+    values: dict[str, Any] = {key: identity.get(key) for key in RECORD_COLUMNS}
+    values.update(columns)
+    values["seed"] = int(values["seed"] or 0)
+    return RunRecord(
+        run_id=run_id(identity),
+        data_root=str(Path(data_root).resolve()),
+        versions={**versions(), **(extra_versions or {})},
+        config=config,
+        n_samples=int(n_samples),
+        skipped=[list(x) for x in skipped],
+        **values,
+    )

@@ -38,14 +38,6 @@ log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# What each scenario does to the object: "same" (default), "moved" (replay the placement)
-# or None (the object is gone; the cell is skipped).
-TARGET_RULES: dict[str, str | None] = {
-    "random_bg": "moved",
-    "no_fg": None,
-    "only_bg_b": None,
-    "only_bg_t": None,
-}
 TORCHVISION_SEGMENTATION = (
     "lraspp_mobilenet_v3_large",
     "deeplabv3_mobilenet_v3_large",
@@ -179,6 +171,14 @@ def load_segmentation_model(
     )
 
 
+def target_rule(shift: str) -> str | None:
+    """What ``shift`` does to the object (:attr:`robustlab.shifts.registry.Shift.target`:
+    ``"same"``, ``"moved"``, or None when the object is gone); the clean cell keeps it."""
+    from robustlab.shifts.registry import get_shift
+
+    return "same" if shift == CLEAN_SHIFT else get_shift(shift).target
+
+
 def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | None:
     """The true object mask of one cell (HxW bool), or None when the object is gone.
 
@@ -188,8 +188,8 @@ def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | 
     from robustlab.shifts.scenes import check_mask
 
     m = check_mask(prepared.mask, prepared.rgb.shape)
-    rule = TARGET_RULES.get(shift, "same")
-    if shift == CLEAN_SHIFT or rule == "same":
+    rule = target_rule(shift)
+    if rule == "same":
         return m
     if rule is None:
         return None
@@ -279,7 +279,7 @@ def evaluate_segmentation(
         s.protocol, seed, donors=list(samples) if needs_donors else None, with_mask=True
     )
     for name in dict.fromkeys(n for n, _ in cells):
-        if TARGET_RULES.get(name, "same") is None:
+        if target_rule(name) is None:
             log.info("%s removes the object: no foreground to segment, its cells are skipped", name)
 
     rows: list[dict] = []
@@ -408,9 +408,9 @@ def segment_to_store(
     from robustlab import __version__
     from robustlab.data.sources import discover
     from robustlab.metrics.segmentation import cell_scores
-    from robustlab.run.identity import data_fingerprint, run_id, versions
+    from robustlab.run.identity import make_record, masked_fingerprints
     from robustlab.shifts.registry import available_shifts
-    from robustlab.store import RunRecord, Store
+    from robustlab.store import Store
     from robustlab.store.schema import SEGMENTATION_TASK
     from robustlab.suites import get_suite
 
@@ -436,13 +436,8 @@ def segment_to_store(
     usable = [x for x in samples if x.mask_path is not None]
     if limit is not None:
         usable = usable[: int(limit)]
-    from robustlab.run.content_hash import hash_files
-
     # By content (cached), not by size: a replaced photo or mask is another run.
-    image_hashes = hash_files([x.path for x in usable])
-    mask_hashes = hash_files([x.mask_path for x in usable])
-    fingerprint = data_fingerprint((x.id, x.class_name, h) for x, h in zip(usable, image_hashes))
-    mask_fingerprint = data_fingerprint((x.id, h) for x, h in zip(usable, mask_hashes))
+    fingerprint, mask_fingerprint = masked_fingerprints(usable)
     protocol = s.protocol.describe()
     identity = {
         "task": SEGMENTATION_TASK,
@@ -459,22 +454,13 @@ def segment_to_store(
         "seed": int(seed),
         "protocol": protocol,
     }
-    rid = run_id(identity)
-    record = RunRecord(
-        run_id=rid,
-        model_spec=model.spec,
-        weights_hash=model.weights_hash,
-        suite=s.name,
-        suite_version=s.version,
-        data_root=str(root.resolve()),
-        data_fingerprint=fingerprint,
-        label_space=None,
+    record = make_record(
+        identity,
+        data_root=root,
         preprocessing={
             "model": {"mean": list(model.mean), "std": list(model.std)},
             "protocol": protocol,
         },
-        seed=int(seed),
-        versions=versions(),
         config={
             "task": SEGMENTATION_TASK,
             "source": "on-the-fly",
@@ -488,6 +474,7 @@ def segment_to_store(
         },
         n_samples=len(usable),
     )
+    rid = record.run_id
     store = Store(db)
     done = store.segmentation_done_keys(rid)
     resumed = not store.start_run(record)
@@ -550,5 +537,5 @@ __all__ = [
     "load_segmentation_model",
     "evaluate_segmentation",
     "target_mask",
-    "TARGET_RULES",
+    "target_rule",
 ]

@@ -195,10 +195,9 @@ def saliency(
     from robustlab.data.sources import discover
     from robustlab.evaluation import _labels_for, default_workers
     from robustlab.models import load_model
-    from robustlab.run.content_hash import hash_files
     from robustlab.run.executors import iterate_local
-    from robustlab.run.identity import data_fingerprint, run_id, versions
-    from robustlab.run.segmentation import TARGET_RULES
+    from robustlab.run.identity import make_record, masked_fingerprints
+    from robustlab.run.segmentation import target_rule
     from robustlab.run.tasks import CellImages
     from robustlab.saliency.attribution import (
         METHODS,
@@ -208,7 +207,7 @@ def saliency(
     )
     from robustlab.saliency.metrics import foreground_metrics
     from robustlab.shifts.registry import available_shifts, get_shift
-    from robustlab.store import RunRecord, Store
+    from robustlab.store import Store
     from robustlab.suites import get_suite
 
     require_library(method)
@@ -241,7 +240,7 @@ def saliency(
     cells = [(CLEAN_SHIFT, "0")]
     if not clean_only:
         cells += [(sh, str(lv)) for sh, lv in s.cells()]
-    gone = sorted({sh for sh, _ in cells if TARGET_RULES.get(sh, "same") is None})
+    gone = sorted({sh for sh, _ in cells if target_rule(sh) is None})
     Store(db).check()  # a damaged database fails now, not after the model has loaded
     if isinstance(model, str):
         model = load_model(model, weights=weights, device=device, label_space=label_space)
@@ -267,10 +266,7 @@ def saliency(
     elif target_layer is not None:
         raise InputError(f"{method} works on the input pixels; it takes no --target-layer")
     attributor = Attributor(net, method, layer)
-    image_hashes = hash_files([x.path for x in usable])
-    mask_hashes = hash_files([x.mask_path for x in usable])
-    fingerprint = data_fingerprint((x.id, x.class_name, h) for x, h in zip(usable, image_hashes))
-    mask_fingerprint = data_fingerprint((x.id, h) for x, h in zip(usable, mask_hashes))
+    fingerprint, mask_fingerprint = masked_fingerprints(usable)
     protocol = s.protocol.describe()
     explained = attributor.describe()
     identity = {
@@ -289,19 +285,11 @@ def saliency(
         "seed": int(seed),
         "protocol": protocol,
     }
-    rid = run_id(identity)
-    record = RunRecord(
-        run_id=rid,
-        model_spec=model.spec,
-        weights_hash=model.weights_hash,
-        suite=s.name,
-        suite_version=s.version,
-        data_root=str(root.resolve()),
-        data_fingerprint=fingerprint,
-        label_space=model.label_space.name,
+    record = make_record(
+        identity,
+        data_root=root,
         preprocessing={"model": model.preprocessing.describe(), "protocol": protocol},
-        seed=int(seed),
-        versions={**versions(), explained["library"]: explained["version"]},
+        extra_versions={explained["library"]: explained["version"]},
         config={
             "task": SALIENCY_TASK,
             "source": "on-the-fly",
@@ -317,6 +305,7 @@ def saliency(
         },
         n_samples=len(usable),
     )
+    rid = record.run_id
     store = Store(db)
     done = store.saliency_done_keys(rid)
     todo = [

@@ -34,6 +34,13 @@ class Shift:
         deterministic: True when the output does not depend on the random generator.
         tags: Free-form groups (``"imagenet-c"``, ``"imagenet-c-extra"``, ...).
         doc: One-line description (first docstring line of ``fn``).
+        target: What the shift does to the object, for the workflows that score against
+            its mask (segmentation, saliency): ``"same"`` (the object keeps its pixels'
+            place), ``"moved"`` (placed elsewhere; the true mask is the placement replayed
+            from the cell's seed) or None (the object is gone: no foreground, the cell is
+            skipped). One field of the shift's entry, so a new scene states it where it
+            is registered.
+        extra: Further keys of ``register_shift`` (``donor_rule``, ``channels``).
     """
 
     name: str
@@ -45,6 +52,7 @@ class Shift:
     tags: frozenset[str] = frozenset()
     doc: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    target: str | None = "same"
 
     @property
     def levels(self) -> tuple:
@@ -71,6 +79,8 @@ class Shift:
 
 
 _REGISTRY: dict[str, Shift] = {}
+# The values of Shift.target.
+TARGETS = ("same", "moved", None)
 
 
 def register_shift(
@@ -81,6 +91,7 @@ def register_shift(
     needs: Iterable[str] = (),
     deterministic: bool = False,
     tags: Iterable[str] = (),
+    target: str | None = "same",
     **extra: Any,
 ) -> Callable[[ShiftFn], ShiftFn]:
     """Decorator that registers ``fn`` as the shift ``name``.
@@ -92,6 +103,8 @@ def register_shift(
     """
     if not params:
         raise ValueError(f"shift {name!r} needs at least one level")
+    if target not in TARGETS:
+        raise ValueError(f"shift {name!r}: target must be one of {TARGETS}, not {target!r}")
 
     def deco(fn: ShiftFn) -> ShiftFn:
         if name in _REGISTRY and _REGISTRY[name].fn.__qualname__ != fn.__qualname__:
@@ -107,6 +120,7 @@ def register_shift(
             tags=frozenset(tags),
             doc=doc[0] if doc else "",
             extra=dict(extra),
+            target=target,
         )
         return fn
 

@@ -45,7 +45,7 @@ def _cell_name(shift: str, level) -> str:
 
 def _plan(model, data, *, suite, cells, masks, labels_csv, label_space, seed):
     """``plan_run`` covering the shifts of ``cells`` (clean only: no suite); callers keep
-    the cells they want from ``plan["cells"]``."""
+    the cells they want from ``plan.cells``."""
     from robustlab.evaluation import plan_run
 
     shifts = list(dict.fromkeys(s for s, _ in cells if s != CLEAN_SHIFT))
@@ -91,14 +91,14 @@ def make_split(
         label_space=label_space,
         seed=0,
     )
-    samples, labels = _usable(plan["samples"], plan["labels"], masks)
+    samples, labels = _usable(plan.samples, plan.labels, masks)
     return split_samples(samples, labels, test_fraction=test_fraction, seed=split_seed)
 
 
 def _subset(plan, ids):
     keep = set(ids)
-    idx = [i for i, s in enumerate(plan["samples"]) if s.id in keep]
-    return [plan["samples"][i] for i in idx], [plan["labels"][i] for i in idx]
+    idx = [i for i, s in enumerate(plan.samples) if s.id in keep]
+    return [plan.samples[i] for i in idx], [plan.labels[i] for i in idx]
 
 
 def train_on_cells(
@@ -158,7 +158,7 @@ def train_on_cells(
             f"{len(split.train) - len(samples)} training images of the split are not in {data}"
         )
     wanted = {(a, str(b)) for a, b in train_cells}
-    cells = [(s, lv) for s, lv in plan["cells"] if (s, str(lv)) in wanted]
+    cells = [(s, lv) for s, lv in plan.cells if (s, str(lv)) in wanted]
     if len(cells) != len(wanted):
         raise InputError(f"unknown training cell(s) among {sorted(wanted)}")
     key = {
@@ -169,8 +169,8 @@ def train_on_cells(
         "cells": [[s, str(lv)] for s, lv in cells],
         "split": split.fingerprint,
         "seed": int(seed),
-        "data": plan["record"].data_fingerprint,
-        "protocol": plan["protocol"].describe(),
+        "data": plan.record.data_fingerprint,
+        "protocol": plan.protocol.describe(),
     }
     if method is not None:
         key["method"] = method.describe()
@@ -219,12 +219,12 @@ def train_on_cells(
             samples,
             labels,
             cells,
-            plan["images"],
+            plan.images,
             config,
             ckpt,
             extra_record={
                 "split": split.describe(),
-                "data_root": plan["record"].data_root,
+                "data_root": plan.record.data_root,
                 "train_seed_rule_seed": int(seed),
                 "identity": key,
                 "preprocess": trained_on,
@@ -299,8 +299,8 @@ def evaluate_on_split(
             f"{len(split.test) - len(samples)} test images of the split are not in {data}"
         )
     wanted = {(s, str(lv)) for s, lv in test_cells} | {(CLEAN_SHIFT, "0")}
-    cells = [(s, lv) for s, lv in plan["cells"] if (s, str(lv)) in wanted]
-    base = plan["record"]
+    cells = [(s, lv) for s, lv in plan.cells if (s, str(lv)) in wanted]
+    base = plan.record
     fingerprint = data_fingerprint((s.id, s.class_name, lab) for s, lab in zip(samples, labels))
     fine_tuned = None
     if train is not None:
@@ -323,7 +323,7 @@ def evaluate_on_split(
         progress=progress,
     )
     store = Store(db)
-    summary = Runner(model, samples, labels, cells, plan["images"], store, record, options).run()
+    summary = Runner(model, samples, labels, cells, plan.images, store, record, options).run()
     return run_table(store, summary.run_id, skipped=summary.skipped)
 
 

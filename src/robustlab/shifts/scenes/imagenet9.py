@@ -44,7 +44,15 @@ def only_fg(image, p, rng, ctx):
     return np.where(m[..., None], x, 0).astype(np.uint8)
 
 
-@register_shift("no_fg", family=FAMILY, params=DEFAULT, needs=MASK, deterministic=True, tags=TAGS)
+@register_shift(
+    "no_fg",
+    family=FAMILY,
+    params=DEFAULT,
+    needs=MASK,
+    deterministic=True,
+    tags=TAGS,
+    target=None,  # the object is gone
+)
 def no_fg(image, p, rng, ctx):
     """Object removed: every object pixel set to 0, background unchanged."""
     x, m = _prep(image, ctx)
@@ -52,7 +60,13 @@ def no_fg(image, p, rng, ctx):
 
 
 @register_shift(
-    "only_bg_b", family=FAMILY, params=DEFAULT, needs=MASK, deterministic=True, tags=TAGS
+    "only_bg_b",
+    family=FAMILY,
+    params=DEFAULT,
+    needs=MASK,
+    deterministic=True,
+    tags=TAGS,
+    target=None,  # the object's box is blanked out
 )
 def only_bg_b(image, p, rng, ctx):
     """Object box set to black; pixels outside the box unchanged."""
@@ -64,7 +78,13 @@ def only_bg_b(image, p, rng, ctx):
 
 
 @register_shift(
-    "only_bg_t", family=FAMILY, params=DEFAULT, needs=MASK, deterministic=True, tags=TAGS
+    "only_bg_t",
+    family=FAMILY,
+    params=DEFAULT,
+    needs=MASK,
+    deterministic=True,
+    tags=TAGS,
+    target=None,  # the object's box is blanked out
 )
 def only_bg_t(image, p, rng, ctx):
     """Object box filled by tiling the largest background strip outside it."""

@@ -211,6 +211,7 @@ def place_object(x: np.ndarray, m: np.ndarray, rng):
     needs=("mask", "background"),
     tags=TAGS,
     donor_rule="random",
+    target="moved",  # placed at a random spot (segmentation.target_mask replays it)
 )
 def random_bg(image, p, rng, ctx):
     """Object moved to a random position on another class's image (add or paste blend).
