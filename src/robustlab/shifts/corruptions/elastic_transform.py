@@ -344,10 +344,15 @@ def _displace(img, dx, dy, out):
                 x1[j] = _reflect_index(x1[j], w)
         orow = out[i]
         for j in range(w):
-            p00 = img[y0[j], x0[j]]
-            p01 = img[y0[j], x1[j]]
-            p10 = img[y1[j], x0[j]]
-            p11 = img[y1[j], x1[j]]
+            # unsigned: spares numba's wrap-around test of a signed index on each read
+            r0 = np.uint64(y0[j])
+            r1 = np.uint64(y1[j])
+            q0 = np.uint64(x0[j])
+            q1 = np.uint64(x1[j])
+            p00 = img[r0, q0]
+            p01 = img[r0, q1]
+            p10 = img[r1, q0]
+            p11 = img[r1, q1]
             a0 = wy0[j]
             a1 = wy1[j]
             b0 = wx0[j]

@@ -48,10 +48,11 @@ def _shuffle_pass(img, offsets, delta):
             dx = offsets[k, 0]
             dy = offsets[k, 1]
             k += 1
-            hp = h + dy
-            wp = w + dx
+            # unsigned (all in range): no wrap-around test of signed indices per access
+            src = img[np.uint64(h + dy), np.uint64(w + dx)]
+            dst = img[np.uint64(h), np.uint64(w)]
             for c in range(channels):
-                img[h, w, c] = img[hp, wp, c]
+                dst[c] = src[c]
 
 
 def _pass_offsets(rng, n: int, delta: int) -> np.ndarray:

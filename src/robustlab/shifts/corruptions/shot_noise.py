@@ -72,14 +72,16 @@ def guide(photons: int) -> np.ndarray:
 @njit(cache=True, nogil=True)
 def _inverse_cdf(flat, u, cdf, guide, values, out):
     """``out[i] = values[smallest k with cdf[flat[i], k] > u[i], else c]``."""
-    n_k = cdf.shape[1]
+    # unsigned indices: numba tests a signed one for wrap-around on every access
+    n_k = np.uint64(cdf.shape[1])
     bins = guide.shape[1]
+    one = np.uint64(1)
     for i in range(flat.shape[0]):
         v = flat[i]
         x = u[i]
-        k = np.int64(guide[v, np.int64(x * bins)])
+        k = np.uint64(guide[v, np.uint64(x * bins)])
         while k < n_k and cdf[v, k] <= x:
-            k += 1
+            k += one
         out[i] = values[k]
     return out
 
