@@ -100,7 +100,7 @@ def _smooth_axis1(src, dst, w, channels):
 
 
 @njit(cache=True, nogil=True)
-def _blur_uint8(src, levels, w, channels, clip, img, tmp, out):
+def _blur_uint8(src, levels, w, channels, clip, img, out):
     """:func:`gaussian_nearest` of ``levels[src]`` (float64) straight to uint8 ``out``.
 
     ``src`` and ``out`` are (rows, cols * channels) uint8. Each result ``v`` is stored
@@ -108,18 +108,31 @@ def _blur_uint8(src, levels, w, channels, clip, img, tmp, out):
     the reference's ``np.uint8(gaussian(x / 255.) * 255)`` and ``np.clip(gaussian(x /
     255.), 0, 1) * 255`` followed by the pipeline's uint8, with the same double values
     (``levels[v]`` is ``v / 255.``) and without the five full-size temporaries.
-    ``img`` and ``tmp`` are float64 work arrays of ``src``'s shape.
+    ``img`` is a float64 work array of ``src``'s shape. The two passes run row by row:
+    each row of the first (axis 0) goes straight into the second, so the intermediate
+    is one row that stays in cache instead of a second full-size array (the values
+    are the same: the intermediate is float64 either way).
     """
     n, k = src.shape
     for i in range(n):
         for j in range(k):
             img[i, j] = levels[src[i, j]]
-    _smooth_axis0(img, tmp, w)
     r = (w.shape[0] - 1) // 2
+    col = np.empty(k, np.float64)
     padded = np.empty(k + 2 * r * channels, np.float64)
     acc = np.empty(k, np.float64)
     for i in range(n):
-        _smooth_row(tmp[i], padded, acc, w, channels)
+        c = w[r]
+        s0 = img[i]
+        for j in range(k):
+            col[j] = s0[j] * c
+        for d in range(r, 0, -1):  # _smooth_axis0's sums for row i
+            a = img[max(i - d, 0)]
+            b = img[min(i + d, n - 1)]
+            c = w[r - d]
+            for j in range(k):
+                col[j] += (a[j] + b[j]) * c
+        _smooth_row(col, padded, acc, w, channels)
         o = out[i]
         if clip:
             for j in range(k):
@@ -173,7 +186,6 @@ def gaussian_nearest_uint8(x: np.ndarray, sigma: float, clip: bool) -> np.ndarra
         channels,
         clip,
         scratch("gauss.img", shape, np.float64),
-        scratch("gauss.tmp", shape, np.float64),
         out.reshape(shape),
     )
     return out
