@@ -122,14 +122,11 @@ def _blur_rows(padded, weights, dx, dy, top, left, height, width, out):
                 acc[j] += wt * (np.float64(row[j]) * 257.0)
         o = out[y]
         for j in range(n):
-            s = acc[j]
-            if s <= 0.0:
-                q = 0
-            elif s >= 65535.0:
-                q = 65535
-            else:
-                q = int(s + 0.5)
-            o[j] = q // 257
+            # clamp to [0, 65535], round half up, keep the top 8 bits: written without
+            # branches (a sum <= 0 gives int(0.5) = 0, one >= 65535 gives 65535), so
+            # the loop vectorises
+            q = np.uint32(min(max(acc[j], 0.0), 65535.0) + 0.5)
+            o[j] = q // np.uint32(257)
 
 
 def motion_blur_uint8(img: np.ndarray, radius: float, sigma: float, angle: float) -> np.ndarray:
