@@ -1,11 +1,14 @@
-"""The corruptions' reusable work arrays and per-level lookup (shifts/corruptions/_scratch)."""
+"""The corruptions' reusable work arrays and per-level lookup (shifts/corruptions/_scratch),
+and the cheaper uniform draws (_draws)."""
 
 from __future__ import annotations
 
 import threading
 
 import numpy as np
+import pytest
 
+from robustlab.shifts.corruptions._draws import random, uniform
 from robustlab.shifts.corruptions._scratch import MAX_BYTES, lookup, scratch
 
 
@@ -41,3 +44,13 @@ def test_lookup_equals_numpy_indexing():
         np.testing.assert_array_equal(ours, table[x])
     out = np.empty(x.shape, np.float64)
     assert lookup(x, np.arange(256) / 255.0, out) is out
+
+
+@pytest.mark.parametrize("make", [np.random.default_rng, np.random.RandomState])
+@pytest.mark.parametrize("low,high", [(-1.0, 1.0), (-100.0, 100.0), (-0.7, 0.7), (3.0, 5.5)])
+def test_uniform_is_numpys_uniform_value_for_value(make, low, high):
+    theirs, ours = make(11), make(11)
+    expected = theirs.uniform(low, high, size=(300, 700))
+    got = uniform(ours, low, high, (300, 700))
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(random(ours, 5), random(theirs, 5))  # same stream left

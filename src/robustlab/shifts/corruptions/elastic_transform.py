@@ -53,6 +53,7 @@ import numpy as np
 from numba import njit
 
 from robustlab.seeding import is_legacy
+from robustlab.shifts.corruptions._draws import uniform
 from robustlab.shifts.corruptions._scratch import scratch
 from robustlab.shifts.registry import register_shift
 
@@ -384,8 +385,8 @@ def draw(rng, h: int, w: int, affine: float) -> tuple[np.ndarray, np.ndarray, np
         (h, w) float64 uniform on [-1, 1) before smoothing (x drawn first).
     """
     jitter = rng.uniform(-affine, affine, size=(3, 2)).astype(np.float32)
-    field_x = rng.uniform(-1, 1, size=(h, w))
-    field_y = rng.uniform(-1, 1, size=(h, w))
+    field_x = uniform(rng, -1, 1, (h, w))  # rng.uniform's values, without its per-value call
+    field_y = uniform(rng, -1, 1, (h, w))
     return jitter, field_x, field_y
 
 
