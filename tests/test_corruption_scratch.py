@@ -54,3 +54,11 @@ def test_uniform_is_numpys_uniform_value_for_value(make, low, high):
     got = uniform(ours, low, high, (300, 700))
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(random(ours, 5), random(theirs, 5))  # same stream left
+
+
+def test_lookup_of_other_dtypes_is_numpys_indexing():
+    table = np.arange(256) / 255.0
+    x = np.array([[0, 7, 255]], dtype=np.int64)
+    np.testing.assert_array_equal(lookup(x, table), table[x])
+    with pytest.raises(IndexError):
+        lookup(np.array([0.5, 1.0]), table)  # floats are no indices, as before

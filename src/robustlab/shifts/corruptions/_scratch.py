@@ -56,9 +56,16 @@ def lookup(x: np.ndarray, table: np.ndarray, out: np.ndarray | None = None) -> n
 
     The same values as numpy's fancy indexing, about 4x faster on a 224x224x3 image
     (0.05 against 0.21 ms: numpy's generic take). ``out`` (contiguous, ``x``'s shape and
-    ``table``'s dtype) is filled and returned when given.
+    ``table``'s dtype) is filled and returned when given. Anything but uint8 goes through
+    numpy's indexing itself, with its errors.
     """
-    x = np.ascontiguousarray(x, dtype=np.uint8)
+    x = np.asarray(x)
+    if x.dtype != np.uint8:
+        if out is None:
+            return table[x]
+        out[...] = table[x]
+        return out
+    x = np.ascontiguousarray(x)
     if out is None:
         out = np.empty(x.shape, table.dtype)
     _take(x.reshape(-1), table, out.reshape(-1))
