@@ -52,12 +52,20 @@ def test_last_line_outside_is_zero_like_scipy():
     assert (ours[-1] == 0).all() and (ours[:-1, :-1] == 1).all()
 
 
-def test_sum_matches_sequential_float32_adds():
-    img = np.random.default_rng(1).random((64, 80, 3)).astype(np.float32)
-    factors = np.arange(1, 1.31, 0.03)
+@pytest.mark.parametrize("shape", [(64, 80, 3), (139, 139, 3), (50, 37, 1)])
+@pytest.mark.parametrize(
+    "stop,step", [(1.11, 0.01), (1.16, 0.01), (1.21, 0.02), (1.26, 0.02), (1.31, 0.03)]
+)
+def test_sum_matches_sequential_float32_adds(shape, stop, step):
+    # every factor list of zoom_blur through the one-call sum (stacked tables, runs of
+    # contiguous columns), on sizes with and without a last line outside the image
+    img = np.random.default_rng(sum(shape)).random(shape).astype(np.float32)
+    factors = np.arange(1, stop, step)
     expected = np.zeros_like(img)
     for z in factors:
         expected += scipy_clipped_zoom(img, z)
+    np.testing.assert_array_equal(clipped_zoom_sum(img, factors), expected)
+    # the work arrays are reused between calls: a second call gives the same bytes
     np.testing.assert_array_equal(clipped_zoom_sum(img, factors), expected)
 
 

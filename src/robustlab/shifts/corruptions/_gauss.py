@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from robustlab.shifts.corruptions._scratch import scratch
+
 
 def gaussian_weights(sigma: float, truncate: float = 4.0) -> np.ndarray:
     """The 1-D kernel scipy's ``gaussian_filter1d`` uses: radius ``int(truncate*sigma+.5)``.
@@ -54,35 +56,93 @@ def _smooth_axis0(src, dst, w):
 
 
 @njit(cache=True, nogil=True)
+def _smooth_row(s, padded, acc, w, channels):
+    """Correlate one row ``s`` (cols * channels, channels interleaved) into ``acc`` (double).
+
+    ``padded`` is scratch of ``(cols + 2r) * channels`` doubles: the row in double
+    precision with 'nearest' padding of r pixels on each side.
+    """
+    k = acc.shape[0]
+    cols = k // channels
+    r = (w.shape[0] - 1) // 2
+    body = padded[r * channels : r * channels + k]
+    for j in range(k):
+        body[j] = np.float64(s[j])
+    for j in range(r):  # edge pixels repeated
+        for ch in range(channels):
+            padded[j * channels + ch] = np.float64(s[ch])
+            padded[(r + cols + j) * channels + ch] = np.float64(s[k - channels + ch])
+    c = w[r]
+    mid = padded[r * channels : r * channels + k]
+    for j in range(k):
+        acc[j] = mid[j] * c
+    for d in range(r, 0, -1):
+        c = w[r - d]
+        # slices, not computed indices: lets LLVM vectorise the inner loop
+        a = padded[(r - d) * channels : (r - d) * channels + k]
+        b = padded[(r + d) * channels : (r + d) * channels + k]
+        for j in range(k):
+            acc[j] += (a[j] + b[j]) * c
+
+
+@njit(cache=True, nogil=True)
 def _smooth_axis1(src, dst, w, channels):
     """Correlate along axis 1 of a (rows, cols * channels) array, channels interleaved."""
-    n = src.shape[0]
-    cols = src.shape[1] // channels
+    k = src.shape[1]
     r = (w.shape[0] - 1) // 2
-    padded = np.empty((cols + 2 * r) * channels, np.float64)
-    k = cols * channels
+    padded = np.empty(k + 2 * r * channels, np.float64)
     acc = np.empty(k, np.float64)
-    for i in range(n):
-        # the row in double precision with 'nearest' padding of r pixels on each side
-        s = src[i]
-        for j in range(cols + 2 * r):
-            sj = min(max(j - r, 0), cols - 1)
-            for ch in range(channels):
-                padded[j * channels + ch] = np.float64(s[sj * channels + ch])
-        c = w[r]
-        mid = padded[r * channels : r * channels + k]
-        for j in range(k):
-            acc[j] = mid[j] * c
-        for d in range(r, 0, -1):
-            c = w[r - d]
-            # slices, not computed indices: lets LLVM vectorise the inner loop
-            a = padded[(r - d) * channels : (r - d) * channels + k]
-            b = padded[(r + d) * channels : (r + d) * channels + k]
-            for j in range(k):
-                acc[j] += (a[j] + b[j]) * c
+    for i in range(src.shape[0]):
+        _smooth_row(src[i], padded, acc, w, channels)
         o = dst[i]
         for j in range(k):
             o[j] = acc[j]
+
+
+@njit(cache=True, nogil=True)
+def _blur_uint8(src, levels, w, channels, clip, img, out):
+    """:func:`gaussian_nearest` of ``levels[src]`` (float64) straight to uint8 ``out``.
+
+    ``src`` and ``out`` are (rows, cols * channels) uint8. Each result ``v`` is stored
+    as ``uint8(v * 255)`` (truncation), or with ``clip`` as ``uint8(clip(v, 0, 1) * 255)``:
+    the reference's ``np.uint8(gaussian(x / 255.) * 255)`` and ``np.clip(gaussian(x /
+    255.), 0, 1) * 255`` followed by the pipeline's uint8, with the same double values
+    (``levels[v]`` is ``v / 255.``) and without the five full-size temporaries.
+    ``img`` is a float64 work array of ``src``'s shape. The two passes run row by row:
+    each row of the first (axis 0) goes straight into the second, so the intermediate
+    is one row that stays in cache instead of a second full-size array (the values
+    are the same: the intermediate is float64 either way).
+    """
+    n, k = src.shape
+    for i in range(n):
+        for j in range(k):
+            img[i, j] = levels[src[i, j]]
+    r = (w.shape[0] - 1) // 2
+    col = np.empty(k, np.float64)
+    padded = np.empty(k + 2 * r * channels, np.float64)
+    acc = np.empty(k, np.float64)
+    for i in range(n):
+        c = w[r]
+        s0 = img[i]
+        for j in range(k):
+            col[j] = s0[j] * c
+        for d in range(r, 0, -1):  # _smooth_axis0's sums for row i
+            a = img[max(i - d, 0)]
+            b = img[min(i + d, n - 1)]
+            c = w[r - d]
+            for j in range(k):
+                col[j] += (a[j] + b[j]) * c
+        _smooth_row(col, padded, acc, w, channels)
+        o = out[i]
+        if clip:
+            for j in range(k):
+                o[j] = np.uint8(min(max(acc[j], 0.0), 1.0) * 255.0)
+        else:
+            for j in range(k):
+                o[j] = np.uint8(acc[j] * 255.0)
+
+
+_LEVELS = np.arange(256) / 255.0  # float64 v / 255., as numpy divides a uint8 array
 
 
 def gaussian_nearest(img: np.ndarray, sigma: float) -> np.ndarray:
@@ -104,3 +164,28 @@ def gaussian_nearest(img: np.ndarray, sigma: float) -> np.ndarray:
     out = np.empty_like(flat)
     _smooth_axis1(tmp, out, w, channels)
     return out.reshape(img.shape)
+
+
+def gaussian_nearest_uint8(x: np.ndarray, sigma: float, clip: bool) -> np.ndarray:
+    """``uint8(gaussian_nearest(x / 255., sigma) * 255)`` for a uint8 HxW(xC) image.
+
+    With ``clip`` the blurred values are clipped to [0, 1] before the scaling (the
+    reference's ``np.clip(gaussian(x / 255.), 0, 1) * 255`` as the pipeline stores it).
+    Identical bytes to going through :func:`gaussian_nearest` and numpy, in one numba
+    call: glass_blur blurs twice per image and gaussian_blur once.
+    """
+    x = np.ascontiguousarray(x, dtype=np.uint8)
+    h, wd = x.shape[:2]
+    channels = x.shape[2] if x.ndim == 3 else 1
+    shape = (h, wd * channels)
+    out = np.empty_like(x)
+    _blur_uint8(
+        x.reshape(shape),
+        _LEVELS,
+        gaussian_weights(sigma),
+        channels,
+        clip,
+        scratch("gauss.img", shape, np.float64),
+        out.reshape(shape),
+    )
+    return out

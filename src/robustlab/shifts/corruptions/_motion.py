@@ -103,8 +103,10 @@ def motion_kernel(radius: float, sigma: float, angle: float):
 def _blur_rows(padded, weights, dx, dy, top, left, height, width, out):
     """Sum the taps in ImageMagick's order, quantise to Q16, truncate to 8 bits.
 
-    ``padded`` is the edge-replicated image as float64 16-bit quanta, shape
-    (rows, cols * C); ``out`` is (height, width * C) uint8.
+    ``padded`` is the edge-replicated uint8 image, shape (rows, cols * C); each value
+    enters the sum as its 16-bit quantum ``v * 257.0`` (exact in double), converted on
+    the fly rather than stored as a float64 copy of the image eight times its size;
+    ``out`` is (height, width * C) uint8.
     """
     channels = out.shape[1] // width
     n = width * channels
@@ -117,17 +119,14 @@ def _blur_rows(padded, weights, dx, dy, top, left, height, width, out):
             start = (left + dx[t]) * channels
             row = padded[top + y + dy[t], start : start + n]
             for j in range(n):
-                acc[j] += wt * row[j]
+                acc[j] += wt * (np.float64(row[j]) * 257.0)
         o = out[y]
         for j in range(n):
-            s = acc[j]
-            if s <= 0.0:
-                q = 0
-            elif s >= 65535.0:
-                q = 65535
-            else:
-                q = int(s + 0.5)
-            o[j] = q // 257
+            # clamp to [0, 65535], round half up, keep the top 8 bits: written without
+            # branches (a sum <= 0 gives int(0.5) = 0, one >= 65535 gives 65535), so
+            # the loop vectorises
+            q = np.uint32(min(max(acc[j], 0.0), 65535.0) + 0.5)
+            o[j] = q // np.uint32(257)
 
 
 def motion_blur_uint8(img: np.ndarray, radius: float, sigma: float, angle: float) -> np.ndarray:
@@ -153,7 +152,6 @@ def motion_blur_uint8(img: np.ndarray, radius: float, sigma: float, angle: float
     top, bottom = max(0, -int(dy.min())), max(0, int(dy.max()))
     left, right = max(0, -int(dx.min())), max(0, int(dx.max()))
     padded = np.pad(src, ((top, bottom), (left, right), (0, 0)), mode="edge")
-    quanta = padded.reshape(padded.shape[0], -1) * 257.0
     out = np.empty((height, width * channels), np.uint8)
-    _blur_rows(quanta, weights, dx, dy, top, left, height, width, out)
+    _blur_rows(padded.reshape(padded.shape[0], -1), weights, dx, dy, top, left, height, width, out)
     return out.reshape(img.shape)

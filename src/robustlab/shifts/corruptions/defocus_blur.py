@@ -38,6 +38,7 @@ import cv2
 import numpy as np
 from numba import njit
 
+from robustlab.shifts.corruptions._scratch import lookup
 from robustlab.shifts.registry import register_shift
 
 _SCALE = np.arange(256) / 255.0
@@ -118,7 +119,7 @@ def _to_uint8(v, out):
 def defocus_blur(x, params, rng, ctx):
     """Defocus: convolve each channel with an anti-aliased disk of the given radius."""
     radius, alias = params
-    x = _SCALE[np.asarray(x)]
+    x = lookup(np.asarray(x), _SCALE)
     blurred = cv2.filter2D(x, -1, disk_kernel(radius, alias))
     out = np.empty(x.shape, np.uint8)
     _to_uint8(blurred.ravel(), out.ravel())

@@ -53,6 +53,8 @@ import numpy as np
 from numba import njit
 
 from robustlab.seeding import is_legacy
+from robustlab.shifts.corruptions._draws import uniform
+from robustlab.shifts.corruptions._scratch import scratch
 from robustlab.shifts.registry import register_shift
 
 _K = 244  # the reference's scale of the table (a typo for 224 that defines the benchmark)
@@ -144,8 +146,14 @@ def gaussian_weights(sigma: float, truncate: float) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _smooth_rows_reflect(src, dst, wts):
-    """Correlate each row with the symmetric kernel, scipy 1.11 order, 'reflect' border."""
+def _smooth_rows_reflect(src, dst, wts, scale):
+    """Correlate each row with the symmetric kernel, scipy 1.11 order, 'reflect' border.
+
+    Each result is stored as ``result * scale`` in ``dst``'s dtype: with ``scale`` 1.0
+    and a float64 ``dst`` the filter itself; with the displacement's alpha and a
+    float32 ``dst`` the reference's ``(gaussian(...) * alpha).astype(float32)`` in one
+    pass (the same double product, rounded once to float32).
+    """
     n_rows, n = src.shape
     r = (wts.shape[0] - 1) // 2
     period = 2 * n
@@ -167,7 +175,7 @@ def _smooth_rows_reflect(src, dst, wts):
                 acc[j] += (lo[j] + hi[j]) * c
         out = dst[i]
         for j in range(n):
-            out[j] = acc[j]
+            out[j] = acc[j] * scale
 
 
 @njit(cache=True, nogil=True)
@@ -201,12 +209,16 @@ def gaussian_reflect(field: np.ndarray, sigma: float, truncate: float = 3.0) -> 
     2-D float64, axis 0 first, then axis 1, with scipy 1.11's operation order (the cost
     grows with the radius: about 4x the time of the DCT route at severity 1).
     """
+    return _gaussian_reflect_into(field, sigma, 1.0, np.empty(np.shape(field)), truncate)
+
+
+def _gaussian_reflect_into(field, sigma: float, scale: float, out, truncate: float = 3.0):
+    """:func:`gaussian_reflect` times ``scale``, stored in ``out`` (float32 or float64)."""
     wts = gaussian_weights(sigma, truncate)
     field = np.ascontiguousarray(field, dtype=np.float64)
-    tmp = np.empty_like(field)
+    tmp = scratch("elastic.smooth", field.shape, np.float64)
     _smooth_cols_reflect(field, tmp, wts)  # axis 0
-    out = np.empty_like(tmp)
-    _smooth_rows_reflect(tmp, out, wts)  # axis 1
+    _smooth_rows_reflect(tmp, out, wts, float(scale))  # axis 1
     return out
 
 
@@ -272,39 +284,89 @@ def _reflect_index(i, n):
 
 @njit(cache=True, nogil=True)
 def _displace(img, dx, dy, out):
-    """``uint8(clip(map_coordinates(img, (row+dy, col+dx, ch), order=1, 'reflect'), 0, 1) * 255)``."""
+    """``uint8(clip(map_coordinates(img, (row+dy, col+dx, ch), order=1, 'reflect'), 0, 1) * 255)``.
+
+    Row by row in three passes over the columns, so that the coordinate arithmetic
+    runs vectorised apart from the gathers: the source positions (reflected only in
+    rows that have one outside the image), then their floors, weights and corner
+    indices, then the four-corner sums per channel. Each value goes through the same
+    double operations in the same order as a per-pixel loop would (and as scipy does).
+    """
     h, w, ch = img.shape
     one = np.float32(1.0)
     zero = np.float32(0.0)
     k255 = np.float32(255.0)
+    last_row = np.float64(h - 1)
+    last_col = np.float64(w - 1)
+    cy = np.empty(w, np.float64)
+    cx = np.empty(w, np.float64)
+    wy0 = np.empty(w, np.float64)
+    wy1 = np.empty(w, np.float64)
+    wx0 = np.empty(w, np.float64)
+    wx1 = np.empty(w, np.float64)
+    y0 = np.empty(w, np.int64)
+    y1 = np.empty(w, np.int64)
+    x0 = np.empty(w, np.int64)
+    x1 = np.empty(w, np.int64)
     for i in range(h):
+        row = np.float64(i)
+        dyr = dy[i]
+        dxr = dx[i]
+        outside = 0
         for j in range(w):
-            cy = _reflect_coord(np.float64(i) + np.float64(dy[i, j]), h)
-            cx = _reflect_coord(np.float64(j) + np.float64(dx[i, j]), w)
-            fy = np.floor(cy)
-            fx = np.floor(cx)
-            wy0 = 1.0 - (cy - fy)
-            wy1 = 1.0 - wy0
-            wx0 = 1.0 - (cx - fx)
-            wx1 = 1.0 - wx0
-            y0 = np.int64(fy)
-            x0 = np.int64(fx)
-            y1 = y0 + 1
-            x1 = x0 + 1
-            if y0 < 0 or y1 >= h:
-                y0 = _reflect_index(y0, h)
-                y1 = _reflect_index(y1, h)
-            if x0 < 0 or x1 >= w:
-                x0 = _reflect_index(x0, w)
-                x1 = _reflect_index(x1, w)
+            a = row + np.float64(dyr[j])
+            b = np.float64(j) + np.float64(dxr[j])
+            cy[j] = a
+            cx[j] = b
+            outside += (a < 0.0) | (a > last_row) | (b < 0.0) | (b > last_col)
+        if outside:  # _reflect_coord is the identity inside [0, n - 1]
+            for j in range(w):
+                cy[j] = _reflect_coord(cy[j], h)
+                cx[j] = _reflect_coord(cx[j], w)
+        for j in range(w):
+            fy = np.floor(cy[j])
+            fx = np.floor(cx[j])
+            a = 1.0 - (cy[j] - fy)
+            wy0[j] = a
+            wy1[j] = 1.0 - a
+            b = 1.0 - (cx[j] - fx)
+            wx0[j] = b
+            wx1[j] = 1.0 - b
+            y0[j] = np.int64(fy)
+            x0[j] = np.int64(fx)
+            y1[j] = np.int64(fy) + 1
+            x1[j] = np.int64(fx) + 1
+        for j in range(w):
+            if y0[j] < 0 or y1[j] >= h:
+                y0[j] = _reflect_index(y0[j], h)
+                y1[j] = _reflect_index(y1[j], h)
+            if x0[j] < 0 or x1[j] >= w:
+                x0[j] = _reflect_index(x0[j], w)
+                x1[j] = _reflect_index(x1[j], w)
+        orow = out[i]
+        for j in range(w):
+            # unsigned: spares numba's wrap-around test of a signed index on each read
+            r0 = np.uint64(y0[j])
+            r1 = np.uint64(y1[j])
+            q0 = np.uint64(x0[j])
+            q1 = np.uint64(x1[j])
+            p00 = img[r0, q0]
+            p01 = img[r0, q1]
+            p10 = img[r1, q0]
+            p11 = img[r1, q1]
+            a0 = wy0[j]
+            a1 = wy1[j]
+            b0 = wx0[j]
+            b1 = wx1[j]
+            o = orow[j]
             for k in range(ch):
-                t = (np.float64(img[y0, x0, k]) * wy0) * wx0
-                t += (np.float64(img[y0, x1, k]) * wy0) * wx1
-                t += (np.float64(img[y1, x0, k]) * wy1) * wx0
-                t += (np.float64(img[y1, x1, k]) * wy1) * wx1
+                t = (np.float64(p00[k]) * a0) * b0
+                t += (np.float64(p01[k]) * a0) * b1
+                t += (np.float64(p10[k]) * a1) * b0
+                t += (np.float64(p11[k]) * a1) * b1
                 v = np.float32(t)
                 v = min(max(v, zero), one) * k255
-                out[i, j, k] = np.uint8(v)
+                o[k] = np.uint8(v)
 
 
 def affine_points(h: int, w: int) -> np.ndarray:
@@ -323,8 +385,8 @@ def draw(rng, h: int, w: int, affine: float) -> tuple[np.ndarray, np.ndarray, np
         (h, w) float64 uniform on [-1, 1) before smoothing (x drawn first).
     """
     jitter = rng.uniform(-affine, affine, size=(3, 2)).astype(np.float32)
-    field_x = rng.uniform(-1, 1, size=(h, w))
-    field_y = rng.uniform(-1, 1, size=(h, w))
+    field_x = uniform(rng, -1, 1, (h, w))  # rng.uniform's values, without its per-value call
+    field_y = uniform(rng, -1, 1, (h, w))
     return jitter, field_x, field_y
 
 
@@ -348,13 +410,18 @@ def elastic_transform(x, params, rng, ctx):
     h, w = x.shape[:2]
     jitter, field_x, field_y = draw(rng, h, w, affine)
     pts1 = affine_points(h, w)
-    warped = np.empty(x.shape, np.float32)
+    warped = scratch("elastic.warped", x.shape, np.float32)
     _warp_affine(x, _F32_SCALE, cv2.getAffineTransform(pts1, pts1 + jitter), _WTAB, warped)
-    smooth = gaussian_reflect
     if not is_legacy(rng) and int(3.0 * sigma + 0.5) > _DCT_MIN_RADIUS:
-        smooth = gaussian_reflect_dct
-    dx = (smooth(field_x, sigma) * alpha).astype(np.float32)
-    dy = (smooth(field_y, sigma) * alpha).astype(np.float32)
+        dx = (gaussian_reflect_dct(field_x, sigma) * alpha).astype(np.float32)
+        dy = (gaussian_reflect_dct(field_y, sigma) * alpha).astype(np.float32)
+    else:
+        dx = _gaussian_reflect_into(
+            field_x, sigma, alpha, scratch("elastic.dx", (h, w), np.float32)
+        )
+        dy = _gaussian_reflect_into(
+            field_y, sigma, alpha, scratch("elastic.dy", (h, w), np.float32)
+        )
     out = np.empty(x.shape, np.uint8)
     _displace(warped, dx, dy, out)
     return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from robustlab.shifts.corruptions._draws import random
 from robustlab.shifts.registry import register_shift
 
 _MIN_MAP = 256
@@ -59,13 +60,19 @@ def draw(rng, size: int, decay: float) -> tuple[np.ndarray, np.ndarray]:
         from ``uniform(-wibble, wibble)``), and the wibble of each level. The batched
         version replays them (:mod:`robustlab.shifts.batched.weather`).
     """
-    draws = []
     steps = levels(size, decay)
-    for step, wibble in steps:
-        n = size // step
-        for _ in range(3):  # square centres, row diamonds, column diamonds
-            draws.append(rng.uniform(-wibble, wibble, (n, n)).ravel())
-    return np.concatenate(draws), np.array([wibble for _, wibble in steps])
+    # the reference's 3 draws per level follow each other with nothing in between, so
+    # one array of raw uniforms, scaled per draw, holds the same values in the same
+    # order (rng.uniform is low + (high - low) * u; see _draws)
+    counts = [3 * (size // step) ** 2 for step, _ in steps]
+    u = random(rng, sum(counts))
+    pos = 0
+    for (_, wibble), n in zip(steps, counts):
+        seg = u[pos : pos + n]
+        seg *= wibble - -wibble
+        seg += -wibble
+        pos += n
+    return u, np.array([wibble for _, wibble in steps])
 
 
 @njit(cache=True, nogil=True)

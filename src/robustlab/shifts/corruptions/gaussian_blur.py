@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robustlab.shifts.corruptions._gauss import gaussian_nearest
+from robustlab.shifts.corruptions._gauss import gaussian_nearest, gaussian_nearest_uint8
 from robustlab.shifts.registry import register_shift
 
 
@@ -22,4 +22,7 @@ from robustlab.shifts.registry import register_shift
 )
 def gaussian_blur(x, sigma, rng, ctx):
     """Blur with a Gaussian of standard deviation ``sigma`` pixels, channels separately."""
-    return np.clip(gaussian_nearest(np.asarray(x) / 255.0, sigma), 0, 1) * 255
+    x = np.asarray(x)
+    if x.dtype != np.uint8:  # the fused blur takes the pipeline's uint8; anything else as written
+        return np.clip(gaussian_nearest(x / 255.0, sigma), 0, 1) * 255
+    return gaussian_nearest_uint8(x, sigma, clip=True)

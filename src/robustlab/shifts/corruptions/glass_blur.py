@@ -1,8 +1,8 @@
 """glass_blur: frosted-glass blur (ImageNet-C, blur family).
 
-The reference blurs with ``skimage.filters.gaussian`` (here :func:`_gauss.gaussian_nearest`,
-bit-identical to it), truncates to uint8, then walks the image from the bottom-right
-corner inward, row-major, "swapping" each pixel with a neighbour at a random offset in
+The reference blurs with ``skimage.filters.gaussian`` (here
+:func:`_gauss.gaussian_nearest_uint8`, bit-identical to it, straight from and to uint8),
+truncates to uint8, then walks the image from the bottom-right corner inward, row-major, "swapping" each pixel with a neighbour at a random offset in
 ``[-delta, delta)`` (``randint``'s upper bound is exclusive, so the shuffle drifts up-left),
 ``iterations`` times, and blurs again.
 
@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from robustlab.seeding import randint
-from robustlab.shifts.corruptions._gauss import gaussian_nearest
+from robustlab.shifts.corruptions._gauss import gaussian_nearest, gaussian_nearest_uint8
 from robustlab.shifts.registry import register_shift
 
 
@@ -48,10 +48,21 @@ def _shuffle_pass(img, offsets, delta):
             dx = offsets[k, 0]
             dy = offsets[k, 1]
             k += 1
-            hp = h + dy
-            wp = w + dx
+            # unsigned (all in range): no wrap-around test of signed indices per access
+            src = img[np.uint64(h + dy), np.uint64(w + dx)]
+            dst = img[np.uint64(h), np.uint64(w)]
             for c in range(channels):
-                img[h, w, c] = img[hp, wp, c]
+                dst[c] = src[c]
+
+
+def _pass_offsets(rng, n: int, delta: int) -> np.ndarray:
+    """One pass's draws: ``(n, 2)`` int64 offsets ``(dx, dy)`` in [-delta, delta)."""
+    return randint(rng, -delta, delta, size=(n, 2))
+
+
+def _visited(height: int, width: int, delta: int) -> int:
+    """The number of pixels one pass visits."""
+    return max(height - 2 * delta, 0) * max(width - 2 * delta, 0)
 
 
 def draw(rng, height: int, width: int, delta: int, iterations: int) -> np.ndarray:
@@ -59,11 +70,14 @@ def draw(rng, height: int, width: int, delta: int, iterations: int) -> np.ndarra
 
     ``n`` is the number of pixels one pass visits, in :func:`_shuffle_pass`'s order. Drawing
     every pass up front consumes the stream as the reference's per-pass draws do (nothing
-    else is drawn in between).
+    else is drawn in between). The batched version replays this; the shift itself draws
+    pass by pass (:func:`_pass_offsets`, the same calls) to skip the stacked copy.
     """
-    n = max(height - 2 * delta, 0) * max(width - 2 * delta, 0)
-    passes = [randint(rng, -delta, delta, size=(n, 2)) for _ in range(iterations)]
-    return np.asarray(passes, dtype=np.int64).reshape(iterations, n, 2)
+    n = _visited(height, width, delta)
+    out = np.empty((iterations, n, 2), np.int64)
+    for i in range(iterations):
+        out[i] = _pass_offsets(rng, n, delta)
+    return out
 
 
 @register_shift(
@@ -81,8 +95,12 @@ def glass_blur(x, params, rng, ctx):
     sigma, delta, iterations = params
     x = np.asarray(x)
     height, width = x.shape[:2]
-    # np.uint8(gaussian * 255): truncation, as in the reference (values stay within [0, 255])
-    img = (gaussian_nearest(x / 255.0, sigma) * 255).astype(np.uint8)
-    for offsets in draw(rng, height, width, delta, iterations):
-        _shuffle_pass(img, offsets, delta)
-    return np.clip(gaussian_nearest(img / 255.0, sigma), 0, 1) * 255
+    # np.uint8(gaussian(x / 255.) * 255): truncation, as in the reference
+    if x.dtype == np.uint8:
+        img = gaussian_nearest_uint8(x, sigma, clip=False)
+    else:  # the fused blur takes the pipeline's uint8; anything else as written
+        img = (gaussian_nearest(x / 255.0, sigma) * 255).astype(np.uint8)
+    n = _visited(height, width, delta)
+    for _ in range(iterations):
+        _shuffle_pass(img, _pass_offsets(rng, n, delta), delta)
+    return gaussian_nearest_uint8(img, sigma, clip=True)

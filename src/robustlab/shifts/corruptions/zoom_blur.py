@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from robustlab.shifts.corruptions._scratch import lookup, scratch
 from robustlab.shifts.corruptions._zoom import clipped_zoom_sum
 from robustlab.shifts.registry import register_shift
 
@@ -46,7 +47,8 @@ def zoom_blur(x, params, rng, ctx):
     """Blur by averaging the image with center zooms by factors 1 .. stop (step apart)."""
     stop, step = params
     factors = np.arange(1, stop, step)
-    img = _SCALE[np.asarray(x)]
+    x = np.asarray(x)
+    img = lookup(x, _SCALE, scratch("zoom_blur.img", x.shape, np.float32))
     acc = clipped_zoom_sum(img, factors)
     out = np.empty(img.shape, np.uint8)
     _finish(img.ravel(), acc.ravel(), len(factors) + 1, out.ravel())
