@@ -56,6 +56,19 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return mid - half, mid + half
 
 
+# The paper's two comparisons: (baseline A, candidate B).
+PAIRS = (("resnext", "shake-resnext"), ("densenet", "msdnet"))
+
+
+def paired_bootstrap(diff, *, seed: int = 0, n: int = 10_000) -> tuple[float, float, float]:
+    """Mean of per-image differences and its 95 % percentile bootstrap interval."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), (n, len(diff)))].mean(1)
+    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
 def _pct(acc: float, n: int) -> str:
     lo, hi = wilson(round(acc * n), n)
     return f"{100 * acc:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
@@ -92,9 +105,16 @@ def train_one(args, arch: str, width: int) -> None:
 
 
 def table(args, archs: list[tuple[str, int]]) -> None:
-    from robustlab.store import Store
-    from robustlab.train.holdout import HoldoutConfig, make_split, read_set, run_holdout
+    from robustlab.store import CLEAN_SHIFT, Store
+    from robustlab.train.holdout import (
+        HOLDOUT_SHIFT,
+        HoldoutConfig,
+        make_split,
+        read_set,
+        run_holdout,
+    )
 
+    correct = {}
     out = Path(args.out)
     data = read_set(out / "icons")
     print(
@@ -117,11 +137,33 @@ def table(args, archs: list[tuple[str, int]]) -> None:
                 f"{split.label} | {len(split.train)} | {config.epochs} | "
                 f"{r.losses[0]:.2f} → {r.losses[-1]:.2f} | {_pct(r.seen_top1, r.n_seen)} "
                 f"({r.n_seen}) | {_pct(r.held_top1, r.n_held)} ({r.n_held}) | "
-                f"{train.get('train_seconds', float('nan')) / 60:.0f} "
-                f"({train.get('train_cpu_seconds', float('nan')) / 60:.0f}) | "
+                f"{train.get('train_seconds', float('nan')) / 60:.1f} "
+                f"({train.get('train_cpu_seconds', float('nan')) / 60:.1f}) | "
                 f"{load[0]}–{load[1]} |",
                 flush=True,
             )
+            preds = Store(db).predictions([r.run_id])
+            correct[(arch, split.label)] = preds.set_index(["shift", "sample_id"])["correct"]
+    # The direction of each of the paper's effects: paired bootstrap of the accuracy
+    # difference on the same test images (both networks saw the same split).
+    print()
+    print("| comparison | protocol | test | difference (B − A), 95 % paired bootstrap |")
+    print("|---|---|---|---|")
+    names = [a for a, _ in archs]
+    for a, b in PAIRS:
+        if a not in names or b not in names:
+            continue
+        for proto in args.protocols.split(","):
+            label = make_split(data.meta, seed=args.seed, **_kwargs(proto)).label
+            ca, cb = correct[(a, label)], correct[(b, label)]
+            for shift, name in ((HOLDOUT_SHIFT, "held-out"), (CLEAN_SHIFT, "in-dist.")):
+                x = ca.loc[shift].sort_index().to_numpy(float)
+                y = cb.loc[shift].reindex(ca.loc[shift].sort_index().index).to_numpy(float)
+                d, lo, hi = paired_bootstrap(y - x, seed=args.seed)
+                print(
+                    f"| {a} → {b} | {label} | {name} | {100 * d:+.1f} points "
+                    f"[{100 * lo:+.1f}, {100 * hi:+.1f}] |"
+                )
 
 
 def main() -> None:
