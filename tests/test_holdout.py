@@ -13,6 +13,7 @@ from robustlab.cli import main
 from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.train import holdout as ho
+from robustlab.train import networks as nw
 
 SHAPES = ("circle", "square", "cross")
 STYLES = {"red": ((220, 30, 30), None), "blue": ((30, 60, 220), None), "outline": (None, (0, 0, 0))}
@@ -279,13 +280,57 @@ def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys
     assert len(Store(db).runs()) == 1
 
 
+def test_cli_holdout_shake_resnext_runs_and_records_its_network(shapes_folder, tmp_path, capsys):
+    db = tmp_path / "s.duckdb"
+    args = ["holdout", "--data", str(shapes_folder), "--db", str(db), "--out", str(tmp_path)]
+    args += ["--holdout", "style=outline", "--arch", "shake-resnext", "--width", "4"]
+    assert main([*args, "--epochs", "1", "--batch-size", "16", "--no-progress"]) == 0
+    assert "held-out top-1" in capsys.readouterr().out
+    (run,) = Store(db).runs().to_dict("records")
+    assert run["model_spec"] == "holdout:shake-resnext"
+    train = Store(db).get_run(run["run_id"])["config"]["train"]
+    assert train["network"] == {"arch": "shake-resnext", **nw.network_params("shake-resnext", 4)}
+    assert train["parameters"] > 0 and len(train["losses"]) == 1
+    # The network's hyper-parameters are part of the identity: another width, another run.
+    assert main([*args, "--epochs", "1", "--batch-size", "16", "--no-progress"]) == 0
+    assert "reused stored run" in capsys.readouterr().out
+    assert main([*args[:-1], "8", "--epochs", "1", "--batch-size", "16", "--no-progress"]) == 0
+    assert len(Store(db).runs()) == 2
+    # A width the network cannot have is a one-line error, not a traceback.
+    assert main([*args[:-1], "6", "--epochs", "1"]) == 2
+    assert "must be a multiple of 4" in capsys.readouterr().err
+
+
+def test_small_cnn_run_id_is_the_identity_it_had_before_the_network_module(shapes_folder, tmp_path):
+    """Stored small-cnn runs stay reusable: their identity has no ``network`` entry (only
+    the new architectures add one), so the run id is the hash it always was."""
+    from dataclasses import asdict
+
+    from robustlab.run.identity import run_id
+
+    ds = ho.read_folder(shapes_folder)
+    sp = ho.split_column(ds.meta, "style=outline", seed=0)
+    cfg = ho.HoldoutConfig(width=4, epochs=1, batch_size=16)
+    res = ho.run_holdout(ds, sp, cfg, db=tmp_path / "o.duckdb", out=tmp_path)
+    old = {
+        "suite": ho.SUITE,
+        "version": ho.SUITE_VERSION,
+        "data": ds.fingerprint,
+        "split": sp.fingerprint(ds.meta),
+        "split_spec": sp.describe(),
+        "config": asdict(cfg),
+    }
+    assert res.run_id == run_id(old)
+    assert ho.HoldoutConfig(arch="timm:resnet10t").network is None
+
+
 def test_timm_resnet_gets_a_cifar_stem_and_bad_arch_is_refused():
     import torch
 
     net = ho.build_network(ho.HoldoutConfig(arch="timm:resnet10t"), 7)
     assert net.conv1.stride == (1, 1) and isinstance(net.maxpool, torch.nn.Identity)
     assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
-    with pytest.raises(InputError, match="small-cnn or timm:NAME"):
+    with pytest.raises(InputError, match="msdnet or timm:NAME"):
         ho.HoldoutConfig(arch="resnet18")
     with pytest.raises(InputError, match="unknown timm model"):
         ho.build_network(ho.HoldoutConfig(arch="timm:no_such_net"), 3)

@@ -55,9 +55,19 @@ def add_parser(sub) -> None:
         help="the control: hold out one version of each icon that has several",
     )
     p.add_argument(
-        "--arch", default="small-cnn", help="small-cnn or timm:NAME (e.g. timm:resnet10t)"
+        "--arch",
+        default="small-cnn",
+        help="small-cnn, resnext, shake-resnext (Shake-Shake), densenet, msdnet "
+        "(multi-scale) or timm:NAME (e.g. timm:resnet10t)",
     )
-    p.add_argument("--width", type=int, default=16, help="small-cnn first-stage channels")
+    p.add_argument(
+        "--width",
+        type=int,
+        default=16,
+        help="base width: small-cnn first-stage channels; resnext/shake-resnext "
+        "bottleneck channels of stage 1 (a multiple of 4); densenet growth rate x 4/3; "
+        "msdnet finest-scale channels",
+    )
     p.add_argument("--image-size", type=int, default=32, help="input side in pixels")
     p.add_argument("--epochs", type=int, default=8, help="training epochs")
     p.add_argument("--batch-size", type=int, default=64, help="images per training step")

@@ -22,7 +22,9 @@ train/test). The protocols:
 Besides the held-out test, a seeded, class-stratified share of the training pool is kept
 aside as an in-distribution test (or the set's own ``split == test`` rows): "how well does
 the network do on what it was trained for" beside "on what was held out". A small network is
-trained from scratch at 32 x 32 (a small CNN, or a timm ResNet with a 3x3 stride-1 stem), and
+trained from scratch at 32 x 32 (a small CNN, the paper's ResNeXt / Shake-Shake ResNeXt /
+DenseNet / MSDNet-style pairs of :mod:`robustlab.train.networks`, or a timm ResNet with a
+3x3 stride-1 stem), and
 every protocol is stored as one run (predictions of both tests; shift ``clean`` for the
 in-distribution test, shift ``holdout`` with the protocol as level), so ``robustlab results``
 and ``robustlab report`` show it. The run id covers the data, the split and the training
@@ -35,6 +37,7 @@ import json
 import logging
 import math
 import pickle
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -556,9 +559,11 @@ class HoldoutConfig:
     """How the network is trained from scratch (all of it is in the run's identity).
 
     Attributes:
-        arch: ``small-cnn`` or ``timm:NAME`` (a ResNet gets a 3x3 stride-1 stem, no max-pool,
-            as CIFAR-sized ResNets have).
-        width: Channels of the small CNN's first stage (doubled at each of 3 stages).
+        arch: ``small-cnn``, ``resnext``, ``shake-resnext``, ``densenet``, ``msdnet`` (see
+            :mod:`robustlab.train.networks`) or ``timm:NAME`` (a ResNet gets a 3x3 stride-1
+            stem, no max-pool, as CIFAR-sized ResNets have).
+        width: Base width of the network: the small CNN's first-stage channels, and the
+            size knob of the others (:func:`robustlab.train.networks.network_params`).
         image_size: Square input side.
         epochs, batch_size, lr, weight_decay: AdamW with a cosine schedule.
         augment: Random shifts of up to 2 px and horizontal flips (ICONS-50's training used
@@ -583,37 +588,34 @@ class HoldoutConfig:
             raise InputError(f"image size must be 16 or more, got {self.image_size}")
         if not self.lr > 0:
             raise InputError(f"learning rate must be positive, got {self.lr}")
-        if self.arch != "small-cnn" and not self.arch.startswith("timm:"):
-            raise InputError(f"--arch must be small-cnn or timm:NAME, not {self.arch!r}")
+        from robustlab.train.networks import OWN_ARCHS
+
+        if self.arch not in OWN_ARCHS and not self.arch.startswith("timm:"):
+            raise InputError(
+                f"--arch must be {', '.join(OWN_ARCHS)} or timm:NAME, not {self.arch!r}"
+            )
+
+    @property
+    def network(self) -> dict[str, Any] | None:
+        """The architecture's hyper-parameters (None for small-cnn and timm models, whose
+        ``width``/name say it all and whose run ids predate this field)."""
+        from robustlab.train.networks import PARAM_ARCHS, network_params
+
+        if self.arch not in PARAM_ARCHS:
+            return None
+        return {"arch": self.arch, **network_params(self.arch, self.width)}
 
 
 def build_network(config: HoldoutConfig, n_classes: int):
-    """The untrained network (the seed is set by the caller)."""
+    """The untrained network (the weights' seed is set by the caller; Shake-Shake's
+    coefficient generator is seeded here from ``config.seed``)."""
     from torch import nn
 
-    if config.arch == "small-cnn":
-        w = config.width
+    from robustlab.train import networks
 
-        def block(i, o):
-            return [
-                nn.Conv2d(i, o, 3, padding=1, bias=False),
-                nn.BatchNorm2d(o),
-                nn.ReLU(inplace=True),
-            ]
-
-        return nn.Sequential(
-            *block(3, w),
-            *block(w, w),
-            nn.MaxPool2d(2),
-            *block(w, 2 * w),
-            nn.MaxPool2d(2),
-            *block(2 * w, 4 * w),
-            nn.MaxPool2d(2),
-            *block(4 * w, 8 * w),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-            nn.Linear(8 * w, n_classes),
-        )
+    if config.arch in networks.OWN_ARCHS:
+        seed = derive_seed(config.seed, "network", "shake-shake", config.arch) % 2**63
+        return networks.build(config.arch, n_classes, config.width, seed=seed)
     import timm
 
     name = config.arch.split(":", 1)[1]
@@ -782,6 +784,8 @@ def run_holdout(
         "split_spec": split.describe(),
         "config": asdict(config),
     }
+    if config.network is not None:  # only the new architectures: old run ids stay as they were
+        identity["network"] = config.network
     rid = hash_id(identity)
     store = Store(db)
     if store.exists():
@@ -798,9 +802,17 @@ def run_holdout(
         len(split.seen),
         len(split.held),
     )
+    started, cpu_started = time.perf_counter(), time.process_time()
+    load_before = _loadavg()
     net, losses = train_network(
         data.load(train_rows, size), labels[train_rows], len(classes), config, progress
     )
+    timing = {
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "train_cpu_seconds": round(time.process_time() - cpu_started, 1),
+        "loadavg": [load_before, _loadavg()],
+        "parameters": sum(int(t.numel()) for t in net.parameters()),
+    }
     ckpt = Path(out) / f"holdout-{config.arch.replace(':', '_')}-{rid}.pth"
     with environment_errors(f"cannot write checkpoint {ckpt}"):
         ckpt.parent.mkdir(parents=True, exist_ok=True)
@@ -828,7 +840,13 @@ def run_holdout(
             "holdout": split.describe(),
             "data_layout": data.name,
             "classes": classes,
-            "train": {**asdict(config), "losses": losses, "checkpoint": str(ckpt)},
+            "train": {
+                **asdict(config),
+                **({"network": config.network} if config.network is not None else {}),
+                **timing,
+                "losses": losses,
+                "checkpoint": str(ckpt),
+            },
             "cells": [[CLEAN_SHIFT, CLEAN_LEVEL], [HOLDOUT_SHIFT, split.label]],
         },
     )
@@ -875,6 +893,14 @@ def run_holdout(
         ckpt,
         losses,
     )
+
+
+def _loadavg() -> float | None:
+    """The 1-minute load average (Linux), recorded beside training times."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _result_from_store(store, rid: str, split: HoldoutSplit) -> HoldoutResult:
