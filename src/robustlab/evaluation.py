@@ -114,8 +114,11 @@ def _label_space_hint(class_name: str, space_name: str) -> str | None:
     )
 
 
-def _labels_for(samples, space) -> list[int]:
-    """Label index per sample in ``space``; one-line ValueError for the first bad one."""
+def _labels_for(samples, space, generated_from: Path | None = None) -> list[int]:
+    """Label index per sample in ``space``; one-line ValueError for the first bad one.
+
+    ``generated_from``: the source folder when the samples are a generated folder's (made
+    with ``generate --unlabelled``), so an image without a label names what to pass."""
     n_classes = len(space.classes)
     out = []
     for s in samples:
@@ -142,8 +145,17 @@ def _labels_for(samples, space) -> list[int]:
                     f"{s.id}: label {label} is outside label space {space.name!r} "
                     f"(0..{n_classes - 1})"
                 )
+        elif generated_from is not None:
+            raise InputError(
+                f"{s.id} has no label: the folder was generated from unlabelled images "
+                f"({generated_from})",
+                hint="pass --labels CSV (file,label) naming their classes",
+            )
         else:
-            raise InputError(f"{s.id} has no label: use a class-folder tree or a labels CSV")
+            raise InputError(
+                f"{s.id} has no label",
+                hint="use a class-folder tree (<class>/<file>) or pass --labels CSV (file,label)",
+            )
         out.append(label)
     return out
 
@@ -337,15 +349,23 @@ def plan_run(
             **defences,
         )
     generated_root, source_kind = None, "on-the-fly"
+    held_only = False
     if manifest is not None:
         suite, gen_protocol, seed, source, labels_csv, masks, available = _generated_plan(
             root, manifest, suite, seed, labels_csv, masks
         )
         generated_root, source_kind = root.resolve(), "generated"
+        if not shifts and not levels and any(s != CLEAN_SHIFT for s, _ in available):
+            # Nothing asked for: the cells the folder holds (a folder generated with 4
+            # corruptions is evaluated on those 4), never a request for every cell of the
+            # suite that the user would have to narrow with flags the manifest could tell.
+            shifts, levels, held_only = _held_selection(available)
     seed = 0 if seed is None else int(seed)
     suite_obj, protocol, cells = _resolve_suite(
         suite, shifts, levels, available if manifest is not None else None
     )
+    if held_only:  # shifts generated at different levels: only the pairs that exist
+        cells = [(s, lv) for s, lv in cells if s == CLEAN_SHIFT or (s, str(lv)) in available]
     if manifest is not None:
         # The files fix the frame; how a model sees them is the suite's rule.
         protocol = dataclasses.replace(
@@ -382,7 +402,7 @@ def plan_run(
     space_name = label_space or (suite_obj.label_space if suite_obj else "imagenet1k")
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
     samples = _subset_classes(samples, space)
-    labels = _labels_for(samples, space)
+    labels = _labels_for(samples, space, root if manifest is not None else None)
     protocol = _chosen_protocol(protocol, override, suite_obj, space, manifest, root)
 
     if isinstance(model, str):
@@ -497,6 +517,7 @@ def plan_run(
         generated_root=generated_root,
         donors=samples if needs_donors else None,
         with_mask=needs_mask,
+        generated_skips=_generated_skips(manifest) if manifest is not None else None,
     )
     return {
         "model": model,
@@ -558,6 +579,35 @@ def protocol_record(protocol, override) -> dict:
         "override": None if override is None else str(override),
         **protocol.describe(),
     }
+
+
+def _generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], str]:
+    """Why the generate runs of a folder wrote no file for a cell (its manifest's
+    ``failures``) or for a whole source (``skipped_inputs``): the reasons a run on the
+    folder records for those cells (:class:`robustlab.run.tasks.CellImages`)."""
+    out: dict[tuple[str, str | None, str | None], str] = {}
+    for d in manifest.get("skipped_inputs") or []:
+        if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
+            out[(str(d["id"]), None, None)] = str(d["reason"])
+    for d in manifest.get("failures") or []:
+        if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
+            out[(str(d["id"]), str(d.get("shift")), str(d.get("level")))] = str(d["reason"])
+    return out
+
+
+def _held_selection(available) -> tuple[list[str], list, bool]:
+    """``(shifts, levels, True)``: the selection of every shift and level a generated folder
+    holds, each level as its shift's table names it (``1``, ``"90"``; the manifest writes
+    text)."""
+    from robustlab.shifts.registry import get_shift
+
+    held = [(s, str(lv)) for s, lv in available if s != CLEAN_SHIFT]
+    shifts = sorted(dict.fromkeys(s for s, _ in held))
+    levels: dict[str, Any] = {}
+    for s, lv in held:
+        own = {str(x): x for x in get_shift(s).levels}
+        levels.setdefault(lv, own.get(lv, lv))
+    return shifts, [levels[k] for k in sorted(levels, key=_level_order)], True
 
 
 def _generated_hint(available) -> str:

@@ -274,6 +274,17 @@ def add_labels(p) -> None:
     )
 
 
+def add_unlabelled(p) -> None:
+    """``--unlabelled``: accept images without labels (refused by default: nothing could
+    score them)."""
+    p.add_argument(
+        "--unlabelled",
+        action="store_true",
+        help="accept a folder whose images have no labels (no class folders, no labels CSV); "
+        "refused otherwise, since evaluate cannot score them",
+    )
+
+
 def add_masks(p, *, required: bool = False) -> None:
     """``--masks``: the foreground masks of the images."""
     p.add_argument(
