@@ -8,7 +8,6 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import tiny_sd_parts
 
 from robustlab.errors import MissingResourceError
 from robustlab.seeding import make_rng
@@ -21,17 +20,12 @@ TINY = {**AI_BG["default"], "steps": 3, "work_size": 64}
 
 @pytest.fixture(scope="module")
 def tiny_pipeline(tmp_path_factory):
-    """A StableDiffusionInpaintPipeline with tiny random weights, saved with save_pretrained.
+    """A StableDiffusionInpaintPipeline with tiny random weights, saved with save_pretrained:
+    the ``inpaint`` folder of ``robustlab data tiny-checkpoints`` (the same builder; no
+    download), here with a 16-token context."""
+    from robustlab.shifts.synth.tiny import save_inpaint
 
-    Built by :func:`conftest.tiny_sd_parts` (no download) with a 9-channel UNet, like every
-    SD inpainting UNet, and a 16-token context.
-    """
-    from diffusers import StableDiffusionInpaintPipeline
-
-    pipe = StableDiffusionInpaintPipeline(**tiny_sd_parts(unet_in_channels=9, context_length=16))
-    path = tmp_path_factory.mktemp("inpainter") / "tiny-sd-inpaint"
-    pipe.save_pretrained(path)
-    return path
+    return save_inpaint(tmp_path_factory.mktemp("inpainter") / "tiny-sd-inpaint", context_length=16)
 
 
 @pytest.fixture(scope="module")
