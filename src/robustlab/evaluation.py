@@ -394,6 +394,9 @@ def plan_run(
             f"`robustlab masks --data {root} --out DIR`)"
         )
     samples = discover(root, labels_csv=labels_csv, masks=masks)
+    from robustlab.shifts.synth.tiny import warn_if_drawn_by_random
+
+    warn_if_drawn_by_random(root)  # a synth folder drawn by tiny random weights: say so
     if needs_mask and manifest is None and not any(s.mask_path is not None for s in samples):
         raise InputError(
             f"none of the {len(samples)} images has a mask in {masks} (make them "

@@ -276,6 +276,36 @@ def warn_if_random(path) -> bool:
     return True
 
 
+def warn_if_drawn_by_random(data_root) -> bool:
+    """Log one warning when ``data_root`` is a ``robustlab synth`` folder drawn by a
+    random-weight checkpoint (its manifest names the checkpoint): numbers measured on its
+    images (evaluate, mine) are about noise. True if it is."""
+    root = Path(data_root).expanduser()
+    try:
+        manifest = json.loads((root / "manifest.json").read_text())
+        path = (
+            manifest["checkpoint"]["path"]
+            if manifest["format"].startswith("robustlab-synth/")
+            else None
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    if not path or not is_random(path):
+        return False
+    key = f"data:{root.resolve()}"
+    with _warned_lock:
+        first = key not in _warned
+        _warned.add(key)
+    if first:
+        log.warning(
+            "the images in %s were drawn by %s, a checkpoint with RANDOM weights (robustlab data "
+            "tiny-checkpoints): they are noise, numbers measured on them mean nothing",
+            root,
+            path,
+        )
+    return True
+
+
 __all__ = [
     "BUILDERS",
     "KINDS",
@@ -286,5 +316,6 @@ __all__ = [
     "save_inpaint",
     "save_text2image",
     "tiny_sd_parts",
+    "warn_if_drawn_by_random",
     "warn_if_random",
 ]
