@@ -81,7 +81,8 @@ def add_cell_filters(p, *, corruptions: bool = False) -> None:
         action=CommaList,
         dest="shifts",
         help="only these shifts: names, families (blur), tags, globs (*_noise) or "
-        "common/extra/all (repeatable, or comma-separated; default: all)",
+        "common/extra/all (repeatable, or comma-separated; default: all, or the cells a "
+        "generated --data folder holds)",
     )
     p.add_argument(
         "--level",
@@ -92,7 +93,7 @@ def add_cell_filters(p, *, corruptions: bool = False) -> None:
         dest="levels",
         convert=level,
         help="only these levels or ranges, e.g. 1,3,5 or 1-3 (repeatable, or "
-        "comma-separated; default: all)",
+        "comma-separated; default: all, or the cells a generated --data folder holds)",
     )
 
 
