@@ -68,8 +68,9 @@ UNRUNNABLE: dict[str, dict[str, str]] = {
         "robustlab synth --checkpoint sd15/ --out imagenet-d/ --per-pair 1": "needs the user's "
         "diffusers checkpoint (the tiny-checkpoints line after it runs synth)",
         "robustlab train lite0 --data val/ --method corruption-aug --holdout-family blur": (
-            "fine-tunes lite0 for 100 steps and scores it on 75 cells (measured: 40 min "
-            "estimated on 2 loaded cores); tests/test_train_methods.py runs the method small"
+            "fine-tunes lite0 for 100 steps, then scores it on 75 cells: its progress line "
+            "estimated 40 min on 2 cores at load 16; tests/test_train_methods.py runs the "
+            "method small"
         ),
         "robustlab evaluate lite0 --data val/ --suite imagenet-c --shift-device cuda": "needs a "
         "CUDA GPU; tests/test_evaluate_shift_device.py runs --shift-device cpu",
