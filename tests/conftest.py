@@ -125,97 +125,12 @@ def make_masked_folder(samples_dir: Path, root: Path, n: int, step: float):
     return data, masks
 
 
-def _byte_chars() -> list[str]:
-    """The 256 printable stand-ins CLIP's byte-level BPE uses for raw bytes."""
-    keep = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    extra = [b for b in range(256) if b not in keep]
-    return [chr(c) for c in keep] + [chr(256 + i) for i in range(len(extra))]
-
-
-def tiny_sd_parts(*, unet_in_channels: int = 4, context_length: int = 77) -> dict:
-    """Tiny random Stable Diffusion components (no download), seeded.
-
-    The tokenizer's vocabulary is the 512 single-byte symbols (with and without the
-    end-of-word mark) written here; the 4-level VAE has the usual factor 8, so 64x64 images
-    have 8x8 latents. ``unet_in_channels``: 4 for text-to-image, 9 for inpainting (noisy
-    latents + mask + masked-image latents).
-    """
-    import torch
-    from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
-
-    torch.manual_seed(0)
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for suffix in ("", "</w>"):
-        for c in _byte_chars():
-            vocab[c + suffix] = len(vocab)
-    tokenizer = CLIPTokenizer(vocab=vocab, merges=[], model_max_length=context_length)
-    text = CLIPTextModel(
-        CLIPTextConfig(
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=1,
-            hidden_size=32,
-            intermediate_size=37,
-            num_attention_heads=4,
-            num_hidden_layers=2,
-            vocab_size=len(vocab),
-            max_position_embeddings=context_length,
-        )
-    )
-    unet = UNet2DConditionModel(
-        block_out_channels=(16, 32),
-        layers_per_block=1,
-        sample_size=8,
-        in_channels=unet_in_channels,
-        out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=32,
-        attention_head_dim=4,
-        norm_num_groups=8,
-    )
-    vae = AutoencoderKL(
-        block_out_channels=(8, 8, 16, 16),
-        in_channels=3,
-        out_channels=3,
-        latent_channels=4,
-        norm_num_groups=4,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        layers_per_block=1,
-    )
-    scheduler = DDIMScheduler(
-        beta_start=0.00085,
-        beta_end=0.012,
-        beta_schedule="scaled_linear",
-        clip_sample=False,
-        set_alpha_to_one=False,
-        steps_offset=1,
-    )
-    return {
-        "vae": vae,
-        "text_encoder": text,
-        "tokenizer": tokenizer,
-        "unet": unet,
-        "scheduler": scheduler,
-        "safety_checker": None,
-        "feature_extractor": None,
-        "requires_safety_checker": False,
-    }
-
-
 def save_tiny_text2image(path: Path) -> Path:
-    """A StableDiffusionPipeline with tiny random weights (:func:`tiny_sd_parts`), saved
-    with save_pretrained."""
-    from diffusers import StableDiffusionPipeline
+    """A StableDiffusionPipeline with tiny random weights, saved with save_pretrained: the
+    ``text2image`` folder of ``robustlab data tiny-checkpoints`` (the same builder)."""
+    from robustlab.shifts.synth.tiny import save_text2image
 
-    StableDiffusionPipeline(**tiny_sd_parts()).save_pretrained(path)
-    return path
+    return save_text2image(path)
 
 
 def kill_after_first_file(cmd: list[str], out: Path, pattern: str, timeout: float = 120) -> None:

@@ -714,3 +714,33 @@ def test_top1_is_a_fraction_in_the_api_and_csv_and_a_labelled_percent_in_tables(
     assert rc == 0 and "top1 %" in out.splitlines()[0]
     assert f"{100 * frac:.2f}" in out
     assert not good_db.with_name(good_db.name + ".lock").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, prog, tail",
+    [
+        (["evalute", "lite0"], "robustlab", "; did you mean evaluate?"),
+        (["list", "shfts"], "robustlab list", "; did you mean shifts?"),
+        (["data", "ikons"], "robustlab data", "; did you mean icons?"),
+        (["results", "--format", "markdwn"], "robustlab results", "; did you mean markdown?"),
+        (
+            ["evaluate", "lite0", "--data", "x", "--shfit", "fog"],
+            "robustlab evaluate",
+            "unrecognized arguments: --shfit fog; did you mean --shift?",
+        ),
+        (
+            ["generate", "imagenet-c", "--data", "x", "--out", "y", "--unlabeled"],
+            "robustlab generate",
+            "unrecognized arguments: --unlabeled; did you mean --unlabelled?",
+        ),
+    ],
+)
+def test_a_misspelt_command_choice_or_flag_gets_the_closest_match(capsys, argv, prog, tail):
+    """argparse's own errors (a subcommand, a choice, a flag) name the closest match too,
+    with the usage of the command they belong to."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"usage: {prog} ")
+    assert err[-1].startswith(f"{prog}: error: ") and err[-1].endswith(tail), err[-1]

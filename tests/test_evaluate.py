@@ -187,6 +187,63 @@ def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, 
     pd.testing.assert_frame_equal(a, b)
     with pytest.raises(ValueError, match="generated with seed 0, not 1"):
         robustlab.evaluate(lite0, out, db=db, seed=1, progress=False)
+    # Nothing asked for: the cells the folder holds, the same run (nothing new to compute).
+    held = robustlab.evaluate(lite0, out, db=db, workers=0, progress=False)
+    assert held.attrs["run_id"] == gen.attrs["run_id"]
+    assert list(zip(held["shift"], held["level"])) == list(zip(gen["shift"], gen["level"]))
+
+
+def test_a_generated_folder_is_evaluated_on_the_cells_it_holds(samples_dir, tmp_path, capsys):
+    """Two generate runs into one folder (gaussian_noise at 1, jpeg_compression at 3): with
+    no --shift or --level the run covers exactly those cells, not the cross product and not
+    the whole suite; asking for more names what is missing."""
+    from robustlab.generate import generate
+
+    photos = _make_folder(samples_dir, tmp_path / "photos", 2)
+    out = tmp_path / "gen"
+    for shift, level in (("gaussian_noise", "1"), ("jpeg_compression", "3")):
+        generate("imagenet-c", photos, out, shifts=[shift], levels=level, workers=0, progress=False)
+    db = tmp_path / "r.duckdb"
+    argv = ["evaluate", "lite0", "--data", str(out), "--db", str(db), "--workers", "0"]
+    assert cli([*argv, "--no-progress"]) == 0
+    (run,) = Store(db).runs().to_dict("records")
+    assert [tuple(c) for c in run["config"]["cells"]] == [
+        ("clean", "0"),
+        ("gaussian_noise", "1"),
+        ("jpeg_compression", "3"),
+    ]
+    assert run["n_samples"] == 2 and not run["skipped"]
+    capsys.readouterr()
+    assert cli([*argv, "--shift", "gaussian_noise", "--level", "1-2"]) == 2
+    assert "has no generated images for gaussian_noise/2" in capsys.readouterr().err
+
+
+def test_a_generated_folder_carries_its_skip_reasons_into_the_run(tmp_path):
+    """An ImageNet-E cell that generate could not make (an empty mask) is the same skip,
+    with the manifest's reason, in a run on the folder: not "generated file missing"."""
+    import numpy as np
+    from PIL import Image
+
+    from robustlab.demo import materialise
+    from robustlab.generate import generate
+
+    data, masks = materialise(tmp_path / "demo", ["rocket/rocket.jpg", "cat/chelsea.png"])
+    blank = masks / "cat" / "chelsea.png"  # the demo's mask of the cat, made empty
+    size = Image.open(blank).size
+    Image.fromarray(np.zeros(size[::-1], np.uint8)).save(blank)
+    out = tmp_path / "imagenet-e"
+    res = generate(
+        "imagenet-e", data, out, shifts=["obj_direction"], levels="90", masks=masks, workers=0,
+        progress=False,
+    )  # fmt: skip
+    reason = "mask is empty (no foreground pixels)"
+    assert res.written == 1 and [f[-1] for f in res.failures] == [reason]
+    df = robustlab.evaluate(
+        "lite0", out, db=tmp_path / "r.duckdb", label_space="demo", workers=0, progress=False
+    )
+    assert list(zip(df["shift"], df["n"])) == [("clean", 2), ("obj_direction", 1)]
+    run = Store(tmp_path / "r.duckdb").get_run(df.attrs["run_id"])
+    assert [list(x) for x in run["skipped"]] == [["cat/chelsea.png", f"obj_direction/90: {reason}"]]
 
 
 def test_a_batch_size_below_one_is_refused_before_the_database(photos, lite0, tmp_path):

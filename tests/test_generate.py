@@ -330,6 +330,32 @@ def test_user_errors(three, tmp_path):
         generate("imagenet-c", three, three / "out", progress=False, workers=0)
 
 
+def test_an_unlabelled_flat_folder_is_refused_unless_asked(three, tmp_path, capsys):
+    """Images without labels would make hundreds of files evaluate cannot score: refused
+    in one line naming the flag; with --unlabelled they are generated, and evaluate of the
+    result says to pass --labels (which then scores them)."""
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for p in PHOTOS[:2]:
+        shutil.copy(three / p, flat / p)
+    c = CORRUPTIONS[0]
+    argv = ["generate", "imagenet-c", "--data", str(flat), "--out", str(tmp_path / "gen")]
+    argv += ["--shift", c, "--level", "1", "--workers", "0", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("robustlab generate: error: ") and "without labels" in err[0]
+    assert "--unlabelled" in err[1] and len(err) == 2
+    assert not (tmp_path / "gen").exists()
+    assert main([*argv, "--unlabelled"]) == 0
+    capsys.readouterr()
+    ev = ["evaluate", "lite0", "--data", str(tmp_path / "gen"), "--db", str(tmp_path / "r.duckdb")]
+    ev += ["--workers", "0", "--no-progress"]
+    assert main(ev) == 2
+    err = capsys.readouterr().err
+    assert "generated from unlabelled images" in err and "hint: pass --labels CSV" in err
+    assert main([*ev, "--labels", str(three / "labels.csv")]) == 0
+
+
 def test_cli(three, tmp_path, capsys):
     c = CORRUPTIONS[-1]
     rc = main(

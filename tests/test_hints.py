@@ -91,6 +91,8 @@ def test_missing_generated_cells_hint_the_shifts_that_exist(newt_folder, tmp_pat
             str(out),
             "--suite",
             "imagenet-c",
+            "--shift",
+            "common",  # more than was generated (with no --shift: what was generated)
             "--db",
             str(tmp_path / "r.duckdb"),
             "--workers",

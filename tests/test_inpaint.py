@@ -8,7 +8,6 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import tiny_sd_parts
 
 from robustlab.errors import MissingResourceError
 from robustlab.seeding import make_rng
@@ -21,17 +20,12 @@ TINY = {**AI_BG["default"], "steps": 3, "work_size": 64}
 
 @pytest.fixture(scope="module")
 def tiny_pipeline(tmp_path_factory):
-    """A StableDiffusionInpaintPipeline with tiny random weights, saved with save_pretrained.
+    """A StableDiffusionInpaintPipeline with tiny random weights, saved with save_pretrained:
+    the ``inpaint`` folder of ``robustlab data tiny-checkpoints`` (the same builder; no
+    download), here with a 16-token context."""
+    from robustlab.shifts.synth.tiny import save_inpaint
 
-    Built by :func:`conftest.tiny_sd_parts` (no download) with a 9-channel UNet, like every
-    SD inpainting UNet, and a 16-token context.
-    """
-    from diffusers import StableDiffusionInpaintPipeline
-
-    pipe = StableDiffusionInpaintPipeline(**tiny_sd_parts(unet_in_channels=9, context_length=16))
-    path = tmp_path_factory.mktemp("inpainter") / "tiny-sd-inpaint"
-    pipe.save_pretrained(path)
-    return path
+    return save_inpaint(tmp_path_factory.mktemp("inpainter") / "tiny-sd-inpaint", context_length=16)
 
 
 @pytest.fixture(scope="module")
@@ -306,3 +300,29 @@ def test_attribute_edits_fill_with_the_diffusers_backend(monkeypatch, tiny_pipel
     hole = fillmod.hole_mask(m, fillmod.SETTINGS["diffusers"]["dilate"])
     np.testing.assert_array_equal(out[~hole & ~rm], x[~hole & ~rm])
     assert (out[hole & ~rm] != x[hole & ~rm]).any()
+
+
+def test_a_random_weights_checkpoint_says_so(tiny_pipeline, tmp_path, caplog):
+    """The tiny checkpoint carries the random-weights marker, and planning a run with it
+    (describing the configured inpainter) logs one warning line; a checkpoint without the
+    marker logs none."""
+    import json
+    import shutil
+
+    from robustlab.shifts.synth import tiny
+    from robustlab.shifts.synth.inpaint import describe_inpainter
+
+    marker = json.loads((tiny_pipeline / tiny.MARKER).read_text())
+    assert marker["random_weights"] is True and marker["kind"] == "inpaint"
+    tiny._warned.clear()  # once per process: start from none
+    with caplog.at_level(logging.WARNING, logger="robustlab.shifts.synth.tiny"):
+        describe_inpainter(tiny_pipeline, device="cpu")
+        describe_inpainter(tiny_pipeline, device="cpu")
+    lines = [r.getMessage() for r in caplog.records if "RANDOM weights" in r.getMessage()]
+    assert len(lines) == 1 and "never for numbers" in lines[0]
+    caplog.clear()
+    plain = shutil.copytree(tiny_pipeline, tmp_path / "plain")
+    (plain / tiny.MARKER).unlink()
+    with caplog.at_level(logging.WARNING, logger="robustlab.shifts.synth.tiny"):
+        describe_inpainter(plain, device="cpu")
+    assert not tiny.is_random(plain) and "RANDOM" not in caplog.text

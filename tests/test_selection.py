@@ -133,3 +133,14 @@ def test_the_workflows_choose_the_same_cells(samples_dir, tmp_path):
         )
         got = [(s, int(lv)) for s, lv in zip(df["shift"], df["level"]) if s != "clean"]
         assert got == want, source
+
+
+def test_a_named_level_that_reads_as_a_number_is_that_level():
+    """obj_direction's levels are the names "45", "90", "180", "random": ``--level 90``
+    chose nothing ("has no level 90; did you mean 90?") because the grammar reads 90."""
+    from robustlab.suites import get_suite
+
+    sel = get_suite("imagenet-e").select(["obj_direction"], "90,180")
+    assert [tuple(c) for c in sel.cells] == [("obj_direction", "90"), ("obj_direction", "180")]
+    with pytest.raises(InputError, match="has no level 91"):
+        get_suite("imagenet-e").select(["obj_direction"], "91")

@@ -79,11 +79,37 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose help shows defaults (subcommand parsers inherit it)."""
+    """ArgumentParser whose help shows defaults and whose errors name the closest choice or
+    flag (subcommand parsers inherit it)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        super().error(_with_suggestion(self, message))
+
+
+def _with_suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's error ``message`` with a "did you mean" for a misspelt choice (``robustlab
+    evalute``, ``list shfts``) or an unknown flag (``--shfit``): the closest names by the
+    one rule every robustlab message uses (:func:`robustlab.errors.closest`)."""
+    import re
+
+    from robustlab.errors import closest
+
+    choice = re.search(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)$", message)
+    if choice:
+        choices = [c.strip().strip("'\"") for c in choice.group(2).split(",")]
+        near = closest(choice.group(1), choices)
+        return f"{message}; did you mean {' or '.join(near)}?" if near else message
+    if message.startswith("unrecognized arguments: "):
+        flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+        words = message.split(": ", 1)[1].split()
+        near = {w: closest(w.split("=", 1)[0], flags, n=1) for w in words if w.startswith("--")}
+        tips = list(dict.fromkeys(m[0] for m in near.values() if m))
+        return f"{message}; did you mean {' or '.join(tips)}?" if tips else message
+    return message
 
 
 def build_parser() -> argparse.ArgumentParser:

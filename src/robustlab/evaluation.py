@@ -116,8 +116,11 @@ def _label_space_hint(class_name: str, space_name: str) -> str | None:
     )
 
 
-def _labels_for(samples, space) -> list[int]:
-    """Label index per sample in ``space``; one-line ValueError for the first bad one."""
+def _labels_for(samples, space, generated_from: Path | None = None) -> list[int]:
+    """Label index per sample in ``space``; one-line ValueError for the first bad one.
+
+    ``generated_from``: the source folder when the samples are a generated folder's (made
+    with ``generate --unlabelled``), so an image without a label names what to pass."""
     n_classes = len(space.classes)
     out = []
     for s in samples:
@@ -144,8 +147,17 @@ def _labels_for(samples, space) -> list[int]:
                     f"{s.id}: label {label} is outside label space {space.name!r} "
                     f"(0..{n_classes - 1})"
                 )
+        elif generated_from is not None:
+            raise InputError(
+                f"{s.id} has no label: the folder was generated from unlabelled images "
+                f"({generated_from})",
+                hint="pass --labels CSV (file,label) naming their classes",
+            )
         else:
-            raise InputError(f"{s.id} has no label: use a class-folder tree or a labels CSV")
+            raise InputError(
+                f"{s.id} has no label",
+                hint="use a class-folder tree (<class>/<file>) or pass --labels CSV (file,label)",
+            )
         out.append(label)
     return out
 
@@ -383,13 +395,21 @@ def _read_source(root: Path, manifest, suite, seed, shifts, levels, labels_csv, 
     from robustlab.suites import VIEW_FIELDS
 
     generated_root, available = None, set()
+    held_only = False
     if manifest is not None:
         suite, gen_protocol, seed, source, labels_csv, masks, available = _generated_plan(
             root, manifest, suite, seed, labels_csv, masks
         )
         generated_root = root.resolve()
+        if not shifts and not levels and any(s != CLEAN_SHIFT for s, _ in available):
+            # Nothing asked for: the cells the folder holds (a folder generated with 4
+            # corruptions is evaluated on those 4), never a request for every cell of the
+            # suite that the user would have to narrow with flags the manifest could tell.
+            shifts, levels, held_only = _held_selection(available)
     on_disk = available if manifest is not None else None
     suite_obj, protocol, cells = _resolve_suite(suite, shifts, levels, on_disk)
+    if held_only:  # shifts generated at different levels: only the pairs that exist
+        cells = [(s, lv) for s, lv in cells if s == CLEAN_SHIFT or (s, str(lv)) in available]
     if manifest is not None:
         # The files fix the frame; how a model sees them is the suite's rule.
         protocol = dataclasses.replace(
@@ -433,6 +453,9 @@ def _source_samples(src: _Source, shift_objs, label_space):
             f"`robustlab masks --data {root} --out DIR`)"
         )
     samples = discover(root, labels_csv=src.labels_csv, masks=masks)
+    from robustlab.shifts.synth.tiny import warn_if_drawn_by_random
+
+    warn_if_drawn_by_random(root)  # a synth folder drawn by tiny random weights: say so
     if needs_mask and src.manifest is None and not any(s.mask_path is not None for s in samples):
         raise InputError(
             f"none of the {len(samples)} images has a mask in {masks} (make them "
@@ -441,7 +464,8 @@ def _source_samples(src: _Source, shift_objs, label_space):
     space_name = label_space or (src.suite.label_space if src.suite else "imagenet1k")
     space = get_label_space(space_name) if isinstance(space_name, str) else space_name
     samples = _subset_classes(samples, space)
-    return samples, _labels_for(samples, space), space
+    generated_from = root if src.manifest is not None else None
+    return samples, _labels_for(samples, space, generated_from), space
 
 
 def _source_plan(request: ModelRequest, src: _Source, label_space, shift_path, override, layout):
@@ -481,6 +505,7 @@ def _source_plan(request: ModelRequest, src: _Source, label_space, shift_path, o
         generated_root=src.generated_root,
         donors=samples if needs_donors else None,
         with_mask=any("mask" in sh.needs for sh in shift_objs),
+        generated_skips=_generated_skips(src.manifest) if src.manifest is not None else None,
     )
     return RunPlan(
         model=model,
@@ -641,6 +666,35 @@ def protocol_record(protocol, override) -> dict:
         "override": None if override is None else str(override),
         **protocol.describe(),
     }
+
+
+def _generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], str]:
+    """Why the generate runs of a folder wrote no file for a cell (its manifest's
+    ``failures``) or for a whole source (``skipped_inputs``): the reasons a run on the
+    folder records for those cells (:class:`robustlab.run.tasks.CellImages`)."""
+    out: dict[tuple[str, str | None, str | None], str] = {}
+    for d in manifest.get("skipped_inputs") or []:
+        if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
+            out[(str(d["id"]), None, None)] = str(d["reason"])
+    for d in manifest.get("failures") or []:
+        if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
+            out[(str(d["id"]), str(d.get("shift")), str(d.get("level")))] = str(d["reason"])
+    return out
+
+
+def _held_selection(available) -> tuple[list[str], list, bool]:
+    """``(shifts, levels, True)``: the selection of every shift and level a generated folder
+    holds, each level as its shift's table names it (``1``, ``"90"``; the manifest writes
+    text)."""
+    from robustlab.shifts.registry import get_shift
+
+    held = [(s, str(lv)) for s, lv in available if s != CLEAN_SHIFT]
+    shifts = sorted(dict.fromkeys(s for s, _ in held))
+    levels: dict[str, Any] = {}
+    for s, lv in held:
+        own = {str(x): x for x in get_shift(s).levels}
+        levels.setdefault(lv, own.get(lv, lv))
+    return shifts, [levels[k] for k in sorted(levels, key=_level_order)], True
 
 
 def _generated_hint(available) -> str:

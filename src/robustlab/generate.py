@@ -329,6 +329,7 @@ def generate(
     backend: str = "local",
     address: str | None = None,
     storage_options: dict | None = None,
+    unlabelled: bool = False,
 ) -> GenerateResult:
     """Generate a suite's cells for every image under ``data`` into ``out``.
 
@@ -347,6 +348,9 @@ def generate(
         keep_size: No resize and no crop: shifts run on the source size.
         limit: Use only the first ``limit`` images (sorted by id).
         labels_csv, masks, bboxes: Passed to :func:`discover`.
+        unlabelled: Accept a folder whose images have no labels (a flat folder without a
+            labels CSV). Refused by default: nothing can score such cells (``evaluate``
+            needs a label per image), so hundreds of files would be written for nothing.
         max_pixels: Decompression-bomb limit for sources.
         progress: Show a tqdm progress bar on stderr.
         backend: ``"local"`` (a process pool here) or ``"ray"`` (a Ray cluster: the
@@ -407,6 +411,7 @@ def generate(
                     progress=progress,
                     backend=backend,
                     address=address,
+                    unlabelled=unlabelled,
                 )
     started = time.perf_counter()
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
@@ -456,6 +461,13 @@ def generate(
             raise InputError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
 
     found = discover(data_root, labels_csv=labels_csv, masks=masks, bboxes=bboxes)
+    if not unlabelled and found and all(s.class_name is None and s.label is None for s in found):
+        raise InputError(
+            f"{data_root} holds {len(found)} images without labels (no class folders, no "
+            "labels CSV): evaluate cannot score what would be generated",
+            hint="put the images in <class>/ folders or pass --labels CSV (file,label); "
+            "--unlabelled generates them anyway",
+        )
     skipped_listing = list(found.skipped)
     donors = None
     if any(s.extra.get("donor_rule") or (s.needs & DONOR_KEYS) for s in shift_objs.values()):

@@ -460,7 +460,11 @@ class Suite:
             lv = {}
             for n in names:
                 allowed = get_shift(n).levels
-                bad = [x for x in level_list if x not in allowed]
+                # A named level that reads as a number ("90" of obj_direction) is that
+                # name: the grammar parses it as 90, the table says "90".
+                own = {str(a): a for a in allowed}
+                mine = [x if x in allowed else own.get(str(x), x) for x in level_list]
+                bad = [x for x in mine if x not in allowed]
                 if bad:
                     raise InputError(
                         f"{n} has no level {bad[0]!r}; levels are {list(allowed)}",
@@ -470,7 +474,7 @@ class Suite:
                             else None
                         ),
                     )
-                lv[n] = tuple(level_list)
+                lv[n] = tuple(mine)
         sub = Suite(
             self.name,
             self.version,

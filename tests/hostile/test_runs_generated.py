@@ -97,7 +97,7 @@ def test_missing_cell_hint_runs_as_printed(tmp_path, capsys):
     gen = tmp_path / "gen"
     _generate(capsys, data, gen, "--shift", f"{SHIFT},contrast", "--level", "2")
     db = tmp_path / "a.duckdb"
-    code, _, err = _evaluate(capsys, gen, db)
+    code, _, err = _evaluate(capsys, gen, db, "--shift", "common")  # more than was generated
     line = h.assert_user_error(code, err, contains="has no generated images")
     hint = h.error_lines(err)[1].split("hint:", 1)[1]
     flags = shlex.split(hint.split(":", 1)[1].split("(", 1)[0])

@@ -81,7 +81,8 @@ def add_cell_filters(p, *, corruptions: bool = False) -> None:
         action=CommaList,
         dest="shifts",
         help="only these shifts: names, families (blur), tags, globs (*_noise) or "
-        "common/extra/all (repeatable, or comma-separated; default: all)",
+        "common/extra/all (repeatable, or comma-separated; default: all, or the cells a "
+        "generated --data folder holds)",
     )
     p.add_argument(
         "--level",
@@ -92,7 +93,7 @@ def add_cell_filters(p, *, corruptions: bool = False) -> None:
         dest="levels",
         convert=level,
         help="only these levels or ranges, e.g. 1,3,5 or 1-3 (repeatable, or "
-        "comma-separated; default: all)",
+        "comma-separated; default: all, or the cells a generated --data folder holds)",
     )
 
 
@@ -271,6 +272,17 @@ def add_labels(p) -> None:
         dest="labels_csv",
         default=None,
         help="labels CSV for a flat folder (default: DATA/labels.csv)",
+    )
+
+
+def add_unlabelled(p) -> None:
+    """``--unlabelled``: accept images without labels (refused by default: nothing could
+    score them)."""
+    p.add_argument(
+        "--unlabelled",
+        action="store_true",
+        help="accept a folder whose images have no labels (no class folders, no labels CSV); "
+        "refused otherwise, since evaluate cannot score them",
     )
 
 

@@ -1,4 +1,6 @@
-"""``robustlab data icons --out DIR``: build offline data sets (the emoji surface-variation set)."""
+"""``robustlab data icons|tiny-checkpoints --out DIR``: build what robustlab needs offline (the
+emoji surface-variation set; tiny random-weight diffusion checkpoints to try the
+diffusion-backed commands)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from robustlab.commands._args import CommaList
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "data",
-        help="build offline data sets (emoji icons in several styles)",
-        description="Build data sets from artwork installed on this machine.",
+        help="build offline data sets (emoji icons) and tiny random-weight checkpoints",
+        description="Build data sets from artwork installed on this machine, or tiny "
+        "diffusion checkpoints with random weights for trying the diffusion-backed commands "
+        "offline.",
     )
     kinds = p.add_subparsers(dest="kind", metavar="KIND")
     kinds.required = True
@@ -43,10 +47,33 @@ def add_parser(sub) -> None:
         default=None,
         help="keep the first N subtypes of each class (a small set for trials)",
     )
+    t = kinds.add_parser(
+        "tiny-checkpoints",
+        help="tiny diffusion checkpoints with RANDOM weights (try synth, ai_bg and the "
+        "diffusion fills offline; never for numbers)",
+        description="Write tiny diffusers checkpoints with seeded random weights into "
+        "OUT/text2image (robustlab synth --checkpoint), OUT/inpaint (ROBUSTLAB_INPAINTER: "
+        "ai_bg, ROBUSTLAB_EDIT_FILL=diffusers) and OUT/bg-unet (ROBUSTLAB_BG_DIFFUSION: "
+        "bg_complexity), with a README. Their images are noise: they are for trying the "
+        "pipeline offline in seconds, never for numbers, and every run that loads one says "
+        "so. Needs diffusers and transformers (pip install 'robustlab[models]').",
+    )
+    t.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.kind == "tiny-checkpoints":
+        from robustlab.shifts.synth.tiny import KINDS, build_tiny_checkpoints
+
+        made = build_tiny_checkpoints(args.out)
+        for name, folder in made.items():
+            print(f"{folder}: {KINDS[name]}")
+        print(
+            "RANDOM weights: these checkpoints draw noise, for trying the pipeline only, "
+            "never for numbers"
+        )
+        return 0
     from robustlab.data.emoji import build_icons
 
     res = build_icons(

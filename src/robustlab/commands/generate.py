@@ -11,6 +11,7 @@ from robustlab.commands._args import (
     add_masks,
     add_no_progress,
     add_seed,
+    add_unlabelled,
     add_workers,
 )
 
@@ -37,6 +38,7 @@ def add_parser(sub) -> None:
         "already holds a run)",
     )
     add_labels(p)
+    add_unlabelled(p)
     add_masks(p)
     add_bboxes(p)
     add_cell_filters(p, corruptions=True)
@@ -83,6 +85,7 @@ def run(args) -> int:
         progress=not args.no_progress,
         backend=args.backend,
         address=args.address,
+        unlabelled=args.unlabelled,
     )
     rate = res.samples / res.seconds if res.seconds > 0 else 0.0
     print(

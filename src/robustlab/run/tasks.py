@@ -52,6 +52,11 @@ class CellImages:
             must not depend on which samples a run covers), for shifts with a donor rule;
             :class:`robustlab.shifts.scenes.DonorPool` decides who may be a donor.
         with_mask: Load each sample's mask (scene shifts need one).
+        generated_skips: For a generated folder, why its generate run made no file for a
+            ``(sample id, shift, level)`` (the manifest's failures, e.g. "object touches
+            every border") or for any cell of a sample id (``(id, None, None)``: its
+            skipped inputs). Such a missing file is that skip, with that reason, not a
+            "generated file missing" (which a rerun retries, the user may restore it).
 
     The tools' settings this process plans with (``process_config.process_settings``) are
     taken at construction, in the driver, and every cell is computed with them wherever
@@ -65,8 +70,10 @@ class CellImages:
         generated_root: str | Path | None = None,
         donors: Sequence | None = None,
         with_mask: bool = False,
+        generated_skips: dict[tuple[str, str | None, str | None], str] | None = None,
     ):
         self.protocol = protocol
+        self.generated_skips = dict(generated_skips or {})
         self.seed = int(seed)
         self.generated_root = Path(generated_root) if generated_root is not None else None
         self.with_mask = with_mask
@@ -102,7 +109,16 @@ class CellImages:
             path = pipeline.cell_path(self.generated_root, sample, shift, level, self.protocol)
             if outside(self.generated_root, path):  # robustlab.paths' link rule
                 raise CellSkipped("the generated file is a link out of the generated folder")
-            img = pipeline.decode(Path(path).read_bytes())
+            try:
+                data = Path(path).read_bytes()
+            except FileNotFoundError:
+                why = self.generated_skips.get(
+                    (str(sample.id), shift, str(level))
+                ) or self.generated_skips.get((str(sample.id), None, None))
+                if why is None:
+                    raise
+                raise CellSkipped(why) from None
+            img = pipeline.decode(data)
         else:
             sh = pipeline.resolve_shift(shift)
             ctx = None

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.shifts.synth._diffusers import quiet_loading
 from robustlab.shifts.synth.inpaint import checkpoint_fingerprint
 
 # Short sampler names -> diffusers scheduler classes (None: the checkpoint's own).
@@ -120,23 +121,12 @@ class TextToImage:
             import warnings
 
             from diffusers import AutoPipelineForText2Image
-            from diffusers.utils import logging as dlog
 
-            verbosity, bars = dlog.get_verbosity(), dlog.is_progress_bar_enabled()
-            dlog.set_verbosity_error()  # no per-component loading chatter on a user's terminal
-            dlog.disable_progress_bar()
-            try:
-                with warnings.catch_warnings():  # newer diffusers renamed torch_dtype to dtype
-                    warnings.filterwarnings(
-                        "ignore", message=".*torch_dtype.*", category=FutureWarning
-                    )
-                    pipe = AutoPipelineForText2Image.from_pretrained(
-                        str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True
-                    )
-            finally:
-                dlog.set_verbosity(verbosity)
-                if bars:
-                    dlog.enable_progress_bar()
+            with warnings.catch_warnings(), quiet_loading():  # torch_dtype is now dtype
+                warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
+                pipe = AutoPipelineForText2Image.from_pretrained(
+                    str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True
+                )
         except Exception as exc:  # wrong pipeline type, missing component, corrupt file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InputError(

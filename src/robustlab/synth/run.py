@@ -41,6 +41,7 @@ from robustlab.generate import (
     remove_temp_files,
 )
 from robustlab.manifest import load_manifest, manifest_lock, mark_dead_runs, this_process
+from robustlab.shifts.synth.tiny import warn_if_random
 from robustlab.synth.backend import SCHEDULERS, TextToImage, describe_checkpoint
 from robustlab.synth.prompts import (
     VOCABULARIES,
@@ -188,6 +189,7 @@ def synth(
     if limit is not None:
         grid = grid[: int(limit)]
     ckpt = pipeline.describe() if pipeline is not None else describe_checkpoint(checkpoint)
+    warn_if_random(ckpt.get("path") or checkpoint)  # a tiny-checkpoints folder: say so
     identity = {
         "checkpoint_fingerprint": ckpt["fingerprint"],
         "pipeline": ckpt["pipeline"],

@@ -165,8 +165,10 @@ def describe_bg_diffusion(
     loading it, for manifests and run records (a loaded one describes itself)."""
     from robustlab.errors import InputError
     from robustlab.shifts.synth.adm import fingerprint
+    from robustlab.shifts.synth.tiny import warn_if_random
 
     root, device, dtype = _settings(path, device, dtype)
+    warn_if_random(root)  # a run planned with a tiny-checkpoints folder says so
     with _CACHE_LOCK:
         loaded = _CACHE.get((str(root), device, dtype))
     if loaded is not None:

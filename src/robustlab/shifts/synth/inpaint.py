@@ -45,6 +45,7 @@ from robustlab.shifts.process_config import (
     set_process_config,
 )
 from robustlab.shifts.registry import register_resource, register_shift
+from robustlab.shifts.synth._diffusers import quiet_loading
 from robustlab.shifts.scenes._common import check_image, check_mask
 
 ENV_PATH = "ROBUSTLAB_INPAINTER"
@@ -122,7 +123,7 @@ class Inpainter:
 
             from diffusers import AutoPipelineForInpainting
 
-            with warnings.catch_warnings():  # newer diffusers renamed torch_dtype to dtype
+            with warnings.catch_warnings(), quiet_loading():  # torch_dtype is now dtype
                 warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
                 pipe = AutoPipelineForInpainting.from_pretrained(
                     str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True
@@ -277,6 +278,9 @@ def describe_inpainter(
     problem = _problem(root)
     if problem:
         raise InputError(f"inpainter: {problem}")
+    from robustlab.shifts.synth.tiny import warn_if_random
+
+    warn_if_random(root)  # a run planned with a tiny-checkpoints folder says so
     with _CACHE_LOCK:
         loaded = _CACHE.get((str(root), device, dtype))
     if loaded is not None:
