@@ -143,6 +143,8 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     # The actor's model runs on the CPU (the declared GPU is not a CUDA device): it gets the
     # node's 2 CPUs as torch threads, as the local backend's model, not Ray's one.
     assert stages["model"]["threads"] == 2
+    # The one model actor's start-up (building lite0), a fixed cost of every Ray job.
+    assert stages["actor start"]["items"] == 1 and stages["actor start"]["worker_s"] > 0
     assert Store(db).get_run(run_id)["status"] == "finished"
 
 

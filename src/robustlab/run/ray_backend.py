@@ -406,9 +406,12 @@ class StageTimes:
 
 
 def stages_line(summary: dict) -> str:
-    """One line from :meth:`StageTimes.summary`: items and rate per stage, and the wall time."""
+    """One line from :meth:`StageTimes.summary`: items and rate per stage, the model actors'
+    start-up time, and the wall time."""
     parts = [
-        f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
+        f"{d['items']} actor start(s) in {d['worker_s']:.1f} s"
+        if stage == "actor start"
+        else f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
         + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
         + (f" [{d['threads']} torch threads]" if d.get("threads") else "")
         for stage, d in summary.items()
@@ -567,6 +570,21 @@ def generate_on_ray(
 
 
 # --------------------------------------------------------------------------- evaluate
+class _StartReport:
+    """An actor's start-up seconds (building its model or pipeline), sent to the driver
+    once, with the actor's first rows: a fixed cost every Ray job pays per actor, which the
+    local backend, holding the model already, does not (benchmarks/README.md)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.sent = float(seconds), False
+
+    def column(self, n: int) -> np.ndarray:
+        out = np.zeros(n, dtype=np.float64)
+        if n and not self.sent:
+            out[0], self.sent = self.seconds, True
+        return out
+
+
 def _prepare_cells(batch: dict, *, dataset) -> dict:
     """CPU stage of ``evaluate``: decode, prepare, shift and preprocess each task's cells
     (the local DataLoader workers' :meth:`TaskDataset.__getitem__`); with a shift device
@@ -621,6 +639,7 @@ class _Predictor:
         shifter=None,
         shift_path: dict | None = None,
     ):
+        started = time.perf_counter()
         from robustlab.defences import defend
         from robustlab.models import load_model
 
@@ -653,6 +672,7 @@ class _Predictor:
             self.topk = int(topk)
         except RobustlabError as exc:
             self.failure = exc
+        self.start = _StartReport(time.perf_counter() - started)
 
     def _shift(self, batch: dict) -> tuple[list, list]:
         """Each task's cell images and errors: the CPU stage's, or (with a shift device)
@@ -734,6 +754,7 @@ class _Predictor:
             "ids": _objects(row_ids),
             "n_images": n_images,
             "threads": np.full(n_tasks, torch.get_num_threads()),
+            "start_s": self.start.column(n_tasks),
             "model_s": share * seconds,
             "shift_s": share * shift_s,
             "failure": _objects([self.failure or ""] * n_tasks),
@@ -876,6 +897,8 @@ def predict_on_ray(
                         batch["model_s"][j],
                         int(batch["threads"][j]),
                     )
+                    if batch["start_s"][j] > 0:  # after the stages: the line leads with them
+                        times.add("actor start", 1, batch["start_s"][j])
                     yield (
                         int(batch["index"][j]),
                         batch["errors"][j],
@@ -906,6 +929,7 @@ class _Synthesizer:
         settings: dict,
         draw: Callable,
     ):
+        started = time.perf_counter()
         from pathlib import Path
 
         from robustlab.synth.backend import TextToImage
@@ -921,6 +945,7 @@ class _Synthesizer:
         self.chunks, self.out_root = chunks, Path(out_root)
         self.settings, self.draw = dict(settings), draw
         self.record = self.pipeline.describe()
+        self.start = _StartReport(time.perf_counter() - started)
 
     def __call__(self, batch: dict) -> dict:
         import json
@@ -941,6 +966,7 @@ class _Synthesizer:
             "seconds": np.full(len(done), share, dtype=np.float64),
             "pipeline": _objects([json.dumps(self.record, default=str)] * len(done)),
             "threads": np.full(len(done), torch.get_num_threads()),
+            "start_s": self.start.column(len(done)),
         }
 
 
@@ -1014,16 +1040,19 @@ def synth_on_ray(
             num_cpus=placement.model_cpus,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            for file, reason, sec, record, threads in zip(
+            for file, reason, sec, record, threads, start in zip(
                 batch["file"],
                 batch["reason"],
                 batch["seconds"],
                 batch["pipeline"],
                 batch["threads"],
+                batch["start_s"],
             ):
                 if described is None:
                     described = json.loads(record)
                 times.add("synth", 1, sec, int(threads))
+                if start > 0:
+                    times.add("actor start", 1, start)
                 collect(str(file), str(reason) or None)
     times.wall = time.perf_counter() - started
     return times, described
