@@ -51,7 +51,7 @@ from evaluate import make_folder
 
 import robustlab
 from robustlab.generate import generate
-from robustlab.run.ray_backend import stages_line
+from robustlab.run.ray_backend import LOCAL_SYSTEM_CONFIG, stages_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,6 +154,8 @@ def start_ray(ray, cpus: int, temp_dir: str) -> tuple[float, float, float]:
             log_to_driver=False,
             logging_level=logging.ERROR,
             _temp_dir=temp_dir,
+            # what robustlab's own Ray instance gets (ray_backend.ray_session)
+            _system_config=dict(LOCAL_SYSTEM_CONFIG),
         )
     )
     for name in ("ray", "ray.data"):

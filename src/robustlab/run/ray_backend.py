@@ -59,6 +59,13 @@ RAY_HINT = "install it with: pip install 'robustlab[ray]'"
 CONNECT_TIMEOUT_S = 5.0
 # A worker process that dies is retried this many times before its image is given up.
 TASK_RETRIES = 1
+# Settings of a Ray instance robustlab starts on this machine. Ray raises its workers'
+# niceness by 15 (``worker_niceness``) to keep its own daemons responsive; the workers are the
+# job here (the local backend's processes run at the user's priority), and on a machine
+# shared with other work the demoted workers lost most of their CPU to it: evaluate with a
+# ResNet-50 at x0.41-0.72 of the local backend (benchmarks/README.md). A cluster started
+# with ``ray start`` keeps its own setting (``RAY_worker_niceness=0 ray start ...``).
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
 
 
 def require_ray():
@@ -116,7 +123,8 @@ def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator
 
     Yields ``ray.cluster_resources()``. A Ray already initialised in this process (a user's
     own ``ray.init``, a test fixture) is used as it is and left running; an instance
-    started here is shut down at the end, so a library call leaves no processes behind.
+    started here is shut down at the end, so a library call leaves no processes behind,
+    and runs its workers at this process's priority (:data:`LOCAL_SYSTEM_CONFIG`).
 
     Args:
         address: ``HOST:PORT`` of a running cluster's head (``ray start --head``), ``auto``,
@@ -136,7 +144,11 @@ def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator
             "logging_level": logging.WARNING,
         }
         if not address:
-            kwargs.update(num_cpus=cpus or None, include_dashboard=False)
+            kwargs.update(
+                num_cpus=cpus or None,
+                include_dashboard=False,
+                _system_config=dict(LOCAL_SYSTEM_CONFIG),
+            )
         # Ray's C++ core would print a warning line per connection retry before the error.
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         try:
