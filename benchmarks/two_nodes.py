@@ -235,8 +235,11 @@ def main() -> None:
         shutil.rmtree(cluster.temp_dir, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
+    # Where a cell runs must not change its row: every set-up stores the same predictions.
+    same = [_equal(rows["0"], rows[k]) for k in ("1", "2")]
+    print(f"\nevaluate's rows on 2 nodes, on 1 node x 2 CPUs = on 1 node x 1 CPU: {same}")
     print(
-        f"\nload average {min(loads):.1f}-{max(loads):.1f} before the jobs, {load():.1f} at the end"
+        f"load average {min(loads):.1f}-{max(loads):.1f} before the jobs, {load():.1f} at the end"
     )
     print(
         "| job | 1 node x 1 CPU | 2 nodes x 1 CPU | 1 node x 2 CPUs | scaling efficiency "
