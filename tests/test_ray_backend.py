@@ -10,10 +10,12 @@ and of the driver, and the two-node cluster, are slow tests.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -143,6 +145,8 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     # The actor's model runs on the CPU (the declared GPU is not a CUDA device): it gets the
     # node's 2 CPUs as torch threads, as the local backend's model, not Ray's one.
     assert stages["model"]["threads"] == 2
+    # The one model actor's start-up (building lite0), a fixed cost of every Ray job.
+    assert stages["actor start"]["items"] == 1 and stages["actor start"]["worker_s"] > 0
     assert Store(db).get_run(run_id)["status"] == "finished"
 
 
@@ -685,3 +689,31 @@ def test_two_nodes_started_with_ray_start(samples_dir, tmp_path, lite0):
         import shutil
 
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow  # starts a Ray instance of its own (seconds) in a fresh interpreter
+def test_own_ray_instance_runs_its_workers_at_the_callers_priority():
+    """Ray demotes its workers by 15 niceness steps; in the instance robustlab starts, the
+    workers (the CPU stage and the model actors: the job itself) keep the driver's
+    priority, as the local backend's worker processes do."""
+    pytest.importorskip("ray.data")
+    code = (
+        "import os, ray\n"
+        "from robustlab.run.ray_backend import ray_session\n"
+        "with ray_session(cpus=1):\n"
+        "    task = ray.remote(lambda: os.nice(0))\n"
+        "    print(os.nice(0), ray.get(task.remote()))\n"
+    )
+    # Its own temp dir, not /tmp/ray, which other Ray instances on the machine may use; a
+    # short one: Ray's socket paths under it must fit in 107 bytes (pytest's tmp_path won't).
+    temp = tempfile.mkdtemp(prefix="rlray-", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": temp, "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr
+    driver, worker = proc.stdout.split()
+    assert worker == driver

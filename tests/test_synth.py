@@ -407,6 +407,7 @@ def test_synth_on_ray_finishes_a_local_folder_with_the_local_bytes(
     assert _bytes(out) == _bytes(here) and len(_bytes(out)) == 8
     assert res.stages["synth"]["items"] == 3 and res.stages["wall_s"] > 0
     assert res.stages["synth"]["threads"] == 2  # the node's CPUs, as the local pipeline's
+    assert res.stages["actor start"]["items"] == 1  # one pipeline actor, loaded once
     left = sorted(p.name for p in out.rglob("*") if p.is_file() and p.suffix != ".png")
     assert left == [".manifest.lock", "labels.csv", "manifest.json", "prompts.csv"]
     m = json.loads((out / "manifest.json").read_text())

@@ -59,6 +59,13 @@ RAY_HINT = "install it with: pip install 'robustlab[ray]'"
 CONNECT_TIMEOUT_S = 5.0
 # A worker process that dies is retried this many times before its image is given up.
 TASK_RETRIES = 1
+# Settings of a Ray instance robustlab starts on this machine. Ray raises its workers'
+# niceness by 15 (``worker_niceness``) to keep its own daemons responsive; the workers are the
+# job here (the local backend's processes run at the user's priority), and on a machine
+# shared with other work the demoted workers lost most of their CPU to it: evaluate with a
+# ResNet-50 at x0.41-0.72 of the local backend (benchmarks/README.md). A cluster started
+# with ``ray start`` keeps its own setting (``RAY_worker_niceness=0 ray start ...``).
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
 
 
 def require_ray():
@@ -116,7 +123,8 @@ def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator
 
     Yields ``ray.cluster_resources()``. A Ray already initialised in this process (a user's
     own ``ray.init``, a test fixture) is used as it is and left running; an instance
-    started here is shut down at the end, so a library call leaves no processes behind.
+    started here is shut down at the end, so a library call leaves no processes behind,
+    and runs its workers at this process's priority (:data:`LOCAL_SYSTEM_CONFIG`).
 
     Args:
         address: ``HOST:PORT`` of a running cluster's head (``ray start --head``), ``auto``,
@@ -136,7 +144,11 @@ def ray_session(address: str | None = None, cpus: int | None = None) -> Iterator
             "logging_level": logging.WARNING,
         }
         if not address:
-            kwargs.update(num_cpus=cpus or None, include_dashboard=False)
+            kwargs.update(
+                num_cpus=cpus or None,
+                include_dashboard=False,
+                _system_config=dict(LOCAL_SYSTEM_CONFIG),
+            )
         # Ray's C++ core would print a warning line per connection retry before the error.
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         try:
@@ -406,9 +418,12 @@ class StageTimes:
 
 
 def stages_line(summary: dict) -> str:
-    """One line from :meth:`StageTimes.summary`: items and rate per stage, and the wall time."""
+    """One line from :meth:`StageTimes.summary`: items and rate per stage, the model actors'
+    start-up time, and the wall time."""
     parts = [
-        f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
+        f"{d['items']} actor start(s) in {d['worker_s']:.1f} s"
+        if stage == "actor start"
+        else f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
         + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
         + (f" [{d['threads']} torch threads]" if d.get("threads") else "")
         for stage, d in summary.items()
@@ -567,6 +582,21 @@ def generate_on_ray(
 
 
 # --------------------------------------------------------------------------- evaluate
+class _StartReport:
+    """An actor's start-up seconds (building its model or pipeline), sent to the driver
+    once, with the actor's first rows: a fixed cost every Ray job pays per actor, which the
+    local backend, holding the model already, does not (benchmarks/README.md)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.sent = float(seconds), False
+
+    def column(self, n: int) -> np.ndarray:
+        out = np.zeros(n, dtype=np.float64)
+        if n and not self.sent:
+            out[0], self.sent = self.seconds, True
+        return out
+
+
 def _prepare_cells(batch: dict, *, dataset) -> dict:
     """CPU stage of ``evaluate``: decode, prepare, shift and preprocess each task's cells
     (the local DataLoader workers' :meth:`TaskDataset.__getitem__`); with a shift device
@@ -621,6 +651,7 @@ class _Predictor:
         shifter=None,
         shift_path: dict | None = None,
     ):
+        started = time.perf_counter()
         from robustlab.defences import defend
         from robustlab.models import load_model
 
@@ -653,6 +684,7 @@ class _Predictor:
             self.topk = int(topk)
         except RobustlabError as exc:
             self.failure = exc
+        self.start = _StartReport(time.perf_counter() - started)
 
     def _shift(self, batch: dict) -> tuple[list, list]:
         """Each task's cell images and errors: the CPU stage's, or (with a shift device)
@@ -734,6 +766,7 @@ class _Predictor:
             "ids": _objects(row_ids),
             "n_images": n_images,
             "threads": np.full(n_tasks, torch.get_num_threads()),
+            "start_s": self.start.column(n_tasks),
             "model_s": share * seconds,
             "shift_s": share * shift_s,
             "failure": _objects([self.failure or ""] * n_tasks),
@@ -876,6 +909,8 @@ def predict_on_ray(
                         batch["model_s"][j],
                         int(batch["threads"][j]),
                     )
+                    if batch["start_s"][j] > 0:  # after the stages: the line leads with them
+                        times.add("actor start", 1, batch["start_s"][j])
                     yield (
                         int(batch["index"][j]),
                         batch["errors"][j],
@@ -906,6 +941,7 @@ class _Synthesizer:
         settings: dict,
         draw: Callable,
     ):
+        started = time.perf_counter()
         from pathlib import Path
 
         from robustlab.synth.backend import TextToImage
@@ -921,6 +957,7 @@ class _Synthesizer:
         self.chunks, self.out_root = chunks, Path(out_root)
         self.settings, self.draw = dict(settings), draw
         self.record = self.pipeline.describe()
+        self.start = _StartReport(time.perf_counter() - started)
 
     def __call__(self, batch: dict) -> dict:
         import json
@@ -941,6 +978,7 @@ class _Synthesizer:
             "seconds": np.full(len(done), share, dtype=np.float64),
             "pipeline": _objects([json.dumps(self.record, default=str)] * len(done)),
             "threads": np.full(len(done), torch.get_num_threads()),
+            "start_s": self.start.column(len(done)),
         }
 
 
@@ -1014,16 +1052,19 @@ def synth_on_ray(
             num_cpus=placement.model_cpus,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            for file, reason, sec, record, threads in zip(
+            for file, reason, sec, record, threads, start in zip(
                 batch["file"],
                 batch["reason"],
                 batch["seconds"],
                 batch["pipeline"],
                 batch["threads"],
+                batch["start_s"],
             ):
                 if described is None:
                     described = json.loads(record)
                 times.add("synth", 1, sec, int(threads))
+                if start > 0:
+                    times.add("actor start", 1, start)
                 collect(str(file), str(reason) or None)
     times.wall = time.perf_counter() - started
     return times, described
