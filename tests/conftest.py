@@ -9,6 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Under xdist (the default run, ``-n auto``) each worker process computes with one thread,
+# and so do the robustlab commands the tests start: N workers on N cores with N threads each
+# spend much of their CPU on OpenMP threads waiting for each other. Set before torch is
+# imported (conftest comes first); a test that wants more threads sets them itself.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
 # The full shared data (CI, developers) or, on a fresh clone, the compact copy in the
 # repository (tests/fixtures/make_shared_mini.py builds it; same layout, fewer photos).
 # ROBUSTLAB_TEST_SHARED_DATA=DIR points at another folder (/nonexistent: the mini copy).
@@ -210,7 +218,27 @@ def pytest_collection_modifyitems(config, items):
     """Every test that uses the session's Ray instance runs on one xdist worker
     (``--dist loadgroup`` in pyproject's addopts): a Ray instance costs seconds to start and
     keeps daemons busy, so two workers each starting one would pay that twice on a 2-core
-    machine. Without xdist the mark does nothing."""
+    machine. The Ray group goes to the front of the queue (xdist hands out work in
+    collection order), so the longest piece of work starts first. Without xdist the marks
+    and the order change nothing a test can see."""
+    first = []
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
+            first.append(item)
+    chosen = {id(i) for i in first}
+    items[:] = first + [i for i in items if id(i) not in chosen]
+
+
+@pytest.fixture
+def two_torch_threads():
+    """torch with 2 threads for one test, whatever the xdist worker's default of 1: for
+    numbers fixed on this project's 2-core machine with torch's default there (the golden
+    float sums of tests/test_train_loop.py) and for a local run compared byte for byte with a
+    Ray actor that computes with the node's 2 CPUs."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)

@@ -371,8 +371,13 @@ FLOW = (
 )
 
 
+@pytest.mark.slow
 def test_readme_imagenet_d_flow_runs_offline(in_tmp):
-    """The README's ImageNet-D lines as written, offline: tiny random-weight checkpoints ->
+    """Slow (about 50 s on 2 cores: six commands, each its own process, three models): each
+    step's claim has a faster default-suite test (tests/test_synth.py, test_mine.py,
+    test_review.py, test_evaluate.py), and this chain is what ties them together.
+
+    The README's ImageNet-D lines as written, offline: tiny random-weight checkpoints ->
     synth -> mine (lite0, lite1, lite2) -> the review server with two annotators -> the
     agreed set exported -> lite0 evaluated on it. Every synthesised image is kept (three
     ImageNet models all miss noise), both annotators accept, so the final set is complete."""

@@ -371,7 +371,7 @@ def _bytes(root: Path) -> dict[str, bytes]:
 
 
 def test_synth_on_ray_finishes_a_local_folder_with_the_local_bytes(
-    ray_cluster, tmp_path, checkpoint, backend
+    ray_cluster, tmp_path, checkpoint, backend, two_torch_threads
 ):
     """What a killed local run leaves (some images, a writer's temp file, a running
     manifest), finished once on Ray and once locally: the same missing images redrawn, byte

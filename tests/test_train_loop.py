@@ -167,7 +167,9 @@ GOLDEN: dict = {
         ("full", "aug"),
     ],
 )
-def test_the_unified_loop_reproduces_the_old_loops(images, tmp_path, mode, method):
+def test_the_unified_loop_reproduces_the_old_loops(
+    images, tmp_path, mode, method, two_torch_threads
+):
     got = run_short(images, tmp_path, mode, method)
     want = GOLDEN[(mode, method)]
     assert got["drawn"] == want["drawn"]
