@@ -81,14 +81,14 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
     data = make_folder(tmp / "photos", n_photos)
     model = load_model("lite0", device="cpu")
     plan = plan_run(model, data, suite="imagenet-c", shifts=shifts, levels=[level])
-    cells = plan["cells"]
+    cells = plan.cells
     n_images = n_photos * len(cells)
     # The same batches, prepared up front (in a worker process, as evaluate does, so the
     # main process's thread pools are in the same state): only the forward pass is timed.
     ds = TaskDataset(
-        plan["samples"],
-        [Task(i, tuple(cells)) for i in range(len(plan["samples"]))],
-        plan["images"],
+        plan.samples,
+        [Task(i, tuple(cells)) for i in range(len(plan.samples))],
+        plan.images,
         _ModelTransform(model),
     )
     tensors = torch.cat([item[1] for item in iterate_local(ds, workers=1)])

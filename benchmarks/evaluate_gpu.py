@@ -144,7 +144,7 @@ def main() -> None:
     out["warmup_s"] = round(time.perf_counter() - t0, 2)
 
     plan = plan_run(model, data, suite="imagenet-c")
-    cells, samples = plan["cells"], plan["samples"]
+    cells, samples = plan.cells, plan.samples
     n_images = len(samples) * len(cells)
     out["predictions"] = n_images
     transform = _ModelTransform(model)
@@ -170,11 +170,11 @@ def main() -> None:
         tasks, _, _ = plan_tasks(
             samples, cells, Store(tmp / "none.duckdb"), "none", RunOptions().cells_per_task
         )
-        ds = TaskDataset(samples, tasks, plan["images"], transform)
+        ds = TaskDataset(samples, tasks, plan.images, transform)
         if args.shift_device:  # the workers only decode: each photo counts as its cells
             from robustlab.run.device_shifts import CleanTaskDataset
 
-            ds = CleanTaskDataset(samples, tasks, plan["images"], None)
+            ds = CleanTaskDataset(samples, tasks, plan.images, None)
         t0 = time.perf_counter()
         n = 0
         for item in iterate_local(ds, workers=args.workers, prefetch=2):
@@ -222,7 +222,7 @@ def main() -> None:
     print(json.dumps(out), flush=True)
 
 
-def shift_rates(plan: dict, args, sync) -> dict:
+def shift_rates(plan, args, sync) -> dict:
     """Batched shifts alone (cells/s on the device) and the device JPEG's distance to Pillow's."""
     import numpy as np
     import torch
@@ -231,12 +231,12 @@ def shift_rates(plan: dict, args, sync) -> dict:
     from robustlab.run.device_shifts import DEFAULT_GROUP
     from robustlab.shifts.batched import apply, jpeg_roundtrip
 
-    protocol = plan["images"].protocol
-    samples = plan["samples"][:DEFAULT_GROUP]
-    imgs = np.stack([plan["images"].base(s).rgb for s in samples])
+    protocol = plan.images.protocol
+    samples = plan.samples[:DEFAULT_GROUP]
+    imgs = np.stack([plan.images.base(s).rgb for s in samples])
     x = torch.from_numpy(imgs).permute(0, 3, 1, 2).contiguous().to(args.shift_device)
     ids = [s.id for s in samples]
-    shifted = [c for c in plan["cells"] if c[0] != "clean"]
+    shifted = [c for c in plan.cells if c[0] != "clean"]
     for name, lv in shifted[::5]:  # warm-up: kernels, textures, generators
         apply(name, lv, x[:2], ids[:2])
     if sync:

@@ -91,15 +91,15 @@ def child(photos: Path, suite: str) -> dict:
     plan = plan_run(model, photos, suite=suite)
     with tempfile.TemporaryDirectory() as tmp:
         tasks, _, _ = plan_tasks(
-            plan["samples"],
-            plan["cells"],
+            plan.samples,
+            plan.cells,
             Store(Path(tmp) / "none.duckdb"),
             "none",
             RunOptions().cells_per_task,
         )
     from worker_cells import TimedTasks as Timed  # importable by name in the worker
 
-    ds = Timed(TaskDataset(plan["samples"], tasks, plan["images"], _ModelTransform(model)))
+    ds = Timed(TaskDataset(plan.samples, tasks, plan.images, _ModelTransform(model)))
     hashes, cells, cpu, first = [], 0, 0.0, None
     for (_index, tensor, errors, *_), cpu_s in iterate_local(ds, workers=1, prefetch=2):
         digest = hashlib.sha256(repr(errors).encode())
