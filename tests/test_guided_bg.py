@@ -201,23 +201,12 @@ def test_complexity_guidance_moves_background_high_frequencies(sampler):
 
 
 def test_unguided_sampler_on_a_diffusers_unet(tmp_path):
-    """A tiny diffusers UNet2DModel saved with save_pretrained runs through the loader and
-    the sampler (learned sigma read from its 6 output channels), seeded."""
-    from diffusers import UNet2DModel
+    """The tiny diffusers UNet2DModel that `robustlab data tiny-checkpoints` writes (saved
+    with save_pretrained) runs through the loader and the sampler (learned sigma read from
+    its 6 output channels), seeded."""
+    from robustlab.shifts.synth.tiny import save_bg_unet
 
-    torch.manual_seed(0)
-    unet = UNet2DModel(
-        sample_size=16,
-        in_channels=3,
-        out_channels=6,
-        layers_per_block=1,
-        block_out_channels=(16, 32),
-        norm_num_groups=8,
-        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
-    )
-    _randomise(unet)
-    unet.save_pretrained(tmp_path / "unet")
+    save_bg_unet(tmp_path / "unet")
     den = load_denoiser(tmp_path / "unet")
     assert den.kind == "diffusers" and den.image_size == 16 and den.learn_sigma
     g = GuidedBackground(den, device="cpu")
