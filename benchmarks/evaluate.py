@@ -67,7 +67,7 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
     import torch
 
     import robustlab
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.runner import _ModelTransform

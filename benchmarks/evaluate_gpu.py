@@ -90,7 +90,7 @@ def main() -> None:
     import torch
 
     import robustlab
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.runner import RunOptions, _ModelTransform, plan_tasks

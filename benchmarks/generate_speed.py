@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from robustlab.generate import generate
+from robustlab.workflows.generate import generate
 from robustlab.suites import get_suite
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "imagenet-samples"

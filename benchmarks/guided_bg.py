@@ -38,7 +38,7 @@ def _import_light():
     packages = (
         ("robustlab", ""),
         ("robustlab.shifts", "shifts"),
-        ("robustlab.shifts.synth", "shifts/synth"),
+        ("robustlab.shifts.generative", "shifts/synth"),
     )
     for name, rel in packages:
         if name not in sys.modules:
@@ -46,8 +46,8 @@ def _import_light():
             mod.__path__ = [str(SRC / "robustlab" / rel)]
             sys.modules[name] = mod
     return (
-        importlib.import_module("robustlab.shifts.synth.adm"),
-        importlib.import_module("robustlab.shifts.synth.guided_sampler"),
+        importlib.import_module("robustlab.shifts.generative.adm"),
+        importlib.import_module("robustlab.shifts.generative.guided_sampler"),
     )
 
 

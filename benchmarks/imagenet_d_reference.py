@@ -14,7 +14,7 @@ answer (``LLaVa TRUE``/``FALSE``/``DOUBLE``/``TODO``). This script
 3. stores the verdicts as numbers (0 right, 1 wrong, 2 both named, 3 neither) in
    ``tests/fixtures/imagenet_d_scorer_grid.npz`` with the class texts, the answer forms and
    the git blob id of the file that produced them;
-4. prints how many verdicts robustlab's rules (:mod:`robustlab.vlm.scoring`) give
+4. prints how many verdicts robustlab's rules (:mod:`robustlab.workflows.imagenet_d.vlm.scoring`) give
    differently (``official`` must give none);
 5. builds the prompt of every conversation template robustlab knows with the official
    ``LLaVA/llava/conversation.py`` (copied out the same way, run in a subprocess, as
@@ -95,7 +95,7 @@ def class_texts() -> list[str]:
 
 def alias(gt: str) -> str:
     """The first variant of the published scorer's mapping for ``gt``, else ``gt``."""
-    from robustlab.vlm.scoring import VARIANTS
+    from robustlab.workflows.imagenet_d.vlm.scoring import VARIANTS
 
     return (VARIANTS.get(gt) or (gt,))[0]
 
@@ -122,7 +122,7 @@ def official_prompts(mirror: Path) -> dict:
     """{template: [prompt per QUESTIONS]} from the official conversation.py."""
     import json
 
-    from robustlab.vlm.model import CONVERSATIONS
+    from robustlab.workflows.imagenet_d.vlm.model import CONVERSATIONS
 
     blob = _git(mirror, "rev-parse", f"HEAD:{CONVERSATION}").decode().strip()
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,7 +189,7 @@ def official_verdicts(mirror: Path, classes: list[str]) -> tuple[np.ndarray, str
 
 
 def robustlab_verdicts(classes: list[str], rule: str) -> np.ndarray:
-    from robustlab.vlm.scoring import score_answer
+    from robustlab.workflows.imagenet_d.vlm.scoring import score_answer
 
     n = len(classes)
     out = np.full((n, n, len(ANSWERS)), 255, dtype=np.uint8)
@@ -232,7 +232,7 @@ def main() -> None:
             print(f"    {gt} / {d}")
     import json
 
-    from robustlab.vlm.model import CONVERSATIONS
+    from robustlab.workflows.imagenet_d.vlm.model import CONVERSATIONS
 
     prompts = official_prompts(args.mirror)
     PROMPTS.write_text(json.dumps(prompts, indent=1) + "\n")

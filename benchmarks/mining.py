@@ -76,7 +76,7 @@ def build_pool(
     workers: int = 2,
 ) -> list[Path]:
     """The generated folders of the candidate pool (created or resumed)."""
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     data = work / "data"
     pick_photos(SAMPLES, data, n_photos)
@@ -118,8 +118,12 @@ def build_pool(
 
 def measure(folders, db: Path, *, models=MODELS, draws: int = 2000, workers: int = 1) -> dict:
     """Evaluate the models on every folder (stored, resumable) and compute both claims."""
-    from robustlab.mine import mine
-    from robustlab.mine.analysis import leave_one_out, stored_correctness, surrogate_curve
+    from robustlab.workflows.imagenet_d.mine import mine
+    from robustlab.workflows.imagenet_d.mine.analysis import (
+        leave_one_out,
+        stored_correctness,
+        surrogate_curve,
+    )
     from robustlab.models import load_model
     from robustlab.store import Store
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evaluate import make_folder
 
 import robustlab
-from robustlab.generate import generate
+from robustlab.workflows.generate import generate
 from robustlab.run.ray_backend import LOCAL_SYSTEM_CONFIG, stages_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,8 +243,8 @@ def make_jobs(args, work: Path, data: Path, cores: int) -> list[Job]:
             jobs.append(Job(f"evaluate {name}", "predictions/s", run_evaluate))
 
     if "synth" in jobs_wanted:
-        from robustlab.synth import synth
-        from robustlab.synth.backend import TextToImage
+        from robustlab.workflows.imagenet_d.synth import synth
+        from robustlab.shifts.generative.text2image import TextToImage
 
         checkpoint = tiny_checkpoint(work / "tiny-sd")
         pipeline = TextToImage(checkpoint, device="cpu")
@@ -270,7 +270,7 @@ def make_jobs(args, work: Path, data: Path, cores: int) -> list[Job]:
         jobs.append(Job("synth", "images/s", run_synth))
 
     if "mine" in jobs_wanted:
-        from robustlab.mine import mine
+        from robustlab.workflows.imagenet_d.mine import mine
         from robustlab.models import load_model
 
         cells = work / "mine-cells"

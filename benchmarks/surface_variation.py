@@ -78,7 +78,7 @@ def train_one(args, arch: str, width: int) -> None:
     """Worker: train ``arch`` under every protocol into its own database."""
     import torch
 
-    from robustlab.train.holdout import HoldoutConfig, make_split, read_set, run_holdout
+    from robustlab.workflows.train.holdout import HoldoutConfig, make_split, read_set, run_holdout
 
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -106,7 +106,7 @@ def train_one(args, arch: str, width: int) -> None:
 
 def table(args, archs: list[tuple[str, int]]) -> None:
     from robustlab.store import CLEAN_SHIFT, Store
-    from robustlab.train.holdout import (
+    from robustlab.workflows.train.holdout import (
         HOLDOUT_SHIFT,
         HoldoutConfig,
         make_split,

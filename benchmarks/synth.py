@@ -3,7 +3,7 @@
 The pipeline is Stable Diffusion 1.5's architecture built from configs in code (UNet 860M
 parameters, VAE, CLIP ViT-L/14 text encoder) with random weights: the compute is the
 architecture's, so the timing is a real checkpoint's, and nothing is downloaded. It is
-called exactly as ``robustlab.synth.backend.TextToImage`` calls it (a list of prompts, one
+called exactly as ``robustlab.shifts.generative.text2image.TextToImage`` calls it (a list of prompts, one
 CPU ``torch.Generator`` per image, classifier-free guidance, ``output_type="np"``), so the
 number is seconds per image of ``robustlab synth``.
 

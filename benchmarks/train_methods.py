@@ -3,7 +3,7 @@
 Fine-tunes the bundled lite0 (EfficientNet-Lite0) with each method on a few hundred of the
 shared photos and scores every model, and the un-fine-tuned one, by ImageNet-C mCE on other,
 held-out photos (mCE relative to the un-fine-tuned model: its mCE is 1). Everything goes
-through :func:`robustlab.train.methods.run_method`, so each model is a stored run with its
+through :func:`robustlab.workflows.train.methods.run_method`, so each model is a stored run with its
 training record, as ``robustlab train --method`` stores it.
 
 The shared set has one photo per class, so the split is by photo (seeded), not stratified:
@@ -37,7 +37,7 @@ def photo_split(data: Path, n_train: int, n_test: int, seed: int):
 
     from robustlab.data.sources import discover
     from robustlab.run.identity import data_fingerprint
-    from robustlab.train import Split
+    from robustlab.workflows.train import Split
 
     ids = sorted(s.id for s in discover(data))
     if n_train + n_test > len(ids):
@@ -77,10 +77,10 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from robustlab.train import TrainConfig
-    from robustlab.train.augment import CorruptionAugmentation
-    from robustlab.train.methods import run_method
-    from robustlab.train.stability import StabilityTraining
+    from robustlab.workflows.train import TrainConfig
+    from robustlab.workflows.train.augment import CorruptionAugmentation
+    from robustlab.workflows.train.methods import run_method
+    from robustlab.workflows.train.stability import StabilityTraining
 
     work = args.work or Path(tempfile.mkdtemp(prefix="train_methods_"))
     levels = [int(v) for v in args.levels.split(",")]

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evaluate import make_folder
 
 import robustlab
-from robustlab.generate import generate
+from robustlab.workflows.generate import generate
 from robustlab.run.ray_backend import stages_line
 from robustlab.store import Store
 

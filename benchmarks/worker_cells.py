@@ -80,7 +80,7 @@ def pick_photos(dst: Path, n: int, src: Path = SHARED) -> Path:
 def child(photos: Path, suite: str) -> dict:
     """One measurement with the robustlab on ``sys.path``: rates and per-task hashes."""
     import robustlab
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.runner import RunOptions, _ModelTransform, plan_tasks

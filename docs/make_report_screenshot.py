@@ -46,7 +46,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import robustlab
-    from robustlab.report import build_report
+    from robustlab.workflows.report import build_report
     from robustlab.shifts.corruptions import list_corruptions
 
     have = set(list_corruptions("all"))

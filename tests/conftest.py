@@ -136,7 +136,7 @@ def make_masked_folder(samples_dir: Path, root: Path, n: int, step: float):
 def save_tiny_text2image(path: Path) -> Path:
     """A StableDiffusionPipeline with tiny random weights, saved with save_pretrained: the
     ``text2image`` folder of ``robustlab data tiny-checkpoints`` (the same builder)."""
-    from robustlab.shifts.synth.tiny import save_text2image
+    from robustlab.shifts.generative.tiny import save_text2image
 
     return save_text2image(path)
 

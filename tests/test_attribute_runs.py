@@ -12,8 +12,8 @@ import pytest
 from robustlab.errors import InputChangedError
 
 from robustlab.demo import materialise
-from robustlab.evaluation import evaluate
-from robustlab.generate import ATTRIBUTES_CSV, MANIFEST, generate
+from robustlab.workflows.evaluate import evaluate
+from robustlab.workflows.generate import ATTRIBUTES_CSV, MANIFEST, generate
 from robustlab.store import Store
 
 PHOTOS = ["rocket/rocket.jpg", "tripod/camera.png", "cat/chelsea.png"]
@@ -127,8 +127,8 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
 
     # The report's ImageNet-E section: per-level accuracy and drop (from the stored cells),
     # and accuracy against the measured attributes; the edits are not "scenarios".
-    from robustlab.report import build_report
-    from robustlab.report.gather import gather
+    from robustlab.workflows.report import build_report
+    from robustlab.workflows.report.gather import gather
 
     d = gather(db, run_ids=[fly.attrs["run_id"]], n_resamples=50)
     cells = store.cell_table([fly.attrs["run_id"]]).set_index(["shift", "level"])

@@ -174,7 +174,7 @@ def test_one_default_for_shared_numbers():
     from robustlab.metrics.bootstrap import bootstrap_ci
     from robustlab.models.inference import PRECISIONS
     from robustlab.store import DEFAULT_DB
-    from robustlab.train import methods
+    from robustlab.workflows.train import methods
 
     assert _args.DEFAULT_DB == DEFAULT_DB
     assert _args.PRECISIONS == PRECISIONS

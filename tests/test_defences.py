@@ -205,7 +205,7 @@ def tiny(samples_dir, tmp_path_factory):
 
 
 def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0, tiny, tmp_path):
-    from robustlab.evaluation import evaluate
+    from robustlab.workflows.evaluate import evaluate
     from robustlab.store import Store
     from robustlab.store.queries import find_baseline_run, results_table
 
@@ -347,7 +347,7 @@ def test_clahe_fine_tuning_trains_on_clahe_pixels(crops, tmp_path):
     import torch
 
     from robustlab.models import load_model
-    from robustlab.train import TrainConfig, make_split, train_on_cells
+    from robustlab.workflows.train import TrainConfig, make_split, train_on_cells
 
     split = make_split(
         load_model("lite0", device="cpu"), crops, suite="imagenet-c", test_fraction=0.25
@@ -371,7 +371,7 @@ def test_cli_train_clahe_evaluates_behind_clahe_and_evaluate_warns_without_it(
     crops, tmp_path, caplog
 ):
     from robustlab.cli import main
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
     from robustlab.store import Store
 
     db = tmp_path / "r.duckdb"

@@ -348,7 +348,7 @@ def test_known_skips_are_recorded_and_not_retried(tmp_path, caplog):
     skipped once; resuming the same run records it again without recomputing it."""
     import logging
 
-    from robustlab.evaluation import evaluate
+    from robustlab.workflows.evaluate import evaluate
 
     data, masks = materialise(tmp_path, ["cat/chelsea.png"])
     kw = dict(

@@ -16,7 +16,7 @@ from PIL import Image
 
 from robustlab import pipeline
 from robustlab.data.sources import discover
-from robustlab.generate import generate
+from robustlab.workflows.generate import generate
 from robustlab.shifts.registry import get_shift
 from robustlab.shifts.scenes import DonorPool
 from robustlab.suites import get_suite
@@ -92,7 +92,7 @@ def test_donor_pool_rule_does_not_depend_on_the_selection(dataset):
 def test_generated_and_on_the_fly_pixels_agree_with_partial_masks_and_limit(
     dataset, tmp_path, lite0
 ):
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
 
     data, masks = dataset
     out = tmp_path / "gen"
@@ -122,7 +122,7 @@ class _Recording:
     def __init__(self):
         import torch
 
-        from robustlab.run.segmentation import SegmentationModel
+        from robustlab.workflows.segment import SegmentationModel
 
         torch.manual_seed(0)
         self.model = SegmentationModel(torch.nn.Conv2d(3, 2, 1), spec="conv", device="cpu")
@@ -137,7 +137,7 @@ class _Recording:
 
 
 def test_segment_uses_the_same_donors_as_generate_despite_limit(dataset, tmp_path):
-    from robustlab.run.segmentation import evaluate_segmentation
+    from robustlab.workflows.segment import evaluate_segmentation
 
     data, masks = dataset
     out = tmp_path / "gen"

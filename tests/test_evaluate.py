@@ -156,7 +156,7 @@ def test_rerun_skips_stored_keys_and_worker_count_does_not_matter(first_run, pho
 
 
 def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, tmp_path):
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     df, db = first_run
     out = tmp_path / "gen"
@@ -197,7 +197,7 @@ def test_a_generated_folder_is_evaluated_on_the_cells_it_holds(samples_dir, tmp_
     """Two generate runs into one folder (gaussian_noise at 1, jpeg_compression at 3): with
     no --shift or --level the run covers exactly those cells, not the cross product and not
     the whole suite; asking for more names what is missing."""
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     photos = _make_folder(samples_dir, tmp_path / "photos", 2)
     out = tmp_path / "gen"
@@ -225,7 +225,7 @@ def test_a_generated_folder_carries_its_skip_reasons_into_the_run(tmp_path):
     from PIL import Image
 
     from robustlab.demo import materialise
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     data, masks = materialise(tmp_path / "demo", ["rocket/rocket.jpg", "cat/chelsea.png"])
     blank = masks / "cat" / "chelsea.png"  # the demo's mask of the cat, made empty
@@ -508,7 +508,7 @@ def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, mon
 
 def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
     """A run's ai_bg images must all come from one checkpoint (it is not in the run id)."""
-    from robustlab.evaluation import _check_same_resources
+    from robustlab.workflows.evaluate import _check_same_resources
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
@@ -541,7 +541,7 @@ def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
 def test_resuming_attribute_edits_with_another_fill_backend_is_refused(tmp_path):
     """The hole-fill backend is checked like the checkpoints: same mechanism, same words."""
     from robustlab.errors import InputChangedError
-    from robustlab.evaluation import _check_same_resources
+    from robustlab.workflows.evaluate import _check_same_resources
     from robustlab.shifts.attributes import describe_hole_fill
     from robustlab.store import RunRecord, Store
 

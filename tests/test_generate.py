@@ -18,7 +18,7 @@ from robustlab.cli import main
 from robustlab.data.images import load_image
 from robustlab.data.sources import discover
 from robustlab.errors import MissingResourceError
-from robustlab.generate import MANIFEST, TEMP_SUFFIX, generate
+from robustlab.workflows.generate import MANIFEST, TEMP_SUFFIX, generate
 from robustlab.manifest import LOCK
 from robustlab.pipeline import apply_shift, as_stored, cell_path, decode, encode, prepare
 from robustlab.shifts import list_shifts

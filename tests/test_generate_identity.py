@@ -16,7 +16,7 @@ from PIL import Image
 
 from robustlab.cli import main
 from robustlab.errors import InputChangedError
-from robustlab.generate import generate
+from robustlab.workflows.generate import generate
 from robustlab.manifest import LOCK, MANIFEST
 
 SHIFT = "gaussian_noise"
@@ -178,7 +178,7 @@ def test_concurrent_generates_keep_both_runs_in_the_history(tmp_path):
 
 def test_a_running_writers_temp_files_are_left_alone(tmp_path):
     """A second generate must not delete the temp files of a live concurrent one."""
-    from robustlab.generate import remove_temp_files
+    from robustlab.workflows.generate import remove_temp_files
 
     cell = tmp_path / SHIFT / "1" / "a"
     cell.mkdir(parents=True)

@@ -35,7 +35,7 @@ from robustlab.errors import (
     InputError,
     MissingResourceError,
 )
-from robustlab.generate import MANIFEST, TEMP_SUFFIX, generate
+from robustlab.workflows.generate import MANIFEST, TEMP_SUFFIX, generate
 from robustlab.manifest import LOCK
 from robustlab.outputs import UrlFolder, open_folder
 

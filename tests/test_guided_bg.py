@@ -11,7 +11,7 @@ import torch
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.shifts import process_config
-from robustlab.shifts.synth.adm import (
+from robustlab.shifts.generative.adm import (
     OPENAI_256_UNCOND,
     ADMConfig,
     ADMUNet,
@@ -19,7 +19,7 @@ from robustlab.shifts.synth.adm import (
     load_adm,
     load_denoiser,
 )
-from robustlab.shifts.synth.guided_bg import (
+from robustlab.shifts.generative.guided_bg import (
     ENV_PATH,
     ClassifierGuide,
     GuidedBackground,
@@ -204,7 +204,7 @@ def test_unguided_sampler_on_a_diffusers_unet(tmp_path):
     """The tiny diffusers UNet2DModel that `robustlab data tiny-checkpoints` writes (saved
     with save_pretrained) runs through the loader and the sampler (learned sigma read from
     its 6 output channels), seeded."""
-    from robustlab.shifts.synth.tiny import save_bg_unet
+    from robustlab.shifts.generative.tiny import save_bg_unet
 
     save_bg_unet(tmp_path / "unet")
     den = load_denoiser(tmp_path / "unet")
@@ -274,7 +274,7 @@ def test_a_configured_checkpoint_that_does_not_load(monkeypatch, tmp_path, tiny_
     sample fails at once instead of reading the file again."""
     from robustlab.shifts import get_shift
     from robustlab.shifts.registry import missing_resource
-    from robustlab.shifts.synth import guided_bg
+    from robustlab.shifts.generative import guided_bg
 
     (tmp_path / "notes.pt").write_text("not weights")
     monkeypatch.setenv(ENV_PATH, str(tmp_path / "notes.pt"))
@@ -294,7 +294,7 @@ def test_a_configured_checkpoint_that_does_not_load(monkeypatch, tmp_path, tiny_
 def test_resuming_with_another_diffusion_checkpoint_is_refused(tmp_path):
     """bg_complexity's images in one run must come from one checkpoint (as ai_bg's)."""
     from robustlab.errors import InputChangedError
-    from robustlab.evaluation import _check_same_resources
+    from robustlab.workflows.evaluate import _check_same_resources
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
@@ -334,10 +334,10 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     from diffusers import UNet2DModel
     from PIL import Image
 
-    from robustlab.evaluation import plan_run
-    from robustlab.generate import generate
-    from robustlab.shifts.synth import guided_bg
-    from robustlab.shifts.synth.adm import fingerprint
+    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.generate import generate
+    from robustlab.shifts.generative import guided_bg
+    from robustlab.shifts.generative.adm import fingerprint
 
     torch.manual_seed(0)
     unet = UNet2DModel(

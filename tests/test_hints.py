@@ -14,7 +14,7 @@ import robustlab
 from robustlab.cli import build_parser
 from robustlab.cli import main as cli
 from robustlab.errors import InputError
-from robustlab.generate import generate
+from robustlab.workflows.generate import generate
 
 
 @pytest.fixture

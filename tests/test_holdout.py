@@ -12,8 +12,8 @@ from PIL import Image, ImageDraw
 from robustlab.cli import main
 from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, Store
-from robustlab.train import holdout as ho
-from robustlab.train import networks as nw
+from robustlab.workflows.train import holdout as ho
+from robustlab.workflows.train import networks as nw
 
 SHAPES = ("circle", "square", "cross")
 STYLES = {"red": ((220, 30, 30), None), "blue": ((30, 60, 220), None), "outline": (None, (0, 0, 0))}
@@ -242,8 +242,8 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
     assert table.iloc[0]["protocol"] == "versions" and table.iloc[0]["n_held"] == 18
 
     # The report: its own table, not a background-scenario table.
-    from robustlab.report import build
-    from robustlab.report.gather import gather, run_namer
+    from robustlab.workflows.report import build
+    from robustlab.workflows.report.gather import gather, run_namer
 
     assert [run_namer(run)(i) for i in range(3)] == ["circle", "cross", "square"]
     d = gather(db, n_resamples=20, regression=False)

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from robustlab.errors import InputError
-from robustlab.evaluation import plan_run
+from robustlab.workflows.evaluate import plan_run
 
 
 def _tree(root):
@@ -45,9 +45,9 @@ def test_the_layout_is_recognised_without_a_label_space(tmp_path):
 
 
 def test_evaluate_and_report_per_subset(tmp_path):
-    from robustlab.evaluation import evaluate
-    from robustlab.report import build_report
-    from robustlab.report.gather import gather
+    from robustlab.workflows.evaluate import evaluate
+    from robustlab.workflows.report import build_report
+    from robustlab.workflows.report.gather import gather
     from robustlab.store import Store
 
     root = _tree(tmp_path / "ImageNet-D")
@@ -72,9 +72,9 @@ def test_evaluate_and_report_per_subset(tmp_path):
 def test_report_shows_mining_and_review_statistics(tmp_path):
     import pandas as pd
 
-    from robustlab.evaluation import evaluate
-    from robustlab.report import build_report
-    from robustlab.report.gather import gather
+    from robustlab.workflows.evaluate import evaluate
+    from robustlab.workflows.report import build_report
+    from robustlab.workflows.report.gather import gather
     from robustlab.store import Store
     from robustlab.store.mining import write_mining
     from robustlab.store.reviews import ReviewStore

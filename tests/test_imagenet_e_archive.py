@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from robustlab.data.imagenet_e import folder_cell, is_archive, read_archive
-from robustlab.evaluation import evaluate
+from robustlab.workflows.evaluate import evaluate
 from robustlab.store import Store
 
 
@@ -73,7 +73,7 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
         and run["config"]["folders"]["size/0.05"] == "size_0.05"
     )
     # The report treats every archive cell as an edit and re-renders the archive's files.
-    from robustlab.report import build_report
+    from robustlab.workflows.report import build_report
 
     res = build_report(db, tmp_path / "r.html", n_resamples=20)
     assert res.grids == 2 and "edit-accuracy" in res.tables  # the 2 samples with every cell
@@ -85,7 +85,7 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
 
 
 def test_files_that_are_not_listed_images_are_counted(archive, tmp_path):
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
 
     root = tmp_path / "copy"
     shutil.copytree(archive, root)

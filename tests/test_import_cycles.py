@@ -27,16 +27,7 @@ LAYERS: dict[str, int] = {
     "robustlab.commands": 5,
     "robustlab.demo": 5,
     # 4 workflows: one user-visible job each, built from the layers below
-    "robustlab.evaluation": 4,
-    "robustlab.generate": 4,
-    "robustlab.synth": 4,
-    "robustlab.mine": 4,
-    "robustlab.train": 4,
-    "robustlab.report": 4,
-    "robustlab.review": 4,
-    "robustlab.vlm": 4,
-    "robustlab.run.segmentation": 4,
-    "robustlab.saliency": 4,
+    "robustlab.workflows": 4,
     # 3 execution: plans become work units on local pools or Ray
     "robustlab.run": 3,
     # 2 components: pixels, models, data, storage, numbers
@@ -53,8 +44,7 @@ LAYERS: dict[str, int] = {
     "robustlab.outputs": 2,
     "robustlab.paths": 2,
     "robustlab.run.content_hash": 2,  # hashing of input files, used by shifts and runs
-    "robustlab.saliency.metrics": 2,  # foreground-reliance numbers of a map and a mask
-    "robustlab.saliency.analysis": 2,  # their summaries over a table, like metrics/
+    "robustlab.saliency": 2,  # attribution maps and their foreground-reliance numbers
     # 1 core: needs nothing of robustlab
     "robustlab.errors": 1,
     "robustlab.seeding": 1,
@@ -63,12 +53,7 @@ LAYERS: dict[str, int] = {
 
 # Upward imports that are known and not yet removed, each with why it is there. An entry
 # that no longer matches an import fails the test, so the list only shrinks.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("robustlab.run.ray_backend", "robustlab.synth.backend"): (
-        "the Ray actor of ImageNet-D synthesis loads the synth workflow's text-to-image "
-        "pipeline; it moves to synth/ when the executors take workflow work units as data"
-    ),
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 # Cycles that are known and not yet broken (sorted member tuples). Empty: none is allowed.
 KNOWN_CYCLES: set[tuple[str, ...]] = set()
@@ -238,12 +223,12 @@ def test_the_check_sees_function_level_imports():
 
 
 def test_robustlab_evaluate_is_only_the_function():
-    """One name, one thing: the function lives in ``robustlab.evaluation``, and importing
+    """One name, one thing: the function lives in ``robustlab.workflows.evaluate``, and importing
     that module (as robustlab itself does) never turns ``robustlab.evaluate`` into a module."""
     import importlib.util
 
     import robustlab
-    from robustlab.evaluation import evaluate, run_table  # noqa: F401 - the import is the point
+    from robustlab.workflows.evaluate import evaluate, run_table  # noqa: F401 - the import is the point
 
     assert importlib.util.find_spec("robustlab.evaluate") is None
     assert robustlab.evaluate is evaluate and callable(robustlab.evaluate)

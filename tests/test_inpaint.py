@@ -13,7 +13,7 @@ from robustlab.errors import MissingResourceError
 from robustlab.seeding import make_rng
 from robustlab.shifts import get_shift
 from robustlab.shifts.registry import available_shifts, missing_resource
-from robustlab.shifts.synth.inpaint import AI_BG, ENV_PATH, Inpainter, get_inpainter
+from robustlab.shifts.generative.inpaint import AI_BG, ENV_PATH, Inpainter, get_inpainter
 
 TINY = {**AI_BG["default"], "steps": 3, "work_size": 64}
 
@@ -23,7 +23,7 @@ def tiny_pipeline(tmp_path_factory):
     """A StableDiffusionInpaintPipeline with tiny random weights, saved with save_pretrained:
     the ``inpaint`` folder of ``robustlab data tiny-checkpoints`` (the same builder; no
     download), here with a 16-token context."""
-    from robustlab.shifts.synth.tiny import save_inpaint
+    from robustlab.shifts.generative.tiny import save_inpaint
 
     return save_inpaint(tmp_path_factory.mktemp("inpainter") / "tiny-sd-inpaint", context_length=16)
 
@@ -120,8 +120,8 @@ def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(
 
     from PIL import Image
 
-    from robustlab.evaluation import _resolve_suite
-    from robustlab.generate import generate
+    from robustlab.workflows.evaluate import _resolve_suite
+    from robustlab.workflows.generate import generate
 
     monkeypatch.delenv(ENV_PATH, raising=False)
     data, masks = tmp_path / "data" / "n01440764", tmp_path / "masks" / "n01440764"
@@ -168,7 +168,7 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(
     from PIL import Image
 
     from robustlab.data.sources import discover
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
     from robustlab.pipeline import decode, load_prepared
     from robustlab.suites import get_suite
 
@@ -195,8 +195,8 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(
     # The manifest names the checkpoint, and evaluating the folder records that one.
     import json
 
-    from robustlab.evaluation import plan_run
-    from robustlab.shifts.synth.inpaint import checkpoint_fingerprint
+    from robustlab.workflows.evaluate import plan_run
+    from robustlab.shifts.generative.inpaint import checkpoint_fingerprint
 
     manifest = json.loads(res.manifest_path.read_text())
     assert manifest["inpainter"] == manifest["runs"][-1]["inpainter"]
@@ -241,10 +241,10 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(
     weights not loaded) it equals the loaded Inpainter's describe(). Without ai_bg: no record."""
     import json
 
-    from robustlab.evaluation import plan_run
-    from robustlab.generate import generate
+    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.generate import generate
     from robustlab.models import load_model
-    from robustlab.shifts.synth import inpaint
+    from robustlab.shifts.generative import inpaint
 
     monkeypatch.setenv(ENV_PATH, str(tiny_pipeline))
     monkeypatch.setenv("ROBUSTLAB_INPAINTER_DEVICE", "cpu")
@@ -309,13 +309,13 @@ def test_a_random_weights_checkpoint_says_so(tiny_pipeline, tmp_path, caplog):
     import json
     import shutil
 
-    from robustlab.shifts.synth import tiny
-    from robustlab.shifts.synth.inpaint import describe_inpainter
+    from robustlab.shifts.generative import tiny
+    from robustlab.shifts.generative.inpaint import describe_inpainter
 
     marker = json.loads((tiny_pipeline / tiny.MARKER).read_text())
     assert marker["random_weights"] is True and marker["kind"] == "inpaint"
     tiny._warned.clear()  # once per process: start from none
-    with caplog.at_level(logging.WARNING, logger="robustlab.shifts.synth.tiny"):
+    with caplog.at_level(logging.WARNING, logger="robustlab.shifts.generative.tiny"):
         describe_inpainter(tiny_pipeline, device="cpu")
         describe_inpainter(tiny_pipeline, device="cpu")
     lines = [r.getMessage() for r in caplog.records if "RANDOM weights" in r.getMessage()]
@@ -323,6 +323,6 @@ def test_a_random_weights_checkpoint_says_so(tiny_pipeline, tmp_path, caplog):
     caplog.clear()
     plain = shutil.copytree(tiny_pipeline, tmp_path / "plain")
     (plain / tiny.MARKER).unlink()
-    with caplog.at_level(logging.WARNING, logger="robustlab.shifts.synth.tiny"):
+    with caplog.at_level(logging.WARNING, logger="robustlab.shifts.generative.tiny"):
         describe_inpainter(plain, device="cpu")
     assert not tiny.is_random(plain) and "RANDOM" not in caplog.text

@@ -187,7 +187,7 @@ def test_csv_rows_whose_index_contradicts_the_class_are_refused(tmp_path):
 
 def test_csv_index_that_contradicts_the_label_space_is_refused(tmp_path):
     from robustlab.data.labels import get_label_space
-    from robustlab.evaluation import _labels_for
+    from robustlab.workflows.evaluate import _labels_for
 
     data = tmp_path / "flat"
     _img(data / "a.png")
@@ -337,7 +337,7 @@ def test_evaluate_over_a_hostile_folder_skips_each_bad_file_and_scores_the_rest(
 
 
 def test_generate_skips_a_name_that_is_not_utf8_instead_of_failing(tmp_path):
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     data = tmp_path / "data"
     _img(data / "cat" / "a.png")

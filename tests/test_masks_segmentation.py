@@ -42,7 +42,7 @@ def object_on_black(samples_dir):
 
 
 def test_segmentation_masker_returns_the_networks_foreground(object_on_black):
-    from robustlab.run.segmentation import SegmentationModel
+    from robustlab.workflows.segment import SegmentationModel
 
     rgb, truth = object_on_black
     seg = SegmentationModel(_NotBlack(), spec="not-black", device="cpu")

@@ -16,8 +16,8 @@ from robustlab.cli import main
 from robustlab.data.labels import get_label_space
 from robustlab.data.sources import discover
 from robustlab.errors import InputChangedError, InputError
-from robustlab.mine import mine
-from robustlab.mine.analysis import leave_one_out, surrogate_curve, transfer
+from robustlab.workflows.imagenet_d.mine import mine
+from robustlab.workflows.imagenet_d.mine.analysis import leave_one_out, surrogate_curve, transfer
 from robustlab.store import Store
 from robustlab.store.mining import mined_images, mining_runs
 
@@ -29,7 +29,7 @@ def pool(tmp_path_factory):
     """The 6 demo photos and their contrast / gaussian-noise severity-5 cells
     (a generated folder: 12 candidates), mined once with all three surrogates."""
     from robustlab.demo import materialise
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     root = tmp_path_factory.mktemp("mine")
     data, _ = materialise(root / "demo")
@@ -98,7 +98,7 @@ def test_the_hard_subset_reviews_readably_and_its_own_files_are_no_bad_images(po
     """hard.csv in the review app: per surrogate its predicted class name and right/wrong,
     the cell in words; robustlab's own hard.csv / mining.json / labels.csv in the folder
     are never reported as files that are not images (review, evaluate --labels)."""
-    from robustlab.review import load_review_set
+    from robustlab.workflows.imagenet_d.review import load_review_set
 
     out = pool["root"] / "hard"
     rows = {r["file"]: r for r in csv.DictReader(open(out / "hard.csv"))}
@@ -252,7 +252,7 @@ def test_report_shows_the_mining_curve_transfer_and_hard_examples(pool, tmp_path
     import re
     import shutil
 
-    from robustlab.report import build_report
+    from robustlab.workflows.report import build_report
 
     db = tmp_path / "r.duckdb"
     shutil.copy(pool["db"], db)
@@ -295,7 +295,7 @@ def test_the_readmes_review_flow_runs_on_the_hard_subset(pool, tmp_path, capsys)
     hard/hard.csv --export final.csv -k 2`` (two annotators' decisions recorded as the
     page records them), then ``evaluate --data hard/ --labels final.csv``: neither calls
     robustlab's own hard.csv / mining.json / labels.csv a bad image."""
-    from robustlab.review import load_review_set
+    from robustlab.workflows.imagenet_d.review import load_review_set
     from robustlab.store.reviews import ReviewStore
 
     out, db, final = pool["root"] / "hard", tmp_path / "review.duckdb", tmp_path / "final.csv"

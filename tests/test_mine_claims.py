@@ -10,8 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from robustlab.mine import mine
-from robustlab.mine.analysis import leave_one_out, stored_correctness
+from robustlab.workflows.imagenet_d.mine import mine
+from robustlab.workflows.imagenet_d.mine.analysis import leave_one_out, stored_correctness
 from robustlab.store import Store
 
 MODELS = ("lite0", "lite1", "lite2")
@@ -20,7 +20,7 @@ MODELS = ("lite0", "lite1", "lite2")
 @pytest.mark.slow
 def test_more_surrogates_harder_set_and_failures_transfer(full_samples_dir, tmp_path):
     samples_dir = full_samples_dir  # the claims need the 500 classes
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
     from robustlab.models import load_model
 
     with open(samples_dir / "labels.csv") as fh:

@@ -48,7 +48,7 @@ def lite0():
 
 def _clean_pixels(model, folder: Path):
     """The uint8 batch evaluate feeds the model for the clean cell, and the labels."""
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
     from robustlab.run.runner import _ModelTransform
     from robustlab.run.tasks import Task, TaskDataset
 
@@ -121,7 +121,7 @@ def test_precision_joins_the_run_id_and_fp32_keeps_its_old_one(lite0, samples_di
     """An fp32 run hashes exactly the fields it always hashed (rebuilt here from the
     record), so stored fp32 runs resume; bf16 and fp16 differ only by the precision."""
     from robustlab import __version__
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
 
     data = _folder(samples_dir, tmp_path / "p", 3)
     records = {p: plan_run("lite0", data, device="cpu", precision=p).record for p in PREC}

@@ -20,7 +20,7 @@ from robustlab.shifts.process_config import (
     setting,
     task_settings,
 )
-from robustlab.shifts.synth import guided_bg, inpaint
+from robustlab.shifts.generative import guided_bg, inpaint
 
 ALL_VARS = (
     inpaint.ENV_PATH,

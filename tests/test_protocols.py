@@ -183,7 +183,7 @@ def _imagenet_d_tree(root):
 
 
 def test_imagenet_d_runs_use_the_models_own_transform_and_an_override_is_its_own_run(tmp_path):
-    from robustlab.evaluation import plan_run
+    from robustlab.workflows.evaluate import plan_run
     from robustlab.run.runner import _ModelTransform
     from robustlab.run.tasks import Task, TaskDataset
 
@@ -239,8 +239,8 @@ def test_imagenet_e_drop_is_paired_with_clean_on_the_same_images(tmp_path):
     """A level folder missing a file is compared with the clean accuracy of the images it
     holds, and the run records ImageNet-E's view."""
     from robustlab.demo import demo_photos
-    from robustlab.evaluation import evaluate
-    from robustlab.report.gather import gather
+    from robustlab.workflows.evaluate import evaluate
+    from robustlab.workflows.report.gather import gather
     from robustlab.store import Store
 
     root = tmp_path / "ImageNet-E"
@@ -269,7 +269,7 @@ def test_imagenet_e_drop_is_paired_with_clean_on_the_same_images(tmp_path):
     assert e["clean"] == pytest.approx(clean.mean())
     assert e["clean_paired"] == pytest.approx(clean.loc[["b.png", "c.png"]].mean())
     assert e["drop"] == pytest.approx(e["clean_paired"] - level["correct"].astype(float).mean())
-    from robustlab.report import build_report
+    from robustlab.workflows.report import build_report
 
     res = build_report(db, tmp_path / "report.html", run_ids=[rid], grid=False, n_resamples=20)
     html = res.path.read_text()
@@ -317,8 +317,8 @@ def test_a_generated_folder_keeps_its_frame_and_takes_a_view_override(tmp_path):
     import shutil
 
     from robustlab.demo import demo_photos
-    from robustlab.evaluation import plan_run
-    from robustlab.generate import generate
+    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.generate import generate
 
     src = tmp_path / "photos"
     for p in demo_photos()[:2]:

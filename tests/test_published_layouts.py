@@ -17,7 +17,7 @@ from PIL import Image
 from robustlab.data.labels import get_label_space
 from robustlab.data.published import LAYOUTS, detect, read_published
 from robustlab.errors import InputError
-from robustlab.evaluation import evaluate, plan_run
+from robustlab.workflows.evaluate import evaluate, plan_run
 from robustlab.store import Store
 
 PHOTOS = MINI / "imagenet-samples"
@@ -192,8 +192,8 @@ def test_imagenet_9_cells_labels_and_counts_in_the_db(imagenet_9, tmp_path):
         assert list(p.loc[("clean", sid), "top5_ids"]) == list(
             p.loc[("mixed_same", sid), "top5_ids"]
         )
-    from robustlab.report import build_report
-    from robustlab.report.gather import gather
+    from robustlab.workflows.report import build_report
+    from robustlab.workflows.report.gather import gather
 
     d = gather(db, run_ids=[df.attrs["run_id"]], n_resamples=20)
     same = pred[pred["shift"] == "mixed_same"]["correct"].mean()
@@ -360,7 +360,7 @@ def test_mine_reads_a_published_layout_cell_by_cell(imagenet_c, tmp_path):
     """Hard-image mining over a downloaded ImageNet-C locates each candidate in its own
     cell folder (the run's recorded folders), not at a path the layout does not have
     (it crashed copying ``<root>/<wnid>/<file>``)."""
-    from robustlab.mine import mine
+    from robustlab.workflows.imagenet_d.mine import mine
 
     result = mine(
         imagenet_c,

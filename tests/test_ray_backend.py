@@ -26,7 +26,7 @@ from conftest import kill_after_first_file
 
 import robustlab
 from robustlab.errors import EnvironmentProblem, InputError, MissingResourceError
-from robustlab.generate import TEMP_SUFFIX, generate
+from robustlab.workflows.generate import TEMP_SUFFIX, generate
 from robustlab.run.ray_backend import check_address, plan_placement
 from robustlab.store import Store
 
@@ -152,7 +152,7 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
 
 def test_mine_on_ray_keeps_what_mine_keeps_locally(ray_cluster, photos, tmp_path):
     """mine's surrogate evaluations run on Ray: the same runs, rows and kept images."""
-    from robustlab.mine import mine
+    from robustlab.workflows.imagenet_d.mine import mine
 
     kw = dict(surrogates=["lite0"], include_clean=True, workers=0, progress=False)
     local = mine(photos, db=tmp_path / "local.duckdb", **kw)

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import robustlab
-from robustlab.generate import generate
+from robustlab.workflows.generate import generate
 from robustlab.store import Store
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "replay"

@@ -22,7 +22,7 @@ from conftest import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 
 import robustlab
 from robustlab.cli import main as cli
-from robustlab.report import build_report
+from robustlab.workflows.report import build_report
 from robustlab.store import Store
 
 N_PHOTOS = 4
@@ -256,7 +256,7 @@ def test_grid_shows_exactly_what_the_model_saw(world, models):
     """Re-rendered grid pixels, fed to the model again, give the stored top-1 for every cell."""
     import torch
 
-    from robustlab.report.grid import pick_sample, render_cells
+    from robustlab.workflows.report.grid import pick_sample, render_cells
 
     store = Store(world["db"])
     rid = world["runs"]["lite0"]
@@ -324,7 +324,7 @@ def test_family_plot_pools_only_runs_with_the_same_cells(world, models, tmp_path
 def test_runs_sharing_cells_picks_the_largest_identical_group():
     import pandas as pd
 
-    from robustlab.report.build import runs_sharing_cells
+    from robustlab.workflows.report.build import runs_sharing_cells
 
     rows = [(r, s, lv) for r in ("a", "b") for s in ("fog", "snow") for lv in ("1", "2")]
     rows += [

@@ -7,7 +7,7 @@ from conftest import make_masked_folder
 from PIL import Image
 
 import robustlab
-from robustlab.report.grid import layout_rows, mask_shares, pick_samples
+from robustlab.workflows.report.grid import layout_rows, mask_shares, pick_samples
 from robustlab.store import Store
 
 

@@ -20,9 +20,14 @@ from PIL import Image, ImageDraw
 
 from robustlab.cli import main as cli
 from robustlab.errors import InputError, MissingResourceError, StoreError
-from robustlab.review import fleiss_kappa, load_review_set, rating_table, verdict
-from robustlab.review.items import Guess
-from robustlab.review.server import ReviewServer
+from robustlab.workflows.imagenet_d.review import (
+    fleiss_kappa,
+    load_review_set,
+    rating_table,
+    verdict,
+)
+from robustlab.workflows.imagenet_d.review.items import Guess
+from robustlab.workflows.imagenet_d.review.server import ReviewServer
 from robustlab.store.reviews import ReviewStore
 
 TENCH, CHIHUAHUA, GOLDFISH = "n01440764", "n02085620", "n01443537"

@@ -59,7 +59,7 @@ def test_other_masks_are_another_run_and_both_keep_their_numbers(demo, lite0, tm
     a = robustlab.evaluate(lite0, data, db=db, masks=masks_a, **kw)
     ra = a.attrs["run_id"]
     before = _predictions(db, ra)
-    with caplog.at_level(logging.WARNING, logger="robustlab.evaluation"):
+    with caplog.at_level(logging.WARNING, logger="robustlab.workflows.evaluate"):
         b = robustlab.evaluate(lite0, data, db=db, masks=masks_b, **kw)
     rb = b.attrs["run_id"]
     assert ra != rb and not b.attrs["resumed"]
@@ -200,7 +200,7 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
 
 def test_a_generated_folder_made_again_with_other_masks_is_a_new_run(demo, lite0, tmp_path, caplog):
     """The same --out regenerated from other masks: the evaluation must not resume."""
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     data, masks_a, masks_b = demo
     out, db = tmp_path / "gen", tmp_path / "r.duckdb"
@@ -209,7 +209,7 @@ def test_a_generated_folder_made_again_with_other_masks_is_a_new_run(demo, lite0
     first = robustlab.evaluate(lite0, out, db=db, **kw)
     shutil.rmtree(out)
     generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_b, workers=0, progress=False)
-    with caplog.at_level(logging.WARNING, logger="robustlab.evaluation"):
+    with caplog.at_level(logging.WARNING, logger="robustlab.workflows.evaluate"):
         second = robustlab.evaluate(lite0, out, db=db, **kw)
     assert second.attrs["run_id"] != first.attrs["run_id"] and not second.attrs["resumed"]
     assert "generated folder" in caplog.text and "masks folder" in caplog.text

@@ -82,7 +82,7 @@ def test_metrics_equal_quantus_on_lite0_gradcam_maps(masked_photos, lite0):
     from robustlab.data.sources import discover
     from robustlab.pipeline import load_prepared
     from robustlab.saliency.attribution import Attributor, find_target_layer
-    from robustlab.saliency.run import input_mask
+    from robustlab.workflows.saliency import input_mask
     from robustlab.suites import get_suite
 
     data, masks = masked_photos
@@ -169,7 +169,7 @@ def test_stored_gradcam_equals_the_library_called_directly(masked_photos, lite0,
     from robustlab.data.sources import discover
     from robustlab.run.tasks import CellImages
     from robustlab.saliency import saliency
-    from robustlab.saliency.run import input_mask, read_thumbnail, thumbnail
+    from robustlab.workflows.saliency import input_mask, read_thumbnail, thumbnail
     from robustlab.store import Store
     from robustlab.suites import get_suite
 
@@ -295,8 +295,8 @@ def test_analysis_intervals_scores_and_small_n_labels():
 
 @pytest.mark.slow
 def test_report_has_the_saliency_section(masked_photos, lite0, tmp_path):
-    from robustlab.evaluation import evaluate
-    from robustlab.report.build import build_report
+    from robustlab.workflows.evaluate import evaluate
+    from robustlab.workflows.report.build import build_report
     from robustlab.saliency import saliency
 
     data, masks = masked_photos
@@ -322,9 +322,9 @@ def test_a_model_trained_on_backgrounds_looks_less_at_the_object(samples_dir, tm
     from robustlab.data.sources import discover
     from robustlab.run.identity import data_fingerprint
     from robustlab.saliency import saliency
-    from robustlab.train.finetune import TrainConfig
-    from robustlab.train.protocols import train_on_cells
-    from robustlab.train.splits import Split
+    from robustlab.workflows.train.finetune import TrainConfig
+    from robustlab.workflows.train.protocols import train_on_cells
+    from robustlab.workflows.train.splits import Split
 
     data, masks = make_masked_folder(samples_dir, tmp_path / "bg", 16, 0.0)
     ids = sorted(s.id for s in discover(data, masks=masks))

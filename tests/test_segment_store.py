@@ -35,7 +35,7 @@ def weights(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(weights):
-    from robustlab.run.segmentation import load_segmentation_model
+    from robustlab.workflows.segment import load_segmentation_model
 
     return load_segmentation_model(SPEC, weights=weights, num_classes=3, device="cpu")
 
@@ -75,7 +75,7 @@ def test_cell_scores_by_hand():
 
 
 def test_store_rows_resume_and_match_the_evaluator(masked_photos, model, tmp_path):
-    from robustlab.run.segmentation import evaluate_segmentation, segment_to_store
+    from robustlab.workflows.segment import evaluate_segmentation, segment_to_store
 
     data, masks = masked_photos
     db = tmp_path / "r.duckdb"
@@ -125,7 +125,7 @@ def test_store_rows_resume_and_match_the_evaluator(masked_photos, model, tmp_pat
 
 
 def test_random_weights_and_bad_rows_are_refused(masked_photos, tmp_path):
-    from robustlab.run.segmentation import load_segmentation_model, segment_to_store
+    from robustlab.workflows.segment import load_segmentation_model, segment_to_store
 
     data, masks = masked_photos
     rnd = load_segmentation_model(SPEC, weights="random", num_classes=3, device="cpu")

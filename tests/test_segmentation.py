@@ -106,7 +106,7 @@ def masked_photos(samples_dir, tmp_path_factory):
 def seg_model():
     import torch
 
-    from robustlab.run.segmentation import load_segmentation_model
+    from robustlab.workflows.segment import load_segmentation_model
 
     torch.manual_seed(0)
     return load_segmentation_model(
@@ -115,7 +115,7 @@ def seg_model():
 
 
 def test_evaluator_counts_every_pixel_and_scores_per_scenario(masked_photos, seg_model):
-    from robustlab.run.segmentation import evaluate_segmentation
+    from robustlab.workflows.segment import evaluate_segmentation
 
     data, masks = masked_photos
     res = evaluate_segmentation(
@@ -156,7 +156,7 @@ def test_prediction_that_equals_the_truth_scores_one(masked_photos):
     and on random_bg (whose moved mask is replayed), proving the truths line up."""
     import torch
 
-    from robustlab.run.segmentation import SegmentationModel, evaluate_segmentation
+    from robustlab.workflows.segment import SegmentationModel, evaluate_segmentation
 
     data, masks = masked_photos
 
@@ -180,7 +180,7 @@ def test_prediction_that_equals_the_truth_scores_one(masked_photos):
 def test_random_bg_truth_is_the_moved_object(masked_photos):
     from robustlab.data.sources import discover
     from robustlab.pipeline import apply_shift, load_prepared, shift_context
-    from robustlab.run.segmentation import target_mask
+    from robustlab.workflows.segment import target_mask
     from robustlab.shifts.scenes import DonorPool
     from robustlab.suites import get_suite
 
@@ -203,7 +203,7 @@ def test_random_bg_truth_is_the_moved_object(masked_photos):
 def test_the_object_rule_is_a_field_of_each_shift_entry():
     """What a shift does to the object is stated where it is registered (one registry):
     the scenes that remove it are exactly those whose cells have no foreground to score."""
-    from robustlab.run.segmentation import target_rule
+    from robustlab.workflows.segment import target_rule
     from robustlab.shifts.registry import list_shifts, register_shift
 
     rules = {s.name: s.target for s in list_shifts()}
@@ -215,7 +215,7 @@ def test_the_object_rule_is_a_field_of_each_shift_entry():
 
 
 def test_loader_refuses_missing_weights(tmp_path):
-    from robustlab.run.segmentation import load_segmentation_model
+    from robustlab.workflows.segment import load_segmentation_model
 
     with pytest.raises(ValueError, match="needs weights"):
         load_segmentation_model("lraspp_mobilenet_v3_large")
@@ -228,7 +228,7 @@ def test_loader_refuses_missing_weights(tmp_path):
 def test_loader_round_trips_a_state_dict(tmp_path):
     import torch
 
-    from robustlab.run.segmentation import load_segmentation_model
+    from robustlab.workflows.segment import load_segmentation_model
 
     torch.manual_seed(1)
     a = load_segmentation_model(

@@ -94,9 +94,9 @@ def test_every_command_reads_the_same_selection(command):
 def test_the_workflows_choose_the_same_cells(samples_dir, tmp_path):
     """generate writes, evaluate (on the fly and from the folder) and train's test cells
     measure the same cells for one selection string."""
-    from robustlab.evaluation import _resolve_suite, evaluate
-    from robustlab.generate import generate
-    from robustlab.train.methods import test_cells_for
+    from robustlab.workflows.evaluate import _resolve_suite, evaluate
+    from robustlab.workflows.generate import generate
+    from robustlab.workflows.train.methods import test_cells_for
 
     data = tmp_path / "data"
     (data / "n01440764").mkdir(parents=True)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from robustlab import generate as generate_module
+from robustlab.workflows import generate as generate_module
 from robustlab.demo import materialise
-from robustlab.generate import MANIFEST, generate
+from robustlab.workflows.generate import MANIFEST, generate
 from robustlab.manifest import LOCK
 from robustlab.shifts import process_config
 from robustlab.shifts.attributes import fill
@@ -30,7 +30,7 @@ SHIFTS = ["obj_position"]  # every cell is edited, so every cell has a filled ho
 
 def _init_worker_whose_environment_says_telea(*args):
     """The pool's initialiser, in a worker whose own environment names another backend."""
-    from robustlab.generate import _init_worker
+    from robustlab.workflows.generate import _init_worker
 
     os.environ[fill.ENV_FILL] = "telea"
     _init_worker(*args)

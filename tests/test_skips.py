@@ -15,7 +15,7 @@ import pytest
 
 from robustlab import cli
 from robustlab.errors import CellSkipped, InputError
-from robustlab.generate import MANIFEST, generate
+from robustlab.workflows.generate import MANIFEST, generate
 from robustlab.manifest import LOCK
 from robustlab.shifts import registry
 

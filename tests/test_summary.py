@@ -144,7 +144,7 @@ def test_summary_without_baseline_leaves_mce_blank_and_says_why(world):
 def test_summary_marks_the_generated_path(world, tmp_path):
     """A run from a `robustlab generate` folder says so; the on-the-fly run of the same
     cells does not, though their accuracies agree."""
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
     from robustlab.models import load_model
 
     gen = tmp_path / "gen"
@@ -190,7 +190,7 @@ def test_report_first_table_is_the_summary(world, tmp_path):
     """The report opens with the same numbers `results --summary` prints."""
     from test_report import as_records, tables_of
 
-    from robustlab.report import build_report
+    from robustlab.workflows.report import build_report
 
     out = tmp_path / "r.html"
     res = build_report(world["db"], out, baseline="lite1", grid=False, n_resamples=20)
@@ -260,8 +260,8 @@ def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
     vertically in their own box; alt text on every image, one scenario table per suite."""
     from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
 
-    from robustlab.report import build_report
-    from robustlab.report.plots import MIN_TEXT_PT, text_px
+    from robustlab.workflows.report import build_report
+    from robustlab.workflows.report.plots import MIN_TEXT_PT, text_px
 
     sync_playwright = sync_playwright_or_skip()
     out = tmp_path / "r.html"
@@ -312,8 +312,8 @@ def test_leaderboard_ranks_only_runs_over_the_same_cells(world, tmp_path):
     leaderboard's "Shifted top-1 %" is the summary's, whose definition both state."""
     from test_report import as_records, tables_of
 
-    from robustlab.report import build_report
-    from robustlab.report.build import SHIFTED_TOP1
+    from robustlab.workflows.report import build_report
+    from robustlab.workflows.report.build import SHIFTED_TOP1
 
     out = tmp_path / "r.html"
     build_report(world["db"], out, grid=False, n_resamples=20)
@@ -359,7 +359,7 @@ def test_fits_with_fewer_images_than_terms_show_no_p_values(world, tmp_path):
     tables keep the estimates and say why there is no inference, with no p or stars."""
     from test_report import tables_of
 
-    from robustlab.report import build_report
+    from robustlab.workflows.report import build_report
 
     out = tmp_path / "r.html"
     res = build_report(world["db"], out, grid=False, n_resamples=20)
@@ -378,7 +378,7 @@ def test_withheld_inference_on_real_fits():
     """A logistic fit that does not converge (one shift always right) and an OLS on fewer
     images than terms get a reason; a fit on enough images gets none."""
     from robustlab.metrics.regression import cell_accuracy, logit_correctness, regress_accuracy
-    from robustlab.report.build import withheld_inference
+    from robustlab.workflows.report.build import withheld_inference
 
     rng = np.random.default_rng(0)
     n = 60
@@ -406,7 +406,7 @@ def test_withheld_inference_on_real_fits():
 def test_plots_never_draw_text_below_the_minimum():
     from matplotlib.text import Text
 
-    from robustlab.report.plots import MIN_TEXT_PT, _figure, to_png
+    from robustlab.workflows.report.plots import MIN_TEXT_PT, _figure, to_png
 
     fig = _figure(3, 2)
     ax = fig.add_subplot()
@@ -423,8 +423,8 @@ def test_wide_plot_fits_and_wide_table_scrolls_in_its_own_box_at_1280(tmp_path):
     size (so its text stays at least 10 px), the table scrolls inside its own box."""
     from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
 
-    from robustlab.report import plots
-    from robustlab.report.html import Column, Table, figure, page, render_table
+    from robustlab.workflows.report import plots
+    from robustlab.workflows.report.html import Column, Table, figure, page, render_table
 
     sync_playwright = sync_playwright_or_skip()
     names = [f"scenario_{i}" for i in range(12)]

@@ -23,8 +23,8 @@ from robustlab.data.labels import get_label_space
 from robustlab.data.sources import discover
 from robustlab.errors import InputChangedError, InputError, MissingResourceError
 from robustlab.seeding import derive_seed
-from robustlab.synth.backend import TextToImage
-from robustlab.synth.prompts import (
+from robustlab.shifts.generative.text2image import TextToImage
+from robustlab.workflows.imagenet_d.synth.prompts import (
     build_grid,
     class_display,
     load_templates,
@@ -33,7 +33,7 @@ from robustlab.synth.prompts import (
     nuisance_display,
     select_classes,
 )
-from robustlab.synth.run import synth
+from robustlab.workflows.imagenet_d.synth.run import synth
 
 TINY = dict(steps=2, height=64, width=64)
 

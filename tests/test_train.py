@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robustlab.train import TrainConfig, split_samples
-from robustlab.train.splits import Split
+from robustlab.workflows.train import TrainConfig, split_samples
+from robustlab.workflows.train.splits import Split
 
 N_CLASSES, N_CROPS = 4, 4
 
@@ -80,7 +80,7 @@ def test_split_is_stratified_deterministic_and_order_free():
 @pytest.fixture(scope="module")
 def split(crops):
     from robustlab.models import load_model
-    from robustlab.train import make_split
+    from robustlab.workflows.train import make_split
 
     data, masks = crops
     return make_split(load_model("lite0", device="cpu"), data, masks=masks, test_fraction=0.25)
@@ -90,7 +90,7 @@ def test_linear_probe_loss_decreases_and_checkpoint_round_trips(crops, split, tm
     import torch
 
     from robustlab.models import load_model
-    from robustlab.train import train_on_cells
+    from robustlab.workflows.train import train_on_cells
 
     data, masks = crops
     assert len(split.train) == 12 and len(split.test) == 4
@@ -136,7 +136,7 @@ def test_full_fine_tune_moves_the_backbone_but_not_batchnorm_stats(crops, split,
     import torch
 
     from robustlab.models import load_model
-    from robustlab.train import train_on_cells
+    from robustlab.workflows.train import train_on_cells
 
     data, masks = crops
     tr = train_on_cells(
@@ -159,7 +159,7 @@ def test_full_fine_tune_moves_the_backbone_but_not_batchnorm_stats(crops, split,
 
 def test_mapping_label_space_is_refused(crops, split, tmp_path):
     from robustlab.models import load_model
-    from robustlab.train import finetune
+    from robustlab.workflows.train import finetune
 
     model = load_model("lite0", device="cpu", label_space="imagenet9")
     with pytest.raises(ValueError, match="no single training target"):
@@ -230,7 +230,7 @@ def test_cli_protocols_store_runs_and_score(crops, tmp_path, capsys):
 def test_scenario_score_from_runs():
     import pandas as pd
 
-    from robustlab.train import scenario_score
+    from robustlab.workflows.train import scenario_score
 
     runs = pd.DataFrame(
         [

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from robustlab.store import CLEAN_SHIFT
-from robustlab.train import TrainConfig
+from robustlab.workflows.train import TrainConfig
 
 # (class index, wnid) of four ImageNet classes; three images each.
 CLASSES = ("n01440764", "n01443537", "n01484850", "n01491361")
@@ -54,8 +54,8 @@ def images(tmp_path_factory):
 
 
 def _method(name):
-    from robustlab.train.augment import CorruptionAugmentation
-    from robustlab.train.stability import StabilityTraining
+    from robustlab.workflows.train.augment import CorruptionAugmentation
+    from robustlab.workflows.train.stability import StabilityTraining
 
     return {
         "plain": None,
@@ -69,7 +69,7 @@ def run_short(images, out, mode: str, method: str) -> dict:
     import torch
 
     from robustlab.models import load_model
-    from robustlab.train import make_split, train_on_cells
+    from robustlab.workflows.train import make_split, train_on_cells
 
     base = load_model("lite0", device="cpu")
     split = make_split(base, images, test_fraction=0.25)

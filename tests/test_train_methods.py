@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from robustlab.errors import InputError
-from robustlab.train import TrainConfig
-from robustlab.train.augment import CorruptionAugmentation, pool_families
-from robustlab.train.stability import StabilityTraining, noisy_copy, stability_loss
+from robustlab.workflows.train import TrainConfig
+from robustlab.workflows.train.augment import CorruptionAugmentation, pool_families
+from robustlab.workflows.train.stability import StabilityTraining, noisy_copy, stability_loss
 
 N_CLASSES, N_CROPS = 4, 3
 
@@ -160,7 +160,7 @@ def test_stability_and_augmented_training_store_their_records(photos, tmp_path):
 
     from robustlab.models import load_model
     from robustlab.store import CLEAN_SHIFT
-    from robustlab.train import make_split, train_on_cells
+    from robustlab.workflows.train import make_split, train_on_cells
 
     base = load_model("lite0", device="cpu")
     split = make_split(base, photos, test_fraction=0.3)
@@ -237,7 +237,7 @@ def test_full_stability_fine_tune_moves_the_backbone(photos, tmp_path):
     import torch
 
     from robustlab.models import load_model
-    from robustlab.train import make_split, train_on_cells
+    from robustlab.workflows.train import make_split, train_on_cells
 
     base = load_model("lite0", device="cpu")
     split = make_split(base, photos, test_fraction=0.3)
@@ -260,7 +260,7 @@ def test_full_stability_fine_tune_moves_the_backbone(photos, tmp_path):
 
 def test_test_cells_default_to_the_held_out_families():
     from robustlab.suites import get_suite
-    from robustlab.train.methods import test_cells_for
+    from robustlab.workflows.train.methods import test_cells_for
 
     s = get_suite("imagenet-c")
     aug = CorruptionAugmentation(("blur",))

@@ -2,7 +2,7 @@
 
 The fixture holds the verdicts of ImageNet-D's own ``LLaVA/compute_accuracy.py`` (run by
 ``benchmarks/imagenet_d_scorer.py`` on every ordered class pair x 7 answer forms); here
-:func:`robustlab.vlm.scoring.score_answer` scores the same answers.
+:func:`robustlab.workflows.imagenet_d.vlm.scoring.score_answer` scores the same answers.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from robustlab.errors import InputError
-from robustlab.vlm.scoring import score_answer
+from robustlab.workflows.imagenet_d.vlm.scoring import score_answer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "imagenet_d_scorer_grid.npz"
 CODE = {None: None, "both": 2, "neither": 3}

@@ -9,7 +9,7 @@ __all__ = ["corrupt", "list_corruptions", "evaluate", "__version__"]
 _LAZY = {
     "corrupt": "robustlab.shifts.corruptions",
     "list_corruptions": "robustlab.shifts.corruptions",
-    "evaluate": "robustlab.evaluation",
+    "evaluate": "robustlab.workflows.evaluate",
 }
 
 

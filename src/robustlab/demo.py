@@ -363,7 +363,7 @@ def run_demo(
     Returns:
         0 (the exit status of ``robustlab demo``).
     """
-    from robustlab.evaluation import evaluate
+    from robustlab.workflows.evaluate import evaluate
     from robustlab.models import load_model
     from robustlab.suites import get_suite
 
@@ -455,7 +455,7 @@ def run_demo(
         ):
             _say(f"[{step}/{n_steps}] report unchanged (nothing new in the database)")
         else:
-            from robustlab.report import build_report
+            from robustlab.workflows.report import build_report
 
             _say(f"[{step}/{n_steps}] writing the report")
             result = build_report(

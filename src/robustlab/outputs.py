@@ -1,6 +1,6 @@
 """Where ``generate`` writes: a local folder, or any fsspec URL (``s3://``, ``gs://``, ...).
 
-Why one small interface over both: the work unit (:func:`robustlab.generate.process_sample`)
+Why one small interface over both: the work unit (:func:`robustlab.workflows.generate.process_sample`)
 runs unchanged in this process, in local worker processes and on Ray workers, and only
 needs "does this cell exist" and "write this cell atomically". A :class:`LocalFolder` does
 that with a temp file and ``os.replace`` (the original local behaviour, no fsspec import);

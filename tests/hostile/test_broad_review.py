@@ -43,8 +43,8 @@ def server(tmp_path_factory):
     from PIL import Image
     from werkzeug.serving import make_server
 
-    from robustlab.review import load_review_set
-    from robustlab.review.app import create_app
+    from robustlab.workflows.imagenet_d.review import load_review_set
+    from robustlab.workflows.imagenet_d.review.app import create_app
     from robustlab.store.reviews import ReviewStore
 
     tmp = tmp_path_factory.mktemp("review")
@@ -122,7 +122,7 @@ def test_wrong_types_in_a_json_object_are_a_400_and_change_nothing(server):
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
-    from robustlab.review.app import MAX_BODY_BYTES
+    from robustlab.workflows.imagenet_d.review.app import MAX_BODY_BYTES
 
     body = json.dumps({"annotator": "alice", "pad": "x" * (2 * MAX_BODY_BYTES)}).encode()
     code, reply = _post(server, "/api/undo", body)
@@ -137,8 +137,8 @@ def test_every_image_of_a_hostile_folder_is_served_or_refused_never_a_500(tmp_pa
 
     from PIL import Image
 
-    from robustlab.review import load_review_set
-    from robustlab.review.app import create_app
+    from robustlab.workflows.imagenet_d.review import load_review_set
+    from robustlab.workflows.imagenet_d.review.app import create_app
     from robustlab.store.reviews import ReviewStore
 
     row = h.photo_rows(1)[0]

@@ -197,8 +197,8 @@ def test_data_inside_out_is_refused_both_ways_and_through_links(hostile, capsys)
 
 # ------------------------------------------------------------------ review app (finding 4)
 def test_review_app_serves_only_decodable_images_inside_the_root(hostile, tmp_path):
-    from robustlab.review import load_review_set
-    from robustlab.review.app import create_app
+    from robustlab.workflows.imagenet_d.review import load_review_set
+    from robustlab.workflows.imagenet_d.review.app import create_app
     from robustlab.store.reviews import ReviewStore
 
     rs = load_review_set(hostile["data"])

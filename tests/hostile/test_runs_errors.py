@@ -110,8 +110,8 @@ def test_full_disk_under_the_database_is_one_line(tmp_path, capsys, caplog, smal
 def test_review_decide_with_a_json_array_is_a_400(tmp_path):
     from PIL import Image
 
-    from robustlab.review import load_review_set
-    from robustlab.review.app import create_app
+    from robustlab.workflows.imagenet_d.review import load_review_set
+    from robustlab.workflows.imagenet_d.review.app import create_app
     from robustlab.store.reviews import ReviewStore
 
     data = tmp_path / "hard"

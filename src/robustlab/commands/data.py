@@ -64,7 +64,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     if args.kind == "tiny-checkpoints":
-        from robustlab.shifts.synth.tiny import KINDS, build_tiny_checkpoints
+        from robustlab.shifts.generative.tiny import KINDS, build_tiny_checkpoints
 
         made = build_tiny_checkpoints(args.out)
         for name, folder in made.items():

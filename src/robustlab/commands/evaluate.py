@@ -83,7 +83,7 @@ def run(args) -> int:
     import sys
 
     from robustlab.commands._tables import format_table
-    from robustlab.evaluation import evaluate
+    from robustlab.workflows.evaluate import evaluate
     from robustlab.store import Store
 
     Store(args.db).check()  # a damaged --db fails now, not after the model has loaded

@@ -66,7 +66,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from robustlab.generate import generate
+    from robustlab.workflows.generate import generate
 
     res = generate(
         args.suite,

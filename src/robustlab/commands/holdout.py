@@ -98,7 +98,7 @@ def run(args) -> int:
 
     from robustlab.errors import InputError
     from robustlab.store import Store
-    from robustlab.train.holdout import HoldoutConfig, make_split, read_set, run_holdout
+    from robustlab.workflows.train.holdout import HoldoutConfig, make_split, read_set, run_holdout
 
     Store(args.db).check()
     config = HoldoutConfig(

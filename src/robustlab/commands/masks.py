@@ -67,7 +67,7 @@ def run(args) -> int:
     if args.method == "segmentation":
         if not (args.seg_model and args.seg_weights):
             raise InputError("--method segmentation needs --seg-model and --seg-weights")
-        from robustlab.run.segmentation import load_segmentation_model
+        from robustlab.workflows.segment import load_segmentation_model
 
         segmenter = load_segmentation_model(
             args.seg_model,

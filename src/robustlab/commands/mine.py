@@ -69,7 +69,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from robustlab.mine import mine
+    from robustlab.workflows.imagenet_d.mine import mine
 
     specs = [s.strip() for s in args.surrogates.split(",") if s.strip()]
     weights = [w.strip() or None for w in args.weights.split(",")] if args.weights else None

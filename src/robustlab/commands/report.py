@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from robustlab.report import build_report
+    from robustlab.workflows.report import build_report
 
     check_resamples(args)
 

@@ -103,7 +103,7 @@ def run(args) -> int:
 
 
 def _load(args):
-    from robustlab.review import load_review_set
+    from robustlab.workflows.imagenet_d.review import load_review_set
     from robustlab.store.reviews import ReviewStore
 
     review_set = load_review_set(
@@ -115,7 +115,7 @@ def _load(args):
 
 
 def _export(args) -> int:
-    from robustlab.review import final_set, write_csv
+    from robustlab.workflows.imagenet_d.review import final_set, write_csv
 
     review_set, store = _load(args)
     final = final_set(review_set, store, k=args.k)
@@ -131,7 +131,7 @@ def _export(args) -> int:
 
 
 def _serve(args) -> int:
-    from robustlab.review.server import ReviewServer
+    from robustlab.workflows.imagenet_d.review.server import ReviewServer
     from robustlab.store.reviews import check_annotator
 
     annotator = check_annotator(args.annotator) if args.annotator else None

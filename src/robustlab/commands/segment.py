@@ -82,7 +82,7 @@ def format_segmentation(df, fmt: str = "table") -> str:
 
 
 def run(args) -> int:
-    from robustlab.run.segmentation import load_segmentation_model, segment_to_store
+    from robustlab.workflows.segment import load_segmentation_model, segment_to_store
     from robustlab.store import Store
     from robustlab.store.queries import segmentation_table
 

@@ -99,7 +99,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from robustlab.synth.run import synth
+    from robustlab.workflows.imagenet_d.synth.run import synth
 
     res = synth(
         args.out,

@@ -108,7 +108,7 @@ def run(args) -> int:
 
     from robustlab.commands._tables import format_table
     from robustlab.store import Store
-    from robustlab.train import TrainConfig, run_protocol
+    from robustlab.workflows.train import TrainConfig, run_protocol
 
     Store(args.db).check()  # a damaged --db fails now, not after the training
 

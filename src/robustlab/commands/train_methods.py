@@ -1,5 +1,5 @@
 """``robustlab train ... --method``: the flags and the output of the training-method experiment
-(:func:`robustlab.train.methods.run_method`); the rest of ``robustlab train`` is in
+(:func:`robustlab.workflows.train.methods.run_method`); the rest of ``robustlab train`` is in
 :mod:`robustlab.commands.train`."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _number(text: str) -> float:
     return value
 
 
-# robustlab.train.methods.METHODS, spelled here so that --help imports no training code (a
+# robustlab.workflows.train.methods.METHODS, spelled here so that --help imports no training code (a
 # test checks that the two agree).
 METHODS = ("plain", "stability", "corruption-aug")
 
@@ -80,8 +80,8 @@ def run_method_command(args) -> int:
 
     from robustlab.commands._tables import format_table
     from robustlab.store import Store
-    from robustlab.train import TrainConfig
-    from robustlab.train.methods import make_methods, run_method
+    from robustlab.workflows.train import TrainConfig
+    from robustlab.workflows.train.methods import make_methods, run_method
 
     if args.masks is not None or args.protocol is not None:
         raise InputError(

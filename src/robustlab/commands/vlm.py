@@ -90,7 +90,7 @@ def _items(args, store):
     from pathlib import Path
 
     from robustlab.errors import InputError
-    from robustlab.vlm.questions import items_from_clip_run, read_question_csvs
+    from robustlab.workflows.imagenet_d.vlm.questions import items_from_clip_run, read_question_csvs
 
     subsets = [s.strip() for s in args.subsets.split(",") if s.strip()] if args.subsets else None
     if args.clip_run:
@@ -113,8 +113,8 @@ def _items(args, store):
 def run(args) -> int:
     from robustlab.errors import InputError
     from robustlab.store import Store
-    from robustlab.vlm.model import load_vlm
-    from robustlab.vlm.run import evaluate_vlm
+    from robustlab.workflows.imagenet_d.vlm.model import load_vlm
+    from robustlab.workflows.imagenet_d.vlm.run import evaluate_vlm
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be 1 or more, got {args.limit}")

@@ -242,7 +242,7 @@ class AutoMasker:
             first time a CAM is needed.
         params: :class:`MaskerParams` (``max_side`` also bounds the segmentation input).
         segmenter: For ``"segmentation"``: a
-            :class:`robustlab.run.segmentation.SegmentationModel` (e.g. from
+            :class:`robustlab.workflows.segment.SegmentationModel` (e.g. from
             ``load_segmentation_model("torchvision:deeplabv3_resnet50", weights=PATH)``).
     """
 

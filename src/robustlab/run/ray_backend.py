@@ -3,7 +3,7 @@
 Why it can give exactly the local backend's output: every cell draws from
 ``derive_seed(seed, sample_id, shift, level)``, so where and in which order a cell is made
 does not matter, and this module runs the local backend's own functions on the workers
-(:func:`robustlab.generate.process_sample` for a generated image, the runner's
+(:func:`robustlab.workflows.generate.process_sample` for a generated image, the runner's
 :class:`~robustlab.run.tasks.TaskDataset` for the pixels the model sees, the model's
 ``predict_topk`` for the forward pass). Only the driver writes: the DuckDB store has one
 writer, and the manifest one author.
@@ -536,14 +536,14 @@ def generate_on_ray(
 
     Args:
         samples: Sources to generate (the local backend's list).
-        job: :class:`robustlab.generate._Job` (output folder, cells, protocol, seed...). The
+        job: :class:`robustlab.workflows.generate._Job` (output folder, cells, protocol, seed...). The
             output folder must be a path every node sees (the same local disk or a shared
             file system) or an fsspec URL (:mod:`robustlab.outputs`: its filesystem and
             options travel with the job).
-        collect: Called on the driver with each :class:`~robustlab.generate.SampleOutcome`.
+        collect: Called on the driver with each :class:`~robustlab.workflows.generate.SampleOutcome`.
         process: ``process(sample, job)``, the local backend's work unit (run on workers).
         crashed: ``crashed(sample)``, the outcome recorded for a sample whose worker died
-            twice. Both come from :mod:`robustlab.generate`, which calls this function.
+            twice. Both come from :mod:`robustlab.workflows.generate`, which calls this function.
         address, cpus: See :func:`ray_session`.
 
     Returns:
@@ -944,7 +944,7 @@ class _Synthesizer:
         started = time.perf_counter()
         from pathlib import Path
 
-        from robustlab.synth.backend import TextToImage
+        from robustlab.shifts.generative.text2image import TextToImage
 
         self.pipeline = TextToImage(checkpoint, **pipeline_args)
         _model_threads(threads, self.pipeline.device)
@@ -1002,19 +1002,19 @@ def synth_on_ray(
     resume work as locally: a rerun skips the files that exist.
 
     Args:
-        items: :class:`~robustlab.synth.prompts.PromptItem` of the images still missing.
+        items: :class:`~robustlab.workflows.imagenet_d.synth.prompts.PromptItem` of the images still missing.
         checkpoint: The checkpoint folder, the same path on every node.
         fingerprint: The driver's fingerprint of it (a node with other weights is refused).
         out_root: The output folder.
         settings: Diffusion settings (steps, guidance, size, negative prompt).
         draw: ``draw(pipeline, chunk, out_root, settings) -> [(file, reason or None)]``,
-            the local backend's work unit (:func:`robustlab.synth.run.draw_chunk`).
+            the local backend's work unit (:func:`robustlab.workflows.imagenet_d.synth.run.draw_chunk`).
         collect: Called on the driver with ``(file, reason or None)`` per image.
         placement: From :func:`plan_placement` on this cluster (``model=True``).
         batch_size: Prompts per pipeline call: ``items`` are cut into chunks of that many
             as the local backend cuts them, and each chunk is one call on one actor.
         pipeline_args: ``device``, ``dtype``, ``scheduler`` of
-            :class:`~robustlab.synth.backend.TextToImage`.
+            :class:`~robustlab.shifts.generative.text2image.TextToImage`.
 
     Returns:
         The stage's worker time, and the pipeline's record (None when nothing ran).

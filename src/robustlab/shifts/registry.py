@@ -132,7 +132,7 @@ def register_shift(
 FAMILY_MODULES = (
     "robustlab.shifts.corruptions",
     "robustlab.shifts.scenes",
-    "robustlab.shifts.synth",
+    "robustlab.shifts.generative",
     "robustlab.shifts.attributes",
 )
 

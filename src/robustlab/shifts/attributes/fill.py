@@ -15,7 +15,7 @@ back. Here the backend is chosen once per process, like the ``ai_bg`` inpainter:
   streaks that converge where the object was, a silhouette a classifier can use (see
   docs/imagenet_e.md for the comparison); kept as an option and for old folders;
 - ``diffusers``: the local diffusers inpainting checkpoint configured for ``ai_bg``
-  (``ROBUSTLAB_INPAINTER``, see :mod:`robustlab.shifts.synth.inpaint`), seeded by one draw
+  (``ROBUSTLAB_INPAINTER``, see :mod:`robustlab.shifts.generative.inpaint`), seeded by one draw
   from the cell's generator (the seed rule), drawn after the edit's own draws.
 
 The weights-free fills are cached per (image, hole, backend) so the size, position and
@@ -189,7 +189,7 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
     if name != "diffusers":
         return _weights_free_fill(image, hole, name)
     if inpainter is None:
-        from robustlab.shifts.synth.inpaint import get_inpainter
+        from robustlab.shifts.generative.inpaint import get_inpainter
 
         inpainter = get_inpainter()
     s = SETTINGS["diffusers"]
@@ -222,7 +222,7 @@ def describe_hole_fill(backend: str | None = None) -> dict[str, Any]:
     label = {"diffusers": "diffusers", "patch": "patchmatch"}.get(name, f"opencv-{name}")
     rec: dict[str, Any] = {"backend": label, **SETTINGS[name]}
     if name == "diffusers":
-        from robustlab.shifts.synth.inpaint import describe_inpainter
+        from robustlab.shifts.generative.inpaint import describe_inpainter
 
         rec["inpainter"] = describe_inpainter()
     else:

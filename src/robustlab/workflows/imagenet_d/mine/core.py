@@ -1,0 +1,454 @@
+"""``robustlab mine``: keep the images that several surrogate classifiers all get wrong.
+
+ImageNet-D's hard-image mining (REFERENCE.md section 5): synthesise many candidates, then
+keep only the "shared failures" of a set of surrogate models, which the paper found to
+transfer to models it never used. Here:
+
+1. every surrogate is evaluated on the folder with :func:`robustlab.evaluate`, so its
+   predictions are stored (and resumed) in the results database like any run;
+2. a candidate is kept when at least ``k`` of the ``n`` surrogates are wrong under the
+   label space's correctness rule (the stored ``correct``: for ImageNet-D, top-1 outside
+   the class's ImageNet id set); ``k = n`` (the default) is the paper's "all wrong";
+3. the kept images are hard-linked (or copied) into ``out`` under their relative paths, with
+   ``labels.csv`` (so the set is itself an input) and ``hard.csv`` (each surrogate's
+   top-1 guess), and the mining is recorded in the database (``mining_runs`` and
+   ``mined_images``, :mod:`robustlab.store.mining`).
+
+Candidates: the images of a plain folder (its clean cell), or every shifted cell of a
+folder written by ``robustlab generate`` (its clean cell is the untouched source).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robustlab.errors import InputChangedError, InputError
+from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SURROGATES = ("lite0", "lite1", "lite2")
+RECORD = "mining.json"
+
+
+@dataclass
+class MiningResult:
+    """What a mining kept.
+
+    Attributes:
+        mining_id: Key of the record in the database.
+        run_ids: One evaluation run per surrogate, in surrogate order.
+        table: One row per candidate: sample_id, shift, level, class_name, label, one
+            ``<spec>`` column (top-1 id) and ``<spec>_correct`` per surrogate, n_wrong, kept.
+        k, n: The rule (keep when at least k of n surrogates are wrong).
+        out: Folder of the hard subset (None when not asked for).
+        dropped: Candidates left out because a surrogate has no prediction for them.
+    """
+
+    mining_id: str
+    run_ids: list[str]
+    surrogates: list[str]
+    table: Any
+    k: int
+    n: int
+    out: Path | None = None
+    dropped: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kept(self):
+        return self.table[self.table["kept"]]
+
+
+def candidate_table(
+    store: Store, run_ids: Sequence[str], names: Sequence[str], *, include_clean: bool
+):
+    """Per candidate (sample, shift, level): each run's top-1 id and correctness.
+
+    Returns:
+        (DataFrame, number of candidates dropped because some run lacks them).
+    """
+
+    frames = []
+    for rid, name in zip(run_ids, names):
+        p = store.predictions(
+            [rid],
+            columns=["sample_id", "shift", "level", "label", "class_name", "top5_ids", "correct"],
+        )
+        if not include_clean:
+            p = p[p["shift"] != CLEAN_SHIFT]
+        p = p.assign(
+            **{
+                name: [int(t[0]) for t in p["top5_ids"]],
+                f"{name}_correct": p["correct"].astype(bool),
+            }
+        )
+        frames.append(
+            p.drop(columns=["top5_ids", "correct"]).set_index(["sample_id", "shift", "level"])
+        )
+    union = set().union(*(set(f.index) for f in frames)) if frames else set()
+    table = frames[0]
+    for f in frames[1:]:
+        table = table.join(f.drop(columns=["label", "class_name"]), how="inner")
+    table = table.reset_index()
+    dropped = len(union) - len(table)
+    table["n_wrong"] = sum((~table[f"{n}_correct"]).astype(int) for n in names) if names else 0
+    return table.sort_values(["shift", "level", "sample_id"]).reset_index(drop=True), dropped
+
+
+def mine(
+    data,
+    *,
+    surrogates: Sequence[str] = DEFAULT_SURROGATES,
+    k: int | None = None,
+    label_space=None,
+    labels_csv=None,
+    db=DEFAULT_DB,
+    out=None,
+    copy: bool = False,
+    include_clean: bool | None = None,
+    shifts=None,
+    levels=None,
+    weights=None,
+    device=None,
+    batch_size: int | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    precision: str | None = None,
+    compile: bool = False,
+) -> MiningResult:
+    """Evaluate the surrogates on ``data`` and keep the images at least ``k`` get wrong.
+
+    Args:
+        data: A folder ``robustlab evaluate`` reads (plain, labelled, or generated).
+        surrogates: Model specs (or loaded :class:`robustlab.models.base.Model` objects, to
+            reuse them across calls); each is one stored run.
+        k: Keep when at least ``k`` surrogates are wrong (default: all of them).
+        label_space: Label space of the correctness rule (default: the suite's /
+            ``imagenet1k``, as for evaluate).
+        labels_csv: Labels CSV for a flat folder (default ``data/labels.csv``).
+        db: Results database.
+        out: Folder for the hard subset (hard links, or copies with ``copy``), ``labels.csv`` and
+            ``hard.csv``; None records the mining without writing files.
+        include_clean: Also mine a generated folder's clean (source) images; default: only
+            for plain folders (where the clean cell is the folder's images).
+        shifts, levels: Restrict a generated folder's cells (passed to evaluate).
+        weights: One weights path per surrogate (or None).
+        device, batch_size, workers, progress: Passed to :func:`robustlab.evaluate`.
+        backend, address: Where the surrogates' evaluations run (``"ray"``: a Ray cluster,
+            see :func:`robustlab.evaluate`); the mining itself is a query on the driver.
+        precision, compile: How the surrogates' forward passes compute (passed to
+            :func:`robustlab.evaluate`; a bf16 surrogate run is another run, so another
+            mining).
+
+    Raises:
+        InputError: no surrogate, a bad k, a folder evaluate cannot read.
+        InputChangedError: ``out`` holds the hard subset of another mining.
+    """
+    from robustlab.workflows.evaluate import evaluate, read_generated
+    from robustlab.run.identity import run_id as hash_id
+
+    models = [s for s in surrogates if not isinstance(s, str) or s.strip()]
+    specs = [s.strip() if isinstance(s, str) else s.spec for s in models]
+    if not specs:
+        raise InputError("mining needs at least one surrogate model")
+    if len(set(specs)) != len(specs):
+        raise InputError(f"a surrogate is listed twice: {specs}")
+    n = len(specs)
+    k = n if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise InputError(
+            f"k must be an integer from 1 to the number of surrogates ({n}), got {k!r}"
+        )
+    weight_list = list(weights) if weights else [None] * n
+    if len(weight_list) != n:
+        raise InputError(f"{len(weight_list)} weights for {n} surrogates")
+    root = Path(data).expanduser()
+    generated = root.is_dir() and read_generated(root) is not None
+    include_clean = (not generated) if include_clean is None else bool(include_clean)
+
+    store = Store(db)
+    if generated and shifts is None and levels is None:
+        groups = _generated_cells(read_generated(root))
+    else:
+        groups = [(shifts, levels)]
+    run_ids = []
+    for spec, model, w in zip(specs, models, weight_list):
+        log.info("evaluating surrogate %s on %s", spec, root)
+        ids = set()
+        # Cells are not part of a run's identity: each group extends the same run.
+        for group_shifts, group_levels in groups:
+            t = evaluate(
+                model,
+                root,
+                db=db,
+                label_space=label_space,
+                labels_csv=labels_csv,
+                shifts=group_shifts,
+                levels=group_levels,
+                weights=w,
+                device=device,
+                batch_size=batch_size,
+                workers=workers,
+                progress=progress,
+                backend=backend,
+                address=address,
+                precision=precision,
+                compile=compile,
+            )
+            ids.add(t.attrs["run_id"])
+        run_ids.append(ids.pop())
+    names = [_column(s) for s in specs]
+    table, dropped = candidate_table(store, run_ids, names, include_clean=include_clean)
+    if table.empty:
+        raise InputError(f"no candidate images in {root} for all {n} surrogates")
+    table["kept"] = table["n_wrong"] >= k
+    runs = store.runs(run_ids)
+    first = runs.set_index("run_id").loc[run_ids[0]]
+    cells = sorted({f"{s}/{lv}" for s, lv in zip(table["shift"], table["level"])})
+    mining_id = hash_id(
+        {"run_ids": run_ids, "k": k, "cells": cells, "include_clean": include_clean}
+    )
+    locate = _locator(first)
+    table["path"] = [
+        str(locate(sid, sh, lv))
+        for sid, sh, lv in zip(table["sample_id"], table["shift"], table["level"])
+    ]
+    result = MiningResult(mining_id, run_ids, specs, table, k, n, dropped=dropped)
+    if dropped:
+        result.notes.append(f"{dropped} candidates left out: not predicted by every surrogate")
+    if out is not None:
+        result.out = _write_subset(Path(out).expanduser(), result, names, runs, copy)
+
+    from robustlab.store.mining import write_mining
+
+    kept = result.kept
+    write_mining(
+        store,
+        {
+            "mining_id": mining_id,
+            "data_root": str(root.resolve()),
+            "label_space": first["label_space"],
+            "surrogates": specs,
+            "run_ids": run_ids,
+            "k": k,
+            "n": n,
+            "n_candidates": len(table),
+            "n_kept": len(kept),
+            "out": str(result.out) if result.out else None,
+            "config": {
+                "include_clean": include_clean,
+                "cells": cells,
+                "copy": bool(copy),
+                "dropped": dropped,
+                "weights": [str(w) if w else None for w in weight_list],
+            },
+        },
+        kept.assign(top1_ids=[list(r) for r in kept[names].itertuples(index=False)]),
+    )
+    return result
+
+
+def _generated_cells(manifest: dict) -> list[tuple[list[str], list]]:
+    """The cells a generated folder holds, as (shifts, levels) groups evaluate accepts.
+
+    ``evaluate`` on a generated folder defaults to its whole suite; mining must ask for the
+    cells that exist. Shifts with the same level set share a group; levels are turned back
+    into the shift's own level keys (severities are ints, scenarios strings).
+    """
+    from robustlab.shifts.registry import get_shift
+
+    by_shift: dict[str, list] = {}
+    for c in manifest.get("cells", []):
+        name, level = c.get("shift"), str(c.get("level"))
+        keys = [x for x in get_shift(name).levels if str(x) == level]
+        if keys and keys[0] not in by_shift.setdefault(name, []):
+            by_shift[name].append(keys[0])
+    groups: dict[tuple, list[str]] = {}
+    for name, lv in by_shift.items():
+        groups.setdefault(tuple(sorted(lv, key=str)), []).append(name)
+    if not groups:
+        raise InputError("the generated folder's manifest lists no cells")
+    return [(names, list(lv)) for lv, names in groups.items()]
+
+
+def _column(spec: str) -> str:
+    """A CSV-friendly column name for a model spec (``timm:resnet50`` -> ``timm_resnet50``)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in spec)
+
+
+def _locator(run):
+    """Function (sample_id, shift, level) -> the image file a run's cell was read from."""
+    from robustlab.data.sources import discover
+    from robustlab.workflows.evaluate import read_generated
+    from robustlab.pipeline import cell_path
+    from robustlab.suites import Protocol
+
+    config = run["config"] or {}
+    data_root = Path(run["data_root"])
+    if config.get("source") == "published":
+        return _published_locator(data_root, config["published"])
+    gen = config.get("generated_root") or ""
+    if not gen:
+        return lambda sid, shift, level: data_root / sid
+    manifest = read_generated(Path(gen)) or {}
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    protocol = Protocol(
+        **{k: v for k, v in (manifest.get("protocol") or {}).items() if k in fields}
+    )
+    samples = {s.id: s for s in discover(data_root, labels_csv=config.get("labels_csv"))}
+
+    def locate(sid, shift, level):
+        if shift == CLEAN_SHIFT:
+            return samples[sid].path
+        return cell_path(gen, samples[sid], shift, level, protocol)
+
+    return locate
+
+
+def _published_locator(data_root: Path, published: dict):
+    """The locator of a run over a published layout (ImageNet-C, ImageNet-9, XIMAGENET-12
+    as downloaded): each cell's file in the cell folder the run recorded."""
+    from robustlab.data.published import LAYOUTS, read_published
+
+    pub = read_published(data_root, LAYOUTS[published["layout"]])
+    folders = {tuple(k.split("/", 1)): f for k, f in published["folders"].items()}
+
+    def locate(sid, shift, level):
+        folder = published["clean"] if shift == CLEAN_SHIFT else folders[(shift, str(level))]
+        path = pub.file(sid, folder)
+        if path is None:
+            raise InputError(f"{data_root / folder} no longer holds {sid}")
+        return path
+
+    return locate
+
+
+def _top1_names(run):
+    """Readable name per top-1 id of a run: the label space's classes when the model
+    predicts them directly or as a subset, else ImageNet-1k's (a mapping head)."""
+    from robustlab.data.labels import get_label_space
+
+    head = ((run["config"] or {}).get("model") or {}).get("head")
+    if head in ("direct", "subset"):
+        return list(get_label_space(run["label_space"]).classes)
+    return list(get_label_space("imagenet1k").classes)
+
+
+def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy: bool) -> Path:
+    """Hard links (or copies) of the kept images under their relative paths, plus the CSVs.
+
+    Hard links, not symbolic ones: the subset is itself an input, and readers follow no
+    symbolic link out of a data folder (:mod:`robustlab.paths`); a hard link is a regular
+    file inside it that costs no space. Across file systems (no hard link possible) the
+    image is copied.
+    """
+    from robustlab.workflows.generate import atomic_write
+
+    record_path = out / RECORD
+    if record_path.is_file():
+        try:
+            prev = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            prev = {}
+        if prev.get("mining_id") != result.mining_id:
+            raise InputChangedError(
+                f"{out} holds the hard subset of mining {prev.get('mining_id')}, not "
+                f"{result.mining_id} (other surrogates, k, cells or data)",
+                hint="use a new --out folder",
+            )
+    elif out.exists() and any(out.iterdir()):
+        raise InputError(
+            f"--out {out} exists and is not a mining folder", hint="use a new or empty folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    kept = result.kept
+    rel_paths = []
+    for sid, shift, level, src in zip(
+        kept["sample_id"], kept["shift"], kept["level"], kept["path"]
+    ):
+        rel = sid if shift == CLEAN_SHIFT else f"{shift}/{level}/{sid}"
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_symlink() or dest.exists():
+            dest.unlink()
+        if copy:
+            shutil.copy2(src, dest)
+        else:
+            try:
+                os.link(os.path.realpath(src), dest)
+            except OSError:  # another file system, or one without hard links
+                shutil.copy2(src, dest)
+        rel_paths.append(rel)
+    id_names = {
+        n: _top1_names(runs.set_index("run_id").loc[r]) for n, r in zip(names, result.run_ids)
+    }
+    buf = io.StringIO()
+    cols = ["file", "class", "sample_id", "shift", "level", "label", "n_wrong"]
+    for n in names:
+        cols += [f"{n}_top1", f"{n}_top1_name", f"{n}_correct"]
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for rel, (_, r) in zip(rel_paths, kept.iterrows()):
+        row = [
+            rel,
+            r["class_name"],
+            r["sample_id"],
+            r["shift"],
+            r["level"],
+            int(r["label"]),
+            int(r["n_wrong"]),
+        ]
+        for n in names:
+            top = int(r[n])
+            table = id_names[n]
+            row += [top, table[top] if 0 <= top < len(table) else "", bool(r[f"{n}_correct"])]
+        w.writerow(row)
+    atomic_write(out / "hard.csv", buf.getvalue().encode())
+    labels = io.StringIO()
+    lw = csv.writer(labels, lineterminator="\n")
+    lw.writerow(["file", "class"])
+    lw.writerows([rel, c] for rel, c in zip(rel_paths, kept["class_name"]))
+    atomic_write(out / "labels.csv", labels.getvalue().encode())
+    atomic_write(
+        record_path,
+        (
+            json.dumps(
+                {
+                    "mining_id": result.mining_id,
+                    "surrogates": result.surrogates,
+                    "run_ids": result.run_ids,
+                    "k": result.k,
+                    "n": result.n,
+                    "n_candidates": len(result.table),
+                    "n_kept": len(kept),
+                    "copy": bool(copy),
+                },
+                indent=2,
+            )
+            + "\n"
+        ).encode(),
+    )
+    return out
+
+
+def kept_fraction(table) -> float:
+    """Share of candidates kept."""
+    return float(np.mean(table["kept"])) if len(table) else float("nan")
+
+
+__all__ = ["mine", "MiningResult", "candidate_table", "DEFAULT_SURROGATES", "kept_fraction"]
