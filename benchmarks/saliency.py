@@ -3,7 +3,7 @@
 Builds a flat folder of the first ``--photos`` photos of ../shared/data/imagenet-samples
 (hard links, the labels CSV) with an elliptic mask per photo (the rate does not depend on
 what the mask holds: the metrics are a few array sums), then runs the whole stored run
-(:func:`robustlab.saliency.saliency`: decode, prepare, model resize and crop, the top-1
+(:func:`robustlab.workflows.saliency.saliency`: decode, prepare, model resize and crop, the top-1
 forward pass, Grad-CAM's forward and backward pass, the metrics and the database writes)
 on the clean images, and prints the wall time, images per second and the time a 500-photo
 run would take at that rate. A second, bare timing runs only the Grad-CAM call of the
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from robustlab.models import load_model
-    from robustlab.saliency import saliency
+    from robustlab.workflows.saliency import saliency
 
     model = load_model("lite0", device=args.device)
     with tempfile.TemporaryDirectory(prefix="robustlab-saliency-bench-") as tmp:

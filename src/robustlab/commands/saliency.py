@@ -104,7 +104,7 @@ def format_saliency(df) -> str:
 
 
 def run(args) -> int:
-    from robustlab.saliency import saliency
+    from robustlab.workflows.saliency import saliency
     from robustlab.saliency.analysis import correlations, model_table
     from robustlab.store import Store
 
