@@ -18,9 +18,9 @@ import torch
 
 from robustlab.masks.synthetic import random_blob
 from robustlab.pipeline import apply_shift, prepare
-from robustlab.shifts.batched import CONTEXT, apply, has_batched
+from robustlab.shifts.batched import apply, has_batched
 from robustlab.shifts.batched.scenes import set_background_hue
-from robustlab.shifts.registry import get_shift
+from robustlab.shifts.registry import get_shift, list_shifts
 from robustlab.shifts.scenes import IMAGENET9, XIMAGENET12
 from robustlab.shifts.scenes._common import mask_bbox
 from robustlab.suites import get_suite
@@ -81,7 +81,10 @@ def test_the_mask_scenes_are_batched_and_the_donor_and_model_ones_are_not():
     for name in XIMAGENET12 + IMAGENET9:
         assert has_batched(name) == (name not in NOT_BATCHED), name
     assert not has_batched("ai_bg")
-    assert set(DETERMINISTIC) | set(RANDOM) == {n for n in CONTEXT if CONTEXT[n]}
+    taking_masks = {
+        sh.name for sh in list_shifts() if get_shift(sh.name, batched=True).batched_needs
+    }
+    assert set(DETERMINISTIC) | set(RANDOM) == taking_masks
     for name in DETERMINISTIC:
         assert get_shift(name).deterministic, name
 

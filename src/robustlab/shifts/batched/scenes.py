@@ -39,8 +39,7 @@ from robustlab.shifts.batched._opencv import (
     rgb_to_hsv,
 )
 from robustlab.shifts.batched._ops import randint
-from robustlab.shifts.batched._registry import CONTEXT, batched
-from robustlab.shifts.registry import get_shift
+from robustlab.shifts.registry import get_shift, register_batched
 
 MASK = ("masks",)
 BOX = ("masks", "boxes")
@@ -86,7 +85,7 @@ def problem(name: str, inputs: dict | None, shape: Sequence[int]) -> str | None:
     """
     from robustlab.shifts.scenes._common import largest_background_strip
 
-    needs = CONTEXT.get(name, ())
+    needs = get_shift(name, batched=True).batched_needs
     if not needs:
         return None
     if inputs is None or (inputs["mask"] is None and not inputs["mask_error"]):
@@ -109,19 +108,19 @@ def _where(masks: torch.Tensor, inside: torch.Tensor, outside: torch.Tensor) -> 
 # ------------------------------------------------------------------ XIMAGENET-12
 
 
-@batched("blur_bg", MASK)
+@register_batched("blur_bg", needs=MASK)
 def blur_bg(x, p, gens, *, masks):
     """Background Gaussian-blurred (the table's ksize and sigma); object unchanged."""
     return _where(masks, x, gaussian_blur(x, p["ksize"], p["sigma"]))
 
 
-@batched("blur_obj", MASK)
+@register_batched("blur_obj", needs=MASK)
 def blur_obj(x, p, gens, *, masks):
     """Object Gaussian-blurred; background unchanged."""
     return _where(masks, gaussian_blur(x, p["ksize"], p["sigma"]), x)
 
 
-@batched("color_grey", MASK)
+@register_batched("color_grey", needs=MASK)
 def color_grey(x, p, gens, *, masks):
     """Background in OpenCV's grey; object unchanged."""
     return _where(masks, x, rgb_to_grey(x).unsqueeze(1).expand_as(x))
@@ -147,7 +146,7 @@ def _make_color(name: str):
 
     color.__doc__ = f"Background hue set to one hue drawn per image from {name}'s ranges."
     color.__name__ = color.__qualname__ = name
-    return batched(name, MASK)(color)
+    return register_batched(name, needs=MASK)(color)
 
 
 color_r = _make_color("color_r")
@@ -155,7 +154,7 @@ color_g = _make_color("color_g")
 color_b = _make_color("color_b")
 
 
-@batched("rainbow", MASK)
+@register_batched("rainbow", needs=MASK)
 def rainbow(x, p, gens, *, masks):
     """Background hue rotated by one amount drawn per image from ``shift`` (inclusive)."""
     lo, hi = p["shift"]
@@ -169,13 +168,13 @@ def _bright(x: torch.Tensor, p: dict) -> torch.Tensor:
     return add_weighted(x, p["alpha"], blurred, p["beta"], p["gamma"])
 
 
-@batched("bright_bg", MASK)
+@register_batched("bright_bg", needs=MASK)
 def bright_bg(x, p, gens, *, masks):
     """Background brightened (``addWeighted`` of the image and its blur); object unchanged."""
     return _where(masks, x, _bright(x, p))
 
 
-@batched("bright_obj", MASK)
+@register_batched("bright_obj", needs=MASK)
 def bright_obj(x, p, gens, *, masks):
     """Object brightened; background unchanged."""
     return _where(masks, _bright(x, p), x)
@@ -185,13 +184,13 @@ def _fill(x: torch.Tensor, colour) -> torch.Tensor:
     return torch.tensor(np.asarray(colour, np.uint8), device=x.device).view(1, 3, 1, 1)
 
 
-@batched("segmented", MASK)
+@register_batched("segmented", needs=MASK)
 def segmented(x, p, gens, *, masks):
     """Background set to the table's fill colour (black)."""
     return _where(masks, x, _fill(x, p["fill"]))
 
 
-@batched("transparent", MASK)
+@register_batched("transparent", needs=MASK)
 def transparent(x, p, gens, *, masks):
     """The colour channels of the exact RGBA result: the object on the white matte."""
     return _where(masks, x, _fill(x, p["matte"]))
@@ -200,13 +199,13 @@ def transparent(x, p, gens, *, masks):
 # ------------------------------------------------------------------ ImageNet-9
 
 
-@batched("only_fg", MASK)
+@register_batched("only_fg", needs=MASK)
 def only_fg(x, p, gens, *, masks):
     """Object on black."""
     return _where(masks, x, torch.zeros_like(x))
 
 
-@batched("no_fg", MASK)
+@register_batched("no_fg", needs=MASK)
 def no_fg(x, p, gens, *, masks):
     """Object pixels set to black."""
     return _where(masks, torch.zeros_like(x), x)
@@ -221,7 +220,7 @@ def _in_box(boxes: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return (ys >= y0) & (ys < y1) & (xs >= x0) & (xs < x1)
 
 
-@batched("only_bg_b", BOX)
+@register_batched("only_bg_b", needs=BOX)
 def only_bg_b(x, p, gens, *, masks, boxes):
     """Object box set to black."""
     return _where(_in_box(boxes, *x.shape[-2:]), torch.zeros_like(x), x)
@@ -237,7 +236,7 @@ def _tile_index(n: int, start: int, stop: int, src: slice) -> np.ndarray:
     return idx
 
 
-@batched("only_bg_t", BOX)
+@register_batched("only_bg_t", needs=BOX)
 def only_bg_t(x, p, gens, *, masks, boxes):
     """Object box filled by tiling the largest background strip outside it (per image one
     row and one column gather, the strip chosen as :func:`..scenes._common.tile_fill`)."""
