@@ -169,6 +169,8 @@ def register_shift(
         raise ValueError(f"shift {name!r} needs at least one level")
     if target not in TARGETS:
         raise ValueError(f"shift {name!r}: target must be one of {TARGETS}, not {target!r}")
+    if target == "moved" and draw is None:
+        raise ValueError(f"shift {name!r}: a moved target needs the draw that moves it")
 
     def deco(fn: ShiftFn) -> ShiftFn:
         if name in _REGISTRY and _REGISTRY[name].fn.__qualname__ != fn.__qualname__:
@@ -235,8 +237,11 @@ def register_batched(
             raise ValueError(f"batched version of {name!r}, which is no registered shift")
         if entry.batched is not None:
             raise ValueError(f"shift {name!r} already has a batched version")
-        parts = None if draw is None else RandomParts(draw, fn, replay, float(matched_mad))
-        _REGISTRY[name] = replace(entry, batched=parts or fn, batched_needs=needs, parts=parts)
+        parts = None
+        if draw is not None and replay is not None:  # both or neither: checked above
+            parts = RandomParts(draw, fn, replay, float(matched_mad))
+        batched = fn if parts is None else parts
+        _REGISTRY[name] = replace(entry, batched=batched, batched_needs=needs, parts=parts)
         return fn
 
     return deco

@@ -98,19 +98,7 @@ def apply(
 
     sh = get_shift(name, batched=True)
     _check(sh, level, x, sample_ids)
-    n, _, h, w = x.shape
-    if masks is not None and (masks.dtype != torch.bool or tuple(masks.shape) != (n, h, w)):
-        raise ValueError(
-            f"masks must be ({n}, {h}, {w}) bool, got {masks.dtype} {tuple(masks.shape)}"
-        )
-    if boxes is not None and tuple(boxes.shape) != (n, 4):
-        raise ValueError(f"boxes must be ({n}, 4), got {tuple(boxes.shape)}")
-    given = {"masks": masks, "boxes": boxes}
-    context = {}
-    for key in sh.batched_needs:
-        if given[key] is None:
-            raise CellSkipped(f"{name} needs the batch's {key}")
-        context[key] = given[key].to(x.device)
+    context = _context(sh, x, masks, boxes)
     if sh.batched is None:
         return _exact(sh, level, x, sample_ids, seed, masks, boxes)
     seeds = [derive_seed(seed, sid, name, level) for sid in sample_ids]
@@ -119,7 +107,14 @@ def apply(
 
 
 def apply_matched(
-    name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str], *, seed: int = 0
+    name: str,
+    level: Hashable,
+    x: torch.Tensor,
+    sample_ids: Sequence[str],
+    *,
+    seed: int = 0,
+    masks: torch.Tensor | None = None,
+    boxes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The batched ``name`` fed the exact path's own draws instead of torch's.
 
@@ -129,6 +124,8 @@ def apply_matched(
     differences (its entry's ``parts.matched_mad``). This is how the batched arithmetic is
     checked apart from its randomness; runs use :func:`apply`. Deterministic shifts and
     those without a batched version have nothing to replay and give :func:`apply`'s result.
+    The random scenes' replay is their exact draw function itself (``Shift.draw``); they
+    take ``masks`` as in :func:`apply`.
 
     Raises:
         ValueError: as :func:`apply`.
@@ -139,8 +136,9 @@ def apply_matched(
     sh = get_shift(name, batched=True)
     parts = sh.parts
     if parts is None:
-        return apply(name, level, x, sample_ids, seed=seed)
+        return apply(name, level, x, sample_ids, seed=seed, masks=masks, boxes=boxes)
     _check(sh, level, x, sample_ids)
+    context = _context(sh, x, masks, boxes)
     params = sh.params[level]
     host = x.permute(0, 2, 3, 1).cpu().numpy()
     per_image = [
@@ -148,7 +146,7 @@ def apply_matched(
         for img, sid in zip(host, sample_ids)
     ]
     draws = {k: torch.cat([d[k] for d in per_image]).to(x.device) for k in per_image[0]}
-    return _checked(name, parts.apply(x, params, draws), x)
+    return _checked(name, parts.apply(x, params, draws, **context), x)
 
 
 def _check(sh, level, x: torch.Tensor, sample_ids) -> None:
@@ -160,6 +158,24 @@ def _check(sh, level, x: torch.Tensor, sample_ids) -> None:
         )
     if len(sample_ids) != x.shape[0]:
         raise ValueError(f"{len(sample_ids)} sample ids for {x.shape[0]} images")
+
+
+def _context(sh, x: torch.Tensor, masks, boxes) -> dict[str, torch.Tensor]:
+    """The per-image inputs the entry's ``batched_needs`` names, checked, on ``x``'s device."""
+    n, _, h, w = x.shape
+    if masks is not None and (masks.dtype != torch.bool or tuple(masks.shape) != (n, h, w)):
+        raise ValueError(
+            f"masks must be ({n}, {h}, {w}) bool, got {masks.dtype} {tuple(masks.shape)}"
+        )
+    if boxes is not None and tuple(boxes.shape) != (n, 4):
+        raise ValueError(f"boxes must be ({n}, 4), got {tuple(boxes.shape)}")
+    given = {"masks": masks, "boxes": boxes}
+    context = {}
+    for key in sh.batched_needs:
+        if given[key] is None:
+            raise CellSkipped(f"{sh.name} needs the batch's {key}")
+        context[key] = given[key].to(x.device)
+    return context
 
 
 def _checked(name: str, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,9 @@ batch and the mask selects per pixel, with the scenes' own parameter tables. Bat
 * one random draw per image, from the image's seed-rule torch generator (so a different
   hue than numpy's draw, with the same distribution): ``color_r``, ``color_g``,
   ``color_b`` (a hue from the ranges of the table) and ``rainbow`` (a hue rotation).
+  Each is split into its draw and a deterministic apply (the entry's ``parts``); the
+  replay is the exact scene's own draw function (``Shift.draw``), so ``apply_matched``
+  fed it gives the exact pixels.
 
 Not batched (``evaluate --shift-device`` has the workers make them exactly, as on the
 exact path): ``random_bg`` and ``mixed_same``/``mixed_rand``/``mixed_next``, which need a
@@ -25,6 +28,7 @@ mask skips the same cells with the same reason on both paths.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -138,15 +142,26 @@ def _hue_table(ranges) -> list[int]:
     return [hue for lo, hi in ranges for hue in range(int(lo), int(hi) + 1)]
 
 
+def _exact_draws(name: str, img: np.ndarray, p, rng) -> dict[str, torch.Tensor]:
+    """The exact scene's own draws (its entry's ``draw``) for one image, as (1,) tensors:
+    a random scene's replay, ``functools.partial(_exact_draws, name)``."""
+    draws = get_shift(name).draw(img, p, rng, {})
+    return {k: torch.tensor([int(v)]) for k, v in draws.items()}
+
+
+def _hue_draw(x, p, gens) -> dict[str, torch.Tensor]:
+    table = torch.tensor(_hue_table(p["hue_ranges"]), device=x.device)
+    return {"hue": table[randint(gens, 0, len(table), (), x.device)]}
+
+
 def _make_color(name: str):
-    def color(x, p, gens, *, masks):
-        table = torch.tensor(_hue_table(p["hue_ranges"]), device=x.device)
-        k = randint(gens, 0, len(table), (), x.device)
-        return set_background_hue(x, masks, table[k].view(-1, 1, 1))
+    def color(x, p, draws, *, masks):
+        return set_background_hue(x, masks, draws["hue"].view(-1, 1, 1))
 
     color.__doc__ = f"Background hue set to one hue drawn per image from {name}'s ranges."
     color.__name__ = color.__qualname__ = name
-    return register_batched(name, needs=MASK)(color)
+    replay = functools.partial(_exact_draws, name)
+    return register_batched(name, needs=MASK, draw=_hue_draw, replay=replay)(color)
 
 
 color_r = _make_color("color_r")
@@ -154,11 +169,20 @@ color_g = _make_color("color_g")
 color_b = _make_color("color_b")
 
 
-@register_batched("rainbow", needs=MASK)
-def rainbow(x, p, gens, *, masks):
-    """Background hue rotated by one amount drawn per image from ``shift`` (inclusive)."""
+def _rotation_draw(x, p, gens) -> dict[str, torch.Tensor]:
     lo, hi = p["shift"]
-    amount = randint(gens, int(lo), int(hi) + 1, (), x.device).view(-1, 1, 1)
+    return {"amount": randint(gens, int(lo), int(hi) + 1, (), x.device)}
+
+
+@register_batched(
+    "rainbow",
+    needs=MASK,
+    draw=_rotation_draw,
+    replay=functools.partial(_exact_draws, "rainbow"),
+)
+def rainbow(x, p, draws, *, masks):
+    """Background hue rotated by one amount drawn per image from ``shift`` (inclusive)."""
+    amount = draws["amount"].view(-1, 1, 1)
     h, s, v = rgb_to_hsv(x)
     return _where(masks, x, hsv_to_rgb((h + amount) % int(p["period"]), s, v))
 
