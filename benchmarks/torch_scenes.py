@@ -72,8 +72,9 @@ def main() -> int:
     from robustlab.data.labels import get_label_space
     from robustlab.models import load_model
     from robustlab.pipeline import apply_shift, load_prepared, shift_context
-    from robustlab.shifts.batched import CONTEXT, apply
+    from robustlab.shifts.batched import apply
     from robustlab.shifts.batched.scenes import problem, scene_inputs
+    from robustlab.shifts.registry import get_shift, list_shifts
     from robustlab.suites import get_suite
 
     if args.threads:
@@ -81,7 +82,10 @@ def main() -> int:
     if not args.photos.is_dir():
         print(f"SKIP: no photos at {args.photos}")
         return 0
-    names = [n for n in CONTEXT if CONTEXT[n]] if args.scenes == "all" else args.scenes.split(",")
+    if args.scenes == "all":  # the batched scenes: those taking masks
+        names = [sh.name for sh in list_shifts() if get_shift(sh.name, batched=True).batched_needs]
+    else:
+        names = args.scenes.split(",")
     protocol = get_suite("ximagenet12").protocol
     ensure_masks(photos(args.photos, args.n), args.masks)
     samples = photos(args.photos, args.n, args.masks)
@@ -133,7 +137,9 @@ def main() -> int:
             t1 = time.process_time()
             masks = torch.stack([inputs[i]["mask"] for i in keep])
             boxes = (
-                torch.tensor([inputs[i]["box"] for i in keep]) if "boxes" in CONTEXT[name] else None
+                torch.tensor([inputs[i]["box"] for i in keep])
+                if "boxes" in get_shift(name).batched_needs
+                else None
             )
             out = apply(name, "default", x[keep], ids, seed=0, masks=masks, boxes=boxes)
             if dev.type == "cuda":

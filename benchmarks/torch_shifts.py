@@ -12,7 +12,7 @@ bytes), can be selected with ``--compare``:
   implementation with its own random numbers can at best achieve per cell.
 * ``matched``: B is ``batched.apply_matched``, the batched arithmetic fed the exact path's
   own draws (same seed): about 0 when the batched arithmetic is right. Random corruptions
-  not yet split into draw + apply + replay (not in ``batched.PARTS``) are "not split".
+  not yet split into draw + apply + replay (no ``parts`` on their registry entry) are "not split".
 * ``torch``: B is ``batched.apply`` with its own torch draws, the path runs use.
 
 Per cell it prints both errors, the paired difference B - A in points, its standard error
@@ -191,10 +191,10 @@ def select_corruptions(spec: str) -> list[str]:
 def is_unsplit(name: str) -> bool:
     """A random corruption with a batched version that has no draw/apply/replay parts yet:
     ``apply_matched`` would silently fall back to torch draws."""
-    from robustlab.shifts.batched import BATCHED, PARTS
     from robustlab.shifts.registry import get_shift
 
-    return not get_shift(name).deterministic and name in BATCHED and name not in PARTS
+    sh = get_shift(name, batched=True)
+    return not sh.deterministic and sh.batched is not None and sh.parts is None
 
 
 def draw_ids(ids: list[str], draws: int) -> list[list[str]]:

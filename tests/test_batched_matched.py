@@ -20,13 +20,19 @@ from scipy.stats import ks_2samp
 
 from robustlab.pipeline import apply_shift, load_prepared
 from robustlab.seeding import derive_seed, make_rng
-from robustlab.shifts.batched import PARTS, apply, apply_matched
+from robustlab.shifts.batched import apply, apply_matched
 from robustlab.shifts.batched._ops import generators
+from robustlab.shifts.corruptions import list_corruptions
 from robustlab.shifts.registry import get_shift
 from robustlab.suites import Protocol
 
 LEVELS = (1, 2, 3, 4, 5)
-NAMES = sorted(PARTS)
+# The corruptions split into draw, apply and replay (the scenes': tests/test_batched_scenes.py)
+NAMES = sorted(n for n in list_corruptions("all") if get_shift(n, batched=True).parts)
+
+
+def _parts(name: str):
+    return get_shift(name, batched=True).parts
 
 
 def _photos(samples_dir, protocol, n_photos: int, n_ids: int):
@@ -59,7 +65,7 @@ def many(samples_dir):
 def test_matched_draws_give_the_exact_pixels(small, name):
     imgs, ids = small
     x = _tensor(imgs)
-    bound = PARTS[name].matched_mad
+    bound = _parts(name).matched_mad
     for lv in LEVELS:
         ours = apply_matched(name, lv, x, ids, seed=3).permute(0, 2, 3, 1).numpy()
         exact = np.stack([apply_shift(im, sid, name, lv, 3) for im, sid in zip(imgs, ids)])
@@ -85,8 +91,8 @@ def test_matched_draws_on_a_wide_image(small, name):
     ours = apply_matched(name, 5, _tensor(imgs), ids, seed=3).permute(0, 2, 3, 1).numpy()
     exact = np.stack([apply_shift(im, sid, name, 5, 3) for im, sid in zip(imgs, ids)])
     mad = float(np.abs(ours.astype(float) - exact).mean())
-    assert mad <= PARTS[name].matched_mad, (name, mad)
-    if PARTS[name].matched_mad == 0:
+    assert mad <= _parts(name).matched_mad, (name, mad)
+    if _parts(name).matched_mad == 0:
         assert np.array_equal(ours, exact), (name, mad)
 
 
@@ -94,7 +100,7 @@ def test_matched_draws_on_a_wide_image(small, name):
 def test_torch_draws_follow_the_exact_paths_distribution(many, name):
     imgs, ids = many
     x = _tensor(imgs)
-    parts = PARTS[name]
+    parts = _parts(name)
     sh = get_shift(name)
     for lv in LEVELS:
         params = sh.params[lv]
@@ -124,15 +130,14 @@ def _sample(t: torch.Tensor, n: int = 20_000) -> np.ndarray:
 
 
 def test_every_batched_corruption_is_split_or_does_not_draw():
-    """A batched corruption outside PARTS would escape the matched-draw contract: it must
-    then give the same pixels whatever the seed."""
-    from robustlab.shifts.batched import BATCHED
-    from robustlab.shifts.corruptions import list_corruptions
+    """A batched corruption without random parts would escape the matched-draw contract:
+    it must then give the same pixels whatever the seed."""
 
     x = torch.randint(
         0, 256, (2, 3, 32, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)
     )
-    unsplit = sorted(set(BATCHED) & set(list_corruptions("all")) - set(PARTS))
+    entries = [get_shift(n, batched=True) for n in list_corruptions("all")]
+    unsplit = [sh.name for sh in entries if sh.batched is not None and sh.parts is None]
     assert unsplit, "the deterministic corruptions are batched too"
     for name in unsplit:
         for lv in LEVELS:

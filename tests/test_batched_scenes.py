@@ -18,9 +18,9 @@ import torch
 
 from robustlab.masks.synthetic import random_blob
 from robustlab.pipeline import apply_shift, prepare
-from robustlab.shifts.batched import CONTEXT, apply, has_batched
+from robustlab.shifts.batched import apply, apply_matched, has_batched
 from robustlab.shifts.batched.scenes import set_background_hue
-from robustlab.shifts.registry import get_shift
+from robustlab.shifts.registry import get_shift, list_shifts
 from robustlab.shifts.scenes import IMAGENET9, XIMAGENET12
 from robustlab.shifts.scenes._common import mask_bbox
 from robustlab.suites import get_suite
@@ -81,7 +81,10 @@ def test_the_mask_scenes_are_batched_and_the_donor_and_model_ones_are_not():
     for name in XIMAGENET12 + IMAGENET9:
         assert has_batched(name) == (name not in NOT_BATCHED), name
     assert not has_batched("ai_bg")
-    assert set(DETERMINISTIC) | set(RANDOM) == {n for n in CONTEXT if CONTEXT[n]}
+    taking_masks = {
+        sh.name for sh in list_shifts() if get_shift(sh.name, batched=True).batched_needs
+    }
+    assert set(DETERMINISTIC) | set(RANDOM) == taking_masks
     for name in DETERMINISTIC:
         assert get_shift(name).deterministic, name
 
@@ -93,6 +96,32 @@ def test_deterministic_scenes_match_the_exact_path(photos, name):
     # measured on the shared photos: 0 and 0.0 for every scene
     assert diff.max() <= 1 and diff.mean() < 1e-3, (name, diff.max(), diff.mean())
     assert not np.array_equal(exact, np.stack(photos[0])) or name == "only_bg_b"
+
+
+@pytest.mark.parametrize("name", RANDOM)
+def test_random_scenes_fed_the_exact_draws_give_the_exact_pixels(photos, name):
+    """The random scenes are split into draw and apply; the replay is the exact scene's
+    own draw function, so fed it, the batched apply gives the exact path's image (within
+    the one-level HSV allowance of the deterministic scenes), and the torch draws give
+    other images."""
+    imgs, masks, ids = photos
+    x, m = _tensor(imgs), torch.from_numpy(np.stack(masks))
+    parts = get_shift(name, batched=True).parts
+    assert parts is not None and parts.matched_mad == 0
+    ours = apply_matched(name, "default", x, ids, seed=5, masks=m).permute(0, 2, 3, 1).numpy()
+    exact = np.stack(
+        [
+            apply_shift(img, sid, name, "default", 5, {"mask": mk})
+            for img, mk, sid in zip(imgs, masks, ids)
+        ]
+    )
+    diff = np.abs(ours.astype(int) - exact)
+    # measured on the shared photos: 0 and 0.0 for every random scene
+    assert diff.max() <= 1 and diff.mean() < 1e-3, (name, diff.max(), diff.mean())
+    assert not np.array_equal(exact, np.stack(imgs))
+    assert not torch.equal(
+        apply(name, "default", x, ids, seed=5, masks=m), torch.from_numpy(ours).permute(0, 3, 1, 2)
+    )
 
 
 @pytest.mark.parametrize("hue", [0, 29, 75, 120, 150, 180])

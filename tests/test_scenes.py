@@ -10,9 +10,15 @@ import pytest
 
 from robustlab.seeding import make_rng
 from robustlab.shifts import get_shift, list_shifts
-from robustlab.shifts.scenes import IMAGENET9, XIMAGENET12, DonorIndex, choose_donor, matte
+from robustlab.shifts.scenes import (
+    IMAGENET9,
+    XIMAGENET12,
+    DonorIndex,
+    choose_donor,
+    matte,
+    moved_mask,
+)
 from robustlab.shifts.scenes._common import tile_fill
-from robustlab.shifts.scenes.ximagenet12 import place_object
 
 ALL = XIMAGENET12 + IMAGENET9
 CELLS = [(n, lv) for n in ALL for lv in get_shift(n).levels]
@@ -78,6 +84,33 @@ def test_random_scenarios_depend_on_seed(scene, name):
     outs = {_run(name, level, scene, seed=s).tobytes() for s in range(6)}
     assert len(outs) > 1
     assert not get_shift(name).deterministic
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if not get_shift(n).deterministic])
+def test_random_scenarios_make_every_choice_in_their_draw(scene, name):
+    """The entry's draw is all the randomness the shift uses: after the draw, the cell's
+    generator is where the shift leaves it; so whoever calls the draw (the batched
+    replay, the moved object's mask) gets the choices the pixels were made with."""
+    sh = get_shift(name)
+    assert sh.draw is not None, name
+    for level in sh.levels:
+        for seed in range(4):
+            after_shift, after_draw = make_rng(seed), make_rng(seed)
+            sh.apply(scene[0], level, after_shift, _ctx(scene))
+            draws = sh.draw(scene[0], sh.params[level], after_draw, _ctx(scene))
+            assert draws and all(isinstance(v, (int, tuple)) for v in draws.values())
+            assert after_shift.bit_generator.state == after_draw.bit_generator.state
+
+
+def test_colour_scenes_use_their_drawn_hue(scene):
+    x, m = scene[0], scene[1]
+    for name in ("color_r", "color_g", "color_b"):
+        sh = get_shift(name)
+        hue = sh.draw(x, sh.params["default"], make_rng(4), {})["hue"]
+        out = _run(name, "default", scene, seed=4)
+        hsv = cv2.cvtColor(out, cv2.COLOR_RGB2HSV)[~m]
+        saturated = hsv[(hsv[:, 1] > 100) & (hsv[:, 2] > 100), 0]  # grey pixels have no hue
+        assert int(np.bincount(saturated).argmax()) == hue % 180, name
 
 
 def test_blur_bg_and_blur_obj(scene):
@@ -174,8 +207,10 @@ def test_transparent_rgba_and_matte(scene):
 def test_random_bg_moves_object_onto_donor(scene, level):
     x, m, donor = scene[0], scene[1], scene[2]
     out = _run("random_bg", level, scene, seed=11)
-    _, moved, (dx, dy) = place_object(x, m, make_rng(11))
-    assert moved.sum() == m.sum()
+    sh = get_shift("random_bg")
+    offset = sh.draw(x, sh.params[level], make_rng(11), {"mask": m})["offset"]
+    moved = moved_mask(m, offset)
+    assert moved.sum() == m.sum() and offset != (0, 0)
     np.testing.assert_array_equal(out[~moved], donor[~moved])
     if level == "paste":
         np.testing.assert_array_equal(out[moved], x[m])
@@ -183,7 +218,7 @@ def test_random_bg_moves_object_onto_donor(scene, level):
         expect = np.minimum(donor[moved].astype(int) + x[m].astype(int), 255)
         np.testing.assert_array_equal(out[moved], expect)
     # different seeds move the object to different places
-    shifts = {place_object(x, m, make_rng(s))[2] for s in range(8)}
+    shifts = {sh.draw(x, sh.params[level], make_rng(s), {"mask": m})["offset"] for s in range(8)}
     assert len(shifts) > 1
 
 

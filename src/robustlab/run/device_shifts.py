@@ -243,10 +243,11 @@ class DeviceShifts:
     def _batch(self, shift: str, level, members, ids, clean: dict, scene: dict) -> torch.Tensor:
         """The shifted cells of ``members`` (photos the shift can use), before JPEG and
         resize; the masks and boxes of the scenes go along with the images."""
-        from robustlab.shifts.batched import CONTEXT, apply
+        from robustlab.shifts.batched import apply
+        from robustlab.shifts.registry import get_shift
 
         x = torch.stack([clean[pos] for pos, _ in members])
-        needs = CONTEXT.get(shift, ())
+        needs = get_shift(shift, batched=True).batched_needs
         masks = boxes = None
         if "masks" in needs:
             masks = torch.stack([scene[pos]["mask"] for pos, _ in members]).to(self.device)

@@ -4,6 +4,14 @@ Every image change robustlab knows (a corruption, a background scenario, an attr
 edit) is a :class:`Shift`: a pure function plus a table of parameters per level. The CLI,
 the suites and the parametrised tests all read this registry, so adding a shift is one
 decorated function and its parameter table.
+
+Everything else known about a shift is a field of the same entry, never a table of its
+own: what it does to the object (``target``), how its random choices are drawn
+(``draw``), and its batched torch version with the per-image inputs that version takes
+and its random parts (``batched``, ``batched_needs``, ``parts``), which
+:func:`register_batched` fills in from :mod:`robustlab.shifts.batched`. The batched
+modules import torch, so they are loaded only on demand (``get_shift(name,
+batched=True)``); importing the registry or the exact shifts stays light.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +27,40 @@ import numpy as np
 from robustlab.errors import CellSkipped, MissingResourceError, unknown_name
 
 ShiftFn = Callable[..., np.ndarray]
+
+
+@dataclass(frozen=True)
+class RandomParts:
+    """A random batched shift split into draws and a deterministic apply.
+
+    Draws are a ``dict[str, torch.Tensor]`` whose values all have the batch dimension
+    first, so the draws of single images concatenate into a batch's. Fidelity then splits
+    into two checks that need no model: the apply fed the exact path's draws must give the
+    exact path's pixels (``robustlab.shifts.batched.apply_matched``), and the torch draws
+    must follow the same distribution as the replayed ones.
+
+    Attributes:
+        draw: ``draw(x, params, gens) -> draws``, one torch generator per image.
+        apply: ``apply(x, params, draws, **context) -> (N, 3, H, W) uint8``, no randomness
+            left; ``context`` is the entry's ``batched_needs`` (the scenes' masks).
+        replay: ``replay(img, params, rng) -> draws`` for one (H, W, 3) uint8 numpy image
+            and the generator the exact path would get (batch dimension 1): the exact
+            path's draws, made by the exact module's own draw code in its own order, in
+            this layout.
+        matched_mad: The mean absolute pixel difference (levels of 0..255) allowed
+            between ``apply`` on replayed draws and the exact path; 0 means identical.
+            Non-zero only where the arithmetic differs (float32 against float64, a
+            bilinear warp), and the batched module's docstring says where.
+    """
+
+    draw: Callable
+    apply: Callable
+    replay: Callable
+    matched_mad: float = 0.0
+
+    def __call__(self, x, params, gens, **context):
+        """The batched shift: ``apply(x, params, draw(x, params, gens), **context)``."""
+        return self.apply(x, params, self.draw(x, params, gens), **context)
 
 
 @dataclass(frozen=True)
@@ -40,6 +82,20 @@ class Shift:
             from the cell's seed) or None (the object is gone: no foreground, the cell is
             skipped). One field of the shift's entry, so a new scene states it where it
             is registered.
+        draw: ``draw(image, params, rng, ctx) -> dict``: every random choice the shift
+            makes (a scene's hue, where it moves the object), drawn in the shift's own
+            order; ``fn`` draws through it, and whoever needs the choices (the batched
+            replay, the moved object's true mask) calls it instead of repeating the draw
+            order. None: a deterministic shift, or one whose draws are not needed
+            elsewhere. A ``"moved"`` target's draws hold ``offset``: the object's
+            ``(dx, dy)``.
+        batched: The batched torch version, ``batched(x, params, gens, **context) ->
+            (N, 3, H, W) uint8`` (see :func:`register_batched`); None: only the exact one.
+        batched_needs: The per-image inputs ``batched`` takes as keyword arguments:
+            ``"masks"`` (N, H, W) bool foreground, ``"boxes"`` (N, 4) int64 object boxes
+            ``(x0, y0, x1, y1)``, exclusive ends.
+        parts: A random ``batched`` split into draw, apply and replay; None for a
+            deterministic one.
         extra: Further keys of ``register_shift`` (``donor_rule``, ``channels``).
     """
 
@@ -53,6 +109,10 @@ class Shift:
     doc: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
     target: str | None = "same"
+    draw: Callable[..., dict] | None = None
+    batched: Callable | None = None
+    batched_needs: tuple[str, ...] = ()
+    parts: RandomParts | None = None
 
     @property
     def levels(self) -> tuple:
@@ -92,9 +152,13 @@ def register_shift(
     deterministic: bool = False,
     tags: Iterable[str] = (),
     target: str | None = "same",
+    draw: Callable[..., dict] | None = None,
     **extra: Any,
 ) -> Callable[[ShiftFn], ShiftFn]:
     """Decorator that registers ``fn`` as the shift ``name``.
+
+    A random shift whose choices others need gives ``draw`` (see :attr:`Shift.draw`) and
+    makes them in ``fn`` by calling it first.
 
     Example:
         >>> @register_shift("invert", family="digital", params={1: 1.0}, deterministic=True)
@@ -105,6 +169,8 @@ def register_shift(
         raise ValueError(f"shift {name!r} needs at least one level")
     if target not in TARGETS:
         raise ValueError(f"shift {name!r}: target must be one of {TARGETS}, not {target!r}")
+    if target == "moved" and draw is None:
+        raise ValueError(f"shift {name!r}: a moved target needs the draw that moves it")
 
     def deco(fn: ShiftFn) -> ShiftFn:
         if name in _REGISTRY and _REGISTRY[name].fn.__qualname__ != fn.__qualname__:
@@ -121,7 +187,61 @@ def register_shift(
             doc=doc[0] if doc else "",
             extra=dict(extra),
             target=target,
+            draw=draw,
         )
+        return fn
+
+    return deco
+
+
+# The value of Shift.batched_needs entries: what the batched scenes take per image.
+BATCHED_INPUTS = ("masks", "boxes")
+# Modules whose import registers the batched versions (torch); loaded by
+# get_shift(name, batched=True) only.
+BATCHED_MODULES = ("robustlab.shifts.batched",)
+
+
+def register_batched(
+    name: str,
+    *,
+    needs: Iterable[str] = (),
+    draw: Callable | None = None,
+    replay: Callable | None = None,
+    matched_mad: float = 0.0,
+) -> Callable[[Callable], Callable]:
+    """Decorator that makes its function the batched version of the registered shift ``name``.
+
+    A batched version is another way to draw the *same* shift (same name, same per-level
+    parameters), so it is a field of that shift's entry, not a shift of its own. Without
+    ``draw``, the function is ``fn(x, params, gens, **context)``: ``x`` an (N, 3, H, W)
+    uint8 tensor, ``params`` the level's entry of the shift's table, ``gens`` one
+    ``torch.Generator`` per image on ``x``'s device, ``context`` the inputs named in
+    ``needs`` (:data:`BATCHED_INPUTS`). With ``draw`` and ``replay``, the function is the
+    deterministic ``apply(x, params, draws, **context)`` of a :class:`RandomParts`.
+
+    Raises:
+        ValueError: ``name`` is no registered shift, already has a batched version, or
+            ``needs`` names an unknown input; TypeError: only one of ``draw``/``replay``.
+    """
+    needs = tuple(needs)
+    bad = [k for k in needs if k not in BATCHED_INPUTS]
+    if bad:
+        raise ValueError(f"batched {name!r}: unknown inputs {bad}; use {BATCHED_INPUTS}")
+    if (draw is None) != (replay is None):
+        raise TypeError(f"batched {name!r}: give both draw and replay, or neither")
+
+    def deco(fn: Callable) -> Callable:
+        _ensure_loaded()
+        entry = _REGISTRY.get(name)
+        if entry is None:
+            raise ValueError(f"batched version of {name!r}, which is no registered shift")
+        if entry.batched is not None:
+            raise ValueError(f"shift {name!r} already has a batched version")
+        parts = None
+        if draw is not None and replay is not None:  # both or neither: checked above
+            parts = RandomParts(draw, fn, replay, float(matched_mad))
+        batched = fn if parts is None else parts
+        _REGISTRY[name] = replace(entry, batched=batched, batched_needs=needs, parts=parts)
         return fn
 
     return deco
@@ -316,9 +436,18 @@ def _ensure_loaded() -> None:
         importlib.import_module(module)
 
 
-def get_shift(name: str) -> Shift:
-    """Return the registered shift ``name`` or raise InputError naming the closest ones."""
+def get_shift(name: str, *, batched: bool = False) -> Shift:
+    """Return the registered shift ``name`` or raise InputError naming the closest ones.
+
+    Args:
+        batched: Load the batched versions first (imports torch), so the entry's
+            ``batched``, ``batched_needs`` and ``parts`` are filled in. Without it they
+            are filled only if something already imported :mod:`robustlab.shifts.batched`.
+    """
     _ensure_loaded()
+    if batched:
+        for module in BATCHED_MODULES:
+            importlib.import_module(module)
     try:
         return _REGISTRY[name]
     except KeyError:

@@ -14,8 +14,8 @@ truth depends on what a scenario does to the object, a table kept here as data:
 
 - the object stays where it is (blur, colour, brightness, segmented, transparent,
   only_fg, the ImageNet-9 mixes, ai_bg): the sample's prepared mask;
-- ``random_bg`` moves the object: its placement is replayed from the cell's own
-  generator, giving the moved mask exactly;
+- ``random_bg`` moves the object: its own draw (``Shift.draw``) with the cell's
+  generator gives the placement, so the moved mask exactly;
 - ``no_fg``, ``only_bg_b``, ``only_bg_t`` remove the object: nothing to segment, so these
   cells are skipped (counted, with the reason).
 """
@@ -195,13 +195,14 @@ def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | 
         return None
     if rule == "moved":
         from robustlab.seeding import derive_seed, make_rng
-        from robustlab.shifts.scenes.ximagenet12 import place_object
+        from robustlab.shifts.registry import get_shift
+        from robustlab.shifts.scenes import moved_mask
 
-        # random_bg draws the placement first from its cell generator: same seed, same spot.
-        _, moved, _ = place_object(
-            prepared.rgb, m, make_rng(derive_seed(seed, sample.id, shift, level))
-        )
-        return moved
+        # the shift's own draw from its cell generator (it draws first): the same spot
+        sh = get_shift(shift)
+        rng = make_rng(derive_seed(seed, sample.id, shift, level))
+        draws = sh.draw(prepared.rgb, sh.params[level], rng, {"mask": m})
+        return moved_mask(m, draws["offset"])
     raise ValueError(f"unknown target rule {rule!r} for {shift}")
 
 

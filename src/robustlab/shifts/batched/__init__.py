@@ -9,7 +9,7 @@ the images of a random corruption differ pixel by pixel from the exact path's. F
 is shown in two parts, both tested on CPU tensors (tests/test_batched_matched.py):
 
 * every random corruption is split into its draws and a deterministic apply
-  (:class:`._registry.RandomParts`); fed the exact path's own draws
+  (:class:`robustlab.shifts.registry.RandomParts`, the entry's ``parts``); fed the exact path's own draws
   (:func:`apply_matched`), the apply gives the exact path's pixels, bit for bit;
 * its torch draws follow the exact path's distribution (Kolmogorov-Smirnov per kind of
   draw).
@@ -23,6 +23,11 @@ Every ImageNet-C corruption (15 common, 4 extra) has a batched version except
 ``spatter`` (OpenCV's Canny edges, distance transform and histogram equalisation have no
 simple tensor equivalent): :func:`apply` runs the exact version for such shifts, image by
 image on the CPU, with the exact seed rule, so a run still covers every cell.
+
+Each module here registers its versions on the shifts' own registry entries
+(:func:`robustlab.shifts.registry.register_batched`: ``Shift.batched``,
+``batched_needs``, ``parts``); importing this package loads them all, and
+``get_shift(name, batched=True)`` imports it on demand.
 
 Example:
     >>> import torch
@@ -42,13 +47,9 @@ import torch
 from robustlab.errors import CellSkipped
 from robustlab.shifts.batched import blur, digital, noise, scenes, weather  # noqa: F401
 from robustlab.shifts.batched._ops import generators
-from robustlab.shifts.batched._registry import BATCHED, CONTEXT, PARTS
 from robustlab.shifts.batched.jpeg import codec_name, jpeg_roundtrip
 
 __all__ = [
-    "BATCHED",
-    "CONTEXT",
-    "PARTS",
     "apply",
     "apply_matched",
     "codec_name",
@@ -59,7 +60,9 @@ __all__ = [
 
 def has_batched(name: str) -> bool:
     """Whether ``name`` has a batched torch version (else :func:`apply` runs the exact one)."""
-    return name in BATCHED
+    from robustlab.shifts.registry import get_shift
+
+    return get_shift(name, batched=True).batched is not None
 
 
 def apply(
@@ -93,39 +96,36 @@ def apply(
     from robustlab.seeding import derive_seed
     from robustlab.shifts.registry import get_shift
 
-    sh = get_shift(name)
+    sh = get_shift(name, batched=True)
     _check(sh, level, x, sample_ids)
-    n, _, h, w = x.shape
-    if masks is not None and (masks.dtype != torch.bool or tuple(masks.shape) != (n, h, w)):
-        raise ValueError(
-            f"masks must be ({n}, {h}, {w}) bool, got {masks.dtype} {tuple(masks.shape)}"
-        )
-    if boxes is not None and tuple(boxes.shape) != (n, 4):
-        raise ValueError(f"boxes must be ({n}, 4), got {tuple(boxes.shape)}")
-    given = {"masks": masks, "boxes": boxes}
-    context = {}
-    for key in CONTEXT.get(name, ()):
-        if given[key] is None:
-            raise CellSkipped(f"{name} needs the batch's {key}")
-        context[key] = given[key].to(x.device)
-    seeds = [derive_seed(seed, sid, name, level) for sid in sample_ids]
-    fn = BATCHED.get(name)
-    if fn is None:
+    context = _context(sh, x, masks, boxes)
+    if sh.batched is None:
         return _exact(sh, level, x, sample_ids, seed, masks, boxes)
-    return _checked(name, fn(x, sh.params[level], generators(seeds, x.device), **context), x)
+    seeds = [derive_seed(seed, sid, name, level) for sid in sample_ids]
+    out = sh.batched(x, sh.params[level], generators(seeds, x.device), **context)
+    return _checked(name, out, x)
 
 
 def apply_matched(
-    name: str, level: Hashable, x: torch.Tensor, sample_ids: Sequence[str], *, seed: int = 0
+    name: str,
+    level: Hashable,
+    x: torch.Tensor,
+    sample_ids: Sequence[str],
+    *,
+    seed: int = 0,
+    masks: torch.Tensor | None = None,
+    boxes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The batched ``name`` fed the exact path's own draws instead of torch's.
 
     Each image gets the generator the exact path would give it (the seed rule, numpy),
     the shift's replay makes the exact path's draws with it, and the batched apply uses
     them: the result is the exact path's image up to the shift's documented arithmetic
-    differences (``PARTS[name].matched_mad``). This is how the batched arithmetic is
+    differences (its entry's ``parts.matched_mad``). This is how the batched arithmetic is
     checked apart from its randomness; runs use :func:`apply`. Deterministic shifts and
     those without a batched version have nothing to replay and give :func:`apply`'s result.
+    The random scenes' replay is their exact draw function itself (``Shift.draw``); they
+    take ``masks`` as in :func:`apply`.
 
     Raises:
         ValueError: as :func:`apply`.
@@ -133,11 +133,12 @@ def apply_matched(
     from robustlab.seeding import derive_seed, make_rng
     from robustlab.shifts.registry import get_shift
 
-    parts = PARTS.get(name)
+    sh = get_shift(name, batched=True)
+    parts = sh.parts
     if parts is None:
-        return apply(name, level, x, sample_ids, seed=seed)
-    sh = get_shift(name)
+        return apply(name, level, x, sample_ids, seed=seed, masks=masks, boxes=boxes)
     _check(sh, level, x, sample_ids)
+    context = _context(sh, x, masks, boxes)
     params = sh.params[level]
     host = x.permute(0, 2, 3, 1).cpu().numpy()
     per_image = [
@@ -145,7 +146,7 @@ def apply_matched(
         for img, sid in zip(host, sample_ids)
     ]
     draws = {k: torch.cat([d[k] for d in per_image]).to(x.device) for k in per_image[0]}
-    return _checked(name, parts.apply(x, params, draws), x)
+    return _checked(name, parts.apply(x, params, draws, **context), x)
 
 
 def _check(sh, level, x: torch.Tensor, sample_ids) -> None:
@@ -157,6 +158,24 @@ def _check(sh, level, x: torch.Tensor, sample_ids) -> None:
         )
     if len(sample_ids) != x.shape[0]:
         raise ValueError(f"{len(sample_ids)} sample ids for {x.shape[0]} images")
+
+
+def _context(sh, x: torch.Tensor, masks, boxes) -> dict[str, torch.Tensor]:
+    """The per-image inputs the entry's ``batched_needs`` names, checked, on ``x``'s device."""
+    n, _, h, w = x.shape
+    if masks is not None and (masks.dtype != torch.bool or tuple(masks.shape) != (n, h, w)):
+        raise ValueError(
+            f"masks must be ({n}, {h}, {w}) bool, got {masks.dtype} {tuple(masks.shape)}"
+        )
+    if boxes is not None and tuple(boxes.shape) != (n, 4):
+        raise ValueError(f"boxes must be ({n}, 4), got {tuple(boxes.shape)}")
+    given = {"masks": masks, "boxes": boxes}
+    context = {}
+    for key in sh.batched_needs:
+        if given[key] is None:
+            raise CellSkipped(f"{sh.name} needs the batch's {key}")
+        context[key] = given[key].to(x.device)
+    return context
 
 
 def _checked(name: str, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -35,10 +35,10 @@ from robustlab.shifts.batched._ops import (
 from robustlab.shifts.batched._ops import (
     motion_blur as _motion,
 )
-from robustlab.shifts.batched._registry import batched, random_batched
+from robustlab.shifts.registry import register_batched
 
 
-@batched("defocus_blur")
+@register_batched("defocus_blur")
 def defocus_blur(x, params, gens):
     """Convolution with the reference's anti-aliased disk (reflect-101 border)."""
     from robustlab.shifts.corruptions.defocus_blur import disk_kernel
@@ -47,7 +47,7 @@ def defocus_blur(x, params, gens):
     return to_uint8(filter2d(unit(x), disk_kernel(radius, alias)))
 
 
-@batched("gaussian_blur")
+@register_batched("gaussian_blur")
 def gaussian_blur(x, sigma, gens):
     """Gaussian of ``sigma`` pixels, 'nearest' border, truncated at 4 sigma."""
     return to_uint8(gaussian(unit(x), sigma))
@@ -137,7 +137,7 @@ def _glass_grid(h: int, w: int, delta: int) -> tuple[int, int]:
     return max(h - 2 * delta, 0), max(w - 2 * delta, 0)
 
 
-@random_batched("glass_blur", draw=_glass_draw, replay=_glass_replay)
+@register_batched("glass_blur", draw=_glass_draw, replay=_glass_replay)
 def glass_blur(x, params, draws):
     """Gaussian blur, ``iterations`` passes of local chained pixel copies, Gaussian blur."""
     sigma, delta, iterations = params
@@ -160,14 +160,14 @@ def _motion_replay(img, params, rng) -> dict[str, torch.Tensor]:
     return {"angle": torch.tensor([draw(rng)], dtype=torch.float64)}
 
 
-@random_batched("motion_blur", draw=_motion_draw, replay=_motion_replay)
+@register_batched("motion_blur", draw=_motion_draw, replay=_motion_replay)
 def motion_blur(x, params, draws):
     """ImageMagick-style motion blur along each image's drawn angle (degrees)."""
     radius, sigma = params
     return _motion(x, radius, sigma, draws["angle"].tolist())
 
 
-@batched("zoom_blur")
+@register_batched("zoom_blur")
 def zoom_blur(x, params, gens):
     """The image averaged with its centre zooms by the factors ``arange(1, stop, step)``."""
     stop, step = params

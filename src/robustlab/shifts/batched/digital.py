@@ -31,12 +31,12 @@ import numpy as np
 import torch
 
 from robustlab.shifts.batched._ops import pad_index, pil_resize, to_uint8, uniform, unit
-from robustlab.shifts.batched._registry import batched, random_batched
+from robustlab.shifts.registry import register_batched
 from robustlab.shifts.batched.color import hsv_adjust
 from robustlab.shifts.batched.jpeg import jpeg_roundtrip
 
 
-@batched("contrast")
+@register_batched("contrast")
 def contrast(x, factor, gens):
     """Each channel pulled towards its image mean: ``(x - m) * factor + m``."""
     v = unit(x, torch.float64)
@@ -44,14 +44,14 @@ def contrast(x, factor, gens):
     return to_uint8((v - m) * factor + m)
 
 
-@batched("saturate")
+@register_batched("saturate")
 def saturate(x, params, gens):
     """HSV saturation changed to ``S * a + b``, clipped."""
     a, b = params
     return hsv_adjust(x, s_scale=a, s_shift=b)
 
 
-@batched("pixelate")
+@register_batched("pixelate")
 def pixelate(x, scale, gens):
     """Pillow BOX resize to ``scale`` of each side and back (bit-identical to Pillow)."""
     h, w = x.shape[-2:]
@@ -59,7 +59,7 @@ def pixelate(x, scale, gens):
     return pil_resize(small, (h, w), "box")
 
 
-@batched("jpeg_compression")
+@register_batched("jpeg_compression")
 def jpeg_compression(x, quality, gens):
     """JPEG round trip at ``quality``."""
     return jpeg_roundtrip(x, int(quality))
@@ -273,7 +273,7 @@ def _elastic_replay(img, params, rng) -> dict[str, torch.Tensor]:
     }
 
 
-@random_batched("elastic_transform", draw=_elastic_draw, replay=_elastic_replay)
+@register_batched("elastic_transform", draw=_elastic_draw, replay=_elastic_replay)
 def elastic_transform(x, params, draws):
     """A random affine warp followed by a Gaussian-smoothed random displacement."""
     return _displace(*_stages(x, params, draws))

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from robustlab.shifts.batched._ops import per_sample, to_uint8, uniform, unit
-from robustlab.shifts.batched._registry import random_batched
+from robustlab.shifts.registry import register_batched
 
 
 def _chw(values: np.ndarray, shape) -> torch.Tensor:
@@ -53,7 +53,7 @@ def _gaussian_replay(img, sigma, rng) -> dict[str, torch.Tensor]:
     return {"noise": _chw(sigma * draw(rng, img.size), img.shape)}
 
 
-@random_batched("gaussian_noise", draw=_normal_draw, replay=_gaussian_replay)
+@register_batched("gaussian_noise", draw=_normal_draw, replay=_gaussian_replay)
 def gaussian_noise(x, sigma, draws):
     """``x / 255 + N(0, sigma)``, clipped."""
     return to_uint8(unit(x, torch.float64) + draws["noise"])
@@ -84,7 +84,7 @@ def _shot_replay(img, photons, rng) -> dict[str, torch.Tensor]:
     return {"u": _chw(draw(rng, img.size), img.shape)}
 
 
-@random_batched("shot_noise", draw=_uniform_draw, replay=_shot_replay)
+@register_batched("shot_noise", draw=_uniform_draw, replay=_shot_replay)
 def shot_noise(x, photons, draws):
     """``Poisson(x / 255 * c) / c``, clipped: the count is the smallest ``k < c`` with
     ``P(K <= k) > u`` (else ``c``), found in the exact path's table.
@@ -110,7 +110,7 @@ def _impulse_replay(img, amount, rng) -> dict[str, torch.Tensor]:
     return {"u": _chw(draw(rng, img.size), img.shape)}
 
 
-@random_batched("impulse_noise", draw=_uniform_draw, replay=_impulse_replay)
+@register_batched("impulse_noise", draw=_uniform_draw, replay=_impulse_replay)
 def impulse_noise(x, amount, draws):
     """Salt and pepper: 0 where ``u < amount / 2``, 255 where ``u < amount``."""
     u = draws["u"]
@@ -123,7 +123,7 @@ def _speckle_replay(img, sigma, rng) -> dict[str, torch.Tensor]:
     return {"noise": _chw(draw(rng, img.shape, sigma), img.shape)}
 
 
-@random_batched("speckle_noise", draw=_normal_draw, replay=_speckle_replay)
+@register_batched("speckle_noise", draw=_normal_draw, replay=_speckle_replay)
 def speckle_noise(x, sigma, draws):
     """``x + x * N(0, sigma)`` on ``x / 255``, clipped."""
     v = unit(x, torch.float64)

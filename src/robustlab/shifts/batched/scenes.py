@@ -12,6 +12,9 @@ batch and the mask selects per pixel, with the scenes' own parameter tables. Bat
 * one random draw per image, from the image's seed-rule torch generator (so a different
   hue than numpy's draw, with the same distribution): ``color_r``, ``color_g``,
   ``color_b`` (a hue from the ranges of the table) and ``rainbow`` (a hue rotation).
+  Each is split into its draw and a deterministic apply (the entry's ``parts``); the
+  replay is the exact scene's own draw function (``Shift.draw``), so ``apply_matched``
+  fed it gives the exact pixels.
 
 Not batched (``evaluate --shift-device`` has the workers make them exactly, as on the
 exact path): ``random_bg`` and ``mixed_same``/``mixed_rand``/``mixed_next``, which need a
@@ -25,6 +28,7 @@ mask skips the same cells with the same reason on both paths.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,8 +43,7 @@ from robustlab.shifts.batched._opencv import (
     rgb_to_hsv,
 )
 from robustlab.shifts.batched._ops import randint
-from robustlab.shifts.batched._registry import CONTEXT, batched
-from robustlab.shifts.registry import get_shift
+from robustlab.shifts.registry import get_shift, register_batched
 
 MASK = ("masks",)
 BOX = ("masks", "boxes")
@@ -86,7 +89,7 @@ def problem(name: str, inputs: dict | None, shape: Sequence[int]) -> str | None:
     """
     from robustlab.shifts.scenes._common import largest_background_strip
 
-    needs = CONTEXT.get(name, ())
+    needs = get_shift(name, batched=True).batched_needs
     if not needs:
         return None
     if inputs is None or (inputs["mask"] is None and not inputs["mask_error"]):
@@ -109,19 +112,19 @@ def _where(masks: torch.Tensor, inside: torch.Tensor, outside: torch.Tensor) -> 
 # ------------------------------------------------------------------ XIMAGENET-12
 
 
-@batched("blur_bg", MASK)
+@register_batched("blur_bg", needs=MASK)
 def blur_bg(x, p, gens, *, masks):
     """Background Gaussian-blurred (the table's ksize and sigma); object unchanged."""
     return _where(masks, x, gaussian_blur(x, p["ksize"], p["sigma"]))
 
 
-@batched("blur_obj", MASK)
+@register_batched("blur_obj", needs=MASK)
 def blur_obj(x, p, gens, *, masks):
     """Object Gaussian-blurred; background unchanged."""
     return _where(masks, gaussian_blur(x, p["ksize"], p["sigma"]), x)
 
 
-@batched("color_grey", MASK)
+@register_batched("color_grey", needs=MASK)
 def color_grey(x, p, gens, *, masks):
     """Background in OpenCV's grey; object unchanged."""
     return _where(masks, x, rgb_to_grey(x).unsqueeze(1).expand_as(x))
@@ -139,15 +142,26 @@ def _hue_table(ranges) -> list[int]:
     return [hue for lo, hi in ranges for hue in range(int(lo), int(hi) + 1)]
 
 
+def _exact_draws(name: str, img: np.ndarray, p, rng) -> dict[str, torch.Tensor]:
+    """The exact scene's own draws (its entry's ``draw``) for one image, as (1,) tensors:
+    a random scene's replay, ``functools.partial(_exact_draws, name)``."""
+    draws = get_shift(name).draw(img, p, rng, {})
+    return {k: torch.tensor([int(v)]) for k, v in draws.items()}
+
+
+def _hue_draw(x, p, gens) -> dict[str, torch.Tensor]:
+    table = torch.tensor(_hue_table(p["hue_ranges"]), device=x.device)
+    return {"hue": table[randint(gens, 0, len(table), (), x.device)]}
+
+
 def _make_color(name: str):
-    def color(x, p, gens, *, masks):
-        table = torch.tensor(_hue_table(p["hue_ranges"]), device=x.device)
-        k = randint(gens, 0, len(table), (), x.device)
-        return set_background_hue(x, masks, table[k].view(-1, 1, 1))
+    def color(x, p, draws, *, masks):
+        return set_background_hue(x, masks, draws["hue"].view(-1, 1, 1))
 
     color.__doc__ = f"Background hue set to one hue drawn per image from {name}'s ranges."
     color.__name__ = color.__qualname__ = name
-    return batched(name, MASK)(color)
+    replay = functools.partial(_exact_draws, name)
+    return register_batched(name, needs=MASK, draw=_hue_draw, replay=replay)(color)
 
 
 color_r = _make_color("color_r")
@@ -155,11 +169,20 @@ color_g = _make_color("color_g")
 color_b = _make_color("color_b")
 
 
-@batched("rainbow", MASK)
-def rainbow(x, p, gens, *, masks):
-    """Background hue rotated by one amount drawn per image from ``shift`` (inclusive)."""
+def _rotation_draw(x, p, gens) -> dict[str, torch.Tensor]:
     lo, hi = p["shift"]
-    amount = randint(gens, int(lo), int(hi) + 1, (), x.device).view(-1, 1, 1)
+    return {"amount": randint(gens, int(lo), int(hi) + 1, (), x.device)}
+
+
+@register_batched(
+    "rainbow",
+    needs=MASK,
+    draw=_rotation_draw,
+    replay=functools.partial(_exact_draws, "rainbow"),
+)
+def rainbow(x, p, draws, *, masks):
+    """Background hue rotated by one amount drawn per image from ``shift`` (inclusive)."""
+    amount = draws["amount"].view(-1, 1, 1)
     h, s, v = rgb_to_hsv(x)
     return _where(masks, x, hsv_to_rgb((h + amount) % int(p["period"]), s, v))
 
@@ -169,13 +192,13 @@ def _bright(x: torch.Tensor, p: dict) -> torch.Tensor:
     return add_weighted(x, p["alpha"], blurred, p["beta"], p["gamma"])
 
 
-@batched("bright_bg", MASK)
+@register_batched("bright_bg", needs=MASK)
 def bright_bg(x, p, gens, *, masks):
     """Background brightened (``addWeighted`` of the image and its blur); object unchanged."""
     return _where(masks, x, _bright(x, p))
 
 
-@batched("bright_obj", MASK)
+@register_batched("bright_obj", needs=MASK)
 def bright_obj(x, p, gens, *, masks):
     """Object brightened; background unchanged."""
     return _where(masks, _bright(x, p), x)
@@ -185,13 +208,13 @@ def _fill(x: torch.Tensor, colour) -> torch.Tensor:
     return torch.tensor(np.asarray(colour, np.uint8), device=x.device).view(1, 3, 1, 1)
 
 
-@batched("segmented", MASK)
+@register_batched("segmented", needs=MASK)
 def segmented(x, p, gens, *, masks):
     """Background set to the table's fill colour (black)."""
     return _where(masks, x, _fill(x, p["fill"]))
 
 
-@batched("transparent", MASK)
+@register_batched("transparent", needs=MASK)
 def transparent(x, p, gens, *, masks):
     """The colour channels of the exact RGBA result: the object on the white matte."""
     return _where(masks, x, _fill(x, p["matte"]))
@@ -200,13 +223,13 @@ def transparent(x, p, gens, *, masks):
 # ------------------------------------------------------------------ ImageNet-9
 
 
-@batched("only_fg", MASK)
+@register_batched("only_fg", needs=MASK)
 def only_fg(x, p, gens, *, masks):
     """Object on black."""
     return _where(masks, x, torch.zeros_like(x))
 
 
-@batched("no_fg", MASK)
+@register_batched("no_fg", needs=MASK)
 def no_fg(x, p, gens, *, masks):
     """Object pixels set to black."""
     return _where(masks, torch.zeros_like(x), x)
@@ -221,7 +244,7 @@ def _in_box(boxes: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return (ys >= y0) & (ys < y1) & (xs >= x0) & (xs < x1)
 
 
-@batched("only_bg_b", BOX)
+@register_batched("only_bg_b", needs=BOX)
 def only_bg_b(x, p, gens, *, masks, boxes):
     """Object box set to black."""
     return _where(_in_box(boxes, *x.shape[-2:]), torch.zeros_like(x), x)
@@ -237,7 +260,7 @@ def _tile_index(n: int, start: int, stop: int, src: slice) -> np.ndarray:
     return idx
 
 
-@batched("only_bg_t", BOX)
+@register_batched("only_bg_t", needs=BOX)
 def only_bg_t(x, p, gens, *, masks, boxes):
     """Object box filled by tiling the largest background strip outside it (per image one
     row and one column gather, the strip chosen as :func:`..scenes._common.tile_fill`)."""

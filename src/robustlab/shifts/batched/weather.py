@@ -33,11 +33,11 @@ from robustlab.shifts.batched._ops import (
     uniform,
     unit,
 )
-from robustlab.shifts.batched._registry import batched, random_batched
+from robustlab.shifts.registry import register_batched
 from robustlab.shifts.batched.color import hsv_adjust
 
 
-@batched("brightness")
+@register_batched("brightness")
 def brightness(x, shift, gens):
     """HSV value raised by ``shift`` (on [0, 1]) and clipped."""
     return hsv_adjust(x, v_shift=shift)
@@ -89,7 +89,7 @@ def _grey(v: torch.Tensor) -> torch.Tensor:
     return (b * f32(0.114) + acc).to(torch.float32)
 
 
-@random_batched("snow", draw=_snow_draw, replay=_snow_replay)
+@register_batched("snow", draw=_snow_draw, replay=_snow_replay)
 def snow(x, params, draws):
     """Snow flakes (zoomed, thresholded noise, motion-blurred downwards) over a brightened image."""
     _, _, zoom, threshold, radius, sigma, blend = params
@@ -145,7 +145,7 @@ def _frost_draws(rows) -> dict[str, torch.Tensor]:
     return {"texture": t[:, 0], "top": t[:, 1], "left": t[:, 2]}
 
 
-@random_batched("frost", draw=_frost_draw, replay=_frost_replay)
+@register_batched("frost", draw=_frost_draw, replay=_frost_replay)
 def frost(x, params, draws):
     """The image blended with a crop of one of five frost photographs."""
     a, b = params
@@ -227,7 +227,7 @@ def plasma_fractal(draws: dict[str, torch.Tensor], size: int, decay: float) -> t
     return m / m.amax(dim=(1, 2), keepdim=True)
 
 
-@random_batched("fog", draw=_fog_draw, replay=_fog_replay)
+@register_batched("fog", draw=_fog_draw, replay=_fog_replay)
 def fog(x, params, draws):
     """A plasma fractal added with strength ``c``, then rescaled to keep the maximum."""
     from robustlab.shifts.corruptions.fog import map_size

@@ -12,7 +12,9 @@ Importing this package registers the scenarios (tags ``"ximagenet12"`` and
 Donors: ``shift.extra["donor_rule"]`` names the rule (``same``/``random``/``next``);
 :class:`DonorPool` decides which samples of a data set may be donors for a shift (the one
 rule every path uses) and picks one with the per-sample generator (:func:`choose_donor`
-and :class:`DonorIndex` are the building blocks). ``transparent`` returns RGBA
+and :class:`DonorIndex` are the building blocks). A random scenario's choices come from its entry's ``draw`` (``get_shift(name).draw``:
+the hue, the rotation, where ``random_bg`` moves the object, as ``{"offset": (dx, dy)}``
+that :func:`moved_mask` applies to the object's mask). ``transparent`` returns RGBA
 (``shift.extra["channels"] == 4``); its colour channels already hold the white-matte
 composite.
 """
@@ -25,6 +27,7 @@ from robustlab.shifts.scenes._common import (  # noqa: F401
     choose_donor,
     mask_bbox,
     matte,
+    moved_mask,
     tile_fill,
 )
 from robustlab.shifts.scenes import ximagenet12, imagenet9  # noqa: F401  (registers shifts)
@@ -53,6 +56,7 @@ __all__ = [
     "check_mask",
     "mask_bbox",
     "matte",
+    "moved_mask",
     "tile_fill",
     "XIMAGENET12",
     "IMAGENET9",

@@ -75,6 +75,19 @@ def mask_bbox(mask: np.ndarray) -> tuple[int, int, int, int]:
     return int(xs[0]), int(ys[0]), int(xs[-1]) + 1, int(ys[-1]) + 1
 
 
+def moved_mask(mask: np.ndarray, offset: Sequence[int]) -> np.ndarray:
+    """``mask`` (HxW bool) moved by ``offset`` ``(dx, dy)`` pixels, which must keep its box
+    inside the image (a ``"moved"`` scene's draw: the object's true mask after the shift)."""
+    x0, y0, x1, y1 = mask_bbox(mask)
+    dx, dy = (int(v) for v in offset)
+    h, w = mask.shape
+    if not (0 <= x0 + dx and x1 + dx <= w and 0 <= y0 + dy and y1 + dy <= h):
+        raise ValueError(f"offset {tuple(offset)} moves the box {(x0, y0, x1, y1)} off the image")
+    moved = np.zeros_like(mask)
+    moved[y0 + dy : y1 + dy, x0 + dx : x1 + dx] = mask[y0:y1, x0:x1]
+    return moved
+
+
 def check_bbox(bbox: Any, shape: Sequence[int]) -> tuple[int, int, int, int]:
     """Validate ``(x0, y0, x1, y1)`` in image pixels (x1, y1 exclusive); clip to the image."""
     try:

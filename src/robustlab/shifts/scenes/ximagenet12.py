@@ -5,6 +5,12 @@ bit-identical, so an accuracy change can be blamed on one of them. Foreground is
 ``ctx["mask"] > 0``. All scenarios have one level, ``"default"``, except ``random_bg``
 (``"add"``: the paper's additive blend; ``"paste"``: a clean alpha paste). The diffusion
 scenario ``ai_bg`` is not implemented here.
+
+The random scenarios make their choices in one draw function each (:func:`draw_hue`,
+:func:`draw_rotation`, :func:`draw_placement`, the entry's ``draw``) and then apply them:
+the batched versions replay the exact draws through the same function, and
+segmentation's true mask of the moved object comes from ``random_bg``'s draw, so no other
+module repeats the order of the draws.
 """
 
 from __future__ import annotations
@@ -14,7 +20,13 @@ import numpy as np
 
 from robustlab.seeding import randint
 from robustlab.shifts.registry import register_shift
-from robustlab.shifts.scenes._common import check_image, check_mask, fit_donor, mask_bbox
+from robustlab.shifts.scenes._common import (
+    check_image,
+    check_mask,
+    fit_donor,
+    mask_bbox,
+    moved_mask,
+)
 
 TAGS = ("ximagenet12",)
 FAMILY = "background"
@@ -62,13 +74,15 @@ def color_grey(image, p, rng, ctx):
     return _where(m, x, np.repeat(g[..., None], 3, axis=2))
 
 
-def _draw_hue(ranges, rng) -> int:
-    """One integer hue drawn uniformly from the union of inclusive ``ranges``."""
+def draw_hue(image, p, rng, ctx) -> dict:
+    """The colour scenes' one choice: ``hue``, an integer drawn uniformly from the union
+    of the level's inclusive ``hue_ranges`` (one draw of ``rng``)."""
+    ranges = p["hue_ranges"]
     sizes = [hi - lo + 1 for lo, hi in ranges]
     k = int(randint(rng, 0, sum(sizes)))
     for (lo, _), n in zip(ranges, sizes):
         if k < n:
-            return lo + k
+            return {"hue": int(lo + k)}
         k -= n
     raise AssertionError("unreachable")
 
@@ -91,7 +105,7 @@ HUE_RANGES = {
 def _make_color(name: str, colour: str):
     def color(image, p, rng, ctx):
         x, m = _prep(image, ctx)
-        hue = _draw_hue(p["hue_ranges"], rng)
+        hue = draw_hue(x, p, rng, ctx)["hue"]
         return _set_bg_hue(x, m, lambda h: np.full_like(h, hue))
 
     color.__doc__ = (
@@ -99,14 +113,21 @@ def _make_color(name: str, colour: str):
         f"{HUE_RANGES[name]['default']['hue_ranges']}); object unchanged."
     )
     color.__name__ = color.__qualname__ = name
-    return register_shift(name, family=FAMILY, params=HUE_RANGES[name], needs=MASK, tags=TAGS)(
-        color
-    )
+    return register_shift(
+        name, family=FAMILY, params=HUE_RANGES[name], needs=MASK, tags=TAGS, draw=draw_hue
+    )(color)
 
 
 color_r = _make_color("color_r", "red")
 color_g = _make_color("color_g", "green")
 color_b = _make_color("color_b", "blue")
+
+
+def draw_rotation(image, p, rng, ctx) -> dict:
+    """``rainbow``'s one choice: ``amount``, the hue rotation, an integer drawn uniformly
+    from the level's inclusive ``shift`` range (one draw of ``rng``)."""
+    lo, hi = p["shift"]
+    return {"amount": int(randint(rng, lo, hi + 1))}
 
 
 @register_shift(
@@ -115,12 +136,12 @@ color_b = _make_color("color_b", "blue")
     params={"default": {"shift": (0, 90), "period": 180}},
     needs=MASK,
     tags=TAGS,
+    draw=draw_rotation,
 )
 def rainbow(image, p, rng, ctx):
     """Background hue rotated by one random amount (0..90, mod 180); object unchanged."""
     x, m = _prep(image, ctx)
-    lo, hi = p["shift"]
-    s = int(randint(rng, lo, hi + 1))
+    s = draw_rotation(x, p, rng, ctx)["amount"]
     return _set_bg_hue(x, m, lambda h: (h + s) % int(p["period"]))
 
 
@@ -186,22 +207,34 @@ def transparent(image, p, rng, ctx):
     return np.dstack([rgb, np.where(m, 255, 0).astype(np.uint8)])
 
 
-def place_object(x: np.ndarray, m: np.ndarray, rng):
-    """Move the object (its mask's bounding box) to a random position that keeps it inside.
+def draw_placement(image, p, rng, ctx) -> dict:
+    """``random_bg``'s one choice: where the object goes. Its mask's box moves to a
+    position drawn uniformly among those that keep it inside the image (the top row
+    first, then the left column).
 
     Returns:
-        (canvas with the object on black, the moved mask, (dx, dy)).
+        ``{"offset": (dx, dy)}``, the object's move in pixels
+        (:func:`robustlab.shifts.scenes.moved_mask` gives the moved mask).
     """
+    m = check_mask(ctx.get("mask"), np.shape(image))
     h, w = m.shape
     x0, y0, x1, y1 = mask_bbox(m)
-    bh, bw = y1 - y0, x1 - x0
-    ny = int(randint(rng, 0, h - bh + 1))
-    nx = int(randint(rng, 0, w - bw + 1))
-    moved = np.zeros_like(m)
-    moved[ny : ny + bh, nx : nx + bw] = m[y0:y1, x0:x1]
+    ny = int(randint(rng, 0, h - (y1 - y0) + 1))
+    nx = int(randint(rng, 0, w - (x1 - x0) + 1))
+    return {"offset": (nx - x0, ny - y0)}
+
+
+def place_object(x: np.ndarray, m: np.ndarray, offset: tuple[int, int]):
+    """The object moved by ``offset`` (a :func:`draw_placement`) onto black.
+
+    Returns:
+        (canvas with the object on black, the moved mask).
+    """
+    x0, y0, x1, y1 = mask_bbox(m)
+    moved = moved_mask(m, offset)
     canvas = np.zeros_like(x)
     canvas[moved] = x[y0:y1, x0:x1][m[y0:y1, x0:x1]]
-    return canvas, moved, (nx - x0, ny - y0)
+    return canvas, moved
 
 
 @register_shift(
@@ -211,7 +244,8 @@ def place_object(x: np.ndarray, m: np.ndarray, rng):
     needs=("mask", "background"),
     tags=TAGS,
     donor_rule="random",
-    target="moved",  # placed at a random spot (segmentation.target_mask replays it)
+    target="moved",  # placed at a random spot: draw_placement's offset
+    draw=draw_placement,
 )
 def random_bg(image, p, rng, ctx):
     """Object moved to a random position on another class's image (add or paste blend).
@@ -222,7 +256,7 @@ def random_bg(image, p, rng, ctx):
     """
     x, m = _prep(image, ctx)
     bg = fit_donor(ctx.get("background"), x.shape)
-    canvas, moved, _ = place_object(x, m, rng)
+    canvas, moved = place_object(x, m, draw_placement(x, p, rng, ctx)["offset"])
     if p["blend"] == "add":
         return cv2.add(bg, canvas)
     out = bg.copy()
