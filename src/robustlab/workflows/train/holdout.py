@@ -768,9 +768,9 @@ def run_holdout(
     import torch
 
     from robustlab.models.base import weights_hash
+    from robustlab.run.identity import RecordStyle, make_record
     from robustlab.run.identity import run_id as hash_id
-    from robustlab.run.identity import versions as package_versions
-    from robustlab.store import CLEAN_LEVEL, CLEAN_SHIFT, RunRecord, Store
+    from robustlab.store import CLEAN_LEVEL, CLEAN_SHIFT, Store
 
     meta = data.meta
     classes = data.classes
@@ -819,13 +819,14 @@ def run_holdout(
         tmp = ckpt.with_name(f".{ckpt.name}.tmp")
         torch.save({k: v.detach().cpu() for k, v in net.state_dict().items()}, tmp)
         tmp.replace(ckpt)
-    record = RunRecord(
-        run_id=rid,
+    record = make_record(
+        identity,
+        data_root=data.root,
+        n_samples=0,  # counted when the run finishes
+        style=RecordStyle(resolve_root=False),  # holdout runs store the folder as read
         model_spec=f"holdout:{config.arch}",
         weights_hash=weights_hash(ckpt),
-        suite=SUITE,
         suite_version=SUITE_VERSION,
-        data_root=str(data.root),
         data_fingerprint=data.fingerprint,
         label_space=None,
         preprocessing={
@@ -835,7 +836,6 @@ def run_holdout(
             "resize": "bicubic",
         },
         seed=int(split.seed),
-        versions=package_versions(),
         config={
             "holdout": split.describe(),
             "data_layout": data.name,

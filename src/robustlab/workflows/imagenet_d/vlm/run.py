@@ -7,13 +7,12 @@ same command resumes it: images already answered are skipped, new answers are ad
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 
 from robustlab.errors import InputError
 from robustlab.paths import outside
+from robustlab.run.identity import RecordStyle, make_record, spaced_json
 from robustlab.seeding import derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
 
@@ -34,9 +33,9 @@ class VLMResult:
     skipped: list = field(default_factory=list)
 
 
-def run_id_for(model_fp: str, config: dict) -> str:
-    key = json.dumps({"model": model_fp, **config}, sort_keys=True, default=str)
-    return "vlm-" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+# How vlm runs were always spelled (an id prefix, json.dumps' separators, the data folder
+# as given, no package versions), so every stored vlm run resumes under its id.
+RECORD_STYLE = RecordStyle(prefix="vlm-", spelling=spaced_json, resolve_root=False, versions=False)
 
 
 def answer_item(
@@ -113,8 +112,6 @@ def evaluate_vlm(
     """
     from PIL import Image, UnidentifiedImageError
 
-    from robustlab.store.schema import RunRecord
-
     if mode not in MODES:
         raise InputError(f"unknown VLM scoring mode {mode!r}; use one of {', '.join(MODES)}")
     if mode == "original" and not temperature > 0:
@@ -136,17 +133,19 @@ def evaluate_vlm(
         "top_p": vlm.top_p if original else None,
         "scoring": check_rule(rule) if original else None,
     }
-    run_id = run_id_for(vlm.fingerprint, {**config, "seed": int(seed)})
-    record = RunRecord(
-        run_id=run_id,
+    record = make_record(
+        {"model": vlm.fingerprint, **config, "seed": int(seed)},
+        data_root=data_root,
+        config={**config, "model": vlm.describe()},
+        n_samples=0,  # counted when the run finishes
+        style=RECORD_STYLE,
         model_spec=vlm.spec,
         weights_hash=vlm.fingerprint,
         suite="imagenet-d-vlm",
-        data_root=data_root,
         label_space="imagenet-d",
-        seed=int(seed),
-        config={**config, "model": vlm.describe()},
+        preprocessing={},
     )
+    run_id = record.run_id
     resumed = not store.start_run(record)
     done = answered(store, run_id)
     todo = [it for it in items if it.image_id not in done]
