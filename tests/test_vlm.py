@@ -614,3 +614,17 @@ def test_the_stored_record_is_the_one_vlm_runs_always_had(tiny, imagenet_d, tmp_
         "n_skipped": 0,
         "skipped": [],
     }
+
+
+def test_vlm_keywords_go_to_their_spec_and_bad_settings_fail_before_any_answer(tiny, tmp_path):
+    from robustlab.workflows.imagenet_d.vlm.run import VLMAsking
+
+    _, vlm = tiny
+    store = Store(tmp_path / "r.duckdb")
+    with pytest.raises(TypeError, match=r"evaluate_vlm\(\) .* 'temprature'; did you mean"):
+        evaluate_vlm(vlm, [], store, temprature=0.5)
+    with pytest.raises(InputError, match="unknown VLM scoring mode 'greedy'"):
+        VLMAsking(mode="greedy")
+    with pytest.raises(InputError, match="--temperature must be above 0"):
+        evaluate_vlm(vlm, [], store, temperature=0)
+    assert VLMAsking(mode="likelihood", temperature=0).temperature == 0  # unused there
