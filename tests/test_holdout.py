@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import numpy as np
@@ -392,3 +393,67 @@ def test_cli_classes_option(shapes_folder, tmp_path, capsys):
     assert main([*args, "--classes", "circle,square"]) == 0
     run = Store(tmp_path / "c.duckdb").runs().iloc[0]
     assert run["config"]["classes"] == ["circle", "square"]
+
+
+def test_the_stored_record_is_the_one_holdout_runs_always_had(shapes_folder, tmp_path):
+    """A holdout run's id and stored row, spelled out as the workflow wrote them before it
+    went through ``run.identity.make_record``: the data folder as read (a link is not
+    resolved), the split's seed, the training config with its timings and losses."""
+    from dataclasses import asdict
+
+    from robustlab.models.base import weights_hash
+    from robustlab.run.identity import run_id, versions
+
+    link = tmp_path / "via-link"
+    link.symlink_to(shapes_folder)
+    ds = ho.read_folder(link)
+    sp = ho.split_column(ds.meta, "style=outline", seed=2)
+    cfg = ho.HoldoutConfig(width=4, epochs=1, batch_size=16)
+    res = ho.run_holdout(ds, sp, cfg, db=tmp_path / "o.duckdb", out=tmp_path / "ck")
+    identity = {
+        "suite": ho.SUITE,
+        "version": ho.SUITE_VERSION,
+        "data": ds.fingerprint,
+        "split": sp.fingerprint(ds.meta),
+        "split_spec": sp.describe(),
+        "config": asdict(cfg),
+    }
+    assert res.run_id == run_id(identity)
+    run = Store(tmp_path / "o.duckdb").get_run(res.run_id)
+    run["config"].pop("process")
+    train = run["config"]["train"]
+    timing = ("train_seconds", "train_cpu_seconds", "loadavg", "parameters", "losses")
+    assert sorted(train) == sorted([*asdict(cfg), *timing, "checkpoint"])
+    assert {k: train[k] for k in asdict(cfg)} == asdict(cfg)
+    assert train["checkpoint"] == str(res.checkpoint) and train["losses"] == res.losses
+    assert res.checkpoint.name == f"holdout-small-cnn-{res.run_id}.pth"
+    run["config"]["train"] = None
+    assert {k: run[k] for k in run if k not in ("started_at", "finished_at")} == {
+        "run_id": res.run_id,
+        "model_spec": "holdout:small-cnn",
+        "weights_hash": weights_hash(res.checkpoint),
+        "suite": ho.SUITE,
+        "suite_version": ho.SUITE_VERSION,
+        "data_root": str(link),
+        "data_fingerprint": ds.fingerprint,
+        "label_space": None,
+        "preprocessing": {
+            "input_size": 32,
+            "mean": [0.5] * 3,
+            "std": [0.25] * 3,
+            "resize": "bicubic",
+        },
+        "seed": 2,
+        "versions": json.loads(json.dumps(versions())),
+        "config": {
+            "holdout": json.loads(json.dumps(sp.describe(), default=str)),
+            "data_layout": "folder",
+            "classes": ds.classes,
+            "train": None,
+            "cells": [[CLEAN_SHIFT, "0"], [ho.HOLDOUT_SHIFT, sp.label]],
+        },
+        "status": "finished",
+        "n_samples": res.n_seen + res.n_held,
+        "n_skipped": 0,
+        "skipped": [],
+    }

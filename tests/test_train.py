@@ -264,3 +264,33 @@ def test_split_dataclass_describe(split):
     assert isinstance(split, Split)
     d = split.describe()
     assert d["n_train"] == 12 and d["n_test"] == 4 and len(d["fingerprint"]) == 32
+
+
+def test_keywords_go_to_the_spec_that_owns_them_and_a_misspelt_one_is_a_type_error(tmp_path):
+    """``run_protocol``/``run_method``/``train_on_cells`` keep their keyword signatures: each
+    keyword lands in the typed spec of its name; an unknown one fails before anything runs,
+    as Python's own TypeError with the closest names."""
+    from robustlab.errors import InputError
+    from robustlab.workflows.train import run_protocol, train_on_cells
+    from robustlab.workflows.train.methods import run_method
+    from robustlab.workflows.train.request import TrainRequest
+
+    config = TrainConfig(steps=3)
+    r = TrainRequest.from_keywords(
+        "run_protocol",
+        "lite0",
+        tmp_path,
+        {"masks": "m", "config": config, "split_seed": 4, "levels": [2], "db": "x.duckdb"},
+    )
+    assert (r.model.model_spec, r.model.config, r.data.data) == ("lite0", config, tmp_path)
+    assert (r.data.masks, r.data.split_seed, r.cells.levels) == ("m", 4, [2])
+    assert r.execution.db == "x.duckdb" and r.cells.suite == "ximagenet12"
+    with pytest.raises(TypeError, match=r"run_protocol\(\) .* 'mask'; did you mean masks\?"):
+        run_protocol("lite0", tmp_path, mask="m")
+    with pytest.raises(TypeError, match=r"run_method\(\) .* 'confg'; did you mean config\?"):
+        run_method("lite0", tmp_path, [None], confg=config)
+    with pytest.raises(TypeError, match=r"train_on_cells\(\) .* 'zzz'$"):
+        train_on_cells("lite0", tmp_path, [("clean", 0)], None, zzz=1)
+    # A bad pixel defence is refused when the request is made, before any training.
+    with pytest.raises(InputError, match="clahee"):
+        run_protocol("lite0", tmp_path, preprocess="clahee")

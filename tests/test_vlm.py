@@ -563,3 +563,68 @@ def test_bad_model_folders_are_one_line_errors(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert rc == 2 and "lacks column(s) top1_pred_cate" in err
+
+
+def test_the_stored_record_is_the_one_vlm_runs_always_had(tiny, imagenet_d, tmp_path):
+    """A vlm run's id and stored row, spelled out as the workflow wrote them before it went
+    through ``run.identity.make_record``: the ``vlm-`` prefix over ``json.dumps`` with its
+    default separators, the data folder as given (a link is not resolved), no package
+    versions and no preprocessing, so every stored vlm run resumes under its id."""
+    import hashlib
+
+    _, vlm = tiny
+    link = tmp_path / "via-link"
+    link.symlink_to(imagenet_d)
+    items = read_question_csvs(imagenet_d)[:2]
+    store = Store(tmp_path / "r.duckdb")
+    res = evaluate_vlm(
+        vlm, items, store, seed=3, max_new_tokens=4, source={"kind": "t"}, data_root=str(link)
+    )
+    config = {
+        "task": "vlm",
+        "mode": "original",
+        "shuffle": False,
+        "temperature": 0.2,
+        "max_new_tokens": 4,
+        "source": {"kind": "t"},
+        "prompt_format": vlm.prompt_format,
+        "top_k": vlm.top_k,
+        "top_p": vlm.top_p,
+        "scoring": "official",
+    }
+    key = json.dumps({"model": vlm.fingerprint, **config, "seed": 3}, sort_keys=True, default=str)
+    assert res.run_id == "vlm-" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+    run = store.get_run(res.run_id)
+    run["config"].pop("process")
+    assert {k: run[k] for k in run if k not in ("started_at", "finished_at")} == {
+        "run_id": res.run_id,
+        "model_spec": vlm.spec,
+        "weights_hash": vlm.fingerprint,
+        "suite": "imagenet-d-vlm",
+        "suite_version": None,
+        "data_root": str(link),
+        "data_fingerprint": None,
+        "label_space": "imagenet-d",
+        "preprocessing": {},
+        "seed": 3,
+        "versions": {},
+        "config": {**config, "model": json.loads(json.dumps(vlm.describe(), default=str))},
+        "status": "finished",
+        "n_samples": 2,
+        "n_skipped": 0,
+        "skipped": [],
+    }
+
+
+def test_vlm_keywords_go_to_their_spec_and_bad_settings_fail_before_any_answer(tiny, tmp_path):
+    from robustlab.workflows.imagenet_d.vlm.run import VLMAsking
+
+    _, vlm = tiny
+    store = Store(tmp_path / "r.duckdb")
+    with pytest.raises(TypeError, match=r"evaluate_vlm\(\) .* 'temprature'; did you mean"):
+        evaluate_vlm(vlm, [], store, temprature=0.5)
+    with pytest.raises(InputError, match="unknown VLM scoring mode 'greedy'"):
+        VLMAsking(mode="greedy")
+    with pytest.raises(InputError, match="--temperature must be above 0"):
+        evaluate_vlm(vlm, [], store, temperature=0)
+    assert VLMAsking(mode="likelihood", temperature=0).temperature == 0  # unused there

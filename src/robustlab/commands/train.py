@@ -16,7 +16,11 @@ from robustlab.commands._args import (
     add_seed,
     add_workers,
 )
-from robustlab.commands.train_methods import add_method_arguments, run_method_command
+from robustlab.commands.train_methods import (
+    add_method_arguments,
+    run_method_command,
+    train_request,
+)
 
 
 def add_parser(sub) -> None:
@@ -108,41 +112,11 @@ def run(args) -> int:
 
     from robustlab.commands._tables import format_table
     from robustlab.store import Store
-    from robustlab.workflows.train import TrainConfig, run_protocol
+    from robustlab.workflows.train.protocols import run_protocols
 
     Store(args.db).check()  # a damaged --db fails now, not after the training
 
-    config = TrainConfig(
-        mode=args.mode,
-        steps=args.steps,
-        batch_size=args.train_batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-    )
-    res = run_protocol(
-        args.model,
-        args.data,
-        protocol=args.protocol,
-        suite=args.suite,
-        shifts=args.shifts,
-        levels=args.levels,
-        masks=args.masks,
-        config=config,
-        out=args.out,
-        db=args.db,
-        test_fraction=args.test_fraction,
-        split_seed=args.split_seed,
-        seed=args.seed,
-        labels_csv=args.labels_csv,
-        label_space=args.label_space,
-        weights=args.weights,
-        device=args.device,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        preprocess=args.preprocess,
-        progress=not args.no_progress,
-    )
+    res = run_protocols(train_request(args, preprocess=args.preprocess), args.protocol)
     sys.stdout.write(
         format_table(
             res.runs[["protocol", "trained_on", "tested_on", "n", "top1", "run_id"]], "table"

@@ -1,5 +1,5 @@
 """``robustlab train ... --method``: the flags and the output of the training-method experiment
-(:func:`robustlab.workflows.train.methods.run_method`); the rest of ``robustlab train`` is in
+(:func:`robustlab.workflows.train.methods.run_methods`); the rest of ``robustlab train`` is in
 :mod:`robustlab.commands.train`."""
 
 from __future__ import annotations
@@ -80,8 +80,7 @@ def run_method_command(args) -> int:
 
     from robustlab.commands._tables import format_table
     from robustlab.store import Store
-    from robustlab.workflows.train import TrainConfig
-    from robustlab.workflows.train.methods import make_methods, run_method
+    from robustlab.workflows.train.methods import make_methods, run_methods
 
     if args.masks is not None or args.protocol is not None:
         raise InputError(
@@ -100,35 +99,8 @@ def run_method_command(args) -> int:
         holdout_families=args.holdout_families or (),
         clean_fraction=args.aug_clean_fraction,
     )
-    config = TrainConfig(
-        mode=args.mode,
-        steps=args.steps,
-        batch_size=args.train_batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-    )
-    res = run_method(
-        args.model,
-        args.data,
-        methods,
-        config=config,
-        suite=args.suite or "imagenet-c",
-        shifts=args.shifts,
-        levels=args.levels,
-        out=args.out,
-        db=args.db,
-        test_fraction=args.test_fraction,
-        split_seed=args.split_seed,
-        seed=args.seed,
-        labels_csv=args.labels_csv,
-        label_space=args.label_space,
-        weights=args.weights,
-        device=args.device,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        progress=not args.no_progress,
-    )
+    args.suite = args.suite or "imagenet-c"
+    res = run_methods(train_request(args), methods)
     table = res.summary[
         ["method", "clean_error", "mce", "relative_mce", "mce_held_out", "n_corruptions", "run_id"]
     ]
@@ -143,3 +115,53 @@ def run_method_command(args) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def train_request(args, *, preprocess=None):
+    """The :class:`~robustlab.workflows.train.request.TrainRequest` of ``robustlab train``'s
+    flags, for the protocols (:mod:`robustlab.commands.train`) and ``--method`` alike
+    (``--suite`` already defaulted); ``preprocess`` is the pixel defence the protocols
+    train behind (``--method`` runs have always been trained without one)."""
+    from robustlab.workflows.train import TrainConfig
+    from robustlab.workflows.train.request import (
+        TrainCells,
+        TrainData,
+        TrainExecution,
+        TrainModel,
+        TrainRequest,
+    )
+
+    config = TrainConfig(
+        mode=args.mode,
+        steps=args.steps,
+        batch_size=args.train_batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+    )
+    return TrainRequest(
+        model=TrainModel(
+            args.model,
+            config=config,
+            weights=args.weights,
+            preprocess=preprocess,
+        ),
+        data=TrainData(
+            args.data,
+            masks=args.masks,
+            labels_csv=args.labels_csv,
+            label_space=args.label_space,
+            test_fraction=args.test_fraction,
+            split_seed=args.split_seed,
+            seed=args.seed,
+        ),
+        cells=TrainCells(suite=args.suite, shifts=args.shifts, levels=args.levels),
+        execution=TrainExecution(
+            out=args.out,
+            db=args.db,
+            device=args.device,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            progress=not args.no_progress,
+        ),
+    )

@@ -114,28 +114,30 @@ def run(args) -> int:
     from robustlab.errors import InputError
     from robustlab.store import Store
     from robustlab.workflows.imagenet_d.vlm.model import load_vlm
-    from robustlab.workflows.imagenet_d.vlm.run import evaluate_vlm
+    from robustlab.workflows.imagenet_d.vlm.run import VLMAsking, VLMData, ask_all
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be 1 or more, got {args.limit}")
+    asking = VLMAsking(
+        mode=args.mode,
+        seed=args.seed,
+        shuffle=args.shuffle,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        rule=args.scoring,
+    )
     store = Store(args.db)
     store.check()
     items, source, root = _items(args, store)
     if args.limit is not None:
         items = items[: args.limit]
     vlm = load_vlm(args.model, device=args.device, prompt_format=args.template)
-    res = evaluate_vlm(
+    res = ask_all(
         vlm,
         items,
         store,
-        mode=args.mode,
-        seed=args.seed,
-        shuffle=args.shuffle,
-        temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
-        source=source,
-        data_root=root,
-        rule=args.scoring,
+        asking,
+        VLMData(source=source, data_root=root),
         progress=not args.no_progress,
     )
     print(

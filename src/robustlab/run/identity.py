@@ -14,11 +14,12 @@ so that a new run can say which input differs from an earlier one over the same 
 (:func:`input_changes`).
 
 :func:`make_record` is the one place an identity becomes a run's stored record
-(:class:`robustlab.store.RunRecord`): evaluate's planners, saliency and segmentation
-build their identity dict and hand it there, so the id and the columns that repeat the
-identity cannot drift apart. (``train.holdout`` and ``vlm.run`` still build their record
-themselves: vlm's ids have a ``vlm-`` prefix and another JSON spelling, kept so stored
-runs resume.)
+(:class:`robustlab.store.RunRecord`): evaluate's planners, saliency, segmentation, the
+surface-variation holdout and the ImageNet-D VLM runs build their identity dict and hand
+it there, so the id and the columns that repeat the identity cannot drift apart. The few
+workflows whose stored runs were spelled otherwise before that (vlm's ``vlm-`` prefix over
+``json.dumps``' default separators, data folders stored as given) say so with a
+:class:`RecordStyle`, so their stored runs resume under the ids they have.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import dataclasses
 import hashlib
 import json
 import platform
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,9 +196,18 @@ def inference_identity(model) -> dict[str, Any]:
     return {"compile": "inductor"} if inference is not None and inference.compile else {}
 
 
-def run_id(identity: dict[str, Any]) -> str:
-    """A 16-hex-digit id from the identity fields (canonical JSON, BLAKE2b)."""
-    return hashlib.blake2b(canonical_json(identity).encode(), digest_size=8).hexdigest()
+def spaced_json(obj: Any) -> str:
+    """``json.dumps``' own spelling (sorted keys, ``", "`` and ``": "`` separators): the one
+    the VLM runs' ids were hashed over, kept so those runs resume."""
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+def run_id(
+    identity: dict[str, Any], *, prefix: str = "", spelling: Callable[[Any], str] = canonical_json
+) -> str:
+    """A 16-hex-digit id from the identity fields (canonical JSON, BLAKE2b), after
+    ``prefix``; ``spelling`` is how the identity is written before it is hashed."""
+    return prefix + hashlib.blake2b(spelling(identity).encode(), digest_size=8).hexdigest()
 
 
 def versions() -> dict[str, str]:
@@ -222,6 +232,25 @@ def versions() -> dict[str, str]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RecordStyle:
+    """How a workflow spells its run ids and stored records, where that differs from the
+    default, so its runs stored before :func:`make_record` resume under their ids.
+
+    Attributes:
+        prefix: Put before the hash (vlm runs: ``vlm-``).
+        spelling: The identity as text before hashing (vlm runs: :func:`spaced_json`).
+        resolve_root: Store the data folder resolved (the default) or as given (holdout
+            and vlm runs always stored it as given).
+        versions: Store the package versions (vlm runs never did).
+    """
+
+    prefix: str = ""
+    spelling: Callable[[Any], str] = canonical_json
+    resolve_root: bool = True
+    versions: bool = True
+
+
 # Columns of a stored run that repeat the identity's value of the same name.
 RECORD_COLUMNS = (
     "model_spec",
@@ -238,11 +267,12 @@ RECORD_COLUMNS = (
 def make_record(
     identity: dict[str, Any],
     *,
-    data_root: str | Path,
+    data_root: str | Path | None,
     config: dict[str, Any],
     n_samples: int,
     skipped: Iterable[Any] = (),
     extra_versions: dict[str, str] | None = None,
+    style: RecordStyle = RecordStyle(),
     **columns: Any,
 ) -> RunRecord:
     """The stored record of the run ``identity`` describes.
@@ -251,16 +281,20 @@ def make_record(
         identity: Everything that decides the run's rows; its hash is the run id
             (:func:`run_id`). Which keys it holds is the workflow's: a key added for a new
             option only when the option is used keeps the ids of runs without it.
-        data_root: The data folder (stored resolved; not part of the id: a moved folder
-            with the same content is the same run).
+        data_root: The data folder (stored resolved unless ``style`` says otherwise;
+            None: no folder; not part of the id: a moved folder with the same content is
+            the same run).
         config: The run's description (``runs.config``): cells, sources, the model's
             description, whatever the workflow reads back.
         n_samples: Images the run covers.
         skipped: ``(id, reason)`` pairs left out while listing the data.
         extra_versions: Versions beyond :func:`versions` (saliency's attribution library).
+        style: The workflow's id and record spelling (:class:`RecordStyle`; holdout and
+            vlm runs keep theirs).
         columns: Values of :data:`RECORD_COLUMNS` that differ from the identity's (saliency
             and segmentation store the protocol beside the model's preprocessing; a run
-            without a label space stores None).
+            without a label space stores None; holdout and vlm name their model and data
+            here, their identity keys having other names).
 
     Returns:
         A :class:`robustlab.store.RunRecord` with status ``running``, ready for
@@ -271,10 +305,11 @@ def make_record(
     values: dict[str, Any] = {key: identity.get(key) for key in RECORD_COLUMNS}
     values.update(columns)
     values["seed"] = int(values["seed"] or 0)
+    root = data_root if data_root is None or not style.resolve_root else Path(data_root).resolve()
     return RunRecord(
-        run_id=run_id(identity),
-        data_root=str(Path(data_root).resolve()),
-        versions={**versions(), **(extra_versions or {})},
+        run_id=run_id(identity, prefix=style.prefix, spelling=style.spelling),
+        data_root=None if root is None else str(root),
+        versions={**versions(), **(extra_versions or {})} if style.versions else {},
         config=config,
         n_samples=int(n_samples),
         skipped=[list(x) for x in skipped],

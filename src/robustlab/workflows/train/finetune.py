@@ -309,15 +309,6 @@ def finetune(
     for p in net.parameters():
         p.requires_grad_(False)
     seconds = time.perf_counter() - started
-
-    ckpt = Path(checkpoint)
-    ckpt.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-    tmp = ckpt.with_name(f".{ckpt.name}.tmp")
-    torch.save(state, tmp)
-    tmp.replace(ckpt)
-    from robustlab.models.base import weights_hash
-
     record = {
         "base_model": model.spec,
         "base_weights_hash": model.weights_hash,
@@ -329,13 +320,30 @@ def finetune(
         "losses": losses,
         "seconds": round(seconds, 3),
         "device": str(device),
-        "checkpoint": str(ckpt),
-        "weights_hash": weights_hash(ckpt),
+    }
+    extra = {
         **({"method": {**method.describe(), "drawn": drawn}} if method is not None else {}),
         **(extra_record or {}),
     }
-    ckpt.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    ckpt, record = _save(net, Path(checkpoint), record, extra)
     return TrainResult(ckpt, losses, record)
+
+
+def _save(net, ckpt: Path, record: dict, extra: dict) -> tuple[Path, dict]:
+    """The state dict at ``ckpt`` (written whole or not at all) and the training record
+    beside it (``.json``: ``record``, the checkpoint and its hash, then ``extra``)."""
+    import torch
+
+    from robustlab.models.base import weights_hash
+
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+    tmp = ckpt.with_name(f".{ckpt.name}.tmp")
+    torch.save(state, tmp)
+    tmp.replace(ckpt)
+    record = {**record, "checkpoint": str(ckpt), "weights_hash": weights_hash(ckpt), **extra}
+    ckpt.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    return ckpt, record
 
 
 def _train(

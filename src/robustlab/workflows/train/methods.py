@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from robustlab.errors import InputError
-from robustlab.store import CLEAN_SHIFT, DEFAULT_DB
+from robustlab.store import CLEAN_SHIFT
 from robustlab.store.naming import record_label
 
 log = logging.getLogger(__name__)
@@ -137,139 +137,105 @@ def _scores(label, method, table, base_cells, run_id, checkpoint):
     return row, ce
 
 
-def run_method(
-    model_spec: str,
-    data,
-    methods: Sequence,
-    *,
-    config,
-    suite="imagenet-c",
-    shifts: Sequence[str] | None = None,
-    levels: Sequence | None = None,
-    out="checkpoints",
-    db=DEFAULT_DB,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    seed: int = 0,
-    labels_csv=None,
-    label_space=None,
-    weights=None,
-    device=None,
-    batch_size: int | None = None,
-    workers: int | None = 0,
-    split=None,
-    progress: bool = False,
-) -> MethodResult:
+def run_method(model_spec: str, data, methods: Sequence, *, split=None, **options) -> MethodResult:
     """Fine-tune with each method on clean training images and score it on corruptions.
 
     Args:
         model_spec: Base model, fine-tuned from its weights (``weights`` when given).
         data: Source images (class folders, or flat + ``labels_csv``).
         methods: Method objects from :func:`make_methods` (None: plain fine-tuning).
-        config: :class:`robustlab.workflows.train.TrainConfig` shared by every method.
-        suite, shifts, levels: The test corruptions (default: the whole suite, or the
-            held-out families for corruption augmentation).
-        out, db: Checkpoint folder and results database.
-        test_fraction, split_seed: The class-stratified split (ignored when ``split`` is
-            given, e.g. a split by image for a set with one image per class).
-        seed: Seed rule seed of the corrupted images (training draws use ``config.seed``).
+        split: The split to use (default: a class-stratified one made from
+            ``test_fraction`` and ``split_seed``; give one, e.g. a split by image, for a
+            set with one image per class).
+        options: The keywords of :class:`~robustlab.workflows.train.request.TrainRequest`'s
+            specs: ``config`` (the :class:`robustlab.workflows.train.TrainConfig` shared by
+            every method); ``suite`` (default ``imagenet-c``), ``shifts``, ``levels`` (the
+            test corruptions; default: the whole suite, or the held-out families for
+            corruption augmentation); ``out``, ``db`` (checkpoint folder, results
+            database); ``test_fraction``, ``split_seed``; ``seed`` (seed rule seed of the
+            corrupted images; training draws use ``config.seed``); ``labels_csv``,
+            ``label_space``, ``weights``, ``device``, ``batch_size``, ``workers``,
+            ``progress``.
 
     Returns:
         :class:`MethodResult`; every model's test run is stored in ``db`` with the training
         record (``config["fine_tuned"]["method"]``), the un-fine-tuned model's too.
     """
-    from robustlab.models import load_model
-    from robustlab.shifts.registry import get_shift
-    from robustlab.suites import get_suite
-    from robustlab.workflows.train.protocols import evaluate_on_split, make_split, train_on_cells
+    from robustlab.workflows.train.request import TrainRequest
+
+    options.setdefault("suite", "imagenet-c")
+    request = TrainRequest.from_keywords("run_method", model_spec, data, options)
+    return run_methods(request, methods, split=split)
+
+
+def run_methods(request, methods: Sequence, *, split=None) -> MethodResult:
+    """:func:`run_method` of a typed :class:`~robustlab.workflows.train.request.TrainRequest`
+    (what ``robustlab train --method`` calls): the base model is tested on every method's
+    cells, then :func:`robustlab.workflows.train.protocols.run_jobs` trains and tests each
+    method, as it does each protocol's models."""
+    from robustlab.workflows.train.protocols import Job, evaluate_split, run_jobs, shared_split
 
     if not methods:
         raise InputError("no training method given")
-    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    if not s.shifts or not all(get_shift(n).tags & CORRUPTION_TAGS for n in s.shifts):
-        raise InputError(
-            f"suite {s.name!r} has no corruption errors (mCE); use imagenet-c or imagenet-c-extra"
-        )
-    for m in methods:
-        if getattr(m, "name", None) == "corruption-aug" and not m.holdout_families:
-            log.warning(
-                "corruption augmentation without a held-out family: the test corruptions "
-                "are among the training ones (not a robustness measurement)"
-            )
-    per_method = [test_cells_for(m, s, shifts, levels) for m in methods]
-    union = list(dict.fromkeys(c for cells in per_method for c in cells))
+    s = _corruption_suite(request.cells.suite)
+    _warn_unheld(methods)
+    c = request.cells
+    per_method = [test_cells_for(m, s, c.shifts, c.levels) for m in methods]
+    union = list(dict.fromkeys(cell for cells in per_method for cell in cells))
+    request = request.with_suite(s)
     if split is None:
-        base = load_model(model_spec, weights=weights, device=device, label_space=label_space)
-        split = make_split(
-            base,
-            data,
-            labels_csv=labels_csv,
-            label_space=label_space,
-            suite=s,
-            test_fraction=test_fraction,
-            split_seed=split_seed,
-        )
-        del base
-    common = {"suite": s, "seed": seed, "labels_csv": labels_csv, "label_space": label_space}
-    base_table = evaluate_on_split(
-        model_spec,
-        weights,
-        data,
-        union,
-        split,
-        db=db,
-        device=device,
-        batch_size=batch_size,
-        workers=workers,
-        progress=progress,
-        **common,
-    )
+        split = shared_split(request)
+    base_table = evaluate_split(request, split, union)
     base_cells = base_table.assign(error=1.0 - base_table["top1"])
     base_row, base_ce = _scores(
         "base", None, base_table, base_cells, base_table.attrs["run_id"], None
     )
     rows, ces, trainings = [base_row], [base_ce], {}
-    for method, cells in zip(methods, per_method):
-        label = method_label(method)
-        tr = train_on_cells(
-            model_spec,
-            data,
-            [(CLEAN_SHIFT, 0)],
-            split,
-            config=config,
-            out=out,
-            weights=weights,
-            device=device,
-            method=method,
-            progress=progress,
-            **common,
+    clean = ((CLEAN_SHIFT, 0),)
+    jobs = [
+        Job(method_label(m), clean, tuple(cells), method=m) for m, cells in zip(methods, per_method)
+    ]
+    for job, tr, table in run_jobs(request, split, jobs, trainings):
+        mine = _base_on(base_cells, job.test_cells)
+        row, ce = _scores(
+            job.name, job.method, table, mine, table.attrs["run_id"], str(tr.checkpoint)
         )
-        trainings[label] = tr
-        table = evaluate_on_split(
-            model_spec,
-            tr.checkpoint,
-            data,
-            cells,
-            split,
-            train=tr,
-            db=db,
-            device=device,
-            batch_size=batch_size,
-            workers=workers,
-            progress=progress,
-            **common,
-        )
-        keep = {(a, str(b)) for a, b in cells} | {(CLEAN_SHIFT, "0")}
-        mine = base_cells[
-            [(a, str(b)) in keep for a, b in zip(base_cells["shift"], base_cells["level"])]
-        ]
-        row, ce = _scores(label, method, table, mine, table.attrs["run_id"], str(tr.checkpoint))
         rows.append(row)
         ces.append(ce)
     ce_all = pd.concat(ces, ignore_index=True)[
         ["method", "run_id", "shift", "family", "held_out", "ce", "relative_ce"]
     ]
     return MethodResult(pd.DataFrame(rows), ce_all, trainings, split)
+
+
+def _corruption_suite(suite):
+    """The suite, refused unless every shift of it has corruption errors (mCE)."""
+    from robustlab.shifts.registry import get_shift
+    from robustlab.suites import get_suite
+
+    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
+    if not s.shifts or not all(get_shift(n).tags & CORRUPTION_TAGS for n in s.shifts):
+        raise InputError(
+            f"suite {s.name!r} has no corruption errors (mCE); use imagenet-c or imagenet-c-extra"
+        )
+    return s
+
+
+def _warn_unheld(methods) -> None:
+    for m in methods:
+        if getattr(m, "name", None) == "corruption-aug" and not m.holdout_families:
+            log.warning(
+                "corruption augmentation without a held-out family: the test corruptions "
+                "are among the training ones (not a robustness measurement)"
+            )
+
+
+def _base_on(base_cells: pd.DataFrame, cells) -> pd.DataFrame:
+    """The base model's rows of ``cells`` and clean (what a method's CE is relative to)."""
+    keep = {(a, str(b)) for a, b in cells} | {(CLEAN_SHIFT, "0")}
+    return base_cells[
+        [(a, str(b)) in keep for a, b in zip(base_cells["shift"], base_cells["level"])]
+    ]
 
 
 __all__ = [
@@ -279,5 +245,6 @@ __all__ = [
     "method_label",
     "record_label",
     "run_method",
+    "run_methods",
     "test_cells_for",
 ]

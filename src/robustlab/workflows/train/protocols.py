@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ from typing import Any
 import pandas as pd
 
 from robustlab.errors import InputError
-from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, Store
-from robustlab.workflows.train.finetune import TrainConfig, TrainResult, finetune
+from robustlab.store import CLEAN_SHIFT, Store
+from robustlab.workflows.train.finetune import TrainResult, finetune
+from robustlab.workflows.train.request import TrainRequest, check_choice
 from robustlab.workflows.train.splits import Split, split_samples
 
 log = logging.getLogger(__name__)
@@ -101,119 +103,135 @@ def _subset(plan, ids):
     return [plan.samples[i] for i in idx], [plan.labels[i] for i in idx]
 
 
+def _load(request: TrainRequest, weights, **extra):
+    """The request's model from ``weights``, behind its pixel defence."""
+    from robustlab.defences import defend
+    from robustlab.models import load_model
+
+    model = load_model(
+        request.model.model_spec,
+        weights=weights,
+        device=request.execution.device,
+        label_space=request.data.label_space,
+        **extra,
+    )
+    return defend(model, preprocess=request.model.preprocess)
+
+
+def _plan_cells(request: TrainRequest, model, cells):
+    """:func:`_plan` over ``cells`` with the request's data and seed."""
+    d = request.data
+    return _plan(
+        model,
+        d.data,
+        suite=request.cells.suite,
+        cells=cells,
+        masks=d.masks,
+        labels_csv=d.labels_csv,
+        label_space=d.label_space,
+        seed=d.seed,
+    )
+
+
+def _split_part(request: TrainRequest, plan, ids, what: str):
+    """The samples and labels of one side of the split (all of them, or an error)."""
+    samples, labels = _subset(plan, ids)
+    if len(samples) != len(ids):
+        raise InputError(
+            f"{len(ids) - len(samples)} {what} images of the split are not in {request.data.data}"
+        )
+    return samples, labels
+
+
+def shared_split(request: TrainRequest) -> Split:
+    """The split every model of an experiment shares, made with the un-fine-tuned model."""
+    from robustlab.models import load_model
+
+    d = request.data
+    base = load_model(
+        request.model.model_spec,
+        weights=request.model.weights,
+        device=request.execution.device,
+        label_space=d.label_space,
+    )
+    return make_split(
+        base,
+        d.data,
+        masks=d.masks,
+        labels_csv=d.labels_csv,
+        label_space=d.label_space,
+        suite=request.cells.suite,
+        test_fraction=d.test_fraction,
+        split_seed=d.split_seed,
+    )
+
+
 def train_on_cells(
     model_spec: str,
     data,
     train_cells: Sequence[tuple[str, Any]],
     split: Split,
     *,
-    config: TrainConfig,
-    out,
-    suite="ximagenet12",
-    seed: int = 0,
-    masks=None,
-    labels_csv=None,
-    label_space=None,
-    weights=None,
-    device=None,
     method=None,
-    preprocess=None,
-    progress: bool = False,
+    **options: Any,
 ) -> TrainResult:
     """Fine-tune ``model_spec`` on the train ids of ``split`` under ``train_cells``.
 
     The checkpoint name is a hash of everything that decides the weights, so rerunning a
     protocol reuses checkpoints already trained (``TrainResult.reused``). ``method``: a
-    training method of :mod:`robustlab.workflows.train.methods` (None: plain cross-entropy); it is
-    part of that hash and of the checkpoint's name. ``preprocess`` (a pixel defence of
+    training method of :mod:`robustlab.workflows.train.methods` (None: plain cross-entropy);
+    it is part of that hash and of the checkpoint's name. The other keywords are those of
+    :class:`~robustlab.workflows.train.request.TrainRequest`'s specs (``config``, ``out``,
+    ``suite``, ``seed``, ``masks``, ``labels_csv``, ``label_space``, ``weights``,
+    ``device``, ``preprocess``, ``progress``...): ``preprocess`` (a pixel defence of
     :mod:`robustlab.defences`, e.g. ``"clahe"``) is applied to every training image and
     written into the training record, so the model is then evaluated behind the same
     defence. With ``progress``, a line every 10 s on stderr: steps done, rate, ETA and the
     current loss.
     """
+    request = TrainRequest.from_keywords("train_on_cells", model_spec, data, options)
+    return fine_tune_on(request, split, train_cells, method=method)
+
+
+def fine_tune_on(
+    request: TrainRequest, split: Split, train_cells: Sequence[tuple[str, Any]], *, method=None
+) -> TrainResult:
+    """:func:`train_on_cells` of a typed request."""
     import json
 
-    from robustlab.defences import defend
-    from robustlab.models import load_model
-    from robustlab.run.identity import run_id as hash_id
-
-    model = defend(
-        load_model(model_spec, weights=weights, device=device, label_space=label_space),
-        preprocess=preprocess,
-    )
-    trained_on = (getattr(model, "defence", None) or {}).get("preprocess")
-    plan = _plan(
-        model,
-        data,
-        suite=suite,
-        cells=train_cells,
-        masks=masks,
-        labels_csv=labels_csv,
-        label_space=label_space,
-        seed=seed,
-    )
-    samples, labels = _subset(plan, split.train)
-    if len(samples) != len(split.train):
-        raise InputError(
-            f"{len(split.train) - len(samples)} training images of the split are not in {data}"
-        )
+    model = _load(request, request.model.weights)
+    plan = _plan_cells(request, model, train_cells)
+    samples, labels = _split_part(request, plan, split.train, "training")
     wanted = {(a, str(b)) for a, b in train_cells}
     cells = [(s, lv) for s, lv in plan.cells if (s, str(lv)) in wanted]
     if len(cells) != len(wanted):
         raise InputError(f"unknown training cell(s) among {sorted(wanted)}")
-    key = {
-        "base": model.spec,
-        "weights_hash": model.weights_hash,
-        "label_space": model.label_space.name,
-        "config": config.describe(),
-        "cells": [[s, str(lv)] for s, lv in cells],
-        "split": split.fingerprint,
-        "seed": int(seed),
-        "data": plan.record.data_fingerprint,
-        "protocol": plan.protocol.describe(),
-    }
-    if method is not None:
-        key["method"] = method.describe()
-    if trained_on:  # absent without one, so plain checkpoints keep their names
-        key["preprocess"] = trained_on
-    name = "-".join(
-        [
-            model.spec.replace(":", "_").replace("/", "_"),
-            config.mode,
-            *([method.name] if method is not None else []),
-            "+".join(_cell_name(s, lv) for s, lv in cells),
-            hash_id(key),
-        ]
+    key = _checkpoint_key(request, model, plan, cells, split, method)
+    ckpt = (
+        Path(request.execution.out) / f"{_checkpoint_name(request, model, cells, key, method)}.pth"
     )
-    ckpt = Path(out) / f"{name}.pth"
     if ckpt.is_file() and ckpt.with_suffix(".json").is_file():
         record = json.loads(ckpt.with_suffix(".json").read_text())
         log.info("reusing %s (same model, data, split and training config)", ckpt)
         return TrainResult(ckpt, list(record.get("losses", [])), record, reused=True)
+    config = request.model.config
+    names = [_cell_name(s, lv) for s, lv in cells]
     log.info(
         "training %s (%s, %d steps) on %d images x %s",
         model.spec,
         config.mode,
         config.steps,
         len(samples),
-        ", ".join(_cell_name(s, lv) for s, lv in cells),
+        ", ".join(names),
     )
-    lines = None
-    if progress:
-        from robustlab.run.progress import LineProgress
-
-        lines = LineProgress(
-            config.steps,
-            unit="step",
-            what="train on " + "+".join(_cell_name(s, lv) for s, lv in cells),
-        )
-
-    def step_done(step: int, loss: float) -> None:
-        if lines is not None:
-            lines.note = f"loss {loss:.3f}"
-            lines.update(step - lines.done)
-
-    try:
+    extra_record = {
+        "split": split.describe(),
+        "data_root": plan.record.data_root,
+        "train_seed_rule_seed": int(request.data.seed),
+        "identity": key,
+        "preprocess": key.get("preprocess"),
+    }
+    with _step_lines(request, config.steps, "+".join(names)) as step_done:
         return finetune(
             model,
             samples,
@@ -222,19 +240,66 @@ def train_on_cells(
             plan.images,
             config,
             ckpt,
-            extra_record={
-                "split": split.describe(),
-                "data_root": plan.record.data_root,
-                "train_seed_rule_seed": int(seed),
-                "identity": key,
-                "preprocess": trained_on,
-            },
+            extra_record=extra_record,
             method=method,
             progress=step_done,
         )
+
+
+def _checkpoint_key(request: TrainRequest, model, plan, cells, split: Split, method):
+    """Everything that decides a fine-tuned model's weights (its hash names the checkpoint)."""
+    key = {
+        "base": model.spec,
+        "weights_hash": model.weights_hash,
+        "label_space": model.label_space.name,
+        "config": request.model.config.describe(),
+        "cells": [[s, str(lv)] for s, lv in cells],
+        "split": split.fingerprint,
+        "seed": int(request.data.seed),
+        "data": plan.record.data_fingerprint,
+        "protocol": plan.protocol.describe(),
+    }
+    if method is not None:
+        key["method"] = method.describe()
+    trained_on = (getattr(model, "defence", None) or {}).get("preprocess")
+    if trained_on:  # absent without one, so plain checkpoints keep their names
+        key["preprocess"] = trained_on
+    return key
+
+
+def _checkpoint_name(request: TrainRequest, model, cells, key, method) -> str:
+    from robustlab.run.identity import run_id as hash_id
+
+    return "-".join(
+        [
+            model.spec.replace(":", "_").replace("/", "_"),
+            request.model.config.mode,
+            *([method.name] if method is not None else []),
+            "+".join(_cell_name(s, lv) for s, lv in cells),
+            hash_id(key),
+        ]
+    )
+
+
+@contextmanager
+def _step_lines(request: TrainRequest, steps: int, names: str):
+    """A ``progress(step, loss)`` callback for :func:`finetune`: a line every 10 s on
+    stderr with ``progress``, nothing without."""
+    if not request.execution.progress:
+        yield None
+        return
+    from robustlab.run.progress import LineProgress
+
+    lines = LineProgress(steps, unit="step", what="train on " + names)
+
+    def step_done(step: int, loss: float) -> None:
+        lines.note = f"loss {loss:.3f}"
+        lines.update(step - lines.done)
+
+    try:
+        yield step_done
     finally:
-        if lines is not None:
-            lines.close()
+        lines.close()
 
 
 def evaluate_on_split(
@@ -245,67 +310,67 @@ def evaluate_on_split(
     split: Split,
     *,
     train: TrainResult | None = None,
-    suite="ximagenet12",
-    seed: int = 0,
-    db=DEFAULT_DB,
-    masks=None,
-    labels_csv=None,
-    label_space=None,
-    device=None,
-    batch_size: int | None = None,
-    workers: int | None = 0,
-    progress: bool = False,
-    preprocess=None,
+    **options: Any,
 ) -> pd.DataFrame:
     """Evaluate the checkpoint on the test ids of ``split`` and store it as a run.
 
     The run is the ordinary runner's, restricted to the test images; its id also covers the
     split (a run on the full folder and one on a split never share an id) and the pixel
-    defence ``preprocess`` the model is evaluated behind (the one it was trained with).
+    defence ``preprocess`` the model is evaluated behind (the one it was trained with). The
+    keywords are those of :class:`~robustlab.workflows.train.request.TrainRequest`'s specs
+    (``suite``, ``seed``, ``db``, ``masks``, ``batch_size``, ``workers``...), less
+    ``weights`` (the checkpoint is).
 
     Returns:
         The run's per-cell table (as :func:`robustlab.evaluate` returns).
     """
-    from robustlab.defences import defend
-    from robustlab.workflows.evaluate import run_table
-    from robustlab.models import load_model
-    from robustlab.run.identity import data_fingerprint, run_id
-    from robustlab.run.runner import RunOptions, Runner
-    from robustlab.run.lifeline import default_workers
+    if "weights" in options:
+        raise TypeError("evaluate_on_split() got multiple values for 'weights' (the checkpoint)")
+    options = {**options, "weights": checkpoint}
+    request = TrainRequest.from_keywords("evaluate_on_split", model_spec, data, options)
+    return evaluate_split(request, split, test_cells, train=train)
 
-    model = defend(
-        load_model(
-            model_spec,
-            weights=checkpoint,
-            device=device,
-            label_space=label_space,
-            batch_size=batch_size,
-        ),
-        preprocess=preprocess,
-    )
-    plan = _plan(
-        model,
-        data,
-        suite=suite,
-        cells=test_cells,
-        masks=masks,
-        labels_csv=labels_csv,
-        label_space=label_space,
-        seed=seed,
-    )
-    samples, labels = _subset(plan, split.test)
-    if len(samples) != len(split.test):
-        raise InputError(
-            f"{len(split.test) - len(samples)} test images of the split are not in {data}"
-        )
+
+def evaluate_split(
+    request: TrainRequest,
+    split: Split,
+    test_cells: Sequence[tuple[str, Any]],
+    *,
+    train: TrainResult | None = None,
+) -> pd.DataFrame:
+    """:func:`evaluate_on_split` of a typed request (the model from its ``weights``)."""
+    from robustlab.run.lifeline import default_workers
+    from robustlab.run.runner import RunOptions, Runner
+    from robustlab.workflows.evaluate import run_table
+
+    run = request.execution
+    model = _load(request, request.model.weights, batch_size=run.batch_size)
+    plan = _plan_cells(request, model, test_cells)
+    samples, labels = _split_part(request, plan, split.test, "test")
     wanted = {(s, str(lv)) for s, lv in test_cells} | {(CLEAN_SHIFT, "0")}
     cells = [(s, lv) for s, lv in plan.cells if (s, str(lv)) in wanted]
-    base = plan.record
+    record = _split_record(plan.record, split, samples, labels, cells, train)
+    options = RunOptions(
+        batch_size=int(run.batch_size or model.batch_size or 32),
+        workers=default_workers() if run.workers is None else int(run.workers),
+        progress=run.progress,
+    )
+    store = Store(run.db)
+    summary = Runner(model, samples, labels, cells, plan.images, store, record, options).run()
+    return run_table(store, summary.run_id, skipped=summary.skipped)
+
+
+def _split_record(base, split: Split, samples, labels, cells, train: TrainResult | None):
+    """The stored record of a test-split run: the plan's record (built by
+    :func:`robustlab.run.identity.make_record`) narrowed to the test images, its id also
+    covering the split and the test images' fingerprint."""
+    from robustlab.run.identity import data_fingerprint, run_id
+
     fingerprint = data_fingerprint((s.id, s.class_name, lab) for s, lab in zip(samples, labels))
     fine_tuned = None
     if train is not None:
         fine_tuned = {k: v for k, v in train.record.items() if k not in ("identity",)}
-    record = dataclasses.replace(
+    return dataclasses.replace(
         base,
         run_id=run_id({"run": base.run_id, "split": split.fingerprint, "test": fingerprint}),
         data_fingerprint=fingerprint,
@@ -317,14 +382,33 @@ def evaluate_on_split(
             "cells": [[s, str(lv)] for s, lv in cells],
         },
     )
-    options = RunOptions(
-        batch_size=int(batch_size or model.batch_size or 32),
-        workers=default_workers() if workers is None else int(workers),
-        progress=progress,
-    )
-    store = Store(db)
-    summary = Runner(model, samples, labels, cells, plan.images, store, record, options).run()
-    return run_table(store, summary.run_id, skipped=summary.skipped)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One model of an experiment: trained on ``train_cells`` (with ``method``), tested on
+    ``test_cells``. Jobs with the same ``name`` share one training; ``group`` is the
+    caller's (the protocol, EX1 or EX2)."""
+
+    name: str
+    train_cells: tuple[tuple[str, Any], ...]
+    test_cells: tuple[tuple[str, Any], ...]
+    method: Any = None
+    group: str = ""
+
+
+def run_jobs(
+    request: TrainRequest, split: Split, jobs: Iterable[Job], trainings: dict[str, TrainResult]
+) -> Iterator[tuple[Job, TrainResult, pd.DataFrame]]:
+    """Train and test each job in turn (the one loop of :func:`run_protocol` and
+    :func:`robustlab.workflows.train.methods.run_method`), filling ``trainings`` by name."""
+    for job in jobs:
+        tr = trainings.get(job.name) or fine_tune_on(
+            request, split, job.train_cells, method=job.method
+        )
+        trainings[job.name] = tr
+        tested = request.with_weights(tr.checkpoint)
+        yield job, tr, evaluate_split(tested, split, job.test_cells, train=tr)
 
 
 @dataclass
@@ -344,29 +428,21 @@ class ProtocolResult:
     split: Split | None = None
 
 
+RUN_COLUMNS = (
+    "protocol",
+    "trained_on",
+    "tested_on",
+    "shift",
+    "level",
+    "run_id",
+    "checkpoint",
+    "n",
+    "top1",
+)
+
+
 def run_protocol(
-    model_spec: str,
-    data,
-    *,
-    protocol: str = "both",
-    suite="ximagenet12",
-    shifts: Sequence[str] | None = None,
-    levels: Sequence | None = None,
-    masks=None,
-    config: TrainConfig = TrainConfig(),
-    out="checkpoints",
-    db=DEFAULT_DB,
-    test_fraction: float = 0.3,
-    split_seed: int = 0,
-    seed: int = 0,
-    labels_csv=None,
-    label_space=None,
-    weights=None,
-    device=None,
-    batch_size: int | None = None,
-    workers: int | None = 0,
-    progress: bool = False,
-    preprocess=None,
+    model_spec: str, data, *, protocol: str = "both", **options: Any
 ) -> ProtocolResult:
     """Run EX1, EX2 or both on a suite's scenarios and compute the robustness score.
 
@@ -374,121 +450,68 @@ def run_protocol(
         model_spec: Base model (``lite0``, ``timm:NAME``...), fine-tuned from its weights.
         data: Source images (or a folder written by ``robustlab generate``).
         protocol: ``"ex1"``, ``"ex2"`` or ``"both"``.
-        suite, shifts, levels: The scenarios (default: the whole suite; ``ai_bg`` only when
-            an inpainter is configured).
-        masks: Foreground masks (scenarios need them; the split uses images that have one).
-        config: Fine-tuning config shared by every model.
-        out: Checkpoint folder.
-        db: Results database.
-        test_fraction, split_seed: The shared split.
-        seed: Seed rule seed of the scenario images.
-        progress: Progress of each training (a line every 10 s) and each evaluation.
-        preprocess: Pixel defence every model is fine-tuned and evaluated behind
-            (``"clahe"``: the ImageNet-C paper's CLAHE fine-tuning; see
-            :mod:`robustlab.defences`); recorded in each training record and run.
+        options: The keywords of :class:`~robustlab.workflows.train.request.TrainRequest`'s
+            specs: ``suite``, ``shifts``, ``levels`` (the scenarios; default: the whole
+            suite, ``ai_bg`` only when an inpainter is configured); ``masks`` (scenarios
+            need them; the split uses images that have one); ``config`` (fine-tuning config
+            shared by every model); ``out`` (checkpoints), ``db`` (results);
+            ``test_fraction``, ``split_seed`` (the shared split); ``seed`` (seed rule seed
+            of the scenario images); ``progress``; ``preprocess`` (pixel defence every model
+            is fine-tuned and evaluated behind: ``"clahe"`` is the ImageNet-C paper's CLAHE
+            fine-tuning; recorded in each training record and run); ``labels_csv``,
+            ``label_space``, ``weights``, ``device``, ``batch_size``, ``workers``.
 
     Returns:
         :class:`ProtocolResult`.
     """
-    from robustlab.defences import get_preprocess
-    from robustlab.models import load_model
+    request = TrainRequest.from_keywords("run_protocol", model_spec, data, options)
+    return run_protocols(request, protocol)
+
+
+def run_protocols(request: TrainRequest, protocol: str = "both") -> ProtocolResult:
+    """:func:`run_protocol` of a typed request (what ``robustlab train`` calls)."""
     from robustlab.shifts.registry import available_shifts
     from robustlab.suites import get_suite
 
-    if protocol not in PROTOCOLS:
-        raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
-    preprocess = get_preprocess(preprocess)  # a bad name fails before any training
-    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    names = available_shifts(s.match(shifts or None), log=log)
-    s = s.select(names, levels or None).suite
-    scenario_cells = s.cells()
-    base = load_model(model_spec, weights=weights, device=device, label_space=label_space)
-    split = make_split(
-        base,
-        data,
-        masks=masks,
-        labels_csv=labels_csv,
-        label_space=label_space,
-        suite=s,
-        test_fraction=test_fraction,
-        split_seed=split_seed,
-    )
-    del base
-    common = {
-        "suite": s,
-        "seed": seed,
-        "masks": masks,
-        "labels_csv": labels_csv,
-        "label_space": label_space,
-        "preprocess": preprocess,
-    }
-    rows, trainings = [], {}
-
-    def one(proto: str, train_cells, test_cells):
-        name = "+".join(_cell_name(a, b) for a, b in train_cells)
-        tr = trainings.get(name) or train_on_cells(
-            model_spec,
-            data,
-            train_cells,
-            split,
-            config=config,
-            out=out,
-            weights=weights,
-            device=device,
-            progress=progress,
-            **common,
-        )
-        trainings[name] = tr
-        table = evaluate_on_split(
-            model_spec,
-            tr.checkpoint,
-            data,
-            test_cells,
-            split,
-            train=tr,
-            db=db,
-            device=device,
-            batch_size=batch_size,
-            workers=workers,
-            progress=progress,
-            **common,
-        )
-        for _, r in table.iterrows():
-            rows.append(
-                {
-                    "protocol": proto,
-                    "trained_on": name,
-                    "tested_on": _cell_name(r["shift"], r["level"]),
-                    "shift": r["shift"],
-                    "level": r["level"],
-                    "run_id": table.attrs["run_id"],
-                    "checkpoint": str(tr.checkpoint),
-                    "n": int(r["n"]),
-                    "top1": float(r["top1"]),
-                }
-            )
-
+    check_choice("protocol", protocol, PROTOCOLS)
+    c = request.cells
+    s = get_suite(c.suite) if isinstance(c.suite, (str, Path)) else c.suite
+    names = available_shifts(s.match(c.shifts or None), log=log)
+    s = s.select(names, c.levels or None).suite
+    request = request.with_suite(s)
+    scenario_cells = [tuple(cell) for cell in s.cells()]
+    split = shared_split(request)
+    jobs = []
     if protocol in ("ex1", "both"):
-        one("ex1", [(CLEAN_SHIFT, 0)], scenario_cells)
+        clean = ((CLEAN_SHIFT, 0),)
+        jobs.append(Job(_cell_name(CLEAN_SHIFT, 0), clean, tuple(scenario_cells), group="ex1"))
     if protocol in ("ex2", "both"):
-        for cell in scenario_cells:
-            one("ex2", [cell], [cell])
-    runs = pd.DataFrame(
-        rows,
-        columns=[
-            "protocol",
-            "trained_on",
-            "tested_on",
-            "shift",
-            "level",
-            "run_id",
-            "checkpoint",
-            "n",
-            "top1",
-        ],
-    )
+        jobs += [Job(_cell_name(*c), (c,), (c,), group="ex2") for c in scenario_cells]
+    rows: list[dict[str, Any]] = []
+    trainings: dict[str, TrainResult] = {}
+    for job, tr, table in run_jobs(request, split, jobs, trainings):
+        rows += _protocol_rows(job.group, job.name, tr, table)
+    runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
     score = scenario_score(runs, [_cell_name(a, b) for a, b in scenario_cells])
     return ProtocolResult(runs, score, trainings, split)
+
+
+def _protocol_rows(proto: str, name: str, tr: TrainResult, table: pd.DataFrame) -> list[dict]:
+    """One :attr:`ProtocolResult.runs` row per cell of a test run."""
+    return [
+        {
+            "protocol": proto,
+            "trained_on": name,
+            "tested_on": _cell_name(r["shift"], r["level"]),
+            "shift": r["shift"],
+            "level": r["level"],
+            "run_id": table.attrs["run_id"],
+            "checkpoint": str(tr.checkpoint),
+            "n": int(r["n"]),
+            "top1": float(r["top1"]),
+        }
+        for _, r in table.iterrows()
+    ]
 
 
 def scenario_score(runs: pd.DataFrame, scenarios: Sequence[str]):
@@ -517,9 +540,15 @@ def scenario_score(runs: pd.DataFrame, scenarios: Sequence[str]):
 __all__ = [
     "PROTOCOLS",
     "ProtocolResult",
+    "Job",
     "make_split",
     "train_on_cells",
+    "fine_tune_on",
     "evaluate_on_split",
+    "evaluate_split",
+    "shared_split",
+    "run_jobs",
     "run_protocol",
+    "run_protocols",
     "scenario_score",
 ]

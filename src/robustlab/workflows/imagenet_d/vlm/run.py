@@ -3,17 +3,19 @@
 The run's identity is a hash of everything that decides its answers (model fingerprint,
 mode, seed, shuffle, temperature, answer length, the items' source), so rerunning the
 same command resumes it: images already answered are skipped, new answers are added.
+A run is asked for with two frozen specs, :class:`VLMAsking` (how each question is asked
+and scored) and :class:`VLMData` (where the questions came from); ``robustlab vlm`` builds
+them, :func:`evaluate_vlm` routes its keywords to them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 
 from robustlab.errors import InputError
 from robustlab.paths import outside
+from robustlab.run.identity import RecordStyle, make_record, spaced_json
 from robustlab.seeding import derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
 
@@ -34,9 +36,9 @@ class VLMResult:
     skipped: list = field(default_factory=list)
 
 
-def run_id_for(model_fp: str, config: dict) -> str:
-    key = json.dumps({"model": model_fp, **config}, sort_keys=True, default=str)
-    return "vlm-" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+# How vlm runs were always spelled (an id prefix, json.dumps' separators, the data folder
+# as given, no package versions), so every stored vlm run resumes under its id.
+RECORD_STYLE = RecordStyle(prefix="vlm-", spelling=spaced_json, resolve_root=False, versions=False)
 
 
 def answer_item(
@@ -81,76 +83,125 @@ def answer_item(
     }
 
 
-def evaluate_vlm(
-    vlm,
-    items: list[Item],
-    store,
-    *,
-    mode: str = "original",
-    seed: int = 0,
-    shuffle: bool = False,
-    temperature: float = 0.2,
-    max_new_tokens: int = 512,
-    source: dict | None = None,
-    data_root: str | None = None,
-    rule: str = "official",
-    progress: bool = False,
-) -> VLMResult:
+@dataclass(frozen=True)
+class VLMAsking:
+    """How each question is asked and its answer scored (all of it in the run's identity).
+
+    Attributes:
+        mode: ``original`` (sampled free text, substring scoring) or ``likelihood`` (the
+            option with the higher log-likelihood; deterministic).
+        seed: Global seed of the seed rule (per-image sampling and shuffle draws).
+        shuffle: Ask the options in a seeded random order instead of truth first.
+        temperature, max_new_tokens: Sampling of the original mode (above 0).
+        rule: How a free-text answer is scored
+            (:data:`robustlab.workflows.imagenet_d.vlm.scoring.RULES`): ``official``
+            (ImageNet-D's compute_accuracy.py) or ``nested`` (stricter).
+    """
+
+    mode: str = "original"
+    seed: int = 0
+    shuffle: bool = False
+    temperature: float = 0.2
+    max_new_tokens: int = 512
+    rule: str = "official"
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise InputError(
+                f"unknown VLM scoring mode {self.mode!r}; use one of {', '.join(MODES)}"
+            )
+        if self.mode == "original" and not self.temperature > 0:
+            raise InputError("the original mode samples: --temperature must be above 0")
+
+    def answer(self, vlm, item: Item, image) -> dict:
+        """:func:`answer_item` with these settings."""
+        return answer_item(
+            vlm,
+            item,
+            mode=self.mode,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            image=image,
+            rule=self.rule,
+        )
+
+
+@dataclass(frozen=True)
+class VLMData:
+    """Where the questions came from: ``source`` (part of the run identity) and the data
+    folder their images must lie in (None: no such check)."""
+
+    source: dict | None = None
+    data_root: str | None = None
+
+
+def evaluate_vlm(vlm, items: list[Item], store, *, progress: bool = False, **options) -> VLMResult:
     """Answer every item not yet answered in this run, storing answers as they come.
 
     Args:
         vlm: A loaded :class:`~robustlab.workflows.imagenet_d.vlm.model.VLM`.
         items: What to ask (:mod:`robustlab.workflows.imagenet_d.vlm.questions`).
         store: The results :class:`~robustlab.store.Store`.
-        mode: ``original`` (sampled free text, substring scoring) or ``likelihood``
-            (the option with the higher log-likelihood; deterministic).
-        seed: Global seed of the seed rule (per-image sampling and shuffle draws).
-        shuffle: Ask the options in a seeded random order instead of truth first.
-        source: Where the items came from (part of the run identity).
-        rule: How a free-text answer is scored (:data:`robustlab.workflows.imagenet_d.vlm.scoring.RULES`):
-            ``official`` (ImageNet-D's compute_accuracy.py) or ``nested`` (stricter).
         progress: Print a progress line on stderr now and then (items answered).
+        options: The fields of :class:`VLMAsking` (``mode``, ``seed``, ``shuffle``,
+            ``temperature``, ``max_new_tokens``, ``rule``) and :class:`VLMData`
+            (``source``, ``data_root``).
     """
-    from PIL import Image, UnidentifiedImageError
+    from robustlab.workflows.keywords import route_keywords
 
-    from robustlab.store.schema import RunRecord
+    parts = route_keywords("evaluate_vlm", options, {"asking": VLMAsking, "data": VLMData})
+    asking, data = VLMAsking(**parts["asking"]), VLMData(**parts["data"])
+    return ask_all(vlm, items, store, asking, data, progress=progress)
 
-    if mode not in MODES:
-        raise InputError(f"unknown VLM scoring mode {mode!r}; use one of {', '.join(MODES)}")
-    if mode == "original" and not temperature > 0:
-        raise InputError("the original mode samples: --temperature must be above 0")
-    if not items:
-        raise InputError("no questions to ask (the question source is empty)")
-    original = mode == "original"
+
+def run_record(vlm, asking: VLMAsking, data: VLMData):
+    """The run's stored record, through :func:`robustlab.run.identity.make_record`: its id
+    hashes the model's fingerprint and everything that decides an answer and its verdict
+    (another template, sampling filter or scoring rule is another run, never a resumed
+    one)."""
+    original = asking.mode == "original"
     config = {
         "task": VLM_TASK,
-        "mode": mode,
-        "shuffle": bool(shuffle),
-        "temperature": float(temperature) if mode == "original" else None,
-        "max_new_tokens": int(max_new_tokens) if mode == "original" else None,
-        "source": source or {},
-        # What decides an answer and its verdict: another template, sampling filter or
-        # scoring rule is another run, never a resumed one.
+        "mode": asking.mode,
+        "shuffle": bool(asking.shuffle),
+        "temperature": float(asking.temperature) if original else None,
+        "max_new_tokens": int(asking.max_new_tokens) if original else None,
+        "source": data.source or {},
         "prompt_format": vlm.prompt_format,
         "top_k": vlm.top_k if original else None,
         "top_p": vlm.top_p if original else None,
-        "scoring": check_rule(rule) if original else None,
+        "scoring": check_rule(asking.rule) if original else None,
     }
-    run_id = run_id_for(vlm.fingerprint, {**config, "seed": int(seed)})
-    record = RunRecord(
-        run_id=run_id,
+    return make_record(
+        {"model": vlm.fingerprint, **config, "seed": int(asking.seed)},
+        data_root=data.data_root,
+        config={**config, "model": vlm.describe()},
+        n_samples=0,  # counted when the run finishes
+        style=RECORD_STYLE,
         model_spec=vlm.spec,
         weights_hash=vlm.fingerprint,
         suite="imagenet-d-vlm",
-        data_root=data_root,
         label_space="imagenet-d",
-        seed=int(seed),
-        config={**config, "model": vlm.describe()},
+        preprocessing={},
     )
+
+
+def ask_all(
+    vlm, items: list[Item], store, asking: VLMAsking, data: VLMData, *, progress: bool = False
+) -> VLMResult:
+    """:func:`evaluate_vlm` of typed specs (what ``robustlab vlm`` calls)."""
+    if not items:
+        raise InputError("no questions to ask (the question source is empty)")
+    record = run_record(vlm, asking, data)
+    run_id = record.run_id
     resumed = not store.start_run(record)
     done = answered(store, run_id)
     todo = [it for it in items if it.image_id not in done]
-    skipped, pending, n_new, status = [], [], 0, "failed"
+    skipped: list = []
+    pending: list[dict] = []
+    n_new, status = 0, "failed"
     lines = None
     if progress:
         from robustlab.run.progress import LineProgress
@@ -158,35 +209,10 @@ def evaluate_vlm(
         lines = LineProgress(len(items), what="vlm", unit="item", done=len(items) - len(todo))
     try:
         for item in _ticking(todo, lines):
-            if data_root is not None and outside(data_root, item.path):
-                # robustlab.paths' link rule: a question CSV's ../ path or a link out of
-                # the data folder is never read.
-                skipped.append([item.image_id, "not a file inside the data folder"])
-                log.warning("skipping %s: not a file inside %s", item.image_id, data_root)
+            image = _open(item, data.data_root, skipped)
+            if image is None:
                 continue
-            try:
-                with Image.open(item.path) as im:
-                    image = im.convert("RGB")
-            except (OSError, UnidentifiedImageError) as exc:
-                skipped.append([item.image_id, f"unreadable image: {exc}"])
-                log.warning("skipping %s: %s", item.image_id, exc)
-                continue
-            pending.append(
-                {
-                    "run_id": run_id,
-                    **answer_item(
-                        vlm,
-                        item,
-                        mode=mode,
-                        seed=seed,
-                        shuffle=shuffle,
-                        temperature=temperature,
-                        max_new_tokens=max_new_tokens,
-                        image=image,
-                        rule=rule,
-                    ),
-                }
-            )
+            pending.append({"run_id": run_id, **asking.answer(vlm, item, image)})
             if len(pending) >= BATCH:
                 n_new += write_answers(store, pending)
                 pending = []
@@ -202,6 +228,25 @@ def evaluate_vlm(
             lines.close()
         store.finish_run(run_id, status=status, n_samples=len(done) + n_new, skipped=skipped)
     return VLMResult(run_id, resumed, n_new, summary(store, run_id), skipped)
+
+
+def _open(item: Item, data_root: str | None, skipped: list):
+    """The item's image in RGB, or None (the reason appended to ``skipped``)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if data_root is not None and outside(data_root, item.path):
+        # robustlab.paths' link rule: a question CSV's ../ path or a link out of the data
+        # folder is never read.
+        skipped.append([item.image_id, "not a file inside the data folder"])
+        log.warning("skipping %s: not a file inside %s", item.image_id, data_root)
+        return None
+    try:
+        with Image.open(item.path) as im:
+            return im.convert("RGB")
+    except (OSError, UnidentifiedImageError) as exc:
+        skipped.append([item.image_id, f"unreadable image: {exc}"])
+        log.warning("skipping %s: %s", item.image_id, exc)
+        return None
 
 
 def _ticking(items, lines):

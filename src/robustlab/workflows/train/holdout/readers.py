@@ -1,0 +1,283 @@
+"""Readers of labelled image sets for the surface-variation protocols: a folder with a
+metadata CSV, ICONS-50 (its ``Icons-50.npy`` or its folder layout) and CIFAR-100's python
+pickles, each as a :class:`LabelledSet` (one metadata row per image, images read by id)."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from robustlab.errors import InputError, MissingResourceError
+
+log = logging.getLogger(__name__)
+
+# ICONS-50's 13 vendors, as its training code names them; in the folder layout the style of
+# an icon is the vendor named in its path.
+ICONS50_STYLES = (
+    "apple",
+    "google",
+    "facebook",
+    "emoji-one",
+    "samsung",
+    "microsoft",
+    "lg",
+    "htc",
+    "whatsapp",
+    "messenger",
+    "twitter",
+    "emojidex",
+    "mozilla",
+)
+META_COLUMNS = ("class", "subtype", "style", "version", "split")
+
+
+@dataclass
+class LabelledSet:
+    """Images with a class and optional subtype / style / version / split per row.
+
+    Attributes:
+        name: What it is (``folder``, ``icons50``, ``cifar100``).
+        root: Where it was read from.
+        meta: One row per image: ``id`` (unique) and :data:`META_COLUMNS` present.
+        read: ``read(ids, size)`` -> N x size x size x 3 uint8 for these ``id`` values (by id,
+            not position, so ``meta`` may be filtered or reordered).
+    """
+
+    name: str
+    root: Path
+    meta: pd.DataFrame
+    read: Callable[[Sequence[str], int], np.ndarray]
+
+    def load(self, rows: Sequence[int], size: int) -> np.ndarray:
+        """Images of the rows at these positions of ``meta``."""
+        ids = self.meta["id"].to_numpy()
+        return self.read([ids[i] for i in rows], size)
+
+    @property
+    def classes(self) -> list[str]:
+        return sorted(self.meta["class"].unique())
+
+    @property
+    def fingerprint(self) -> str:
+        from robustlab.run.identity import data_fingerprint
+
+        cols = [c for c in ("id", *META_COLUMNS) if c in self.meta.columns]
+        return data_fingerprint(self.meta[cols].astype(str).itertuples(index=False, name=None))
+
+
+def _resize(rgb: np.ndarray, size: int) -> np.ndarray:
+    if rgb.shape[0] == size and rgb.shape[1] == size:
+        return rgb
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(rgb).resize((size, size), Image.Resampling.BICUBIC))
+
+
+def read_folder(root: str | Path, metadata: str | Path | None = None) -> LabelledSet:
+    """A folder of images with a metadata CSV (default ``root/metadata.csv``).
+
+    The CSV needs ``file`` (path relative to ``root``) and ``class``; ``subtype``, ``style``,
+    ``version`` and ``split`` (train/test) are used by the protocols that need them.
+
+    Raises:
+        MissingResourceError: no folder, no CSV.
+        InputError: missing columns, empty classes, files listed but absent.
+    """
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise MissingResourceError(f"data folder {root} does not exist")
+    path = Path(metadata).expanduser() if metadata else root / "metadata.csv"
+    if not path.is_file():
+        raise MissingResourceError(
+            f"no metadata CSV at {path}",
+            hint="give --metadata CSV with file and class columns "
+            "(robustlab data icons writes one)",
+        )
+    try:
+        meta = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    missing = [c for c in ("file", "class") if c not in meta.columns]
+    if missing:
+        raise InputError(
+            f"{path} has no {' or '.join(missing)} column (columns: {', '.join(meta.columns)})"
+        )
+    if (meta["class"].str.strip() == "").any():
+        n = int((meta["class"].str.strip() == "").sum())
+        raise InputError(f"{path}: {n} row(s) have an empty class")
+    if meta["file"].duplicated().any():
+        raise InputError(
+            f"{path}: file {meta['file'][meta['file'].duplicated()].iloc[0]!r} is listed twice"
+        )
+    absent = [f for f in meta["file"] if not (root / f).is_file()]
+    if absent:
+        raise InputError(f"{len(absent)} file(s) of {path} are not in {root}, e.g. {absent[0]!r}")
+    meta = meta.rename(columns={"file": "id"})
+    keep = ["id", *[c for c in META_COLUMNS if c in meta.columns]]
+    meta = meta[keep].sort_values("id", kind="stable").reset_index(drop=True)
+
+    return LabelledSet("folder", root, meta, lambda ids, size: _read_files(root, ids, size))
+
+
+def _read_files(root: Path, ids: Sequence[str], size: int) -> np.ndarray:
+    from robustlab.data.images import ImageError, load_image
+
+    out = np.empty((len(ids), size, size, 3), np.uint8)
+    for k, i in enumerate(ids):
+        try:
+            rgb, _ = load_image(root / i)
+        except ImageError as exc:
+            raise InputError(f"{i}: {exc}") from None
+        out[k] = _resize(rgb, size)
+    return out
+
+
+def read_icons50(path: str | Path) -> LabelledSet:
+    """ICONS-50 as released: ``Icons-50.npy`` (a pickled dict of ``image`` N x 3 x 32 x 32,
+    ``class``, ``style``, ``subtype``, ``rendition``) or a folder holding it; or the folder
+    layout its training code reads, ``<root>/<class>/.../<file>`` with the vendor in the path.
+
+    In the folder layout the style is the one vendor of :data:`ICONS50_STYLES` that is a
+    whole word of the file's path (``lg`` inside ``bulgaria`` does not count); files naming
+    none or several are skipped and counted in the log. Subtypes and versions are not in
+    that layout, so only the style protocol applies.
+
+    The pickle is loaded with ``allow_pickle``; read only a file you trust.
+    """
+    p = Path(path).expanduser()
+    if p.is_dir() and not (p / "Icons-50.npy").is_file():
+        return _icons50_folder(p)
+    if p.is_dir():
+        p = p / "Icons-50.npy"
+    if not p.is_file():
+        raise MissingResourceError(
+            f"no Icons-50.npy at {p}", hint="download ICONS-50 (Icons-50.npy) and pass its path"
+        )
+    try:
+        d = np.load(p, allow_pickle=True).item()
+        images = np.asarray(d["image"], dtype=np.uint8)
+        cols = {k: [str(v) for v in d[k]] for k in ("class", "style", "subtype", "rendition")}
+    except (OSError, ValueError, KeyError, pickle.UnpicklingError, AttributeError) as exc:
+        raise InputError(
+            f"{p} is not ICONS-50's Icons-50.npy ({type(exc).__name__}: {exc})"
+        ) from None
+    if images.ndim != 4 or images.shape[1] != 3 or len(images) != len(cols["class"]):
+        raise InputError(f"{p}: images must be N x 3 x H x W, one per label; got {images.shape}")
+    meta = pd.DataFrame(
+        {
+            "id": [f"{i:05d}" for i in range(len(images))],
+            "class": cols["class"],
+            "subtype": cols["subtype"],
+            "style": cols["style"],
+            "version": cols["rendition"],
+        }
+    )
+
+    def read(ids, size):
+        return np.stack(
+            [_resize(np.ascontiguousarray(images[int(i)].transpose(1, 2, 0)), size) for i in ids]
+        )
+
+    return LabelledSet("icons50", p, meta, read)
+
+
+def _icons50_folder(root: Path) -> LabelledSet:
+    import re
+
+    from robustlab.data.sources import IMAGE_EXTENSIONS
+    from robustlab.paths import walk_files
+
+    rows, skipped = [], 0
+    for rel in sorted(walk_files(root)[0]):  # robustlab.paths' link rule
+        if len(rel.parts) < 2 or rel.suffix.lower() not in IMAGE_EXTENSIONS:
+            continue
+        words = set(re.findall(r"emoji-one|[a-z0-9]+", rel.as_posix().lower()))
+        found = [s for s in ICONS50_STYLES if s in words]
+        if len(found) != 1:
+            skipped += 1
+            continue
+        rows.append((rel.as_posix(), rel.parts[0], found[0]))
+    if skipped:
+        log.info("%s: %d file(s) name no single ICONS-50 vendor and are left out", root, skipped)
+    if not rows:
+        raise InputError(
+            f"{root}: no image in <class>/ folders names an ICONS-50 vendor "
+            f"({', '.join(ICONS50_STYLES)})",
+            hint="or pass Icons-50.npy",
+        )
+    meta = pd.DataFrame(rows, columns=["id", "class", "style"])
+    return LabelledSet("icons50", root, meta, lambda ids, size: _read_files(root, ids, size))
+
+
+def read_cifar100(path: str | Path) -> LabelledSet:
+    """CIFAR-100's python release (``cifar-100-python/{train,test,meta}``): class = the 20
+    superclasses (coarse labels), subtype = the 100 subclasses, split = train/test."""
+    root = Path(path).expanduser()
+    if (root / "cifar-100-python").is_dir():
+        root = root / "cifar-100-python"
+    need = [root / n for n in ("train", "test", "meta")]
+    if not all(f.is_file() for f in need):
+        raise MissingResourceError(
+            f"{root} is not CIFAR-100's python release (needs train, test and meta)",
+            hint="extract cifar-100-python.tar.gz",
+        )
+
+    def unpickle(f):
+        try:
+            with open(f, "rb") as fh:
+                return pickle.load(fh, encoding="bytes")
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+            raise InputError(f"cannot read {f}: {exc}") from None
+
+    m = unpickle(root / "meta")
+    try:
+        fine = [n.decode() for n in m[b"fine_label_names"]]
+        coarse = [n.decode() for n in m[b"coarse_label_names"]]
+        parts, rows = [], []
+        for split in ("train", "test"):
+            d = unpickle(root / split)
+            data = (
+                np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+            )
+            names = [n.decode() for n in d[b"filenames"]]
+            for k, (f, c) in enumerate(zip(d[b"fine_labels"], d[b"coarse_labels"])):
+                rows.append((f"{split}/{names[k]}", coarse[c], fine[f], split))
+            parts.append(data)
+    except (KeyError, IndexError, ValueError, TypeError) as exc:
+        raise InputError(f"{root}: not CIFAR-100's format ({type(exc).__name__}: {exc})") from None
+    images = np.concatenate(parts)
+    meta = pd.DataFrame(rows, columns=["id", "class", "subtype", "split"])
+    position = {i: k for k, i in enumerate(meta["id"])}
+
+    def read(ids, size):
+        return np.stack([_resize(images[position[i]], size) for i in ids])
+
+    return LabelledSet("cifar100", root, meta, read)
+
+
+READERS = {"folder": read_folder, "icons50": read_icons50, "cifar100": read_cifar100}
+
+
+def read_set(data: str | Path, *, layout: str = "auto", metadata=None) -> LabelledSet:
+    """Read ``data`` with the reader its layout needs (``auto``: guessed from the files)."""
+    p = Path(data).expanduser()
+    if layout == "auto":
+        if p.suffix == ".npy" or (p / "Icons-50.npy").is_file():
+            layout = "icons50"
+        elif (
+            (p / "cifar-100-python").is_dir() or (p / "meta").is_file() and (p / "train").is_file()
+        ):
+            layout = "cifar100"
+        else:
+            layout = "folder"
+    if layout not in READERS:
+        raise InputError(f"unknown layout {layout!r}; choose from auto, {', '.join(READERS)}")
+    if layout == "folder":
+        return read_folder(p, metadata)
+    return READERS[layout](p)

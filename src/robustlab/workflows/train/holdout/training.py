@@ -1,0 +1,165 @@
+"""The network a surface-variation protocol trains from scratch: its config (all of it
+in the run's identity), the network, the training loop and the predictions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from robustlab.errors import InputError
+from robustlab.seeding import derive_seed
+
+# ICONS-50's normalisation (mean 0.5, std 0.25 per channel).
+MEAN, STD = 0.5, 0.25
+
+
+@dataclass(frozen=True)
+class HoldoutConfig:
+    """How the network is trained from scratch (all of it is in the run's identity).
+
+    Attributes:
+        arch: ``small-cnn``, ``resnext``, ``shake-resnext``, ``densenet``, ``msdnet`` (see
+            :mod:`robustlab.workflows.train.networks`) or ``timm:NAME`` (a ResNet gets a 3x3 stride-1
+            stem, no max-pool, as CIFAR-sized ResNets have).
+        width: Base width of the network: the small CNN's first-stage channels, and the
+            size knob of the others (:func:`robustlab.workflows.train.networks.network_params`).
+        image_size: Square input side.
+        epochs, batch_size, lr, weight_decay: AdamW with a cosine schedule.
+        augment: Random shifts of up to 2 px and horizontal flips (ICONS-50's training used
+            crops and flips too).
+        seed: Seed of initialisation, batch order and augmentation.
+    """
+
+    arch: str = "small-cnn"
+    width: int = 16
+    image_size: int = 32
+    epochs: int = 8
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 5e-4
+    augment: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.batch_size < 1 or self.width < 1:
+            raise InputError("epochs, batch size and width must be at least 1")
+        if self.image_size < 16:
+            raise InputError(f"image size must be 16 or more, got {self.image_size}")
+        if not self.lr > 0:
+            raise InputError(f"learning rate must be positive, got {self.lr}")
+        from robustlab.workflows.train.networks import OWN_ARCHS
+
+        if self.arch not in OWN_ARCHS and not self.arch.startswith("timm:"):
+            raise InputError(
+                f"--arch must be {', '.join(OWN_ARCHS)} or timm:NAME, not {self.arch!r}"
+            )
+
+    @property
+    def network(self) -> dict[str, Any] | None:
+        """The architecture's hyper-parameters (None for small-cnn and timm models, whose
+        ``width``/name say it all and whose run ids predate this field)."""
+        from robustlab.workflows.train.networks import PARAM_ARCHS, network_params
+
+        if self.arch not in PARAM_ARCHS:
+            return None
+        return {"arch": self.arch, **network_params(self.arch, self.width)}
+
+
+def build_network(config: HoldoutConfig, n_classes: int):
+    """The untrained network (the weights' seed is set by the caller; Shake-Shake's
+    coefficient generator is seeded here from ``config.seed``)."""
+    from torch import nn
+
+    from robustlab.workflows.train import networks
+
+    if config.arch in networks.OWN_ARCHS:
+        seed = derive_seed(config.seed, "network", "shake-shake", config.arch) % 2**63
+        return networks.build(config.arch, n_classes, config.width, seed=seed)
+    import timm
+
+    name = config.arch.split(":", 1)[1]
+    if not timm.models.is_model(name):
+        raise InputError(f"unknown timm model {name!r} (see timm.list_models())")
+    net = timm.create_model(name, pretrained=False, num_classes=n_classes)
+    if hasattr(net, "conv1") and hasattr(net, "maxpool") and hasattr(net, "bn1"):
+        net.conv1 = nn.Conv2d(3, net.bn1.num_features, 3, stride=1, padding=1, bias=False)
+        net.maxpool = nn.Identity()
+    return net
+
+
+def _to_tensor(images: np.ndarray):
+    import torch
+
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255.0)
+    return (x - MEAN) / STD
+
+
+def _augment(x, gen):
+    import torch
+
+    n, _, h, w = x.shape
+    pad = torch.nn.functional.pad(x, (2, 2, 2, 2), mode="replicate")
+    dx = torch.randint(0, 5, (n,), generator=gen)
+    dy = torch.randint(0, 5, (n,), generator=gen)
+    out = torch.stack([pad[i, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w] for i in range(n)])
+    flip = torch.rand(n, generator=gen) < 0.5
+    out[flip] = out[flip].flip(-1)
+    return out
+
+
+def train_network(
+    images: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    config: HoldoutConfig,
+    progress: Callable[[int, float], None] | None = None,
+):
+    """Train from scratch; returns (network in eval mode, mean loss per epoch)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(config.seed))
+        net = build_network(config, n_classes)
+        gen = torch.Generator().manual_seed(int(config.seed))
+        x_all, y_all = _to_tensor(images), torch.as_tensor(labels, dtype=torch.long)
+        steps = config.epochs * math.ceil(len(x_all) / config.batch_size)
+        opt = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        sched = torch.optim.lr_scheduler.OneCycleLR(
+            opt, max_lr=config.lr, total_steps=steps, pct_start=0.15
+        )
+        losses = []
+        net.train()
+        for epoch in range(config.epochs):
+            order = torch.randperm(len(x_all), generator=gen)
+            total = 0.0
+            for k in range(0, len(order), config.batch_size):
+                idx = order[k : k + config.batch_size]
+                x = x_all[idx]
+                if config.augment:
+                    x = _augment(x, gen)
+                loss = torch.nn.functional.cross_entropy(net(x), y_all[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                total += float(loss.detach()) * len(idx)
+            losses.append(total / len(x_all))
+            if progress:
+                progress(epoch + 1, losses[-1])
+    net.eval()
+    return net, losses
+
+
+def predict(net, images: np.ndarray, batch: int = 256) -> np.ndarray:
+    """Softmax probabilities, N x classes."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for k in range(0, len(images), batch):
+            out.append(torch.softmax(net(_to_tensor(images[k : k + batch])), 1).numpy())
+    return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
