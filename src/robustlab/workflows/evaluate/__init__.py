@@ -41,6 +41,7 @@ __all__ = [
     "ModelSpec",
     "evaluate",
     "execute",
+    "keywords",
     "make_plan",
     "read_generated",
     "run_request",
