@@ -70,8 +70,7 @@ class DataSpec:
             raise MissingResourceError(
                 f"data folder {root} does not exist"
                 if not root.exists()
-                else f"data folder {root} is not a folder",
-                hint="pass the folder of images (--data DIR)",
+                else f"data folder {root} is not a folder"
             )
         _cached(self, "folder", root)
 
