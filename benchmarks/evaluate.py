@@ -67,7 +67,7 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
     import torch
 
     import robustlab
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.runner import _ModelTransform
@@ -80,7 +80,9 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-"))
     data = make_folder(tmp / "photos", n_photos)
     model = load_model("lite0", device="cpu")
-    plan = plan_run(model, data, suite="imagenet-c", shifts=shifts, levels=[level])
+    plan = make_plan(
+        EvaluateRequest.build(model, data, suite="imagenet-c", shifts=shifts, levels=[level])
+    )
     cells = plan.cells
     n_images = n_photos * len(cells)
     # The same batches, prepared up front (in a worker process, as evaluate does, so the

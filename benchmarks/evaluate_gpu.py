@@ -90,7 +90,7 @@ def main() -> None:
     import torch
 
     import robustlab
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.runner import RunOptions, _ModelTransform, plan_tasks
@@ -143,7 +143,7 @@ def main() -> None:
     )
     out["warmup_s"] = round(time.perf_counter() - t0, 2)
 
-    plan = plan_run(model, data, suite="imagenet-c")
+    plan = make_plan(EvaluateRequest.build(model, data, suite="imagenet-c"))
     cells, samples = plan.cells, plan.samples
     n_images = len(samples) * len(cells)
     out["predictions"] = n_images

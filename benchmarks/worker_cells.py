@@ -80,7 +80,7 @@ def pick_photos(dst: Path, n: int, src: Path = SHARED) -> Path:
 def child(photos: Path, suite: str) -> dict:
     """One measurement with the robustlab on ``sys.path``: rates and per-task hashes."""
     import robustlab
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.runner import RunOptions, _ModelTransform, plan_tasks
@@ -88,7 +88,7 @@ def child(photos: Path, suite: str) -> dict:
     from robustlab.store import Store
 
     model = load_model("lite0", device="cpu")
-    plan = plan_run(model, photos, suite=suite)
+    plan = make_plan(EvaluateRequest.build(model, photos, suite=suite))
     with tempfile.TemporaryDirectory() as tmp:
         tasks, _, _ = plan_tasks(
             plan.samples,

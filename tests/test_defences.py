@@ -371,7 +371,7 @@ def test_cli_train_clahe_evaluates_behind_clahe_and_evaluate_warns_without_it(
     crops, tmp_path, caplog
 ):
     from robustlab.cli import main
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.store import Store
 
     db = tmp_path / "r.duckdb"
@@ -416,10 +416,12 @@ def test_cli_train_clahe_evaluates_behind_clahe_and_evaluate_warns_without_it(
     assert record["preprocess"]["name"] == "clahe" and record["identity"]["preprocess"]
     # evaluating the CLAHE-trained checkpoint without CLAHE says so, in one warning line
     caplog.clear()
-    plan_run("lite0", crops, weights=str(ckpt), device="cpu")
+    make_plan(EvaluateRequest.build("lite0", crops, weights=str(ckpt), device="cpu"))
     lines = [r.getMessage() for r in caplog.records if "fine-tuned on" in r.getMessage()]
     assert len(lines) == 1 and "fine-tuned on clahe images" in lines[0]
     assert "pass --preprocess clahe" in lines[0]
     caplog.clear()
-    plan_run("lite0", crops, weights=str(ckpt), device="cpu", preprocess="clahe")
+    make_plan(
+        EvaluateRequest.build("lite0", crops, weights=str(ckpt), device="cpu", preprocess="clahe")
+    )
     assert not [r for r in caplog.records if "fine-tuned on" in r.getMessage()]

@@ -92,7 +92,7 @@ def test_donor_pool_rule_does_not_depend_on_the_selection(dataset):
 def test_generated_and_on_the_fly_pixels_agree_with_partial_masks_and_limit(
     dataset, tmp_path, lite0
 ):
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
 
     data, masks = dataset
     out = tmp_path / "gen"
@@ -105,8 +105,10 @@ def test_generated_and_on_the_fly_pixels_agree_with_partial_masks_and_limit(
     generated = _generated(out, samples, cells, get_suite("imagenet9").protocol)
     assert len(generated) == res.written
 
-    plan = plan_run(
-        lite0, data, suite="imagenet9", shifts=MIXES, masks=masks, label_space="imagenet1k"
+    plan = make_plan(
+        EvaluateRequest.build(
+            lite0, data, suite="imagenet9", shifts=MIXES, masks=masks, label_space="imagenet1k"
+        )
     )
     images = plan.images
     by_id = {s.id: s for s in plan.samples}

@@ -508,7 +508,7 @@ def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, mon
 
 def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
     """A run's ai_bg images must all come from one checkpoint (it is not in the run id)."""
-    from robustlab.workflows.evaluate import _check_same_resources
+    from robustlab.workflows.evaluate.resume import check_same_resources
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
@@ -517,14 +517,14 @@ def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
         model_spec="lite0",
         config={"inpainter": {"path": "/ckpt/a", "fingerprint": "aaaa"}},
     )
-    _check_same_resources(store, first)  # no database yet: nothing to compare
+    check_same_resources(store, first)  # no database yet: nothing to compare
     store.start_run(first)
     same = RunRecord(
         run_id="r1",
         model_spec="lite0",
         config={"inpainter": {"path": "/ckpt/a-copy", "fingerprint": "aaaa"}},
     )
-    _check_same_resources(store, same)
+    check_same_resources(store, same)
     other = RunRecord(
         run_id="r1",
         model_spec="lite0",
@@ -534,25 +534,25 @@ def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):
         ValueError,
         match=r"already holds ai_bg images drawn by the inpainter /ckpt/a \(fingerprint aaaa\).*/ckpt/b \(bbbb\)",
     ):
-        _check_same_resources(store, other)
-    _check_same_resources(store, RunRecord(run_id="r2", model_spec="lite0", config=other.config))
+        check_same_resources(store, other)
+    check_same_resources(store, RunRecord(run_id="r2", model_spec="lite0", config=other.config))
 
 
 def test_resuming_attribute_edits_with_another_fill_backend_is_refused(tmp_path):
     """The hole-fill backend is checked like the checkpoints: same mechanism, same words."""
     from robustlab.errors import InputChangedError
-    from robustlab.workflows.evaluate import _check_same_resources
+    from robustlab.workflows.evaluate.resume import check_same_resources
     from robustlab.shifts.attributes import describe_hole_fill
     from robustlab.store import RunRecord, Store
 
     telea, ns = describe_hole_fill("telea"), describe_hole_fill("ns")
     store = Store(tmp_path / "r.duckdb")
     store.start_run(RunRecord(run_id="r1", model_spec="lite0", config={"hole_fill": telea}))
-    _check_same_resources(
+    check_same_resources(
         store, RunRecord(run_id="r1", model_spec="lite0", config={"hole_fill": dict(telea)})
     )
     with pytest.raises(InputChangedError) as e:
-        _check_same_resources(
+        check_same_resources(
             store, RunRecord(run_id="r1", model_spec="lite0", config={"hole_fill": ns})
         )
     assert str(e.value) == (

@@ -294,7 +294,7 @@ def test_a_configured_checkpoint_that_does_not_load(monkeypatch, tmp_path, tiny_
 def test_resuming_with_another_diffusion_checkpoint_is_refused(tmp_path):
     """bg_complexity's images in one run must come from one checkpoint (as ai_bg's)."""
     from robustlab.errors import InputChangedError
-    from robustlab.workflows.evaluate import _check_same_resources
+    from robustlab.workflows.evaluate.resume import check_same_resources
     from robustlab.store import RunRecord, Store
 
     store = Store(tmp_path / "r.duckdb")
@@ -305,7 +305,7 @@ def test_resuming_with_another_diffusion_checkpoint_is_refused(tmp_path):
             config={"bg_diffusion": {"path": "/a.pt", "fingerprint": "aaaa"}},
         )
     )
-    _check_same_resources(
+    check_same_resources(
         store,
         RunRecord(
             run_id="r1",
@@ -318,7 +318,7 @@ def test_resuming_with_another_diffusion_checkpoint_is_refused(tmp_path):
         match=r"bg_complexity/bg_complexity_adv images drawn "
         r"by the bg_diffusion /a.pt \(fingerprint aaaa\)",
     ):
-        _check_same_resources(
+        check_same_resources(
             store,
             RunRecord(
                 run_id="r1",
@@ -334,7 +334,7 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     from diffusers import UNet2DModel
     from PIL import Image
 
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.workflows.generate import generate
     from robustlab.shifts.generative import guided_bg
     from robustlab.shifts.generative.adm import fingerprint
@@ -373,5 +373,9 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     rec = manifest["bg_diffusion"]
     assert rec == manifest["runs"][-1]["bg_diffusion"]
     assert rec["fingerprint"] == fingerprint(tmp_path / "ckpt") and rec["kind"] == "diffusers"
-    plan = plan_run("lite0", tmp_path / "out", shifts=["bg_complexity"], levels=[20], device="cpu")
+    plan = make_plan(
+        EvaluateRequest.build(
+            "lite0", tmp_path / "out", shifts=["bg_complexity"], levels=[20], device="cpu"
+        )
+    )
     assert plan.record.config["bg_diffusion"] == rec

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from robustlab.errors import InputError
-from robustlab.workflows.evaluate import plan_run
+from robustlab.workflows.evaluate import EvaluateRequest, make_plan
 
 
 def _tree(root):
@@ -21,7 +21,7 @@ def _tree(root):
 
 def test_the_class_is_the_folder_inside_the_subset(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
-    plan = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
+    plan = make_plan(EvaluateRequest.build("lite0", root, label_space="imagenet-d", device="cpu"))
     space = plan.label_space
     got = {s.id: (s.class_name, space.classes[lab]) for s, lab in zip(plan.samples, plan.labels)}
     assert got == {
@@ -34,12 +34,12 @@ def test_the_class_is_the_folder_inside_the_subset(tmp_path):
 def test_other_label_spaces_still_read_the_first_folder(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     with pytest.raises(InputError, match="'background' is not in label space"):
-        plan_run("lite0", root, label_space="imagenet1k", device="cpu")
+        make_plan(EvaluateRequest.build("lite0", root, label_space="imagenet1k", device="cpu"))
 
 
 def test_the_layout_is_recognised_without_a_label_space(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
-    plan = plan_run("lite0", root, device="cpu")
+    plan = make_plan(EvaluateRequest.build("lite0", root, device="cpu"))
     assert plan.label_space.name == "imagenet-d"
     assert plan.record.config["published"]["layout"] == "imagenet-d"
 

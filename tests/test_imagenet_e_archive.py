@@ -85,7 +85,7 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
 
 
 def test_files_that_are_not_listed_images_are_counted(archive, tmp_path):
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
 
     root = tmp_path / "copy"
     shutil.copytree(archive, root)
@@ -94,6 +94,6 @@ def test_files_that_are_not_listed_images_are_counted(archive, tmp_path):
     skipped = dict(read_archive(root).skipped)
     assert skipped["ori/extra.png"] == "not listed in labels.txt"
     assert skipped["ori/notes.txt"] == "not an image of the archive"
-    record = plan_run("lite0", root, device="cpu").record
+    record = make_plan(EvaluateRequest.build("lite0", root, device="cpu")).record
     assert ["ori/extra.png", "not listed in labels.txt"] in record.skipped
     assert record.n_samples == 3

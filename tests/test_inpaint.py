@@ -120,7 +120,7 @@ def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(
 
     from PIL import Image
 
-    from robustlab.workflows.evaluate import _resolve_suite
+    from robustlab.workflows.evaluate.plan import resolve_suite
     from robustlab.workflows.generate import generate
 
     monkeypatch.delenv(ENV_PATH, raising=False)
@@ -154,7 +154,7 @@ def test_generate_and_evaluate_skip_ai_bg_without_an_inpainter(
             progress=False,
             workers=0,
         )
-    suite, _, cells = _resolve_suite("ximagenet12", None, None)
+    suite, _, cells = resolve_suite("ximagenet12", None, None)
     assert "ai_bg" not in suite.shifts and len(cells) == 1 + 13
 
 
@@ -195,7 +195,7 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(
     # The manifest names the checkpoint, and evaluating the folder records that one.
     import json
 
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.shifts.generative.inpaint import checkpoint_fingerprint
 
     manifest = json.loads(res.manifest_path.read_text())
@@ -203,7 +203,9 @@ def test_generate_ai_bg_end_to_end_with_the_default_level(
     assert manifest["inpainter"]["fingerprint"] == checkpoint_fingerprint(tiny_pipeline)
     assert manifest["inpainter"]["path"] == str(tiny_pipeline.resolve())
     monkeypatch.setenv("ROBUSTLAB_INPAINTER_DTYPE", "float16")  # the local setting does not count
-    plan = plan_run("lite0", tmp_path / "out", shifts=["ai_bg"], device="cpu")
+    plan = make_plan(
+        EvaluateRequest.build("lite0", tmp_path / "out", shifts=["ai_bg"], device="cpu")
+    )
     assert plan.record.config["inpainter"] == manifest["inpainter"]
     monkeypatch.delenv("ROBUSTLAB_INPAINTER_DTYPE")
     out = decode((tmp_path / "out/ai_bg/default/n01440764/n01440764_tench.png").read_bytes())
@@ -241,7 +243,7 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(
     weights not loaded) it equals the loaded Inpainter's describe(). Without ai_bg: no record."""
     import json
 
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.workflows.generate import generate
     from robustlab.models import load_model
     from robustlab.shifts.generative import inpaint
@@ -255,9 +257,15 @@ def test_inpainter_fingerprint_is_recorded_when_ai_bg_runs(
     assert inpaint.describe_inpainter() == expected
 
     model = load_model("lite0", device="cpu")
-    plan = plan_run(model, data, suite="ximagenet12", shifts=["ai_bg", "segmented"], masks=masks)
+    plan = make_plan(
+        EvaluateRequest.build(
+            model, data, suite="ximagenet12", shifts=["ai_bg", "segmented"], masks=masks
+        )
+    )
     assert plan.record.config["inpainter"] == expected
-    plan = plan_run(model, data, suite="ximagenet12", shifts=["segmented"], masks=masks)
+    plan = make_plan(
+        EvaluateRequest.build(model, data, suite="ximagenet12", shifts=["segmented"], masks=masks)
+    )
     assert "inpainter" not in plan.record.config
     res = generate(
         "ximagenet12",

@@ -187,16 +187,16 @@ def test_csv_rows_whose_index_contradicts_the_class_are_refused(tmp_path):
 
 def test_csv_index_that_contradicts_the_label_space_is_refused(tmp_path):
     from robustlab.data.labels import get_label_space
-    from robustlab.workflows.evaluate import _labels_for
+    from robustlab.workflows.evaluate.labels import labels_for
 
     data = tmp_path / "flat"
     _img(data / "a.png")
     (data / "labels.csv").write_text("file,wnid,index\na.png,n01440764,7\n")
     with pytest.raises(InputError, match=r"row 'a.png': index 7 contradicts class 'n01440764'"):
-        _labels_for(discover(data), get_label_space("imagenet1k"))
+        labels_for(discover(data), get_label_space("imagenet1k"))
     # An ImageNet-1k index is what an ImageNet CSV means, whatever the suite's space.
     (data / "labels.csv").write_text("file,wnid,index\na.png,n01440764,0\n")
-    assert _labels_for(discover(data), get_label_space("imagenet9")) == [
+    assert labels_for(discover(data), get_label_space("imagenet9")) == [
         get_label_space("imagenet9").index_of("n01440764")
     ]
 

@@ -48,11 +48,11 @@ def lite0():
 
 def _clean_pixels(model, folder: Path):
     """The uint8 batch evaluate feeds the model for the clean cell, and the labels."""
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.run.runner import _ModelTransform
     from robustlab.run.tasks import Task, TaskDataset
 
-    plan = plan_run(model, folder)
+    plan = make_plan(EvaluateRequest.build(model, folder))
     tasks = [Task(i, tuple(plan.cells)) for i in range(len(plan.samples))]
     ds = TaskDataset(plan.samples, tasks, plan.images, _ModelTransform(model))
     return torch.cat([ds[i][1] for i in range(len(tasks))]), torch.tensor(plan.labels)
@@ -121,11 +121,14 @@ def test_precision_joins_the_run_id_and_fp32_keeps_its_old_one(lite0, samples_di
     """An fp32 run hashes exactly the fields it always hashed (rebuilt here from the
     record), so stored fp32 runs resume; bf16 and fp16 differ only by the precision."""
     from robustlab import __version__
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
 
     data = _folder(samples_dir, tmp_path / "p", 3)
-    records = {p: plan_run("lite0", data, device="cpu", precision=p).record for p in PREC}
-    plain = plan_run("lite0", data, device="cpu").record
+    records = {
+        p: make_plan(EvaluateRequest.build("lite0", data, device="cpu", precision=p)).record
+        for p in PREC
+    }
+    plain = make_plan(EvaluateRequest.build("lite0", data, device="cpu")).record
 
     def old_identity(record, precision):
         return {

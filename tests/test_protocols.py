@@ -183,12 +183,12 @@ def _imagenet_d_tree(root):
 
 
 def test_imagenet_d_runs_use_the_models_own_transform_and_an_override_is_its_own_run(tmp_path):
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.run.runner import _ModelTransform
     from robustlab.run.tasks import Task, TaskDataset
 
     root = _imagenet_d_tree(tmp_path / "ImageNet-D")
-    plan = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
+    plan = make_plan(EvaluateRequest.build("lite0", root, label_space="imagenet-d", device="cpu"))
     record, images, model = plan.record, plan.images, plan.model
     assert record.config["protocol"]["name"] == "model"
     assert record.config["protocol"]["override"] is None
@@ -203,11 +203,15 @@ def test_imagenet_d_runs_use_the_models_own_transform_and_an_override_is_its_own
     rgb = np.asarray(Image.open(plan.samples[0].path).convert("RGB"))
     assert np.array_equal(pixels[0].numpy(), model.preprocessing.to_uint8(rgb).numpy())
 
-    other = plan_run("lite0", root, label_space="imagenet-d", device="cpu", protocol="imagenet-c")
+    other = make_plan(
+        EvaluateRequest.build(
+            "lite0", root, label_space="imagenet-d", device="cpu", protocol="imagenet-c"
+        )
+    )
     assert other.record.run_id != record.run_id
     assert other.record.config["protocol"]["override"] == "imagenet-c"
     assert other.record.preprocessing["protocol"]["resize"] == 256
-    same = plan_run("lite0", root, label_space="imagenet-d", device="cpu")
+    same = make_plan(EvaluateRequest.build("lite0", root, label_space="imagenet-d", device="cpu"))
     assert same.record.run_id == record.run_id
 
 
@@ -317,7 +321,7 @@ def test_a_generated_folder_keeps_its_frame_and_takes_a_view_override(tmp_path):
     import shutil
 
     from robustlab.demo import demo_photos
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.workflows.generate import generate
 
     src = tmp_path / "photos"
@@ -326,28 +330,34 @@ def test_a_generated_folder_keeps_its_frame_and_takes_a_view_override(tmp_path):
         shutil.copy(p.source, src / p.class_name / p.source.name)
     out = tmp_path / "gen"
     generate("imagenet-c", src, out, shifts=["brightness"], levels=[1], workers=1, progress=False)
-    base = plan_run(
-        "lite0", out, device="cpu", label_space="demo", shifts=["brightness"], levels=[1]
+    base = make_plan(
+        EvaluateRequest.build(
+            "lite0", out, device="cpu", label_space="demo", shifts=["brightness"], levels=[1]
+        )
     )
     assert base.protocol.name == "imagenet-c"
-    viewed = plan_run(
-        "lite0",
-        out,
-        device="cpu",
-        label_space="demo",
-        shifts=["brightness"],
-        levels=[1],
-        protocol="view=model",
-    )
-    assert viewed.protocol.view == "model" and viewed.protocol.resize == 256
-    assert viewed.record.run_id != base.record.run_id
-    with pytest.raises(InputError, match="can change only how the model sees them"):
-        plan_run(
+    viewed = make_plan(
+        EvaluateRequest.build(
             "lite0",
             out,
             device="cpu",
             label_space="demo",
             shifts=["brightness"],
             levels=[1],
-            protocol="model",
+            protocol="view=model",
+        )
+    )
+    assert viewed.protocol.view == "model" and viewed.protocol.resize == 256
+    assert viewed.record.run_id != base.record.run_id
+    with pytest.raises(InputError, match="can change only how the model sees them"):
+        make_plan(
+            EvaluateRequest.build(
+                "lite0",
+                out,
+                device="cpu",
+                label_space="demo",
+                shifts=["brightness"],
+                levels=[1],
+                protocol="model",
+            )
         )

@@ -17,7 +17,7 @@ from PIL import Image
 from robustlab.data.labels import get_label_space
 from robustlab.data.published import LAYOUTS, detect, read_published
 from robustlab.errors import InputError
-from robustlab.workflows.evaluate import evaluate, plan_run
+from robustlab.workflows.evaluate import EvaluateRequest, evaluate, make_plan
 from robustlab.store import Store
 
 PHOTOS = MINI / "imagenet-samples"
@@ -287,7 +287,7 @@ def test_imagenet_d_is_detected_with_its_label_space(tmp_path):
     (root / "questions").mkdir()
     (root / "questions" / "background.csv").write_text("image,answer\n")
     assert detect(root) is LAYOUTS["imagenet-d"]
-    plan = plan_run("lite0", root, device="cpu")
+    plan = make_plan(EvaluateRequest.build("lite0", root, device="cpu"))
     space = plan.label_space
     assert space.name == "imagenet-d"
     assert [space.classes[lab] for lab in plan.labels] == ["alarm clock", "t-shirt", "backpack"]
@@ -297,7 +297,11 @@ def test_imagenet_d_is_detected_with_its_label_space(tmp_path):
     assert ["questions/background.csv", "not an image file (extension '.csv')"] in record.skipped
     # A suite makes it a source folder again (shifts applied on the fly to its photos).
     with pytest.raises(InputError, match="'background' is not in label space"):
-        plan_run("lite0", root, device="cpu", suite="imagenet-c", shifts=["contrast"])
+        make_plan(
+            EvaluateRequest.build(
+                "lite0", root, device="cpu", suite="imagenet-c", shifts=["contrast"]
+            )
+        )
 
 
 def test_other_folders_are_not_published_layouts(tmp_path):

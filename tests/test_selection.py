@@ -94,7 +94,8 @@ def test_every_command_reads_the_same_selection(command):
 def test_the_workflows_choose_the_same_cells(samples_dir, tmp_path):
     """generate writes, evaluate (on the fly and from the folder) and train's test cells
     measure the same cells for one selection string."""
-    from robustlab.workflows.evaluate import _resolve_suite, evaluate
+    from robustlab.workflows.evaluate import evaluate
+    from robustlab.workflows.evaluate.plan import resolve_suite
     from robustlab.workflows.generate import generate
     from robustlab.workflows.train.methods import test_cells_for
 
@@ -116,7 +117,7 @@ def test_the_workflows_choose_the_same_cells(samples_dir, tmp_path):
     manifest = json.loads(res.manifest_path.read_text())
     assert [(c["shift"], c["level"]) for c in manifest["cells"]] == want
 
-    _, _, cells = _resolve_suite("imagenet-c", shifts, levels)
+    _, _, cells = resolve_suite("imagenet-c", shifts, levels)
     assert cells[1:] == want
     assert test_cells_for(None, get_suite("imagenet-c"), shifts, levels) == want
 

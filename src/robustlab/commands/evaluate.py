@@ -83,36 +83,11 @@ def run(args) -> int:
     import sys
 
     from robustlab.commands._tables import format_table
-    from robustlab.workflows.evaluate import evaluate
     from robustlab.store import Store
+    from robustlab.workflows.evaluate import EvaluateRequest, run_request
 
     Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
-    df = evaluate(
-        args.model,
-        args.data,
-        suite=args.suite,
-        db=args.db,
-        seed=args.seed,
-        shifts=args.shifts,
-        levels=args.levels,
-        labels_csv=args.labels_csv,
-        masks=args.masks,
-        label_space=args.label_space,
-        weights=args.weights,
-        device=args.device,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        backend=args.backend,
-        address=args.address,
-        progress=False if args.no_progress else None,
-        preprocess=args.preprocess,
-        tta=args.tta,
-        shift_device=args.shift_device,
-        shift_jpeg=args.shift_jpeg,
-        precision=args.precision,
-        compile=args.compile,
-        protocol=args.protocol,
-    )
+    df = run_request(EvaluateRequest.from_args(args))
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
     skipped = df.attrs.get("skipped") or []

@@ -3,7 +3,7 @@
 People who downloaded a benchmark should be able to evaluate on its files as they are, with
 the benchmark's cells, label space and protocol, without converting anything. This module
 recognises four released layouts by their folder names and turns each into samples and
-cells; :func:`robustlab.workflows.evaluate.plan_run` hands them to the runner.
+cells; :func:`robustlab.workflows.evaluate.make_plan` hands them to the runner.
 
 ==============  ==================================================  ==========  ===========
 benchmark       layout (as released)                                cells       label space
@@ -410,7 +410,7 @@ def read_published(root, layout: Layout) -> Published:
     """List a published layout's samples and cells (no image is opened).
 
     ImageNet-D has no cells of its own (each image is in one subset):
-    :func:`robustlab.workflows.evaluate.plan_run` reads it as a class tree instead.
+    :func:`robustlab.workflows.evaluate.make_plan` reads it as a class tree instead.
 
     Raises:
         InputError: no cell folder holds an image.

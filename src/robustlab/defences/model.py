@@ -97,7 +97,7 @@ class DefendedModel:
     Everything not defined here (``spec``, ``weights_hash``, ``label_space``, ``module``,
     ``correct``, ``head``...) is the wrapped model's, so a defended run is stored under the
     same model spec and weights; :attr:`defence` says what was added and is part of the
-    run identity (:func:`robustlab.workflows.evaluate.plan_run`).
+    run identity (:func:`robustlab.workflows.evaluate.make_plan`).
 
     Args:
         model: The plain model (any adapter).

@@ -193,7 +193,8 @@ def saliency(
 
     from robustlab import __version__
     from robustlab.data.sources import discover
-    from robustlab.workflows.evaluate import _labels_for, default_workers
+    from robustlab.run.lifeline import default_workers
+    from robustlab.workflows.evaluate.labels import labels_for
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
     from robustlab.run.identity import make_record, masked_fingerprints
@@ -259,7 +260,7 @@ def saliency(
         usable = usable[: int(limit)]
     if not usable:
         raise InputError(f"no images with masks in {root}", hint="check --masks")
-    labels = _labels_for(usable, model.label_space)
+    labels = labels_for(usable, model.label_space)
     layer = None
     if METHODS[method][2]:
         layer = find_target_layer(net, model.preprocessing.hw, target_layer)

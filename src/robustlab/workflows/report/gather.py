@@ -618,7 +618,7 @@ def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame
     The subset is the first folder of the sample id (the published ``<subset>/<class>/<file>``
     layout, or ``robustlab synth``'s); other samples count under "all" only.
     """
-    from robustlab.workflows.evaluate import IMAGENET_D_SUBSETS
+    from robustlab.data.published import IMAGENET_D_SUBSETS
 
     cols = ["run_full", "label", "subset", "n", "top1"]
     ids = [r.run_id for r in runs if r.record.get("label_space") == "imagenet-d"]

@@ -46,20 +46,22 @@ def _cell_name(shift: str, level) -> str:
 
 
 def _plan(model, data, *, suite, cells, masks, labels_csv, label_space, seed):
-    """``plan_run`` covering the shifts of ``cells`` (clean only: no suite); callers keep
+    """``make_plan`` covering the shifts of ``cells`` (clean only: no suite); callers keep
     the cells they want from ``plan.cells``."""
-    from robustlab.workflows.evaluate import plan_run
+    from robustlab.workflows.evaluate import EvaluateRequest, make_plan
 
     shifts = list(dict.fromkeys(s for s, _ in cells if s != CLEAN_SHIFT))
-    return plan_run(
-        model,
-        data,
-        suite=suite if shifts else None,
-        seed=seed,
-        shifts=shifts or None,
-        masks=masks,
-        labels_csv=labels_csv,
-        label_space=label_space,
+    return make_plan(
+        EvaluateRequest.build(
+            model,
+            data,
+            suite=suite if shifts else None,
+            seed=seed,
+            shifts=shifts or None,
+            masks=masks,
+            labels_csv=labels_csv,
+            label_space=label_space,
+        )
     )
 
 

@@ -1,0 +1,148 @@
+"""Folders written by ``robustlab generate`` read back for an evaluation: their manifest,
+the cells they hold, the skips they recorded and the fingerprint of their files.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from robustlab.errors import InputChangedError, InputError
+from robustlab.store import CLEAN_SHIFT
+
+log = logging.getLogger(__name__)
+
+GENERATE_MANIFEST = "manifest.json"
+
+
+def read_generated(root: Path) -> dict | None:
+    """The manifest of a folder written by ``robustlab generate``, or None for a source folder."""
+    import json
+
+    path = root / GENERATE_MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    if not str(manifest.get("format", "")).startswith("robustlab-generate/"):
+        return None
+    return manifest
+
+
+def generated_inputs(root: Path, manifest: dict, suite, seed, labels_csv, masks):
+    """Suite, protocol, seed, source folder and CSV/masks of a generated folder, checked
+    against what the caller asked for."""
+    import dataclasses
+
+    from robustlab.suites import Protocol, get_suite
+
+    m_suite = (manifest.get("suite") or {}).get("name")
+    if suite is None and not m_suite:
+        raise InputError(f"{root}'s manifest names no suite", hint="pass --suite")
+    if suite is not None and isinstance(suite, str) and suite != m_suite:
+        raise InputChangedError(f"{root} was generated for suite {m_suite!r}, not {suite!r}")
+    m_seed = int(manifest.get("seed", 0))
+    if seed is not None and int(seed) != m_seed:
+        raise InputChangedError(f"{root} was generated with seed {m_seed}, not {seed}")
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    protocol = Protocol(
+        **{k: v for k, v in (manifest.get("protocol") or {}).items() if k in fields}
+    )
+    data = manifest.get("data") or {}
+    source = Path(data.get("root") or "")
+    if not source.is_dir():
+        raise InputError(
+            f"the source images of {root} ({source}) are not there; the clean "
+            "cell is read from them"
+        )
+    available = {(c["shift"], str(c["level"])) for c in manifest.get("cells", [])}
+    return (
+        (suite if suite is not None else get_suite(str(m_suite))),
+        protocol,
+        m_seed,
+        source,
+        labels_csv or data.get("labels_csv"),
+        masks or data.get("masks"),
+        available,
+    )
+
+
+def generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], str]:
+    """Why the generate runs of a folder wrote no file for a cell (its manifest's
+    ``failures``) or for a whole source (``skipped_inputs``): the reasons a run on the
+    folder records for those cells (:class:`robustlab.run.tasks.CellImages`)."""
+    out: dict[tuple[str, str | None, str | None], str] = {}
+    for d in manifest.get("skipped_inputs") or []:
+        if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
+            out[(str(d["id"]), None, None)] = str(d["reason"])
+    for d in manifest.get("failures") or []:
+        if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
+            out[(str(d["id"]), str(d.get("shift")), str(d.get("level")))] = str(d["reason"])
+    return out
+
+
+def held_selection(available) -> tuple[list[str], list, bool]:
+    """``(shifts, levels, True)``: the selection of every shift and level a generated folder
+    holds, each level as its shift's table names it (``1``, ``"90"``; the manifest writes
+    text)."""
+    from robustlab.shifts.registry import get_shift
+
+    held = [(s, str(lv)) for s, lv in available if s != CLEAN_SHIFT]
+    shifts = sorted(dict.fromkeys(s for s, _ in held))
+    levels: dict[str, Any] = {}
+    for s, lv in held:
+        own = {str(x): x for x in get_shift(s).levels}
+        levels.setdefault(lv, own.get(lv, lv))
+    return shifts, [levels[k] for k in sorted(levels, key=_level_order)], True
+
+
+def generated_hint(available) -> str:
+    """A request the folder can answer: ``--shift A,B --level 1,3`` naming shifts that were
+    generated at the same levels (the largest such group), so the hint runs as printed."""
+    levels: dict[str, set[str]] = {}
+    for sh, lv in available:
+        if sh != CLEAN_SHIFT:
+            levels.setdefault(sh, set()).add(str(lv))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for sh in sorted(levels):
+        groups.setdefault(tuple(sorted(levels[sh], key=_level_order)), []).append(sh)
+    lvs, shifts = max(groups.items(), key=lambda g: (len(g[0]) * len(g[1]), -len(g[0])))
+    more = " (other shifts were generated at other levels)" if len(groups) > 1 else ""
+    return (
+        f"evaluate what was generated: --shift {','.join(shifts)} --level {','.join(lvs)}"
+        f" (shifts={shifts}, levels={[int(v) if v.isdigit() else v for v in lvs]} in Python)"
+        f"{more}"
+    )
+
+
+def _level_order(level: str):
+    """Numeric levels in numeric order, then any others by name."""
+    try:
+        return (0, float(level), "")
+    except ValueError:
+        return (1, 0.0, level)
+
+
+def generated_files_fingerprint(root: Path, samples, available, protocol) -> str:
+    """Fingerprint of the *content* of every file of a generated folder that this run may
+    read: each cell its manifest lists, for each sample evaluated.
+
+    Why: the manifest says how the files were made, not what they hold now. A cell file
+    overwritten with another image (by hand, by a tool, by a second generate into a copy)
+    must give another run id, never a resumed run that keeps the old file's predictions,
+    exactly as a changed source photo does. Every listed cell counts, not only the cells
+    asked for, so that asking for more cells later still extends the same run; a missing
+    file counts as ``missing``. The hashes are cached like the sources'
+    (:mod:`robustlab.run.content_hash`), so a rerun reads no file again.
+    """
+    from robustlab.pipeline import cell_path
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import data_fingerprint
+
+    cells = sorted(c for c in available if c[0] != CLEAN_SHIFT)
+    keys = [(s, sh, lv) for s in samples for sh, lv in cells]
+    digests = hash_files([cell_path(root, s, sh, lv, protocol) for s, sh, lv in keys])
+    return data_fingerprint((s.id, sh, lv, d) for (s, sh, lv), d in zip(keys, digests))

@@ -1,0 +1,420 @@
+"""Planning an evaluation: :func:`make_plan` turns an
+:class:`~robustlab.workflows.evaluate.request.EvaluateRequest` into a
+:class:`~robustlab.run.plan.RunPlan` without touching the database, and plans the runs on
+source folders (shifts computed on the fly) and on folders written by ``robustlab
+generate``; the ImageNet-E archive and the published layouts have their own modules.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from robustlab.errors import InputError
+from robustlab.run.plan import RunPlan
+from robustlab.store import CLEAN_SHIFT
+from robustlab.workflows.evaluate.generated import (
+    generated_files_fingerprint,
+    generated_hint,
+    generated_inputs,
+    generated_skips,
+    held_selection,
+    read_generated,
+)
+from robustlab.workflows.evaluate.labels import labels_for, subset_classes
+from robustlab.workflows.evaluate.model import note_trained_preprocess
+from robustlab.workflows.evaluate.published import published_layout
+from robustlab.workflows.evaluate.record import (
+    base_identity,
+    build_plan,
+    describe_model,
+    label_space as get_space,
+    preprocessing_record,
+    protocol_record,
+)
+
+if TYPE_CHECKING:
+    from robustlab.workflows.evaluate.request import EvaluateRequest
+
+log = logging.getLogger(__name__)
+
+
+def make_plan(request: EvaluateRequest) -> RunPlan:
+    """Validate everything the request's folder decides and build what the run needs,
+    without touching the database.
+
+    The folder decides the planner: the ImageNet-E archive
+    (:func:`~robustlab.workflows.evaluate.archive.archive_plan`), a published layout
+    (:func:`~robustlab.workflows.evaluate.published.published_plan`), else source images on
+    the fly or a generated folder (:func:`source_plan`); each returns the same
+    :class:`RunPlan`. On Ray the driver's model only names the run and scores the
+    predictions: it is loaded on the CPU, the actors load it on the device asked for.
+    """
+    from robustlab.data.imagenet_e import is_archive
+
+    root, want = request.data.folder, request.cells
+    shift_path = request.execution.shift_path
+    device = "cpu" if request.execution.backend == "ray" else request.model.device
+    if shift_path and (is_archive(root) or read_generated(root) is not None):
+        raise InputError(
+            f"{root} holds shifted images already; --shift-device applies shifts on the fly",
+            hint="leave out --shift-device",
+        )
+    if is_archive(root):
+        if want.suite is not None and want.suite != "imagenet-e":
+            raise InputError(
+                f"{root} is an ImageNet-E archive; its level folders are the cells "
+                f"(leave out --suite {want.suite})"
+            )
+        from robustlab.workflows.evaluate.archive import archive_plan
+
+        return archive_plan(request, root, device=device)
+    manifest = read_generated(root)
+    # A labels CSV says what the samples are and their classes: the folder is then read as
+    # a labelled folder (mine's hard subset keeps the <shift>/<level>/ folders of a
+    # published ImageNet-C, and its hard.csv names the files), never as a published layout.
+    published = manifest is None and request.data.labels_csv is None
+    layout = published_layout(root, want.suite, shift_path) if published else None
+    space = request.data.label_space
+    if layout is not None and layout.name == "imagenet-d":
+        # ImageNet-D has no cells of its own: a class tree under subset folders, read with
+        # its own label space (the subset is the first folder of each sample id).
+        space = space or layout.label_space
+    elif layout is not None:
+        if request.data.masks:
+            raise InputError(
+                f"{root} holds the published {layout.title} layout: its files are the "
+                "pixels, so --masks does not apply",
+                hint="leave out --masks",
+            )
+        from robustlab.workflows.evaluate.published import published_plan
+
+        return published_plan(request, root, layout, device=device)
+    source = read_source(root, manifest, request)
+    return source_plan(request, source, device=device, label_space=space, layout=layout)
+
+
+@dataclass
+class Source:
+    """A source folder, or a generated folder read back to its source: what the cells of a
+    run on it are and where its images come from."""
+
+    root: Path  # the source images (a generated folder's source)
+    suite: Any  # the Suite, or None for a clean run
+    protocol: Any
+    cells: list[tuple[str, Any]]
+    seed: int
+    labels_csv: Any
+    masks: Any
+    manifest: dict | None = None  # a generated folder's manifest
+    generated_root: Path | None = None
+    available: set[tuple[str, str]] = field(default_factory=set)  # its cells
+
+    @property
+    def kind(self) -> str:
+        return "generated" if self.manifest is not None else "on-the-fly"
+
+
+def resolve_suite(suite, shifts, levels, available=None):
+    from robustlab.shifts.registry import available_shifts, get_shift, needs_resource
+    from robustlab.suites import Protocol, get_suite
+
+    if suite is None:
+        if shifts:
+            raise InputError("--shift needs --suite (which suite's cells to pick from)")
+        return None, Protocol(), [(CLEAN_SHIFT, 0)]
+    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
+    names = s.match(shifts or None)  # the selection grammar: names, families, globs, groups
+    if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
+        kept = available_shifts(names, log=log)
+    else:  # a generated folder: such shifts count when their files were generated
+        kept = [
+            n
+            for n in names
+            if not needs_resource(get_shift(n)) or any(sh == n for sh, _ in available)
+        ]
+        if not kept:
+            raise InputError(f"no generated images for {', '.join(names)} in this folder")
+    if shifts or levels or kept != list(s.shifts):
+        s = s.select(kept, levels or None).suite
+    return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
+
+
+def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
+    """The cells of a run on a source folder, or on a generated folder (then checked
+    against its manifest: every cell asked for must have been generated)."""
+    import dataclasses
+
+    from robustlab.suites import VIEW_FIELDS
+
+    want, data = request.cells, request.data
+    suite, seed, shifts, levels = want.suite, want.seed, want.shifts, want.levels
+    labels_csv, masks = data.labels_csv, data.masks
+    generated_root, available = None, set()
+    held_only = False
+    if manifest is not None:
+        suite, gen_protocol, seed, source, labels_csv, masks, available = generated_inputs(
+            root, manifest, suite, seed, labels_csv, masks
+        )
+        generated_root = root.resolve()
+        if not shifts and not levels and any(s != CLEAN_SHIFT for s, _ in available):
+            # Nothing asked for: the cells the folder holds (a folder generated with 4
+            # corruptions is evaluated on those 4), never a request for every cell of the
+            # suite that the user would have to narrow with flags the manifest could tell.
+            shifts, levels, held_only = held_selection(available)
+    on_disk = available if manifest is not None else None
+    suite_obj, protocol, cells = resolve_suite(suite, shifts, levels, on_disk)
+    if held_only:  # shifts generated at different levels: only the pairs that exist
+        cells = [(s, lv) for s, lv in cells if s == CLEAN_SHIFT or (s, str(lv)) in available]
+    if manifest is not None:
+        # The files fix the frame; how a model sees them is the suite's rule.
+        protocol = dataclasses.replace(
+            gen_protocol, **{k: getattr(protocol, k) for k in VIEW_FIELDS}
+        )
+        missing = [
+            f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available
+        ]
+        if missing:
+            raise InputError(
+                f"{root} has no generated images for {', '.join(missing[:6])}"
+                + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""),
+                hint=generated_hint(available),
+            )
+        root = source
+    return Source(
+        root=root,
+        suite=suite_obj,
+        protocol=protocol,
+        cells=cells,
+        seed=0 if seed is None else int(seed),
+        labels_csv=labels_csv,
+        masks=masks,
+        manifest=manifest,
+        generated_root=generated_root,
+        available=available,
+    )
+
+
+def source_samples(src: Source, shift_objs, label_space):
+    """(samples, labels, label space) of a source folder, with the masks its shifts need."""
+    from robustlab.data.sources import discover
+
+    root, masks = src.root, src.masks
+    needs_mask = any("mask" in sh.needs for sh in shift_objs)
+    if needs_mask and src.manifest is None and not masks:
+        which = ", ".join(dict.fromkeys(sh.name for sh in shift_objs if "mask" in sh.needs))
+        raise InputError(
+            f"{which} need foreground masks: pass --masks DIR (make them with "
+            f"`robustlab masks --data {root} --out DIR`)"
+        )
+    samples = discover(root, labels_csv=src.labels_csv, masks=masks)
+    from robustlab.shifts.generative.tiny import warn_if_drawn_by_random
+
+    warn_if_drawn_by_random(root)  # a synth folder drawn by tiny random weights: say so
+    if needs_mask and src.manifest is None and not any(s.mask_path is not None for s in samples):
+        raise InputError(
+            f"none of the {len(samples)} images has a mask in {masks} (make them "
+            f"with `robustlab masks --data {root} --out {masks}`)"
+        )
+    space_name = label_space or (src.suite.label_space if src.suite else "imagenet1k")
+    space = get_space(space_name)
+    samples = subset_classes(samples, space)
+    generated_from = root if src.manifest is not None else None
+    return samples, labels_for(samples, space, generated_from), space
+
+
+def source_plan(
+    request: EvaluateRequest, src: Source, *, device: str | None, label_space, layout
+) -> RunPlan:
+    """:func:`make_plan` for source images (shifts computed on the fly) or a generated folder
+    (shifted cells read from its files, the clean cell from its source); ``label_space``:
+    the one asked for, or ImageNet-D's for its recognised tree (``layout``)."""
+    from robustlab.run.tasks import CellImages
+    from robustlab.shifts.registry import get_shift
+
+    shift_path, override = request.execution.shift_path, request.cells.protocol
+    shift_objs = [get_shift(s) for s, _ in src.cells if s != CLEAN_SHIFT]
+    if shift_path:
+        from robustlab.run.device_shifts import check_shifts
+
+        check_shifts(sh.name for sh in shift_objs)
+    samples, labels, space = source_samples(src, shift_objs, label_space)
+    protocol = chosen_protocol(src.protocol, override, src.suite, space, src.manifest, src.root)
+    needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
+    images = CellImages(
+        protocol,
+        src.seed,
+        generated_root=src.generated_root,
+        donors=samples if needs_donors else None,
+        with_mask=any("mask" in sh.needs for sh in shift_objs),
+        generated_skips=generated_skips(src.manifest) if src.manifest is not None else None,
+    )
+
+    def record(model, defence):
+        note_trained_preprocess(request.model.weights, defence)
+        return _described(
+            source_record(
+                model, defence, src, samples, labels, space, protocol, override, shift_path
+            ),
+            src,
+            shift_objs,
+            shift_path,
+            layout,
+        )
+
+    return build_plan(
+        request.model,
+        device=device,
+        space=space,
+        samples=samples,
+        labels=labels,
+        cells=src.cells,
+        images=images,
+        record=record,
+        suite=src.suite,
+    )
+
+
+def _described(record, src: Source, shift_objs, shift_path, layout):
+    """``record`` with what describes a source run's pixels but is not its identity."""
+    from robustlab.shifts.registry import describe_resources, recorded_resources
+
+    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model,
+    # the attribute edits' hole-fill backend) depend on it: on the fly the configured one
+    # draws them (described here), from a generated folder the one its manifest names.
+    if src.manifest is not None:
+        for key in recorded_resources(shift_objs):
+            record.config[key] = src.manifest.get(key)
+    else:
+        record.config.update(describe_resources(shift_objs))
+    if shift_path:
+        record.config["shift_path"] = shift_path
+    if layout is not None:  # ImageNet-D's published tree, recognised (not part of the id)
+        record.config["published"] = {"layout": layout.name, "benchmark": layout.title}
+    return record
+
+
+def source_inputs(model, defence, src: Source, samples, labels, protocol, shift_path):
+    """(the parts of a source run's inputs, kept apart for :func:`note_earlier_runs`; the
+    data fingerprint): what decides the pixels and labels, by content, so a replaced photo
+    or mask, another masks folder or a regenerated folder is another run, never a resumed
+    one."""
+    from robustlab.manifest import generated_identity
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import (
+        data_fingerprint,
+        inference_identity,
+        input_parts,
+        model_precision,
+        run_id,
+    )
+
+    digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
+    image_hashes, mask_hashes = digests[0::2], digests[1::2]
+    fingerprint = data_fingerprint(
+        (s.id, s.class_name, lab, ih, mh)
+        for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes)
+    )
+    manifest = src.manifest
+    inputs = input_parts(samples, labels, image_hashes, mask_hashes)
+    inputs.update(
+        masks_dir=str(Path(src.masks).expanduser().resolve()) if src.masks else None,
+        seed=src.seed,
+        protocol=protocol.describe(),
+        preprocessing=preprocessing_record(getattr(model, "undefended", model).preprocessing),
+        precision=model_precision(model),
+        compile=inference_identity(model).get("compile"),
+        source=src.kind,
+        defence=defence,
+        generated=run_id(generated_identity(manifest)) if manifest is not None else None,
+    )
+    if shift_path:
+        from robustlab.store.naming import shift_path_label
+
+        inputs["shift_path"] = shift_path_label(shift_path)
+    return inputs, fingerprint
+
+
+def source_record(
+    model, defence, src: Source, samples, labels, space, protocol, override, shift_path
+):
+    """The run record of a source or generated folder: its identity (model, the content of
+    every image and mask, labels, seed, protocol, source kind, optional keys only when
+    used, so runs without them keep their ids) and description."""
+    from robustlab.run.identity import inference_identity, make_record
+
+    inputs, fingerprint = source_inputs(model, defence, src, samples, labels, protocol, shift_path)
+    preprocessing = {"model": inputs["preprocessing"], "protocol": inputs["protocol"]}
+    masks_dir = inputs["masks_dir"]
+    identity = base_identity(
+        model,
+        suite=src.suite.name if src.suite else None,
+        suite_version=src.suite.version if src.suite else None,
+        fingerprint=fingerprint,
+        space=space,
+        seed=src.seed,
+        preprocessing=preprocessing,
+        source=src.kind,
+    )
+    identity.update(masks=masks_dir, precision=inputs["precision"], generated=inputs["generated"])
+    if defence:  # absent for a plain model, so plain runs keep the ids they always had
+        identity["defence"] = defence
+    identity.update(inference_identity(model))  # likewise: only for a compiled model
+    if src.generated_root is not None:  # a generated folder's cells are read from its files
+        identity["generated_files"] = inputs["generated_files"] = generated_files_fingerprint(
+            src.generated_root, samples, src.available, protocol
+        )
+    if shift_path:  # only then: exact runs keep the ids they always had
+        identity["shift_path"] = shift_path
+    labels_csv = str(getattr(samples, "labels_csv", None) or src.labels_csv or "") or None
+    return make_record(
+        identity,
+        data_root=src.root,
+        config={
+            "source": src.kind,
+            "generated_root": str(src.generated_root or ""),
+            "labels_csv": labels_csv,
+            "masks": masks_dir,
+            "inputs": inputs,
+            "model": describe_model(model),
+            **({"defence": defence} if defence else {}),
+            "cells": [[s, str(lv)] for s, lv in src.cells],
+            "protocol": protocol_record(protocol, override),
+        },
+        n_samples=len(samples),
+        # Files left out while listing the folder (stray files, CSV rows without a file,
+        # loops, bad names): the runner adds them to the run's skip record.
+        skipped=getattr(samples, "skipped", []),
+    )
+
+
+# Benchmarks without shifts whose official protocol is not ImageNet-C's, by label space.
+CLEAN_PROTOCOLS = {"imagenet-d": "model"}
+
+
+def chosen_protocol(protocol, override, suite_obj, space, manifest, root):
+    """The protocol of a run: the benchmark's (``protocol`` from the suite or the generated
+    folder; ImageNet-D's for a clean run on its label space), or the user's override.
+
+    An override of a generated folder may change only the view: its files fix the frame.
+    """
+    from robustlab.suites import PROTOCOLS, VIEW_FIELDS, parse_protocol
+
+    if suite_obj is None and override is None and space.name in CLEAN_PROTOCOLS:
+        return PROTOCOLS[CLEAN_PROTOCOLS[space.name]]
+    if override is None:
+        return protocol
+    new = parse_protocol(override, protocol)
+    if manifest is not None:
+        frame = ("resize", "crop", "interpolation", "format", "jpeg_quality")
+        changed = [k for k in frame if getattr(new, k) != getattr(protocol, k)]
+        if changed:
+            keep = ",".join(f"{k}={getattr(new, k)}" for k in VIEW_FIELDS)
+            raise InputError(
+                f"{root}'s files were made with {', '.join(f'{k}={getattr(protocol, k)}' for k in changed)}; "
+                "--protocol can change only how the model sees them",
+                hint=f"pass --protocol {keep}, or evaluate the source images on the fly",
+            )
+    return new

@@ -1,0 +1,184 @@
+"""Planning a run on a published benchmark folder as downloaded
+(:mod:`robustlab.data.published`: ImageNet-C, ImageNet-9's bg_challenge, XIMAGENET-12):
+each cell folder is a cell, its files are the pixels, the layout names the label space."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from robustlab.errors import InputError
+from robustlab.run.plan import RunPlan
+from robustlab.store import CLEAN_SHIFT
+from robustlab.workflows.evaluate.record import (
+    base_identity,
+    build_plan,
+    describe_model,
+    files_fingerprint,
+    label_space,
+)
+
+if TYPE_CHECKING:
+    from robustlab.workflows.evaluate.request import EvaluateRequest
+
+
+def published_plan(request: EvaluateRequest, root: Path, layout, *, device: str | None) -> RunPlan:
+    """:func:`~robustlab.workflows.evaluate.plan.make_plan` for a published benchmark folder.
+
+    Samples whose class folder is not a class of the label space are left out with that
+    reason (a published set's class list is fixed, so a stray folder is not the user's
+    label error); samples missing from a cell folder are counted skips of that cell.
+    """
+    from robustlab.data.published import read_published
+    from robustlab.run.tasks import PublishedImages
+    from robustlab.suites import Protocol, select_cells
+
+    want = request.cells
+    pub = read_published(root, layout)
+    cells: list[tuple[str, Any]] = list(
+        select_cells(
+            list(pub.cells),
+            want.shifts or None,
+            want.levels or None,
+            where=f"{root} ({layout.title})",
+        )
+    )
+    if pub.clean is not None:
+        cells = [(CLEAN_SHIFT, 0), *cells]
+    if not cells:
+        raise InputError(f"{root}: no {layout.title} folder matches the requested shifts/levels")
+    space = label_space(request.data.label_space or layout.label_space)
+    skipped = list(pub.skipped)
+    samples, labels = [], []
+    for s in pub.samples:
+        try:
+            labels.append(int(space.index_of(s.class_name)))
+        except (KeyError, ValueError):
+            skipped.append((s.id, f"class folder {s.class_name!r} is not in {space.name!r}"))
+            continue
+        samples.append(s)
+    if not samples:
+        raise InputError(
+            f"no image of {root} has a class of label space {space.name!r}",
+            hint=f"{layout.title}'s class folders belong to {layout.label_space!r}",
+        )
+    protocol = Protocol(**{"format": "png", **layout.protocol})
+    images = PublishedImages(pub.root.resolve(), pub.folders, pub.clean, pub.names, protocol)
+    # The published files are the pixels: every file of every evaluated cell is hashed.
+    wanted = [str(pub.clean) if sh == CLEAN_SHIFT else pub.folders[(sh, lv)] for sh, lv in cells]
+    paths = [[pub.file(s.id, f) for f in wanted] for s in samples]
+    fingerprint = files_fingerprint(samples, labels, paths)
+
+    def record(model, defence):
+        return published_record(
+            model,
+            defence,
+            root,
+            layout,
+            pub,
+            cells,
+            space,
+            images.protocol,
+            fingerprint,
+            len(samples),
+            skipped,
+        )
+
+    return build_plan(
+        request.model,
+        device=device,
+        space=space,
+        samples=samples,
+        labels=labels,
+        cells=cells,
+        images=images,
+        record=record,
+    )
+
+
+def published_record(
+    model, defence, root, layout, pub, cells, space, protocol, fingerprint, n_samples, skipped
+):
+    """A published layout run's record: its identity names the evaluated cells (their
+    files are hashed into the fingerprint) and the precision."""
+    from robustlab.run.identity import (
+        fields_of,
+        inference_identity,
+        make_record,
+        model_precision,
+    )
+
+    preprocessing = {
+        "model": fields_of(getattr(model, "undefended", model).preprocessing),
+        "protocol": protocol.describe(),
+    }
+    identity = base_identity(
+        model,
+        suite=layout.suite,
+        suite_version="1",
+        fingerprint=fingerprint,
+        space=space,
+        seed=0,
+        preprocessing=preprocessing,
+        source=layout.suite,
+    )
+    identity["cells"] = [[s, str(lv)] for s, lv in cells]
+    identity["precision"] = model_precision(model)
+    if defence:
+        identity["defence"] = defence
+    identity.update(inference_identity(model))
+    return make_record(
+        identity,
+        data_root=root,
+        config={
+            "source": "published",
+            "published": {
+                "layout": layout.name,
+                "benchmark": layout.title,
+                "benchmark_suite": layout.benchmark_suite,
+                "layout_source": layout.source,
+                "clean": pub.clean,
+                "folders": {f"{s}/{lv}": f for (s, lv), f in pub.folders.items()},
+            },
+            "model": describe_model(model),
+            "cells": [[s, str(lv)] for s, lv in cells],
+            **({"defence": defence} if defence else {}),
+            "precision": identity["precision"],
+            **inference_identity(model),
+        },
+        n_samples=n_samples,
+        # Folders and files that are not part of the layout, and samples of other classes:
+        # the runner adds them to the run's skip record.
+        skipped=skipped,
+    )
+
+
+def published_layout(root: Path, suite, shift_path=None):
+    """The published benchmark layout of ``root`` (:func:`robustlab.data.published.detect`),
+    checked against the ``suite`` and ``shift_path`` the caller asked for; None for a
+    source folder.
+
+    ``suite`` may name the benchmark's own suite (``--suite imagenet-c`` on a downloaded
+    ImageNet-C); any other suite would mean shifting the published images once more,
+    which is refused with the way out.
+    """
+    from robustlab.data.published import detect
+
+    layout = detect(root)
+    if layout is None:
+        return None
+    if layout.name == "imagenet-d":
+        return layout if suite is None else None
+    if shift_path:
+        raise InputError(
+            f"{root} holds the published {layout.title} images; --shift-device applies "
+            "shifts on the fly",
+            hint="leave out --shift-device",
+        )
+    name = str(getattr(suite, "name", suite)) if suite is not None else None
+    if name is not None and name not in {layout.benchmark_suite, layout.suite}:
+        raise InputError(
+            f"{root} holds the published {layout.title} layout; its folders are the cells",
+            hint=f"leave out --suite {suite} (or name --suite {layout.benchmark_suite})",
+        )
+    return layout

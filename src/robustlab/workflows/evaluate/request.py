@@ -1,0 +1,318 @@
+"""What an evaluation run is asked to do: four frozen specs (data, cells, model, execution)
+and the database, validated once when the request is built.
+
+Why specs instead of one function with 26 keywords: every option is declared once, as a
+field of the spec that owns it, with its default and its check. The Python API
+(:func:`robustlab.evaluate`) routes each keyword to the spec owning a field of that name
+(:meth:`EvaluateRequest.build`), and ``robustlab evaluate`` reads the same names from its
+parsed arguments (:meth:`EvaluateRequest.from_args`). So adding an option touches its spec,
+the parser and the code that uses it, nothing else; a misspelt keyword is a ``TypeError``
+that names the closest option.
+
+A field whose keyword differs from its name (the folder is passed as ``data``, the model as
+``model``) says so in its metadata (``keyword``); a field the command line gives under
+another name (``--no-progress`` for ``progress=False``) names the argument and how to read
+it (``arg``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from robustlab.errors import InputError, MissingResourceError
+from robustlab.store import DEFAULT_DB
+
+__all__ = [
+    "CellSpec",
+    "DataSpec",
+    "EvaluateRequest",
+    "ExecutionSpec",
+    "ModelSpec",
+    "keywords",
+]
+
+
+def _cached(obj, name: str, value) -> None:
+    """Keep a value parsed while validating on a frozen spec (not part of its equality)."""
+    object.__setattr__(obj, name, value)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The images and their classes.
+
+    Attributes:
+        folder: (keyword ``data``) Folder of source images (ImageFolder tree, or flat plus
+            labels CSV), or a folder written by ``robustlab generate`` (its
+            ``manifest.json`` names the suite, seed, protocol and source folder; shifted
+            cells are read from its files and the clean cell from the source), or the
+            published ImageNet-E archive (``ori/``, level folders and ``labels.txt``: each
+            level folder is a cell, see :mod:`robustlab.data.imagenet_e`; suite and seed do
+            not apply), or another published set as downloaded (ImageNet-C, ImageNet-9's
+            bg_challenge, XIMAGENET-12: each cell folder a cell, with the benchmark's label
+            space; an ImageNet-D tree gets the ``imagenet-d`` label space), see
+            :mod:`robustlab.data.published`.
+        labels_csv, masks: Passed to :func:`robustlab.data.sources.discover`.
+        label_space: Label space name (default: the suite's, else ``imagenet1k``).
+    """
+
+    folder: Path = field(metadata={"keyword": "data"})
+    labels_csv: Any = None
+    masks: Any = None
+    label_space: Any = None
+
+    def __post_init__(self):
+        root = Path(self.folder).expanduser()
+        if not root.is_dir():
+            raise MissingResourceError(
+                f"data folder {root} does not exist"
+                if not root.exists()
+                else f"data folder {root} is not a folder"
+            )
+        _cached(self, "folder", root)
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Which cells are evaluated, and how the images are framed for the model.
+
+    Attributes:
+        suite: Suite name, YAML path or Suite; None evaluates the clean images only (for a
+            generated folder: the suite it was generated for).
+        shifts, levels: Restrict the suite to some shifts / levels (the grammar of
+            :meth:`robustlab.suites.Suite.select`: names, families, globs, level ranges).
+        seed: Global seed of the seed rule (default 0; a generated folder's own seed).
+        protocol: How the model sees the images, instead of the benchmark's official
+            protocol (:mod:`robustlab.suites`: ImageNet-C's 256/224 frame and the model's
+            resize; ImageNet-D's model's own eval transform; ImageNet-E's 256/224 view of
+            the stored image): a name (``imagenet-c``, ``model``, ``imagenet-e``) or
+            ``key=value`` pairs (``view=model``). A run of its own (another run id).
+    """
+
+    suite: Any = None
+    shifts: Any = None
+    levels: Any = None
+    seed: int | None = None
+    protocol: Any = None
+
+    def __post_init__(self):
+        seed = self.seed
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
+        ):
+            raise InputError(
+                f"seed must be an integer in [0, 2**63), got {seed!r}",
+                hint="pass a whole number such as --seed 0",
+            )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model and how its forward pass computes.
+
+    Attributes:
+        spec: (keyword ``model``) A model spec (``"lite0"``, ``"timm:resnet50"``, ...) or
+            a loaded Model.
+        weights, device, batch_size: Passed to :func:`robustlab.models.load_model` (the
+            batch size also sets the runner's batches).
+        preprocess: Pixel defence applied to every image before the model: ``"clahe"``,
+            ``"nlmeans"`` or ``"NAME:key=value,..."`` (:mod:`robustlab.defences`).
+        tta: Test-time augmentation: ``"ten-crop"`` (softmax averaged over ten views).
+            Either defence makes a run of its own (never mixed with the plain model's).
+        precision: ``"fp32"`` (default: the comparable number), ``"bf16"`` or ``"fp16"``:
+            the forward pass under ``torch.autocast`` on the model's device, softmax and
+            top-k in float32 (:mod:`robustlab.models.inference`). Torch models only; a
+            run of its own, labelled ``@bf16`` in tables. None keeps a loaded model's own.
+        compile: Run the forward pass through ``torch.compile`` (compiled before any
+            work; a run of its own, labelled ``@compiled``).
+        inference, defences: Parsed from the fields above while validating.
+    """
+
+    spec: Any = field(metadata={"keyword": "model"})
+    weights: Any = None
+    device: str | None = None
+    batch_size: int | None = None
+    preprocess: Any = None
+    tta: Any = None
+    precision: str | None = None
+    compile: bool = False
+    inference: Any = field(init=False, default=None, repr=False, compare=False)
+    defences: dict = field(init=False, default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        from robustlab.workflows.evaluate.model import parse_defences, parse_inference
+
+        bs = self.batch_size
+        if bs is not None and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
+            raise InputError(
+                f"batch size must be at least 1, got {bs!r}",
+                hint="pass --batch-size 32, or leave it out for the model's own",
+            )
+        _cached(self, "inference", parse_inference(self.precision, self.compile))
+        _cached(self, "defences", parse_defences(self.spec, self.preprocess, self.tta))
+
+
+@dataclass(frozen=True)
+class ExecutionSpec:
+    """How the work is executed: none of it changes a prediction, except ``shift_device``,
+    which gives the run its own identity (other pixels).
+
+    Attributes:
+        workers: DataLoader worker processes (default: CPU cores - 1, at least 1); with
+            ``backend="ray"`` and no ``address``, the CPUs of the Ray instance started on
+            this machine (default: all).
+        prefetch, cells_per_task: Execution details (never change results; see
+            :class:`robustlab.run.runner.RunOptions`).
+        backend: ``"local"`` (worker processes on this machine) or ``"ray"`` (a Ray
+            cluster, :mod:`robustlab.run.ray_backend`): the same predictions and the same
+            run id, so a run started on one may be finished on the other.
+        address: The Ray cluster's ``HOST:PORT`` (``ray start --head`` prints it; None: a
+            Ray instance on this machine). Only with ``backend="ray"``.
+        progress: Show progress (default True): per-cell bars when stderr is a terminal,
+            else a line every few seconds with done/total, rate and ETA (the command
+            line's ``--no-progress`` is ``progress=False``).
+        shift_device: None (default): the exact path, shifts applied image by image in
+            the workers, byte for byte the reference's. ``"cuda"`` or ``"cpu"``: workers
+            only decode; the corruptions and mask scenes run batched as torch tensor
+            operations on that device (:mod:`robustlab.shifts.batched`). Different
+            pixels, the same statistics (benchmarks/README.md): such a run has its own run
+            id and is labelled ``torch:<device>``. With ``backend="ray"`` the model actors
+            apply them on their own device (``cuda``: their GPUs), with the same rows and
+            run id.
+        shift_jpeg: With ``shift_device``: ``"device"`` (nvJPEG on CUDA, libjpeg on the
+            CPU) or ``"cpu"`` (libjpeg always) for the protocol's JPEG round trip.
+        shift_settings: The :class:`~robustlab.run.device_shifts.ShiftDevice` built while
+            validating (None: the exact path).
+    """
+
+    workers: int | None = None
+    prefetch: int = 2
+    cells_per_task: int = 0
+    backend: str = "local"
+    address: str | None = None
+    progress: bool | None = field(
+        default=None, metadata={"arg": ("no_progress", lambda off: False if off else None)}
+    )
+    shift_device: str | None = None
+    shift_jpeg: str = "device"
+    shift_settings: Any = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        from robustlab.run.executors import check_backend
+
+        check_backend(self.backend, self.address)
+        w = self.workers
+        if w is not None and (isinstance(w, bool) or int(w) < 0):
+            raise InputError(
+                f"workers must be 0 (in the main process) or more, got {w!r}",
+                hint="pass --workers N, or leave it out for one per spare core",
+            )
+        if self.shift_device is None:
+            return
+        from robustlab.run.device_shifts import ShiftDevice
+
+        settings = ShiftDevice(str(self.shift_device), jpeg=self.shift_jpeg)
+        if self.backend != "ray":  # on Ray: the model actors' devices (plan_placement)
+            settings.check_here()
+        _cached(self, "shift_settings", settings)
+
+    @property
+    def shift_path(self) -> dict | None:
+        """The batched shift path's description (part of the run id), None for the exact."""
+        return None if self.shift_settings is None else self.shift_settings.describe()
+
+
+# The parts of a request, by attribute: each keyword is routed to the one with that field.
+PARTS: dict[str, type] = {
+    "data": DataSpec,
+    "cells": CellSpec,
+    "model": ModelSpec,
+    "execution": ExecutionSpec,
+}
+
+
+def _keyword(f: dataclasses.Field) -> str:
+    return f.metadata.get("keyword", f.name)
+
+
+def keywords() -> dict[str, tuple[str | None, str]]:
+    """Every keyword of a request: ``keyword -> (part, field)``; the part is None for a
+    field of the request itself (``db``)."""
+    out: dict[str, tuple[str | None, str]] = {}
+    for part, spec in PARTS.items():
+        for f in dataclasses.fields(spec):
+            if f.init:
+                out[_keyword(f)] = (part, f.name)
+    for f in dataclasses.fields(EvaluateRequest):
+        if f.name not in PARTS:
+            out[_keyword(f)] = (None, f.name)
+    return out
+
+
+def _unknown(key: str, known) -> TypeError:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    more = f"; did you mean {close[0]!r}?" if close else ""
+    return TypeError(f"evaluate() got an unexpected keyword argument {key!r}{more}")
+
+
+@dataclass(frozen=True)
+class EvaluateRequest:
+    """One evaluation run as asked for: its four specs and the results database.
+
+    Build it with :meth:`build` (the keywords of :func:`robustlab.evaluate`) or
+    :meth:`from_args` (``robustlab evaluate``'s parsed arguments); :func:`make_plan` turns it
+    into a :class:`~robustlab.run.plan.RunPlan`, :func:`execute` runs that.
+    """
+
+    data: DataSpec
+    cells: CellSpec
+    model: ModelSpec
+    execution: ExecutionSpec
+    db: Any = DEFAULT_DB  # the results database file (created on the first write)
+
+    def __post_init__(self):
+        ex, m = self.execution, self.model
+        if ex.shift_device is not None and (m.preprocess is not None or m.tta is not None):
+            raise InputError(
+                "--shift-device does not combine with --preprocess or --tta yet "
+                "(the defences run after the exact path's shifts)",
+                hint="leave --shift-device out to evaluate a defended model",
+            )
+
+    @classmethod
+    def build(cls, model, data, **options) -> EvaluateRequest:
+        """The request for ``evaluate(model, data, **options)``: each keyword goes to the
+        spec with a field of that name.
+
+        Raises:
+            TypeError: an unknown keyword (the message names the closest one).
+            InputError: a value no run could use (one line, with a hint).
+        """
+        known = keywords()
+        parts: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
+        top: dict[str, Any] = {}
+        for key, value in {"model": model, "data": data, **options}.items():
+            if key not in known:
+                raise _unknown(key, known)
+            part, name = known[key]
+            (top if part is None else parts[part])[name] = value
+        return cls(**{part: PARTS[part](**parts[part]) for part in PARTS}, **top)
+
+    @classmethod
+    def from_args(cls, args) -> EvaluateRequest:
+        """The request of ``robustlab evaluate``'s parsed arguments: the same keywords,
+        read from the argument of the same name (or the one a field's ``arg`` names)."""
+        values: dict[str, Any] = {}
+        for spec in [*PARTS.values(), cls]:
+            for f in dataclasses.fields(spec):
+                if not f.init or (spec is cls and f.name in PARTS):
+                    continue
+                dest, read = f.metadata.get("arg", (_keyword(f), lambda v: v))
+                if hasattr(args, dest):
+                    values[_keyword(f)] = read(getattr(args, dest))
+        return cls.build(values.pop("model"), values.pop("data"), **values)
