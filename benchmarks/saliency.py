@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from robustlab.models import load_model
-    from robustlab.saliency import saliency
+    from robustlab.workflows.saliency import saliency
 
     model = load_model("lite0", device=args.device)
     with tempfile.TemporaryDirectory(prefix="robustlab-saliency-bench-") as tmp:

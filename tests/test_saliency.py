@@ -168,7 +168,7 @@ def test_stored_gradcam_equals_the_library_called_directly(masked_photos, lite0,
 
     from robustlab.data.sources import discover
     from robustlab.run.tasks import CellImages
-    from robustlab.saliency import saliency
+    from robustlab.workflows.saliency import saliency
     from robustlab.workflows.saliency import input_mask, read_thumbnail, thumbnail
     from robustlab.store import Store
     from robustlab.suites import get_suite
@@ -297,7 +297,7 @@ def test_analysis_intervals_scores_and_small_n_labels():
 def test_report_has_the_saliency_section(masked_photos, lite0, tmp_path):
     from robustlab.workflows.evaluate import evaluate
     from robustlab.workflows.report.build import build_report
-    from robustlab.saliency import saliency
+    from robustlab.workflows.saliency import saliency
 
     data, masks = masked_photos
     db = tmp_path / "r.duckdb"
@@ -321,7 +321,7 @@ def test_a_model_trained_on_backgrounds_looks_less_at_the_object(samples_dir, tm
     comes from what the classifier now weighs: background channels."""
     from robustlab.data.sources import discover
     from robustlab.run.identity import data_fingerprint
-    from robustlab.saliency import saliency
+    from robustlab.workflows.saliency import saliency
     from robustlab.workflows.train.finetune import TrainConfig
     from robustlab.workflows.train.protocols import train_on_cells
     from robustlab.workflows.train.splits import Split

@@ -4,8 +4,6 @@ object, and does it still when the background changes?
 - :mod:`.attribution`: saliency maps from ``grad-cam`` (CAM methods, the target layer
   found automatically) and Captum (gradient methods).
 - :mod:`.metrics`: relevance mass, pointing game and area-normalised share per image.
-- :mod:`.run`: :func:`saliency`, the Python face of ``robustlab saliency`` (a stored,
-  resumable run).
 - :mod:`.analysis`: per-cell intervals, per-model numbers, correlation across models.
 
 The libraries are an optional extra: ``pip install 'robustlab[saliency]'``.
@@ -20,8 +18,6 @@ from typing import Any
 # ``robustlab saliency --help`` (which reads only :mod:`.attribution`'s method table)
 # imports neither pandas nor the store.
 _LAZY = {
-    "saliency": "run",
-    "SaliencyResult": "run",
     "foreground_metrics": "metrics",
     "relevance_mass": "metrics",
     "pointing_game": "metrics",
@@ -37,8 +33,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "saliency",
-    "SaliencyResult",
     "foreground_metrics",
     "relevance_mass",
     "pointing_game",
