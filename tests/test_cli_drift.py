@@ -236,3 +236,72 @@ def test_no_progress_in_every_command_that_reports_progress(command):
 def test_workers_has_one_default(command):
     """None everywhere: CPU cores - 1 (robustlab.run.lifeline.default_workers)."""
     assert build_parser().parse_args(command).workers is None
+
+
+def _literal_flags(module) -> set[str]:
+    """The option strings a module passes to ``add_argument`` as literals (its own
+    definitions, as opposed to those it gets from a helper of another module)."""
+    import ast
+
+    tree = ast.parse(inspect.getsource(module))
+    out = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            out |= {
+                a.value
+                for a in node.args
+                if isinstance(a, ast.Constant) and str(a.value).startswith("-")
+            }
+    return out
+
+
+# (flag, command module): copies found when the check below was added, in commands other
+# branches own; each is one line to replace with the _args helper named (then delete it here).
+PENDING_COPIES = {
+    ("--batch-size", "robustlab.commands.evaluate"): "add_batch_size(p)",
+    ("--batch-size", "robustlab.commands.mine"): "add_batch_size(p)",
+    ("--label-space", "robustlab.commands.evaluate"): 'add_label_space(p, default="the suite\'s")',
+    ("--label-space", "robustlab.commands.train"): 'add_label_space(p, default="the suite\'s")',
+    ("--weights", "robustlab.commands.evaluate"): "add_weights(p)",
+}
+
+
+def test_a_shared_flag_is_defined_once():
+    """The drift test above compares meanings, so a command that defines a flag again with
+    the very meaning of another command's (a copy of the same add_argument, or of what a
+    helper of ``commands/_args.py`` makes) passes it; this one does not: a meaning that
+    two commands share has one definition, outside the commands that use it."""
+    import importlib
+
+    own: dict[str, list[tuple[str, tuple]]] = defaultdict(list)  # flag -> defined in place
+    shared: dict[str, set[tuple]] = defaultdict(set)  # flag -> meanings made by helpers
+    for name, p in _commands().items():
+        func = p._defaults.get("func")
+        if func is None:
+            continue
+        literal = _literal_flags(importlib.import_module(func.__module__))
+        for a in p._actions:
+            for flag in a.option_strings:
+                if (flag, func.__module__) in PENDING_COPIES:
+                    continue
+                if flag in literal:
+                    own[flag].append((f"{name} ({func.__module__})", _meaning(a)))
+                else:
+                    shared[flag].add(_meaning(a))
+    copies = []
+    for flag, defs in sorted(own.items()):
+        for where, meaning in defs:
+            twins = [
+                w for w, m in defs if m == meaning and w.split(" (")[1] != where.split(" (")[1]
+            ]
+            if meaning in shared[flag] or twins:
+                copies.append(f"{flag} in {where}" + (f", as in {twins}" if twins else ""))
+    stale = [k for k in PENDING_COPIES if k[0] not in _literal_flags(importlib.import_module(k[1]))]
+    assert not stale, f"fixed, delete from PENDING_COPIES: {stale}"
+    assert not copies, "defined again instead of taken from commands/_args.py:\n" + "\n".join(
+        copies
+    )

@@ -180,7 +180,7 @@ def test_prediction_that_equals_the_truth_scores_one(masked_photos):
 def test_random_bg_truth_is_the_moved_object(masked_photos):
     from robustlab.data.sources import discover
     from robustlab.pipeline import apply_shift, load_prepared, shift_context
-    from robustlab.workflows.segment import target_mask
+    from robustlab.workflows._masked import target_mask
     from robustlab.shifts.scenes import DonorPool
     from robustlab.suites import get_suite
 
@@ -203,7 +203,7 @@ def test_random_bg_truth_is_the_moved_object(masked_photos):
 def test_the_object_rule_is_a_field_of_each_shift_entry():
     """What a shift does to the object is stated where it is registered (one registry):
     the scenes that remove it are exactly those whose cells have no foreground to score."""
-    from robustlab.workflows.segment import target_rule
+    from robustlab.workflows._masked import target_rule
     from robustlab.shifts.registry import list_shifts, register_shift
 
     rules = {s.name: s.target for s in list_shifts()}

@@ -334,3 +334,50 @@ def check_resamples(args) -> None:
         from robustlab.errors import InputError
 
         raise InputError(f"--resamples must be at least 1, got {args.resamples}")
+
+
+# ------------------------------------------------------------------ data, model, batches
+# The flags below are the same in the commands that score a model against masks (saliency,
+# segment) and the ones that run a classifier (evaluate, mine); what differs by command is
+# passed in (a default, what a batch or the limit counts), so the sentence stays one.
+
+
+def add_image_data(p) -> None:
+    """``--data``: source images, as class folders or a flat folder plus labels CSV (the
+    commands that read only source images; evaluate, train and mine say what else they
+    read)."""
+    p.add_argument(
+        "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
+    )
+
+
+def add_mask_suite(p) -> None:
+    """``--suite`` of the commands that need an object mask per cell (saliency, segment):
+    a suite of background scenarios."""
+    p.add_argument(
+        "--suite",
+        default="ximagenet12",
+        help="suite of mask scenarios: ximagenet12, imagenet9 or a YAML file "
+        "(default: ximagenet12)",
+    )
+
+
+def add_weights(p, *, required: bool = False) -> None:
+    """``--weights``: one local weights file for the model (never a download)."""
+    p.add_argument("--weights", required=required, default=None, help="weights file for the model")
+
+
+def add_label_space(p, *, default: str) -> None:
+    """``--label-space``; ``default`` says what the command falls back to."""
+    p.add_argument("--label-space", default=None, help=f"label space (default: {default})")
+
+
+def add_batch_size(p, *, default: int | None = None, what: str = "images per forward pass") -> None:
+    """``--batch-size``: ``what`` one model call takes (None: the model's own)."""
+    tail = f" (default: {default})" if default is not None else ""
+    p.add_argument("--batch-size", type=int, default=default, help=what + tail)
+
+
+def add_limit(p, *, what: str = "images") -> None:
+    """``--limit``: only the first N of what the command reads, sorted by id."""
+    p.add_argument("--limit", type=int, default=None, help=f"only the first N {what}")

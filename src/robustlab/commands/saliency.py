@@ -13,13 +13,19 @@ from __future__ import annotations
 import sys
 
 from robustlab.commands._args import (
+    add_batch_size,
     add_cell_filters,
     add_db,
     add_device,
+    add_image_data,
+    add_label_space,
     add_labels,
+    add_limit,
+    add_mask_suite,
     add_masks,
     add_no_progress,
     add_seed,
+    add_weights,
     add_workers,
 )
 
@@ -38,16 +44,9 @@ def add_parser(sub) -> None:
         "pip install 'robustlab[saliency]'.",
     )
     p.add_argument("model", help="torch model spec: lite0, timm:NAME, torchvision:NAME, ...")
-    p.add_argument(
-        "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
-    )
+    add_image_data(p)
     add_masks(p, required=True)
-    p.add_argument(
-        "--suite",
-        default="ximagenet12",
-        help="mask suite whose scenarios to explain: ximagenet12 or imagenet9 "
-        "(default: ximagenet12)",
-    )
+    add_mask_suite(p)
     add_db(p)
     p.add_argument(
         "--method",
@@ -69,12 +68,12 @@ def add_parser(sub) -> None:
     add_seed(p)
     add_cell_filters(p)
     add_labels(p)
-    p.add_argument("--label-space", default=None, help="label space (default: imagenet1k)")
-    p.add_argument("--weights", default=None, help="weights file for the model")
+    add_label_space(p, default="imagenet1k")
+    add_weights(p)
     add_device(p)
-    p.add_argument("--batch-size", type=int, default=None, help="images per forward/backward pass")
+    add_batch_size(p, what="images per forward/backward pass")
     add_workers(p)
-    p.add_argument("--limit", type=int, default=None, help="only the first N images with masks")
+    add_limit(p, what="images with masks")
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -103,33 +102,38 @@ def format_saliency(df) -> str:
     return format_table(out, "table")
 
 
+def request(args):
+    """The :class:`robustlab.workflows.saliency.SaliencyRequest` of the parsed flags."""
+    from robustlab.workflows._masked import MaskedCells, MaskedData
+    from robustlab.workflows.saliency import SaliencyExecution, SaliencyModel, SaliencyRequest
+
+    return SaliencyRequest(
+        model=SaliencyModel(
+            args.model,
+            method=args.method,
+            target_layer=args.target_layer,
+            target=args.target,
+            label_space=args.label_space,
+            weights=args.weights,
+            device=args.device,
+        ),
+        data=MaskedData(args.data, args.masks, labels_csv=args.labels_csv, limit=args.limit),
+        cells=MaskedCells(args.suite, shifts=args.shifts, levels=args.levels, seed=args.seed),
+        run=SaliencyExecution(
+            db=args.db,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            progress=not args.no_progress,
+        ),
+    )
+
+
 def run(args) -> int:
-    from robustlab.workflows.saliency import saliency
     from robustlab.saliency.analysis import correlations, model_table
     from robustlab.store import Store
+    from robustlab.workflows.saliency import run_saliency
 
-    Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
-    res = saliency(
-        args.model,
-        args.data,
-        masks=args.masks,
-        suite=args.suite,
-        shifts=args.shifts,
-        levels=args.levels,
-        method=args.method,
-        target_layer=args.target_layer,
-        target=args.target,
-        db=args.db,
-        seed=args.seed,
-        labels_csv=args.labels_csv,
-        label_space=args.label_space,
-        weights=args.weights,
-        device=args.device,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        limit=args.limit,
-        progress=not args.no_progress,
-    )
+    res = run_saliency(request(args))
     show = res.summary.drop(columns=["run_id"])
     sys.stdout.write(format_saliency(show))
     store = Store(args.db)

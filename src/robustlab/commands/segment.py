@@ -12,17 +12,25 @@ import math
 import sys
 
 from robustlab.commands._args import (
-    add_no_progress,
+    add_batch_size,
     add_cell_filters,
     add_db,
     add_device,
+    add_image_data,
     add_labels,
+    add_limit,
+    add_mask_suite,
     add_masks,
+    add_no_progress,
     add_seed,
+    add_weights,
 )
 from robustlab.errors import InputError
 
 SCORE_COLUMNS = ("pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou")
+# robustlab.workflows.segment.DEFAULT_BATCH_SIZE (spelled here so that --help imports no
+# torch; tests/test_saliency_segment_requests.py checks that they agree).
+DEFAULT_BATCH_SIZE = 8
 
 
 def add_parser(sub) -> None:
@@ -35,14 +43,10 @@ def add_parser(sub) -> None:
         "in --db (rerunning resumes) and print the per-cell scores.",
     )
     p.add_argument("model", help="torchvision:NAME, e.g. torchvision:lraspp_mobilenet_v3_large")
-    p.add_argument("--weights", required=True, help="local state-dict file of the checkpoint")
-    p.add_argument(
-        "--data", required=True, help="image folder (class folders, or flat + labels CSV)"
-    )
+    add_weights(p, required=True)
+    add_image_data(p)
     add_masks(p, required=True)
-    p.add_argument(
-        "--suite", default="ximagenet12", help="suite name or YAML file (default: ximagenet12)"
-    )
+    add_mask_suite(p)
     add_db(p)
     p.add_argument(
         "--num-classes",
@@ -57,8 +61,8 @@ def add_parser(sub) -> None:
     add_cell_filters(p)
     add_labels(p)
     add_device(p)
-    p.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default: 8)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N images with masks")
+    add_batch_size(p, default=DEFAULT_BATCH_SIZE)
+    add_limit(p, what="images with masks")
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -81,14 +85,17 @@ def format_segmentation(df, fmt: str = "table") -> str:
     return format_table(out.rename(columns={c: c + " %" for c in SCORE_COLUMNS}), fmt)
 
 
-def run(args) -> int:
-    from robustlab.workflows.segment import load_segmentation_model, segment_to_store
-    from robustlab.store import Store
-    from robustlab.store.queries import segmentation_table
+def request(args):
+    """The :class:`robustlab.workflows.segment.SegmentRequest` of the parsed flags (the
+    model loaded from --weights)."""
+    from robustlab.workflows._masked import MaskedCells, MaskedData, MaskedExecution
+    from robustlab.workflows.segment import SegmentRequest, load_segmentation_model
 
     if args.weights == "random":
         raise InputError("--weights needs a checkpoint file; random weights cannot be stored")
-    Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
+    data = MaskedData(args.data, args.masks, labels_csv=args.labels_csv, limit=args.limit)
+    cells = MaskedCells(args.suite, shifts=args.shifts, levels=args.levels, seed=args.seed)
+    run = MaskedExecution(db=args.db, batch_size=args.batch_size, progress=not args.no_progress)
     model = load_segmentation_model(
         args.model,
         weights=args.weights,
@@ -96,20 +103,16 @@ def run(args) -> int:
         background=args.background,
         device=args.device,
     )
-    res = segment_to_store(
-        model,
-        args.data,
-        masks=args.masks,
-        db=args.db,
-        suite=args.suite,
-        shifts=args.shifts,
-        levels=args.levels,
-        seed=args.seed,
-        labels_csv=args.labels_csv,
-        progress=not args.no_progress,
-        batch_size=args.batch_size,
-        limit=args.limit,
-    )
+    return SegmentRequest(model, data, cells, run)
+
+
+def run(args) -> int:
+    from robustlab.store import Store
+    from robustlab.store.queries import segmentation_table
+    from robustlab.workflows.segment import run_segment
+
+    Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
+    res = run_segment(request(args))
     rid = res.record["run_id"]
     table, _ = segmentation_table(Store(args.db), run_ids=[rid], require=True)
     wanted = set(zip(res.summary["shift"], res.summary["level"].astype(str)))

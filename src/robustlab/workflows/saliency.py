@@ -11,8 +11,9 @@ robustness score and the BG-gap (:mod:`robustlab.saliency.analysis`).
 
 The mask of a cell is the object where the scenario left it (``random_bg`` moves it: its
 placement is replayed; ``no_fg`` and the ``only_bg`` cells remove it, so they are skipped
-and counted), the rule :func:`robustlab.workflows.segment.target_mask` keeps for
-segmentation scoring. The mask goes through the model's own resize and crop, so map and
+and counted), the rule :func:`robustlab.workflows._masked.target_mask` that segmentation
+scoring uses too: the two workflows share their run scaffolding (request parts, cell and
+sample selection, run identity, resume, storing) in :mod:`robustlab.workflows._masked`. The mask goes through the model's own resize and crop, so map and
 mask meet on the model's input pixels.
 
 Work is batched (a forward and a backward pass per batch of cells), images are decoded and
@@ -32,8 +33,22 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from robustlab.errors import InputError, MissingResourceError
-from robustlab.store.schema import CLEAN_SHIFT, SALIENCY_MAP_SIDE, SALIENCY_TASK
+from robustlab.errors import InputError
+from robustlab.saliency.methods import DEFAULT_METHOD, METHODS
+from robustlab.store.schema import SALIENCY_MAP_SIDE, SALIENCY_TASK
+from robustlab.workflows._masked import (
+    MaskedCells,
+    MaskedData,
+    MaskedExecution,
+    Selection,
+    StoredRun,
+    cell_images,
+    masked_cells,
+    masked_record,
+    route,
+    select,
+    target_rule,
+)
 
 if TYPE_CHECKING:
     from robustlab.run.tasks import TaskDataset
@@ -69,8 +84,8 @@ def read_thumbnail(data: bytes, side: int = SALIENCY_MAP_SIDE) -> np.ndarray:
 class SaliencyDataset:
     """Map-style dataset for :func:`robustlab.run.executors.iterate_local`: item ``i`` is
     ``(i, uint8 K x 3 x H x W model inputs, K x H x W masks, [(shift, level)], errors)``
-    for the cells of sample ``i`` still to do. Unreadable images and failing cells come
-    back as reasons, never as exceptions."""
+    for the cells of sample ``i`` still to do. Unreadable images and skipped cells come
+    back as reasons (:func:`robustlab.workflows._masked.masked_cells`)."""
 
     def __init__(self, samples, todo, images, preprocessing, seed: int):
         self.samples, self.todo, self.images = samples, todo, images
@@ -82,34 +97,13 @@ class SaliencyDataset:
     def __getitem__(self, i: int):
         import torch
 
-        from robustlab.data.images import ImageError
-        from robustlab.workflows.segment import target_mask
-
-        sample = self.samples[i]
-        try:
-            base = self.images.base(sample)
-            if base.mask is None:
-                raise ImageError("no mask for this sample")
-        except ImageError as exc:
-            return i, None, None, [], [("", exc.reason)]
-        except (OSError, ValueError) as exc:
-            return i, None, None, [], [("", f"unreadable: {exc}")]
-        inputs, masks, cells, errors = [], [], [], []
-        for shift, level in self.todo[i]:
-            try:
-                truth = target_mask(sample, base, shift, level, self.seed)
-                if truth is None:
-                    continue
-                img = self.images.cell(sample, base, shift, level)
-            except (ValueError, ImageError, OSError) as exc:
-                errors.append((f"{shift}/{level}", getattr(exc, "reason", None) or str(exc)))
-                continue
-            inputs.append(self.preprocessing.to_uint8(img))
-            masks.append(torch.from_numpy(input_mask(truth, self.preprocessing)))
-            cells.append((shift, str(level)))
-        if not inputs:
-            return i, None, None, cells, errors
-        return i, torch.stack(inputs), torch.stack(masks), cells, errors
+        got, errors = masked_cells(self.images, self.samples[i], self.todo[i], self.seed)
+        if not got:
+            return i, None, None, [], errors
+        prep = self.preprocessing
+        inputs = torch.stack([prep.to_uint8(img) for _, _, img, _ in got])
+        masks = torch.stack([torch.from_numpy(input_mask(t, prep)) for _, _, _, t in got])
+        return i, inputs, masks, [(sh, str(lv)) for sh, lv, _, _ in got], errors
 
 
 @dataclass
@@ -120,6 +114,101 @@ class SaliencyResult:
     summary: pd.DataFrame
     skipped: list[tuple[str, str]]
     record: dict
+
+
+@dataclass(frozen=True)
+class SaliencyModel:
+    """Which model and what to explain.
+
+    Args:
+        model: A model spec (``lite0``, ``timm:resnet50``, ``torchvision:vgg16``...) or a
+            loaded torch :class:`robustlab.models.base.Model`.
+        method: A key of :data:`robustlab.saliency.methods.METHODS`.
+        target_layer: Module name for CAM methods (default: found, and recorded).
+        target: ``"predicted"`` (explain the model's top-1 class) or ``"label"``.
+        label_space, weights, device: As for ``robustlab evaluate`` (for a spec).
+    """
+
+    model: Any
+    method: str = DEFAULT_METHOD
+    target_layer: str | None = None
+    target: str = "predicted"
+    label_space: str | None = None
+    weights: str | Path | None = None
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise InputError(f"target must be one of {', '.join(TARGETS)}, not {self.target!r}")
+        if self.method not in METHODS:
+            raise InputError(
+                f"unknown saliency method {self.method!r}", hint=f"use one of: {', '.join(METHODS)}"
+            )
+        if not METHODS[self.method][2] and self.target_layer is not None:
+            raise InputError(f"{self.method} works on the input pixels; it takes no --target-layer")
+
+    def load(self):
+        """The torch model (loaded from the spec unless it is one already)."""
+        from robustlab.models import load_model
+
+        model = self.model
+        if isinstance(model, str):
+            model = load_model(
+                model, weights=self.weights, device=self.device, label_space=self.label_space
+            )
+        if getattr(model, "module", None) is None:
+            raise InputError(
+                f"{model.spec} is not a torch model ({model.adapter} adapter): saliency "
+                "needs gradients through the network",
+                hint="use the torch spec of the model (lite0, timm:NAME, torchvision:NAME)",
+            )
+        return model
+
+    def attributor(self, model):
+        """The :class:`robustlab.saliency.attribution.Attributor` of the method (a CAM
+        method's layer found in the network unless named)."""
+        from robustlab.saliency.attribution import Attributor, find_target_layer
+
+        layer = None
+        if METHODS[self.method][2]:
+            layer = find_target_layer(model.module, model.preprocessing.hw, self.target_layer)
+        return Attributor(model.module, self.method, layer)
+
+
+@dataclass(frozen=True)
+class SaliencyExecution(MaskedExecution):
+    """:class:`MaskedExecution` (``batch_size`` None: the model's), and ``workers``:
+    processes that decode and shift ahead of the model (None: cores - 1; 0: in this
+    process)."""
+
+    workers: int | None = None
+
+
+@dataclass(frozen=True)
+class SaliencyRequest:
+    """A stored saliency run: :class:`SaliencyModel`, which images (:class:`MaskedData`),
+    which cells (:class:`MaskedCells`) and how it runs (:class:`SaliencyExecution`)."""
+
+    model: SaliencyModel
+    data: MaskedData
+    cells: MaskedCells = MaskedCells()
+    run: SaliencyExecution = SaliencyExecution()
+
+    @classmethod
+    def build(cls, model, data, **options: Any) -> SaliencyRequest:
+        """The request of ``saliency(model, data, **options)``: each keyword goes to the
+        part with a field of its name (unknown: TypeError with a "did you mean")."""
+        parts = route(
+            "saliency",
+            {"model": model, "data": data, **options},
+            {
+                "model": SaliencyModel,
+                "data": MaskedData,
+                "cells": MaskedCells,
+                "run": SaliencyExecution,
+            },
+        )
+        return cls(**parts)
 
 
 def _targets(model, pred_cols, labels, target: str):
@@ -141,274 +230,178 @@ def _targets(model, pred_cols, labels, target: str):
     return cols
 
 
-def saliency(
-    model,
-    data,
-    *,
-    masks,
-    suite="ximagenet12",
-    shifts=None,
-    levels=None,
-    method: str = "gradcam",
-    target_layer: str | None = None,
-    target: str = "predicted",
-    db="robustlab.duckdb",
-    seed: int = 0,
-    labels_csv=None,
-    label_space=None,
-    weights=None,
-    device=None,
-    batch_size: int | None = None,
-    workers: int | None = None,
-    limit: int | None = None,
-    progress: bool = False,
-) -> SaliencyResult:
+def _batch_rows(model, attributor, target: str, pending: list) -> pd.DataFrame:
+    """The stored rows of one batch of ``(meta, input, mask)``: prediction, explained
+    class, correctness, the foreground numbers and the map's thumbnail."""
+    import torch
+
+    from robustlab.saliency.metrics import foreground_metrics
+
+    x = torch.stack([p[1] for p in pending])
+    m = torch.stack([p[2] for p in pending]).numpy()
+    lab = [p[0]["label"] for p in pending]
+    _, ids = model.predict_topk(x, k=1)
+    top1, _ = model.correct(ids, lab)
+    xf = model.preprocessing.normalize(x.to(model.input_device()))
+    maps = attributor(xf, _targets(model, ids[:, 0], lab, target))
+    nums = foreground_metrics(maps, m)
+    rows = []
+    for j, (meta, _, _) in enumerate(pending):
+        rows.append(
+            {
+                **meta,
+                "pred": int(ids[j, 0]),
+                "target": int(_targets(model, ids[j : j + 1, 0], [lab[j]], target)[0]),
+                "correct": bool(top1[j]),
+                **{k: float(v[j]) for k, v in nums.items()},
+                "map": thumbnail(maps[j]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _explain(dataset, labels, explain, run: StoredRun, batch_size: int, workers: int):
+    """Feed the dataset's cells to ``explain`` (a batch of ``(meta, input, mask)`` -> rows)
+    ``batch_size`` at a time, each batch stored as it finishes; the skips, with reasons."""
+    from robustlab.run.executors import iterate_local
+
+    skipped: list[tuple[str, str]] = []
+    pending: list[tuple[dict, Any, Any]] = []
+    # iterate_local takes any map-style dataset (it is typed for the runner's own).
+    loader = iterate_local(cast("TaskDataset", dataset), workers=workers)
+    for i, inputs, masks, got, errors in loader:
+        sample = dataset.samples[i]
+        skipped += [(sample.id, f"{w}: {why}" if w else why) for w, why in errors]
+        if inputs is None:
+            continue
+        for k, (sh, lv) in enumerate(got):
+            meta = {"sample_id": sample.id, "shift": sh, "level": lv}
+            meta.update(class_name=sample.class_name, label=int(labels[i]))
+            pending.append((meta, inputs[k], masks[k]))
+            if len(pending) >= batch_size:
+                run.write(explain(pending))
+                pending.clear()
+    if pending:
+        run.write(explain(pending))
+    return skipped
+
+
+def _record(req: SaliencyRequest, sel: Selection, model, explained: dict, gone: list[str]):
+    """The run record: the model's part of the identity (spec, weights, label space,
+    preprocessing, method and layer, target) beside the masked run's."""
+    identity = {
+        "model_spec": model.spec,
+        "weights_hash": model.weights_hash,
+        "label_space": model.label_space.name,
+        "preprocessing": model.preprocessing.describe(),
+        "saliency": {k: v for k, v in explained.items() if k != "version"},
+        "target": req.model.target,
+    }
+    config = {
+        "saliency": explained,
+        "target": req.model.target,
+        "removed_object": gone,
+        "model": {"spec": model.spec, "device": str(model.device)},
+    }
+    return masked_record(
+        SALIENCY_TASK,
+        sel,
+        req.data,
+        req.cells.seed,
+        model=identity,
+        preprocessing=model.preprocessing.describe(),
+        config=config,
+        extra_versions={explained["library"]: explained["version"]},
+    )
+
+
+def saliency(model, data, **options: Any) -> SaliencyResult:
     """Saliency maps of ``model`` on the clean images and scenario cells, stored as a run.
 
     Args:
         model: A model spec (``lite0``, ``timm:resnet50``, ``torchvision:vgg16``...) or a
             loaded torch :class:`robustlab.models.base.Model`.
         data: Source folder (ImageFolder tree, or flat plus labels CSV).
-        masks: Folder of foreground masks parallel to ``data`` (images without one are
-            skipped, counted).
-        suite, shifts, levels: Which scenario cells (``ximagenet12``, ``imagenet9``); no
-            shifts of a suite: all its mask scenarios. ``shifts=["clean"]``: clean only.
-        method: A key of :data:`robustlab.saliency.attribution.METHODS`.
-        target_layer: Module name for CAM methods (default: found, and recorded).
-        target: ``"predicted"`` (explain the model's top-1 class) or ``"label"``.
-        db: The results database.
-        seed: Global seed of the seed rule (the cells ``evaluate`` sees).
-        labels_csv, label_space, weights, device: As for ``robustlab evaluate``.
-        batch_size: Cells per forward/backward pass (default: the model's).
-        workers: Processes that decode and shift ahead of the model (default: cores - 1;
-            0: in this process).
-        limit: Only the first ``limit`` samples with masks (sorted by id).
-        progress: A line every few seconds on stderr.
+        options: The fields of the request's parts (:class:`SaliencyRequest`):
+            ``method``, ``target_layer``, ``target``, ``label_space``, ``weights``,
+            ``device`` (:class:`SaliencyModel`); ``masks`` (required), ``labels_csv``,
+            ``limit`` (:class:`MaskedData`); ``suite`` (``ximagenet12``, ``imagenet9``),
+            ``shifts`` (``["clean"]``: clean only), ``levels``, ``seed``
+            (:class:`MaskedCells`); ``db``, ``batch_size``, ``workers``, ``progress``
+            (:class:`SaliencyExecution`).
 
     Returns:
         :class:`SaliencyResult`; ``record`` holds ``run_id``, ``db``, ``resumed``,
         ``n_written``, the method and its layer.
     """
-    import torch
+    return run_saliency(SaliencyRequest.build(model, data, **options))
 
-    from robustlab import __version__
-    from robustlab.data.sources import discover
+
+def run_saliency(req: SaliencyRequest) -> SaliencyResult:
+    """Run a :class:`SaliencyRequest` (what :func:`saliency` and ``robustlab saliency``
+    call): a rerun resumes, stored (sample, shift, level) keys skipped before decoding."""
     from robustlab.run.lifeline import default_workers
-    from robustlab.workflows.evaluate.labels import labels_for
-    from robustlab.models import load_model
-    from robustlab.run.executors import iterate_local
-    from robustlab.run.identity import make_record, masked_fingerprints
-    from robustlab.workflows.segment import target_rule
-    from robustlab.run.tasks import CellImages
-    from robustlab.saliency.attribution import (
-        METHODS,
-        Attributor,
-        find_target_layer,
-        require_library,
-    )
-    from robustlab.saliency.metrics import foreground_metrics
-    from robustlab.shifts.registry import available_shifts, get_shift
+    from robustlab.saliency.analysis import cell_summary
+    from robustlab.saliency.attribution import require_library
     from robustlab.store import Store
-    from robustlab.suites import get_suite
+    from robustlab.workflows.evaluate.labels import labels_for
 
-    require_library(method)
-    if target not in TARGETS:
-        raise InputError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-    if masks is None:
-        raise InputError("saliency needs foreground masks; pass --masks DIR")
-    root = Path(data).expanduser()
-    if not root.is_dir():
-        raise MissingResourceError(f"data folder {root} does not exist")
-    mask_root = Path(masks).expanduser()
-    if not mask_root.is_dir():
-        raise MissingResourceError(f"masks folder {mask_root} does not exist")
-    if batch_size is not None and int(batch_size) < 1:
-        raise InputError(f"batch size must be at least 1, got {batch_size}")
-    s = get_suite(str(suite)) if isinstance(suite, (str, Path)) else suite
-    names = list(shifts) if shifts else list(s.shifts)
-    clean_only = names == [CLEAN_SHIFT]
-    if not clean_only:
-        names = [n for n in names if n != CLEAN_SHIFT]
-        unknown = [n for n in names if n not in s.shifts]
-        if unknown:
-            raise InputError(
-                f"{unknown[0]!r} is not a scenario of suite {s.name!r}",
-                hint=f"use one of: {', '.join(s.shifts)}",
-            )
-        s = s.select(available_shifts(names, log=log), list(levels) if levels else None).suite
-    cells = [(CLEAN_SHIFT, "0")]
-    if not clean_only:
-        cells += [(sh, str(lv)) for sh, lv in s.cells()]
-    gone = sorted({sh for sh, _ in cells if target_rule(sh) is None})
-    Store(db).check()  # a damaged database fails now, not after the model has loaded
-    if isinstance(model, str):
-        model = load_model(model, weights=weights, device=device, label_space=label_space)
-    net = getattr(model, "module", None)
-    if net is None:
-        raise InputError(
-            f"{model.spec} is not a torch model ({model.adapter} adapter): saliency needs "
-            "gradients through the network",
-            hint="use the torch spec of the model (lite0, timm:NAME, torchvision:NAME)",
-        )
-    samples = discover(root, labels_csv=labels_csv, masks=mask_root)
-    skipped: list[tuple[str, str]] = [tuple(x) for x in getattr(samples, "skipped", [])]
-    skipped += [(x.id, "no mask in the masks folder") for x in samples if x.mask_path is None]
-    usable = [x for x in samples if x.mask_path is not None]
-    if limit is not None:
-        usable = usable[: int(limit)]
-    if not usable:
-        raise InputError(f"no images with masks in {root}", hint="check --masks")
-    labels = labels_for(usable, model.label_space)
-    layer = None
-    if METHODS[method][2]:
-        layer = find_target_layer(net, model.preprocessing.hw, target_layer)
-    elif target_layer is not None:
-        raise InputError(f"{method} works on the input pixels; it takes no --target-layer")
-    attributor = Attributor(net, method, layer)
-    fingerprint, mask_fingerprint = masked_fingerprints(usable)
-    protocol = s.protocol.describe()
+    require_library(req.model.method)
+    sel = select(req.data, req.cells)
+    gone = sorted({sh for sh, _ in sel.keys if target_rule(sh) is None})
+    store = Store(req.run.db)
+    store.check()  # a damaged database fails now, not after the model has loaded
+    model = req.model.load()
+    labels = labels_for(sel.usable, model.label_space)
+    attributor = req.model.attributor(model)
     explained = attributor.describe()
-    identity = {
-        "task": SALIENCY_TASK,
-        "model_spec": model.spec,
-        "weights_hash": model.weights_hash,
-        "label_space": model.label_space.name,
-        "preprocessing": model.preprocessing.describe(),
-        "saliency": {k: v for k, v in explained.items() if k != "version"},
-        "target": target,
-        "suite": s.name,
-        "suite_version": s.version,
-        "robustlab": __version__,
-        "data_fingerprint": fingerprint,
-        "mask_fingerprint": mask_fingerprint,
-        "seed": int(seed),
-        "protocol": protocol,
-    }
-    record = make_record(
-        identity,
-        data_root=root,
-        preprocessing={"model": model.preprocessing.describe(), "protocol": protocol},
-        extra_versions={explained["library"]: explained["version"]},
-        config={
-            "task": SALIENCY_TASK,
-            "source": "on-the-fly",
-            "masks": str(mask_root.resolve()),
-            "mask_fingerprint": mask_fingerprint,
-            "labels_csv": str(labels_csv) if labels_csv else None,
-            "saliency": explained,
-            "target": target,
-            "cells": [list(c) for c in cells],
-            "removed_object": gone,
-            "limit": limit,
-            "model": {"spec": model.spec, "device": str(model.device)},
-        },
-        n_samples=len(usable),
-    )
-    rid = record.run_id
-    store = Store(db)
-    done = store.saliency_done_keys(rid)
+    record = _record(req, sel, model, explained, gone)
+    done = store.saliency_done_keys(record.run_id)
     todo = [
-        [(sh, lv) for sh, lv in cells if (x.id, sh, lv) not in done and sh not in gone]
-        for x in usable
+        [(sh, lv) for sh, lv in sel.keys if (x.id, sh, lv) not in done and sh not in gone]
+        for x in sel.usable
     ]
     keep = [i for i, t in enumerate(todo) if t]
-    needs_donors = any(get_shift(n).extra.get("donor_rule") for n, _ in cells if n != CLEAN_SHIFT)
-    images = CellImages(
-        s.protocol, seed, donors=list(samples) if needs_donors else None, with_mask=True
-    )
     dataset = SaliencyDataset(
-        [usable[i] for i in keep], [todo[i] for i in keep], images, model.preprocessing, seed
+        [sel.usable[i] for i in keep],
+        [todo[i] for i in keep],
+        cell_images(sel, req.cells.seed),
+        model.preprocessing,
+        req.cells.seed,
     )
-    sub_labels = [labels[i] for i in keep]
-    bs = int(batch_size or model.batch_size)
-    n_workers = default_workers() if workers is None else int(workers)
-    resumed = not store.start_run(record)
-    written = [0]
-    lines = None
-    if progress:
-        from robustlab.run.progress import LineProgress
-
-        lines = LineProgress(
-            sum(len(todo[i]) for i in keep), what=f"saliency {model.spec}", unit="cell"
-        )
-    pending: list[tuple[dict, Any, Any]] = []
-
-    def flush():
-        if not pending:
-            return
-        x = torch.stack([p[1] for p in pending])
-        m = torch.stack([p[2] for p in pending]).numpy()
-        lab = [p[0]["label"] for p in pending]
-        probs, ids = model.predict_topk(x, k=1)
-        top1, _ = model.correct(ids, lab)
-        xf = model.preprocessing.normalize(x.to(model.input_device()))
-        maps = attributor(xf, _targets(model, ids[:, 0], lab, target))
-        nums = foreground_metrics(maps, m)
-        rows = []
-        for j, (meta, _, _) in enumerate(pending):
-            rows.append(
-                {
-                    **meta,
-                    "pred": int(ids[j, 0]),
-                    "target": int(_targets(model, ids[j : j + 1, 0], [lab[j]], target)[0]),
-                    "correct": bool(top1[j]),
-                    **{k: float(v[j]) for k, v in nums.items()},
-                    "map": thumbnail(maps[j]),
-                }
-            )
-        pending.clear()
-        written[0] += store.write_saliency(rid, pd.DataFrame(rows))
-        if lines is not None:
-            lines.update(len(rows))
-
+    lines = (sum(len(todo[i]) for i in keep), f"saliency {model.spec}", "cell", 0)
+    run = StoredRun(store, record, store.write_saliency, lines if req.run.progress else None)
+    workers = default_workers() if req.run.workers is None else int(req.run.workers)
     try:
-        # iterate_local takes any map-style dataset (it is typed for the runner's own).
-        loader = iterate_local(cast("TaskDataset", dataset), workers=n_workers)
-        for i, inputs, mks, got, errors in loader:
-            sample = dataset.samples[i]
-            for where, reason in errors:
-                skipped.append((sample.id, f"{where}: {reason}" if where else reason))
-            if inputs is None:
-                continue
-            for k, (sh, lv) in enumerate(got):
-                meta = {
-                    "sample_id": sample.id,
-                    "shift": sh,
-                    "level": lv,
-                    "class_name": sample.class_name,
-                    "label": int(sub_labels[i]),
-                }
-                pending.append((meta, inputs[k], mks[k]))
-                if len(pending) >= bs:
-                    flush()
-        flush()
-    except KeyboardInterrupt:
-        store.finish_run(rid, status="interrupted")
-        raise
-    except BaseException:
-        store.finish_run(rid, status="failed")
-        raise
+        with run.running():
+            skipped = _explain(
+                dataset,
+                [labels[i] for i in keep],
+                lambda pending: _batch_rows(model, attributor, req.model.target, pending),
+                run,
+                int(req.run.batch_size or model.batch_size),
+                workers,
+            )
     finally:
         attributor.close()
-        if lines is not None:
-            lines.close()
-    store.finish_run(rid, status="finished", n_samples=len(usable), skipped=skipped)
-    from robustlab.saliency.analysis import cell_summary
-
-    rows = store.saliency([rid])
-    summary = cell_summary(rows, np.random.default_rng(int(seed)))
-    out = {
-        "run_id": rid,
-        "db": str(store.path),
-        "resumed": resumed,
-        "n_written": written[0],
-        "n_samples": len(usable),
-        "saliency": explained,
-        "removed_object": gone,
-    }
+    skipped = sel.skipped + skipped
+    run.finish(len(sel.usable), skipped)
+    rows = store.saliency([run.run_id])
+    summary = cell_summary(rows, np.random.default_rng(int(req.cells.seed)))
+    out = {**run.summary(), "n_samples": len(sel.usable)}
+    out.update(saliency=explained, removed_object=gone)
     return SaliencyResult(rows, summary, skipped, out)
 
 
-__all__ = ["saliency", "SaliencyResult", "input_mask", "thumbnail", "read_thumbnail", "TARGETS"]
+__all__ = [
+    "saliency",
+    "run_saliency",
+    "SaliencyRequest",
+    "SaliencyModel",
+    "SaliencyExecution",
+    "SaliencyResult",
+    "input_mask",
+    "thumbnail",
+    "read_thumbnail",
+    "TARGETS",
+]

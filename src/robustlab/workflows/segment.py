@@ -9,8 +9,11 @@ object mask. Per-image counts (tp, fp, fn, tn) are kept, so
 per class) from accumulated pixels.
 
 The scenario images are made by the same :class:`robustlab.run.tasks.CellImages` as
-classifier runs (same seed rule, same pixels as a generated folder). Which mask is the
-truth depends on what a scenario does to the object, a table kept here as data:
+classifier runs (same seed rule, same pixels as a generated folder), through the run
+scaffolding segment shares with ``saliency`` (:mod:`robustlab.workflows._masked`: request
+parts, cell and sample selection, run identity, resume, storing). Which mask is the truth
+depends on what a scenario does to the object, a rule kept as data on each shift
+(:func:`robustlab.workflows._masked.target_mask`):
 
 - the object stays where it is (blur, colour, brightness, segmented, transparent,
   only_fg, the ImageNet-9 mixes, ai_bg): the sample's prepared mask;
@@ -23,7 +26,7 @@ truth depends on what a scenario does to the object, a table kept here as data:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +34,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from robustlab.errors import CellSkipped, InputError, MissingResourceError
-from robustlab.store.schema import CLEAN_SHIFT
+from robustlab.errors import InputError, MissingResourceError
+from robustlab.workflows._masked import (
+    MaskedCells,
+    MaskedData,
+    MaskedExecution,
+    Selection,
+    StoredRun,
+    cell_images,
+    masked_cells,
+    masked_record,
+    route,
+    select,
+    target_rule,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,41 +186,6 @@ def load_segmentation_model(
     )
 
 
-def target_rule(shift: str) -> str | None:
-    """What ``shift`` does to the object (:attr:`robustlab.shifts.registry.Shift.target`:
-    ``"same"``, ``"moved"``, or None when the object is gone); the clean cell keeps it."""
-    from robustlab.shifts.registry import get_shift
-
-    return "same" if shift == CLEAN_SHIFT else get_shift(shift).target
-
-
-def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | None:
-    """The true object mask of one cell (HxW bool), or None when the object is gone.
-
-    Raises:
-        CellSkipped: the sample has no usable mask.
-    """
-    from robustlab.shifts.scenes import check_mask
-
-    m = check_mask(prepared.mask, prepared.rgb.shape)
-    rule = target_rule(shift)
-    if rule == "same":
-        return m
-    if rule is None:
-        return None
-    if rule == "moved":
-        from robustlab.seeding import derive_seed, make_rng
-        from robustlab.shifts.registry import get_shift
-        from robustlab.shifts.scenes import moved_mask
-
-        # the shift's own draw from its cell generator (it draws first): the same spot
-        sh = get_shift(shift)
-        rng = make_rng(derive_seed(seed, sample.id, shift, level))
-        draws = sh.draw(prepared.rgb, sh.params[level], rng, {"mask": m})
-        return moved_mask(m, draws["offset"])
-    raise ValueError(f"unknown target rule {rule!r} for {shift}")
-
-
 @dataclass
 class SegmentationResult:
     """Per-image counts, per-scenario scores and what was skipped (with reasons)."""
@@ -216,150 +196,156 @@ class SegmentationResult:
     record: dict
 
 
-def evaluate_segmentation(
-    model: SegmentationModel,
-    data,
-    *,
-    masks,
-    suite="ximagenet12",
-    shifts=None,
-    levels=None,
-    seed: int = 0,
-    labels_csv=None,
-    batch_size: int = 8,
-    limit: int | None = None,
-    done=None,
-    sink=None,
-) -> SegmentationResult:
-    """Segment the clean images and every cell of ``suite``; score predicted foreground.
+# Images per forward pass when the request names none.
+DEFAULT_BATCH_SIZE = 8
+COUNT_COLUMNS = ["sample_id", "class_name", "shift", "level", "tp", "fp", "fn", "tn"]
+SUMMARY_COLUMNS = ["shift", "level", "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"]
 
-    Args:
-        model: A :class:`SegmentationModel`.
-        data: Source folder (ImageFolder tree, or flat plus labels CSV).
-        masks: Folder of foreground masks parallel to ``data``; images without one are
-            skipped (counted).
-        suite, shifts, levels: Which scenario cells (as for ``robustlab evaluate``).
-        seed: Global seed of the seed rule (the same cells a classifier run sees).
-        batch_size: Images per forward pass.
-        limit: Only the first ``limit`` samples with masks (sorted by id).
-        done: (sample_id, shift, level) keys to leave out (already stored: resume); a
-            sample whose cells are all done is not even decoded.
-        sink: Called with each batch's rows (a DataFrame with the ``counts`` columns) as
-            soon as they are computed, so a store can persist them batch by batch.
+
+@dataclass(frozen=True)
+class SegmentRequest:
+    """A stored segmentation run: the loaded model, which images (:class:`MaskedData`),
+    which cells (:class:`MaskedCells`) and how it runs (:class:`MaskedExecution`).
+
+    The model must come from a weights file: an untrained ``weights="random"`` network has
+    no identity to resume under.
+    """
+
+    model: SegmentationModel
+    data: MaskedData
+    cells: MaskedCells = MaskedCells()
+    run: MaskedExecution = MaskedExecution()
+
+    def __post_init__(self) -> None:
+        if self.model.weights_hash in (None, "random"):
+            raise InputError(
+                "storing segmentation results needs a model loaded from a weights file "
+                "(an untrained random network has no identity to resume under)"
+            )
+
+    @classmethod
+    def build(cls, model: SegmentationModel, data, **options: Any) -> SegmentRequest:
+        """The request of ``segment_to_store(model, data, **options)``: each keyword goes to
+        the part with a field of its name (unknown: TypeError with a "did you mean")."""
+        parts = route(
+            "segment_to_store",
+            {"data": data, **options},
+            {"data": MaskedData, "cells": MaskedCells, "run": MaskedExecution},
+        )
+        return cls(model, **parts)
+
+
+def _score(
+    model: SegmentationModel,
+    sel: Selection,
+    seed: int,
+    batch_size: int,
+    done=None,
+    sink: Callable[[pd.DataFrame], Any] | None = None,
+) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Segment the cells of ``sel`` not in ``done`` and count pixels against each truth.
 
     Returns:
-        :class:`SegmentationResult`; ``summary`` has one row per (shift, level), clean first
-        (only the cells computed by this call when ``done`` is given).
+        ``(rows, skipped)``: one row of :data:`COUNT_COLUMNS` per (image, cell), in batches
+        also handed to ``sink`` as they are computed; the skips of this call, with reasons.
     """
-    from robustlab.data.images import ImageError
-    from robustlab.data.sources import discover
-    from robustlab.run.tasks import CellImages
-    from robustlab.shifts.registry import available_shifts, get_shift
-    from robustlab.suites import get_suite
-
-    if masks is None:
-        raise InputError("segmentation scoring needs foreground masks; pass masks=DIR")
-    if int(batch_size) < 1:
-        raise InputError(f"batch size must be at least 1, got {batch_size}")
-    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    names = available_shifts(s.match(shifts or None), log=log)
-    s = s.select(names, levels or None).suite
-    cells = [(CLEAN_SHIFT, 0), *s.cells()]
-    samples = discover(Path(data).expanduser(), labels_csv=labels_csv, masks=masks)
-    skipped: list[tuple[str, str]] = [tuple(x) for x in getattr(samples, "skipped", [])]
-    skipped += [(x.id, "no mask in the masks folder") for x in samples if x.mask_path is None]
-    usable = [x for x in samples if x.mask_path is not None]
-    if limit is not None:
-        usable = usable[: int(limit)]
-    if not usable:
-        raise InputError(f"no images with masks in {data}")
-    needs_donors = any(get_shift(n).extra.get("donor_rule") for n, _ in cells if n != CLEAN_SHIFT)
-    # Donors come from the whole data set (DonorPool's rule), not from the first --limit
-    # masked samples, so the cells are the pixels generate and evaluate make.
-    images = CellImages(
-        s.protocol, seed, donors=list(samples) if needs_donors else None, with_mask=True
-    )
-    for name in dict.fromkeys(n for n, _ in cells):
+    images = cell_images(sel, seed)
+    for name in dict.fromkeys(n for n, _ in sel.cells):
         if target_rule(name) is None:
             log.info("%s removes the object: no foreground to segment, its cells are skipped", name)
-
+    done = {(str(a), str(b), str(c)) for a, b, c in done} if done else set()
     rows: list[dict] = []
+    skipped: list[tuple[str, str]] = []
     batch: list[tuple[dict, np.ndarray, np.ndarray]] = []
 
     def flush():
         if not batch:
             return
         fg = model.foreground([img for _, img, _ in batch])
-        new = []
-        for (row, _, truth), pred in zip(batch, fg):
-            tp, fp, fn, tn = _counts(pred, truth)
-            new.append({**row, "tp": tp, "fp": fp, "fn": fn, "tn": tn})
+        new = [
+            {**row, **dict(zip("tp fp fn tn".split(), _counts(pred, truth)))}
+            for (row, _, truth), pred in zip(batch, fg)
+        ]
         batch.clear()
         if sink is not None:
-            sink(pd.DataFrame(new, columns=columns))
+            sink(pd.DataFrame(new, columns=COUNT_COLUMNS))
         rows.extend(new)
 
-    columns = ["sample_id", "class_name", "shift", "level", "tp", "fp", "fn", "tn"]
-    done = {(str(a), str(b), str(c)) for a, b, c in done} if done else set()
-    for sample in usable:
-        todo = [(sh, lv) for sh, lv in cells if (sample.id, sh, str(lv)) not in done]
+    for sample in sel.usable:
+        todo = [(sh, lv) for sh, lv in sel.cells if (sample.id, sh, str(lv)) not in done]
         if not todo:
             continue
-        try:
-            base = images.base(sample)
-            if base.mask is None:
-                raise ImageError("no mask for this sample")
-        except ImageError as exc:
-            skipped.append((sample.id, exc.reason))
-            log.warning("skipping %s: %s", sample.id, exc.reason)
-            continue
-        for shift, level in todo:
-            try:
-                truth = target_mask(sample, base, shift, level, seed)
-                if truth is None:
-                    continue
-                img = images.cell(sample, base, shift, level)
-            except (CellSkipped, ImageError, OSError) as exc:  # skips; others are bugs
-                reason = getattr(exc, "reason", None) or str(exc)
-                skipped.append((sample.id, f"{shift}/{level}: {reason}"))
-                log.warning("skipping %s %s/%s: %s", sample.id, shift, level, reason)
-                continue
-            batch.append(
-                (
-                    {
-                        "sample_id": sample.id,
-                        "class_name": sample.class_name,
-                        "shift": shift,
-                        "level": str(level),
-                    },
-                    img,
-                    truth,
-                )
-            )
-            if len(batch) >= int(batch_size):
+        got, errors = masked_cells(images, sample, todo, seed)
+        for where, reason in errors:
+            skipped.append((sample.id, f"{where}: {reason}" if where else reason))
+            log.warning("skipping %s %s: %s", sample.id, where or "", reason)
+        for shift, level, img, truth in got:
+            key = {"sample_id": sample.id, "class_name": sample.class_name}
+            batch.append(({**key, "shift": shift, "level": str(level)}, img, truth))
+            if len(batch) >= batch_size:
                 flush()
     flush()
-    counts = pd.DataFrame(rows, columns=columns)
-    from robustlab.metrics.segmentation import summarize
+    return rows, skipped
 
-    summary = (
-        summarize(counts)
-        if len(counts)
-        else pd.DataFrame(
-            columns=["shift", "level", "n", "pixel_acc", "miou", "fg_iou", "bg_iou", "image_fg_iou"]
-        )
-    )
-    record = {
+
+def _record(model: SegmentationModel, sel: Selection, data: MaskedData, seed: int, skipped):
+    """What :class:`SegmentationResult` reports about the run (besides the store's part)."""
+    return {
         "model": model.describe(),
-        "suite": s.name,
-        "suite_version": s.version,
+        "suite": sel.suite.name,
+        "suite_version": sel.suite.version,
         "seed": int(seed),
-        "protocol": s.protocol.describe(),
-        "data": str(data),
-        "masks": str(masks),
-        "n_samples": len(usable),
+        "protocol": sel.suite.protocol.describe(),
+        "data": str(data.data),
+        "masks": str(data.masks),
+        "n_samples": len(sel.usable),
         "n_skipped": len(skipped),
     }
+
+
+def evaluate_segmentation(
+    model: SegmentationModel,
+    data,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    done=None,
+    sink=None,
+    **options: Any,
+) -> SegmentationResult:
+    """Segment the clean images and every cell of a suite; score predicted foreground.
+
+    Args:
+        model: A :class:`SegmentationModel`.
+        data: Source folder (ImageFolder tree, or flat plus labels CSV).
+        batch_size: Images per forward pass.
+        done: (sample_id, shift, level) keys to leave out (already stored: resume); a
+            sample whose cells are all done is not even decoded.
+        sink: Called with each batch's rows (a DataFrame with the ``counts`` columns) as
+            soon as they are computed, so a store can persist them batch by batch.
+        options: The fields of :class:`MaskedData` (``masks``, ``labels_csv``,
+            ``limit``) and of :class:`MaskedCells` (``suite``, ``shifts``, ``levels``,
+            ``seed``).
+
+    Returns:
+        :class:`SegmentationResult`; ``summary`` has one row per (shift, level), clean first
+        (only the cells computed by this call when ``done`` is given).
+    """
+    from robustlab.metrics.segmentation import summarize
+
+    parts = route(
+        "evaluate_segmentation",
+        {"data": data, **options},
+        {"data": MaskedData, "cells": MaskedCells},
+    )
+    if int(batch_size) < 1:
+        raise InputError(f"batch size must be at least 1, got {batch_size}")
+    sel = select(parts["data"], parts["cells"])
+    seed = parts["cells"].seed
+    rows, skipped = _score(model, sel, seed, int(batch_size), done, sink)
+    skipped = sel.skipped + skipped
+    counts = pd.DataFrame(rows, columns=COUNT_COLUMNS)
+    summary = summarize(counts) if len(counts) else pd.DataFrame(columns=SUMMARY_COLUMNS)
+    record = _record(model, sel, parts["data"], seed, skipped)
     return SegmentationResult(counts, summary, skipped, record)
 
 
@@ -369,21 +355,7 @@ def _counts(pred: np.ndarray, truth: np.ndarray) -> tuple[int, int, int, int]:
     return binary_counts(pred, truth)
 
 
-def segment_to_store(
-    model: SegmentationModel,
-    data,
-    *,
-    masks,
-    db="robustlab.duckdb",
-    suite="ximagenet12",
-    shifts=None,
-    levels=None,
-    seed: int = 0,
-    labels_csv=None,
-    batch_size: int = 8,
-    limit: int | None = None,
-    progress: bool = False,
-) -> SegmentationResult:
+def segment_to_store(model: SegmentationModel, data, **options: Any) -> SegmentationResult:
     """:func:`evaluate_segmentation` with its per-image counts stored in the results database.
 
     The run gets a ``runs`` row like a classifier run (``config["task"] ==
@@ -397,146 +369,67 @@ def segment_to_store(
     Args:
         model: A :class:`SegmentationModel` loaded from a weights file (an untrained
             ``weights="random"`` network has no identity to resume under: ValueError).
-        db: The DuckDB results file.
-        progress: Print a progress line on stderr now and then (rows scored).
-        (others): As for :func:`evaluate_segmentation`.
+        data: Source folder (ImageFolder tree, or flat plus labels CSV).
+        options: The fields of the request's parts (:class:`SegmentRequest`): ``masks``,
+            ``labels_csv``, ``limit``; ``suite``, ``shifts``, ``levels``, ``seed``;
+            ``db``, ``batch_size`` (default 8), ``progress``.
 
     Returns:
         :class:`SegmentationResult` read back from the database for the requested cells
         (``counts`` of every stored image, not only the ones computed now); ``record``
         adds ``run_id``, ``db``, ``resumed`` and ``n_written``.
     """
-    from robustlab import __version__
-    from robustlab.data.sources import discover
+    return run_segment(SegmentRequest.build(model, data, **options))
+
+
+def run_segment(req: SegmentRequest) -> SegmentationResult:
+    """Run a :class:`SegmentRequest` (what :func:`segment_to_store` and ``robustlab
+    segment`` call)."""
     from robustlab.metrics.segmentation import cell_scores
-    from robustlab.run.identity import make_record, masked_fingerprints
-    from robustlab.shifts.registry import available_shifts
     from robustlab.store import Store
     from robustlab.store.schema import SEGMENTATION_TASK
-    from robustlab.suites import get_suite
 
-    if masks is None:
-        raise InputError("segmentation scoring needs foreground masks; pass masks=DIR")
-    if model.weights_hash in (None, "random"):
-        raise InputError(
-            "storing segmentation results needs a model loaded from a weights file "
-            "(an untrained random network has no identity to resume under)"
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-    root = Path(data).expanduser()
-    if not root.is_dir():
-        raise MissingResourceError(f"data folder {root} does not exist")
-    mask_root = Path(masks).expanduser()
-    if not mask_root.is_dir():
-        raise MissingResourceError(f"masks folder {mask_root} does not exist")
-    s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
-    s = s.select(available_shifts(s.match(shifts or None), log=log), levels or None).suite
-    cells = [(CLEAN_SHIFT, "0"), *((sh, str(lv)) for sh, lv in s.cells())]
-    samples = discover(root, labels_csv=labels_csv, masks=mask_root)
-    usable = [x for x in samples if x.mask_path is not None]
-    if limit is not None:
-        usable = usable[: int(limit)]
+    model, seed = req.model, req.cells.seed
+    sel = select(req.data, req.cells)
     # By content (cached), not by size: a replaced photo or mask is another run.
-    fingerprint, mask_fingerprint = masked_fingerprints(usable)
-    protocol = s.protocol.describe()
-    identity = {
-        "task": SEGMENTATION_TASK,
-        "model_spec": model.spec,
-        "weights_hash": model.weights_hash,
-        "background": model.background,
-        "mean": list(model.mean),
-        "std": list(model.std),
-        "suite": s.name,
-        "suite_version": s.version,
-        "robustlab": __version__,
-        "data_fingerprint": fingerprint,
-        "mask_fingerprint": mask_fingerprint,
-        "seed": int(seed),
-        "protocol": protocol,
-    }
-    record = make_record(
-        identity,
-        data_root=root,
-        preprocessing={
-            "model": {"mean": list(model.mean), "std": list(model.std)},
-            "protocol": protocol,
-        },
-        config={
-            "task": SEGMENTATION_TASK,
-            "source": "on-the-fly",
-            "masks": str(mask_root.resolve()),
-            "mask_fingerprint": mask_fingerprint,
-            "labels_csv": str(labels_csv) if labels_csv else None,
-            "model": model.describe(),
+    record = masked_record(
+        SEGMENTATION_TASK,
+        sel,
+        req.data,
+        seed,
+        model={
+            "model_spec": model.spec,
+            "weights_hash": model.weights_hash,
             "background": model.background,
-            "cells": [list(c) for c in cells],
-            "limit": limit,
+            "mean": list(model.mean),
+            "std": list(model.std),
         },
-        n_samples=len(usable),
+        preprocessing={"mean": list(model.mean), "std": list(model.std)},
+        config={"model": model.describe(), "background": model.background},
     )
-    rid = record.run_id
-    store = Store(db)
-    done = store.segmentation_done_keys(rid)
-    resumed = not store.start_run(record)
-    written = [0]
-    lines = None
-    if progress:  # one line now and then on stderr: (image, cell) rows scored
-        from robustlab.run.progress import LineProgress
-
-        lines = LineProgress(len(usable) * len(cells), what="segment", unit="row", done=len(done))
-
-    def sink(rows: pd.DataFrame) -> None:
-        written[0] += store.write_segmentation(rid, rows)
-        if lines is not None:
-            lines.update(len(rows))
-
-    try:
-        res = evaluate_segmentation(
-            model,
-            root,
-            masks=mask_root,
-            suite=s,
-            seed=seed,
-            labels_csv=labels_csv,
-            batch_size=batch_size,
-            limit=limit,
-            done=done,
-            sink=sink,
-        )
-    except KeyboardInterrupt:
-        store.finish_run(rid, status="interrupted")
-        raise
-    except BaseException:
-        store.finish_run(rid, status="failed")
-        raise
-    finally:
-        if lines is not None:
-            lines.close()
-    store.finish_run(
-        rid, status="finished", n_samples=len(usable), skipped=[list(x) for x in res.skipped]
-    )
-    counts = store.segmentation_counts([rid])
-    wanted = set(cells)
+    store = Store(req.run.db)
+    done = store.segmentation_done_keys(record.run_id)
+    lines = (len(sel.usable) * len(sel.cells), "segment", "row", len(done))
+    run = StoredRun(store, record, store.write_segmentation, lines if req.run.progress else None)
+    with run.running():
+        batch_size = int(req.run.batch_size or DEFAULT_BATCH_SIZE)
+        _, skipped = _score(model, sel, seed, batch_size, done, run.write)
+    skipped = sel.skipped + skipped
+    run.finish(len(sel.usable), [list(x) for x in skipped])
+    counts = store.segmentation_counts([run.run_id])
+    wanted = set(sel.keys)
     counts = counts[[(a, b) in wanted for a, b in zip(counts["shift"], counts["level"])]]
     counts = counts.drop(columns=["run_id"]).reset_index(drop=True)
-    summary = cell_scores(counts)
-    record_out = {
-        **res.record,
-        "run_id": rid,
-        "db": str(store.path),
-        "resumed": resumed,
-        "n_written": written[0],
-    }
-    return SegmentationResult(counts, summary, res.skipped, record_out)
+    record_out = {**_record(model, sel, req.data, seed, skipped), **run.summary()}
+    return SegmentationResult(counts, cell_scores(counts), skipped, record_out)
 
 
 __all__ = [
     "segment_to_store",
+    "run_segment",
+    "SegmentRequest",
     "SegmentationModel",
     "SegmentationResult",
     "load_segmentation_model",
     "evaluate_segmentation",
-    "target_mask",
-    "target_rule",
 ]
