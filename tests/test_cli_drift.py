@@ -262,11 +262,7 @@ def _literal_flags(module) -> set[str]:
 # (flag, command module): copies found when the check below was added, in commands other
 # branches own; each is one line to replace with the _args helper named (then delete it here).
 PENDING_COPIES = {
-    ("--batch-size", "robustlab.commands.evaluate"): "add_batch_size(p)",
     ("--batch-size", "robustlab.commands.mine"): "add_batch_size(p)",
-    ("--label-space", "robustlab.commands.evaluate"): 'add_label_space(p, default="the suite\'s")',
-    ("--label-space", "robustlab.commands.train"): 'add_label_space(p, default="the suite\'s")',
-    ("--weights", "robustlab.commands.evaluate"): "add_weights(p)",
 }
 
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from robustlab.commands._args import (
     add_backend,
+    add_batch_size,
     add_cell_filters,
     add_db,
     add_defence_args,
     add_device,
     add_inference_args,
+    add_label_space,
     add_labels,
     add_masks,
     add_no_progress,
     add_seed,
+    add_weights,
     add_workers,
 )
 
@@ -42,10 +45,10 @@ def add_parser(sub) -> None:
     add_cell_filters(p)
     add_labels(p)
     add_masks(p)
-    p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
-    p.add_argument("--weights", default=None, help="weights file for the model")
+    add_label_space(p, default="the suite's")
+    add_weights(p)
     add_device(p)
-    p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
+    add_batch_size(p)
     add_defence_args(p)
     add_inference_args(p)
     add_workers(p)

@@ -10,6 +10,7 @@ from robustlab.commands._args import (
     add_db,
     add_defence_args,
     add_device,
+    add_label_space,
     add_labels,
     add_masks,
     add_no_progress,
@@ -90,7 +91,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="checkpoints", help="checkpoint folder (default ./checkpoints)")
     add_db(p)
     add_labels(p)
-    p.add_argument("--label-space", default=None, help="label space (default: the suite's)")
+    add_label_space(p, default="the suite's")
     p.add_argument("--weights", default=None, help="base weights file for the model")
     add_device(p)
     p.add_argument(
