@@ -120,7 +120,15 @@ def _mine(tmp: Path) -> dict[str, bytes]:
 SCENARIOS = {"generate": _generate, "synth": _synth, "mine": _mine}
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize(
+    "name",
+    # synth and mine are slow (a diffusers pipeline; a surrogate's evaluation, ~10 s each)
+    [
+        "generate",
+        pytest.param("mine", marks=pytest.mark.slow),
+        pytest.param("synth", marks=pytest.mark.slow),
+    ],
+)
 def test_folder_records_are_byte_for_byte_the_same(name, tmp_path):
     for file, raw in SCENARIOS[name](tmp_path).items():
         golden = (GOLDEN / file).read_text()
