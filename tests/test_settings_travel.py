@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from robustlab.workflows import generate as generate_module
+from robustlab.workflows.generate import worker as generate_worker
 from robustlab.demo import materialise
 from robustlab.workflows.generate import MANIFEST, generate
 from robustlab.manifest import LOCK
@@ -30,10 +30,10 @@ SHIFTS = ["obj_position"]  # every cell is edited, so every cell has a filled ho
 
 def _init_worker_whose_environment_says_telea(*args):
     """The pool's initialiser, in a worker whose own environment names another backend."""
-    from robustlab.workflows.generate import _init_worker
+    from robustlab.workflows.generate.worker import init_worker
 
     os.environ[fill.ENV_FILL] = "telea"
-    _init_worker(*args)
+    init_worker(*args)
 
 
 def _files(out: Path) -> dict[str, bytes]:
@@ -85,7 +85,7 @@ def driver_plans_ns(monkeypatch):
 def test_pool_workers_fill_with_the_tasks_backend_not_their_environment(
     demo_data, references, driver_plans_ns, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(generate_module, "_init_worker", _init_worker_whose_environment_says_telea)
+    monkeypatch.setattr(generate_worker, "init_worker", _init_worker_whose_environment_says_telea)
     out = tmp_path / "pool"
     res = _generate(demo_data, out, workers=2)
     assert res.written == len(PHOTOS) and not res.failures

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from robustlab.errors import InputChangedError, InputError
+from robustlab.errors import InputError
 
 try:
     import fcntl
@@ -162,23 +162,6 @@ def _content_changes(prev: dict, new: dict) -> list[str]:
     ]
 
 
-def check_compatible(prev: dict | None, new: dict, folder: Path | str) -> None:
-    """Refuse to add files made under another identity to an existing folder.
-
-    ``folder`` (a path or a URL) is only named in the message.
-
-    Raises:
-        InputChangedError: naming every difference, with the hint to use a new folder.
-    """
-    if not prev:
-        return
-    changes = identity_changes(prev, new)
-    if changes:
-        raise InputChangedError(
-            f"{folder} was generated with other inputs: " + "; ".join(changes), hint=HINT
-        )
-
-
 def this_process() -> dict:
     """``host`` and ``pid`` of this run, so a later run can tell a killed one."""
     return {"host": socket.gethostname(), "pid": os.getpid()}
@@ -206,7 +189,7 @@ def generated_identity(manifest: dict) -> dict:
 
     ``created_at`` tells a folder deleted and generated again at the same place; the
     per-image content is covered by the evaluation's own image hashes, and cell parameters
-    cannot change inside one folder (:func:`check_compatible`).
+    cannot change inside one folder (:func:`identity_changes`).
     """
     return {
         "format": manifest.get("format"),
@@ -225,7 +208,6 @@ __all__ = [
     "load_manifest",
     "parse_manifest",
     "identity_changes",
-    "check_compatible",
     "generated_identity",
     "mark_dead_runs",
     "this_process",

@@ -66,26 +66,37 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from robustlab.workflows.generate import generate
+    from robustlab.workflows.generate import (
+        GenerateCells,
+        GenerateExecution,
+        GenerateInputs,
+        generate,
+    )
 
     res = generate(
         args.suite,
         args.data,
         args.out,
-        shifts=args.shifts,
-        levels=args.levels,
-        seed=args.seed,
-        workers=args.workers,
-        fmt=args.fmt,
-        keep_size=args.keep_size,
-        limit=args.limit,
-        labels_csv=args.labels_csv,
-        masks=args.masks,
-        bboxes=args.bboxes,
-        progress=not args.no_progress,
-        backend=args.backend,
-        address=args.address,
-        unlabelled=args.unlabelled,
+        cells=GenerateCells(
+            shifts=args.shifts,
+            levels=args.levels,
+            seed=args.seed,
+            fmt=args.fmt,
+            keep_size=args.keep_size,
+        ),
+        inputs=GenerateInputs(
+            labels_csv=args.labels_csv,
+            masks=args.masks,
+            bboxes=args.bboxes,
+            unlabelled=args.unlabelled,
+            limit=args.limit,
+        ),
+        execution=GenerateExecution(
+            workers=args.workers,
+            backend=args.backend,
+            address=args.address,
+            progress=not args.no_progress,
+        ),
     )
     rate = res.samples / res.seconds if res.seconds > 0 else 0.0
     print(

@@ -69,31 +69,37 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from robustlab.workflows.imagenet_d.mine import mine
+    from robustlab.workflows.imagenet_d.mine import MineExecution, MineInputs, MineRule, mine
 
     specs = [s.strip() for s in args.surrogates.split(",") if s.strip()]
     weights = [w.strip() or None for w in args.weights.split(",")] if args.weights else None
     res = mine(
         args.data,
-        surrogates=specs,
-        k=args.k,
-        label_space=args.label_space,
-        labels_csv=args.labels_csv,
-        db=args.db,
-        out=args.out,
-        copy=args.copy,
-        include_clean=True if args.include_clean else None,
-        shifts=args.shifts,
-        levels=args.levels,
-        weights=weights,
-        device=args.device,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        progress=False if args.no_progress else None,
-        backend=args.backend,
-        address=args.address,
-        precision=args.precision,
-        compile=args.compile,
+        rule=MineRule(
+            surrogates=specs,
+            weights=weights,
+            k=args.k,
+            precision=args.precision,
+            compile=args.compile,
+        ),
+        inputs=MineInputs(
+            label_space=args.label_space,
+            labels_csv=args.labels_csv,
+            include_clean=True if args.include_clean else None,
+            shifts=args.shifts,
+            levels=args.levels,
+        ),
+        execution=MineExecution(
+            db=args.db,
+            out=args.out,
+            copy=args.copy,
+            device=args.device,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            progress=False if args.no_progress else None,
+            backend=args.backend,
+            address=args.address,
+        ),
     )
     kept = len(res.kept)
     total = len(res.table)

@@ -99,31 +99,42 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from robustlab.workflows.imagenet_d.synth.request import (
+        SynthDiffusion,
+        SynthExecution,
+        SynthGrid,
+    )
     from robustlab.workflows.imagenet_d.synth.run import synth
 
     res = synth(
         args.out,
         args.checkpoint,
-        label_space=args.label_space,
-        classes=_csv(args.classes),
-        nuisances=_csv(args.nuisances) or [],
-        per_pair=args.per_pair,
-        seed=args.seed,
-        steps=args.steps,
-        guidance_scale=args.guidance,
-        height=args.size,
-        width=args.size,
-        negative_prompt=args.negative_prompt,
-        templates=args.templates,
-        sampler=args.sampler,
-        max_nuisances=args.max_nuisances,
-        limit=args.limit,
-        batch_size=args.batch_size,
-        device=args.device,
-        dtype=args.dtype or DTYPES.get(args.precision),
-        backend=args.backend,
-        address=args.address,
-        progress=not args.no_progress,
+        grid=SynthGrid(
+            label_space=args.label_space,
+            classes=_csv(args.classes),
+            nuisances=_csv(args.nuisances) or [],
+            per_pair=args.per_pair,
+            seed=args.seed,
+            templates=args.templates,
+            max_nuisances=args.max_nuisances,
+            limit=args.limit,
+        ),
+        diffusion=SynthDiffusion(
+            steps=args.steps,
+            guidance_scale=args.guidance,
+            height=args.size,
+            width=args.size,
+            negative_prompt=args.negative_prompt,
+            sampler=args.sampler,
+        ),
+        execution=SynthExecution(
+            batch_size=args.batch_size,
+            device=args.device,
+            dtype=args.dtype or DTYPES.get(args.precision),
+            backend=args.backend,
+            address=args.address,
+            progress=not args.no_progress,
+        ),
     )
     rate = res.written / res.seconds if res.seconds > 0 else 0.0
     print(

@@ -7,10 +7,23 @@ model) from the stored predictions.
 """
 
 from robustlab.workflows.imagenet_d.mine.core import (
-    DEFAULT_SURROGATES,
     MiningResult,
     candidate_table,
     mine,
 )
+from robustlab.workflows.imagenet_d.mine.request import (
+    DEFAULT_SURROGATES,
+    MineExecution,
+    MineInputs,
+    MineRule,
+)
 
-__all__ = ["mine", "MiningResult", "candidate_table", "DEFAULT_SURROGATES"]
+__all__ = [
+    "mine",
+    "MineRule",
+    "MineInputs",
+    "MineExecution",
+    "MiningResult",
+    "candidate_table",
+    "DEFAULT_SURROGATES",
+]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import logging
 import os
 import shutil
@@ -34,12 +33,20 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.errors import InputChangedError, InputError
-from robustlab.store import CLEAN_SHIFT, DEFAULT_DB, Store
+from robustlab.errors import InputError
+from robustlab.outputs import atomic_write
+from robustlab.run.folder_record import identity_hash, json_bytes, read_record, refuse_changes
+from robustlab.store import CLEAN_SHIFT, Store
+from robustlab.workflows._specs import route_options
+from robustlab.workflows.imagenet_d.mine.request import (
+    DEFAULT_SURROGATES,
+    MineExecution,
+    MineInputs,
+    MineRule,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SURROGATES = ("lite0", "lite1", "lite2")
 RECORD = "mining.json"
 
 
@@ -111,81 +118,73 @@ def candidate_table(
 def mine(
     data,
     *,
-    surrogates: Sequence[str] = DEFAULT_SURROGATES,
-    k: int | None = None,
-    label_space=None,
-    labels_csv=None,
-    db=DEFAULT_DB,
-    out=None,
-    copy: bool = False,
-    include_clean: bool | None = None,
-    shifts=None,
-    levels=None,
-    weights=None,
-    device=None,
-    batch_size: int | None = None,
-    workers: int | None = None,
-    progress: bool | None = None,
-    backend: str = "local",
-    address: str | None = None,
-    precision: str | None = None,
-    compile: bool = False,
+    rule: MineRule | None = None,
+    inputs: MineInputs | None = None,
+    execution: MineExecution | None = None,
+    **options: Any,
 ) -> MiningResult:
     """Evaluate the surrogates on ``data`` and keep the images at least ``k`` get wrong.
 
     Args:
         data: A folder ``robustlab evaluate`` reads (plain, labelled, or generated).
-        surrogates: Model specs (or loaded :class:`robustlab.models.base.Model` objects, to
-            reuse them across calls); each is one stored run.
-        k: Keep when at least ``k`` surrogates are wrong (default: all of them).
-        label_space: Label space of the correctness rule (default: the suite's /
-            ``imagenet1k``, as for evaluate).
-        labels_csv: Labels CSV for a flat folder (default ``data/labels.csv``).
-        db: Results database.
-        out: Folder for the hard subset (hard links, or copies with ``copy``), ``labels.csv`` and
-            ``hard.csv``; None records the mining without writing files.
-        include_clean: Also mine a generated folder's clean (source) images; default: only
-            for plain folders (where the clean cell is the folder's images).
-        shifts, levels: Restrict a generated folder's cells (passed to evaluate).
-        weights: One weights path per surrogate (or None).
-        device, batch_size, workers, progress: Passed to :func:`robustlab.evaluate`.
-        backend, address: Where the surrogates' evaluations run (``"ray"``: a Ray cluster,
-            see :func:`robustlab.evaluate`); the mining itself is a query on the driver.
-        precision, compile: How the surrogates' forward passes compute (passed to
-            :func:`robustlab.evaluate`; a bf16 surrogate run is another run, so another
-            mining).
+        rule: The voters (:class:`MineRule`: ``surrogates``, ``weights``, ``k``,
+            ``precision``, ``compile``).
+        inputs: The candidates (:class:`MineInputs`: ``label_space``, ``labels_csv``,
+            ``include_clean``, ``shifts``, ``levels``).
+        execution: Where it runs and writes (:class:`MineExecution`: ``db``, ``out``,
+            ``copy``, ``device``, ``batch_size``, ``workers``, ``progress``, ``backend``,
+            ``address``).
+        options: Any field of the three specs by name (``surrogates=[...], k=2``), for
+            the spec not passed.
 
     Raises:
+        TypeError: a keyword no spec has (with the closest names).
         InputError: no surrogate, a bad k, a folder evaluate cannot read.
         InputChangedError: ``out`` holds the hard subset of another mining.
     """
-    from robustlab.workflows.evaluate import evaluate, read_generated
-    from robustlab.run.identity import run_id as hash_id
+    specs = route_options(
+        "mine",
+        options,
+        {
+            "rule": (MineRule, rule),
+            "inputs": (MineInputs, inputs),
+            "execution": (MineExecution, execution),
+        },
+    )
+    rule, inputs, execution = specs["rule"], specs["inputs"], specs["execution"]
+    from robustlab.workflows.evaluate import read_generated
 
-    models = [s for s in surrogates if not isinstance(s, str) or s.strip()]
-    specs = [s.strip() if isinstance(s, str) else s.spec for s in models]
-    if not specs:
-        raise InputError("mining needs at least one surrogate model")
-    if len(set(specs)) != len(specs):
-        raise InputError(f"a surrogate is listed twice: {specs}")
-    n = len(specs)
-    k = n if k is None else k
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
-        raise InputError(
-            f"k must be an integer from 1 to the number of surrogates ({n}), got {k!r}"
-        )
-    weight_list = list(weights) if weights else [None] * n
-    if len(weight_list) != n:
-        raise InputError(f"{len(weight_list)} weights for {n} surrogates")
     root = Path(data).expanduser()
     generated = root.is_dir() and read_generated(root) is not None
-    include_clean = (not generated) if include_clean is None else bool(include_clean)
-
-    store = Store(db)
-    if generated and shifts is None and levels is None:
+    include_clean = (not generated) if inputs.include_clean is None else bool(inputs.include_clean)
+    store = Store(execution.db)
+    if generated and inputs.shifts is None and inputs.levels is None:
         groups = _generated_cells(read_generated(root))
     else:
-        groups = [(shifts, levels)]
+        groups = [(inputs.shifts, inputs.levels)]
+    run_ids = _evaluate_surrogates(root, groups, rule, inputs, execution)
+    result, runs = _decide(store, root, rule, run_ids, include_clean)
+    names = [_column(s) for s in result.surrogates]
+    if execution.out is not None:
+        result.out = _write_subset(
+            Path(execution.out).expanduser(), result, names, runs, execution.copy
+        )
+    _record(store, root, result, names, runs, include_clean, rule, execution)
+    return result
+
+
+def _evaluate_surrogates(
+    root: Path, groups: list, rule: MineRule, inputs: MineInputs, execution: MineExecution
+) -> list[str]:
+    """One stored evaluation run per surrogate (resumed when stored), in surrogate order."""
+    from robustlab.workflows.evaluate import evaluate
+
+    specs, models, weight_list = rule.specs, rule.models, rule.weight_list
+    label_space, labels_csv = inputs.label_space, inputs.labels_csv
+    db, device, batch_size = execution.db, execution.device, execution.batch_size
+    workers, progress = execution.workers, execution.progress
+    backend, address = execution.backend, execution.address
+    precision, compile = rule.precision, rule.compile
     run_ids = []
     for spec, model, w in zip(specs, models, weight_list):
         log.info("evaluating surrogate %s on %s", spec, root)
@@ -212,6 +211,15 @@ def mine(
             )
             ids.add(t.attrs["run_id"])
         run_ids.append(ids.pop())
+    return run_ids
+
+
+def _decide(
+    store: Store, root: Path, rule: MineRule, run_ids: list[str], include_clean: bool
+) -> tuple[MiningResult, Any]:
+    """The candidate table with the k-of-n verdict and each candidate's file, as a
+    :class:`MiningResult` whose id hashes what decides it; and the surrogates' runs."""
+    specs, n, k = rule.specs, len(rule.specs), rule.k_of_n
     names = [_column(s) for s in specs]
     table, dropped = candidate_table(store, run_ids, names, include_clean=include_clean)
     if table.empty:
@@ -219,9 +227,8 @@ def mine(
     table["kept"] = table["n_wrong"] >= k
     runs = store.runs(run_ids)
     first = runs.set_index("run_id").loc[run_ids[0]]
-    cells = sorted({f"{s}/{lv}" for s, lv in zip(table["shift"], table["level"])})
-    mining_id = hash_id(
-        {"run_ids": run_ids, "k": k, "cells": cells, "include_clean": include_clean}
+    mining_id = identity_hash(
+        {"run_ids": run_ids, "k": k, "cells": _cells(table), "include_clean": include_clean}
     )
     locate = _locator(first)
     table["path"] = [
@@ -231,36 +238,52 @@ def mine(
     result = MiningResult(mining_id, run_ids, specs, table, k, n, dropped=dropped)
     if dropped:
         result.notes.append(f"{dropped} candidates left out: not predicted by every surrogate")
-    if out is not None:
-        result.out = _write_subset(Path(out).expanduser(), result, names, runs, copy)
+    return result, runs
 
+
+def _cells(table) -> list[str]:
+    """The ``shift/level`` cells of the candidates, sorted (part of the mining's id)."""
+    return sorted({f"{s}/{lv}" for s, lv in zip(table["shift"], table["level"])})
+
+
+def _record(
+    store: Store,
+    root: Path,
+    result: MiningResult,
+    names: list[str],
+    runs,
+    include_clean: bool,
+    rule: MineRule,
+    execution: MineExecution,
+) -> None:
+    """The mining's row in ``mining_runs`` and its kept images in ``mined_images``."""
     from robustlab.store.mining import write_mining
 
-    kept = result.kept
+    kept, table = result.kept, result.table
+    first = runs.set_index("run_id").loc[result.run_ids[0]]
     write_mining(
         store,
         {
-            "mining_id": mining_id,
+            "mining_id": result.mining_id,
             "data_root": str(root.resolve()),
             "label_space": first["label_space"],
-            "surrogates": specs,
-            "run_ids": run_ids,
-            "k": k,
-            "n": n,
+            "surrogates": result.surrogates,
+            "run_ids": result.run_ids,
+            "k": result.k,
+            "n": result.n,
             "n_candidates": len(table),
             "n_kept": len(kept),
             "out": str(result.out) if result.out else None,
             "config": {
                 "include_clean": include_clean,
-                "cells": cells,
-                "copy": bool(copy),
-                "dropped": dropped,
-                "weights": [str(w) if w else None for w in weight_list],
+                "cells": _cells(table),
+                "copy": bool(execution.copy),
+                "dropped": result.dropped,
+                "weights": [str(w) if w else None for w in rule.weight_list],
             },
         },
         kept.assign(top1_ids=[list(r) for r in kept[names].itertuples(index=False)]),
     )
-    return result
 
 
 def _generated_cells(manifest: dict) -> list[tuple[list[str], list]]:
@@ -350,33 +373,60 @@ def _top1_names(run):
 
 
 def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy: bool) -> Path:
-    """Hard links (or copies) of the kept images under their relative paths, plus the CSVs.
+    """Hard links (or copies) of the kept images under their relative paths, plus the CSVs
+    and ``mining.json`` (the folder's record: which mining it holds).
 
     Hard links, not symbolic ones: the subset is itself an input, and readers follow no
     symbolic link out of a data folder (:mod:`robustlab.paths`); a hard link is a regular
     file inside it that costs no space. Across file systems (no hard link possible) the
     image is copied.
     """
-    from robustlab.workflows.generate import atomic_write
+    _check_out(out, result.mining_id)
+    out.mkdir(parents=True, exist_ok=True)
+    kept = result.kept
+    rel_paths = _link_kept(out, kept, copy)
+    id_names = {
+        n: _top1_names(runs.set_index("run_id").loc[r]) for n, r in zip(names, result.run_ids)
+    }
+    atomic_write(out / "hard.csv", _hard_csv(kept, rel_paths, names, id_names))
+    labels = io.StringIO()
+    lw = csv.writer(labels, lineterminator="\n")
+    lw.writerow(["file", "class"])
+    lw.writerows([rel, c] for rel, c in zip(rel_paths, kept["class_name"]))
+    atomic_write(out / "labels.csv", labels.getvalue().encode())
+    record = {
+        "mining_id": result.mining_id,
+        "surrogates": result.surrogates,
+        "run_ids": result.run_ids,
+        "k": result.k,
+        "n": result.n,
+        "n_candidates": len(result.table),
+        "n_kept": len(kept),
+        "copy": bool(copy),
+    }
+    atomic_write(out / RECORD, json_bytes(record))
+    return out
 
-    record_path = out / RECORD
-    if record_path.is_file():
-        try:
-            prev = json.loads(record_path.read_text())
-        except (OSError, ValueError):
-            prev = {}
-        if prev.get("mining_id") != result.mining_id:
-            raise InputChangedError(
-                f"{out} holds the hard subset of mining {prev.get('mining_id')}, not "
-                f"{result.mining_id} (other surrogates, k, cells or data)",
+
+def _check_out(out: Path, mining_id: str) -> None:
+    """Refuse a folder that holds another mining's subset, or that is not a mining folder."""
+    prev = read_record(out / RECORD)
+    if prev is not None:
+        if prev.get("mining_id") != mining_id:
+            refuse_changes(
+                out,
+                ["other surrogates, k, cells or data"],
+                made=f"holds the hard subset of mining {prev.get('mining_id')}, not {mining_id}",
                 hint="use a new --out folder",
             )
     elif out.exists() and any(out.iterdir()):
         raise InputError(
             f"--out {out} exists and is not a mining folder", hint="use a new or empty folder"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    kept = result.kept
+
+
+def _link_kept(out: Path, kept, copy: bool) -> list[str]:
+    """Each kept image linked (or copied) to its relative path; the paths, in order."""
     rel_paths = []
     for sid, shift, level, src in zip(
         kept["sample_id"], kept["shift"], kept["level"], kept["path"]
@@ -394,9 +444,12 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
             except OSError:  # another file system, or one without hard links
                 shutil.copy2(src, dest)
         rel_paths.append(rel)
-    id_names = {
-        n: _top1_names(runs.set_index("run_id").loc[r]) for n, r in zip(names, result.run_ids)
-    }
+    return rel_paths
+
+
+def _hard_csv(kept, rel_paths: list[str], names: list[str], id_names: dict) -> bytes:
+    """``hard.csv``: per kept image its file, class, cell, label, n_wrong and each
+    surrogate's top-1 id, its name and whether it was right."""
     buf = io.StringIO()
     cols = ["file", "class", "sample_id", "shift", "level", "label", "n_wrong"]
     for n in names:
@@ -418,32 +471,7 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
             table = id_names[n]
             row += [top, table[top] if 0 <= top < len(table) else "", bool(r[f"{n}_correct"])]
         w.writerow(row)
-    atomic_write(out / "hard.csv", buf.getvalue().encode())
-    labels = io.StringIO()
-    lw = csv.writer(labels, lineterminator="\n")
-    lw.writerow(["file", "class"])
-    lw.writerows([rel, c] for rel, c in zip(rel_paths, kept["class_name"]))
-    atomic_write(out / "labels.csv", labels.getvalue().encode())
-    atomic_write(
-        record_path,
-        (
-            json.dumps(
-                {
-                    "mining_id": result.mining_id,
-                    "surrogates": result.surrogates,
-                    "run_ids": result.run_ids,
-                    "k": result.k,
-                    "n": result.n,
-                    "n_candidates": len(result.table),
-                    "n_kept": len(kept),
-                    "copy": bool(copy),
-                },
-                indent=2,
-            )
-            + "\n"
-        ).encode(),
-    )
-    return out
+    return buf.getvalue().encode()
 
 
 def kept_fraction(table) -> float:
@@ -451,4 +479,13 @@ def kept_fraction(table) -> float:
     return float(np.mean(table["kept"])) if len(table) else float("nan")
 
 
-__all__ = ["mine", "MiningResult", "candidate_table", "DEFAULT_SURROGATES", "kept_fraction"]
+__all__ = [
+    "mine",
+    "MineRule",
+    "MineInputs",
+    "MineExecution",
+    "MiningResult",
+    "candidate_table",
+    "DEFAULT_SURROGATES",
+    "kept_fraction",
+]

@@ -5,6 +5,7 @@ data, seeds from the seed rule), :mod:`robustlab.shifts.generative.text2image` r
 text-to-image pipeline, :mod:`robustlab.workflows.imagenet_d.synth.run` writes the published layout resumably.
 """
 
+from robustlab.workflows.imagenet_d.synth.request import SynthDiffusion, SynthExecution, SynthGrid
 from robustlab.workflows.imagenet_d.synth.run import SynthResult, synth
 
-__all__ = ["synth", "SynthResult"]
+__all__ = ["synth", "SynthGrid", "SynthDiffusion", "SynthExecution", "SynthResult"]

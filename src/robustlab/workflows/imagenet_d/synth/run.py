@@ -21,44 +21,42 @@ nuisances or images per pair. A prompt the model fails on is a counted, recorded
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
 import logging
-import os
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from robustlab.errors import InputChangedError, InputError
-from robustlab.workflows.generate import (
-    _jsonable,
-    _now,
-    atomic_write,
-    library_versions,
-    remove_temp_files,
-)
-from robustlab.manifest import load_manifest, manifest_lock, mark_dead_runs, this_process
-from robustlab.shifts.generative.tiny import warn_if_random
+from robustlab.errors import InputError
+from robustlab.outputs import LocalFolder, atomic_write, remove_temp_files
+from robustlab.run.folder_record import RUNNING, FolderRun, jsonable, update_record
 from robustlab.shifts.generative.text2image import SCHEDULERS, TextToImage, describe_checkpoint
+from robustlab.shifts.generative.tiny import warn_if_random
+from robustlab.workflows._specs import route_options
 from robustlab.workflows.imagenet_d.synth.prompts import (
-    VOCABULARIES,
     PromptItem,
     build_grid,
     load_templates,
     load_vocabulary,
     select_classes,
 )
+from robustlab.workflows.imagenet_d.synth.record import (
+    FORMAT,
+    LABELS,
+    MANIFEST,
+    PROMPTS,
+    begin_manifest,
+    check_identity,
+    finish_manifest,
+    merge_prompts,
+    write_labels,
+    write_prompts,
+)
+from robustlab.workflows.imagenet_d.synth.request import SynthDiffusion, SynthExecution, SynthGrid
 
 log = logging.getLogger(__name__)
-
-FORMAT = "robustlab-synth/1"
-MANIFEST = "manifest.json"
-PROMPTS = "prompts.csv"
-LABELS = "labels.csv"
-PROMPT_COLUMNS = ("file", "class", "subset", "nuisance", "k", "prompt", "seed")
 
 
 @dataclass
@@ -90,57 +88,31 @@ def synth(
     out,
     checkpoint,
     *,
-    label_space: str = "imagenet-d",
-    classes: Sequence[str] | None = None,
-    nuisances: Sequence[str] = VOCABULARIES,
-    per_pair: int = 1,
-    seed: int = 0,
-    steps: int = 30,
-    guidance_scale: float = 7.5,
-    height: int = 512,
-    width: int = 512,
-    negative_prompt: str = "",
-    templates=None,
-    sampler: str | None = None,
-    max_nuisances: int | None = None,
-    limit: int | None = None,
-    batch_size: int | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-    pipeline: TextToImage | None = None,
-    backend: str = "local",
-    address: str | None = None,
-    progress: bool = False,
+    grid: SynthGrid | None = None,
+    diffusion: SynthDiffusion | None = None,
+    execution: SynthExecution | None = None,
+    **options: Any,
 ) -> SynthResult:
     """Synthesise every image of the prompt grid that ``out`` does not hold yet.
 
     Args:
         out: Output folder; rerunning with the same identity resumes.
         checkpoint: Local diffusers text-to-image folder (``save_pretrained`` layout).
-        label_space: Label space whose classes are drawn (name or CSV).
-        classes: Only these classes (folder, name or index); default all.
-        nuisances: Built-in vocabularies (``background``, ``texture``, ``material``) and/or
-            CSV files with a ``name`` column (subset = file stem).
-        per_pair: Images per (class, nuisance) pair.
-        seed: Global seed of the seed rule.
-        steps, guidance_scale, height, width, negative_prompt: Diffusion settings.
-        templates: Mapping or CSV (``subset,template``) replacing the default templates.
-        sampler: A key of :data:`robustlab.shifts.generative.text2image.SCHEDULERS`; None keeps the
-            checkpoint's scheduler.
-        max_nuisances: Only the first N names of each vocabulary.
-        limit: Only the first N images of the grid (in grid order).
-        batch_size: Prompts per pipeline call (default 8 on a GPU, 1 on the CPU).
-        device, dtype: Where and how the pipeline runs (see :class:`TextToImage`).
-        pipeline: An already loaded :class:`TextToImage` for ``checkpoint`` (local backend).
-        backend: ``"local"`` (the pipeline runs in this process) or ``"ray"`` (one pipeline
-            per GPU of a Ray cluster, or per node without GPUs, each loaded from
-            ``checkpoint``: :func:`robustlab.run.ray_backend.synth_on_ray`). The same files
-            byte for byte; a folder started on one backend is finished on the other.
-        address: The Ray cluster's ``HOST:PORT`` (None: a Ray instance on this machine).
-            ``out`` and ``checkpoint`` must be paths every node of that cluster sees.
-        progress: A tqdm bar on stderr.
+        grid: Which images (:class:`SynthGrid`: ``label_space``, ``classes``,
+            ``nuisances``, ``per_pair``, ``seed``, ``templates``, ``max_nuisances``,
+            ``limit``).
+        diffusion: How each is drawn (:class:`SynthDiffusion`: ``steps``,
+            ``guidance_scale``, ``height``, ``width``, ``negative_prompt``, ``sampler``).
+        execution: Where the pipeline runs (:class:`SynthExecution`: ``batch_size``,
+            ``device``, ``dtype``, ``pipeline``, ``backend``, ``address``, ``progress``).
+            ``backend="ray"`` draws the same files byte for byte with one pipeline per GPU
+            of a Ray cluster (:func:`robustlab.run.ray_backend.synth_on_ray`); ``out`` and
+            ``checkpoint`` must then be paths every node sees.
+        options: Any field of the three specs by name (``seed=3, steps=2``), for the spec
+            not passed.
 
     Raises:
+        TypeError: a keyword no spec has (with the closest names).
         InputError: bad arguments, unknown class, vocabulary without a name column.
         InputChangedError: ``out`` was made with another identity.
         MissingResourceError: the checkpoint folder or a vocabulary file is missing, Ray
@@ -148,159 +120,233 @@ def synth(
         EnvironmentProblem: the Ray cluster at ``address`` does not answer.
     """
     started = time.perf_counter()
+    specs = route_options(
+        "synth",
+        options,
+        {
+            "grid": (SynthGrid, grid),
+            "diffusion": (SynthDiffusion, diffusion),
+            "execution": (SynthExecution, execution),
+        },
+    )
+    plan = plan_synth(checkpoint, specs["grid"], specs["diffusion"], specs["execution"])
+    result = _run(plan, Path(out).expanduser(), specs["execution"], started)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+@dataclass(frozen=True)
+class SynthPlan:
+    """What a ``synth`` run draws, decided before the folder is touched.
+
+    Attributes:
+        checkpoint: The checkpoint folder as given.
+        ckpt: Its description (path, fingerprint, pipeline, scheduler).
+        grid: The images, in grid order (``limit`` applied).
+        classes: Class ids drawn.
+        vocabs: The nuisance vocabularies.
+        templates: Prompt template per subset (``*``: the fallback).
+        identity: What the folder's images are (refused when it differs).
+        settings: The pipeline call's keyword arguments.
+        grid_spec, sampler: As asked (recorded in the run's entry, sampler for the load).
+    """
+
+    checkpoint: Any
+    ckpt: dict[str, Any]
+    grid: list[PromptItem]
+    classes: list[int]
+    vocabs: list[Any]
+    templates: dict[str, str]
+    identity: dict[str, Any]
+    settings: dict[str, Any]
+    grid_spec: SynthGrid
+    sampler: str | None
+
+
+def plan_synth(
+    checkpoint, grid: SynthGrid, diffusion: SynthDiffusion, execution: SynthExecution
+) -> SynthPlan:
+    """The grid, the checkpoint's description and the folder identity they make."""
     from robustlab.data.labels import get_label_space
-    from robustlab.run.executors import check_backend
 
-    check_backend(backend, address)
-    if backend == "ray" and pipeline is not None:
-        raise InputError(
-            "a loaded pipeline runs in this process; the Ray backend loads one per worker",
-            hint="pass the checkpoint path only, or leave out backend='ray'",
-        )
-
-    for name, value, low in (("seed", seed, 0), ("steps", steps, 1), ("per_pair", per_pair, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
-    if limit is not None and int(limit) < 1:
-        raise InputError(f"limit must be at least 1, got {limit}")
-    if sampler is not None and sampler not in SCHEDULERS:
-        raise InputError(f"unknown sampler {sampler!r}; use one of {', '.join(SCHEDULERS)}")
-    for side in (height, width):
-        if int(side) < 8 or int(side) % 8:
-            raise InputError(f"image size {side} must be a positive multiple of 8")
     try:
-        space = get_label_space(label_space)
+        space = get_label_space(grid.label_space)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    class_ids = select_classes(space, classes)
-    vocabs = [load_vocabulary(v) for v in nuisances]
+    class_ids = select_classes(space, grid.classes)
+    vocabs = [load_vocabulary(v) for v in grid.nuisances]
     if not vocabs:
         raise InputError("no nuisance vocabulary given")
-    template_map = load_templates(templates)
-    grid = build_grid(
+    template_map = load_templates(grid.templates)
+    items = build_grid(
         space,
         vocabs,
         classes=class_ids,
-        per_pair=int(per_pair),
-        seed=int(seed),
+        per_pair=int(grid.per_pair),
+        seed=int(grid.seed),
         templates=template_map,
-        max_nuisances=max_nuisances,
+        max_nuisances=grid.max_nuisances,
     )
-    if limit is not None:
-        grid = grid[: int(limit)]
+    if grid.limit is not None:
+        items = items[: int(grid.limit)]
+    pipeline = execution.pipeline
     ckpt = pipeline.describe() if pipeline is not None else describe_checkpoint(checkpoint)
     warn_if_random(ckpt.get("path") or checkpoint)  # a tiny-checkpoints folder: say so
+    settings = diffusion.settings()
     identity = {
         "checkpoint_fingerprint": ckpt["fingerprint"],
         "pipeline": ckpt["pipeline"],
-        "sampler": SCHEDULERS[sampler] if sampler else ckpt["scheduler"],
-        "steps": int(steps),
-        "guidance_scale": float(guidance_scale),
-        "height": int(height),
-        "width": int(width),
-        "negative_prompt": negative_prompt,
-        "seed": int(seed),
+        "sampler": SCHEDULERS[diffusion.sampler] if diffusion.sampler else ckpt["scheduler"],
+        **{k: settings[k] for k in ("steps", "guidance_scale", "height", "width")},
+        "negative_prompt": diffusion.negative_prompt,
+        "seed": int(grid.seed),
         "templates": {
             v.subset: template_map.get(v.subset) or template_map.get("*") for v in vocabs
         },
         "label_space": space.name,
     }
+    return SynthPlan(
+        checkpoint,
+        ckpt,
+        items,
+        class_ids,
+        vocabs,
+        template_map,
+        identity,
+        settings,
+        grid,
+        diffusion.sampler,
+    )
 
-    out_root = Path(out).expanduser()
+
+def _run(plan: SynthPlan, out_root: Path, execution: SynthExecution, started: float) -> SynthResult:
+    """Refuse another identity, write the records, draw what is missing, record the
+    outcome (always: an interrupted run's entry says so and the rerun resumes)."""
     manifest_path = out_root / MANIFEST
-    prev = load_manifest(manifest_path)
-    if prev is not None:
-        _check_identity(prev, identity, manifest_path)
-    rows = _merge_prompts(out_root / PROMPTS, grid)
-    result = SynthResult(out_root, len(grid))
+    check_identity(LocalFolder(out_root).load_manifest(), plan.identity, manifest_path)
+    rows = merge_prompts(out_root / PROMPTS, plan.grid)
+    result = SynthResult(out_root, len(plan.grid))
     todo = []
-    for item in grid:
+    for item in plan.grid:
         if (out_root / item.file).is_file():
             result.existing += 1
         else:
             todo.append(item)
-    if batch_size is not None and int(batch_size) < 1:
-        raise InputError(f"batch size must be at least 1, got {batch_size}")
-    settings = dict(
-        steps=int(steps),
-        guidance_scale=float(guidance_scale),
-        height=int(height),
-        width=int(width),
-        negative_prompt=negative_prompt,
-    )
     with contextlib.ExitStack() as stack:
         placement = None
-        if backend == "ray" and todo:  # nothing left to draw: no cluster to start
+        if execution.backend == "ray" and todo:  # nothing left to draw: no cluster to start
             from robustlab.run.ray_backend import node_cpus, plan_placement, ray_session
 
             # Connected and the cluster's resources checked before anything is written.
-            resources = stack.enter_context(ray_session(address))
-            placement = plan_placement(resources, device, cpu_stage=False, node_cpus=node_cpus())
+            resources = stack.enter_context(ray_session(execution.address))
+            placement = plan_placement(
+                resources, execution.device, cpu_stage=False, node_cpus=node_cpus()
+            )
         out_root.mkdir(parents=True, exist_ok=True)
-        run_record: dict[str, Any] = {
-            "id": uuid.uuid4().hex[:12],
-            "started_at": _now(),
-            **this_process(),  # a later run tells a killed one by its gone process
-            "status": "running",
-            "planned": len(grid),
-            "classes": len(class_ids),
-            "subsets": [v.subset for v in vocabs],
-            "per_pair": int(per_pair),
-            "max_nuisances": max_nuisances,
-            "limit": limit,
-            "backend": backend,
-        }
-        if backend == "ray":
-            run_record["address"] = address
-        # The record goes down before any image, so no image is ever of unknown making.
-        with manifest_lock(out_root):
-            prev = load_manifest(manifest_path)
-            manifest = _manifest(prev, identity, ckpt, vocabs, template_map, rows, run_record)
-            _write_prompts(out_root / PROMPTS, rows)
-            _write_json(manifest_path, manifest)
-        removed = remove_temp_files(out_root, [v.subset for v in vocabs])
-        if removed:
-            log.info("removed %d temp files left by an interrupted run", removed)
+        run, begun = _start(plan, out_root, execution, rows, started)
+        tally = _Tally(result, len(todo), execution.progress and bool(todo))
 
-        status = "interrupted"
-        tally = _Tally(result, len(todo), progress and bool(todo))
+        def finish(status: str) -> None:
+            _finish(plan, out_root, rows, result, run, status, begun)
+
         try:
-            if todo:
-                log.info(
-                    "synthesising %d images (%d already there) into %s",
-                    len(todo),
-                    result.existing,
-                    out_root,
-                )
-                pipeline_args = dict(device=device, dtype=dtype, scheduler=sampler)
-                job = dict(out_root=out_root, settings=settings, batch_size=batch_size)
-                if placement is not None:
-                    _draw_on_ray(todo, ckpt, pipeline_args, placement, job, run_record, tally)
-                else:
-                    pipeline = pipeline or TextToImage(checkpoint, **pipeline_args)
-                    _draw_here(todo, pipeline, job, run_record, tally)
-            status = "complete"
+            with run.track(finish):
+                _draw(plan, todo, out_root, execution, placement, run, tally)
         finally:
             tally.close()
-            result.seconds = time.perf_counter() - started
-            run_record.update(
-                finished_at=_now(),
-                status=status,
-                seconds=round(result.seconds, 3),
-                written=result.written,
-                existing=result.existing,
-                failed=len(result.failures),
-            )
-            if result.backend:
-                run_record["pipeline"] = _jsonable(result.backend)
-            # Merged into what is on disk now (a concurrent run's record too), counted there.
-            with manifest_lock(out_root):
-                current = load_manifest(manifest_path) or manifest
-                manifest = _finish_manifest(current, result, run_record, grid, out_root)
-                _write_json(manifest_path, manifest)
-                _write_labels(out_root, rows)
-    result.seconds = time.perf_counter() - started
     return result
+
+
+def _start(
+    plan: SynthPlan, out_root: Path, execution: SynthExecution, rows: dict, started: float
+) -> tuple[FolderRun, dict]:
+    """This run's entry, written with the identity and prompts.csv before any image, so
+    no image is ever of unknown making; returns it and the manifest written."""
+    grid = plan.grid_spec
+    run = FolderRun(
+        clock_from=started,
+        status=RUNNING,
+        planned=len(plan.grid),
+        classes=len(plan.classes),
+        subsets=[v.subset for v in plan.vocabs],
+        per_pair=int(grid.per_pair),
+        max_nuisances=grid.max_nuisances,
+        limit=grid.limit,
+        backend=execution.backend,
+        **({"address": execution.address} if execution.backend == "ray" else {}),
+    )
+
+    def merge(prev: dict | None) -> dict:
+        write_prompts(out_root / PROMPTS, rows)
+        return begin_manifest(
+            prev, plan.identity, plan.ckpt, plan.vocabs, plan.templates, rows, run
+        )
+
+    begun = update_record(LocalFolder(out_root), merge)
+    removed = remove_temp_files(out_root, [v.subset for v in plan.vocabs])
+    if removed:
+        log.info("removed %d temp files left by an interrupted run", removed)
+    return run, begun
+
+
+def _draw(
+    plan: SynthPlan,
+    todo: list[PromptItem],
+    out_root: Path,
+    execution: SynthExecution,
+    placement,
+    run: FolderRun,
+    tally: _Tally,
+) -> None:
+    """The missing images drawn on Ray's workers (``placement``) or in this process."""
+    if not todo:
+        return
+    log.info(
+        "synthesising %d images (%d already there) into %s",
+        len(todo),
+        tally.result.existing,
+        out_root,
+    )
+    pipeline_args = dict(device=execution.device, dtype=execution.dtype, scheduler=plan.sampler)
+    job = dict(out_root=out_root, settings=plan.settings, batch_size=execution.batch_size)
+    if placement is not None:
+        _draw_on_ray(todo, plan.ckpt, pipeline_args, placement, job, run.record, tally)
+    else:
+        pipeline = execution.pipeline or TextToImage(plan.checkpoint, **pipeline_args)
+        _draw_here(todo, pipeline, job, run.record, tally)
+
+
+def _finish(
+    plan: SynthPlan,
+    out_root: Path,
+    rows: dict,
+    result: SynthResult,
+    run: FolderRun,
+    status: str,
+    began: dict,
+) -> None:
+    """The outcome merged into the manifest on disk now (a concurrent run's entry too;
+    ``began``, the one this run wrote, if it is gone), counted there, and labels.csv of
+    the images that exist."""
+    run.finish(
+        status, written=result.written, existing=result.existing, failed=len(result.failures)
+    )
+    if result.backend:
+        run.record["pipeline"] = jsonable(result.backend)
+
+    def merge(current: dict | None) -> dict:
+        write_labels(out_root, rows)
+        return finish_manifest(
+            current or began,
+            result.written,
+            result.existing,
+            result.failures,
+            run,
+            plan.grid,
+            out_root,
+        )
+
+    update_record(LocalFolder(out_root), merge)
 
 
 class _Tally:
@@ -432,169 +478,6 @@ def _png(image) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(image, "RGB").save(buf, format="PNG")
     return buf.getvalue()
-
-
-def _check_identity(prev: dict, identity: dict, path: Path) -> None:
-    """Refuse to add images made another way to a folder; say which settings differ."""
-    if prev.get("format") != FORMAT:
-        raise InputChangedError(
-            f"{path} is not a robustlab synth manifest ({prev.get('format')!r})",
-            hint="use a new --out folder",
-        )
-    old = prev.get("identity") or {}
-    changed = []
-    for key, value in identity.items():
-        if key == "templates":
-            before = old.get(key) or {}
-            changed += [
-                f"template of {s} ({before[s]!r} -> {t!r})"
-                for s, t in value.items()
-                if s in before and before[s] != t
-            ]
-        elif key in old and old[key] != value:
-            changed.append(f"{key} ({old[key]!r} -> {value!r})")
-    if changed:
-        raise InputChangedError(
-            f"{path.parent} was synthesised with other settings: " + "; ".join(changed),
-            hint="use a new --out folder to synthesise with other settings",
-        )
-
-
-def _merge_prompts(path: Path, grid: list[PromptItem]) -> dict[str, dict]:
-    """The previous runs' prompts.csv rows (keyed by file) updated with this grid."""
-    rows: dict[str, dict] = {}
-    if path.is_file():
-        try:
-            with open(path, newline="", encoding="utf-8") as fh:
-                rows = {r["file"]: r for r in csv.DictReader(fh)}
-        except (OSError, csv.Error, KeyError) as exc:
-            raise InputError(
-                f"cannot read {path}: {exc}", hint="move it away to start over"
-            ) from None
-    for item in grid:
-        rows[item.file] = {
-            "file": item.file,
-            "class": item.class_folder,
-            "subset": item.subset,
-            "nuisance": item.nuisance,
-            "k": str(item.k),
-            "prompt": item.prompt,
-            "seed": str(item.seed),
-        }
-    return dict(sorted(rows.items()))
-
-
-def _csv_bytes(rows, columns) -> bytes:
-    buf = io.StringIO()
-    writer = csv.DictWriter(
-        buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore"
-    )
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue().encode()
-
-
-def _write_prompts(path: Path, rows: dict[str, dict]) -> None:
-    atomic_write(path, _csv_bytes(rows.values(), PROMPT_COLUMNS))
-
-
-def _write_labels(out_root: Path, rows: dict[str, dict]) -> None:
-    """labels.csv of the images that exist (a CSV listing missing files would make every
-    reader report them)."""
-    present = [r for f, r in rows.items() if (out_root / f).is_file()]
-    atomic_write(out_root / LABELS, _csv_bytes(present, PROMPT_COLUMNS))
-
-
-def _write_json(path: Path, data: dict) -> None:
-    import json
-
-    atomic_write(path, (json.dumps(_jsonable(data), indent=2) + "\n").encode())
-
-
-def _manifest(prev, identity, ckpt, vocabs, templates, rows, run_record) -> dict:
-    prev = prev or {}
-    vocab_records = {v["subset"]: v for v in prev.get("vocabularies", [])}
-    vocab_records.update(
-        {v.subset: {"subset": v.subset, "source": v.source, "n": len(v.names)} for v in vocabs}
-    )
-    return {
-        "format": FORMAT,
-        "identity": identity,
-        "checkpoint": {k: ckpt.get(k) for k in ("path", "fingerprint", "pipeline", "scheduler")},
-        "versions": {**library_versions(), **_ml_versions()},
-        "seed_rule": "derive_seed(seed, class_folder, 'synth/<subset>/<nuisance>', k) -> torch CPU generator",
-        "layout": "<out>/<subset>/<class folder>/<nuisance>_<k>.png",
-        "prompts_file": PROMPTS,
-        "labels_file": LABELS,
-        "templates": templates,
-        "vocabularies": sorted(vocab_records.values(), key=lambda v: v["subset"]),
-        "grid_size": len(rows),
-        "counts": (prev.get("counts") or {}),
-        "failures": prev.get("failures", []),
-        "created_at": prev.get("created_at", run_record["started_at"]),
-        "updated_at": _now(),
-        # A run still "running" whose process is gone was killed: said so now.
-        "runs": mark_dead_runs(list(prev.get("runs", []))) + [run_record],
-    }
-
-
-def _finish_manifest(
-    manifest: dict,
-    result: SynthResult,
-    run_record: dict,
-    grid: list[PromptItem],
-    out_root: Path,
-) -> dict:
-    """This run's outcome merged into ``manifest`` (the one on disk now): a failure retried
-    now either failed again or exists; this run's record replaces its ``running`` one.
-
-    ``counts.written`` is the number of images in the folder, counted on disk: a sum of
-    what each process wrote would miss a killed run's images and count an image twice
-    when two runs draw into one folder."""
-    considered = {i.file for i in grid}
-    failures = {
-        d["file"]: d["reason"]
-        for d in manifest.get("failures", [])
-        if d.get("file") not in considered
-    }
-    failures.update(dict(result.failures))
-    manifest = dict(manifest)
-    runs = [
-        r for r in mark_dead_runs(list(manifest.get("runs", []))) if r.get("id") != run_record["id"]
-    ]
-    manifest["runs"] = [*runs, run_record]
-    manifest["failures"] = [{"file": f, "reason": r} for f, r in sorted(failures.items())]
-    subsets = [v["subset"] for v in manifest.get("vocabularies", [])]
-    manifest["counts"] = {
-        "written": images_on_disk(out_root, subsets),
-        "written_this_run": result.written,
-        "existing": result.existing,
-        "failed": len(failures),
-        "planned_this_run": result.planned,
-    }
-    manifest["updated_at"] = _now()
-    return manifest
-
-
-def images_on_disk(out_root: Path, subsets: Sequence[str]) -> int:
-    """PNG images under the subset folders of a synth folder (temp files not counted)."""
-    n = 0
-    for subset in subsets:
-        for _, _, files in os.walk(Path(out_root) / subset):
-            n += sum(1 for f in files if f.endswith(".png") and not f.startswith("."))
-    return n
-
-
-def _ml_versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {}
-    for dist in ("torch", "diffusers", "transformers"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
 
 
 def result_summary(result: SynthResult) -> dict[str, Any]:

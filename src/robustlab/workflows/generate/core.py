@@ -1,0 +1,311 @@
+"""``generate(suite, data, out)``: plan, write the identity, run the work units, record
+the outcome (the steps are described in :mod:`robustlab.workflows.generate`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from robustlab.errors import InputError
+from robustlab.manifest import HINT, MANIFEST, identity_changes
+from robustlab.outputs import LocalFolder, UrlFolder, open_folder
+from robustlab.run.folder_record import RUNNING, FolderRun, refuse_changes, update_record
+from robustlab.run.lifeline import default_workers
+from robustlab.shifts.kernels import ensure_compiled_for
+from robustlab.shifts.process_config import process_settings
+from robustlab.suites import Suite
+from robustlab.workflows._specs import route_options
+from robustlab.workflows.generate.attributes import (
+    ATTRIBUTES_CSV,
+    merge_attributes_csv,
+    parse_attributes_csv,
+)
+from robustlab.workflows.generate.plan import GeneratePlan, plan_generate
+from robustlab.workflows.generate.record import (
+    GenerateResult,
+    cell_files_on_disk,
+    merge_manifest,
+)
+from robustlab.workflows.generate.request import (
+    GenerateCells,
+    GenerateExecution,
+    GenerateInputs,
+)
+from robustlab.workflows.generate.worker import (
+    Job,
+    SampleOutcome,
+    init_worker,
+    process_sample,
+    run_pool,
+    unfinished,
+)
+
+log = logging.getLogger(__name__)
+
+
+def generate(
+    suite: str | Suite,
+    data: str | Path,
+    out: str | Path | LocalFolder | UrlFolder,
+    *,
+    cells: GenerateCells | None = None,
+    inputs: GenerateInputs | None = None,
+    execution: GenerateExecution | None = None,
+    **options: Any,
+) -> GenerateResult:
+    """Generate a suite's cells for every image under ``data`` into ``out``.
+
+    Args:
+        suite: Built-in suite name, YAML path, or a :class:`Suite`.
+        data: ImageFolder tree or flat folder with a labels CSV (see
+            :func:`robustlab.data.sources.discover`).
+        out: Output folder, or an fsspec URL (``s3://bucket/prefix``, ``gs://...``; the
+            protocol's package, e.g. s3fs, must be installed); rerunning with the same
+            arguments resumes. A URL is checked for writing before any work starts.
+        cells: What decides the pixels (:class:`GenerateCells`: ``shifts``, ``levels``,
+            ``seed``, ``fmt``, ``keep_size``).
+        inputs: Which sources are read (:class:`GenerateInputs`: ``labels_csv``,
+            ``masks``, ``bboxes``, ``unlabelled``, ``limit``, ``max_pixels``).
+        execution: Where the work runs (:class:`GenerateExecution`: ``workers``,
+            ``backend``, ``address``, ``progress``, ``storage_options``). With
+            ``backend="ray"`` the files are the same byte for byte and the folder's
+            identity does not name the backend, so a run started on one resumes on the
+            other; ``out`` must then be a path every node sees, or a URL.
+        options: Any field of the three specs by name (``seed=3, workers=0``), for the
+            spec not passed.
+
+    Returns:
+        A :class:`GenerateResult`; the manifest at ``out/manifest.json`` holds the record.
+
+    Raises:
+        TypeError: a keyword no spec has (with the closest names).
+        InputChangedError: ``out`` was generated with other inputs (seed, suite, protocol,
+            masks folder, cell parameters, inpainter, donor pool, or a source image or
+            mask whose bytes changed); the message names each change (``seed 0 -> 7``).
+        InputError: unknown suite/shift/level, missing or empty data folder, or a shift
+            that needs masks without them.
+    """
+    specs = route_options(
+        "generate",
+        options,
+        {
+            "cells": (GenerateCells, cells),
+            "inputs": (GenerateInputs, inputs),
+            "execution": (GenerateExecution, execution),
+        },
+    )
+    cells, inputs, execution = specs["cells"], specs["inputs"], specs["execution"]
+    folder = _open_out(out, execution)
+    if execution.backend == "ray":
+        from robustlab.run.ray_backend import plan_placement, ray_running, ray_session
+
+        if not ray_running():
+            # Connect (or start Ray here) and check the cluster before any source is read
+            # or any file written; the call below runs in that session.
+            workers = execution.workers
+            cpus = workers if isinstance(workers, int) and workers > 0 else None
+            with ray_session(execution.address, cpus) as resources:
+                plan_placement(resources, model=False)
+                return generate(
+                    suite, data, folder, cells=cells, inputs=inputs, execution=execution
+                )
+    started = time.perf_counter()
+    plan = plan_generate(suite, data, folder, cells, inputs)
+    return _run(plan, folder, cells, inputs, execution, started)
+
+
+def _open_out(out, execution: GenerateExecution) -> LocalFolder | UrlFolder:
+    """The output folder; a URL is checked for writing before Ray starts or any source
+    is read."""
+    folder = open_folder(out, execution.storage_options)
+    if isinstance(folder, UrlFolder) and not isinstance(out, UrlFolder):
+        if folder.process_local and (execution.backend == "ray" or execution.workers != 0):
+            raise InputError(
+                f"--out {folder.url} lives in this process only; worker processes would not see it",
+                hint="pass --workers 0 (and the local backend), or use a shared URL",
+            )
+        folder.check_writable()
+    return folder
+
+
+def _run(
+    plan: GeneratePlan,
+    folder: LocalFolder | UrlFolder,
+    cells: GenerateCells,
+    inputs: GenerateInputs,
+    execution: GenerateExecution,
+    started: float,
+) -> GenerateResult:
+    """Write the identity, run the work units, record the outcome (always, so an
+    interrupted run's record says so and the rerun resumes)."""
+    n_workers = _worker_count(execution.workers, len(plan.samples))
+    run = FolderRun(
+        clock_from=started,
+        workers=n_workers,
+        status=RUNNING,
+        shifts=plan.names,
+        levels=plan.levels,
+        limit=inputs.limit,
+        **plan.resources,
+        backend=execution.backend,
+        **({"address": execution.address} if execution.backend == "ray" else {}),
+    )
+    result = GenerateResult(
+        folder.location,
+        folder.location_of(MANIFEST),
+        len(plan.samples),
+        len(plan.cells),
+        skipped_inputs=list(plan.skipped),
+    )
+    _begin(folder, plan, result, run)
+    ensure_compiled_for(plan.names, progress=bool(execution.progress))
+    job = Job(
+        folder,
+        plan.cells,
+        plan.protocol,
+        int(cells.seed),
+        int(inputs.max_pixels),
+        plan.need_mask,
+        plan.donors,
+        process_settings(),
+    )
+    log.info(
+        "generating %d cells x %d images into %s with %d worker(s)",
+        len(plan.cells),
+        len(plan.samples),
+        folder,
+        n_workers,
+    )
+    bar = _progress_bar(plan, execution)
+    collect = _collector(result, bar)
+    try:
+        with run.track(lambda status: _finish(folder, plan, result, run, status, started)):
+            _execute(plan, folder, job, execution, n_workers, collect, result, run)
+    finally:
+        if bar is not None:
+            bar.close()
+    return result
+
+
+def _worker_count(workers: int | None, n_samples: int) -> int:
+    if workers == 0:
+        return 0
+    return max(1, min(default_workers() if workers is None else int(workers), n_samples))
+
+
+def _begin(folder, plan: GeneratePlan, result: GenerateResult, run: FolderRun) -> None:
+    """The identity goes to disk before the first file: a killed run's files stay tied to
+    it; a folder made under another identity is refused."""
+
+    def merge(prev: dict | None) -> dict:
+        changes = identity_changes(prev, plan.identity) if prev else []
+        refuse_changes(folder.location, changes, made="was generated with other inputs", hint=HINT)
+        return merge_manifest(prev, result, plan.identity, run, plan.samples, final=False)
+
+    update_record(folder, merge)
+    n_tmp = folder.remove_temp_files(plan.names)
+    if n_tmp:
+        log.info("removed %d temp files left by an interrupted run", n_tmp)
+
+
+def _progress_bar(plan: GeneratePlan, execution: GenerateExecution):
+    if not execution.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=len(plan.samples), unit="img", desc=f"generate {plan.suite.name}", dynamic_ncols=True
+    )
+
+
+def _collector(result: GenerateResult, bar) -> Callable[[SampleOutcome], None]:
+    """The one tally of every backend: a sample's outcome into the result and the bar."""
+
+    def collect(o: SampleOutcome) -> None:
+        result.written += o.written
+        result.skipped_existing += o.existing
+        if o.skip_reason:
+            result.skipped_inputs.append((o.id, o.skip_reason))
+            log.info("skipped %s: %s", o.id, o.skip_reason)
+        if o.note:
+            result.converted.append((o.id, o.note))
+        for shift_name, lv, reason in o.failures:
+            result.failures.append((o.id, shift_name, lv, reason))
+        result.attributes.extend(o.attributes)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(written=result.written, failed=len(result.failures), refresh=False)
+
+    return collect
+
+
+def _execute(
+    plan: GeneratePlan,
+    folder,
+    job: Job,
+    execution: GenerateExecution,
+    n_workers: int,
+    collect,
+    result: GenerateResult,
+    run: FolderRun,
+) -> None:
+    """Every sample with a missing cell through :func:`process_sample`: on Ray, in this
+    process (``workers=0``) or on a process pool."""
+    todo = plan.samples
+    if isinstance(folder, UrlFolder):
+        todo = unfinished(folder, plan.samples, plan.cells, plan.protocol, plan.names, collect)
+    if not todo:
+        log.info("every file is already in %s", folder)
+    elif execution.backend == "ray":
+        from robustlab.run.ray_backend import generate_on_ray
+
+        workers = execution.workers
+        times = generate_on_ray(
+            todo,
+            job,
+            collect,
+            process=process_sample,
+            crashed=lambda s: SampleOutcome(s.id, skip_reason="a worker process crashed on it"),
+            address=execution.address,
+            cpus=int(workers) if workers else None,
+        )
+        run.record["stages"] = result.stages = times.summary()
+        log.info("%s", times.line())
+    elif n_workers == 0:
+        init_worker(job, single_thread=False)
+        for sample in todo:
+            collect(process_sample(sample, job))
+    else:
+        run_pool(todo, job, n_workers, collect)
+
+
+def _finish(
+    folder, plan: GeneratePlan, result: GenerateResult, run: FolderRun, status: str, started
+) -> None:
+    """The run's outcome, counted on disk, merged into the manifest there now (a
+    concurrent run's entries too), and the attribute rows into ``attributes.csv``."""
+    result.failed = len(result.failures)
+    result.seconds = time.perf_counter() - started
+    # A worker killed mid-write (and retried) left its temp file; its pid is dead now.
+    folder.remove_temp_files(plan.names)
+    run.finish(
+        status,
+        written=result.written,
+        skipped_existing=result.skipped_existing,
+        failed=result.failed,
+        skipped_inputs=len(result.skipped_inputs),
+    )
+
+    def merge(current: dict | None) -> dict:
+        keys = {f"{c.get('shift')}/{c.get('level')}" for c in (current or {}).get("cells", [])}
+        on_disk = cell_files_on_disk(folder, sorted(keys | set(plan.identity["cells"])))
+        if result.attributes:
+            old = folder.read(ATTRIBUTES_CSV)
+            rows = parse_attributes_csv(old.decode()) if old else []
+            folder.write(ATTRIBUTES_CSV, merge_attributes_csv(rows, result.attributes))
+        return merge_manifest(current, result, plan.identity, run, plan.samples, on_disk=on_disk)
+
+    update_record(folder, merge)

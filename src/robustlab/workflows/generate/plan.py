@@ -1,0 +1,266 @@
+"""``generate``'s plan: the request checked and resolved into what the run writes.
+
+:func:`plan_generate` picks the suite's cells (``Suite.select``), the protocol, the
+sources (``discover``) and the folder's identity (cell parameters, configured tools, the
+donor pool and every source's content hash), all before the folder is touched, and
+returns a frozen :class:`GeneratePlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from robustlab.data.sources import Sample, discover
+from robustlab.errors import InputError
+from robustlab.outputs import LocalFolder, UrlFolder
+from robustlab.paths import Folder, check_outputs
+from robustlab.pipeline import DONOR_KEYS, cell_path
+from robustlab.run.folder_record import jsonable
+from robustlab.shifts.registry import (
+    available_shifts,
+    describe_resources,
+    get_resource,
+    get_shift,
+)
+from robustlab.suites import Protocol, Suite, get_suite, parse_levels
+from robustlab.workflows.generate.request import GenerateCells, GenerateInputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GeneratePlan:
+    """Everything a ``generate`` run writes, decided before the first file.
+
+    Attributes:
+        suite: The suite narrowed to the selected cells.
+        names: Selected shift names (those needing an unconfigured tool left out).
+        levels: The levels asked for (None: every level), as the run's record states them.
+        cells: (shift, level) of every cell.
+        protocol: The files' frame (size, crop, format).
+        samples: Sources to generate, in id order.
+        skipped: ``(id, reason)`` of sources left out while listing.
+        need_mask: Some selected shift reads the sample's mask.
+        donors: The background-donor pool (None when no shift draws donors).
+        resources: Configured tools the cells' pixels depend on (inpainter, ...).
+        identity: The folder's identity (seed, suite, protocol, data, cells, samples).
+    """
+
+    suite: Suite
+    names: list[str]
+    levels: list | None
+    cells: tuple[tuple[str, Any], ...]
+    protocol: Protocol
+    samples: list[Sample]
+    skipped: list[tuple[str, str]]
+    need_mask: bool
+    donors: Any
+    resources: dict[str, Any]
+    identity: dict[str, Any]
+
+
+def plan_generate(
+    suite: str | Suite,
+    data: str | Path,
+    folder: LocalFolder | UrlFolder,
+    cells: GenerateCells,
+    inputs: GenerateInputs,
+) -> GeneratePlan:
+    """Check the request against the suite, the sources and the output folder, and
+    resolve it (see :class:`GeneratePlan`); raises InputError on anything wrong."""
+    suite_obj, names, levels = _select(suite, cells)
+    protocol = _protocol(suite_obj.protocol, cells)
+    shift_objs = {n: get_shift(n) for n in names}
+    data_root = Path(data).expanduser()
+    if isinstance(folder, LocalFolder):
+        _check_local_out(folder.root, data_root, inputs)
+    need_mask = _check_needs(shift_objs, protocol, inputs)
+    samples, skipped, donors = _sources(data_root, inputs, shift_objs, need_mask, protocol)
+    resources = describe_resources(shift_objs.values())
+    cell_list = tuple(suite_obj.cells())
+    records = _cell_records(cell_list, shift_objs, resources)
+    content = _content_record(samples, donors)
+    if donors is not None:  # a donor cell's pixels depend on the whole pool, not one image
+        pool = _donor_pool_fingerprint(donors, content)
+        for n, lv in cell_list:
+            if _draws_donors(shift_objs[n]):
+                records[f"{n}/{lv}"]["donors"] = pool
+    identity = {
+        "seed": int(cells.seed),
+        "suite": {
+            "name": suite_obj.name,
+            "version": suite_obj.version,
+            "label_space": suite_obj.label_space,
+        },
+        "protocol": jsonable(protocol.describe(view=False)),  # the files' frame
+        "data": {
+            "root": str(data_root.resolve()),
+            "labels_csv": str(Path(inputs.labels_csv).resolve()) if inputs.labels_csv else None,
+            "masks": str(Path(inputs.masks).expanduser().resolve()) if inputs.masks else None,
+            "samples": len(samples),
+        },
+        "cells": records,
+        "samples": content,
+    }
+    return GeneratePlan(
+        suite_obj,
+        names,
+        levels,
+        cell_list,
+        protocol,
+        samples,
+        skipped,
+        need_mask,
+        donors,
+        resources,
+        identity,
+    )
+
+
+def _select(suite: str | Suite, cells: GenerateCells) -> tuple[Suite, list[str], list | None]:
+    """The suite narrowed to the cells asked for, the shift names and the level list."""
+    suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
+    # Shifts needing an unconfigured tool (ai_bg without an inpainter) are skipped, logged.
+    names = available_shifts(suite_obj.match(cells.shifts), log=log)
+    levels = cells.levels
+    # None or an empty list: every level; a blank string is refused as naming none.
+    level_list = parse_levels(levels) if isinstance(levels, str) or levels else None
+    return suite_obj.select(names, level_list).suite, names, level_list
+
+
+def _protocol(protocol: Protocol, cells: GenerateCells) -> Protocol:
+    if cells.fmt:
+        protocol = dataclasses.replace(protocol, format=str(cells.fmt).lower())
+    if cells.keep_size:
+        protocol = dataclasses.replace(protocol, resize=None, crop=None)
+    if str(protocol.format).lower() not in ("jpeg", "jpg", "png"):
+        raise InputError(f"unknown output format {protocol.format!r}; use jpeg or png")
+    return protocol
+
+
+def _check_local_out(out_root: Path, data_root: Path, inputs: GenerateInputs) -> None:
+    if out_root.exists() and not out_root.is_dir():
+        raise InputError(
+            f"--out {out_root} is a file; generate writes a folder of images",
+            hint="pass a folder name (created if missing)",
+        )
+    # Both ways and through links: --data inside --out would be read as its own cells.
+    check_outputs(
+        {
+            "--data": data_root,
+            "--labels": inputs.labels_csv,
+            "--masks": inputs.masks,
+            "--bboxes": inputs.bboxes,
+        },
+        {"--out": Folder(out_root)},
+    )
+
+
+def _check_needs(shift_objs: dict, protocol: Protocol, inputs: GenerateInputs) -> bool:
+    """Refuse shifts whose needs the request cannot meet; whether any reads masks."""
+    needs = set().union(*(s.needs for s in shift_objs.values())) if shift_objs else set()
+    need_mask = "mask" in needs
+    if need_mask and not inputs.masks:
+        which = ", ".join(n for n, s in shift_objs.items() if "mask" in s.needs)
+        raise InputError(f"{which} need foreground masks; pass --masks DIR")
+    for s in shift_objs.values():
+        if s.extra.get("channels") == 4 and str(protocol.format).lower() != "png":
+            raise InputError(f"{s.name} produces RGBA, which JPEG cannot store; use --format png")
+    return need_mask
+
+
+def _draws_donors(shift) -> bool:
+    return bool(shift.extra.get("donor_rule") or (shift.needs & DONOR_KEYS))
+
+
+def _sources(
+    data_root: Path, inputs: GenerateInputs, shift_objs: dict, need_mask: bool, protocol
+) -> tuple[list[Sample], list[tuple[str, str]], Any]:
+    """(samples to generate, (id, reason) of those left out, the donor pool or None)."""
+    found = discover(
+        data_root, labels_csv=inputs.labels_csv, masks=inputs.masks, bboxes=inputs.bboxes
+    )
+    if (
+        not inputs.unlabelled
+        and found
+        and all(s.class_name is None and s.label is None for s in found)
+    ):
+        raise InputError(
+            f"{data_root} holds {len(found)} images without labels (no class folders, no "
+            "labels CSV): evaluate cannot score what would be generated",
+            hint="put the images in <class>/ folders or pass --labels CSV (file,label); "
+            "--unlabelled generates them anyway",
+        )
+    skipped = list(found.skipped)
+    donors = None
+    if any(_draws_donors(s) for s in shift_objs.values()):
+        from robustlab.shifts.scenes import DonorPool
+
+        # The whole data set, before --limit and the mask filter: the pool every path uses.
+        donors = DonorPool(found)
+    samples: list[Sample] = list(found)
+    if need_mask:
+        skipped += [(s.id, "no mask in the masks folder") for s in samples if s.mask_path is None]
+        samples = [s for s in samples if s.mask_path is not None]
+    if inputs.limit is not None:
+        samples = samples[: int(inputs.limit)]
+    if not samples:
+        raise InputError(f"no usable images in {data_root}")
+    # The output names must be unique, or two sources would silently share one file.
+    seen: dict[str, str] = {}
+    unique: list[Sample] = []
+    for sample in samples:
+        key = str(cell_path("", sample, "x", "1", protocol))
+        if key in seen:
+            skipped.append((sample.id, f"its output name collides with {seen[key]}"))
+        else:
+            seen[key] = sample.id
+            unique.append(sample)
+    return unique, skipped, donors
+
+
+def _cell_records(cells, shift_objs: dict, resources: dict) -> dict[str, dict]:
+    """``"shift/level"`` -> what decides the cell's pixels. A cell drawn by a configured
+    tool (ai_bg's inpainter, bg_complexity's diffusion model, the attribute edits'
+    hole-fill backend) names the tool, so a folder never mixes two."""
+    records = {}
+    for n, lv in cells:
+        rec = {
+            "shift": n,
+            "level": lv,
+            "family": shift_objs[n].family,
+            "deterministic": shift_objs[n].deterministic,
+            "params": jsonable(shift_objs[n].params[lv]),
+        }
+        for key, described in resources.items():
+            res = get_resource(key)
+            if res.uses(shift_objs[n]):
+                rec[key] = res.cell_value(described)
+        records[f"{n}/{lv}"] = rec
+    return records
+
+
+def _content_record(samples: list[Sample], donors) -> dict[str, list]:
+    """``id -> [class, image hash, mask hash]`` of every source whose bytes can reach a file:
+    the images to generate and, for donor shifts, every background donor."""
+    from robustlab.run.content_hash import hash_files
+
+    used = {s.id: s for s in samples}
+    if donors is not None:
+        used.update((d.id, d) for d in donors.samples if d.id not in used)
+    ordered = sorted(used.values(), key=lambda s: s.id)
+    digests = hash_files([p for s in ordered for p in (s.path, s.mask_path)])
+    return {s.id: [s.class_name, digests[2 * i], digests[2 * i + 1]] for i, s in enumerate(ordered)}
+
+
+def _donor_pool_fingerprint(donors, content: dict[str, list]) -> str:
+    """BLAKE2b of the donor pool (ids, classes, image and mask hashes): an image added to
+    or removed from the pool changes which donor every sample draws."""
+    from robustlab.run.identity import data_fingerprint
+
+    ids = sorted(d.id for d in donors.samples)
+    return data_fingerprint((i, *content[i]) for i in ids)
