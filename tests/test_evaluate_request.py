@@ -78,10 +78,10 @@ def test_every_field_is_one_keyword_of_one_spec():
 
 
 def test_an_unknown_keyword_is_a_type_error_naming_the_closest(folder, tmp_path):
-    with pytest.raises(TypeError, match=r"argument 'sufte'; did you mean 'suite'\?"):
+    with pytest.raises(TypeError, match=r"argument 'sufte'; did you mean suite\?"):
         EvaluateRequest.build("lite0", folder, sufte="imagenet-c")
     db = tmp_path / "r.duckdb"
-    with pytest.raises(TypeError, match=r"'worker'; did you mean 'workers'\?"):
+    with pytest.raises(TypeError, match=r"'worker'; did you mean workers\?"):
         robustlab.evaluate("lite0", folder, db=db, worker=2)
     assert not db.exists()
     with pytest.raises(TypeError, match=r"argument 'xyzzy'$"):

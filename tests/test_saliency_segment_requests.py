@@ -10,7 +10,8 @@ import pytest
 
 from robustlab.cli import build_parser
 from robustlab.errors import InputError
-from robustlab.workflows._masked import MaskedCells, MaskedData, MaskedExecution, route
+from robustlab.workflows._masked import MaskedCells, MaskedData, MaskedExecution
+from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.saliency import (
     SaliencyExecution,
     SaliencyModel,
@@ -59,7 +60,7 @@ def test_an_unknown_keyword_is_a_type_error_that_names_the_closest(call, word, n
 
 def test_a_keyword_nothing_is_close_to_names_none():
     with pytest.raises(TypeError) as info:
-        route("f", {"zzz": 1}, {"data": MaskedData})
+        build_specs("f", {"zzz": 1}, {"data": MaskedData})
     assert str(info.value) == "f() got an unexpected keyword argument 'zzz'"
 
 

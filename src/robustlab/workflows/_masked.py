@@ -8,7 +8,7 @@ here once so the two cannot drift apart:
 - the request's parts: :class:`MaskedData` (images, masks, labels, limit),
   :class:`MaskedCells` (suite, shifts, levels, seed) and :class:`MaskedExecution`
   (database, batch size, progress), frozen and checked when built;
-  :func:`route` builds them from the keyword arguments of the Python functions;
+  :func:`robustlab.workflows.keywords.build_specs` builds them from the keyword arguments of the Python functions;
 - :func:`select`: the cells (the one selection grammar, clean first) and the samples that
   have a mask;
 - :func:`masked_record`: the run's identity (the model's part is the workflow's) through
@@ -23,7 +23,6 @@ here once so the two cannot drift apart:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from robustlab.errors import CellSkipped, InputError, MissingResourceError, closest
+from robustlab.errors import CellSkipped, InputError, MissingResourceError
 from robustlab.store.schema import CLEAN_SHIFT
 
 if TYPE_CHECKING:
@@ -114,25 +113,6 @@ class MaskedExecution:
     def __post_init__(self) -> None:
         if self.batch_size is not None and int(self.batch_size) < 1:
             raise InputError(f"batch size must be at least 1, got {self.batch_size}")
-
-
-def route(where: str, options: dict[str, Any], parts: dict[str, type]) -> dict[str, Any]:
-    """Keyword arguments of a Python function, each given to the request part that owns a
-    field of that name; the parts built (their defaults for what was not given).
-
-    Raises:
-        TypeError: a keyword no part owns, naming the closest ones (as Python would for a
-            misspelt argument, with a "did you mean").
-    """
-    owner = {f.name: part for part, cls in parts.items() for f in dataclasses.fields(cls)}
-    given: dict[str, dict[str, Any]] = {part: {} for part in parts}
-    for key, value in options.items():
-        if key not in owner:
-            near = closest(key, owner)
-            tip = f"; did you mean {' or '.join(near)}?" if near else ""
-            raise TypeError(f"{where}() got an unexpected keyword argument {key!r}{tip}")
-        given[owner[key]][key] = value
-    return {part: cls(**given[part]) for part, cls in parts.items()}
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
-"""Keyword arguments routed to the typed spec that owns them.
+"""Keyword arguments routed to the typed spec that owns them: one rule for every workflow.
 
-A workflow's request is a few frozen specs (data, cells, model, execution); its Python
-function keeps its keyword signature (``run_protocol(spec, data, masks=..., seed=...)``)
-by sending each keyword to the spec with a field of that name. An unknown keyword is the
-``TypeError`` Python gives for a function's own, with the closest names.
+A workflow's request is a few frozen specs (data, cells, model, execution), each validated
+once when it is built; its Python function keeps the flat keyword signature users know
+(``evaluate(model, data, suite=..., workers=0)``, ``generate(suite, data, out, seed=3)``)
+by sending each keyword to the spec with a field of that name. So adding an option touches
+its spec, the parser and the code that reads it, nothing else. A field whose keyword is not
+its name says so in its metadata (``keyword``). An unknown keyword is the ``TypeError``
+Python gives for a function's own, with the closest names.
 """
 
 from __future__ import annotations
@@ -15,29 +18,72 @@ from typing import Any
 from robustlab.errors import closest
 
 
+def keyword_of(f: dataclasses.Field) -> str:
+    """The keyword a spec field is passed as (its metadata's ``keyword``, else its name)."""
+    return f.metadata.get("keyword", f.name)
+
+
+def owners(specs: Mapping[str, type]) -> dict[str, tuple[str, str]]:
+    """``keyword -> (part, field)`` over the init fields of ``specs`` (the first spec that
+    has a keyword owns it)."""
+    out: dict[str, tuple[str, str]] = {}
+    for part, spec in specs.items():
+        for f in dataclasses.fields(spec):
+            if f.init:
+                out.setdefault(keyword_of(f), (part, f.name))
+    return out
+
+
 def route_keywords(
     caller: str, options: Mapping[str, Any], specs: Mapping[str, type]
 ) -> dict[str, dict[str, Any]]:
-    """``options`` split by the spec that owns each keyword (a dataclass field of that name;
-    the first spec in ``specs`` that has it).
+    """``options`` split by the spec that owns each keyword, as field-name dicts.
 
     Raises:
         TypeError: A keyword no spec owns: ``run_protocol() got an unexpected keyword
             argument 'mask'; did you mean masks?``.
     """
-    owner = {}
-    for part, spec in specs.items():
-        for f in dataclasses.fields(spec):
-            owner.setdefault(f.name, part)
+    owner = owners(specs)
     out: dict[str, dict[str, Any]] = {part: {} for part in specs}
     for key, value in options.items():
         if key not in owner:
-            raise TypeError(_unexpected(caller, key, owner))
-        out[owner[key]][key] = value
+            raise TypeError(unexpected(caller, key, owner))
+        part, name = owner[key]
+        out[part][name] = value
     return out
 
 
-def _unexpected(caller: str, key: str, known: Iterable[str]) -> str:
+def build_specs(
+    caller: str,
+    options: Mapping[str, Any],
+    specs: Mapping[str, type],
+    given: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One instance per spec: the one the caller passed in ``given``, else one built from
+    the keywords it owns (its defaults for the rest).
+
+    Raises:
+        TypeError: a keyword no spec owns (with the closest names), or a keyword given
+            beside an instance of the spec that owns it (which one wins would be unclear).
+    """
+    given = given or {}
+    routed = route_keywords(caller, options, specs)
+    out: dict[str, Any] = {}
+    for part, cls in specs.items():
+        if given.get(part) is None:
+            out[part] = cls(**routed[part])
+        elif routed[part]:
+            raise TypeError(
+                f"{caller}() got {', '.join(routed[part])} both as keywords and in {part}=; "
+                "pass them one way"
+            )
+        else:
+            out[part] = given[part]
+    return out
+
+
+def unexpected(caller: str, key: str, known: Iterable[str]) -> str:
+    """The message of an unknown keyword, naming the closest known ones."""
     near = closest(key, known)
     tip = f"; did you mean {' or '.join(near)}?" if near else ""
     return f"{caller}() got an unexpected keyword argument {key!r}{tip}"

@@ -36,6 +36,7 @@ import pandas as pd
 from robustlab.errors import InputError
 from robustlab.saliency.methods import DEFAULT_METHOD, METHODS
 from robustlab.store.schema import SALIENCY_MAP_SIDE, SALIENCY_TASK
+from robustlab.workflows.keywords import build_specs
 from robustlab.workflows._masked import (
     MaskedCells,
     MaskedData,
@@ -45,7 +46,6 @@ from robustlab.workflows._masked import (
     cell_images,
     masked_cells,
     masked_record,
-    route,
     select,
     target_rule,
 )
@@ -198,7 +198,7 @@ class SaliencyRequest:
     def build(cls, model, data, **options: Any) -> SaliencyRequest:
         """The request of ``saliency(model, data, **options)``: each keyword goes to the
         part with a field of its name (unknown: TypeError with a "did you mean")."""
-        parts = route(
+        parts = build_specs(
             "saliency",
             {"model": model, "data": data, **options},
             {

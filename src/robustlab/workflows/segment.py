@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.workflows.keywords import build_specs
 from robustlab.workflows._masked import (
     MaskedCells,
     MaskedData,
@@ -44,7 +45,6 @@ from robustlab.workflows._masked import (
     cell_images,
     masked_cells,
     masked_record,
-    route,
     select,
     target_rule,
 )
@@ -227,7 +227,7 @@ class SegmentRequest:
     def build(cls, model: SegmentationModel, data, **options: Any) -> SegmentRequest:
         """The request of ``segment_to_store(model, data, **options)``: each keyword goes to
         the part with a field of its name (unknown: TypeError with a "did you mean")."""
-        parts = route(
+        parts = build_specs(
             "segment_to_store",
             {"data": data, **options},
             {"data": MaskedData, "cells": MaskedCells, "run": MaskedExecution},
@@ -332,7 +332,7 @@ def evaluate_segmentation(
     """
     from robustlab.metrics.segmentation import summarize
 
-    parts = route(
+    parts = build_specs(
         "evaluate_segmentation",
         {"data": data, **options},
         {"data": MaskedData, "cells": MaskedCells},

@@ -24,6 +24,7 @@ from typing import Any
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.store import DEFAULT_DB
+from robustlab.workflows.keywords import build_specs, keyword_of, owners
 
 __all__ = [
     "CellSpec",
@@ -234,30 +235,14 @@ PARTS: dict[str, type] = {
 }
 
 
-def _keyword(f: dataclasses.Field) -> str:
-    return f.metadata.get("keyword", f.name)
+# Keywords that belong to the request itself, not to one of its parts.
+_TOP = ("db",)
 
 
 def keywords() -> dict[str, tuple[str | None, str]]:
     """Every keyword of a request: ``keyword -> (part, field)``; the part is None for a
     field of the request itself (``db``)."""
-    out: dict[str, tuple[str | None, str]] = {}
-    for part, spec in PARTS.items():
-        for f in dataclasses.fields(spec):
-            if f.init:
-                out[_keyword(f)] = (part, f.name)
-    for f in dataclasses.fields(EvaluateRequest):
-        if f.name not in PARTS:
-            out[_keyword(f)] = (None, f.name)
-    return out
-
-
-def _unknown(key: str, known) -> TypeError:
-    import difflib
-
-    close = difflib.get_close_matches(key, list(known), n=1)
-    more = f"; did you mean {close[0]!r}?" if close else ""
-    return TypeError(f"evaluate() got an unexpected keyword argument {key!r}{more}")
+    return {**owners(PARTS), **{k: (None, k) for k in _TOP}}
 
 
 @dataclass(frozen=True)
@@ -293,15 +278,10 @@ class EvaluateRequest:
             TypeError: an unknown keyword (the message names the closest one).
             InputError: a value no run could use (one line, with a hint).
         """
-        known = keywords()
-        parts: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
-        top: dict[str, Any] = {}
-        for key, value in {"model": model, "data": data, **options}.items():
-            if key not in known:
-                raise _unknown(key, known)
-            part, name = known[key]
-            (top if part is None else parts[part])[name] = value
-        return cls(**{part: PARTS[part](**parts[part]) for part in PARTS}, **top)
+        options = {"model": model, "data": data, **options}
+        top = {k: options.pop(k) for k in _TOP if k in options}
+        specs = build_specs("evaluate", options, PARTS)
+        return cls(**specs, **top)
 
     @classmethod
     def from_args(cls, args) -> EvaluateRequest:
@@ -312,7 +292,7 @@ class EvaluateRequest:
             for f in dataclasses.fields(spec):
                 if not f.init or (spec is cls and f.name in PARTS):
                     continue
-                dest, read = f.metadata.get("arg", (_keyword(f), lambda v: v))
+                dest, read = f.metadata.get("arg", (keyword_of(f), lambda v: v))
                 if hasattr(args, dest):
-                    values[_keyword(f)] = read(getattr(args, dest))
+                    values[keyword_of(f)] = read(getattr(args, dest))
         return cls.build(values.pop("model"), values.pop("data"), **values)

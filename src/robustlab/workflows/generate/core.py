@@ -17,7 +17,7 @@ from robustlab.run.lifeline import default_workers
 from robustlab.shifts.kernels import ensure_compiled_for
 from robustlab.shifts.process_config import process_settings
 from robustlab.suites import Suite
-from robustlab.workflows._specs import route_options
+from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.generate.attributes import (
     ATTRIBUTES_CSV,
     merge_attributes_csv,
@@ -88,14 +88,11 @@ def generate(
         InputError: unknown suite/shift/level, missing or empty data folder, or a shift
             that needs masks without them.
     """
-    specs = route_options(
+    specs = build_specs(
         "generate",
         options,
-        {
-            "cells": (GenerateCells, cells),
-            "inputs": (GenerateInputs, inputs),
-            "execution": (GenerateExecution, execution),
-        },
+        {"cells": GenerateCells, "inputs": GenerateInputs, "execution": GenerateExecution},
+        {"cells": cells, "inputs": inputs, "execution": execution},
     )
     cells, inputs, execution = specs["cells"], specs["inputs"], specs["execution"]
     folder = _open_out(out, execution)

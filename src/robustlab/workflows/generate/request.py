@@ -4,7 +4,7 @@
 :class:`GenerateInputs` which sources are read, :class:`GenerateExecution` where the
 work runs (never part of the folder's identity). ``robustlab generate`` builds them from
 its flags; :func:`robustlab.workflows.generate.generate` also takes their fields as
-keywords (:func:`robustlab.workflows._specs.route_options`).
+keywords (:func:`robustlab.workflows.keywords.build_specs`).
 """
 
 from __future__ import annotations

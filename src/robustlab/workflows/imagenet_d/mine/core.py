@@ -37,7 +37,7 @@ from robustlab.errors import InputError
 from robustlab.outputs import atomic_write
 from robustlab.run.folder_record import identity_hash, json_bytes, read_record, refuse_changes
 from robustlab.store import CLEAN_SHIFT, Store
-from robustlab.workflows._specs import route_options
+from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.imagenet_d.mine.request import (
     DEFAULT_SURROGATES,
     MineExecution,
@@ -142,14 +142,11 @@ def mine(
         InputError: no surrogate, a bad k, a folder evaluate cannot read.
         InputChangedError: ``out`` holds the hard subset of another mining.
     """
-    specs = route_options(
+    specs = build_specs(
         "mine",
         options,
-        {
-            "rule": (MineRule, rule),
-            "inputs": (MineInputs, inputs),
-            "execution": (MineExecution, execution),
-        },
+        {"rule": MineRule, "inputs": MineInputs, "execution": MineExecution},
+        {"rule": rule, "inputs": inputs, "execution": execution},
     )
     rule, inputs, execution = specs["rule"], specs["inputs"], specs["execution"]
     from robustlab.workflows.evaluate import read_generated

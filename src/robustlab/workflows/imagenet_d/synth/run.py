@@ -34,7 +34,7 @@ from robustlab.outputs import LocalFolder, atomic_write, remove_temp_files
 from robustlab.run.folder_record import RUNNING, FolderRun, jsonable, update_record
 from robustlab.shifts.generative.text2image import SCHEDULERS, TextToImage, describe_checkpoint
 from robustlab.shifts.generative.tiny import warn_if_random
-from robustlab.workflows._specs import route_options
+from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.imagenet_d.synth.prompts import (
     PromptItem,
     build_grid,
@@ -120,14 +120,11 @@ def synth(
         EnvironmentProblem: the Ray cluster at ``address`` does not answer.
     """
     started = time.perf_counter()
-    specs = route_options(
+    specs = build_specs(
         "synth",
         options,
-        {
-            "grid": (SynthGrid, grid),
-            "diffusion": (SynthDiffusion, diffusion),
-            "execution": (SynthExecution, execution),
-        },
+        {"grid": SynthGrid, "diffusion": SynthDiffusion, "execution": SynthExecution},
+        {"grid": grid, "diffusion": diffusion, "execution": execution},
     )
     plan = plan_synth(checkpoint, specs["grid"], specs["diffusion"], specs["execution"])
     result = _run(plan, Path(out).expanduser(), specs["execution"], started)
