@@ -260,6 +260,8 @@ def target_mask(sample, prepared, shift: str, level, seed: int) -> np.ndarray | 
 
         # the shift's own draw from its cell generator (it draws first): the same spot
         sh = get_shift(shift)
+        if sh.draw is None:  # register_shift refuses a "moved" target without one
+            raise ValueError(f"{shift} moves the object but has no draw")
         rng = make_rng(derive_seed(seed, sample.id, shift, level))
         draws = sh.draw(prepared.rgb, sh.params[level], rng, {"mask": m})
         return moved_mask(m, draws["offset"])
