@@ -259,13 +259,6 @@ def _literal_flags(module) -> set[str]:
     return out
 
 
-# (flag, command module): copies found when the check below was added, in commands other
-# branches own; each is one line to replace with the _args helper named (then delete it here).
-PENDING_COPIES = {
-    ("--batch-size", "robustlab.commands.mine"): "add_batch_size(p)",
-}
-
-
 def test_a_shared_flag_is_defined_once():
     """The drift test above compares meanings, so a command that defines a flag again with
     the very meaning of another command's (a copy of the same add_argument, or of what a
@@ -282,8 +275,6 @@ def test_a_shared_flag_is_defined_once():
         literal = _literal_flags(importlib.import_module(func.__module__))
         for a in p._actions:
             for flag in a.option_strings:
-                if (flag, func.__module__) in PENDING_COPIES:
-                    continue
                 if flag in literal:
                     own[flag].append((f"{name} ({func.__module__})", _meaning(a)))
                 else:
@@ -296,8 +287,6 @@ def test_a_shared_flag_is_defined_once():
             ]
             if meaning in shared[flag] or twins:
                 copies.append(f"{flag} in {where}" + (f", as in {twins}" if twins else ""))
-    stale = [k for k in PENDING_COPIES if k[0] not in _literal_flags(importlib.import_module(k[1]))]
-    assert not stale, f"fixed, delete from PENDING_COPIES: {stale}"
     assert not copies, "defined again instead of taken from commands/_args.py:\n" + "\n".join(
         copies
     )

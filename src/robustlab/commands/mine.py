@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from robustlab.commands._args import (
     add_backend,
+    add_batch_size,
     add_cell_filters,
     add_db,
     add_device,
@@ -60,7 +61,7 @@ def add_parser(sub) -> None:
     add_cell_filters(p)
     add_db(p)
     add_device(p)
-    p.add_argument("--batch-size", type=int, default=None, help="images per forward pass")
+    add_batch_size(p)
     add_inference_args(p)
     add_workers(p)
     add_no_progress(p)
