@@ -288,7 +288,7 @@ def test_r_squared_caption_says_why_a_constant_response_has_none():
     import pandas as pd
 
     from robustlab.metrics.regression import regress_accuracy
-    from robustlab.workflows.report.build import r_squared_text
+    from robustlab.workflows.report.analysis import r_squared_text
 
     data = pd.DataFrame({"err": [0.5] * 6, "bg": ["a", "b", "c"] * 2})
     with warnings.catch_warnings():

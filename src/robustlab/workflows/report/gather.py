@@ -801,7 +801,7 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
         return None, None
     cells = cell_accuracy(data, by=list(factors.values()))
     # The independent observations behind both fits: the report withholds p-values when
-    # they are no more than the terms (robustlab.workflows.report.build.withheld_inference).
+    # they are no more than the terms (robustlab.workflows.report.analysis.withheld_inference).
     n_images = int(data["sample_id"].nunique())
     ols = logit = None
     try:
