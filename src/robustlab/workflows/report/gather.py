@@ -374,28 +374,84 @@ def gather(
     Raises:
         InputError: no database, no matching runs, or none with predictions.
     """
-    from robustlab.metrics.accuracy import accuracy_drop, per_class, per_family
-    from robustlab.metrics.bootstrap import bootstrap_ci, cell_intervals
-    from robustlab.metrics.scenes import bg_gap, robustness_score, scenario_accuracies
-    from robustlab.store.queries import results_table, select_runs
+    from robustlab.metrics.accuracy import per_family
 
     if rng is None:
         rng = np.random.default_rng(0)
     store = Store(db)
     store.require()
+    runs_df, runs = _select(store, run_ids)
+    notes: list[str] = []
+    results, runs = _results(store, runs, baseline, notes)
+    ids = [r.run_id for r in runs]
+
+    preds = store.predictions(ids, columns=PRED_COLUMNS)
+    preds["level"] = preds["level"].astype(str)
+
+    # the generator's draws, in this order, are part of the report's reproducibility
+    cells = _cells(results, preds, rng, n_resamples, confidence)
+    ce, mce_rows = _ce_rows(results)
+
+    # Pooled accuracy per family and level (plot), and per run (leaderboard).
+    fam_map = {s: family(s) for s in preds["shift"].unique()}
+    families = per_family(preds, by=("run_id", "level"), families=fam_map)
+    pooled = _pooled(preds, cells, rng, n_resamples, confidence)
+    scenarios, robustness, bg = _scenes(runs, preds, notes)
+    class_drops = _class_drops(preds, notes)
+    reg = logit = None
+    if regression:
+        reg, logit = _regression(preds, runs, notes)
+    return ReportData(
+        db=store.path,
+        runs=runs,
+        baseline=baseline,
+        results=results,
+        cells=cells,
+        ce=ce,
+        mce=mce_rows,
+        corruption_error=_corruption_error(cells),
+        families=families,
+        pooled=pooled,
+        scenarios=scenarios,
+        robustness=robustness,
+        bg_gap=bg,
+        class_drops=class_drops,
+        regression=reg,
+        logit=logit,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        summary=_summary(runs, preds, mce_rows),
+        notes=notes,
+        **_benchmark_tables(store, runs_df, runs, cells, preds, notes),
+    )
+
+
+def _select(store: Store, run_ids: Sequence[str] | None) -> tuple[pd.DataFrame, list[RunView]]:
+    """The selected ``runs`` rows, and a view of each with the label the report shows."""
+    from robustlab.store.queries import select_runs
+
     runs_df = select_runs(store, run_ids=run_ids)
     if runs_df.empty:
         raise InputError(f"no runs in {store.path}; run `robustlab evaluate` first")
-    notes: list[str] = []
     runs = [
         RunView(rid, lab, rec)
         for rid, lab, rec in zip(runs_df["run_id"], _labels(runs_df), runs_df.to_dict("records"))
     ]
+    return runs_df, runs
 
-    # Results exactly as `robustlab results` computes them, one run at a time so that a
-    # baseline missing for one run leaves the others' CE rows in place.
-    # A baseline that fits no run at all is the user's mistake (as in `robustlab results`);
-    # one that fits only some runs (several data sets in one database) leaves a note.
+
+def _results(
+    store: Store, runs: list[RunView], baseline: str | None, notes: list[str]
+) -> tuple[pd.DataFrame, list[RunView]]:
+    """``results_table`` rows of every run with predictions, and those runs.
+
+    Exactly as ``robustlab results`` computes them, one run at a time so that a baseline
+    missing for one run leaves the others' CE rows in place. A baseline that fits no run at
+    all is the user's mistake (as in ``robustlab results``); one that fits only some runs
+    (several data sets in one database) leaves a note.
+    """
+    from robustlab.store.queries import results_table
+
     parts, kept, failed = [], [], []
     for r in runs:
         try:
@@ -417,22 +473,30 @@ def gather(
         raise InputError(f"none of the selected runs in {store.path} has predictions yet")
     if failed and len(failed) == len(runs):
         raise failed[0]
-    runs = kept
-    results = pd.concat(parts, ignore_index=True)
-    ids = [r.run_id for r in runs]
+    return pd.concat(parts, ignore_index=True), kept
 
-    preds = store.predictions(ids, columns=PRED_COLUMNS)
-    preds["level"] = preds["level"].astype(str)
 
-    # Per-cell rows plus bootstrap intervals.
+def _cells(
+    results: pd.DataFrame,
+    preds: pd.DataFrame,
+    rng: np.random.Generator,
+    n_resamples: int,
+    confidence: float,
+) -> pd.DataFrame:
+    """The per-cell rows of ``results`` with bootstrap intervals and the shift's family."""
+    from robustlab.metrics.bootstrap import cell_intervals
+
     cells = results[results["level"] != "all"].copy()
     ci = cell_intervals(
         preds, rng, by=("run_id", "shift", "level"), n_resamples=n_resamples, confidence=confidence
     ).rename(columns={"run_id": "run_full"})
     cells = cells.merge(ci, on=["run_full", "shift", "level"], how="left")
     cells["family"] = [family(s) for s in cells["shift"]]
+    return cells
 
-    # CE / mCE rows.
+
+def _ce_rows(results: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+    """The CE rows, and run id -> {mce, relative_mce, n_corruptions, baseline}."""
     summary = results[results["level"] == "all"]
     is_mce = summary["shift"].astype(str).str.startswith("mCE (")
     ce = summary[~is_mce][["run_full", "label", "shift", "error", "ce", "relative_ce", "baseline"]]
@@ -445,9 +509,12 @@ def gather(
         }
         for row in summary[is_mce].itertuples()
     }
+    return ce.reset_index(drop=True), mce_rows
 
-    # Mean error over the stored severities of each corruption (ImageNet-C's E_c when no
-    # baseline makes CE possible); where CE rows exist their `error` column is the same mean.
+
+def _corruption_error(cells: pd.DataFrame) -> pd.DataFrame:
+    """Mean error over the stored severities of each corruption (ImageNet-C's E_c when no
+    baseline makes CE possible); where CE rows exist their `error` column is the same mean."""
     corr_cells = cells[[is_corruption(s) for s in cells["shift"]]]
     corruption_error = (
         corr_cells.groupby(["run_full", "shift"], sort=False)["error"]
@@ -456,11 +523,21 @@ def gather(
         .reset_index()
     )
     corruption_error["family"] = [family(s) for s in corruption_error["shift"]]
+    return corruption_error
 
-    # Pooled accuracy per family and level (plot), and per run (leaderboard, with a
-    # per-image bootstrap: the images, not the predictions, are the independent units).
-    fam_map = {s: family(s) for s in preds["shift"].unique()}
-    families = per_family(preds, by=("run_id", "level"), families=fam_map)
+
+def _pooled(
+    preds: pd.DataFrame,
+    cells: pd.DataFrame,
+    rng: np.random.Generator,
+    n_resamples: int,
+    confidence: float,
+) -> dict[str, dict[str, float]]:
+    """Per run: clean top-1 and pooled shifted top-1 with their intervals (a per-image
+    bootstrap: the images, not the predictions, are the independent units)."""
+    from robustlab.metrics.accuracy import per_family
+    from robustlab.metrics.bootstrap import bootstrap_ci
+
     pooled: dict[str, dict[str, float]] = {}
     for rid, g in preds.groupby("run_id", sort=False):
         clean = g[g["shift"] == CLEAN_SHIFT]
@@ -492,12 +569,15 @@ def gather(
                 shifted_hi=hi,
                 shifted_n=int(pf["n"].iloc[0]),
             )
-        pooled[rid] = entry
+        pooled[str(rid)] = entry
+    return pooled
 
-    # The per-run summary, with the function `robustlab results --summary` uses.
+
+def _summary(runs: list[RunView], preds: pd.DataFrame, mce_rows: dict) -> pd.DataFrame:
+    """The per-run summary, with the function ``robustlab results --summary`` uses."""
     from robustlab.metrics.summary import summarise_run
 
-    summary = pd.DataFrame(
+    return pd.DataFrame(
         [
             {
                 **summarise_run(
@@ -510,7 +590,13 @@ def gather(
         ]
     )
 
-    # Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap.
+
+def _scenes(
+    runs: list[RunView], preds: pd.DataFrame, notes: list[str]
+) -> tuple[dict, dict, pd.DataFrame]:
+    """Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap."""
+    from robustlab.metrics.scenes import bg_gap, robustness_score, scenario_accuracies
+
     scenarios, robustness, gaps = {}, {}, []
     for r in runs:
         if r.record.get("suite") == HOLDOUT_SUITE:  # its own table (surface variation)
@@ -549,66 +635,53 @@ def gather(
         if gaps
         else pd.DataFrame(columns=["run_id", "n", "acc_same", "acc_rand", "bg_gap"])
     )
+    return scenarios, robustness, bg
 
-    # Per-class drop from clean, pooled over the levels of each shift.
-    class_drops = pd.DataFrame()
+
+def _class_drops(preds: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """Per-class drop from clean, pooled over the levels of each shift."""
+    from robustlab.metrics.accuracy import accuracy_drop, per_class
+
     labelled = preds.dropna(subset=["label"])
-    if (labelled["shift"] != CLEAN_SHIFT).any():
-        pc = per_class(labelled, by=("run_id", "shift"), class_column="label")
-        have_clean = pc[pc["shift"] == CLEAN_SHIFT][["run_id", "label"]]
-        pc = pc.merge(have_clean, on=["run_id", "label"])
-        try:
-            class_drops = accuracy_drop(pc, by=("run_id", "label"))
-            class_drops = class_drops[class_drops["shift"] != CLEAN_SHIFT].reset_index(drop=True)
-        except ValueError as exc:
-            notes.append(f"no per-class drops: {exc}")
+    if not (labelled["shift"] != CLEAN_SHIFT).any():
+        return pd.DataFrame()
+    pc = per_class(labelled, by=("run_id", "shift"), class_column="label")
+    have_clean = pc[pc["shift"] == CLEAN_SHIFT][["run_id", "label"]]
+    pc = pc.merge(have_clean, on=["run_id", "label"])
+    try:
+        drops = accuracy_drop(pc, by=("run_id", "label"))
+    except ValueError as exc:
+        notes.append(f"no per-class drops: {exc}")
+        return pd.DataFrame()
+    return drops[drops["shift"] != CLEAN_SHIFT].reset_index(drop=True)
 
-    reg = logit = None
-    if regression:
-        reg, logit = _regression(preds, runs, notes)
 
-    # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
-    edits = edit_tables(cells, runs, preds)
-    subsets = imagenet_d_subsets(preds, runs)
-    mining, reviews = mining_table(store), review_table(store)
+def _benchmark_tables(
+    store: Store,
+    runs_df: pd.DataFrame,
+    runs: list[RunView],
+    cells: pd.DataFrame,
+    preds: pd.DataFrame,
+    notes: list[str],
+) -> dict[str, pd.DataFrame]:
+    """ImageNet-E's per-level table and attribute fits, ImageNet-D's subsets, mining and
+    review records, and the surface-variation runs: the ReportData fields of those names."""
+    ids = [r.run_id for r in runs]
     joined = store.predictions_with_attributes(ids)
-    curves = edit_curves(joined, {r.run_id: r.label for r in runs})
     effects = attribute_effects(joined)
     if not effects.empty:
         # fits with a note (perfect separation, too few rows...) stay out of the table
         for why, k in effects.loc[effects["note"] != "", "note"].value_counts().items():
             notes.append(f"edit effects: {k} attribute fit(s) left out of the table: {why}")
-    surface = holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds)
-
-    return ReportData(
-        db=store.path,
-        runs=runs,
-        baseline=baseline,
-        results=results,
-        cells=cells,
-        ce=ce.reset_index(drop=True),
-        mce=mce_rows,
-        corruption_error=corruption_error,
-        families=families,
-        pooled=pooled,
-        scenarios=scenarios,
-        robustness=robustness,
-        bg_gap=bg,
-        class_drops=class_drops,
-        regression=reg,
-        logit=logit,
-        edits=edits,
-        edit_curves=curves,
-        edit_effects=effects,
-        imagenet_d=subsets,
-        mining=mining,
-        reviews=reviews,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        summary=summary,
-        surface=surface,
-        notes=notes,
-    )
+    return {
+        "edits": edit_tables(cells, runs, preds),
+        "imagenet_d": imagenet_d_subsets(preds, runs),
+        "mining": mining_table(store),
+        "reviews": review_table(store),
+        "edit_curves": edit_curves(joined, {r.run_id: r.label for r in runs}),
+        "edit_effects": effects,
+        "surface": holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds),
+    }
 
 
 def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame:
