@@ -9,10 +9,13 @@ path and the embedded pictures are normalised.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gzip
 import importlib.util
 from pathlib import Path
+
+from robustlab.workflows.report import build_report
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "report_html"
 
@@ -39,3 +42,24 @@ def test_the_report_page_is_the_one_the_old_code_wrote(tmp_path):
         )
         raise AssertionError(f"the report page changed:\n{diff}")
     assert 'id="ce-table"' in got and 'id="edit-drop"' in got and 'id="regression"' in got
+
+
+def test_keywords_go_to_the_request_by_name_and_a_misspelt_one_is_a_type_error(tmp_path):
+    """``build_report(db, out, **kw)`` is ``build_report(ReportRequest(db, out, **kw))``;
+    a keyword that is no field is the caller's TypeError, naming the closest field."""
+    import pytest
+
+    from robustlab.workflows.report import ReportRequest
+    from robustlab.workflows.report.build import report_request
+
+    req = report_request("r.duckdb", "r.html", run_ids=["ab12"], n_resamples=20, grid=False)
+    assert req == ReportRequest("r.duckdb", "r.html", run_ids=("ab12",), n_resamples=20, grid=False)
+    with pytest.raises(TypeError, match="'n_resample'; did you mean n_resamples"):
+        build_report(tmp_path / "r.duckdb", tmp_path / "r.html", n_resample=20)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'$"):
+        build_report(tmp_path / "r.duckdb", tmp_path / "r.html", colour="red")
+    with pytest.raises(TypeError, match="ReportRequest alone"):
+        build_report(req, tmp_path / "r.html")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.title = "changed"  # type: ignore[misc]
+    assert not (tmp_path / "r.html").exists()
