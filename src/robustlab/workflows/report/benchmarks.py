@@ -10,7 +10,9 @@ from robustlab.metrics.regression import significance_stars
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.report import plots
 from robustlab.workflows.report.columns import col, column, model_run
-from robustlab.workflows.report.gather import EDIT_ATTRIBUTES, ReportData, RunView, family
+from robustlab.workflows.report.benchmark_data import EDIT_ATTRIBUTES
+from robustlab.workflows.report.gather import ReportData, family
+from robustlab.workflows.report.runs import RunView
 from robustlab.workflows.report.html import Column, Table, esc, notes_list
 from robustlab.workflows.report.page import Page
 

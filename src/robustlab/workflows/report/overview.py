@@ -9,7 +9,8 @@ import pandas as pd
 
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.report.columns import SHIFTED_TOP1, col, column
-from robustlab.workflows.report.gather import ReportData, RunView
+from robustlab.workflows.report.gather import ReportData
+from robustlab.workflows.report.runs import RunView
 from robustlab.workflows.report.html import Column, Table, esc, is_missing
 from robustlab.workflows.report.page import Page
 
