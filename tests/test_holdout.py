@@ -243,14 +243,15 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
     assert table.iloc[0]["protocol"] == "versions" and table.iloc[0]["n_held"] == 18
 
     # The report: its own table, not a background-scenario table.
-    from robustlab.workflows.report import build
+    from robustlab.workflows.report.benchmarks import surface_variation
     from robustlab.workflows.report.gather import gather, run_namer
+    from robustlab.workflows.report.page import Page
 
     assert [run_namer(run)(i) for i in range(3)] == ["circle", "cross", "square"]
     d = gather(db, n_resamples=20, regression=False)
     assert d.surface["run_id"].tolist() == [res.run_id] and not d.scenarios
-    page = build._Page()
-    build._surface_variation(page, d)
+    page = Page()
+    surface_variation(page, d)
     html = "".join(page.parts)
     assert page.tables == ["surface-variation"] and "versions:one-per-icon" in html
 

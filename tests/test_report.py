@@ -324,7 +324,7 @@ def test_family_plot_pools_only_runs_with_the_same_cells(world, models, tmp_path
 def test_runs_sharing_cells_picks_the_largest_identical_group():
     import pandas as pd
 
-    from robustlab.workflows.report.build import runs_sharing_cells
+    from robustlab.workflows.report.figures import runs_sharing_cells
 
     rows = [(r, s, lv) for r in ("a", "b") for s in ("fog", "snow") for lv in ("1", "2")]
     rows += [

@@ -6,12 +6,8 @@ import numpy as np
 import pytest
 import pandas as pd
 
-from robustlab.workflows.report.gather import (
-    RunView,
-    _distinct_runs,
-    _readable_classes,
-    _regression,
-)
+from robustlab.workflows.report.fits import _distinct_runs, _readable_classes, _regression
+from robustlab.workflows.report.runs import RunView
 
 
 def _run(rid, spec, fingerprint="fp1"):
@@ -250,7 +246,7 @@ def test_perfect_separation_is_a_counted_note_not_a_console_warning():
     import warnings
 
     from robustlab.metrics.regression import logit_correctness
-    from robustlab.workflows.report.gather import separation_note
+    from robustlab.workflows.report.fits import separation_note
 
     df = _shift_decides_frame()
     runs = [_run("aaaaaaaa1111", "lite0")]
@@ -288,7 +284,7 @@ def test_r_squared_caption_says_why_a_constant_response_has_none():
     import pandas as pd
 
     from robustlab.metrics.regression import regress_accuracy
-    from robustlab.workflows.report.build import r_squared_text
+    from robustlab.workflows.report.analysis import r_squared_text
 
     data = pd.DataFrame({"err": [0.5] * 6, "bg": ["a", "b", "c"] * 2})
     with warnings.catch_warnings():

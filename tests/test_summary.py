@@ -313,7 +313,7 @@ def test_leaderboard_ranks_only_runs_over_the_same_cells(world, tmp_path):
     from test_report import as_records, tables_of
 
     from robustlab.workflows.report import build_report
-    from robustlab.workflows.report.build import SHIFTED_TOP1
+    from robustlab.workflows.report.columns import SHIFTED_TOP1
 
     out = tmp_path / "r.html"
     build_report(world["db"], out, grid=False, n_resamples=20)
@@ -378,7 +378,7 @@ def test_withheld_inference_on_real_fits():
     """A logistic fit that does not converge (one shift always right) and an OLS on fewer
     images than terms get a reason; a fit on enough images gets none."""
     from robustlab.metrics.regression import cell_accuracy, logit_correctness, regress_accuracy
-    from robustlab.workflows.report.build import withheld_inference
+    from robustlab.workflows.report.analysis import withheld_inference
 
     rng = np.random.default_rng(0)
     n = 60

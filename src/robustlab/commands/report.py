@@ -53,22 +53,24 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from robustlab.workflows.report import build_report
+    from robustlab.workflows.report import ReportRequest, build_report
 
     check_resamples(args)
 
     result = build_report(
-        args.db,
-        args.out,
-        run_ids=args.runs,
-        baseline=args.baseline,
-        grid=not args.no_grid,
-        grid_sample=args.grid_sample,
-        seed=args.bootstrap_seed,
-        n_resamples=args.resamples,
-        title=args.title,
-        progress=not args.no_progress,
-        force=args.force,
+        ReportRequest(
+            db=args.db,
+            out=args.out,
+            run_ids=tuple(args.runs) if args.runs is not None else None,
+            baseline=args.baseline,
+            grid=not args.no_grid,
+            grid_sample=args.grid_sample,
+            seed=args.bootstrap_seed,
+            n_resamples=args.resamples,
+            title=args.title,
+            progress=not args.no_progress,
+            force=args.force,
+        )
     )
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -7,7 +7,8 @@ Example:
     ['fig-severity-corruption', 'fig-severity-family', ...]
 """
 
-from robustlab.workflows.report.build import ReportResult, build_report
+from robustlab.workflows.report.build import ReportRequest, build_report
 from robustlab.workflows.report.gather import ReportData, gather
+from robustlab.workflows.report.page import ReportResult
 
-__all__ = ["ReportData", "ReportResult", "build_report", "gather"]
+__all__ = ["ReportData", "ReportRequest", "ReportResult", "build_report", "gather"]

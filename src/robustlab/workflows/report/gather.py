@@ -25,6 +25,16 @@ from robustlab.metrics.attributes import attribute_effects
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.train.holdout import SUITE as HOLDOUT_SUITE
 from robustlab.workflows.train.holdout import holdout_table
+from robustlab.workflows.report.benchmark_data import (
+    edit_curves,
+    edit_tables,
+    imagenet_d_subsets,
+    is_edit,
+    mining_table,
+    review_table,
+)
+from robustlab.workflows.report.fits import _regression
+from robustlab.workflows.report.runs import RunView
 
 log = logging.getLogger(__name__)
 
@@ -39,30 +49,6 @@ PRED_COLUMNS = [
     "correct",
     "correct5",
 ]
-# The regression's Class factor is left out above this many classes (dense design matrix).
-MAX_REGRESSION_CLASSES = 200
-# The per-image logistic model is skipped above this many design-matrix entries (memory).
-MAX_LOGIT_ENTRIES = 20_000_000
-
-
-@dataclass
-class RunView:
-    """One selected run: its ``runs`` row and the name the report shows for it.
-
-    Attributes:
-        run_id: Full run id.
-        label: The model spec (``spec +defence`` for a defended run), or ``spec [run8]``
-            when the selection holds the same label more than once (two seeds, two suites).
-        record: The ``runs`` row (JSON columns decoded).
-    """
-
-    run_id: str
-    label: str
-    record: dict[str, Any]
-
-    @property
-    def short(self) -> str:
-        return self.run_id[:8]
 
 
 @dataclass
@@ -158,131 +144,6 @@ def _is_ximagenet12(shift: str) -> bool:
         return False
 
 
-# Runs of the published archive (evaluate on ImageNet-E's own folders): every cell is an edit.
-ARCHIVE_SUITE = "imagenet-e-archive"
-# Measured attributes drawn as accuracy curves, with their axis names.
-EDIT_ATTRIBUTES = {"object_rate": "object pixel rate", "hf_after": "mean |FFT| complexity"}
-EDIT_BINS = 5
-
-
-def is_edit(shift: str, suite: str | None = None) -> bool:
-    """An ImageNet-E attribute edit: registered with tag ``imagenet-e``, or any cell of a
-    run on the published archive."""
-    if shift == CLEAN_SHIFT:
-        return False
-    if suite == ARCHIVE_SUITE:
-        return True
-    from robustlab.shifts.registry import get_shift
-
-    try:
-        return "imagenet-e" in get_shift(shift).tags
-    except ValueError:
-        return False
-
-
-def edit_tables(
-    cells: pd.DataFrame, runs: Sequence[RunView], preds: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """Accuracy and drop from clean per edit level (ImageNet-E Table 1 shape).
-
-    The drop is paired: with ``preds`` (prediction rows), ``clean_paired`` is the clean
-    accuracy over exactly the images the level holds, so a level that skipped images (an
-    object that could not move, a file missing from an archive folder) is compared with
-    the clean accuracy of the same images, never of a different set. ``clean`` is the
-    clean accuracy over all images; ``n_clean`` how many; ``drop`` = ``clean_paired`` -
-    ``top1`` (= ``clean`` - ``top1`` when nothing was skipped).
-    """
-    rows = []
-    for r in runs:
-        suite = r.record.get("suite")
-        c = cells[cells["run_full"] == r.run_id]
-        clean = c[c["shift"] == CLEAN_SHIFT]
-        base = float(clean["top1"].iloc[0]) if len(clean) else np.nan
-        n_clean = int(clean["n"].iloc[0]) if len(clean) else 0
-        clean_hits = per_level = None
-        if preds is not None:
-            g = preds[preds["run_id"] == r.run_id]
-            clean_hits = g[g["shift"] == CLEAN_SHIFT].set_index("sample_id")["correct"]
-            per_level = {
-                key: set(x["sample_id"]) for key, x in g.groupby(["shift", "level"], sort=False)
-            }
-        for row in c.itertuples():
-            if is_edit(row.shift, suite):
-                paired = base
-                if clean_hits is not None and per_level is not None:
-                    ids = per_level.get((row.shift, str(row.level)), set())
-                    hits = clean_hits[clean_hits.index.isin(ids)]
-                    paired = float(hits.astype(float).mean()) if len(hits) else np.nan
-                rows.append(
-                    {
-                        "run_full": r.run_id,
-                        "label": r.label,
-                        "shift": row.shift,
-                        "level": str(row.level),
-                        "n": int(row.n),
-                        "top1": float(row.top1),
-                        "top1_lo": getattr(row, "top1_lo", np.nan),
-                        "top1_hi": getattr(row, "top1_hi", np.nan),
-                        "clean": base,
-                        "n_clean": n_clean,
-                        "clean_paired": paired,
-                        "drop": paired - float(row.top1),
-                    }
-                )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "run_full",
-            "label",
-            "shift",
-            "level",
-            "n",
-            "top1",
-            "top1_lo",
-            "top1_hi",
-            "clean",
-            "n_clean",
-            "clean_paired",
-            "drop",
-        ],
-    )
-
-
-def edit_curves(
-    joined: pd.DataFrame, labels: dict[str, str], *, bins: int = EDIT_BINS
-) -> pd.DataFrame:
-    """Top-1 accuracy against each measured attribute, in quantile bins per run.
-
-    Args:
-        joined: ``Store.predictions_with_attributes`` rows.
-        labels: run id -> label.
-        bins: At most this many bins (fewer when values repeat).
-
-    Returns:
-        Rows run_full, label, attribute, x (mean attribute value in the bin), n, top1.
-    """
-    out = []
-    for attr in EDIT_ATTRIBUTES:
-        if attr not in joined.columns:
-            continue
-        for rid, g in joined.dropna(subset=[attr]).groupby("run_id", sort=False):
-            if g[attr].nunique() < 2:
-                continue
-            q = pd.qcut(g[attr].astype(float), q=min(bins, g[attr].nunique()), duplicates="drop")
-            for _, b in g.groupby(q, observed=True):
-                out.append(
-                    {
-                        "run_full": rid,
-                        "label": labels.get(rid, rid),
-                        "attribute": attr,
-                        "x": float(b[attr].astype(float).mean()),
-                        "n": len(b),
-                        "top1": float(b["correct"].astype(float).mean()),
-                    }
-                )
-    return pd.DataFrame(out, columns=["run_full", "label", "attribute", "x", "n", "top1"])
-
-
 def family(shift: str) -> str:
     from robustlab.metrics.accuracy import family_of
 
@@ -374,28 +235,84 @@ def gather(
     Raises:
         InputError: no database, no matching runs, or none with predictions.
     """
-    from robustlab.metrics.accuracy import accuracy_drop, per_class, per_family
-    from robustlab.metrics.bootstrap import bootstrap_ci, cell_intervals
-    from robustlab.metrics.scenes import bg_gap, robustness_score, scenario_accuracies
-    from robustlab.store.queries import results_table, select_runs
+    from robustlab.metrics.accuracy import per_family
 
     if rng is None:
         rng = np.random.default_rng(0)
     store = Store(db)
     store.require()
+    runs_df, runs = _select(store, run_ids)
+    notes: list[str] = []
+    results, runs = _results(store, runs, baseline, notes)
+    ids = [r.run_id for r in runs]
+
+    preds = store.predictions(ids, columns=PRED_COLUMNS)
+    preds["level"] = preds["level"].astype(str)
+
+    # the generator's draws, in this order, are part of the report's reproducibility
+    cells = _cells(results, preds, rng, n_resamples, confidence)
+    ce, mce_rows = _ce_rows(results)
+
+    # Pooled accuracy per family and level (plot), and per run (leaderboard).
+    fam_map = {s: family(s) for s in preds["shift"].unique()}
+    families = per_family(preds, by=("run_id", "level"), families=fam_map)
+    pooled = _pooled(preds, cells, rng, n_resamples, confidence)
+    scenarios, robustness, bg = _scenes(runs, preds, notes)
+    class_drops = _class_drops(preds, notes)
+    reg = logit = None
+    if regression:
+        reg, logit = _regression(preds, runs, notes)
+    return ReportData(
+        db=store.path,
+        runs=runs,
+        baseline=baseline,
+        results=results,
+        cells=cells,
+        ce=ce,
+        mce=mce_rows,
+        corruption_error=_corruption_error(cells),
+        families=families,
+        pooled=pooled,
+        scenarios=scenarios,
+        robustness=robustness,
+        bg_gap=bg,
+        class_drops=class_drops,
+        regression=reg,
+        logit=logit,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        summary=_summary(runs, preds, mce_rows),
+        notes=notes,
+        **_benchmark_tables(store, runs_df, runs, cells, preds, notes),
+    )
+
+
+def _select(store: Store, run_ids: Sequence[str] | None) -> tuple[pd.DataFrame, list[RunView]]:
+    """The selected ``runs`` rows, and a view of each with the label the report shows."""
+    from robustlab.store.queries import select_runs
+
     runs_df = select_runs(store, run_ids=run_ids)
     if runs_df.empty:
         raise InputError(f"no runs in {store.path}; run `robustlab evaluate` first")
-    notes: list[str] = []
     runs = [
         RunView(rid, lab, rec)
         for rid, lab, rec in zip(runs_df["run_id"], _labels(runs_df), runs_df.to_dict("records"))
     ]
+    return runs_df, runs
 
-    # Results exactly as `robustlab results` computes them, one run at a time so that a
-    # baseline missing for one run leaves the others' CE rows in place.
-    # A baseline that fits no run at all is the user's mistake (as in `robustlab results`);
-    # one that fits only some runs (several data sets in one database) leaves a note.
+
+def _results(
+    store: Store, runs: list[RunView], baseline: str | None, notes: list[str]
+) -> tuple[pd.DataFrame, list[RunView]]:
+    """``results_table`` rows of every run with predictions, and those runs.
+
+    Exactly as ``robustlab results`` computes them, one run at a time so that a baseline
+    missing for one run leaves the others' CE rows in place. A baseline that fits no run at
+    all is the user's mistake (as in ``robustlab results``); one that fits only some runs
+    (several data sets in one database) leaves a note.
+    """
+    from robustlab.store.queries import results_table
+
     parts, kept, failed = [], [], []
     for r in runs:
         try:
@@ -417,22 +334,30 @@ def gather(
         raise InputError(f"none of the selected runs in {store.path} has predictions yet")
     if failed and len(failed) == len(runs):
         raise failed[0]
-    runs = kept
-    results = pd.concat(parts, ignore_index=True)
-    ids = [r.run_id for r in runs]
+    return pd.concat(parts, ignore_index=True), kept
 
-    preds = store.predictions(ids, columns=PRED_COLUMNS)
-    preds["level"] = preds["level"].astype(str)
 
-    # Per-cell rows plus bootstrap intervals.
+def _cells(
+    results: pd.DataFrame,
+    preds: pd.DataFrame,
+    rng: np.random.Generator,
+    n_resamples: int,
+    confidence: float,
+) -> pd.DataFrame:
+    """The per-cell rows of ``results`` with bootstrap intervals and the shift's family."""
+    from robustlab.metrics.bootstrap import cell_intervals
+
     cells = results[results["level"] != "all"].copy()
     ci = cell_intervals(
         preds, rng, by=("run_id", "shift", "level"), n_resamples=n_resamples, confidence=confidence
     ).rename(columns={"run_id": "run_full"})
     cells = cells.merge(ci, on=["run_full", "shift", "level"], how="left")
     cells["family"] = [family(s) for s in cells["shift"]]
+    return cells
 
-    # CE / mCE rows.
+
+def _ce_rows(results: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+    """The CE rows, and run id -> {mce, relative_mce, n_corruptions, baseline}."""
     summary = results[results["level"] == "all"]
     is_mce = summary["shift"].astype(str).str.startswith("mCE (")
     ce = summary[~is_mce][["run_full", "label", "shift", "error", "ce", "relative_ce", "baseline"]]
@@ -445,9 +370,12 @@ def gather(
         }
         for row in summary[is_mce].itertuples()
     }
+    return ce.reset_index(drop=True), mce_rows
 
-    # Mean error over the stored severities of each corruption (ImageNet-C's E_c when no
-    # baseline makes CE possible); where CE rows exist their `error` column is the same mean.
+
+def _corruption_error(cells: pd.DataFrame) -> pd.DataFrame:
+    """Mean error over the stored severities of each corruption (ImageNet-C's E_c when no
+    baseline makes CE possible); where CE rows exist their `error` column is the same mean."""
     corr_cells = cells[[is_corruption(s) for s in cells["shift"]]]
     corruption_error = (
         corr_cells.groupby(["run_full", "shift"], sort=False)["error"]
@@ -456,11 +384,21 @@ def gather(
         .reset_index()
     )
     corruption_error["family"] = [family(s) for s in corruption_error["shift"]]
+    return corruption_error
 
-    # Pooled accuracy per family and level (plot), and per run (leaderboard, with a
-    # per-image bootstrap: the images, not the predictions, are the independent units).
-    fam_map = {s: family(s) for s in preds["shift"].unique()}
-    families = per_family(preds, by=("run_id", "level"), families=fam_map)
+
+def _pooled(
+    preds: pd.DataFrame,
+    cells: pd.DataFrame,
+    rng: np.random.Generator,
+    n_resamples: int,
+    confidence: float,
+) -> dict[str, dict[str, float]]:
+    """Per run: clean top-1 and pooled shifted top-1 with their intervals (a per-image
+    bootstrap: the images, not the predictions, are the independent units)."""
+    from robustlab.metrics.accuracy import per_family
+    from robustlab.metrics.bootstrap import bootstrap_ci
+
     pooled: dict[str, dict[str, float]] = {}
     for rid, g in preds.groupby("run_id", sort=False):
         clean = g[g["shift"] == CLEAN_SHIFT]
@@ -492,12 +430,15 @@ def gather(
                 shifted_hi=hi,
                 shifted_n=int(pf["n"].iloc[0]),
             )
-        pooled[rid] = entry
+        pooled[str(rid)] = entry
+    return pooled
 
-    # The per-run summary, with the function `robustlab results --summary` uses.
+
+def _summary(runs: list[RunView], preds: pd.DataFrame, mce_rows: dict) -> pd.DataFrame:
+    """The per-run summary, with the function ``robustlab results --summary`` uses."""
     from robustlab.metrics.summary import summarise_run
 
-    summary = pd.DataFrame(
+    return pd.DataFrame(
         [
             {
                 **summarise_run(
@@ -510,7 +451,13 @@ def gather(
         ]
     )
 
-    # Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap.
+
+def _scenes(
+    runs: list[RunView], preds: pd.DataFrame, notes: list[str]
+) -> tuple[dict, dict, pd.DataFrame]:
+    """Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap."""
+    from robustlab.metrics.scenes import bg_gap, robustness_score, scenario_accuracies
+
     scenarios, robustness, gaps = {}, {}, []
     for r in runs:
         if r.record.get("suite") == HOLDOUT_SUITE:  # its own table (surface variation)
@@ -549,294 +496,50 @@ def gather(
         if gaps
         else pd.DataFrame(columns=["run_id", "n", "acc_same", "acc_rand", "bg_gap"])
     )
+    return scenarios, robustness, bg
 
-    # Per-class drop from clean, pooled over the levels of each shift.
-    class_drops = pd.DataFrame()
+
+def _class_drops(preds: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """Per-class drop from clean, pooled over the levels of each shift."""
+    from robustlab.metrics.accuracy import accuracy_drop, per_class
+
     labelled = preds.dropna(subset=["label"])
-    if (labelled["shift"] != CLEAN_SHIFT).any():
-        pc = per_class(labelled, by=("run_id", "shift"), class_column="label")
-        have_clean = pc[pc["shift"] == CLEAN_SHIFT][["run_id", "label"]]
-        pc = pc.merge(have_clean, on=["run_id", "label"])
-        try:
-            class_drops = accuracy_drop(pc, by=("run_id", "label"))
-            class_drops = class_drops[class_drops["shift"] != CLEAN_SHIFT].reset_index(drop=True)
-        except ValueError as exc:
-            notes.append(f"no per-class drops: {exc}")
+    if not (labelled["shift"] != CLEAN_SHIFT).any():
+        return pd.DataFrame()
+    pc = per_class(labelled, by=("run_id", "shift"), class_column="label")
+    have_clean = pc[pc["shift"] == CLEAN_SHIFT][["run_id", "label"]]
+    pc = pc.merge(have_clean, on=["run_id", "label"])
+    try:
+        drops = accuracy_drop(pc, by=("run_id", "label"))
+    except ValueError as exc:
+        notes.append(f"no per-class drops: {exc}")
+        return pd.DataFrame()
+    return drops[drops["shift"] != CLEAN_SHIFT].reset_index(drop=True)
 
-    reg = logit = None
-    if regression:
-        reg, logit = _regression(preds, runs, notes)
 
-    # ImageNet-E: per-level accuracy and drop, and accuracy vs the measured attributes.
-    edits = edit_tables(cells, runs, preds)
-    subsets = imagenet_d_subsets(preds, runs)
-    mining, reviews = mining_table(store), review_table(store)
+def _benchmark_tables(
+    store: Store,
+    runs_df: pd.DataFrame,
+    runs: list[RunView],
+    cells: pd.DataFrame,
+    preds: pd.DataFrame,
+    notes: list[str],
+) -> dict[str, pd.DataFrame]:
+    """ImageNet-E's per-level table and attribute fits, ImageNet-D's subsets, mining and
+    review records, and the surface-variation runs: the ReportData fields of those names."""
+    ids = [r.run_id for r in runs]
     joined = store.predictions_with_attributes(ids)
-    curves = edit_curves(joined, {r.run_id: r.label for r in runs})
     effects = attribute_effects(joined)
     if not effects.empty:
         # fits with a note (perfect separation, too few rows...) stay out of the table
         for why, k in effects.loc[effects["note"] != "", "note"].value_counts().items():
             notes.append(f"edit effects: {k} attribute fit(s) left out of the table: {why}")
-    surface = holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds)
-
-    return ReportData(
-        db=store.path,
-        runs=runs,
-        baseline=baseline,
-        results=results,
-        cells=cells,
-        ce=ce.reset_index(drop=True),
-        mce=mce_rows,
-        corruption_error=corruption_error,
-        families=families,
-        pooled=pooled,
-        scenarios=scenarios,
-        robustness=robustness,
-        bg_gap=bg,
-        class_drops=class_drops,
-        regression=reg,
-        logit=logit,
-        edits=edits,
-        edit_curves=curves,
-        edit_effects=effects,
-        imagenet_d=subsets,
-        mining=mining,
-        reviews=reviews,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        summary=summary,
-        surface=surface,
-        notes=notes,
-    )
-
-
-def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame:
-    """Top-1 accuracy per ImageNet-D subset (background, texture, material, and all) of
-    each run on the ``imagenet-d`` label space, like the paper's main table.
-
-    The subset is the first folder of the sample id (the published ``<subset>/<class>/<file>``
-    layout, or ``robustlab synth``'s); other samples count under "all" only.
-    """
-    from robustlab.data.published import IMAGENET_D_SUBSETS
-
-    cols = ["run_full", "label", "subset", "n", "top1"]
-    ids = [r.run_id for r in runs if r.record.get("label_space") == "imagenet-d"]
-    clean = preds[preds["run_id"].isin(ids) & (preds["shift"] == CLEAN_SHIFT)]
-    if clean.empty:
-        return pd.DataFrame(columns=cols)
-    subset = clean["sample_id"].astype(str).str.split("/", n=1).str[0]
-    clean = clean.assign(subset=subset.where(subset.isin(IMAGENET_D_SUBSETS), None))
-    labels = {r.run_id: r.label for r in runs}
-    rows = []
-    for rid, g in clean.groupby("run_id", sort=False):
-        parts = [(name, g[g["subset"] == name]) for name in ("background", "texture", "material")]
-        for name, part in [*parts, ("all", g)]:
-            if len(part):
-                rows.append(
-                    {
-                        "run_full": rid,
-                        "label": labels.get(rid, rid),
-                        "subset": name,
-                        "n": int(len(part)),
-                        "top1": float(part["correct"].mean()),
-                    }
-                )
-    return pd.DataFrame(rows, columns=cols)
-
-
-def mining_table(store: Store) -> pd.DataFrame:
-    """One row per ``robustlab mine`` record: data, surrogates, k of n, candidates, kept."""
-    from robustlab.store.mining import mining_runs
-
-    df = mining_runs(store)
-    cols = ["mining_id", "data_root", "surrogates", "rule", "n_candidates", "n_kept", "kept"]
-    if df.empty:
-        return pd.DataFrame(columns=cols)
-    return pd.DataFrame(
-        {
-            "mining_id": df["mining_id"].astype(str).str[:8],
-            "data_root": df["data_root"],
-            "surrogates": [", ".join(map(str, s or [])) for s in df["surrogates"]],
-            "rule": [f"{k} of {n} wrong" for k, n in zip(df["k"], df["n"])],
-            "n_candidates": df["n_candidates"],
-            "n_kept": df["n_kept"],
-            "kept": df["n_kept"] / df["n_candidates"].where(df["n_candidates"] > 0),
-        },
-        columns=cols,
-    )
-
-
-def review_table(store: Store, k: int = 2) -> pd.DataFrame:
-    """Per review set: images decided, annotators, decisions by kind, images kept by the
-    k-of-n agreement rule (over the decided images) and Fleiss' kappa over the images every
-    annotator decided."""
-    import numpy as np
-
-    from robustlab.workflows.imagenet_d.review.agreement import CATEGORIES, fleiss_kappa, verdict
-    from robustlab.store.reviews import ReviewStore
-
-    cols = ["review_set", "images", "annotators", *CATEGORIES, "kept", "kappa"]
-    if not store.exists():
-        return pd.DataFrame(columns=cols)
-    reviews = ReviewStore(store.path)
-    try:
-        sets = reviews.review_sets()
-    except Exception:  # noqa: BLE001 - a database without review tables has no reviews
-        return pd.DataFrame(columns=cols)
-    rows = []
-    for name in sets:
-        current = reviews.current(name)
-        if not current:
-            continue
-        by_image: dict[str, list] = {}
-        for dec in current:
-            by_image.setdefault(dec.image_id, []).append(dec)
-        annotators = sorted({d.annotator for d in current})
-        kept = sum(
-            verdict(ds[0].label, [(d.decision, d.target) for d in ds], k).kept
-            for ds in by_image.values()
-        )
-        full = [ds for ds in by_image.values() if len({d.annotator for d in ds}) == len(annotators)]
-        counts = np.array([[sum(d.decision == c for d in ds) for c in CATEGORIES] for ds in full])
-        kappa = fleiss_kappa(counts) if len(annotators) >= 2 and len(full) else None
-        rows.append(
-            {
-                "review_set": name,
-                "images": len(by_image),
-                "annotators": len(annotators),
-                **{c: sum(d.decision == c for d in current) for c in CATEGORIES},
-                "kept": kept,
-                "kappa": kappa,
-            }
-        )
-    return pd.DataFrame(rows, columns=cols)
-
-
-def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -> list[str]:
-    """Run ids with duplicates removed: the same model (spec, weights) on the same data
-    (content fingerprint, label space, seed) over the same cells is one measurement, whether
-    it ran on the fly or from a generated folder; counting it twice would double its cells
-    and shrink every p-value."""
-    cells = {
-        rid: frozenset(zip(g["shift"], g["level"].astype(str)))
-        for rid, g in preds.groupby("run_id")
+    return {
+        "edits": edit_tables(cells, runs, preds),
+        "imagenet_d": imagenet_d_subsets(preds, runs),
+        "mining": mining_table(store),
+        "reviews": review_table(store),
+        "edit_curves": edit_curves(joined, {r.run_id: r.label for r in runs}),
+        "edit_effects": effects,
+        "surface": holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds),
     }
-    seen: dict[tuple, str] = {}
-    keep = []
-    for r in runs:
-        rec = r.record
-        key = (
-            rec.get("model_spec"),
-            rec.get("weights_hash"),
-            rec.get("data_fingerprint"),
-            rec.get("label_space"),
-            rec.get("seed"),
-            cells.get(r.run_id),
-        )
-        if key in seen:
-            notes.append(
-                f"regression: run {r.short} repeats run {seen[key][:8]} (same model, "
-                "data and cells) and is counted once"
-            )
-            continue
-        seen[key] = r.run_id
-        keep.append(r.run_id)
-    return keep
-
-
-def _readable_classes(preds: pd.DataFrame, runs: list[RunView]) -> pd.Series:
-    """The Class factor's levels as the label space's readable names (``tench``, not
-    ``n01440764``); a name two classes share keeps its key in brackets."""
-    from robustlab.data.labels import get_label_space
-
-    out = preds["class_name"].astype(object).copy()
-    spaces = {r.run_id: r.record.get("label_space") for r in runs}
-    for rid, g in preds.groupby("run_id"):
-        try:
-            space = get_label_space(spaces.get(rid) or "imagenet1k")
-        except Exception:  # noqa: BLE001 - an unknown space keeps its raw keys
-            continue
-        names = np.asarray(space.classes, dtype=object)
-        counts = pd.Series(names).value_counts()
-        shared = set(counts[counts > 1].index)
-        lab = pd.to_numeric(g["label"], errors="coerce")
-        ok = (lab.notna() & (lab >= 0) & (lab < len(names))).to_numpy()
-        picked = names[lab[ok].astype(int).to_numpy()]
-        keys = g["class_name"].astype(str).to_numpy()[ok]
-        out.loc[g.index[ok]] = [f"{n} ({k})" if n in shared else n for n, k in zip(picked, keys)]
-    return out
-
-
-def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
-    """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis), and the
-    per-image logistic model with standard errors clustered by image.
-
-    Cells are (model, shift, class) with the shift's levels pooled; ``clean`` is the Shift
-    reference and the first run the Model reference. Factors with one level are left out.
-    Returns (OLS result or None, logistic result or None).
-    """
-    from robustlab.metrics.regression import cell_accuracy, logit_correctness, regress_accuracy
-
-    if not (preds["shift"] != CLEAN_SHIFT).any():
-        return None, None
-    keep = _distinct_runs(preds, runs, notes)
-    labels = {r.run_id: r.label for r in runs}
-    data = preds[preds["run_id"].isin(keep)]
-    data = data.assign(model=data["run_id"].map(labels), class_name=_readable_classes(data, runs))
-    factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
-    reference = {"Model": next(r.label for r in runs if r.run_id in keep), "Shift": CLEAN_SHIFT}
-    n_classes = data["class_name"].nunique()
-    if n_classes > MAX_REGRESSION_CLASSES:
-        notes.append(
-            f"regression: Class factor left out ({n_classes} classes; at most "
-            f"{MAX_REGRESSION_CLASSES} are fitted as dummies)"
-        )
-        factors.pop("Class")
-    for name in list(factors):
-        if data[factors[name]].nunique() < 2:
-            factors.pop(name)
-            reference.pop(name, None)
-    if "Shift" not in factors:
-        return None, None
-    cells = cell_accuracy(data, by=list(factors.values()))
-    # The independent observations behind both fits: the report withholds p-values when
-    # they are no more than the terms (robustlab.workflows.report.build.withheld_inference).
-    n_images = int(data["sample_id"].nunique())
-    ols = logit = None
-    try:
-        ols = regress_accuracy(cells, factors, reference=reference)
-        ols.table.attrs["n_images"] = n_images
-    except ValueError as exc:
-        notes.append(f"no regression table: {exc}")
-    terms = 1 + sum(data[c].nunique() - 1 for c in factors.values())
-    if len(data) * terms > MAX_LOGIT_ENTRIES:
-        notes.append(
-            f"per-image logistic model left out: {len(data):,} predictions x {terms} "
-            f"terms is over {MAX_LOGIT_ENTRIES:,} design entries (fit "
-            "robustlab.metrics.regression.logit_correctness on a sample)"
-        )
-    else:
-        try:
-            logit = logit_correctness(data, factors, reference=reference)
-        except ValueError as exc:
-            notes.append(f"no per-image logistic model: {exc}")
-        else:
-            logit.table.attrs["n_images"] = n_images
-            if logit.table.attrs.get("separated"):
-                notes.append(separation_note(logit.table.attrs.get("constant_levels", [])))
-    return ols, logit
-
-
-def separation_note(levels: list[str]) -> str:
-    """The report's note for a logistic fit with perfect separation (``levels``: the
-    factor levels always right or always wrong)."""
-    why = (
-        f"{len(levels)} level(s) always right or always wrong: {', '.join(levels)}"
-        if levels
-        else "a combination of levels predicts correctness exactly"
-    )
-    return (
-        f"per-image logistic model: perfect separation ({why}); its estimates and "
-        "intervals are not meaningful"
-    )

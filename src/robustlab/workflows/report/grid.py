@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.workflows.report.gather import ReportData, RunView, class_namer, run_namer
+from robustlab.workflows.report.gather import ReportData, class_namer, run_namer
+from robustlab.workflows.report.runs import RunView
 from robustlab.store import CLEAN_SHIFT, Store
 
 log = logging.getLogger(__name__)

@@ -323,7 +323,7 @@ def attribute_curves(curves: pd.DataFrame, labels: dict[str, str], names: dict[s
     """Top-1 accuracy against each measured attribute (one panel per attribute, a line per run).
 
     Args:
-        curves: Rows run_full, attribute, x, n, top1 (``gather.edit_curves``).
+        curves: Rows run_full, attribute, x, n, top1 (``benchmark_data.edit_curves``).
         labels: run id -> label.
         names: attribute -> axis label.
     """

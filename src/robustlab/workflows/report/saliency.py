@@ -16,7 +16,8 @@ import logging
 import numpy as np
 import pandas as pd
 
-from robustlab.workflows.report.html import Column, Table, integer, num, pct
+from robustlab.workflows.report.columns import col, column
+from robustlab.workflows.report.html import Table
 from robustlab.store.schema import CLEAN_SHIFT, SALIENCY_TASK
 
 log = logging.getLogger(__name__)
@@ -177,15 +178,43 @@ def scatter(models: pd.DataFrame, y: str, ylabel: str) -> bytes:
     return to_png(fig)
 
 
+CELL_COLUMNS = [
+    col("model"),
+    column("text", "cell", "Cell"),
+    column("count", "n", "n"),
+    column("score", "fg", "FG share", digits=3, tip="mean relevance mass"),
+    column("text", "ci", "95 % interval"),
+    column("score", "norm", "Normalised", digits=2, tip="share / mask area"),
+    column("share", "pg", "Pointing", tip="map maximum on the object"),
+    column("accuracy", "top1", "Top-1 %"),
+]
+MODEL_COLUMNS = [
+    column("text", "model", "Model"),
+    col("images", key="n_images"),
+    column("score", "fg_clean", "FG share (clean)", digits=3),
+    column("score", "fg_scenes", "FG share (scenarios)", digits=3),
+    col("clean_top1", key="top1_clean"),
+    column(
+        "score",
+        "s_robust",
+        "Robustness score",
+        digits=4,
+        tip="1 - sigma2_cross from this run's own predictions (cross protocol)",
+    ),
+    col("bg_gap", tip="mixed_same minus mixed_rand"),
+]
+CORRELATION_COLUMNS = [
+    column("text", "y", "Against"),
+    column("count", "n", "Models"),
+    column("score", "pearson", "Pearson r", digits=3),
+    column("score", "spearman", "Spearman rho", digits=3),
+    column("text", "note", "Note"),
+]
+
+
 def add_section(p, store, run_ids, rng: np.random.Generator, n_resamples: int, notes: list) -> None:
     """Append the saliency section to the report page ``p`` when ``store`` has saliency runs."""
-    from robustlab.saliency.analysis import (
-        FEW_MODELS,
-        cell_summary,
-        correlations,
-        model_table,
-        run_label,
-    )
+    from robustlab.saliency.analysis import model_table, run_label
 
     runs = saliency_runs(store, run_ids)
     if runs.empty:
@@ -205,20 +234,28 @@ def add_section(p, store, run_ids, rng: np.random.Generator, n_resamples: int, n
         "the object (pointing game). XIMAGENET-12 (its Figure 4) reports that more robust "
         "models look more at the object; the correlations below test that on these models.",
     )
+    _cells_table(p, rows, labels, rng, n_resamples)
+    models = model_table(rows.drop(columns=["map"]), runs)
+    p.table(
+        Table(
+            "saliency-models",
+            MODEL_COLUMNS,
+            models.to_dict("records"),
+            caption="Per model: foreground share and robustness from the same images",
+        )
+    )
+    _correlations(p, models)
+    _overlays(p, runs, rows, labels, notes)
+
+
+def _cells_table(p, rows: pd.DataFrame, labels: dict, rng, n_resamples: int) -> None:
+    from robustlab.saliency.analysis import cell_summary
+
     summ = cell_summary(rows.drop(columns=["map"]), rng, n_resamples=n_resamples)
     p.table(
         Table(
             "saliency-cells",
-            [
-                Column("label", "Model"),
-                Column("cell", "Cell"),
-                Column("n", "n", integer, True),
-                Column("fg", "FG share", lambda v: num(v, 3), True, tip="mean relevance mass"),
-                Column("ci", "95 % interval"),
-                Column("norm", "Normalised", lambda v: num(v, 2), True, tip="share / mask area"),
-                Column("pg", "Pointing", pct, True, tip="map maximum on the object"),
-                Column("top1", "Top-1 %", pct, True),
-            ],
+            CELL_COLUMNS,
             [
                 {
                     "label": labels[r.run_id],
@@ -237,41 +274,18 @@ def add_section(p, store, run_ids, rng: np.random.Generator, n_resamples: int, n
             caption="Foreground reliance per model and cell",
         )
     )
-    models = model_table(rows.drop(columns=["map"]), runs)
-    p.table(
-        Table(
-            "saliency-models",
-            [
-                Column("model", "Model"),
-                Column("n_images", "Images", integer, True),
-                Column("fg_clean", "FG share (clean)", lambda v: num(v, 3), True),
-                Column("fg_scenes", "FG share (scenarios)", lambda v: num(v, 3), True),
-                Column("top1_clean", "Clean top-1 %", pct, True),
-                Column(
-                    "s_robust",
-                    "Robustness score",
-                    lambda v: num(v, 4),
-                    True,
-                    tip="1 - sigma2_cross from this run's own predictions (cross protocol)",
-                ),
-                Column("bg_gap", "BG-gap %", pct, True, tip="mixed_same minus mixed_rand"),
-            ],
-            models.to_dict("records"),
-            caption="Per model: foreground share and robustness from the same images",
-        )
-    )
+
+
+def _correlations(p, models: pd.DataFrame) -> None:
+    """Foreground share against robustness across models: the table and the scatters."""
+    from robustlab.saliency.analysis import FEW_MODELS, correlations
+
     corr = correlations(models)
     if not corr.empty:
         p.table(
             Table(
                 "saliency-correlation",
-                [
-                    Column("y", "Against"),
-                    Column("n", "Models", integer, True),
-                    Column("pearson", "Pearson r", lambda v: num(v, 3), True),
-                    Column("spearman", "Spearman rho", lambda v: num(v, 3), True),
-                    Column("note", "Note"),
-                ],
+                CORRELATION_COLUMNS,
                 corr.to_dict("records"),
                 caption="Clean foreground share vs robustness across models "
                 f"(fewer than {FEW_MODELS} models: descriptive only)",
@@ -287,6 +301,9 @@ def add_section(p, store, run_ids, rng: np.random.Generator, n_resamples: int, n
                 f"Clean foreground share against {ylabel}: {n} model(s){small}",
                 f"scatter plot of foreground share against {ylabel}",
             )
+
+
+def _overlays(p, runs: pd.DataFrame, rows: pd.DataFrame, labels: dict, notes: list) -> None:
     chosen = choose_images(rows.drop(columns=["map"]))
     try:
         png = overlay_grid(runs, rows, chosen, labels)

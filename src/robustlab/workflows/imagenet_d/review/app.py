@@ -71,39 +71,31 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     """The Flask app reviewing ``review_set`` into ``store``, guarded by ``token``.
 
     The annotator's name travels in the page URL (``?annotator=``), so each person's
-    bookmark opens their own progress; without one the page asks for it.
+    bookmark opens their own progress; without one the page asks for it. The routes come
+    in groups: the guard every request passes (token, headers, error answers), the page
+    and its assets, the items (images and the set), and the annotations (state, decide,
+    undo).
     """
     app = Flask(
         __name__,
         static_folder=None,
-        template_folder=str(resources.files("robustlab.workflows.imagenet_d.review") / "templates"),
+        template_folder=str(resources.files(_PACKAGE) / "templates"),
     )
     # A decision is a few dozen bytes: a huge body is refused (413) before it is read.
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    assets = {
-        name: (
-            resources.files("robustlab.workflows.imagenet_d.review").joinpath(path).read_bytes(),
-            mime,
-        )
-        for name, (path, mime) in ASSETS.items()
-    }
-    set_json = {
-        "name": review_set.name,
-        "label_space": review_set.label_space,
-        "n": len(review_set),
-        "items": [
-            {
-                "index": it.index,
-                "id": it.id,
-                "label": it.label,
-                "guesses": [g._asdict() for g in it.guesses],
-                "details": [{"what": k, "value": v} for k, v in it.details],
-            }
-            for it in review_set.items
-        ],
-        "classes": [c.as_json() for c in review_set.classes],
-        "decisions": list(DECISIONS),
-    }
+    _guard_routes(app, token)
+    _page_routes(app, review_set, token)
+    _item_routes(app, review_set)
+    _annotation_routes(app, review_set, store)
+    return app
+
+
+_PACKAGE = "robustlab.workflows.imagenet_d.review"
+
+
+def _guard_routes(app: Flask, token: str) -> None:
+    """The token check before every request, the security headers after it, and the
+    answers for refused, unknown, oversized and database-down requests."""
 
     @app.before_request
     def _require_token():
@@ -141,6 +133,14 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
         lost = " - the decision was not saved" if request.method == "POST" else ""
         return jsonify(error=f"{exc}{lost}; try again"), 503
 
+
+def _page_routes(app: Flask, review_set: ReviewSet, token: str) -> None:
+    """The one page and the fixed table of its script, style and icon."""
+    assets = {
+        name: (resources.files(_PACKAGE).joinpath(path).read_bytes(), mime)
+        for name, (path, mime) in ASSETS.items()
+    }
+
     @app.get("/")
     def page():
         annotator = request.args.get("annotator") or ""
@@ -173,6 +173,32 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
             headers={"Content-Type": mime, "Cache-Control": "no-cache"},
         )
 
+
+def _set_json(review_set: ReviewSet) -> dict:
+    """The review set as the page reads it: items with their guesses, classes, decisions."""
+    return {
+        "name": review_set.name,
+        "label_space": review_set.label_space,
+        "n": len(review_set),
+        "items": [
+            {
+                "index": it.index,
+                "id": it.id,
+                "label": it.label,
+                "guesses": [g._asdict() for g in it.guesses],
+                "details": [{"what": k, "value": v} for k, v in it.details],
+            }
+            for it in review_set.items
+        ],
+        "classes": [c.as_json() for c in review_set.classes],
+        "decisions": list(DECISIONS),
+    }
+
+
+def _item_routes(app: Flask, review_set: ReviewSet) -> None:
+    """The set's items: each image by its index, and the set itself as JSON."""
+    set_json = _set_json(review_set)
+
     @app.get("/image/<int:index>")
     def image(index):
         if not 0 <= index < len(review_set):
@@ -195,9 +221,13 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
     def api_set():
         return jsonify(set_json)
 
+
+def _annotation_routes(app: Flask, review_set: ReviewSet, store: ReviewStore) -> None:
+    """An annotator's state, a decision, and the undo of the last one."""
+
     @app.get("/api/state")
     def api_state():
-        return jsonify(_state(_annotator(request.args.get("annotator"))))
+        return jsonify(_state(review_set, store, _annotator(request.args.get("annotator"))))
 
     @app.post("/api/decide")
     def api_decide():
@@ -228,14 +258,14 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
             target=target,
             target_name=target_name,
         )
-        return jsonify(_state(annotator))
+        return jsonify(_state(review_set, store, annotator))
 
     @app.post("/api/undo")
     def api_undo():
         body = _json_object('{"annotator": ...}', empty_ok=True)
         annotator = _annotator(body.get("annotator"))
         withdrawn = store.undo(review_set.name, annotator)
-        state = _state(annotator)
+        state = _state(review_set, store, annotator)
         if withdrawn is not None:
             item = review_set.item_by_id(withdrawn.image_id)
             state["undone"] = {
@@ -247,51 +277,53 @@ def create_app(review_set: ReviewSet, store: ReviewStore, token: str) -> Flask:
             state["undone"] = None
         return jsonify(state)
 
-    def _json_object(shape: str, *, empty_ok: bool = False) -> dict:
-        """The request's JSON body as a dict, or a 400 that says the shape expected.
 
-        One gate for every POST: an array, a number, a string or broken JSON is the
-        client's mistake (400), never a 500 from ``.get`` on a list. ``empty_ok``: a POST
-        with no body at all means ``{}``.
-        """
-        raw = request.get_data(cache=True)
-        if empty_ok and not raw:
-            return {}
-        try:  # json.loads, not get_json: a deeply nested array raises RecursionError
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            body = None
-        if not isinstance(body, dict):
-            abort(make_response(jsonify(error=f"the body must be a JSON object: {shape}"), 400))
-        return body
+def _json_object(shape: str, *, empty_ok: bool = False) -> dict:
+    """The request's JSON body as a dict, or a 400 that says the shape expected.
 
-    def _annotator(name):
-        if name is not None and not isinstance(name, str):
-            abort(make_response(jsonify(error=f"annotator must be a name, got {name!r}"), 400))
-        try:
-            return check_annotator(name or "")
-        except InputError as exc:
-            abort(make_response(jsonify(error=exc.message), 400))
+    One gate for every POST: an array, a number, a string or broken JSON is the
+    client's mistake (400), never a 500 from ``.get`` on a list. ``empty_ok``: a POST
+    with no body at all means ``{}``.
+    """
+    raw = request.get_data(cache=True)
+    if empty_ok and not raw:
+        return {}
+    try:  # json.loads, not get_json: a deeply nested array raises RecursionError
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        body = None
+    if not isinstance(body, dict):
+        abort(make_response(jsonify(error=f"the body must be a JSON object: {shape}"), 400))
+    return body
 
-    def _state(annotator: str) -> dict:
-        """This annotator's current decisions (by image index) and progress."""
-        decisions = {}
-        for d in store.current(review_set.name, annotator):
-            item = review_set.item_by_id(d.image_id)
-            if item is not None:
-                decisions[item.index] = {
-                    "decision": d.decision,
-                    "target": d.target,
-                    "target_name": d.target_name,
-                }
-        return {
-            "annotator": annotator,
-            "reviewed": len(decisions),
-            "n": len(review_set),
-            "decisions": decisions,
-        }
 
-    return app
+def _annotator(name) -> str:
+    """The request's annotator name, checked (a 400 with the reason when it is not one)."""
+    if name is not None and not isinstance(name, str):
+        abort(make_response(jsonify(error=f"annotator must be a name, got {name!r}"), 400))
+    try:
+        return check_annotator(name or "")
+    except InputError as exc:
+        abort(make_response(jsonify(error=exc.message), 400))
+
+
+def _state(review_set: ReviewSet, store: ReviewStore, annotator: str) -> dict:
+    """This annotator's current decisions (by image index) and progress."""
+    decisions = {}
+    for d in store.current(review_set.name, annotator):
+        item = review_set.item_by_id(d.image_id)
+        if item is not None:
+            decisions[item.index] = {
+                "decision": d.decision,
+                "target": d.target,
+                "target_name": d.target_name,
+            }
+    return {
+        "annotator": annotator,
+        "reviewed": len(decisions),
+        "n": len(review_set),
+        "decisions": decisions,
+    }
 
 
 # What opening a file the app cannot show raises: not an image, damaged, or refused by the

@@ -1,0 +1,144 @@
+"""The report's regression fits: OLS of per-cell accuracy (XIMAGENET-12's analysis) and the
+per-image logistic model clustered by image, over the runs counted once each."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from robustlab.store import CLEAN_SHIFT
+from robustlab.workflows.report.runs import RunView
+
+# The regression's Class factor is left out above this many classes (dense design matrix).
+MAX_REGRESSION_CLASSES = 200
+# The per-image logistic model is skipped above this many design-matrix entries (memory).
+MAX_LOGIT_ENTRIES = 20_000_000
+
+
+def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -> list[str]:
+    """Run ids with duplicates removed: the same model (spec, weights) on the same data
+    (content fingerprint, label space, seed) over the same cells is one measurement, whether
+    it ran on the fly or from a generated folder; counting it twice would double its cells
+    and shrink every p-value."""
+    cells = {
+        rid: frozenset(zip(g["shift"], g["level"].astype(str)))
+        for rid, g in preds.groupby("run_id")
+    }
+    seen: dict[tuple, str] = {}
+    keep = []
+    for r in runs:
+        rec = r.record
+        key = (
+            rec.get("model_spec"),
+            rec.get("weights_hash"),
+            rec.get("data_fingerprint"),
+            rec.get("label_space"),
+            rec.get("seed"),
+            cells.get(r.run_id),
+        )
+        if key in seen:
+            notes.append(
+                f"regression: run {r.short} repeats run {seen[key][:8]} (same model, "
+                "data and cells) and is counted once"
+            )
+            continue
+        seen[key] = r.run_id
+        keep.append(r.run_id)
+    return keep
+
+
+def _readable_classes(preds: pd.DataFrame, runs: list[RunView]) -> pd.Series:
+    """The Class factor's levels as the label space's readable names (``tench``, not
+    ``n01440764``); a name two classes share keeps its key in brackets."""
+    from robustlab.data.labels import get_label_space
+
+    out = preds["class_name"].astype(object).copy()
+    spaces = {r.run_id: r.record.get("label_space") for r in runs}
+    for rid, g in preds.groupby("run_id"):
+        try:
+            space = get_label_space(spaces.get(rid) or "imagenet1k")
+        except Exception:  # noqa: BLE001 - an unknown space keeps its raw keys
+            continue
+        names = np.asarray(space.classes, dtype=object)
+        counts = pd.Series(names).value_counts()
+        shared = set(counts[counts > 1].index)
+        lab = pd.to_numeric(g["label"], errors="coerce")
+        ok = (lab.notna() & (lab >= 0) & (lab < len(names))).to_numpy()
+        picked = names[lab[ok].astype(int).to_numpy()]
+        keys = g["class_name"].astype(str).to_numpy()[ok]
+        out.loc[g.index[ok]] = [f"{n} ({k})" if n in shared else n for n, k in zip(picked, keys)]
+    return out
+
+
+def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
+    """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis), and the
+    per-image logistic model with standard errors clustered by image.
+
+    Cells are (model, shift, class) with the shift's levels pooled; ``clean`` is the Shift
+    reference and the first run the Model reference. Factors with one level are left out.
+    Returns (OLS result or None, logistic result or None).
+    """
+    from robustlab.metrics.regression import cell_accuracy, logit_correctness, regress_accuracy
+
+    if not (preds["shift"] != CLEAN_SHIFT).any():
+        return None, None
+    keep = _distinct_runs(preds, runs, notes)
+    labels = {r.run_id: r.label for r in runs}
+    data = preds[preds["run_id"].isin(keep)]
+    data = data.assign(model=data["run_id"].map(labels), class_name=_readable_classes(data, runs))
+    factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
+    reference = {"Model": next(r.label for r in runs if r.run_id in keep), "Shift": CLEAN_SHIFT}
+    n_classes = data["class_name"].nunique()
+    if n_classes > MAX_REGRESSION_CLASSES:
+        notes.append(
+            f"regression: Class factor left out ({n_classes} classes; at most "
+            f"{MAX_REGRESSION_CLASSES} are fitted as dummies)"
+        )
+        factors.pop("Class")
+    for name in list(factors):
+        if data[factors[name]].nunique() < 2:
+            factors.pop(name)
+            reference.pop(name, None)
+    if "Shift" not in factors:
+        return None, None
+    cells = cell_accuracy(data, by=list(factors.values()))
+    # The independent observations behind both fits: the report withholds p-values when
+    # they are no more than the terms (robustlab.workflows.report.analysis.withheld_inference).
+    n_images = int(data["sample_id"].nunique())
+    ols = logit = None
+    try:
+        ols = regress_accuracy(cells, factors, reference=reference)
+        ols.table.attrs["n_images"] = n_images
+    except ValueError as exc:
+        notes.append(f"no regression table: {exc}")
+    terms = 1 + sum(data[c].nunique() - 1 for c in factors.values())
+    if len(data) * terms > MAX_LOGIT_ENTRIES:
+        notes.append(
+            f"per-image logistic model left out: {len(data):,} predictions x {terms} "
+            f"terms is over {MAX_LOGIT_ENTRIES:,} design entries (fit "
+            "robustlab.metrics.regression.logit_correctness on a sample)"
+        )
+    else:
+        try:
+            logit = logit_correctness(data, factors, reference=reference)
+        except ValueError as exc:
+            notes.append(f"no per-image logistic model: {exc}")
+        else:
+            logit.table.attrs["n_images"] = n_images
+            if logit.table.attrs.get("separated"):
+                notes.append(separation_note(logit.table.attrs.get("constant_levels", [])))
+    return ols, logit
+
+
+def separation_note(levels: list[str]) -> str:
+    """The report's note for a logistic fit with perfect separation (``levels``: the
+    factor levels always right or always wrong)."""
+    why = (
+        f"{len(levels)} level(s) always right or always wrong: {', '.join(levels)}"
+        if levels
+        else "a combination of levels predicts correctness exactly"
+    )
+    return (
+        f"per-image logistic model: perfect separation ({why}); its estimates and "
+        "intervals are not meaningful"
+    )

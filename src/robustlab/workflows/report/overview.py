@@ -1,0 +1,370 @@
+"""The report's overview sections: the summary with its run tables, the leaderboard, and
+every stored cell."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from robustlab.store import CLEAN_SHIFT
+from robustlab.workflows.report.columns import SHIFTED_TOP1, col, column
+from robustlab.workflows.report.gather import ReportData
+from robustlab.workflows.report.runs import RunView
+from robustlab.workflows.report.html import Column, Table, esc, is_missing
+from robustlab.workflows.report.page import Page
+
+
+# ---------------------------------------------------------------------------- summary
+def summary(p: Page, d: ReportData, generated: str) -> None:
+    """What the report covers, the per-run summary, and each run's full description."""
+    p.section("summary", "Summary")
+    p.add(_facts(d, generated))
+    _run_summary(p, d)
+    _runs_table(p, d.runs)
+    for r in d.runs:
+        p.add(_run_details(r))
+
+
+def _facts(d: ReportData, generated: str) -> str:
+    """The key-value list at the top: models, suites, data, seeds, intervals."""
+    from robustlab import __version__
+
+    runs = d.runs
+    models = list(dict.fromkeys(r.record["model_spec"] for r in runs))
+    suites = list(
+        dict.fromkeys(
+            f"{r.record['suite'] or 'clean only'}"
+            + (f" v{r.record['suite_version']}" if r.record.get("suite_version") else "")
+            for r in runs
+        )
+    )
+    roots = list(dict.fromkeys(str(r.record["data_root"]) for r in runs))
+    seeds = list(dict.fromkeys(int(r.record["seed"] or 0) for r in runs))
+    items = [
+        ("Models", ", ".join(models)),
+        ("Suites", ", ".join(suites)),
+        ("Data", "; ".join(roots)),
+        ("Seeds", ", ".join(map(str, seeds))),
+        ("Runs", str(len(runs))),
+        ("Database", str(d.db)),
+        ("CE baseline", d.baseline or "AlexNet constants when valid (full ImageNet val)"),
+        (
+            "Intervals",
+            f"{100 * d.confidence:.0f} % percentile bootstrap, {d.n_resamples} resamples",
+        ),
+        ("Generated", f"{generated} by robustlab {__version__}"),
+    ]
+    return (
+        '<dl class="kv">'
+        + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
+        + "</dl>"
+    )
+
+
+RUNS_COLUMNS = [
+    col("model"),
+    col("run"),
+    column("text", "weights", "Weights hash"),
+    col("suite"),
+    column("text", "suite_version", "Version"),
+    column(
+        "text",
+        "protocol",
+        "Protocol",
+        tip="how the model saw the images: the benchmark's official protocol "
+        "unless marked (override)",
+    ),
+    column("text", "data", "Data root"),
+    column("text", "fingerprint", "Data fingerprint"),
+    column("text", "label_space", "Label space"),
+    col("seed"),
+    col("images", key="n_samples"),
+    column("count", "n_skipped", "Skipped"),
+    column("text", "status", "Status"),
+    column("text", "started", "Started (UTC)"),
+    column("text", "finished", "Finished (UTC)"),
+]
+
+
+def _runs_table(p: Page, runs: list[RunView]) -> None:
+    rows = []
+    for r in runs:
+        rec = r.record
+        rows.append(
+            {
+                "label": r.label,
+                "run": r.short,
+                "model": rec["model_spec"],
+                "weights": (rec.get("weights_hash") or "")[:12],
+                "suite": rec["suite"] or "clean only",
+                "suite_version": rec.get("suite_version"),
+                "protocol": run_protocol(rec),
+                "data": rec["data_root"],
+                "fingerprint": (rec.get("data_fingerprint") or "")[:12],
+                "label_space": rec.get("label_space"),
+                "seed": rec.get("seed"),
+                "n_samples": rec.get("n_samples"),
+                "n_skipped": rec.get("n_skipped"),
+                "status": rec.get("status"),
+                "started": str(rec.get("started_at") or "")[:19],
+                "finished": str(rec.get("finished_at") or "")[:19]
+                if not pd.isna(rec.get("finished_at"))
+                else "",
+            }
+        )
+    p.table(
+        Table(
+            "runs",
+            RUNS_COLUMNS,
+            rows,
+            caption="Runs in this report (library versions, preprocessing and configuration "
+            "of each run: below the table)",
+        )
+    )
+
+
+def _run_details(r: RunView) -> str:
+    """A run's preprocessing, versions, configuration and skipped inputs, folded away."""
+    rec = r.record
+    detail = {
+        "preprocessing": rec.get("preprocessing"),
+        "versions": rec.get("versions"),
+        "config": {k: v for k, v in (rec.get("config") or {}).items() if k != "cells"},
+    }
+    skipped = rec.get("skipped") or []
+    body = esc(json.dumps(detail, indent=1, sort_keys=True, default=str))
+    extra = ""
+    if skipped:
+        shown = "".join(
+            f"<li>{esc(s[0] if isinstance(s, list) else s)}: "
+            f"{esc(s[1] if isinstance(s, list) and len(s) > 1 else '')}</li>"
+            for s in skipped[:20]
+        )
+        more = f"<li>... and {len(skipped) - 20} more</li>" if len(skipped) > 20 else ""
+        extra = f"<p>Skipped inputs:</p><ul>{shown}{more}</ul>"
+    return (
+        f"<details><summary>{esc(r.label)} (run {esc(r.short)}): preprocessing, "
+        f"versions, configuration</summary>{extra}<pre>{body}</pre></details>"
+    )
+
+
+def run_protocol(rec: dict) -> str:
+    """The protocol a run used, one line (``(override)`` when the user chose it); runs
+    stored before protocols had names are labelled from their preprocessing record."""
+    from robustlab.suites import protocol_label
+
+    cfg = rec.get("config") or {}
+    p = cfg.get("protocol") if isinstance(cfg, dict) else None
+    if isinstance(p, dict) and p.get("label"):
+        return str(p["label"]) + (" (override)" if p.get("override") else "")
+    pre = rec.get("preprocessing") or {}
+    return protocol_label(pre.get("protocol") if isinstance(pre, dict) else None)
+
+
+def _run_summary(p: Page, d: ReportData) -> None:
+    """The first table: ``robustlab results --summary``, one row per run."""
+    rows = d.summary.to_dict("records")
+    has = {
+        k: any(not is_missing(r.get(k)) for r in rows)
+        for k in ("mce", "s_robust", "s_partial", "bg_gap")
+    }
+    cols = [
+        col("model"),
+        col("suite"),
+        col("run", key="run_id"),
+        column("text", "data", "Data"),
+        col("images", key="images"),
+        col("clean_top1"),
+        col("shifted_top1"),
+    ]
+    if has["mce"]:
+        cols += [col("mce"), col("rel_mce"), column("text", "baseline", "CE baseline")]
+    if has["s_robust"]:
+        cols.append(col("s_robust"))
+    if has["s_partial"]:
+        cols.append(
+            col("s_partial", tip="1 - sigma2_cross: EX2 needs models trained on each scenario")
+        )
+    if has["bg_gap"]:
+        cols.append(col("bg_gap"))
+    cols += [
+        column(
+            "text",
+            "path",
+            "Path",
+            tip="on-the-fly (torch:cuda/cpu: batched torch shifts), or read from a "
+            "generated folder",
+        ),
+        column("text", "precision", "Precision"),
+    ]
+    if any(not is_missing(r.get("defence")) for r in rows):
+        cols.append(
+            column(
+                "text",
+                "defence",
+                "Defence",
+                tip="test-time defence the model ran behind (--preprocess, --tta)",
+            )
+        )
+    p.table(
+        Table(
+            "run-summary",
+            cols,
+            rows,
+            caption="One row per run (the same numbers as `robustlab results --summary`)",
+            notes=[f"Shifted top-1 %: {SHIFTED_TOP1}."],
+        )
+    )
+
+
+# ---------------------------------------------------------------------------- leaderboard
+def leaderboard(p: Page, d: ReportData) -> None:
+    """Runs ranked against runs over exactly the same shifted cells, others listed apart.
+
+    A mean over 20 cells is not comparable with one over 75 (other shifts, other levels),
+    even within one suite, so only runs whose stored shifted (shift, level) cells are the
+    same set are ranked together; a run that shares its cells with no other run is listed
+    apart with its cell count.
+    """
+    groups = _leaderboard_groups(d)
+    ranked = [g for cells, g in groups.items() if cells and len(g) > 1]
+    alone = [x for cells, g in groups.items() if not (cells and len(g) > 1) for x in g]
+    all_rows = [x for g in groups.values() for x in g]
+    p.section(
+        "leaderboard",
+        "Leaderboard",
+        "Runs are ranked only against runs over exactly the same shifted cells (the same "
+        f"shifts at the same levels), by shifted top-1: {SHIFTED_TOP1}. Click a header to sort.",
+    )
+    for i, rows in enumerate(sorted(ranked, key=lambda g: -len(g))):
+        _rank(rows)
+        suites = ", ".join(dict.fromkeys(x["suite"] for x in rows))
+        p.table(
+            Table(
+                "leaderboard" if i == 0 else f"leaderboard-{i + 1}",
+                _leaderboard_columns(all_rows, rank=True),
+                rows,
+                caption=f"Ranked: {len(rows)} runs over the same {rows[0]['cells']} shifted "
+                f"cells ({suites})",
+            )
+        )
+    if alone:
+        p.table(
+            Table(
+                "leaderboard-unranked",
+                _leaderboard_columns(all_rows, rank=False),
+                alone,
+                caption="Not ranked: no other run covers the same shifted cells, so a rank "
+                "would compare different cells (the cell counts say how many each covers)",
+            )
+        )
+
+
+def _leaderboard_groups(d: ReportData) -> dict[frozenset, list[dict]]:
+    """One leaderboard row per run, grouped by the set of shifted cells the run stored."""
+    summary = d.summary.set_index("run_full") if not d.summary.empty else pd.DataFrame()
+    shifted = d.cells[d.cells["shift"] != CLEAN_SHIFT]
+    cellsets = {
+        rid: frozenset(zip(g["shift"].astype(str), g["level"].astype(str)))
+        for rid, g in shifted.groupby("run_full")
+    }
+    groups: dict[frozenset, list[dict]] = {}
+    for r in d.runs:
+        one = summary.loc[r.run_id] if r.run_id in summary.index else {}
+        m = d.mce.get(r.run_id, {})
+        rs = d.robustness.get(r.run_id)
+        gap = d.bg_gap[d.bg_gap["run_id"] == r.run_id]["bg_gap"] if not d.bg_gap.empty else []
+        cells = cellsets.get(r.run_id, frozenset())
+        groups.setdefault(cells, []).append(
+            {
+                "label": r.label,
+                "run": r.short,
+                "suite": r.record["suite"] or "clean only",
+                "cells": len(cells),
+                "n": one.get("images"),
+                "clean": one.get("clean_top1"),
+                "shifted": one.get("shifted_top1"),
+                "mce": m.get("mce"),
+                "rel_mce": m.get("relative_mce"),
+                "s_partial": rs.s_partial if rs is not None else None,
+                "bg_gap": float(gap.iloc[0]) if len(gap) else None,
+            }
+        )
+    return groups
+
+
+def _rank(rows: list[dict]) -> None:
+    """Sort ``rows`` by shifted top-1, best first, and give each its (shared on a tie) rank."""
+
+    def score(x: dict) -> float:
+        return -1.0 if is_missing(x["shifted"]) else float(x["shifted"])
+
+    rows.sort(key=lambda x: -score(x))
+    for x in rows:
+        x["rank"] = 1 + sum(1 for y in rows if score(y) > score(x))
+
+
+def _leaderboard_columns(all_rows: list[dict], rank: bool) -> list[Column]:
+    cols = [col("model"), col("run"), col("suite")]
+    if rank:
+        cols.append(column("count", "rank", "Rank"))
+    cols += [
+        column("count", "cells", "Shifted cells"),
+        col("images"),
+        col("clean_top1", key="clean"),
+        col("shifted_top1", key="shifted"),
+    ]
+    if any(not is_missing(x["mce"]) for x in all_rows):
+        cols += [col("mce"), col("rel_mce", key="rel_mce")]
+    if any(not is_missing(x["s_partial"]) for x in all_rows):
+        cols.append(col("s_partial"))
+    if any(not is_missing(x["bg_gap"]) for x in all_rows):
+        cols.append(col("bg_gap"))
+    return cols
+
+
+# ---------------------------------------------------------------------------- all cells
+CELLS_COLUMNS = [
+    column("text", "model", "Model"),
+    col("suite"),
+    col("run", key="run_id"),
+    column("text", "shift", "Shift"),
+    column("text", "family", "Family"),
+    column("text", "level", "Level"),
+    column("count", "n", "n"),
+    column("accuracy", "top1", "top1 %"),
+    column("accuracy", "top1_lo", "top1 low %"),
+    column("accuracy", "top1_hi", "top1 high %"),
+    column("accuracy", "top5", "top5 %"),
+    column("error", "error", "error %"),
+    column("ce", "ce", "ce %"),
+    column("ce", "relative_ce", "relative_ce %"),
+    col("baseline"),
+]
+
+
+def cells_table(p: Page, d: ReportData) -> None:
+    """Every stored cell, as ``robustlab results`` prints it, with its interval."""
+    p.section(
+        "cells",
+        "All cells",
+        "Every stored cell as `robustlab results` prints it (same numbers), with bootstrap "
+        "intervals of top-1. CE rows (level 'all') follow each run's cells.",
+    )
+    res = d.results.merge(
+        d.cells[["run_full", "shift", "level", "family", "top1_lo", "top1_hi"]],
+        on=["run_full", "shift", "level"],
+        how="left",
+    )
+    p.table(
+        Table(
+            "cells",
+            CELLS_COLUMNS,
+            res.to_dict("records"),
+            row_class=lambda r: "summary" if r.get("level") == "all" else "",
+        )
+    )
+
+
+__all__ = ["cells_table", "leaderboard", "run_protocol", "summary"]
