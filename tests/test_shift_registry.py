@@ -127,3 +127,20 @@ def test_the_moved_mask_is_the_draws_offset():
     assert len(offsets) > 10
     with pytest.raises(ValueError, match="off the image"):
         moved_mask(mask, (20, 0))
+
+
+def test_resources_are_described_in_family_order_whatever_was_imported_first():
+    """A manifest writes one key per described resource in this order; a process that
+    imported the attribute edits before the generative shifts (a test, a user script) must
+    write the same bytes as a fresh one."""
+    from robustlab.shifts import registry
+
+    keys = registry.described_resources()
+    assert keys.index("inpainter") < keys.index("hole_fill")  # generative before attributes
+    # the attribute family registered first, the others after it in their own order
+    items = list(registry._RESOURCES.items())
+    early = dict(
+        [kv for kv in items if kv[0] == "hole_fill"] + [kv for kv in items if kv[0] != "hole_fill"]
+    )
+    assert list(early)[0] == "hole_fill"
+    assert [k for k in registry._in_family_order(early) if early[k].describe] == keys

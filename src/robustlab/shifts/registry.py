@@ -352,7 +352,24 @@ def get_resource(key: str) -> Resource:
 def described_resources() -> list[str]:
     """Keys of the resources that describe themselves (recorded with runs and manifests)."""
     _ensure_loaded()
-    return [k for k, r in _RESOURCES.items() if r.describe is not None]
+    return [k for k in _in_family_order(_RESOURCES) if _RESOURCES[k].describe is not None]
+
+
+def _in_family_order(resources: dict[str, Resource]) -> list[str]:
+    """Resource keys in the order a fresh process registers them (family by family, as
+    :data:`FAMILY_MODULES` loads them), whichever family module happened to be imported
+    first: manifests write one key per resource in this order, so their bytes must not
+    depend on what else the process imported before."""
+
+    def family(key: str) -> int:
+        fn = resources[key].describe or resources[key].check
+        module = getattr(fn, "__module__", "") or ""
+        for i, prefix in enumerate(FAMILY_MODULES):
+            if module == prefix or module.startswith(prefix + "."):
+                return i
+        return len(FAMILY_MODULES)
+
+    return sorted(resources, key=family)  # stable: registration order within a family
 
 
 def recorded_resources(shifts: Iterable[Shift]) -> list[str]:
