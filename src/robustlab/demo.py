@@ -363,10 +363,6 @@ def run_demo(
     Returns:
         0 (the exit status of ``robustlab demo``).
     """
-    from robustlab.workflows.evaluate import evaluate
-    from robustlab.models import load_model
-    from robustlab.suites import get_suite
-
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(
@@ -382,14 +378,7 @@ def run_demo(
     db = out / DB_NAME
     state = _read_state(out)
     inputs = _demo_inputs(plan, chosen, report)
-    if (
-        state.get("inputs") == inputs
-        and state.get("db") is not None
-        and state.get("db") == _db_state(db)
-        and (
-            not report or (state.get("report_db") == state["db"] and (out / REPORT_NAME).is_file())
-        )
-    ):
+    if _nothing_to_do(state, inputs, db, out, report):
         # Same photos, plan, code, package versions, weights and settings as the last
         # complete run, and the database it left: every run id would be the same and every
         # prediction is stored, so loading the model and resuming four runs would compute
@@ -402,7 +391,44 @@ def run_demo(
             + ")"
         )
         return _finish(out, db, run_ids, report, t0)
-    step += 1
+    run_ids, n_written = _evaluate_plan(
+        plan, len(chosen), data, masks, db, workers, progress, n_steps
+    )
+    db_now, report_db = _report_step(state, inputs, db, out, run_ids, len(chosen), report, n_steps)
+    # (the state is written only after a complete run: an interrupted one is resumed in full)
+    _write_state(out, {"inputs": inputs, "db": db_now, "run_ids": run_ids, "report_db": report_db})
+    if n_written == 0:
+        _say("resumed: nothing new to compute")
+    return _finish(out, db, run_ids, report, t0)
+
+
+def _nothing_to_do(state: dict, inputs: str, db: Path, out: Path, report: bool) -> bool:
+    """Whether the last complete demo run in ``out`` had these inputs and left the database
+    as it is now (and, with ``report``, its report built from that database): then resuming
+    would compute nothing and the model need not be loaded. The database digest is read
+    only when the inputs match (it opens the database)."""
+    return (
+        state.get("inputs") == inputs
+        and state.get("db") is not None
+        and state.get("db") == _db_state(db)
+        and (
+            not report or (state.get("report_db") == state["db"] and (out / REPORT_NAME).is_file())
+        )
+    )
+
+
+def _evaluate_plan(
+    plan, n_photos: int, data, masks, db: Path, workers, progress, n_steps: int
+) -> tuple[list[str], int]:
+    """Load the demo model and evaluate every suite of ``plan`` into ``db``, printing the
+    step lines ``[2/n]`` onwards; return the run ids (in plan order) and the number of
+    predictions written (0 when everything was resumed). Kept apart from :func:`run_demo`
+    so that the caching and report decisions read in one screen."""
+    from robustlab.models import load_model
+    from robustlab.suites import get_suite
+    from robustlab.workflows.evaluate import evaluate
+
+    step = 2
     _say(f"[{step}/{n_steps}] loading {DEMO_MODEL} (bundled ImageNet weights)")
     model = load_model(DEMO_MODEL, label_space=DEMO_LABEL_SPACE)
     run_ids = []
@@ -410,16 +436,9 @@ def run_demo(
     for suite_name, shifts, lv, dropped in plan:
         step += 1
         n_cells = len(get_suite(suite_name).select(shifts, lv))
-        what = (
-            f"{len(shifts)} corruptions"
-            if suite_name == "imagenet-c"
-            else f"{len(shifts)} attribute edits"
-            if suite_name == "imagenet-e"
-            else f"{len(shifts)} scenarios"
-        )
         _say(
-            f"[{step}/{n_steps}] {suite_name}: clean + {what} ({n_cells} cells) on "
-            f"{len(chosen)} photos"
+            f"[{step}/{n_steps}] {suite_name}: clean + {_what(suite_name, len(shifts))} "
+            f"({n_cells} cells) on {n_photos} photos"
         )
         for note in dropped:
             _say(f"    left out: {note}")
@@ -443,36 +462,54 @@ def run_demo(
             f"    {table.attrs.get('n_written', 0)} predictions written{resumed} "
             f"in {time.perf_counter() - t:.1f} s"
         )
+    return run_ids, n_written
+
+
+def _report_step(
+    state: dict, inputs: str, db: Path, out: Path, run_ids, n_photos: int, report: bool, n_steps
+) -> tuple[str | None, str | None]:
+    """The last step: write the report unless the one in ``out`` was built from this very
+    database state. Return the database state now and the one the folder's report was built
+    from (None: no report), which :func:`run_demo` stores for the next run's cache check."""
     db_now = _db_state(db)
     # the database state the report in the folder was built from (None: no report)
     report_db = state.get("report_db") if state.get("inputs") == inputs else None
     if report:
-        step += 1
         if (
             report_db == db_now
             and state.get("run_ids") == run_ids
             and (out / REPORT_NAME).is_file()
         ):
-            _say(f"[{step}/{n_steps}] report unchanged (nothing new in the database)")
+            _say(f"[{n_steps}/{n_steps}] report unchanged (nothing new in the database)")
         else:
-            from robustlab.workflows.report import build_report
-
-            _say(f"[{step}/{n_steps}] writing the report")
-            result = build_report(
-                db,
-                out / REPORT_NAME,
-                run_ids=run_ids,
-                title=f"robustlab demo: {DEMO_MODEL} on {len(chosen)} photos",
-            )
-            for note in result.notes:
-                _say(f"    note: {note}")
+            _say(f"[{n_steps}/{n_steps}] writing the report")
+            _write_report(db, out, run_ids, n_photos)
             # the report may add to the database (its cached tables): the state is after it
             db_now = report_db = _db_state(db)
-    # (the state is written only after a complete run: an interrupted one is resumed in full)
-    _write_state(out, {"inputs": inputs, "db": db_now, "run_ids": run_ids, "report_db": report_db})
-    if n_written == 0:
-        _say("resumed: nothing new to compute")
-    return _finish(out, db, run_ids, report, t0)
+    return db_now, report_db
+
+
+def _what(suite_name: str, n: int) -> str:
+    """What a suite's shifts are called in its step line (the suites shift different things)."""
+    if suite_name == "imagenet-c":
+        return f"{n} corruptions"
+    if suite_name == "imagenet-e":
+        return f"{n} attribute edits"
+    return f"{n} scenarios"
+
+
+def _write_report(db: Path, out: Path, run_ids: list[str], n_photos: int) -> None:
+    """Build ``<out>/report.html`` from the demo's runs and print the report's notes."""
+    from robustlab.workflows.report import build_report
+
+    result = build_report(
+        db,
+        out / REPORT_NAME,
+        run_ids=run_ids,
+        title=f"robustlab demo: {DEMO_MODEL} on {n_photos} photos",
+    )
+    for note in result.notes:
+        _say(f"    note: {note}")
 
 
 def _finish(out: Path, db: Path, run_ids: list[str], report: bool, t0: float) -> int:

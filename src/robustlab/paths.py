@@ -286,7 +286,25 @@ def walk_files(root: Any) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
     """
     root_path = real(root)
     real_root = str(root_path)
-    # Folders reachable without following a link own their files.
+    owned = _owned_folders(real_root)
+    files: list[PurePosixPath] = []
+    skipped: list[tuple[str, str]] = []
+    visited = {_dir_key(real_root)}
+    stack: list[tuple[str, PurePosixPath | None]] = [(real_root, None)]
+    while stack:
+        dirpath, base = stack.pop()
+        subdirs = _scan_folder(dirpath, base, root_path, owned, visited, files, skipped)
+        stack.extend(reversed(subdirs))
+    n_out = sum(1 for _, why in skipped if why.startswith("link leaves"))
+    if n_out:
+        log.warning("%s: %d link(s) leading outside it were not followed", real_root, n_out)
+    return files, skipped
+
+
+def _owned_folders(real_root: str) -> dict[tuple[int, int], str]:
+    """The folders reachable from ``real_root`` without following a link (hidden ones
+    pruned), by (device, inode): they own their files, so a link to one of them is skipped
+    and the files keep the class of their real location."""
     owned: dict[tuple[int, int], str] = {}
     for dirpath, dirnames, _ in os.walk(real_root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
@@ -294,68 +312,79 @@ def walk_files(root: Any) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
             owned.setdefault(_dir_key(dirpath), Path(dirpath).relative_to(real_root).as_posix())
         except OSError:
             continue
-    files: list[PurePosixPath] = []
-    skipped: list[tuple[str, str]] = []
-    visited = {_dir_key(real_root)}
-    stack: list[tuple[str, PurePosixPath | None]] = [(real_root, None)]
-    while stack:
-        dirpath, base = stack.pop()
-        try:
-            with os.scandir(dirpath) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
+    return owned
+
+
+def _scan_folder(
+    dirpath: str,
+    base: PurePosixPath | None,
+    root_path: Path,
+    owned: dict[tuple[int, int], str],
+    visited: set[tuple[int, int]],
+    files: list[PurePosixPath],
+    skipped: list[tuple[str, str]],
+) -> list[tuple[str, PurePosixPath]]:
+    """One folder of :func:`walk_files`' walk, in name order: append its regular files to
+    ``files`` and what it leaves out (with the reason) to ``skipped``; return the
+    subfolders to enter, marked ``visited`` so that each real folder is entered once."""
+    try:
+        with os.scandir(dirpath) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        skipped.append(
+            (printable_name(str(base or ".")), f"cannot list folder: {exc.strerror or exc}")
+        )
+        return []
+    subdirs = []
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        rel = base / e.name if base is not None else PurePosixPath(e.name)
+        if not _is_utf8(e.name):
             skipped.append(
-                (printable_name(str(base or ".")), f"cannot list folder: {exc.strerror or exc}")
+                (printable_name(str(rel)), "name is not valid UTF-8 (rename it to use it)")
             )
             continue
-        subdirs = []
-        for e in entries:
-            if e.name.startswith("."):
+        try:
+            link = e.is_symlink()
+            if link and not _inside(real(e.path), root_path):
+                skipped.append((str(rel), OUTSIDE.format(target=link_target(e.path))))
                 continue
-            rel = base / e.name if base is not None else PurePosixPath(e.name)
-            if not _is_utf8(e.name):
-                skipped.append(
-                    (printable_name(str(rel)), "name is not valid UTF-8 (rename it to use it)")
-                )
-                continue
-            try:
-                link = e.is_symlink()
-                if link and not _inside(real(e.path), root_path):
-                    skipped.append((str(rel), OUTSIDE.format(target=link_target(e.path))))
-                    continue
-                is_dir = e.is_dir()
-                is_file = not is_dir and e.is_file()
-                key = _dir_key(e.path) if is_dir else None
-            except OSError as exc:
-                skipped.append((str(rel), f"cannot read: {exc.strerror or exc}"))
-                continue
-            if key is not None:  # a folder
-                if link and key in owned:
-                    where = owned[key]
-                    skipped.append(
-                        (
-                            str(rel),
-                            f"link to a folder listed under its own path ({where})"
-                            if where != "."
-                            else "link to the data folder itself (a loop)",
-                        )
-                    )
-                elif key in visited:
-                    skipped.append((str(rel), "link to a folder already listed (a loop)"))
-                else:
-                    visited.add(key)
-                    subdirs.append((e.path, rel))
-            elif is_file:
-                files.append(rel)
-            elif link:
-                skipped.append((str(rel), "broken symbolic link"))
+            is_dir = e.is_dir()
+            is_file = not is_dir and e.is_file()
+            key = _dir_key(e.path) if is_dir else None
+        except OSError as exc:
+            skipped.append((str(rel), f"cannot read: {exc.strerror or exc}"))
+            continue
+        if key is not None:  # a folder
+            repeat = _repeated_folder(link, key, owned, visited)
+            if repeat is not None:
+                skipped.append((str(rel), repeat))
             else:
-                skipped.append((str(rel), "not a regular file"))
-        stack.extend(reversed(subdirs))
-    n_out = sum(1 for _, why in skipped if why.startswith("link leaves"))
-    if n_out:
-        log.warning("%s: %d link(s) leading outside it were not followed", real_root, n_out)
-    return files, skipped
+                visited.add(key)
+                subdirs.append((e.path, rel))
+        elif is_file:
+            files.append(rel)
+        elif link:
+            skipped.append((str(rel), "broken symbolic link"))
+        else:
+            skipped.append((str(rel), "not a regular file"))
+    return subdirs
+
+
+def _repeated_folder(
+    link: bool, key: tuple[int, int], owned: dict[tuple[int, int], str], visited: set
+) -> str | None:
+    """Why a folder entry is not entered (a link to a folder listed under its own path, to
+    the root itself, or to a folder already listed), or None to enter it."""
+    if link and key in owned:
+        where = owned[key]
+        if where != ".":
+            return f"link to a folder listed under its own path ({where})"
+        return "link to the data folder itself (a loop)"
+    if key in visited:
+        return "link to a folder already listed (a loop)"
+    return None
 
 
 def file_inside(root: Any, rel: Any) -> Path | None:

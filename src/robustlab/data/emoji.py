@@ -420,6 +420,28 @@ def build_icons(
         )
     names = list(styles) if styles else list(STYLES)
     renderers = [Renderer(n) for n in dict.fromkeys(names)]  # fails early on a missing font
+    emoji = _select_emoji(emoji_test, exclude_groups, limit_per_class)
+    out = Path(out)
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    with environment_errors(f"cannot write the icon set to {out}"):
+        out.mkdir(parents=True, exist_ok=True)
+        for r in renderers:
+            name = r.style.name
+            counts[name], skipped[name] = _render_style(r, emoji, size, out, rows)
+            log.info("%s: %d images, %d emoji it cannot draw", name, counts[name], skipped[name])
+        manifest = _write_manifest(out, rows)
+        (out / "ATTRIBUTION.md").write_text(_attribution(renderers, counts, size), encoding="utf-8")
+    return IconsResult(out, manifest, counts, skipped, len({r["class"] for r in rows}))
+
+
+def _select_emoji(
+    emoji_test: str | Path | None, exclude_groups: Sequence[str], limit_per_class: int | None
+) -> list[Emoji]:
+    """The emoji :func:`build_icons` draws, in emoji-test order: the excluded groups left
+    out and, with ``limit_per_class``, only the first N subtypes of each class (so that a
+    small test set still has every class)."""
     emoji = [e for e in read_emoji_test(emoji_test) if e.group not in set(exclude_groups)]
     if limit_per_class is not None:
         firsts: dict[str, list[str]] = {}
@@ -430,55 +452,61 @@ def build_icons(
         emoji = [e for e in emoji if e.subtype in firsts[e.subgroup][: int(limit_per_class)]]
     if not emoji:
         raise InputError("no emoji left after leaving out groups " + ", ".join(exclude_groups))
-    out = Path(out)
-    rows, counts, skipped = [], {}, {}
-    with environment_errors(f"cannot write the icon set to {out}"):
-        out.mkdir(parents=True, exist_ok=True)
-        for r in renderers:
-            st = r.style
-            source_version = st.version()
-            counts[st.name] = skipped[st.name] = 0
-            for e in emoji:
-                if not r.covers(e):
-                    skipped[st.name] += 1
-                    continue
-                try:
-                    rgb = render_checked(r, e, size)
-                except ValueError as exc:
-                    log.info("skipped: %s", exc)
-                    skipped[st.name] += 1
-                    continue
-                rel = Path(st.name) / e.subgroup / f"{_slug(e.subtype)}_{e.hex}.png"
-                (out / rel.parent).mkdir(parents=True, exist_ok=True)
-                _save_png(rgb, out / rel)
-                rows.append(
-                    {
-                        "file": rel.as_posix(),
-                        "class": e.subgroup,
-                        "subtype": e.subtype,
-                        "version": e.version,
-                        "style": st.name,
-                        "group": e.group,
-                        "name": e.name,
-                        "codepoints": e.hex,
-                        "emoji_version": e.emoji_version,
-                        "source": st.description,
-                        "source_version": source_version,
-                        "licence": st.licence,
-                    }
-                )
-                counts[st.name] += 1
-            log.info(
-                "%s: %d images, %d emoji it cannot draw", st.name, counts[st.name], skipped[st.name]
-            )
-        manifest = out / "metadata.csv"
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=MANIFEST_COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        manifest.write_text(buf.getvalue(), encoding="utf-8")
-        (out / "ATTRIBUTION.md").write_text(_attribution(renderers, counts, size), encoding="utf-8")
-    return IconsResult(out, manifest, counts, skipped, len({r["class"] for r in rows}))
+    return emoji
+
+
+def _render_style(
+    r: Renderer, emoji: list[Emoji], size: int, out: Path, rows: list[dict]
+) -> tuple[int, int]:
+    """Draw every emoji the style covers into ``out/<style>/<class>/``, appending one
+    manifest row per image to ``rows``; return (images written, emoji it cannot draw).
+    An emoji the font lacks or draws blank is counted, not an error: styles differ."""
+    st = r.style
+    source_version = st.version()
+    n_written = n_skipped = 0
+    for e in emoji:
+        if not r.covers(e):
+            n_skipped += 1
+            continue
+        try:
+            rgb = render_checked(r, e, size)
+        except ValueError as exc:
+            log.info("skipped: %s", exc)
+            n_skipped += 1
+            continue
+        rel = Path(st.name) / e.subgroup / f"{_slug(e.subtype)}_{e.hex}.png"
+        (out / rel.parent).mkdir(parents=True, exist_ok=True)
+        _save_png(rgb, out / rel)
+        rows.append(
+            {
+                "file": rel.as_posix(),
+                "class": e.subgroup,
+                "subtype": e.subtype,
+                "version": e.version,
+                "style": st.name,
+                "group": e.group,
+                "name": e.name,
+                "codepoints": e.hex,
+                "emoji_version": e.emoji_version,
+                "source": st.description,
+                "source_version": source_version,
+                "licence": st.licence,
+            }
+        )
+        n_written += 1
+    return n_written, n_skipped
+
+
+def _write_manifest(out: Path, rows: list[dict]) -> Path:
+    """Write ``metadata.csv`` (:data:`MANIFEST_COLUMNS`, ``\\n`` line ends whatever the
+    platform, so the file's bytes do not depend on it) and return its path."""
+    manifest = out / "metadata.csv"
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=MANIFEST_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    manifest.write_text(buf.getvalue(), encoding="utf-8")
+    return manifest
 
 
 def render_checked(r: Renderer, e: Emoji, size: int) -> np.ndarray:

@@ -233,6 +233,27 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
         InputError: ``root`` is missing, not a folder, or holds no image; a CSV is bad; a
             stem-named mask could belong to two images.
     """
+    root, csv_path, masks_dir = _resolve_inputs(root, labels_csv, masks)
+    boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
+    images, skipped = _image_files(root, csv_path, masks_dir)
+    if csv_path is not None:
+        layout = "flat"
+        entries = _listed_entries(root, csv_path, images, skipped)
+    else:
+        layout, entries = _tree_entries(images, skipped)
+    if not entries:
+        what = f"{len(skipped)} other files" if skipped else "nothing"
+        raise InputError(f"no images found in {root} (found {what})")
+    samples = _make_samples(root, entries, images, masks_dir, boxes)
+    skipped.sort()
+    for rel, reason in skipped:
+        log.debug("skipping %s: %s", rel, reason)
+    return SampleList(samples, skipped=skipped, layout=layout, labels_csv=csv_path)
+
+
+def _resolve_inputs(root, labels_csv, masks) -> tuple[Path, Path | None, Path | None]:
+    """Resolve and check :func:`discover`'s folder, labels CSV (``root/labels.csv`` by
+    default) and masks folder, so that a wrong path fails before any file is listed."""
     root = Path(root).expanduser()
     if not root.exists():
         raise MissingResourceError(f"data folder {root} does not exist")
@@ -247,8 +268,15 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     masks_dir = Path(masks).expanduser().resolve() if masks else None
     if masks_dir is not None and not masks_dir.is_dir():
         raise MissingResourceError(f"masks folder {masks_dir} does not exist")
-    boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
+    return root, csv_path, masks_dir
 
+
+def _image_files(
+    root: Path, csv_path: Path | None, masks_dir: Path | None
+) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
+    """The image files under ``root`` (relative, in walk order) and the skipped files with
+    their reasons. The labels CSV, robustlab's own files and a masks folder inside ``root``
+    are inputs of another kind, so they are left out silently, not reported as skipped."""
     files, skipped = walk_files(root)
     images: list[PurePosixPath] = []
     for rel in files:
@@ -264,48 +292,67 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
             skipped.append(
                 (rel.as_posix(), f"not an image file (extension {rel.suffix or 'none'!r})")
             )
+    return images, skipped
 
+
+def _listed_entries(
+    root: Path, csv_path: Path, images: list[PurePosixPath], skipped: list[tuple[str, str]]
+) -> list[tuple[PurePosixPath, str | None, int | None]]:
+    """The samples a labels CSV names, in its row order, as ``(path, class, label)``;
+    appends to ``skipped`` every image the CSV does not list and every row whose file is
+    missing or outside the data folder (never read, never silent)."""
     entries: list[tuple[PurePosixPath, str | None, int | None]] = []
-    if csv_path is not None:
-        layout = "flat"
-        labels = _read_labels(csv_path)
-        present = {rel.as_posix(): rel for rel in images}
-        for rel in images:
-            key = rel.as_posix()
-            if key not in labels:
-                skipped.append((key, f"not listed in {csv_path.name}"))
-        for key, (cls, label) in labels.items():
-            outside = _outside_row(key)
-            if key in present:
-                entries.append((present[key], cls, label))
-            elif outside:  # never read (it may name a file outside --data), never silent
-                skipped.append(
-                    (
-                        key,
-                        f"listed in {csv_path.name} but outside the data folder ({outside}); not read",
-                    )
+    labels = _read_labels(csv_path)
+    present = {rel.as_posix(): rel for rel in images}
+    for rel in images:
+        key = rel.as_posix()
+        if key not in labels:
+            skipped.append((key, f"not listed in {csv_path.name}"))
+    for key, (cls, label) in labels.items():
+        outside = _outside_row(key)
+        if key in present:
+            entries.append((present[key], cls, label))
+        elif outside:  # never read (it may name a file outside --data), never silent
+            skipped.append(
+                (
+                    key,
+                    f"listed in {csv_path.name} but outside the data folder ({outside}); not read",
                 )
-            elif file_inside(root, key) is not None or _hidden(PurePosixPath(key)):
-                continue  # a non-image or hidden file: reported above or never an input
-            else:
-                skipped.append((key, f"listed in {csv_path.name} but missing"))
-    else:
-        nested = [rel for rel in images if len(rel.parts) > 1]
-        if nested:
-            layout = "imagefolder"
-            for rel in images:
-                if len(rel.parts) == 1:
-                    skipped.append((rel.as_posix(), "not inside a class folder"))
-                else:
-                    entries.append((rel, rel.parts[0], None))
+            )
+        elif file_inside(root, key) is not None or _hidden(PurePosixPath(key)):
+            continue  # a non-image or hidden file: reported above or never an input
         else:
-            layout = "flat"
-            entries = [(rel, None, None) for rel in images]
+            skipped.append((key, f"listed in {csv_path.name} but missing"))
+    return entries
 
-    if not entries:
-        what = f"{len(skipped)} other files" if skipped else "nothing"
-        raise InputError(f"no images found in {root} (found {what})")
 
+def _tree_entries(
+    images: list[PurePosixPath], skipped: list[tuple[str, str]]
+) -> tuple[str, list[tuple[PurePosixPath, str | None, int | None]]]:
+    """Layout and samples of a folder without a labels CSV: an ImageFolder tree (class =
+    first folder; top-level images are skipped) when any image is in a subfolder, else a
+    flat folder of unlabelled images."""
+    if any(len(rel.parts) > 1 for rel in images):
+        entries: list[tuple[PurePosixPath, str | None, int | None]] = []
+        for rel in images:
+            if len(rel.parts) == 1:
+                skipped.append((rel.as_posix(), "not inside a class folder"))
+            else:
+                entries.append((rel, rel.parts[0], None))
+        return "imagefolder", entries
+    return "flat", [(rel, None, None) for rel in images]
+
+
+def _make_samples(
+    root: Path,
+    entries: list[tuple[PurePosixPath, str | None, int | None]],
+    images: list[PurePosixPath],
+    masks_dir: Path | None,
+    boxes: dict[str, tuple[int, int, int, int]],
+) -> list[Sample]:
+    """The :class:`Sample` of every entry, sorted by id, with its mask (matched among the
+    masks folder's files, stems shared by several images disambiguated over ``images``)
+    and its box (by relative path, else by file name)."""
     mask_files: set[PurePosixPath] = set()
     siblings: dict[str, list[str]] = {}
     if masks_dir is not None:
@@ -314,7 +361,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
 
     def mask_for(key: str) -> Path | None:
         found = find_mask(mask_files.__contains__, key, siblings.get(key, ()))
-        return None if found is None else masks_dir / found
+        return None if found is None or masks_dir is None else masks_dir / found
 
     samples = []
     for rel, cls, label in entries:
@@ -330,10 +377,7 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
             )
         )
     samples.sort(key=lambda s: s.id)
-    skipped.sort()
-    for rel, reason in skipped:
-        log.debug("skipping %s: %s", rel, reason)
-    return SampleList(samples, skipped=skipped, layout=layout, labels_csv=csv_path)
+    return samples
 
 
 __all__ = [

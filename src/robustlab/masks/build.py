@@ -97,26 +97,14 @@ def build_masks(
     records, skipped = [], []
     siblings = shared_stems(s.id for s in samples)
     for i, s in enumerate(samples):
-        target = mask_file(out, s.id)
         t0 = time.perf_counter()
         try:
             cached = None if overwrite else _cached(out, s, siblings.get(s.id, ()))
             if cached is not None:
-                target = cached
-                mask, info = load_mask(target), {"seed": "cached", "cam_class": None}
-                # Decoded, not read from the header: EXIF orientation may swap the sides.
-                img = read_image(s.path)
-                if mask.shape != img.rgb.shape[:2]:
-                    raise ImageError(
-                        f"mask {target.relative_to(out).as_posix()} is {mask.shape[1]}x"
-                        f"{mask.shape[0]} but the image is {img.rgb.shape[1]}x{img.rgb.shape[0]}"
-                    )
+                target, mask, info = cached, _checked_cached(cached, s, out), _CACHED_INFO
             else:
-                rgb, _ = load_image(s.path)
-                cls = s.label if cam_class == "label" else None
-                mask, info = masker(rgb, bbox=s.bbox, class_index=cls)
-                if mask.any() and not mask.all():
-                    save_mask(target, mask)
+                target = mask_file(out, s.id)
+                mask, info = _make_mask(s, target, masker, cam_class)
         except (ImageError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or str(exc)
             log.warning("skipped %s: %s", s.id, reason)
@@ -135,8 +123,45 @@ def build_masks(
         records.append(rec)
         if progress:
             progress(i + 1, len(samples))
+    summary = _summary(records, skipped, masker, thresholds, cam_class)
+    _write_quality(out, summary, records)
+    return summary
+
+
+# the record fields of a mask read back from disk (no seed, no CAM class was used)
+_CACHED_INFO = {"seed": "cached", "cam_class": None}
+
+
+def _checked_cached(target: Path, sample, out: Path):
+    """Load an existing mask, refusing one whose size differs from its image's (a mask
+    made for another photo would silently mask the wrong pixels)."""
+    mask = load_mask(target)
+    # Decoded, not read from the header: EXIF orientation may swap the sides.
+    img = read_image(sample.path)
+    if mask.shape != img.rgb.shape[:2]:
+        raise ImageError(
+            f"mask {target.relative_to(out).as_posix()} is {mask.shape[1]}x"
+            f"{mask.shape[0]} but the image is {img.rgb.shape[1]}x{img.rgb.shape[0]}"
+        )
+    return mask
+
+
+def _make_mask(sample, target: Path, masker: AutoMasker, cam_class: str):
+    """Run the masker on one sample and save its mask to ``target`` unless the mask is
+    empty or full (neither separates a foreground); return ``(mask, info)``."""
+    rgb, _ = load_image(sample.path)
+    cls = sample.label if cam_class == "label" else None
+    mask, info = masker(rgb, bbox=sample.bbox, class_index=cls)
+    if mask.any() and not mask.all():
+        save_mask(target, mask)
+    return mask, info
+
+
+def _summary(records, skipped, masker: AutoMasker, thresholds, cam_class: str) -> dict:
+    """What ``masks_quality.json`` says about the whole run (its records aside): the
+    method and settings that made the masks, and the counts a reviewer reads first."""
     flags = Counter(f for r in records for f in r["flags"])
-    summary = {
+    return {
         "method": masker.method,
         "params": masker.params.describe(),
         "thresholds": thresholds_dict(thresholds),
@@ -149,13 +174,17 @@ def build_masks(
         "flag_counts": dict(flags),
         "n_suspicious": sum(r["suspicious"] for r in records),
     }
+
+
+def _write_quality(out: Path, summary: dict, records: list[dict]) -> None:
+    """Write ``masks_quality.csv`` (one row per mask, flags joined by ``|``) and
+    ``masks_quality.json`` (the summary and every record)."""
     with open(out / "masks_quality.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         w.writeheader()
         for r in records:
             w.writerow({**r, "flags": "|".join(r["flags"])})
     (out / "masks_quality.json").write_text(json.dumps({**summary, "records": records}, indent=1))
-    return summary
 
 
 def _versions() -> dict:

@@ -78,21 +78,35 @@ def compare_runs(
         shared non-clean prediction, whose interval resamples whole images (all of an
         image's cells together), since one image's cells are not independent.
     """
-
-    def prep(df):
-        return (
-            df.assign(level=df["level"].astype(str), correct=df["correct"].astype(bool))
-            .drop_duplicates(["shift", "level", "sample_id"])
-            .set_index(["shift", "level", "sample_id"])["correct"]
-        )
-
-    sa, sb = prep(a), prep(b)
+    sa, sb = _by_cell_and_image(a), _by_cell_and_image(b)
     joined = pd.concat({"a": sa, "b": sb}, axis=1, join="inner")
+    n_a = sa.groupby(level=[0, 1]).size()
+    n_b = sb.groupby(level=[0, 1]).size()
+    # the cells first (sorted, clean first), then the pooled row: the order of the draws
+    rows = _cell_rows(sa, sb, joined, n_a, n_b, rng, n_resamples, confidence)
+    shifted = joined[joined.index.get_level_values(0) != CLEAN]
+    if len(shifted):
+        rows.append(_pooled_row(shifted, n_a, n_b, rng, n_resamples, confidence))
+    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+
+
+def _by_cell_and_image(df: pd.DataFrame) -> pd.Series:
+    """A run's ``correct`` indexed by (shift, level as text, sample id), one per key: the
+    two runs are joined on this index, so a repeated row must not count twice."""
+    return (
+        df.assign(level=df["level"].astype(str), correct=df["correct"].astype(bool))
+        .drop_duplicates(["shift", "level", "sample_id"])
+        .set_index(["shift", "level", "sample_id"])["correct"]
+    )
+
+
+def _cell_rows(sa, sb, joined, n_a, n_b, rng, n_resamples: int, confidence: float) -> list[dict]:
+    """One row per cell either run has, clean first then sorted, each with the paired
+    bootstrap interval of B - A over the cell's shared images (NaN numbers without any).
+    Cells are visited in that fixed order so the draws depend only on the seed."""
     keys = sorted(
         set(sa.index.droplevel(2)) | set(sb.index.droplevel(2)), key=lambda k: (k[0] != CLEAN, k)
     )
-    n_a = sa.groupby(level=[0, 1]).size()
-    n_b = sb.groupby(level=[0, 1]).size()
     by_cell = dict(iter(joined.groupby(level=[0, 1], sort=False)))
     rows = []
     for key in keys:
@@ -115,29 +129,31 @@ def compare_runs(
                 diff_hi=hi,
             )
         rows.append(row)
-    shifted = joined[joined.index.get_level_values(0) != CLEAN]
-    if len(shifted):
-        d = shifted["b"].astype(int) - shifted["a"].astype(int)
-        per_image = d.groupby(level=2).agg(["sum", "size"]).to_numpy(np.float64)
-        lo, hi = bootstrap_ci(
-            per_image,
-            rng,
-            n_resamples=n_resamples,
-            confidence=confidence,
-            statistic=lambda x: x[:, 0].sum() / x[:, 1].sum(),
-        )
-        rows.append(
-            {
-                "shift": ALL_SHIFTED,
-                "level": "all",
-                "n_a": int(n_a.drop(CLEAN, level=0, errors="ignore").sum()),
-                "n_b": int(n_b.drop(CLEAN, level=0, errors="ignore").sum()),
-                "n_shared": len(shifted),
-                "top1_a": float(shifted["a"].mean()),
-                "top1_b": float(shifted["b"].mean()),
-                "diff": float(d.mean()),
-                "diff_lo": lo,
-                "diff_hi": hi,
-            }
-        )
-    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+    return rows
+
+
+def _pooled_row(shifted, n_a, n_b, rng, n_resamples: int, confidence: float) -> dict:
+    """The ``all shifted cells`` row over every shared non-clean prediction; its interval
+    resamples whole images (an image's cells together), since one image's cells are not
+    independent."""
+    d = shifted["b"].astype(int) - shifted["a"].astype(int)
+    per_image = d.groupby(level=2).agg(["sum", "size"]).to_numpy(np.float64)
+    lo, hi = bootstrap_ci(
+        per_image,
+        rng,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        statistic=lambda x: x[:, 0].sum() / x[:, 1].sum(),
+    )
+    return {
+        "shift": ALL_SHIFTED,
+        "level": "all",
+        "n_a": int(n_a.drop(CLEAN, level=0, errors="ignore").sum()),
+        "n_b": int(n_b.drop(CLEAN, level=0, errors="ignore").sum()),
+        "n_shared": len(shifted),
+        "top1_a": float(shifted["a"].mean()),
+        "top1_b": float(shifted["b"].mean()),
+        "diff": float(d.mean()),
+        "diff_lo": lo,
+        "diff_hi": hi,
+    }

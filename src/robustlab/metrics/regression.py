@@ -212,10 +212,6 @@ def logit_correctness(
     Raises:
         ValueError: as :func:`regress_accuracy`; also a response that is all 0 or all 1.
     """
-    import statsmodels.api as sm
-    from scipy import stats
-    from statsmodels.stats.sandwich_covariance import cov_cluster
-
     if not isinstance(factors, Mapping):
         factors = {c: c for c in factors}
     for col in (response, cluster):
@@ -226,7 +222,26 @@ def logit_correctness(
         raise ValueError("every prediction is right (or every one wrong): nothing to explain")
     X, used = design_matrix(data, factors, reference)
     _require_identifiable(X)
-    groups = pd.factorize(data[cluster])[0]
+    fit, separated, cov = _fit_clustered(y, X, pd.factorize(data[cluster])[0])
+    table = _logit_table(X, fit, cov, alpha)
+    # False when the optimiser stopped early: typically a level that is always right (or
+    # wrong), whose estimate then runs off towards infinity; the report says so.
+    table.attrs["converged"] = bool(fit.mle_retvals.get("converged", True))
+    # statsmodels saw perfect separation (some predictions fitted exactly): the
+    # coefficients are not identified. The levels that are always right or always wrong
+    # are the usual cause; they are named so that the report can say which.
+    table.attrs["separated"] = separated
+    table.attrs["constant_levels"] = constant_levels(data, factors, y) if separated else []
+    return RegressionResult(table, fit, used)
+
+
+def _fit_clustered(y: np.ndarray, X: pd.DataFrame, groups: np.ndarray) -> tuple[Any, bool, Any]:
+    """Fit the logistic model once and take its cluster-robust (CRV1) covariance by image:
+    ``(fit, separated, cov)``. Any failure of the fit becomes one ``ValueError`` line, which
+    the report prints instead of the table."""
+    import statsmodels.api as sm
+    from statsmodels.stats.sandwich_covariance import cov_cluster
+
     try:
         fit, separated = fit_logit_quietly(sm.Logit(y, X), maxiter=200)
         cov = cov_cluster(fit, groups, use_correction=True)
@@ -234,6 +249,16 @@ def logit_correctness(
         raise ValueError(
             f"the logistic model cannot be fitted: {type(exc).__name__}: {exc}"
         ) from None
+    return fit, separated, cov
+
+
+def _logit_table(X: pd.DataFrame, fit, cov, alpha: float) -> pd.DataFrame:
+    """One row per term: the log-odds estimate with its clustered error, normal-based
+    interval, z and p (what ``fit(cov_type="cluster")`` would report), next to the naive
+    error and p of the fit itself, so that the report can show how much clustering
+    matters."""
+    from scipy import stats
+
     params = np.asarray(fit.params, dtype=float)
     with np.errstate(invalid="ignore"):
         # A fit that did not converge can leave a negative variance: its error is NaN
@@ -263,16 +288,7 @@ def logit_correctness(
                 "stars": significance_stars(pv),
             }
         )
-    table = pd.DataFrame(rows)
-    # False when the optimiser stopped early: typically a level that is always right (or
-    # wrong), whose estimate then runs off towards infinity; the report says so.
-    table.attrs["converged"] = bool(fit.mle_retvals.get("converged", True))
-    # statsmodels saw perfect separation (some predictions fitted exactly): the
-    # coefficients are not identified. The levels that are always right or always wrong
-    # are the usual cause; they are named so that the report can say which.
-    table.attrs["separated"] = separated
-    table.attrs["constant_levels"] = constant_levels(data, factors, y) if separated else []
-    return RegressionResult(table, fit, used)
+    return pd.DataFrame(rows)
 
 
 def fit_logit_quietly(model, **kwargs) -> tuple[Any, bool]:
