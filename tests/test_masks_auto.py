@@ -200,3 +200,32 @@ def test_unusable_masks_are_recorded_but_not_written(tmp_path):
     assert not (tmp_path / "out/grey/flat.png").exists()
     rec = json.loads((tmp_path / "out/masks_quality.json").read_text())["records"][0]
     assert rec["mask"] == "" and rec["flags"] == ["empty"]
+
+
+def test_a_box_outside_its_image_is_a_counted_skip_and_a_bug_fails(tmp_path, monkeypatch):
+    """Skips are explicit: a box that misses its image is bad input (CellSkipped: counted,
+    with its reason); a plain ValueError inside the masker is a bug and fails the run."""
+    from robustlab.data.sources import discover
+    from robustlab.masks.build import build_masks
+
+    data = tmp_path / "data" / "grey"
+    data.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in ("a.png", "b.png"):
+        Image.fromarray(rng.integers(0, 255, (60, 60, 3), dtype=np.uint8)).save(data / name)
+    (tmp_path / "boxes.csv").write_text(
+        "file,x0,y0,x1,y1\ngrey/a.png,10,10,50,50\ngrey/b.png,500,500,600,600\n"
+    )
+    samples = discover(tmp_path / "data", bboxes=tmp_path / "boxes.csv")
+    summary = build_masks(samples, tmp_path / "out", AutoMasker("grabcut"))
+    assert summary["n_skipped"] == 1 and summary["n"] == 1
+    assert "does not cover" in summary["skipped"][0]["reason"]
+
+    import robustlab.masks.build as build
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the masker")
+
+    monkeypatch.setattr(build, "_make_mask", broken)
+    with pytest.raises(ValueError, match="a bug in the masker"):
+        build_masks(samples, tmp_path / "out2", AutoMasker("grabcut"))

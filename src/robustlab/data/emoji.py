@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robustlab.errors import InputError, MissingResourceError, environment_errors
+from robustlab.errors import CellSkipped, InputError, MissingResourceError, environment_errors
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +355,7 @@ class Renderer:
         )
         box = canvas.getchannel("A").getbbox()
         if box is None:
-            raise ValueError(f"{self.style.name} draws nothing for {e.hex}")
+            raise CellSkipped(f"{self.style.name} draws nothing for {e.hex}")
         glyph = canvas.crop(box)
         side = round(max(glyph.size) / (1 - 2 * MARGIN))
         square = Image.new("RGBA", (side, side), (255, 255, 255, 255))
@@ -470,7 +470,7 @@ def _render_style(
             continue
         try:
             rgb = render_checked(r, e, size)
-        except ValueError as exc:
+        except CellSkipped as exc:
             log.info("skipped: %s", exc)
             n_skipped += 1
             continue
@@ -514,7 +514,7 @@ def render_checked(r: Renderer, e: Emoji, size: int) -> np.ndarray:
     empty would teach the network that "blank" is a class)."""
     rgb = r.render(e, size)
     if int(rgb.min()) >= 250:
-        raise ValueError(f"{r.style.name} draws a blank picture for {e.hex}")
+        raise CellSkipped(f"{r.style.name} draws a blank picture for {e.hex}")
     return rgb
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from robustlab.errors import InputError, MissingResourceError
+from robustlab.errors import CellSkipped, InputError, MissingResourceError
 
 # GrabCut labels (cv2.GC_BGD, GC_FGD, GC_PR_BGD, GC_PR_FGD)
 BGD, FGD, PR_BGD, PR_FGD = 0, 1, 2, 3
@@ -65,7 +65,7 @@ def _run_grabcut(bgr: np.ndarray, labels: np.ndarray, params: MaskerParams) -> n
     fg_seed = np.isin(labels, (FGD, PR_FGD)).any()
     bg_seed = np.isin(labels, (BGD, PR_BGD)).any()
     if not (fg_seed and bg_seed):
-        raise ValueError("GrabCut seed has no foreground or no background pixels")
+        raise CellSkipped("GrabCut seed has no foreground or no background pixels")
     cv2.setRNGSeed(int(params.seed))
     lab = labels.astype(np.uint8).copy()
     bgd, fgd = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
@@ -90,7 +90,7 @@ def seed_from_bbox(shape, bbox) -> np.ndarray:
     x0, y0, x1, y1 = (int(v) for v in bbox)
     x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w, x1), min(h, y1)
     if x1 <= x0 or y1 <= y0:
-        raise ValueError(f"bbox {tuple(bbox)} does not cover any pixel of the {w}x{h} image")
+        raise CellSkipped(f"bbox {tuple(bbox)} does not cover any pixel of the {w}x{h} image")
     labels = np.full((h, w), BGD, np.uint8)
     labels[y0:y1, x0:x1] = PR_FGD
     if not (labels == BGD).any():

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from robustlab.data.images import ImageError, load_image, read_image
-from robustlab.errors import InputError
+from robustlab.errors import CellSkipped, InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
@@ -105,7 +105,7 @@ def build_masks(
             else:
                 target = mask_file(out, s.id)
                 mask, info = _make_mask(s, target, masker, cam_class)
-        except (ImageError, ValueError) as exc:
+        except (ImageError, CellSkipped) as exc:
             reason = getattr(exc, "reason", None) or str(exc)
             log.warning("skipped %s: %s", s.id, reason)
             skipped.append({"id": s.id, "reason": reason})
