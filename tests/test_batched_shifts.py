@@ -340,7 +340,7 @@ def test_bad_batches_are_refused():
 
 
 def _shifter(tasks, samples, *, group: int, size: int = 64):
-    from robustlab.models.base import Preprocessing
+    from robustlab.models.preprocess import Preprocessing
     from robustlab.run.device_shifts import DeviceShifts, ShiftDevice
 
     pre = Preprocessing(

@@ -402,7 +402,7 @@ def test_the_stored_record_is_the_one_holdout_runs_always_had(shapes_folder, tmp
     resolved), the split's seed, the training config with its timings and losses."""
     from dataclasses import asdict
 
-    from robustlab.models.base import weights_hash
+    from robustlab.models.weights import weights_hash
     from robustlab.run.identity import run_id, versions
 
     link = tmp_path / "via-link"

@@ -246,7 +246,7 @@ def test_state_dict_mismatch_names_a_few_keys_of_each_kind():
     background diffusion model alike."""
     import torch
 
-    from robustlab.models.base import state_dict_mismatch
+    from robustlab.models.weights import state_dict_mismatch
 
     net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     assert state_dict_mismatch(net, net.state_dict()) is None

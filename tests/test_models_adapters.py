@@ -367,7 +367,7 @@ def test_unreachable_hub_fails_at_once_with_what_to_download(monkeypatch, tmp_pa
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # nothing cached
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    from robustlab.models.base import unreachable
+    from robustlab.models.hub import unreachable
 
     assert unreachable("http://localhost:1/x") is None
     assert "nothing.invalid cannot be reached" in unreachable("https://nothing.invalid/model.bin")

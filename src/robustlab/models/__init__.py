@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 from robustlab.errors import InputError
 
-from .base import Model, Preprocessing, TorchModel, offline
+from .base import Model, TorchModel
+from .hub import offline
+from .preprocess import Preprocessing
 from .registry import Adapter, adapters, find_adapter, register_adapter
 
 __all__ = [

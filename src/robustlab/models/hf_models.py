@@ -20,21 +20,11 @@ from pathlib import Path
 
 from robustlab.errors import InputError, MissingResourceError
 
-from .base import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    Model,
-    Preprocessing,
-    auto_device,
-    default_batch_size,
-    hub_endpoint,
-    is_unsafe_pickle,
-    offline,
-    package_versions,
-    unreachable,
-    weights_hash,
-    weights_refusal,
-)
+from .base import Model
+from .devices import auto_device, default_batch_size
+from .hub import hub_endpoint, offline, unreachable
+from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from .weights import is_unsafe_pickle, package_versions, weights_hash, weights_refusal
 
 CPU_BATCH = 16
 WEIGHT_PATTERNS = (

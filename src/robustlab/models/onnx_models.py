@@ -18,16 +18,10 @@ import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
 
-from .base import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    Model,
-    Preprocessing,
-    auto_device,
-    default_batch_size,
-    package_versions,
-    weights_hash,
-)
+from .base import Model
+from .devices import auto_device, default_batch_size
+from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from .weights import package_versions, weights_hash
 
 CPU_BATCH = 32
 META_KEYS = ("input_size", "crop_pct", "interpolation", "mean", "std", "resize_mode")

@@ -23,16 +23,10 @@ from pathlib import Path
 
 from robustlab.errors import InputError, MissingResourceError
 
-from .base import (
-    Model,
-    Preprocessing,
-    auto_device,
-    default_batch_size,
-    is_unsafe_pickle,
-    package_versions,
-    weights_hash,
-    weights_refusal,
-)
+from .base import Model
+from .devices import auto_device, default_batch_size
+from .preprocess import Preprocessing
+from .weights import is_unsafe_pickle, package_versions, weights_hash, weights_refusal
 
 CPU_BATCH = 16
 # Prompt templates (our own short set; ImageNet-D's protocol uses the first one alone).
@@ -153,6 +147,51 @@ def _preprocessing(net) -> Preprocessing:
     )
 
 
+def _checkpoint(open_clip, arch: str, weights) -> tuple[str, Path]:
+    """(open_clip model name, weights file) for ``arch``: a config name, or a folder
+    holding ``open_clip_config.json`` and perhaps its own weights file."""
+    folder = Path(arch).expanduser()
+    if folder.is_dir():
+        if not (folder / "open_clip_config.json").is_file():
+            raise InputError(f"{folder} has no open_clip_config.json")
+        name = f"local-dir:{folder}"
+        if weights is None:
+            found = [folder / f for f in FOLDER_WEIGHTS if (folder / f).is_file()]
+            weights = found[0] if found else None
+    elif arch in open_clip.list_models():
+        name = arch
+    else:
+        raise InputError(
+            f"unknown open_clip model {arch!r}: use an open_clip config name "
+            "(open_clip.list_models()) or a folder with open_clip_config.json"
+        )
+    if weights is None:
+        raise MissingResourceError(
+            f"open_clip:{arch} needs weights: download the checkpoint (e.g. "
+            "open_clip_pytorch_model.bin from the model's Hugging Face page) and pass "
+            "--weights PATH; robustlab does not download CLIP weights"
+        )
+    path = Path(weights).expanduser()
+    if not path.is_file():
+        raise MissingResourceError(f"weights file {path} does not exist")
+    return name, path
+
+
+def _build(open_clip, arch: str, name: str, path: Path):
+    """(network, tokenizer) with the checkpoint loaded strictly; one line when it does not fit."""
+    try:
+        with _quiet():
+            net = open_clip.create_model(name, load_weights=False, pretrained_text=False)
+            open_clip.load_checkpoint(net, str(path), strict=True)
+            tokenizer = open_clip.get_tokenizer(name)
+    except Exception as exc:  # noqa: BLE001 - config needing a download, checkpoint misfit
+        if is_unsafe_pickle(exc):
+            raise weights_refusal(path, exc) from None
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"cannot load open_clip:{arch} with {path}: {text}") from None
+    return net, tokenizer
+
+
 def load(
     arch: str,
     *,
@@ -183,41 +222,9 @@ def load(
         templates = protocol.templates if protocol else TEMPLATES
     if not templates or any("{}" not in t for t in templates):
         raise InputError("prompt templates must each contain '{}' for the class name")
-    folder = Path(arch).expanduser()
-    if folder.is_dir():
-        if not (folder / "open_clip_config.json").is_file():
-            raise InputError(f"{folder} has no open_clip_config.json")
-        name = f"local-dir:{folder}"
-        if weights is None:
-            found = [folder / f for f in FOLDER_WEIGHTS if (folder / f).is_file()]
-            weights = found[0] if found else None
-    elif arch in open_clip.list_models():
-        name = arch
-    else:
-        raise InputError(
-            f"unknown open_clip model {arch!r}: use an open_clip config name "
-            "(open_clip.list_models()) or a folder with open_clip_config.json"
-        )
-    if weights is None:
-        raise MissingResourceError(
-            f"open_clip:{arch} needs weights: download the checkpoint (e.g. "
-            "open_clip_pytorch_model.bin from the model's Hugging Face page) and pass "
-            "--weights PATH; robustlab does not download CLIP weights"
-        )
-    path = Path(weights).expanduser()
-    if not path.is_file():
-        raise MissingResourceError(f"weights file {path} does not exist")
+    name, path = _checkpoint(open_clip, arch, weights)
     dev = auto_device(device)
-    try:
-        with _quiet():
-            net = open_clip.create_model(name, load_weights=False, pretrained_text=False)
-            open_clip.load_checkpoint(net, str(path), strict=True)
-            tokenizer = open_clip.get_tokenizer(name)
-    except Exception as exc:  # noqa: BLE001 - config needing a download, checkpoint misfit
-        if is_unsafe_pickle(exc):
-            raise weights_refusal(path, exc) from None
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"cannot load open_clip:{arch} with {path}: {text}") from None
+    net, tokenizer = _build(open_clip, arch, name, path)
     net = net.eval().to(dev)
     name_of = protocol.name if protocol else (lambda c: c.replace("_", " "))
     classes = [name_of(c) for c in space.classes]

@@ -14,20 +14,11 @@ from urllib.parse import urlparse
 
 from robustlab.errors import InputError, MissingResourceError
 
-from .base import (
-    Preprocessing,
-    TorchModel,
-    auto_device,
-    default_batch_size,
-    head_classes,
-    hub_endpoint,
-    load_state_dict_file,
-    load_strict,
-    offline,
-    package_versions,
-    unreachable,
-    weights_hash,
-)
+from .base import TorchModel
+from .devices import auto_device, default_batch_size
+from .hub import hub_endpoint, offline, unreachable
+from .preprocess import Preprocessing
+from .weights import head_classes, load_state_dict_file, load_strict, package_versions, weights_hash
 
 CPU_BATCH = 32
 

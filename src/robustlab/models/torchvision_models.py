@@ -15,21 +15,11 @@ from urllib.parse import urlparse
 
 from robustlab.errors import InputError, MissingResourceError
 
-from .base import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    Preprocessing,
-    TorchModel,
-    auto_device,
-    default_batch_size,
-    head_classes,
-    load_state_dict_file,
-    load_strict,
-    offline,
-    package_versions,
-    unreachable,
-    weights_hash,
-)
+from .base import TorchModel
+from .devices import auto_device, default_batch_size
+from .hub import offline, unreachable
+from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from .weights import head_classes, load_state_dict_file, load_strict, package_versions, weights_hash
 
 CPU_BATCH = 32
 

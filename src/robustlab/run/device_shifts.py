@@ -165,11 +165,11 @@ class CleanTaskDataset(TaskDataset):
 
 def _model_size(preprocessing, h: int, w: int) -> tuple[int, int]:
     """(height, width) the model's resize (``resize_crop(crop=False)``) gives an h x w image."""
-    from robustlab.models.base import _short_side_size
+    from robustlab.models.preprocess import short_side_size
 
     th, tw = preprocessing.hw
     if th == tw and preprocessing.resize_mode == "shorter":
-        return _short_side_size(h, w, th)
+        return short_side_size(h, w, th)
     return th, tw
 
 
@@ -177,7 +177,7 @@ class DeviceShifts:
     """Turns the workers' clean images into the runner's per-task cell tensors.
 
     Args:
-        preprocessing: The model's :class:`~robustlab.models.base.Preprocessing` (its
+        preprocessing: The model's :class:`~robustlab.models.preprocess.Preprocessing` (its
             resize is reproduced on the device with Pillow's own coefficients).
         samples: The run's samples (ids key the seed rule).
         tasks: The planned tasks (cells per task).

@@ -147,7 +147,7 @@ def model_input(preprocessing, img: np.ndarray, protocol=None):
     v_crop = getattr(protocol, "view_crop", None)
     if v_resize or v_crop:
         from robustlab.data.images import array_to_rgb
-        from robustlab.models.base import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+        from robustlab.models.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 
         img, _ = array_to_rgb(img)
         if v_resize:

@@ -87,7 +87,7 @@ class SegmentationModel:
         device=None,
         weights_hash: str | None = None,
     ):
-        from robustlab.models.base import auto_device
+        from robustlab.models.devices import auto_device
 
         self.device = auto_device(device)
         self.module = module.eval().to(self.device)
@@ -156,7 +156,7 @@ def load_segmentation_model(
     """
     import torchvision.models.segmentation as tvs
 
-    from robustlab.models.base import load_state_dict_file, load_strict, weights_hash
+    from robustlab.models.weights import load_state_dict_file, load_strict, weights_hash
 
     name = spec.split(":", 1)[1] if spec.startswith("torchvision:") else spec
     if name not in TORCHVISION_SEGMENTATION:

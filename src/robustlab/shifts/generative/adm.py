@@ -375,7 +375,7 @@ def fingerprint(path) -> str:
 
 def check_state_dict(net: nn.Module, sd: dict, what: str) -> None:
     """Raise one-line :class:`InputError` naming a few missing/unexpected/mis-shaped keys."""
-    from robustlab.models.base import state_dict_mismatch
+    from robustlab.models.weights import state_dict_mismatch
 
     why = state_dict_mismatch(net, sd)
     if why:

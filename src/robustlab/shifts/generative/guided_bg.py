@@ -121,7 +121,7 @@ def _problem(path) -> str | None:
 
 def _settings(path, device, dtype):
     from robustlab.errors import MissingResourceError
-    from robustlab.models.base import auto_device
+    from robustlab.models.devices import auto_device
 
     path = path if path is not None else setting(ENV_PATH)
     if not path:
@@ -190,7 +190,7 @@ def get_adv_guide(spec: str | None = None, *, device: str | None = None) -> Clas
     diffusion model's device, loaded once per process."""
     from robustlab.errors import MissingResourceError
     from robustlab.models import load_model
-    from robustlab.models.base import auto_device
+    from robustlab.models.devices import auto_device
 
     spec = spec or setting(ENV_ADV)
     if not spec:

@@ -149,15 +149,15 @@ class ClassifierGuide:
         import torch
         from torch.nn import functional as F
 
-        from robustlab.models.base import _scaled, _short_side_size
+        from robustlab.models.preprocess import scaled_side, short_side_size
 
         p = self.model.preprocessing
         th, tw = p.hw
         h, w = x01.shape[-2:]
         if th == tw and p.resize_mode == "shorter":
-            size = _short_side_size(h, w, _scaled(th, p.crop_pct))
+            size = short_side_size(h, w, scaled_side(th, p.crop_pct))
         else:
-            size = (_scaled(th, p.crop_pct), _scaled(tw, p.crop_pct))
+            size = (scaled_side(th, p.crop_pct), scaled_side(tw, p.crop_pct))
         modes = {"nearest": "nearest", "bilinear": "bilinear", "box": "area"}
         mode = modes.get(p.interpolation, "bicubic")
         if tuple(size) != (h, w):
@@ -205,7 +205,7 @@ class GuidedBackground:
 
     def __init__(self, denoiser, *, device: str | None = None, dtype: str | None = None):
         from robustlab.errors import InputError
-        from robustlab.models.base import auto_device
+        from robustlab.models.devices import auto_device
 
         self.denoiser = denoiser
         self.device = auto_device(device)

@@ -107,7 +107,7 @@ class Inpainter:
     def __init__(self, path, *, device: str | None = None, dtype: str | None = None):
         import torch
 
-        from robustlab.models.base import auto_device
+        from robustlab.models.devices import auto_device
 
         problem = _problem(path)
         if problem:
@@ -236,7 +236,7 @@ def _settings(path, device, dtype) -> tuple[Path, str, str | None]:
     Raises:
         MissingResourceError: no checkpoint given or configured.
     """
-    from robustlab.models.base import auto_device
+    from robustlab.models.devices import auto_device
 
     path = path if path is not None else setting(ENV_PATH)
     if not path:

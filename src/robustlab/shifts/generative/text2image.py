@@ -105,7 +105,7 @@ class TextToImage:
     ):
         import torch
 
-        from robustlab.models.base import auto_device
+        from robustlab.models.devices import auto_device
 
         record = describe_checkpoint(path)
         self.path = Path(record["path"])

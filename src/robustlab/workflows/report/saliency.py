@@ -77,7 +77,7 @@ def _cell_view(run: dict, sample_id: str, shift: str, level: str):
     """(image at the model's input, its object mask) of one cell, rebuilt from the data the
     run recorded; None when the data is not there any more."""
     from robustlab.data.sources import discover
-    from robustlab.models.base import Preprocessing
+    from robustlab.models.preprocess import Preprocessing
     from robustlab.workflows._masked import target_mask
     from robustlab.run.tasks import CellImages
     from robustlab.workflows.saliency import input_mask

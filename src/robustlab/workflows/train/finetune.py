@@ -334,7 +334,7 @@ def _save(net, ckpt: Path, record: dict, extra: dict) -> tuple[Path, dict]:
     beside it (``.json``: ``record``, the checkpoint and its hash, then ``extra``)."""
     import torch
 
-    from robustlab.models.base import weights_hash
+    from robustlab.models.weights import weights_hash
 
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}

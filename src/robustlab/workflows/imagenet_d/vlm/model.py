@@ -315,7 +315,7 @@ def load_vlm(spec: str, *, device: str | None = None, prompt_format: str | None 
         MissingResourceError: the folder does not exist.
         InputError: it is not a transformers image-text-to-text model with its processor.
     """
-    from robustlab.models.base import auto_device
+    from robustlab.models.devices import auto_device
 
     path = Path(spec.split(":", 1)[1] if spec.startswith("vlm:") else spec).expanduser()
     if not path.is_dir():

@@ -166,7 +166,7 @@ def _save_checkpoint(net, ckpt: Path) -> Path:
 
 def _record(identity, data: LabelledSet, split: HoldoutSplit, config, ckpt: Path, train):
     """The run's stored record, through :func:`robustlab.run.identity.make_record`."""
-    from robustlab.models.base import weights_hash
+    from robustlab.models.weights import weights_hash
     from robustlab.run.identity import RecordStyle, make_record
     from robustlab.store import CLEAN_LEVEL, CLEAN_SHIFT
 
