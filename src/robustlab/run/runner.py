@@ -1,12 +1,12 @@
-"""The streaming runner: tasks -> workers -> batched forward pass -> a transaction a second.
+"""The streaming runner: tasks -> workers -> batched forward pass -> a transaction every 2 s.
 
 Memory stays flat as the dataset grows: the sample list is the only per-image state
 (a path and a label each); images live only inside the bounded DataLoader prefetch queue
 and the current batch; predictions go to the database as they come, in one transaction
-per second at most (:class:`PredictionWriter`). Ctrl-C stores every predicted row; a
-crash loses at most the rows not yet written (the last second's predictions, the current
-batch and the prefetched tasks), and a rerun skips every (sample, shift, level) already
-stored for the same run id.
+every :data:`WRITE_INTERVAL_S` seconds at most (:class:`PredictionWriter`). Ctrl-C stores
+every predicted row; a crash loses at most the rows not yet written (the predictions of
+the last interval, the current batch and the prefetched tasks), and a rerun skips every
+(sample, shift, level) already stored for the same run id.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 TOPK = 5
 
 # Seconds between two of the prediction writer's transactions, at least (see
-# :class:`PredictionWriter`): a few per second would already cost little; one a second
-# keeps a crash's loss and the progress line's steps small.
-WRITE_INTERVAL_S = 1.0
+# :class:`PredictionWriter`): at 35 ms of CPU each, under 2 % of a core; a crash loses at
+# most this much work, and the progress bars advance in steps of it.
+WRITE_INTERVAL_S = 2.0
 
 
 @dataclass
