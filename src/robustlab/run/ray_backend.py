@@ -998,6 +998,7 @@ def _kept_model_stage(ds, placement: Placement, predictor_args: tuple, tasks_per
     import hashlib
 
     import ray
+    import ray.data
     from ray import cloudpickle
 
     assert _KEPT is not None
@@ -1011,11 +1012,15 @@ def _kept_model_stage(ds, placement: Placement, predictor_args: tuple, tasks_per
         )
         hosts = _KEPT[shape] = [host.remote() for _ in range(placement.actors)]
     key = hashlib.sha256(cloudpickle.dumps(predictor_args)).hexdigest()
+    # Two tasks per actor: one batch waits at the actor while the other runs. Without a
+    # bound, tasks that take no CPU are all started at once, each in a Ray worker process
+    # of its own that first imports Ray Data.
     return ds.map_batches(
         _to_host,
         batch_size=tasks_per_batch,
         fn_kwargs={"hosts": hosts, "key": key, "args": [ray.put(predictor_args)]},
         num_cpus=0,
+        compute=ray.data.TaskPoolStrategy(size=2 * len(hosts)),
     )
 
 
