@@ -98,8 +98,9 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
     del tensors
     model.predict(batches[0])  # warm-up
     # The machine is shared: alternate the two measurements and keep the best of each.
-    bare, full = [], []
+    bare, full, loads = [], [], []
     for r in range(repeats):
+        loads.append(os.getloadavg()[0])
         t0 = time.perf_counter()
         for b in batches:
             model.predict(b)
@@ -123,6 +124,8 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
         + " ".join(f"{x:.2f}" for x in bare)
         + " | evaluate "
         + " ".join(f"{x:.2f}" for x in full)
+        + " | load average before each pair "
+        + " ".join(f"{x:.2f}" for x in loads)
     )
     fb, ff = min(bare), min(full)
     print(

@@ -3,6 +3,8 @@ model's device, whole-sample tasks, and the background database writer."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -97,6 +99,33 @@ def test_writer_merges_queued_batches_and_stores_all(tmp_path):
     assert sum(seen) == 35
     with store.connect(read_only=True) as con:
         assert con.execute("SELECT count(*) FROM predictions WHERE run_id='w'").fetchone()[0] == 35
+
+
+def test_writer_starts_a_transaction_at_most_once_per_interval(tmp_path):
+    """Each transaction costs a DuckDB connection whatever its size: batches that arrive
+    within the interval share one, the first batch is stored at once, and close() stores
+    the rest without waiting for the interval to end."""
+    store = Store(tmp_path / "t.duckdb")
+    store.start_run(RunRecord(run_id="t", model_spec="x"))
+    seen = []
+    writer = PredictionWriter(
+        store,
+        "t",
+        depth=3,
+        interval=3600.0,
+        on_written=lambda rows: seen.append(len(rows["shift"])),
+    )
+    writer.put(_rows(5, run_sample="b0_"))
+    deadline = time.monotonic() + 60
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [5]  # the first batch was stored at once
+    for k in range(1, 7):
+        writer.put(_rows(5, run_sample=f"b{k}_"))
+    writer.close()  # an hour before the next transaction is due: close stores them now
+    assert seen == [5, 30]
+    with store.connect(read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM predictions WHERE run_id='t'").fetchone()[0] == 35
 
 
 def test_writer_error_reaches_the_caller(tmp_path):

@@ -165,6 +165,33 @@ def test_mine_on_ray_keeps_what_mine_keeps_locally(ray_cluster, photos, tmp_path
     )
 
 
+def test_kept_model_actors_serve_later_jobs_without_starting_again(
+    ray_cluster, photos, lite0, local_run, tmp_path
+):
+    """Inside keep_model_actors (what mine uses), a second job with the same model pays no
+    actor start: its actor and model were kept. Both store the local rows; the actors end
+    with the block."""
+    import ray
+
+    from robustlab.run import ray_backend
+
+    _, _, local_rows = local_run
+    kw = dict(suite="imagenet-c", shifts=SHIFTS, levels=LEVELS, batch_size=4, progress=False)
+    with ray_backend.keep_model_actors():
+        first = robustlab.evaluate(lite0, photos, db=tmp_path / "a.duckdb", backend="ray", **kw)
+        second = robustlab.evaluate(lite0, photos, db=tmp_path / "b.duckdb", backend="ray", **kw)
+        assert ray_backend._KEPT is not None
+        (hosts,) = ray_backend._KEPT.values()
+    assert ray_backend._KEPT is None
+    assert first.attrs["stages"]["actor start"]["items"] == 1
+    assert "actor start" not in second.attrs["stages"]
+    assert second.attrs["stages"]["model"]["items"] == len(local_rows)
+    for db in ("a.duckdb", "b.duckdb"):
+        pd.testing.assert_frame_equal(Store(tmp_path / db).predictions(), local_rows)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(hosts[0].__ray_ready__.remote(), timeout=60)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -20,6 +20,7 @@ folder written by ``robustlab generate`` (its clean cell is the untouched source
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -183,31 +184,39 @@ def _evaluate_surrogates(
     backend, address = execution.backend, execution.address
     precision, compile = rule.precision, rule.compile
     run_ids = []
-    for spec, model, w in zip(specs, models, weight_list):
-        log.info("evaluating surrogate %s on %s", spec, root)
-        ids = set()
-        # Cells are not part of a run's identity: each group extends the same run.
-        for group_shifts, group_levels in groups:
-            t = evaluate(
-                model,
-                root,
-                db=db,
-                label_space=label_space,
-                labels_csv=labels_csv,
-                shifts=group_shifts,
-                levels=group_levels,
-                weights=w,
-                device=device,
-                batch_size=batch_size,
-                workers=workers,
-                progress=progress,
-                backend=backend,
-                address=address,
-                precision=precision,
-                compile=compile,
-            )
-            ids.add(t.attrs["run_id"])
-        run_ids.append(ids.pop())
+    # On Ray the surrogates' evaluations share one session and its model actors: each
+    # would otherwise start a Ray instance (without --address) and a model actor of its own.
+    kept: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if backend == "ray":
+        from robustlab.run.ray_backend import keep_model_actors
+
+        kept = keep_model_actors(address, int(workers) if workers else None)
+    with kept:
+        for spec, model, w in zip(specs, models, weight_list):
+            log.info("evaluating surrogate %s on %s", spec, root)
+            ids = set()
+            # Cells are not part of a run's identity: each group extends the same run.
+            for group_shifts, group_levels in groups:
+                t = evaluate(
+                    model,
+                    root,
+                    db=db,
+                    label_space=label_space,
+                    labels_csv=labels_csv,
+                    shifts=group_shifts,
+                    levels=group_levels,
+                    weights=w,
+                    device=device,
+                    batch_size=batch_size,
+                    workers=workers,
+                    progress=progress,
+                    backend=backend,
+                    address=address,
+                    precision=precision,
+                    compile=compile,
+                )
+                ids.add(t.attrs["run_id"])
+            run_ids.append(ids.pop())
     return run_ids
 
 
