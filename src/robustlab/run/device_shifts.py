@@ -135,14 +135,9 @@ class CleanTaskDataset(TaskDataset):
         from robustlab.shifts.batched import has_batched
         from robustlab.shifts.batched.scenes import scene_inputs
 
-        task = self.tasks[i]
-        sample = self.samples[task.sample_index]
-        try:
-            base = self.images.base(sample)
-        except ImageError as exc:
-            return i, None, [(-1, exc.reason)], []
-        except (OSError, CellSkipped) as exc:
-            return i, None, [(-1, f"unreadable: {exc}")], []
+        task, sample, base, failed = self._base(i)
+        if failed is not None:
+            return failed
         errors, measured, exact = degenerate_notes(base), [], {}
         for j, (shift, level) in enumerate(task.cells):
             if shift == CLEAN_SHIFT or has_batched(shift):

@@ -335,6 +335,21 @@ class TaskDataset:
     def __len__(self) -> int:
         return len(self.tasks)
 
+    def _base(self, i: int):
+        """``(task, sample, prepared photo, None)``, or, for a photo that cannot be read,
+        ``(task, sample, None, row)`` where ``row`` is what ``__getitem__`` returns: every
+        cell of the task skipped with the reason."""
+        from robustlab.data.images import ImageError
+
+        task = self.tasks[i]
+        sample = self.samples[task.sample_index]
+        try:
+            return task, sample, self.images.base(sample), None
+        except ImageError as exc:
+            return task, sample, None, (i, None, [(-1, exc.reason)], [])
+        except (OSError, CellSkipped) as exc:
+            return task, sample, None, (i, None, [(-1, f"unreadable: {exc}")], [])
+
     def __getitem__(self, i: int):
         """``(i, tensor of the cells that worked, [(cell index or -1, reason), ...],
         [(cell index, measured attributes), ...])``."""
@@ -342,14 +357,9 @@ class TaskDataset:
 
         from robustlab.data.images import ImageError
 
-        task = self.tasks[i]
-        sample = self.samples[task.sample_index]
-        try:
-            base = self.images.base(sample)
-        except ImageError as exc:
-            return i, None, [(-1, exc.reason)], []
-        except (OSError, CellSkipped) as exc:
-            return i, None, [(-1, f"unreadable: {exc}")], []
+        task, sample, base, failed = self._base(i)
+        if failed is not None:
+            return failed
         tensors, errors, measured = [], degenerate_notes(base), []
         for j, (shift, level) in enumerate(task.cells):
             attrs: dict = {}
