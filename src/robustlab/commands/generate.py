@@ -72,32 +72,10 @@ def run(args) -> int:
         GenerateInputs,
         generate,
     )
+    from robustlab.workflows.keywords import specs_from_args
 
-    res = generate(
-        args.suite,
-        args.data,
-        args.out,
-        cells=GenerateCells(
-            shifts=args.shifts,
-            levels=args.levels,
-            seed=args.seed,
-            fmt=args.fmt,
-            keep_size=args.keep_size,
-        ),
-        inputs=GenerateInputs(
-            labels_csv=args.labels_csv,
-            masks=args.masks,
-            bboxes=args.bboxes,
-            unlabelled=args.unlabelled,
-            limit=args.limit,
-        ),
-        execution=GenerateExecution(
-            workers=args.workers,
-            backend=args.backend,
-            address=args.address,
-            progress=not args.no_progress,
-        ),
-    )
+    parts = {"cells": GenerateCells, "inputs": GenerateInputs, "execution": GenerateExecution}
+    res = generate(args.suite, args.data, args.out, **specs_from_args("generate", args, parts))
     rate = res.samples / res.seconds if res.seconds > 0 else 0.0
     print(
         f"{res.out}: {res.written} written, {res.skipped_existing} already there, "

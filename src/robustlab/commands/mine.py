@@ -71,37 +71,18 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from robustlab.workflows.imagenet_d.mine import MineExecution, MineInputs, MineRule, mine
+    from robustlab.workflows.keywords import specs_from_args
 
-    specs = [s.strip() for s in args.surrogates.split(",") if s.strip()]
-    weights = [w.strip() or None for w in args.weights.split(",")] if args.weights else None
-    res = mine(
-        args.data,
-        rule=MineRule(
-            surrogates=specs,
-            weights=weights,
-            k=args.k,
-            precision=args.precision,
-            compile=args.compile,
-        ),
-        inputs=MineInputs(
-            label_space=args.label_space,
-            labels_csv=args.labels_csv,
-            include_clean=True if args.include_clean else None,
-            shifts=args.shifts,
-            levels=args.levels,
-        ),
-        execution=MineExecution(
-            db=args.db,
-            out=args.out,
-            copy=args.copy,
-            device=args.device,
-            batch_size=args.batch_size,
-            workers=args.workers,
-            progress=False if args.no_progress else None,
-            backend=args.backend,
-            address=args.address,
-        ),
+    parts = {"rule": MineRule, "inputs": MineInputs, "execution": MineExecution}
+    specs = specs_from_args(
+        "mine",
+        args,
+        parts,
+        surrogates=[s.strip() for s in args.surrogates.split(",") if s.strip()],
+        weights=[w.strip() or None for w in args.weights.split(",")] if args.weights else None,
+        include_clean=True if args.include_clean else None,
     )
+    res = mine(args.data, **specs)
     kept = len(res.kept)
     total = len(res.table)
     print(

@@ -107,25 +107,15 @@ def request(args):
     from robustlab.workflows._masked import MaskedCells, MaskedData
     from robustlab.workflows.saliency import SaliencyExecution, SaliencyModel, SaliencyRequest
 
-    return SaliencyRequest(
-        model=SaliencyModel(
-            args.model,
-            method=args.method,
-            target_layer=args.target_layer,
-            target=args.target,
-            label_space=args.label_space,
-            weights=args.weights,
-            device=args.device,
-        ),
-        data=MaskedData(args.data, args.masks, labels_csv=args.labels_csv, limit=args.limit),
-        cells=MaskedCells(args.suite, shifts=args.shifts, levels=args.levels, seed=args.seed),
-        run=SaliencyExecution(
-            db=args.db,
-            batch_size=args.batch_size,
-            workers=args.workers,
-            progress=not args.no_progress,
-        ),
-    )
+    from robustlab.workflows.keywords import specs_from_args
+
+    parts = {
+        "model": SaliencyModel,
+        "data": MaskedData,
+        "cells": MaskedCells,
+        "run": SaliencyExecution,
+    }
+    return SaliencyRequest(**specs_from_args("saliency", args, parts))
 
 
 def run(args) -> int:

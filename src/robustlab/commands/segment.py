@@ -89,13 +89,13 @@ def request(args):
     """The :class:`robustlab.workflows.segment.SegmentRequest` of the parsed flags (the
     model loaded from --weights)."""
     from robustlab.workflows._masked import MaskedCells, MaskedData, MaskedExecution
+    from robustlab.workflows.keywords import specs_from_args
     from robustlab.workflows.segment import SegmentRequest, load_segmentation_model
 
     if args.weights == "random":
         raise InputError("--weights needs a checkpoint file; random weights cannot be stored")
-    data = MaskedData(args.data, args.masks, labels_csv=args.labels_csv, limit=args.limit)
-    cells = MaskedCells(args.suite, shifts=args.shifts, levels=args.levels, seed=args.seed)
-    run = MaskedExecution(db=args.db, batch_size=args.batch_size, progress=not args.no_progress)
+    parts = {"data": MaskedData, "cells": MaskedCells, "run": MaskedExecution}
+    specs = specs_from_args("segment", args, parts)
     model = load_segmentation_model(
         args.model,
         weights=args.weights,
@@ -103,7 +103,7 @@ def request(args):
         background=args.background,
         device=args.device,
     )
-    return SegmentRequest(model, data, cells, run)
+    return SegmentRequest(model, **specs)
 
 
 def run(args) -> int:

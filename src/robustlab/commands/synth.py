@@ -105,37 +105,21 @@ def run(args) -> int:
         SynthGrid,
     )
     from robustlab.workflows.imagenet_d.synth.run import synth
+    from robustlab.workflows.keywords import specs_from_args
 
-    res = synth(
-        args.out,
-        args.checkpoint,
-        grid=SynthGrid(
-            label_space=args.label_space,
-            classes=_csv(args.classes),
-            nuisances=_csv(args.nuisances) or [],
-            per_pair=args.per_pair,
-            seed=args.seed,
-            templates=args.templates,
-            max_nuisances=args.max_nuisances,
-            limit=args.limit,
-        ),
-        diffusion=SynthDiffusion(
-            steps=args.steps,
-            guidance_scale=args.guidance,
-            height=args.size,
-            width=args.size,
-            negative_prompt=args.negative_prompt,
-            sampler=args.sampler,
-        ),
-        execution=SynthExecution(
-            batch_size=args.batch_size,
-            device=args.device,
-            dtype=args.dtype or DTYPES.get(args.precision),
-            backend=args.backend,
-            address=args.address,
-            progress=not args.no_progress,
-        ),
+    parts = {"grid": SynthGrid, "diffusion": SynthDiffusion, "execution": SynthExecution}
+    specs = specs_from_args(
+        "synth",
+        args,
+        parts,
+        classes=_csv(args.classes),
+        nuisances=_csv(args.nuisances) or [],
+        guidance_scale=args.guidance,
+        height=args.size,
+        width=args.size,
+        dtype=args.dtype or DTYPES.get(args.precision),
     )
+    res = synth(args.out, args.checkpoint, **specs)
     rate = res.written / res.seconds if res.seconds > 0 else 0.0
     print(
         f"{res.out}: {res.written} written, {res.existing} already there, "

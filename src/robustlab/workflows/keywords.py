@@ -87,3 +87,33 @@ def unexpected(caller: str, key: str, known: Iterable[str]) -> str:
     near = closest(key, known)
     tip = f"; did you mean {' or '.join(near)}?" if near else ""
     return f"{caller}() got an unexpected keyword argument {key!r}{tip}"
+
+
+def specs_from_args(
+    caller: str, args: Any, specs: Mapping[str, type], **computed: Any
+) -> dict[str, Any]:
+    """The specs of a command's parsed arguments, built by the same rule as the Python
+    keywords: each field is read from the argument of its keyword's name when the parser
+    has one (a field's metadata ``arg = (dest, read)`` names another; ``progress`` is read
+    from ``--no-progress``), and ``computed`` holds what the command derives itself (a
+    comma list split, one flag feeding two fields). A new option is then a spec field and
+    a flag of the same name, and the command's code does not change.
+
+    Raises:
+        TypeError: a ``computed`` keyword no spec owns.
+    """
+    values: dict[str, Any] = {}
+    for spec in specs.values():
+        for f in dataclasses.fields(spec):
+            key = keyword_of(f)
+            if not f.init or key in computed:
+                continue
+            if "arg" in f.metadata:
+                dest, read = f.metadata["arg"]
+                if hasattr(args, dest):
+                    values[key] = read(getattr(args, dest))
+            elif key == "progress" and hasattr(args, "no_progress"):
+                values[key] = not args.no_progress
+            elif hasattr(args, key):
+                values[key] = getattr(args, key)
+    return build_specs(caller, {**values, **computed}, specs)
