@@ -139,29 +139,15 @@ def train_request(args, *, preprocess=None):
         weight_decay=args.weight_decay,
         seed=args.seed,
     )
-    return TrainRequest(
-        model=TrainModel(
-            args.model,
-            config=config,
-            weights=args.weights,
-            preprocess=preprocess,
-        ),
-        data=TrainData(
-            args.data,
-            masks=args.masks,
-            labels_csv=args.labels_csv,
-            label_space=args.label_space,
-            test_fraction=args.test_fraction,
-            split_seed=args.split_seed,
-            seed=args.seed,
-        ),
-        cells=TrainCells(suite=args.suite, shifts=args.shifts, levels=args.levels),
-        execution=TrainExecution(
-            out=args.out,
-            db=args.db,
-            device=args.device,
-            batch_size=args.batch_size,
-            workers=args.workers,
-            progress=not args.no_progress,
-        ),
+    from robustlab.workflows.keywords import specs_from_args
+
+    parts = {
+        "model": TrainModel,
+        "data": TrainData,
+        "cells": TrainCells,
+        "execution": TrainExecution,
+    }
+    specs = specs_from_args(
+        "train", args, parts, model_spec=args.model, config=config, preprocess=preprocess
     )
+    return TrainRequest(**specs)
