@@ -218,6 +218,23 @@ def test_a_generated_folder_is_evaluated_on_the_cells_it_holds(samples_dir, tmp_
     assert "has no generated images for gaussian_noise/2" in capsys.readouterr().err
 
 
+def test_a_folder_generated_with_a_limit_is_evaluated_on_what_it_holds(samples_dir, tmp_path):
+    """``generate --limit 2`` on four photos holds two: the run on it has two samples and
+    no skips, not four samples with two counted as missing files."""
+    from robustlab.workflows.generate import generate
+
+    photos = _make_folder(samples_dir, tmp_path / "photos", 4)
+    out = tmp_path / "gen"
+    generate(
+        "imagenet-c", photos, out, shifts=["contrast"], levels="1", limit=2, workers=0,
+        progress=False,
+    )  # fmt: skip
+    df = robustlab.evaluate("lite0", out, db=tmp_path / "r.duckdb", workers=0, progress=False)
+    assert list(zip(df["shift"], df["n"])) == [("clean", 2), ("contrast", 2)]
+    run = Store(tmp_path / "r.duckdb").get_run(df.attrs["run_id"])
+    assert run["n_samples"] == 2 and not run["skipped"]
+
+
 def test_a_generated_folder_carries_its_skip_reasons_into_the_run(tmp_path):
     """An ImageNet-E cell that generate could not make (an empty mask) is the same skip,
     with the manifest's reason, in a run on the folder: not "generated file missing"."""

@@ -197,6 +197,27 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
     )
 
 
+def _generated_samples(samples, manifest: dict, root) -> list:
+    """The source images a generated folder was made from: those its manifest lists (each
+    image generate read, skipped ones included). A folder made with ``--limit`` holds the
+    first N only; the rest of its source folder is no part of it, so it is left out here
+    instead of being counted as N missing cells each."""
+    made = manifest.get("samples")
+    if not made:  # an older manifest without the list: every source image
+        return samples
+    kept = [s for s in samples if s.id in made]
+    if len(kept) < len(samples):
+        log.info(
+            "%s holds %d of the %d source images (generated with --limit?): the other %d "
+            "are left out",
+            root,
+            len(kept),
+            len(samples),
+            len(samples) - len(kept),
+        )
+    return kept
+
+
 def source_samples(src: Source, shift_objs, label_space):
     """(samples, labels, label space) of a source folder, with the masks its shifts need."""
     from robustlab.data.sources import discover
@@ -210,6 +231,8 @@ def source_samples(src: Source, shift_objs, label_space):
             f"`robustlab masks --data {root} --out DIR`)"
         )
     samples = discover(root, labels_csv=src.labels_csv, masks=masks)
+    if src.manifest is not None:
+        samples = _generated_samples(samples, src.manifest, src.generated_root)
     from robustlab.shifts.generative.tiny import warn_if_drawn_by_random
 
     warn_if_drawn_by_random(root)  # a synth folder drawn by tiny random weights: say so
