@@ -48,7 +48,7 @@ class RunOptions:
             in-order delivery never waits behind a slow task; a bound only matters for
             suites whose cells do not fit in a worker's memory at once.
         backend: ``local`` (a DataLoader over worker processes, the model in this
-            process) or ``ray`` (:mod:`robustlab.run.ray_backend`).
+            process) or ``ray`` (:mod:`robustlab.run.ray`).
         address: Ray cluster to use (``HOST:PORT``); None starts a Ray instance here with
             ``workers`` CPUs (0: all).
         device: The device asked for (Ray places the model on a GPU when it may).
@@ -352,7 +352,8 @@ class Runner:
         """Ray workers prepare the pixels and run the model (the model actors apply
         ``shifter``'s batched shifts first, when the run uses torch shifts); this process
         stores the rows."""
-        from robustlab.run.ray_backend import StageTimes, predict_on_ray
+        from robustlab.run.ray.evaluate import predict_on_ray
+        from robustlab.run.ray.pipeline import StageTimes
 
         times = StageTimes()
         cells = sum(len(t.cells) for t in tasks) / max(1, len(tasks))
