@@ -51,7 +51,8 @@ from evaluate import make_folder
 
 import robustlab
 from robustlab.workflows.generate import generate
-from robustlab.run.ray_backend import LOCAL_SYSTEM_CONFIG, stages_line
+from robustlab.run.ray.pipeline import stages_line
+from robustlab.run.ray.session import LOCAL_SYSTEM_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,7 +155,7 @@ def start_ray(ray, cpus: int, temp_dir: str) -> tuple[float, float, float]:
             log_to_driver=False,
             logging_level=logging.ERROR,
             _temp_dir=temp_dir,
-            # what robustlab's own Ray instance gets (ray_backend.ray_session)
+            # what robustlab's own Ray instance gets (run.ray.session.ray_session)
             _system_config=dict(LOCAL_SYSTEM_CONFIG),
         )
     )

@@ -83,7 +83,8 @@ def child(photos: Path, suite: str) -> dict:
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
-    from robustlab.run.runner import RunOptions, _ModelTransform, plan_tasks
+    from robustlab.run.bookkeeping import plan_tasks
+    from robustlab.run.runner import RunOptions, _ModelTransform
     from robustlab.run.tasks import TaskDataset
     from robustlab.store import Store
 

@@ -291,13 +291,13 @@ def test_ray_actors_load_the_drivers_precision(lite0):
     gets the driver's precision too (else a bf16 run id would hold fp32 predictions)."""
     import torch
 
-    from robustlab.run.ray_backend import _Predictor
+    from robustlab.run.ray.predictor import Predictor
 
     # this process's own torch thread count, so building the actor here changes nothing
     threads = torch.get_num_threads()
     args = ("lite0", None, "imagenet1k", "cpu", 4, lite0.weights_hash, 5, {}, threads)
-    actor = _Predictor(*args, get_inference("bf16"))
+    actor = Predictor(*args, get_inference("bf16"))
     assert actor.model.inference == Inference("bf16")
     net = actor.model.module
     assert "forward" in vars(net.conv_stem) and "forward" in vars(net.classifier)
-    assert _Predictor(*args).model.inference.default
+    assert Predictor(*args).model.inference.default

@@ -12,7 +12,9 @@ from PIL import Image
 
 from robustlab.data.sources import discover
 from robustlab.models import load_model
-from robustlab.run.runner import PredictionWriter, RunOptions, Runner, _ModelTransform, plan_tasks
+from robustlab.run.bookkeeping import plan_tasks
+from robustlab.run.runner import RunOptions, Runner, _ModelTransform
+from robustlab.run.writer import PredictionWriter
 from robustlab.run.tasks import CellImages
 from robustlab.store import RunRecord, Store
 from robustlab.suites import Protocol

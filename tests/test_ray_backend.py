@@ -27,7 +27,8 @@ from conftest import kill_after_first_file
 import robustlab
 from robustlab.errors import EnvironmentProblem, InputError, MissingResourceError
 from robustlab.workflows.generate import TEMP_SUFFIX, generate
-from robustlab.run.ray_backend import check_address, plan_placement
+from robustlab.run.ray.placement import plan_placement
+from robustlab.run.ray.session import check_address
 from robustlab.store import Store
 
 SHIFTS = ["gaussian_noise", "brightness"]  # random and deterministic; neither compiles numba
@@ -173,16 +174,16 @@ def test_kept_model_actors_serve_later_jobs_without_starting_again(
     with the block."""
     import ray
 
-    from robustlab.run import ray_backend
+    from robustlab.run.ray import actors
 
     _, _, local_rows = local_run
     kw = dict(suite="imagenet-c", shifts=SHIFTS, levels=LEVELS, batch_size=4, progress=False)
-    with ray_backend.keep_model_actors():
+    with actors.keep_model_actors():
         first = robustlab.evaluate(lite0, photos, db=tmp_path / "a.duckdb", backend="ray", **kw)
         second = robustlab.evaluate(lite0, photos, db=tmp_path / "b.duckdb", backend="ray", **kw)
-        assert ray_backend._KEPT is not None
-        (hosts,) = ray_backend._KEPT.values()
-    assert ray_backend._KEPT is None
+        assert actors._KEPT is not None
+        (hosts,) = actors._KEPT.values()
+    assert actors._KEPT is None
     assert first.attrs["stages"]["actor start"]["items"] == 1
     assert "actor start" not in second.attrs["stages"]
     assert second.attrs["stages"]["model"]["items"] == len(local_rows)
@@ -726,7 +727,7 @@ def test_own_ray_instance_runs_its_workers_at_the_callers_priority():
     pytest.importorskip("ray.data")
     code = (
         "import os, ray\n"
-        "from robustlab.run.ray_backend import ray_session\n"
+        "from robustlab.run.ray.session import ray_session\n"
         "with ray_session(cpus=1):\n"
         "    task = ray.remote(lambda: os.nice(0))\n"
         "    print(os.nice(0), ray.get(task.remote()))\n"

@@ -11,7 +11,8 @@ from robustlab import pipeline
 from robustlab.data.sources import discover
 from robustlab.run.executors import get_executor, iterate_local
 from robustlab.run.progress import CellProgress
-from robustlab.run.runner import local_prefetch, plan_tasks
+from robustlab.run.bookkeeping import plan_tasks
+from robustlab.run.local_workers import local_prefetch
 from robustlab.run.tasks import CellImages, Task, TaskDataset
 from robustlab.store import RunRecord, Store
 from robustlab.suites import Protocol
@@ -197,17 +198,17 @@ def test_a_broken_hand_over_from_a_worker_counts_as_its_death():
     import socket
     from multiprocessing.connection import Client
 
-    from robustlab.run.runner import _worker_died
+    from robustlab.run.local_workers import worker_died
 
     with socket.socket() as s:  # a port nobody listens on: a real refused connection
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ConnectionRefusedError) as refused:
         Client(("127.0.0.1", port))
-    assert _worker_died(refused.value)
+    assert worker_died(refused.value)
     try:
         raise ConnectionResetError(104, "Connection reset by peer")
     except ConnectionResetError as exc:  # raised here, not inside multiprocessing
-        assert not _worker_died(exc)
-    assert _worker_died(RuntimeError("DataLoader worker (pid 123) is killed by signal: Killed."))
-    assert not _worker_died(RuntimeError("Sizes of tensors must match"))
+        assert not worker_died(exc)
+    assert worker_died(RuntimeError("DataLoader worker (pid 123) is killed by signal: Killed."))
+    assert not worker_died(RuntimeError("Sizes of tensors must match"))

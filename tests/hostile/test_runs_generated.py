@@ -114,7 +114,7 @@ def test_ray_model_stage_predicts_each_size_on_its_own():
     import torch
 
     from robustlab.models import load_model
-    from robustlab.run.ray_backend import _Predictor
+    from robustlab.run.ray.predictor import Predictor
 
     model = load_model("lite0", device="cpu")
     rgb = np.asarray(Image.open(h.MINI / h.photo_rows(1)[0]["file"]).convert("RGB"))
@@ -123,7 +123,7 @@ def test_ray_model_stage_predicts_each_size_on_its_own():
     assert wide.shape != square.shape
     arrays = [wide.numpy(), torch.cat([square, square.flip(-1)]).numpy(), wide.flip(-1).numpy()]
     stage = types.SimpleNamespace(model=model, batch_size=2, topk=5)
-    probs, ids = _Predictor._predict_sizes(stage, arrays)
+    probs, ids = Predictor._predict_sizes(stage, arrays)
     images = [torch.from_numpy(a[i : i + 1].copy()) for a in arrays for i in range(len(a))]
     assert len(ids) == len(images) == 4
     for row, image in enumerate(images):

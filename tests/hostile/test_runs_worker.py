@@ -92,19 +92,18 @@ def test_a_task_that_kills_every_worker_stops_the_run_in_one_line():
     from types import SimpleNamespace
 
     from robustlab.errors import EnvironmentProblem
-    from robustlab.run.runner import WORKER_DEATHS, RunOptions, Runner
+    from robustlab.run.local_workers import WORKER_DEATHS, surviving_worker_deaths
+    from robustlab.run.runner import RunOptions
     from robustlab.run.tasks import Task
 
     n, at = 6, 3
     samples = [SimpleNamespace(id=f"img{i}.jpg") for i in range(n)]
     tasks = [Task(i, (("clean", 0),)) for i in range(n)]
-    runner = Runner(
-        None, samples, [0] * n, [("clean", 0)], None, None, None, RunOptions(workers=1),
-        transform=str,
-    )  # fmt: skip
+    options = RunOptions(workers=1)
     seen = []
     with pytest.raises(EnvironmentProblem) as caught:
-        for item in runner._surviving_worker_deaths(h.DiesAt(n, at), tasks, pin_memory=False):
+        items = surviving_worker_deaths(h.DiesAt(n, at), tasks, samples, options, pin_memory=False)
+        for item in items:
             seen.append(item[0])
     assert seen == list(range(at))  # in order, none twice, none lost before the bad task
     message = str(caught.value)

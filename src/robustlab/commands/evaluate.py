@@ -101,7 +101,7 @@ def run(args) -> int:
             file=sys.stderr,
         )
     if df.attrs.get("stages"):
-        from robustlab.run.ray_backend import stages_line
+        from robustlab.run.ray.pipeline import stages_line
 
         print(stages_line(df.attrs["stages"]), file=sys.stderr)
     if df.attrs.get("throughput"):

@@ -84,7 +84,7 @@ def run(args) -> int:
         f"manifest: {res.manifest_path}"
     )
     if res.stages:
-        from robustlab.run.ray_backend import stages_line
+        from robustlab.run.ray.pipeline import stages_line
 
         print(stages_line(res.stages))
     for sid, reason in res.skipped_inputs[:10]:

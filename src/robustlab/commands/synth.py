@@ -127,7 +127,7 @@ def run(args) -> int:
         f"{rate:.3f} images/s); manifest: {res.out / 'manifest.json'}"
     )
     if res.stages:
-        from robustlab.run.ray_backend import stages_line
+        from robustlab.run.ray.pipeline import stages_line
 
         print(stages_line(res.stages))
     for file, reason in res.failures[:10]:

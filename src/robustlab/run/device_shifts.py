@@ -13,7 +13,7 @@ and prepare: each task ships one :class:`CleanTaskDataset` payload, a dict of
   path (donors, configured tools and the protocol's storage included).
 
 The main process (on ``--backend ray``: each model actor, on its own device, see
-:mod:`robustlab.run.ray_backend`) gathers a group of tasks, applies each (shift, level) to
+:mod:`robustlab.run.ray`) gathers a group of tasks, applies each (shift, level) to
 all their images at once with :mod:`robustlab.shifts.batched` on the device (the masks and
 boxes travel with the images), does the protocol's JPEG round trip and the model's resize
 there, and hands the model the same ``(index, tensor, errors, measured)`` items it gets

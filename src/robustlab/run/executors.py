@@ -78,7 +78,7 @@ def check_backend(name: str, address: str | None = None) -> None:
     """Refuse an unknown backend, a missing Ray install or an ``address`` without Ray before
     any work starts (a model load, a hash of every image)."""
     if name == "ray":
-        from robustlab.run.ray_backend import check_address, require_ray
+        from robustlab.run.ray.session import check_address, require_ray
 
         require_ray()
         if address:

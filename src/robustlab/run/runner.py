@@ -3,7 +3,8 @@
 Memory stays flat as the dataset grows: the sample list is the only per-image state
 (a path and a label each); images live only inside the bounded DataLoader prefetch queue
 and the current batch; predictions go to the database as they come, in one transaction
-every :data:`WRITE_INTERVAL_S` seconds at most (:class:`PredictionWriter`). Ctrl-C stores
+every :data:`~robustlab.run.writer.WRITE_INTERVAL_S` seconds at most
+(:class:`~robustlab.run.writer.PredictionWriter`). Ctrl-C stores
 every predicted row; a crash loses at most the rows not yet written (the predictions of
 the last interval, the current batch and the prefetched tasks), and a rerun skips every
 (sample, shift, level) already stored for the same run id.
@@ -12,28 +13,24 @@ the last interval, the current batch and the prefetched tasks), and a rerun skip
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from robustlab.errors import EnvironmentProblem, InputError
-from robustlab.run.executors import get_executor
+from robustlab.errors import InputError
+from robustlab.run.bookkeeping import RunSummary, after_failure, plan_tasks, throughput
+from robustlab.run.local_workers import surviving_worker_deaths
 from robustlab.run.progress import CellProgress, throughput_line
 from robustlab.run.tasks import NOTE, Cell, CellImages, Task, TaskDataset, model_input
+from robustlab.run.writer import PredictionWriter
 from robustlab.store import RunRecord, Store, level_key
 
 log = logging.getLogger(__name__)
 
 TOPK = 5
-
-# Seconds between two of the prediction writer's transactions, at least (see
-# :class:`PredictionWriter`): at 35 ms of CPU each, under 2 % of a core; a crash loses at
-# most this much work, and the progress bars advance in steps of it.
-WRITE_INTERVAL_S = 2.0
 
 
 @dataclass
@@ -44,13 +41,14 @@ class RunOptions:
         batch_size: Images per forward pass and per database transaction.
         workers: DataLoader worker processes (0: in the main process).
         prefetch: Tasks each worker prepares ahead, at least (the local backend raises
-            it until the workers hold a batch ahead: :func:`local_prefetch`).
+            it until the workers hold a batch ahead:
+            :func:`robustlab.run.local_workers.local_prefetch`).
         cells_per_task: Cells produced per decoded image in one task (0: all of a
             sample's cells in one task). One task per sample keeps task costs even, so
             in-order delivery never waits behind a slow task; a bound only matters for
             suites whose cells do not fit in a worker's memory at once.
         backend: ``local`` (a DataLoader over worker processes, the model in this
-            process) or ``ray`` (:mod:`robustlab.run.ray_backend`).
+            process) or ``ray`` (:mod:`robustlab.run.ray`).
         address: Ray cluster to use (``HOST:PORT``); None starts a Ray instance here with
             ``workers`` CPUs (0: all).
         device: The device asked for (Ray places the model on a GPU when it may).
@@ -80,82 +78,10 @@ class RunOptions:
             raise InputError(f"batch size must be at least 1, got {self.batch_size}")
 
 
-@dataclass
-class RunSummary:
-    run_id: str
-    resumed: bool
-    n_samples: int
-    n_written: int = 0
-    n_already_done: int = 0
-    skipped: list[list[str]] = field(default_factory=list)
-    stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
-    throughput: dict = field(default_factory=dict)  # :func:`throughput` of this session
-    # Sample id -> why it is degenerate (evaluated and counted), over every session of the run.
-    notes: dict = field(default_factory=dict)
-
-
-def throughput(n: int, wall_s: float, predict_s: float | None, device: str | None) -> dict:
-    """The end-of-run numbers: predictions stored by this session, its wall time, their
-    rate, and the share of the wall time the main process spent in the model's forward
-    pass (softmax and top-k included; on a GPU, where the result is copied back, that is
-    the time the GPU worked for us plus the copies: a proxy for how busy it was). None
-    where the model ran elsewhere (the Ray backend's actors; see its stages line)."""
-    return {
-        "predictions": int(n),
-        "wall_s": round(float(wall_s), 3),
-        "per_s": round(n / wall_s, 1) if wall_s > 0 else None,
-        "predict_s": None if predict_s is None else round(float(predict_s), 3),
-        "busy": (
-            round(min(1.0, predict_s / wall_s), 3) if predict_s is not None and wall_s > 0 else None
-        ),
-        "device": device,
-    }
-
-
 def _to_numpy(x) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x)
-
-
-def plan_tasks(
-    samples: Sequence, cells: Sequence[Cell], store: Store, run_id: str, cells_per_task: int
-) -> tuple[list[Task], dict[tuple[str, str], int], int]:
-    """Tasks for every (sample, cell) not yet stored for ``run_id``.
-
-    Returns:
-        (tasks, done per cell key, rows already stored). Only samples with some but not
-        all requested cells stored are looked up key by key, so resuming a large run reads
-        one count per sample, not every stored key.
-    """
-    keys = [(shift, level_key(level)) for shift, level in cells]
-    counts = store.done_counts(run_id, keys)
-    partial = [s.id for s in samples if 0 < counts.get(s.id, 0) < len(keys)]
-    done_keys = store.done_keys(run_id, partial, keys) if partial else set()
-    step = int(cells_per_task) if int(cells_per_task) > 0 else max(1, len(cells))
-    full_groups = [tuple(cells[i : i + step]) for i in range(0, len(cells), step)]
-    tasks: list[Task] = []
-    done_per_cell: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
-    already = 0
-    for i, s in enumerate(samples):
-        n_done = counts.get(s.id, 0)
-        if n_done == 0:
-            tasks.extend(Task(i, g) for g in full_groups)
-            continue
-        if n_done >= len(keys):
-            for key in keys:
-                done_per_cell[key] += 1
-            already += len(keys)
-            continue
-        todo = []
-        for cell, key in zip(cells, keys):
-            if (s.id, *key) in done_keys:
-                done_per_cell[key] += 1
-                already += 1
-            else:
-                todo.append(cell)
-        tasks.extend(Task(i, tuple(todo[j : j + step])) for j in range(0, len(todo), step))
-    return tasks, done_per_cell, already
 
 
 class Runner:
@@ -206,6 +132,48 @@ class Runner:
 
     def run(self) -> RunSummary:
         started = time.perf_counter()
+        tasks, done_per_cell, skipped, summary = self._plan()
+        totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
+        progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
+        status = "failed"
+        writer = None
+        failure: BaseException | None = None
+        try:
+            dataset, shifter = self._dataset(tasks)
+            writer = PredictionWriter(
+                self.store,
+                summary.run_id,
+                on_written=lambda out: (
+                    setattr(summary, "n_written", summary.n_written + len(out["shift"])),
+                    progress.update(zip(out["shift"], out["level"])),
+                ),
+            )
+            self._predict(dataset, tasks, skipped, progress, writer, summary, shifter)
+            writer.close()
+            self._write_attributes()
+            status = "finished"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self._finish(summary, status, failure, writer, progress, skipped, started)
+        if summary.notes:
+            first = next(iter(sorted(summary.notes.items())))
+            log.warning(
+                "%d evaluated image(s) are degenerate, their predictions counted; first: %s: %s "
+                "(all listed in the run record's notes)",
+                len(summary.notes),
+                *first,
+            )
+        log.info("%s", throughput_line(summary.throughput))
+        return summary
+
+    def _plan(self) -> tuple[list[Task], dict, dict[tuple[str, str], None], RunSummary]:
+        """Start (or resume) the run's row: the tasks left, the done count per cell, the
+        skips so far (by ``(sample id, reason)``) and the summary to fill."""
         run_id = self.record.run_id
         resumed = not self.store.start_run(self.record)
         tasks, done_per_cell, already = plan_tasks(
@@ -227,93 +195,72 @@ class Runner:
                 len(tasks),
                 f" ({n_known} known skips not retried)" if n_known else "",
             )
-        totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
-        progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
-        status = "failed"
-        writer = None
-        failure: BaseException | None = None
-        try:
-            dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
-            shifter = None
-            if self.options.shift_device is not None:
-                from robustlab.run.device_shifts import DeviceShifts
+        return tasks, done_per_cell, skipped, summary
 
-                shifter = DeviceShifts(
-                    self.model.preprocessing,
-                    self.samples,
-                    tasks,
-                    self.images.protocol,
-                    self.images.seed,
-                    self.options.shift_device,
-                )
-                dataset = shifter.dataset(self.images)
-            writer = PredictionWriter(
-                self.store,
-                run_id,
-                on_written=lambda out: (
-                    setattr(summary, "n_written", summary.n_written + len(out["shift"])),
-                    progress.update(zip(out["shift"], out["level"])),
-                ),
+    def _dataset(self, tasks: list[Task]):
+        """The task dataset the workers draw from, and the run's
+        :class:`~robustlab.run.device_shifts.DeviceShifts` (None on the exact path)."""
+        dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
+        shifter = None
+        if self.options.shift_device is not None:
+            from robustlab.run.device_shifts import DeviceShifts
+
+            shifter = DeviceShifts(
+                self.model.preprocessing,
+                self.samples,
+                tasks,
+                self.images.protocol,
+                self.images.seed,
+                self.options.shift_device,
             )
-            pending: list[tuple[Task, Any, list[int]]] = []
-            if self.options.backend == "ray":
-                if tasks:  # nothing left: no cluster to start
-                    self._run_on_ray(dataset, tasks, skipped, progress, writer, summary, shifter)
-            else:
-                self._run_local(dataset, tasks, skipped, progress, writer, pending, shifter)
-            while pending:
-                self._flush(pending, self.options.batch_size, writer)
-            writer.close()
-            self._write_attributes()
-            status = "finished"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            if writer is not None:
-                # Rows already predicted are written even on Ctrl-C or an error elsewhere.
-                try:
-                    writer.close()
-                except Exception as exc:  # noqa: BLE001 - never mask the original error
-                    if status == "finished":
-                        raise
-                    _after_failure(
-                        exc, failure, f"could not store the last predictions of run {run_id}"
-                    )
-            progress.close()
-            summary.skipped = [list(k) for k in skipped]
-            on_ray = self.options.backend == "ray"
-            summary.throughput = throughput(
-                summary.n_written,
-                time.perf_counter() - started,
-                None if on_ray else self._predict_s,
-                None if on_ray else self.model.input_device(),
-            )
+            dataset = shifter.dataset(self.images)
+        return dataset, shifter
+
+    def _predict(self, dataset, tasks, skipped, progress, writer, summary, shifter) -> None:
+        """Predict every task on the chosen backend and hand the rows to ``writer``."""
+        pending: list[tuple[Task, Any, list[int]]] = []
+        if self.options.backend == "ray":
+            if tasks:  # nothing left: no cluster to start
+                self._run_on_ray(dataset, tasks, skipped, progress, writer, summary, shifter)
+        else:
+            self._run_local(dataset, tasks, skipped, progress, writer, pending, shifter)
+        while pending:
+            self._flush(pending, self.options.batch_size, writer)
+
+    def _finish(self, summary, status, failure, writer, progress, skipped, started) -> None:
+        """The end of a run, whatever ended it: store the rows already predicted, close the
+        bars, fill the summary and record the run's status. A cleanup error after a failure
+        is logged (:func:`~robustlab.run.bookkeeping.after_failure`), never raised over it."""
+        run_id = summary.run_id
+        if writer is not None:
+            # Rows already predicted are written even on Ctrl-C or an error elsewhere.
             try:
-                summary.notes = self.store.finish_run(
-                    run_id,
-                    status=status,
-                    n_samples=len(self.samples),
-                    skipped=summary.skipped,
-                    notes=self._notes,
-                )
+                writer.close()
             except Exception as exc:  # noqa: BLE001 - never mask the original error
                 if status == "finished":
                     raise
-                _after_failure(exc, failure, f"could not record the end of run {run_id}")
-        if summary.notes:
-            first = next(iter(sorted(summary.notes.items())))
-            log.warning(
-                "%d evaluated image(s) are degenerate, their predictions counted; first: %s: %s "
-                "(all listed in the run record's notes)",
-                len(summary.notes),
-                *first,
+                after_failure(exc, failure, f"could not store the last predictions of run {run_id}")
+        progress.close()
+        summary.skipped = [list(k) for k in skipped]
+        on_ray = self.options.backend == "ray"
+        summary.throughput = throughput(
+            summary.n_written,
+            time.perf_counter() - started,
+            None if on_ray else self._predict_s,
+            None if on_ray else self.model.input_device(),
+        )
+        try:
+            summary.notes = self.store.finish_run(
+                run_id,
+                status=status,
+                n_samples=len(self.samples),
+                skipped=summary.skipped,
+                notes=self._notes,
             )
-        log.info("%s", throughput_line(summary.throughput))
-        return summary
+        except Exception as exc:  # noqa: BLE001 - never mask the original error
+            if status == "finished":
+                raise
+            after_failure(exc, failure, f"could not record the end of run {run_id}")
 
     def _drop_known_skips(self, tasks, done_per_cell, skipped) -> tuple[list[Task], int]:
         """Tasks without the cells this run already skipped, and how many were dropped.
@@ -369,7 +316,9 @@ class Runner:
         on_gpu = device.startswith("cuda")
         # Nothing left (a rerun of a finished run): starting worker processes would
         # cost seconds per run for no item at all.
-        items = self._surviving_worker_deaths(dataset, tasks, pin_memory=on_gpu)
+        items = surviving_worker_deaths(
+            dataset, tasks, self.samples, self.options, pin_memory=on_gpu
+        )
         if shifter is not None:
             items = shifter.wrap(items)
         n_pending = 0
@@ -390,53 +339,6 @@ class Runner:
             while n_pending >= self.options.batch_size:
                 n_pending -= self._flush(pending, self.options.batch_size, writer)
 
-    def _surviving_worker_deaths(self, dataset, tasks: list[Task], *, pin_memory: bool):
-        """The executor's items in task order; when a worker process dies (the kernel's
-        out-of-memory killer, a ``kill -9``), the tasks not yet delivered are handed to
-        fresh workers, as ``generate`` retries its images.
-
-        The tasks already delivered keep their results (items come in task order, so
-        everything before the first missing task is done). A task at which workers die
-        :data:`WORKER_DEATHS` times in a row stops the run with one line: what is stored
-        stays stored, and the same command resumes.
-        """
-        executor = get_executor(self.options.backend)
-        prefetch = local_prefetch(
-            self.options.prefetch, self.options.batch_size, self.options.workers, tasks
-        )
-        start, deaths = 0, 0
-        while start < len(tasks):
-            view = dataset if start == 0 else _TaskTail(dataset, start)
-            try:
-                for item in executor(
-                    view,
-                    workers=self.options.workers,
-                    prefetch=prefetch,
-                    pin_memory=pin_memory,
-                ):
-                    if int(item[0]) >= start:
-                        start, deaths = int(item[0]) + 1, 0
-                    yield item
-                return
-            except (RuntimeError, ConnectionError, EOFError) as exc:
-                if not _worker_died(exc):
-                    raise
-                deaths += 1
-                sample = self.samples[tasks[start].sample_index].id if start < len(tasks) else ""
-                if deaths >= WORKER_DEATHS:
-                    raise EnvironmentProblem(
-                        f"worker processes died {deaths} times while preparing {sample} "
-                        f"({_one_line(exc)}); the predictions made so far are stored",
-                        hint="rerun the same command to resume; if the system ran out of "
-                        "memory, pass fewer --workers",
-                    ) from None
-                log.warning(
-                    "a worker process died (%s); retrying %d task(s) from %s in fresh workers",
-                    _one_line(exc),
-                    len(tasks) - start,
-                    sample,
-                )
-
     def _run_on_ray(
         self,
         dataset: TaskDataset,
@@ -450,7 +352,8 @@ class Runner:
         """Ray workers prepare the pixels and run the model (the model actors apply
         ``shifter``'s batched shifts first, when the run uses torch shifts); this process
         stores the rows."""
-        from robustlab.run.ray_backend import StageTimes, predict_on_ray
+        from robustlab.run.ray.evaluate import predict_on_ray
+        from robustlab.run.ray.pipeline import StageTimes
 
         times = StageTimes()
         cells = sum(len(t.cells) for t in tasks) / max(1, len(tasks))
@@ -572,202 +475,6 @@ class Runner:
             "correct": _to_numpy(top1).astype(bool).reshape(-1),
             "correct5": _to_numpy(topk).astype(bool).reshape(-1),
         }
-
-
-class PredictionWriter:
-    """Stores prediction batches on a background thread, so the model never waits for
-    the database.
-
-    The queue is bounded (``depth`` batches): when the database falls behind, the main
-    loop blocks instead of piling up rows in memory. One transaction stores every batch
-    that arrived since the last one, and a transaction starts at most every ``interval``
-    seconds: each costs a DuckDB connection (open, insert, commit, checkpoint, close:
-    about 35 ms of CPU whether it holds 32 rows or 256, measured on this project's 2-core
-    machine), and on a CPU-only machine that CPU is taken from the forward pass running
-    beside it (8 batches of lite0 were 8 transactions, 0.28 CPU-s of a 5 s run). The
-    connection is not kept open between transactions: other processes may read and write
-    the same database meanwhile. The first batch is stored at once; a crash loses at
-    most the rows of the last ``interval`` (a rerun predicts them again). :meth:`close`
-    writes everything queued at once, also after Ctrl-C or SIGTERM (those rows are already
-    predicted; losing them would only cost time on resume), and re-raises a write error
-    in the caller's thread.
-
-    Args:
-        store: The results database.
-        run_id: Run the rows belong to.
-        depth: Batches the queue holds before :meth:`put` blocks.
-        interval: Seconds between the starts of two transactions, at least.
-        on_written: Called in the writer thread with each stored group of rows.
-    """
-
-    _STOP = object()
-
-    def __init__(
-        self,
-        store: Store,
-        run_id: str,
-        *,
-        depth: int = 8,
-        interval: float = WRITE_INTERVAL_S,
-        on_written: Callable[[dict], Any] | None = None,
-    ):
-        import queue
-        import threading
-
-        self.store = store
-        self.run_id = run_id
-        self.interval = max(0.0, float(interval))
-        self.on_written = on_written
-        self.error: BaseException | None = None
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
-        self._thread = threading.Thread(target=self._loop, name="robustlab-db-writer", daemon=True)
-        self._closed = False
-        self._thread.start()
-
-    def put(self, rows: dict) -> None:
-        """Queue one batch of rows (blocks while the queue is full)."""
-        if self.error is not None:
-            raise self.error
-        self._queue.put(rows)
-
-    def close(self) -> None:
-        """Write what is queued, stop the thread, re-raise its error if it had one."""
-        if not self._closed:
-            self._closed = True
-            self._queue.put(self._STOP)
-            self._thread.join()
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
-
-    def _loop(self) -> None:
-        import queue
-
-        held: list[dict] = []  # batches received, not yet stored
-        last = -math.inf  # when the last transaction started (time.monotonic)
-        stop = False
-        while not stop:
-            wait = None if not held else max(0.0, last + self.interval - time.monotonic())
-            try:
-                group = [self._queue.get(timeout=wait)]
-            except queue.Empty:
-                group = []
-            while True:  # and whatever else is already waiting
-                try:
-                    group.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            stop = any(g is self._STOP for g in group)
-            held.extend(g for g in group if g is not self._STOP)
-            if self.error is not None:
-                held.clear()  # after an error, drain without writing so put() never blocks
-                continue
-            if not held or (not stop and time.monotonic() < last + self.interval):
-                continue
-            last = time.monotonic()
-            rows = _concat_rows(held)
-            held = []
-            try:
-                self.store.write_predictions(self.run_id, rows)
-                if self.on_written is not None:
-                    self.on_written(rows)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                self.error = exc
-
-
-def _concat_rows(batches: list[dict]) -> dict:
-    """One rows dict from several (lists joined, arrays stacked)."""
-    if len(batches) == 1:
-        return batches[0]
-    out = {}
-    for key, first in batches[0].items():
-        if isinstance(first, np.ndarray):
-            out[key] = np.concatenate([b[key] for b in batches])
-        else:
-            out[key] = [v for b in batches for v in b[key]]
-    return out
-
-
-def _after_failure(exc: BaseException, failure: BaseException | None, doing: str) -> None:
-    """Log an error met while cleaning up after ``failure`` (the error that ends the run).
-
-    The same error again (the writer re-raising its full disk) or another user-facing one
-    (the disk still full when the run's end is recorded) is one debug line: the CLI already
-    prints the problem on one line, and a traceback would bury it. Anything else is a bug
-    in the cleanup and keeps its traceback.
-    """
-    from robustlab.errors import RobustlabError, environment_problem
-
-    if exc is failure or isinstance(exc, RobustlabError):
-        log.debug("%s: %s", doing, _one_line(exc))
-    elif isinstance(exc, OSError) and environment_problem(exc, "") is not exc:
-        log.debug("%s: %s", doing, _one_line(exc))
-    else:
-        log.exception("%s", doing)
-
-
-def local_prefetch(prefetch: int, batch_size: int, workers: int, tasks: Sequence[Task]) -> int:
-    """Tasks each DataLoader worker keeps ready: ``prefetch``, raised until all workers
-    together hold one batch of images ahead of the one being filled.
-
-    The DataLoader counts its prefetch in tasks, and a task holds one sample's cells (5 in
-    a run of four corruptions, 76 in the whole ImageNet-C suite). With too few tasks
-    queued, the workers stop early during each forward pass and the model then waits for
-    them to make the rest of the next batch, one task after the other: the workers' time
-    adds to the model's instead of overlapping it (on 2 CPU cores, 2 prefetched tasks of
-    5 cells against a batch of 32 cost about a tenth of the throughput). Memory stays
-    bounded by about two batches of images, whatever the data set's size.
-    """
-    if not tasks or int(workers) <= 0:
-        return max(1, int(prefetch))
-    per_task = max(1.0, sum(len(t.cells) for t in tasks) / len(tasks))
-    ahead = math.ceil(int(batch_size) / (per_task * int(workers)))
-    return max(1, int(prefetch), ahead + 1)
-
-
-# Deaths of worker processes at the same task before a run stops (the task itself may be
-# what exhausts the memory: retrying it for ever would never end).
-WORKER_DEATHS = 3
-
-
-def _worker_died(exc: BaseException) -> bool:
-    """Whether a DataLoader error says one of its worker processes died (killed by a
-    signal, or exited without a word), rather than a bug in the work itself.
-
-    A worker killed while it hands over a batch leaves no message of its own: the main
-    process meets the broken connection of the shared-memory hand-over instead
-    (``ConnectionResetError``/``ConnectionRefusedError`` from multiprocessing's resource
-    sharer, or ``EOFError``), raised from inside the DataLoader's queue.
-    """
-    if isinstance(exc, (ConnectionError, EOFError)):
-        return any("multiprocessing" in f.filename for f in _frames(exc))
-    return "DataLoader worker (pid" in str(exc)
-
-
-def _frames(exc: BaseException):
-    """The frames of ``exc``'s traceback, innermost last."""
-    import traceback
-
-    return traceback.extract_tb(exc.__traceback__)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-class _TaskTail:
-    """The tasks of ``dataset`` from ``start`` on, keeping their indices (a retry after a
-    worker died). Picklable, like the dataset it wraps."""
-
-    def __init__(self, dataset, start: int):
-        self.dataset = dataset
-        self.start = int(start)
-
-    def __len__(self) -> int:
-        return len(self.dataset) - self.start
-
-    def __getitem__(self, i: int):
-        return self.dataset[self.start + i]
 
 
 class _ModelTransform:

@@ -1,6 +1,8 @@
 """Results database (DuckDB): runs, predictions, resume queries and Parquet export."""
 
-from robustlab.store.db import DEFAULT_DB, LockTimeout, Store
+from robustlab.store.connection import DEFAULT_DB
+from robustlab.store.db import Store
+from robustlab.store.lock import LockTimeout
 from robustlab.store.schema import CLEAN_LEVEL, CLEAN_SHIFT, RunRecord, level_key
 
 __all__ = [

@@ -82,7 +82,7 @@ def write_mining(store, record: dict[str, Any], kept) -> None:
     """
     import pyarrow as pa
 
-    from robustlab.store.db import utcnow
+    from robustlab.store.connection import utcnow
 
     mid = record["mining_id"]
     row = dict(record, created_at=record.get("created_at") or utcnow())

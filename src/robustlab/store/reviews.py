@@ -35,7 +35,8 @@ from datetime import datetime
 from pathlib import Path
 
 from robustlab.errors import InputError, StoreError
-from robustlab.store.db import Store, utcnow
+from robustlab.store.connection import utcnow
+from robustlab.store.db import Store
 from robustlab.store.lock import LockTimeout
 
 # What an annotator can say about an image (besides undoing).

@@ -26,7 +26,8 @@ def run_request(request: EvaluateRequest):
     ex, spec = request.execution, request.model
     session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if ex.backend == "ray":
-        from robustlab.run.ray_backend import plan_placement, ray_session
+        from robustlab.run.ray.placement import plan_placement
+        from robustlab.run.ray.session import ray_session
 
         # Connected, and the cluster's resources checked, before the images are hashed and
         # the model loaded: a cluster that cannot run the job says so at once.

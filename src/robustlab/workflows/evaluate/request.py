@@ -168,7 +168,7 @@ class ExecutionSpec:
         prefetch, cells_per_task: Execution details (never change results; see
             :class:`robustlab.run.runner.RunOptions`).
         backend: ``"local"`` (worker processes on this machine) or ``"ray"`` (a Ray
-            cluster, :mod:`robustlab.run.ray_backend`): the same predictions and the same
+            cluster, :mod:`robustlab.run.ray`): the same predictions and the same
             run id, so a run started on one may be finished on the other.
         address: The Ray cluster's ``HOST:PORT`` (``ray start --head`` prints it; None: a
             Ray instance on this machine). Only with ``backend="ray"``.

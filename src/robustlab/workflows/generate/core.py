@@ -97,7 +97,8 @@ def generate(
     cells, inputs, execution = specs["cells"], specs["inputs"], specs["execution"]
     folder = _open_out(out, execution)
     if execution.backend == "ray":
-        from robustlab.run.ray_backend import plan_placement, ray_running, ray_session
+        from robustlab.run.ray.placement import plan_placement
+        from robustlab.run.ray.session import ray_running, ray_session
 
         if not ray_running():
             # Connect (or start Ray here) and check the cluster before any source is read
@@ -257,7 +258,7 @@ def _execute(
     if not todo:
         log.info("every file is already in %s", folder)
     elif execution.backend == "ray":
-        from robustlab.run.ray_backend import generate_on_ray
+        from robustlab.run.ray.generate import generate_on_ray
 
         workers = execution.workers
         times = generate_on_ray(

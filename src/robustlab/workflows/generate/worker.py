@@ -1,6 +1,6 @@
 """``generate``'s work unit and its pools: one source image in, every missing cell of it
 written (:func:`process_sample`), run in this process, on a process pool that survives
-crashed workers (:func:`run_pool`), or on Ray (:mod:`robustlab.run.ray_backend` calls
+crashed workers (:func:`run_pool`), or on Ray (:mod:`robustlab.run.ray.generate` calls
 the same function)."""
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def _evaluate_surrogates(
     # would otherwise start a Ray instance (without --address) and a model actor of its own.
     kept: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if backend == "ray":
-        from robustlab.run.ray_backend import keep_model_actors
+        from robustlab.run.ray.actors import keep_model_actors
 
         kept = keep_model_actors(address, int(workers) if workers else None)
     with kept:

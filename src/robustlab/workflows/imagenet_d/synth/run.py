@@ -106,7 +106,7 @@ def synth(
         execution: Where the pipeline runs (:class:`SynthExecution`: ``batch_size``,
             ``device``, ``dtype``, ``pipeline``, ``backend``, ``address``, ``progress``).
             ``backend="ray"`` draws the same files byte for byte with one pipeline per GPU
-            of a Ray cluster (:func:`robustlab.run.ray_backend.synth_on_ray`); ``out`` and
+            of a Ray cluster (:func:`robustlab.run.ray.synth.synth_on_ray`); ``out`` and
             ``checkpoint`` must then be paths every node sees.
         options: Any field of the three specs by name (``seed=3, steps=2``), for the spec
             not passed.
@@ -232,7 +232,8 @@ def _run(plan: SynthPlan, out_root: Path, execution: SynthExecution, started: fl
     with contextlib.ExitStack() as stack:
         placement = None
         if execution.backend == "ray" and todo:  # nothing left to draw: no cluster to start
-            from robustlab.run.ray_backend import node_cpus, plan_placement, ray_session
+            from robustlab.run.ray.placement import plan_placement
+            from robustlab.run.ray.session import node_cpus, ray_session
 
             # Connected and the cluster's resources checked before anything is written.
             resources = stack.enter_context(ray_session(execution.address))
@@ -422,7 +423,7 @@ def _draw_on_ray(
 ) -> None:
     """The grid's missing images drawn by pipelines on Ray's workers, which write the files;
     this process only tallies them and keeps the manifest."""
-    from robustlab.run.ray_backend import synth_on_ray
+    from robustlab.run.ray.synth import synth_on_ray
 
     batch = int(job["batch_size"] or (8 if placement.model_gpus else 1))
     run_record.update(batch_size=batch, workers=placement.actors)
