@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.data.sources import SampleList
 from robustlab.errors import InputError
 from robustlab.run.plan import RunPlan
 from robustlab.store import CLEAN_SHIFT
@@ -197,7 +198,7 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
     )
 
 
-def _generated_samples(samples, manifest: dict, root) -> list:
+def _generated_samples(samples: SampleList, manifest: dict, root) -> SampleList:
     """The source images a generated folder was made from: those its manifest lists (each
     image generate read, skipped ones included). A folder made with ``--limit`` holds the
     first N only; the rest of its source folder is no part of it, so it is left out here
@@ -205,7 +206,12 @@ def _generated_samples(samples, manifest: dict, root) -> list:
     made = manifest.get("samples")
     if not made:  # an older manifest without the list: every source image
         return samples
-    kept = [s for s in samples if s.id in made]
+    kept = SampleList(
+        [s for s in samples if s.id in made],
+        skipped=samples.skipped,
+        layout=samples.layout,
+        labels_csv=samples.labels_csv,
+    )
     if len(kept) < len(samples):
         log.info(
             "%s holds %d of the %d source images (generated with --limit?): the other %d "
