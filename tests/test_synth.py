@@ -422,10 +422,13 @@ def test_synth_on_ray_finishes_a_local_folder_with_the_local_bytes(
 
 
 @pytest.mark.slow
-def test_synth_on_ray_from_the_cli_resumes_after_kill_9(ray_cluster, tmp_path, checkpoint, backend):
+def test_synth_on_ray_from_the_cli_resumes_after_kill_9(
+    ray_cluster, tmp_path, checkpoint, backend, two_torch_threads
+):
     """``robustlab synth --backend ray --address`` on the session cluster, its driver killed
     with SIGKILL after the first image: the rerun finishes the grid, each image the one an
-    uninterrupted local run draws (slow: two interpreters importing Ray and diffusers)."""
+    uninterrupted local run draws (slow: two interpreters importing Ray and diffusers). The
+    local reference computes with the 2 threads of the cluster's actor: bytes depend on it."""
     out = tmp_path / "killed"
     args = [
         sys.executable,
