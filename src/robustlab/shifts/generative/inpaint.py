@@ -45,7 +45,7 @@ from robustlab.shifts.process_config import (
     set_process_config,
 )
 from robustlab.shifts.registry import register_resource, register_shift
-from robustlab.shifts.generative._diffusers import quiet_loading
+from robustlab.shifts.generative._diffusers import load_auto_pipeline, pipeline_dtype
 from robustlab.shifts.scenes._common import check_image, check_mask
 
 ENV_PATH = "ROBUSTLAB_INPAINTER"
@@ -105,8 +105,6 @@ class Inpainter:
     """
 
     def __init__(self, path, *, device: str | None = None, dtype: str | None = None):
-        import torch
-
         from robustlab.models.devices import auto_device
 
         problem = _problem(path)
@@ -114,25 +112,10 @@ class Inpainter:
             raise InputError(f"inpainter: {problem}")
         self.path = Path(path).expanduser().resolve()
         self.device = auto_device(device)
-        dtype = dtype or ("float16" if self.device.startswith("cuda") else "float32")
-        if dtype not in ("float32", "float16", "bfloat16"):
-            raise InputError(f"inpainter dtype must be float32, float16 or bfloat16, not {dtype!r}")
-        self.dtype = dtype
-        try:
-            import warnings
-
-            from diffusers import AutoPipelineForInpainting
-
-            with warnings.catch_warnings(), quiet_loading():  # torch_dtype is now dtype
-                warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
-                pipe = AutoPipelineForInpainting.from_pretrained(
-                    str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True
-                )
-        except Exception as exc:  # wrong pipeline type, missing component, corrupt file
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(
-                f"cannot load an inpainting pipeline from {self.path}: {first}"
-            ) from None
+        self.dtype = pipeline_dtype(self.device, dtype, "inpainter")
+        pipe = load_auto_pipeline(
+            "AutoPipelineForInpainting", self.path, self.dtype, "an inpainting pipeline"
+        )
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe.to(self.device)
         self.multiple = int(getattr(pipe, "vae_scale_factor", 8) or 8)

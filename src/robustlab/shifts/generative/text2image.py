@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.shifts.generative._diffusers import quiet_loading
+from robustlab.shifts.generative._diffusers import load_auto_pipeline, pipeline_dtype
 from robustlab.shifts.generative.inpaint import checkpoint_fingerprint
 
 # Short sampler names -> diffusers scheduler classes (None: the checkpoint's own).
@@ -103,7 +103,6 @@ class TextToImage:
         dtype: str | None = None,
         scheduler: str | None = None,
     ):
-        import torch
 
         from robustlab.models.devices import auto_device
 
@@ -111,27 +110,12 @@ class TextToImage:
         self.path = Path(record["path"])
         self.fingerprint = record["fingerprint"]
         self.device = auto_device(device)
-        dtype = dtype or ("float16" if self.device.startswith("cuda") else "float32")
-        if dtype not in ("float32", "float16", "bfloat16"):
-            raise InputError(f"synthesis dtype must be float32, float16 or bfloat16, not {dtype!r}")
+        self.dtype = pipeline_dtype(self.device, dtype, "synthesis")
         if scheduler is not None and scheduler not in SCHEDULERS:
             raise InputError(f"unknown sampler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
-        self.dtype = dtype
-        try:
-            import warnings
-
-            from diffusers import AutoPipelineForText2Image
-
-            with warnings.catch_warnings(), quiet_loading():  # torch_dtype is now dtype
-                warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
-                pipe = AutoPipelineForText2Image.from_pretrained(
-                    str(self.path), torch_dtype=getattr(torch, dtype), local_files_only=True
-                )
-        except Exception as exc:  # wrong pipeline type, missing component, corrupt file
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(
-                f"cannot load a text-to-image pipeline from {self.path}: {first}"
-            ) from None
+        pipe = load_auto_pipeline(
+            "AutoPipelineForText2Image", self.path, self.dtype, "a text-to-image pipeline"
+        )
         if scheduler is not None:
             import diffusers
 
