@@ -17,14 +17,13 @@ it (``arg``).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.store import DEFAULT_DB
-from robustlab.workflows.keywords import build_specs, keyword_of, owners
+from robustlab.workflows.keywords import build_specs, owners, specs_from_args
 
 __all__ = [
     "CellSpec",
@@ -286,13 +285,7 @@ class EvaluateRequest:
     @classmethod
     def from_args(cls, args) -> EvaluateRequest:
         """The request of ``robustlab evaluate``'s parsed arguments: the same keywords,
-        read from the argument of the same name (or the one a field's ``arg`` names)."""
-        values: dict[str, Any] = {}
-        for spec in [*PARTS.values(), cls]:
-            for f in dataclasses.fields(spec):
-                if not f.init or (spec is cls and f.name in PARTS):
-                    continue
-                dest, read = f.metadata.get("arg", (keyword_of(f), lambda v: v))
-                if hasattr(args, dest):
-                    values[keyword_of(f)] = read(getattr(args, dest))
-        return cls.build(values.pop("model"), values.pop("data"), **values)
+        read from the argument of the same name (or the one a field's ``arg`` names), by the
+        rule every command uses (:func:`robustlab.workflows.keywords.specs_from_args`)."""
+        specs = specs_from_args("evaluate", args, PARTS)
+        return cls(**specs, **{k: getattr(args, k) for k in _TOP if hasattr(args, k)})
