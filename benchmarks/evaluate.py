@@ -3,8 +3,10 @@
 1. Throughput: on-the-fly evaluation of lite0 on clean + cheap corruptions (noise,
    brightness, contrast, jpeg) against the bare forward pass of the same model on the same
    batches (tensors prepared in advance, so only ``model.predict`` is timed). The target is
-   a ratio of at least 0.85: the data work (decode, shift, JPEG round trip, transform) runs
-   in DataLoader workers while the main process runs the forward pass.
+   a ratio of at least 0.85. With a model on the CPU, evaluate's default prepares the
+   images (decode, shift, JPEG round trip, transform) in the main process between batches
+   (its forward pass uses every core; ``--workers 1`` measures a worker process beside
+   it); with a GPU model, DataLoader workers prepare them while the GPU runs.
 2. Memory: peak RSS and PSS of the whole process tree (main + workers) of ``robustlab evaluate``
    on folders of 1,000 and 10,000 images, built by hard-linking the shared photos under
    different names. The target is a growth below 100 MB.
@@ -63,13 +65,14 @@ def available_cheap() -> list[str]:
     return [c for c in CHEAP if c in have]
 
 
-def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int) -> None:
+def speed(n_photos: int, batch_size: int, workers: int | None, level: int, repeats: int) -> None:
     import torch
 
     import robustlab
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
+    from robustlab.run.lifeline import default_workers
     from robustlab.run.runner import _ModelTransform
     from robustlab.run.tasks import TaskDataset, Task
 
@@ -128,9 +131,11 @@ def speed(n_photos: int, batch_size: int, workers: int, level: int, repeats: int
         + " ".join(f"{x:.2f}" for x in loads)
     )
     fb, ff = min(bare), min(full)
+    used = default_workers(model.input_device()) if workers is None else workers
+    how = "" if workers is not None else " (evaluate's default for a model on the CPU)"
     print(
         f"speed: lite0, {n_photos} photos x {len(cells)} cells (clean + {', '.join(shifts)} "
-        f"at severity {level}) = {n_images} images, batch {batch_size}, {workers} worker(s), "
+        f"at severity {level}) = {n_images} images, batch {batch_size}, {used} worker(s){how}, "
         f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs"
     )
     print(f"  bare forward pass : {n_images / fb:7.1f} images/s (best of {repeats})")
@@ -197,7 +202,7 @@ def peak_tree_memory(cmd: list[str], interval: float = 0.2) -> tuple[int, int, f
     return peak[0], peak[1], time.perf_counter() - t0, proc.returncode
 
 
-def memory(sizes: list[int], workers: int, batch_size: int, shift: str | None) -> None:
+def memory(sizes: list[int], workers: int | None, batch_size: int, shift: str | None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-mem-"))
     peaks = []
     for n in sizes:
@@ -212,8 +217,7 @@ def memory(sizes: list[int], workers: int, batch_size: int, shift: str | None) -
             str(data),
             "--db",
             str(tmp / f"m{n}.duckdb"),
-            "--workers",
-            str(workers),
+            *(["--workers", str(workers)] if workers is not None else []),
             "--batch-size",
             str(batch_size),
             "--no-progress",
@@ -241,7 +245,12 @@ def main() -> None:
     ap.add_argument("--part", choices=["speed", "memory", "all"], default="all")
     ap.add_argument("--photos", type=int, default=48)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="evaluate's --workers (default: evaluate's own, none for a model on the CPU)",
+    )
     ap.add_argument("--level", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])

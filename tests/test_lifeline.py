@@ -215,3 +215,38 @@ def test_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("SCRIPT RAN") == 1, done.stdout
     assert "DONE [0, 1, 2, 3, 4, 5] [2.0, 3.0]" in done.stdout
+
+
+def test_default_workers_leave_the_cores_of_a_cpu_model_to_it(monkeypatch):
+    """One worker per core the main process leaves free: cores - 1 without a model on the
+    CPU (generate, a GPU model), only the cores beyond torch's threads with one."""
+    import torch
+
+    from robustlab.run import lifeline
+
+    monkeypatch.setattr(lifeline, "available_cpus", lambda: 8)
+    assert lifeline.default_workers() == 7
+    assert lifeline.default_workers("cuda:0") == 7
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    assert lifeline.default_workers("cpu") == 0  # the forward pass uses every core
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 6)
+    assert lifeline.default_workers("cpu") == 2
+    monkeypatch.setattr(lifeline, "available_cpus", lambda: 1)
+    assert lifeline.default_workers() == 1
+
+
+def test_evaluate_of_a_cpu_model_prepares_images_in_the_main_process():
+    """``evaluate``'s options for a model on the CPU: no worker process by default (the
+    images are prepared between batches), the workers asked for otherwise."""
+    import torch
+
+    from robustlab.models import load_model
+    from robustlab.run.lifeline import available_cpus
+    from robustlab.workflows.evaluate.execute import run_options
+    from robustlab.workflows.evaluate.request import ExecutionSpec
+
+    lite0 = load_model("lite0", device="cpu")
+    free = max(0, available_cpus() - torch.get_num_threads())
+    assert run_options(ExecutionSpec(), lite0).workers == free
+    assert run_options(ExecutionSpec(workers=3), lite0).workers == 3
+    assert run_options(ExecutionSpec(backend="ray"), lite0).workers == 0

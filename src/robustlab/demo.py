@@ -355,7 +355,8 @@ def run_demo(
         out: Output folder (created).
         photos, corruptions, levels, scenarios: A reduced configuration (see
             :func:`plan_demo`); the defaults run the full demo.
-        workers: Worker processes for the shifts (default: CPU cores - 1).
+        workers: Worker processes for the shifts (default: ``evaluate``'s, one per core
+            the model leaves free).
         progress: Progress bars (default: when stderr is a terminal); step lines are
             always printed.
         report: Write the HTML report.

@@ -246,13 +246,15 @@ def add_bootstrap(p) -> None:
 
 
 def add_workers(p) -> None:
-    """``--workers``: worker processes, one default everywhere (the main process keeps a
-    core: CPU cores - 1, at least 1)."""
+    """``--workers``: worker processes, one default everywhere
+    (:func:`robustlab.run.lifeline.default_workers`: the cores the main process leaves
+    free)."""
     p.add_argument(
         "--workers",
         type=workers,
         default=None,
-        help="worker processes that read and shift images (default: CPU cores - 1; "
+        help="worker processes that read and shift images (default: CPU cores - 1, or "
+        "none for a model on the CPU, whose forward pass uses every core; "
         "0: all in the main process)",
     )
 

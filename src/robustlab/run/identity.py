@@ -25,6 +25,7 @@ workflows whose stored runs were spelled otherwise before that (vlm's ``vlm-`` p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import platform
@@ -210,8 +211,9 @@ def run_id(
     return prefix + hashlib.blake2b(spelling(identity).encode(), digest_size=8).hexdigest()
 
 
-def versions() -> dict[str, str]:
-    """Versions of the packages whose behaviour can change a prediction."""
+@functools.cache
+def _installed_versions() -> tuple[tuple[str, str], ...]:
+    """Read once per process (20 ms: ten package metadata lookups)."""
     out = {"python": platform.python_version()}
     for dist in (
         "robustlab",
@@ -229,7 +231,12 @@ def versions() -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
-    return out
+    return tuple(out.items())
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages whose behaviour can change a prediction."""
+    return dict(_installed_versions())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,8 +178,8 @@ class SaliencyModel:
 @dataclass(frozen=True)
 class SaliencyExecution(MaskedExecution):
     """:class:`MaskedExecution` (``batch_size`` None: the model's), and ``workers``:
-    processes that decode and shift ahead of the model (None: cores - 1; 0: in this
-    process)."""
+    processes that decode and shift ahead of the model (None: one per core the
+    model leaves free, :func:`~robustlab.run.lifeline.default_workers`; 0: in this process)."""
 
     workers: int | None = None
 
@@ -371,7 +371,9 @@ def run_saliency(req: SaliencyRequest) -> SaliencyResult:
     )
     lines = (sum(len(todo[i]) for i in keep), f"saliency {model.spec}", "cell", 0)
     run = StoredRun(store, record, store.write_saliency, lines if req.run.progress else None)
-    workers = default_workers() if req.run.workers is None else int(req.run.workers)
+    workers = (
+        default_workers(model.input_device()) if req.run.workers is None else int(req.run.workers)
+    )
     try:
         with run.running():
             skipped = _explain(

@@ -161,7 +161,10 @@ class ExecutionSpec:
     which gives the run its own identity (other pixels).
 
     Attributes:
-        workers: DataLoader worker processes (default: CPU cores - 1, at least 1); with
+        workers: DataLoader worker processes (default: one per CPU core the model leaves
+            free, :func:`~robustlab.run.lifeline.default_workers`: CPU cores - 1 for a model
+            on a GPU, none for a model on the CPU, whose forward pass uses every core;
+            0: the images are prepared in the main process between batches); with
             ``backend="ray"`` and no ``address``, the CPUs of the Ray instance started on
             this machine (default: all).
         prefetch, cells_per_task: Execution details (never change results; see
@@ -208,7 +211,7 @@ class ExecutionSpec:
         if w is not None and (isinstance(w, bool) or int(w) < 0):
             raise InputError(
                 f"workers must be 0 (in the main process) or more, got {w!r}",
-                hint="pass --workers N, or leave it out for one per spare core",
+                hint="pass --workers N, or leave it out for one per core the model leaves free",
             )
         if self.shift_device is None:
             return
