@@ -1,6 +1,6 @@
 """Local backend against the Ray backend: generate, evaluate, synth and mine, same cores.
 
-Usage: python benchmarks/scale.py [--images 96] [--cores 2] [--runs 3]
+Usage: python benchmarks/scale.py [--images 96] [--cores 2] [--runs 3] [--keep-actors]
        [--jobs generate,evaluate,synth,mine] [--models lite0,resnet50]
        [--surrogates lite0,lite1] [--synth-images 24] [--synth-size 128 --synth-steps 4]
 
@@ -21,13 +21,15 @@ The jobs (local settings: what a user on C cores gets):
 * ``evaluate``: each model of ``--models`` (``lite0``: the bundled EfficientNet-Lite0;
   ``resnet50``: timm's ResNet-50 with random weights saved here, seed 0: a model whose
   forward pass dwarfs the decode and shift work, no download) on the clean photos and the
-  cells; local: C - 1 data workers plus the model in this process, loaded once (Ray loads
-  it on its actor each job). Predictions/s.
+  cells; local: evaluate's default (the model on the CPU: the images prepared in this
+  process between its batches, ``robustlab.run.lifeline.default_workers``), the model
+  loaded once (Ray loads it on its actor each job). Predictions/s.
 * ``synth``: the tiny random-weight diffusers pipeline of the tests
   (``tests/conftest.py::save_tiny_text2image``) drawing ``--synth-images`` images; local:
   the pipeline loaded once in this process (Ray loads it on its actor each job). Images/s.
 * ``mine``: the ``--surrogates`` on a generated folder of ``--images`` photos (one run per
-  surrogate, then the mining query on the driver). Predictions/s over all surrogates.
+  surrogate, then the mining query on the driver; local: evaluate's default, as above).
+  Predictions/s over all surrogates.
 
 Asserts nothing: the machine is shared and timings vary; read the ratios.
 """
@@ -35,6 +37,7 @@ Asserts nothing: the machine is shared and timings vary; read the ratios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import logging
 import os
@@ -51,6 +54,7 @@ from evaluate import make_folder
 
 import robustlab
 from robustlab.workflows.generate import generate
+from robustlab.run.ray.actors import keep_model_actors
 from robustlab.run.ray.pipeline import stages_line
 from robustlab.run.ray.session import LOCAL_SYSTEM_CONFIG
 
@@ -231,7 +235,7 @@ def make_jobs(args, work: Path, data: Path, cores: int) -> list[Job]:
 
             def run_evaluate(backend: str, tag: str, model=model):
                 db = work / f"{tag}.duckdb"
-                extra = {"backend": "ray"} if backend == "ray" else {"workers": cores - 1}
+                extra = {"backend": "ray"} if backend == "ray" else {}
                 out: dict = {}
                 seconds = _timed(
                     lambda: out.update(
@@ -281,7 +285,7 @@ def make_jobs(args, work: Path, data: Path, cores: int) -> list[Job]:
 
         def run_mine(backend: str, tag: str):
             db = work / f"mine-{tag}.duckdb"
-            extra = {"backend": "ray"} if backend == "ray" else {"workers": cores - 1}
+            extra = {"backend": "ray"} if backend == "ray" else {}
             seconds = _timed(
                 lambda: mine(cells, surrogates=surrogates, db=db, progress=False, **extra)
             )
@@ -305,6 +309,12 @@ def main() -> None:
     ap.add_argument("--synth-images", type=int, default=24)
     ap.add_argument("--synth-size", type=int, default=128)
     ap.add_argument("--synth-steps", type=int, default=4)
+    ap.add_argument(
+        "--keep-actors",
+        action="store_true",
+        help="Ray's model actors live across the runs (keep_model_actors), as the local "
+        "backend keeps its loaded model",
+    )
     args = ap.parse_args()
     import ray
     import torch
@@ -333,9 +343,15 @@ def main() -> None:
                 f"each later one {later:.2f} s",
                 flush=True,
             )
+            # --keep-actors: Ray's model actors live across the jobs, as the local backend's
+            # loaded model does (robustlab.run.ray.keep_model_actors: the cold run builds
+            # each model once, the warm runs reuse it); without it, every Ray job starts
+            # its own model actors.
+            kept = keep_model_actors() if args.keep_actors else contextlib.nullcontext()
             try:
-                for job in jobs:
-                    table.append(measure(job, c, args.runs))
+                with kept:
+                    for job in jobs:
+                        table.append(measure(job, c, args.runs))
             finally:
                 ray.shutdown()
     finally:

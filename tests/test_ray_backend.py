@@ -114,10 +114,12 @@ def test_generate_on_ray_writes_the_local_bytes_and_resumes_across_backends(
     assert _files(out) == local_files
 
 
+@pytest.mark.parametrize("device", [None, "cpu"], ids=["gpu-placement", "cpu-placement"])
 def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
-    ray_cluster, photos, local_run, tmp_path
+    ray_cluster, photos, local_run, tmp_path, device
 ):
-    """Ray finishes a run the local backend started (same run id) with the local rows."""
+    """Ray finishes a run the local backend started (same run id) with the local rows,
+    with the model actor on the declared GPU and with ``device="cpu"``."""
     import shutil
 
     run_id, db_local, local_rows = local_run
@@ -136,6 +138,7 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
         batch_size=4,
         progress=False,
         backend="ray",
+        device=device,
     )
     assert df.attrs["run_id"] == run_id and df.attrs["resumed"]
     assert df.attrs["n_written"] == len(local_rows) - 1
@@ -166,18 +169,27 @@ def test_mine_on_ray_keeps_what_mine_keeps_locally(ray_cluster, photos, tmp_path
     )
 
 
+@pytest.mark.parametrize("device", [None, "cpu"], ids=["gpu-placement", "cpu-placement"])
 def test_kept_model_actors_serve_later_jobs_without_starting_again(
-    ray_cluster, photos, lite0, local_run, tmp_path
+    ray_cluster, photos, lite0, local_run, tmp_path, device
 ):
     """Inside keep_model_actors (what mine uses), a second job with the same model pays no
     actor start: its actor and model were kept. Both store the local rows; the actors end
-    with the block."""
+    with the block. With ``device="cpu"`` the kept actor prepares its own tasks (no CPU
+    stage: ``prepare`` is still counted per task, by the actor)."""
     import ray
 
     from robustlab.run.ray import actors
 
     _, _, local_rows = local_run
-    kw = dict(suite="imagenet-c", shifts=SHIFTS, levels=LEVELS, batch_size=4, progress=False)
+    kw = dict(
+        suite="imagenet-c",
+        shifts=SHIFTS,
+        levels=LEVELS,
+        batch_size=4,
+        progress=False,
+        device=device,
+    )
     with actors.keep_model_actors():
         first = robustlab.evaluate(lite0, photos, db=tmp_path / "a.duckdb", backend="ray", **kw)
         second = robustlab.evaluate(lite0, photos, db=tmp_path / "b.duckdb", backend="ray", **kw)
@@ -187,6 +199,7 @@ def test_kept_model_actors_serve_later_jobs_without_starting_again(
     assert first.attrs["stages"]["actor start"]["items"] == 1
     assert "actor start" not in second.attrs["stages"]
     assert second.attrs["stages"]["model"]["items"] == len(local_rows)
+    assert second.attrs["stages"]["prepare"]["items"] == N_PHOTOS
     for db in ("a.duckdb", "b.duckdb"):
         pd.testing.assert_frame_equal(Store(tmp_path / db).predictions(), local_rows)
     with pytest.raises(ray.exceptions.RayActorError):

@@ -17,9 +17,12 @@ The work is a Ray Data pipeline (Ray's streaming engine, no scheduler of our own
   holds a few images, :func:`.pipeline.task_size`; a rerun retries them).
 * ``evaluate``: task indices -> CPU tasks that decode, prepare, shift and preprocess
   (uint8 pixels) -> an actor pool that holds the model (one actor per GPU, ``num_gpus=1``,
-  when the cluster has GPUs; else one CPU actor per node, with the node's CPUs as torch
-  threads, :class:`.placement.Placement`) -> predictions streamed to the driver, which builds and
-  stores the rows with the local runner's code. With ``--shift-device`` the CPU tasks only
+  when the cluster has GPUs) -> predictions streamed to the driver, which builds and
+  stores the rows with the local runner's code. Without GPUs there is one CPU actor per
+  node, with the node's CPUs as torch threads (:class:`.placement.Placement`); model
+  actors kept across jobs (:func:`.actors.keep_model_actors`, ``mine``) on the CPU
+  prepare their own tasks between forward passes instead of a CPU stage beside them, as
+  the local backend's main process does. With ``--shift-device`` the CPU tasks only
   decode and prepare (:class:`~robustlab.run.device_shifts.CleanTaskDataset`), and each
   actor applies the batched shifts, the JPEG round trip and the model's resize on its own
   device with the local runner's :class:`~robustlab.run.device_shifts.DeviceShifts`

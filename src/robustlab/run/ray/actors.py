@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 from robustlab.run.ray.placement import Placement
-from robustlab.run.ray.predictor import Predictor
+from robustlab.run.ray.predictor import Predictor, prepared
 from robustlab.run.ray.session import ray_session
 
 # Placement -> the model actors of the open :func:`keep_model_actors` block (None: no block).
@@ -52,25 +52,34 @@ class _ModelHost:
 
     def __init__(self):
         self.predictors: dict[str, Predictor] = {}
+        self.dataset: tuple = (None, None)  # (object id, the job's task dataset)
 
-    def predict(self, key: str, args: list, batch: dict) -> dict:
+    def predict(self, key: str, args: list, batch: dict, dataset: list) -> dict:
         """``batch`` through the predictor of ``key``; ``args`` holds the object reference
-        of its arguments (in a list, so Ray fetches them only when the predictor is new)."""
+        of its arguments (in a list, so Ray fetches them only when the predictor is new).
+        ``dataset``: empty, or the reference of the job's task dataset when the batch
+        holds task indices to prepare here first (a model on the CPU: no CPU stage runs
+        beside it, see :func:`robustlab.run.ray.evaluate.predict_on_ray`)."""
+        import ray
+
         predictor = self.predictors.get(key)
         if predictor is None:
-            import ray
-
             predictor = self.predictors[key] = Predictor(*ray.get(args[0]))
+        if dataset:
+            ref = dataset[0]
+            if self.dataset[0] != ref.hex():
+                self.dataset = (ref.hex(), ray.get(ref))
+            batch = prepared(batch, self.dataset[1], predictor.failure)
         return predictor(batch)
 
 
-def _to_host(batch: dict, *, hosts: list, key: str, args: list) -> dict:
+def _to_host(batch: dict, *, hosts: list, key: str, args: list, dataset: list) -> dict:
     """Model stage of a job inside :func:`keep_model_actors`: hand the batch to a kept
     model actor (by its first task, so the actors share the batches) and wait for it."""
     import ray
 
     host = hosts[int(batch["index"][0]) % len(hosts)]
-    return ray.get(host.predict.remote(key, args, batch))
+    return ray.get(host.predict.remote(key, args, batch, dataset))
 
 
 def keeping() -> bool:
@@ -78,9 +87,13 @@ def keeping() -> bool:
     return _KEPT is not None
 
 
-def kept_model_stage(ds, placement: Placement, predictor_args: tuple, tasks_per_batch: int):
+def kept_model_stage(
+    ds, placement: Placement, predictor_args: tuple, tasks_per_batch: int, dataset=None
+):
     """``ds`` through the kept model actors of ``placement`` (started now if this is the
-    first job that needs them), with the resources :class:`Predictor`'s pool would take.
+    first job that needs them), with the resources :class:`Predictor`'s pool would take;
+    with ``dataset`` (a model on the CPU), ``ds`` holds task indices that the actors
+    prepare themselves.
 
     The stage's own tasks only wait for an actor: they take no CPU of the cluster."""
     import hashlib
@@ -106,7 +119,12 @@ def kept_model_stage(ds, placement: Placement, predictor_args: tuple, tasks_per_
     return ds.map_batches(
         _to_host,
         batch_size=tasks_per_batch,
-        fn_kwargs={"hosts": hosts, "key": key, "args": [ray.put(predictor_args)]},
+        fn_kwargs={
+            "hosts": hosts,
+            "key": key,
+            "args": [ray.put(predictor_args)],
+            "dataset": [] if dataset is None else [ray.put(dataset)],
+        },
         num_cpus=0,
         compute=ray.data.TaskPoolStrategy(size=2 * len(hosts)),
     )

@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Iterator
 
-import numpy as np
 
 from robustlab.run.ray import actors
 from robustlab.run.ray.pipeline import (
@@ -15,13 +14,12 @@ from robustlab.run.ray.pipeline import (
     data_context,
     index_blocks,
     map_tasks,
-    objects,
     one_thread,
     task_size,
     worker_errors_as_ours,
 )
 from robustlab.run.ray.placement import plan_placement
-from robustlab.run.ray.predictor import Predictor
+from robustlab.run.ray.predictor import Predictor, prepare_tasks
 from robustlab.run.ray.session import node_cpus, ray_session
 
 
@@ -29,28 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def _prepare_cells(batch: dict, *, dataset) -> dict:
-    """CPU stage of ``evaluate``: decode, prepare, shift and preprocess each task's cells
-    (the local DataLoader workers' :meth:`TaskDataset.__getitem__`); with a shift device
-    only decode and prepare (:class:`~robustlab.run.device_shifts.CleanTaskDataset`, whose
-    payload dict travels as it is)."""
+    """CPU stage of ``evaluate`` (a model on a GPU, or a shift device): decode, prepare,
+    shift and preprocess each task's cells on one thread (:func:`prepare_tasks`)."""
     one_thread(torch=True)
-    pixels, errors, measured, seconds = [], [], [], []
-    for i in batch["index"]:
-        t0 = time.perf_counter()
-        _, item, errs, meas = dataset[int(i)]
-        if isinstance(item, list):  # cells of different sizes (tasks.pack): one array each
-            item = [t.numpy() for t in item]
-        pixels.append(item.numpy() if hasattr(item, "numpy") else item)
-        errors.append(list(errs))
-        measured.append(list(meas))
-        seconds.append(time.perf_counter() - t0)
-    return {
-        "index": np.asarray(batch["index"]),
-        "pixels": objects(pixels),
-        "errors": objects(errors),
-        "measured": objects(measured),
-        "prepare_s": np.asarray(seconds, dtype=np.float64),
-    }
+    return prepare_tasks(batch, dataset)
 
 
 def _defences_arg(model) -> dict:
@@ -127,16 +107,29 @@ def predict_on_ray(
             placement.actors,
         )
         tasks_per_batch = max(1, round(batch_size / max(1.0, cells_per_task)))
+        # A kept model actor on the CPU prepares its own tasks between its forward passes,
+        # as the local backend's main process does (robustlab.run.lifeline.default_workers):
+        # CPU tasks beside a forward pass on every core of the node cost about twice their
+        # CPU time (mine on 2 cores: x0.63 of local with them, x0.93 without). A fresh actor
+        # pool keeps the CPU stage: it prepares the first tasks while the actor builds its
+        # model (3-4 s), which hid more than it cost (lite0: x0.84 with it, x0.74 without).
+        kept = actors.keeping() and shifter is None
+        fused = kept and placement.model_gpus == 0
         with data_context(), worker_errors_as_ours():
-            size = task_size(len(dataset), placement.cpus)
-            ds = map_tasks(
-                index_blocks(len(dataset), size),
-                functools.partial(_prepare_cells, dataset=dataset),
-                size,
-            )
+            if fused:
+                ds = index_blocks(len(dataset), tasks_per_batch)
+            else:
+                size = task_size(len(dataset), placement.cpus)
+                ds = map_tasks(
+                    index_blocks(len(dataset), size),
+                    functools.partial(_prepare_cells, dataset=dataset),
+                    size,
+                )
             predictor_args = _predictor_args(model, device, batch_size, topk, placement, shifter)
-            if actors.keeping() and shifter is None:
-                ds = actors.kept_model_stage(ds, placement, predictor_args, tasks_per_batch)
+            if kept:
+                ds = actors.kept_model_stage(
+                    ds, placement, predictor_args, tasks_per_batch, dataset if fused else None
+                )
             else:
                 ds = ds.map_batches(
                     Predictor,

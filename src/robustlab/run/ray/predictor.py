@@ -163,6 +163,45 @@ class Predictor:
         }
 
 
+def prepare_tasks(batch: dict, dataset) -> dict:
+    """Decode, prepare, shift and preprocess each task of ``batch["index"]`` (the local
+    backend's :meth:`TaskDataset.__getitem__`); with a shift device only decode and prepare
+    (:class:`~robustlab.run.device_shifts.CleanTaskDataset`, whose payload dict travels as
+    it is). The model stage's input: pixels, errors, measured attributes, seconds per task."""
+    pixels, errors, measured, seconds = [], [], [], []
+    for i in batch["index"]:
+        t0 = time.perf_counter()
+        _, item, errs, meas = dataset[int(i)]
+        if isinstance(item, list):  # cells of different sizes (tasks.pack): one array each
+            item = [t.numpy() for t in item]
+        pixels.append(item.numpy() if hasattr(item, "numpy") else item)
+        errors.append(list(errs))
+        measured.append(list(meas))
+        seconds.append(time.perf_counter() - t0)
+    return {
+        "index": np.asarray(batch["index"]),
+        "pixels": objects(pixels),
+        "errors": objects(errors),
+        "measured": objects(measured),
+        "prepare_s": np.asarray(seconds, dtype=np.float64),
+    }
+
+
+def prepared(batch: dict, dataset, failure) -> dict:
+    """``batch`` of task indices with its tasks prepared; nothing prepared (empty columns)
+    when the actor could not start (the driver raises its failure)."""
+    if failure is None:
+        return prepare_tasks(batch, dataset)
+    n = len(batch["index"])
+    return {
+        "index": np.asarray(batch["index"]),
+        "pixels": objects([None] * n),
+        "errors": objects([[] for _ in range(n)]),
+        "measured": objects([[] for _ in range(n)]),
+        "prepare_s": np.zeros(n, dtype=np.float64),
+    }
+
+
 def _check_shift_path(settings, shift_path: dict | None) -> None:
     """Refuse, in one line, an actor whose machine cannot shift as the run was named: no
     CUDA for ``--shift-device cuda`` (a node whose GPU torch cannot use), or another torch
