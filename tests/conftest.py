@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +213,16 @@ def ray_cluster() -> str:
     yield ray.get_runtime_context().gcs_address
     if started:
         ray.shutdown()
+
+
+def pytest_configure(config):
+    """A suite started in the background of a non-interactive shell (``cmd &``, nohup)
+    inherits SIGINT ignored, and so would every robustlab command a test starts: Python
+    then installs no KeyboardInterrupt handler, and the Ctrl-C tests (``review``'s server,
+    the docs' review lines) wait for an exit that never comes. Handled here, SIGINT is back
+    to its default in those commands (an exec resets a handled signal)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
