@@ -57,12 +57,6 @@ def run_request(request: EvaluateRequest):
     return table
 
 
-def _input_device(model) -> str | None:
-    """Where ``model`` runs its forward pass (None when it does not say)."""
-    where = getattr(model, "input_device", None)
-    return str(where()) if callable(where) else None
-
-
 def run_options(execution: ExecutionSpec, model, *, batch_size=None, device=None):
     """How a plan is executed (:class:`robustlab.run.runner.RunOptions`: every execution
     field of that name, so a new one passes through), with evaluate's defaults: the
@@ -80,7 +74,7 @@ def run_options(execution: ExecutionSpec, model, *, batch_size=None, device=None
         for f in dataclasses.fields(execution)
         if f.init and f.name in names
     }
-    here = 0 if execution.backend == "ray" else default_workers(_input_device(model))
+    here = 0 if execution.backend == "ray" else default_workers(model.input_device())
     values.update(
         batch_size=int(batch_size or getattr(model, "batch_size", None) or 32),
         workers=int(here if execution.workers is None else execution.workers),
