@@ -74,10 +74,13 @@ def run_options(execution: ExecutionSpec, model, *, batch_size=None, device=None
         for f in dataclasses.fields(execution)
         if f.init and f.name in names
     }
-    here = 0 if execution.backend == "ray" else default_workers(model.input_device())
+    if execution.workers is not None:
+        workers = int(execution.workers)
+    else:  # the default, decided only when it is needed
+        workers = 0 if execution.backend == "ray" else default_workers(model.input_device())
     values.update(
         batch_size=int(batch_size or getattr(model, "batch_size", None) or 32),
-        workers=int(here if execution.workers is None else execution.workers),
+        workers=workers,
         progress=True if execution.progress is None else bool(execution.progress),
         shift_device=execution.shift_settings,
         device=device,
