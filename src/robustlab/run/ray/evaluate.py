@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Iterator
 
-
 from robustlab.run.ray import actors
 from robustlab.run.ray.pipeline import (
     StageTimes,

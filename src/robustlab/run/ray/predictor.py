@@ -178,13 +178,7 @@ def prepare_tasks(batch: dict, dataset) -> dict:
         errors.append(list(errs))
         measured.append(list(meas))
         seconds.append(time.perf_counter() - t0)
-    return {
-        "index": np.asarray(batch["index"]),
-        "pixels": objects(pixels),
-        "errors": objects(errors),
-        "measured": objects(measured),
-        "prepare_s": np.asarray(seconds, dtype=np.float64),
-    }
+    return _task_columns(batch["index"], pixels, errors, measured, seconds)
 
 
 def prepared(batch: dict, dataset, failure) -> dict:
@@ -193,12 +187,19 @@ def prepared(batch: dict, dataset, failure) -> dict:
     if failure is None:
         return prepare_tasks(batch, dataset)
     n = len(batch["index"])
+    errors: list = [[] for _ in range(n)]
+    measured: list = [[] for _ in range(n)]
+    return _task_columns(batch["index"], [None] * n, errors, measured, [0.0] * n)
+
+
+def _task_columns(index, pixels: list, errors: list, measured: list, seconds: list) -> dict:
+    """The model stage's input columns, one row per task."""
     return {
-        "index": np.asarray(batch["index"]),
-        "pixels": objects([None] * n),
-        "errors": objects([[] for _ in range(n)]),
-        "measured": objects([[] for _ in range(n)]),
-        "prepare_s": np.zeros(n, dtype=np.float64),
+        "index": np.asarray(index),
+        "pixels": objects(pixels),
+        "errors": objects(errors),
+        "measured": objects(measured),
+        "prepare_s": np.asarray(seconds, dtype=np.float64),
     }
 
 
