@@ -65,13 +65,21 @@ def available_cheap() -> list[str]:
     return [c for c in CHEAP if c in have]
 
 
-def speed(n_photos: int, batch_size: int, workers: int | None, level: int, repeats: int) -> None:
+def speed(
+    n_photos: int,
+    batch_size: int,
+    workers: int | None,
+    level: int,
+    repeats: int,
+    lanes: int | None = None,
+) -> None:
     import torch
 
     import robustlab
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
     from robustlab.run.executors import iterate_local
+    from robustlab.run.lanes import default_lanes, forward_lanes
     from robustlab.run.lifeline import default_workers
     from robustlab.run.runner import _ModelTransform
     from robustlab.run.tasks import TaskDataset, Task
@@ -100,14 +108,22 @@ def speed(n_photos: int, batch_size: int, workers: int | None, level: int, repea
     batches = [b.contiguous() for b in torch.split(tensors, batch_size)]
     del tensors
     model.predict(batches[0])  # warm-up
-    # The machine is shared: alternate the two measurements and keep the best of each.
-    bare, full, loads = [], [], []
+    lanes = default_lanes(model, lanes)
+    # The machine is shared: alternate the measurements and keep the best of each.
+    bare, in_lanes, full, loads = [], [], [], []
     for r in range(repeats):
         loads.append(os.getloadavg()[0])
         t0 = time.perf_counter()
         for b in batches:
             model.predict(b)
         bare.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        with forward_lanes(model.predict, lanes) as pool:
+            for b in batches:
+                pool.submit(b)
+                list(pool.ready())
+            list(pool.ready(drain=True))
+        in_lanes.append(time.perf_counter() - t0)
         db = tmp / f"speed{r}.duckdb"
         t0 = time.perf_counter()
         robustlab.evaluate(
@@ -119,18 +135,21 @@ def speed(n_photos: int, batch_size: int, workers: int | None, level: int, repea
             db=db,
             batch_size=batch_size,
             workers=workers,
+            lanes=lanes,
             progress=False,
         )
         full.append(time.perf_counter() - t0)
     print(
         "  times (s): bare "
         + " ".join(f"{x:.2f}" for x in bare)
+        + f" | bare in {lanes} lanes "
+        + " ".join(f"{x:.2f}" for x in in_lanes)
         + " | evaluate "
         + " ".join(f"{x:.2f}" for x in full)
         + " | load average before each pair "
         + " ".join(f"{x:.2f}" for x in loads)
     )
-    fb, ff = min(bare), min(full)
+    fb, fl, ff = min(bare), min(in_lanes), min(full)
     used = default_workers(model.input_device()) if workers is None else workers
     how = "" if workers is not None else " (evaluate's default for a model on the CPU)"
     print(
@@ -140,10 +159,15 @@ def speed(n_photos: int, batch_size: int, workers: int | None, level: int, repea
     )
     print(f"  bare forward pass : {n_images / fb:7.1f} images/s (best of {repeats})")
     print(
+        f"  the same batches in {lanes} lane(s): {n_images / fl:7.1f} images/s "
+        f"(x{fb / fl:.2f} of the bare pass)"
+    )
+    print(
         f"  on-the-fly evaluate: {n_images / ff:7.1f} images/s (best of {repeats}, incl. worker "
-        "start-up and database writes)"
+        f"start-up and database writes, {lanes} lane(s))"
     )
     print(f"  ratio evaluate / forward = {fb / ff:.3f} (target >= 0.85)")
+    print(f"  ratio evaluate / forward in the same lanes = {fl / ff:.3f}")
 
 
 def _tree_memory(pid: int) -> tuple[int, int]:
@@ -251,6 +275,9 @@ def main() -> None:
         default=None,
         help="evaluate's --workers (default: evaluate's own, none for a model on the CPU)",
     )
+    ap.add_argument(
+        "--lanes", type=int, default=None, help="evaluate's --lanes (default: evaluate's own)"
+    )
     ap.add_argument("--level", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
@@ -263,7 +290,7 @@ def main() -> None:
     if not SHARED.exists():
         sys.exit(f"shared photos not found at {SHARED}")
     if args.part in ("speed", "all"):
-        speed(args.photos, args.batch_size, args.workers, args.level, args.repeats)
+        speed(args.photos, args.batch_size, args.workers, args.level, args.repeats, args.lanes)
     if args.part in ("memory", "all"):
         memory(args.sizes, args.workers, args.batch_size, args.memory_shift)
 

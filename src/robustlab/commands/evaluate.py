@@ -52,6 +52,14 @@ def add_parser(sub) -> None:
     add_defence_args(p)
     add_inference_args(p)
     add_workers(p)
+    p.add_argument(
+        "--lanes",
+        type=int,
+        default=None,
+        help="batches a model on the CPU computes at once, each on its share of the torch "
+        "threads (default: 2 with two threads or more; 1: one batch at a time); the same "
+        "predictions",
+    )
     add_backend(p)
     p.add_argument(
         "--shift-device",

@@ -22,6 +22,7 @@ import numpy as np
 
 from robustlab.errors import InputError
 from robustlab.run.bookkeeping import RunSummary, after_failure, plan_tasks, throughput
+from robustlab.run.lanes import ForwardLanes, default_lanes, forward_lanes
 from robustlab.run.local_workers import surviving_worker_deaths
 from robustlab.run.progress import CellProgress, throughput_line
 from robustlab.run.tasks import NOTE, Cell, CellImages, Task, TaskDataset, model_input
@@ -35,7 +36,7 @@ TOPK = 5
 
 @dataclass
 class RunOptions:
-    """How the work is executed (none of this changes a prediction).
+    """How the work is executed (none of this changes a predicted class).
 
     Attributes:
         batch_size: Images per forward pass and per database transaction.
@@ -57,6 +58,11 @@ class RunOptions:
             decode, and the corruptions run batched on that device (on Ray: in each model
             actor, on its device). Other pixels than the exact path, so the caller gives
             such a run its own identity. None: the exact path.
+        lanes: Batches a CPU model computes at once, each on its share of torch's
+            threads (:mod:`robustlab.run.lanes`); None: two for a torch model on the
+            CPU with two threads or more, else one. The same batches, so the same
+            top-5 classes; probabilities equal up to float rounding, as with another
+            torch thread count.
     """
 
     batch_size: int = 32
@@ -68,6 +74,7 @@ class RunOptions:
     device: str | None = None
     progress: bool = True
     shift_device: Any = None
+    lanes: int | None = None
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or int(self.workers) < 0:
@@ -122,7 +129,8 @@ class Runner:
         self.options = options
         self.transform = transform or _ModelTransform(model, getattr(images, "protocol", None))
         self._attributes: list[dict] = []  # measured attributes not yet stored
-        self._predict_s = 0.0  # seconds this process spent in predict_topk
+        self._predict_s = 0.0  # wall seconds with a forward pass (predict_topk) running
+        self._lanes: ForwardLanes | None = None  # the forward passes of a local run
         self._notes: dict[str, str] = {}  # sample id -> why it is degenerate (evaluated)
 
     def _write_attributes(self) -> None:
@@ -218,14 +226,27 @@ class Runner:
 
     def _predict(self, dataset, tasks, skipped, progress, writer, summary, shifter) -> None:
         """Predict every task on the chosen backend and hand the rows to ``writer``."""
-        pending: list[tuple[Task, Any, list[int]]] = []
         if self.options.backend == "ray":
             if tasks:  # nothing left: no cluster to start
                 self._run_on_ray(dataset, tasks, skipped, progress, writer, summary, shifter)
-        else:
-            self._run_local(dataset, tasks, skipped, progress, writer, pending, shifter)
-        while pending:
-            self._flush(pending, self.options.batch_size, writer)
+            return
+        pending: list[tuple[Task, Any, list[int]]] = []
+        lanes = default_lanes(self.model, self.options.lanes)
+        with forward_lanes(lambda batch: self.model.predict_topk(batch, TOPK), lanes) as pool:
+            self._lanes = pool
+            try:
+                self._run_local(dataset, tasks, skipped, progress, writer, pending, shifter)
+                while pending:
+                    self._flush(pending, self.options.batch_size, writer)
+                for (probs, ids), rows in pool.ready(drain=True):
+                    writer.put(self._rows(rows, probs, ids))
+            except BaseException:
+                # Ctrl-C or an error: the batches already predicted are stored all the same.
+                for (probs, ids), rows in pool.finished():
+                    writer.put(self._rows(rows, probs, ids))
+                raise
+            finally:
+                self._predict_s += pool.busy_s
 
     def _finish(self, summary, status, failure, writer, progress, skipped, started) -> None:
         """The end of a run, whatever ended it: store the rows already predicted, close the
@@ -449,10 +470,11 @@ class Runner:
         # resumed run (which skips stored predictions) never lacks them.
         self._write_attributes()
         batch = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        t0 = time.perf_counter()
-        probs, ids = self.model.predict_topk(batch, TOPK)  # on the CPU: synchronised
-        self._predict_s += time.perf_counter() - t0
-        writer.put(self._rows(rows, probs, ids))
+        # On the CPU predict_topk returns when the batch is done (a GPU's copy back waits).
+        assert self._lanes is not None  # set by _predict for the local backend
+        self._lanes.submit(batch, rows)
+        for (probs, ids), done in self._lanes.ready():
+            writer.put(self._rows(done, probs, ids))
         return taken
 
     def _rows(self, rows: list[tuple[Task, int]], probs, ids) -> dict:

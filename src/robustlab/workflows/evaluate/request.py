@@ -189,6 +189,11 @@ class ExecutionSpec:
             CPU) or ``"cpu"`` (libjpeg always) for the protocol's JPEG round trip.
         shift_settings: The :class:`~robustlab.run.device_shifts.ShiftDevice` built while
             validating (None: the exact path).
+        lanes: Batches a model on the CPU computes at once, each on its share of torch's
+            threads (default: two when torch has two threads or more; 1: one batch at a
+            time on every thread). The same batches, so the same top-5 classes, with
+            probabilities equal up to float rounding, as with another torch thread count
+            (:mod:`robustlab.run.lanes`).
     """
 
     workers: int | None = None
@@ -201,12 +206,19 @@ class ExecutionSpec:
     )
     shift_device: str | None = None
     shift_jpeg: str = "device"
+    lanes: int | None = None
     shift_settings: Any = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self):
         from robustlab.run.executors import check_backend
 
         check_backend(self.backend, self.address)
+        n = self.lanes
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise InputError(
+                f"lanes must be a whole number of at least 1, got {n!r}",
+                hint="pass --lanes 1 for one batch at a time, or leave it out",
+            )
         w = self.workers
         if w is not None and (isinstance(w, bool) or int(w) < 0):
             raise InputError(
