@@ -39,11 +39,11 @@ def lane_threads(threads: int, lanes: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(int(lanes))]
 
 
-def default_lanes(model, asked: int | None = None) -> int:
+def default_lanes(model, asked: int | None = None, *, threads: int | None = None) -> int:
     """Lanes for ``model``: ``asked`` when given, else :data:`DEFAULT_LANES` for a torch
-    module on the CPU with at least two torch threads, not compiled (a compiled forward
-    pass is one graph per process) and 1 for everything else (a GPU runs one stream; ONNX
-    Runtime has its own thread pool)."""
+    module on the CPU with at least two torch threads (``threads``; None: this process's
+    count), not compiled (a compiled forward pass is one graph per process) and 1 for
+    everything else (a GPU runs one stream; ONNX Runtime has its own thread pool)."""
     if asked is not None:
         return max(1, int(asked))
     import torch
@@ -54,7 +54,8 @@ def default_lanes(model, asked: int | None = None) -> int:
         return 1
     if getattr(model, "_compiled", None) is not None:
         return 1
-    return DEFAULT_LANES if torch.get_num_threads() >= 2 else 1
+    n = torch.get_num_threads() if threads is None else int(threads)
+    return DEFAULT_LANES if n >= 2 else 1
 
 
 class ForwardLanes:

@@ -389,6 +389,7 @@ class Runner:
             device=self.options.device,
             times=times,
             shifter=shifter,
+            lanes=self.options.lanes,
         )
         rows: list[tuple[Task, int]] = []
         probs_parts, ids_parts = [], []

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Iterator
 
+from robustlab.run.lanes import default_lanes
 from robustlab.run.ray import actors
 from robustlab.run.ray.pipeline import (
     StageTimes,
@@ -63,6 +64,7 @@ def predict_on_ray(
     device: str | None = None,
     times: StageTimes | None = None,
     shifter=None,
+    lanes: int | None = None,
 ) -> Iterator:
     """Run a task dataset through the CPU stage and the model on a Ray cluster.
 
@@ -80,6 +82,9 @@ def predict_on_ray(
         times: Filled with each stage's worker time.
         shifter: :class:`~robustlab.run.device_shifts.DeviceShifts` for ``--shift-device``
             (the model actors apply the shifts), None for the exact path.
+        lanes: Batches a kept model actor on the CPU computes at once
+            (:mod:`robustlab.run.lanes`; None: as the local backend decides, with the
+            actor's threads). Fresh actor pools compute one batch at a time.
 
     Yields:
         ``(task index, errors, measured, probs (k, 5) or None, ids (k, 5) or None)``;
@@ -114,6 +119,7 @@ def predict_on_ray(
         # model (3-4 s), which hid more than it cost (lite0: x0.84 with it, x0.74 without).
         kept = actors.keeping() and shifter is None
         fused = kept and placement.model_gpus == 0
+        lanes = default_lanes(model, lanes, threads=placement.model_threads) if fused else 1
         with data_context(), worker_errors_as_ours():
             if fused:
                 ds = index_blocks(len(dataset), tasks_per_batch)
@@ -127,7 +133,12 @@ def predict_on_ray(
             predictor_args = _predictor_args(model, device, batch_size, topk, placement, shifter)
             if kept:
                 ds = actors.kept_model_stage(
-                    ds, placement, predictor_args, tasks_per_batch, dataset if fused else None
+                    ds,
+                    placement,
+                    predictor_args,
+                    tasks_per_batch,
+                    dataset if fused else None,
+                    lanes,
                 )
             else:
                 ds = ds.map_batches(
