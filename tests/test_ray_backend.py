@@ -149,6 +149,9 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     # The actor's model runs on the CPU (the declared GPU is not a CUDA device): it gets the
     # node's 2 CPUs as torch threads, as the local backend's model, not Ray's one.
     assert stages["model"]["threads"] == 2
+    # ... computing two batches at once, one thread each (robustlab.run.lanes), when the
+    # driver knew the model was on the CPU (the declared GPU looks like one to the driver).
+    assert stages["model"]["lanes"] == (2 if device == "cpu" else 1)
     # The one model actor's start-up (building lite0), a fixed cost of every Ray job.
     assert stages["actor start"]["items"] == 1 and stages["actor start"]["worker_s"] > 0
     assert Store(db).get_run(run_id)["status"] == "finished"
@@ -200,6 +203,9 @@ def test_kept_model_actors_serve_later_jobs_without_starting_again(
     assert "actor start" not in second.attrs["stages"]
     assert second.attrs["stages"]["model"]["items"] == len(local_rows)
     assert second.attrs["stages"]["prepare"]["items"] == N_PHOTOS
+    # On the node's 2 CPUs the kept actor computes two batches at once, one thread each.
+    assert second.attrs["stages"]["model"]["threads"] == 2
+    assert second.attrs["stages"]["model"]["lanes"] == (2 if device == "cpu" else 1)
     for db in ("a.duckdb", "b.duckdb"):
         pd.testing.assert_frame_equal(Store(tmp_path / db).predictions(), local_rows)
     with pytest.raises(ray.exceptions.RayActorError):

@@ -20,6 +20,7 @@ thread, as before.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import deque
@@ -56,6 +57,41 @@ def default_lanes(model, asked: int | None = None, *, threads: int | None = None
         return 1
     n = torch.get_num_threads() if threads is None else int(threads)
     return DEFAULT_LANES if n >= 2 else 1
+
+
+class LaneThreads:
+    """Each thread that calls :meth:`apply` computes on its own share of ``threads``
+    torch threads: for lanes whose threads another framework owns (a Ray actor with
+    ``max_concurrency``, :mod:`robustlab.run.ray.predictor`). A thread's share is fixed
+    at its first call and set again whenever something else changed it (building a
+    model sets every thread's count)."""
+
+    def __init__(self, threads: int, lanes: int):
+        self.lanes = max(1, int(lanes))
+        self._shares = (
+            itertools.cycle(lane_threads(threads, self.lanes))
+            if self.lanes > 1 and threads > 0
+            else None
+        )
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @property
+    def active(self) -> bool:
+        """Whether the threads are shared out (more than one lane, on the CPU)."""
+        return self._shares is not None
+
+    def apply(self) -> None:
+        if self._shares is None:
+            return
+        import torch
+
+        n = getattr(self._local, "threads", None)
+        if n is None:
+            with self._lock:
+                n = self._local.threads = next(self._shares)
+        if torch.get_num_threads() != n:  # setting it clears oneDNN's cache: only if needed
+            torch.set_num_threads(n)
 
 
 class ForwardLanes:

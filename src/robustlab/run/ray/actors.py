@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 from collections.abc import Iterator
 
-from robustlab.run.lanes import lane_threads
 from robustlab.run.ray.placement import Placement
 from robustlab.run.ray.predictor import Predictor, prepared
 from robustlab.run.ray.session import ray_session
@@ -53,32 +51,16 @@ class _ModelHost:
     """A model actor kept across jobs (:func:`keep_model_actors`): one :class:`Predictor`
     per distinct set of its arguments, built by the first batch that needs it and kept.
 
-    With ``lanes`` > 1 (a model on the CPU, :mod:`robustlab.run.lanes`) the actor is
-    started with Ray's ``max_concurrency=lanes`` and takes that many batches at once: one
-    thread at a time builds a predictor or prepares its tasks, as the local backend's main
-    process does, while the others' forward passes run, each on its share of ``threads``.
+    Started with Ray's ``max_concurrency`` set to the predictors' lanes (a model on the
+    CPU, :mod:`robustlab.run.lanes`), it takes that many batches at once: one thread at a
+    time builds a predictor or prepares its tasks, as the local backend's main process
+    does, while the others' forward passes run, each on its share of the threads.
     """
 
-    def __init__(self, threads: int = 0, lanes: int = 1):
+    def __init__(self):
         self.predictors: dict[str, Predictor] = {}
         self.dataset: tuple = (None, None)  # (object id, the job's task dataset)
         self._lock = threading.Lock()  # predictors, dataset and preparing: one at a time
-        self._shares = (
-            itertools.cycle(lane_threads(threads, lanes)) if lanes > 1 and threads > 0 else None
-        )
-        self._lane = threading.local()  # .threads: the count this thread computes with
-
-    def _lane_threads(self) -> None:
-        """This thread's share of the torch threads, set once per thread (setting it
-        clears torch's oneDNN cache) and again after a build in this thread set all."""
-        if self._shares is None or getattr(self._lane, "threads", None) is not None:
-            return
-        import torch
-
-        with self._lock:
-            n = next(self._shares)
-        torch.set_num_threads(n)
-        self._lane.threads = n
 
     def predict(self, key: str, args: list, batch: dict, dataset: list) -> dict:
         """``batch`` through the predictor of ``key``; ``args`` holds the object reference
@@ -92,13 +74,11 @@ class _ModelHost:
             predictor = self.predictors.get(key)
             if predictor is None:
                 predictor = self.predictors[key] = Predictor(*ray.get(args[0]))
-                self._lane.threads = None  # the build gave this thread every thread
             if dataset:
                 ref = dataset[0]
                 if self.dataset[0] != ref.hex():
                     self.dataset = (ref.hex(), ray.get(ref))
                 batch = prepared(batch, self.dataset[1], predictor.failure)
-        self._lane_threads()
         return predictor(batch)
 
 
@@ -127,7 +107,7 @@ def kept_model_stage(
     """``ds`` through the kept model actors of ``placement`` (started now if this is the
     first job that needs them), with the resources :class:`Predictor`'s pool would take;
     with ``dataset`` (a model on the CPU), ``ds`` holds task indices that the actors
-    prepare themselves, ``lanes`` batches at a time each (:class:`_ModelHost`).
+    prepare themselves; each actor takes ``lanes`` batches at a time (:class:`_ModelHost`).
 
     The stage's own tasks only wait for an actor: they take no CPU of the cluster."""
     import hashlib
@@ -147,9 +127,7 @@ def kept_model_stage(
             scheduling_strategy="SPREAD",
             max_concurrency=lanes,
         )
-        hosts = _KEPT[shape] = [
-            host.remote(placement.model_threads, lanes) for _ in range(placement.actors)
-        ]
+        hosts = _KEPT[shape] = [host.remote() for _ in range(placement.actors)]
     key = hashlib.sha256(cloudpickle.dumps(predictor_args)).hexdigest()
     # One task per lane of each actor and one more: a batch waits at the actor while the
     # others run. Without a bound, tasks that take no CPU are all started at once, each in

@@ -82,9 +82,9 @@ def predict_on_ray(
         times: Filled with each stage's worker time.
         shifter: :class:`~robustlab.run.device_shifts.DeviceShifts` for ``--shift-device``
             (the model actors apply the shifts), None for the exact path.
-        lanes: Batches a kept model actor on the CPU computes at once
+        lanes: Batches a model actor on the CPU computes at once
             (:mod:`robustlab.run.lanes`; None: as the local backend decides, with the
-            actor's threads). Fresh actor pools compute one batch at a time.
+            actor's threads).
 
     Yields:
         ``(task index, errors, measured, probs (k, 5) or None, ids (k, 5) or None)``;
@@ -119,7 +119,9 @@ def predict_on_ray(
         # model (3-4 s), which hid more than it cost (lite0: x0.84 with it, x0.74 without).
         kept = actors.keeping() and shifter is None
         fused = kept and placement.model_gpus == 0
-        lanes = default_lanes(model, lanes, threads=placement.model_threads) if fused else 1
+        # A model on the CPU computes two batches at once, as locally (robustlab.run.lanes).
+        on_cpu = placement.model_gpus == 0 and shifter is None
+        lanes = default_lanes(model, lanes, threads=placement.model_threads) if on_cpu else 1
         with data_context(), worker_errors_as_ours():
             if fused:
                 ds = index_blocks(len(dataset), tasks_per_batch)
@@ -130,7 +132,9 @@ def predict_on_ray(
                     functools.partial(_prepare_cells, dataset=dataset),
                     size,
                 )
-            predictor_args = _predictor_args(model, device, batch_size, topk, placement, shifter)
+            predictor_args = _predictor_args(
+                model, device, batch_size, topk, placement, shifter, lanes
+            )
             if kept:
                 ds = actors.kept_model_stage(
                     ds,
@@ -145,7 +149,11 @@ def predict_on_ray(
                     Predictor,
                     batch_size=tasks_per_batch,
                     fn_constructor_args=predictor_args,
-                    compute=ray.data.ActorPoolStrategy(size=placement.actors),
+                    compute=ray.data.ActorPoolStrategy(
+                        size=placement.actors,
+                        max_concurrent_calls_per_actor=lanes,
+                        enable_true_multi_threading=lanes > 1,
+                    ),
                     num_gpus=placement.model_gpus,
                     num_cpus=placement.model_cpus,
                 )
@@ -154,7 +162,9 @@ def predict_on_ray(
     times.wall = time.perf_counter() - started
 
 
-def _predictor_args(model, device, batch_size: int, topk: int, placement, shifter) -> tuple:
+def _predictor_args(
+    model, device, batch_size: int, topk: int, placement, shifter, lanes: int = 1
+) -> tuple:
     """The arguments each model actor (:class:`~robustlab.run.ray.predictor.Predictor`)
     is built from: what rebuilds the driver's model where the actor runs, not the model."""
     settings = None if shifter is None else shifter.settings
@@ -171,6 +181,7 @@ def _predictor_args(model, device, batch_size: int, topk: int, placement, shifte
         getattr(model, "inference", None),
         shifter,
         None if settings is None else settings.describe(),
+        int(lanes),
     )
 
 
@@ -190,6 +201,7 @@ def _items(batch: dict, times: StageTimes, *, shifted: bool) -> Iterator:
             int(batch["n_images"][j]),
             batch["model_s"][j],
             int(batch["threads"][j]),
+            int(batch["lanes"][j]),
         )
         if batch["start_s"][j] > 0:  # after the stages: the line leads with them
             times.add("actor start", 1, batch["start_s"][j])

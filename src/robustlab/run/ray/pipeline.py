@@ -85,22 +85,33 @@ def worker_errors_as_ours():
 @dataclass
 class StageTimes:
     """Worker time per pipeline stage, for the throughput summary (and the torch threads
-    of a model stage's actors, which decide its speed on a CPU)."""
+    of a model stage's actors, which decide its speed on a CPU, with the lanes they are
+    shared among, :mod:`robustlab.run.lanes`: a lane's time counts as a worker's)."""
 
     items: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     threads: dict[str, int] = field(default_factory=dict)
+    lanes: dict[str, int] = field(default_factory=dict)
     wall: float = 0.0
 
-    def add(self, stage: str, n: int, seconds: float, threads: int | None = None) -> None:
+    def add(
+        self,
+        stage: str,
+        n: int,
+        seconds: float,
+        threads: int | None = None,
+        lanes: int | None = None,
+    ) -> None:
         self.items[stage] = self.items.get(stage, 0) + int(n)
         self.seconds[stage] = self.seconds.get(stage, 0.0) + float(seconds)
         if threads is not None:
             self.threads[stage] = int(threads)
+        if lanes is not None:
+            self.lanes[stage] = int(lanes)
 
     def summary(self) -> dict[str, Any]:
-        """``{stage: {items, worker_s, items_per_worker_s[, threads]}, wall_s}`` (rates per
-        second)."""
+        """``{stage: {items, worker_s, items_per_worker_s[, threads, lanes]}, wall_s}``
+        (rates per second)."""
         out: dict[str, Any] = {}
         for stage, n in self.items.items():
             s = self.seconds.get(stage, 0.0)
@@ -111,6 +122,8 @@ class StageTimes:
             }
             if stage in self.threads:
                 out[stage]["threads"] = self.threads[stage]
+            if stage in self.lanes:
+                out[stage]["lanes"] = self.lanes[stage]
         out["wall_s"] = round(self.wall, 3)
         return out
 
@@ -126,7 +139,9 @@ def stages_line(summary: dict) -> str:
         if stage == "actor start"
         else f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
         + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
-        + (f" [{d['threads']} torch threads]" if d.get("threads") else "")
+        + (f" [{d['threads']} torch threads" if d.get("threads") else "")
+        + (f" in {d['lanes']} lanes" if d.get("threads") and d.get("lanes", 1) > 1 else "")
+        + ("]" if d.get("threads") else "")
         for stage, d in summary.items()
         if isinstance(d, dict)
     ]

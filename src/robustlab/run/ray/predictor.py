@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from robustlab.errors import EnvironmentProblem, InputError, RobustlabError
+from robustlab.run.lanes import LaneThreads
 from robustlab.run.ray.pipeline import StartReport, model_threads, objects
 
 
@@ -40,6 +41,7 @@ class Predictor:
         inference=None,
         shifter=None,
         shift_path: dict | None = None,
+        lanes: int = 1,
     ):
         started = time.perf_counter()
         from robustlab.defences import defend
@@ -69,7 +71,10 @@ class Predictor:
             self.shifter = shifter
             # CPU shifts are tensor work on this actor's CPUs, as a CPU model's forward pass.
             on_cpu = shifter is not None and shifter.settings.type == "cpu"
-            model_threads(threads, "cpu" if on_cpu else self.model.input_device())
+            computes_on = "cpu" if on_cpu else self.model.input_device()
+            model_threads(threads, computes_on)
+            # Batches side by side (Ray's max_concurrency), each on its share of the threads.
+            self.lanes = LaneThreads(threads if computes_on.startswith("cpu") else 0, lanes)
             self.batch_size = int(batch_size)
             self.topk = int(topk)
         except RobustlabError as exc:
@@ -121,7 +126,10 @@ class Predictor:
         import torch
 
         n_tasks = len(batch["index"])
+        lanes = 1
         if self.failure is None:
+            self.lanes.apply()
+            lanes = self.lanes.lanes if self.lanes.active else 1
             t0 = time.perf_counter()
             pixels, errors = self._shift(batch)
             shift_s = time.perf_counter() - t0
@@ -155,7 +163,9 @@ class Predictor:
             "probs": objects(row_probs),
             "ids": objects(row_ids),
             "n_images": n_images,
-            "threads": np.full(n_tasks, torch.get_num_threads()),
+            # The actor's threads: each lane's, times the lanes (robustlab.run.lanes).
+            "threads": np.full(n_tasks, torch.get_num_threads() * lanes),
+            "lanes": np.full(n_tasks, lanes),
             "start_s": self.start.column(n_tasks),
             "model_s": share * seconds,
             "shift_s": share * shift_s,
