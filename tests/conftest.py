@@ -253,3 +253,17 @@ def two_torch_threads():
     torch.set_num_threads(2)
     yield
     torch.set_num_threads(threads)
+
+
+class StopAfter:
+    """A transform that behaves like Ctrl-C arriving while image ``n`` is prepared (a
+    runner's interrupt tests)."""
+
+    def __init__(self, inner, n: int):
+        self.inner, self.n, self.calls = inner, n, 0
+
+    def __call__(self, img):
+        self.calls += 1
+        if self.calls > self.n:
+            raise KeyboardInterrupt
+        return self.inner(img)

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import StopAfter
 from robustlab.models import load_model
 from robustlab.run.lanes import default_lanes, forward_lanes, lane_threads
 from robustlab.run.runner import RunOptions, Runner, _ModelTransform
@@ -196,19 +197,6 @@ def test_evaluate_stores_the_same_rows_with_one_and_two_lanes(
     )
 
 
-class _StopAfter:
-    """A transform that behaves like Ctrl-C arriving while image ``n`` is prepared."""
-
-    def __init__(self, inner, n: int):
-        self.inner, self.n, self.calls = inner, n, 0
-
-    def __call__(self, img):
-        self.calls += 1
-        if self.calls > self.n:
-            raise KeyboardInterrupt
-        return self.inner(img)
-
-
 def test_ctrl_c_stores_the_batches_the_lanes_had_started(
     samples_dir, tmp_path, lite0, two_torch_threads
 ):
@@ -232,10 +220,25 @@ def test_ctrl_c_stores_the_batches_the_lanes_had_started(
         )
 
     with pytest.raises(KeyboardInterrupt):
-        runner(_StopAfter(_ModelTransform(lite0), 5)).run()
+        runner(StopAfter(_ModelTransform(lite0), 5)).run()
     # Images 1-4 made two batches, both started before the interrupt: both are stored.
     with store.connect(read_only=True) as con:
         assert con.execute("SELECT count(*) FROM predictions").fetchone()[0] == 4
     summary = runner().run()
     assert summary.n_written == 2 and summary.n_already_done == 4
     assert 0 < summary.throughput["predict_s"] <= summary.throughput["wall_s"]
+
+
+def test_the_ray_stages_line_names_the_lanes():
+    from robustlab.run.ray.pipeline import StageTimes
+
+    times = StageTimes()
+    times.add("prepare", 4, 1.0)
+    times.add("model", 8, 2.0, threads=2, lanes=2)
+    line = times.line()
+    assert "model 8 in 2.0 worker-s (4.0/s per worker) [2 torch threads in 2 lanes]" in line
+    assert times.summary()["model"]["lanes"] == 2
+    one = StageTimes()
+    one.add("model", 8, 2.0, threads=2, lanes=1)
+    assert "[2 torch threads]" in one.line()
+    assert "torch threads" not in line.split(";")[0]  # none for the prepare stage

@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import StopAfter
 from robustlab.data.sources import discover
 from robustlab.models import load_model
 from robustlab.run.bookkeeping import plan_tasks
@@ -142,19 +143,6 @@ def test_writer_error_reaches_the_caller(tmp_path):
     assert "length" in str(info.value).lower() or "size" in str(info.value).lower()
 
 
-class _StopAfter:
-    """A transform that behaves like Ctrl-C arriving while image ``n`` is prepared."""
-
-    def __init__(self, inner, n: int):
-        self.inner, self.n, self.calls = inner, n, 0
-
-    def __call__(self, img):
-        self.calls += 1
-        if self.calls > self.n:
-            raise KeyboardInterrupt
-        return self.inner(img)
-
-
 def test_interrupt_keeps_every_predicted_row(tmp_path, photos, lite0):
     store = Store(tmp_path / "i.duckdb")
     record = RunRecord(run_id="i", model_spec=lite0.spec)
@@ -168,7 +156,7 @@ def test_interrupt_keeps_every_predicted_row(tmp_path, photos, lite0):
         store,
         record,
         RunOptions(batch_size=2, workers=0, progress=False),
-        transform=_StopAfter(_ModelTransform(lite0), 5),
+        transform=StopAfter(_ModelTransform(lite0), 5),
     )
     with pytest.raises(KeyboardInterrupt):
         runner.run()

@@ -67,19 +67,13 @@ class LaneThreads:
     model sets every thread's count)."""
 
     def __init__(self, threads: int, lanes: int):
-        self.lanes = max(1, int(lanes))
+        # One lane where there is nothing to share (a GPU model: no threads given).
+        self.lanes = max(1, int(lanes)) if threads > 0 else 1
         self._shares = (
-            itertools.cycle(lane_threads(threads, self.lanes))
-            if self.lanes > 1 and threads > 0
-            else None
+            itertools.cycle(lane_threads(threads, self.lanes)) if self.lanes > 1 else None
         )
         self._lock = threading.Lock()
         self._local = threading.local()
-
-    @property
-    def active(self) -> bool:
-        """Whether the threads are shared out (more than one lane, on the CPU)."""
-        return self._shares is not None
 
     def apply(self) -> None:
         if self._shares is None:

@@ -139,9 +139,7 @@ def stages_line(summary: dict) -> str:
         if stage == "actor start"
         else f"{stage} {d['items']} in {d['worker_s']:.1f} worker-s"
         + (f" ({d['items_per_worker_s']:.1f}/s per worker)" if d["items_per_worker_s"] else "")
-        + (f" [{d['threads']} torch threads" if d.get("threads") else "")
-        + (f" in {d['lanes']} lanes" if d.get("threads") and d.get("lanes", 1) > 1 else "")
-        + ("]" if d.get("threads") else "")
+        + _threads_note(d)
         for stage, d in summary.items()
         if isinstance(d, dict)
     ]
@@ -231,3 +229,12 @@ class StartReport:
         if n and not self.sent:
             out[0], self.sent = self.seconds, True
         return out
+
+
+def _threads_note(stage: dict) -> str:
+    """`` [2 torch threads]`` of a model stage on the CPU (``in 2 lanes`` when its actors
+    compute batches side by side); nothing for other stages."""
+    if not stage.get("threads"):
+        return ""
+    lanes = stage.get("lanes", 1)
+    return f" [{stage['threads']} torch threads" + (f" in {lanes} lanes]" if lanes > 1 else "]")

@@ -129,7 +129,7 @@ class Predictor:
         lanes = 1
         if self.failure is None:
             self.lanes.apply()
-            lanes = self.lanes.lanes if self.lanes.active else 1
+            lanes = self.lanes.lanes
             t0 = time.perf_counter()
             pixels, errors = self._shift(batch)
             shift_s = time.perf_counter() - t0
