@@ -226,7 +226,13 @@ def peak_tree_memory(cmd: list[str], interval: float = 0.2) -> tuple[int, int, f
     return peak[0], peak[1], time.perf_counter() - t0, proc.returncode
 
 
-def memory(sizes: list[int], workers: int | None, batch_size: int, shift: str | None) -> None:
+def memory(
+    sizes: list[int],
+    workers: int | None,
+    batch_size: int,
+    shift: str | None,
+    lanes: int | None = None,
+) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rl-bench-mem-"))
     peaks = []
     for n in sizes:
@@ -242,6 +248,7 @@ def memory(sizes: list[int], workers: int | None, batch_size: int, shift: str | 
             "--db",
             str(tmp / f"m{n}.duckdb"),
             *(["--workers", str(workers)] if workers is not None else []),
+            *(["--lanes", str(lanes)] if lanes is not None else []),
             "--batch-size",
             str(batch_size),
             "--no-progress",
@@ -292,7 +299,7 @@ def main() -> None:
     if args.part in ("speed", "all"):
         speed(args.photos, args.batch_size, args.workers, args.level, args.repeats, args.lanes)
     if args.part in ("memory", "all"):
-        memory(args.sizes, args.workers, args.batch_size, args.memory_shift)
+        memory(args.sizes, args.workers, args.batch_size, args.memory_shift, args.lanes)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from robustlab.errors import EnvironmentProblem, InputError, RobustlabError
-from robustlab.run.lanes import LaneThreads
+from robustlab.run.lanes import LaneThreads, release_free_memory
 from robustlab.run.ray.pipeline import StartReport, model_threads, objects
 
 
@@ -143,6 +143,8 @@ class Predictor:
         if arrays:
             probs_all, ids_all = self._predict_sizes(arrays)
         seconds = time.perf_counter() - t0
+        if lanes > 1:  # each lane thread has a malloc arena of its own
+            release_free_memory()
         n_images = np.asarray(
             [
                 0 if p is None else sum(len(a) for a in p) if isinstance(p, list) else len(p)
