@@ -135,7 +135,7 @@ def test_lanes_give_the_same_logits_bit_for_bit(samples_dir, lite0, two_torch_th
     """Batches of 32 on one thread each: the logits of the same batches on two threads.
     (Measured on this project's machine: equal from 16 images a batch; below that,
     oneDNN splits a convolution differently by thread count, see the next test.)"""
-    batches = list(torch.split(_real_images(samples_dir, lite0, 96), 32))
+    batches = list(torch.split(_real_images(samples_dir, lite0, 64), 32))
     one_at_a_time = [lite0.predict(b) for b in batches]
     with forward_lanes(lite0.predict, 2) as pool:
         for b in batches:
