@@ -141,16 +141,10 @@ class ForwardLanes:
         self._busy_until = 0.0
         self._pool: ThreadPoolExecutor | None = None
         if self.lanes > 1:
-            counts = iter(lane_threads(self._threads, self.lanes))
-            lock = threading.Lock()
-
-            def start() -> None:
-                with lock:
-                    n = next(counts)
-                torch.set_num_threads(n)
-
+            # Each lane thread takes its share of the threads when it starts.
+            shares = LaneThreads(self._threads, self.lanes)
             self._pool = ThreadPoolExecutor(
-                self.lanes, thread_name_prefix="robustlab-lane", initializer=start
+                self.lanes, thread_name_prefix="robustlab-lane", initializer=shares.apply
             )
 
     def _timed(self, batch) -> tuple[Any, float, float]:
