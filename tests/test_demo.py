@@ -23,6 +23,10 @@ from robustlab.demo import DB_NAME, REPORT_NAME, demo_photos, materialise, plan_
 from robustlab.masks import load_mask
 from robustlab.store import CLEAN_SHIFT, Store
 
+# One xdist worker runs this module: its module-scoped `fast_demo` costs seconds, and
+# each worker that ran some of its tests would build it again.
+pytestmark = pytest.mark.xdist_group("demo")
+
 # Two photos whose objects leave background around them after the 224 px centre crop, so
 # every scenario (including the background swaps) has something to work with.
 FAST_PHOTOS = ["rocket/rocket.jpg", "motorcycle/motorcycle_left.png"]

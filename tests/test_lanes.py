@@ -148,7 +148,7 @@ def test_lanes_give_the_same_logits_bit_for_bit(samples_dir, lite0, two_torch_th
 def test_small_batches_differ_only_in_rounding(samples_dir, lite0, two_torch_threads):
     """Batches of 4: torch's thread count changes the last bits of the logits, as any
     change of ``torch.set_num_threads`` does; the top-5 classes stay the same."""
-    batches = list(torch.split(_real_images(samples_dir, lite0, 24), 4))
+    batches = list(torch.split(_real_images(samples_dir, lite0, 16), 4))
     with forward_lanes(lite0.predict, 2) as pool:
         for b in batches:
             pool.submit(b)

@@ -21,6 +21,10 @@ from robustlab.workflows.imagenet_d.mine.analysis import leave_one_out, surrogat
 from robustlab.store import Store
 from robustlab.store.mining import mined_images, mining_runs
 
+# One xdist worker runs this module: its module-scoped `pool` costs seconds, and
+# each worker that ran some of its tests would build it again.
+pytestmark = pytest.mark.xdist_group("mine")
+
 SURROGATES = ("lite0", "lite1", "lite2")
 
 

@@ -114,7 +114,14 @@ def test_generate_on_ray_writes_the_local_bytes_and_resumes_across_backends(
     assert _files(out) == local_files
 
 
-@pytest.mark.parametrize("device", [None, "cpu"], ids=["gpu-placement", "cpu-placement"])
+# The default run keeps one placement of each of the two Ray evaluate tests (10-15 s each):
+# here the declared GPU's (a CPU stage beside the model actor), in the kept-actor test the
+# CPU's (the actor prepares its own tasks, in two lanes). The other two are `slow`.
+@pytest.mark.parametrize(
+    "device",
+    [None, pytest.param("cpu", marks=pytest.mark.slow)],
+    ids=["gpu-placement", "cpu-placement"],
+)
 def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     ray_cluster, photos, local_run, tmp_path, device
 ):
@@ -172,7 +179,11 @@ def test_mine_on_ray_keeps_what_mine_keeps_locally(ray_cluster, photos, tmp_path
     )
 
 
-@pytest.mark.parametrize("device", [None, "cpu"], ids=["gpu-placement", "cpu-placement"])
+@pytest.mark.parametrize(
+    "device",
+    [pytest.param(None, marks=pytest.mark.slow), "cpu"],
+    ids=["gpu-placement", "cpu-placement"],
+)
 def test_kept_model_actors_serve_later_jobs_without_starting_again(
     ray_cluster, photos, lite0, local_run, tmp_path, device
 ):

@@ -25,6 +25,10 @@ from robustlab.cli import main as cli
 from robustlab.workflows.report import build_report
 from robustlab.store import Store
 
+# One xdist worker runs this module: its module-scoped `world` costs seconds, and
+# each worker that ran some of its tests would build it again.
+pytestmark = pytest.mark.xdist_group("report")
+
 N_PHOTOS = 4
 LEVELS = [1, 3]
 CORRUPTIONS = ["gaussian_noise", "brightness", "contrast"]

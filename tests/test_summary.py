@@ -22,6 +22,10 @@ from robustlab.cli import main as cli
 from robustlab.demo import DEMO_LABEL_SPACE, materialise
 from robustlab.store import Store
 
+# One xdist worker runs this module: its module-scoped `world` costs seconds, and
+# each worker that ran some of its tests would build it again.
+pytestmark = pytest.mark.xdist_group("summary")
+
 PHOTOS = ["rocket/rocket.jpg", "motorcycle/motorcycle_left.png", "cat/chelsea.png"]
 CORRUPTIONS = ["gaussian_noise", "contrast"]
 LEVELS = [1, 3]
