@@ -95,6 +95,7 @@ def train_one(args, arch: str, width: int) -> None:
             config,
             db=out / f"sv-{arch}.duckdb",
             out=out / "checkpoints",
+            device=args.device,
             progress=lambda e, loss, name=f"{arch} {split.label}", t0=t0: print(
                 f"{name} epoch {e}: loss {loss:.4f} ({time.perf_counter() - t0:.0f} s, "
                 f"load {open('/proc/loadavg').read().split()[0]})",
@@ -179,6 +180,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--protocols", default="style=symbola")
     ap.add_argument("--jobs", type=int, default=2, help="architectures trained at once")
+    ap.add_argument(
+        "--device", default=None, help="where networks train (default: cuda when available)"
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     archs = [(a, int(w)) for a, w in (x.split(":") for x in args.archs.split(","))]

@@ -276,10 +276,48 @@ def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys
     assert err == [
         ("robustlab holdout: error: no image has style='microsoft'; choose from blue, outline, red")
     ]
-    assert main([*args, "--holdout", "style=outline"]) == 0
+    assert main([*args, "--holdout", "style=outline", "--device", "gpu0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "robustlab holdout: error: unknown device 'gpu0'" and len(err) == 2
+    assert err[1].strip().startswith("hint: use one of: cpu")
+    assert not Store(db).exists() or Store(db).runs().empty
+    assert main([*args, "--holdout", "style=outline", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "held out style=outline: trained on" in out and "held-out top-1" in out
     assert len(Store(db).runs()) == 1
+
+
+def test_holdout_on_cuda_without_a_gpu_is_one_line(shapes_folder, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    args = ["holdout", "--data", str(shapes_folder), "--db", str(tmp_path / "g.duckdb")]
+    args += ["--out", str(tmp_path / "ck"), "--holdout", "style=outline", "--device", "cuda"]
+    assert main([*args, "--epochs", "1", "--width", "4"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == (
+        "robustlab holdout: error: device 'cuda' requested but this machine has no usable CUDA GPU"
+    )
+    assert not any(tmp_path.rglob("*.pth"))  # refused before any training
+
+
+def test_a_gpu_trains_on_the_cpus_batches_and_draws(shapes_folder):
+    """On a GPU the same seeded batches, shifts, flips and Shake-Shake coefficients (all
+    drawn on the CPU): the losses follow the CPU's up to floating-point order."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    ds = ho.read_folder(shapes_folder)
+    rows = list(range(len(ds.meta)))
+    images, labels = ds.load(rows, 32), ds.meta["class"].map(ds.classes.index).to_numpy()
+    cfg = ho.HoldoutConfig(arch="shake-resnext", width=4, epochs=2, batch_size=16)
+    _, cpu = ho.train_network(images, labels, len(ds.classes), cfg, device="cpu")
+    net, gpu = ho.train_network(images, labels, len(ds.classes), cfg, device="cuda")
+    assert next(net.parameters()).is_cuda
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-3)
+    assert ho.predict(net, images).shape == (len(rows), len(ds.classes))
 
 
 def test_cli_holdout_shake_resnext_runs_and_records_its_network(shapes_folder, tmp_path, capsys):
@@ -402,6 +440,7 @@ def test_the_stored_record_is_the_one_holdout_runs_always_had(shapes_folder, tmp
     resolved), the split's seed, the training config with its timings and losses."""
     from dataclasses import asdict
 
+    from robustlab.models.devices import auto_device
     from robustlab.models.weights import weights_hash
     from robustlab.run.identity import run_id, versions
 
@@ -424,7 +463,8 @@ def test_the_stored_record_is_the_one_holdout_runs_always_had(shapes_folder, tmp
     run["config"].pop("process")
     train = run["config"]["train"]
     timing = ("train_seconds", "train_cpu_seconds", "loadavg", "parameters", "losses")
-    assert sorted(train) == sorted([*asdict(cfg), *timing, "checkpoint"])
+    assert sorted(train) == sorted([*asdict(cfg), *timing, "device", "checkpoint"])
+    assert train["device"] == auto_device(None)  # where it trained: recorded, not identity
     assert {k: train[k] for k in asdict(cfg)} == asdict(cfg)
     assert train["checkpoint"] == str(res.checkpoint) and train["losses"] == res.losses
     assert res.checkpoint.name == f"holdout-small-cnn-{res.run_id}.pth"

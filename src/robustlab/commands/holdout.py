@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_no_progress, CommaList, add_db, add_seed
+from robustlab.commands._args import add_no_progress, CommaList, add_db, add_device, add_seed
 
 
 def _subtypes(text: str):
@@ -81,6 +81,7 @@ def add_parser(sub) -> None:
         "(ignored when the data has its own train/test split)",
     )
     add_seed(p)
+    add_device(p)
     p.add_argument("--out", default="checkpoints", help="checkpoint folder")
     add_db(p)
     p.add_argument(
@@ -136,6 +137,7 @@ def run(args) -> int:
         db=args.db,
         out=args.out,
         progress=None if args.no_progress else progress,
+        device=args.device,
     )
     state = "reused stored run" if res.reused else f"checkpoint {res.checkpoint}"
     print(

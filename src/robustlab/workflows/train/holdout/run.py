@@ -63,14 +63,20 @@ def run_holdout(
     db="robustlab.duckdb",
     out="checkpoints",
     progress: Callable[[int, float], None] | None = None,
+    device: str | None = None,
 ) -> HoldoutResult:
     """Train on ``split.train``, test on ``split.seen`` and ``split.held``, store the run.
 
     A run with the same identity (data, split, config) already finished is reused.
+    ``device`` (default: ``cuda`` when available, else ``cpu``) is where the network trains
+    and predicts; like ``train``'s, it is recorded with the run but not part of its
+    identity (the same batches and draws on every device, see :func:`train_network`).
     """
+    from robustlab.models.devices import auto_device
     from robustlab.run.identity import run_id as hash_id
     from robustlab.store import CLEAN_LEVEL, CLEAN_SHIFT, Store
 
+    device = auto_device(device)
     identity = run_identity(data, split, config)
     rid = hash_id(identity)
     store = Store(db)
@@ -80,14 +86,15 @@ def run_holdout(
             return _result_from_store(store, rid, split)
     labels = _labels(data)
     log.info(
-        "%s: training %s on %d images, testing on %d seen and %d held-out images",
+        "%s: training %s on %s on %d images, testing on %d seen and %d held-out images",
         split.label,
         config.arch,
+        device,
         len(split.train),
         len(split.seen),
         len(split.held),
     )
-    net, losses, timing = _train_timed(data, labels, split, config, progress)
+    net, losses, timing = _train_timed(data, labels, split, config, progress, device)
     ckpt = _save_checkpoint(net, Path(out) / f"holdout-{config.arch.replace(':', '_')}-{rid}.pth")
     train = {**timing, "losses": losses, "checkpoint": str(ckpt)}
     store.start_run(_record(identity, data, split, config, ckpt, train))
@@ -135,15 +142,22 @@ def _labels(data: LabelledSet) -> np.ndarray:
     return data.meta["class"].map(index).to_numpy()
 
 
-def _train_timed(data, labels, split, config, progress):
-    """The trained network, its losses, and how long it took (recorded with the run)."""
+def _train_timed(data, labels, split, config, progress, device):
+    """The trained network, its losses, and where and how long it trained (recorded with
+    the run)."""
     rows = list(split.train)
     started, cpu_started = time.perf_counter(), time.process_time()
     load_before = _loadavg()
     net, losses = train_network(
-        data.load(rows, config.image_size), labels[rows], len(data.classes), config, progress
+        data.load(rows, config.image_size),
+        labels[rows],
+        len(data.classes),
+        config,
+        progress,
+        device=device,
     )
     timing = {
+        "device": device,
         "train_seconds": round(time.perf_counter() - started, 1),
         "train_cpu_seconds": round(time.process_time() - cpu_started, 1),
         "loadavg": [load_before, _loadavg()],

@@ -117,13 +117,21 @@ def train_network(
     n_classes: int,
     config: HoldoutConfig,
     progress: Callable[[int, float], None] | None = None,
+    device: str = "cpu",
 ):
-    """Train from scratch; returns (network in eval mode, mean loss per epoch)."""
+    """Train from scratch on ``device``; returns (network in eval mode, on ``device``, mean
+    loss per epoch).
+
+    Every random draw (initialisation, batch order, shifts and flips, Shake-Shake's
+    coefficients) comes from CPU generators seeded by ``config.seed``, and batches are
+    augmented on the CPU before they move: a GPU trains on the same batches with the same
+    draws, and its weights differ from the CPU's by floating-point order only.
+    """
     import torch
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.seed))
-        net = build_network(config, n_classes)
+        net = build_network(config, n_classes).to(device)
         gen = torch.Generator().manual_seed(int(config.seed))
         x_all, y_all = _to_tensor(images), torch.as_tensor(labels, dtype=torch.long)
         steps = config.epochs * math.ceil(len(x_all) / config.batch_size)
@@ -141,7 +149,8 @@ def train_network(
                 x = x_all[idx]
                 if config.augment:
                     x = _augment(x, gen)
-                loss = torch.nn.functional.cross_entropy(net(x), y_all[idx])
+                x, y = x.to(device, non_blocking=True), y_all[idx].to(device, non_blocking=True)
+                loss = torch.nn.functional.cross_entropy(net(x), y)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -155,11 +164,13 @@ def train_network(
 
 
 def predict(net, images: np.ndarray, batch: int = 256) -> np.ndarray:
-    """Softmax probabilities, N x classes."""
+    """Softmax probabilities, N x classes, computed on the network's device."""
     import torch
 
+    device = next(net.parameters()).device
     out = []
     with torch.no_grad():
         for k in range(0, len(images), batch):
-            out.append(torch.softmax(net(_to_tensor(images[k : k + batch])), 1).numpy())
+            logits = net(_to_tensor(images[k : k + batch]).to(device))
+            out.append(torch.softmax(logits, 1).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
