@@ -216,6 +216,31 @@ def test_folder_reader_refuses_missing_files_and_columns(tmp_path):
         ho.read_folder(tmp_path)
 
 
+def test_folder_reader_never_reads_outside_its_folder(shapes_folder, tmp_path):
+    """A metadata row may not name a file outside the data folder: an absolute path, one
+    that climbs out with '..', a link that leaves the folder, or a folder. A link that stays
+    inside is read."""
+    import shutil
+
+    root = tmp_path / "data"
+    shutil.copytree(shapes_folder, root)
+    secret = tmp_path / "secret.png"
+    shutil.copy(root / ho.read_folder(root).meta["id"][0], secret)
+    (root / "out.png").symlink_to(secret)
+    (root / "in.png").symlink_to(root / ho.read_folder(root).meta["id"][0])
+    (root / "adir").mkdir()
+    rows = (root / "metadata.csv").read_text().splitlines()
+    for bad in (str(secret), "../secret.png", "out.png", "adir"):
+        (root / "bad.csv").write_text("\n".join([*rows, f"{bad},circle,,,"]) + "\n")
+        with pytest.raises(InputError, match="1 file\\(s\\) .* not regular files inside") as e:
+            ho.read_folder(root, metadata=root / "bad.csv")
+        assert repr(bad) in str(e.value) and "'..'" in e.value.hint
+    (root / "ok.csv").write_text("\n".join([*rows, "in.png,circle,,,"]) + "\n")
+    ds = ho.read_folder(root, metadata=root / "ok.csv")
+    (k,) = np.flatnonzero(ds.meta["id"] == "in.png")
+    assert ds.load([k], 32).shape == (1, 32, 32, 3)
+
+
 def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
     ds = ho.read_folder(shapes_folder)
     sp = ho.split_versions(ds.meta, seed=0)

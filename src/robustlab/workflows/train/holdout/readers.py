@@ -115,14 +115,36 @@ def read_folder(root: str | Path, metadata: str | Path | None = None) -> Labelle
         raise InputError(
             f"{path}: file {meta['file'][meta['file'].duplicated()].iloc[0]!r} is listed twice"
         )
-    absent = [f for f in meta["file"] if not (root / f).is_file()]
-    if absent:
-        raise InputError(f"{len(absent)} file(s) of {path} are not in {root}, e.g. {absent[0]!r}")
+    _check_files(root, path, meta["file"])
     meta = meta.rename(columns={"file": "id"})
     keep = ["id", *[c for c in META_COLUMNS if c in meta.columns]]
     meta = meta[keep].sort_values("id", kind="stable").reset_index(drop=True)
 
     return LabelledSet("folder", root, meta, lambda ids, size: _read_files(root, ids, size))
+
+
+def _check_files(root: Path, csv: Path, files: Sequence[str]) -> None:
+    """Every row's file exists and is a regular file inside ``root`` (robustlab.paths' link
+    rule: no absolute path, no ``..``, no link out of the folder), else one line naming
+    how many rows fail and one of them. Refused rather than skipped: a training set that
+    silently lost rows would be another protocol."""
+    import os
+
+    from robustlab.paths import file_inside
+
+    absent, elsewhere = [], []
+    for f in files:
+        if file_inside(root, f) is not None:
+            continue
+        (elsewhere if os.path.lexists(root / f) else absent).append(f)
+    if absent:
+        raise InputError(f"{len(absent)} file(s) of {csv} are not in {root}, e.g. {absent[0]!r}")
+    if elsewhere:
+        raise InputError(
+            f"{len(elsewhere)} file(s) of {csv} are not regular files inside {root}, "
+            f"e.g. {elsewhere[0]!r}",
+            hint="name files relative to the folder, without '..'; links may point only inside it",
+        )
 
 
 def _read_files(root: Path, ids: Sequence[str], size: int) -> np.ndarray:
