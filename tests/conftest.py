@@ -255,6 +255,17 @@ def two_torch_threads():
     torch.set_num_threads(threads)
 
 
+class RunsACommand:
+    """What a doctored pickle would hold: unpickling it with plain pickle calls os.system
+    (``touch MARKER``). A reader that refuses it leaves no marker."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
 class StopAfter:
     """A transform that behaves like Ctrl-C arriving while image ``n`` is prepared (a
     runner's interrupt tests)."""

@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import RunsACommand
 from PIL import Image, ImageDraw
 
 from robustlab.cli import main
@@ -152,6 +153,7 @@ def _fake_cifar100(root):
                     b"data": data,
                 },
                 fh,
+                protocol=2,  # as the release's (Python 2) pickles
             )
     with open(d / "meta", "wb") as fh:
         pickle.dump(
@@ -160,6 +162,7 @@ def _fake_cifar100(root):
                 b"coarse_label_names": [c.encode() for c in coarse],
             },
             fh,
+            protocol=2,
         )
     return data
 
@@ -179,6 +182,12 @@ def test_cifar100_reader_superclasses_and_subtype_protocol(tmp_path):
     assert set(held["split"]) == {"test"} and set(train["split"]) == {"train"}
     assert held.groupby("class")["subtype"].nunique().eq(1).all()
     assert set(m.iloc[list(sp.seen)]["split"]) == {"test"}
+    marker = tmp_path / "ran"
+    with open(tmp_path / "cifar-100-python" / "meta", "wb") as fh:
+        pickle.dump({b"fine_label_names": RunsACommand(marker)}, fh, protocol=2)
+    with pytest.raises(InputError, match="meta is refused: it asks for"):
+        ho.read_set(tmp_path)
+    assert not marker.exists()
 
 
 def test_icons50_reader(tmp_path):
@@ -205,6 +214,12 @@ def test_icons50_reader(tmp_path):
     np.save(tmp_path / "x" / "Icons-50.npy", np.arange(3))
     with pytest.raises(InputError, match="not ICONS-50"):
         ho.read_icons50(tmp_path / "x")
+    # A doctored file is refused before its code runs (robustlab.data.pickles).
+    marker = tmp_path / "ran"
+    np.save(tmp_path / "x" / "Icons-50.npy", {"image": RunsACommand(marker)}, allow_pickle=True)
+    with pytest.raises(InputError, match="Icons-50.npy is refused: it asks for") as e:
+        ho.read_icons50(tmp_path / "x")
+    assert "download it again" in e.value.hint and not marker.exists()
 
 
 def test_folder_reader_refuses_missing_files_and_columns(tmp_path):

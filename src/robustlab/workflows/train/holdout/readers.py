@@ -35,6 +35,10 @@ ICONS50_STYLES = (
     "mozilla",
 )
 META_COLUMNS = ("class", "subtype", "style", "version", "split")
+# The hint of a refused pickle (robustlab.data.pickles).
+_TRUSTED = (
+    "the released file holds only arrays, lists and strings; download it again from its source"
+)
 
 
 @dataclass
@@ -170,7 +174,8 @@ def read_icons50(path: str | Path) -> LabelledSet:
     none or several are skipped and counted in the log. Subtypes and versions are not in
     that layout, so only the style protocol applies.
 
-    The pickle is loaded with ``allow_pickle``; read only a file you trust.
+    The pickle is read by :func:`robustlab.data.pickles.load_npy_object`: containers,
+    strings and numpy arrays only; a file asking for anything else is refused unread.
     """
     p = Path(path).expanduser()
     if p.is_dir() and not (p / "Icons-50.npy").is_file():
@@ -181,11 +186,23 @@ def read_icons50(path: str | Path) -> LabelledSet:
         raise MissingResourceError(
             f"no Icons-50.npy at {p}", hint="download ICONS-50 (Icons-50.npy) and pass its path"
         )
+    from robustlab.data.pickles import UnsafePickle, load_npy_object
+
     try:
-        d = np.load(p, allow_pickle=True).item()
+        d = load_npy_object(p)
         images = np.asarray(d["image"], dtype=np.uint8)
         cols = {k: [str(v) for v in d[k]] for k in ("class", "style", "subtype", "rendition")}
-    except (OSError, ValueError, KeyError, pickle.UnpicklingError, AttributeError) as exc:
+    except UnsafePickle as exc:
+        raise InputError(f"{p} is refused: {exc}", hint=_TRUSTED) from None
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        EOFError,
+        pickle.UnpicklingError,
+        AttributeError,
+    ) as exc:
         raise InputError(
             f"{p} is not ICONS-50's Icons-50.npy ({type(exc).__name__}: {exc})"
         ) from None
@@ -250,10 +267,14 @@ def read_cifar100(path: str | Path) -> LabelledSet:
             hint="extract cifar-100-python.tar.gz",
         )
 
+    from robustlab.data.pickles import UnsafePickle, load_data_pickle
+
     def unpickle(f):
         try:
             with open(f, "rb") as fh:
-                return pickle.load(fh, encoding="bytes")
+                return load_data_pickle(fh, encoding="bytes")
+        except UnsafePickle as exc:
+            raise InputError(f"{f} is refused: {exc}", hint=_TRUSTED) from None
         except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
             raise InputError(f"cannot read {f}: {exc}") from None
 
