@@ -344,7 +344,7 @@ def test_holdout_on_cuda_without_a_gpu_is_one_line(shapes_folder, tmp_path, caps
 
 def test_a_gpu_trains_on_the_cpus_batches_and_draws(shapes_folder):
     """On a GPU the same seeded batches, shifts, flips and Shake-Shake coefficients (all
-    drawn on the CPU): the losses follow the CPU's up to floating-point order."""
+    drawn on the CPU): the losses follow the CPU's up to floating-point arithmetic."""
     import torch
 
     if not torch.cuda.is_available():
@@ -353,10 +353,16 @@ def test_a_gpu_trains_on_the_cpus_batches_and_draws(shapes_folder):
     rows = list(range(len(ds.meta)))
     images, labels = ds.load(rows, 32), ds.meta["class"].map(ds.classes.index).to_numpy()
     cfg = ho.HoldoutConfig(arch="shake-resnext", width=4, epochs=2, batch_size=16)
-    _, cpu = ho.train_network(images, labels, len(ds.classes), cfg, device="cpu")
+    on_cpu, cpu = ho.train_network(images, labels, len(ds.classes), cfg, device="cpu")
     net, gpu = ho.train_network(images, labels, len(ds.classes), cfg, device="cuda")
     assert next(net.parameters()).is_cuda
-    np.testing.assert_allclose(gpu, cpu, rtol=1e-3)
+    # The last step's Shake-Shake coefficients, drawn on the CPU: equal bit for bit.
+    shakes = [[m.last for m in n.modules() if isinstance(m, nw.ShakeShake)] for n in (on_cpu, net)]
+    assert len(shakes[0]) > 0
+    for (a_cpu, b_cpu), (a_gpu, b_gpu) in zip(*shakes, strict=True):
+        assert torch.equal(a_cpu, a_gpu.cpu()) and torch.equal(b_cpu, b_gpu.cpu())
+    # The arithmetic differs (kernels, TF32 convolutions where torch allows them).
+    np.testing.assert_allclose(gpu, cpu, rtol=2e-2)
     assert ho.predict(net, images).shape == (len(rows), len(ds.classes))
 
 

@@ -125,7 +125,7 @@ def train_network(
     Every random draw (initialisation, batch order, shifts and flips, Shake-Shake's
     coefficients) comes from CPU generators seeded by ``config.seed``, and batches are
     augmented on the CPU before they move: a GPU trains on the same batches with the same
-    draws, and its weights differ from the CPU's by floating-point order only.
+    draws, and its weights differ from the CPU's by floating-point arithmetic only.
     """
     import torch
 
