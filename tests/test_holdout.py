@@ -296,6 +296,52 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
     assert page.tables == ["surface-variation"] and "versions:one-per-icon" in html
 
 
+def test_a_killed_training_resumes_at_its_last_epoch_with_the_same_numbers(
+    shapes_folder, tmp_path, caplog
+):
+    """Killed after epoch 2 of 3, a rerun trains epoch 3 only, from the state file, and
+    stores what an uninterrupted training stores: the same losses, weights and predictions.
+    An unreadable state file is said in the log and the training starts again."""
+    import logging
+
+    import torch
+
+    ds = ho.read_folder(shapes_folder)
+    sp = ho.split_column(ds.meta, "style=outline", seed=0)
+    cfg = ho.HoldoutConfig(arch="shake-resnext", width=4, epochs=3, batch_size=16)
+    whole = ho.run_holdout(ds, sp, cfg, db=tmp_path / "a.duckdb", out=tmp_path / "a")
+    state_name = f"holdout-shake-resnext-{whole.run_id}.training-state.pth"
+    assert not (tmp_path / "a" / state_name).exists()
+
+    def killed_after_two(epoch, loss):
+        if epoch == 2:
+            raise KeyboardInterrupt
+
+    db = tmp_path / "b.duckdb"
+    with pytest.raises(KeyboardInterrupt):
+        ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "b", progress=killed_after_two)
+    assert (tmp_path / "b" / state_name).is_file() and not db.exists()
+    epochs = []
+    resumed = ho.run_holdout(
+        ds, sp, cfg, db=db, out=tmp_path / "b", progress=lambda e, _: epochs.append(e)
+    )
+    assert epochs == [3] and not (tmp_path / "b" / state_name).exists()
+    assert resumed.run_id == whole.run_id and resumed.losses == whole.losses
+    a, b = (torch.load(r.checkpoint, weights_only=True) for r in (whole, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    pd.testing.assert_frame_equal(
+        Store(db).predictions().drop(columns="run_id"),
+        Store(tmp_path / "a.duckdb").predictions().drop(columns="run_id"),
+    )
+    assert Store(db).get_run(resumed.run_id)["config"]["train"]["resumed_from_epoch"] == 2
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / state_name).write_bytes(b"not a training state")
+    with caplog.at_level(logging.WARNING):
+        again = ho.run_holdout(ds, sp, cfg, db=tmp_path / "c.duckdb", out=tmp_path / "c")
+    assert "training state not used" in caplog.text and again.losses == whole.losses
+
+
 def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys):
     db = str(tmp_path / "c.duckdb")
     args = [
@@ -509,7 +555,9 @@ def test_the_stored_record_is_the_one_holdout_runs_always_had(shapes_folder, tmp
     run["config"].pop("process")
     train = run["config"]["train"]
     timing = ("train_seconds", "train_cpu_seconds", "loadavg", "parameters", "losses")
-    assert sorted(train) == sorted([*asdict(cfg), *timing, "device", "checkpoint"])
+    extra = ("device", "resumed_from_epoch", "checkpoint")
+    assert sorted(train) == sorted([*asdict(cfg), *timing, *extra])
+    assert train["resumed_from_epoch"] == 0
     assert train["device"] == auto_device(None)  # where it trained: recorded, not identity
     assert {k: train[k] for k in asdict(cfg)} == asdict(cfg)
     assert train["checkpoint"] == str(res.checkpoint) and train["losses"] == res.losses

@@ -60,6 +60,7 @@ from robustlab.workflows.train.holdout.table import holdout_table
 from robustlab.workflows.train.holdout.training import (
     MEAN,
     STD,
+    EpochState,
     HoldoutConfig,
     build_network,
     predict,
@@ -76,6 +77,7 @@ __all__ = [
     "SUITE_VERSION",
     "PROTOCOLS",
     "SUITE",
+    "EpochState",
     "HoldoutConfig",
     "HoldoutResult",
     "HoldoutSplit",

@@ -18,6 +18,7 @@ from robustlab.workflows.train.holdout.splits import HoldoutSplit
 from robustlab.workflows.train.holdout.training import (
     MEAN,
     STD,
+    EpochState,
     HoldoutConfig,
     predict,
     train_network,
@@ -67,7 +68,10 @@ def run_holdout(
 ) -> HoldoutResult:
     """Train on ``split.train``, test on ``split.seen`` and ``split.held``, store the run.
 
-    A run with the same identity (data, split, config) already finished is reused.
+    A run with the same identity (data, split, config) already finished is reused. A
+    training killed part-way resumes at its last finished epoch from the state file it
+    keeps beside the checkpoint in ``out`` (removed when the run is stored), with the
+    numbers an uninterrupted training gives.
     ``device`` (default: ``cuda`` when available, else ``cpu``) is where the network trains
     and predicts; like ``train``'s, it is recorded with the run but not part of its
     identity (the same batches and draws on every device, see :func:`train_network`).
@@ -94,8 +98,10 @@ def run_holdout(
         len(split.seen),
         len(split.held),
     )
-    net, losses, timing = _train_timed(data, labels, split, config, progress, device)
-    ckpt = _save_checkpoint(net, Path(out) / f"holdout-{config.arch.replace(':', '_')}-{rid}.pth")
+    stem = Path(out) / f"holdout-{config.arch.replace(':', '_')}-{rid}"
+    state = EpochState(stem.with_name(f"{stem.name}.training-state.pth"), rid)
+    net, losses, timing = _train_timed(data, labels, split, config, progress, device, state)
+    ckpt = _save_checkpoint(net, stem.with_name(f"{stem.name}.pth"))
     train = {**timing, "losses": losses, "checkpoint": str(ckpt)}
     store.start_run(_record(identity, data, split, config, ckpt, train))
     accs = {}
@@ -108,6 +114,7 @@ def run_holdout(
     store.finish_run(
         rid, status="finished", n_samples=len(split.seen) + len(split.held), skipped=[]
     )
+    state.path.unlink(missing_ok=True)
     return HoldoutResult(
         rid,
         split,
@@ -142,9 +149,9 @@ def _labels(data: LabelledSet) -> np.ndarray:
     return data.meta["class"].map(index).to_numpy()
 
 
-def _train_timed(data, labels, split, config, progress, device):
+def _train_timed(data, labels, split, config, progress, device, state):
     """The trained network, its losses, and where and how long it trained (recorded with
-    the run)."""
+    the run; a resumed training's times are those of its last part)."""
     rows = list(split.train)
     started, cpu_started = time.perf_counter(), time.process_time()
     load_before = _loadavg()
@@ -155,9 +162,11 @@ def _train_timed(data, labels, split, config, progress, device):
         config,
         progress,
         device=device,
+        state=state,
     )
     timing = {
         "device": device,
+        "resumed_from_epoch": state.resumed_from,
         "train_seconds": round(time.perf_counter() - started, 1),
         "train_cpu_seconds": round(time.process_time() - cpu_started, 1),
         "loadavg": [load_before, _loadavg()],

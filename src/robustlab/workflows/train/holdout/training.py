@@ -3,15 +3,20 @@ in the run's identity), the network, the training loop and the predictions."""
 
 from __future__ import annotations
 
+import io
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from robustlab.errors import InputError
 from robustlab.seeding import derive_seed
+
+log = logging.getLogger(__name__)
 
 # ICONS-50's normalisation (mean 0.5, std 0.25 per channel).
 MEAN, STD = 0.5, 0.25
@@ -111,6 +116,24 @@ def _augment(x, gen):
     return out
 
 
+@dataclass
+class EpochState:
+    """Where :func:`train_network` keeps its whole state after every epoch, so that a
+    killed training resumes at the last finished epoch with the numbers it would have had.
+
+    Attributes:
+        path: The state file (written whole or not at all; removed by the caller once the
+            run is stored).
+        key: What the state belongs to (the run id); a file with another key is ignored.
+        resumed_from: Set by :func:`train_network`: the epochs a resumed training took
+            from the file (0 when it started from scratch).
+    """
+
+    path: Path
+    key: str
+    resumed_from: int = 0
+
+
 def train_network(
     images: np.ndarray,
     labels: np.ndarray,
@@ -118,6 +141,7 @@ def train_network(
     config: HoldoutConfig,
     progress: Callable[[int, float], None] | None = None,
     device: str = "cpu",
+    state: EpochState | None = None,
 ):
     """Train from scratch on ``device``; returns (network in eval mode, on ``device``, mean
     loss per epoch).
@@ -126,22 +150,27 @@ def train_network(
     coefficients) comes from CPU generators seeded by ``config.seed``, and batches are
     augmented on the CPU before they move: a GPU trains on the same batches with the same
     draws, and its weights differ from the CPU's by floating-point arithmetic only.
+
+    With ``state``, the weights, optimiser, schedule, losses and every generator are saved
+    after each epoch, and a training that finds its own state file continues from it: on
+    the same device the result equals an uninterrupted training's bit for bit.
     """
     import torch
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(config.seed))
-        net = build_network(config, n_classes).to(device)
-        gen = torch.Generator().manual_seed(int(config.seed))
         x_all, y_all = _to_tensor(images), torch.as_tensor(labels, dtype=torch.long)
-        steps = config.epochs * math.ceil(len(x_all) / config.batch_size)
-        opt = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        sched = torch.optim.lr_scheduler.OneCycleLR(
-            opt, max_lr=config.lr, total_steps=steps, pct_start=0.15
-        )
-        losses = []
+        parts, generators = _setup(config, n_classes, device, len(x_all))
+        losses: list[float] = []
+        if state is not None:
+            resumed = _load_state(state, parts, generators, device)
+            if resumed is None:  # a state that failed part-way: start again from a clean setup
+                parts, generators = _setup(config, n_classes, device, len(x_all))
+            losses = resumed or []
+            state.resumed_from = len(losses)
+        net, opt, sched = parts["net"], parts["opt"], parts["sched"]
+        gen = generators["batches"]
         net.train()
-        for epoch in range(config.epochs):
+        for epoch in range(len(losses), config.epochs):
             order = torch.randperm(len(x_all), generator=gen)
             total = 0.0
             for k in range(0, len(order), config.batch_size):
@@ -157,10 +186,88 @@ def train_network(
                 sched.step()
                 total += float(loss.detach()) * len(idx)
             losses.append(total / len(x_all))
+            if state is not None:
+                _save_state(state, parts, generators, losses)
             if progress:
                 progress(epoch + 1, losses[-1])
     net.eval()
     return net, losses
+
+
+def _setup(config: HoldoutConfig, n_classes: int, device, n_images: int) -> tuple[dict, dict]:
+    """The untrained network, its optimiser and schedule (``parts``), and the generators
+    of batch order and augmentation and of the network's own draws, all freshly seeded."""
+    import torch
+
+    torch.manual_seed(int(config.seed))
+    net = build_network(config, n_classes).to(device)
+    gen = torch.Generator().manual_seed(int(config.seed))
+    steps = config.epochs * math.ceil(n_images / config.batch_size)
+    opt = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=config.lr, total_steps=steps, pct_start=0.15
+    )
+    return {"net": net, "opt": opt, "sched": sched}, {"batches": gen, **_shake_generators(net)}
+
+
+def _shake_generators(net) -> dict:
+    """The network's own generators (Shake-Shake's coefficients), by attribute."""
+    import torch
+
+    return {
+        f"net.{name}": g for name, g in vars(net).items() if isinstance(g, torch.Generator)
+    }
+
+
+def _save_state(state: EpochState, parts: dict, generators: dict, losses: list[float]) -> None:
+    """Everything the next epoch depends on, in one file written whole or not at all.
+    torch's global generator goes in too: a timm network's dropout draws from it."""
+    import torch
+
+    from robustlab.errors import environment_errors
+    from robustlab.outputs import atomic_write
+
+    blob = {
+        "key": state.key,
+        "losses": list(losses),
+        **{name: part.state_dict() for name, part in parts.items()},
+        "generators": {name: g.get_state() for name, g in generators.items()},
+        "torch_rng": torch.get_rng_state(),
+    }
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    with environment_errors(f"cannot write training state {state.path}"):
+        atomic_write(state.path, buf.getvalue())
+
+
+def _load_state(
+    state: EpochState, parts: dict, generators: dict, device
+) -> list[float] | None:
+    """The losses of the epochs a state file holds, with every part and generator put
+    back as they were after its last epoch; [] when there is no file; None (said in the
+    log) when it is unreadable or another run's, and the parts may be half-restored."""
+    import torch
+
+    if not state.path.is_file():
+        return []
+    try:
+        blob = torch.load(state.path, map_location=device, weights_only=True)
+        if blob.get("key") != state.key:
+            raise ValueError(f"it belongs to run {blob.get('key')!r}, not {state.key!r}")
+        for name, part in parts.items():
+            part.load_state_dict(blob[name])
+        for name, g in generators.items():
+            g.set_state(blob["generators"][name].cpu())
+        torch.set_rng_state(blob["torch_rng"].cpu())
+        return [float(x) for x in blob["losses"]]
+    except Exception as exc:  # noqa: BLE001 - any unreadable state means: train from scratch
+        log.warning(
+            "%s: training state not used (%s: %s); training from the first epoch",
+            state.path,
+            type(exc).__name__,
+            str(exc).splitlines()[0] if str(exc) else "",
+        )
+        return None
 
 
 def predict(net, images: np.ndarray, batch: int = 256) -> np.ndarray:
