@@ -214,9 +214,7 @@ def _shake_generators(net) -> dict:
     """The network's own generators (Shake-Shake's coefficients), by attribute."""
     import torch
 
-    return {
-        f"net.{name}": g for name, g in vars(net).items() if isinstance(g, torch.Generator)
-    }
+    return {f"net.{name}": g for name, g in vars(net).items() if isinstance(g, torch.Generator)}
 
 
 def _save_state(state: EpochState, parts: dict, generators: dict, losses: list[float]) -> None:
@@ -240,9 +238,7 @@ def _save_state(state: EpochState, parts: dict, generators: dict, losses: list[f
         atomic_write(state.path, buf.getvalue())
 
 
-def _load_state(
-    state: EpochState, parts: dict, generators: dict, device
-) -> list[float] | None:
+def _load_state(state: EpochState, parts: dict, generators: dict, device) -> list[float] | None:
     """The losses of the epochs a state file holds, with every part and generator put
     back as they were after its last epoch; [] when there is no file; None (said in the
     log) when it is unreadable or another run's, and the parts may be half-restored."""
