@@ -322,9 +322,11 @@ def test_a_killed_training_resumes_at_its_last_epoch_with_the_same_numbers(
         ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "b", progress=killed_after_two)
     assert (tmp_path / "b" / state_name).is_file() and not db.exists()
     epochs = []
-    resumed = ho.run_holdout(
-        ds, sp, cfg, db=db, out=tmp_path / "b", progress=lambda e, _: epochs.append(e)
-    )
+    with caplog.at_level(logging.INFO):
+        resumed = ho.run_holdout(
+            ds, sp, cfg, db=db, out=tmp_path / "b", progress=lambda e, _: epochs.append(e)
+        )
+    assert f"resuming after epoch 2 of 3 from {tmp_path / 'b' / state_name}" in caplog.text
     assert epochs == [3] and not (tmp_path / "b" / state_name).exists()
     assert resumed.run_id == whole.run_id and resumed.losses == whole.losses
     a, b = (torch.load(r.checkpoint, weights_only=True) for r in (whole, resumed))

@@ -167,6 +167,10 @@ def train_network(
                 parts, generators = _setup(config, n_classes, device, len(x_all))
             losses = resumed or []
             state.resumed_from = len(losses)
+            if losses:
+                log.info(
+                    "resuming after epoch %d of %d from %s", len(losses), config.epochs, state.path
+                )
         net, opt, sched = parts["net"], parts["opt"], parts["sched"]
         gen = generators["batches"]
         net.train()
