@@ -299,7 +299,7 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
 def test_a_killed_training_resumes_at_its_last_epoch_with_the_same_numbers(
     shapes_folder, tmp_path, caplog
 ):
-    """Killed after epoch 2 of 3, a rerun trains epoch 3 only, from the state file, and
+    """Killed after epoch 1 of 2, a rerun trains epoch 2 only, from the state file, and
     stores what an uninterrupted training stores: the same losses, weights and predictions.
     An unreadable state file is said in the log and the training starts again."""
     import logging
@@ -308,26 +308,26 @@ def test_a_killed_training_resumes_at_its_last_epoch_with_the_same_numbers(
 
     ds = ho.read_folder(shapes_folder)
     sp = ho.split_column(ds.meta, "style=outline", seed=0)
-    cfg = ho.HoldoutConfig(arch="shake-resnext", width=4, epochs=3, batch_size=16)
+    cfg = ho.HoldoutConfig(arch="shake-resnext", width=4, epochs=2, batch_size=16)
     whole = ho.run_holdout(ds, sp, cfg, db=tmp_path / "a.duckdb", out=tmp_path / "a")
     state_name = f"holdout-shake-resnext-{whole.run_id}.training-state.pth"
     assert not (tmp_path / "a" / state_name).exists()
 
-    def killed_after_two(epoch, loss):
-        if epoch == 2:
+    def killed_after_one(epoch, loss):
+        if epoch == 1:
             raise KeyboardInterrupt
 
     db = tmp_path / "b.duckdb"
     with pytest.raises(KeyboardInterrupt):
-        ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "b", progress=killed_after_two)
+        ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "b", progress=killed_after_one)
     assert (tmp_path / "b" / state_name).is_file() and not db.exists()
     epochs = []
     with caplog.at_level(logging.INFO):
         resumed = ho.run_holdout(
             ds, sp, cfg, db=db, out=tmp_path / "b", progress=lambda e, _: epochs.append(e)
         )
-    assert f"resuming after epoch 2 of 3 from {tmp_path / 'b' / state_name}" in caplog.text
-    assert epochs == [3] and not (tmp_path / "b" / state_name).exists()
+    assert f"resuming after epoch 1 of 2 from {tmp_path / 'b' / state_name}" in caplog.text
+    assert epochs == [2] and not (tmp_path / "b" / state_name).exists()
     assert resumed.run_id == whole.run_id and resumed.losses == whole.losses
     a, b = (torch.load(r.checkpoint, weights_only=True) for r in (whole, resumed))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -335,7 +335,7 @@ def test_a_killed_training_resumes_at_its_last_epoch_with_the_same_numbers(
         Store(db).predictions().drop(columns="run_id"),
         Store(tmp_path / "a.duckdb").predictions().drop(columns="run_id"),
     )
-    assert Store(db).get_run(resumed.run_id)["config"]["train"]["resumed_from_epoch"] == 2
+    assert Store(db).get_run(resumed.run_id)["config"]["train"]["resumed_from_epoch"] == 1
 
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / state_name).write_bytes(b"not a training state")
