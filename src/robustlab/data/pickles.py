@@ -60,7 +60,10 @@ def load_data_pickle(fh, *, encoding: str = "ASCII") -> Any:
 
 def load_npy_object(path: str | Path) -> Any:
     """The object stored in a ``.npy`` file of dtype object (``np.save`` of a dict), as
-    ``np.load(path, allow_pickle=True).item()`` gives it, through :func:`load_data_pickle`.
+    ``np.load(path, allow_pickle=True, encoding="latin1").item()`` gives it, through
+    :func:`load_data_pickle`. ``latin1`` is what numpy prescribes for a file saved by
+    Python 2 (its arrays' bytes are Python 2 strings, which ASCII cannot decode); for a
+    Python 3 file the encoding changes nothing.
 
     Raises:
         UnsafePickle: as :func:`load_data_pickle`.
@@ -77,7 +80,7 @@ def load_npy_object(path: str | Path) -> Any:
             raise ValueError(f"npy format version {version} is not supported")
         if dtype != np.dtype(object):
             raise ValueError(f"it holds a {dtype} array of shape {shape}, not a pickled object")
-        array = load_data_pickle(fh)
+        array = load_data_pickle(fh, encoding="latin1")
     if not isinstance(array, np.ndarray) or array.size != 1:
         raise ValueError("it does not hold one pickled object")
     return array.reshape(()).item()
