@@ -206,6 +206,11 @@ def test_icons50_reader(tmp_path):
     )
     ds = ho.read_set(tmp_path)
     assert ds.name == "icons50" and ds.classes == ["0", "1"]
+    before = ds.fingerprint
+    d = np.load(tmp_path / "Icons-50.npy", allow_pickle=True).item()
+    d["image"][0, 0, 0, 0] ^= 1  # one pixel of one icon
+    np.save(tmp_path / "Icons-50.npy", d, allow_pickle=True)
+    assert ho.read_set(tmp_path).fingerprint != before
     assert list(ds.meta["style"]) == ["apple", "google", "microsoft"] * 2
     assert ds.load([2], 32).shape == (1, 32, 32, 3)
     sp = ho.split_column(ds.meta, "style=microsoft")
@@ -342,6 +347,32 @@ def test_a_killed_training_resumes_at_its_last_epoch_with_the_same_numbers(
     with caplog.at_level(logging.WARNING):
         again = ho.run_holdout(ds, sp, cfg, db=tmp_path / "c.duckdb", out=tmp_path / "c")
     assert "training state not used" in caplog.text and again.losses == whole.losses
+
+
+def test_a_changed_image_is_a_new_run_not_a_reused_one(shapes_folder, tmp_path):
+    """The run id covers the pixels, not only the file names: an image redrawn under the
+    same name trains a new run (and never resumes the old one's training state)."""
+    import shutil
+
+    root = tmp_path / "data"
+    shutil.copytree(shapes_folder, root)
+    cfg = ho.HoldoutConfig(width=4, epochs=1, batch_size=16)
+    kw = dict(db=tmp_path / "r.duckdb", out=tmp_path / "ck")
+
+    def run(ds):
+        return ho.run_holdout(ds, ho.split_column(ds.meta, "style=outline", seed=0), cfg, **kw)
+
+    ds = ho.read_folder(root)
+    first, before = run(ds), ds.fingerprint
+    assert run(ho.read_folder(root)).reused
+    img = root / ds.meta["id"][0]
+    pixels = np.asarray(Image.open(img).convert("RGB")).copy()
+    pixels[0, 0] = 255 - pixels[0, 0]
+    Image.fromarray(pixels).save(img)
+    changed = ho.read_folder(root)
+    assert changed.meta.equals(ds.meta) and changed.fingerprint != before
+    again = run(changed)
+    assert not again.reused and again.run_id != first.run_id
 
 
 def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys):

@@ -51,12 +51,15 @@ class LabelledSet:
         meta: One row per image: ``id`` (unique) and :data:`META_COLUMNS` present.
         read: ``read(ids, size)`` -> N x size x size x 3 uint8 for these ``id`` values (by id,
             not position, so ``meta`` may be filtered or reordered).
+        blobs: The files that hold every image (``Icons-50.npy``, CIFAR's pickles); empty
+            when each ``id`` is an image file under ``root``.
     """
 
     name: str
     root: Path
     meta: pd.DataFrame
     read: Callable[[Sequence[str], int], np.ndarray]
+    blobs: tuple[Path, ...] = ()
 
     def load(self, rows: Sequence[int], size: int) -> np.ndarray:
         """Images of the rows at these positions of ``meta``."""
@@ -69,10 +72,18 @@ class LabelledSet:
 
     @property
     def fingerprint(self) -> str:
+        """Hash of the rows' metadata and of the pixels' bytes: each image file's content
+        hash (folder layouts), or the content hashes of the files holding every image, so
+        that a changed image is a new run, never a reused or resumed one."""
+        from robustlab.run.content_hash import hash_files
         from robustlab.run.identity import data_fingerprint
 
         cols = [c for c in ("id", *META_COLUMNS) if c in self.meta.columns]
-        return data_fingerprint(self.meta[cols].astype(str).itertuples(index=False, name=None))
+        rows = list(self.meta[cols].astype(str).itertuples(index=False, name=None))
+        if self.blobs:
+            return data_fingerprint([*rows, ("files", *hash_files(list(self.blobs)))])
+        digests = hash_files([self.root / i for i in self.meta["id"]])
+        return data_fingerprint(row + (d,) for row, d in zip(rows, digests, strict=True))
 
 
 def _resize(rgb: np.ndarray, size: int) -> np.ndarray:
@@ -223,7 +234,7 @@ def read_icons50(path: str | Path) -> LabelledSet:
             [_resize(np.ascontiguousarray(images[int(i)].transpose(1, 2, 0)), size) for i in ids]
         )
 
-    return LabelledSet("icons50", p, meta, read)
+    return LabelledSet("icons50", p, meta, read, blobs=(p,))
 
 
 def _icons50_folder(root: Path) -> LabelledSet:
@@ -301,7 +312,7 @@ def read_cifar100(path: str | Path) -> LabelledSet:
     def read(ids, size):
         return np.stack([_resize(images[position[i]], size) for i in ids])
 
-    return LabelledSet("cifar100", root, meta, read)
+    return LabelledSet("cifar100", root, meta, read, blobs=tuple(need))
 
 
 READERS = {"folder": read_folder, "icons50": read_icons50, "cifar100": read_cifar100}
