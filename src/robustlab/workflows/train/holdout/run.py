@@ -177,13 +177,16 @@ def _train_timed(data, labels, split, config, progress, device, state):
 
 def _save_checkpoint(net, ckpt: Path) -> Path:
     """The network's state dict at ``ckpt`` (written whole or not at all)."""
+    import io
+
     import torch
 
+    from robustlab.outputs import atomic_write
+
+    buf = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in net.state_dict().items()}, buf)
     with environment_errors(f"cannot write checkpoint {ckpt}"):
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt.with_name(f".{ckpt.name}.tmp")
-        torch.save({k: v.detach().cpu() for k, v in net.state_dict().items()}, tmp)
-        tmp.replace(ckpt)
+        atomic_write(ckpt, buf.getvalue())
     return ckpt
 
 
