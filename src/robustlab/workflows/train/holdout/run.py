@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.errors import environment_errors
 from robustlab.workflows.train.holdout.readers import LabelledSet
 from robustlab.workflows.train.holdout.splits import HoldoutSplit
 from robustlab.workflows.train.holdout.training import (
@@ -21,6 +20,7 @@ from robustlab.workflows.train.holdout.training import (
     EpochState,
     HoldoutConfig,
     predict,
+    save_whole,
     train_network,
 )
 
@@ -177,16 +177,8 @@ def _train_timed(data, labels, split, config, progress, device, state):
 
 def _save_checkpoint(net, ckpt: Path) -> Path:
     """The network's state dict at ``ckpt`` (written whole or not at all)."""
-    import io
-
-    import torch
-
-    from robustlab.outputs import atomic_write
-
-    buf = io.BytesIO()
-    torch.save({k: v.detach().cpu() for k, v in net.state_dict().items()}, buf)
-    with environment_errors(f"cannot write checkpoint {ckpt}"):
-        atomic_write(ckpt, buf.getvalue())
+    state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
+    save_whole(state, ckpt, what="checkpoint")
     return ckpt
 
 
@@ -205,7 +197,7 @@ def _record(identity, data: LabelledSet, split: HoldoutSplit, config, ckpt: Path
         model_spec=f"holdout:{config.arch}",
         weights_hash=weights_hash(ckpt),
         suite_version=SUITE_VERSION,
-        data_fingerprint=data.fingerprint,
+        data_fingerprint=identity["data"],  # hashed once, for the identity
         label_space=None,
         preprocessing={
             "input_size": config.image_size,

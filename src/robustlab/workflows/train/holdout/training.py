@@ -226,9 +226,6 @@ def _save_state(state: EpochState, parts: dict, generators: dict, losses: list[f
     torch's global generator goes in too: a timm network's dropout draws from it."""
     import torch
 
-    from robustlab.errors import environment_errors
-    from robustlab.outputs import atomic_write
-
     blob = {
         "key": state.key,
         "losses": list(losses),
@@ -236,10 +233,22 @@ def _save_state(state: EpochState, parts: dict, generators: dict, losses: list[f
         "generators": {name: g.get_state() for name, g in generators.items()},
         "torch_rng": torch.get_rng_state(),
     }
+    save_whole(blob, state.path, what="training state")
+
+
+def save_whole(obj: Any, path: Path, *, what: str) -> None:
+    """``torch.save(obj)`` at ``path``, written whole or not at all
+    (:func:`robustlab.outputs.atomic_write`); a file system error is one line naming
+    ``what`` and the path."""
+    import torch
+
+    from robustlab.errors import environment_errors
+    from robustlab.outputs import atomic_write
+
     buf = io.BytesIO()
-    torch.save(blob, buf)
-    with environment_errors(f"cannot write training state {state.path}"):
-        atomic_write(state.path, buf.getvalue())
+    torch.save(obj, buf)
+    with environment_errors(f"cannot write {what} {path}"):
+        atomic_write(path, buf.getvalue())
 
 
 def _load_state(state: EpochState, parts: dict, generators: dict, device) -> list[float] | None:
