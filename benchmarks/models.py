@@ -1,7 +1,7 @@
 """Throughput of the bundled models: preprocessing (decode + transform) and forward passes.
 
     python benchmarks/models.py [--models lite0 lite1 lite2] [--batch 32] [--batches 4]
-        [--precisions fp32,bf16,fp16] [--compile]
+        [--precisions fp32,bf16,fp16] [--compile] [--photos DIR] [--repeats R]
 
 Prints images/s for the transform of real photos from ../shared/data and for
 ``Model.predict`` on batches of them, on the device ``load_model`` picks (``--device``),
@@ -33,10 +33,14 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--precisions", default="fp32", help="comma list, e.g. fp32,bf16")
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward pass")
+    ap.add_argument("--photos", type=Path, default=SAMPLES, help="labelled photos (labels.csv)")
+    ap.add_argument("--repeats", type=int, default=1, help="passes over the batches, timed")
     args = ap.parse_args()
-    rows = list(csv.DictReader((SAMPLES / "labels.csv").read_text(encoding="utf-8").splitlines()))
+    rows = list(
+        csv.DictReader((args.photos / "labels.csv").read_text(encoding="utf-8").splitlines())
+    )
     n = args.batch * args.batches
-    photos = [load_image(SAMPLES / r["file"])[0] for r in rows[:n]]
+    photos = [load_image(args.photos / r["file"])[0] for r in rows[:n]]
     print(f"torch threads: {torch.get_num_threads()}  images: {len(photos)}  batch: {args.batch}")
     for spec in args.models:
         model = load_model(spec, device=args.device, batch_size=args.batch)
@@ -51,11 +55,12 @@ def main() -> None:
             model.set_inference(get_inference(precision, args.compile))
             model.predict(batches[0])  # warm-up (and compile)
             t2 = time.perf_counter()
-            for b in batches:
-                model.predict(b)
+            for _ in range(args.repeats):
+                for b in batches:
+                    model.predict(b)
             if model.device.startswith("cuda"):
                 torch.cuda.synchronize()
-            rate = len(xs) / (time.perf_counter() - t2)
+            rate = args.repeats * len(xs) / (time.perf_counter() - t2)
             first = first or rate
             print(
                 f"{spec:8s} {precision}{' compiled' if args.compile else ''}: "

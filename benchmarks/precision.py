@@ -27,21 +27,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "imagenet-samples"
 
 
-def _subset(n: int, folder: Path) -> Path:
+def _subset(n: int, folder: Path, shared: Path = SHARED) -> Path:
     """The first ``n`` photos of the shared set (all 500 by default), linked into ``folder``
     with their labels CSV rows."""
     import csv
     import os
 
-    rows = list(csv.DictReader((SHARED / "labels.csv").open(encoding="utf-8")))[:n]
+    rows = list(csv.DictReader((shared / "labels.csv").open(encoding="utf-8")))[:n]
     folder.mkdir(parents=True, exist_ok=True)
     for r in rows:
         target = folder / r["file"]
         if not target.exists():
             try:
-                os.link(SHARED / r["file"], target)
+                os.link(shared / r["file"], target)
             except OSError:
-                target.symlink_to(SHARED / r["file"])
+                target.symlink_to(shared / r["file"])
     with (folder / "labels.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -54,14 +54,17 @@ def main() -> int:
     ap.add_argument("--model", default="lite0")
     ap.add_argument("--precisions", default="fp32,bf16", help="comma list; fp32 first")
     ap.add_argument("--photos", type=int, default=500)
+    ap.add_argument(
+        "--photos-dir", type=Path, default=SHARED, help="labelled photos (a labels.csv beside)"
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--compile", action="store_true", help="also torch.compile each run")
     ap.add_argument("--db", default=None, help="results database (default: a temporary one)")
     args = ap.parse_args()
-    if not SHARED.is_dir():
-        print(f"no shared photos at {SHARED}", file=sys.stderr)
+    if not args.photos_dir.is_dir():
+        print(f"no shared photos at {args.photos_dir}", file=sys.stderr)
         return 1
     import torch
 
@@ -71,10 +74,10 @@ def main() -> int:
 
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     tmp = tempfile.TemporaryDirectory(prefix="robustlab-precision-")
-    data = _subset(args.photos, Path(tmp.name) / "photos")
+    data = _subset(args.photos, Path(tmp.name) / "photos", args.photos_dir)
     db = args.db or str(Path(tmp.name) / "precision.duckdb")
     print(
-        f"{args.model} on {args.photos} photos of {SHARED}, device {args.device}, "
+        f"{args.model} on {args.photos} photos of {args.photos_dir}, device {args.device}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"workers {args.workers}{', compiled' if args.compile else ''}",
         file=sys.stderr,

@@ -426,7 +426,12 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
-        "--from-json", type=Path, default=None, help="print the tables of a saved --json run"
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="print the tables of saved --json runs (several: their cells merged, e.g. one "
+        "process per corruption)",
     )
     args = ap.parse_args(argv)
     args.compare = [c for c in args.compare.split(",") if c]
@@ -452,11 +457,16 @@ def load_chunk(bench, chunk, space):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.from_json:
-        record = json.loads(args.from_json.read_text())
-        comps = record["comparisons"]
-        saved = {c: comps[c]["rows"] for c in COMPARISONS if c in comps}
+        records = [json.loads(f.read_text()) for f in args.from_json]
+        saved: dict[str, list[dict]] = {}
+        for record in records:
+            for c in COMPARISONS:
+                saved.setdefault(c, []).extend(record["comparisons"].get(c, {}).get("rows", []))
+        # Each file's clean error is over the photos it reached; the table gives the first.
         report_rows(
-            {c: rows for c, rows in saved.items() if rows}, record["clean_error"], record["photos"]
+            {c: rows for c, rows in saved.items() if rows},
+            records[0]["clean_error"],
+            min(r["photos"] for r in records),
         )
         return 0
     import torch

@@ -31,6 +31,29 @@ SAMPLES = SHARED / "imagenet-samples"
 REFERENCE_NPZ = SHARED / "imagenet_c_reference.npz"
 REFERENCE_PNGS = SHARED / "imagenet_c_reference"
 
+# Where the batched-shift tests (tests/test_batched_*.py) put their tensors: the CPU by
+# default; ROBUSTLAB_TEST_SHIFT_DEVICE=cuda runs the same checks on a GPU, where CUDA's
+# arithmetic (fused multiply-adds, its own libm) is what is under test.
+SHIFT_DEVICE = os.environ.get("ROBUSTLAB_TEST_SHIFT_DEVICE", "cpu")
+
+
+def on_device(t):
+    """A torch tensor moved to ``SHIFT_DEVICE``."""
+    return t.to(SHIFT_DEVICE)
+
+
+def as_batch(imgs):
+    """(N, H, W, 3) uint8 images as an (N, 3, H, W) batch on ``SHIFT_DEVICE``."""
+    import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(np.asarray(imgs))).permute(0, 3, 1, 2)
+    return on_device(x.contiguous())
+
+
+def as_images(x) -> np.ndarray:
+    """An (N, 3, H, W) batch on any device as (N, H, W, 3) numpy images."""
+    return x.permute(0, 2, 3, 1).cpu().numpy()
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _content_hash_cache(tmp_path_factory):

@@ -10,17 +10,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import on_device
 
 from robustlab.shifts.batched import digital as bd
 from robustlab.shifts.corruptions import elastic_transform as et
 
 
 def _chw(a: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1)[None]
+    return on_device(torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1)[None])
 
 
 def _hwc(t: torch.Tensor) -> np.ndarray:
-    return t[0].permute(1, 2, 0).numpy()
+    return t[0].permute(1, 2, 0).cpu().numpy()
 
 
 @pytest.mark.parametrize(
@@ -39,7 +40,7 @@ def test_warp_is_opencv_34s_fixed_point_warp(m):
     m = np.asarray(m, np.float64)
     exact = np.empty(x.shape, np.float32)
     et._warp_affine(x, et._F32_SCALE, m, et._WTAB, exact)
-    ours = bd._warp_affine(_chw(x).float() / 255.0, torch.from_numpy(m)[None])
+    ours = bd._warp_affine(_chw(x).float() / 255.0, on_device(torch.from_numpy(m))[None])
     np.testing.assert_array_equal(_hwc(ours), exact)
 
 
@@ -54,7 +55,9 @@ def test_displacement_is_scipys_reflect_sampling(reach):
     dy[-1, :3] = [1.0, -29.0, 58.0]
     exact = np.empty(img.shape, np.uint8)
     et._displace(img, dx, dy, exact)
-    ours = bd._displace(_chw(img), torch.from_numpy(dx)[None], torch.from_numpy(dy)[None])
+    ours = bd._displace(
+        _chw(img), on_device(torch.from_numpy(dx))[None], on_device(torch.from_numpy(dy))[None]
+    )
     np.testing.assert_array_equal(_hwc(ours), exact)
 
 
@@ -62,7 +65,7 @@ def test_displacement_is_scipys_reflect_sampling(reach):
 def test_small_kernels_smooth_in_the_exact_order(sigma):
     # radius <= 16: the exact path sums directly, and so does the batched one, same order
     field = np.random.default_rng(2).uniform(-1, 1, (23, 70))
-    ours = bd.gaussian_reflect(torch.from_numpy(field)[None], sigma)[0].numpy()
+    ours = bd.gaussian_reflect(on_device(torch.from_numpy(field))[None], sigma)[0].cpu().numpy()
     np.testing.assert_array_equal(ours, et.gaussian_reflect(field, sigma))
 
 

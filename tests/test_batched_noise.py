@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import on_device
 
 from robustlab.shifts.batched.noise import shot_noise
 from robustlab.shifts.corruptions.shot_noise import _inverse_cdf, guide, tables
@@ -40,7 +41,7 @@ def test_search_gives_the_exact_paths_count_at_ties_and_ends(photons):
         grey.ravel(), u.ravel(), cdf, guide(photons), values, np.empty(grey.size, np.uint8)
     )
     # the apply is per value: one "image" of 256 rows, one grey level per row
-    x = torch.from_numpy(grey)[None, None]
-    ours = shot_noise(x, photons, {"u": torch.from_numpy(u)[None, None]})
-    assert np.array_equal(ours.numpy().ravel(), exact)
+    x = on_device(torch.from_numpy(grey))[None, None]
+    ours = shot_noise(x, photons, {"u": on_device(torch.from_numpy(u))[None, None]})
+    assert np.array_equal(ours.cpu().numpy().ravel(), exact)
     assert exact.min() == 0 and exact.max() == 255  # both ends of the search were reached

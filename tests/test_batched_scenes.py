@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from conftest import as_batch, as_images, on_device
 
 from robustlab.masks.synthetic import random_blob
 from robustlab.pipeline import apply_shift, prepare
@@ -44,7 +45,11 @@ NOT_BATCHED = ("random_bg", "mixed_same", "mixed_rand", "mixed_next", "ai_bg")
 
 
 def _tensor(imgs) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(np.stack(imgs))).permute(0, 3, 1, 2).contiguous()
+    return as_batch(np.stack(imgs))
+
+
+def _masks(masks) -> torch.Tensor:
+    return on_device(torch.from_numpy(np.stack(masks)))
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +71,13 @@ def photos(samples_dir):
 
 def _both(photos, name: str):
     imgs, masks, ids = photos
-    boxes = torch.tensor([mask_bbox(m) for m in masks])
-    ours = apply(
-        name, "default", _tensor(imgs), ids, masks=torch.from_numpy(np.stack(masks)), boxes=boxes
-    )
+    boxes = on_device(torch.tensor([mask_bbox(m) for m in masks]))
+    ours = apply(name, "default", _tensor(imgs), ids, masks=_masks(masks), boxes=boxes)
     exact = [
         apply_shift(img, sid, name, "default", 0, {"mask": m})[..., :3]
         for img, m, sid in zip(imgs, masks, ids)
     ]
-    return ours.permute(0, 2, 3, 1).numpy(), np.stack(exact)
+    return as_images(ours), np.stack(exact)
 
 
 def test_the_mask_scenes_are_batched_and_the_donor_and_model_ones_are_not():
@@ -105,10 +108,10 @@ def test_random_scenes_fed_the_exact_draws_give_the_exact_pixels(photos, name):
     the one-level HSV allowance of the deterministic scenes), and the torch draws give
     other images."""
     imgs, masks, ids = photos
-    x, m = _tensor(imgs), torch.from_numpy(np.stack(masks))
+    x, m = _tensor(imgs), _masks(masks)
     parts = get_shift(name, batched=True).parts
     assert parts is not None and parts.matched_mad == 0
-    ours = apply_matched(name, "default", x, ids, seed=5, masks=m).permute(0, 2, 3, 1).numpy()
+    ours = as_images(apply_matched(name, "default", x, ids, seed=5, masks=m))
     exact = np.stack(
         [
             apply_shift(img, sid, name, "default", 5, {"mask": mk})
@@ -119,9 +122,7 @@ def test_random_scenes_fed_the_exact_draws_give_the_exact_pixels(photos, name):
     # measured on the shared photos: 0 and 0.0 for every random scene
     assert diff.max() <= 1 and diff.mean() < 1e-3, (name, diff.max(), diff.mean())
     assert not np.array_equal(exact, np.stack(imgs))
-    assert not torch.equal(
-        apply(name, "default", x, ids, seed=5, masks=m), torch.from_numpy(ours).permute(0, 3, 1, 2)
-    )
+    assert not np.array_equal(as_images(apply(name, "default", x, ids, seed=5, masks=m)), ours)
 
 
 @pytest.mark.parametrize("hue", [0, 29, 75, 120, 150, 180])
@@ -129,11 +130,9 @@ def test_background_hue_round_trip_matches_opencv(photos, hue):
     from robustlab.shifts.scenes.ximagenet12 import _set_bg_hue
 
     imgs, masks, _ = photos
-    ours = set_background_hue(
-        _tensor(imgs), torch.from_numpy(np.stack(masks)), torch.tensor(hue)
-    ).permute(0, 2, 3, 1)
+    ours = as_images(set_background_hue(_tensor(imgs), _masks(masks), on_device(torch.tensor(hue))))
     exact = [_set_bg_hue(x, m, lambda h: np.full_like(h, hue)) for x, m in zip(imgs, masks)]
-    diff = np.abs(ours.numpy().astype(int) - np.stack(exact))
+    diff = np.abs(ours.astype(int) - np.stack(exact))
     assert diff.max() <= 1 and diff.mean() < 1e-3, (diff.max(), diff.mean())
 
 
@@ -154,8 +153,7 @@ def test_random_scenes_draw_like_the_exact_path(name):
     mask[5:10, 5:10] = True
     ids = [f"img{i}.jpg" for i in range(n)]
     x = _tensor([img] * n)
-    ours = apply(name, "default", x, ids, masks=torch.from_numpy(np.stack([mask] * n)))
-    ours = ours.permute(0, 2, 3, 1).numpy()
+    ours = as_images(apply(name, "default", x, ids, masks=_masks([mask] * n)))
     assert (ours[:, mask] == img[mask]).all()  # the object is untouched
     exact = [apply_shift(img, sid, name, "default", 0, {"mask": mask}) for sid in ids]
     p = get_shift(name).params["default"]
@@ -171,8 +169,8 @@ def test_random_scenes_draw_like_the_exact_path(name):
         pos = np.array([ranks.index(h) for h in hues], float)
         assert len(set(hues)) > len(allowed) * 0.6
         assert abs(pos.mean() - (len(ranks) - 1) / 2) < 4 * len(ranks) / np.sqrt(12 * n)
-    again = apply(name, "default", x[:3], ids[:3], masks=torch.from_numpy(np.stack([mask] * 3)))
-    assert torch.equal(again.permute(0, 2, 3, 1), torch.from_numpy(ours[:3]))  # per-id seeds
+    again = apply(name, "default", x[:3], ids[:3], masks=_masks([mask] * 3))
+    assert np.array_equal(as_images(again), ours[:3])  # per-id seeds
 
 
 def test_scenes_need_their_masks_and_boxes(photos):
@@ -181,11 +179,11 @@ def test_scenes_need_their_masks_and_boxes(photos):
     with pytest.raises(ValueError, match="masks"):
         apply("blur_bg", "default", x, ids[:2])
     with pytest.raises(ValueError, match="boxes"):
-        apply("only_bg_b", "default", x, ids[:2], masks=torch.from_numpy(np.stack(masks[:2])))
+        apply("only_bg_b", "default", x, ids[:2], masks=_masks(masks[:2]))
     with pytest.raises(ValueError, match="bool"):
-        apply("blur_bg", "default", x, ids[:2], masks=torch.ones((2, 224, 224), dtype=torch.uint8))
+        apply("blur_bg", "default", x, ids[:2], masks=_masks(np.ones((2, 224, 224), np.uint8)))
     with pytest.raises(ValueError, match=r"masks must be \(2, 224, 224\)"):
-        apply("blur_bg", "default", x, ids[:2], masks=torch.ones((2, 64, 64), dtype=torch.bool))
+        apply("blur_bg", "default", x, ids[:2], masks=_masks(np.ones((2, 64, 64), bool)))
 
 
 # ------------------------------------------------------- masks through the hand-over

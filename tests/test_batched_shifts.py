@@ -16,6 +16,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from conftest import as_batch, as_images, on_device
 from PIL import Image
 
 from robustlab.pipeline import apply_shift, as_stored, load_prepared
@@ -45,11 +46,8 @@ FEW_DRAWS = ("motion_blur", "snow", "frost", "fog", "elastic_transform")
 
 
 def _tensor(imgs: np.ndarray) -> torch.Tensor:
+    """CPU tensors for the runner's side (its ShiftDevice is the CPU's)."""
     return torch.from_numpy(np.ascontiguousarray(imgs)).permute(0, 3, 1, 2).contiguous()
-
-
-def _numpy(x: torch.Tensor) -> np.ndarray:
-    return x.permute(0, 2, 3, 1).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +75,11 @@ def _photos(samples_dir, protocol, n_photos: int, n_draws: int):
 
 def _changes(imgs, ids, names) -> dict:
     """(name, level) -> (per-image mean |change| of the torch path, of the exact path)."""
-    x = _tensor(imgs)
+    x = as_batch(imgs)
     out = {}
     for name in names:
         for lv in LEVELS:
-            b = _numpy(apply(name, lv, x, ids, seed=0)).astype(float)
+            b = as_images(apply(name, lv, x, ids, seed=0)).astype(float)
             e = np.stack([apply_shift(im, sid, name, lv, 0) for im, sid in zip(imgs, ids)])
             out[name, lv] = (
                 np.abs(b - imgs).mean((1, 2, 3)),
@@ -94,11 +92,11 @@ def _changes(imgs, ids, names) -> dict:
 def outputs(prepared):
     """(name, level) -> (torch, exact seed 0, exact seed 1) images as int arrays."""
     imgs, ids = prepared
-    x = _tensor(imgs)
+    x = as_batch(imgs)
     out = {}
     for name in ALL:
         for lv in LEVELS:
-            b = _numpy(apply(name, lv, x, ids, seed=0)).astype(int)
+            b = as_images(apply(name, lv, x, ids, seed=0)).astype(int)
             e = [
                 np.stack([apply_shift(im, sid, name, lv, s) for im, sid in zip(imgs, ids)]).astype(
                     int
@@ -120,8 +118,10 @@ def test_every_corruption_is_covered_and_only_spatter_falls_back():
 
 @pytest.mark.parametrize("name", ALL)
 def test_shape_dtype_device_and_determinism(name):
-    x = torch.randint(
-        0, 256, (3, 3, 40, 56), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+    x = on_device(
+        torch.randint(
+            0, 256, (3, 3, 40, 56), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+        )
     )
     ids = ["a.jpg", "b.jpg", "c.jpg"]
     out = apply(name, 3, x, ids, seed=7)
@@ -247,9 +247,9 @@ def test_glass_blur_copy_chain_equals_the_reference_walk():
         offsets = rng.integers(-delta, delta, (rows * cols, 2))
         ref = img.copy()
         exact_pass(ref, offsets, delta)
-        x = _tensor(img[None]).clone()
-        _shuffle_pass(x, torch.from_numpy(offsets).view(1, rows, cols, 2), delta)
-        assert np.array_equal(_numpy(x)[0], ref), delta
+        x = as_batch(img[None]).clone()
+        _shuffle_pass(x, on_device(torch.from_numpy(offsets)).view(1, rows, cols, 2), delta)
+        assert np.array_equal(as_images(x)[0], ref), delta
 
 
 def test_motion_blur_taps_equal_imagemagick_for_the_same_angle():
@@ -259,7 +259,7 @@ def test_motion_blur_taps_equal_imagemagick_for_the_same_angle():
     rng = np.random.default_rng(4)
     imgs = rng.integers(0, 256, (4, 96, 120, 3), dtype=np.uint8)
     angles = [-30.0, 117.0, -101.3, 44.9]
-    out = _numpy(motion_blur(_tensor(imgs), 15, 5, angles))
+    out = as_images(motion_blur(as_batch(imgs), 15, 5, angles))
     ref = np.stack([motion_blur_uint8(im, 15, 5, a) for im, a in zip(imgs, angles)])
     assert np.array_equal(out, ref)  # float64 sums in tap order (float32 flipped ~3e-5)
 
@@ -270,7 +270,7 @@ def test_glass_blur_gaussian_is_scipys_bit_for_bit(sigma):
     from robustlab.shifts.corruptions._gauss import gaussian_nearest
 
     img = np.random.default_rng(7).random((2, 37, 45, 3))
-    ours = _numpy(_gaussian_scipy(_tensor(img), sigma))
+    ours = as_images(_gaussian_scipy(as_batch(img), sigma))
     assert np.array_equal(ours, np.stack([gaussian_nearest(im, sigma) for im in img]))
 
 
@@ -281,8 +281,8 @@ def test_snow_zoom_is_the_exact_paths_bit_for_bit(size, factor):
     from robustlab.shifts.corruptions._zoom import clipped_zoom
 
     layer = np.random.default_rng(8).normal(0.3, 0.3, size)
-    ours = clipped_zoom_exact(torch.from_numpy(layer)[None, None], factor)[0, 0].numpy()
-    assert np.array_equal(ours, clipped_zoom(layer[..., None], factor)[..., 0])
+    ours = clipped_zoom_exact(on_device(torch.from_numpy(layer))[None, None], factor)[0, 0]
+    assert np.array_equal(ours.cpu().numpy(), clipped_zoom(layer[..., None], factor)[..., 0])
 
 
 def test_snow_grey_is_opencvs_bit_for_bit():
@@ -293,7 +293,7 @@ def test_snow_grey_is_opencvs_bit_for_bit():
     if not cv2.ipp.useIPP():
         pytest.skip("OpenCV without IPP rounds its grey differently (the exact path's too)")
     img = np.random.default_rng(9).integers(0, 256, (1, 200, 200, 3)).astype(np.float32) / 255
-    ours = _grey(_tensor(img))[0, 0].numpy()
+    ours = _grey(as_batch(img))[0, 0].cpu().numpy()
     assert np.array_equal(ours, cv2.cvtColor(img[0], cv2.COLOR_RGB2GRAY))
 
 
@@ -303,7 +303,7 @@ def test_reflect_gaussian_through_the_fft_equals_scipy_order(sigma):
     from robustlab.shifts.corruptions.elastic_transform import gaussian_reflect as exact
 
     field = np.random.default_rng(5).uniform(-1, 1, (48, 40))
-    ours = gaussian_reflect(torch.from_numpy(field)[None], sigma)[0].numpy()
+    ours = gaussian_reflect(on_device(torch.from_numpy(field))[None], sigma)[0].cpu().numpy()
     np.testing.assert_allclose(ours, exact(field, sigma), rtol=0, atol=1e-12)
 
 
@@ -313,7 +313,7 @@ def test_pil_resize_is_pillow_bit_for_bit(name, size):
     from robustlab.shifts.batched._ops import pil_resize
 
     img = np.random.default_rng(6).integers(0, 256, (101, 127, 3), dtype=np.uint8)
-    ours = _numpy(pil_resize(_tensor(img[None]), size, name))[0]
+    ours = as_images(pil_resize(as_batch(img[None]), size, name))[0]
     filt = getattr(Image.Resampling, name.upper())
     ref = np.asarray(Image.fromarray(img).resize((size[1], size[0]), filt))
     assert np.array_equal(ours, ref)
@@ -321,13 +321,13 @@ def test_pil_resize_is_pillow_bit_for_bit(name, size):
 
 def test_cpu_jpeg_round_trip_is_the_protocols(prepared):
     imgs, _ = prepared
-    out = _numpy(jpeg_roundtrip(_tensor(imgs), IMAGENET_C_PROTOCOL.jpeg_quality, "cpu"))
+    out = as_images(jpeg_roundtrip(as_batch(imgs), IMAGENET_C_PROTOCOL.jpeg_quality, "cpu"))
     ref = np.stack([as_stored(im, IMAGENET_C_PROTOCOL) for im in imgs])
     assert np.array_equal(out, ref)
 
 
 def test_bad_batches_are_refused():
-    x = torch.zeros((2, 3, 40, 40), dtype=torch.uint8)
+    x = on_device(torch.zeros((2, 3, 40, 40), dtype=torch.uint8))
     with pytest.raises(ValueError, match="uint8"):
         apply("contrast", 1, x.float(), ["a", "b"])
     with pytest.raises(ValueError, match="sample ids"):

@@ -12,6 +12,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pandas as pd
 import pytest
 import torch
+from conftest import SHIFT_DEVICE
 
 import robustlab
 from robustlab.cli import main as cli
@@ -41,8 +42,8 @@ def runs(photos, lite0, tmp_path_factory):
     db = tmp_path_factory.mktemp("db") / "r.duckdb"
     kw = dict(suite="imagenet-c", shifts=SHIFTS, levels=[1], db=db, batch_size=4, progress=False)
     exact = robustlab.evaluate(lite0, photos, workers=0, **kw)
-    torch_cpu = robustlab.evaluate(lite0, photos, workers=1, shift_device="cpu", **kw)
-    return exact, torch_cpu, db
+    torch_path = robustlab.evaluate(lite0, photos, workers=1, shift_device=SHIFT_DEVICE, **kw)
+    return exact, torch_path, db
 
 
 def test_rows_are_stored_under_a_run_of_their_own(runs):
@@ -52,8 +53,8 @@ def test_rows_are_stored_under_a_run_of_their_own(runs):
     store = Store(db)
     record = store.get_run(ours.attrs["run_id"])
     shift_path = record["config"]["shift_path"]
-    assert shift_path["path"] == "torch" and shift_path["device"] == "cpu"
-    assert shift_path["jpeg"] == "libjpeg"
+    assert shift_path["path"] == "torch" and shift_path["device"] == SHIFT_DEVICE
+    assert shift_path["jpeg"] == ("libjpeg" if SHIFT_DEVICE == "cpu" else "nvjpeg")
     assert "shift_path" not in store.get_run(exact.attrs["run_id"])["config"]
     preds = store.predictions([exact.attrs["run_id"], ours.attrs["run_id"]])
     assert len(preds) == 2 * N_PHOTOS * (1 + len(SHIFTS))
@@ -75,7 +76,7 @@ def test_rerun_resumes_the_torch_run_only(runs, photos, lite0):
         levels=[1],
         db=db,
         workers=0,
-        shift_device="cpu",
+        shift_device=SHIFT_DEVICE,
         progress=False,
     )
     assert again.attrs["run_id"] == ours.attrs["run_id"]
@@ -90,7 +91,7 @@ def test_summary_labels_the_torch_path(runs):
     table = pd.read_csv(io.StringIO(out.getvalue()), dtype={"run_id": str})
     paths = dict(zip(table["run_id"], table["path"]))
     assert paths[exact.attrs["run_id"][:8]] == "on-the-fly"
-    assert paths[ours.attrs["run_id"][:8]] == "on-the-fly, torch:cpu"
+    assert paths[ours.attrs["run_id"][:8]] == f"on-the-fly, torch:{SHIFT_DEVICE}"
 
 
 def test_cli_flag_runs_the_torch_path(photos, tmp_path, capsys):
@@ -182,14 +183,14 @@ def test_scene_suites_run_batched_with_their_masks(photos, masks, lite0, tmp_pat
     db = tmp_path / "s.duckdb"
     kw = dict(suite=suite, shifts=shifts, masks=masks, db=db, batch_size=8, progress=False)
     exact = robustlab.evaluate(lite0, photos, workers=0, **kw)
-    ours = robustlab.evaluate(lite0, photos, workers=1, shift_device="cpu", **kw)
+    ours = robustlab.evaluate(lite0, photos, workers=1, shift_device=SHIFT_DEVICE, **kw)
     assert exact.attrs["run_id"] != ours.attrs["run_id"]
     assert list(ours["shift"]) == list(exact["shift"])
     assert list(ours["n"]) == list(exact["n"])
     assert (exact.set_index("shift")["n"].drop(["mixed_rand"], errors="ignore") == N_PHOTOS).all()
     assert sorted(map(tuple, ours.attrs["skipped"])) == sorted(map(tuple, exact.attrs["skipped"]))
     store = Store(db)
-    assert store.get_run(ours.attrs["run_id"])["config"]["shift_path"]["device"] == "cpu"
+    assert store.get_run(ours.attrs["run_id"])["config"]["shift_path"]["device"] == SHIFT_DEVICE
     preds = store.predictions([exact.attrs["run_id"], ours.attrs["run_id"]])
     same = [s for s in shifts if s not in ("color_g",)] + ["clean"]
     for shift in same:  # the same pixels, so the same predictions
