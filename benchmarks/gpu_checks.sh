@@ -8,11 +8,12 @@
 # (the lite0 weights), .gpu/photos376/ + .gpu/labels500.csv (the shared photos that are
 # not in tests/fixtures/shared-mini, shrunk to a shorter side of 256 to fit the carry).
 #
-# Phases: A) numba kernels compiled by 8 processes while the forward pass is timed (models.py:
-# fp32/bf16/fp16, then torch.compile); B) the batched-shift tests on CUDA tensors, the
-# fidelity run of torch_shifts.py (one process per random corruption) and precision.py,
-# side by side; C) evaluate_gpu.py alone (it times the 16 cores): lite0 and ViT-B/16
-# (random weights), exact path and --shift-device cuda.
+# Phases, the least measured first: A) numba kernels compiled by 8 processes while the
+# forward pass is timed (models.py: fp32/bf16/fp16); B) evaluate_gpu.py alone (it times the
+# 16 cores): lite0 and ViT-B/16 (random weights), exact path and --shift-device cuda; C) the
+# batched-shift tests on CUDA tensors, the fidelity run of torch_shifts.py (one process per
+# random corruption) and precision.py, side by side; D) torch.compile. About 7 minutes
+# (the first run, 2026-11-28, in another order, reached the end of C in 560 s).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -56,27 +57,39 @@ if __name__ == "__main__":
 EOF
 KPID=$!
 timeout 60 python3 benchmarks/models.py --photos $P --device cuda --batch 256 --batches 2 --repeats 20 --precisions fp32,bf16,fp16,fp32 >"$OUT/models.txt" 2>&1
-timeout 100 python3 benchmarks/models.py --photos $P --device cuda --batch 256 --batches 2 --repeats 20 --precisions fp32,bf16 --compile >>"$OUT/models.txt" 2>&1
-echo "models rc $?"; cat "$OUT/models.txt"
+cat "$OUT/models.txt"
 wait $KPID; cat "$OUT/kernels.txt"
 
-stamp "B: CUDA tests | torch_shifts x10 | precision"
+stamp "B: evaluate_gpu (alone)"
+for args in "--label lite0-exact" "--label lite0-gpu-shifts --shift-device cuda" \
+  "--label vit-exact --model timm:vit_base_patch16_224 --random-weights --skip workers --n 300" \
+  "--label vit-gpu-shifts --model timm:vit_base_patch16_224 --random-weights --skip workers --n 300 --shift-device cuda"; do
+  # shellcheck disable=SC2086
+  timeout 120 python3 benchmarks/evaluate_gpu.py --photos $P --n 600 --workers 15 --batch-size 256 --device cuda $args 2>&1 | grep -v "^\s*$" | tail -3 | tee -a "$OUT/evaluate.jsonl"
+done
+stamp "C: CUDA tests | torch_shifts x10 | precision"
 mkdir -p /tmp/ts
+# Waited for by their ids: a bare `wait` would also wait for the `tee` of the log above
+# (a process substitution), which never ends (the first run on an H200 hung there).
+PIDS=()
 for c in gaussian_noise shot_noise impulse_noise motion_blur snow frost fog elastic_transform; do
   timeout 200 python3 benchmarks/torch_shifts.py --photos $P --n 500 --draws 4 --chunk 50 \
     --compare null,torch --corruptions $c --device cuda --threads 1 --json /tmp/ts/$c.json >/tmp/ts/$c.log 2>&1 &
+  PIDS+=($!)
 done
 for lv in 1,2,3 4,5; do
   timeout 200 python3 benchmarks/torch_shifts.py --photos $P --n 500 --draws 4 --chunk 50 \
     --compare null,torch --corruptions glass_blur --levels $lv --device cuda --threads 1 --json /tmp/ts/glass_blur_$lv.json >/tmp/ts/glass_blur_$lv.log 2>&1 &
+  PIDS+=($!)
 done
 (timeout 150 python3 benchmarks/precision.py --photos-dir $P --photos 500 --device cuda --workers 2 --precisions fp32,bf16,fp16 >"$OUT/precision.txt" 2>&1; echo "precision rc $?" >>"$OUT/precision.txt") &
+PIDS+=($!)
 ROBUSTLAB_TEST_SHIFT_DEVICE=cuda timeout 200 python3 -m pytest -q -n 4 -p no:cacheprovider -o addopts="" -m "not slow" --dist loadgroup \
   tests/test_batched_matched.py tests/test_batched_shifts.py tests/test_batched_noise.py \
   tests/test_batched_elastic.py tests/test_batched_scenes.py tests/test_evaluate_shift_device.py \
   "tests/test_holdout.py::test_a_gpu_trains_on_the_cpus_batches_and_draws" >"$OUT/pytest.txt" 2>&1
 echo "pytest rc $?"; tail -40 "$OUT/pytest.txt"
-wait
+wait "${PIDS[@]}"
 cat "$OUT/precision.txt"
 python3 benchmarks/torch_shifts.py --from-json /tmp/ts/*.json >"$OUT/torch_shifts.txt" 2>&1
 python3 - <<'EOF'
@@ -88,11 +101,7 @@ EOF
 grep -h "^# " /tmp/ts/*.log | grep -v pooled | head -5
 grep "^# .*cells" "$OUT/torch_shifts.txt"
 
-stamp "C: evaluate_gpu (alone)"
-for args in "--label lite0-exact" "--label lite0-gpu-shifts --shift-device cuda" \
-  "--label vit-exact --model timm:vit_base_patch16_224 --random-weights --skip workers --n 300" \
-  "--label vit-gpu-shifts --model timm:vit_base_patch16_224 --random-weights --skip workers --n 300 --shift-device cuda"; do
-  # shellcheck disable=SC2086
-  timeout 120 python3 benchmarks/evaluate_gpu.py --photos $P --n 600 --workers 15 --batch-size 256 --device cuda $args 2>&1 | grep -v "^\s*$" | tail -3 | tee -a "$OUT/evaluate.jsonl"
-done
+stamp "D: torch.compile (models.py --compile)"
+timeout 100 python3 benchmarks/models.py --photos $P --device cuda --batch 256 --batches 2 --repeats 20 --precisions fp32,bf16 --compile >"$OUT/compile.txt" 2>&1
+echo "compile rc $?"; cat "$OUT/compile.txt"
 stamp "done"

@@ -13,6 +13,7 @@ import torch
 from conftest import on_device
 
 from robustlab.shifts.batched import digital as bd
+from robustlab.shifts.batched._ops import unit
 from robustlab.shifts.corruptions import elastic_transform as et
 
 
@@ -40,7 +41,7 @@ def test_warp_is_opencv_34s_fixed_point_warp(m):
     m = np.asarray(m, np.float64)
     exact = np.empty(x.shape, np.float32)
     et._warp_affine(x, et._F32_SCALE, m, et._WTAB, exact)
-    ours = bd._warp_affine(_chw(x).float() / 255.0, on_device(torch.from_numpy(m))[None])
+    ours = bd._warp_affine(unit(_chw(x)), on_device(torch.from_numpy(m))[None])
     np.testing.assert_array_equal(_hwc(ours), exact)
 
 

@@ -236,6 +236,23 @@ def test_levels_are_ordered_like_the_exact_path(prepared, outputs, few_draw_chan
 # ------------------------------------------------------- exact building blocks
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_division_by_a_constant_is_numpys_on_the_shift_device(dtype):
+    # CUDA divides by a Python number as a multiplication by its reciprocal, one bit off
+    # at about half of the values k / 255 (H200: elastic_transform's and saturate's pixels
+    # moved); div() must give numpy's quotient everywhere.
+    from robustlab.shifts.batched._ops import div, unit
+
+    np_dtype = np.float32 if dtype == torch.float32 else np.float64
+    values = np.concatenate([np.arange(256), np.random.default_rng(11).uniform(-900, 900, 4000)])
+    x = on_device(torch.from_numpy(values.astype(np_dtype)))
+    for d in (255.0, 6.0, 7, 448.0, 0.1):
+        assert np.array_equal(div(x, d).cpu().numpy(), values.astype(np_dtype) / np_dtype(d)), d
+    pixels = np.arange(256, dtype=np.uint8)
+    ours = unit(on_device(torch.from_numpy(pixels)), dtype).cpu().numpy()
+    assert np.array_equal(ours, pixels.astype(np_dtype) / np_dtype(255))
+
+
 def test_glass_blur_copy_chain_equals_the_reference_walk():
     from robustlab.shifts.batched.blur import _shuffle_pass
     from robustlab.shifts.corruptions.glass_blur import _shuffle_pass as exact_pass

@@ -50,9 +50,24 @@ def randint(gens, low: int, high: int, shape, device):
     return per_sample(gens, lambda g: torch.randint(low, high, shape, generator=g, device=device))
 
 
+def div(x: torch.Tensor, d: float) -> torch.Tensor:
+    """``x / d`` for a Python number ``d``, correctly rounded on every device, as numpy's.
+
+    CUDA divides a tensor by a Python number as a multiplication by its reciprocal
+    (PyTorch's ``div_true_kernel_cuda``: "may lose one bit of precision"), which on an H200
+    moved one pixel level here and there (elastic_transform's matched draws, saturate's
+    HSV). A divisor that is a tensor on the device is divided by exactly. Made in float64,
+    it is cast to ``x``'s float dtype the way a Python number is, so the quotient is the
+    CPU's. The CPU path is left as it was.
+    """
+    if x.device.type == "cpu":
+        return x / d
+    return x / torch.full((), float(d), dtype=torch.float64, device=x.device)
+
+
 def unit(x: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
     """uint8 pixels as ``x / 255`` in ``dtype``."""
-    return x.to(dtype) / 255.0
+    return div(x.to(dtype), 255.0)
 
 
 def to_uint8(v: torch.Tensor, scale: float = 255.0) -> torch.Tensor:

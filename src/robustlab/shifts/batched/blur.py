@@ -24,6 +24,7 @@ import torch
 
 from robustlab.shifts.batched._ops import (
     clipped_zoom,
+    div,
     filter2d,
     gaussian,
     pad,
@@ -176,4 +177,4 @@ def zoom_blur(x, params, gens):
     acc = torch.zeros_like(v)
     for z in factors:
         acc += clipped_zoom(v, float(z))
-    return to_uint8((v + acc) / (len(factors) + 1))
+    return to_uint8(div(v + acc, len(factors) + 1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from robustlab.shifts.batched._ops import to_uint8, unit
+from robustlab.shifts.batched._ops import div, to_uint8, unit
 
 
 def hsv_adjust(
@@ -27,7 +27,7 @@ def hsv_adjust(
     h = (g - b) / safe
     h = torch.where(g == v, 2.0 + (b - r) / safe, h)
     h = torch.where(b == v, 4.0 + (r - g) / safe, h)
-    h = torch.remainder(h / 6.0, 1.0)
+    h = torch.remainder(div(h, 6.0), 1.0)
     h = torch.where(grey, torch.zeros_like(h), h)
     s = (s * s_scale + s_shift).clamp(0, 1)
     v = (v + v_shift).clamp(0, 1)

@@ -96,7 +96,7 @@ def snow(x, params, draws):
     layer = clipped_zoom_exact(draws["layer"], zoom)
     layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
     layer8 = to_uint8(layer)
-    flakes = motion_blur(layer8, radius, sigma, draws["angle"].tolist()).to(torch.float64) / 255.0
+    flakes = unit(motion_blur(layer8, radius, sigma, draws["angle"].tolist()), torch.float64)
     v = unit(x)
     washed = blend * v + (1 - blend) * torch.maximum(v, _grey(v) * 1.5 + 0.5)
     out = washed.to(torch.float64) + flakes + torch.flip(flakes, dims=(-2, -1))
