@@ -364,6 +364,11 @@ def run_demo(
     Returns:
         0 (the exit status of ``robustlab demo``).
     """
+    from robustlab.envcheck import check_torchvision
+
+    # First of all: a torch/torchvision pair that cannot load the model is one line before
+    # anything is copied or created (the cause is the installation, not the demo).
+    check_torchvision()
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(
