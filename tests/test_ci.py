@@ -64,3 +64,35 @@ def test_ci_installs_the_system_packages_the_readme_names():
             "fonts-symbola",
         }
     )
+
+
+# What a README "Use" line needs beyond the base install, by what the line runs.
+NEEDS = (
+    (
+        r"robustlab synth |robustlab data tiny-checkpoints|ROBUSTLAB_INPAINTER=|"
+        r"ROBUSTLAB_BG_DIFFUSION=|ROBUSTLAB_EDIT_FILL=diffusers",
+        "[models]",
+    ),
+    (r"robustlab data icons", "[icons]"),
+    (r"robustlab saliency ", "[saliency]"),
+)
+
+
+def test_every_use_line_that_needs_an_extra_says_which():
+    text = (ROOT / "README.md").read_text()
+    start = text.index("\n## Use")
+    lines = _bash_lines_raw(text[start : text.index("\n## ", start + 1)])
+    checked = 0
+    for line in lines:
+        command, _, comment = line.partition("  #")
+        for pattern, extra in NEEDS:
+            if re.search(pattern, command):
+                assert comment.strip().startswith(extra), line
+                checked += 1
+    assert checked >= 8
+
+
+def _bash_lines_raw(section: str) -> list[str]:
+    """The section's bash lines, comments kept."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
+    return [ln for b in blocks for ln in b.splitlines() if ln.strip()]
