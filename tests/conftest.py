@@ -278,6 +278,28 @@ def two_torch_threads():
     torch.set_num_threads(threads)
 
 
+# What a float forward pass promises on every x86-64 CPU when the thread count, the batch
+# size or the machine changes: oneDNN picks other kernels and summation orders (AVX2 or
+# AVX-512, one split or another), so the last bits of the logits move. The same top-5
+# classes and probabilities within this (absolute) tolerance hold everywhere; bit-equal
+# logits hold only on one machine with one thread count and one batch, and no test claims
+# more than that.
+PROB_ATOL = 1e-4
+
+
+def assert_same_predictions(a, b, atol: float = PROB_ATOL) -> None:
+    """Two B x C logit tensors give the same top-5 classes per row (as a set: two classes
+    within rounding of each other may swap places) and softmax probabilities within
+    ``atol``."""
+    import torch
+
+    assert a.shape == b.shape
+    pa, pb = torch.softmax(a.float(), 1), torch.softmax(b.float(), 1)
+    assert torch.allclose(pa, pb, rtol=0, atol=atol), float((pa - pb).abs().max())
+    for row, (x, y) in enumerate(zip(a.topk(5).indices, b.topk(5).indices, strict=True)):
+        assert set(x.tolist()) == set(y.tolist()), f"row {row}: top-5 {x} vs {y}"
+
+
 class RunsACommand:
     """What a doctored pickle would hold: unpickling it with plain pickle calls os.system
     (``touch MARKER``). A reader that refuses it leaves no marker."""

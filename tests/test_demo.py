@@ -287,6 +287,24 @@ def test_fast_demo_numbers_agree_and_summary_comes_from_the_db(fast_demo):
     assert f"clean top-1: {100 * float(clean['top1'].iloc[0]):.1f}%" in fast_demo["stdout"]
 
 
+def test_step_lines_count_cells_alike_for_every_suite(fast_demo):
+    """Each suite's step line counts the clean cell and the shifted cells the same way, and
+    the counts are the cells the database holds (random_bg has two levels)."""
+    lines = [ln for ln in fast_demo["stderr"].splitlines() if "shifted cell" in ln]
+    assert [ln.split("] ", 1)[1].split(" on ")[0] for ln in lines] == [
+        "imagenet-c: clean + 4 shifted cells (2 corruptions x 2 severities)",
+        "ximagenet12: clean + 4 shifted cells (3 scenarios; random_bg at 2: add, paste)",
+        "imagenet9: clean + 2 shifted cells (2 scenarios)",
+        "imagenet-e: clean + 1 shifted cell (1 attribute edit)",
+    ]
+    store = Store(fast_demo["out"] / DB_NAME)
+    runs = store.runs()
+    cells = store.cell_table()
+    for suite, n in (("imagenet-c", 4), ("ximagenet12", 4), ("imagenet9", 2), ("imagenet-e", 1)):
+        rid = runs.loc[runs["suite"] == suite, "run_id"].iloc[0]
+        assert (cells["run_id"] == rid).sum() == 1 + n, suite
+
+
 def _fast_run(out, **kw) -> str:
     """run_demo on the fast configuration; its stderr."""
     err = io.StringIO()

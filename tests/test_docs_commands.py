@@ -57,6 +57,8 @@ UNRUNNABLE: dict[str, dict[str, str]] = {
         "pip install -e . && robustlab demo": "installs; the demo is test_demo.py's job",
         'pip install -e ".[test]" && python -m pytest': "installs; this is the test suite "
         "(.ci/run runs it)",
+        "apt-get install chromium fonts-noto-color-emoji fonts-symbola": "installs system "
+        "packages (.ci/run installs them; tests/test_ci.py checks it names the same)",
         "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu": (
             "installs from the PyTorch index (no network in tests); torch is already installed"
         ),

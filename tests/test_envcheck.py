@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from robustlab.envcheck import fix_command, matching_torchvision
+from robustlab.envcheck import PYPI_BUILD_COST, fix_command, install_advice, matching_torchvision
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -58,16 +58,16 @@ def test_the_overlay_reproduces_the_users_failure(broken_torchvision, tmp_path):
 
 
 def test_cli_says_one_line_with_both_versions_and_the_fix(broken_torchvision, tmp_path):
+    """The demo checks the pair first: one line, nothing printed or created before it."""
     r = _run(["-m", "robustlab.cli", "demo", "--out", "demo"], broken_torchvision, tmp_path)
     torch_v, tv_v = metadata.version("torch"), metadata.version("torchvision")
     assert r.returncode == 3, r.stderr
-    errors = [ln for ln in r.stderr.splitlines() if "error" in ln.lower()]
-    assert errors == [
+    assert r.stderr.splitlines() == [
         f"robustlab demo: error: torch {torch_v} and torchvision {tv_v} do not work together "
         f"(operator torchvision::nms does not exist); install a matching pair: "
-        f"{fix_command(torch_v)}"
+        f"{install_advice(torch_v)}"
     ]
-    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert r.stdout == "" and not (tmp_path / "demo").exists()
 
 
 def test_python_api_raises_environment_problem(broken_torchvision, tmp_path):
@@ -99,3 +99,19 @@ def test_fix_command_uses_the_index_of_torchs_build():
     assert (
         fix_command("2.14.1") == "pip install --force-reinstall torch==2.14.1 torchvision==0.29.1"
     )
+
+
+def test_a_build_from_the_pytorch_index_also_gets_pypis_pair_and_both_costs():
+    """Where the CPU index cannot be reached, its command cannot help: the line also names
+    the same release from the default index, and what each costs."""
+    cpu = install_advice("2.13.0+cpu")
+    first, pypi = cpu.split("; where that index cannot be reached, ")
+    assert first.startswith(fix_command("2.13.0+cpu")) and "190 MB" in first
+    assert pypi.startswith(
+        "the default index has the same release: "
+        "pip install --force-reinstall torch==2.13.0 torchvision==0.28.0 ("
+    )
+    assert "--index-url" not in pypi and "CUDA build" in pypi and "GB" in pypi
+    assert "the default index has" in install_advice("2.5.1+cu124")
+    # a PyPI build: the command is already PyPI's, with its cost
+    assert install_advice("2.14.1") == f"{fix_command('2.14.1')} (from PyPI; {PYPI_BUILD_COST})"

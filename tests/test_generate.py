@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -382,6 +383,14 @@ def test_cli(three, tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert f"{len(PHOTOS) * 2} written" in printed
+    # each rate names its unit: source photos read, files written (2 cells: twice as many)
+    rates = re.search(
+        rf"\({len(PHOTOS)} source photos x 2 cells, [\d.]+ s: ([\d.e+]+) source photos/s, "
+        r"([\d.e+]+) files/s\)",
+        printed,
+    )
+    assert rates, printed
+    assert float(rates[2]) / float(rates[1]) == pytest.approx(2, rel=0.01)
     assert sorted(p.name for p in (tmp_path / "o" / c / "3" / "n01440764").iterdir()) == [
         "n01440764_tench.png"
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 
 import numpy as np
@@ -375,7 +376,7 @@ def test_a_changed_image_is_a_new_run_not_a_reused_one(shapes_folder, tmp_path):
     assert not again.reused and again.run_id != first.run_id
 
 
-def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys):
+def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys, caplog):
     db = str(tmp_path / "c.duckdb")
     args = [
         "holdout",
@@ -400,10 +401,17 @@ def test_cli_holdout_unknown_value_and_style_run(shapes_folder, tmp_path, capsys
     assert err[0] == "robustlab holdout: error: unknown device 'gpu0'" and len(err) == 2
     assert err[1].strip().startswith("hint: use one of: cpu")
     assert not Store(db).exists() or Store(db).runs().empty
-    assert main([*args, "--holdout", "style=outline", "--device", "cpu"]) == 0
+    with caplog.at_level(logging.INFO, logger="robustlab"):
+        assert main([*args, "--holdout", "style=outline", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "held out style=outline: trained on" in out and "held-out top-1" in out
     assert len(Store(db).runs()) == 1
+    # the checkpoint folder is announced before training, and holds the checkpoint
+    said = [r.getMessage() for r in caplog.records if "checkpoint and training state" in r.message]
+    assert said == [
+        f"checkpoint and training state go to {tmp_path / 'ck'} (--out chooses the folder)"
+    ]
+    assert [p.suffix for p in (tmp_path / "ck").iterdir()] == [".pth"]
 
 
 def test_holdout_on_cuda_without_a_gpu_is_one_line(shapes_folder, tmp_path, capsys):

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import StopAfter
+from conftest import StopAfter, assert_same_predictions
 from robustlab.models import load_model
 from robustlab.run.lanes import default_lanes, forward_lanes, lane_threads
 from robustlab.run.runner import RunOptions, Runner, _ModelTransform
@@ -131,31 +131,19 @@ def test_closing_gives_new_threads_the_callers_thread_count(two_torch_threads):
     assert later == [2] and torch.get_num_threads() == 2
 
 
-def test_lanes_give_the_same_logits_bit_for_bit(samples_dir, lite0, two_torch_threads):
-    """Batches of 32 on one thread each: the logits of the same batches on two threads.
-    (Measured on this project's machine: equal from 16 images a batch; below that,
-    oneDNN splits a convolution differently by thread count, see the next test.)"""
-    batches = list(torch.split(_real_images(samples_dir, lite0, 64), 32))
-    one_at_a_time = [lite0.predict(b) for b in batches]
-    with forward_lanes(lite0.predict, 2) as pool:
-        for b in batches:
-            pool.submit(b)
-        side_by_side = [out for out, _ in pool.ready(drain=True)]
-    for a, b in zip(one_at_a_time, side_by_side, strict=True):
-        assert torch.equal(a, b)
-
-
-def test_small_batches_differ_only_in_rounding(samples_dir, lite0, two_torch_threads):
-    """Batches of 4: torch's thread count changes the last bits of the logits, as any
-    change of ``torch.set_num_threads`` does; the top-5 classes stay the same."""
-    batches = list(torch.split(_real_images(samples_dir, lite0, 16), 4))
+@pytest.mark.parametrize(("batch", "n"), [(32, 64), (4, 16)])
+def test_lanes_give_the_same_predictions(samples_dir, lite0, two_torch_threads, batch, n):
+    """The same batches on one thread each (two lanes) and on two threads: the same top-5
+    classes and probabilities within PROB_ATOL. Not bit for bit: the thread count changes
+    how oneDNN splits a convolution, and so the last bits of the logits, on some CPUs at
+    every batch size (on this project's machine only below 16 images a batch)."""
+    batches = list(torch.split(_real_images(samples_dir, lite0, n), batch))
+    one_at_a_time = torch.cat([lite0.predict(b) for b in batches])
     with forward_lanes(lite0.predict, 2) as pool:
         for b in batches:
             pool.submit(b)
         side_by_side = torch.cat([out for out, _ in pool.ready(drain=True)])
-    one_at_a_time = torch.cat([lite0.predict(b) for b in batches])
-    assert torch.allclose(one_at_a_time, side_by_side, rtol=0, atol=1e-4)
-    assert torch.equal(one_at_a_time.topk(5).indices, side_by_side.topk(5).indices)
+    assert_same_predictions(one_at_a_time, side_by_side)
 
 
 def _folder(samples_dir, dst, n):

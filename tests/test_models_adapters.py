@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from robustlab.errors import EnvironmentProblem, MissingResourceError, RobustlabError
+from robustlab.errors import EnvironmentProblem, InputError, MissingResourceError, RobustlabError
 from robustlab.models import load_model
 
 
@@ -301,6 +305,54 @@ def test_bad_specs(spec, match):
     with pytest.raises(RobustlabError, match=match) as err:
         load_model(spec, device="cpu")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "spec, suggestion",
+    [
+        ("lite00", "did you mean lite0 or "),
+        ("tim:resnet50", "did you mean timm:resnet50?"),
+        ("timm:resnet5", "did you mean timm:resnet50 or "),
+        ("torchvision:resnet5", "did you mean torchvision:resnet50 or "),
+        ("open_clip:ViT-B-33", "did you mean open_clip:ViT-B-32 or "),
+    ],
+)
+def test_a_misspelt_spec_gets_the_closest_whole_specs(spec, suggestion):
+    """Suggestions are specs to paste back, prefix included, from each adapter's own list."""
+    with pytest.raises(InputError) as err:
+        load_model(spec, device="cpu")
+    assert suggestion in str(err.value)
+
+
+def test_a_misspelt_hub_id_gets_the_closest_cached_ids(monkeypatch, tmp_path):
+    """hf: has a local list, the hub cache's ``models--ORG--NAME`` folders: an id that is
+    not cached gets the closest cached ids."""
+    from huggingface_hub import constants
+
+    for repo in ("models--google--vit-base-patch16-224", "models--facebook--convnext-tiny-224"):
+        (tmp_path / repo).mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(MissingResourceError) as err:
+        load_model("hf:google/vit-base-patch16-22", device="cpu")
+    assert "; did you mean hf:google/vit-base-patch16-224?" in str(err.value)
+
+
+def test_a_misspelt_spec_is_answered_without_importing_torch():
+    """The spec is checked before torch and torchvision are imported (seconds; a minute on
+    the first run after an install): a typo is answered at once."""
+    code = (
+        "import sys\n"
+        "from robustlab.errors import InputError\n"
+        "from robustlab.models import load_model\n"
+        "try:\n    load_model('lite00')\nexcept InputError as e:\n    print(e)\n"
+        "print(sorted(m for m in ('torch', 'torchvision', 'timm') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out[0].startswith("unknown model spec 'lite00'; did you mean lite0") and out[1] == "[]"
 
 
 def test_missing_weights_file():

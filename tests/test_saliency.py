@@ -3,6 +3,8 @@ grad-cam library called directly, the stored run (resume, CLI) and the analysis.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -56,64 +58,43 @@ def test_metrics_by_hand():
         relevance_mass(np.ones((2, 4, 4)), np.ones((2, 4, 5)))
 
 
-def _quantus(metric, maps, masks):
-    n, h, w = maps.shape
-    return np.asarray(
-        metric(
-            model=None,
-            x_batch=np.zeros((n, 3, h, w), np.float32),
-            y_batch=np.zeros(n, int),
-            a_batch=maps[:, None].astype(np.float64),
-            s_batch=masks[:, None].astype(np.float64),
-        ),
-        dtype=np.float64,
-    )
+QUANTUS = Path(__file__).resolve().parent / "fixtures" / "saliency_quantus"
 
 
-def test_metrics_equal_quantus_on_lite0_gradcam_maps(masked_photos, lite0):
-    """Relevance Mass Accuracy and Pointing Game of Quantus 0.6 on the same maps and masks:
-    lite0's Grad-CAM of real photos (non-negative, where the positive-part share is
-    Quantus's definition) and random maps clipped at zero, with real elliptic masks."""
-    quantus = pytest.importorskip(
-        "quantus", reason="pip install --no-deps quantus==0.6.0 cachetools (as .ci/run does)"
-    )
-    import torch
-
-    from robustlab.data.sources import discover
-    from robustlab.pipeline import load_prepared
-    from robustlab.saliency.attribution import Attributor, find_target_layer
-    from robustlab.workflows.saliency import input_mask
-    from robustlab.suites import get_suite
-
-    data, masks = masked_photos
-    protocol = get_suite("ximagenet12").protocol
-    prep = lite0.preprocessing
-    x, ms = [], []
-    for s in discover(data, masks=masks):
-        p = load_prepared(s, protocol, with_mask=True)
-        x.append(prep.to_uint8(p.rgb))
-        ms.append(input_mask(p.mask, prep))
-    x = torch.stack(x)
-    _, ids = lite0.predict_topk(x, k=1)
-    att = Attributor(lite0.module, "gradcam", find_target_layer(lite0.module, prep.hw))
-    maps = att(prep.normalize(x), ids[:, 0])
-    att.close()
-    rng = np.random.default_rng(0)
-    noise = np.clip(rng.normal(size=maps.shape), 0, None)
-    all_maps = np.concatenate([maps, noise])
-    all_masks = np.concatenate([np.stack(ms)] * 2)
-    assert (maps >= 0).all() and all_masks.any(axis=(1, 2)).all()
-    rma = quantus.RelevanceMassAccuracy(normalise=False, abs=False, disable_warnings=True)
-    pg = quantus.PointingGame(normalise=False, abs=False, disable_warnings=True)
-    np.testing.assert_allclose(
-        relevance_mass(all_maps, all_masks), _quantus(rma, all_maps, all_masks), rtol=1e-6
-    )
-    np.testing.assert_array_equal(
-        pointing_game(all_maps, all_masks), _quantus(pg, all_maps, all_masks)
-    )
+def test_metrics_equal_quantus_on_lite0_gradcam_maps():
+    """Relevance Mass Accuracy and Pointing Game as Quantus 0.6 computed them on the same
+    maps and masks (recorded by ``fixtures/saliency_quantus/make.py``, since Quantus needs
+    a second OpenCV): lite0's Grad-CAM of real photos (non-negative, where the positive-part
+    share is Quantus's definition) and random maps clipped at zero, with real elliptic
+    masks."""
+    ref = np.load(QUANTUS / "reference.npz")
+    maps, masks = ref["maps"].astype(np.float64), ref["masks"]
+    assert str(ref["quantus_version"]) == "0.6.0" and (maps >= 0).all()
+    assert masks.any(axis=(1, 2)).all()
+    np.testing.assert_allclose(relevance_mass(maps, masks), ref["relevance_mass"], rtol=1e-6)
+    np.testing.assert_array_equal(pointing_game(maps, masks), ref["pointing_game"])
     # the masks are not trivially all-in or all-out: the metrics discriminate
-    share = relevance_mass(all_maps, all_masks)
+    share = relevance_mass(maps, masks)
     assert (share > 0.05).all() and (share < 0.99).all()
+    assert set(ref["pointing_game"]) == {0.0, 1.0}
+
+
+def test_the_recorded_reference_is_what_quantus_computes():
+    """Where Quantus is installed (it is no test dependency: see make.py), the recorded
+    numbers are its numbers on the recorded maps."""
+    pytest.importorskip(
+        "quantus", reason="optional: pip install --no-deps quantus==0.6.0 cachetools"
+    )
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("saliency_quantus_make", QUANTUS / "make.py")
+    assert spec is not None and spec.loader is not None
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    ref = np.load(QUANTUS / "reference.npz")
+    now = make.quantus_numbers(ref["maps"].astype(np.float64), ref["masks"])
+    np.testing.assert_allclose(now["relevance_mass"], ref["relevance_mass"], rtol=1e-12)
+    np.testing.assert_array_equal(now["pointing_game"], ref["pointing_game"])
 
 
 def test_a_missing_library_is_one_line_naming_the_package(monkeypatch, tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -297,6 +298,23 @@ def test_bad_checkpoint_folders_are_one_line_errors(tmp_path, capsys):
         # One error line, optionally followed by one hint line; never a traceback.
         assert code == 2 and expected in lines[0] and len(lines) <= 2, lines
         assert all(line.startswith("  hint: ") for line in lines[1:]), lines
+
+
+def test_cli_rate_is_the_drawing_rate_with_the_loading_apart(tmp_path, checkpoint, capsys):
+    """The images/s figure counts drawing only; the pipeline's loading is said apart."""
+    argv = ["--checkpoint", str(checkpoint), "--classes", "backpack", "--nuisances"]
+    argv += ["background", "--max-nuisances", "1", "--size", "64", "--steps", "2"]
+    assert main(["synth", "--out", str(tmp_path / "o"), "--device", "cpu", *argv]) == 0
+    out = capsys.readouterr().out
+    m = re.search(
+        r"1 written, 0 already there, 0 failed \(1 planned; ([\d.]+) s: ([\d.]+) s planning "
+        r"and loading the pipeline, ([\d.]+) s drawing at ([\d.e+-]+) images/s\)",
+        out,
+    )
+    assert m, out
+    total, loading, drawing, rate = map(float, m.groups())
+    assert total == pytest.approx(loading + drawing, abs=0.11) and loading > 0
+    assert 1 / rate == pytest.approx(drawing, abs=0.06)
 
 
 @pytest.mark.slow

@@ -364,6 +364,11 @@ def run_demo(
     Returns:
         0 (the exit status of ``robustlab demo``).
     """
+    from robustlab.envcheck import check_torchvision
+
+    # First of all: a torch/torchvision pair that cannot load the model is one line before
+    # anything is copied or created (the cause is the installation, not the demo).
+    check_torchvision()
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(
@@ -436,10 +441,9 @@ def _evaluate_plan(
     n_written = 0
     for suite_name, shifts, lv, dropped in plan:
         step += 1
-        n_cells = len(get_suite(suite_name).select(shifts, lv))
+        cells = get_suite(suite_name).select(shifts, lv)
         _say(
-            f"[{step}/{n_steps}] {suite_name}: clean + {_what(suite_name, len(shifts))} "
-            f"({n_cells} cells) on {n_photos} photos"
+            f"[{step}/{n_steps}] {suite_name}: {_cells_text(suite_name, shifts, cells)} on {n_photos} photos"
         )
         for note in dropped:
             _say(f"    left out: {note}")
@@ -490,13 +494,33 @@ def _report_step(
     return db_now, report_db
 
 
+def _cells_text(suite_name: str, shifts, cells) -> str:
+    """What a step evaluates, counted one way for every suite: the clean cell plus the
+    shifted cells, and how the shifts make them (``imagenet9``: 6 scenarios, 6 cells;
+    ``ximagenet12``: 12 scenarios, one of them at two levels, 13 cells)."""
+    levels: dict[str, list[str]] = {}
+    for c in cells:
+        levels.setdefault(c.shift, []).append(str(c.level))
+    what = _what(suite_name, len(shifts))
+    counts = {len(v) for v in levels.values()}
+    if len(counts) == 1 and counts != {1}:
+        unit = "severities" if suite_name == "imagenet-c" else "levels"
+        detail = f"{what} x {counts.pop()} {unit}"
+    else:
+        several = [f"{s} at {len(v)}: {', '.join(v)}" for s, v in levels.items() if len(v) > 1]
+        detail = "; ".join([what, *several])
+    return f"clean + {len(cells)} shifted cell{'s' * (len(cells) != 1)} ({detail})"
+
+
 def _what(suite_name: str, n: int) -> str:
     """What a suite's shifts are called in its step line (the suites shift different things)."""
     if suite_name == "imagenet-c":
-        return f"{n} corruptions"
-    if suite_name == "imagenet-e":
-        return f"{n} attribute edits"
-    return f"{n} scenarios"
+        name = "corruption"
+    elif suite_name == "imagenet-e":
+        name = "attribute edit"
+    else:
+        name = "scenario"
+    return f"{n} {name}{'s' * (n != 1)}"
 
 
 def _write_report(db: Path, out: Path, run_ids: list[str], n_photos: int) -> None:

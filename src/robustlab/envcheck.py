@@ -9,7 +9,11 @@ every bundled model) fails deep inside torch with ``RuntimeError: operator torch
 does not exist``: a bug-looking traceback for what is an installation problem.
 :func:`check_torchvision` imports torchvision once and turns such a failure into an
 :class:`~robustlab.errors.EnvironmentProblem` whose one line names both installed versions
-and the pip command that installs a matching pair.
+and the pip command that installs a matching pair. The usual cause is an unreachable
+PyTorch index, so for a build from that index the line also names the pair the default
+index (PyPI) installs, and what each costs: on Linux PyPI's torch is the CUDA build, seven
+times the CPU build on disk (sizes below: torch 2.13.0+cpu and PyPI's 2.14.1 with its
+CUDA libraries on x86-64 Linux, Python 3.11).
 """
 
 from __future__ import annotations
@@ -51,13 +55,37 @@ def fix_command(torch_version: str | None) -> str:
     return f"pip install --force-reinstall {pins}{index}"
 
 
+# What a matching pair costs: the CPU build from the PyTorch index, and PyPI's build, which
+# on Linux x86-64 is the CUDA one with its GPU libraries (nvidia-*, triton).
+CPU_BUILD_COST = "the CPU build: about 190 MB to download, 0.7 GB installed"
+PYPI_BUILD_COST = (
+    "on Linux that is the CUDA build: about 3 GB to download, 5.3 GB installed, "
+    "also where no GPU will use it"
+)
+
+
+def install_advice(torch_version: str | None) -> str:
+    """How to get a matching pair: :func:`fix_command` with its cost and, when that command
+    needs the PyTorch index, PyPI's command for the same release and its cost."""
+    fix = fix_command(torch_version)
+    base, _, tag = (torch_version or "").partition("+")
+    if not tag:
+        return f"{fix} (from PyPI; {PYPI_BUILD_COST})"
+    pypi = fix_command(base)
+    cost = f" ({CPU_BUILD_COST})" if tag == "cpu" else ""
+    return (
+        f"{fix}{cost}; where that index cannot be reached, the default index has the same "
+        f"release: {pypi} ({PYPI_BUILD_COST})"
+    )
+
+
 def torchvision_problem(exc: BaseException) -> EnvironmentProblem:
     """The one-line error for a torchvision that failed to import (``exc``)."""
     torch_v, tv_v = _version("torch"), _version("torchvision")
     why = " ".join(str(exc).split())[:160] or type(exc).__name__
     return EnvironmentProblem(
         f"torch {torch_v or '(not installed)'} and torchvision {tv_v or '(not installed)'} "
-        f"do not work together ({why}); install a matching pair: {fix_command(torch_v)}"
+        f"do not work together ({why}); install a matching pair: {install_advice(torch_v)}"
     )
 
 
@@ -87,6 +115,7 @@ def check_torchvision() -> None:
 __all__ = [
     "check_torchvision",
     "fix_command",
+    "install_advice",
     "is_torchvision_op_error",
     "matching_torchvision",
     "torchvision_problem",

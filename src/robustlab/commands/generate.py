@@ -76,12 +76,15 @@ def run(args) -> int:
 
     parts = {"cells": GenerateCells, "inputs": GenerateInputs, "execution": GenerateExecution}
     res = generate(args.suite, args.data, args.out, **specs_from_args("generate", args, parts))
-    rate = res.samples / res.seconds if res.seconds > 0 else 0.0
+    # Two rates, each naming its unit: source photos read (each gives one file per cell)
+    # and files written by this call.
+    photos = res.samples / res.seconds if res.seconds > 0 else 0.0
+    files = res.written / res.seconds if res.seconds > 0 else 0.0
     print(
         f"{res.out}: {res.written} written, {res.skipped_existing} already there, "
         f"{res.failed} failed, {len(res.skipped_inputs)} inputs skipped "
-        f"({res.samples} images x {res.cells} cells, {res.seconds:.1f} s, {rate:.2f} images/s); "
-        f"manifest: {res.manifest_path}"
+        f"({res.samples} source photos x {res.cells} cells, {res.seconds:.1f} s: "
+        f"{photos:.3g} source photos/s, {files:.3g} files/s); manifest: {res.manifest_path}"
     )
     if res.stages:
         from robustlab.run.ray.pipeline import stages_line

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from robustlab.errors import InputError
+from robustlab.errors import InputError, closest
 
 from .base import Model, TorchModel
 from .hub import offline
@@ -79,6 +79,33 @@ def _split_inline(rest: str, weights):
     return rest, weights
 
 
+def _adapter_of(spec: str) -> Adapter:
+    """The adapter a ``PREFIX:REST`` spec names; an unknown spec is an InputError naming the
+    closest specs: a bundled model for ``lite00``, the same name under the closest prefix
+    for ``tim:resnet50`` (the adapters' own names are checked by each adapter)."""
+    from .lite import LITE
+
+    prefix, sep, rest = spec.partition(":")
+    adapter = find_adapter(prefix) if sep and rest else None
+    if adapter is not None:
+        return adapter
+    prefixes = [a.prefix for a in adapters()]
+    if sep and rest:
+        close = [f"{p}:{rest}" for p in closest(prefix, prefixes)]
+    else:
+        close = closest(spec, LITE)
+    if close:
+        raise InputError(
+            f"unknown model spec {spec!r}; did you mean {' or '.join(close)}?",
+            hint="robustlab list models shows them with descriptions",
+        )
+    known = ", ".join([*LITE, *(a.pattern for a in adapters())])
+    raise InputError(
+        f"unknown model spec {spec!r}; use one of {known}",
+        hint="robustlab list models shows them with descriptions",
+    )
+
+
 def load_model(
     spec: str, *, weights=None, device=None, label_space=None, batch_size: int | None = None
 ) -> Model:
@@ -99,6 +126,11 @@ def load_model(
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"model spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
+    from . import lite
+
+    # The spec first: a typo is answered without importing torch and torchvision (11 s on a
+    # busy machine, 55 s on the first run after an install).
+    adapter = None if spec in lite.LITE else _adapter_of(spec)
     # every adapter imports torch, and timm imports torchvision: a mismatched pair is
     # one line naming both versions and the fix, not a traceback from inside torch
     from robustlab.envcheck import check_torchvision
@@ -107,23 +139,9 @@ def load_model(
     if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
         raise InputError(f"batch size must be a positive integer, got {batch_size!r}")
     kwargs = {"device": device, "label_space": label_space, "batch_size": batch_size}
-    from . import lite
-
-    if spec in lite.LITE:
-        return lite.load(spec, spec=spec, weights=weights, **kwargs)
-    prefix, sep, rest = spec.partition(":")
-    adapter = find_adapter(prefix) if sep and rest else None
     if adapter is None:
-        import difflib
-
-        known = ", ".join([*lite.LITE, *(a.pattern for a in adapters())])
-        close = difflib.get_close_matches(spec, [*lite.LITE], n=3, cutoff=0.6)
-        raise InputError(
-            f"unknown model spec {spec!r}; did you mean {' or '.join(close)}?"
-            if close
-            else f"unknown model spec {spec!r}; use one of {known}",
-            hint="robustlab list models shows them with descriptions",
-        )
+        return lite.load(spec, spec=spec, weights=weights, **kwargs)
+    rest = spec.partition(":")[2]
     if adapter.inline_weights:
         rest, weights = _split_inline(rest, weights)
     return adapter.loader()(rest, spec=spec, weights=weights, **kwargs)

@@ -60,6 +60,7 @@ class Model:
         model_outputs: int,
         native: bool = False,
         details: dict | None = None,
+        weights_label: str | None = None,
     ):
         from robustlab.data.labels import get_label_space
 
@@ -71,6 +72,10 @@ class Model:
         self.device = device
         self.label_space = get_label_space(label_space or "imagenet1k")
         self.weights_path = None if weights_path is None else str(weights_path)
+        # How the record names the weights: their path, unless the adapter names them by
+        # their place inside an installed package (the bundled lite weights), so that the
+        # same run in another environment has the same record, not another site-packages.
+        self.weights_label = weights_label
         self.weights_hash = weights_hash
         self.model_outputs = int(model_outputs)
         self.details = dict(details or {})
@@ -302,7 +307,7 @@ class Model:
         return {
             "spec": self.spec,
             "adapter": self.adapter,
-            "weights": self.weights_path,
+            "weights": self.weights_label or self.weights_path,
             "weights_hash": self.weights_hash,
             "preprocessing": self.preprocessing.describe(),
             "batch_size": self.batch_size,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from robustlab.errors import InputError, MissingResourceError
+from robustlab.errors import InputError, MissingResourceError, closest
 
 from .base import Model
 from .devices import auto_device, default_batch_size
@@ -155,15 +155,15 @@ def load(
             raise
         if no_hub:
             raise MissingResourceError(
-                f"hf:{src} is not in the local Hugging Face cache and {no_hub}: "
-                f"download it (e.g. huggingface-cli download {src} --local-dir DIR) "
-                "and use hf:DIR"
+                f"hf:{src} is not in the local Hugging Face cache and {no_hub}"
+                f"{_cached_near(src)}: download it (e.g. huggingface-cli download {src} "
+                "--local-dir DIR) and use hf:DIR"
             ) from None
         if not is_local and offline():
             raise MissingResourceError(
                 f"hf:{src} is not in the local Hugging Face cache and downloads are off "
-                "(HF_HUB_OFFLINE=1): download it (e.g. huggingface-cli download "
-                f"{src} --local-dir DIR) and use hf:DIR"
+                f"(HF_HUB_OFFLINE=1){_cached_near(src)}: download it (e.g. huggingface-cli "
+                f"download {src} --local-dir DIR) and use hf:DIR"
             ) from None
         raise InputError(
             f"cannot load hf:{src} as an image classifier: {_first_line(exc)}"
@@ -195,6 +195,20 @@ def load(
             "versions": package_versions("transformers"),
         },
     )
+
+
+def _cached_near(repo: str) -> str:
+    """``"; did you mean hf:ORG/NAME?"`` for the closest model ids of the local hub cache
+    (its ``models--ORG--NAME`` folders: the one list of hf: models this machine has), or
+    ``""`` when none is close."""
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        return ""
+    root = Path(HF_HUB_CACHE)
+    cached = [p.name[len("models--") :].replace("--", "/") for p in root.glob("models--*")]
+    close = closest(repo, sorted(cached)) if root.is_dir() else []
+    return f"; did you mean {' or '.join(f'hf:{c}' for c in close)}?" if close else ""
 
 
 def _snapshot_folder(repo: str) -> Path | None:

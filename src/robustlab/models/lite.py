@@ -103,6 +103,8 @@ def load(
         device=dev,
         label_space=label_space,
         weights_path=path,
+        # the package's file, named the same in every environment (not site-packages' path)
+        weights_label=None if weights else f"{LITE[name][2].replace('-', '_')}/models/{path.name}",
         weights_hash=weights_hash(path),
         model_outputs=net.num_classes,
         details={

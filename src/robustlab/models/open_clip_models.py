@@ -26,6 +26,7 @@ from robustlab.errors import InputError, MissingResourceError
 from .base import Model
 from .devices import auto_device, default_batch_size
 from .preprocess import Preprocessing
+from .registry import unknown_model
 from .weights import is_unsafe_pickle, package_versions, weights_hash, weights_refusal
 
 CPU_BATCH = 16
@@ -161,9 +162,11 @@ def _checkpoint(open_clip, arch: str, weights) -> tuple[str, Path]:
     elif arch in open_clip.list_models():
         name = arch
     else:
-        raise InputError(
-            f"unknown open_clip model {arch!r}: use an open_clip config name "
-            "(open_clip.list_models()) or a folder with open_clip_config.json"
+        raise unknown_model(
+            "open_clip",
+            arch,
+            open_clip.list_models(),
+            "open_clip.list_models() (or a folder with open_clip_config.json)",
         )
     if weights is None:
         raise MissingResourceError(

@@ -18,11 +18,11 @@ accepted (CLI included, once the module that defines it is imported)::
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from robustlab.errors import InputError
+from robustlab.errors import InputError, closest
 
 if TYPE_CHECKING:
     from robustlab.models.base import Model
@@ -95,6 +95,18 @@ def adapters() -> list[Adapter]:
 
 def find_adapter(prefix: str) -> Adapter | None:
     return _ADAPTERS.get(prefix)
+
+
+def unknown_model(prefix: str, name: str, known: Iterable[str], listing: str) -> InputError:
+    """The error for a name an adapter does not know, with the closest of ``known`` (the
+    adapter's own list: ``timm.list_models()``...) written as whole specs, so that the
+    suggestion can be pasted back: ``unknown timm model 'resnet5'; did you mean
+    timm:resnet50?``. Without a close name, ``listing`` says where the names are."""
+    close = closest(name, known)
+    if close:
+        specs = " or ".join(f"{prefix}:{c}" for c in close)
+        return InputError(f"unknown {prefix} model {name!r}; did you mean {specs}?")
+    return InputError(f"unknown {prefix} model {name!r}", hint=f"{listing} lists them")
 
 
 for _prefix, _pattern, _description, _inline in (

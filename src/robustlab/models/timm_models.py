@@ -18,6 +18,7 @@ from .base import TorchModel
 from .devices import auto_device, default_batch_size
 from .hub import hub_endpoint, offline, unreachable
 from .preprocess import Preprocessing
+from .registry import unknown_model
 from .weights import head_classes, load_state_dict_file, load_strict, package_versions, weights_hash
 
 CPU_BATCH = 32
@@ -99,7 +100,7 @@ def load(
 
     hub = name.startswith("hf-hub:")
     if not hub and not timm.models.is_model(name):
-        raise InputError(f"unknown timm model {name!r} (see timm.list_models())")
+        raise unknown_model("timm", name, timm.list_models(), "timm.list_models()")
     source = "file"
     if weights is not None:
         path = Path(weights).expanduser()

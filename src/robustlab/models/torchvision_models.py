@@ -19,6 +19,7 @@ from .base import TorchModel
 from .devices import auto_device, default_batch_size
 from .hub import offline, unreachable
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from .registry import unknown_model
 from .weights import head_classes, load_state_dict_file, load_strict, package_versions, weights_hash
 
 CPU_BATCH = 32
@@ -59,10 +60,9 @@ def load(
 ) -> TorchModel:
     from torchvision.models import get_model, list_models
 
-    if name not in list_models():
-        raise InputError(
-            f"unknown torchvision model {name!r} (see torchvision.models.list_models())"
-        )
+    known = list_models()
+    if name not in known:
+        raise unknown_model("torchvision", name, known, "torchvision.models.list_models()")
     default = _default_weights(name)
     if weights is not None:
         path, source = Path(weights).expanduser(), "file"

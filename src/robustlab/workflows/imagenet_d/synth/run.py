@@ -70,6 +70,9 @@ class SynthResult:
         existing: Images found finished and left untouched.
         failures: ``(file, reason)`` of images the model failed on (counted skips).
         seconds: Wall time.
+        draw_seconds: The part of it spent drawing: from the loaded pipeline's first batch
+            to the last file (planning and the pipeline's loading excluded; on Ray, the
+            workers' loading is included), so that a rate says what the model does.
         backend: The pipeline's record, when one was loaded.
         stages: With the Ray backend: images and worker time per stage, and the wall time.
     """
@@ -80,6 +83,7 @@ class SynthResult:
     existing: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    draw_seconds: float = 0.0
     backend: dict[str, Any] | None = None
     stages: dict[str, Any] | None = None
 
@@ -354,9 +358,13 @@ class _Tally:
     def __init__(self, result: SynthResult, total: int, progress: bool):
         self.result, self.total, self.progress = result, total, progress
         self.bar = None
+        self.drawing_since: float | None = None
 
     def start(self) -> None:
-        """Show the bar (once the pipeline is loaded: a load error stays one clean line)."""
+        """Start the drawing clock and show the bar (once the pipeline is loaded: a load
+        error stays one clean line)."""
+        if self.drawing_since is None:
+            self.drawing_since = time.perf_counter()
         if self.progress and self.bar is None:
             from tqdm.auto import tqdm
 
@@ -375,6 +383,8 @@ class _Tally:
             )
 
     def close(self) -> None:
+        if self.drawing_since is not None:
+            self.result.draw_seconds = time.perf_counter() - self.drawing_since
         if self.bar is not None:
             self.bar.close()
 

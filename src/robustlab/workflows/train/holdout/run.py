@@ -98,6 +98,11 @@ def run_holdout(
         len(split.seen),
         len(split.held),
     )
+    # Said before the first epoch: the folder (./checkpoints by default) is created where
+    # the user may not expect it, and a killed training resumes from the state kept there.
+    log.info(
+        "checkpoint and training state go to %s (--out chooses the folder)", Path(out).resolve()
+    )
     stem = Path(out) / f"holdout-{config.arch.replace(':', '_')}-{rid}"
     state = EpochState(stem.with_name(f"{stem.name}.training-state.pth"), rid)
     net, losses, timing = _train_timed(data, labels, split, config, progress, device, state)
