@@ -242,6 +242,87 @@ def write_output(path: Any, data: bytes | str, *, kind: str, flag: str, force: b
     return given
 
 
+# --------------------------------------------------------------------------- output folders
+# The hidden file a command leaves in an output folder it fills (``masks``, ``demo``,
+# ``data``): proof that the folder is its own, so a rerun resumes there while any other
+# non-empty folder is refused. Commands whose record is written before their first file
+# (generate's and synth's manifest.json) are recognised by that record instead.
+OWNER_MARK = ".robustlab-out.json"
+OWNER_FORMAT = "robustlab-out/1"
+
+
+def folder_owner(path: Any) -> str | None:
+    """The command named by the owner mark of folder ``path`` (None: no readable mark)."""
+    import json
+
+    try:
+        mark = json.loads((Path(path) / OWNER_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(mark, dict) or mark.get("format") != OWNER_FORMAT:
+        return None
+    owner = mark.get("command")
+    return owner if isinstance(owner, str) else None
+
+
+def check_out_folder(
+    path: Any,
+    *,
+    command: str,
+    flag: str,
+    made: Any = None,
+    allow_other: bool = False,
+    allow_flag: str | None = "--into-existing",
+) -> None:
+    """Refuse, in one line, to fill a folder that already holds files ``command`` did not
+    write: its files would mix with the output (a dataset gaining ``data/`` and a database,
+    a user's PNGs taken for cached masks, an icon set overwriting same-named files).
+
+    A missing or empty folder (hidden entries such as ``.DS_Store`` aside) is fine; so is
+    one whose owner mark (:data:`OWNER_MARK`) names ``command``, or that ``made(folder)``
+    recognises as the command's own by its record (a folder written before the mark
+    existed), or any folder when ``allow_other`` (the command's ``allow_flag``).
+
+    Raises:
+        InputError: the folder holds other files.
+    """
+    folder = Path(os.path.expanduser(os.fspath(path)))
+    if not folder.is_dir():
+        return  # created by the command (or refused elsewhere: a file, a URL)
+    with environment_errors(f"cannot list {flag} {path}"):
+        entries = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    if not entries or allow_other or folder_owner(folder) == command:
+        return
+    if made is not None and made(folder):
+        return
+    shown = ", ".join(printable_name(n) for n in entries[:3]) + (
+        ", ..." if len(entries) > 3 else ""
+    )
+    how = f", or pass {allow_flag} to write into it anyway" if allow_flag else ""
+    raise InputError(
+        f"{flag} {path} is not empty and was not made by robustlab {command} (it holds "
+        f"{shown}); refusing to mix the output with its files",
+        hint=f"choose a new or empty folder{how}",
+    )
+
+
+def claim_out_folder(path: Any, *, command: str) -> Path:
+    """Create output folder ``path`` (parents too) and leave ``command``'s owner mark in
+    it unless it has one, so a rerun is recognised by :func:`check_out_folder`. Called when
+    the command starts writing, after every check passed."""
+    import json
+
+    folder = Path(os.path.expanduser(os.fspath(path)))
+    with environment_errors(f"cannot create {path}"):
+        folder.mkdir(parents=True, exist_ok=True)
+        if folder_owner(folder) is None:
+            from robustlab.outputs import atomic_write
+
+            mark = {"format": OWNER_FORMAT, "command": command}
+            atomic_write(folder / OWNER_MARK, json.dumps(mark).encode())
+    return folder
+
+
 # --------------------------------------------------------------------------- readers
 def _dir_key(path: str) -> tuple[int, int]:
     st = os.stat(path)
@@ -408,6 +489,56 @@ def file_inside(root: Any, rel: Any) -> Path | None:
         return None
 
 
+def link_out(root: Any, rel: Any) -> str | None:
+    """The skip reason of the first link on the way from ``root`` to ``root / rel`` (a
+    linked folder, or the file itself) that resolves outside ``root``, else None: the
+    link rule for a folder a reader enters by its fixed name (``questions/``)."""
+    root_real = real(root)
+    parts = PurePosixPath(os.fspath(rel).replace("\\", "/")).parts
+    for depth in range(1, len(parts) + 1):
+        part = Path(root).joinpath(*parts[:depth])
+        if part.is_symlink() and not _inside(real(part), root_real):
+            return OUTSIDE.format(target=link_target(str(part)))
+    return None
+
+
+def why_not_inside(root: Any, rel: Any) -> str:
+    """Why :func:`file_inside` gives None for ``root / rel``, in the words of a skip
+    reason: a link out of the root is named as one (with its target), never as "missing",
+    so the user fixes the link instead of looking for a file that is there."""
+    rel_path = PurePosixPath(os.fspath(rel).replace("\\", "/"))
+    if rel_path.is_absolute() or ".." in rel_path.parts:
+        return "an absolute path or one with '..' (names a file outside the folder)"
+    path = Path(root) / rel_path
+    leaving = link_out(root, rel_path)
+    if leaving is not None:
+        return leaving
+    if not os.path.lexists(path):
+        return "missing"
+    if path.is_symlink() and not path.exists():
+        return "broken symbolic link"
+    return "not a regular file"
+
+
+def named_file(root: Any, rel: Any, *, what: str) -> Path | None:
+    """The file a reader looks up by its fixed name inside a folder it reads (an archive's
+    ``labels.txt``, a generated folder's ``manifest.json``, a set's ``metadata.csv``):
+    ``root / rel`` under the link rule, None when there is nothing of that name.
+
+    Raises:
+        InputError: something of that name is there but is not a regular file inside
+            ``root`` (a link out of it, a folder): the reason names it, in one line,
+            instead of the folder being read as another layout or the file as missing.
+    """
+    found = file_inside(root, rel)
+    if found is not None or not os.path.lexists(Path(root) / rel):
+        return found
+    raise InputError(
+        f"{what} {Path(root) / rel}: {why_not_inside(root, rel)}",
+        hint="copy the file into the folder (links may point only inside it)",
+    )
+
+
 def outside(root: Any, path: Any) -> bool:
     """Whether an existing ``path`` (built from a CSV row, say) resolves outside ``root``
     or to something that is not a regular file: the link rule for a path a reader
@@ -432,13 +563,20 @@ def dirs_inside(root: Any) -> Iterable[Path]:
 
 
 __all__ = [
+    "OWNER_MARK",
     "Database",
     "Folder",
+    "check_out_folder",
     "check_outputs",
+    "claim_out_folder",
+    "folder_owner",
+    "link_out",
     "check_replaceable",
     "dirs_inside",
     "file_inside",
+    "named_file",
     "outside",
+    "why_not_inside",
     "is_kind",
     "printable_name",
     "real",

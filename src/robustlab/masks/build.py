@@ -30,6 +30,7 @@ from robustlab.errors import CellSkipped, InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
+from robustlab.paths import claim_out_folder
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,9 @@ def build_masks(
     """
     if cam_class not in ("top1", "label"):
         raise InputError(f"cam_class must be 'top1' or 'label', not {cam_class!r}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # The owner mark first: an interrupted run's folder is still recognised as a masks
+    # folder (robustlab.paths.check_out_folder), before masks_quality.json is written.
+    out = claim_out_folder(out, command="masks")
     records, skipped = [], []
     siblings = shared_stems(s.id for s in samples)
     for i, s in enumerate(samples):

@@ -44,6 +44,21 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+def _foreign_tables(columns: dict[str, set[str]], ours: bool) -> str:
+    """What a DuckDB file that is not a results database holds, for its error line: the
+    reason names what is there (another program's ``runs(a)``), not only what is not."""
+    if not columns:
+        return "it holds no tables"
+    if ours:
+        return "no runs table"
+    shown = [
+        f"{t}({', '.join(sorted(c)[:3])}{', ...' if len(c) > 3 else ''})"
+        for t, c in sorted(columns.items())[:3]
+    ]
+    more = f" and {len(columns) - 3} more" if len(columns) > 3 else ""
+    return f"no robustlab meta table; its tables are another program's: {', '.join(shown)}{more}"
+
+
 class Database:
     """A robustlab results database file: where it is, and how a connection to it is
     opened (see :class:`robustlab.store.Store` for the arguments)."""
@@ -213,7 +228,7 @@ class Database:
         if not ours or ("runs" not in columns and not empty_ok):
             raise StoreError(
                 f"{self.path} is a DuckDB file but not a robustlab results database "
-                "(no runs table)",
+                f"({_foreign_tables(columns, ours)})",
                 hint=hint,
             )
         rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
