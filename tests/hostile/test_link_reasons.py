@@ -170,6 +170,36 @@ def test_a_metadata_csv_linking_out_is_refused(tmp_path, capsys):
     assert code == 2 and "metadata.csv" in line and LEAVES in line, err
 
 
+def test_a_file_given_as_a_folder_is_named_as_one(tmp_path, capsys):
+    """``--masks labels.csv`` said "masks folder ... does not exist"; the file is there.
+    Found by tests/hostile/corpus.py."""
+    data = h.flat_folder(tmp_path / "flat", 1)
+    argv = ["evaluate", "lite0", "--data", data, "--db", tmp_path / "r.duckdb"]
+    code, _, err = h.cli(capsys, *argv, "--masks", data / "labels.csv", "--suite", "ximagenet12")
+    line = _one_error(err)
+    assert code == 2 and "is not a folder" in line and "does not exist" not in line, err
+    code, _, err = h.cli(capsys, *argv, "--labels", tmp_path)
+    line = _one_error(err)
+    assert code == 2 and "is not a file" in line and "does not exist" not in line, err
+
+
+@pytest.mark.parametrize("body", [b"not a state dict\n", b"\xff\xd8\xff\xe0 a JPEG, say"])
+def test_a_file_that_is_no_weights_file_is_named_as_such(tmp_path, capsys, body):
+    """A text file given as ``--weights`` was refused as "holds pickled Python objects
+    besides tensors": torch's unpickler fails on it the way it refuses code. Found by
+    tests/hostile/corpus.py."""
+    weights = tmp_path / "w.pth"
+    weights.write_bytes(body)
+    data = h.flat_folder(tmp_path / "flat", 1)
+    code, _, err = h.cli(
+        capsys, "evaluate", "lite0", "--weights", weights, "--data", data,
+        "--db", tmp_path / "r.duckdb", "--workers", "0",
+    )  # fmt: skip
+    line = _one_error(err)
+    assert code == 2 and "not a PyTorch weights file" in line, err
+    assert "pickled Python objects" not in line
+
+
 def test_a_foreign_runs_table_is_named(tmp_path, capsys):
     """A DuckDB file with another program's ``runs(a int)`` table was "no runs table"."""
     import duckdb
@@ -181,6 +211,32 @@ def test_a_foreign_runs_table_is_named(tmp_path, capsys):
     code, _, err = h.cli(capsys, "results", "--db", db)
     line = _one_error(err)
     assert code == 3 and "runs(a)" in line and "no runs table" not in line, err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json"])
+def test_a_data_file_given_as_the_database_is_named(tmp_path, capsys, suffix):
+    """DuckDB 2 opens an existing ``.csv`` (``.parquet``, ``.json``) given as a database as
+    an in-memory database with a view over it: ``results --db labels.csv`` exited 70
+    ("Cannot launch in-memory database in read-only mode"). Found by tests/hostile/corpus.py."""
+    import duckdb
+
+    db = tmp_path / f"labels{suffix}"
+    rows = h.photo_rows(3)
+    if suffix == ".csv":
+        h.write_labels(db, rows)
+    else:
+        con = duckdb.connect()
+        fmt = "PARQUET" if suffix == ".parquet" else "JSON"
+        con.execute(f"COPY (SELECT 1 AS a) TO '{db}' (FORMAT {fmt})")
+        con.close()
+    before = db.read_bytes()
+    code, _, err = h.cli(capsys, "results", "--db", db)
+    line = _one_error(err)
+    assert code == 3 and "is not a DuckDB database file" in line, err
+    data = h.flat_folder(tmp_path / "flat", 1)
+    code, _, err = h.cli(capsys, "evaluate", "lite0", "--data", data, "--db", db)
+    assert code == 3 and "is not a DuckDB database file" in _one_error(err), err
+    assert db.read_bytes() == before
 
 
 def _bomb_png(path: Path, side: int = 20000) -> Path:
@@ -256,3 +312,35 @@ def test_the_vlm_question_folder_linking_out_is_refused(tmp_path):
         "image_dir\tgt_category\ttop1_pred_cate\ttop2_pred_cate\nbackground/cls/a.JPEG\tcls\tdog\tcat\n"
     )
     assert [it.image_id for it in read_question_csvs(root)] == ["background/cls/a.JPEG"]
+
+
+def test_masks_never_write_through_a_link_in_their_folder(tmp_path, capsys):
+    """A masks folder holding, under a mask's name, a link to a file elsewhere: that file
+    was read as a cached mask, and ``--overwrite`` wrote the new mask through the link
+    over it."""
+    row = h.photo_rows(1)[0]
+    data = tmp_path / "data" / row["wnid"]
+    data.mkdir(parents=True)
+    shutil.copyfile(h.MINI / row["file"], data / row["file"])
+    with Image.open(h.MINI / row["file"]) as img:
+        size = img.size
+    elsewhere = tmp_path / "elsewhere.png"
+    Image.new("L", size, 255).save(elsewhere)  # a full mask of the right size, elsewhere
+    before = elsewhere.read_bytes()
+    boxes = tmp_path / "boxes.csv"
+    w, ht = size
+    box = f"{w // 5},{ht // 5},{4 * w // 5},{4 * ht // 5}"
+    boxes.write_text(f"file,x0,y0,x1,y1\n{row['wnid']}/{row['file']},{box}\n")
+    out = tmp_path / "masks"
+    argv = ["masks", "--data", tmp_path / "data", "--bboxes", boxes, "--out", out]
+    argv += ["--max-side", "64", "--no-progress"]
+    code, _, err = h.cli(capsys, *argv)
+    assert code == 0, err
+    target = next(out.rglob("*.png"))
+    target.unlink()
+    os.symlink(elsewhere, target)
+    for extra in ([], ["--overwrite"]):
+        code, _, err = h.cli(capsys, *argv, *extra)
+        assert code == 0, err
+        assert elsewhere.read_bytes() == before  # never read as a mask, never written
+    assert not target.is_symlink() and target.read_bytes() != before

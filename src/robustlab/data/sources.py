@@ -277,11 +277,19 @@ def _resolve_inputs(root, labels_csv, masks) -> tuple[Path, Path | None, Path | 
     if csv_path is None:  # the folder's own labels.csv, under the link rule
         csv_path = named_file(root, "labels.csv", what="the data folder's labels CSV")
     if csv_path is not None and not csv_path.is_file():
-        raise MissingResourceError(f"labels CSV {csv_path} does not exist")
+        raise _not_there("labels CSV", csv_path, "a file")
     masks_dir = Path(masks).expanduser().resolve() if masks else None
     if masks_dir is not None and not masks_dir.is_dir():
-        raise MissingResourceError(f"masks folder {masks_dir} does not exist")
+        raise _not_there("masks folder", masks_dir, "a folder")
     return root, csv_path, masks_dir
+
+
+def _not_there(what: str, path: Path, kind: str) -> Exception:
+    """The error for an input path that is missing, or is there but of the wrong kind (a
+    file given as the masks folder was reported as missing)."""
+    if path.exists():
+        return InputError(f"{what} {path} is not {kind}", hint=f"pass {kind} as the {what}")
+    return MissingResourceError(f"{what} {path} does not exist")
 
 
 def _image_files(

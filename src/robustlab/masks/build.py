@@ -30,7 +30,7 @@ from robustlab.errors import CellSkipped, InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
-from robustlab.paths import claim_out_folder
+from robustlab.paths import claim_out_folder, file_inside
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,10 @@ def mask_file(out: Path, sample_id: str) -> Path:
 
 def _cached(out: Path, sample, siblings) -> Path | None:
     """The mask already in ``out`` for ``sample``; None when there is none or when only an
-    older stem-named mask exists that two images could claim (a new one is made then)."""
+    older stem-named mask exists that two images could claim (a new one is made then). A
+    mask behind a link out of ``out`` is none (the link rule of :mod:`robustlab.paths`)."""
     try:
-        found = find_mask(lambda rel: (out / rel).is_file(), sample.id, siblings)
+        found = find_mask(lambda rel: file_inside(out, rel) is not None, sample.id, siblings)
     except InputError:
         return None
     return None if found is None else out / found

@@ -27,6 +27,7 @@ from robustlab.errors import (
     MissingResourceError,
     StoreError,
     environment_errors,
+    environment_problem,
 )
 from robustlab.store.lock import backoff_delays, file_lock
 from robustlab.store.schema import (
@@ -146,6 +147,7 @@ class Database:
                 con.close()
 
     def _open(self, duckdb, read_only: bool):
+        self._check_header()
         deadline = time.monotonic() + self.timeout
         for delay in backoff_delays(0.01, 1.0):
             try:
@@ -165,6 +167,26 @@ class Database:
                         hint="close the other program (a duckdb shell?) or pass another --db",
                     ) from exc
                 time.sleep(delay)
+
+    def _check_header(self) -> None:
+        """Refuse an existing file that is not a DuckDB database by its first bytes (the
+        magic ``DUCK`` at offset 8), before DuckDB sees it: DuckDB 2 opens a ``.csv``,
+        ``.parquet`` or ``.json`` file given as a database as an in-memory database with a
+        view over it (read-only, that failed as an internal error: "Cannot launch
+        in-memory database in read-only mode"). An empty file is a new database."""
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(12)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise environment_problem(exc, f"cannot read {self.path}") from exc
+        if head and head[8:12] != b"DUCK":
+            raise StoreError(
+                f"{self.path} is not a DuckDB database file (a robustlab results "
+                "database starts with DuckDB's header)",
+                hint="pass the --db file that robustlab evaluate wrote, or a new file name",
+            )
 
     def _translate(self, exc: Exception) -> Exception:
         """The user-facing error for a DuckDB failure, or ``exc`` itself when it is a bug

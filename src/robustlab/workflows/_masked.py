@@ -74,6 +74,8 @@ class MaskedData:
         if not root.is_dir():
             raise MissingResourceError(f"data folder {root} does not exist")
         mask_root = Path(str(self.masks)).expanduser()
+        if mask_root.exists() and not mask_root.is_dir():
+            raise InputError(f"masks folder {mask_root} is a file", hint="pass the masks folder")
         if not mask_root.is_dir():
             raise MissingResourceError(f"masks folder {mask_root} does not exist")
         return root, mask_root
