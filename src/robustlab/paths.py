@@ -489,17 +489,23 @@ def file_inside(root: Any, rel: Any) -> Path | None:
         return None
 
 
-def link_out(root: Any, rel: Any) -> str | None:
-    """The skip reason of the first link on the way from ``root`` to ``root / rel`` (a
-    linked folder, or the file itself) that resolves outside ``root``, else None: the
-    link rule for a folder a reader enters by its fixed name (``questions/``)."""
+def first_link_out(root: Any, rel: Any) -> Path | None:
+    """The first symbolic link on the way from ``root`` to ``root / rel`` (a linked
+    folder, or the file itself) that resolves outside ``root``, else None."""
     root_real = real(root)
     parts = PurePosixPath(os.fspath(rel).replace("\\", "/")).parts
     for depth in range(1, len(parts) + 1):
         part = Path(root).joinpath(*parts[:depth])
         if part.is_symlink() and not _inside(real(part), root_real):
-            return OUTSIDE.format(target=link_target(str(part)))
+            return part
     return None
+
+
+def link_out(root: Any, rel: Any) -> str | None:
+    """The skip reason of :func:`first_link_out`, else None: the link rule for a folder a
+    reader enters by its fixed name (``questions/``)."""
+    part = first_link_out(root, rel)
+    return None if part is None else OUTSIDE.format(target=link_target(str(part)))
 
 
 def why_not_inside(root: Any, rel: Any) -> str:
@@ -539,6 +545,24 @@ def named_file(root: Any, rel: Any, *, what: str) -> Path | None:
     )
 
 
+def refuse_write_through(root: Any, rel_folder: str, flag: str) -> None:
+    """The link rule for writers (``generate``'s cells, ``masks``, ``mine``'s subset):
+    refuse to write into ``root/rel_folder`` when a folder on the way is a symbolic link
+    out of ``root``, since the file would land, or replace one, outside the folder the
+    user named.
+
+    Raises:
+        InputError: one line naming the link.
+    """
+    link = first_link_out(root, rel_folder) if rel_folder else None
+    if link is not None:
+        raise InputError(
+            f"{flag} {root}: {link.relative_to(Path(root))} is a link out of it (to "
+            f"{link_target(str(link))}); robustlab never writes through one",
+            hint="replace the link by a real folder, or choose another folder",
+        )
+
+
 def outside(root: Any, path: Any) -> bool:
     """Whether an existing ``path`` (built from a CSV row, say) resolves outside ``root``
     or to something that is not a regular file: the link rule for a path a reader
@@ -569,6 +593,7 @@ __all__ = [
     "check_out_folder",
     "check_outputs",
     "claim_out_folder",
+    "first_link_out",
     "folder_owner",
     "link_out",
     "check_replaceable",
@@ -580,6 +605,7 @@ __all__ = [
     "is_kind",
     "printable_name",
     "real",
+    "refuse_write_through",
     "walk_files",
     "write_output",
 ]

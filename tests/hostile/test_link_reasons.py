@@ -344,3 +344,22 @@ def test_masks_never_write_through_a_link_in_their_folder(tmp_path, capsys):
         assert code == 0, err
         assert elsewhere.read_bytes() == before  # never read as a mask, never written
     assert not target.is_symlink() and target.read_bytes() != before
+
+
+def test_generate_never_writes_through_a_link_in_its_folder(tmp_path, capsys):
+    """A shift folder of a generated folder swapped for a link to a folder elsewhere: the
+    next run wrote its cells there (the link rule held for readers only)."""
+    data = h.flat_folder(tmp_path / "flat", 1)
+    out = tmp_path / "gen"
+    argv = ["generate", "imagenet-c", "--data", data, "--out", out, "--shift", "contrast"]
+    argv += ["--workers", "0", "--no-progress"]
+    code, _, err = h.cli(capsys, *argv, "--level", "1")
+    assert code == 0, err
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(out / "contrast", elsewhere)
+    os.symlink(elsewhere, out / "contrast")
+    before = sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*"))
+    code, _, err = h.cli(capsys, *argv, "--level", "1,2")
+    line = _one_error(err)
+    assert code == 2 and "contrast is a link out of it" in line, err
+    assert sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*")) == before

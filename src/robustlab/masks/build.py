@@ -30,7 +30,7 @@ from robustlab.errors import CellSkipped, InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
-from robustlab.paths import claim_out_folder, file_inside
+from robustlab.paths import claim_out_folder, file_inside, refuse_write_through
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ def build_masks(
                 target, mask, info = cached, _checked_cached(cached, s, out), _CACHED_INFO
             else:
                 target = mask_file(out, s.id)
+                refuse_write_through(out, target.parent.relative_to(out).as_posix(), "--out")
                 mask, info = _make_mask(s, target, masker, cam_class)
         except (ImageError, CellSkipped) as exc:
             reason = getattr(exc, "reason", None) or str(exc)
