@@ -16,7 +16,12 @@ path, and a rule enforced at only the reported spot leaves the others open.
    lies inside the root that is being read; any other link is skipped with a counted,
    logged reason. Each real folder is entered once, so a link back to an ancestor inside
    the root cannot multiply samples either. :func:`file_inside` applies the same rule to
-   one path named by a CSV, a mask rule or an HTTP request.
+   one path named by a CSV, a mask rule or an HTTP request, :func:`named_file` to a file
+   a reader finds by its fixed name, and :func:`why_not_inside` says why a path failed.
+3. **No folder is written into by surprise.** :func:`check_out_folder` refuses a
+   non-empty output folder that the command did not make (its owner mark, written by
+   :func:`claim_out_folder`, or its own record say it did), and
+   :func:`refuse_write_through` keeps writers from following a link out of their folder.
 
 A dataset assembled from other folders is therefore built from copies or hard links (or
 by pointing ``--data`` at the real folder), never from links out of the root: a link to
