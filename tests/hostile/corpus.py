@@ -726,23 +726,26 @@ def main(argv=None) -> int:
     cache = Path(tempfile.mkdtemp(prefix="robustlab-corpus-cache-"))
     os.environ.setdefault("ROBUSTLAB_CACHE_DIR", str(cache))
     t0 = time.perf_counter()
-    if not (world / "runs.duckdb").exists():
-        build_world(world)
-    shutil.rmtree(world / "cases", ignore_errors=True)  # a kept world's earlier cases
-    chosen = [c for c in cases() if args.word in c.name]
     failed = 0
-    for n, case in enumerate(chosen):
-        t = time.perf_counter()
-        problems = run_case(world, case, n)
-        failed += bool(problems)
-        mark = "FAIL" if problems else "ok  "
-        print(f"{mark} {time.perf_counter() - t:5.1f}s  {case.name}: {case.notes[-1]}")
-        for pr in problems:
-            print(f"       - {pr}")
-    print(f"{len(chosen) - failed}/{len(chosen)} cases passed in {time.perf_counter() - t0:.0f} s")
-    shutil.rmtree(cache, ignore_errors=True)
-    if not args.keep:
-        shutil.rmtree(world, ignore_errors=True)
+    try:
+        if not (world / "runs.duckdb").exists():
+            build_world(world)
+        shutil.rmtree(world / "cases", ignore_errors=True)  # a kept world's earlier cases
+        chosen = [c for c in cases() if args.word in c.name]
+        for n, case in enumerate(chosen):
+            t = time.perf_counter()
+            problems = run_case(world, case, n)
+            failed += bool(problems)
+            mark = "FAIL" if problems else "ok  "
+            print(f"{mark} {time.perf_counter() - t:5.1f}s  {case.name}: {case.notes[-1]}")
+            for pr in problems:
+                print(f"       - {pr}")
+        took = time.perf_counter() - t0
+        print(f"{len(chosen) - failed}/{len(chosen)} cases passed in {took:.0f} s")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(world, ignore_errors=True)
     return 1 if failed else 0
 
 
