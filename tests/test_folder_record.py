@@ -111,7 +111,7 @@ def test_a_misspelt_keyword_is_a_type_error_naming_the_option(tmp_path):
 
 def test_each_spec_checks_its_values_once_as_one_line_errors():
     for make, match in (
-        (lambda: GenerateCells(seed=-1), "seed must be a non-negative integer"),
+        (lambda: GenerateCells(seed=-1), "seed must be a whole number from 0 to 2"),
         (lambda: GenerateInputs(limit=0), "limit must be at least 1"),
         (lambda: GenerateExecution(workers=-2), "workers must be 0"),
         (lambda: SynthGrid(per_pair=0), "per_pair must be an integer >= 1"),

@@ -68,8 +68,10 @@ def test_a_keyword_nothing_is_close_to_names_none():
     "build, match",
     [
         (lambda: MaskedData("d", None), "needs foreground masks"),
-        (lambda: MaskedCells(seed=-1), "seed must be an integer"),
-        (lambda: MaskedCells(seed=True), "seed must be an integer"),
+        # limit=0 selected nothing and was reported as "no images with masks ... --masks"
+        (lambda: MaskedData("d", "m", limit=0), "limit must be at least 1, got 0"),
+        (lambda: MaskedCells(seed=-1), "seed must be a whole number from 0 to 2"),
+        (lambda: MaskedCells(seed=True), "seed must be a whole number from 0 to 2"),
         (lambda: MaskedExecution(batch_size=0), "batch size must be at least 1"),
         (lambda: SaliencyModel("lite0", target="nope"), "target must be one of"),
         (lambda: SaliencyModel("lite0", method="gradcan"), "unknown saliency method"),

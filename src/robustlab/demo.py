@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.paths import check_out_folder, claim_out_folder
 
 DEMO_LABEL_SPACE = "demo"
 DEMO_MODEL = "lite0"
@@ -374,8 +375,19 @@ def run_demo(
         raise InputError(
             f"--out {out} is a file; give a folder for the demo's data, database and report"
         )
+    # Never into a folder the demo did not create (a dataset would gain data/, masks/, a
+    # database and a report.html, and fail to evaluate; an existing report or database
+    # would be replaced or added to). Its own: the owner mark, or a finished demo's state.
+    check_out_folder(
+        out,
+        command="demo",
+        flag="--out",
+        made=lambda folder: (folder / STATE_NAME).is_file(),
+        allow_flag=None,
+    )
     plan = plan_demo(photos, corruptions, levels, scenarios)
     chosen = select_photos(photos)
+    claim_out_folder(out, command="demo")
     t0 = time.perf_counter()
     n_steps = len(plan) + 2 + int(report)
     step = 1

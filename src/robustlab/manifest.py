@@ -73,6 +73,16 @@ def load_manifest(path: Path) -> dict | None:
     return parse_manifest(text, path)
 
 
+def is_generated_folder(root: Path) -> bool:
+    """Whether folder ``root`` holds a manifest written by ``generate`` (its first file):
+    the folder is generate's own, so a rerun may resume there."""
+    try:
+        data = json.loads((Path(root) / MANIFEST).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and str(data.get("format", "")).startswith("robustlab-generate/")
+
+
 def parse_manifest(text: bytes | str, where: Path | str) -> dict | None:
     """A manifest's JSON (read from a file or a URL); InputError naming ``where`` when
     it is not JSON (a manifest is written atomically, so only a foreign file is)."""
@@ -204,6 +214,7 @@ def generated_identity(manifest: dict) -> dict:
 __all__ = [
     "MANIFEST",
     "FORMAT",
+    "is_generated_folder",
     "manifest_lock",
     "load_manifest",
     "parse_manifest",

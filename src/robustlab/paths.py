@@ -16,7 +16,12 @@ path, and a rule enforced at only the reported spot leaves the others open.
    lies inside the root that is being read; any other link is skipped with a counted,
    logged reason. Each real folder is entered once, so a link back to an ancestor inside
    the root cannot multiply samples either. :func:`file_inside` applies the same rule to
-   one path named by a CSV, a mask rule or an HTTP request.
+   one path named by a CSV, a mask rule or an HTTP request, :func:`named_file` to a file
+   a reader finds by its fixed name, and :func:`why_not_inside` says why a path failed.
+3. **No folder is written into by surprise.** :func:`check_out_folder` refuses a
+   non-empty output folder that the command did not make (its owner mark, written by
+   :func:`claim_out_folder`, or its own record say it did), and
+   :func:`refuse_write_through` keeps writers from following a link out of their folder.
 
 A dataset assembled from other folders is therefore built from copies or hard links (or
 by pointing ``--data`` at the real folder), never from links out of the root: a link to
@@ -242,6 +247,87 @@ def write_output(path: Any, data: bytes | str, *, kind: str, flag: str, force: b
     return given
 
 
+# --------------------------------------------------------------------------- output folders
+# The hidden file a command leaves in an output folder it fills (``masks``, ``demo``,
+# ``data``): proof that the folder is its own, so a rerun resumes there while any other
+# non-empty folder is refused. Commands whose record is written before their first file
+# (generate's and synth's manifest.json) are recognised by that record instead.
+OWNER_MARK = ".robustlab-out.json"
+OWNER_FORMAT = "robustlab-out/1"
+
+
+def folder_owner(path: Any) -> str | None:
+    """The command named by the owner mark of folder ``path`` (None: no readable mark)."""
+    import json
+
+    try:
+        mark = json.loads((Path(path) / OWNER_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(mark, dict) or mark.get("format") != OWNER_FORMAT:
+        return None
+    owner = mark.get("command")
+    return owner if isinstance(owner, str) else None
+
+
+def check_out_folder(
+    path: Any,
+    *,
+    command: str,
+    flag: str,
+    made: Any = None,
+    allow_other: bool = False,
+    allow_flag: str | None = "--into-existing",
+) -> None:
+    """Refuse, in one line, to fill a folder that already holds files ``command`` did not
+    write: its files would mix with the output (a dataset gaining ``data/`` and a database,
+    a user's PNGs taken for cached masks, an icon set overwriting same-named files).
+
+    A missing or empty folder (hidden entries such as ``.DS_Store`` aside) is fine; so is
+    one whose owner mark (:data:`OWNER_MARK`) names ``command``, or that ``made(folder)``
+    recognises as the command's own by its record (a folder written before the mark
+    existed), or any folder when ``allow_other`` (the command's ``allow_flag``).
+
+    Raises:
+        InputError: the folder holds other files.
+    """
+    folder = Path(os.path.expanduser(os.fspath(path)))
+    if not folder.is_dir():
+        return  # created by the command (or refused elsewhere: a file, a URL)
+    with environment_errors(f"cannot list {flag} {path}"):
+        entries = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    if not entries or allow_other or folder_owner(folder) == command:
+        return
+    if made is not None and made(folder):
+        return
+    shown = ", ".join(printable_name(n) for n in entries[:3]) + (
+        ", ..." if len(entries) > 3 else ""
+    )
+    how = f", or pass {allow_flag} to write into it anyway" if allow_flag else ""
+    raise InputError(
+        f"{flag} {path} is not empty and was not made by robustlab {command} (it holds "
+        f"{shown}); refusing to mix the output with its files",
+        hint=f"choose a new or empty folder{how}",
+    )
+
+
+def claim_out_folder(path: Any, *, command: str) -> Path:
+    """Create output folder ``path`` (parents too) and leave ``command``'s owner mark in
+    it unless it has one, so a rerun is recognised by :func:`check_out_folder`. Called when
+    the command starts writing, after every check passed."""
+    import json
+
+    folder = Path(os.path.expanduser(os.fspath(path)))
+    with environment_errors(f"cannot create {path}"):
+        folder.mkdir(parents=True, exist_ok=True)
+        if folder_owner(folder) is None:
+            from robustlab.outputs import atomic_write
+
+            mark = {"format": OWNER_FORMAT, "command": command}
+            atomic_write(folder / OWNER_MARK, json.dumps(mark).encode())
+    return folder
+
+
 # --------------------------------------------------------------------------- readers
 def _dir_key(path: str) -> tuple[int, int]:
     st = os.stat(path)
@@ -408,6 +494,80 @@ def file_inside(root: Any, rel: Any) -> Path | None:
         return None
 
 
+def first_link_out(root: Any, rel: Any) -> Path | None:
+    """The first symbolic link on the way from ``root`` to ``root / rel`` (a linked
+    folder, or the file itself) that resolves outside ``root``, else None."""
+    root_real = real(root)
+    parts = PurePosixPath(os.fspath(rel).replace("\\", "/")).parts
+    for depth in range(1, len(parts) + 1):
+        part = Path(root).joinpath(*parts[:depth])
+        if part.is_symlink() and not _inside(real(part), root_real):
+            return part
+    return None
+
+
+def link_out(root: Any, rel: Any) -> str | None:
+    """The skip reason of :func:`first_link_out`, else None: the link rule for a folder a
+    reader enters by its fixed name (``questions/``)."""
+    part = first_link_out(root, rel)
+    return None if part is None else OUTSIDE.format(target=link_target(str(part)))
+
+
+def why_not_inside(root: Any, rel: Any) -> str:
+    """Why :func:`file_inside` gives None for ``root / rel``, in the words of a skip
+    reason: a link out of the root is named as one (with its target), never as "missing",
+    so the user fixes the link instead of looking for a file that is there."""
+    rel_path = PurePosixPath(os.fspath(rel).replace("\\", "/"))
+    if rel_path.is_absolute() or ".." in rel_path.parts:
+        return "an absolute path or one with '..' (names a file outside the folder)"
+    path = Path(root) / rel_path
+    leaving = link_out(root, rel_path)
+    if leaving is not None:
+        return leaving
+    if not os.path.lexists(path):
+        return "missing"
+    if path.is_symlink() and not path.exists():
+        return "broken symbolic link"
+    return "not a regular file"
+
+
+def named_file(root: Any, rel: Any, *, what: str) -> Path | None:
+    """The file a reader looks up by its fixed name inside a folder it reads (an archive's
+    ``labels.txt``, a generated folder's ``manifest.json``, a set's ``metadata.csv``):
+    ``root / rel`` under the link rule, None when there is nothing of that name.
+
+    Raises:
+        InputError: something of that name is there but is not a regular file inside
+            ``root`` (a link out of it, a folder): the reason names it, in one line,
+            instead of the folder being read as another layout or the file as missing.
+    """
+    found = file_inside(root, rel)
+    if found is not None or not os.path.lexists(Path(root) / rel):
+        return found
+    raise InputError(
+        f"{what} {Path(root) / rel}: {why_not_inside(root, rel)}",
+        hint="copy the file into the folder (links may point only inside it)",
+    )
+
+
+def refuse_write_through(root: Any, rel_folder: str, flag: str) -> None:
+    """The link rule for writers (``generate``'s cells, ``masks``, ``mine``'s subset):
+    refuse to write into ``root/rel_folder`` when a folder on the way is a symbolic link
+    out of ``root``, since the file would land, or replace one, outside the folder the
+    user named.
+
+    Raises:
+        InputError: one line naming the link.
+    """
+    link = first_link_out(root, rel_folder) if rel_folder else None
+    if link is not None:
+        raise InputError(
+            f"{flag} {root}: {link.relative_to(Path(root))} is a link out of it (to "
+            f"{link_target(str(link))}); robustlab never writes through one",
+            hint="replace the link by a real folder, or choose another folder",
+        )
+
+
 def outside(root: Any, path: Any) -> bool:
     """Whether an existing ``path`` (built from a CSV row, say) resolves outside ``root``
     or to something that is not a regular file: the link rule for a path a reader
@@ -432,16 +592,25 @@ def dirs_inside(root: Any) -> Iterable[Path]:
 
 
 __all__ = [
+    "OWNER_MARK",
     "Database",
     "Folder",
+    "check_out_folder",
     "check_outputs",
+    "claim_out_folder",
+    "first_link_out",
+    "folder_owner",
+    "link_out",
     "check_replaceable",
     "dirs_inside",
     "file_inside",
+    "named_file",
     "outside",
+    "why_not_inside",
     "is_kind",
     "printable_name",
     "real",
+    "refuse_write_through",
     "walk_files",
     "write_output",
 ]

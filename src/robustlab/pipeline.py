@@ -259,12 +259,20 @@ def _jpeg_bytes(x: np.ndarray, protocol) -> bytes:
 
 
 def decode(data: bytes) -> np.ndarray:
-    """Pixels of an encoded file: HxWx3 uint8, or HxWx4 when it stores alpha."""
-    with Image.open(io.BytesIO(data)) as img:
-        img.load()
-        if img.mode in ("RGB", "RGBA"):
-            return np.asarray(img).copy()
-        return np.asarray(img.convert("RGBA" if "A" in img.getbands() else "RGB")).copy()
+    """Pixels of an encoded file: HxWx3 uint8, or HxWx4 when it stores alpha.
+
+    Decoded by the one image reader (:func:`robustlab.data.images.read_image`: header
+    limits before any pixel, odd modes converted the one way), as a source photo is: a
+    generated or published cell file is user input too. No EXIF orientation: these files
+    are the benchmark's pixels as stored.
+
+    Raises:
+        ImageError: unreadable, not an image, or refused by its header (a bomb).
+    """
+    from robustlab.data.images import read_image
+
+    d = read_image(io.BytesIO(data), exif_transpose=False)
+    return d.rgb if d.alpha is None else np.dstack([d.rgb, d.alpha])
 
 
 def as_stored(img, protocol) -> np.ndarray:
@@ -385,7 +393,8 @@ def load_prepared(
     mask = None
     if with_mask:
         if sample.mask_path is None:
-            raise ImageError("no mask for this sample")
+            note = getattr(sample, "mask_note", None)
+            raise ImageError(f"no usable mask ({note})" if note else "no mask for this sample")
         from robustlab.masks.io import load_mask
 
         try:

@@ -8,8 +8,46 @@ Python's per-process hash salt.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
+
+# The seed rule's range: every global seed (--seed, --split-seed, --bootstrap-seed, the
+# Python API's seed=) is a whole number 0 <= seed <= MAX_SEED, because the results
+# database stores it in a BIGINT column (signed 64 bits) and generators take no sign.
+MAX_SEED = 2**63 - 1
+SEED_RANGE = "a whole number from 0 to 2**63 - 1 (9223372036854775807)"
+
+
+def seed_problem(value: Any) -> str | None:
+    """What is wrong with ``value`` as a global seed, or None when it is one.
+
+    The one seed rule (range, type, message) of every command and function that takes a
+    seed, from argument parsing down to the database column: an int (numpy's included,
+    never a bool, a float or a string) from 0 to :data:`MAX_SEED`.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return f"must be {SEED_RANGE}, got {value!r} ({type(value).__name__})"
+    if not 0 <= int(value) <= MAX_SEED:
+        return f"must be {SEED_RANGE}, got {int(value)}"
+    return None
+
+
+def check_seed(value: Any, what: str = "seed") -> int:
+    """``value`` as an int when it obeys the seed rule (:func:`seed_problem`).
+
+    Raises:
+        InputError: one line naming ``what`` (``seed``, ``--split-seed``, a manifest's seed)
+            and the rule.
+    """
+    problem = seed_problem(value)
+    if problem is not None:
+        from robustlab.errors import InputError
+
+        raise InputError(
+            f"{what} {problem}", hint="pass a whole number in that range, such as --seed 0"
+        )
+    return int(value)
 
 
 def derive_seed(global_seed: int, sample_id: str, shift: str, level: object) -> int:

@@ -32,6 +32,20 @@ def workers(text: str) -> int:
     return n
 
 
+def count(text: str) -> int:
+    """A count of things to take (``--limit``, ``--per-pair``, ``--steps``, ...): a whole
+    number, 1 or more. Zero is refused here, in the flag's own words: ``--limit 0`` used to
+    reach the work and fail later with a message about something else (no images with
+    masks)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
+    return n
+
+
 class CommaList(argparse.Action):
     """A flag that both repeats and takes comma lists, the same in every command:
     ``--shift fog,contrast --shift frost`` and ``--shift fog --shift contrast --shift
@@ -211,11 +225,28 @@ def add_db(p) -> None:
     p.add_argument("--db", default=DEFAULT_DB, help=f"results database (default: ./{DEFAULT_DB})")
 
 
+def seed(text: str) -> int:
+    """A seed flag's value (``--seed``, ``--split-seed``, ``--bootstrap-seed``): a whole
+    number in the one range of :func:`robustlab.seeding.seed_problem`, the message the
+    Python API gives too (2**70 used to pass here and fail as an internal error where the
+    database stores it)."""
+    from robustlab.seeding import SEED_RANGE, seed_problem
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {SEED_RANGE}, got {text!r}") from None
+    problem = seed_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def add_seed(p) -> None:
     """``--seed``: the global seed of the seed rule, the one seed a run is keyed by."""
     p.add_argument(
         "--seed",
-        type=int,
+        type=seed,
         default=0,
         help="global seed of the seed rule: every random draw of the run derives from it "
         "(default: 0)",
@@ -230,12 +261,12 @@ def add_bootstrap(p) -> None:
     with a warning (``--seed`` is the global seed everywhere else)."""
     p.add_argument(
         "--bootstrap-seed",
-        type=int,
+        type=seed,
         default=0,
         help="seed of the bootstrap confidence intervals (default: 0)",
     )
     p.add_argument(
-        "--seed", action=Deprecated, dest="bootstrap_seed", type=int, new="--bootstrap-seed"
+        "--seed", action=Deprecated, dest="bootstrap_seed", type=seed, new="--bootstrap-seed"
     )
     p.add_argument(
         "--resamples",
@@ -274,6 +305,17 @@ def add_labels(p) -> None:
         dest="labels_csv",
         default=None,
         help="labels CSV for a flat folder (default: DATA/labels.csv)",
+    )
+
+
+def add_into_existing(p) -> None:
+    """``--into-existing``: fill an output folder that already holds other files (refused
+    by default, :func:`robustlab.paths.check_out_folder`: the output would mix with them)."""
+    p.add_argument(
+        "--into-existing",
+        action="store_true",
+        help="write into an --out folder that is not empty and was not made by this "
+        "command (refused otherwise: its files would mix with the output)",
     )
 
 
@@ -382,4 +424,4 @@ def add_batch_size(p, *, default: int | None = None, what: str = "images per for
 
 def add_limit(p, *, what: str = "images") -> None:
     """``--limit``: only the first N of what the command reads, sorted by id."""
-    p.add_argument("--limit", type=int, default=None, help=f"only the first N {what}")
+    p.add_argument("--limit", type=count, default=None, help=f"only the first N {what}")

@@ -12,7 +12,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from robustlab.paths import Database, Folder, check_outputs, check_replaceable
+from robustlab.manifest import is_generated_folder
+from robustlab.paths import (
+    Database,
+    Folder,
+    check_out_folder,
+    check_outputs,
+    check_replaceable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,45 @@ NAMED = {
     "suite": (".yaml", ".yml"),
     "label_space": (".csv",),
 }
+
+
+def _record_format(name: str, prefix: str):
+    """A test that a folder holds the JSON record ``name`` whose ``format`` starts with
+    ``prefix`` (generate's and synth's manifest, written before their first file)."""
+
+    def made(folder: Path) -> bool:
+        import json
+
+        try:
+            record = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(record, dict) and str(record.get("format", "")).startswith(prefix)
+
+    return made
+
+
+def _has_files(*names: str):
+    """A test that a folder holds every one of ``names`` (a record written by a version
+    of the command from before the owner mark)."""
+    return lambda folder: all((folder / n).is_file() for n in names)
+
+
+# How each command that fills a folder ("owned") recognises one it made: its owner mark
+# (robustlab.paths.OWNER_MARK) or these records. Any other non-empty folder is refused
+# (robustlab.paths.check_out_folder) unless the command takes --into-existing and it was
+# given; the demo takes no such flag (it writes only into a folder it created).
+OWNED_RECORDS: dict[str, Any] = {
+    "generate": is_generated_folder,
+    "synth": _record_format("manifest.json", "robustlab-synth/"),
+    "mine": _has_files("mining.json"),
+    "masks": _has_files("masks_quality.json"),
+    "demo": _has_files(".demo-state.json"),
+    "data icons": _has_files("metadata.csv", "ATTRIBUTION.md"),
+    "data tiny-checkpoints": _has_files("README.md", "text2image/ROBUSTLAB_RANDOM_WEIGHTS.json"),
+}
+NO_INTO_EXISTING = {"demo", "mine"}  # never into another folder (mine checks its record)
+
 # Kind of the file ``results --output`` writes, by --format.
 TABLE_KINDS = {"table": "table", "csv": "csv", "json": "json", "markdown": "markdown"}
 
@@ -104,42 +150,78 @@ def check_args(command: str, args: Any) -> None:
             )
             outputs[flag] = value
             files.append((flag, value, kind))
-    if "db" not in roles and outputs and isinstance(getattr(args, "db", None), str):
+    if outputs and isinstance(getattr(args, "db", None), (str, os.PathLike)):
+        # Whether the command reads the database or adds to it: what its runs read stays.
         inputs.update(stored_inputs(args.db))
     check_outputs(inputs, outputs)
     for flag, value, kind in files:
         check_replaceable(value, kind=kind, flag=flag, force=bool(getattr(args, "force", False)))
+    for attr, (flag, role) in roles.items():
+        value = getattr(args, attr, None)
+        if role == "owned" and isinstance(value, (str, os.PathLike)):
+            check_owned(command, args, flag, value)
+
+
+def check_owned(command: str, args: Any, flag: str, folder: Any) -> None:
+    """:func:`robustlab.paths.check_out_folder` for a folder ``command`` fills: refused
+    when it holds files the command did not write, unless ``--into-existing``."""
+    name = f"{command} {args.kind}" if command == "data" else command
+    check_out_folder(
+        folder,
+        command=name,
+        flag=flag,
+        made=OWNED_RECORDS.get(name),
+        allow_other=bool(getattr(args, "into_existing", False)),
+        allow_flag=None if command in NO_INTO_EXISTING else "--into-existing",
+    )
 
 
 def stored_inputs(db: Any) -> dict[str, str]:
-    """The folders the runs in a database were read from (data, generated, masks), as
-    inputs of a command that reads the database (``report``, ``results``): their outputs
-    must not land in a run's data either. Empty when the database cannot be read (the
-    command itself then says why, in one line)."""
+    """Every file and folder the records in a database say was read (the data, generated
+    and masks folders of its runs, their labels CSVs, the weights and checkpoints their
+    models loaded, a review's predictions, a VLM run's questions; the labels and masks a
+    generated folder was made from), as inputs of any command that reads or adds to the
+    database: its outputs must replace none of them, ``--force`` included (safety rule 1).
+    Empty when the database cannot be read (the command itself then says why, in one
+    line)."""
     from robustlab.errors import RobustlabError
 
     if not os.path.isfile(os.path.expanduser(os.fspath(db))):
         return {}
     try:
         from robustlab.store import Store
+        from robustlab.store.inputs import recorded_inputs
 
-        runs = Store(db).runs()
+        recorded = recorded_inputs(Store(db))
     except (RobustlabError, OSError, ImportError):
         return {}
     except Exception as exc:  # noqa: BLE001 - duckdb's own errors: not a database
-        log.debug("cannot list the runs of %s: %s", db, exc)
+        log.debug("cannot list the inputs of the runs in %s: %s", db, exc)
         return {}
-    found: dict[str, str] = {}
-    for _, run in runs.iterrows():
-        config = run.get("config") if isinstance(run.get("config"), dict) else {}
-        for what, path in (
-            ("data folder", run.get("data_root")),
-            ("generated folder", config.get("generated_root")),
-            ("masks folder", config.get("masks")),
-        ):
-            if isinstance(path, str) and path and path not in found.values():
-                found[f"(run {str(run.get('run_id'))[:8]}'s {what})"] = path
+    found = {f"({what})": path for what, path in recorded}
+    for what, path in recorded:
+        if what.endswith("'s generated folder"):
+            found.update(_generated_inputs(what, path))
     return found
 
 
-__all__ = ["COMMAND_OUTPUTS", "TABLE_KINDS", "check_args", "stored_inputs"]
+def _generated_inputs(what: str, folder: str) -> dict[str, str]:
+    """The labels CSV and masks folder a generated folder's manifest says it was made
+    from: a run on that folder read them too (through its cells)."""
+    from robustlab.errors import RobustlabError
+
+    try:
+        from robustlab.workflows.evaluate import read_generated
+
+        manifest = read_generated(Path(folder)) or {}
+    except (RobustlabError, OSError):
+        return {}
+    data = manifest.get("data") if isinstance(manifest.get("data"), dict) else {}
+    return {
+        f"({what.removesuffix('folder')}{role})": data[key]
+        for key, role in (("labels_csv", "labels CSV"), ("masks", "masks folder"))
+        if isinstance(data.get(key), str) and data[key]
+    }
+
+
+__all__ = ["COMMAND_OUTPUTS", "OWNED_RECORDS", "TABLE_KINDS", "check_args", "stored_inputs"]

@@ -4,7 +4,7 @@ diffusion-backed commands)."""
 
 from __future__ import annotations
 
-from robustlab.commands._args import CommaList
+from robustlab.commands._args import CommaList, add_into_existing, count
 
 
 def add_parser(sub) -> None:
@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
         "its skin tone. Use it with `robustlab holdout`.",
     )
     q.add_argument("--out", required=True, help="output folder")
+    add_into_existing(q)
     q.add_argument("--size", type=int, default=32, help="image side in pixels, 32 or more")
     q.add_argument(
         "--style",
@@ -43,7 +44,7 @@ def add_parser(sub) -> None:
     )
     q.add_argument(
         "--limit-per-class",
-        type=int,
+        type=count,
         default=None,
         help="keep the first N subtypes of each class (a small set for trials)",
     )
@@ -59,6 +60,7 @@ def add_parser(sub) -> None:
         "so. Needs diffusers and transformers (pip install 'robustlab[models]').",
     )
     t.add_argument("--out", required=True, help="output folder")
+    add_into_existing(t)
     p.set_defaults(func=run)
 
 

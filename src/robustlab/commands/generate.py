@@ -7,12 +7,14 @@ from robustlab.commands._args import (
     add_backend,
     add_bboxes,
     add_cell_filters,
+    add_into_existing,
     add_labels,
     add_masks,
     add_no_progress,
     add_seed,
     add_unlabelled,
     add_workers,
+    count,
 )
 
 
@@ -58,8 +60,11 @@ def add_parser(sub) -> None:
         help="no resize or crop; sources under 32x32 are skipped",
     )
     add_seed(p)
+    add_into_existing(p)
     add_workers(p)
-    p.add_argument("--limit", type=int, default=None, help="only the first N images (sorted by id)")
+    p.add_argument(
+        "--limit", type=count, default=None, help="only the first N images (sorted by id)"
+    )
     add_backend(p)
     add_no_progress(p)
     p.set_defaults(func=run)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_no_progress, add_bboxes, add_labels
+from robustlab.commands._args import add_bboxes, add_into_existing, add_labels, add_no_progress
 
 from robustlab.errors import InputError
 
@@ -50,6 +50,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--iterations", type=int, default=5, help="GrabCut iterations")
     p.add_argument("--overwrite", action="store_true", help="remake masks that already exist")
+    add_into_existing(p)
     add_no_progress(p)
     p.set_defaults(func=run)
 

@@ -7,8 +7,10 @@ from robustlab.commands._args import (
     Deprecated,
     add_backend,
     add_device,
+    add_into_existing,
     add_no_progress,
     add_seed,
+    count,
 )
 
 
@@ -71,7 +73,8 @@ def add_parser(sub) -> None:
         help="replace the checkpoint's scheduler: ddim, pndm, euler, euler-a, dpm++, lms, unipc",
     )
     add_seed(p)
-    p.add_argument("--limit", type=int, default=None, help="only the first N images of the grid")
+    add_into_existing(p)
+    p.add_argument("--limit", type=count, default=None, help="only the first N images of the grid")
     p.add_argument(
         "--batch-size",
         type=int,

@@ -15,6 +15,7 @@ from robustlab.commands._args import (
     add_masks,
     add_no_progress,
     add_seed,
+    seed,
     add_workers,
 )
 from robustlab.commands.train_methods import (
@@ -85,7 +86,7 @@ def add_parser(sub) -> None:
         help="share of each class held out (default 0.3)",
     )
     p.add_argument(
-        "--split-seed", type=int, default=0, help="seed of the train/test split (default 0)"
+        "--split-seed", type=seed, default=0, help="seed of the train/test split (default 0)"
     )
     add_seed(p)
     p.add_argument("--out", default="checkpoints", help="checkpoint folder (default ./checkpoints)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_no_progress, add_db, add_device, add_seed
+from robustlab.commands._args import add_no_progress, add_db, add_device, add_seed, count
 
 
 def add_parser(sub) -> None:
@@ -74,7 +74,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--max-new-tokens", type=int, default=512, help="answer length limit (512)")
     add_seed(p)
-    p.add_argument("--limit", type=int, default=None, help="ask about the first N items only")
+    p.add_argument("--limit", type=count, default=None, help="ask about the first N items only")
     add_db(p)
     add_device(p)
     add_no_progress(p)
@@ -103,21 +103,18 @@ def _items(args, store):
             "pass --data ROOT (the ImageNet-D folder with questions/) or --clip-run RUN_ID"
         )
     root = Path(args.data).expanduser().resolve()
-    questions = (
-        Path(args.questions).expanduser().resolve() if args.questions else root / "questions"
-    )
+    # None: the folder's own questions/, read under the link rule (questions.py).
+    questions = Path(args.questions).expanduser().resolve() if args.questions else None
     items = read_question_csvs(root, questions, subsets)
-    return items, {"data": str(root), "questions": str(questions)}, str(root)
+    source = {"data": str(root), "questions": str(questions or root / "questions")}
+    return items, source, str(root)
 
 
 def run(args) -> int:
-    from robustlab.errors import InputError
     from robustlab.store import Store
     from robustlab.workflows.imagenet_d.vlm.model import load_vlm
     from robustlab.workflows.imagenet_d.vlm.run import VLMAsking, VLMData, ask_all
 
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit must be 1 or more, got {args.limit}")
     asking = VLMAsking(
         mode=args.mode,
         seed=args.seed,

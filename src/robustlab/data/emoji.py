@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from robustlab.errors import CellSkipped, InputError, MissingResourceError, environment_errors
+from robustlab.paths import claim_out_folder
 
 log = logging.getLogger(__name__)
 
@@ -426,7 +427,7 @@ def build_icons(
     counts: dict[str, int] = {}
     skipped: dict[str, int] = {}
     with environment_errors(f"cannot write the icon set to {out}"):
-        out.mkdir(parents=True, exist_ok=True)
+        claim_out_folder(out, command="data icons")  # the owner mark, before any file
         for r in renderers:
             name = r.style.name
             counts[name], skipped[name] = _render_style(r, emoji, size, out, rows)

@@ -15,29 +15,48 @@ cell, never a silent substitute.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from robustlab.data.sources import Sample
-from robustlab.paths import dirs_inside, file_inside
+from robustlab.errors import InputError
+from robustlab.paths import (
+    OUTSIDE,
+    dirs_inside,
+    file_inside,
+    link_target,
+    real,
+    why_not_inside,
+)
 
 LABELS = "labels.txt"
 CLEAN_DIR = "ori"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".JPEG")
+# Where labels.txt may sit, relative to the archive root, in the order they are tried.
+LABEL_PLACES = (LABELS, f"{CLEAN_DIR}/{LABELS}")
 
 
 def labels_file(root: Path) -> Path | None:
-    """``labels.txt`` of an archive at ``root`` (root first, then ``ori/``), or None."""
-    for p in (root / LABELS, root / CLEAN_DIR / LABELS):
-        if p.is_file():
-            return p
+    """``labels.txt`` of an archive at ``root`` (root first, then ``ori/``), or None.
+
+    The link rule of :mod:`robustlab.paths`: a ``labels.txt`` that is a link out of the
+    archive is not its labels file (it would score the run with another file's lines)."""
+    for rel in LABEL_PLACES:
+        found = file_inside(root, rel)
+        if found is not None:
+            return found
     return None
 
 
 def is_archive(root) -> bool:
-    """True when ``root`` looks like the published ImageNet-E layout (``ori/`` + labels.txt)."""
+    """True when ``root`` looks like the published ImageNet-E layout (``ori/`` + labels.txt).
+
+    Judged by names, links included, so that an archive whose ``labels.txt`` or ``ori/``
+    links out is refused by :func:`read_archive` with the reason, not read as another
+    layout."""
     root = Path(root)
-    return (root / CLEAN_DIR).is_dir() and labels_file(root) is not None
+    return (root / CLEAN_DIR).is_dir() and any(os.path.lexists(root / rel) for rel in LABEL_PLACES)
 
 
 def folder_cell(name: str) -> tuple[str, str]:
@@ -69,22 +88,29 @@ class Archive:
 def read_archive(root) -> Archive:
     """Read ``labels.txt`` and the folder list of an ImageNet-E archive.
 
+    Every file is looked up under the link rule of :mod:`robustlab.paths`: ``labels.txt``,
+    ``ori/`` and the images must lie inside the archive (links inside it are fine).
+
     Raises:
-        ValueError: not an archive, no usable image, or two folders naming the same cell.
+        InputError: not an archive, ``labels.txt`` or ``ori/`` reached through a link out
+            of it, no usable image, or two folders naming the same cell.
     """
     root = Path(root)
+    _check_archive(root)
     lab = labels_file(root)
-    if not (root / CLEAN_DIR).is_dir() or lab is None:
-        raise ValueError(f"{root} is not an ImageNet-E archive (needs {CLEAN_DIR}/ and {LABELS})")
+    assert lab is not None  # _check_archive refused an archive without one
     ori = root / CLEAN_DIR
-    # The link rule of robustlab.paths: only files whose real path stays in the archive.
     by_stem = {
         p.stem: p
         for p in ori.iterdir()
         if p.suffix in IMAGE_SUFFIXES and file_inside(root, f"{CLEAN_DIR}/{p.name}") is not None
     }
     samples, skipped, seen = [], [], set()
-    for n, line in enumerate(lab.read_text().splitlines(), 1):
+    try:
+        text = lab.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {lab}: {exc}", hint="it must be UTF-8 text") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         parts = line.rstrip("\n").split("\t")
@@ -108,22 +134,48 @@ def read_archive(root) -> Archive:
     for p in sorted(ori.iterdir()):
         if p.name.startswith(".") or p == lab:
             continue
-        if not p.is_file() or p.suffix not in IMAGE_SUFFIXES:
-            skipped.append((f"{CLEAN_DIR}/{p.name}", "not an image of the archive"))
+        rel = f"{CLEAN_DIR}/{p.name}"
+        if p.suffix in IMAGE_SUFFIXES and file_inside(root, rel) is None and p.is_symlink():
+            skipped.append((rel, why_not_inside(root, rel)))
+        elif not p.is_file() or p.suffix not in IMAGE_SUFFIXES:
+            skipped.append((rel, "not an image of the archive"))
         elif p.stem not in listed:
-            skipped.append((f"{CLEAN_DIR}/{p.name}", f"not listed in {lab.name}"))
+            skipped.append((rel, f"not listed in {lab.name}"))
     if not samples:
-        raise ValueError(f"{root}: no image of {lab} was found in {CLEAN_DIR}/")
+        raise InputError(
+            f"{root}: no image of {lab} was found in {CLEAN_DIR}/",
+            hint=f"{LABELS} lists name<TAB>label lines naming the files of {CLEAN_DIR}/",
+        )
     folders: dict[tuple[str, str], str] = {}
     for d in dirs_inside(root):
         if d.name == CLEAN_DIR:
             continue
         cell = folder_cell(d.name)
         if cell in folders:
-            raise ValueError(f"{root}: folders {folders[cell]} and {d.name} both map to {cell}")
+            raise InputError(
+                f"{root}: folders {folders[cell]} and {d.name} both map to {cell}",
+                hint="keep one folder per edit level",
+            )
         folders[cell] = d.name
     samples.sort(key=lambda s: s.id)
     return Archive(root, samples, list(folders), folders, skipped)
+
+
+def _check_archive(root: Path) -> None:
+    """Refuse, in one line, a folder that is no archive or whose ``ori/`` or
+    ``labels.txt`` is reached through a link out of it (never "missing": the file is
+    there, the link is the problem)."""
+    if not (root / CLEAN_DIR).is_dir() or not any(
+        os.path.lexists(root / rel) for rel in LABEL_PLACES
+    ):
+        raise InputError(f"{root} is not an ImageNet-E archive (needs {CLEAN_DIR}/ and {LABELS})")
+    hint = "copy the file or folder into the archive (links may point only inside it)"
+    ori = root / CLEAN_DIR
+    if ori.is_symlink() and not real(ori).is_relative_to(real(root)):
+        raise InputError(f"{ori}: {OUTSIDE.format(target=link_target(str(ori)))}", hint=hint)
+    if labels_file(root) is None:
+        rel = next(r for r in LABEL_PLACES if os.path.lexists(root / r))
+        raise InputError(f"{root / rel}: {why_not_inside(root, rel)}", hint=hint)
 
 
 __all__ = [

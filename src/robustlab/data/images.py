@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -147,7 +148,7 @@ def check_header(img: Image.Image, max_pixels: int = MAX_PIXELS) -> None:
 
 
 def read_image(
-    path: str | Path, max_pixels: int = MAX_PIXELS, *, exif_transpose: bool = True
+    path: str | Path | BinaryIO, max_pixels: int = MAX_PIXELS, *, exif_transpose: bool = True
 ) -> DecodedImage:
     """Decode ``path`` once and report what it was (see :class:`DecodedImage`).
 
@@ -155,7 +156,7 @@ def read_image(
     that claims an enormous size (a decompression bomb) costs nothing.
 
     Args:
-        path: Image file.
+        path: Image file, or an open binary stream of one (a cell file's bytes).
         max_pixels: Largest width x height accepted.
         exif_transpose: Apply the EXIF orientation tag (a phone photo stored sideways is
             turned upright). A broken EXIF block is ignored rather than fatal.
@@ -164,9 +165,9 @@ def read_image(
         ImageError: unreadable, truncated, not an image, an unsupported mode, or larger
             than ``max_pixels``; ``reason`` says which.
     """
-    path = Path(path)
+    source = path if hasattr(path, "read") else Path(path)
     try:
-        with Image.open(path) as img:
+        with Image.open(source) as img:
             check_header(img, max_pixels)
             w, h = img.size
             with warnings.catch_warnings():

@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.masks.io import find_mask, shared_stems
-from robustlab.paths import file_inside, printable_name, walk_files
+from robustlab.paths import file_inside, named_file, printable_name, walk_files
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,9 @@ class Sample:
         label: Class index, filled from an ``index`` CSV column or later by a label space.
         mask_path: Parallel foreground mask, when a masks folder holds one.
         bbox: ``(x0, y0, x1, y1)`` object box in source pixels, when a box CSV gives one.
+        mask_note: Why the masks folder gave no mask although it holds a file of this
+            image's name (a link out of the masks folder, say); None otherwise
+            (:func:`no_mask_reason` says it).
     """
 
     id: str
@@ -85,6 +88,16 @@ class Sample:
     label: int | None = None
     mask_path: Path | None = None
     bbox: tuple[int, int, int, int] | None = None
+    mask_note: str | None = None
+
+
+def no_mask_reason(sample: Sample) -> str:
+    """The skip reason of a sample without a mask: the masks folder's own reason for the
+    file it holds under the image's name (a link leaving it is no mask, and is named as a
+    link, never as a missing file), else that the folder has none."""
+    if sample.mask_note:
+        return f"no usable mask in the masks folder ({sample.mask_note})"
+    return "no mask in the masks folder"
 
 
 class SampleList(list):
@@ -261,14 +274,22 @@ def _resolve_inputs(root, labels_csv, masks) -> tuple[Path, Path | None, Path | 
         raise InputError(f"data folder {root} is not a folder")
     root = root.resolve()
     csv_path = Path(labels_csv).expanduser().resolve() if labels_csv else None
-    if csv_path is None and file_inside(root, "labels.csv") is not None:
-        csv_path = root / "labels.csv"
+    if csv_path is None:  # the folder's own labels.csv, under the link rule
+        csv_path = named_file(root, "labels.csv", what="the data folder's labels CSV")
     if csv_path is not None and not csv_path.is_file():
-        raise MissingResourceError(f"labels CSV {csv_path} does not exist")
+        raise _not_there("labels CSV", csv_path, "a file")
     masks_dir = Path(masks).expanduser().resolve() if masks else None
     if masks_dir is not None and not masks_dir.is_dir():
-        raise MissingResourceError(f"masks folder {masks_dir} does not exist")
+        raise _not_there("masks folder", masks_dir, "a folder")
     return root, csv_path, masks_dir
+
+
+def _not_there(what: str, path: Path, kind: str) -> Exception:
+    """The error for an input path that is missing, or is there but of the wrong kind (a
+    file given as the masks folder was reported as missing)."""
+    if path.exists():
+        return InputError(f"{what} {path} is not {kind}", hint=f"pass {kind} as the {what}")
+    return MissingResourceError(f"{what} {path} does not exist")
 
 
 def _image_files(
@@ -354,26 +375,35 @@ def _make_samples(
     masks folder's files, stems shared by several images disambiguated over ``images``)
     and its box (by relative path, else by file name)."""
     mask_files: set[PurePosixPath] = set()
+    mask_skips: dict[PurePosixPath, str] = {}
     siblings: dict[str, list[str]] = {}
     if masks_dir is not None:
-        mask_files = set(walk_files(masks_dir)[0])
+        found_masks, left_out = walk_files(masks_dir)
+        mask_files = set(found_masks)
+        mask_skips = {PurePosixPath(rel): why for rel, why in left_out}
         siblings = shared_stems(rel.as_posix() for rel in images)
 
-    def mask_for(key: str) -> Path | None:
+    def mask_for(key: str) -> tuple[Path | None, str | None]:
         found = find_mask(mask_files.__contains__, key, siblings.get(key, ()))
-        return None if found is None or masks_dir is None else masks_dir / found
+        if found is not None and masks_dir is not None:
+            return masks_dir / found, None
+        # A file of the mask's name that the masks folder's walk left out, with its reason.
+        unusable = find_mask(mask_skips.__contains__, key, siblings.get(key, ()))
+        return None, None if unusable is None else f"{unusable}: {mask_skips[unusable]}"
 
     samples = []
     for rel, cls, label in entries:
         key = rel.as_posix()
+        mask, note = mask_for(key) if masks_dir is not None else (None, None)
         samples.append(
             Sample(
                 id=key,
                 path=root / rel,
                 class_name=cls,
                 label=label,
-                mask_path=mask_for(key) if masks_dir is not None else None,
+                mask_path=mask,
                 bbox=boxes.get(key) or boxes.get(rel.name),
+                mask_note=note,
             )
         )
     samples.sort(key=lambda s: s.id)
@@ -384,6 +414,7 @@ __all__ = [
     "Sample",
     "SampleList",
     "discover",
+    "no_mask_reason",
     "is_image_name",
     "printable_name",
     "IMAGE_EXTENSIONS",

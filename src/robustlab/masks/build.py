@@ -30,6 +30,7 @@ from robustlab.errors import CellSkipped, InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
+from robustlab.paths import claim_out_folder, file_inside, refuse_write_through
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,10 @@ def mask_file(out: Path, sample_id: str) -> Path:
 
 def _cached(out: Path, sample, siblings) -> Path | None:
     """The mask already in ``out`` for ``sample``; None when there is none or when only an
-    older stem-named mask exists that two images could claim (a new one is made then)."""
+    older stem-named mask exists that two images could claim (a new one is made then). A
+    mask behind a link out of ``out`` is none (the link rule of :mod:`robustlab.paths`)."""
     try:
-        found = find_mask(lambda rel: (out / rel).is_file(), sample.id, siblings)
+        found = find_mask(lambda rel: file_inside(out, rel) is not None, sample.id, siblings)
     except InputError:
         return None
     return None if found is None else out / found
@@ -92,8 +94,9 @@ def build_masks(
     """
     if cam_class not in ("top1", "label"):
         raise InputError(f"cam_class must be 'top1' or 'label', not {cam_class!r}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # The owner mark first: an interrupted run's folder is still recognised as a masks
+    # folder (robustlab.paths.check_out_folder), before masks_quality.json is written.
+    out = claim_out_folder(out, command="masks")
     records, skipped = [], []
     siblings = shared_stems(s.id for s in samples)
     for i, s in enumerate(samples):
@@ -104,6 +107,7 @@ def build_masks(
                 target, mask, info = cached, _checked_cached(cached, s, out), _CACHED_INFO
             else:
                 target = mask_file(out, s.id)
+                refuse_write_through(out, target.parent.relative_to(out).as_posix(), "--out")
                 mask, info = _make_mask(s, target, masker, cam_class)
         except (ImageError, CellSkipped) as exc:
             reason = getattr(exc, "reason", None) or str(exc)

@@ -107,10 +107,20 @@ def load_mask(path: str | Path, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
 
 
 def save_mask(path: str | Path, mask: np.ndarray) -> Path:
-    """Write ``mask`` as an 8-bit 0/255 PNG (creating folders)."""
+    """Write ``mask`` as an 8-bit 0/255 PNG (creating folders), whole or not at all.
+
+    Through a temp file renamed into place (:func:`robustlab.outputs.atomic_write`): a
+    symbolic link at ``path`` is replaced, never written through, so a link in a masks
+    folder cannot make ``robustlab masks`` overwrite a file elsewhere."""
+    import io
+
+    from robustlab.outputs import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.where(np.asarray(mask) > 0, 255, 0).astype(np.uint8), mode="L").save(path)
+    buf = io.BytesIO()
+    pixels = np.where(np.asarray(mask) > 0, 255, 0).astype(np.uint8)
+    Image.fromarray(pixels, mode="L").save(buf, "PNG")
+    atomic_write(path, buf.getvalue())
     return path
 
 

@@ -74,10 +74,29 @@ def weights_refusal(path, exc: BaseException, what: str = "weights file") -> Inp
     as the hint, and any other failure by the first line of its message.
     """
     text = str(exc)
+    if not _torch_file(path) and Path(path).suffix != ".safetensors":
+        # Text, an image, a truncated download: torch's unpickler calls that a refused
+        # pickle too, which would send the user looking for objects that are not there.
+        return InputError(
+            f"cannot read {what} {path}: not a PyTorch weights file (neither torch.save's "
+            "zip archive nor a pickle)",
+            hint=SAFE_FORMATS,
+        )
     if is_unsafe_pickle(exc):
         return InputError(f"cannot read {what} {path}: {UNSAFE_PICKLE}", hint=SAFE_FORMATS)
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return InputError(f"cannot read {what} {path}: {first}", hint=SAFE_FORMATS)
+
+
+def _torch_file(path) -> bool:
+    """Whether ``path`` starts like a file ``torch.save`` writes: a zip archive, or (the
+    legacy format) a pickle's protocol marker."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return True  # unreadable: the caller's own error says why
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
 
 def load_torch_file(path):

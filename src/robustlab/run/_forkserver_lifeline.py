@@ -9,6 +9,8 @@ robustlab dies, the forkserver dies, and with it every worker it forked.
 import os
 
 from robustlab.run.lifeline import die_with_parent
+from robustlab.run.tracker import keep_tracker_whole
 
 die_with_parent()
 os.register_at_fork(after_in_child=die_with_parent)
+keep_tracker_whole()  # the workers it forks inherit the guard (robustlab.run.tracker)

@@ -144,6 +144,9 @@ def worker_context():
     forkserver is asked to tie itself to this process when it starts; only from the main
     thread, because the kernel's parent-death signal follows the *thread* that started it.
     """
+    from robustlab.run.tracker import keep_tracker_whole
+
+    keep_tracker_whole()  # a killed resource tracker costs no tracebacks (run/tracker.py)
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return _SpawnContext()
     context = _ForkServerContext()

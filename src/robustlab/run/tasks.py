@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import CellSkipped
-from robustlab.paths import file_inside, outside
+from robustlab.paths import file_inside, outside, why_not_inside
 from robustlab.shifts.process_config import process_settings, task_settings
 from robustlab.store.schema import CLEAN_SHIFT
 
@@ -199,24 +199,37 @@ class ArchiveImages(CellImages):
             raise CellSkipped(f"{shift}/{level}: the archive has no folder for this cell")
         path = self.path(sample, shift, level)
         if path is None:
-            raise FileNotFoundError(f"{folder}/{Path(sample.id).stem}.png")
+            raise CellSkipped(self.missing(sample, folder))
         img = pipeline.decode(path.read_bytes())
         return img[..., :3] if img.shape[2] == 4 else img
+
+    @staticmethod
+    def _candidates(sample, folder: str) -> list[str]:
+        """The names a level file of ``sample`` may have in the archive, in order."""
+        name = Path(sample.id)
+        names = [name.name, name.stem + ".png", name.stem + ".jpg", name.stem + ".JPEG"]
+        return [f"{folder}/{c}" for c in dict.fromkeys(names)]
 
     def path(self, sample, shift: str, level: Any) -> Path | None:
         """The archive file of one shifted cell (any of the names the archive uses), or None."""
         folder = self.folders.get((shift, str(level)))
         if folder is None:
             return None
-        name = Path(sample.id)
-        for candidate in dict.fromkeys(
-            [name.name, name.stem + ".png", name.stem + ".jpg", name.stem + ".JPEG"]
-        ):
+        for candidate in self._candidates(sample, folder):
             # robustlab.paths' link rule: never a file a link leads to outside the archive
-            path = file_inside(self.root, f"{folder}/{candidate}")
+            path = file_inside(self.root, candidate)
             if path is not None:
                 return path
         return None
+
+    def missing(self, sample, folder: str) -> str:
+        """Why ``folder`` gives no file for ``sample``: the first candidate name that is
+        there but unusable (a link out of the archive says so), else "missing"."""
+        for candidate in self._candidates(sample, folder):
+            why = why_not_inside(self.root, candidate)
+            if why != "missing":
+                return f"{candidate}: {why}"
+        return f"{folder}/{Path(sample.id).stem}.png: missing from the archive"
 
 
 class PublishedImages(CellImages):
@@ -286,7 +299,11 @@ class PublishedImages(CellImages):
             folder = self.folders.get((shift, str(level)))
             if folder is None:
                 raise CellSkipped("the data folder has no folder for this cell")
-            raise CellSkipped(f"no file for this image in {folder}/")
+            rel = f"{folder}/{self.names.get((folder, sample.id), sample.id)}"
+            why = why_not_inside(self.root, rel)
+            if why == "missing":
+                raise CellSkipped(f"no file for this image in {folder}/")
+            raise CellSkipped(f"{rel}: {why}")
         return self._read(path)
 
     def _read(self, path: Path) -> np.ndarray:

@@ -27,6 +27,7 @@ from robustlab.errors import (
     MissingResourceError,
     StoreError,
     environment_errors,
+    environment_problem,
 )
 from robustlab.store.lock import backoff_delays, file_lock
 from robustlab.store.schema import (
@@ -42,6 +43,21 @@ DEFAULT_DB = "robustlab.duckdb"
 def utcnow() -> datetime:
     """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _foreign_tables(columns: dict[str, set[str]], ours: bool) -> str:
+    """What a DuckDB file that is not a results database holds, for its error line: the
+    reason names what is there (another program's ``runs(a)``), not only what is not."""
+    if not columns:
+        return "it holds no tables"
+    if ours:
+        return "no runs table"
+    shown = [
+        f"{t}({', '.join(sorted(c)[:3])}{', ...' if len(c) > 3 else ''})"
+        for t, c in sorted(columns.items())[:3]
+    ]
+    more = f" and {len(columns) - 3} more" if len(columns) > 3 else ""
+    return f"no robustlab meta table; its tables are another program's: {', '.join(shown)}{more}"
 
 
 class Database:
@@ -131,6 +147,7 @@ class Database:
                 con.close()
 
     def _open(self, duckdb, read_only: bool):
+        self._check_header()
         deadline = time.monotonic() + self.timeout
         for delay in backoff_delays(0.01, 1.0):
             try:
@@ -150,6 +167,26 @@ class Database:
                         hint="close the other program (a duckdb shell?) or pass another --db",
                     ) from exc
                 time.sleep(delay)
+
+    def _check_header(self) -> None:
+        """Refuse an existing file that is not a DuckDB database by its first bytes (the
+        magic ``DUCK`` at offset 8), before DuckDB sees it: DuckDB 2 opens a ``.csv``,
+        ``.parquet`` or ``.json`` file given as a database as an in-memory database with a
+        view over it (read-only, that failed as an internal error: "Cannot launch
+        in-memory database in read-only mode"). An empty file is a new database."""
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(12)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise environment_problem(exc, f"cannot read {self.path}") from exc
+        if head and head[8:12] != b"DUCK":
+            raise StoreError(
+                f"{self.path} is not a DuckDB database file (a robustlab results "
+                "database starts with DuckDB's header)",
+                hint="pass the --db file that robustlab evaluate wrote, or a new file name",
+            )
 
     def _translate(self, exc: Exception) -> Exception:
         """The user-facing error for a DuckDB failure, or ``exc`` itself when it is a bug
@@ -213,7 +250,7 @@ class Database:
         if not ours or ("runs" not in columns and not empty_ok):
             raise StoreError(
                 f"{self.path} is a DuckDB file but not a robustlab results database "
-                "(no runs table)",
+                f"({_foreign_tables(columns, ours)})",
                 hint=hint,
             )
         rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()

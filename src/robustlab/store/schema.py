@@ -243,7 +243,15 @@ class RunRecord:
     skipped: list[Any] = field(default_factory=list)
 
     def as_row(self) -> list[Any]:
-        """Values in :data:`RUN_COLUMNS` order, JSON columns serialised."""
+        """Values in :data:`RUN_COLUMNS` order, JSON columns serialised.
+
+        The seed is checked by the one seed rule here too, the last gate before its
+        BIGINT column: a seed that reached a record by another road than a request's
+        checks is one error line, not DuckDB's conversion error."""
+        if self.seed is not None:
+            from robustlab.seeding import check_seed
+
+            check_seed(self.seed, "the run's seed")
         d = asdict(self)
         return [
             json.dumps(d[c], sort_keys=True, default=str) if c in _JSON_COLUMNS else d[c]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import CellSkipped, InputError, MissingResourceError
+from robustlab.seeding import check_seed
 from robustlab.store.schema import CLEAN_SHIFT
 
 if TYPE_CHECKING:
@@ -44,13 +45,6 @@ log = logging.getLogger(__name__)
 
 # robustlab.store.DEFAULT_DB (spelled here so that building a request imports no store code).
 DEFAULT_DB = "robustlab.duckdb"
-
-
-def check_seed(seed: Any) -> int:
-    """The global seed as an int in [0, 2**63), or an InputError."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise InputError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-    return seed
 
 
 @dataclass(frozen=True)
@@ -70,6 +64,9 @@ class MaskedData:
                 "scoring against object masks needs foreground masks",
                 hint="pass --masks DIR (masks=DIR in Python)",
             )
+        # limit=0 used to select nothing and be reported as "no images with masks".
+        if self.limit is not None and (isinstance(self.limit, bool) or int(self.limit) < 1):
+            raise InputError(f"limit must be at least 1, got {self.limit!r}")
 
     def roots(self) -> tuple[Path, Path]:
         """The data and masks folders, checked to exist."""
@@ -77,6 +74,8 @@ class MaskedData:
         if not root.is_dir():
             raise MissingResourceError(f"data folder {root} does not exist")
         mask_root = Path(str(self.masks)).expanduser()
+        if mask_root.exists() and not mask_root.is_dir():
+            raise InputError(f"masks folder {mask_root} is a file", hint="pass the masks folder")
         if not mask_root.is_dir():
             raise MissingResourceError(f"masks folder {mask_root} does not exist")
         return root, mask_root
@@ -151,13 +150,13 @@ def select_cells(cells: MaskedCells) -> tuple[Suite, list[tuple[str, Any]]]:
 
 def select(data: MaskedData, cells: MaskedCells) -> Selection:
     """The cells and the samples with masks of a masked run (nothing decoded yet)."""
-    from robustlab.data.sources import discover
+    from robustlab.data.sources import discover, no_mask_reason
 
     root, mask_root = data.roots()
     suite, chosen = select_cells(cells)
     samples = discover(root, labels_csv=data.labels_csv, masks=mask_root)
     skipped: list[tuple[str, str]] = [tuple(x) for x in getattr(samples, "skipped", [])]
-    skipped += [(x.id, "no mask in the masks folder") for x in samples if x.mask_path is None]
+    skipped += [(x.id, no_mask_reason(x)) for x in samples if x.mask_path is None]
     usable = [x for x in samples if x.mask_path is not None]
     if data.limit is not None:
         usable = usable[: int(data.limit)]

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from robustlab.errors import MissingResourceError, environment_errors
+from robustlab.paths import claim_out_folder
 from robustlab.shifts.generative._diffusers import quiet_loading
 
 log = logging.getLogger(__name__)
@@ -240,9 +241,7 @@ def build_tiny_checkpoints(out, *, seed: int = 0) -> dict[str, Path]:
     """Write every tiny checkpoint under ``out`` (one folder per :data:`KINDS` key) plus a
     README; a folder already made (its marker is there) is kept. Returns name -> folder."""
     _need_diffusers()
-    root = Path(out).expanduser()
-    with environment_errors(f"cannot create {root}"):
-        root.mkdir(parents=True, exist_ok=True)
+    root = claim_out_folder(out, command="data tiny-checkpoints")  # the owner mark first
     made = {}
     for name, build in BUILDERS.items():
         folder = root / name

@@ -20,9 +20,12 @@ def read_generated(root: Path) -> dict | None:
     """The manifest of a folder written by ``robustlab generate``, or None for a source folder."""
     import json
 
-    path = root / GENERATE_MANIFEST
-    if not path.is_file():
+    from robustlab.paths import named_file
+
+    found = named_file(root, GENERATE_MANIFEST, what="the generated folder's manifest")
+    if found is None:
         return None
+    path = found
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -44,7 +47,11 @@ def generated_inputs(root: Path, manifest: dict, suite, seed, labels_csv, masks)
         raise InputError(f"{root}'s manifest names no suite", hint="pass --suite")
     if suite is not None and isinstance(suite, str) and suite != m_suite:
         raise InputChangedError(f"{root} was generated for suite {m_suite!r}, not {suite!r}")
-    m_seed = int(manifest.get("seed", 0))
+    from robustlab.seeding import check_seed
+
+    # A manifest is input too: a seed outside the rule (2**70, written before the rule
+    # held at generate) would fail only where the database stores it.
+    m_seed = check_seed(manifest.get("seed", 0), f"{root}'s manifest: seed")
     if seed is not None and int(seed) != m_seed:
         raise InputChangedError(f"{root} was generated with seed {m_seed}, not {seed}")
     fields = {f.name for f in dataclasses.fields(Protocol)}

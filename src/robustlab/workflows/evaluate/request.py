@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.seeding import check_seed
 from robustlab.store import DEFAULT_DB
 from robustlab.workflows.keywords import build_specs, owners, specs_from_args
 
@@ -99,14 +100,8 @@ class CellSpec:
     protocol: Any = None
 
     def __post_init__(self):
-        seed = self.seed
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
-        ):
-            raise InputError(
-                f"seed must be an integer in [0, 2**63), got {seed!r}",
-                hint="pass a whole number such as --seed 0",
-            )
+        if self.seed is not None:
+            check_seed(self.seed)  # the one seed rule (robustlab.seeding)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputError
-from robustlab.manifest import HINT, MANIFEST, identity_changes
+from robustlab.manifest import HINT, MANIFEST, identity_changes, is_generated_folder
 from robustlab.outputs import LocalFolder, UrlFolder, open_folder
+from robustlab.paths import check_out_folder
 from robustlab.run.folder_record import RUNNING, FolderRun, refuse_changes, update_record
 from robustlab.run.lifeline import default_workers
 from robustlab.shifts.kernels import ensure_compiled_for
@@ -96,6 +97,14 @@ def generate(
     )
     cells, inputs, execution = specs["cells"], specs["inputs"], specs["execution"]
     folder = _open_out(out, execution)
+    if isinstance(folder, LocalFolder):  # never mixed into another folder's files
+        check_out_folder(
+            folder.root,
+            command="generate",
+            flag="--out",
+            made=is_generated_folder,
+            allow_other=execution.into_existing,
+        )
     if execution.backend == "ray":
         from robustlab.run.ray.placement import plan_placement
         from robustlab.run.ray.session import ray_running, ray_session

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustlab.data.sources import Sample, discover
+from robustlab.data.sources import Sample, discover, no_mask_reason
 from robustlab.errors import InputError
 from robustlab.outputs import LocalFolder, UrlFolder
 from robustlab.paths import Folder, check_outputs
@@ -204,7 +204,7 @@ def _sources(
         donors = DonorPool(found)
     samples: list[Sample] = list(found)
     if need_mask:
-        skipped += [(s.id, "no mask in the masks folder") for s in samples if s.mask_path is None]
+        skipped += [(s.id, no_mask_reason(s)) for s in samples if s.mask_path is None]
         samples = [s for s in samples if s.mask_path is not None]
     if inputs.limit is not None:
         samples = samples[: int(inputs.limit)]

@@ -16,6 +16,7 @@ from typing import Any
 
 from robustlab.data.images import MAX_PIXELS
 from robustlab.errors import InputError
+from robustlab.seeding import check_seed
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,7 @@ class GenerateCells:
     keep_size: bool = False
 
     def __post_init__(self) -> None:
-        seed = self.seed
-        if isinstance(seed, bool) or int(seed) != seed or seed < 0:
-            raise InputError(f"seed must be a non-negative integer, got {seed!r}")
+        check_seed(self.seed)  # the one seed rule (robustlab.seeding)
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,8 @@ class GenerateExecution:
         address: The Ray cluster's ``HOST:PORT`` (None: a Ray instance on this machine).
         progress: A tqdm progress bar on stderr.
         storage_options: Options of a URL's fsspec filesystem; never written anywhere.
+        into_existing: Write into a local ``out`` that holds files ``generate`` did not
+            write (refused otherwise: :func:`robustlab.paths.check_out_folder`).
     """
 
     workers: int | None = None
@@ -83,6 +84,7 @@ class GenerateExecution:
     address: str | None = None
     progress: bool = True
     storage_options: dict[str, Any] | None = None
+    into_existing: bool = False
 
     def __post_init__(self) -> None:
         from robustlab.run.executors import check_backend

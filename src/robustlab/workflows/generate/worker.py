@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import posixpath
 from collections.abc import Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from robustlab.data.images import ImageError
 from robustlab.data.sources import Sample
 from robustlab.errors import CellSkipped, environment_problem
 from robustlab.outputs import LocalFolder, UrlFolder
+from robustlab.paths import refuse_write_through
 from robustlab.pipeline import apply_shift, cell_path, encode, load_prepared, shift_context
 from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.shifts.process_config import task_settings
@@ -106,6 +108,8 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
         return res
     res.note = prep.note
     for name, level, path in todo:
+        if isinstance(out, LocalFolder):  # the link rule for writers: never through a link out
+            refuse_write_through(out.root, posixpath.dirname(path), "--out")
         try:
             ctx = shift_context(
                 sample,

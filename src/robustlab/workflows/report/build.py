@@ -61,6 +61,9 @@ class ReportRequest:
             object.__setattr__(self, "run_ids", tuple(str(r) for r in ids))
         if int(self.n_resamples) < 1:
             raise InputError(f"n_resamples must be at least 1, not {self.n_resamples}")
+        from robustlab.seeding import check_seed
+
+        check_seed(self.seed)  # the bootstrap's seed follows the one seed rule too
 
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(ReportRequest))[2:]

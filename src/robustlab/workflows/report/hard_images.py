@@ -116,7 +116,7 @@ def _hard_examples(examples: list[dict], i: str) -> str:
 
     cells = []
     for ex in examples:
-        thumb = thumbnail(ex["path"])
+        thumb = thumbnail(ex["path"]) if ex["readable"] else None
         img = (
             f'<img src="{data_uri(*thumb)}" alt="hard image {esc(ex["sample_id"])} '
             f'{esc(ex["cell"])}">'

@@ -11,6 +11,7 @@ set against random subsets of the same size. Nothing is re-evaluated.
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,13 +98,21 @@ def mining_views(data: ReportData, *, seed: int = 0) -> list[MiningView]:
                 view.transfer.append(
                     {"heldout": r.label, **transfer(kept, right, draws=2000, rng=seed)}
                 )
-        view.examples = _examples(mined_images(store, m["mining_id"]), names, first)
+        roots = [m.get("data_root"), *_candidate_key(first)]
+        view.examples = _examples(mined_images(store, m["mining_id"]), names, first, roots)
         views.append(view)
     return views
 
 
-def _examples(images: pd.DataFrame, names: list[str], first_run: dict[str, Any]) -> list[dict]:
-    """Up to :data:`N_EXAMPLES` kept images, one per class first, with each guess named."""
+def _examples(
+    images: pd.DataFrame, names: list[str], first_run: dict[str, Any], roots: list
+) -> list[dict]:
+    """Up to :data:`N_EXAMPLES` kept images, one per class first, with each guess named.
+
+    ``roots``: the folders the mining read (its candidates, the surrogate runs' data and
+    generated folders); an example's ``path`` is kept only when it is a file inside one
+    of them (the link rule of :mod:`robustlab.paths`), so a database naming any other
+    file never puts that file's pixels in a report."""
     if images.empty:
         return []
     namer = class_namer(first_run.get("label_space"))
@@ -125,24 +134,38 @@ def _examples(images: pd.DataFrame, names: list[str], first_run: dict[str, Any])
                 if rec["label"] is not None
                 else str(rec["class_name"]),
                 "path": rec["path"],
+                "readable": _inside_any(rec["path"], roots),
                 "guesses": list(zip(names, named)),
             }
         )
     return out
 
 
+def _inside_any(path: Any, roots: list) -> bool:
+    """Whether ``path`` is an existing regular file inside one of ``roots`` (real paths)."""
+    from robustlab.paths import outside
+
+    if not path or not os.path.lexists(str(path)):
+        return False
+    return any(root and not outside(str(root), str(path)) for root in roots)
+
+
 def thumbnail(path: str | Path) -> tuple[bytes, str] | None:
-    """A JPEG thumbnail (longest side :data:`THUMB_PX`) of an image file, None if unreadable."""
+    """A JPEG thumbnail (longest side :data:`THUMB_PX`) of an image file, None if unreadable.
+
+    Decoded by the one image reader (:func:`robustlab.data.images.read_image`), so a
+    decompression bomb or a lying header is refused before any pixel."""
     from PIL import Image
 
+    from robustlab.data.images import ImageError, read_image
+
     try:
-        with Image.open(path) as img:
-            img = img.convert("RGB")
-            img.thumbnail((THUMB_PX, THUMB_PX))
-            buf = io.BytesIO()
-            img.save(buf, format="JPEG", quality=88)
-            return buf.getvalue(), "image/jpeg"
-    except (OSError, ValueError):
+        img = Image.fromarray(read_image(path).rgb)
+        img.thumbnail((THUMB_PX, THUMB_PX))
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=88)
+        return buf.getvalue(), "image/jpeg"
+    except (OSError, ImageError):
         return None
 
 

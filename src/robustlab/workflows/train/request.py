@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robustlab.errors import InputError
+from robustlab.seeding import check_seed
 from robustlab.store import DEFAULT_DB
 from robustlab.workflows.keywords import route_keywords
 from robustlab.workflows.train.finetune import TrainConfig
@@ -60,6 +61,10 @@ class TrainData:
     test_fraction: float = 0.3
     split_seed: int = 0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_seed(self.split_seed, "split_seed")  # the one seed rule (robustlab.seeding)
+        check_seed(self.seed)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import dataclasses
 import io
 import logging
 import os
+import posixpath
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ import numpy as np
 
 from robustlab.errors import InputError
 from robustlab.outputs import atomic_write
+from robustlab.paths import refuse_write_through
 from robustlab.run.folder_record import identity_hash, json_bytes, read_record, refuse_changes
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.keywords import build_specs
@@ -439,6 +441,7 @@ def _link_kept(out: Path, kept, copy: bool) -> list[str]:
     ):
         rel = sid if shift == CLEAN_SHIFT else f"{shift}/{level}/{sid}"
         dest = out / rel
+        refuse_write_through(out, posixpath.dirname(rel), "--out")
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.is_symlink() or dest.exists():
             dest.unlink()

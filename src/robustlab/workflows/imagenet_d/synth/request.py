@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from robustlab.errors import InputError
+from robustlab.seeding import check_seed
 from robustlab.shifts.generative.text2image import SCHEDULERS
 from robustlab.workflows.imagenet_d.synth.prompts import VOCABULARIES
 
@@ -49,7 +50,7 @@ class SynthGrid:
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        _integer("seed", self.seed, 0)
+        check_seed(self.seed)  # the one seed rule (robustlab.seeding)
         _integer("per_pair", self.per_pair, 1)
         if self.limit is not None and int(self.limit) < 1:
             raise InputError(f"limit must be at least 1, got {self.limit}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from robustlab.errors import InputError
 from robustlab.paths import outside
 from robustlab.run.identity import RecordStyle, make_record, spaced_json
-from robustlab.seeding import derive_seed
+from robustlab.seeding import check_seed, derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
 
 from .questions import Item, options, question
@@ -106,6 +106,7 @@ class VLMAsking:
     rule: str = "official"
 
     def __post_init__(self):
+        check_seed(self.seed)  # the one seed rule (robustlab.seeding)
         if self.mode not in MODES:
             raise InputError(
                 f"unknown VLM scoring mode {self.mode!r}; use one of {', '.join(MODES)}"
@@ -232,7 +233,9 @@ def ask_all(
 
 def _open(item: Item, data_root: str | None, skipped: list):
     """The item's image in RGB, or None (the reason appended to ``skipped``)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from robustlab.data.images import ImageError, read_image
 
     if data_root is not None and outside(data_root, item.path):
         # robustlab.paths' link rule: a question CSV's ../ path or a link out of the data
@@ -241,11 +244,12 @@ def _open(item: Item, data_root: str | None, skipped: list):
         log.warning("skipping %s: not a file inside %s", item.image_id, data_root)
         return None
     try:
-        with Image.open(item.path) as im:
-            return im.convert("RGB")
-    except (OSError, UnidentifiedImageError) as exc:
-        skipped.append([item.image_id, f"unreadable image: {exc}"])
-        log.warning("skipping %s: %s", item.image_id, exc)
+        # The one image reader (header limits: a decompression bomb is refused unread);
+        # the pixels as stored, as the official code's Image.open(...).convert("RGB").
+        return Image.fromarray(read_image(item.path, exif_transpose=False).rgb)
+    except ImageError as exc:
+        skipped.append([item.image_id, f"unreadable image: {exc.reason}"])
+        log.warning("skipping %s: %s", item.image_id, exc.reason)
         return None
 
 

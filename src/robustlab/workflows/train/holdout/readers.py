@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError, MissingResourceError
+from robustlab.paths import named_file
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,10 @@ def read_folder(root: str | Path, metadata: str | Path | None = None) -> Labelle
     root = Path(root).expanduser()
     if not root.is_dir():
         raise MissingResourceError(f"data folder {root} does not exist")
+    # A CSV the user named is read where it is; the folder's own follows the link rule.
     path = Path(metadata).expanduser() if metadata else root / "metadata.csv"
+    if not metadata:
+        path = named_file(root, "metadata.csv", what="the metadata CSV") or path
     if not path.is_file():
         raise MissingResourceError(
             f"no metadata CSV at {path}",
@@ -189,7 +193,7 @@ def read_icons50(path: str | Path) -> LabelledSet:
     strings and numpy arrays only; a file asking for anything else is refused unread.
     """
     p = Path(path).expanduser()
-    if p.is_dir() and not (p / "Icons-50.npy").is_file():
+    if p.is_dir() and named_file(p, "Icons-50.npy", what="ICONS-50's file") is None:
         return _icons50_folder(p)
     if p.is_dir():
         p = p / "Icons-50.npy"
@@ -265,14 +269,21 @@ def _icons50_folder(root: Path) -> LabelledSet:
     return LabelledSet("icons50", root, meta, lambda ids, size: _read_files(root, ids, size))
 
 
+# CIFAR-100's python release: the files read_cifar100 needs.
+NEED = ("train", "test", "meta")
+
+
 def read_cifar100(path: str | Path) -> LabelledSet:
     """CIFAR-100's python release (``cifar-100-python/{train,test,meta}``): class = the 20
     superclasses (coarse labels), subtype = the 100 subclasses, split = train/test."""
-    root = Path(path).expanduser()
-    if (root / "cifar-100-python").is_dir():
-        root = root / "cifar-100-python"
-    need = [root / n for n in ("train", "test", "meta")]
-    if not all(f.is_file() for f in need):
+    given = Path(path).expanduser()
+    sub = "cifar-100-python" if (given / "cifar-100-python").is_dir() else "."
+    root = given / sub if sub != "." else given
+    # The link rule, from the folder the user named: a linked subfolder or file that
+    # leaves it is refused with the reason.
+    found = [named_file(given, f"{sub}/{n}", what="CIFAR-100's file") for n in NEED]
+    need = [root / n for n in NEED]
+    if not all(found):
         raise MissingResourceError(
             f"{root} is not CIFAR-100's python release (needs train, test and meta)",
             hint="extract cifar-100-python.tar.gz",

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError
-from robustlab.seeding import derive_seed, make_rng
+from robustlab.seeding import check_seed, derive_seed, make_rng
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +259,7 @@ def make_split(
     test_fraction: float = 0.1,
 ) -> HoldoutSplit:
     """The split of exactly one protocol (``holdout``, ``holdout_subtypes`` or ``versions``)."""
+    check_seed(seed)  # the one seed rule (robustlab.seeding)
     given = [holdout is not None, holdout_subtypes is not None, bool(versions)]
     if sum(given) != 1:
         raise InputError(

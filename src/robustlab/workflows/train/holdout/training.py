@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import InputError
-from robustlab.seeding import derive_seed
+from robustlab.seeding import check_seed, derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class HoldoutConfig:
     seed: int = 0
 
     def __post_init__(self):
+        check_seed(self.seed)  # the one seed rule (robustlab.seeding)
         if self.epochs < 1 or self.batch_size < 1 or self.width < 1:
             raise InputError("epochs, batch size and width must be at least 1")
         if self.image_size < 16:
