@@ -120,7 +120,7 @@ class CellImages:
                 raise CellSkipped(why) from None
             img = pipeline.decode(data)
         else:
-            sh = pipeline.resolve_shift(shift)
+            sh = pipeline.resolve_shift(shift, getattr(self.protocol, "preset", None))
             ctx = None
             if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
                 ctx = pipeline.shift_context(

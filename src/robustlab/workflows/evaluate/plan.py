@@ -271,6 +271,12 @@ def source_plan(
         check_shifts(sh.name for sh in shift_objs)
     samples, labels, space = source_samples(src, shift_objs, label_space)
     protocol = chosen_protocol(src.protocol, override, src.suite, space, src.manifest, src.root)
+    if shift_path and protocol.preset:
+        raise InputError(
+            f"--shift-device applies ImageNet-C's own constants; the {protocol.preset} "
+            "preset's corruptions run on the exact path only",
+            hint="leave out --shift-device",
+        )
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     images = CellImages(
         protocol,
