@@ -73,6 +73,15 @@ def test_release_read_as_downloaded_gives_the_folders_numbers(cifar, tmp_path):
     gen = on_gen[on_gen["shift"] != "clean"]
     gen = gen.assign(level=gen["level"].astype(str))[key].reset_index(drop=True)
     assert len(npy) == 2 and npy.equals(gen)
+    # ImageNet-C's AlexNet errors never score a preset's cells (other constants and sizes)
+    from robustlab.store import Store
+    from robustlab.store.queries import summary_rows
+
+    store = Store(db)
+    for run in store.runs().to_dict("records"):
+        cells = store.cell_table([run["run_id"]])
+        with pytest.raises(InputError, match="AlexNet errors are ImageNet-C's"):
+            summary_rows(store, run, cells, "alexnet")
 
 
 def _release(tmp_path: Path, n: int = 4) -> Path:
