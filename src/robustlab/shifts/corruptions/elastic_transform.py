@@ -263,8 +263,11 @@ def gaussian_reflect_dct(field: np.ndarray, sigma: float, truncate: float = 3.0)
 
 # scipy's gaussian_filter leaves an axis alone when its sigma is at most this.
 _NO_SMOOTHING = 1e-15
-# Above this kernel radius the DCT route is cheaper than the direct sums.
+# Above this kernel radius the DCT route is cheaper than the direct sums, on images larger
+# than this many pixels: on 32x32 and 64x64 ones (the small-image presets) scipy's fixed
+# cost of four transforms exceeds the sums.
 _DCT_MIN_RADIUS = 16
+_DCT_MIN_AREA = 64 * 64
 
 
 @njit(cache=True, nogil=True)
@@ -447,7 +450,7 @@ def elastic_transform(x, params, rng, ctx):
     pts1 = affine_points(h, w)
     warped = scratch("elastic.warped", x.shape, np.float32)
     _warp_affine(x, _F32_SCALE, cv2.getAffineTransform(pts1, pts1 + jitter), _WTAB, warped)
-    if not is_legacy(rng) and int(3.0 * sigma + 0.5) > _DCT_MIN_RADIUS:
+    if not is_legacy(rng) and int(3.0 * sigma + 0.5) > _DCT_MIN_RADIUS and h * w > _DCT_MIN_AREA:
         dx = (gaussian_reflect_dct(field_x, sigma) * alpha).astype(np.float32)
         dy = (gaussian_reflect_dct(field_y, sigma) * alpha).astype(np.float32)
     else:
