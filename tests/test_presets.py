@@ -124,3 +124,19 @@ def test_inception_frame_geometry():
     # a box maps through the pre-crop and the squash
     box = prepare_bbox((left, top, left + kept_w, top + kept_h), (500, 375), p)
     assert box == (0, 0, 299, 299)
+
+
+def test_a_suite_whose_preset_lacks_a_shift_is_refused_before_work(tmp_path):
+    """A user suite (YAML) with a preset but a scene shift, which has no such table."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: x\nshifts: [color_grey]\nprotocol: {preset: cifar-c}\n")
+    data = tmp_path / "data" / "n01440764"
+    data.mkdir(parents=True)
+    x = (np.random.default_rng(0).random((40, 40, 3)) * 255).astype(np.uint8)
+    from PIL import Image
+
+    Image.fromarray(x).save(data / "a.png")
+    with pytest.raises(InputError, match="no preset 'cifar-c'"):
+        robustlab.evaluate(
+            "lite0", data=tmp_path / "data", suite=str(suite), db=tmp_path / "d.duckdb"
+        )
