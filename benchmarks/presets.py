@@ -6,8 +6,8 @@ severity is timed on photos prepared with the preset's protocol: robustlab's
 script's own function (``make_cifar_c.py`` ..., executed as ``presets_reference.py``
 does) in a child process under the reference environment (``_presets_worker.py``;
 build it with ``bash benchmarks/setup_reference_env.sh``). Both are single-threaded and
-timed in process CPU time, interleaved corruption by corruption, so they share the
-machine's load. A cell's time is the median over ``--repeats`` of the mean per image.
+timed in process CPU time, one after the other corruption by corruption (never both at
+once), so they share the machine's load. A cell's time is the median over ``--repeats`` of the mean per image.
 
 The issue's target: every preset at least as much faster than its original code as the
 ImageNet-C suite is than its own (the ratio of the 75 common cells' totals).
@@ -135,13 +135,14 @@ def main(argv=None) -> int:
                     }
                     worker.stdin.write(json.dumps(request) + "\n")
                     worker.stdin.flush()
-                    ours[name] = _time_ours(
-                        images, name, None if preset == "imagenet-c" else preset, c, args.repeats
-                    )
+                    # the reference first, to the end, then ours: never both at once
                     reply = json.loads(worker.stdout.readline())
                     if reply.get("error"):
                         raise RuntimeError(f"{preset} {name}: {reply['error']}")
                     ref[name] = reply["times"]
+                    ours[name] = _time_ours(
+                        images, name, None if preset == "imagenet-c" else preset, c, args.repeats
+                    )
                 side = images.shape[1]
                 row = {
                     "side": side,

@@ -2,8 +2,9 @@
 
 People who downloaded a benchmark should be able to evaluate on its files as they are, with
 the benchmark's cells, label space and protocol, without converting anything. This module
-recognises four released layouts by their folder names and turns each into samples and
-cells; :func:`robustlab.workflows.evaluate.make_plan` hands them to the runner.
+recognises the released layouts by their names (and, for ImageNet-C's tree, one file's
+size) and turns each into samples and cells; :func:`robustlab.workflows.evaluate.make_plan`
+hands them to the runner.
 
 ==============  ==================================================  ==========  ===========
 benchmark       layout (as released)                                cells       label space
@@ -16,6 +17,10 @@ XIMAGENET-12    ``<scenario>/<wnid>/<file>``; ``image``/            scenario    
                 ``original`` is clean (see :data:`XIMAGENET_12`)    / level
 ImageNet-D      ``<subset>/<class>/<file>``: one clean cell, the    clean       imagenet-d
                 subset is the first folder of the sample id
+Tiny-ImageNet-C ImageNet-C's tree with 64x64 files (and ImageNet    corruption  imagenet1k
+                64x64-C); the 299 px ImageNet-C: 299x299 files      / severity
+CIFAR-10-C      ``<corruption>.npy`` + ``labels.npy`` (arrays:       corruption  cifar10
+                :mod:`robustlab.data.release_npy`)                  / severity
 ==============  ==================================================  ==========  ===========
 
 The ImageNet-E archive (``ori/``, level folders, ``labels.txt``) has its own reader,

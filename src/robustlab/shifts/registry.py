@@ -139,7 +139,9 @@ class Shift:
 
         The same function, name, seed rule and levels; only ``params`` differ, so every
         caller that applies ``shift.params[level]`` (the pipeline, the manifest's record of
-        the parameters, the batched versions) follows the preset without knowing of it.
+        the parameters) follows the preset without knowing of it. The batched versions
+        implement ImageNet-C's own tables only: evaluate refuses ``--shift-device`` with a
+        preset.
 
         Raises:
             InputError: the shift has no table for ``name``.
