@@ -67,6 +67,11 @@ UNRUNNABLE: dict[str, dict[str, str]] = {
         "robustlab segment torchvision:deeplabv3_resnet50 --weights dlv3.pth --data val/ "
         "--masks masks/": "needs the user's DeepLabV3 weights",
         "robustlab evaluate lite0 --data ImageNet-E/": "needs the published ImageNet-E archive",
+        "robustlab generate cifar-c --data cifar10-test/ --out cifar-10-c/": "needs CIFAR-10's "
+        "test images in class folders; tests/test_release_layouts.py runs it on photos",
+        "robustlab evaluate onnx:cifar10.onnx --data CIFAR-10-C/": "needs the downloaded "
+        "CIFAR-10-C and the user's CIFAR-10 model; tests/test_release_layouts.py reads the "
+        "layout with lite0",
         "robustlab synth --checkpoint sd15/ --out imagenet-d/ --per-pair 1": "needs the user's "
         "diffusers checkpoint (the tiny-checkpoints line after it runs synth)",
         "robustlab train lite0 --data val/ --method corruption-aug --holdout-family blur": (

@@ -14,8 +14,12 @@ side ``round(long * resize / short)`` (Python rounding, computed exactly), bilin
 through Pillow; the crop box starts at ``floor((side - crop) / 2)``. Note this differs from
 torchvision's ``Resize`` (which truncates the long side) for some aspect ratios, e.g.
 500x357 gives 359x256 here and 358x256 in torchvision; the reference data shows 359.
-A protocol with ``frame="squash"`` (ImageNet-E) resizes the whole photo to
-``resize x resize`` instead, as the official ImageNet-E editor does.
+A protocol with ``frame="squash"`` (ImageNet-E, the 32 and 64 px presets) resizes the
+whole photo to ``resize x resize`` instead, as the official ImageNet-E editor and
+torchvision's ``Resize((64, 64))`` do; ``frame="inception"`` (the 299 px preset) first
+cuts the central 87.5 % of each side as ``make_imagenet_c_inception.py``'s
+``center_crop(img, 0.875)`` does (``int(side * 0.875)`` pixels from ``round((side -
+kept) / 2)``), then squashes that to ``resize x resize``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ INTERPOLATION = {
     "hamming": Image.Resampling.HAMMING,
 }
 JPEG_SUFFIXES = (".jpg", ".jpeg", ".jpe")
+# The inception frame's central crop: make_imagenet_c_inception.py's center_crop(img, 0.875).
+INCEPTION_FRACTION = 0.875
 # Context keys a shift may need that the pipeline knows how to fill.
 DONOR_KEYS = frozenset({"background", "background_mask", "background_bbox"})
 
@@ -56,11 +62,14 @@ class Geometry:
         source: (width, height) of the decoded source.
         size: (width, height) after the resize (equal to ``source`` when none).
         box: (left, top, right, bottom) crop in resized pixels, or None for no crop.
+        pre_box: (left, top, right, bottom) crop in source pixels made before the resize
+            (the ``inception`` frame), or None.
     """
 
     source: tuple[int, int]
     size: tuple[int, int]
     box: tuple[int, int, int, int] | None
+    pre_box: tuple[int, int, int, int] | None = None
 
     @property
     def output(self) -> tuple[int, int]:
@@ -80,8 +89,17 @@ def geometry(width: int, height: int, protocol) -> Geometry:
     """
     w, h = int(width), int(height)
     size = (w, h)
-    if protocol.resize and getattr(protocol, "frame", "shorter_side") == "squash":
-        # ImageNet-E's frame: the whole photo to resize x resize, aspect ratio not kept.
+    frame = getattr(protocol, "frame", "shorter_side")
+    pre_box = None
+    if frame == "inception":
+        kept_w, kept_h = int(w * INCEPTION_FRACTION), int(h * INCEPTION_FRACTION)
+        if kept_w < 1 or kept_h < 1:
+            raise ImageError(f"too small: {w}x{h} has no central 87.5 % to crop")
+        top, left = int(round((h - kept_h) / 2.0)), int(round((w - kept_w) / 2.0))
+        pre_box = (left, top, left + kept_w, top + kept_h)
+        size = (kept_w, kept_h)
+    if protocol.resize and frame in ("squash", "inception"):
+        # The whole photo (or its central part) to resize x resize, aspect ratio not kept.
         size = (int(protocol.resize), int(protocol.resize))
     elif protocol.resize:
         r = int(protocol.resize)
@@ -96,7 +114,7 @@ def geometry(width: int, height: int, protocol) -> Geometry:
             raise ImageError(f"too small: {size[0]}x{size[1]} cannot be center-cropped to {c}x{c}")
         left, top = (size[0] - c) // 2, (size[1] - c) // 2
         box = (left, top, left + c, top + c)
-    g = Geometry((w, h), size, box)
+    g = Geometry((w, h), size, box, pre_box)
     ow, oh = g.output
     if ow < MIN_SIDE or oh < MIN_SIDE:
         raise ImageError(f"too small: {ow}x{oh}; shifts need at least {MIN_SIDE}x{MIN_SIDE} pixels")
@@ -113,6 +131,8 @@ def _resample(protocol) -> Image.Resampling:
 
 
 def _apply_geometry(img: Image.Image, g: Geometry, resample) -> Image.Image:
+    if g.pre_box is not None:
+        img = img.crop(g.pre_box)
     if g.size != img.size:
         img = img.resize(g.size, resample)
     if g.box is not None:
@@ -137,7 +157,7 @@ def prepare(rgb, protocol) -> np.ndarray:
     """
     rgb, _ = array_to_rgb(rgb)
     g = geometry(rgb.shape[1], rgb.shape[0], protocol)
-    if g.size == g.source and g.box is None:
+    if g.size == g.source and g.box is None and g.pre_box is None:
         return rgb.copy()
     img = _apply_geometry(Image.fromarray(rgb, "RGB"), g, _resample(protocol))
     return np.asarray(img).copy()
@@ -164,10 +184,15 @@ def prepare_bbox(bbox, source_size: tuple[int, int], protocol) -> tuple[int, int
     Returns None when the box falls entirely outside the crop.
     """
     g = geometry(source_size[0], source_size[1], protocol)
-    sx, sy = g.size[0] / g.source[0], g.size[1] / g.source[1]
+    px, py, pw, ph = 0, 0, g.source[0], g.source[1]
+    if g.pre_box is not None:
+        px, py = g.pre_box[0], g.pre_box[1]
+        pw, ph = g.pre_box[2] - g.pre_box[0], g.pre_box[3] - g.pre_box[1]
+    sx, sy = g.size[0] / pw, g.size[1] / ph
     ox, oy = (g.box[0], g.box[1]) if g.box else (0, 0)
     ow, oh = g.output
     x0, y0, x1, y1 = (float(v) for v in bbox)
+    x0, x1, y0, y1 = x0 - px, x1 - px, y0 - py, y1 - py
     nx0 = min(max(round(x0 * sx) - ox, 0), ow)
     ny0 = min(max(round(y0 * sy) - oy, 0), oh)
     nx1 = min(max(round(x1 * sx) - ox, 0), ow)
@@ -177,9 +202,12 @@ def prepare_bbox(bbox, source_size: tuple[int, int], protocol) -> tuple[int, int
     return int(nx0), int(ny0), int(nx1), int(ny1)
 
 
-def resolve_shift(shift: str | Shift) -> Shift:
-    """A :class:`Shift` from a name (ValueError listing the names if unknown) or itself."""
-    return shift if isinstance(shift, Shift) else get_shift(shift)
+def resolve_shift(shift: str | Shift, preset: str | None = None) -> Shift:
+    """A :class:`Shift` from a name (ValueError listing the names if unknown) or itself,
+    drawing from ``preset``'s parameter table when one is given (a protocol's
+    ``preset``: :meth:`robustlab.shifts.registry.Shift.preset`)."""
+    sh = shift if isinstance(shift, Shift) else get_shift(shift)
+    return sh.preset(preset)
 
 
 def _to_uint8(x) -> np.ndarray:

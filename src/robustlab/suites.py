@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from robustlab.errors import InputError, closest, unknown_name
-from robustlab.shifts.registry import get_shift, list_shifts
+from robustlab.shifts.registry import PRESETS, get_shift, list_shifts
 
 
 # How the model sees a cell's image (after the frame, the shift and the storage round trip).
@@ -53,12 +53,18 @@ class Protocol:
         interpolation: PIL filter name for the resize (the reference uses bilinear).
         format: ``"jpeg"`` or ``"png"`` for generated files.
         jpeg_quality: Quality for JPEG output (ImageNet-C: 85, optimize=True).
-        frame: ``"shorter_side"`` (ImageNet-C: the shorter side becomes ``resize``) or
-            ``"squash"`` (ImageNet-E's editor: the whole photo becomes ``resize`` x
-            ``resize``, see :data:`IMAGENET_E_PROTOCOL`).
+        frame: ``"shorter_side"`` (ImageNet-C: the shorter side becomes ``resize``),
+            ``"squash"`` (ImageNet-E's editor, the 32 and 64 px presets: the whole photo
+            becomes ``resize`` x ``resize``, see :data:`IMAGENET_E_PROTOCOL`) or
+            ``"inception"`` (make_imagenet_c_inception.py: the central 87.5 % of each
+            side, then ``resize`` x ``resize``).
         view: ``"resize"`` or ``"model"`` (above).
         view_resize, view_crop: Resize and centre crop of the stored image before the
             model's own step (None: none).
+        preset: The shifts' parameter preset (a name of
+            :data:`robustlab.shifts.registry.PRESETS`: another official generator's
+            constants, e.g. ``"cifar-c"``), or None for each shift's own table. Part of
+            what the cells are, like the file format: recorded when set.
     """
 
     resize: int | None = 256
@@ -70,8 +76,13 @@ class Protocol:
     view: str = "resize"
     view_resize: int | None = None
     view_crop: int | None = None
+    preset: str | None = None
 
     def __post_init__(self) -> None:
+        if self.preset is not None and self.preset not in PRESETS:
+            raise InputError(
+                f"unknown parameter preset {self.preset!r}; use one of {', '.join(PRESETS)}"
+            )
         if self.frame not in FRAMES:
             raise InputError(
                 f"unknown protocol frame {self.frame!r}; use one of {', '.join(FRAMES)}"
@@ -99,6 +110,8 @@ class Protocol:
                 d.pop(key)
         if d["frame"] == FRAMES[0]:
             del d["frame"]
+        if d["preset"] is None:  # added later: absent from the records made before
+            del d["preset"]
         return d
 
     @property
@@ -111,12 +124,13 @@ class Protocol:
         return protocol_label(self.describe())
 
 
-FRAMES = ("shorter_side", "squash")
+FRAMES = ("shorter_side", "squash", "inception")
 
 
 def _geometry(d: dict) -> tuple:
     full = {**asdict(Protocol()), **d}
-    return tuple(full[k] for k in ("resize", "crop", "interpolation", "frame", *VIEW_FIELDS))
+    keys = ("resize", "crop", "interpolation", "frame", *VIEW_FIELDS, "preset")
+    return tuple(full[k] for k in keys)
 
 
 def protocol_name(described: dict | None) -> str:
@@ -135,15 +149,19 @@ def protocol_label(described: dict | None) -> str:
     """``"imagenet-c: 256/224 bilinear, model resize"`` for a recorded protocol."""
     if not described:
         return ""
-    resize, crop, interp, frame, view, v_resize, v_crop = _geometry(described)
+    resize, crop, interp, frame, view, v_resize, v_crop, preset = _geometry(described)
     if frame == "squash" and resize:
         size = f"{resize}x{resize} squashed"
+    elif frame == "inception" and resize:
+        size = f"central 87.5 % to {resize}x{resize}"
     else:
         size = "/".join(str(x) for x in (resize, crop) if x) or "as is"
     parts = [f"{size} {interp}" if resize or crop else "source as is"]
     if v_resize or v_crop:
         parts.append("then " + "/".join(str(x) for x in (v_resize, v_crop) if x) + " bilinear")
     parts.append("model's own transform" if view == "model" else "model's resize")
+    if preset:
+        parts.append(f"{preset} constants")
     return f"{protocol_name(described)}: {', '.join(parts)}"
 
 
@@ -174,12 +192,27 @@ IMAGENET_E_PROTOCOL = Protocol(
 ARCHIVE_PROTOCOL = dataclasses.replace(
     IMAGENET_E_PROTOCOL, resize=None, crop=None, interpolation="bilinear", frame="shorter_side"
 )
+# The other official ImageNet-C generators (hendrycks/robustness ImageNet-C/create_c/),
+# each with its preparation and its constants (the shifts' presets):
+# - make_cifar_c.py corrupts the 32x32 CIFAR images as they are (a photo of another size is
+#   squashed to 32x32 first, bilinear) and stores arrays: PNG keeps them lossless;
+# - make_tinyimagenet_c.py and make_imagenet_64_c.py: torchvision Resize((64, 64)) (Pillow
+#   bilinear on both sides), saved as JPEG quality 85 like ImageNet-C;
+# - make_imagenet_c_inception.py: the central 87.5 % of each side, then Pillow bilinear to
+#   299x299, JPEG quality 85.
+PRESET_PROTOCOLS: dict[str, Protocol] = {
+    "cifar-c": Protocol(resize=32, crop=None, format="png", frame="squash", preset="cifar-c"),
+    "tiny-imagenet-c": Protocol(resize=64, crop=None, frame="squash", preset="tiny-imagenet-c"),
+    "imagenet-64-c": Protocol(resize=64, crop=None, frame="squash", preset="imagenet-64-c"),
+    "imagenet-c-299": Protocol(resize=299, crop=None, frame="inception", preset="imagenet-c-299"),
+}
 # Names for ``--protocol``; every built-in suite's protocol is one of them.
 PROTOCOLS: dict[str, Protocol] = {
     "imagenet-c": IMAGENET_C_PROTOCOL,
     "model": MODEL_PROTOCOL,
     "imagenet-e": IMAGENET_E_PROTOCOL,
     "imagenet-e-archive": ARCHIVE_PROTOCOL,
+    **PRESET_PROTOCOLS,
 }
 
 
@@ -188,8 +221,9 @@ def parse_protocol(spec: str | Protocol, base: Protocol | None = None) -> Protoc
     changing ``base`` (e.g. ``view=model`` or ``resize=none,crop=none,view=model``), or a
     name followed by pairs (``imagenet-c,interpolation=bicubic``).
 
-    A name replaces the frame and view of ``base`` and keeps its file format and JPEG
-    quality (those say how a suite's files are stored, not how a model sees them).
+    A name replaces the frame and view of ``base`` and keeps its file format, JPEG
+    quality and parameter preset (those say what a suite's cells are and how its files
+    are stored, not how a model sees them); ``preset=NAME|none`` changes the preset.
 
     Raises:
         InputError: an unknown name or key, or a value of the wrong kind.
@@ -210,7 +244,9 @@ def parse_protocol(spec: str | Protocol, base: Protocol | None = None) -> Protoc
         if name not in PROTOCOLS:
             raise InputError(f"unknown protocol {name!r}", hint=hint)
         named = PROTOCOLS[name]
-        out = dataclasses.replace(named, format=base.format, jpeg_quality=base.jpeg_quality)
+        out = dataclasses.replace(
+            named, format=base.format, jpeg_quality=base.jpeg_quality, preset=base.preset
+        )
     ints = {"resize", "crop", "view_resize", "view_crop", "jpeg_quality"}
     changes: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(Protocol)}
@@ -228,6 +264,8 @@ def parse_protocol(spec: str | Protocol, base: Protocol | None = None) -> Protoc
                 raise InputError(
                     f"--protocol {key} must be an integer or none, got {value!r}"
                 ) from None
+        elif key == "preset" and value.lower() in ("none", "null", ""):
+            changes[key] = None
         else:
             changes[key] = value.lower()
     return dataclasses.replace(out, **changes)
@@ -516,6 +554,13 @@ def _builtin() -> dict[str, Suite]:
             protocol=IMAGENET_C_PROTOCOL,
         ),
     ]
+    for preset, (desc, label_space) in _PRESET_SUITES.items():
+        names = tuple(n for n in common + extra if preset in get_shift(n).presets)
+        suites.append(
+            Suite(
+                preset, "1", desc, names, protocol=PRESET_PROTOCOLS[preset], label_space=label_space
+            )
+        )
     for tag, desc, label_space in _SCENE_SUITES:
         names = tuple(s.name for s in list_shifts(tag=tag))
         if names:
@@ -528,6 +573,14 @@ def _builtin() -> dict[str, Suite]:
     return {s.name: s for s in suites}
 
 
+# The other official ImageNet-C generators as suites: the 15 common and the 4 extra
+# corruptions (CIFAR-10-C ships all 19) with each generator's constants and preparation.
+_PRESET_SUITES = {
+    "cifar-c": ("CIFAR-10-C / CIFAR-100-C: 19 corruptions x 5 severities, 32x32", "cifar10"),
+    "tiny-imagenet-c": ("Tiny-ImageNet-C: 19 corruptions x 5 severities, 64x64", "imagenet1k"),
+    "imagenet-64-c": ("ImageNet 64x64-C: 19 corruptions x 5 severities", "imagenet1k"),
+    "imagenet-c-299": ("ImageNet-C at 299x299 (Inception): 19 corruptions x 5", "imagenet1k"),
+}
 # Scene suites appear once their shifts are registered with these tags.
 _SCENE_SUITES = [
     ("ximagenet12", "XIMAGENET-12 foreground/background scenarios", "imagenet1k"),

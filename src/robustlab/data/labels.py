@@ -260,6 +260,20 @@ def _imagenet_d() -> LabelSpace:
     )
 
 
+def _cifar10() -> LabelSpace:
+    rows = _read_csv(_asset("cifar10_classes.csv").read_text(encoding="utf-8"))
+    rows.sort(key=lambda r: int(r["index"]))
+    return LabelSpace(
+        name="cifar10",
+        classes=tuple(r["name"] for r in rows),
+        wnids=tuple(None for _ in rows),
+        folders=tuple(r["folder"] for r in rows),
+        kind="mapping",
+        imagenet_ids=tuple(tuple(int(x) for x in r["imagenet_ids"].split()) for r in rows),
+        source="CIFAR-10's 10 classes in its label order; ImageNet ids: robustlab's own mapping",
+    )
+
+
 def _demo() -> LabelSpace:
     rows = _read_csv(_asset("demo/classes.csv").read_text(encoding="utf-8"))
     return LabelSpace(
@@ -280,6 +294,7 @@ _BUILTIN = {
     "imagenet9": (_imagenet9, "ImageNet-9: 9 super-classes over 370 ImageNet classes"),
     "imagenet-d": (_imagenet_d, "ImageNet-D: 113 classes, each 1-3 ImageNet ids"),
     "demo": (_demo, "robustlab demo photos: 6 classes, each 1-3 ImageNet ids"),
+    "cifar10": (_cifar10, "CIFAR-10: 10 classes (a 10-output model, or ImageNet ids mapped)"),
 }
 _ALIASES = {
     "imagenet": "imagenet1k",
@@ -290,6 +305,7 @@ _ALIASES = {
     "imagenet_d": "imagenet-d",
     "imagenet_a": "imagenet-a",
     "imagenet_r": "imagenet-r",
+    "cifar-10": "cifar10",
 }
 
 

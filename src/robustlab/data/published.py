@@ -2,8 +2,9 @@
 
 People who downloaded a benchmark should be able to evaluate on its files as they are, with
 the benchmark's cells, label space and protocol, without converting anything. This module
-recognises four released layouts by their folder names and turns each into samples and
-cells; :func:`robustlab.workflows.evaluate.make_plan` hands them to the runner.
+recognises the released layouts by their names (and, for ImageNet-C's tree, one file's
+size) and turns each into samples and cells; :func:`robustlab.workflows.evaluate.make_plan`
+hands them to the runner.
 
 ==============  ==================================================  ==========  ===========
 benchmark       layout (as released)                                cells       label space
@@ -16,6 +17,10 @@ XIMAGENET-12    ``<scenario>/<wnid>/<file>``; ``image``/            scenario    
                 ``original`` is clean (see :data:`XIMAGENET_12`)    / level
 ImageNet-D      ``<subset>/<class>/<file>``: one clean cell, the    clean       imagenet-d
                 subset is the first folder of the sample id
+Tiny-ImageNet-C ImageNet-C's tree with 64x64 files (and ImageNet    corruption  imagenet1k
+                64x64-C); the 299 px ImageNet-C: 299x299 files      / severity
+CIFAR-10-C      ``<corruption>.npy`` + ``labels.npy`` (arrays:       corruption  cifar10
+                :mod:`robustlab.data.release_npy`)                  / severity
 ==============  ==================================================  ==========  ===========
 
 The ImageNet-E archive (``ori/``, level folders, ``labels.txt``) has its own reader,
@@ -185,6 +190,35 @@ LAYOUTS = {
         # side 256, center crop 224), so published and on-the-fly cells are comparable.
         {"resize": 256, "crop": 224},
     ),
+    # The other official generators' releases. Tiny-ImageNet-C (and ImageNet 64x64-C) and
+    # the 299 px ImageNet-C have ImageNet-C's folders; their files' size tells them apart
+    # (see :func:`detect`). Their files are the benchmark's frame: read as they are, then
+    # the model's resize (a 224 crop of a 64x64 file does not exist).
+    "tiny-imagenet-c": Layout(
+        "tiny-imagenet-c",
+        "Tiny-ImageNet-C / ImageNet 64x64-C",
+        "tiny-imagenet-c",
+        "imagenet1k",
+        "hendrycks/robustness make_tinyimagenet_c.py: <corruption>/<severity>/<wnid>/<file>, 64x64",
+        {"resize": None, "crop": None},
+    ),
+    "imagenet-c-299": Layout(
+        "imagenet-c-299",
+        "ImageNet-C (299x299)",
+        "imagenet-c-299",
+        "imagenet1k",
+        "hendrycks/robustness make_imagenet_c_inception.py: <corruption>/<severity>/<wnid>/<file>",
+        {"resize": None, "crop": None},
+    ),
+    # CIFAR-10-C / CIFAR-100-C: arrays, not folders (robustlab.data.release_npy).
+    "cifar-10-c": Layout(
+        "cifar-10-c",
+        "CIFAR-10-C",
+        "cifar-c",
+        "cifar10",
+        "hendrycks/robustness make_cifar_c.py: <corruption>.npy (5 x N, 32, 32, 3), labels.npy",
+        {"resize": None, "crop": None},
+    ),
     "imagenet-d": Layout(
         "imagenet-d",
         "ImageNet-D",
@@ -266,6 +300,48 @@ def _is_imagenet_c(root: Path) -> bool:
     return any(d.name in names and _has_severities(d) for d in _subdirs(root))
 
 
+# Corruption-folder layouts (ImageNet-C's tree), told apart by their files' side.
+CORRUPTION_TREES = {"imagenet-c": None, "tiny-imagenet-c": 64, "imagenet-c-299": 299}
+
+
+def _first_file(root: Path) -> Path | None:
+    """One image file of an ImageNet-C-style tree (the first in name order), by the link rule."""
+    from robustlab.paths import file_inside
+
+    names = _corruptions()
+    tops = [root] if root.name in names else [d for d in _subdirs(root) if d.name in names]
+    for top in sorted(tops):
+        for sev in sorted(d for d in _subdirs(top) if d.name in SEVERITIES):
+            for cls in sorted(_subdirs(sev)):
+                try:
+                    entries = sorted(p.name for p in cls.iterdir() if not p.name.startswith("."))
+                except OSError:
+                    continue
+                for name in entries:
+                    path = file_inside(root, (cls / name).relative_to(root).as_posix())
+                    if path is not None:
+                        return path
+    return None
+
+
+def _tree_layout(root: Path) -> Layout:
+    """ImageNet-C, or the 64 px or 299 px release, by the side of one of its images
+    (read from the file's header; an unreadable one leaves it ImageNet-C)."""
+    from PIL import Image
+
+    path = _first_file(root)
+    if path is not None:
+        try:
+            with Image.open(path) as img:
+                size = img.size
+        except Exception:  # noqa: BLE001 - the reader reports the file; the layout stays
+            size = None
+        for name, side in CORRUPTION_TREES.items():
+            if side is not None and size == (side, side):
+                return LAYOUTS[name]
+    return LAYOUTS["imagenet-c"]
+
+
 def _is_imagenet_9(root: Path) -> bool:
     return any(
         d.name in IMAGENET_9
@@ -296,15 +372,22 @@ def _is_imagenet_d(root: Path) -> bool:
 def detect(root) -> Layout | None:
     """The published layout ``root`` holds, or None for any other folder.
 
-    Only folder names are looked at (nothing is opened), in this order: ImageNet-C (a
-    corruption folder with severity folders), ImageNet-9 (a variant folder with
+    Only names are looked at, in this order: the CIFAR-10-C arrays (``labels.npy`` and a
+    ``<corruption>.npy``), ImageNet-C (a corruption folder with severity folders; the
+    header of one image tells Tiny-ImageNet-C's 64x64 and the 299 px release apart from
+    it), ImageNet-9 (a variant folder with
     ``val/NN_class``), XIMAGENET-12 (a scenario folder with wnid folders), ImageNet-D
     (nothing but subset folders with class folders). A folder written by ``robustlab
     generate`` has a manifest and is read as such before this is asked.
     """
     root = Path(root)
+    from robustlab.data.release_npy import is_release
+
+    if is_release(root):
+        return LAYOUTS["cifar-10-c"]
+    if _is_imagenet_c(root):
+        return _tree_layout(root)
     for name, test in (
-        ("imagenet-c", _is_imagenet_c),
         ("imagenet9", _is_imagenet_9),
         ("ximagenet12", _is_ximagenet_12),
         ("imagenet-d", _is_imagenet_d),
@@ -345,13 +428,14 @@ def _cell_folders(layout: Layout, root: Path):
         else:
             folders[cell] = rel
 
-    if layout.name == "imagenet-c" and root.name in _corruptions() and _has_severities(root):
+    tree = layout.name in CORRUPTION_TREES
+    if tree and root.name in _corruptions() and _has_severities(root):
         for s in _subdirs(root):
             if s.name in SEVERITIES:
                 claim((root.name, int(s.name)), s.name)
             else:
                 skipped.append((s.name, "not a severity folder (1 to 5)"))
-    elif layout.name == "imagenet-c":
+    elif tree:
         names = _corruptions()
         for d in _subdirs(root):
             if d.name not in names:
@@ -470,10 +554,9 @@ def _cell_order(layout: Layout):
     from robustlab.shifts.registry import list_shifts
 
     tags = {
-        "imagenet-c": ("imagenet-c", "imagenet-c-extra"),
         "imagenet9": ("imagenet9",),
         "ximagenet12": ("ximagenet12",),
-    }[layout.name]
+    }.get(layout.name, ("imagenet-c", "imagenet-c-extra"))
     rank = {s.name: i for i, s in enumerate(s for t in tags for s in list_shifts(tag=t))}
     return lambda cell: (rank.get(cell[0], len(rank)), cell[0], str(cell[1]))
 

@@ -120,7 +120,7 @@ class CellImages:
                 raise CellSkipped(why) from None
             img = pipeline.decode(data)
         else:
-            sh = pipeline.resolve_shift(shift)
+            sh = pipeline.resolve_shift(shift, getattr(self.protocol, "preset", None))
             ctx = None
             if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
                 ctx = pipeline.shift_context(
@@ -319,6 +319,47 @@ class PublishedImages(CellImages):
             return None
         # The link rule: only a regular file whose real path stays inside the data folder.
         return file_inside(self.root, f"{folder}/{self.names.get((folder, sample.id), sample.id)}")
+
+
+class NpyImages(CellImages):
+    """Cells of a CIFAR-10-C style release (:mod:`robustlab.data.release_npy`): the cell
+    ``(corruption, severity)`` of sample ``k`` is row ``(severity - 1) * n + k`` of
+    ``<corruption>.npy``, read through a memory map. The release has no clean images.
+
+    Args:
+        root: The release folder.
+        files: Corruption -> its ``.npy`` file name (the checked ones).
+        n: Images per severity.
+        protocol: Applied to each row (the layout's: none, the model's resize follows).
+    """
+
+    def __init__(self, root: str | Path, files: dict[str, str], n: int, protocol=None):
+        from robustlab.data.release_npy import RowReader
+        from robustlab.suites import Protocol
+
+        super().__init__(protocol or Protocol(resize=None, crop=None, format="png"), 0)
+        self.files = dict(files)
+        self.n = int(n)
+        self.reader = RowReader(root)
+
+    def base(self, sample):
+        return None
+
+    def row(self, sample, level: Any) -> int:
+        """The row of ``sample`` (id: its index, as text) at severity ``level``."""
+        return (int(level) - 1) * self.n + int(sample.id)
+
+    def cell(
+        self, sample, prepared, shift: str, level: Any, attributes: dict | None = None
+    ) -> np.ndarray:
+        from robustlab.pipeline import prepare
+
+        if shift == CLEAN_SHIFT:
+            raise CellSkipped("no clean image in this layout (it has none)")
+        file = self.files.get(shift)
+        if file is None:
+            raise CellSkipped("the data folder has no file for this corruption")
+        return prepare(self.reader.image(file, self.row(sample, level)), self.protocol)
 
 
 # Cell index of an ``errors`` entry that is a note, not a failure: the sample was evaluated,

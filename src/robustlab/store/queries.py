@@ -115,6 +115,31 @@ def find_baseline_run(store: Store, run: dict, spec: str) -> str:
     return str(pick.iloc[-1]["run_id"])
 
 
+# Suites whose corruptions use another generator's constants (the presets, and their
+# releases read as downloaded): the AlexNet errors were measured on ImageNet-C's own.
+_OTHER_CONSTANTS = frozenset(
+    {
+        "cifar-c",
+        "tiny-imagenet-c",
+        "imagenet-64-c",
+        "imagenet-c-299",
+        "cifar-10-c-published",
+        "tiny-imagenet-c-published",
+        "imagenet-c-299-published",
+    }
+)
+
+
+def _check_imagenet_c_constants(run: dict) -> None:
+    """Refuse the AlexNet errors for a run of a preset suite (other constants, sizes)."""
+    if str(run.get("suite")) in _OTHER_CONSTANTS:
+        raise InputError(
+            f"the bundled AlexNet errors are ImageNet-C's (224 px, its constants); suite "
+            f"{run['suite']!r} uses another generator's; evaluate a baseline model on the "
+            "same images and pass it with --baseline MODEL"
+        )
+
+
 def summary_rows(store: Store, run: dict, cells: pd.DataFrame, baseline: str | None):
     """CE rows per corruption plus one mCE row for ``run``, or None with a reason.
 
@@ -130,6 +155,7 @@ def summary_rows(store: Store, run: dict, cells: pd.DataFrame, baseline: str | N
         return None, "no corruption cells"
     if baseline is None or baseline == ALEXNET:
         try:
+            _check_imagenet_c_constants(run)
             check_full_imagenet_val(cells, store.run_stats(run["run_id"])["n_classes"])
         except ValueError as exc:
             if baseline == ALEXNET:

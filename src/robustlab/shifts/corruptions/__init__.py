@@ -118,7 +118,9 @@ def to_uint8(x: np.ndarray) -> np.ndarray:
     return np.clip(x, 0, 255).astype(np.uint8)
 
 
-def corrupt(image, name: str, severity: int = 1, seed=None) -> np.ndarray:
+def corrupt(
+    image, name: str, severity: int = 1, seed=None, preset: str | None = None
+) -> np.ndarray:
     """Apply corruption ``name`` at ``severity`` (1..5) to ``image``.
 
     Args:
@@ -130,6 +132,11 @@ def corrupt(image, name: str, severity: int = 1, seed=None) -> np.ndarray:
             ``numpy.random.RandomState`` (draws follow the reference code's order, so
             ``seed=np.random.RandomState(k)`` reproduces the reference after
             ``np.random.seed(k)``).
+        preset: None for ImageNet-C's constants, or another official generator's:
+            ``"cifar-c"`` (make_cifar_c.py, made for 32x32), ``"tiny-imagenet-c"`` /
+            ``"imagenet-64-c"`` (64x64), ``"imagenet-c-299"`` (299x299). The image is
+            used as given: bring it to the preset's size first to reproduce that
+            generator (any size works, as with ImageNet-C's constants).
 
     Returns:
         uint8 array of the same height and width: 3 channels, or 4 when the input had an
@@ -141,7 +148,7 @@ def corrupt(image, name: str, severity: int = 1, seed=None) -> np.ndarray:
         >>> robustlab.corrupt(x, "gaussian_noise", 3, seed=0).shape
         (64, 64, 3)
     """
-    shift = get_corruption(name)
+    shift = get_corruption(name).preset(preset)
     severity = check_severity(severity)
     rgb, alpha = array_to_rgb(image)
     check_size(rgb)

@@ -129,6 +129,20 @@ def _blur_rows(padded, weights, dx, dy, top, left, height, width, out):
             o[j] = q // np.uint32(257)
 
 
+@njit(cache=True, nogil=True)
+def _pad_edge(src, top, left, out):
+    """``np.pad(src, ..., mode="edge")`` into ``out``: each coordinate clamped into the
+    image (ImageMagick's 'edge' virtual pixels). numpy's pad costs about 60 us of Python
+    per call, as much as the whole blur of a 32x32 image."""
+    h, w, c = src.shape
+    for i in range(out.shape[0]):
+        si = min(max(i - top, 0), h - 1)
+        for j in range(out.shape[1]):
+            sj = min(max(j - left, 0), w - 1)
+            for k in range(c):
+                out[i, j, k] = src[si, sj, k]
+
+
 def motion_blur_uint8(img: np.ndarray, radius: float, sigma: float, angle: float) -> np.ndarray:
     """Motion-blur a uint8 HxW or HxWxC image the way ImageMagick's ``MotionBlurImage`` does.
 
@@ -151,7 +165,8 @@ def motion_blur_uint8(img: np.ndarray, radius: float, sigma: float, angle: float
     height, width, channels = src.shape
     top, bottom = max(0, -int(dy.min())), max(0, int(dy.max()))
     left, right = max(0, -int(dx.min())), max(0, int(dx.max()))
-    padded = np.pad(src, ((top, bottom), (left, right), (0, 0)), mode="edge")
+    padded = np.empty((height + top + bottom, width + left + right, channels), np.uint8)
+    _pad_edge(np.ascontiguousarray(src), top, left, padded)
     out = np.empty((height, width * channels), np.uint8)
     _blur_rows(padded.reshape(padded.shape[0], -1), weights, dx, dy, top, left, height, width, out)
     return out.reshape(img.shape)

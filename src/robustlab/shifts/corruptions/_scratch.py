@@ -16,6 +16,7 @@ life of the process; those are allocated fresh as before.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -33,15 +34,17 @@ def scratch(key: str, shape: tuple[int, ...], dtype) -> np.ndarray:
     dtype on this thread, so a caller must not keep it (or return it) beyond its call,
     and two arrays used at the same time need two keys.
     """
-    dtype = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
-    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > MAX_BYTES:
-        return np.empty(shape, dtype)
     bufs = _local.__dict__.setdefault("bufs", {})
-    a = bufs.get(key)
-    if a is None or a.shape != shape or a.dtype != dtype:
-        a = np.empty(shape, dtype)
-        bufs[key] = a
+    hit = bufs.get(key)
+    # the common case first, without numpy calls (a few us each, on every kernel call)
+    if hit is not None and hit[0] == shape and hit[1] is dtype:
+        return hit[2]
+    dt = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    if math.prod(shape) * dt.itemsize > MAX_BYTES:
+        return np.empty(shape, dt)
+    a = np.empty(shape, dt)
+    bufs[key] = (shape, dtype, a)
     return a
 
 

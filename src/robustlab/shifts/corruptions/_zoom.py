@@ -261,9 +261,9 @@ def _zoom(img: np.ndarray, zoom_factor: float, out: np.ndarray, accumulate: bool
         img.reshape(shape),
         out.reshape(shape),
         accumulate,
-        scratch(f"zoom.a.{img.dtype}", shape, img.dtype),
-        scratch(f"zoom.b.{img.dtype}", shape, img.dtype),
-        scratch(f"zoom.line.{out.dtype}", (w * ch,), out.dtype),
+        scratch(f"zoom.a.{img.dtype.char}", shape, img.dtype),
+        scratch(f"zoom.b.{img.dtype.char}", shape, img.dtype),
+        scratch(f"zoom.line.{out.dtype.char}", (w * ch,), out.dtype),
         *_axis_table(h, zoom_factor),
         *_column_table(w, zoom_factor, ch),
     )
@@ -298,9 +298,9 @@ def clipped_zoom_sum(img: np.ndarray, zoom_factors) -> np.ndarray:
     _zoom_sum_rows(
         img.reshape(shape),
         out.reshape(shape),
-        scratch(f"zoom.a.{img.dtype}", shape, img.dtype),
-        scratch(f"zoom.b.{img.dtype}", shape, img.dtype),
-        scratch(f"zoom.line.{img.dtype}", (w * ch,), img.dtype),
+        scratch(f"zoom.a.{img.dtype.char}", shape, img.dtype),
+        scratch(f"zoom.b.{img.dtype.char}", shape, img.dtype),
+        scratch(f"zoom.line.{img.dtype.char}", (w * ch,), img.dtype),
         *_stacked_tables(h, w, ch, factors),
     )
     return out

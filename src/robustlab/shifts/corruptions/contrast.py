@@ -53,11 +53,25 @@ def _apply_tables(flat, lut, out):
     return out
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [0.75, 0.5, 0.4, 0.3, 0.15]
+_64PX = [0.4, 0.3, 0.2, 0.1, 0.05]
+_299PX = [0.4, 0.3, 0.2, 0.1, 0.05]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "contrast",
     family="digital",
     params={1: 0.4, 2: 0.3, 3: 0.2, 4: 0.1, 5: 0.05},
     tags=("imagenet-c",),
+    presets=PRESETS,
     deterministic=True,
 )
 def contrast(x, factor, rng, ctx):

@@ -108,12 +108,26 @@ def _to_uint8(v, out):
         out[i] = np.uint8(min(max(v[i], 0.0), 1.0) * 255)
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [(0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1)]
+_64PX = [(0.5, 0.6), (1, 0.1), (1.5, 0.1), (2.5, 0.01), (3, 0.1)]
+_299PX = [(4, 0.1), (5, 0.5), (7, 0.5), (10, 0.5), (12, 0.5)]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "defocus_blur",
     family="blur",
     # (disk radius, alias blur sigma)
     params={1: (3, 0.1), 2: (4, 0.5), 3: (6, 0.5), 4: (8, 0.5), 5: (10, 0.5)},
     tags=("imagenet-c",),
+    presets=PRESETS,
     deterministic=True,
 )
 def defocus_blur(x, params, rng, ctx):

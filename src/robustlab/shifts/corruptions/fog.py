@@ -152,19 +152,42 @@ def _apply(x, plasma, c, levels, out):
                 out[i, j, k] = np.uint8(v)
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [(0.2, 3, 32), (0.5, 3, 32), (0.75, 2.5, 32), (1, 2, 32), (1.5, 1.75, 32)]
+_64PX = [(0.4, 3, 64), (0.7, 3, 64), (1, 2.5, 64), (1.5, 2, 64), (2, 1.75, 64)]
+_299PX = [(1.5, 2, 512), (2, 2, 512), (2.5, 1.8, 512), (2.5, 1.6, 512), (3, 1.5, 512)]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "fog",
     family="weather",
     # (fog strength c, wibble decay of the plasma fractal)
     params={1: (1.5, 2.0), 2: (2.0, 2.0), 3: (2.5, 1.7), 4: (2.5, 1.5), 5: (3.0, 1.4)},
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def fog(x, params, rng, ctx):
-    """Fog: a plasma fractal added with strength c, then rescaled to keep the maximum."""
-    c, decay = params
+    """Fog: a plasma fractal added with strength c, then rescaled to keep the maximum.
+
+    ``params`` is ``(c, decay)``, or ``(c, decay, size)`` where a preset's generator fixes
+    the map size (``plasma_fractal(mapsize=32)`` in make_cifar_c.py): the draws depend on
+    it, so it is a parameter of the table, not derived from the image. An image larger
+    than that map gets the next power of two above its longer side, as without one.
+    """
+    c, decay = params[:2]
     x = np.asarray(x)
     h, w = x.shape[:2]
-    plasma = plasma_fractal(map_size(h, w), decay, rng)
+    size = map_size(h, w)
+    if len(params) > 2 and int(params[2]) >= max(h, w):
+        size = int(params[2])
+    plasma = plasma_fractal(size, decay, rng)
     out = np.empty(x.shape, np.uint8)
     _apply(x, plasma, float(c), _SCALE, out)
     return out

@@ -63,9 +63,23 @@ def texture(index: int) -> np.ndarray:
     return img
 
 
+def scaled_texture(index: int, scale: float) -> np.ndarray:
+    """Texture ``index`` shrunk as the small-image generators do before cropping:
+    ``cv2.resize(frost, (0, 0), fx=scale, fy=scale)`` (bilinear; make_cifar_c.py 0.2,
+    make_tinyimagenet_c.py / make_imagenet_64_c.py 0.3). Scale 1: the texture itself."""
+    return texture(index) if scale == 1 else _shrunk(index, scale)
+
+
+@functools.lru_cache(maxsize=len(TEXTURES) * 4)
+def _shrunk(index: int, scale: float) -> np.ndarray:
+    small = cv2.resize(texture(index), (0, 0), fx=scale, fy=scale)
+    small.setflags(write=False)
+    return small
+
+
 @functools.lru_cache(maxsize=32)
-def _enlarged(index: int, h: int, w: int) -> np.ndarray:
-    tex = texture(index)
+def _enlarged(index: int, h: int, w: int, scale: float = 1.0) -> np.ndarray:
+    tex = scaled_texture(index, scale)
     th, tw = tex.shape[:2]
     scale = max(h / th, w / tw) * ENLARGE
     size = (int(np.ceil(tw * scale)), int(np.ceil(th * scale)))
@@ -74,18 +88,19 @@ def _enlarged(index: int, h: int, w: int) -> np.ndarray:
     return big
 
 
-def texture_for(index: int, h: int, w: int) -> np.ndarray:
-    """Texture ``index``, enlarged when an ``h x w`` crop would not leave it any play."""
-    tex = texture(index)
+def texture_for(index: int, h: int, w: int, scale: float = 1.0) -> np.ndarray:
+    """Texture ``index`` at ``scale``, enlarged when an ``h x w`` crop would not leave it
+    any play."""
+    tex = scaled_texture(index, scale)
     if tex.shape[0] > h and tex.shape[1] > w:
         return tex
-    return _enlarged(index, h, w)
+    return _enlarged(index, h, w, scale)
 
 
-def draw(rng, h: int, w: int) -> tuple[int, int, int]:
+def draw(rng, h: int, w: int, scale: float = 1.0) -> tuple[int, int, int]:
     """The reference's draws for an ``h x w`` image: texture index, crop top, crop left."""
     idx = int(randint(rng, N_DRAWN))
-    tex = texture_for(idx, h, w)
+    tex = texture_for(idx, h, w, scale)
     top = int(randint(rng, 0, tex.shape[0] - h))
     left = int(randint(rng, 0, tex.shape[1] - w))
     return idx, top, left
@@ -102,20 +117,39 @@ def _blend(x, frost, top, left, ta, tb, out):
                 out[i, j, k] = np.uint8(min(max(v, 0.0), 255.0))
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [(1, 0.2, 0.2), (1, 0.3, 0.2), (0.9, 0.4, 0.2), (0.85, 0.4, 0.2), (0.75, 0.45, 0.2)]
+_64PX = [(1, 0.3, 0.3), (0.9, 0.4, 0.3), (0.8, 0.45, 0.3), (0.75, 0.5, 0.3), (0.7, 0.55, 0.3)]
+_299PX = [(1, 0.4), (0.8, 0.6), (0.7, 0.7), (0.65, 0.7), (0.6, 0.75)]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "frost",
     family="weather",
     # (image weight, frost weight)
     params={1: (1.0, 0.4), 2: (0.8, 0.6), 3: (0.7, 0.7), 4: (0.65, 0.7), 5: (0.6, 0.75)},
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def frost(x, params, rng, ctx):
-    """Frost: the image blended with a random crop of one of five frost photographs."""
-    a, b = params
+    """Frost: the image blended with a random crop of one of five frost photographs.
+
+    ``params`` is ``(a, b)`` (image and frost weights), or ``(a, b, scale)`` for a preset
+    whose generator shrinks the texture first (:func:`scaled_texture`).
+    """
+    a, b = params[:2]
+    scale = float(params[2]) if len(params) > 2 else 1.0
     x = np.asarray(x)
     h, w = x.shape[:2]
-    idx, top, left = draw(rng, h, w)
-    tex = texture_for(idx, h, w)
+    idx, top, left = draw(rng, h, w, scale)
+    tex = texture_for(idx, h, w, scale)
     levels = np.arange(256, dtype=np.float64)
     out = np.empty(x.shape, np.uint8)
     _blend(x, tex, top, left, a * levels, b * levels, out)

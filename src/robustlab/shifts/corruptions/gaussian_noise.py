@@ -36,11 +36,25 @@ def _add_noise(x, z, sigma, out):
     return out
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [0.04, 0.06, 0.08, 0.09, 0.1]
+_64PX = [0.04, 0.08, 0.12, 0.15, 0.18]
+_299PX = [0.09, 0.13, 0.19, 0.27, 0.4]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "gaussian_noise",
     family="noise",
     params={1: 0.08, 2: 0.12, 3: 0.18, 4: 0.26, 5: 0.38},
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def gaussian_noise(x, sigma, rng, ctx):
     """Additive Gaussian noise with standard deviation ``sigma`` on [0, 1] intensities."""

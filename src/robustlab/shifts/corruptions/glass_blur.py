@@ -80,11 +80,25 @@ def draw(rng, height: int, width: int, delta: int, iterations: int) -> np.ndarra
     return out
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [(0.05, 1, 1), (0.25, 1, 1), (0.4, 1, 1), (0.25, 1, 2), (0.4, 1, 2)]
+_64PX = [(0.1, 1, 1), (0.5, 1, 1), (0.6, 1, 2), (0.7, 2, 1), (0.9, 2, 2)]
+_299PX = [(0.8, 1, 3), (1, 3, 1), (1.1, 2, 4), (1.2, 4, 2), (1.6, 5, 2)]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "glass_blur",
     family="blur",
     params={1: (0.7, 1, 2), 2: (0.9, 2, 1), 3: (1, 2, 3), 4: (1.1, 3, 2), 5: (1.5, 4, 2)},
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def glass_blur(x, params, rng, ctx):
     """Gaussian blur, ``iterations`` passes of local random pixel shuffling, Gaussian blur again.

@@ -35,11 +35,25 @@ def draw(rng, n: int) -> np.ndarray:
     return rng.random(n)
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [0.01, 0.02, 0.03, 0.05, 0.07]
+_64PX = [0.01, 0.02, 0.05, 0.08, 0.14]
+_299PX = [0.04, 0.07, 0.1, 0.18, 0.28]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "impulse_noise",
     family="noise",
     params={1: 0.03, 2: 0.06, 3: 0.09, 4: 0.17, 5: 0.27},
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def impulse_noise(x, amount, rng, ctx):
     """Salt and pepper: a fraction ``amount`` of the values set to 0 or 255 (half each)."""

@@ -17,12 +17,25 @@ import numpy as np
 
 from robustlab.shifts.registry import register_shift
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [80, 65, 58, 50, 40]
+_64PX = [65, 58, 50, 40, 25]
+_299PX = [23, 16, 13, 8, 5]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
 
 @register_shift(
     "jpeg_compression",
     family="digital",
     params={1: 25, 2: 18, 3: 15, 4: 10, 5: 7},
     tags=("imagenet-c",),
+    presets=PRESETS,
     deterministic=True,
 )
 def jpeg_compression(x, quality, rng, ctx):

@@ -23,11 +23,25 @@ def draw(rng) -> float:
     return float(rng.uniform(-45, 45))
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [(6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)]
+_64PX = [(10, 1), (10, 1.5), (10, 2), (10, 2.5), (12, 3)]
+_299PX = [(12, 4), (17, 6), (17, 9), (17, 13), (22, 16)]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "motion_blur",
     family="blur",
     params={1: (10, 3), 2: (15, 5), 3: (15, 8), 4: (15, 12), 5: (20, 15)},
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def motion_blur(x, params, rng, ctx):
     """ImageMagick-style motion blur, ``params = (radius, sigma)``, random angle in [-45, 45)."""

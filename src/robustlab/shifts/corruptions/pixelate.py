@@ -12,12 +12,25 @@ from PIL import Image
 
 from robustlab.shifts.registry import register_shift
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [0.95, 0.9, 0.85, 0.75, 0.65]
+_64PX = [0.9, 0.8, 0.7, 0.6, 0.5]
+_299PX = [0.5, 0.4, 0.3, 0.25, 0.2]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
 
 @register_shift(
     "pixelate",
     family="digital",
     params={1: 0.6, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.25},
     tags=("imagenet-c",),
+    presets=PRESETS,
     deterministic=True,
 )
 def pixelate(x, scale, rng, ctx):

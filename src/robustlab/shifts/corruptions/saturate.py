@@ -11,6 +11,18 @@ from __future__ import annotations
 from robustlab.shifts.corruptions._hsv import hsv_adjust
 from robustlab.shifts.registry import register_shift
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [(0.3, 0), (0.1, 0), (1.5, 0), (2, 0.1), (2.5, 0.2)]
+_64PX = [(0.3, 0), (0.1, 0), (2, 0), (5, 0.1), (30, 0.2)]
+_299PX = [(0.3, 0), (0.1, 0), (2, 0), (5, 0.1), (20, 0.2)]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
 
 @register_shift(
     "saturate",
@@ -18,6 +30,7 @@ from robustlab.shifts.registry import register_shift
     # (scale a, shift b) of the saturation channel on [0, 1]
     params={1: (0.3, 0.0), 2: (0.1, 0.0), 3: (2.0, 0.0), 4: (5.0, 0.1), 5: (20.0, 0.2)},
     tags=("imagenet-c-extra",),
+    presets=PRESETS,
     deterministic=True,
 )
 def saturate(x, params, rng, ctx):

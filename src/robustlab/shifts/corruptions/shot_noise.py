@@ -92,11 +92,25 @@ def draw(rng, n: int) -> np.ndarray:
     return rng.random(n)
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [500, 250, 100, 75, 50]
+_64PX = [250, 100, 50, 30, 15]
+_299PX = [50, 20, 10, 5, 3]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "shot_noise",
     family="noise",
     params={1: 60, 2: 25, 3: 12, 4: 5, 5: 3},
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def shot_noise(x, photons, rng, ctx):
     """Poisson noise with ``photons`` expected counts at full intensity."""

@@ -81,6 +81,37 @@ def draw(rng, height: int, width: int, loc: float, scale: float) -> tuple[np.nda
     return layer, float(rng.uniform(-135, -45))
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [
+    (0.1, 0.2, 1, 0.6, 8, 3, 0.95),
+    (0.1, 0.2, 1, 0.5, 10, 4, 0.9),
+    (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
+    (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
+    (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
+]
+_64PX = [
+    (0.1, 0.2, 1, 0.6, 8, 3, 0.8),
+    (0.1, 0.2, 1, 0.5, 10, 4, 0.8),
+    (0.15, 0.3, 1.75, 0.55, 10, 4, 0.7),
+    (0.25, 0.3, 2.25, 0.6, 12, 6, 0.65),
+    (0.3, 0.3, 1.25, 0.65, 14, 12, 0.6),
+]
+_299PX = [
+    (0.1, 0.3, 3, 0.5, 10, 4, 0.8),
+    (0.2, 0.3, 2, 0.5, 12, 4, 0.7),
+    (0.55, 0.3, 4, 0.9, 12, 8, 0.7),
+    (0.55, 0.3, 4.5, 0.85, 12, 8, 0.65),
+    (0.55, 0.3, 2.5, 0.85, 12, 12, 0.55),
+]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "snow",
     family="weather",
@@ -92,6 +123,7 @@ def draw(rng, height: int, width: int, loc: float, scale: float) -> tuple[np.nda
         5: (0.55, 0.3, 2.5, 0.85, 12, 12, 0.55),
     },
     tags=("imagenet-c",),
+    presets=PRESETS,
 )
 def snow(x, params, rng, ctx):
     """Snow flakes (zoomed, thresholded noise, motion-blurred downwards) over a brightened image.

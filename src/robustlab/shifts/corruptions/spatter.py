@@ -45,6 +45,37 @@ def _water_shading(layer: np.ndarray) -> np.ndarray:
     return cv2.blur(dist, (3, 3)).astype(np.float32)
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [
+    (0.62, 0.1, 0.7, 0.7, 0.5, 0),
+    (0.65, 0.1, 0.8, 0.7, 0.5, 0),
+    (0.65, 0.3, 1, 0.69, 0.5, 0),
+    (0.65, 0.1, 0.7, 0.69, 0.6, 1),
+    (0.65, 0.1, 0.5, 0.68, 0.6, 1),
+]
+_64PX = [
+    (0.62, 0.1, 0.7, 0.7, 0.6, 0),
+    (0.65, 0.1, 0.8, 0.7, 0.6, 0),
+    (0.65, 0.3, 1, 0.69, 0.6, 0),
+    (0.65, 0.1, 0.7, 0.68, 0.6, 1),
+    (0.65, 0.1, 0.5, 0.67, 0.6, 1),
+]
+_299PX = [
+    (0.65, 0.3, 4, 0.69, 0.9, 0),
+    (0.65, 0.3, 3.5, 0.68, 0.9, 0),
+    (0.65, 0.3, 3, 0.68, 0.8, 0),
+    (0.65, 0.3, 1.2, 0.65, 1.8, 1),
+    (0.67, 0.4, 1.2, 0.65, 1.8, 1),
+]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "spatter",
     family="extra",
@@ -59,6 +90,7 @@ def _water_shading(layer: np.ndarray) -> np.ndarray:
         5: (0.67, 0.4, 1, 0.65, 1.5, 1),
     },
     tags=("imagenet-c-extra",),
+    presets=PRESETS,
 )
 def spatter(x, params, rng, ctx):
     """Water drops (severities 1-3) or mud splashes (4-5) from a thresholded noise field."""

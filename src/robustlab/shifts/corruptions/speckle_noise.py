@@ -34,11 +34,25 @@ def draw(rng, shape, sigma: float) -> np.ndarray:
     return rng.normal(size=shape, scale=sigma)
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [0.06, 0.1, 0.12, 0.16, 0.2]
+_64PX = [0.15, 0.2, 0.25, 0.3, 0.35]
+_299PX = [0.16, 0.21, 0.36, 0.46, 0.61]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "speckle_noise",
     family="extra",
     params={1: 0.15, 2: 0.2, 3: 0.35, 4: 0.45, 5: 0.6},
     tags=("imagenet-c-extra",),
+    presets=PRESETS,
 )
 def speckle_noise(x, sigma, rng, ctx):
     """Noise proportional to intensity: ``x + x * N(0, sigma)``."""

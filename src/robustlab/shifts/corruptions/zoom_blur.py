@@ -35,12 +35,26 @@ def _finish(x, acc, n, dst):
         dst[i] = np.uint8(v * k)
 
 
+# The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
+# make_cifar_c.py; make_tinyimagenet_c.py = make_imagenet_64_c.py; make_imagenet_c_inception.py.
+_CIFAR = [(1.06, 0.01), (1.11, 0.01), (1.16, 0.01), (1.21, 0.01), (1.26, 0.01)]
+_64PX = [(1.06, 0.01), (1.11, 0.01), (1.16, 0.01), (1.21, 0.01), (1.26, 0.01)]
+_299PX = [(1.11, 0.01), (1.16, 0.01), (1.21, 0.02), (1.26, 0.02), (1.31, 0.03)]
+PRESETS = {
+    "cifar-c": dict(enumerate(_CIFAR, 1)),
+    "tiny-imagenet-c": dict(enumerate(_64PX, 1)),
+    "imagenet-64-c": dict(enumerate(_64PX, 1)),
+    "imagenet-c-299": dict(enumerate(_299PX, 1)),
+}
+
+
 @register_shift(
     "zoom_blur",
     family="blur",
     # (stop, step) of np.arange(1, stop, step): the zoom factors averaged with the image
     params={1: (1.11, 0.01), 2: (1.16, 0.01), 3: (1.21, 0.02), 4: (1.26, 0.02), 5: (1.31, 0.03)},
     tags=("imagenet-c",),
+    presets=PRESETS,
     deterministic=True,
 )
 def zoom_blur(x, params, rng, ctx):

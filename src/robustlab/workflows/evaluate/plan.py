@@ -265,12 +265,22 @@ def source_plan(
 
     shift_path, override = request.execution.shift_path, request.cells.protocol
     shift_objs = [get_shift(s) for s, _ in src.cells if s != CLEAN_SHIFT]
+    for sh in shift_objs:  # the suite's preset must have a table for each of its shifts
+        sh.preset(getattr(src.protocol, "preset", None))
     if shift_path:
         from robustlab.run.device_shifts import check_shifts
 
         check_shifts(sh.name for sh in shift_objs)
     samples, labels, space = source_samples(src, shift_objs, label_space)
     protocol = chosen_protocol(src.protocol, override, src.suite, space, src.manifest, src.root)
+    for sh in shift_objs:  # a preset without a table for a shift: one line, before any work
+        sh.preset(protocol.preset)
+    if shift_path and protocol.preset:
+        raise InputError(
+            f"--shift-device applies ImageNet-C's own constants; the {protocol.preset} "
+            "preset's corruptions run on the exact path only",
+            hint="leave out --shift-device",
+        )
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
     images = CellImages(
         protocol,

@@ -33,6 +33,8 @@ def published_plan(request: EvaluateRequest, root: Path, layout, *, device: str 
     from robustlab.run.tasks import PublishedImages
     from robustlab.suites import Protocol, select_cells
 
+    if layout.name == "cifar-10-c":
+        return npy_plan(request, root, layout, device=device)
     want = request.cells
     pub = read_published(root, layout)
     cells: list[tuple[str, Any]] = list(
@@ -94,6 +96,98 @@ def published_plan(request: EvaluateRequest, root: Path, layout, *, device: str 
         images=images,
         record=record,
     )
+
+
+def npy_plan(request: EvaluateRequest, root: Path, layout, *, device: str | None) -> RunPlan:
+    """The plan of a run on a CIFAR-10-C style release (:mod:`robustlab.data.release_npy`):
+    sample ``k`` is the k-th image of every ``<corruption>.npy``, its label the k-th of
+    ``labels.npy``; the cells are the corruptions' severities (no clean cell). A label
+    outside the label space is a counted skip of that sample."""
+    from robustlab.data.release_npy import open_release
+    from robustlab.data.sources import Sample
+    from robustlab.run.content_hash import hash_files
+    from robustlab.run.identity import data_fingerprint
+    from robustlab.run.tasks import NpyImages
+    from robustlab.suites import Protocol, select_cells
+
+    want = request.cells
+    rel = open_release(root)
+    all_cells = [(c, s) for c in rel.files for s in (1, 2, 3, 4, 5)]
+    cells: list[tuple[str, Any]] = list(
+        select_cells(
+            all_cells, want.shifts or None, want.levels or None, where=f"{root} ({layout.title})"
+        )
+    )
+    if not cells:
+        raise InputError(f"{root}: no {layout.title} file matches the requested shifts/levels")
+    space = label_space(request.data.label_space or layout.label_space)
+    skipped = list(rel.skipped)
+    samples, labels = [], []
+    width = len(str(max(rel.n - 1, 0)))
+    for k, lab in enumerate(rel.labels.tolist()):
+        sid = f"{k:0{width}d}"
+        if not 0 <= lab < len(space):
+            skipped.append(
+                (sid, f"label {lab} is not a class of {space.name!r} ({len(space)} classes)")
+            )
+            continue
+        samples.append(
+            Sample(id=sid, path=root / "labels.npy", class_name=space.folders[lab], label=lab)
+        )
+        labels.append(int(lab))
+    if not samples:
+        raise InputError(
+            f"no label of {root}/labels.npy is a class of label space {space.name!r}",
+            hint="CIFAR-100-C needs a 100-class label space: --label-space FILE.csv",
+        )
+    protocol = Protocol(**{"format": "png", **layout.protocol})
+    files = {c: rel.files[c].file for c in dict.fromkeys(c for c, _ in cells)}
+    images = NpyImages(rel.root.resolve(), files, rel.n, protocol)
+    # The arrays are the pixels: each evaluated file is hashed whole, with the labels.
+    digests = hash_files([root / "labels.npy", *(root / f for f in files.values())])
+    fingerprint = data_fingerprint(
+        [("labels.npy", digests[0])]
+        + [(f, d) for f, d in zip(files.values(), digests[1:])]
+        + [(s.id, lab) for s, lab in zip(samples, labels)]
+    )
+    folders = {(c, lv): f"{files[c]}[{lv}]" for c, lv in cells}
+    pub = _NpyListing(folders)
+
+    def record(model, defence):
+        return published_record(
+            model,
+            defence,
+            root,
+            layout,
+            pub,
+            cells,
+            space,
+            images.protocol,
+            fingerprint,
+            len(samples),
+            skipped,
+        )
+
+    return build_plan(
+        request.model,
+        device=device,
+        space=space,
+        samples=samples,
+        labels=labels,
+        cells=cells,
+        images=images,
+        record=record,
+    )
+
+
+class _NpyListing:
+    """What a run record states of a release folder's cells (``published_record``'s
+    ``pub``): no clean cell; each cell's file and severity block."""
+
+    clean = None
+
+    def __init__(self, folders: dict):
+        self.folders = folders
 
 
 def published_record(

@@ -30,6 +30,7 @@ from robustlab.workflows.generate.record import (
     cell_files_on_disk,
     merge_manifest,
 )
+from robustlab.workflows.generate.release import write_release_arrays
 from robustlab.workflows.generate.request import (
     GenerateCells,
     GenerateExecution,
@@ -194,6 +195,8 @@ def _run(
     finally:
         if bar is not None:
             bar.close()
+    # A preset released as arrays (CIFAR-10-C) gets that layout too, from the files.
+    write_release_arrays(plan, folder)
     return result
 
 

@@ -74,7 +74,7 @@ def plan_generate(
     resolve it (see :class:`GeneratePlan`); raises InputError on anything wrong."""
     suite_obj, names, levels = _select(suite, cells)
     protocol = _protocol(suite_obj.protocol, cells)
-    shift_objs = {n: get_shift(n) for n in names}
+    shift_objs = {n: get_shift(n, preset=protocol.preset) for n in names}
     data_root = Path(data).expanduser()
     if isinstance(folder, LocalFolder):
         _check_local_out(folder.root, data_root, inputs)

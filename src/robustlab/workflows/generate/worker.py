@@ -18,7 +18,14 @@ from robustlab.data.sources import Sample
 from robustlab.errors import CellSkipped, environment_problem
 from robustlab.outputs import LocalFolder, UrlFolder
 from robustlab.paths import refuse_write_through
-from robustlab.pipeline import apply_shift, cell_path, encode, load_prepared, shift_context
+from robustlab.pipeline import (
+    apply_shift,
+    cell_path,
+    encode,
+    load_prepared,
+    resolve_shift,
+    shift_context,
+)
 from robustlab.run.lifeline import die_with_parent, worker_context
 from robustlab.shifts.process_config import task_settings
 from robustlab.suites import Protocol
@@ -123,7 +130,8 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
             )
             attrs: dict = {}
             ctx["attributes"] = attrs
-            img = apply_shift(prep.rgb, sample.id, name, level, job.seed, ctx)
+            shift = resolve_shift(name, job.protocol.preset)
+            img = apply_shift(prep.rgb, sample.id, shift, level, job.seed, ctx)
             out.write(path, encode(img, job.protocol))
             res.written += 1
             if attrs:

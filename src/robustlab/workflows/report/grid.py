@@ -194,6 +194,8 @@ def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
     layout = LAYOUTS.get(str((config.get("published") or {}).get("layout")))
     if layout is None:
         raise InputError(f"the run record of {root} names no published layout robustlab knows")
+    if layout.name == "cifar-10-c":
+        return _render_npy_cells(root, layout, sample_id, cells)
     try:
         pub = _published_listing(root, layout.name)
     except (OSError, ValueError) as exc:
@@ -208,6 +210,31 @@ def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
     for shift, level in cells:
         try:
             out[(shift, level)] = images.cell(sample, base, shift, level)
+        except (OSError, ValueError) as exc:
+            errors[(shift, level)] = str(getattr(exc, "reason", exc))
+    return out, errors
+
+
+def _render_npy_cells(root: Path, layout, sample_id: str, cells):
+    """:func:`render_cells` for a run on a CIFAR-10-C style release: its arrays' rows."""
+    from robustlab.data.release_npy import open_release
+    from robustlab.data.sources import Sample
+    from robustlab.run.tasks import NpyImages
+    from robustlab.suites import Protocol
+
+    try:
+        rel = open_release(root)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the {layout.title} folder {root}: {exc}") from None
+    if not sample_id.isdigit() or int(sample_id) >= rel.n:
+        raise InputError(f"data root {root} no longer holds sample {sample_id}")
+    protocol = Protocol(**{"format": "png", **layout.protocol})
+    images = NpyImages(root, {c: f.file for c, f in rel.files.items()}, rel.n, protocol)
+    sample = Sample(id=sample_id, path=root / "labels.npy", class_name=None)
+    out, errors = {}, {}
+    for shift, level in cells:
+        try:
+            out[(shift, level)] = images.cell(sample, None, shift, level)
         except (OSError, ValueError) as exc:
             errors[(shift, level)] = str(getattr(exc, "reason", exc))
     return out, errors

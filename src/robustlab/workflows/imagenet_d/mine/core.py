@@ -356,6 +356,11 @@ def _published_locator(data_root: Path, published: dict):
     as downloaded): each cell's file in the cell folder the run recorded."""
     from robustlab.data.published import LAYOUTS, read_published
 
+    if published["layout"] == "cifar-10-c":
+        raise InputError(
+            f"{data_root} holds CIFAR-10-C's arrays, not image files that mine could link",
+            hint="mine the folders `robustlab generate cifar-c` writes beside its arrays",
+        )
     pub = read_published(data_root, LAYOUTS[published["layout"]])
     folders = {tuple(k.split("/", 1)): f for k, f in published["folders"].items()}
 

@@ -1,0 +1,83 @@
+"""The CIFAR-10-C release layout beside a generated ``cifar-c`` folder.
+
+``robustlab generate cifar-c`` writes the cells as PNG files (lossless, like the release's
+arrays) in the usual ``<shift>/<level>/<class>/<file>`` folders and then, from those
+files, the layout make_cifar_c.py releases and RobustBench loads: ``<shift>.npy`` holding
+5 x N uint8 images in severity order and ``labels.npy`` (:mod:`robustlab.data.release_npy`).
+Row k of every array is the k-th source image in id order that has all its cells; an image
+missing a cell (an unreadable source) is left out of every array, so rows line up.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from robustlab.data.release_npy import SEVERITIES, write_release
+from robustlab.pipeline import cell_path, decode
+
+log = logging.getLogger(__name__)
+
+# The presets whose release is arrays rather than folders.
+RELEASE_NPY_PRESETS = ("cifar-c",)
+
+
+def write_release_arrays(plan, folder) -> list[str]:
+    """Write the ``.npy`` layout of a finished ``cifar-c`` generate into its folder.
+
+    Returns the files written (none, with a warning line, when the folder cannot hold a
+    release: not a local folder, not every severity of a shift, or no image with a label).
+    """
+    from robustlab.data.labels import get_label_space
+    from robustlab.outputs import LocalFolder
+
+    if plan.protocol.preset not in RELEASE_NPY_PRESETS:
+        return []
+    if not isinstance(folder, LocalFolder):
+        log.warning("the .npy release layout is written to local folders only; %s has none", folder)
+        return []
+    shifts = [n for n in plan.names if {lv for sh, lv in plan.cells if sh == n} == set(SEVERITIES)]
+    if not shifts:
+        log.warning("no .npy release layout: it needs all five severities of a corruption")
+        return []
+    space = get_label_space(plan.suite.label_space)
+    root = folder.root
+    rows, labels = [], []
+    for s in plan.samples:
+        paths = {
+            (n, lv): cell_path(root, s, n, lv, plan.protocol) for n in shifts for lv in SEVERITIES
+        }
+        if not all(p.is_file() for p in paths.values()):
+            log.info("%s: left out of the .npy layout (a cell file is missing)", s.id)
+            continue
+        try:
+            label = s.label if s.label is not None else space.index_of(s.class_name)
+        except (KeyError, ValueError):
+            log.info(
+                "%s: left out of the .npy layout (class %r not in %s)",
+                s.id,
+                s.class_name,
+                space.name,
+            )
+            continue
+        rows.append(paths)
+        labels.append(int(label))
+    if not rows:
+        log.warning("no .npy release layout: no generated image has a %s label", space.name)
+        return []
+    shape = decode(rows[0][(shifts[0], 1)].read_bytes()).shape
+
+    def image(shift: str, severity: int, k: int) -> np.ndarray:
+        img = decode(rows[k][(shift, severity)].read_bytes())
+        if img.shape != shape:
+            raise ValueError(f"{rows[k][(shift, severity)]} is {img.shape}, not {shape}")
+        return img
+
+    written = write_release(root, shifts, len(rows), image, labels, shape)
+    log.info(
+        "wrote the .npy release layout: %d images x 5 severities in %d files",
+        len(rows),
+        len(written),
+    )
+    return written
