@@ -152,7 +152,9 @@ def check_args(command: str, args: Any) -> None:
             files.append((flag, value, kind))
     if outputs and isinstance(getattr(args, "db", None), (str, os.PathLike)):
         # Whether the command reads the database or adds to it: what its runs read stays.
-        inputs.update(stored_inputs(args.db))
+        # As long as the command itself would wait for a locked database (review --wait).
+        wait = getattr(args, "wait", None)
+        inputs.update(stored_inputs(args.db, timeout=wait if isinstance(wait, float) else None))
     check_outputs(inputs, outputs)
     for flag, value, kind in files:
         check_replaceable(value, kind=kind, flag=flag, force=bool(getattr(args, "force", False)))
@@ -176,14 +178,15 @@ def check_owned(command: str, args: Any, flag: str, folder: Any) -> None:
     )
 
 
-def stored_inputs(db: Any) -> dict[str, str]:
+def stored_inputs(db: Any, timeout: float | None = None) -> dict[str, str]:
     """Every file and folder the records in a database say was read (the data, generated
     and masks folders of its runs, their labels CSVs, the weights and checkpoints their
     models loaded, a review's predictions, a VLM run's questions; the labels and masks a
     generated folder was made from), as inputs of any command that reads or adds to the
     database: its outputs must replace none of them, ``--force`` included (safety rule 1).
     Empty when the database cannot be read (the command itself then says why, in one
-    line)."""
+    line). ``timeout``: how long to wait for a database another process holds (the
+    store's default when None)."""
     from robustlab.errors import RobustlabError
 
     if not os.path.isfile(os.path.expanduser(os.fspath(db))):
@@ -192,7 +195,8 @@ def stored_inputs(db: Any) -> dict[str, str]:
         from robustlab.store import Store
         from robustlab.store.inputs import recorded_inputs
 
-        recorded = recorded_inputs(Store(db))
+        store = Store(db) if timeout is None else Store(db, timeout=timeout)
+        recorded = recorded_inputs(store)
     except (RobustlabError, OSError, ImportError):
         return {}
     except Exception as exc:  # noqa: BLE001 - duckdb's own errors: not a database
