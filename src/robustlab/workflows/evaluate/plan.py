@@ -69,6 +69,14 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
                 f"{root} is an ImageNet-E archive; its level folders are the cells "
                 f"(leave out --suite {want.suite})"
             )
+        if request.data.labels_csv is not None:
+            # Its labels.txt labels it; a CSV that the run ignored would score the old labels
+            # under the user's belief that theirs were used.
+            raise InputError(
+                f"{root} is an ImageNet-E archive: its labels.txt gives the labels, "
+                f"--labels {request.data.labels_csv} would not be used",
+                hint="leave out --labels, or edit a copy of the archive's labels.txt",
+            )
         from robustlab.workflows.evaluate.archive import archive_plan
 
         return archive_plan(request, root, device=device)
