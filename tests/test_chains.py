@@ -133,3 +133,9 @@ def test_imagenet_d_chain_scores_the_agreed_labels_of_the_agreed_images(mined, c
     record = Store(db).get_run(mining["run_ids"][0])
     assert record["data_root"] == str(hard.resolve())
     assert record["config"]["labels_csv"] == str((hard / "labels.csv").resolve())
+
+    # The synthesised folder itself, without a flag: ImageNet-D's tree and label space are
+    # recognised, and it is the mining's lite0 run (same pixels, labels and space).
+    argv = ["evaluate", "lite0", "--data", str(root / "imagenet-d"), "--db", str(db)]
+    assert main([*argv, "--workers", "0", "--no-progress"]) == 0
+    assert _run_id(capsys.readouterr().err) == mining["run_ids"][0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.store import CLEAN_SHIFT
@@ -84,19 +83,25 @@ def generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], 
     return out
 
 
-def held_selection(available) -> tuple[list[str], list, bool]:
-    """``(shifts, levels, True)``: the selection of every shift and level a generated folder
-    holds, each level as its shift's table names it (``1``, ``"90"``; the manifest writes
-    text)."""
+def held_levels(available) -> dict[str, list]:
+    """Every shift a generated folder holds with its own levels, each as its shift's table
+    names it (``1``, ``"90"``, ``"0.10"``; the manifest writes text) and in the table's
+    order: an ImageNet-E folder holds ``obj_size`` at 0.10/0.08/0.05 and ``obj_direction``
+    at 90/180/270, never the union of both lists for each."""
     from robustlab.shifts.registry import get_shift
 
-    held = [(s, str(lv)) for s, lv in available if s != CLEAN_SHIFT]
-    shifts = sorted(dict.fromkeys(s for s, _ in held))
-    levels: dict[str, Any] = {}
-    for s, lv in held:
-        own = {str(x): x for x in get_shift(s).levels}
-        levels.setdefault(lv, own.get(lv, lv))
-    return shifts, [levels[k] for k in sorted(levels, key=_level_order)], True
+    held: dict[str, set[str]] = {}
+    for s, lv in available:
+        if s != CLEAN_SHIFT:
+            held.setdefault(s, set()).add(str(lv))
+    out: dict[str, list] = {}
+    for s in sorted(held):
+        own = list(get_shift(s).levels)
+        out[s] = [x for x in own if str(x) in held[s]]
+        out[s] += sorted(
+            (lv for lv in held[s] if lv not in {str(x) for x in own}), key=_level_order
+        )
+    return out
 
 
 def generated_hint(available) -> str:

@@ -21,7 +21,7 @@ from robustlab.workflows.evaluate.generated import (
     generated_hint,
     generated_inputs,
     generated_skips,
-    held_selection,
+    held_levels,
     read_generated,
 )
 from robustlab.workflows.evaluate.labels import labels_for, subset_classes
@@ -126,7 +126,10 @@ class Source:
         return "generated" if self.manifest is not None else "on-the-fly"
 
 
-def resolve_suite(suite, shifts, levels, available=None):
+def resolve_suite(suite, shifts, levels, available=None, held=None):
+    """(suite restricted to the cells asked for, its protocol, the cells with the clean
+    one first). ``available``: a generated folder's cells; ``held``: nothing was asked
+    for, so every shift the folder holds at its own levels (:func:`held_levels`)."""
     from robustlab.shifts.registry import available_shifts, get_shift, needs_resource
     from robustlab.suites import Protocol, get_suite
 
@@ -135,6 +138,9 @@ def resolve_suite(suite, shifts, levels, available=None):
             raise InputError("--shift needs --suite (which suite's cells to pick from)")
         return None, Protocol(), [(CLEAN_SHIFT, 0)]
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
+    if held is not None:
+        s = s.select_levels(held).suite
+        return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
     names = s.match(shifts or None)  # the selection grammar: names, families, globs, groups
     if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
         kept = available_shifts(names, log=log)
@@ -162,7 +168,7 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
     suite, seed, shifts, levels = want.suite, want.seed, want.shifts, want.levels
     labels_csv, masks = data.labels_csv, data.masks
     generated_root, available = None, set()
-    held_only = False
+    held = None
     if manifest is not None:
         suite, gen_protocol, seed, source, labels_csv, masks, available = generated_inputs(
             root, manifest, suite, seed, labels_csv, masks
@@ -170,13 +176,12 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
         generated_root = root.resolve()
         if not shifts and not levels and any(s != CLEAN_SHIFT for s, _ in available):
             # Nothing asked for: the cells the folder holds (a folder generated with 4
-            # corruptions is evaluated on those 4), never a request for every cell of the
-            # suite that the user would have to narrow with flags the manifest could tell.
-            shifts, levels, held_only = held_selection(available)
+            # corruptions is evaluated on those 4), each shift at its own levels, never a
+            # request for every cell of the suite that the user would have to narrow with
+            # flags the manifest could tell.
+            held = held_levels(available)
     on_disk = available if manifest is not None else None
-    suite_obj, protocol, cells = resolve_suite(suite, shifts, levels, on_disk)
-    if held_only:  # shifts generated at different levels: only the pairs that exist
-        cells = [(s, lv) for s, lv in cells if s == CLEAN_SHIFT or (s, str(lv)) in available]
+    suite_obj, protocol, cells = resolve_suite(suite, shifts, levels, on_disk, held)
     if manifest is not None:
         # The files fix the frame; how a model sees them is the suite's rule.
         protocol = dataclasses.replace(

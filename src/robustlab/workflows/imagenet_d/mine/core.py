@@ -156,11 +156,9 @@ def mine(
     generated = root.is_dir() and read_generated(root) is not None
     include_clean = (not generated) if inputs.include_clean is None else bool(inputs.include_clean)
     store = Store(execution.db)
-    if generated and inputs.shifts is None and inputs.levels is None:
-        groups = _generated_cells(read_generated(root))
-    else:
-        groups = [(inputs.shifts, inputs.levels)]
-    run_ids = _evaluate_surrogates(root, groups, rule, inputs, execution)
+    # A generated folder without --shift/--level: evaluate reads the cells it holds, each
+    # shift at its own levels.
+    run_ids = _evaluate_surrogates(root, rule, inputs, execution)
     result, runs = _decide(store, root, rule, run_ids, include_clean)
     names = [_column(s) for s in result.surrogates]
     if execution.out is not None:
@@ -172,7 +170,7 @@ def mine(
 
 
 def _evaluate_surrogates(
-    root: Path, groups: list, rule: MineRule, inputs: MineInputs, execution: MineExecution
+    root: Path, rule: MineRule, inputs: MineInputs, execution: MineExecution
 ) -> list[str]:
     """One stored evaluation run per surrogate (resumed when stored), in surrogate order."""
     from robustlab.workflows.evaluate import evaluate
@@ -194,29 +192,25 @@ def _evaluate_surrogates(
     with kept:
         for spec, model, w in zip(specs, models, weight_list):
             log.info("evaluating surrogate %s on %s", spec, root)
-            ids = set()
-            # Cells are not part of a run's identity: each group extends the same run.
-            for group_shifts, group_levels in groups:
-                t = evaluate(
-                    model,
-                    root,
-                    db=db,
-                    label_space=label_space,
-                    labels_csv=labels_csv,
-                    shifts=group_shifts,
-                    levels=group_levels,
-                    weights=w,
-                    device=device,
-                    batch_size=batch_size,
-                    workers=workers,
-                    progress=progress,
-                    backend=backend,
-                    address=address,
-                    precision=precision,
-                    compile=compile,
-                )
-                ids.add(t.attrs["run_id"])
-            run_ids.append(ids.pop())
+            t = evaluate(
+                model,
+                root,
+                db=db,
+                label_space=label_space,
+                labels_csv=labels_csv,
+                shifts=inputs.shifts,
+                levels=inputs.levels,
+                weights=w,
+                device=device,
+                batch_size=batch_size,
+                workers=workers,
+                progress=progress,
+                backend=backend,
+                address=address,
+                precision=precision,
+                compile=compile,
+            )
+            run_ids.append(t.attrs["run_id"])
     return run_ids
 
 
@@ -290,29 +284,6 @@ def _record(
         },
         kept.assign(top1_ids=[list(r) for r in kept[names].itertuples(index=False)]),
     )
-
-
-def _generated_cells(manifest: dict) -> list[tuple[list[str], list]]:
-    """The cells a generated folder holds, as (shifts, levels) groups evaluate accepts.
-
-    ``evaluate`` on a generated folder defaults to its whole suite; mining must ask for the
-    cells that exist. Shifts with the same level set share a group; levels are turned back
-    into the shift's own level keys (severities are ints, scenarios strings).
-    """
-    from robustlab.shifts.registry import get_shift
-
-    by_shift: dict[str, list] = {}
-    for c in manifest.get("cells", []):
-        name, level = c.get("shift"), str(c.get("level"))
-        keys = [x for x in get_shift(name).levels if str(x) == level]
-        if keys and keys[0] not in by_shift.setdefault(name, []):
-            by_shift[name].append(keys[0])
-    groups: dict[tuple, list[str]] = {}
-    for name, lv in by_shift.items():
-        groups.setdefault(tuple(sorted(lv, key=str)), []).append(name)
-    if not groups:
-        raise InputError("the generated folder's manifest lists no cells")
-    return [(names, list(lv)) for lv, names in groups.items()]
 
 
 def _column(spec: str) -> str:
