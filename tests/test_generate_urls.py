@@ -38,6 +38,7 @@ from robustlab.errors import (
 from robustlab.workflows.generate import MANIFEST, TEMP_SUFFIX, generate
 from robustlab.manifest import LOCK
 from robustlab.outputs import UrlFolder, open_folder
+from robustlab.output_hashes import HASHES
 
 SHIFTS = ["gaussian_noise", "brightness"]  # random and deterministic; neither compiles numba
 LEVELS = [1, 3]
@@ -47,18 +48,19 @@ def _local_files(out: Path) -> dict[str, bytes]:
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name not in (MANIFEST, LOCK)
+        if p.is_file() and p.name not in (MANIFEST, LOCK) and HASHES not in p.parts
     }
 
 
 def _url_files(fs, root: str) -> dict[str, bytes]:
-    """Every object under ``root`` but the manifest, keyed like :func:`_local_files`."""
+    """Every object under ``root`` but the manifest and the hash journals, keyed like
+    :func:`_local_files`."""
     fs.invalidate_cache()
     root = root.rstrip("/")
     return {
         p[len(root) + 1 :]: fs.cat_file(p)
         for p in sorted(fs.find(root))
-        if not p.endswith("/" + MANIFEST)
+        if not p.endswith("/" + MANIFEST) and f"/{HASHES}/" not in p
     }
 
 

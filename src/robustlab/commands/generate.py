@@ -77,8 +77,9 @@ def run(args) -> int:
     parts = {"cells": GenerateCells, "inputs": GenerateInputs, "execution": GenerateExecution}
     res = generate(args.suite, args.data, args.out, **specs_from_args("generate", args, parts))
     rate = res.samples / res.seconds if res.seconds > 0 else 0.0
+    redrawn = f" ({len(res.redrawn)} redrawn: not what generate wrote)" if res.redrawn else ""
     print(
-        f"{res.out}: {res.written} written, {res.skipped_existing} already there, "
+        f"{res.out}: {res.written} written{redrawn}, {res.skipped_existing} already there, "
         f"{res.failed} failed, {len(res.skipped_inputs)} inputs skipped "
         f"({res.samples} images x {res.cells} cells, {res.seconds:.1f} s, {rate:.2f} images/s); "
         f"manifest: {res.manifest_path}"

@@ -17,6 +17,7 @@ from robustlab.errors import InputError
 from robustlab.run.plan import RunPlan
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import (
+    expected_digests,
     generated_files_fingerprint,
     generated_hint,
     generated_inputs,
@@ -25,6 +26,7 @@ from robustlab.workflows.evaluate.generated import (
     read_generated,
 )
 from robustlab.workflows.evaluate.labels import labels_for, subset_classes
+from robustlab.workflows.evaluate.mined import mined_plan, read_mining
 from robustlab.workflows.evaluate.model import note_trained_preprocess
 from robustlab.workflows.evaluate.published import published_layout
 from robustlab.workflows.evaluate.record import (
@@ -81,12 +83,16 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
 
         return archive_plan(request, root, device=device)
     manifest = read_generated(root)
+    mining = read_mining(root) if manifest is None else None
+    if mining is not None:  # a hard subset of shifted cells is read as those cells
+        plan = mined_plan(request, root, mining, device=device)
+        if plan is not None:
+            return plan
     # A labels CSV says what the samples are and their classes: the folder is then read as
-    # a labelled folder (mine's hard subset keeps the <shift>/<level>/ folders of a
-    # published ImageNet-C, and its hard.csv names the files), never as a published layout.
+    # a labelled folder, never as a published layout.
     published = manifest is None and request.data.labels_csv is None
     layout = published_layout(root, want.suite, shift_path) if published else None
-    space = request.data.label_space
+    space = request.data.label_space or (mining or {}).get("label_space")
     if layout is not None and layout.name == "imagenet-d":
         # ImageNet-D has no cells of its own: a class tree under subset folders, read with
         # its own label space (the subset is the first folder of each sample id).
@@ -285,6 +291,11 @@ def source_plan(
     samples, labels, space = source_samples(src, shift_objs, label_space)
     protocol = chosen_protocol(src.protocol, override, src.suite, space, src.manifest, src.root)
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
+    digests = None
+    if src.generated_root is not None and src.manifest is not None:
+        digests = expected_digests(
+            src.generated_root, src.manifest, samples, src.available, protocol
+        )
     images = CellImages(
         protocol,
         src.seed,
@@ -292,13 +303,23 @@ def source_plan(
         donors=samples if needs_donors else None,
         with_mask=any("mask" in sh.needs for sh in shift_objs),
         generated_skips=generated_skips(src.manifest) if src.manifest is not None else None,
+        expected=digests,
     )
 
     def record(model, defence):
         note_trained_preprocess(request.model.weights, defence)
         return _described(
             source_record(
-                model, defence, src, samples, labels, space, protocol, override, shift_path
+                model,
+                defence,
+                src,
+                samples,
+                labels,
+                space,
+                protocol,
+                override,
+                shift_path,
+                digests,
             ),
             src,
             shift_objs,
@@ -380,7 +401,7 @@ def source_inputs(model, defence, src: Source, samples, labels, protocol, shift_
 
 
 def source_record(
-    model, defence, src: Source, samples, labels, space, protocol, override, shift_path
+    model, defence, src: Source, samples, labels, space, protocol, override, shift_path, digests
 ):
     """The run record of a source or generated folder: its identity (model, the content of
     every image and mask, labels, seed, protocol, source kind, optional keys only when
@@ -404,9 +425,9 @@ def source_record(
     if defence:  # absent for a plain model, so plain runs keep the ids they always had
         identity["defence"] = defence
     identity.update(inference_identity(model))  # likewise: only for a compiled model
-    if src.generated_root is not None:  # a generated folder's cells are read from its files
+    if digests is not None:  # a generated folder's cells are read from its files
         identity["generated_files"] = inputs["generated_files"] = generated_files_fingerprint(
-            src.generated_root, samples, src.available, protocol
+            samples, src.available, digests
         )
     if shift_path:  # only then: exact runs keep the ids they always had
         identity["shift_path"] = shift_path

@@ -380,9 +380,33 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
         "n_candidates": len(result.table),
         "n_kept": len(kept),
         "copy": bool(copy),
+        # How the surrogates saw the kept files, so that evaluate reads the subset as they
+        # did: its label space, and the suite and protocol whose cells the files are.
+        **_seen_as(runs.set_index("run_id").loc[result.run_ids[0]]),
     }
     atomic_write(out / RECORD, json_bytes(record))
     return out
+
+
+def _seen_as(run) -> dict:
+    """``label_space``, ``suite``, ``suite_version`` and ``protocol`` (its fields) of the
+    first surrogate's run."""
+    import dataclasses as dc
+
+    from robustlab.suites import Protocol
+
+    fields = {f.name for f in dc.fields(Protocol)}
+    protocol = (run["config"] or {}).get("protocol") or {}
+
+    def plain(v):  # a column that is empty for this run reads as NaN from the table
+        return None if v is None or (isinstance(v, float) and v != v) else v
+
+    return {
+        "label_space": plain(run["label_space"]),
+        "suite": plain(run["suite"]),
+        "suite_version": plain(run["suite_version"]),
+        "protocol": {k: v for k, v in protocol.items() if k in fields},
+    }
 
 
 def _check_out(out: Path, mining_id: str) -> None:
