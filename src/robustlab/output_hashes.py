@@ -21,13 +21,15 @@ folder keeps them (a folder made before had no such key: see :func:`recorded_dig
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from robustlab.errors import environment_problem
 from robustlab.outputs import LocalFolder, UrlFolder
 from robustlab.run.content_hash import DIGEST_SIZE
 
@@ -67,8 +69,9 @@ class Journal:
         self._fh: Any = None
         if isinstance(folder, LocalFolder):
             path = folder.location_of(self.rel)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(path, "a", encoding="utf-8")
+            with self._writing():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(path, "a", encoding="utf-8")
 
     def add(self, sample_id: str, entries: Iterable[tuple[str, str, str]]) -> None:
         """Record ``(shift, level, digest)`` of files written for one sample."""
@@ -76,17 +79,31 @@ class Journal:
         if not lines:
             return
         if self._fh is not None:
-            self._fh.writelines(lines)
-            self._fh.flush()
+            with self._writing():
+                self._fh.writelines(lines)
+                self._fh.flush()
         else:
             self.lines.extend(lines)
 
     def close(self) -> None:
         if self._fh is not None:
-            self._fh.close()
+            with self._writing():
+                self._fh.close()
             self._fh = None
         elif self.lines:
             self.folder.write(self.rel, "".join(self.lines).encode())
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A full disk or a folder that became read-only is the machine's problem, said in
+        one line (:func:`robustlab.errors.environment_problem`), not a traceback."""
+        try:
+            yield
+        except OSError as exc:
+            problem = environment_problem(exc, f"cannot write {self.folder.location_of(self.rel)}")
+            if problem is exc:
+                raise
+            raise problem from None
 
 
 class Digests:

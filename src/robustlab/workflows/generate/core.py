@@ -160,8 +160,8 @@ def _run(
         len(plan.cells),
         skipped_inputs=list(plan.skipped),
     )
+    prev = _begin(folder, plan, result, run)  # a folder nobody can write to fails here
     journal = Journal(folder, run.id)
-    prev = _begin(folder, plan, result, run)
     result.redrawn = check_written(plan, folder, prev, journal)
     ensure_compiled_for(plan.names, progress=bool(execution.progress))
     job = Job(
@@ -185,8 +185,10 @@ def _run(
     collect = _collector(result, bar, journal)
 
     def finish(status: str) -> None:
-        journal.close()  # before the manifest that names it
-        _finish(folder, plan, result, run, status, started)
+        try:
+            journal.close()  # before the manifest that names it
+        finally:
+            _finish(folder, plan, result, run, status, started)
 
     try:
         with run.track(finish):
