@@ -112,6 +112,28 @@ def test_memory_url_same_bytes_manifest_and_resume(photos, local_files):
         generate("imagenet-c", photos, url, **{**kw, "seed": 7})
 
 
+def test_a_url_folder_records_hashes_and_redraws_what_no_journal_records(photos, local_files):
+    """At a URL the journal is written whole when the run ends (an object store cannot
+    append): evaluate-side checks see the same hashes as a local folder's; an object no
+    journal records (a killed run's in flight) is drawn again by the rerun."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"/gen-{uuid.uuid4().hex[:8]}/out"
+    url = f"memory://{root}"
+    kw = dict(shifts=SHIFTS, levels=LEVELS, workers=0, progress=False)
+    generate("imagenet-c", photos, url, **kw)
+    (journal,) = fs.find(f"{root}/{HASHES}")
+    lines = fs.cat_file(journal).decode().splitlines()
+    assert len(lines) == len(local_files)
+    recorded = {tuple(json.loads(line)[1:3]) for line in lines}
+    assert recorded == {(sh, str(lv)) for sh in SHIFTS for lv in LEVELS}
+    fs.pipe_file(journal, "".join(line + "\n" for line in lines[1:]).encode())
+    again = generate("imagenet-c", photos, url, **kw)
+    assert len(again.redrawn) == 1 and again.written == 1
+    assert _url_files(fs, root) == local_files
+
+
 def test_memory_url_is_refused_for_worker_processes(photos):
     with pytest.raises(InputError, match="this process only"):
         generate("imagenet-c", photos, "memory://x/out", shifts=SHIFTS, workers=2, progress=False)

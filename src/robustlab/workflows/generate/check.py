@@ -12,8 +12,9 @@ A folder generated before robustlab recorded hashes has none to compare with: it
 are taken as they are and their hashes recorded now (one line says so), so that every
 later run and evaluation checks them.
 
-Folders behind a URL are not checked here (reading every object back would cost what
-generating it did); ``evaluate`` checks each file it reads in every folder.
+In a folder behind a URL only the objects no journal records are drawn again (found by
+listing); their bytes are not read back (that would cost what generating them did), so an
+object replaced there is found by ``evaluate``, which checks each file it reads.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ def check_written(
         prev: Its manifest before this run (None: a new folder, nothing to check).
         journal: This run's journal, where an earlier version's files are recorded.
     """
-    if prev is None or not isinstance(folder, LocalFolder):
+    if prev is None:
         return []
+    if isinstance(folder, UrlFolder):
+        return _unrecorded_objects(plan, folder, prev)
     from robustlab.run.content_hash import hash_files
 
     found = list(_found(plan, folder.root))
@@ -74,6 +77,32 @@ def check_written(
             f" and {len(rels) - 3} more" if len(rels) > 3 else "",
         )
     return rels
+
+
+def _unrecorded_objects(plan: Any, folder: UrlFolder, prev: dict) -> list[str]:
+    """Remove the planned objects of a URL folder that no journal records (a killed run's
+    in flight); an earlier version's folder has no journals: nothing is removed."""
+    if not records_hashes(prev):
+        return []
+    recorded = recorded_digests(folder, prev, plan.cells)
+    present = folder.files_under(plan.names)
+    stale = []
+    for sample in plan.samples:
+        for shift, level in plan.cells:
+            rel = cell_path("", sample, shift, level, plan.protocol).as_posix()
+            if rel in present and recorded.get(sample.id, shift, level) is None:
+                stale.append(rel)
+    for rel in stale:
+        folder.remove(rel)
+    if stale:
+        log.warning(
+            "%d object(s) in %s were written by a killed run before their hashes were "
+            "recorded, drawn again: %s",
+            len(stale),
+            folder,
+            ", ".join(stale[:3]),
+        )
+    return stale
 
 
 def _adopt(folder, files: list, on_disk: list, journal: Journal) -> None:
