@@ -38,6 +38,7 @@ from robustlab.errors import (
 from robustlab.workflows.generate import MANIFEST, TEMP_SUFFIX, generate
 from robustlab.manifest import LOCK
 from robustlab.outputs import UrlFolder, open_folder
+from robustlab.output_hashes import HASHES
 
 SHIFTS = ["gaussian_noise", "brightness"]  # random and deterministic; neither compiles numba
 LEVELS = [1, 3]
@@ -47,18 +48,19 @@ def _local_files(out: Path) -> dict[str, bytes]:
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name not in (MANIFEST, LOCK)
+        if p.is_file() and p.name not in (MANIFEST, LOCK) and HASHES not in p.parts
     }
 
 
 def _url_files(fs, root: str) -> dict[str, bytes]:
-    """Every object under ``root`` but the manifest, keyed like :func:`_local_files`."""
+    """Every object under ``root`` but the manifest and the hash journals, keyed like
+    :func:`_local_files`."""
     fs.invalidate_cache()
     root = root.rstrip("/")
     return {
         p[len(root) + 1 :]: fs.cat_file(p)
         for p in sorted(fs.find(root))
-        if not p.endswith("/" + MANIFEST)
+        if not p.endswith("/" + MANIFEST) and f"/{HASHES}/" not in p
     }
 
 
@@ -108,6 +110,28 @@ def test_memory_url_same_bytes_manifest_and_resume(photos, local_files):
 
     with pytest.raises(InputChangedError, match="seed 0 -> 7"):
         generate("imagenet-c", photos, url, **{**kw, "seed": 7})
+
+
+def test_a_url_folder_records_hashes_and_redraws_what_no_journal_records(photos, local_files):
+    """At a URL the journal is written whole when the run ends (an object store cannot
+    append): evaluate-side checks see the same hashes as a local folder's; an object no
+    journal records (a killed run's in flight) is drawn again by the rerun."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"/gen-{uuid.uuid4().hex[:8]}/out"
+    url = f"memory://{root}"
+    kw = dict(shifts=SHIFTS, levels=LEVELS, workers=0, progress=False)
+    generate("imagenet-c", photos, url, **kw)
+    (journal,) = fs.find(f"{root}/{HASHES}")
+    lines = fs.cat_file(journal).decode().splitlines()
+    assert len(lines) == len(local_files)
+    recorded = {tuple(json.loads(line)[1:3]) for line in lines}
+    assert recorded == {(sh, str(lv)) for sh in SHIFTS for lv in LEVELS}
+    fs.pipe_file(journal, "".join(line + "\n" for line in lines[1:]).encode())
+    again = generate("imagenet-c", photos, url, **kw)
+    assert len(again.redrawn) == 1 and again.written == 1
+    assert _url_files(fs, root) == local_files
 
 
 def test_memory_url_is_refused_for_worker_processes(photos):

@@ -31,6 +31,32 @@ def test_the_class_is_the_folder_inside_the_subset(tmp_path):
     }
 
 
+def test_a_labels_csv_gives_the_class_not_the_folder(tmp_path):
+    """A review's export relabels an image where it lies: the CSV's class is its label, and
+    a CSV that changes a label is another run (labels are content)."""
+    root = _tree(tmp_path / "ImageNet-D")
+    agreed, relabelled = tmp_path / "agreed.csv", tmp_path / "final.csv"
+    agreed.write_text(
+        "file,class\nbackground/alarm_clock/a.png,alarm_clock\ntexture/backpack/b.png,backpack\n"
+    )
+    relabelled.write_text(agreed.read_text().replace("b.png,backpack", "b.png,banana"))
+    plans = [
+        make_plan(
+            EvaluateRequest.build(
+                "lite0", root, labels_csv=csv, label_space="imagenet-d", device="cpu"
+            )
+        )
+        for csv in (agreed, relabelled)
+    ]
+    space = plans[1].label_space
+    got = {s.id: space.classes[lab] for s, lab in zip(plans[1].samples, plans[1].labels)}
+    assert got == {
+        "background/alarm_clock/a.png": "alarm clock",
+        "texture/backpack/b.png": "banana",
+    }
+    assert plans[0].record.run_id != plans[1].record.run_id
+
+
 def test_other_label_spaces_still_read_the_first_folder(tmp_path):
     root = _tree(tmp_path / "ImageNet-D")
     with pytest.raises(InputError, match="'background' is not in label space"):

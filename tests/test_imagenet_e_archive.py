@@ -97,3 +97,17 @@ def test_files_that_are_not_listed_images_are_counted(archive, tmp_path):
     record = make_plan(EvaluateRequest.build("lite0", root, device="cpu")).record
     assert ["ori/extra.png", "not listed in labels.txt"] in record.skipped
     assert record.n_samples == 3
+
+
+def test_a_labels_csv_is_refused_not_ignored(archive, tmp_path, capsys):
+    """labels.txt labels the archive; a --labels CSV the run would not read is refused in
+    one line naming it, never a run scored with the labels the user meant to replace."""
+    from robustlab.cli import main
+
+    csv_path = tmp_path / "relabel.csv"
+    csv_path.write_text("file,class\nori/ILSVRC2012_val_00000001.png,n01440764\n")
+    argv = ["evaluate", "lite0", "--data", str(archive), "--labels", str(csv_path)]
+    assert main([*argv, "--db", str(tmp_path / "r.duckdb"), "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "labels.txt gives the labels" in err and str(csv_path) in err
+    assert "Traceback" not in err and not (tmp_path / "r.duckdb").exists()

@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "robustlab.metrics": 2,
     "robustlab.manifest": 2,
     "robustlab.outputs": 2,
+    "robustlab.output_hashes": 2,  # the hashes of generate's files, recorded and checked
     "robustlab.paths": 2,
     "robustlab.run.content_hash": 2,  # hashing of input files, used by shifts and runs
     "robustlab.saliency": 2,  # attribution maps and their foreground-reliance numbers

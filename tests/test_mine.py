@@ -324,4 +324,69 @@ def test_the_readmes_review_flow_runs_on_the_hard_subset(pool, tmp_path, capsys)
     argv += ["--label-space", "demo", "--db", str(tmp_path / "r.duckdb"), "--workers", "0"]
     assert main([*argv, "--no-progress"]) == 0
     captured = capsys.readouterr()
-    assert "not an image" not in captured.err and "skipped" not in captured.err
+    assert "not an image" not in captured.err
+    # Each kept file is its cell; a source image's other cells are not in the subset.
+    (run,) = Store(tmp_path / "r.duckdb").runs().to_dict("records")
+    assert {why.split(": ", 1)[1] for _, why in run["skipped"]} <= {
+        "not in the mined subset (not kept, or not listed in its labels CSV)"
+    }
+
+
+def test_a_hard_subset_of_shifted_cells_is_evaluated_as_those_cells(pool, tmp_path, capsys):
+    """``evaluate --data hard/`` without a flag, on a subset mined from a generated
+    ImageNet-C folder: each kept file is its cell (shift, level of its source image) in the
+    mining's label space, seen as the surrogates saw it (lite0's predictions are its mining
+    run's), never a published ImageNet-C folder nor a clean image; a review's export that
+    relabels one source image and drops another scores exactly those labels and files."""
+    out, db = pool["root"] / "hard", tmp_path / "r.duckdb"
+    rows = list(csv.DictReader(open(out / "hard.csv", newline="")))
+    argv = ["evaluate", "lite0", "--data", str(out), "--db", str(db), "--workers", "0"]
+    assert main([*argv, "--no-progress"]) == 0
+    store = Store(db)
+    (run,) = store.runs().to_dict("records")
+    kept = {(r["sample_id"], r["shift"], r["level"]) for r in rows}
+    assert {tuple(c) for c in run["config"]["cells"]} == {(sh, lv) for _, sh, lv in kept}
+    assert run["label_space"] == "demo" and run["suite"] == "imagenet-c"
+    cols = ["sample_id", "shift", "level", "label", "top5_ids"]
+    got = store.predictions([run["run_id"]], columns=cols)
+    assert set(zip(got["sample_id"], got["shift"], got["level"])) == kept
+    mined = Store(pool["db"]).predictions([pool["res"].run_ids[0]], columns=cols)
+    key = ["sample_id", "shift", "level"]
+    both = got.merge(mined, on=key, suffixes=("", "_mining"))
+    assert len(both) == len(kept)
+    assert (both["label"] == both["label_mining"]).all()
+    assert [list(a) for a in both["top5_ids"]] == [list(b) for b in both["top5_ids_mining"]]
+
+    # The agreed set: one source image relabelled in each of its cells, another dropped.
+    sources = sorted({r["sample_id"] for r in rows})
+    relabelled, dropped = sources[0], sources[-1]
+    space = get_label_space("demo")
+    other = next(c for c in space.classes if c != rows[0]["class"])
+    final = tmp_path / "final.csv"
+    with open(final, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["file", "class"])
+        for r in rows:
+            if r["sample_id"] != dropped:
+                w.writerow([r["file"], other if r["sample_id"] == relabelled else r["class"]])
+    capsys.readouterr()
+    assert main([*argv, "--labels", str(final), "--no-progress"]) == 0
+    rid = capsys.readouterr().err.rsplit("\nrun ", 1)[1].split()[0]
+    assert rid != run["run_id"]
+    agreed = store.predictions([rid], columns=cols)
+    assert dropped not in set(agreed["sample_id"])
+    assert set(agreed.loc[agreed["sample_id"] == relabelled, "label"]) == {space.index_of(other)}
+    assert len(agreed) == sum(r["sample_id"] != dropped for r in rows)
+
+
+def test_the_report_shows_a_hard_subsets_cells_as_they_were_scored(pool, tmp_path):
+    """The report's image grid re-renders a mined subset's run from its files: each cell
+    the run scored is the file of that cell, not "no longer holds sample"."""
+    from robustlab.workflows.evaluate import evaluate
+    from robustlab.workflows.report import build_report
+
+    db = tmp_path / "r.duckdb"
+    df = evaluate("lite0", pool["root"] / "hard", db=db, workers=0, progress=False)
+    res = build_report(db, tmp_path / "report.html", run_ids=[df.attrs["run_id"]], n_resamples=20)
+    assert res.grids >= 1, res.notes
+    assert not [n for n in res.notes if "image grid" in n and "skipped" in n], res.notes

@@ -67,6 +67,45 @@ def test_csv_columns_missing_and_unlisted_files(tmp_path):
     assert reasons["gone.png"] == "listed in labels.csv but missing"
 
 
+def test_a_benchmark_wide_csv_keeps_the_folders_rows_and_counts_the_rest(tmp_path):
+    """An ImageNet-sized labels CSV for a few images (issue 36 item 9): the folder's rows
+    are read wherever they lie (spread over many read chunks, odd spellings included), a
+    row of an absent file is recorded by name for the first few and then counted in one
+    entry, so the record stays small; a later row repeating a folder image's file is
+    refused naming its line."""
+    from robustlab.data import labels_csv
+
+    root = tmp_path / "flat"
+    for name in ("a.png", "sub/b.png", "c.png"):
+        _img(root / name)
+    n_rows = 5 * labels_csv.CHUNK + 7
+    rows = [f"val/{i:08d}.JPEG,n{i % 1000:08d}" for i in range(n_rows)]
+    rows[3] = "a.png,n01440764"
+    rows[2 * labels_csv.CHUNK + 1] = "./sub\\b.png,n01443537"  # the walk spells it sub/b.png
+    rows[-2] = "c.png"  # a short row: no class
+    rows[-1] = "/etc/passwd,n0"
+    csv_path = tmp_path / "big.csv"
+    csv_path.write_text("file,wnid\n" + "\n".join(rows) + "\n")
+    samples = discover(root, labels_csv=csv_path)
+    assert [(s.id, s.class_name) for s in samples] == [
+        ("a.png", "n01440764"),
+        ("c.png", None),
+        ("sub/b.png", "n01443537"),
+    ]
+    reasons = dict(samples.skipped)
+    n_missing = n_rows - 4
+    named = [k for k, why in samples.skipped if why == "listed in big.csv but missing"]
+    assert f"big.csv: {n_missing - labels_csv.MAX_ROW_SKIPS:,} more rows" in named
+    assert len(named) == labels_csv.MAX_ROW_SKIPS + 1 and "val/00000000.JPEG" in named
+    assert reasons["/etc/passwd"].startswith("listed in big.csv but outside the data folder")
+    assert len(samples.skipped) == labels_csv.MAX_ROW_SKIPS + 2
+    repeated = 4 * labels_csv.CHUNK + 2
+    rows[repeated] = "a.png,n01440764"
+    csv_path.write_text("file,wnid\n" + "\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match=rf"line {repeated + 2}: 'a.png' is listed twice"):
+        discover(root, labels_csv=csv_path)
+
+
 def test_flat_folder_without_csv_has_unknown_classes(tmp_path):
     _img(tmp_path / "x.png")
     (s,) = discover(tmp_path)

@@ -275,6 +275,13 @@ class UrlFolder:
         except FileNotFoundError:
             return None
 
+    def remove(self, rel: str) -> None:
+        """Delete one object (absent already: nothing to do)."""
+        try:
+            self._call("cannot delete from", self.fs.rm_file, self._path(rel))
+        except FileNotFoundError:
+            pass
+
     def lock(self) -> contextlib.AbstractContextManager:
         """A lock for one read-merge-write of the manifest, within this process only.
 

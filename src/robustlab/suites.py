@@ -524,6 +524,30 @@ class Suite:
         )
         return Selection(sub, tuple(sub.cells()))
 
+    def select_levels(self, levels: dict[str, Sequence]) -> Selection:
+        """The cells of exactly these shifts at exactly these levels each (a generated
+        folder's cells, :func:`robustlab.workflows.evaluate.generated.held_levels`), in the
+        suite's order.
+
+        Raises:
+            InputError: a shift that is not in the suite, or a level its table lacks.
+        """
+        names = tuple(n for n in self.shifts if n in levels)
+        stray = [n for n in levels if n not in names]
+        if stray:
+            raise InputError(f"{stray[0]!r} is not a shift of suite {self.name!r}")
+        own: dict[str, tuple] = {}
+        for n in names:
+            allowed = get_shift(n).levels
+            bad = [x for x in levels[n] if x not in allowed]
+            if bad:
+                raise InputError(f"{n} has no level {bad[0]!r}; levels are {list(allowed)}")
+            own[n] = tuple(levels[n])
+        sub = Suite(
+            self.name, self.version, self.description, names, own, self.protocol, self.label_space
+        )
+        return Selection(sub, tuple(sub.cells()))
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -85,8 +85,9 @@ def run(args) -> int:
     # and files written by this call.
     photos = res.samples / res.seconds if res.seconds > 0 else 0.0
     files = res.written / res.seconds if res.seconds > 0 else 0.0
+    redrawn = f" ({len(res.redrawn)} redrawn: not what generate wrote)" if res.redrawn else ""
     print(
-        f"{res.out}: {res.written} written, {res.skipped_existing} already there, "
+        f"{res.out}: {res.written} written{redrawn}, {res.skipped_existing} already there, "
         f"{res.failed} failed, {len(res.skipped_inputs)} inputs skipped "
         f"({res.samples} source photos x {res.cells} cells, {res.seconds:.1f} s: "
         f"{photos:.3g} source photos/s, {files:.3g} files/s); manifest: {res.manifest_path}"

@@ -35,7 +35,8 @@ from pathlib import Path, PurePosixPath
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.masks.io import find_mask, shared_stems
-from robustlab.paths import file_inside, named_file, printable_name, walk_files
+from robustlab.data.labels_csv import read_label_rows
+from robustlab.paths import named_file, printable_name, walk_files
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,6 @@ IMAGE_EXTENSIONS = frozenset(
 # writes the hard subset with its labels, each surrogate's guesses and the mining record):
 # part of the folder, not bad images, so never reported as skipped.
 OWN_FILES = frozenset({"labels.csv", "hard.csv", "mining.json"})
-# Columns a labels CSV may use for the class, in order of preference.
-LABEL_COLUMNS = ("wnid", "class", "label", "index")
 
 
 @dataclass(frozen=True)
@@ -128,78 +127,6 @@ def is_image_name(name: str) -> bool:
     return PurePosixPath(name).suffix.lower() in IMAGE_EXTENSIONS
 
 
-def _hidden(rel: PurePosixPath) -> bool:
-    """.DS_Store, .ipynb_checkpoints/ and generate's temp files are never inputs."""
-    return any(part.startswith(".") for part in rel.parts)
-
-
-def _outside_row(key: str) -> str | None:
-    """Why a labels-CSV ``file`` may not be read as an input, or None: an absolute path or
-    a ``..`` part (``../x.jpg``, ``a/../b.jpg``) names a file by a way out of the data
-    folder; rows name files relative to it, plainly."""
-    rel = PurePosixPath(key)
-    if rel.is_absolute() or (len(key) > 1 and key[1] == ":"):  # /x.jpg, C:/x.jpg
-        return "absolute path"
-    if ".." in rel.parts:
-        return "path with '..'"
-    return None
-
-
-def _read_labels(csv_path: Path) -> dict[str, tuple[str | None, int | None]]:
-    """``file -> (class_name, label index)`` from a labels CSV.
-
-    Raises:
-        InputError: unreadable CSV, no ``file`` column, no label column, duplicate files.
-    """
-    try:
-        with open(csv_path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            fields = [f.strip().lower() for f in (reader.fieldnames or [])]
-            rows = list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"cannot read labels CSV {csv_path}: {exc}") from None
-    if "file" not in fields:
-        raise InputError(f"labels CSV {csv_path} needs a 'file' column; it has {fields}")
-    col = next((c for c in LABEL_COLUMNS if c in fields), None)
-    if col is None:
-        raise InputError(
-            f"labels CSV {csv_path} needs one of the columns {', '.join(LABEL_COLUMNS)}; "
-            f"it has {fields}"
-        )
-    out: dict[str, tuple[str | None, int | None]] = {}
-    # A class name and an index column must agree row to row: the first row that pairs a
-    # class with an index fixes the pair, a later contradiction is refused.
-    pairs: dict[tuple[str, object], tuple[int, object]] = {}
-    for n, raw in enumerate(rows, start=2):
-        row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
-        name = PurePosixPath(row["file"].replace("\\", "/")).as_posix()
-        if not row["file"]:
-            continue
-        if name in out:
-            raise InputError(f"labels CSV {csv_path} line {n}: {name!r} is listed twice")
-        label = None
-        if row.get("index", "") != "":
-            try:
-                label = int(row["index"])
-            except ValueError:
-                raise InputError(
-                    f"labels CSV {csv_path} line {n}: index {row['index']!r} is not an integer"
-                ) from None
-        cls = row.get(col) or None
-        if col != "index" and cls is not None and label is not None:
-            for key, other in ((("class", cls), label), (("index", label), cls)):
-                first = pairs.setdefault(key, (n, other))
-                if first[1] != other:
-                    raise InputError(
-                        f"labels CSV {csv_path} line {n}: {name!r} has {col} {cls!r} and index "
-                        f"{label}, but line {first[0]} pairs {key[0]} {key[1]!r} with "
-                        f"{first[1]!r}",
-                        hint="fix the row so that each class has one index",
-                    )
-        out[name] = (cls, label)
-    return out
-
-
 def _read_bboxes(csv_path: Path) -> dict[str, tuple[int, int, int, int]]:
     """``file -> (x0, y0, x1, y1)`` from a CSV with columns file (or id), x0, y0, x1, y1."""
     try:
@@ -248,10 +175,10 @@ def discover(root, *, labels_csv=None, masks=None, bboxes=None) -> SampleList:
     """
     root, csv_path, masks_dir = _resolve_inputs(root, labels_csv, masks)
     boxes = _read_bboxes(Path(bboxes).expanduser()) if bboxes else {}
-    images, skipped = _image_files(root, csv_path, masks_dir)
+    images, others, skipped = _image_files(root, csv_path, masks_dir)
     if csv_path is not None:
         layout = "flat"
-        entries = _listed_entries(root, csv_path, images, skipped)
+        entries = _listed_entries(csv_path, images, others, skipped)
     else:
         layout, entries = _tree_entries(images, skipped)
     if not entries:
@@ -294,57 +221,48 @@ def _not_there(what: str, path: Path, kind: str) -> Exception:
 
 def _image_files(
     root: Path, csv_path: Path | None, masks_dir: Path | None
-) -> tuple[list[PurePosixPath], list[tuple[str, str]]]:
-    """The image files under ``root`` (relative, in walk order) and the skipped files with
-    their reasons. The labels CSV, robustlab's own files and a masks folder inside ``root``
-    are inputs of another kind, so they are left out silently, not reported as skipped."""
+) -> tuple[list[PurePosixPath], set[str], list[tuple[str, str]]]:
+    """The image files under ``root`` (relative, in walk order), its other files and the
+    skipped files with their reasons. The labels CSV, robustlab's own files and a masks
+    folder inside ``root`` are inputs of another kind, so they are left out silently, not
+    reported as skipped."""
     files, skipped = walk_files(root)
     images: list[PurePosixPath] = []
+    others: set[str] = set()
     for rel in files:
-        if csv_path is not None and root / rel == csv_path:
-            continue
-        if len(rel.parts) == 1 and rel.name in OWN_FILES:
-            continue
-        if masks_dir is not None and (root / rel).is_relative_to(masks_dir):
-            continue
-        if is_image_name(rel.name):
+        if (
+            (csv_path is not None and root / rel == csv_path)
+            or (len(rel.parts) == 1 and rel.name in OWN_FILES)
+            or (masks_dir is not None and (root / rel).is_relative_to(masks_dir))
+        ):
+            others.add(rel.as_posix())
+        elif is_image_name(rel.name):
             images.append(rel)
         else:
+            others.add(rel.as_posix())
             skipped.append(
                 (rel.as_posix(), f"not an image file (extension {rel.suffix or 'none'!r})")
             )
-    return images, skipped
+    return images, others, skipped
 
 
 def _listed_entries(
-    root: Path, csv_path: Path, images: list[PurePosixPath], skipped: list[tuple[str, str]]
+    csv_path: Path,
+    images: list[PurePosixPath],
+    others: set[str],
+    skipped: list[tuple[str, str]],
 ) -> list[tuple[PurePosixPath, str | None, int | None]]:
     """The samples a labels CSV names, in its row order, as ``(path, class, label)``;
-    appends to ``skipped`` every image the CSV does not list and every row whose file is
-    missing or outside the data folder (never read, never silent)."""
-    entries: list[tuple[PurePosixPath, str | None, int | None]] = []
-    labels = _read_labels(csv_path)
+    appends to ``skipped`` every image the CSV does not list and the rows whose file is
+    missing or outside the data folder (never read, never silent; past the first few per
+    reason, counted in one entry: :mod:`robustlab.data.labels_csv`)."""
     present = {rel.as_posix(): rel for rel in images}
-    for rel in images:
-        key = rel.as_posix()
-        if key not in labels:
+    rows = read_label_rows(csv_path, present.keys(), others)
+    for key in present:
+        if key not in rows.labels:
             skipped.append((key, f"not listed in {csv_path.name}"))
-    for key, (cls, label) in labels.items():
-        outside = _outside_row(key)
-        if key in present:
-            entries.append((present[key], cls, label))
-        elif outside:  # never read (it may name a file outside --data), never silent
-            skipped.append(
-                (
-                    key,
-                    f"listed in {csv_path.name} but outside the data folder ({outside}); not read",
-                )
-            )
-        elif file_inside(root, key) is not None or _hidden(PurePosixPath(key)):
-            continue  # a non-image or hidden file: reported above or never an input
-        else:
-            skipped.append((key, f"listed in {csv_path.name} but missing"))
-    return entries
+    skipped.extend(rows.skipped(csv_path.name))
+    return [(present[key], cls, label) for key, (cls, label) in rows.labels.items()]
 
 
 def _tree_entries(

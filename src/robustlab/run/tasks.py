@@ -57,6 +57,9 @@ class CellImages:
             every border") or for any cell of a sample id (``(id, None, None)``: its
             skipped inputs). Such a missing file is that skip, with that reason, not a
             "generated file missing" (which a rerun retries, the user may restore it).
+        expected: For a generated folder, the content hash each cell file must have
+            (:class:`robustlab.output_hashes.Digests`): a file whose bytes differ, or
+            that has none, is skipped with the reason, never scored as its cell.
 
     The tools' settings this process plans with (``process_config.process_settings``) are
     taken at construction, in the driver, and every cell is computed with them wherever
@@ -71,8 +74,10 @@ class CellImages:
         donors: Sequence | None = None,
         with_mask: bool = False,
         generated_skips: dict[tuple[str, str | None, str | None], str] | None = None,
+        expected=None,
     ):
         self.protocol = protocol
+        self.expected = expected
         self.generated_skips = dict(generated_skips or {})
         self.seed = int(seed)
         self.generated_root = Path(generated_root) if generated_root is not None else None
@@ -118,6 +123,8 @@ class CellImages:
                 if why is None:
                     raise
                 raise CellSkipped(why) from None
+            if self.expected is not None:
+                self._check_content(sample.id, shift, level, data)
             img = pipeline.decode(data)
         else:
             sh = pipeline.resolve_shift(shift, getattr(self.protocol, "preset", None))
@@ -132,6 +139,23 @@ class CellImages:
                 shifted = pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx)
             img = pipeline.as_stored(shifted, self.protocol)
         return img[..., :3] if img.shape[2] == 4 else img
+
+    def _check_content(self, sample_id: str, shift: str, level: Any, data: bytes) -> None:
+        """Skip a generated file whose bytes are not the ones generate wrote."""
+        from robustlab.output_hashes import digest
+
+        want = self.expected.get(sample_id, shift, level)
+        if want is None:
+            raise CellSkipped(
+                "generate recorded no content hash for this file (written by a killed "
+                "run, or not by generate): rerun generate to check it"
+            )
+        got = digest(data)
+        if got != want:
+            raise CellSkipped(
+                f"the generated file's content is not what generate wrote (BLAKE2b "
+                f"{got[:12]}..., recorded {want[:12]}...): rerun generate to draw it again"
+            )
 
 
 def model_input(preprocessing, img: np.ndarray, protocol=None):

@@ -40,9 +40,17 @@ class RunsTable(Database):
                 config = dict(record.config)
                 if old.get("notes"):
                     config["notes"] = old["notes"]
+                # The same content read from another folder (a mined subset of hard links,
+                # a moved copy) is the same run; its description and its data folder are
+                # this session's together, never one folder's CSV beside another's root.
                 con.execute(
-                    "UPDATE runs SET status = 'running', finished_at = NULL, config = ? WHERE run_id = ?",
-                    [json.dumps(config, sort_keys=True, default=str), record.run_id],
+                    "UPDATE runs SET status = 'running', finished_at = NULL, config = ?, "
+                    "data_root = ? WHERE run_id = ?",
+                    [
+                        json.dumps(config, sort_keys=True, default=str),
+                        record.data_root,
+                        record.run_id,
+                    ],
                 )
                 return False
             placeholders = ", ".join("?" for _ in RUN_COLUMNS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.store import CLEAN_SHIFT
@@ -91,19 +90,25 @@ def generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], 
     return out
 
 
-def held_selection(available) -> tuple[list[str], list, bool]:
-    """``(shifts, levels, True)``: the selection of every shift and level a generated folder
-    holds, each level as its shift's table names it (``1``, ``"90"``; the manifest writes
-    text)."""
+def held_levels(available) -> dict[str, list]:
+    """Every shift a generated folder holds with its own levels, each as its shift's table
+    names it (``1``, ``"90"``, ``"0.10"``; the manifest writes text) and in the table's
+    order: an ImageNet-E folder holds ``obj_size`` at 0.10/0.08/0.05 and ``obj_direction``
+    at 90/180/270, never the union of both lists for each."""
     from robustlab.shifts.registry import get_shift
 
-    held = [(s, str(lv)) for s, lv in available if s != CLEAN_SHIFT]
-    shifts = sorted(dict.fromkeys(s for s, _ in held))
-    levels: dict[str, Any] = {}
-    for s, lv in held:
-        own = {str(x): x for x in get_shift(s).levels}
-        levels.setdefault(lv, own.get(lv, lv))
-    return shifts, [levels[k] for k in sorted(levels, key=_level_order)], True
+    held: dict[str, set[str]] = {}
+    for s, lv in available:
+        if s != CLEAN_SHIFT:
+            held.setdefault(s, set()).add(str(lv))
+    out: dict[str, list] = {}
+    for s in sorted(held):
+        own = list(get_shift(s).levels)
+        out[s] = [x for x in own if str(x) in held[s]]
+        out[s] += sorted(
+            (lv for lv in held[s] if lv not in {str(x) for x in own}), key=_level_order
+        )
+    return out
 
 
 def generated_hint(available) -> str:
@@ -133,23 +138,49 @@ def _level_order(level: str):
         return (1, 0.0, level)
 
 
-def generated_files_fingerprint(root: Path, samples, available, protocol) -> str:
-    """Fingerprint of the *content* of every file of a generated folder that this run may
-    read: each cell its manifest lists, for each sample evaluated.
+def expected_digests(root: Path, manifest: dict, samples, available, protocol):
+    """The content hash each cell file of a generated folder must have (a
+    :class:`robustlab.output_hashes.Digests` over every cell the manifest lists): the hash
+    generate recorded as it wrote the file, read from the folder's journals, so planning
+    reads no image file; the run checks each file against it as it reads it.
 
-    Why: the manifest says how the files were made, not what they hold now. A cell file
-    overwritten with another image (by hand, by a tool, by a second generate into a copy)
-    must give another run id, never a resumed run that keeps the old file's predictions,
-    exactly as a changed source photo does. Every listed cell counts, not only the cells
-    asked for, so that asking for more cells later still extends the same run; a missing
-    file counts as ``missing``. The hashes are cached like the sources'
-    (:mod:`robustlab.run.content_hash`), so a rerun reads no file again.
+    A folder generated before robustlab recorded hashes has none: its files are hashed
+    here, as before (through the content-hash cache), and the run checks each file
+    against what it held when the run was planned.
     """
+    from robustlab.output_hashes import Digests, recorded_digests, records_hashes
+
+    cells = sorted(c for c in available if c[0] != CLEAN_SHIFT)
+    if records_hashes(manifest):
+        return recorded_digests(root, manifest, cells)
     from robustlab.pipeline import cell_path
     from robustlab.run.content_hash import hash_files
+
+    keys = [(s, sh, lv) for s in samples for sh, lv in cells]
+    digests = Digests(cells)
+    found = hash_files([cell_path(root, s, sh, lv, protocol) for s, sh, lv in keys])
+    for (s, sh, lv), d in zip(keys, found):
+        digests.set(s.id, sh, lv, str(d))
+    return digests
+
+
+def generated_files_fingerprint(samples, available, digests) -> str:
+    """Fingerprint of the *content* of every file of a generated folder that this run may
+    read: each cell its manifest lists, for each sample evaluated, by the hash it must
+    have (:func:`expected_digests`).
+
+    Why: the manifest says how the files were made, not what they hold. A folder whose
+    files were generated again (another ``created_at`` aside) must give another run id,
+    never a resumed run that keeps the old files' predictions, exactly as a changed source
+    photo does. Every listed cell counts, not only the cells asked for, so that asking for
+    more cells later still extends the same run; a cell without a file counts as
+    ``missing``. The hashes are the recorded ones: a file replaced after generate wrote it
+    does not change the run (it is never scored: the run skips it as it reads it).
+    """
+    from robustlab.run.content_hash import MISSING
     from robustlab.run.identity import data_fingerprint
 
     cells = sorted(c for c in available if c[0] != CLEAN_SHIFT)
-    keys = [(s, sh, lv) for s in samples for sh, lv in cells]
-    digests = hash_files([cell_path(root, s, sh, lv, protocol) for s, sh, lv in keys])
-    return data_fingerprint((s.id, sh, lv, d) for (s, sh, lv), d in zip(keys, digests))
+    return data_fingerprint(
+        (s.id, sh, lv, digests.get(s.id, sh, lv) or MISSING) for s in samples for sh, lv in cells
+    )

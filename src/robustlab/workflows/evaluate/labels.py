@@ -26,8 +26,11 @@ def subset_classes(samples, space):
     """Samples of ImageNet-D's ``<subset>/<class>/<file>`` tree with the class taken from the
     folder inside the subset (an ImageFolder reading would call every image "background").
 
-    Only for the ``imagenet-d`` label space, and only when every sample sits two folders deep
-    under a subset folder; anything else is returned as it is.
+    Only for the ``imagenet-d`` label space, only when every sample sits two folders deep
+    under a subset folder, and never when a labels CSV gave the classes: the CSV is the
+    user's word on each image (a review's export relabels images in place, its folder
+    still names the old class), so a folder name must not overrule it. Anything else is
+    returned as it is.
     """
     import dataclasses
     from pathlib import PurePosixPath
@@ -35,6 +38,8 @@ def subset_classes(samples, space):
     from robustlab.data.published import IMAGENET_D_SUBSETS
 
     if getattr(space, "name", None) != "imagenet-d" or not samples:
+        return samples
+    if getattr(samples, "labels_csv", None) is not None:
         return samples
     parts = [PurePosixPath(s.id).parts for s in samples]
     if not all(len(p) == 3 and p[0] in IMAGENET_D_SUBSETS for p in parts):

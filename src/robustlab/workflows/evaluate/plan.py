@@ -17,14 +17,16 @@ from robustlab.errors import InputError
 from robustlab.run.plan import RunPlan
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import (
+    expected_digests,
     generated_files_fingerprint,
     generated_hint,
     generated_inputs,
     generated_skips,
-    held_selection,
+    held_levels,
     read_generated,
 )
 from robustlab.workflows.evaluate.labels import labels_for, subset_classes
+from robustlab.workflows.evaluate.mined import mined_plan, read_mining
 from robustlab.workflows.evaluate.model import note_trained_preprocess
 from robustlab.workflows.evaluate.published import published_layout
 from robustlab.workflows.evaluate.record import (
@@ -69,16 +71,28 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
                 f"{root} is an ImageNet-E archive; its level folders are the cells "
                 f"(leave out --suite {want.suite})"
             )
+        if request.data.labels_csv is not None:
+            # Its labels.txt labels it; a CSV that the run ignored would score the old labels
+            # under the user's belief that theirs were used.
+            raise InputError(
+                f"{root} is an ImageNet-E archive: its labels.txt gives the labels, "
+                f"--labels {request.data.labels_csv} would not be used",
+                hint="leave out --labels, or edit a copy of the archive's labels.txt",
+            )
         from robustlab.workflows.evaluate.archive import archive_plan
 
         return archive_plan(request, root, device=device)
     manifest = read_generated(root)
+    mining = read_mining(root) if manifest is None else None
+    if mining is not None:  # a hard subset of shifted cells is read as those cells
+        plan = mined_plan(request, root, mining, device=device)
+        if plan is not None:
+            return plan
     # A labels CSV says what the samples are and their classes: the folder is then read as
-    # a labelled folder (mine's hard subset keeps the <shift>/<level>/ folders of a
-    # published ImageNet-C, and its hard.csv names the files), never as a published layout.
+    # a labelled folder, never as a published layout.
     published = manifest is None and request.data.labels_csv is None
     layout = published_layout(root, want.suite, shift_path) if published else None
-    space = request.data.label_space
+    space = request.data.label_space or (mining or {}).get("label_space")
     if layout is not None and layout.name == "imagenet-d":
         # ImageNet-D has no cells of its own: a class tree under subset folders, read with
         # its own label space (the subset is the first folder of each sample id).
@@ -118,7 +132,10 @@ class Source:
         return "generated" if self.manifest is not None else "on-the-fly"
 
 
-def resolve_suite(suite, shifts, levels, available=None):
+def resolve_suite(suite, shifts, levels, available=None, held=None):
+    """(suite restricted to the cells asked for, its protocol, the cells with the clean
+    one first). ``available``: a generated folder's cells; ``held``: nothing was asked
+    for, so every shift the folder holds at its own levels (:func:`held_levels`)."""
     from robustlab.shifts.registry import available_shifts, get_shift, needs_resource
     from robustlab.suites import Protocol, get_suite
 
@@ -127,6 +144,9 @@ def resolve_suite(suite, shifts, levels, available=None):
             raise InputError("--shift needs --suite (which suite's cells to pick from)")
         return None, Protocol(), [(CLEAN_SHIFT, 0)]
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
+    if held is not None:
+        s = s.select_levels(held).suite
+        return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
     names = s.match(shifts or None)  # the selection grammar: names, families, globs, groups
     if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
         kept = available_shifts(names, log=log)
@@ -154,7 +174,7 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
     suite, seed, shifts, levels = want.suite, want.seed, want.shifts, want.levels
     labels_csv, masks = data.labels_csv, data.masks
     generated_root, available = None, set()
-    held_only = False
+    held = None
     if manifest is not None:
         suite, gen_protocol, seed, source, labels_csv, masks, available = generated_inputs(
             root, manifest, suite, seed, labels_csv, masks
@@ -162,13 +182,12 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
         generated_root = root.resolve()
         if not shifts and not levels and any(s != CLEAN_SHIFT for s, _ in available):
             # Nothing asked for: the cells the folder holds (a folder generated with 4
-            # corruptions is evaluated on those 4), never a request for every cell of the
-            # suite that the user would have to narrow with flags the manifest could tell.
-            shifts, levels, held_only = held_selection(available)
+            # corruptions is evaluated on those 4), each shift at its own levels, never a
+            # request for every cell of the suite that the user would have to narrow with
+            # flags the manifest could tell.
+            held = held_levels(available)
     on_disk = available if manifest is not None else None
-    suite_obj, protocol, cells = resolve_suite(suite, shifts, levels, on_disk)
-    if held_only:  # shifts generated at different levels: only the pairs that exist
-        cells = [(s, lv) for s, lv in cells if s == CLEAN_SHIFT or (s, str(lv)) in available]
+    suite_obj, protocol, cells = resolve_suite(suite, shifts, levels, on_disk, held)
     if manifest is not None:
         # The files fix the frame; how a model sees them is the suite's rule.
         protocol = dataclasses.replace(
@@ -282,6 +301,11 @@ def source_plan(
             hint="leave out --shift-device",
         )
     needs_donors = any(sh.extra.get("donor_rule") for sh in shift_objs)
+    digests = None
+    if src.generated_root is not None and src.manifest is not None:
+        digests = expected_digests(
+            src.generated_root, src.manifest, samples, src.available, protocol
+        )
     images = CellImages(
         protocol,
         src.seed,
@@ -289,13 +313,23 @@ def source_plan(
         donors=samples if needs_donors else None,
         with_mask=any("mask" in sh.needs for sh in shift_objs),
         generated_skips=generated_skips(src.manifest) if src.manifest is not None else None,
+        expected=digests,
     )
 
     def record(model, defence):
         note_trained_preprocess(request.model.weights, defence)
         return _described(
             source_record(
-                model, defence, src, samples, labels, space, protocol, override, shift_path
+                model,
+                defence,
+                src,
+                samples,
+                labels,
+                space,
+                protocol,
+                override,
+                shift_path,
+                digests,
             ),
             src,
             shift_objs,
@@ -377,7 +411,7 @@ def source_inputs(model, defence, src: Source, samples, labels, protocol, shift_
 
 
 def source_record(
-    model, defence, src: Source, samples, labels, space, protocol, override, shift_path
+    model, defence, src: Source, samples, labels, space, protocol, override, shift_path, digests
 ):
     """The run record of a source or generated folder: its identity (model, the content of
     every image and mask, labels, seed, protocol, source kind, optional keys only when
@@ -401,9 +435,9 @@ def source_record(
     if defence:  # absent for a plain model, so plain runs keep the ids they always had
         identity["defence"] = defence
     identity.update(inference_identity(model))  # likewise: only for a compiled model
-    if src.generated_root is not None:  # a generated folder's cells are read from its files
+    if digests is not None:  # a generated folder's cells are read from its files
         identity["generated_files"] = inputs["generated_files"] = generated_files_fingerprint(
-            src.generated_root, samples, src.available, protocol
+            samples, src.available, digests
         )
     if shift_path:  # only then: exact runs keep the ids they always had
         identity["shift_path"] = shift_path

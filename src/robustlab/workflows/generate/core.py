@@ -25,6 +25,8 @@ from robustlab.workflows.generate.attributes import (
     parse_attributes_csv,
 )
 from robustlab.workflows.generate.plan import GeneratePlan, plan_generate
+from robustlab.output_hashes import Journal
+from robustlab.workflows.generate.check import check_written
 from robustlab.workflows.generate.record import (
     GenerateResult,
     cell_files_on_disk,
@@ -168,7 +170,9 @@ def _run(
         len(plan.cells),
         skipped_inputs=list(plan.skipped),
     )
-    _begin(folder, plan, result, run)
+    prev = _begin(folder, plan, result, run)  # a folder nobody can write to fails here
+    journal = Journal(folder, run.id)
+    result.redrawn = check_written(plan, folder, prev, journal)
     ensure_compiled_for(plan.names, progress=bool(execution.progress))
     job = Job(
         folder,
@@ -188,9 +192,16 @@ def _run(
         n_workers,
     )
     bar = _progress_bar(plan, execution)
-    collect = _collector(result, bar)
+    collect = _collector(result, bar, journal)
+
+    def finish(status: str) -> None:
+        try:
+            journal.close()  # before the manifest that names it
+        finally:
+            _finish(folder, plan, result, run, status, started)
+
     try:
-        with run.track(lambda status: _finish(folder, plan, result, run, status, started)):
+        with run.track(finish):
             _execute(plan, folder, job, execution, n_workers, collect, result, run)
     finally:
         if bar is not None:
@@ -206,11 +217,14 @@ def _worker_count(workers: int | None, n_samples: int) -> int:
     return max(1, min(default_workers() if workers is None else int(workers), n_samples))
 
 
-def _begin(folder, plan: GeneratePlan, result: GenerateResult, run: FolderRun) -> None:
+def _begin(folder, plan: GeneratePlan, result: GenerateResult, run: FolderRun) -> dict | None:
     """The identity goes to disk before the first file: a killed run's files stay tied to
-    it; a folder made under another identity is refused."""
+    it; a folder made under another identity is refused. Returns the manifest found
+    (None: a new folder)."""
+    found: list[dict | None] = []
 
     def merge(prev: dict | None) -> dict:
+        found.append(prev)
         changes = identity_changes(prev, plan.identity) if prev else []
         refuse_changes(folder.location, changes, made="was generated with other inputs", hint=HINT)
         return merge_manifest(prev, result, plan.identity, run, plan.samples, final=False)
@@ -219,6 +233,7 @@ def _begin(folder, plan: GeneratePlan, result: GenerateResult, run: FolderRun) -
     n_tmp = folder.remove_temp_files(plan.names)
     if n_tmp:
         log.info("removed %d temp files left by an interrupted run", n_tmp)
+    return found[0]
 
 
 def _progress_bar(plan: GeneratePlan, execution: GenerateExecution):
@@ -231,10 +246,12 @@ def _progress_bar(plan: GeneratePlan, execution: GenerateExecution):
     )
 
 
-def _collector(result: GenerateResult, bar) -> Callable[[SampleOutcome], None]:
-    """The one tally of every backend: a sample's outcome into the result and the bar."""
+def _collector(result: GenerateResult, bar, journal: Journal) -> Callable[[SampleOutcome], None]:
+    """The one tally of every backend: a sample's outcome into the result, the bar and the
+    journal of the files' hashes."""
 
     def collect(o: SampleOutcome) -> None:
+        journal.add(o.id, o.hashes)
         result.written += o.written
         result.skipped_existing += o.existing
         if o.skip_reason:
@@ -304,6 +321,7 @@ def _finish(
     run.finish(
         status,
         written=result.written,
+        redrawn=len(result.redrawn),
         skipped_existing=result.skipped_existing,
         failed=result.failed,
         skipped_inputs=len(result.skipped_inputs),

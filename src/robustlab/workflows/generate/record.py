@@ -13,6 +13,7 @@ from pathlib import Path
 
 from robustlab.data.sources import Sample
 from robustlab.manifest import FORMAT
+from robustlab.output_hashes import KEY, RECORD
 from robustlab.outputs import TEMP_SUFFIX, LocalFolder, UrlFolder
 from robustlab.run.folder_record import FolderRun, count_files, library_versions, now
 from robustlab.shifts.registry import described_resources
@@ -29,6 +30,8 @@ class GenerateResult:
         cells: (shift, level) cells per image.
         written: Files written by this call.
         skipped_existing: Files found finished and left untouched.
+        redrawn: Files found whose content was not what generate wrote (replaced, or
+            written by a run killed before it recorded them), drawn again.
         failed: Cells whose shift failed (see ``failures``).
         skipped_inputs: ``(id, reason)`` of sources not used (undecodable, non-image...).
         failures: ``(id, shift, level, reason)`` per failed cell.
@@ -42,6 +45,7 @@ class GenerateResult:
     cells: int
     written: int = 0
     skipped_existing: int = 0
+    redrawn: list[str] = field(default_factory=list)  # found, but not what generate wrote
     failed: int = 0
     skipped_inputs: list[tuple[str, str]] = field(default_factory=list)
     failures: list[tuple[str, str, str, str]] = field(default_factory=list)
@@ -109,6 +113,8 @@ def merge_manifest(
         "protocol": identity["protocol"],
         "data": identity["data"],
         "layout": "<out>/<shift>/<level>/<class>/<file>",
+        # Each run's hashes of the files it wrote (robustlab.output_hashes).
+        KEY: RECORD,
         "cells": list(all_cells.values()),
         "counts": counts,
         "skipped_inputs": [{"id": k, "reason": v} for k, v in sorted(skipped.items())],

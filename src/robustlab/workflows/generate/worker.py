@@ -16,6 +16,7 @@ from typing import Any
 from robustlab.data.images import ImageError
 from robustlab.data.sources import Sample
 from robustlab.errors import CellSkipped, environment_problem
+from robustlab.output_hashes import digest
 from robustlab.outputs import LocalFolder, UrlFolder
 from robustlab.paths import refuse_write_through
 from robustlab.pipeline import (
@@ -46,6 +47,8 @@ class SampleOutcome:
     skip_reason: str | None = None
     note: str = ""
     attributes: list[dict] = field(default_factory=list)  # one row per written edit cell
+    # (shift, level, BLAKE2b of the bytes) per file written: the run's journal records them
+    hashes: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,10 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
             ctx["attributes"] = attrs
             shift = resolve_shift(name, job.protocol.preset)
             img = apply_shift(prep.rgb, sample.id, shift, level, job.seed, ctx)
-            out.write(path, encode(img, job.protocol))
+            data = encode(img, job.protocol)
+            out.write(path, data)
             res.written += 1
+            res.hashes.append((name, str(level), digest(data)))
             if attrs:
                 res.attributes.append(
                     {

@@ -133,6 +133,8 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
         return _render_archive_cells(root, sample_id, cells)
     if config.get("source") == "published":
         return _render_published_cells(root, config, sample_id, cells)
+    if config.get("source") == "mined":
+        return _render_mined_cells(root, config, sample_id, cells)
     try:
         samples = discover(root, labels_csv=config.get("labels_csv"), masks=config.get("masks"))
     except (OSError, ValueError) as exc:
@@ -156,6 +158,7 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
         generated_root=generated,
         donors=samples if needs_donors else None,
         with_mask=needs_mask,
+        expected=_generated_digests(generated) if generated else None,
     )
     try:
         base = images.base(sample)
@@ -235,6 +238,58 @@ def _render_npy_cells(root: Path, layout, sample_id: str, cells):
     for shift, level in cells:
         try:
             out[(shift, level)] = images.cell(sample, None, shift, level)
+        except (OSError, ValueError) as exc:
+            errors[(shift, level)] = str(getattr(exc, "reason", exc))
+    return out, errors
+
+
+def _generated_digests(root: str):
+    """The hashes generate recorded for a generated folder's files (the grid shows a file
+    only when it is what generate wrote, as the run scored it); None for a folder from
+    before hashes were recorded (its files are shown as they are)."""
+    from robustlab.output_hashes import records_hashes
+    from robustlab.workflows.evaluate.generated import read_generated
+
+    manifest = read_generated(Path(root))
+    if manifest is None or not records_hashes(manifest):
+        return None
+    return _recorded(root, str(manifest.get("updated_at")))
+
+
+@functools.lru_cache(maxsize=4)
+def _recorded(root: str, updated_at: str):
+    """Read once per report and state of the folder: a grid renders several samples."""
+    from robustlab.output_hashes import recorded_digests
+    from robustlab.workflows.evaluate.generated import read_generated
+
+    manifest = read_generated(Path(root)) or {}
+    cells = [(c.get("shift"), str(c.get("level"))) for c in manifest.get("cells") or []]
+    return recorded_digests(Path(root), manifest, cells)
+
+
+def _render_mined_cells(root: Path, config: dict, sample_id: str, cells):
+    """:func:`render_cells` for a run on a mined subset: each listed file as its cell."""
+    from robustlab.data.sources import discover
+    from robustlab.suites import Protocol
+    from robustlab.workflows.evaluate.mined import MinedImages, cell_of
+
+    try:
+        listed = discover(root, labels_csv=config.get("labels_csv"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot list the mined subset {root}: {exc}") from None
+    present = {(sid, sh, str(lv)) for sid, sh, lv in (cell_of(s.id) for s in listed)}
+    if not any(sid == sample_id for sid, _, _ in present):
+        raise InputError(f"data root {root} no longer holds sample {sample_id}")
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    protocol = Protocol(**{k: v for k, v in (config.get("protocol") or {}).items() if k in fields})
+    images = MinedImages(root, [(sh, lv) for sh, lv in cells], present, protocol)
+    sample = next(s for s in listed if cell_of(s.id)[0] == sample_id)
+    sample = dataclasses.replace(sample, id=sample_id, path=root / sample_id)
+    base = images.base(sample)
+    out, errors = {}, {}
+    for shift, level in cells:
+        try:
+            out[(shift, level)] = images.cell(sample, base, shift, level)
         except (OSError, ValueError) as exc:
             errors[(shift, level)] = str(getattr(exc, "reason", exc))
     return out, errors

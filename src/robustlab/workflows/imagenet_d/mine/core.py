@@ -158,11 +158,9 @@ def mine(
     generated = root.is_dir() and read_generated(root) is not None
     include_clean = (not generated) if inputs.include_clean is None else bool(inputs.include_clean)
     store = Store(execution.db)
-    if generated and inputs.shifts is None and inputs.levels is None:
-        groups = _generated_cells(read_generated(root))
-    else:
-        groups = [(inputs.shifts, inputs.levels)]
-    run_ids = _evaluate_surrogates(root, groups, rule, inputs, execution)
+    # A generated folder without --shift/--level: evaluate reads the cells it holds, each
+    # shift at its own levels.
+    run_ids = _evaluate_surrogates(root, rule, inputs, execution)
     result, runs = _decide(store, root, rule, run_ids, include_clean)
     names = [_column(s) for s in result.surrogates]
     if execution.out is not None:
@@ -174,7 +172,7 @@ def mine(
 
 
 def _evaluate_surrogates(
-    root: Path, groups: list, rule: MineRule, inputs: MineInputs, execution: MineExecution
+    root: Path, rule: MineRule, inputs: MineInputs, execution: MineExecution
 ) -> list[str]:
     """One stored evaluation run per surrogate (resumed when stored), in surrogate order."""
     from robustlab.workflows.evaluate import evaluate
@@ -196,29 +194,25 @@ def _evaluate_surrogates(
     with kept:
         for spec, model, w in zip(specs, models, weight_list):
             log.info("evaluating surrogate %s on %s", spec, root)
-            ids = set()
-            # Cells are not part of a run's identity: each group extends the same run.
-            for group_shifts, group_levels in groups:
-                t = evaluate(
-                    model,
-                    root,
-                    db=db,
-                    label_space=label_space,
-                    labels_csv=labels_csv,
-                    shifts=group_shifts,
-                    levels=group_levels,
-                    weights=w,
-                    device=device,
-                    batch_size=batch_size,
-                    workers=workers,
-                    progress=progress,
-                    backend=backend,
-                    address=address,
-                    precision=precision,
-                    compile=compile,
-                )
-                ids.add(t.attrs["run_id"])
-            run_ids.append(ids.pop())
+            t = evaluate(
+                model,
+                root,
+                db=db,
+                label_space=label_space,
+                labels_csv=labels_csv,
+                shifts=inputs.shifts,
+                levels=inputs.levels,
+                weights=w,
+                device=device,
+                batch_size=batch_size,
+                workers=workers,
+                progress=progress,
+                backend=backend,
+                address=address,
+                precision=precision,
+                compile=compile,
+            )
+            run_ids.append(t.attrs["run_id"])
     return run_ids
 
 
@@ -292,29 +286,6 @@ def _record(
         },
         kept.assign(top1_ids=[list(r) for r in kept[names].itertuples(index=False)]),
     )
-
-
-def _generated_cells(manifest: dict) -> list[tuple[list[str], list]]:
-    """The cells a generated folder holds, as (shifts, levels) groups evaluate accepts.
-
-    ``evaluate`` on a generated folder defaults to its whole suite; mining must ask for the
-    cells that exist. Shifts with the same level set share a group; levels are turned back
-    into the shift's own level keys (severities are ints, scenarios strings).
-    """
-    from robustlab.shifts.registry import get_shift
-
-    by_shift: dict[str, list] = {}
-    for c in manifest.get("cells", []):
-        name, level = c.get("shift"), str(c.get("level"))
-        keys = [x for x in get_shift(name).levels if str(x) == level]
-        if keys and keys[0] not in by_shift.setdefault(name, []):
-            by_shift[name].append(keys[0])
-    groups: dict[tuple, list[str]] = {}
-    for name, lv in by_shift.items():
-        groups.setdefault(tuple(sorted(lv, key=str)), []).append(name)
-    if not groups:
-        raise InputError("the generated folder's manifest lists no cells")
-    return [(names, list(lv)) for lv, names in groups.items()]
 
 
 def _column(spec: str) -> str:
@@ -416,9 +387,33 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
         "n_candidates": len(result.table),
         "n_kept": len(kept),
         "copy": bool(copy),
+        # How the surrogates saw the kept files, so that evaluate reads the subset as they
+        # did: its label space, and the suite and protocol whose cells the files are.
+        **_seen_as(runs.set_index("run_id").loc[result.run_ids[0]]),
     }
     atomic_write(out / RECORD, json_bytes(record))
     return out
+
+
+def _seen_as(run) -> dict:
+    """``label_space``, ``suite``, ``suite_version`` and ``protocol`` (its fields) of the
+    first surrogate's run."""
+    import dataclasses as dc
+
+    from robustlab.suites import Protocol
+
+    fields = {f.name for f in dc.fields(Protocol)}
+    protocol = (run["config"] or {}).get("protocol") or {}
+
+    def plain(v):  # a column that is empty for this run reads as NaN from the table
+        return None if v is None or (isinstance(v, float) and v != v) else v
+
+    return {
+        "label_space": plain(run["label_space"]),
+        "suite": plain(run["suite"]),
+        "suite_version": plain(run["suite_version"]),
+        "protocol": {k: v for k, v in protocol.items() if k in fields},
+    }
 
 
 def _check_out(out: Path, mining_id: str) -> None:
