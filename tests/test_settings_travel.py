@@ -40,7 +40,10 @@ def _files(out: Path) -> dict[str, bytes]:
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name not in (MANIFEST, LOCK)
+        # hidden: the folder's owner mark and its run's hash journal, named by the run
+        if p.is_file()
+        and p.name not in (MANIFEST, LOCK)
+        and not any(part.startswith(".") for part in p.relative_to(out).parts)
     }
 
 

@@ -183,8 +183,8 @@ class Database:
             raise environment_problem(exc, f"cannot read {self.path}") from exc
         if head and head[8:12] != b"DUCK":
             raise StoreError(
-                f"{self.path} is not a DuckDB database file (a robustlab results "
-                "database starts with DuckDB's header)",
+                f"{self.path} is not a DuckDB database file, so not a robustlab database "
+                "(a robustlab results database starts with DuckDB's header)",
                 hint="pass the --db file that robustlab evaluate wrote, or a new file name",
             )
 
