@@ -221,7 +221,8 @@ class Bench:
 
     def correct(self, batch, labels) -> np.ndarray:
         _, ids = self.model.predict_topk(batch, 1)
-        return (ids[:, 0] == labels).cpu().numpy().astype(np.float64)
+        # predict_topk answers on the CPU whatever the model's device; the labels may be on it
+        return (ids[:, 0].cpu() == labels.cpu()).numpy().astype(np.float64)
 
     def exact(self, prepared, ids, name, level, seed):
         from robustlab.pipeline import apply_shift, as_stored
@@ -422,7 +423,7 @@ def parse_args(argv=None):
     ap.add_argument("--levels", default="1,2,3,4,5")
     ap.add_argument("--draws", type=int, default=1, help="sample ids per photo, averaged")
     ap.add_argument("--device", default="cpu", help="where the torch shifts and lite0 run")
-    ap.add_argument("--jpeg", default="device", choices=("device", "cpu"))
+    ap.add_argument("--jpeg", default="cpu", choices=("device", "cpu"))
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(

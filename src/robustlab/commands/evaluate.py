@@ -73,9 +73,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--shift-jpeg",
         choices=("device", "cpu"),
-        default="device",
-        help="with --shift-device: the protocol's JPEG round trip on the device's "
-        "codec (nvJPEG on CUDA) or on the CPU (libjpeg)",
+        default="cpu",
+        help="with --shift-device: the protocol's JPEG round trip on the CPU (default: "
+        "libjpeg, the protocol's bytes) or on the device's codec (nvJPEG on CUDA: faster, "
+        "other pixels, measurably other error rates)",
     )
     p.add_argument(
         "--protocol",

@@ -44,15 +44,15 @@ class ShiftDevice:
 
     Attributes:
         device: ``cpu``, ``cuda`` or ``cuda:N``.
-        jpeg: ``device`` (the device's codec: nvJPEG on CUDA, libjpeg on the CPU) or
-            ``cpu`` (libjpeg, also for CUDA batches).
+        jpeg: ``cpu`` (default: libjpeg, also for CUDA batches: the protocol's bytes) or
+            ``device`` (the device's codec: nvJPEG on CUDA, measurably not the protocol's).
         group: Tasks (photos) whose cells are shifted together; larger groups mean fewer,
             larger tensor operations and more device memory (a group holds its photos'
             cells, about 150 KB each at 224x224).
     """
 
     device: str
-    jpeg: str = "device"
+    jpeg: str = "cpu"
     group: int = DEFAULT_GROUP
 
     def __post_init__(self):

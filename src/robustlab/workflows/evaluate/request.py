@@ -180,8 +180,11 @@ class ExecutionSpec:
             id and is labelled ``torch:<device>``. With ``backend="ray"`` the model actors
             apply them on their own device (``cuda``: their GPUs), with the same rows and
             run id.
-        shift_jpeg: With ``shift_device``: ``"device"`` (nvJPEG on CUDA, libjpeg on the
-            CPU) or ``"cpu"`` (libjpeg always) for the protocol's JPEG round trip.
+        shift_jpeg: With ``shift_device``: ``"cpu"`` (default: libjpeg, the protocol's
+            Pillow bytes) or ``"device"`` (nvJPEG on CUDA) for the protocol's JPEG round
+            trip. nvJPEG is not the protocol's codec: on an H200 it moved pixels by 1.99 on
+            average and lowered impulse_noise's error by 4.4 points (benchmarks/README.md,
+            "GPU checks"), so it is an opt-in.
         shift_settings: The :class:`~robustlab.run.device_shifts.ShiftDevice` built while
             validating (None: the exact path).
         lanes: Batches a model on the CPU computes at once, each on its share of torch's
@@ -200,7 +203,7 @@ class ExecutionSpec:
         default=None, metadata={"arg": ("no_progress", lambda off: False if off else None)}
     )
     shift_device: str | None = None
-    shift_jpeg: str = "device"
+    shift_jpeg: str = "cpu"
     lanes: int | None = None
     shift_settings: Any = field(init=False, default=None, repr=False, compare=False)
 
