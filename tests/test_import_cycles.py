@@ -50,6 +50,8 @@ LAYERS: dict[str, int] = {
     "robustlab.errors": 1,
     "robustlab.seeding": 1,
     "robustlab.envcheck": 1,  # the torch/torchvision pairing check, asked by models and cli
+    "robustlab.locks": 1,  # the one inter-process file lock (database, manifests)
+    "robustlab.processes": 1,  # whether a recorded pid still runs
 }
 
 # Upward imports that are known and not yet removed, each with why it is there. An entry
