@@ -12,7 +12,7 @@ imported on first use)::
     model = robustlab.load_model("lite0")
 """
 
-__version__ = "0.1.0"
+from robustlab.version import __version__
 
 __all__ = [
     "__version__",
