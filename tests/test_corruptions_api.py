@@ -7,10 +7,8 @@ import pytest
 from PIL import Image
 
 import robustlab
-from robustlab.shifts import list_shifts
 
 CORRUPTIONS = robustlab.list_corruptions("all")
-CELLS = [(n, s) for n in CORRUPTIONS for s in range(1, 6)]
 
 
 def test_nineteen_corruptions_in_canonical_order():
@@ -48,15 +46,6 @@ def test_nineteen_corruptions_in_canonical_order():
     ]
 
 
-@pytest.mark.parametrize("name,severity", CELLS)
-def test_shape_dtype_determinism(photo, name, severity):
-    out = robustlab.corrupt(photo, name, severity, seed=123)
-    assert out.shape == photo.shape and out.dtype == np.uint8
-    again = robustlab.corrupt(photo, name, severity, seed=123)
-    np.testing.assert_array_equal(out, again)
-    assert not np.array_equal(out, photo), "corruption left the image unchanged"
-
-
 # The reference's own parameters make these weaker in pixel terms at severity 5 than at 1.
 NOT_MONOTONE_IN_PIXELS = {
     # severity 1 applies a +-24 px random affine warp, severity 5 only +-4.9 px (the
@@ -86,14 +75,6 @@ def test_strength_grows_with_severity(photo, name):
         assert dist[0] > dist[4], dist
     else:
         assert dist[4] > dist[0], dist
-
-
-@pytest.mark.parametrize("name", CORRUPTIONS)
-def test_seed_changes_random_corruptions_only(photo, name):
-    a = robustlab.corrupt(photo, name, 3, seed=1)
-    b = robustlab.corrupt(photo, name, 3, seed=2)
-    deterministic = list_shifts(name)[0].deterministic
-    assert np.array_equal(a, b) == deterministic
 
 
 @pytest.mark.parametrize("name", CORRUPTIONS)

@@ -50,6 +50,9 @@ LAYERS: dict[str, int] = {
     "robustlab.errors": 1,
     "robustlab.seeding": 1,
     "robustlab.envcheck": 1,  # the torch/torchvision pairing check, asked by models and cli
+    "robustlab.locks": 1,  # the one inter-process file lock (database, manifests)
+    "robustlab.processes": 1,  # whether a recorded pid still runs
+    "robustlab.version": 1,  # __version__, recorded by every layer
 }
 
 # Upward imports that are known and not yet removed, each with why it is there. An entry
@@ -81,8 +84,10 @@ def _modules() -> dict[str, Path]:
 
 def _imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
     """Every robustlab module ``name`` imports anywhere in its file, with the line
-    (relative names resolved; ``pkg.name`` resolved to the deepest module that exists; a
-    module's own parent packages are left out: importing them is how Python loads it)."""
+    (relative names resolved; ``pkg.name`` resolved to the deepest module that exists).
+    A name taken from a parent package (``from robustlab import __version__``) counts as an
+    import of that package; only a plain ``import`` of a parent is left out, since that is
+    how Python loads the module anyway."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: dict[tuple[str, int], Import] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -93,17 +98,17 @@ def _imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[Import]
             if node.level:
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
-            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            # a submodule named in the import is the target; a name that is not one (a
+            # function, ``__version__``) is an import of the package itself, parents included
+            subs = [f"{base}.{a.name}" for a in node.names]
+            targets = subs + ([base] if any(t not in modules for t in subs) else [])
         else:
             continue
         for target in targets:
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if (
-                target.startswith("robustlab")
-                and target != name
-                and not name.startswith(target + ".")
-            ):
+            implicit = isinstance(node, ast.Import) and name.startswith(target + ".")
+            if target.startswith("robustlab") and target != name and not implicit:
                 found[target, node.lineno] = Import(name, target, path, node.lineno)
     return list(found.values())
 

@@ -165,7 +165,7 @@ def test_two_processes_write_concurrently_without_losing_rows(tmp_path):
 COUNTER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from robustlab.store.lock import file_lock
+    from robustlab.locks import file_lock
     lock, counter, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     for _ in range(n):
         with file_lock(lock, timeout=120):

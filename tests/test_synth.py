@@ -427,7 +427,7 @@ def test_synth_on_ray_finishes_a_local_folder_with_the_local_bytes(
     assert res.stages["synth"]["threads"] == 2  # the node's CPUs, as the local pipeline's
     assert res.stages["actor start"]["items"] == 1  # one pipeline actor, loaded once
     left = sorted(p.name for p in out.rglob("*") if p.is_file() and p.suffix != ".png")
-    assert left == [".manifest.lock", "labels.csv", "manifest.json", "prompts.csv"]
+    assert left == ["labels.csv", "manifest.json", "prompts.csv"]  # no lock file left
     m = json.loads((out / "manifest.json").read_text())
     run = m["runs"][-1]
     assert (run["backend"], run["status"], run["batch_size"]) == ("ray", "complete", 3)

@@ -1,15 +1,44 @@
-"""robustlab: robustness test sets for image classifiers, and the numbers to report."""
+"""robustlab: robustness test sets for image classifiers, and the numbers to report.
 
-__version__ = "0.1.0"
+The command line's verbs, as Python functions (each the function the command itself calls;
+imported on first use)::
 
-__all__ = ["corrupt", "list_corruptions", "evaluate", "__version__"]
+    import robustlab
+    robustlab.corrupt(image, "fog", 3, seed=0)                     # one image, one corruption
+    robustlab.generate("imagenet-c", "val/", "imagenet-c/")         # robustlab generate
+    table = robustlab.evaluate("lite0", "val/", suite="imagenet-c") # robustlab evaluate
+    robustlab.report("robustlab.duckdb", "report.html")             # robustlab report
+    robustlab.list_shifts(), robustlab.list_suites(), robustlab.list_models()
+    model = robustlab.load_model("lite0")
+"""
+
+from robustlab.version import __version__
+
+__all__ = [
+    "__version__",
+    "corrupt",
+    "evaluate",
+    "generate",
+    "list_corruptions",
+    "list_models",
+    "list_shifts",
+    "list_suites",
+    "load_model",
+    "report",
+]
 
 # Imported on first use, so that ``import robustlab`` (and ``robustlab --help``) imports no
-# numba, cv2, torch, pandas or duckdb: name -> module that defines it.
+# numba, cv2, torch, pandas or duckdb: name -> (module that defines it, its name there).
 _LAZY = {
-    "corrupt": "robustlab.shifts.corruptions",
-    "list_corruptions": "robustlab.shifts.corruptions",
-    "evaluate": "robustlab.workflows.evaluate",
+    "corrupt": ("robustlab.shifts.corruptions", "corrupt"),
+    "list_corruptions": ("robustlab.shifts.corruptions", "list_corruptions"),
+    "list_shifts": ("robustlab.shifts.registry", "list_shifts"),
+    "list_suites": ("robustlab.suites", "list_suites"),
+    "list_models": ("robustlab.models", "list_models"),
+    "load_model": ("robustlab.models", "load_model"),
+    "evaluate": ("robustlab.workflows.evaluate", "evaluate"),
+    "generate": ("robustlab.workflows.generate", "generate"),
+    "report": ("robustlab.workflows.report", "build_report"),
 }
 
 
@@ -17,7 +46,12 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'robustlab' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -113,7 +113,7 @@ def _with_suggestion(parser: argparse.ArgumentParser, message: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from robustlab import __version__
+    from robustlab.version import __version__
 
     parser = Parser(
         prog="robustlab",

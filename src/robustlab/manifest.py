@@ -33,11 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on Linux/macOS: no cross-process lock
-    fcntl = None
+from robustlab.processes import process_alive
 
 MANIFEST = "manifest.json"
 LOCK = ".manifest.lock"
@@ -47,17 +43,15 @@ HINT = "use a new --out folder (or delete this one) to generate with other setti
 
 @contextlib.contextmanager
 def manifest_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``out``'s manifest for one read-merge-write."""
+    """Hold an exclusive lock on ``out``'s manifest for one read-merge-write (the lock file
+    ``.manifest.lock`` is there only while a process holds it)."""
+    from robustlab.locks import file_lock
+
     out.mkdir(parents=True, exist_ok=True)
-    if fcntl is None:
+    with file_lock(
+        out / LOCK, timeout=3600.0, hint="another robustlab process is writing this folder"
+    ):
         yield
-        return
-    with open(out / LOCK, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def load_manifest(path: Path) -> dict | None:
@@ -184,12 +178,8 @@ def mark_dead_runs(runs: list[dict]) -> list[dict]:
     out = []
     for r in runs:
         if r.get("status") == "running" and r.get("host") == host and r.get("pid"):
-            try:
-                os.kill(int(r["pid"]), 0)
-            except ProcessLookupError:
+            if not process_alive(int(r["pid"])):
                 r = {**r, "status": "killed"}
-            except OSError:
-                pass
         out.append(r)
     return out
 

@@ -45,6 +45,7 @@ from robustlab.errors import (
     RobustlabError,
 )
 from robustlab.manifest import MANIFEST, load_manifest, manifest_lock, parse_manifest
+from robustlab.processes import process_alive
 
 TEMP_SUFFIX = ".rltmp"
 # Object stores where a single PUT is atomic: no temp object and no move needed.
@@ -129,13 +130,7 @@ def _writer_alive(temp_name: str) -> bool:
     pid = temp_name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[-1]
     if not pid.isdigit() or int(pid) == os.getpid():
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
+    return process_alive(int(pid))
 
 
 class LocalFolder:

@@ -195,6 +195,6 @@ def _versions() -> dict:
     import cv2
     import numpy
 
-    from robustlab import __version__
+    from robustlab.version import __version__
 
     return {"robustlab": __version__, "opencv": cv2.__version__, "numpy": numpy.__version__}

@@ -87,10 +87,10 @@ def library_versions(extra: Iterable[str] = ()) -> dict[str, str | None]:
     python, :data:`LIBRARIES`, then the distributions ``extra``; None when missing)."""
     from importlib import metadata
 
-    import robustlab
+    from robustlab.version import __version__
 
     out: dict[str, str | None] = {
-        "robustlab": robustlab.__version__,
+        "robustlab": __version__,
         "python": platform.python_version(),
     }
     wanted = {**LIBRARIES, **{d: (d,) for d in extra}}

@@ -39,7 +39,7 @@ def marker_path() -> Path:
     """The marker for this installation's kernels (see the module docstring)."""
     import numba
 
-    from robustlab import __version__
+    from robustlab.version import __version__
     from robustlab.run.content_hash import cache_dir
 
     h = hashlib.blake2b(digest_size=8)

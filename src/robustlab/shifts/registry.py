@@ -107,10 +107,17 @@ class Shift:
             ``(x0, y0, x1, y1)``, exclusive ends.
         parts: A random ``batched`` split into draw, apply and replay; None for a
             deterministic one.
-        extra: Further keys of ``register_shift`` (``donor_rule``, ``channels``).
+        extra: Further keys of ``register_shift`` (``donor_rule``, ``channels``,
+            ``random_only_with``: what makes a shift that is not deterministic draw at all,
+            when by default it draws nothing, such as obj_size's configured hole fill).
         presets: Preset name (:data:`PRESETS`) -> a parameter table with the same levels
             as ``params``: the constants of that official generator. See :meth:`preset`.
         preset_name: The preset whose table ``params`` is (None: the shift's own).
+        monotone: True when a higher level changes the image more (the mean absolute
+            change from the clean image does not fall from one level to the next); the
+            registry-driven tester (tests/test_every_shift.py) checks it. False where the
+            levels are not ordered by strength (scenes, edit directions) or where an
+            official table is not (five of ImageNet-C's, kept faithful).
     """
 
     name: str
@@ -129,6 +136,7 @@ class Shift:
     parts: RandomParts | None = None
     presets: Mapping[str, Mapping[Hashable, Any]] = field(default_factory=dict)
     preset_name: str | None = None
+    monotone: bool = False
 
     @property
     def levels(self) -> tuple:
@@ -203,6 +211,7 @@ def register_shift(
     target: str | None = "same",
     draw: Callable[..., dict] | None = None,
     presets: Mapping[str, Mapping[Hashable, Any]] | None = None,
+    monotone: bool = False,
     **extra: Any,
 ) -> Callable[[ShiftFn], ShiftFn]:
     """Decorator that registers ``fn`` as the shift ``name``.
@@ -246,6 +255,7 @@ def register_shift(
             target=target,
             draw=draw,
             presets=presets,
+            monotone=monotone,
         )
         return fn
 

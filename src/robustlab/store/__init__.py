@@ -2,7 +2,7 @@
 
 from robustlab.store.connection import DEFAULT_DB
 from robustlab.store.db import Store
-from robustlab.store.lock import LockTimeout
+from robustlab.locks import LockTimeout
 from robustlab.store.schema import CLEAN_LEVEL, CLEAN_SHIFT, RunRecord, level_key
 
 __all__ = [

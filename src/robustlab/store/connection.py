@@ -2,7 +2,7 @@
 
 DuckDB allows a single read-write process per file. To let several ``robustlab evaluate``
 processes (and a ``robustlab results`` reader) share one workspace file, every operation
-opens a connection under an exclusive OS lock (:mod:`robustlab.store.lock`), does its work
+opens a connection under an exclusive OS lock (:mod:`robustlab.locks`), does its work
 in one transaction and closes again, typically in tens of milliseconds. Nothing is created
 on disk until the first write, so a run that fails validation leaves no file. The tables'
 operations are in :mod:`robustlab.store.runs`, :mod:`robustlab.store.predictions` and
@@ -29,7 +29,7 @@ from robustlab.errors import (
     environment_errors,
     environment_problem,
 )
-from robustlab.store.lock import backoff_delays, file_lock
+from robustlab.locks import backoff_delays, file_lock
 from robustlab.store.schema import (
     DDL,
     SCHEMA_VERSION,

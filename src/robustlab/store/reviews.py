@@ -37,7 +37,7 @@ from pathlib import Path
 from robustlab.errors import InputError, StoreError
 from robustlab.store.connection import utcnow
 from robustlab.store.db import Store
-from robustlab.store.lock import LockTimeout
+from robustlab.locks import LockTimeout
 
 # What an annotator can say about an image (besides undoing).
 DECISIONS = ("accept", "reject", "not_single", "relabel")

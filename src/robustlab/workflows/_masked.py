@@ -180,7 +180,7 @@ def masked_record(
     identity (``model``: spec, weights hash and what else decides its output), the suite,
     robustlab's version, the seed, the protocol, and the content of the images and of the
     masks (the masks are the truth: a replaced one is another run)."""
-    from robustlab import __version__
+    from robustlab.version import __version__
     from robustlab.run.identity import make_record, masked_fingerprints
 
     fingerprint, mask_fingerprint = masked_fingerprints(sel.usable)

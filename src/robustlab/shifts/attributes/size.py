@@ -302,7 +302,13 @@ def register_size_shift(name: str, levels: dict[str, dict]) -> None:
     the cell's generator.
     """
     register_shift(
-        name, family=FAMILY, params=levels, needs=("mask",), deterministic=False, tags=TAGS
+        name,
+        family=FAMILY,
+        params=levels,
+        needs=("mask",),
+        deterministic=False,
+        tags=TAGS,
+        random_only_with="the diffusers hole fill (ROBUSTLAB_EDIT_FILL=diffusers)",
     )(edit_size)
 
 

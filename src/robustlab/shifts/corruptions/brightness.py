@@ -25,6 +25,7 @@ PRESETS = {
 
 @register_shift(
     "brightness",
+    monotone=True,
     family="weather",
     params={1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4, 5: 0.5},
     tags=("imagenet-c",),

@@ -68,6 +68,7 @@ PRESETS = {
 
 @register_shift(
     "contrast",
+    monotone=True,
     family="digital",
     params={1: 0.4, 2: 0.3, 3: 0.2, 4: 0.1, 5: 0.05},
     tags=("imagenet-c",),

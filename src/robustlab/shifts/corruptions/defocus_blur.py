@@ -123,6 +123,7 @@ PRESETS = {
 
 @register_shift(
     "defocus_blur",
+    monotone=True,
     family="blur",
     # (disk radius, alias blur sigma)
     params={1: (3, 0.1), 2: (4, 0.5), 3: (6, 0.5), 4: (8, 0.5), 5: (10, 0.5)},

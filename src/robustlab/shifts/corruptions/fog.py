@@ -167,6 +167,7 @@ PRESETS = {
 
 @register_shift(
     "fog",
+    monotone=True,
     family="weather",
     # (fog strength c, wibble decay of the plasma fractal)
     params={1: (1.5, 2.0), 2: (2.0, 2.0), 3: (2.5, 1.7), 4: (2.5, 1.5), 5: (3.0, 1.4)},

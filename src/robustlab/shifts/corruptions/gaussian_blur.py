@@ -27,6 +27,7 @@ PRESETS = {
 
 @register_shift(
     "gaussian_blur",
+    monotone=True,
     family="extra",
     params={1: 1, 2: 2, 3: 3, 4: 4, 5: 6},
     tags=("imagenet-c-extra",),

@@ -51,6 +51,7 @@ PRESETS = {
 
 @register_shift(
     "gaussian_noise",
+    monotone=True,
     family="noise",
     params={1: 0.08, 2: 0.12, 3: 0.18, 4: 0.26, 5: 0.38},
     tags=("imagenet-c",),

@@ -50,6 +50,7 @@ PRESETS = {
 
 @register_shift(
     "impulse_noise",
+    monotone=True,
     family="noise",
     params={1: 0.03, 2: 0.06, 3: 0.09, 4: 0.17, 5: 0.27},
     tags=("imagenet-c",),

@@ -32,6 +32,7 @@ PRESETS = {
 
 @register_shift(
     "jpeg_compression",
+    monotone=True,
     family="digital",
     params={1: 25, 2: 18, 3: 15, 4: 10, 5: 7},
     tags=("imagenet-c",),

@@ -38,6 +38,7 @@ PRESETS = {
 
 @register_shift(
     "motion_blur",
+    monotone=True,
     family="blur",
     params={1: (10, 3), 2: (15, 5), 3: (15, 8), 4: (15, 12), 5: (20, 15)},
     tags=("imagenet-c",),

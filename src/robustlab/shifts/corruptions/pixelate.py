@@ -27,6 +27,7 @@ PRESETS = {
 
 @register_shift(
     "pixelate",
+    monotone=True,
     family="digital",
     params={1: 0.6, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.25},
     tags=("imagenet-c",),

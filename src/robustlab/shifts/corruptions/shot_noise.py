@@ -107,6 +107,7 @@ PRESETS = {
 
 @register_shift(
     "shot_noise",
+    monotone=True,
     family="noise",
     params={1: 60, 2: 25, 3: 12, 4: 5, 5: 3},
     tags=("imagenet-c",),

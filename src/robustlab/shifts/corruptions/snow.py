@@ -114,6 +114,7 @@ PRESETS = {
 
 @register_shift(
     "snow",
+    monotone=True,
     family="weather",
     params={
         1: (0.1, 0.3, 3, 0.5, 10, 4, 0.8),

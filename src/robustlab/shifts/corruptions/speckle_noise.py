@@ -49,6 +49,7 @@ PRESETS = {
 
 @register_shift(
     "speckle_noise",
+    monotone=True,
     family="extra",
     params={1: 0.15, 2: 0.2, 3: 0.35, 4: 0.45, 5: 0.6},
     tags=("imagenet-c-extra",),

@@ -50,6 +50,7 @@ PRESETS = {
 
 @register_shift(
     "zoom_blur",
+    monotone=True,
     family="blur",
     # (stop, step) of np.arange(1, stop, step): the zoom factors averaged with the image
     params={1: (1.11, 0.01), 2: (1.16, 0.01), 3: (1.21, 0.02), 4: (1.26, 0.02), 5: (1.31, 0.03)},

@@ -71,7 +71,7 @@ def base_identity(
 ) -> dict[str, Any]:
     """The keys every evaluation run's identity starts with, in their stored order; each
     planner adds its own after them."""
-    from robustlab import __version__
+    from robustlab.version import __version__
 
     return {
         "model_spec": model.spec,

@@ -28,7 +28,7 @@ def summary(p: Page, d: ReportData, generated: str) -> None:
 
 def _facts(d: ReportData, generated: str) -> str:
     """The key-value list at the top: models, suites, data, seeds, intervals."""
-    from robustlab import __version__
+    from robustlab.version import __version__
 
     runs = d.runs
     models = list(dict.fromkeys(r.record["model_spec"] for r in runs))

@@ -1,11 +1,17 @@
-"""An inter-process file lock, so that many robustlab processes can share one DuckDB file.
+"""The one inter-process file lock: the database's and a generated folder's manifest's.
 
 DuckDB lets only one process at a time open a database file for writing (and none may read
 it meanwhile). robustlab therefore never keeps a connection open: every read or write is a
 short connect-work-close transaction taken under an exclusive OS lock on a sidecar file
 ``<db>.lock`` (removed again by whoever releases it, so none is left behind). Waiting
 processes retry with exponential backoff instead of failing, so two ``robustlab evaluate``
-processes writing to the same file interleave their batches.
+processes writing to the same file interleave their batches. A generated folder's manifest
+is read, merged and written under the same lock (:func:`robustlab.manifest.manifest_lock`).
+
+Why not the ``filelock`` package: it leaves its lock file behind (a ``<db>.lock`` beside a
+shared database, which a read-only results folder cannot even hold), and removing the file
+on release is only safe with the re-check this module does (see :func:`file_lock`). The OS
+calls are the same on both sides (``flock`` here, ``msvcrt.locking`` on Windows).
 """
 
 from __future__ import annotations
@@ -62,8 +68,13 @@ def backoff_delays(first: float = 0.002, cap: float = 0.25):
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
+DB_HINT = "wait for the other robustlab process, or pass another --db"
+
+
 @contextmanager
-def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True):
+def file_lock(
+    path: str | Path, timeout: float = 600.0, *, required: bool = True, hint: str = DB_HINT
+):
     """Hold an exclusive lock on ``path`` (created if needed) for the ``with`` block.
 
     The lock file is removed when the holder releases it, so no 0-byte ``<db>.lock`` is
@@ -80,6 +91,7 @@ def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True
             folder is not writable, an existing one is locked read-only, and without one
             the block runs unlocked. Nobody can write a database in such a folder, so
             there is no writer to keep out.
+        hint: The timeout error's hint (what the user can do about the other holder).
 
     Raises:
         OSError: the lock file cannot be opened (and ``required`` is true).
@@ -105,7 +117,7 @@ def file_lock(path: str | Path, timeout: float = 600.0, *, required: bool = True
                 if time.monotonic() > deadline:
                     raise LockTimeout(
                         f"{path} has been locked by another process for more than {timeout:.0f} s",
-                        hint="wait for the other robustlab process, or pass another --db",
+                        hint=hint,
                     )
                 time.sleep(next(delays))
             if not _names(path, fd):
