@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from robustlab.manifest import is_generated_folder
+from robustlab.manifest import MANIFEST, is_generated_folder
 from robustlab.paths import (
     Database,
     Folder,
@@ -100,7 +100,7 @@ def _has_files(*names: str):
 # given; the demo takes no such flag (it writes only into a folder it created).
 OWNED_RECORDS: dict[str, Any] = {
     "generate": is_generated_folder,
-    "synth": _record_format("manifest.json", "robustlab-synth/"),
+    "synth": _record_format(MANIFEST, "robustlab-synth/"),
     "mine": _has_files("mining.json"),
     "masks": _has_files("masks_quality.json"),
     "demo": _has_files(".demo-state.json"),

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from robustlab.errors import MissingResourceError, environment_errors
+from robustlab.manifest import MANIFEST
 from robustlab.paths import claim_out_folder
 from robustlab.shifts.generative._diffusers import quiet_loading
 
@@ -281,7 +282,7 @@ def warn_if_drawn_by_random(data_root) -> bool:
     images (evaluate, mine) are about noise. True if it is."""
     root = Path(data_root).expanduser()
     try:
-        manifest = json.loads((root / "manifest.json").read_text())
+        manifest = json.loads((root / MANIFEST).read_text())
         path = (
             manifest["checkpoint"]["path"]
             if manifest["format"].startswith("robustlab-synth/")

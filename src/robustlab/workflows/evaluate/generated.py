@@ -8,11 +8,10 @@ import logging
 from pathlib import Path
 
 from robustlab.errors import InputChangedError, InputError
+from robustlab.manifest import MANIFEST
 from robustlab.store import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
-
-GENERATE_MANIFEST = "manifest.json"
 
 
 def read_generated(root: Path) -> dict | None:
@@ -21,7 +20,7 @@ def read_generated(root: Path) -> dict | None:
 
     from robustlab.paths import named_file
 
-    found = named_file(root, GENERATE_MANIFEST, what="the generated folder's manifest")
+    found = named_file(root, MANIFEST, what="the generated folder's manifest")
     if found is None:
         return None
     path = found

@@ -25,7 +25,6 @@ from robustlab.run.folder_record import (
 from robustlab.workflows.imagenet_d.synth.prompts import PromptItem
 
 FORMAT = "robustlab-synth/1"
-MANIFEST = "manifest.json"
 PROMPTS = "prompts.csv"
 LABELS = "labels.csv"
 PROMPT_COLUMNS = ("file", "class", "subset", "nuisance", "k", "prompt", "seed")

@@ -42,10 +42,10 @@ from robustlab.workflows.imagenet_d.synth.prompts import (
     load_vocabulary,
     select_classes,
 )
+from robustlab.manifest import MANIFEST
 from robustlab.workflows.imagenet_d.synth.record import (
     FORMAT,
     LABELS,
-    MANIFEST,
     PROMPTS,
     begin_manifest,
     check_identity,
