@@ -8,8 +8,9 @@ levels) plus the clean cell, on the CPU, every default (batch size, workers, lan
 Every size holds the same 40 distinct photos (spread over the shared photos' pixel
 counts, from the smallest, 100x100, to the largest, 1836x1377), hard-linked under new
 names as often as the size needs (1,000 photos: each 25 times), so a peak that grows
-between sizes grows with the number of images, not with which images came in. Each photo has an elliptic mask
-(about 24 % of the image; memory does not depend on what the mask holds), hard-linked too.
+between sizes grows with the number of images, not with which images came in. Each photo
+has an elliptic mask (about 24 % of the image; memory does not depend on what the mask
+holds), hard-linked too.
 Every command runs in a fresh interpreter with its own database; a thread samples the RSS
 and PSS of its whole process tree (main + workers) every 0.2 s, and each run's line also
 gives the RSS peak of each tenth of the run (a flat row: nothing accumulates as it goes).
@@ -18,8 +19,11 @@ A peak is a moment, not a level: evaluate frees and trims each batch's activatio
 the batch (two forward lanes on 2 cores), so the tree's RSS swings by about 700 MB within a
 run and the peak is the largest swing. A 40-photo run has a few batches to show it, a
 1,000-photo run a hundred and more; the smallest size therefore runs ``--repeats-small`` times
-and its highest peak is the one compared. ``--src`` runs another checkout's ``src`` (a
-``git archive`` of an older commit) for a before/after.
+and its highest peak is the one compared. Each command's verdict also prints the median of
+the RSS peaks of the 3rd to 9th tenths of a run, the level the swings reach (a tenth of a
+1,000-photo evaluate holds about 12 batches of 32, a tenth of a 40-photo one half a batch).
+``--src`` runs another checkout's ``src`` (a ``git archive`` of an older commit) for a
+before/after; ``--lanes 1`` runs evaluate one batch at a time.
 
 Usage:
     python benchmarks/masked_memory.py                          # 40 and 1,000 photos, both commands
@@ -90,7 +94,8 @@ def masked_folder(dst: Path, n: int, sources: list[dict]) -> tuple[Path, Path]:
     return data, masks
 
 
-def command(which: str, data: Path, masks: Path, db: Path) -> list[str]:
+def command(which: str, data: Path, masks: Path, db: Path, lanes: int | None = None) -> list[str]:
+    extra = ["--lanes", str(lanes)] if lanes is not None and which == "evaluate" else []
     return [
         sys.executable,
         "-m",
@@ -108,6 +113,7 @@ def command(which: str, data: Path, masks: Path, db: Path) -> list[str]:
         "--db",
         str(db),
         "--no-progress",
+        *extra,
     ]
 
 
@@ -132,11 +138,11 @@ def sampled(cmd: list[str], interval: float = 0.2) -> tuple[list[tuple[float, in
     return trace, proc.returncode
 
 
-def tenths(trace: list[tuple[float, int, int]]) -> str:
+def tenth_peaks(trace: list[tuple[float, int, int]]) -> list[float]:
     """The RSS peak (MB) of each tenth of a run: a flat row is no growth while it runs."""
     n = len(trace)
     parts = [trace[k * n // 10 : (k + 1) * n // 10] for k in range(10)]
-    return " ".join(f"{max(x[1] for x in p) / 2**20:.0f}" for p in parts if p)
+    return [max(x[1] for x in p) / 2**20 for p in parts if p]
 
 
 def main() -> None:
@@ -149,6 +155,13 @@ def main() -> None:
         default=3,
         help="runs of the smallest size (its peak: the highest); larger sizes run once",
     )
+    ap.add_argument(
+        "--lanes",
+        type=int,
+        default=None,
+        help="evaluate's --lanes (default: its own, 2 on a multi-core CPU); 1 runs one batch "
+        "at a time, whose peak does not depend on how two batches' passes overlap",
+    )
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="the robustlab src to run")
     args = ap.parse_args()
     if not SHARED.exists():
@@ -158,21 +171,28 @@ def main() -> None:
     sources = spread_photos()
     folders = {n: masked_folder(tmp / str(n), n, sources) for n in args.sizes}
     small = min(args.sizes)
-    print(f"# src {args.src}; {os.cpu_count()} CPUs; cells clean + {SHIFTS}; outputs in {tmp}")
+    lanes = "default" if args.lanes is None else args.lanes
+    print(
+        f"# src {args.src}; {os.cpu_count()} CPUs; cells clean + {SHIFTS}; evaluate lanes "
+        f"{lanes}; outputs in {tmp}"
+    )
     for which in args.commands.split(","):
-        peaks = {}
+        peaks, levels = {}, {}
         for n in args.sizes:
             data, masks = folders[n]
             for r in range(args.repeats_small if n == small else 1):
                 db = tmp / f"{which}{n}-{r}.duckdb"
-                trace, rc = sampled(command(which, data, masks, db))
+                trace, rc = sampled(command(which, data, masks, db, args.lanes))
                 rss, pss = max(x[1] for x in trace), max(x[2] for x in trace)
                 peaks[n] = max(peaks.get(n, (0, 0)), (rss, pss))
+                by_tenth = tenth_peaks(trace)
+                # the middle tenths: past the model load, before the last batches drain
+                levels[n] = max(levels.get(n, 0.0), float(np.median(by_tenth[2:9] or by_tenth)))
                 print(
                     f"{which} {n:5d} photos: peak RSS {rss / 2**20:7.1f} MB, PSS "
                     f"{pss / 2**20:7.1f} MB (process tree), {trace[-1][0]:7.1f} s, exit {rc}, "
                     f"load average {os.getloadavg()[0]:.1f}; RSS peak by tenth of the run: "
-                    f"{tenths(trace)}",
+                    f"{' '.join(f'{v:.0f}' for v in by_tenth)}",
                     flush=True,
                 )
         first, last = peaks[args.sizes[0]], peaks[args.sizes[-1]]
@@ -182,6 +202,12 @@ def main() -> None:
             print(
                 f"{verdict} {which} growth {args.sizes[0]} -> {args.sizes[-1]} photos: RSS "
                 f"{d_rss:+.1f} MB, PSS {d_pss:+.1f} MB (target < {GROWTH_LIMIT_MB} MB)"
+            )
+            lo, hi = levels[args.sizes[0]], levels[args.sizes[-1]]
+            print(
+                f"  {which} median of the tenths' RSS peaks (3rd-9th tenth): {lo:.0f} MB at "
+                f"{args.sizes[0]}, {hi:.0f} MB at {args.sizes[-1]} photos ({hi - lo:+.0f} MB; "
+                "the peak above is the run's single highest swing)"
             )
         if which == "saliency":
             top = max(r for r, _ in peaks.values()) / 2**20
