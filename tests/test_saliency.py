@@ -139,6 +139,47 @@ def test_target_layer_found_for_cnns_and_vits(lite0):
         find_target_layer(lite0.module, (224, 224), "blocks.99")
 
 
+@pytest.mark.slow  # 40 CPU s: five CAM methods over real photos with and without the cut
+def test_cam_methods_record_the_graph_above_their_layer_only(samples_dir, lite0):
+    """A CAM method's backward pass stops at its layer: no parameter gets a gradient
+    (the whole network's graph was 3 GB for 32 images, and grad-cam kept it until the
+    next batch had built its own: 6 GB peaks), the parameters require gradients again
+    afterwards, and the maps of every CAM method are grad-cam's own, bit for bit."""
+    import pytorch_grad_cam
+    import torch
+    from PIL import Image
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    from robustlab.saliency.attribution import Attributor, find_target_layer
+    from robustlab.saliency.methods import METHODS
+
+    files = sorted(samples_dir.glob("*.JPEG"))[:2]
+    prep = lite0.preprocessing
+    x = torch.stack([prep.to_tensor(np.asarray(Image.open(f).convert("RGB"))) for f in files])
+    net, layer, targets = lite0.module, find_target_layer(lite0.module, prep.hw), [0, 417]
+    try:
+        for method in [m for m, (lib, _, _) in METHODS.items() if lib == "grad-cam"]:
+            net.zero_grad(set_to_none=True)
+            att = Attributor(net, method, layer)
+            try:
+                ours = att(x, targets)
+            finally:
+                att.close()
+            assert all(p.grad is None and p.requires_grad for p in net.parameters()), method
+            cam = getattr(pytorch_grad_cam, METHODS[method][1])(
+                model=net, target_layers=[net.get_submodule(layer.name)]
+            )
+            try:
+                theirs = cam(input_tensor=x, targets=[ClassifierOutputTarget(t) for t in targets])
+            finally:
+                cam.activations_and_grads.release()
+            # the library's own call goes through the whole network (the check can fail)
+            assert any(p.grad is not None for p in net.parameters())
+            np.testing.assert_array_equal(ours, theirs, err_msg=method)
+    finally:
+        net.zero_grad(set_to_none=True)
+
+
 # ----------------------------------------------------------------------------- the run
 def test_stored_gradcam_equals_the_library_called_directly(masked_photos, lite0, tmp_path):
     """The run's maps are pytorch_grad_cam.GradCAM's on lite0's bn2 for the predicted class,

@@ -51,6 +51,13 @@ def add_parser(sub) -> None:
     p.add_argument("--iterations", type=int, default=5, help="GrabCut iterations")
     p.add_argument("--overwrite", action="store_true", help="remake masks that already exist")
     add_into_existing(p)
+    p.add_argument(
+        "--threads",
+        type=_threads,
+        default=None,
+        help="images masked at once, each on one thread (default: one per CPU core; "
+        "1: one after another)",
+    )
     add_no_progress(p)
     p.set_defaults(func=run)
 
@@ -95,6 +102,7 @@ def run(args) -> int:
         overwrite=args.overwrite,
         cam_class=args.cam_class,
         progress=None if lines is None else lambda done, _total: lines.update(done - lines.done),
+        threads=args.threads,
     )
     if lines is not None:
         lines.close()
@@ -105,6 +113,21 @@ def run(args) -> int:
         f"suspicious; flags: {_counts_text(summary['flag_counts'])}"
     )
     return 0
+
+
+def _threads(text: str) -> int:
+    """``--threads``: a whole number from 1 to ``commands._args.max_workers()``."""
+    import argparse
+
+    from robustlab.commands._args import max_workers
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 1 <= n <= max_workers():
+        raise argparse.ArgumentTypeError(f"must be 1 to {max_workers()}, got {n}")
+    return n
 
 
 def _seeding_line(method: str, samples, bboxes) -> str:

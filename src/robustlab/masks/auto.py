@@ -10,6 +10,7 @@ background labels and GrabCut refines the edges from colour statistics.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -262,18 +263,34 @@ class AutoMasker:
         if (method == "segmentation") != (segmenter is not None):
             raise InputError("the 'segmentation' method needs a segmenter, and only it takes one")
         self.method, self.params, self._model, self.segmenter = method, params, model, segmenter
+        # Masking threads (robustlab.masks.parallel) share one classifier: loaded once.
+        self._loading = threading.Lock()
+        self._eval_set = False
 
     @property
     def model(self):
-        if self._model is None:
-            try:
-                from robustlab.models import load_model
-            except ImportError as exc:
-                raise MissingResourceError(
-                    f"CAM seeding needs robustlab.models.load_model ({exc})"
-                ) from None
-            self._model = load_model("lite0")
+        """The CAM classifier, loaded on first use and put in eval mode once, so that
+        :func:`class_activation_map`'s own switch to eval and back changes nothing while
+        another thread computes with the same network."""
+        with self._loading:
+            if self._model is None:
+                try:
+                    from robustlab.models import load_model
+                except ImportError as exc:
+                    raise MissingResourceError(
+                        f"CAM seeding needs robustlab.models.load_model ({exc})"
+                    ) from None
+                self._model = load_model("lite0")
+            if not self._eval_set:
+                _torch_module(self._model).eval()
+                self._eval_set = True
         return self._model
+
+    def needs_network(self, samples) -> bool:
+        """Whether masking ``samples`` may run a network (a CAM or the segmenter)."""
+        if self.method != "grabcut":
+            return True
+        return any(getattr(s, "bbox", None) is None for s in samples)
 
     def __call__(
         self, rgb: np.ndarray, *, bbox=None, class_index: int | None = None

@@ -29,6 +29,7 @@ from robustlab.data.images import ImageError, load_image, read_image
 from robustlab.errors import CellSkipped, InputError
 from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
+from robustlab.masks.parallel import in_order
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
 from robustlab.paths import claim_out_folder, file_inside, refuse_write_through
 
@@ -77,6 +78,7 @@ def build_masks(
     thresholds: QualityThresholds = QualityThresholds(),
     cam_class: str = "top1",
     progress=None,
+    threads: int | None = None,
 ) -> dict:
     """Mask every sample; write PNGs, ``masks_quality.csv`` and ``masks_quality.json``.
 
@@ -88,6 +90,9 @@ def build_masks(
         cam_class: ``"top1"`` (the classifier's own top class) or ``"label"`` (the sample's
             ImageNet-1k label index when it has one) as the CAM's target class.
         progress: Optional callable ``(done, total)``.
+        threads: Images masked at once, each on a thread of its own with one torch and
+            one OpenCV thread (None: one per CPU this process may use; 1: one after
+            another on the libraries' own threads). See :mod:`robustlab.masks.parallel`.
 
     Returns:
         The summary written to ``masks_quality.json`` (without the per-image records).
@@ -99,37 +104,51 @@ def build_masks(
     out = claim_out_folder(out, command="masks")
     records, skipped = [], []
     siblings = shared_stems(s.id for s in samples)
-    for i, s in enumerate(samples):
-        t0 = time.perf_counter()
-        try:
-            cached = None if overwrite else _cached(out, s, siblings.get(s.id, ()))
-            if cached is not None:
-                target, mask, info = cached, _checked_cached(cached, s, out), _CACHED_INFO
+
+    def one(s):
+        return _mask_one(s, out, masker, siblings.get(s.id, ()), overwrite, cam_class, thresholds)
+
+    uses_torch = masker.needs_network(samples)
+    with in_order(one, samples, threads, uses_torch=uses_torch) as results:
+        for i, (rec, skip) in enumerate(results):
+            if skip is not None:
+                log.warning("skipped %s: %s", skip["id"], skip["reason"])
+                skipped.append(skip)
             else:
-                target = mask_file(out, s.id)
-                refuse_write_through(out, target.parent.relative_to(out).as_posix(), "--out")
-                mask, info = _make_mask(s, target, masker, cam_class)
-        except (ImageError, CellSkipped) as exc:
-            reason = getattr(exc, "reason", None) or str(exc)
-            log.warning("skipped %s: %s", s.id, reason)
-            skipped.append({"id": s.id, "reason": reason})
+                records.append(rec)
             if progress:  # a skipped image is finished work: progress still reaches 100 %
                 progress(i + 1, len(samples))
-            continue
-        usable = target.exists() and bool(mask.any()) and not bool(mask.all())
-        rec = {
-            "id": s.id,
-            "mask": target.relative_to(out).as_posix() if usable else "",
-            **info,
-            **mask_record(mask, thresholds),
-            "seconds": round(time.perf_counter() - t0, 4),
-        }
-        records.append(rec)
-        if progress:
-            progress(i + 1, len(samples))
     summary = _summary(records, skipped, masker, thresholds, cam_class)
     _write_quality(out, summary, records)
     return summary
+
+
+def _mask_one(
+    sample, out: Path, masker: AutoMasker, siblings, overwrite: bool, cam_class, thresholds
+):
+    """One image's quality record, or its skip: ``(record, None)`` or ``(None, skip)``.
+    Runs on a masking thread: it touches only its own image and its own mask file."""
+    t0 = time.perf_counter()
+    try:
+        cached = None if overwrite else _cached(out, sample, siblings)
+        if cached is not None:
+            target, mask, info = cached, _checked_cached(cached, sample, out), _CACHED_INFO
+        else:
+            target = mask_file(out, sample.id)
+            refuse_write_through(out, target.parent.relative_to(out).as_posix(), "--out")
+            mask, info = _make_mask(sample, target, masker, cam_class)
+    except (ImageError, CellSkipped) as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        return None, {"id": sample.id, "reason": reason}
+    usable = target.exists() and bool(mask.any()) and not bool(mask.all())
+    rec = {
+        "id": sample.id,
+        "mask": target.relative_to(out).as_posix() if usable else "",
+        **info,
+        **mask_record(mask, thresholds),
+        "seconds": round(time.perf_counter() - t0, 4),
+    }
+    return rec, None
 
 
 # the record fields of a mask read back from disk (no seed, no CAM class was used)

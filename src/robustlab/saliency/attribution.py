@@ -17,7 +17,8 @@ chosen layer is recorded with the run; ``--target-layer NAME`` overrides it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +165,42 @@ def find_target_layer(net, input_hw: tuple[int, int], name: str | None = None) -
     return TargetLayer(min(same, key=lambda n: (n.count("."), len(n))), "conv")
 
 
+@contextmanager
+def _graph_from(net, layer: TargetLayer | None) -> Iterator[None]:
+    """Record the autograd graph from ``layer``'s output to the logits only.
+
+    A CAM method needs the gradient of the class score at the layer's output and nothing
+    below it, but with the network's parameters requiring gradients autograd keeps every
+    activation of the whole forward pass for a backward pass through the whole network
+    (lite0, 32 images at 224: 3 GB, and grad-cam held the previous batch's graph while
+    the next was built: 6 GB peaks). Here the parameters require no gradient while the
+    call runs, and the layer's output is handed on as a fresh leaf that does: below the
+    layer nothing is recorded, and the gradient at the layer, a function of what lies
+    above it only, is the same one the whole graph gives, in the same operations.
+    """
+    import torch
+
+    if layer is None:
+        yield
+        return
+    params = [p for p in net.parameters() if p.requires_grad]
+
+    def leaf(_module, _inputs, output):
+        if isinstance(output, torch.Tensor) and torch.is_grad_enabled():
+            return output.detach().requires_grad_(True)
+        return None
+
+    handle = net.get_submodule(layer.name).register_forward_hook(leaf, prepend=True)
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        handle.remove()
+        for p in params:
+            p.requires_grad_(True)
+
+
 class Attributor:
     """Computes saliency maps for a batch, the target class given per image.
 
@@ -208,9 +245,15 @@ class Attributor:
         if self._cam is not None:
             from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
-            return self._cam(
-                input_tensor=inputs, targets=[ClassifierOutputTarget(t) for t in targets]
-            )
+            with _graph_from(self.net, self.layer):
+                try:
+                    return self._cam(
+                        input_tensor=inputs, targets=[ClassifierOutputTarget(t) for t in targets]
+                    )
+                finally:
+                    # grad-cam keeps the last batch's output, and with it that batch's
+                    # graph (retain_graph=True), until the next call has built its own.
+                    self._cam.outputs = None
         x = inputs.detach().clone().requires_grad_(True)
         kw: dict[str, Any] = {"target": torch.as_tensor(targets, device=x.device)}
         if self.method == "integrated_gradients":
