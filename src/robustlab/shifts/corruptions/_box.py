@@ -5,7 +5,8 @@ conversion in and out of Pillow's 4-byte pixel layout and a table build, which a
 64 px weighs more than the averaging itself: pixelate was the one corruption no faster
 than the reference (which holds a Pillow image already), and slower at 32 px.
 
-What Pillow (libImaging/Resample.c, unchanged from 7.0 to 13) does, repeated here:
+What Pillow does (libImaging/Resample.c; the same in Pillow 10.4, which made the reference
+fixtures, and 13.0), repeated here:
 
 * Per axis, for output line ``xx`` of ``out`` from ``n`` input lines: ``scale = n /
   out``, ``support = 0.5 * max(scale, 1)``, ``center = (xx + 0.5) * scale``, the input
