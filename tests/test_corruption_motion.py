@@ -109,3 +109,21 @@ def test_step_edge_matches_imagemagick():
 def test_rejects_non_uint8():
     with pytest.raises(ValueError, match="uint8"):
         motion_blur_uint8(np.zeros((8, 8), np.float32), 10, 3, 0.0)
+
+
+@pytest.mark.parametrize("radius,sigma", [(10, 3), (15, 5), (12, 8), (14, 12)])
+def test_tap_offsets_are_the_rounded_direction_at_every_angle(radius, sigma):
+    """The offsets, computed in one numba call, against ImageMagick's expression in
+    Python doubles, ``ceil(i * width * cos(a) / hypot(...) - 0.5)``, at angles that put
+    many of them on a rounding edge (multiples of 0.5 degree) and at random ones."""
+    angles = np.concatenate(
+        [np.arange(-180, 180.5, 0.5), np.random.default_rng(1).uniform(-180, 180, 500)]
+    )
+    for angle in angles:
+        w, dx, dy = motion_kernel(radius, sigma, float(angle))
+        n = len(w)
+        rad = math.pi * float(angle) / 180.0
+        px, py = n * math.sin(rad), n * math.cos(rad)
+        norm = math.hypot(px, py)
+        assert list(dx) == [math.ceil(i * py / norm - 0.5) for i in range(n)], angle
+        assert list(dy) == [math.ceil(i * px / norm - 0.5) for i in range(n)], angle

@@ -41,3 +41,24 @@ def test_table_sampler_matches_numpy_poisson(severity):
         p = chi2.sf(stat, keep.sum() - 1)
         assert p > 1e-4, f"grey {v}, severity {severity}: p = {p:.2e}"
     assert ours[0].max() == 0  # v = 0 has mean 0: never any photon
+
+
+def _photon_counts() -> list[int]:
+    """Every photon count of ImageNet-C's table and of every preset's (CIFAR-10-C: 500)."""
+    shift = get_shift("shot_noise")
+    tables = [shift.params, *shift.presets.values()]
+    return sorted({int(c) for table in tables for c in table.values()})
+
+
+@pytest.mark.parametrize("photons", _photon_counts())
+def test_guide_is_the_first_count_past_each_bin_edge(photons):
+    """The guide holds, per grey level and bin, the smallest count whose CDF exceeds the
+    bin's lower edge: the walk's start. A count that does not fit the table's dtype
+    (CIFAR-10-C's 500 photons in uint8) wraps to a far lower start, which still samples
+    right but walks hundreds of steps per value."""
+    from robustlab.shifts.corruptions.shot_noise import guide, tables
+
+    cdf, _ = tables(photons)
+    edges = np.arange(256) / 256.0
+    want = (cdf[:, None, :] <= edges[None, :, None]).sum(axis=2)
+    assert np.array_equal(guide(photons).astype(np.int64), want)

@@ -170,9 +170,10 @@ class Shift:
                 f"{self.name}: level {level!r} is not defined; levels are {list(self.levels)}"
             )
         ctx = dict(ctx or {})
-        why = self.missing_context(ctx)
-        if why:
-            raise CellSkipped(why)
+        if self.needs:  # most shifts need nothing: no sorting and scanning per call
+            why = self.missing_context(ctx)
+            if why:
+                raise CellSkipped(why)
         return self.fn(image, self.params[level], rng, ctx)
 
     def missing_context(self, ctx: Mapping) -> str | None:

@@ -33,6 +33,7 @@ ImageMagick.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -70,17 +71,12 @@ def optimal_kernel_width(radius: float, sigma: float) -> int:
     return width - 2
 
 
-def motion_kernel(radius: float, sigma: float, angle: float):
-    """ImageMagick's motion-blur taps: ``(weights, dx, dy)``, one entry per tap.
+@functools.lru_cache(maxsize=64)
+def _weights(radius: float, sigma: float) -> np.ndarray:
+    """The normalised one-sided Gaussian taps for ``radius``, ``sigma`` (read-only).
 
-    Args:
-        radius: Blur radius in pixels (``width = 2 * ceil(radius) + 1`` taps).
-        sigma: Standard deviation of the one-sided Gaussian, in taps.
-        angle: Direction in degrees; 0 points along +x (right), 90 along +y (down).
-
-    Returns:
-        ``weights`` (float64, sums to 1, tap 0 first), ``dx`` and ``dy`` (int64 pixel
-        offsets of each tap from the output pixel).
+    Cached: they do not depend on the angle, and building them in Python (up to 29 taps
+    of ``math.exp``) was a third of a 32x32 motion blur.
     """
     width = optimal_kernel_width(radius, sigma)
     s = sigma if abs(sigma) >= _EPSILON else _EPSILON
@@ -90,12 +86,42 @@ def motion_kernel(radius: float, sigma: float, angle: float):
         weights[i] = math.exp(-(float(i) * i) / (2.0 * s * s)) / (_SQ2PI * s)
         normalize += weights[i]
     weights /= normalize
+    weights.setflags(write=False)
+    return weights
+
+
+@njit(cache=True, nogil=True)
+def _offsets(width, px, py, norm):
+    """``(ceil(i * py / norm - 0.5), ceil(i * px / norm - 0.5))`` for each tap ``i``: the
+    same double operations as the Python expressions (no fused multiply-add), one call
+    instead of two list comprehensions."""
+    dx = np.empty(width, np.int64)
+    dy = np.empty(width, np.int64)
+    for i in range(width):
+        dx[i] = np.int64(math.ceil(np.float64(i) * py / norm - 0.5))
+        dy[i] = np.int64(math.ceil(np.float64(i) * px / norm - 0.5))
+    return dx, dy
+
+
+def motion_kernel(radius: float, sigma: float, angle: float):
+    """ImageMagick's motion-blur taps: ``(weights, dx, dy)``, one entry per tap.
+
+    Args:
+        radius: Blur radius in pixels (``width = 2 * ceil(radius) + 1`` taps).
+        sigma: Standard deviation of the one-sided Gaussian, in taps.
+        angle: Direction in degrees; 0 points along +x (right), 90 along +y (down).
+
+    Returns:
+        ``weights`` (float64, sums to 1, tap 0 first; read-only, shared between calls),
+        ``dx`` and ``dy`` (int64 pixel offsets of each tap from the output pixel).
+    """
+    weights = _weights(float(radius), float(sigma))
+    width = len(weights)
     rad = math.pi * angle / 180.0
     px = width * math.sin(rad)
     py = width * math.cos(rad)
     norm = math.hypot(px, py)
-    dx = np.array([math.ceil(i * py / norm - 0.5) for i in range(width)], np.int64)
-    dy = np.array([math.ceil(i * px / norm - 0.5) for i in range(width)], np.int64)
+    dx, dy = _offsets(width, px, py, norm)
     return weights, dx, dy
 
 

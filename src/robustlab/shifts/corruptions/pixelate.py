@@ -2,14 +2,17 @@
 
 Reference: PIL ``resize((int(224 c), int(224 c)), BOX)`` then ``resize((224, 224), BOX)``.
 Generalised to any size by scaling each side: ``(int(w c), int(h c))`` down, ``(w, h)``
-back up; identical to the reference on 224x224 images.
+back up; identical to the reference on 224x224 images. The resizes are Pillow's BOX
+arithmetic in numba (:mod:`._box`, the same bytes), without an image object and the
+conversions to and from Pillow's pixel layout: about twice as fast at 32 to 299 px.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image
 
+from robustlab.shifts.corruptions._box import box_resize
+from robustlab.shifts.corruptions._scratch import scratch
 from robustlab.shifts.registry import register_shift
 
 # The other official generators' constants (hendrycks/robustness ImageNet-C/create_c/):
@@ -36,8 +39,7 @@ PRESETS = {
 )
 def pixelate(x, scale, rng, ctx):
     """Blocky image: PIL BOX resize to ``scale`` of each side and back."""
-    h, w = x.shape[:2]
-    small = Image.fromarray(np.ascontiguousarray(x)).resize(
-        (max(1, int(w * scale)), max(1, int(h * scale))), Image.BOX
-    )
-    return np.asarray(small.resize((w, h), Image.BOX))
+    h, w, ch = x.shape
+    sw, sh = max(1, int(w * scale)), max(1, int(h * scale))
+    small = box_resize(x, sw, sh, scratch("pixelate.small", (sh, sw, ch), np.uint8))
+    return box_resize(small, w, h)
