@@ -81,12 +81,19 @@ def accuracy_ci(
     a Binomial(n, k/n) draw, so this draws the counts directly: the same distribution as
     :func:`bootstrap_ci` with ``np.mean``, in O(n_resamples) time and memory.
     """
-    _check(rng, n_resamples, confidence)
     c = np.asarray(correct, dtype=bool)
-    n = c.size
+    return count_ci(c.size, int(c.sum()), rng, n_resamples=n_resamples, confidence=confidence)
+
+
+def count_ci(
+    n: int, k: int, rng: np.random.Generator, *, n_resamples: int = 2000, confidence: float = 0.95
+) -> tuple[float, float]:
+    """:func:`accuracy_ci` of ``k`` right out of ``n``: the interval needs only the counts,
+    so a cell of 50,000 images never has to leave the database as rows."""
+    _check(rng, n_resamples, confidence)
     if n == 0:
         raise ValueError("cannot bootstrap an empty sample")
-    counts = rng.binomial(n, c.sum() / n, size=int(n_resamples))
+    counts = rng.binomial(n, k / n, size=int(n_resamples))
     a = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(counts / n, [a, 1.0 - a])
     return float(lo), float(hi)
@@ -106,16 +113,40 @@ def cell_intervals(
     the data, not on row order.
     """
     keys = [c for c in by if c in predictions.columns]
+    counts = (
+        predictions.assign(
+            correct=predictions["correct"].astype(bool),
+            correct5=predictions["correct5"].astype(bool),
+        )
+        .groupby(keys, sort=True)
+        .agg(n=("correct", "size"), n_correct=("correct", "sum"), n_correct5=("correct5", "sum"))
+        .reset_index()
+    )
+    return count_intervals(counts, rng, by=keys, n_resamples=n_resamples, confidence=confidence)
+
+
+def count_intervals(
+    counts: pd.DataFrame,
+    rng: np.random.Generator,
+    *,
+    by=("run_id", "shift", "level"),
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """:func:`cell_intervals` from per-group counts (``n``, ``n_correct``, ``n_correct5``,
+    e.g. :meth:`robustlab.store.Store.cell_table`'s): the same draws in the same (sorted)
+    order, so the same intervals for the same seed."""
+    keys = [c for c in by if c in counts.columns]
     rows = []
-    for key, g in predictions.groupby(keys, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        lo1, hi1 = accuracy_ci(
-            g["correct"].to_numpy(), rng, n_resamples=n_resamples, confidence=confidence
+    for rec in counts.sort_values(keys, kind="stable").itertuples(index=False):
+        n = int(rec.n)
+        lo1, hi1 = count_ci(
+            n, int(rec.n_correct), rng, n_resamples=n_resamples, confidence=confidence
         )
-        lo5, hi5 = accuracy_ci(
-            g["correct5"].to_numpy(), rng, n_resamples=n_resamples, confidence=confidence
+        lo5, hi5 = count_ci(
+            n, int(rec.n_correct5), rng, n_resamples=n_resamples, confidence=confidence
         )
-        rows.append((*key, lo1, hi1, lo5, hi5))
+        rows.append((*(getattr(rec, k) for k in keys), lo1, hi1, lo5, hi5))
     return pd.DataFrame(rows, columns=[*keys, "top1_lo", "top1_hi", "top5_lo", "top5_hi"])
 
 

@@ -309,7 +309,7 @@ def segmentation_table(
 def summary_table(
     store: Store, *, run_ids=None, models=None, suites=None, baseline: str | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
-    """One row per classification run: :func:`robustlab.metrics.summary.summarise_run`.
+    """One row per classification run: :func:`robustlab.metrics.summary.summary_row`.
 
     The mCE columns are the mCE rows of :func:`results_table` (same baseline rule), so
     ``results --summary`` and ``results`` never disagree.
@@ -317,7 +317,7 @@ def summary_table(
     Returns:
         (table with :data:`robustlab.metrics.summary.SUMMARY_COLUMNS`, notes).
     """
-    from robustlab.metrics.summary import SUMMARY_COLUMNS, summarise_run
+    from robustlab.metrics.summary import SUMMARY_COLUMNS
 
     table, notes = results_table(
         store, run_ids=run_ids, models=models, suites=suites, baseline=baseline
@@ -325,26 +325,49 @@ def summary_table(
     runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
     runs = runs[~is_segmentation(runs)]
     mce_rows = table[table["shift"].astype(str).str.startswith("mCE (")]
-    preds = store.predictions(
-        list(runs["run_id"]), columns=["run_id", "sample_id", "shift", "level", "correct"]
+    mce = {
+        run_id: {
+            "mce": hit.iloc[0]["ce"],
+            "relative_mce": hit.iloc[0]["relative_ce"],
+            "baseline": hit.iloc[0]["baseline"],
+        }
+        for run_id in runs["run_id"]
+        if not (hit := mce_rows[mce_rows["run_id"] == run_id[:8]]).empty
+    }
+    rows = run_summaries(store, runs.to_dict("records"), mce)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
+
+
+def run_summaries(
+    store: Store, runs: list[dict], mce: dict[str, dict], cells: pd.DataFrame | None = None
+) -> list[dict]:
+    """The summary row of each run with predictions, computed from aggregates in the
+    database (:func:`robustlab.metrics.summary.summary_row`): per-cell counts, distinct
+    images and the rows of ImageNet-9's two cells, never a run's whole table.
+
+    Args:
+        runs: ``runs`` rows (JSON decoded).
+        mce: run id -> ``{"mce", "relative_mce", "baseline"}`` where a baseline applies.
+        cells: ``Store.cell_table`` of the runs when the caller has it already.
+    """
+    from robustlab.metrics.summary import BG_GAP_CELLS, run_bg_gap, summary_row
+
+    ids = [r["run_id"] for r in runs]
+    if cells is None:
+        cells = store.cell_table(ids)
+    images = store.distinct_images(ids)
+    pairs = store.predictions(
+        ids, columns=["run_id", "sample_id", "shift", "correct"], shifts=BG_GAP_CELLS
     )
     rows = []
-    for run in runs.to_dict("records"):
-        mine = preds[preds["run_id"] == run["run_id"]]
+    for run in runs:
+        rid = run["run_id"]
+        mine = cells[cells["run_id"] == rid]
         if mine.empty:
             continue
-        hit = mce_rows[mce_rows["run_id"] == run["run_id"][:8]]
-        mce = (
-            None
-            if hit.empty
-            else {
-                "mce": hit.iloc[0]["ce"],
-                "relative_mce": hit.iloc[0]["relative_ce"],
-                "baseline": hit.iloc[0]["baseline"],
-            }
-        )
-        rows.append(summarise_run(run, mine, mce))
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
+        gap = run_bg_gap(pairs[pairs["run_id"] == rid])
+        rows.append(summary_row(run, mine, images.get(rid, 0), gap, mce.get(rid)))
+    return rows
 
 
 def compare_table(
@@ -356,7 +379,8 @@ def compare_table(
     n_resamples: int = 2000,
     confidence: float = 0.95,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Runs A and B cell by cell: :func:`robustlab.metrics.compare.compare_runs`.
+    """Runs A and B cell by cell: :func:`robustlab.metrics.compare.compare_runs`, from
+    counts joined in the database (:meth:`Store.paired_counts`).
 
     Args:
         run_a, run_b: Run ids or unique prefixes.
@@ -370,18 +394,17 @@ def compare_table(
     """
     import numpy as np
 
-    from robustlab.metrics.compare import compare_runs
+    from robustlab.metrics.compare import compare_counts
 
     store.require()
     picked = [select_runs(store, run_ids=[rid]).iloc[0] for rid in (run_a, run_b)]
-    cols = ["sample_id", "shift", "level", "correct"]
-    preds = [store.predictions([r["run_id"]], columns=cols) for r in picked]
-    for r, p in zip(picked, preds):
-        if p.empty:
+    cells, per_image = store.paired_counts(picked[0]["run_id"], picked[1]["run_id"])
+    for r, n in zip(picked, (cells["n_a"].sum(), cells["n_b"].sum())):
+        if not n:
             raise InputError(f"run {r['run_id'][:8]} ({r['model_spec']}) has no predictions")
-    table = compare_runs(
-        preds[0],
-        preds[1],
+    table = compare_counts(
+        cells,
+        per_image,
         np.random.default_rng(seed),
         n_resamples=n_resamples,
         confidence=confidence,

@@ -1,0 +1,113 @@
+"""``results`` and ``report`` read aggregates from the database, never a run's rows (issue
+35, item 4).
+
+The database holds two runs written through the store's own writer by the scale
+benchmark's builder (``benchmarks/store_scale.py``, at 600 images of 12 classes x 76
+ImageNet-C cells instead of 50,000 x 1,000): lite0 with seed 0 and lite0 with seed 1, on
+the same images, so that only the seed tells them apart. The numbers computed in DuckDB
+must equal the same functions of the rows in pandas, to the last bit; and the Python
+memory the commands' data takes must stay far below that of the rows themselves
+(``benchmarks/README.md`` has the time and memory at 1, 3 and 10 full runs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from robustlab.metrics.compare import compare_runs
+from robustlab.metrics.summary import summarise_run
+from robustlab.store import Store
+from robustlab.store.queries import compare_table, summary_table
+
+pytestmark = pytest.mark.xdist_group("store_scale")
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "store_scale.py"
+IMAGES, CLASSES = 600, 12
+RUNS = (0, 3)  # the builder's lite0 seed 0 and lite0 seed 1
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("store_scale_bench_under_test", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    try:
+        spec.loader.exec_module(bench)
+        root = tmp_path_factory.mktemp("scale")
+        path = root / "scale.duckdb"
+        for index in RUNS:
+            bench.add_run(path, index, IMAGES, str(root / "val"), n_classes=CLASSES)
+    finally:
+        del sys.modules[spec.name]
+    return path
+
+
+def _same(a, b) -> bool:
+    """Equal values, NaN and None alike (a missing number is missing in both)."""
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return b is None or (isinstance(b, float) and math.isnan(b))
+    return a == b
+
+
+def test_summary_and_compare_from_the_database_equal_the_functions_of_the_rows(db):
+    store = Store(db)
+    table, _ = summary_table(store)
+    runs = store.runs()
+    assert len(table) == len(RUNS) and store.count() == len(RUNS) * IMAGES * 76
+    for run in runs.to_dict("records"):
+        want = summarise_run(run, store.predictions([run["run_id"]]))
+        got = table[table["run_id"] == run["run_id"][:8]].iloc[0].to_dict()
+        assert want.keys() == got.keys()
+        diff = {k: (got[k], want[k]) for k in want if not _same(got[k], want[k])}
+        assert not diff
+    a, b = runs["run_id"]
+    got, _ = compare_table(store, a, b, seed=3, n_resamples=300)
+    want = compare_runs(
+        store.predictions([a]), store.predictions([b]), np.random.default_rng(3), n_resamples=300
+    )
+    assert len(got) == 77 and got.iloc[-1]["shift"] == "all shifted cells"
+    pd.testing.assert_frame_equal(got, want)
+
+
+def test_results_and_report_data_hold_aggregates_not_the_rows(db, monkeypatch):
+    """The Python memory that ``results --summary``, ``--compare`` and the report's data
+    take is a small fraction of what the rows they summarise take as a DataFrame: counts
+    per cell, class and image come from DuckDB (a full ImageNet-C run is 3.8 M rows)."""
+    from robustlab.workflows.report import fits
+    from robustlab.workflows.report.gather import gather
+
+    store = Store(db)
+    a, b = store.runs()["run_id"]
+    cols = ["run_id", "sample_id", "shift", "level", "correct"]
+    rows = int(store.predictions(columns=cols).memory_usage(deep=True).sum())
+    # The per-image logistic model reads its rows by design, up to a cap on its size
+    # (MAX_LOGIT_ENTRIES, which 3.8 M rows are over); here it stays out as it does there.
+    monkeypatch.setattr(fits, "MAX_LOGIT_ENTRIES", 0)
+    runs = gather(db, n_resamples=1, regression=False).runs
+    calls = {
+        "results --summary": lambda: summary_table(store),
+        "results --compare": lambda: compare_table(store, a, b, n_resamples=50),
+        "report data": lambda: gather(db, n_resamples=50, regression=False),
+        "report fits": lambda: fits._regression(
+            fits.FitData.from_store(store, store.cell_table(), store.class_counts()), runs, []
+        ),
+    }
+    peaks = {}
+    for name, call in calls.items():
+        call()  # imports and caches first
+        tracemalloc.start()
+        try:
+            call()
+            peaks[name] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert max(peaks.values()) < rows / 4, (peaks, rows)
