@@ -1,5 +1,5 @@
 """``results`` and ``report`` read aggregates from the database, never a run's rows (issue
-35, item 4).
+35, item 4), and ``results --summary`` tells runs apart (issue 37, item 5).
 
 The database holds two runs written through the store's own writer by the scale
 benchmark's builder (``benchmarks/store_scale.py``, at 600 images of 12 classes x 76
@@ -13,15 +13,18 @@ memory the commands' data takes must stay far below that of the rows themselves
 from __future__ import annotations
 
 import importlib.util
+import io
 import math
 import sys
 import tracemalloc
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from robustlab.cli import main as cli
 from robustlab.metrics.compare import compare_runs
 from robustlab.metrics.summary import summarise_run
 from robustlab.store import Store
@@ -76,6 +79,41 @@ def test_summary_and_compare_from_the_database_equal_the_functions_of_the_rows(d
     )
     assert len(got) == 77 and got.iloc[-1]["shift"] == "all shifted cells"
     pd.testing.assert_frame_equal(got, want)
+
+
+def _csv(*argv: str) -> pd.DataFrame:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert cli(list(argv)) == 0, err.getvalue()
+    return pd.read_csv(io.StringIO(out.getvalue()), dtype={"run_id": str})
+
+
+def test_summary_and_the_reports_first_table_tell_two_seeds_apart(db):
+    """Two runs of lite0 over the same cells of the same images differ only in their seed:
+    the summary (and the report's first table, which shows its rows) says so."""
+    from test_report import as_records, tables_of
+
+    from robustlab.workflows.report.gather import gather
+    from robustlab.workflows.report.overview import summary
+    from robustlab.workflows.report.page import Page
+
+    table = _csv("results", "--db", str(db), "--summary", "--format", "csv")
+    assert list(table["model"]) == ["lite0", "lite0"]
+    assert sorted(table["seed"]) == [0, 1]
+    assert list(table["protocol"]) == ["imagenet-c", "imagenet-c"]
+    text = io.StringIO()
+    with redirect_stdout(text), redirect_stderr(io.StringIO()):
+        assert cli(["results", "--db", str(db), "--summary"]) == 0
+    head = text.getvalue().splitlines()[0].split()
+    assert head.index("seed") < head.index("protocol") < head.index("path")
+
+    page = Page()
+    summary(page, gather(db, n_resamples=20, regression=False), "now")
+    shown = as_records(tables_of("".join(page.parts))["run-summary"])
+    assert {r["Run"]["text"]: r["Seed"]["text"] for r in shown} == dict(
+        zip(table["run_id"], table["seed"].astype(str))
+    )
+    assert {r["Protocol"]["text"] for r in shown} == {"imagenet-c"}
 
 
 def test_results_and_report_data_hold_aggregates_not_the_rows(db, monkeypatch):

@@ -16,6 +16,12 @@ The columns and what they mean:
   scenarios. Stored predictions give only EX1 (train on original, test on scenario), so
   ``s_robust`` stays blank and ``s_partial`` = 1 - sigma2_cross.
 * ``bg_gap``: ImageNet-9's acc(mixed_same) - acc(mixed_rand) over paired images.
+* ``seed``: the global seed the shifts drew from (two runs that differ only in it are two
+  draws of the same benchmark).
+* ``protocol``: how the images were framed and shown to the model: the protocol's name
+  (``imagenet-c``, ``model``, ``imagenet-e``, ``imagenet-e-archive``), its one-line label
+  when it has none (``custom: ...``), and ``(override)`` when ``--protocol`` replaced the
+  suite's own.
 * ``path``: how the shifted pixels were made: ``on-the-fly`` or ``generated`` (from a
   folder written by ``robustlab generate``), or the published archive's own folders;
   on the fly with batched torch shifts (``--shift-device``) it says
@@ -55,6 +61,8 @@ SUMMARY_COLUMNS = [
     "s_robust",
     "s_partial",
     "bg_gap",
+    "seed",
+    "protocol",
     "path",
     "precision",
     "defence",
@@ -96,6 +104,28 @@ def _scenario_accuracies(shifted: pd.DataFrame) -> dict[str, float]:
             name = str(shift) if len(g) == 1 else f"{shift}:{rec.level}"
             out[name] = int(rec.n_correct) / int(rec.n)
     return out
+
+
+def protocol_text(run: Mapping[str, Any]) -> str | None:
+    """The ``protocol`` column of a run (see the module docstring); runs whose record has
+    no protocol entry (published layouts, runs stored before protocols had names) are named
+    from their preprocessing record."""
+    from robustlab.suites import protocol_label, protocol_name
+
+    config = run.get("config") or {}
+    p = config.get("protocol") if isinstance(config, Mapping) else None
+    override = None
+    if isinstance(p, Mapping) and (p.get("name") or p.get("label")):
+        described, override = dict(p), p.get("override")
+    else:
+        pre = run.get("preprocessing") or {}
+        found = pre.get("protocol") if isinstance(pre, Mapping) else None
+        if not isinstance(found, Mapping) or not found:
+            return None
+        described = dict(found)
+    name = str(described.get("name") or protocol_name(described))
+    text = name if name != "custom" else str(described.get("label") or protocol_label(described))
+    return text + (" (override)" if override else "")
 
 
 def _short_dtype(value) -> str | None:
@@ -199,6 +229,8 @@ def summary_row(
         "s_robust": s_robust,
         "s_partial": s_partial,
         "bg_gap": gap,
+        "seed": None if pd.isna(run.get("seed")) else int(run["seed"]),
+        "protocol": protocol_text(run),
         "path": _path(config),
         "precision": precision_label(config),
         "defence": defence_label(config.get("defence")),
