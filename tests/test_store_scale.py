@@ -149,3 +149,10 @@ def test_results_and_report_data_hold_aggregates_not_the_rows(db, monkeypatch):
         finally:
             tracemalloc.stop()
     assert max(peaks.values()) < rows / 4, (peaks, rows)
+
+
+def test_the_databases_reads_draw_no_progress_bar(db):
+    """DuckDB draws a progress bar on the terminal for any query over 2 s (reading ten full
+    runs takes longer); robustlab's connections switch it off."""
+    with Store(db).connect(read_only=True) as con:
+        assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False

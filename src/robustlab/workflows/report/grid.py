@@ -107,6 +107,14 @@ def _group_key(record: dict[str, Any]) -> str:
     )
 
 
+def unreadable_root(record: dict[str, Any]) -> str | None:
+    """Why a run's images cannot be re-rendered (its data root is gone), or None."""
+    root = Path(str(record.get("data_root") or ""))
+    if not record.get("data_root") or not root.is_dir():
+        return f"data root {root} is not readable"
+    return None
+
+
 def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, str]]):
     """The uint8 pixels of ``cells`` of one sample, as the run's model received them.
 
@@ -126,8 +134,9 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     from robustlab.shifts.registry import get_shift
 
     root = Path(str(record.get("data_root") or ""))
-    if not record.get("data_root") or not root.is_dir():
-        raise InputError(f"data root {root} is not readable")
+    why = unreadable_root(record)
+    if why:
+        raise InputError(why)
     config = record.get("config") or {}
     if config.get("source") == "imagenet-e-archive":
         return _render_archive_cells(root, sample_id, cells)
@@ -420,6 +429,10 @@ def build_grids(data: ReportData, *, sample_id: str | None = None) -> tuple[list
     for runs in groups.values():
         ids = [r.run_id for r in runs]
         names = ", ".join(r.label for r in runs)
+        why = unreadable_root(runs[0].record)
+        if why:  # said before the samples are scored: a pass over every run's predictions
+            notes.append(f"image grid for {names} skipped: {why}")
+            continue
         if sample_id is not None:
             sids = [sample_id]
         else:
