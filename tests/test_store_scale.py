@@ -156,3 +156,21 @@ def test_the_databases_reads_draw_no_progress_bar(db):
     runs takes longer); robustlab's connections switch it off."""
     with Store(db).connect(read_only=True) as con:
         assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
+
+
+def test_the_grid_scores_an_even_spread_of_samples_not_every_one(db, monkeypatch):
+    """Choosing the example images scores samples over every run's cells; past
+    SCORED_SAMPLES samples it scores every k-th sorted id only (ten full runs: 2,000 of
+    50,000 images), so the pick costs the same whatever the number of images."""
+    from robustlab.workflows.report import grid
+
+    store = Store(db)
+    ids = list(store.runs()["run_id"])
+    every = sorted(store.predictions(ids[:1], columns=["sample_id"], shifts=["clean"])["sample_id"])
+    assert len(grid._sample_scores(store, ids)) == IMAGES  # under the limit: all of them
+    monkeypatch.setattr(grid, "SCORED_SAMPLES", 100)
+    scores = grid._sample_scores(store, ids)
+    assert sorted(scores["sample_id"]) == every[:: -(-IMAGES // 100)]
+    assert (scores["n_cells"] == 76).all()
+    picked = grid.pick_samples(store, ids, k=3)
+    assert len(picked) == 3 and set(picked) <= set(scores["sample_id"])
