@@ -136,7 +136,13 @@ def test_results_and_report_data_hold_aggregates_not_the_rows(db, monkeypatch):
         "results --compare": lambda: compare_table(store, a, b, n_resamples=50),
         "report data": lambda: gather(db, n_resamples=50, regression=False),
         "report fits": lambda: fits._regression(
-            fits.FitData.from_store(store, store.cell_table(), store.class_counts()), runs, []
+            fits.FitData.from_store(
+                store,
+                *store.cell_and_class_counts([a, b]),
+                {r: store.image_counts(r).ids for r in (a, b)},
+            ),
+            runs,
+            [],
         ),
     }
     peaks = {}

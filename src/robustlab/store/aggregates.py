@@ -13,12 +13,34 @@ both paths give the same floats (tested against each other on real runs).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from robustlab.store.connection import Database, in_clause
 from robustlab.store.schema import CLEAN_SHIFT
+
+
+@dataclass(frozen=True)
+class ImageCounts:
+    """One run's per-image counts (:meth:`AggregateQueries.image_counts`).
+
+    Attributes:
+        ids: Sample ids, sorted.
+        right: Right predictions over each image's shifted cells.
+        n: Predictions over each image's shifted cells (0: the image has only clean ones).
+    """
+
+    ids: np.ndarray
+    right: np.ndarray
+    n: np.ndarray
+
+    def shifted(self) -> np.ndarray:
+        """(right, predictions) rows of the images with a shifted prediction: what the
+        per-image bootstrap of pooled shifted accuracy resamples."""
+        keep = self.n > 0
+        return np.stack([self.right[keep], self.n[keep]], axis=1).reshape(-1, 2)
 
 
 def and_where(condition: str, where: str) -> str:
@@ -41,47 +63,50 @@ class AggregateQueries(Database):
             ).fetchall()
         return {str(r): int(n) for r, n in rows}
 
-    def images_of(self, run_ids: Sequence[str]) -> int:
-        """Distinct images over all of ``run_ids`` together (an image in two runs counts once)."""
-        where, params = in_clause("run_id", run_ids)
-        with self.connect(read_only=True) as con:
-            return int(
-                con.execute(
-                    f"SELECT count(DISTINCT sample_id) FROM predictions {where}", params
-                ).fetchone()[0]
-            )
+    def image_counts(self, run_id: str) -> ImageCounts:
+        """Per image of ``run_id`` (sample-id order): its id, and over its shifted
+        (non-clean) cells the right predictions and the predictions.
 
-    def image_counts(self, run_id: str) -> np.ndarray:
-        """Per image of ``run_id``, over its shifted (non-clean) cells: (correct
-        predictions, predictions), as float rows in sample-id order.
-
-        The per-image bootstrap of pooled shifted accuracy resamples these rows (an image's
-        cells together): 50,000 x 2 numbers for a full run instead of 3.8 M rows.
+        The per-image bootstrap of pooled shifted accuracy resamples these (an image's
+        cells together): 50,000 x 2 numbers for a full run instead of 3.8 M rows; the ids
+        count the run's images.
         """
         with self.connect(read_only=True) as con:
-            rows = con.execute(
-                "SELECT sum(correct::INTEGER), count(*) FROM predictions "
-                "WHERE run_id = ? AND shift <> ? GROUP BY sample_id ORDER BY sample_id",
-                [run_id, CLEAN_SHIFT],
+            got = con.execute(
+                "SELECT sample_id, coalesce(sum(correct::INTEGER) FILTER (shift <> ?), 0) AS k, "
+                "count(*) FILTER (shift <> ?) AS n FROM predictions WHERE run_id = ? "
+                "GROUP BY sample_id ORDER BY sample_id",
+                [CLEAN_SHIFT, CLEAN_SHIFT, run_id],
             ).fetchnumpy()
-        return np.stack(list(rows.values()), axis=1).astype(np.float64).reshape(-1, 2)
+        return ImageCounts(
+            np.asarray(got["sample_id"], dtype=object),
+            np.asarray(got["k"], dtype=np.float64),
+            np.asarray(got["n"], dtype=np.float64),
+        )
 
-    def class_counts(self, run_ids: Iterable[str] | None = None):
-        """Counts per run, shift (levels pooled), label and class name: ``run_id``,
-        ``shift``, ``label``, ``class_name``, ``n``, ``n_correct``, ``n_correct5``.
+    def cell_and_class_counts(self, run_ids: Iterable[str]):
+        """Counts per cell and per class of the same runs, in one pass over their rows
+        (GROUPING SETS): ``(cells, classes)``. ``cells`` is :meth:`cell_table`; ``classes``
+        has one row per run, shift (levels pooled), label and class name: ``run_id``,
+        ``shift``, ``label``, ``class_name``, ``n``, ``n_correct``, ``n_correct5`` (a
+        missing label stays missing; the caller decides whether it counts), sorted."""
+        from robustlab.metrics.accuracy import add_rates, sort_cells
 
-        Rows without a label keep ``label`` missing (the caller decides whether they
-        count). Sorted by run, shift, label, class name.
-        """
         where, params = in_clause("run_id", run_ids)
         with self.connect(read_only=True) as con:
-            return con.execute(
-                "SELECT run_id, shift, label, class_name, count(*) AS n, "
-                "sum(correct::INTEGER) AS n_correct, sum(correct5::INTEGER) AS n_correct5 "
-                f"FROM predictions {where} GROUP BY run_id, shift, label, class_name "
-                "ORDER BY run_id, shift, label, class_name",
+            both = con.execute(
+                "SELECT grouping(level) = 0 AS per_cell, run_id, shift, level, label, "
+                "class_name, count(*) AS n, sum(correct::INTEGER) AS n_correct, "
+                f"sum(correct5::INTEGER) AS n_correct5 FROM predictions {where} "
+                "GROUP BY GROUPING SETS ((run_id, shift, level), (run_id, shift, label, class_name))",
                 params,
             ).df()
+        per_cell = both["per_cell"].astype(bool)
+        cols = ["n", "n_correct", "n_correct5"]
+        cells = both.loc[per_cell, ["run_id", "shift", "level", *cols]].reset_index(drop=True)
+        classes = both.loc[~per_cell, ["run_id", "shift", "label", "class_name", *cols]]
+        classes = classes.sort_values(["run_id", "shift", "label", "class_name"], kind="stable")
+        return sort_cells(add_rates(cells)), classes.reset_index(drop=True)
 
     def clean_of_cells(self, run_ids: Iterable[str]):
         """Per shifted cell, the clean predictions of the same images: ``run_id``,

@@ -172,9 +172,18 @@ def summary_rows(store: Store, run: dict, cells: pd.DataFrame, baseline: str | N
 
 
 def results_table(
-    store: Store, *, run_ids=None, models=None, suites=None, baseline: str | None = None
+    store: Store,
+    *,
+    run_ids=None,
+    models=None,
+    suites=None,
+    baseline: str | None = None,
+    cells: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
     """One row per model x suite x cell, then CE / mCE rows per run.
+
+    ``cells``: ``Store.cell_table`` of (at least) the selected runs when the caller has it
+    already (each computation is a pass over the runs' rows).
 
     Returns:
         (table with :data:`RESULT_COLUMNS`, notes explaining missing summary rows).
@@ -205,7 +214,7 @@ def results_table(
             "`robustlab report` has their foreground shares"
         )
     runs = runs[~seg & ~sal]
-    all_cells = store.cell_table(list(runs["run_id"]))
+    all_cells = store.cell_table(list(runs["run_id"])) if cells is None else cells
     parts = []
     for run in runs.to_dict("records"):
         cells = all_cells[all_cells["run_id"] == run["run_id"]]
@@ -339,7 +348,11 @@ def summary_table(
 
 
 def run_summaries(
-    store: Store, runs: list[dict], mce: dict[str, dict], cells: pd.DataFrame | None = None
+    store: Store,
+    runs: list[dict],
+    mce: dict[str, dict],
+    cells: pd.DataFrame | None = None,
+    images: dict[str, int] | None = None,
 ) -> list[dict]:
     """The summary row of each run with predictions, computed from aggregates in the
     database (:func:`robustlab.metrics.summary.summary_row`): per-cell counts, distinct
@@ -348,16 +361,19 @@ def run_summaries(
     Args:
         runs: ``runs`` rows (JSON decoded).
         mce: run id -> ``{"mce", "relative_mce", "baseline"}`` where a baseline applies.
-        cells: ``Store.cell_table`` of the runs when the caller has it already.
+        cells, images: ``Store.cell_table`` and ``Store.distinct_images`` of the runs when
+            the caller has them already.
     """
     from robustlab.metrics.summary import BG_GAP_CELLS, run_bg_gap, summary_row
 
     ids = [r["run_id"] for r in runs]
     if cells is None:
         cells = store.cell_table(ids)
-    images = store.distinct_images(ids)
+    if images is None:
+        images = store.distinct_images(ids)
+    paired = [rid for rid, g in cells.groupby("run_id") if set(BG_GAP_CELLS) <= set(g["shift"])]
     pairs = store.predictions(
-        ids, columns=["run_id", "sample_id", "shift", "correct"], shifts=BG_GAP_CELLS
+        paired, columns=["run_id", "sample_id", "shift", "correct"], shifts=BG_GAP_CELLS
     )
     rows = []
     for run in runs:

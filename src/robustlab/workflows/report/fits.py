@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,7 @@ class FitData:
     Attributes:
         classes: Counts per run, shift (levels pooled), label and class name: ``run_id``,
             ``shift``, ``label``, ``class_name``, ``n``, ``n_correct``
-            (:meth:`robustlab.store.Store.class_counts`).
+            (``Store.cell_and_class_counts``).
         cellsets: Run id -> the (shift, level) cells it stored.
         images: Distinct images over some runs together.
         rows: The prediction rows (:data:`LOGIT_COLUMNS`) of some runs, ordered by run,
@@ -43,13 +44,16 @@ class FitData:
     rows: Callable[[list[str]], pd.DataFrame]
 
     @classmethod
-    def from_store(cls, store, counts: pd.DataFrame, classes: pd.DataFrame) -> FitData:
-        """From the database: ``counts`` is ``Store.cell_table`` of the runs, ``classes``
-        their ``Store.class_counts``."""
+    def from_store(
+        cls, store, counts: pd.DataFrame, classes: pd.DataFrame, images: dict[str, Any]
+    ) -> FitData:
+        """From the database: ``counts`` and ``classes`` are
+        ``Store.cell_and_class_counts`` of the runs, ``images`` run id -> its image ids
+        (``Store.image_counts(run).ids``)."""
         return cls(
             classes,
             _cellsets(counts),
-            store.images_of,
+            lambda ids: len(set().union(*(images[i] for i in ids))),
             lambda ids: store.predictions(ids, columns=LOGIT_COLUMNS),
         )
 

@@ -23,6 +23,7 @@ import pandas as pd
 from robustlab.errors import InputError
 from robustlab.metrics.attributes import attribute_effects
 from robustlab.store import CLEAN_SHIFT, Store
+from robustlab.store.aggregates import ImageCounts
 from robustlab.store.schema import HOLDOUT_SUITE
 from robustlab.workflows.report.benchmark_data import (
     edit_curves,
@@ -231,11 +232,16 @@ def gather(
     store.require()
     runs_df, runs = _select(store, run_ids)
     notes: list[str] = []
-    results, runs = _results(store, runs, baseline, notes)
-    ids = [r.run_id for r in runs]
     # Aggregates computed in the database: a full ImageNet-C run is 3.8 M predictions,
-    # and nothing below needs them as rows (robustlab.store.aggregates).
-    counts = store.cell_table(ids)
+    # and nothing below needs them as rows (robustlab.store.aggregates). Each pass over
+    # the rows costs seconds per run, so each is made once: per cell and class together,
+    # then per image for each run.
+    counts, classes = store.cell_and_class_counts([r.run_id for r in runs])
+    results, runs = _results(store, runs, baseline, notes, counts)
+    ids = [r.run_id for r in runs]
+    counts = counts[counts["run_id"].isin(ids)].reset_index(drop=True)
+    classes = classes[classes["run_id"].isin(ids)]
+    images = {rid: store.image_counts(rid) for rid in sorted(ids)}
 
     # the generator's draws, in this order, are part of the report's reproducibility
     cells = _cells(results, counts, rng, n_resamples, confidence)
@@ -244,13 +250,13 @@ def gather(
     # Pooled accuracy per family and level (plot), and per run (leaderboard).
     fam_map = {s: family(s) for s in counts["shift"].unique()}
     families = family_counts(counts, by=("run_id", "level"), families=fam_map)
-    pooled = _pooled(store, counts, cells, rng, n_resamples, confidence)
+    pooled = _pooled(images, counts, cells, rng, n_resamples, confidence)
     scenarios, robustness, bg = _scenes(store, runs, counts, notes)
-    classes = store.class_counts(ids)
     class_drops = _class_drops(classes, notes)
     reg = logit = None
     if regression:
-        reg, logit = _regression(FitData.from_store(store, counts, classes), runs, notes)
+        fit_data = FitData.from_store(store, counts, classes, {k: v.ids for k, v in images.items()})
+        reg, logit = _regression(fit_data, runs, notes)
     return ReportData(
         db=store.path,
         runs=runs,
@@ -270,7 +276,7 @@ def gather(
         logit=logit,
         n_resamples=n_resamples,
         confidence=confidence,
-        summary=_summary(store, runs, counts, mce_rows),
+        summary=_summary(store, runs, counts, {k: len(v.ids) for k, v in images.items()}, mce_rows),
         notes=notes,
         **_benchmark_tables(store, runs_df, runs, cells, counts, notes),
     )
@@ -291,7 +297,7 @@ def _select(store: Store, run_ids: Sequence[str] | None) -> tuple[pd.DataFrame, 
 
 
 def _results(
-    store: Store, runs: list[RunView], baseline: str | None, notes: list[str]
+    store: Store, runs: list[RunView], baseline: str | None, notes: list[str], cells: pd.DataFrame
 ) -> tuple[pd.DataFrame, list[RunView]]:
     """``results_table`` rows of every run with predictions, and those runs.
 
@@ -304,14 +310,17 @@ def _results(
 
     parts, kept, failed = [], [], []
     for r in runs:
+        mine = cells[cells["run_id"] == r.run_id]
         try:
-            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=baseline)
+            part, run_notes = results_table(
+                store, run_ids=[r.run_id], baseline=baseline, cells=mine
+            )
         except ValueError as exc:
             if baseline is None:
                 raise
             failed.append(exc)
             notes.append(f"{r.label}: no CE/mCE against baseline {baseline!r}: {exc}")
-            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=None)
+            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=None, cells=mine)
             part = part[part["level"] != "all"]
             run_notes = [n for n in run_notes if "CE/mCE" not in n]
         notes.extend(run_notes)
@@ -378,7 +387,7 @@ def _corruption_error(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pooled(
-    store: Store,
+    images: dict[str, ImageCounts],
     counts: pd.DataFrame,
     cells: pd.DataFrame,
     rng: np.random.Generator,
@@ -407,7 +416,7 @@ def _pooled(
         if not shifted.empty:
             n, k = int(shifted["n"].sum()), int(shifted["n_correct"].sum())
             lo, hi = bootstrap_ci(
-                store.image_counts(str(rid)),
+                images[str(rid)].shifted(),
                 rng,
                 n_resamples=n_resamples,
                 confidence=confidence,
@@ -419,12 +428,12 @@ def _pooled(
 
 
 def _summary(
-    store: Store, runs: list[RunView], counts: pd.DataFrame, mce_rows: dict
+    store: Store, runs: list[RunView], counts: pd.DataFrame, images: dict[str, int], mce_rows: dict
 ) -> pd.DataFrame:
     """The per-run summary, with the function ``robustlab results --summary`` uses."""
     from robustlab.store.queries import run_summaries
 
-    rows = run_summaries(store, [r.record for r in runs], mce_rows, counts)
+    rows = run_summaries(store, [r.record for r in runs], mce_rows, counts, images)
     return pd.DataFrame(
         [{**row, "run_full": r.run_id, "label": r.label} for r, row in zip(runs, rows)]
     )
