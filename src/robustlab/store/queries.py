@@ -328,11 +328,12 @@ def summary_table(
     """
     from robustlab.metrics.summary import SUMMARY_COLUMNS
 
-    table, notes = results_table(
-        store, run_ids=run_ids, models=models, suites=suites, baseline=baseline
-    )
     runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
     runs = runs[~is_segmentation(runs)]
+    cells = store.cell_table(list(runs["run_id"]))  # one pass over the rows, for both
+    table, notes = results_table(
+        store, run_ids=run_ids, models=models, suites=suites, baseline=baseline, cells=cells
+    )
     mce_rows = table[table["shift"].astype(str).str.startswith("mCE (")]
     mce = {
         run_id: {
@@ -343,7 +344,7 @@ def summary_table(
         for run_id in runs["run_id"]
         if not (hit := mce_rows[mce_rows["run_id"] == run_id[:8]]).empty
     }
-    rows = run_summaries(store, runs.to_dict("records"), mce)
+    rows = run_summaries(store, runs.to_dict("records"), mce, cells)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
 
 
