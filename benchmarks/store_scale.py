@@ -20,8 +20,11 @@ larger databases are copies of the smaller ones plus more runs, so the 1-run dat
 run is the first run of the others.
 
 ``measure`` runs each command in a child process, as a user would, and prints its wall
-time and peak resident memory (``ru_maxrss`` of the child, from ``os.wait4``), with the
-size of what it wrote:
+time, its CPU time and peak resident memory (``ru_utime + ru_stime`` and ``ru_maxrss`` of
+the child, from ``os.wait4``), with the size of what it wrote. On a shared machine the
+wall time measures the run queue as much as the command (at load 20 on 2 cores, wall is
+several times CPU); every command is single-threaded (the store's DuckDB connections use
+one thread), so its CPU time is what it takes on one idle core:
 
 * ``results``: ``robustlab results`` (every cell of every run, CE / mCE rows).
 * ``summary``: ``robustlab results --summary``.
@@ -316,17 +319,19 @@ def resume_child(db: str, run_id: str) -> None:
         images=CellImages(protocol, record.seed),
         label_space=model.label_space,
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     summary = execute(plan, store, ExecutionSpec(workers=0, progress=False))
     table = run_table(store, run_id)
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert summary.resumed and summary.n_written == 0, summary
     assert summary.n_already_done == len(samples) * len(CELLS), summary
-    print(json.dumps({"inner_s": round(took, 2), "cells": len(table)}))
+    print(
+        json.dumps({"inner_s": round(took, 2), "inner_cpu_s": round(cpu, 2), "cells": len(table)})
+    )
 
 
-def _child(argv: list[str]) -> tuple[float, float, int, str, str]:
-    """Run ``argv``; (wall s, peak RSS GB, exit status, stdout, stderr)."""
+def _child(argv: list[str]) -> tuple[float, float, float, int, str, str]:
+    """Run ``argv``; (wall s, CPU s, peak RSS GB, exit status, stdout, stderr)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err)
@@ -337,6 +342,7 @@ def _child(argv: list[str]) -> tuple[float, float, int, str, str]:
         err.seek(0)
         return (
             wall,
+            usage.ru_utime + usage.ru_stime,
             usage.ru_maxrss / 1024**2,
             proc.returncode,
             out.read().decode(errors="replace"),
@@ -368,13 +374,17 @@ def _command(name: str, db: Path, runs: list[str], tmp: Path) -> tuple[list[str]
     raise SystemExit(f"unknown command {name}")
 
 
-def _verdict(name: str, wall: float, rss: float, size_mb: float | None, n_runs: int) -> str:
+def _verdict(name: str, wall: float, cpu: float, rss: float, size_mb, n_runs: int) -> str:
+    """The targets of issue 35 that apply to this line (time on wall and CPU clocks)."""
     marks = []
     if n_runs >= 10:
         marks.append(f"rss {'ok' if rss < TARGETS['rss_gb'] else 'OVER'} <{TARGETS['rss_gb']} GB")
     limit = {"report": "report_s", "summary": "summary_s", "resume": "resume_s"}.get(name)
     if limit:
-        marks.append(f"{'ok' if wall < TARGETS[limit] else 'OVER'} <{TARGETS[limit]:.0f} s")
+        t = TARGETS[limit]
+        marks.append(
+            f"<{t:.0f} s: wall {'ok' if wall < t else 'OVER'}, cpu {'ok' if cpu < t else 'OVER'}"
+        )
     if name == "report" and size_mb is not None:
         marks.append(f"html {'ok' if size_mb < TARGETS['html_mb'] else 'OVER'} <10 MB")
     return ", ".join(marks)
@@ -384,7 +394,7 @@ def measure(args) -> None:
     import duckdb
 
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores", flush=True)
-    header = f"{'runs':>4}  {'rows':>6}  {'command':<8} {'wall s':>7} {'peak GB':>8}  output"
+    header = f"{'runs':>4}  {'rows':>6}  {'command':<8} {'wall s':>7} {'cpu s':>7} {'peak GB':>8}  output"
     print(header)
     for n in sorted(args.runs):
         db = Path(args.dir) / f"runs-{n}.duckdb"
@@ -404,14 +414,19 @@ def measure(args) -> None:
                         shutil.copyfile(db, target)
                     argv, out = _command(name, target, runs, tmp)
                     load = os.getloadavg()[0]
-                    wall, rss, rc, stdout, stderr = _child(argv)
+                    wall, cpu, rss, rc, stdout, stderr = _child(argv)
                     size = out.stat().st_size / 1e6 if out and out.exists() else None
                     extra = f"{size:.2f} MB" if size is not None else stdout.strip()[-60:]
+                    check_wall, check_cpu = wall, cpu
+                    if name == "resume" and rc == 0:  # the check itself, not the set-up
+                        inner = json.loads(stdout.strip().splitlines()[-1])
+                        check_wall, check_cpu = inner["inner_s"], inner["inner_cpu_s"]
                     if rc != 0:
                         extra = f"exit {rc}: {stderr.strip().splitlines()[-1:]}"
+                    verdict = _verdict(name, check_wall, check_cpu, rss, size, n)
                     print(
-                        f"{n:>4}  {rows / 1e6:>5.1f}M  {name:<8} {wall:>7.1f} {rss:>8.2f}  "
-                        f"{extra}  [{_verdict(name, wall, rss, size, n)}; load {load:.1f}]",
+                        f"{n:>4}  {rows / 1e6:>5.1f}M  {name:<8} {wall:>7.1f} {cpu:>7.1f} "
+                        f"{rss:>8.2f}  {extra}  [{verdict}; load {load:.1f}]",
                         flush=True,
                     )
 
