@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from robustlab.metrics.bootstrap import bootstrap_ci
+from robustlab.metrics.bootstrap import ratio_ci
 
 from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 
@@ -180,13 +180,7 @@ def _pooled_row(shifted: pd.DataFrame, per_image, rng, n_resamples: int, confide
     """The ``all shifted cells`` row over every shared non-clean prediction; its interval
     resamples whole images (an image's cells together), since one image's cells are not
     independent."""
-    lo, hi = bootstrap_ci(
-        per_image,
-        rng,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        statistic=lambda x: x[:, 0].sum() / x[:, 1].sum(),
-    )
+    lo, hi = ratio_ci(per_image, rng, n_resamples=n_resamples, confidence=confidence)
     n = int(shifted["n_shared"].sum())
     k_a, k_b = int(shifted["k_a"].sum()), int(shifted["k_b"].sum())
     return {

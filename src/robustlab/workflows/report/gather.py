@@ -397,7 +397,7 @@ def _pooled(
     """Per run: clean top-1 and pooled shifted top-1 with their intervals (a per-image
     bootstrap: the images, not the predictions, are the independent units; each image's
     counts come from the database, 50,000 pairs for a full run)."""
-    from robustlab.metrics.bootstrap import bootstrap_ci
+    from robustlab.metrics.bootstrap import ratio_ci
 
     pooled: dict[str, dict[str, float]] = {}
     # runs in id order: the order of the generator's draws
@@ -415,12 +415,8 @@ def _pooled(
             )
         if not shifted.empty:
             n, k = int(shifted["n"].sum()), int(shifted["n_correct"].sum())
-            lo, hi = bootstrap_ci(
-                images[str(rid)].shifted(),
-                rng,
-                n_resamples=n_resamples,
-                confidence=confidence,
-                statistic=lambda a: a[:, 0].sum() / a[:, 1].sum(),
+            lo, hi = ratio_ci(
+                images[str(rid)].shifted(), rng, n_resamples=n_resamples, confidence=confidence
             )
             entry.update(shifted=k / n, shifted_lo=lo, shifted_hi=hi, shifted_n=n)
         pooled[str(rid)] = entry
