@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/store_scale.py build   --dir DIR [--runs 1,3,10] [--images 50000]
+    python benchmarks/store_scale.py photos  --dir DIR --from ../shared/data/imagenet-samples
     python benchmarks/store_scale.py measure --dir DIR [--runs 1,3,10]
         [--commands results,summary,compare,report,resume] [--repeats 1]
 
@@ -30,8 +31,10 @@ one thread), so its CPU time is what it takes on one idle core:
 * ``summary``: ``robustlab results --summary``.
 * ``compare``: ``robustlab results --compare`` of the first two runs (the 1-run database
   compares its run with itself).
-* ``report``: ``robustlab report`` with its defaults (the grid's photos do not exist
-  here: its note says so).
+* ``report``: ``robustlab report`` with its defaults. Without ``photos`` the runs' data
+  root does not exist and the example grid is left out with a note; ``photos`` puts a
+  photo under every sample id (hard links to a few hundred photos), so that the grid is
+  drawn as for a user.
 * ``resume``: ``evaluate``'s resume check on the first run, finished (3.8 M rows): the
   runner's plan (``Store.start_run``, the stored keys, the known skips), ``execute``'s
   checks against the runs already stored, the end of the run and the per-cell table it
@@ -217,6 +220,41 @@ def _rows(rng, ids, labels, wnids, z, top1, top5) -> dict:
     }
 
 
+def _samples(n_images: int, n_classes: int):
+    """(sorted sample ids, their labels, the permutation that sorted them): ImageNet
+    validation names under their class folders, as many images per class."""
+    from robustlab.data.labels import get_label_space
+
+    wnids = np.asarray(get_label_space("imagenet1k").wnids)
+    per_class = max(1, n_images // n_classes)
+    labels = np.arange(n_images) // per_class % n_classes
+    ids = np.array(
+        [f"{wnids[lab]}/ILSVRC2012_val_{i + 1:08d}.JPEG" for i, lab in enumerate(labels)]
+    )
+    order = np.argsort(ids)
+    return ids[order], labels[order], order
+
+
+def photos(args) -> None:
+    """Fill the runs' data root with a photo under every sample id (hard links to the
+    photos of ``--from``, cycled; copies where links fail), so that ``report`` draws its
+    example grid as it does for a user: scoring the samples over every run, re-rendering
+    the picked ones under every cell, embedding the pictures."""
+    src = sorted(p for p in Path(args.source).iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
+    root = Path(args.dir) / "imagenet-val"
+    ids, _, _ = _samples(args.images, 1000)
+    for i, sid in enumerate(ids):
+        dest = root / sid
+        if dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src[i % len(src)], dest)
+        except OSError:
+            shutil.copyfile(src[i % len(src)], dest)
+    print(f"{root}: {len(ids):,} photos ({len(src)} distinct)")
+
+
 def add_run(db: Path, index: int, n_images: int, data_root: str, n_classes: int = 1000) -> None:
     """Run ``MODELS[index]`` over ``n_images`` images of the first ``n_classes`` ImageNet
     classes (as many images each), through the store's writer, started and finished as
@@ -226,13 +264,7 @@ def add_run(db: Path, index: int, n_images: int, data_root: str, n_classes: int 
 
     spec, seed, clean, ratio = MODELS[index]
     wnids = np.asarray(get_label_space("imagenet1k").wnids)
-    per_class = max(1, n_images // n_classes)
-    labels = np.arange(n_images) // per_class % n_classes
-    ids = np.array(
-        [f"{wnids[lab]}/ILSVRC2012_val_{i + 1:08d}.JPEG" for i, lab in enumerate(labels)]
-    )
-    order = np.argsort(ids)
-    ids, labels = ids[order], labels[order]
+    ids, labels, order = _samples(n_images, n_classes)
     # the images' difficulty is the data's, the same for every run
     z = np.random.default_rng(12345).standard_normal(n_images)[order]
     top1, top5 = _cell_accuracy(clean, ratio)
@@ -436,10 +468,13 @@ def main() -> None:
     sub = ap.add_subparsers(dest="what", required=True)
     b = sub.add_parser("build")
     m = sub.add_parser("measure")
-    for p in (b, m):
+    ph = sub.add_parser("photos")
+    for p in (b, m, ph):
         p.add_argument("--dir", required=True)
         p.add_argument("--runs", type=lambda s: [int(x) for x in s.split(",")], default=[1, 3, 10])
-    b.add_argument("--images", type=int, default=50_000)
+    for p in (b, ph):
+        p.add_argument("--images", type=int, default=50_000)
+    ph.add_argument("--from", dest="source", required=True, help="a folder of JPEG photos")
     m.add_argument(
         "--commands",
         type=lambda s: s.split(","),
@@ -447,7 +482,7 @@ def main() -> None:
     )
     m.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
-    build(args) if args.what == "build" else measure(args)
+    {"build": build, "measure": measure, "photos": photos}[args.what](args)
 
 
 if __name__ == "__main__":

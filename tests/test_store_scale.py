@@ -170,3 +170,35 @@ def test_the_grid_scores_an_even_spread_of_samples_not_every_one(db, monkeypatch
     assert (scores["n_cells"] == 76).all()
     picked = grid.pick_samples(store, ids, k=3)
     assert len(picked) == 3 and set(picked) <= set(scores["sample_id"])
+
+
+@pytest.mark.slow
+def test_the_page_draws_grids_up_to_its_picture_budget(db, tmp_path, monkeypatch):
+    """Every group of runs (data root, seed, protocol) has its grid of its own: the two
+    seeds here, ten runs over four seeds at the benchmark's size (6.5 MB of pictures).
+    A group whose picture budget would take the page past PAGE_PICTURES is named in a
+    note instead, so the page stops growing with the groups."""
+    import shutil
+
+    import duckdb
+
+    from robustlab.workflows.report import grid
+    from robustlab.workflows.report.gather import gather
+
+    photos = sorted(
+        (Path(__file__).parent / "fixtures" / "shared-mini" / "imagenet-samples").glob("*.JPEG")
+    )
+    copy = tmp_path / "scale.duckdb"
+    shutil.copyfile(db, copy)
+    root = tmp_path / "val"
+    with duckdb.connect(str(copy)) as con:
+        con.execute("UPDATE runs SET data_root = ?", [str(root)])
+        ids = [r[0] for r in con.execute("SELECT DISTINCT sample_id FROM predictions").fetchall()]
+    for i, sid in enumerate(sorted(ids)):
+        (root / sid).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(photos[i % len(photos)], root / sid)
+    monkeypatch.setattr(grid, "PAGE_PICTURES", grid.PICTURE_BUDGET)  # room for one group
+    grids, notes = grid.build_grids(gather(copy, n_resamples=1, regression=False))
+    assert len(grids) == 1 and sum(len(cells) for _, cells in grids[0].rows) == 76
+    assert grids[0].seed == 0
+    assert any("left out: the page shows 76 pictures already (at most 80)" in n for n in notes)

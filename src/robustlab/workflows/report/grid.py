@@ -33,6 +33,11 @@ PNG_LIMIT = 24
 # MAX_SAMPLES (an ImageNet-C run's 76 cells give one sample, a scene suite's 15 give three).
 PICTURE_BUDGET = 80
 MAX_SAMPLES = 3
+# Pictures on the whole page, at most: each group of runs (data root, seed, protocol) has
+# grids of its own, and ten full ImageNet-C runs over four seeds drew four grids of 76
+# pictures (6.5 MB of the 10.6 MB page). A group whose PICTURE_BUDGET would take the page
+# past this is named in a note instead (selecting its runs with --run draws it).
+PAGE_PICTURES = 2 * PICTURE_BUDGET
 # A mask covering this share of the image makes background and object changes both visible.
 MASK_SHARE = (0.10, 0.60)
 # Shifts with a single stored level share rows (per family) of at most this many pictures.
@@ -453,6 +458,13 @@ def build_grids(data: ReportData, *, sample_id: str | None = None) -> tuple[list
         why = unreadable_root(runs[0].record)
         if why:  # said before the samples are scored: a pass over every run's predictions
             notes.append(f"image grid for {names} skipped: {why}")
+            continue
+        shown = sum(len(cells) for g in grids for _, cells in g.rows)
+        if shown + PICTURE_BUDGET > PAGE_PICTURES:
+            notes.append(
+                f"image grid for {names} left out: the page shows {shown} pictures already "
+                f"(at most {PAGE_PICTURES}); `robustlab report --run` with these runs draws it"
+            )
             continue
         if sample_id is not None:
             sids = [sample_id]
