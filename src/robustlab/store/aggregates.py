@@ -8,7 +8,8 @@ cell, per (cell, class) or per image of one run, never one per prediction.
 
 The metrics functions that take a predictions DataFrame (for a Python caller's own rows)
 reduce them to the same counts first and share the code that turns counts into numbers, so
-both paths give the same floats (tested against each other on real runs).
+both paths give the same floats and bootstrap draws (tests/test_store_scale.py compares
+them; the report's page is the one the row-based code wrote, tests/test_report_same_html.py).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ module (never by hand here).
 The per-cell and CE / mCE numbers come from :func:`robustlab.store.queries.results_table`,
 the same function ``robustlab results`` prints, so the two always agree. The rest
 (bootstrap intervals, per-family and per-class accuracy, scenario accuracies, robustness
-score, BG-gap, regression) are the functions of :mod:`robustlab.metrics` applied to the
-stored predictions. A part that cannot be computed becomes a note saying why, never a
-silently missing or wrong number.
+score, BG-gap, regression) are the functions of :mod:`robustlab.metrics` applied to counts
+the database computes from the stored predictions (:mod:`robustlab.store.aggregates`: per
+cell, class and image, never a run's 3.8 M rows in pandas). A part that cannot be computed
+becomes a note saying why, never a silently missing or wrong number.
 """
 
 from __future__ import annotations
