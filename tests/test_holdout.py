@@ -285,7 +285,9 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
     again = ho.run_holdout(ds, sp, cfg, db=db, out=tmp_path / "ck")
     assert again.reused and again.run_id == res.run_id
     assert again.held_top1 == pytest.approx(res.held_top1)
-    table = ho.holdout_table(store.runs(), preds)
+    from robustlab.workflows.report.benchmark_data import holdout_table
+
+    table = holdout_table(store.runs(), store.cell_table())
     assert table.iloc[0]["protocol"] == "versions" and table.iloc[0]["n_held"] == 18
 
     # The report: its own table, not a background-scenario table.

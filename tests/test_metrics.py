@@ -159,3 +159,27 @@ def test_paired_drop_interval_and_cell_intervals():
     assert len(ci) == 4 and (ci["top1_lo"] <= ci["top1_hi"]).all()
     with pytest.raises(ValueError, match="numpy.random.Generator"):
         accuracy_ci(a, 0)
+
+
+def test_ratio_interval_is_the_per_resample_bootstrap_of_the_same_draws():
+    """ratio_ci (pooled accuracy over images, its sums vectorised per chunk) gives the
+    interval of the per-resample bootstrap with the same statistic and chunks, to the bit."""
+    from robustlab.metrics.bootstrap import bootstrap_ci, bootstrap_distribution, ratio_ci
+
+    rng = np.random.default_rng(5)
+    n = rng.integers(1, 16, size=701)
+    pairs = np.stack([rng.binomial(n, 0.6), n], axis=1)
+
+    def ratio(x):
+        return x[:, 0].sum() / x[:, 1].sum()
+
+    want = bootstrap_ci(pairs, np.random.default_rng(9), n_resamples=301, statistic=ratio)
+    assert ratio_ci(pairs, np.random.default_rng(9), n_resamples=301) == want
+    # chunks of 7 resamples (4,907 draws each): the same draws, in the same order
+    dist = bootstrap_distribution(
+        pairs, np.random.default_rng(9), statistic=ratio, n_resamples=301, chunk_elements=7 * 701
+    )
+    small = ratio_ci(pairs, np.random.default_rng(9), n_resamples=301, chunk_elements=7 * 701)
+    assert small == tuple(float(q) for q in np.quantile(dist, [0.025, 0.975]))
+    with pytest.raises(ValueError, match="empty"):
+        ratio_ci(np.empty((0, 2)), np.random.default_rng(0))

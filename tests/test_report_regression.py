@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import pandas as pd
 
-from robustlab.workflows.report.fits import _distinct_runs, _readable_classes, _regression
+from robustlab.workflows.report.fits import FitData, _distinct_runs, _readable_classes, _regression
 from robustlab.workflows.report.runs import RunView
 
 
@@ -56,14 +56,14 @@ def test_a_repeated_run_is_counted_once_and_classes_are_named():
     ]
     preds = _preds(np.random.default_rng(0), [r.run_id for r in runs])
     notes: list[str] = []
-    keep = _distinct_runs(preds, runs, notes)
+    keep = _distinct_runs(FitData.from_predictions(preds).cellsets, runs, notes)
     # The second lite0 run on the same data and cells repeats the first; other data is new.
     assert keep == ["aaaaaaaa1111", "cccccccc3333", "dddddddd4444"]
     assert len(notes) == 1 and "bbbbbbbb repeats run aaaaaaaa" in notes[0]
     names = _readable_classes(preds, runs)
     assert set(names) == {"tench", "crane (n02012849)", "crane (n03126707)"}
 
-    reg, logit = _regression(preds, runs, notes=[])
+    reg, logit = _regression(FitData.from_predictions(preds), runs, notes=[])
     terms = set(reg.table["term"])
     assert not any("bbbbbbbb" in t for t in terms)
     assert {"Class[crane (n02012849)]", "Class[crane (n03126707)]"} & terms
@@ -255,7 +255,7 @@ def test_perfect_separation_is_a_counted_note_not_a_console_warning():
     notes: list[str] = []
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # statsmodels' raw warning would fail here
-        _, logit = _regression(preds, runs, notes)
+        _, logit = _regression(FitData.from_predictions(preds), runs, notes)
     assert logit.table.attrs["separated"] is True
     levels = ["Shift[blur]", "Shift[clean]", "Shift[noise]"]
     assert logit.table.attrs["constant_levels"] == levels

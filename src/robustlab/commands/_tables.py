@@ -20,7 +20,7 @@ PERCENT = (
     "top1_b",
 )
 SCORES = ("s_robust", "s_partial")
-COUNTS = ("n", "images", "n_a", "n_b", "n_shared")
+COUNTS = ("n", "images", "n_a", "n_b", "n_shared", "seed")
 
 
 def format_table(df, fmt: str) -> str:

@@ -50,8 +50,8 @@ def add_parser(sub) -> None:
         "--summary",
         action="store_true",
         help="one row per run: images, clean and mean shifted top-1, mCE and relative "
-        "mCE (with the baseline used), S_robust / partial S, BG-gap, path, precision, "
-        "defence",
+        "mCE (with the baseline used), S_robust / partial S, BG-gap, and what tells runs "
+        "apart: seed, protocol, path, precision, defence",
     )
     p.add_argument(
         "--compare",

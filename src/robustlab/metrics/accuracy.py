@@ -134,11 +134,31 @@ def per_family(
         families: Shift -> family; shifts not in it take their registry family.
     """
     _require(predictions, ["shift", "correct", "correct5"])
+    keys = [c for c in by if c in predictions.columns and c != "shift"] + ["shift"]
+    counts = predictions.groupby(keys, sort=False).agg(
+        n=("correct", "size"), n_correct=("correct", "sum"), n_correct5=("correct5", "sum")
+    )
+    return family_counts(counts.reset_index(), by, families)
+
+
+def family_counts(
+    counts: pd.DataFrame,
+    by: Sequence[str] = ("run_id",),
+    families: dict[str, str] | None = None,
+) -> pd.DataFrame:
+    """:func:`per_family` from per-cell counts (``shift``, ``n``, ``n_correct``,
+    ``n_correct5`` and the ``by`` columns, e.g. :meth:`robustlab.store.Store.cell_table`'s):
+    the predictions pooled per family are the cells' counts summed."""
+    _require(counts, ["shift", "n", "n_correct", "n_correct5"])
     families = dict(families or {})
-    fam = {s: families.get(s) or family_of(s) for s in predictions["shift"].unique()}
-    df = predictions.assign(family=predictions["shift"].map(fam))
+    fam = {s: families.get(s) or family_of(s) for s in counts["shift"].unique()}
+    df = counts.assign(family=counts["shift"].map(fam))
     keys = [c for c in by if c in df.columns] + ["family"]
-    out = _summarise(df.groupby(keys, sort=False))
+    out = add_rates(
+        df.groupby(keys, sort=False)
+        .agg(n=("n", "sum"), n_correct=("n_correct", "sum"), n_correct5=("n_correct5", "sum"))
+        .reset_index()
+    )
     rank = {CLEAN: -1}
     return (
         out.assign(_r=out["family"].map(lambda f: rank.get(f, 0)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from robustlab.metrics.bootstrap import bootstrap_ci
+from robustlab.metrics.bootstrap import ratio_ci
 
 from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 
@@ -46,9 +46,16 @@ def paired_diff_ci(
         raise ValueError("cannot bootstrap an empty sample")
     if not np.isin(d, (-1, 0, 1)).all():
         raise ValueError("paired differences of correctness must be -1, 0 or 1")
-    p = np.array([(d == -1).sum(), (d == 0).sum(), (d == 1).sum()], dtype=np.float64) / d.size
-    counts = rng.multinomial(d.size, p, size=int(n_resamples))
-    means = (counts[:, 2] - counts[:, 0]) / d.size
+    counts = ((d == -1).sum(), (d == 0).sum(), (d == 1).sum())
+    return _diff_counts_ci(counts, rng, n_resamples, confidence)
+
+
+def _diff_counts_ci(counts, rng, n_resamples: int, confidence: float) -> tuple[float, float]:
+    """:func:`paired_diff_ci` from the counts of -1, 0 and 1."""
+    n = int(sum(counts))
+    p = np.array(counts, dtype=np.float64) / n
+    draws = rng.multinomial(n, p, size=int(n_resamples))
+    means = (draws[:, 2] - draws[:, 0]) / n
     a = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(means, [a, 1.0 - a])
     return float(lo), float(hi)
@@ -78,15 +85,60 @@ def compare_runs(
         shared non-clean prediction, whose interval resamples whole images (all of an
         image's cells together), since one image's cells are not independent.
     """
+    cells, per_image = paired_counts(a, b)
+    return compare_counts(cells, per_image, rng, n_resamples=n_resamples, confidence=confidence)
+
+
+def paired_counts(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The counts a comparison needs, from two runs' prediction rows: the same as
+    :meth:`robustlab.store.Store.paired_counts` computes in the database (see there)."""
     sa, sb = _by_cell_and_image(a), _by_cell_and_image(b)
-    joined = pd.concat({"a": sa, "b": sb}, axis=1, join="inner")
-    n_a = sa.groupby(level=[0, 1]).size()
-    n_b = sb.groupby(level=[0, 1]).size()
+    joined = pd.concat({"a": sa, "b": sb}, axis=1, join="inner").astype(int)
+    d = joined["b"] - joined["a"]
+    shared = joined.assign(
+        down=(d == -1).astype(int), same=(d == 0).astype(int), up=(d == 1).astype(int)
+    ).groupby(level=[0, 1])
+    cells = pd.concat(
+        {
+            "n_a": sa.groupby(level=[0, 1]).size(),
+            "n_b": sb.groupby(level=[0, 1]).size(),
+            "n_shared": shared.size(),
+            "k_a": shared["a"].sum(),
+            "k_b": shared["b"].sum(),
+            "n_down": shared["down"].sum(),
+            "n_same": shared["same"].sum(),
+            "n_up": shared["up"].sum(),
+        },
+        axis=1,
+    )
+    cells = cells.fillna(0).astype("int64").rename_axis(["shift", "level"]).reset_index()
+    shifted = d[d.index.get_level_values(0) != CLEAN]
+    per_image = shifted.groupby(level=2).agg(["sum", "size"]).to_numpy(np.float64)
+    return cells, per_image.reshape(-1, 2)
+
+
+def compare_counts(
+    cells: pd.DataFrame,
+    per_image: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """:func:`compare_runs` from :func:`paired_counts` (or the store's, computed in DuckDB
+    for runs of millions of predictions): the same rows, the same draws."""
     # the cells first (sorted, clean first), then the pooled row: the order of the draws
-    rows = _cell_rows(sa, sb, joined, n_a, n_b, rng, n_resamples, confidence)
-    shifted = joined[joined.index.get_level_values(0) != CLEAN]
-    if len(shifted):
-        rows.append(_pooled_row(shifted, n_a, n_b, rng, n_resamples, confidence))
+    order = sorted(
+        range(len(cells)),
+        key=lambda i: (
+            cells["shift"].iat[i] != CLEAN,
+            (cells["shift"].iat[i], cells["level"].iat[i]),
+        ),
+    )
+    rows = [_cell_row(cells.iloc[i], rng, n_resamples, confidence) for i in order]
+    shifted = cells[cells["shift"] != CLEAN]
+    if shifted["n_shared"].sum() > 0:
+        rows.append(_pooled_row(shifted, per_image, rng, n_resamples, confidence))
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
 
 
@@ -100,60 +152,46 @@ def _by_cell_and_image(df: pd.DataFrame) -> pd.Series:
     )
 
 
-def _cell_rows(sa, sb, joined, n_a, n_b, rng, n_resamples: int, confidence: float) -> list[dict]:
-    """One row per cell either run has, clean first then sorted, each with the paired
-    bootstrap interval of B - A over the cell's shared images (NaN numbers without any).
-    Cells are visited in that fixed order so the draws depend only on the seed."""
-    keys = sorted(
-        set(sa.index.droplevel(2)) | set(sb.index.droplevel(2)), key=lambda k: (k[0] != CLEAN, k)
-    )
-    by_cell = dict(iter(joined.groupby(level=[0, 1], sort=False)))
-    rows = []
-    for key in keys:
-        shared = by_cell.get(key, joined.iloc[:0])
-        row = {
-            "shift": key[0],
-            "level": key[1],
-            "n_a": int(n_a.get(key, 0)),
-            "n_b": int(n_b.get(key, 0)),
-            "n_shared": len(shared),
-        }
-        if len(shared):
-            d = shared["b"].astype(int).to_numpy() - shared["a"].astype(int).to_numpy()
-            lo, hi = paired_diff_ci(d, rng, n_resamples=n_resamples, confidence=confidence)
-            row.update(
-                top1_a=float(shared["a"].mean()),
-                top1_b=float(shared["b"].mean()),
-                diff=float(d.mean()),
-                diff_lo=lo,
-                diff_hi=hi,
-            )
-        rows.append(row)
-    return rows
+def _cell_row(c, rng, n_resamples: int, confidence: float) -> dict:
+    """One cell's row, with the paired bootstrap interval of B - A over its shared images
+    (NaN numbers without any)."""
+    n = int(c["n_shared"])
+    row = {
+        "shift": c["shift"],
+        "level": c["level"],
+        "n_a": int(c["n_a"]),
+        "n_b": int(c["n_b"]),
+        "n_shared": n,
+    }
+    if n:
+        counts = (int(c["n_down"]), int(c["n_same"]), int(c["n_up"]))
+        lo, hi = _diff_counts_ci(counts, rng, n_resamples, confidence)
+        row.update(
+            top1_a=int(c["k_a"]) / n,
+            top1_b=int(c["k_b"]) / n,
+            diff=(int(c["k_b"]) - int(c["k_a"])) / n,
+            diff_lo=lo,
+            diff_hi=hi,
+        )
+    return row
 
 
-def _pooled_row(shifted, n_a, n_b, rng, n_resamples: int, confidence: float) -> dict:
+def _pooled_row(shifted: pd.DataFrame, per_image, rng, n_resamples: int, confidence: float) -> dict:
     """The ``all shifted cells`` row over every shared non-clean prediction; its interval
     resamples whole images (an image's cells together), since one image's cells are not
     independent."""
-    d = shifted["b"].astype(int) - shifted["a"].astype(int)
-    per_image = d.groupby(level=2).agg(["sum", "size"]).to_numpy(np.float64)
-    lo, hi = bootstrap_ci(
-        per_image,
-        rng,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        statistic=lambda x: x[:, 0].sum() / x[:, 1].sum(),
-    )
+    lo, hi = ratio_ci(per_image, rng, n_resamples=n_resamples, confidence=confidence)
+    n = int(shifted["n_shared"].sum())
+    k_a, k_b = int(shifted["k_a"].sum()), int(shifted["k_b"].sum())
     return {
         "shift": ALL_SHIFTED,
         "level": "all",
-        "n_a": int(n_a.drop(CLEAN, level=0, errors="ignore").sum()),
-        "n_b": int(n_b.drop(CLEAN, level=0, errors="ignore").sum()),
-        "n_shared": len(shifted),
-        "top1_a": float(shifted["a"].mean()),
-        "top1_b": float(shifted["b"].mean()),
-        "diff": float(d.mean()),
+        "n_a": int(shifted["n_a"].sum()),
+        "n_b": int(shifted["n_b"].sum()),
+        "n_shared": n,
+        "top1_a": k_a / n,
+        "top1_b": k_b / n,
+        "diff": (k_b - k_a) / n,
         "diff_lo": lo,
         "diff_hi": hi,
     }

@@ -171,18 +171,38 @@ def scenario_accuracies(
     """(mu, {scenario: accuracy}) from one run's predictions (EX1: original-trained model).
 
     A scenario is a shift; a shift stored with several levels (``random_bg`` add/paste)
-    gives one scenario per level, named ``shift:level``.
+    gives one scenario per level, named ``shift:level``. Scenarios are listed in the order
+    their shifts first appear, levels sorted.
     """
     _require(predictions, ["shift", "level", "correct"])
-    cl = predictions[predictions["shift"] == clean]
+    cells = (
+        predictions.assign(
+            level=predictions["level"].astype(str), correct=predictions["correct"].astype(bool)
+        )
+        .groupby(["shift", "level"], sort=False)["correct"]
+        .agg(n="size", n_correct="sum")
+        .reset_index()
+    )
+    return cell_scenario_accuracies(cells, clean=clean, scenarios=scenarios)
+
+
+def cell_scenario_accuracies(
+    cells: pd.DataFrame, *, clean: str = CLEAN, scenarios: Sequence[str] | None = None
+) -> tuple[float, dict[str, float]]:
+    """:func:`scenario_accuracies` from one run's per-cell counts (``shift``, ``level``,
+    ``n``, ``n_correct``; e.g. :meth:`robustlab.store.Store.cell_table`'s rows of the run):
+    shifts in the order they first appear, levels sorted."""
+    _require(cells, ["shift", "level", "n", "n_correct"])
+    cl = cells[cells["shift"] == clean]
     if cl.empty:
         raise ValueError(f"no '{clean}' predictions: mu needs the original images")
-    rest = predictions[predictions["shift"] != clean]
+    rest = cells[cells["shift"] != clean]
     if scenarios is not None:
         rest = rest[rest["shift"].isin(scenarios)]
     out: dict[str, float] = {}
     for shift, g in rest.groupby("shift", sort=False):
-        levels = g["level"].astype(str).unique()
-        for level, gl in g.groupby(g["level"].astype(str), sort=True):
-            out[shift if len(levels) == 1 else f"{shift}:{level}"] = float(gl["correct"].mean())
-    return float(cl["correct"].mean()), out
+        g = g.assign(level=g["level"].astype(str)).sort_values("level", kind="stable")
+        for rec in g.itertuples(index=False):
+            name = shift if len(g) == 1 else f"{shift}:{rec.level}"
+            out[name] = int(rec.n_correct) / int(rec.n)
+    return int(cl["n_correct"].sum()) / int(cl["n"].sum()), out

@@ -16,6 +16,12 @@ The columns and what they mean:
   scenarios. Stored predictions give only EX1 (train on original, test on scenario), so
   ``s_robust`` stays blank and ``s_partial`` = 1 - sigma2_cross.
 * ``bg_gap``: ImageNet-9's acc(mixed_same) - acc(mixed_rand) over paired images.
+* ``seed``: the global seed the shifts drew from (two runs that differ only in it are two
+  draws of the same benchmark).
+* ``protocol``: how the images were framed and shown to the model: the protocol's name
+  (``imagenet-c``, ``model``, ``imagenet-e``, ``imagenet-e-archive``), its one-line label
+  when it has none (``custom: ...``), and ``(override)`` when ``--protocol`` replaced the
+  suite's own.
 * ``path``: how the shifted pixels were made: ``on-the-fly`` or ``generated`` (from a
   folder written by ``robustlab generate``), or the published archive's own folders;
   on the fly with batched torch shifts (``--shift-device``) it says
@@ -55,6 +61,8 @@ SUMMARY_COLUMNS = [
     "s_robust",
     "s_partial",
     "bg_gap",
+    "seed",
+    "protocol",
     "path",
     "precision",
     "defence",
@@ -86,17 +94,38 @@ def is_ximagenet12(shift: str) -> bool:
 
 
 def _scenario_accuracies(shifted: pd.DataFrame) -> dict[str, float]:
-    """XIMAGENET-12 scenario -> accuracy; a shift with several levels gives ``shift:level``."""
+    """XIMAGENET-12 scenario -> accuracy from the shifted cells' counts (sorted by shift
+    and level); a shift with several levels gives ``shift:level``."""
     out: dict[str, float] = {}
     for shift, g in shifted.groupby("shift", sort=True):
         if not is_ximagenet12(str(shift)):
             continue
-        levels = g["level"].astype(str)
-        for level, gl in g.groupby(levels, sort=True):
-            out[str(shift) if levels.nunique() == 1 else f"{shift}:{level}"] = float(
-                gl["correct"].mean()
-            )
+        for rec in g.itertuples(index=False):
+            name = str(shift) if len(g) == 1 else f"{shift}:{rec.level}"
+            out[name] = int(rec.n_correct) / int(rec.n)
     return out
+
+
+def protocol_text(run: Mapping[str, Any]) -> str | None:
+    """The ``protocol`` column of a run (see the module docstring); runs whose record has
+    no protocol entry (published layouts, runs stored before protocols had names) are named
+    from their preprocessing record."""
+    from robustlab.suites import protocol_label, protocol_name
+
+    config = run.get("config") or {}
+    p = config.get("protocol") if isinstance(config, Mapping) else None
+    override = None
+    if isinstance(p, Mapping) and (p.get("name") or p.get("label")):
+        described, override = dict(p), p.get("override")
+    else:
+        pre = run.get("preprocessing") or {}
+        found = pre.get("protocol") if isinstance(pre, Mapping) else None
+        if not isinstance(found, Mapping) or not found:
+            return None
+        described = dict(found)
+    name = str(described.get("name") or protocol_name(described))
+    text = name if name != "custom" else str(described.get("label") or protocol_label(described))
+    return text + (" (override)" if override else "")
 
 
 def _short_dtype(value) -> str | None:
@@ -117,7 +146,7 @@ def precision_label(config: Mapping) -> str | None:
 def summarise_run(
     run: Mapping[str, Any], predictions: pd.DataFrame, mce: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The summary row of one run (keys: :data:`SUMMARY_COLUMNS`).
+    """The summary row of one run (keys: :data:`SUMMARY_COLUMNS`) from its prediction rows.
 
     Args:
         run: The run's ``runs`` row (JSON columns decoded), as ``Store.runs()`` gives it.
@@ -126,33 +155,72 @@ def summarise_run(
         mce: ``{"mce", "relative_mce", "baseline"}`` when a CE baseline applies.
 
     Returns:
+        :func:`summary_row` of the rows' counts.
+    """
+    preds = predictions.assign(level=predictions["level"].astype(str))
+    cells = (
+        preds.assign(correct=preds["correct"].astype(bool))
+        .groupby(["shift", "level"], sort=True)["correct"]
+        .agg(n="size", n_correct="sum")
+        .reset_index()
+    )
+    pair = preds[preds["shift"].isin(BG_GAP_CELLS)]
+    return summary_row(run, cells, int(preds["sample_id"].nunique()), run_bg_gap(pair), mce)
+
+
+def run_bg_gap(rows: pd.DataFrame) -> float | None:
+    """ImageNet-9's BG-gap of one run from the rows of its two cells (``sample_id``,
+    ``shift``, ``correct``), or None without both cells or an image predicted in both."""
+    if not set(BG_GAP_CELLS) <= set(rows["shift"]):
+        return None
+    try:
+        return float(bg_gap(rows, by=()).iloc[0]["bg_gap"])
+    except ValueError:  # no image predicted in both cells
+        return None
+
+
+def summary_row(
+    run: Mapping[str, Any],
+    cells: pd.DataFrame,
+    images: int,
+    gap: float | None = None,
+    mce: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The summary row of one run (keys: :data:`SUMMARY_COLUMNS`) from compact numbers:
+    what ``results --summary`` and the report compute in the database for runs of
+    millions of predictions (:func:`summarise_run` does the same from rows).
+
+    Args:
+        run: The run's ``runs`` row (JSON columns decoded), as ``Store.runs()`` gives it.
+        cells: One row per cell: ``shift``, ``level`` (text), ``n``, ``n_correct``.
+        images: Distinct images with at least one prediction in the run.
+        gap: The run's BG-gap (:func:`run_bg_gap`), None without ImageNet-9's pair.
+        mce: ``{"mce", "relative_mce", "baseline"}`` when a CE baseline applies.
+
+    Returns:
         One dict; numbers absent for this run (no clean cell, no shifted cell, no
         XIMAGENET-12 scenario, no ImageNet-9 pair, no baseline) are None.
     """
     config = run.get("config") or {}
-    preds = predictions.assign(level=predictions["level"].astype(str))
-    clean = preds[preds["shift"] == CLEAN]
-    shifted = preds[preds["shift"] != CLEAN]
-    cell_top1 = shifted.groupby(["shift", "level"], sort=True)["correct"].mean()
-    mu = float(clean["correct"].mean()) if len(clean) else None
+    cells = cells.assign(level=cells["level"].astype(str)).sort_values(
+        ["shift", "level"], kind="stable"
+    )
+    clean = cells[cells["shift"] == CLEAN]
+    shifted = cells[cells["shift"] != CLEAN]
+    cell_top1 = shifted["n_correct"].astype("int64") / shifted["n"].astype("int64")
+    mu = int(clean["n_correct"].sum()) / int(clean["n"].sum()) if len(clean) else None
     s_robust = s_partial = None
     scen = _scenario_accuracies(shifted)
     if scen and mu is not None:
         score = robustness_score(mu, scen)
         s_robust, s_partial = score.s_robust, score.s_partial
-    gap = None
-    if set(BG_GAP_CELLS) <= set(shifted["shift"]):
-        try:
-            gap = float(bg_gap(shifted, by=()).iloc[0]["bg_gap"])
-        except ValueError:  # no image predicted in both cells
-            gap = None
     root = run.get("data_root")
     return {
         "model": run["model_spec"],
         "suite": run.get("suite") or "clean",
         "run_id": str(run["run_id"])[:8],
         "data": Path(str(root)).name if root else None,
-        "images": int(preds["sample_id"].nunique()),
+        "images": int(images),
         "clean_top1": mu,
         "shifted_top1": float(cell_top1.mean()) if len(cell_top1) else None,
         "mce": (mce or {}).get("mce"),
@@ -161,6 +229,8 @@ def summarise_run(
         "s_robust": s_robust,
         "s_partial": s_partial,
         "bg_gap": gap,
+        "seed": None if pd.isna(run.get("seed")) else int(run["seed"]),
+        "protocol": protocol_text(run),
         "path": _path(config),
         "precision": precision_label(config),
         "defence": defence_label(config.get("defence")),

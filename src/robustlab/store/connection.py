@@ -151,9 +151,13 @@ class Database:
         deadline = time.monotonic() + self.timeout
         for delay in backoff_delays(0.01, 1.0):
             try:
-                return duckdb.connect(
+                con = duckdb.connect(
                     str(self.path), read_only=read_only, config={"threads": self.threads}
                 )
+                # No progress bar: DuckDB draws one on the terminal for a query over 2 s
+                # (the report's reads of many full runs), in the middle of robustlab's output.
+                con.execute("SET enable_progress_bar = false").fetchall()
+                return con
             except duckdb.Error as exc:
                 busy = isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
                 if not busy:

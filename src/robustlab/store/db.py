@@ -3,12 +3,13 @@ resume queries and Parquet export (see :mod:`robustlab.store.connection`)."""
 
 from __future__ import annotations
 
+from robustlab.store.aggregates import AggregateQueries
 from robustlab.store.maps import MapTables
 from robustlab.store.predictions import PredictionsTable
 from robustlab.store.runs import RunsTable
 
 
-class Store(RunsTable, PredictionsTable, MapTables):
+class Store(RunsTable, PredictionsTable, AggregateQueries, MapTables):
     """A robustlab results database file.
 
     Args:

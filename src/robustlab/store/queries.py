@@ -198,9 +198,18 @@ def summary_rows(store: Store, run: dict, cells: pd.DataFrame, baseline: str | N
 
 
 def results_table(
-    store: Store, *, run_ids=None, models=None, suites=None, baseline: str | None = None
+    store: Store,
+    *,
+    run_ids=None,
+    models=None,
+    suites=None,
+    baseline: str | None = None,
+    cells: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
     """One row per model x suite x cell, then CE / mCE rows per run.
+
+    ``cells``: ``Store.cell_table`` of (at least) the selected runs when the caller has it
+    already (each computation is a pass over the runs' rows).
 
     Returns:
         (table with :data:`RESULT_COLUMNS`, notes explaining missing summary rows).
@@ -231,7 +240,7 @@ def results_table(
             "`robustlab report` has their foreground shares"
         )
     runs = runs[~seg & ~sal]
-    all_cells = store.cell_table(list(runs["run_id"]))
+    all_cells = store.cell_table(list(runs["run_id"])) if cells is None else cells
     parts = []
     for run in runs.to_dict("records"):
         cells = all_cells[all_cells["run_id"] == run["run_id"]]
@@ -335,7 +344,7 @@ def segmentation_table(
 def summary_table(
     store: Store, *, run_ids=None, models=None, suites=None, baseline: str | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
-    """One row per classification run: :func:`robustlab.metrics.summary.summarise_run`.
+    """One row per classification run: :func:`robustlab.metrics.summary.summary_row`.
 
     The mCE columns are the mCE rows of :func:`results_table` (same baseline rule), so
     ``results --summary`` and ``results`` never disagree.
@@ -343,34 +352,65 @@ def summary_table(
     Returns:
         (table with :data:`robustlab.metrics.summary.SUMMARY_COLUMNS`, notes).
     """
-    from robustlab.metrics.summary import SUMMARY_COLUMNS, summarise_run
+    from robustlab.metrics.summary import SUMMARY_COLUMNS
 
-    table, notes = results_table(
-        store, run_ids=run_ids, models=models, suites=suites, baseline=baseline
-    )
     runs = select_runs(store, run_ids=run_ids, models=models, suites=suites)
     runs = runs[~is_segmentation(runs)]
+    cells = store.cell_table(list(runs["run_id"]))  # one pass over the rows, for both
+    table, notes = results_table(
+        store, run_ids=run_ids, models=models, suites=suites, baseline=baseline, cells=cells
+    )
     mce_rows = table[table["shift"].astype(str).str.startswith("mCE (")]
-    preds = store.predictions(
-        list(runs["run_id"]), columns=["run_id", "sample_id", "shift", "level", "correct"]
+    mce = {
+        run_id: {
+            "mce": hit.iloc[0]["ce"],
+            "relative_mce": hit.iloc[0]["relative_ce"],
+            "baseline": hit.iloc[0]["baseline"],
+        }
+        for run_id in runs["run_id"]
+        if not (hit := mce_rows[mce_rows["run_id"] == run_id[:8]]).empty
+    }
+    rows = run_summaries(store, runs.to_dict("records"), mce, cells)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
+
+
+def run_summaries(
+    store: Store,
+    runs: list[dict],
+    mce: dict[str, dict],
+    cells: pd.DataFrame | None = None,
+    images: dict[str, int] | None = None,
+) -> list[dict]:
+    """The summary row of each run with predictions, computed from aggregates in the
+    database (:func:`robustlab.metrics.summary.summary_row`): per-cell counts, distinct
+    images and the rows of ImageNet-9's two cells, never a run's whole table.
+
+    Args:
+        runs: ``runs`` rows (JSON decoded).
+        mce: run id -> ``{"mce", "relative_mce", "baseline"}`` where a baseline applies.
+        cells, images: ``Store.cell_table`` and ``Store.distinct_images`` of the runs when
+            the caller has them already.
+    """
+    from robustlab.metrics.summary import BG_GAP_CELLS, run_bg_gap, summary_row
+
+    ids = [r["run_id"] for r in runs]
+    if cells is None:
+        cells = store.cell_table(ids)
+    if images is None:
+        images = store.distinct_images(ids)
+    paired = [rid for rid, g in cells.groupby("run_id") if set(BG_GAP_CELLS) <= set(g["shift"])]
+    pairs = store.predictions(
+        paired, columns=["run_id", "sample_id", "shift", "correct"], shifts=BG_GAP_CELLS
     )
     rows = []
-    for run in runs.to_dict("records"):
-        mine = preds[preds["run_id"] == run["run_id"]]
+    for run in runs:
+        rid = run["run_id"]
+        mine = cells[cells["run_id"] == rid]
         if mine.empty:
             continue
-        hit = mce_rows[mce_rows["run_id"] == run["run_id"][:8]]
-        mce = (
-            None
-            if hit.empty
-            else {
-                "mce": hit.iloc[0]["ce"],
-                "relative_mce": hit.iloc[0]["relative_ce"],
-                "baseline": hit.iloc[0]["baseline"],
-            }
-        )
-        rows.append(summarise_run(run, mine, mce))
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), notes
+        gap = run_bg_gap(pairs[pairs["run_id"] == rid])
+        rows.append(summary_row(run, mine, images.get(rid, 0), gap, mce.get(rid)))
+    return rows
 
 
 def compare_table(
@@ -382,7 +422,8 @@ def compare_table(
     n_resamples: int = 2000,
     confidence: float = 0.95,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Runs A and B cell by cell: :func:`robustlab.metrics.compare.compare_runs`.
+    """Runs A and B cell by cell: :func:`robustlab.metrics.compare.compare_runs`, from
+    counts joined in the database (:meth:`Store.paired_counts`).
 
     Args:
         run_a, run_b: Run ids or unique prefixes.
@@ -396,18 +437,17 @@ def compare_table(
     """
     import numpy as np
 
-    from robustlab.metrics.compare import compare_runs
+    from robustlab.metrics.compare import compare_counts
 
     store.require()
     picked = [select_runs(store, run_ids=[rid]).iloc[0] for rid in (run_a, run_b)]
-    cols = ["sample_id", "shift", "level", "correct"]
-    preds = [store.predictions([r["run_id"]], columns=cols) for r in picked]
-    for r, p in zip(picked, preds):
-        if p.empty:
+    cells, per_image = store.paired_counts(picked[0]["run_id"], picked[1]["run_id"])
+    for r, n in zip(picked, (cells["n_a"].sum(), cells["n_b"].sum())):
+        if not n:
             raise InputError(f"run {r['run_id'][:8]} ({r['model_spec']}) has no predictions")
-    table = compare_runs(
-        preds[0],
-        preds[1],
+    table = compare_counts(
+        cells,
+        per_image,
         np.random.default_rng(seed),
         n_resamples=n_resamples,
         confidence=confidence,

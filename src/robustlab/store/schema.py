@@ -133,6 +133,11 @@ DDL = [
     """,
 ]
 
+# ``robustlab holdout`` runs (surface variation): their suite, and the shift of the cell
+# holding the held-out images (the seen images are the clean cell). Named here, below the
+# workflows, so that a reader of stored runs (the report) needs no training code (torch).
+HOLDOUT_SUITE = "surface-variation"
+HOLDOUT_SHIFT = "holdout"
 # ``runs.config["task"]`` of a saliency run.
 SALIENCY_TASK = "saliency"
 # Side of the stored saliency thumbnail (Grad-CAM of a CNN has 7 to 14 cells a side).

@@ -1,14 +1,17 @@
 """The numbers of the benchmark-specific sections: ImageNet-E's per-level accuracy, paired
-drop and attribute curves, ImageNet-D's subsets, and the mining and review records."""
+drop and attribute curves, ImageNet-D's subsets, the surface-variation runs, and the
+mining and review records."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from robustlab.store import CLEAN_SHIFT, Store
+from robustlab.store.schema import HOLDOUT_SHIFT, HOLDOUT_SUITE
 from robustlab.workflows.report.runs import RunView
 
 # Runs of the published archive (evaluate on ImageNet-E's own folders): every cell is an edit.
@@ -34,17 +37,27 @@ def is_edit(shift: str, suite: str | None = None) -> bool:
 
 
 def edit_tables(
-    cells: pd.DataFrame, runs: Sequence[RunView], preds: pd.DataFrame | None = None
+    cells: pd.DataFrame, runs: Sequence[RunView], paired: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """Accuracy and drop from clean per edit level (ImageNet-E Table 1 shape).
 
-    The drop is paired: with ``preds`` (prediction rows), ``clean_paired`` is the clean
-    accuracy over exactly the images the level holds, so a level that skipped images (an
-    object that could not move, a file missing from an archive folder) is compared with
+    The drop is paired: with ``paired`` (per shifted cell, its images' clean predictions:
+    ``run_id``, ``shift``, ``level``, ``n_paired``, ``n_clean_correct``, as
+    :meth:`robustlab.store.Store.clean_of_cells` counts them), ``clean_paired`` is the
+    clean accuracy over exactly the images the level holds, so a level that skipped images
+    (an object that could not move, a file missing from an archive folder) is compared with
     the clean accuracy of the same images, never of a different set. ``clean`` is the
     clean accuracy over all images; ``n_clean`` how many; ``drop`` = ``clean_paired`` -
     ``top1`` (= ``clean`` - ``top1`` when nothing was skipped).
     """
+    pairs = (
+        {}
+        if paired is None
+        else {
+            (r.run_id, r.shift, str(r.level)): (int(r.n_paired), int(r.n_clean_correct))
+            for r in paired.itertuples(index=False)
+        }
+    )
     rows = []
     for r in runs:
         suite = r.record.get("suite")
@@ -52,20 +65,12 @@ def edit_tables(
         clean = c[c["shift"] == CLEAN_SHIFT]
         base = float(clean["top1"].iloc[0]) if len(clean) else np.nan
         n_clean = int(clean["n"].iloc[0]) if len(clean) else 0
-        clean_hits = per_level = None
-        if preds is not None:
-            g = preds[preds["run_id"] == r.run_id]
-            clean_hits = g[g["shift"] == CLEAN_SHIFT].set_index("sample_id")["correct"]
-            per_level = {
-                key: set(x["sample_id"]) for key, x in g.groupby(["shift", "level"], sort=False)
-            }
         for row in c.itertuples():
             if is_edit(row.shift, suite):
-                paired = base
-                if clean_hits is not None and per_level is not None:
-                    ids = per_level.get((row.shift, str(row.level)), set())
-                    hits = clean_hits[clean_hits.index.isin(ids)]
-                    paired = float(hits.astype(float).mean()) if len(hits) else np.nan
+                same = base
+                if paired is not None:
+                    n, k = pairs.get((r.run_id, row.shift, str(row.level)), (0, 0))
+                    same = k / n if n else np.nan
                 rows.append(
                     {
                         "run_full": r.run_id,
@@ -78,8 +83,8 @@ def edit_tables(
                         "top1_hi": getattr(row, "top1_hi", np.nan),
                         "clean": base,
                         "n_clean": n_clean,
-                        "clean_paired": paired,
-                        "drop": paired - float(row.top1),
+                        "clean_paired": same,
+                        "drop": same - float(row.top1),
                     }
                 )
     return pd.DataFrame(
@@ -136,38 +141,89 @@ def edit_curves(
     return pd.DataFrame(out, columns=["run_full", "label", "attribute", "x", "n", "top1"])
 
 
-def imagenet_d_subsets(preds: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame:
+def imagenet_d_subsets(folders: pd.DataFrame, runs: list[RunView]) -> pd.DataFrame:
     """Top-1 accuracy per ImageNet-D subset (background, texture, material, and all) of
     each run on the ``imagenet-d`` label space, like the paper's main table.
+
+    Args:
+        folders: Clean predictions counted per run and first folder of the sample id
+            (:meth:`robustlab.store.Store.clean_by_folder`: ``run_id``, ``folder``, ``n``,
+            ``n_correct``).
+        runs: The runs; those on the ``imagenet-d`` label space get rows.
 
     The subset is the first folder of the sample id (the published ``<subset>/<class>/<file>``
     layout, or ``robustlab synth``'s); other samples count under "all" only.
     """
-    from robustlab.data.published import IMAGENET_D_SUBSETS
-
     cols = ["run_full", "label", "subset", "n", "top1"]
     ids = [r.run_id for r in runs if r.record.get("label_space") == "imagenet-d"]
-    clean = preds[preds["run_id"].isin(ids) & (preds["shift"] == CLEAN_SHIFT)]
+    clean = folders[folders["run_id"].isin(ids)]
     if clean.empty:
         return pd.DataFrame(columns=cols)
-    subset = clean["sample_id"].astype(str).str.split("/", n=1).str[0]
-    clean = clean.assign(subset=subset.where(subset.isin(IMAGENET_D_SUBSETS), None))
     labels = {r.run_id: r.label for r in runs}
     rows = []
-    for rid, g in clean.groupby("run_id", sort=False):
-        parts = [(name, g[g["subset"] == name]) for name in ("background", "texture", "material")]
+    for rid, g in clean.groupby("run_id", sort=True):
+        parts = [(name, g[g["folder"] == name]) for name in ("background", "texture", "material")]
         for name, part in [*parts, ("all", g)]:
-            if len(part):
+            n = int(part["n"].sum())
+            if n:
                 rows.append(
                     {
                         "run_full": rid,
                         "label": labels.get(rid, rid),
                         "subset": name,
-                        "n": int(len(part)),
-                        "top1": float(part["correct"].mean()),
+                        "n": n,
+                        "top1": int(part["n_correct"].sum()) / n,
                     }
                 )
     return pd.DataFrame(rows, columns=cols)
+
+
+def holdout_table(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per surface-variation run: protocol, what was held out, sizes and accuracies.
+
+    Args:
+        runs: ``Store.runs()`` rows (others than surface-variation runs are ignored).
+        cells: Their per-cell counts (``run_id``, ``shift``, ``n``, ``n_correct``), as
+            ``Store.cell_table`` gives them.
+    """
+    rows = []
+    for r in runs.itertuples():
+        cfg = r.config if isinstance(r.config, dict) else json.loads(r.config or "{}")
+        if r.suite != HOLDOUT_SUITE or "holdout" not in cfg:
+            continue
+        g = cells[cells["run_id"] == r.run_id]
+        seen, held = g[g["shift"] == CLEAN_SHIFT], g[g["shift"] == HOLDOUT_SHIFT]
+        n_seen, n_held = int(seen["n"].sum()), int(held["n"].sum())
+        h = cfg["holdout"]
+        rows.append(
+            {
+                "run_id": r.run_id,
+                "model": r.model_spec,
+                "protocol": h.get("protocol"),
+                "held_out": h.get("held_out"),
+                "seed": h.get("seed"),
+                "n_train": h.get("n_train"),
+                "n_seen": n_seen,
+                "seen_top1": int(seen["n_correct"].sum()) / n_seen if n_seen else np.nan,
+                "n_held": n_held,
+                "held_top1": int(held["n_correct"].sum()) / n_held if n_held else np.nan,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "run_id",
+            "model",
+            "protocol",
+            "held_out",
+            "seed",
+            "n_train",
+            "n_seen",
+            "seen_top1",
+            "n_held",
+            "held_top1",
+        ],
+    )
 
 
 def mining_table(store: Store) -> pd.DataFrame:

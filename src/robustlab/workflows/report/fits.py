@@ -3,6 +3,10 @@ per-image logistic model clustered by image, over the runs counted once each."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -15,15 +19,80 @@ MAX_REGRESSION_CLASSES = 200
 MAX_LOGIT_ENTRIES = 20_000_000
 
 
-def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -> list[str]:
+# The prediction columns the per-image logistic model reads.
+LOGIT_COLUMNS = ["run_id", "sample_id", "shift", "level", "label", "class_name", "correct"]
+
+
+@dataclass(frozen=True)
+class FitData:
+    """What the fits need, in the compact form the database gives for any number of runs.
+
+    Attributes:
+        classes: Counts per run, shift (levels pooled), label and class name: ``run_id``,
+            ``shift``, ``label``, ``class_name``, ``n``, ``n_correct``
+            (``Store.cell_and_class_counts``).
+        cellsets: Run id -> the (shift, level) cells it stored.
+        images: Distinct images over some runs together.
+        rows: The prediction rows (:data:`LOGIT_COLUMNS`) of some runs, ordered by run,
+            shift, level and image; asked for only when the per-image model is small
+            enough to fit (:data:`MAX_LOGIT_ENTRIES`).
+    """
+
+    classes: pd.DataFrame
+    cellsets: dict[str, frozenset]
+    images: Callable[[list[str]], int]
+    rows: Callable[[list[str]], pd.DataFrame]
+
+    @classmethod
+    def from_store(
+        cls, store, counts: pd.DataFrame, classes: pd.DataFrame, images: dict[str, Any]
+    ) -> FitData:
+        """From the database: ``counts`` and ``classes`` are
+        ``Store.cell_and_class_counts`` of the runs, ``images`` run id -> its image ids
+        (``Store.image_counts(run).ids``)."""
+        return cls(
+            classes,
+            _cellsets(counts),
+            lambda ids: len(set().union(*(images[i] for i in ids))),
+            lambda ids: store.predictions(ids, columns=LOGIT_COLUMNS),
+        )
+
+    @classmethod
+    def from_predictions(cls, preds: pd.DataFrame) -> FitData:
+        """From prediction rows in memory (``run_id``, ``sample_id``, ``shift``,
+        ``level``, ``label``, ``class_name``, ``correct``)."""
+        preds = preds.assign(level=preds["level"].astype(str))
+        keys = ["run_id", "shift", "label", "class_name"]
+        classes = (
+            preds.assign(correct=preds["correct"].astype(bool))
+            .groupby(keys, sort=True, dropna=False)["correct"]
+            .agg(n="size", n_correct="sum")
+            .reset_index()
+        )
+        return cls(
+            classes,
+            _cellsets(preds[["run_id", "shift", "level"]].drop_duplicates()),
+            lambda ids: int(preds.loc[preds["run_id"].isin(ids), "sample_id"].nunique()),
+            lambda ids: preds[preds["run_id"].isin(ids)].sort_values(
+                ["run_id", "shift", "level", "sample_id"], kind="stable"
+            ),
+        )
+
+
+def _cellsets(cells: pd.DataFrame) -> dict[str, frozenset]:
+    return {
+        str(rid): frozenset(zip(g["shift"], g["level"].astype(str)))
+        for rid, g in cells.groupby("run_id")
+    }
+
+
+def _distinct_runs(
+    cellsets: dict[str, frozenset], runs: list[RunView], notes: list[str]
+) -> list[str]:
     """Run ids with duplicates removed: the same model (spec, weights) on the same data
     (content fingerprint, label space, seed) over the same cells is one measurement, whether
     it ran on the fly or from a generated folder; counting it twice would double its cells
     and shrink every p-value."""
-    cells = {
-        rid: frozenset(zip(g["shift"], g["level"].astype(str)))
-        for rid, g in preds.groupby("run_id")
-    }
     seen: dict[tuple, str] = {}
     keep = []
     for r in runs:
@@ -34,7 +103,7 @@ def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -
             rec.get("data_fingerprint"),
             rec.get("label_space"),
             rec.get("seed"),
-            cells.get(r.run_id),
+            cellsets.get(r.run_id),
         )
         if key in seen:
             notes.append(
@@ -49,7 +118,8 @@ def _distinct_runs(preds: pd.DataFrame, runs: list[RunView], notes: list[str]) -
 
 def _readable_classes(preds: pd.DataFrame, runs: list[RunView]) -> pd.Series:
     """The Class factor's levels as the label space's readable names (``tench``, not
-    ``n01440764``); a name two classes share keeps its key in brackets."""
+    ``n01440764``); a name two classes share keeps its key in brackets. ``preds``: rows or
+    counts with ``run_id``, ``label`` and ``class_name``."""
     from robustlab.data.labels import get_label_space
 
     out = preds["class_name"].astype(object).copy()
@@ -70,25 +140,31 @@ def _readable_classes(preds: pd.DataFrame, runs: list[RunView]) -> pd.Series:
     return out
 
 
-def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
+def _regression(data: FitData, runs: list[RunView], notes: list[str]):
     """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis), and the
     per-image logistic model with standard errors clustered by image.
 
     Cells are (model, shift, class) with the shift's levels pooled; ``clean`` is the Shift
     reference and the first run the Model reference. Factors with one level are left out.
-    Returns (OLS result or None, logistic result or None).
+    The OLS needs only counts; the logistic model reads the prediction rows, and only
+    when they are few enough to fit. Returns (OLS result or None, logistic result or None).
     """
-    from robustlab.metrics.regression import cell_accuracy, logit_correctness, regress_accuracy
+    from robustlab.metrics.regression import logit_correctness, regress_accuracy
 
-    if not (preds["shift"] != CLEAN_SHIFT).any():
+    if not (data.classes["shift"] != CLEAN_SHIFT).any():
         return None, None
-    keep = _distinct_runs(preds, runs, notes)
+    keep = _distinct_runs(data.cellsets, runs, notes)
     labels = {r.run_id: r.label for r in runs}
-    data = preds[preds["run_id"].isin(keep)]
-    data = data.assign(model=data["run_id"].map(labels), class_name=_readable_classes(data, runs))
+
+    def named(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(
+            model=frame["run_id"].map(labels), class_name=_readable_classes(frame, runs)
+        )
+
+    counts = named(data.classes[data.classes["run_id"].isin(keep)])
     factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
     reference = {"Model": next(r.label for r in runs if r.run_id in keep), "Shift": CLEAN_SHIFT}
-    n_classes = data["class_name"].nunique()
+    n_classes = counts["class_name"].nunique()
     if n_classes > MAX_REGRESSION_CLASSES:
         notes.append(
             f"regression: Class factor left out ({n_classes} classes; at most "
@@ -96,31 +172,35 @@ def _regression(preds: pd.DataFrame, runs: list[RunView], notes: list[str]):
         )
         factors.pop("Class")
     for name in list(factors):
-        if data[factors[name]].nunique() < 2:
+        if counts[factors[name]].nunique() < 2:
             factors.pop(name)
             reference.pop(name, None)
     if "Shift" not in factors:
         return None, None
-    cells = cell_accuracy(data, by=list(factors.values()))
+    by = list(factors.values())
+    summed = counts.groupby(by, sort=True, observed=True)[["n_correct", "n"]].sum()
+    cells = summed.assign(accuracy=summed["n_correct"] / summed["n"])[["accuracy", "n"]]
+    cells = cells.reset_index()
     # The independent observations behind both fits: the report withholds p-values when
     # they are no more than the terms (robustlab.workflows.report.analysis.withheld_inference).
-    n_images = int(data["sample_id"].nunique())
+    n_images = int(data.images(keep))
     ols = logit = None
     try:
         ols = regress_accuracy(cells, factors, reference=reference)
         ols.table.attrs["n_images"] = n_images
     except ValueError as exc:
         notes.append(f"no regression table: {exc}")
-    terms = 1 + sum(data[c].nunique() - 1 for c in factors.values())
-    if len(data) * terms > MAX_LOGIT_ENTRIES:
+    n_rows = int(counts["n"].sum())
+    terms = 1 + sum(counts[c].nunique() - 1 for c in factors.values())
+    if n_rows * terms > MAX_LOGIT_ENTRIES:
         notes.append(
-            f"per-image logistic model left out: {len(data):,} predictions x {terms} "
+            f"per-image logistic model left out: {n_rows:,} predictions x {terms} "
             f"terms is over {MAX_LOGIT_ENTRIES:,} design entries (fit "
             "robustlab.metrics.regression.logit_correctness on a sample)"
         )
     else:
         try:
-            logit = logit_correctness(data, factors, reference=reference)
+            logit = logit_correctness(named(data.rows(keep)), factors, reference=reference)
         except ValueError as exc:
             notes.append(f"no per-image logistic model: {exc}")
         else:

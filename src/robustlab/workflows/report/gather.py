@@ -4,9 +4,10 @@ module (never by hand here).
 The per-cell and CE / mCE numbers come from :func:`robustlab.store.queries.results_table`,
 the same function ``robustlab results`` prints, so the two always agree. The rest
 (bootstrap intervals, per-family and per-class accuracy, scenario accuracies, robustness
-score, BG-gap, regression) are the functions of :mod:`robustlab.metrics` applied to the
-stored predictions. A part that cannot be computed becomes a note saying why, never a
-silently missing or wrong number.
+score, BG-gap, regression) are the functions of :mod:`robustlab.metrics` applied to counts
+the database computes from the stored predictions (:mod:`robustlab.store.aggregates`: per
+cell, class and image, never a run's 3.8 M rows in pandas). A part that cannot be computed
+becomes a note saying why, never a silently missing or wrong number.
 """
 
 from __future__ import annotations
@@ -23,32 +24,21 @@ import pandas as pd
 from robustlab.errors import InputError
 from robustlab.metrics.attributes import attribute_effects
 from robustlab.store import CLEAN_SHIFT, Store
-from robustlab.workflows.train.holdout import SUITE as HOLDOUT_SUITE
-from robustlab.workflows.train.holdout import holdout_table
+from robustlab.store.aggregates import ImageCounts
+from robustlab.store.schema import HOLDOUT_SUITE
 from robustlab.workflows.report.benchmark_data import (
     edit_curves,
     edit_tables,
+    holdout_table,
     imagenet_d_subsets,
     is_edit,
     mining_table,
     review_table,
 )
-from robustlab.workflows.report.fits import _regression
+from robustlab.workflows.report.fits import FitData, _regression
 from robustlab.workflows.report.runs import RunView
 
 log = logging.getLogger(__name__)
-
-# The columns of predictions the report needs (top-5 lists are read only for the grid).
-PRED_COLUMNS = [
-    "run_id",
-    "sample_id",
-    "shift",
-    "level",
-    "label",
-    "class_name",
-    "correct",
-    "correct5",
-]
 
 
 @dataclass
@@ -86,7 +76,7 @@ class ReportData:
         edit_curves: accuracy vs a measured attribute (run_full, label, attribute, x, n,
             top1): each edited image binned by what its edit achieved (quantile bins).
         surface: the surface-variation runs (``robustlab holdout``): protocol, what was held
-            out, in-distribution and held-out top-1 (:func:`robustlab.workflows.train.holdout.holdout_table`).
+            out, in-distribution and held-out top-1 (:func:`robustlab.workflows.report.benchmark_data.holdout_table`).
         summary: One row per run (``robustlab results --summary``'s columns, from
             :func:`robustlab.metrics.summary.summarise_run`) plus ``run_full``.
         notes: Why something is absent or partial, one line each.
@@ -235,7 +225,7 @@ def gather(
     Raises:
         InputError: no database, no matching runs, or none with predictions.
     """
-    from robustlab.metrics.accuracy import per_family
+    from robustlab.metrics.accuracy import family_counts
 
     if rng is None:
         rng = np.random.default_rng(0)
@@ -243,25 +233,31 @@ def gather(
     store.require()
     runs_df, runs = _select(store, run_ids)
     notes: list[str] = []
-    results, runs = _results(store, runs, baseline, notes)
+    # Aggregates computed in the database: a full ImageNet-C run is 3.8 M predictions,
+    # and nothing below needs them as rows (robustlab.store.aggregates). Each pass over
+    # the rows costs seconds per run, so each is made once: per cell and class together,
+    # then per image for each run.
+    counts, classes = store.cell_and_class_counts([r.run_id for r in runs])
+    results, runs = _results(store, runs, baseline, notes, counts)
     ids = [r.run_id for r in runs]
-
-    preds = store.predictions(ids, columns=PRED_COLUMNS)
-    preds["level"] = preds["level"].astype(str)
+    counts = counts[counts["run_id"].isin(ids)].reset_index(drop=True)
+    classes = classes[classes["run_id"].isin(ids)]
+    images = {rid: store.image_counts(rid) for rid in sorted(ids)}
 
     # the generator's draws, in this order, are part of the report's reproducibility
-    cells = _cells(results, preds, rng, n_resamples, confidence)
+    cells = _cells(results, counts, rng, n_resamples, confidence)
     ce, mce_rows = _ce_rows(results)
 
     # Pooled accuracy per family and level (plot), and per run (leaderboard).
-    fam_map = {s: family(s) for s in preds["shift"].unique()}
-    families = per_family(preds, by=("run_id", "level"), families=fam_map)
-    pooled = _pooled(preds, cells, rng, n_resamples, confidence)
-    scenarios, robustness, bg = _scenes(runs, preds, notes)
-    class_drops = _class_drops(preds, notes)
+    fam_map = {s: family(s) for s in counts["shift"].unique()}
+    families = family_counts(counts, by=("run_id", "level"), families=fam_map)
+    pooled = _pooled(images, counts, cells, rng, n_resamples, confidence)
+    scenarios, robustness, bg = _scenes(store, runs, counts, notes)
+    class_drops = _class_drops(classes, notes)
     reg = logit = None
     if regression:
-        reg, logit = _regression(preds, runs, notes)
+        fit_data = FitData.from_store(store, counts, classes, {k: v.ids for k, v in images.items()})
+        reg, logit = _regression(fit_data, runs, notes)
     return ReportData(
         db=store.path,
         runs=runs,
@@ -281,9 +277,9 @@ def gather(
         logit=logit,
         n_resamples=n_resamples,
         confidence=confidence,
-        summary=_summary(runs, preds, mce_rows),
+        summary=_summary(store, runs, counts, {k: len(v.ids) for k, v in images.items()}, mce_rows),
         notes=notes,
-        **_benchmark_tables(store, runs_df, runs, cells, preds, notes),
+        **_benchmark_tables(store, runs_df, runs, cells, counts, notes),
     )
 
 
@@ -302,7 +298,7 @@ def _select(store: Store, run_ids: Sequence[str] | None) -> tuple[pd.DataFrame, 
 
 
 def _results(
-    store: Store, runs: list[RunView], baseline: str | None, notes: list[str]
+    store: Store, runs: list[RunView], baseline: str | None, notes: list[str], cells: pd.DataFrame
 ) -> tuple[pd.DataFrame, list[RunView]]:
     """``results_table`` rows of every run with predictions, and those runs.
 
@@ -315,14 +311,17 @@ def _results(
 
     parts, kept, failed = [], [], []
     for r in runs:
+        mine = cells[cells["run_id"] == r.run_id]
         try:
-            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=baseline)
+            part, run_notes = results_table(
+                store, run_ids=[r.run_id], baseline=baseline, cells=mine
+            )
         except ValueError as exc:
             if baseline is None:
                 raise
             failed.append(exc)
             notes.append(f"{r.label}: no CE/mCE against baseline {baseline!r}: {exc}")
-            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=None)
+            part, run_notes = results_table(store, run_ids=[r.run_id], baseline=None, cells=mine)
             part = part[part["level"] != "all"]
             run_notes = [n for n in run_notes if "CE/mCE" not in n]
         notes.extend(run_notes)
@@ -339,17 +338,18 @@ def _results(
 
 def _cells(
     results: pd.DataFrame,
-    preds: pd.DataFrame,
+    counts: pd.DataFrame,
     rng: np.random.Generator,
     n_resamples: int,
     confidence: float,
 ) -> pd.DataFrame:
-    """The per-cell rows of ``results`` with bootstrap intervals and the shift's family."""
-    from robustlab.metrics.bootstrap import cell_intervals
+    """The per-cell rows of ``results`` with bootstrap intervals (from the cells' counts)
+    and the shift's family."""
+    from robustlab.metrics.bootstrap import count_intervals
 
     cells = results[results["level"] != "all"].copy()
-    ci = cell_intervals(
-        preds, rng, by=("run_id", "shift", "level"), n_resamples=n_resamples, confidence=confidence
+    ci = count_intervals(
+        counts, rng, by=("run_id", "shift", "level"), n_resamples=n_resamples, confidence=confidence
     ).rename(columns={"run_id": "run_full"})
     cells = cells.merge(ci, on=["run_full", "shift", "level"], how="left")
     cells["family"] = [family(s) for s in cells["shift"]]
@@ -388,19 +388,21 @@ def _corruption_error(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pooled(
-    preds: pd.DataFrame,
+    images: dict[str, ImageCounts],
+    counts: pd.DataFrame,
     cells: pd.DataFrame,
     rng: np.random.Generator,
     n_resamples: int,
     confidence: float,
 ) -> dict[str, dict[str, float]]:
     """Per run: clean top-1 and pooled shifted top-1 with their intervals (a per-image
-    bootstrap: the images, not the predictions, are the independent units)."""
-    from robustlab.metrics.accuracy import per_family
-    from robustlab.metrics.bootstrap import bootstrap_ci
+    bootstrap: the images, not the predictions, are the independent units; each image's
+    counts come from the database, 50,000 pairs for a full run)."""
+    from robustlab.metrics.bootstrap import ratio_ci
 
     pooled: dict[str, dict[str, float]] = {}
-    for rid, g in preds.groupby("run_id", sort=False):
+    # runs in id order: the order of the generator's draws
+    for rid, g in counts.sort_values("run_id", kind="stable").groupby("run_id", sort=False):
         clean = g[g["shift"] == CLEAN_SHIFT]
         shifted = g[g["shift"] != CLEAN_SHIFT]
         entry: dict[str, float] = {}
@@ -413,56 +415,41 @@ def _pooled(
                 clean_n=int(row["n"]),
             )
         if not shifted.empty:
-            pf = per_family(
-                shifted, by=(), families=dict.fromkeys(shifted["shift"].unique(), "shifted")
+            n, k = int(shifted["n"].sum()), int(shifted["n_correct"].sum())
+            lo, hi = ratio_ci(
+                images[str(rid)].shifted(), rng, n_resamples=n_resamples, confidence=confidence
             )
-            per_image = shifted.groupby("sample_id")["correct"].agg(["sum", "size"]).to_numpy(float)
-            lo, hi = bootstrap_ci(
-                per_image,
-                rng,
-                n_resamples=n_resamples,
-                confidence=confidence,
-                statistic=lambda a: a[:, 0].sum() / a[:, 1].sum(),
-            )
-            entry.update(
-                shifted=float(pf["top1"].iloc[0]),
-                shifted_lo=lo,
-                shifted_hi=hi,
-                shifted_n=int(pf["n"].iloc[0]),
-            )
+            entry.update(shifted=k / n, shifted_lo=lo, shifted_hi=hi, shifted_n=n)
         pooled[str(rid)] = entry
     return pooled
 
 
-def _summary(runs: list[RunView], preds: pd.DataFrame, mce_rows: dict) -> pd.DataFrame:
+def _summary(
+    store: Store, runs: list[RunView], counts: pd.DataFrame, images: dict[str, int], mce_rows: dict
+) -> pd.DataFrame:
     """The per-run summary, with the function ``robustlab results --summary`` uses."""
-    from robustlab.metrics.summary import summarise_run
+    from robustlab.store.queries import run_summaries
 
+    rows = run_summaries(store, [r.record for r in runs], mce_rows, counts, images)
     return pd.DataFrame(
-        [
-            {
-                **summarise_run(
-                    r.record, preds[preds["run_id"] == r.run_id], mce_rows.get(r.run_id)
-                ),
-                "run_full": r.run_id,
-                "label": r.label,
-            }
-            for r in runs
-        ]
+        [{**row, "run_full": r.run_id, "label": r.label} for r, row in zip(runs, rows)]
     )
 
 
 def _scenes(
-    runs: list[RunView], preds: pd.DataFrame, notes: list[str]
+    store: Store, runs: list[RunView], counts: pd.DataFrame, notes: list[str]
 ) -> tuple[dict, dict, pd.DataFrame]:
     """Scenario accuracies (XIMAGENET-12 Table 1 / ImageNet-9), robustness score, BG-gap."""
-    from robustlab.metrics.scenes import bg_gap, robustness_score, scenario_accuracies
+    from robustlab.metrics.scenes import bg_gap, cell_scenario_accuracies, robustness_score
+    from robustlab.metrics.summary import BG_GAP_CELLS
 
-    scenarios, robustness, gaps = {}, {}, []
+    # in shift then level order, as the scenario tables list them
+    counts = counts.sort_values(["shift", "level"], kind="stable")
+    scenarios, robustness, gaps, pairs = {}, {}, [], []
     for r in runs:
         if r.record.get("suite") == HOLDOUT_SUITE:  # its own table (surface variation)
             continue
-        g = preds[preds["run_id"] == r.run_id]
+        g = counts[counts["run_id"] == r.run_id]
         scen = [
             s
             for s in g["shift"].unique()
@@ -471,7 +458,7 @@ def _scenes(
         if not scen:
             continue
         try:
-            mu, acc = scenario_accuracies(g, scenarios=scen)
+            mu, acc = cell_scenario_accuracies(g, scenarios=scen)
         except ValueError as exc:
             notes.append(f"{r.label}: no scenario table: {exc}")
             continue
@@ -480,11 +467,18 @@ def _scenes(
         xim = {k: v for k, v in acc.items() if _is_ximagenet12(k.split(":")[0])}
         if xim:
             robustness[r.run_id] = robustness_score(mu, xim)
-        if {"mixed_same", "mixed_rand"} <= set(scen):
-            try:
-                gaps.append(bg_gap(g, by=("run_id",)))
-            except ValueError as exc:
-                notes.append(f"{r.label}: no BG-gap: {exc}")
+        if set(BG_GAP_CELLS) <= set(scen):
+            pairs.append(r)
+    rows = store.predictions(
+        [r.run_id for r in pairs],
+        columns=["run_id", "sample_id", "shift", "correct"],
+        shifts=BG_GAP_CELLS,
+    )
+    for r in pairs:
+        try:
+            gaps.append(bg_gap(rows[rows["run_id"] == r.run_id], by=("run_id",)))
+        except ValueError as exc:
+            notes.append(f"{r.label}: no BG-gap: {exc}")
     if robustness:
         notes.append(
             "robustness score: only EX1 (train on original, test on each scenario) can "
@@ -499,14 +493,19 @@ def _scenes(
     return scenarios, robustness, bg
 
 
-def _class_drops(preds: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """Per-class drop from clean, pooled over the levels of each shift."""
-    from robustlab.metrics.accuracy import accuracy_drop, per_class
+def _class_drops(classes: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """Per-class drop from clean, pooled over the levels of each shift (from the
+    database's counts per run, shift and class)."""
+    from robustlab.metrics.accuracy import accuracy_drop, add_rates
 
-    labelled = preds.dropna(subset=["label"])
+    labelled = classes.dropna(subset=["label"])
     if not (labelled["shift"] != CLEAN_SHIFT).any():
         return pd.DataFrame()
-    pc = per_class(labelled, by=("run_id", "shift"), class_column="label")
+    pc = add_rates(
+        labelled.groupby(["run_id", "shift", "label"], sort=True)[["n", "n_correct", "n_correct5"]]
+        .sum()
+        .reset_index()
+    )
     have_clean = pc[pc["shift"] == CLEAN_SHIFT][["run_id", "label"]]
     pc = pc.merge(have_clean, on=["run_id", "label"])
     try:
@@ -522,7 +521,7 @@ def _benchmark_tables(
     runs_df: pd.DataFrame,
     runs: list[RunView],
     cells: pd.DataFrame,
-    preds: pd.DataFrame,
+    counts: pd.DataFrame,
     notes: list[str],
 ) -> dict[str, pd.DataFrame]:
     """ImageNet-E's per-level table and attribute fits, ImageNet-D's subsets, mining and
@@ -534,12 +533,20 @@ def _benchmark_tables(
         # fits with a note (perfect separation, too few rows...) stay out of the table
         for why, k in effects.loc[effects["note"] != "", "note"].value_counts().items():
             notes.append(f"edit effects: {k} attribute fit(s) left out of the table: {why}")
+    edited = [
+        r.run_id
+        for r in runs
+        if any(
+            is_edit(s, r.record.get("suite")) for s in counts[counts["run_id"] == r.run_id]["shift"]
+        )
+    ]
+    d_runs = [r.run_id for r in runs if r.record.get("label_space") == "imagenet-d"]
     return {
-        "edits": edit_tables(cells, runs, preds),
-        "imagenet_d": imagenet_d_subsets(preds, runs),
+        "edits": edit_tables(cells, runs, store.clean_of_cells(edited) if edited else None),
+        "imagenet_d": imagenet_d_subsets(store.clean_by_folder(d_runs), runs),
         "mining": mining_table(store),
         "reviews": review_table(store),
         "edit_curves": edit_curves(joined, {r.run_id: r.label for r in runs}),
         "edit_effects": effects,
-        "surface": holdout_table(runs_df[runs_df["run_id"].isin(ids)], preds),
+        "surface": holdout_table(runs_df[runs_df["run_id"].isin(ids)], counts),
     }

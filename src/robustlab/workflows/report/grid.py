@@ -33,12 +33,21 @@ PNG_LIMIT = 24
 # MAX_SAMPLES (an ImageNet-C run's 76 cells give one sample, a scene suite's 15 give three).
 PICTURE_BUDGET = 80
 MAX_SAMPLES = 3
+# Pictures on the whole page, at most: each group of runs (data root, seed, protocol) has
+# grids of its own, and ten full ImageNet-C runs over four seeds drew four grids of 76
+# pictures (6.5 MB of the 10.6 MB page). A group whose PICTURE_BUDGET would take the page
+# past this is named in a note instead (selecting its runs with --run draws it).
+PAGE_PICTURES = 2 * PICTURE_BUDGET
 # A mask covering this share of the image makes background and object changes both visible.
 MASK_SHARE = (0.10, 0.60)
 # Shifts with a single stored level share rows (per family) of at most this many pictures.
 ROW_WIDTH = 6
 # Candidates whose masks are read when choosing examples (the best-covered by cells first).
 MASK_CANDIDATES = 60
+# Samples scored when choosing examples, at most: spread evenly over the sorted ids, so
+# that scoring ten full ImageNet-C runs (38 M predictions, 50,000 images) reads only the
+# rows of these (a pass over every image's cells took 29 s and 0.8 GB for three runs).
+SCORED_SAMPLES = 2_000
 
 
 @dataclass
@@ -107,6 +116,14 @@ def _group_key(record: dict[str, Any]) -> str:
     )
 
 
+def unreadable_root(record: dict[str, Any]) -> str | None:
+    """Why a run's images cannot be re-rendered (its data root is gone), or None."""
+    root = Path(str(record.get("data_root") or ""))
+    if not record.get("data_root") or not root.is_dir():
+        return f"data root {root} is not readable"
+    return None
+
+
 def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, str]]):
     """The uint8 pixels of ``cells`` of one sample, as the run's model received them.
 
@@ -126,8 +143,9 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     from robustlab.shifts.registry import get_shift
 
     root = Path(str(record.get("data_root") or ""))
-    if not record.get("data_root") or not root.is_dir():
-        raise InputError(f"data root {root} is not readable")
+    why = unreadable_root(record)
+    if why:
+        raise InputError(why)
     config = record.get("config") or {}
     if config.get("source") == "imagenet-e-archive":
         return _render_archive_cells(root, sample_id, cells)
@@ -328,15 +346,32 @@ def pick_sample(store: Store, run_ids: list[str]) -> str | None:
 
 
 def _sample_scores(store: Store, run_ids: list[str]):
-    """Per sample: cells stored, cells where the runs disagree, wrong cells, clean correct."""
+    """Per sample: cells stored, cells where the runs disagree, wrong cells, clean correct;
+    for at most :data:`SCORED_SAMPLES` samples, every k-th of the sorted ids when the runs
+    hold more."""
+    import pyarrow as pa
+
     marks = ", ".join("?" for _ in run_ids)
     with store.connect(read_only=True) as con:
+        ids = con.execute(
+            f"SELECT DISTINCT sample_id FROM predictions WHERE run_id IN ({marks}) "
+            "ORDER BY sample_id",
+            list(run_ids),
+        ).fetchnumpy()["sample_id"]
+        step = -(-len(ids) // SCORED_SAMPLES)
+        join = ""
+        if step > 1:
+            con.register(
+                "scored", pa.table({"sample_id": pa.array(list(ids[::step]), pa.string())})
+            )
+            join = "JOIN scored USING (sample_id)"
         return con.execute(
             f"""WITH cell AS (
                   SELECT sample_id, shift, level, any_value(label) AS label,
                          bool_or(correct) AND NOT bool_and(correct) AS disagree,
                          bool_or(NOT correct) AS wrong, bool_and(correct) AS all_right
-                  FROM predictions WHERE run_id IN ({marks}) GROUP BY sample_id, shift, level)
+                  FROM predictions {join} WHERE run_id IN ({marks})
+                  GROUP BY sample_id, shift, level)
                 SELECT sample_id, any_value(label) AS label, count(*) AS n_cells,
                        count(*) FILTER (WHERE disagree) AS n_disagree,
                        count(*) FILTER (WHERE wrong AND shift <> 'clean') AS n_wrong,
@@ -502,6 +537,17 @@ def build_grids(data: ReportData, *, sample_id: str | None = None) -> tuple[list
     for runs in groups.values():
         ids = [r.run_id for r in runs]
         names = ", ".join(r.label for r in runs)
+        why = unreadable_root(runs[0].record)
+        if why:  # said before the samples are scored: a pass over every run's predictions
+            notes.append(f"image grid for {names} skipped: {why}")
+            continue
+        shown = sum(len(cells) for g in grids for _, cells in g.rows)
+        if shown + PICTURE_BUDGET > PAGE_PICTURES:
+            notes.append(
+                f"image grid for {names} left out: the page shows {shown} pictures already "
+                f"(at most {PAGE_PICTURES}); `robustlab report --run` with these runs draws it"
+            )
+            continue
         if sample_id is not None:
             sids = [sample_id]
         else:

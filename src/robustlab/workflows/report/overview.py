@@ -189,6 +189,14 @@ def _run_summary(p: Page, d: ReportData) -> None:
     if has["bg_gap"]:
         cols.append(col("bg_gap"))
     cols += [
+        col("seed"),
+        column(
+            "text",
+            "protocol",
+            "Protocol",
+            tip="how the images were framed and shown to the model: the protocol's name, "
+            "(override) when --protocol replaced the suite's own",
+        ),
         column(
             "text",
             "path",

@@ -270,7 +270,7 @@ def class_drop_heatmap(
                         va="center",
                         fontsize=6.5,
                         color="white" if abs(v) > 0.6 * lim else "black",
-                    )
+                    ).set_in_layout(False)  # inside the axes: the layout need not measure it
     cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
     cb.set_label("drop in top-1 (points; > 0 worse than clean)", fontsize=8)
     ax.set_title(title, fontsize=10)

@@ -56,7 +56,6 @@ from robustlab.workflows.train.holdout.splits import (
     split_subtypes,
     split_versions,
 )
-from robustlab.workflows.train.holdout.table import holdout_table
 from robustlab.workflows.train.holdout.training import (
     MEAN,
     STD,
@@ -83,7 +82,6 @@ __all__ = [
     "HoldoutSplit",
     "LabelledSet",
     "build_network",
-    "holdout_table",
     "make_split",
     "predict",
     "read_cifar100",

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.store.schema import HOLDOUT_SHIFT, HOLDOUT_SUITE
 from robustlab.workflows.train.holdout.readers import LabelledSet
 from robustlab.workflows.train.holdout.splits import HoldoutSplit
 from robustlab.workflows.train.holdout.training import (
@@ -26,8 +27,7 @@ from robustlab.workflows.train.holdout.training import (
 
 log = logging.getLogger(__name__)
 
-HOLDOUT_SHIFT = "holdout"
-SUITE = "surface-variation"
+SUITE = HOLDOUT_SUITE
 SUITE_VERSION = "1"
 
 
