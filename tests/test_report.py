@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
+from conftest import CHROMIUM, CHROMIUM_ARGS, report_widths, sync_playwright_or_skip, too_wide
 
 import robustlab
 from robustlab.cli import main as cli
@@ -409,6 +409,14 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- browser
+
+
+def test_every_table_fits_a_1280_and_a_1920_window(world):
+    """No table wider than its box (no sideways scrolling inside it), no page wider than
+    the window (issue 37: the runs table was 1,399 px in a 1,240 px box at 1280)."""
+    for width, layout in report_widths(world["out"]).items():
+        assert layout["window"] == width and len(layout["tables"]) >= 5
+        assert too_wide(layout) == [], width
 
 
 def test_report_in_a_real_browser(world, tmp_path):
