@@ -92,7 +92,9 @@ def test_random_weight_run_flagged_in_every_table_it_appears_in(world):
     rid = world["runs"]["imagenet-d"]
     html = world["html"]
     tables = re.findall(
-        r'<table class="[^"]*" id="([^"]+)".*?</table></div>((?:<p class="note">.*?</p>)*)',
+        # a table, then the notes under it (a data table's paragraphs, a grid's list)
+        r'<table class="[^"]*" id="([^"]+)".*?</table></div>'
+        r'((?:<p class="note">.*?</p>|<ul class="notes">.*?</ul>)*)',
         html,
         re.S,
     )
