@@ -597,3 +597,39 @@ def test_bg_gap_table_for_imagenet9(samples_dir, models, tmp_path):
     row = as_records(tables_of((tmp_path / "in9.html").read_text())["bg-gap"])[0]
     assert float(row["BG-gap %"]["sort"]) == pytest.approx(want["bg_gap"])
     assert int(row["Paired images"]["sort"].split(".")[0]) == want["n"] == 6
+
+
+# ---------------------------------------------------------------------------- headline
+
+
+def test_benchmark_names_of_runs_without_a_suite_are_never_nan():
+    """An ImageNet-D run stores no suite (NaN once read back through pandas): the report
+    named it ``nan vnan`` (issue 37); it is ImageNet-D, and a run with neither is clean only."""
+    from robustlab.workflows.report.headline import benchmark_title
+
+    nan = float("nan")
+    assert benchmark_title({"suite": "imagenet-c", "suite_version": "1"}) == "ImageNet-C v1"
+    assert benchmark_title({"suite": nan, "suite_version": nan, "label_space": "imagenet-d"}) == (
+        "ImageNet-D"
+    )
+    assert benchmark_title({"suite": None, "label_space": "imagenet1k"}) == "clean only"
+
+
+def test_a_synth_folder_is_known_drawn_by_random_weights_from_its_manifest(tmp_path):
+    """The report flags a run whose data root is a synth folder made by a checkpoint that
+    carries the tiny-checkpoints marker; another checkpoint, or no manifest, is not flagged."""
+    import json
+
+    from robustlab.shifts.generative.tiny import MARKER, drawn_by_random
+
+    tiny, real = tmp_path / "tiny" / "text2image", tmp_path / "sd15"
+    tiny.mkdir(parents=True)
+    real.mkdir()
+    (tiny / MARKER).write_text('{"random_weights": true}')
+    for name, ckpt in (("noise", tiny), ("photos", real)):
+        (tmp_path / name).mkdir()
+        manifest = {"format": "robustlab-synth/1", "checkpoint": {"path": str(ckpt)}}
+        (tmp_path / name / "manifest.json").write_text(json.dumps(manifest))
+    assert drawn_by_random(tmp_path / "noise") == str(tiny)
+    assert drawn_by_random(tmp_path / "photos") is None
+    assert drawn_by_random(tmp_path / "tiny") is None  # no manifest
