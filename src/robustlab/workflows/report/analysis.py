@@ -105,8 +105,8 @@ def regression(p: Page, d: ReportData, tmp: Path) -> None:
         names = ", ".join(d.labels[rid] for rid in p.flagged if rid in d.labels)
         p.add(
             f'<p class="note">{esc(RANDOM_MARK)}: the fits below include {esc(names)}, whose '
-            "images were drawn by a random-weight checkpoint (noise); read their Model and "
-            "Class terms with that in mind.</p>"
+            "images were drawn by a random-weight checkpoint (noise); read the terms with "
+            "that in mind.</p>"
         )
     withheld = withheld_inference(reg)
     p.table(
