@@ -209,6 +209,46 @@ def sync_playwright_or_skip():
     return sync_playwright
 
 
+# Every table's laid-out width beside its box's, and the page's beside the window's.
+_WIDTHS_JS = """() => ({
+  tables: Array.from(document.querySelectorAll('table')).map(t => ({
+    id: t.id || t.className,
+    width: Math.ceil(t.getBoundingClientRect().width),
+    box: t.parentElement.clientWidth,
+    scroll: t.parentElement.scrollWidth,
+  })),
+  page: document.documentElement.scrollWidth,
+  window: window.innerWidth,
+})"""
+
+
+def report_widths(html: Path, widths=(1280, 1920)) -> dict[int, dict]:
+    """``{window width: {tables, page, window}}`` of the page ``html`` as Chromium lays it
+    out at each window width (the report's tables must fit a 1280 px window: issue 37)."""
+    sync_playwright = sync_playwright_or_skip()
+    got = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for width in widths:
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.goto(html.resolve().as_uri(), wait_until="load")
+                got[width] = page.evaluate(_WIDTHS_JS)
+                page.close()
+        finally:
+            browser.close()
+    return got
+
+
+def too_wide(layout: dict) -> list[dict]:
+    """The tables of one :func:`report_widths` layout wider than their box (or scrolling in
+    it), plus a pseudo-entry for a page wider than the window."""
+    bad = [t for t in layout["tables"] if t["width"] > t["box"] or t["scroll"] > t["box"]]
+    if layout["page"] > layout["window"]:
+        bad.append({"id": "the page", "width": layout["page"], "box": layout["window"]})
+    return bad
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> str:
     """One Ray instance for the whole test run (starting one takes seconds): 2 CPUs and one

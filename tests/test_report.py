@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
+from conftest import CHROMIUM, CHROMIUM_ARGS, report_widths, sync_playwright_or_skip, too_wide
 
 import robustlab
 from robustlab.cli import main as cli
@@ -411,6 +411,14 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
 # ---------------------------------------------------------------------------- browser
 
 
+def test_every_table_fits_a_1280_and_a_1920_window(world):
+    """No table wider than its box (no sideways scrolling inside it), no page wider than
+    the window (issue 37: the runs table was 1,399 px in a 1,240 px box at 1280)."""
+    for width, layout in report_widths(world["out"]).items():
+        assert layout["window"] == width and len(layout["tables"]) >= 5
+        assert too_wide(layout) == [], width
+
+
 def test_report_in_a_real_browser(world, tmp_path):
     sync_playwright = sync_playwright_or_skip()
     res = world["result"]
@@ -589,3 +597,39 @@ def test_bg_gap_table_for_imagenet9(samples_dir, models, tmp_path):
     row = as_records(tables_of((tmp_path / "in9.html").read_text())["bg-gap"])[0]
     assert float(row["BG-gap %"]["sort"]) == pytest.approx(want["bg_gap"])
     assert int(row["Paired images"]["sort"].split(".")[0]) == want["n"] == 6
+
+
+# ---------------------------------------------------------------------------- headline
+
+
+def test_benchmark_names_of_runs_without_a_suite_are_never_nan():
+    """An ImageNet-D run stores no suite (NaN once read back through pandas): the report
+    named it ``nan vnan`` (issue 37); it is ImageNet-D, and a run with neither is clean only."""
+    from robustlab.workflows.report.headline import benchmark_title
+
+    nan = float("nan")
+    assert benchmark_title({"suite": "imagenet-c", "suite_version": "1"}) == "ImageNet-C v1"
+    assert benchmark_title({"suite": nan, "suite_version": nan, "label_space": "imagenet-d"}) == (
+        "ImageNet-D"
+    )
+    assert benchmark_title({"suite": None, "label_space": "imagenet1k"}) == "clean only"
+
+
+def test_a_synth_folder_is_known_drawn_by_random_weights_from_its_manifest(tmp_path):
+    """The report flags a run whose data root is a synth folder made by a checkpoint that
+    carries the tiny-checkpoints marker; another checkpoint, or no manifest, is not flagged."""
+    import json
+
+    from robustlab.shifts.generative.tiny import MARKER, drawn_by_random
+
+    tiny, real = tmp_path / "tiny" / "text2image", tmp_path / "sd15"
+    tiny.mkdir(parents=True)
+    real.mkdir()
+    (tiny / MARKER).write_text('{"random_weights": true}')
+    for name, ckpt in (("noise", tiny), ("photos", real)):
+        (tmp_path / name).mkdir()
+        manifest = {"format": "robustlab-synth/1", "checkpoint": {"path": str(ckpt)}}
+        (tmp_path / name / "manifest.json").write_text(json.dumps(manifest))
+    assert drawn_by_random(tmp_path / "noise") == str(tiny)
+    assert drawn_by_random(tmp_path / "photos") is None
+    assert drawn_by_random(tmp_path / "tiny") is None  # no manifest

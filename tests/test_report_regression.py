@@ -67,10 +67,32 @@ def test_a_repeated_run_is_counted_once_and_classes_are_named():
     terms = set(reg.table["term"])
     assert not any("bbbbbbbb" in t for t in terms)
     assert {"Class[crane (n02012849)]", "Class[crane (n03126707)]"} & terms
-    # One cell per (model, shift, class): 3 distinct runs x 3 shifts x 3 classes.
-    assert int(reg.fit.nobs) == 27
+    # The Model factor is the checkpoint, not the run (issue 37): lite0's two distinct
+    # runs (other data) are one level, so one cell per (model, shift, class) is
+    # 2 models x 3 shifts x 3 classes, and the only Model term is lite1 against lite0.
+    assert int(reg.fit.nobs) == 18
+    assert {t for t in terms if t.startswith("Model[")} == {"Model[lite1]"}
+    assert reg.reference["Model"] == "lite0"
     # The per-image logistic model uses every prediction of the distinct runs.
     assert int(logit.fit.nobs) == 3 * 30 * 3
+
+
+def test_the_model_factor_is_the_checkpoint_not_the_run():
+    """lite0 run on four suites is one model; two checkpoints under one spec are two
+    (told apart by their weights hash); a defended or bf16 run is its own model."""
+    from robustlab.workflows.report.fits import model_names
+
+    runs = [_run(f"{c}{c}{c}{c}{c}{c}{c}{c}0000", "lite0") for c in "abcd"]
+    other = _run("eeeeeeee0000", "timm:resnet50")
+    mine = _run("ffffffff0000", "timm:resnet50")
+    mine.record["weights_hash"] = "mine-finetuned"
+    clahe = _run("99999999aaaa", "lite0")
+    clahe.record["config"] = {"defence": {"preprocess": {"name": "clahe"}}}
+    names = model_names([*runs, other, mine, clahe])
+    assert {names[r.run_id] for r in runs} == {"lite0"}
+    assert names["eeeeeeee0000"] != names["ffffffff0000"]
+    assert names["ffffffff0000"] == "timm:resnet50 (mine-fin)"
+    assert names["99999999aaaa"] == "lite0 +clahe"
 
 
 def _clustered_frame(rng, n_images=120, image_sd=2.5):

@@ -374,7 +374,12 @@ def test_fits_with_fewer_images_than_terms_show_no_p_values(world, tmp_path):
     for t in fits:
         heads = tabs[t]["head"]
         assert not [h for h in heads if h.startswith(("p", "Signif", "Std", "SE", "95"))], heads
-    assert page.count("fewer independent observations than terms") == len(fits)
+    # each fit says why: too few images for its terms, or (the logistic model, once the
+    # Model factor is the checkpoint and lite0's runs pool into one level) no convergence
+    reasons = page.count("fewer independent observations than terms") + page.count(
+        "the fit did not converge"
+    )
+    assert reasons == len(fits) and "fewer independent observations than terms" in page
     assert "****" not in page.split('id="regression"')[1].split("</table>")[0]
 
 

@@ -276,10 +276,9 @@ def warn_if_random(path) -> bool:
     return True
 
 
-def warn_if_drawn_by_random(data_root) -> bool:
-    """Log one warning when ``data_root`` is a ``robustlab synth`` folder drawn by a
-    random-weight checkpoint (its manifest names the checkpoint): numbers measured on its
-    images (evaluate, mine) are about noise. True if it is."""
+def drawn_by_random(data_root) -> str | None:
+    """The random-weight checkpoint that drew ``data_root``, when it is a ``robustlab
+    synth`` folder whose manifest names one (the report flags runs on it); else None."""
     root = Path(data_root).expanduser()
     try:
         manifest = json.loads((root / MANIFEST).read_text())
@@ -289,8 +288,17 @@ def warn_if_drawn_by_random(data_root) -> bool:
             else None
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-    if not path or not is_random(path):
+        return None
+    return str(path) if path and is_random(path) else None
+
+
+def warn_if_drawn_by_random(data_root) -> bool:
+    """Log one warning when ``data_root`` is a ``robustlab synth`` folder drawn by a
+    random-weight checkpoint (its manifest names the checkpoint): numbers measured on its
+    images (evaluate, mine) are about noise. True if it is."""
+    root = Path(data_root).expanduser()
+    path = drawn_by_random(root)
+    if path is None:
         return False
     key = f"data:{root.resolve()}"
     with _warned_lock:
@@ -311,6 +319,7 @@ __all__ = [
     "KINDS",
     "MARKER",
     "build_tiny_checkpoints",
+    "drawn_by_random",
     "is_random",
     "save_bg_unet",
     "save_inpaint",

@@ -99,6 +99,15 @@ def regression(p: Page, d: ReportData, tmp: Path) -> None:
         + ", ".join(f"{k} = {v}" for k, v in reg.reference.items())
         + "), holding the other factors fixed.",
     )
+    if p.flagged:
+        from robustlab.workflows.report.headline import RANDOM_MARK
+
+        names = ", ".join(d.labels[rid] for rid in p.flagged if rid in d.labels)
+        p.add(
+            f'<p class="note">{esc(RANDOM_MARK)}: the fits below include {esc(names)}, whose '
+            "images were drawn by a random-weight checkpoint (noise); read the terms with "
+            "that in mind.</p>"
+        )
     withheld = withheld_inference(reg)
     p.table(
         Table(

@@ -121,7 +121,9 @@ def _build(req: ReportRequest) -> ReportResult:
     stages.stage(f"read {len(d.runs)} run(s) and their bootstrap intervals")
     notes = list(d.notes)
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    p = Page()
+    from robustlab.workflows.report.headline import random_weight_runs
+
+    p = Page(random_weight_runs(d.runs), d.labels)
     _tables(p, d, req, generated, rng, notes)
     n_grids = _pictures(p, d, req, stages, notes)
     stages.stage("tables and page")
@@ -157,7 +159,8 @@ def _tables(
     benchmarks.imagenet_d(p, d)
     benchmarks.surface_variation(p, d)
     run_ids = list(req.run_ids) if req.run_ids is not None else None
-    saliency(p, Store(req.db), run_ids, rng, req.n_resamples, notes)
+    models = list(dict.fromkeys(str(r.record.get("model_spec")) for r in d.runs))
+    saliency(p, Store(req.db), run_ids, rng, req.n_resamples, notes, models)
     mining_and_review(p, d, req.seed)
 
 

@@ -77,13 +77,20 @@ COLUMNS: dict[str, ColumnSpec] = {
 
 
 def column(
-    kind: str, key: str, title: str, *, note: str = "", tip: str = "", digits: int | None = None
+    kind: str,
+    key: str,
+    title: str,
+    *,
+    note: str = "",
+    tip: str = "",
+    digits: int | None = None,
+    css: str = "",
 ) -> Column:
     """A column of ``kind`` (a key of :data:`KINDS`); ``digits`` overrides the kind's
-    default number of decimals."""
+    default number of decimals; ``css`` is :class:`Column`'s."""
     k = KINDS[kind]
     fmt = k.fmt if digits is None else functools.partial(k.fmt, digits=digits)
-    return Column(key, title, fmt, k.numeric, note=note, tip=tip)
+    return Column(key, title, fmt, k.numeric, note=note, tip=tip, css=css)
 
 
 def col(

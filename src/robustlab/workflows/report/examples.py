@@ -6,6 +6,7 @@ from __future__ import annotations
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.report.gather import ReportData
 from robustlab.workflows.report.html import CORRECT_MARK, WRONG_MARK, data_uri, esc, notes_list
+from robustlab.workflows.report.headline import RANDOM_MARK, RANDOM_NOTE
 from robustlab.workflows.report.page import Page
 
 INTRO = (
@@ -38,26 +39,32 @@ def grids_section(p: Page, d: ReportData, sample_id: str | None, notes: list[str
             head + f'<p class="note">Runs: {esc(", ".join(g.runs))}; data root {esc(g.data_root)}; '
             f"seed {g.seed}; pictures embedded as {'PNG (exact pixels)' if lossless else 'JPEG q90'}.</p>"
         )
-        p.add(_grid_table(g, gi, lossless) + notes_list(g.notes))
+        flagged = {d.labels[rid] for rid in p.flagged if rid in d.labels}
+        marked = flagged & {pr.label for _, cells in g.rows for c in cells for pr in c.predictions}
+        p.add(
+            _grid_table(g, gi, lossless, marked)
+            + notes_list([*g.notes, *([RANDOM_NOTE] if marked else [])])
+        )
     if len(grids) > 1:
         p.add("</details>")
     return len(grids)
 
 
-def _grid_table(g, gi: int, lossless: bool) -> str:
-    """One sample's grid: a row per shift, a picture per level with the predictions."""
+def _grid_table(g, gi: int, lossless: bool, flagged: set[str]) -> str:
+    """One sample's grid: a row per shift, a picture per level with the predictions (a
+    run in ``flagged`` marked as on random-weight images)."""
     width = max(len(c) for _, c in g.rows)
     out = [f'<div class="table-wrap"><table class="grid" id="grid-{gi}"><tbody>']
     for row_label, cells in g.rows:
         out.append(f'<tr><th scope="row">{esc(row_label)}</th>')
         for c in cells:
-            out.append(_grid_cell(g.sample_id, c, lossless))
+            out.append(_grid_cell(g.sample_id, c, lossless, flagged))
         out.append("<td></td>" * (width - len(cells)) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
 
 
-def _grid_cell(sample_id: str, c, lossless: bool) -> str:
+def _grid_cell(sample_id: str, c, lossless: bool, flagged: set[str]) -> str:
     from robustlab.workflows.report.grid import encode_thumb
 
     cap = c.caption or ("clean" if c.shift == CLEAN_SHIFT else f"level {c.level}")
@@ -72,7 +79,8 @@ def _grid_cell(sample_id: str, c, lossless: bool) -> str:
     preds = "".join(
         f'<span class="pred {"ok" if pr.correct else "bad"}"><span class="mark" '
         f'aria-label="{"correct" if pr.correct else "wrong"}">'
-        f"{CORRECT_MARK if pr.correct else WRONG_MARK}</span>{esc(pr.label)}: "
+        f"{CORRECT_MARK if pr.correct else WRONG_MARK}</span>{esc(pr.label)}"
+        f"{' ' + esc(RANDOM_MARK) if pr.label in flagged else ''}: "
         f"{esc(pr.top1)} ({100 * pr.prob:.0f} %)</span>"
         for pr in c.predictions
     )

@@ -116,6 +116,25 @@ def _distinct_runs(
     return keep
 
 
+def model_names(runs: list[RunView]) -> dict[str, str]:
+    """run id -> the Model factor's level: the model the run measured (its spec with
+    defence, fine-tuning and precision, :func:`robustlab.store.naming.model_label`), the
+    same for every run of that checkpoint. A run is not a model: lite0 run on four suites is
+    one model seen under four sets of shifts. Two checkpoints under one name (other weights)
+    stay apart by their weights hash."""
+    from robustlab.store.naming import model_label
+
+    name = {r.run_id: model_label(r.record.get("model_spec"), r.record.get("config")) for r in runs}
+    weights = {r.run_id: str(r.record.get("weights_hash") or "")[:8] for r in runs}
+    hashes: dict[str, set[str]] = {}
+    for rid, n in name.items():
+        hashes.setdefault(n, set()).add(weights[rid])
+    return {
+        rid: f"{n} ({weights[rid]})" if len(hashes[n]) > 1 and weights[rid] else n
+        for rid, n in name.items()
+    }
+
+
 def _readable_classes(preds: pd.DataFrame, runs: list[RunView]) -> pd.Series:
     """The Class factor's levels as the label space's readable names (``tench``, not
     ``n01440764``); a name two classes share keeps its key in brackets. ``preds``: rows or
@@ -144,8 +163,9 @@ def _regression(data: FitData, runs: list[RunView], notes: list[str]):
     """OLS of per-cell accuracy on Model, Shift and Class (XIMAGENET-12's analysis), and the
     per-image logistic model with standard errors clustered by image.
 
-    Cells are (model, shift, class) with the shift's levels pooled; ``clean`` is the Shift
-    reference and the first run the Model reference. Factors with one level are left out.
+    Cells are (model, shift, class) with the shift's levels pooled, a model being a
+    checkpoint (:func:`model_names`: its runs on several suites pool into one level);
+    ``clean`` is the Shift reference and the first run's model the Model reference. Factors with one level are left out.
     The OLS needs only counts; the logistic model reads the prediction rows, and only
     when they are few enough to fit. Returns (OLS result or None, logistic result or None).
     """
@@ -154,7 +174,7 @@ def _regression(data: FitData, runs: list[RunView], notes: list[str]):
     if not (data.classes["shift"] != CLEAN_SHIFT).any():
         return None, None
     keep = _distinct_runs(data.cellsets, runs, notes)
-    labels = {r.run_id: r.label for r in runs}
+    labels = model_names(runs)
 
     def named(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.assign(
@@ -163,7 +183,10 @@ def _regression(data: FitData, runs: list[RunView], notes: list[str]):
 
     counts = named(data.classes[data.classes["run_id"].isin(keep)])
     factors = {"Model": "model", "Shift": "shift", "Class": "class_name"}
-    reference = {"Model": next(r.label for r in runs if r.run_id in keep), "Shift": CLEAN_SHIFT}
+    reference = {
+        "Model": next(labels[r.run_id] for r in runs if r.run_id in keep),
+        "Shift": CLEAN_SHIFT,
+    }
     n_classes = counts["class_name"].nunique()
     if n_classes > MAX_REGRESSION_CLASSES:
         notes.append(

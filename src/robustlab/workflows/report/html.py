@@ -81,6 +81,9 @@ class Column:
         numeric: Right-aligned and sorted as a number (by the raw value).
         note: Small second header line (e.g. the corruption family).
         tip: Header tooltip explaining the column.
+        css: Extra class of its cells: ``wide`` for a sentence that must not shrink to a
+            word a line, ``path`` for a long name that may break anywhere, ``date`` for a
+            date that must stay on one line.
     """
 
     key: str
@@ -89,6 +92,7 @@ class Column:
     numeric: bool = False
     note: str = ""
     tip: str = ""
+    css: str = ""
 
 
 @dataclass
@@ -157,8 +161,16 @@ def render_table(t: Table) -> str:
             v = r.get(c.key)
             shown = c.fmt(v)
             # numbers and short one-word texts ("imagenet-c", a date) never break at a hyphen
-            nowrap = c.numeric or (len(shown) <= 24 and " " not in shown)
-            num_cls = ' class="num"' if c.numeric else ' class="nw"' if nowrap else ""
+            nowrap = c.numeric or (len(shown) <= 24 and " " not in shown and not c.css)
+            num_cls = (
+                ' class="num"'
+                if c.numeric
+                else ' class="nw"'
+                if nowrap
+                else f' class="{esc(c.css)}"'
+                if c.css
+                else ""
+            )
             out.append(
                 f'<td{num_cls} data-sort="{esc(_sort_value(v, c.numeric))}">{esc(shown)}</td>'
             )
@@ -212,6 +224,9 @@ table.data th, table.data td { border-bottom: 1px solid var(--line); padding: .2
 table.data { font-size: .84rem; }
 table.data th, table.data td { white-space: normal; overflow-wrap: break-word; }
 table.data td.num, table.data td.nw { white-space: nowrap; }
+table.data td.wide { min-width: 9rem; }
+table.data td.date { min-width: 6.4rem; }
+table.data td.path { min-width: 7rem; overflow-wrap: anywhere; }
 table.data th { background: var(--head); position: sticky; top: 0; z-index: 1; font-weight: 600; }
 table.data td:first-child { position: sticky; left: 0; background: #fff; z-index: 1; }
 table.data th:first-child { left: 0; z-index: 2; }

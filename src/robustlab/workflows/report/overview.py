@@ -10,6 +10,7 @@ import pandas as pd
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.report.columns import SHIFTED_TOP1, col, column
 from robustlab.workflows.report.gather import ReportData
+from robustlab.workflows.report.headline import benchmark_key, benchmark_title
 from robustlab.workflows.report.runs import RunView
 from robustlab.workflows.report.html import Column, Table, esc, is_missing
 from robustlab.workflows.report.page import Page
@@ -18,7 +19,10 @@ from robustlab.workflows.report.page import Page
 # ---------------------------------------------------------------------------- summary
 def summary(p: Page, d: ReportData, generated: str) -> None:
     """What the report covers, the per-run summary, and each run's full description."""
+    from robustlab.workflows.report.headline import headline
+
     p.section("summary", "Summary")
+    p.add(headline(d, p.flagged))
     p.add(_facts(d, generated))
     _run_summary(p, d)
     _runs_table(p, d.runs)
@@ -32,13 +36,7 @@ def _facts(d: ReportData, generated: str) -> str:
 
     runs = d.runs
     models = list(dict.fromkeys(r.record["model_spec"] for r in runs))
-    suites = list(
-        dict.fromkeys(
-            f"{r.record['suite'] or 'clean only'}"
-            + (f" v{r.record['suite_version']}" if r.record.get("suite_version") else "")
-            for r in runs
-        )
-    )
+    suites = list(dict.fromkeys(benchmark_title(r.record) for r in runs))
     roots = list(dict.fromkeys(str(r.record["data_root"]) for r in runs))
     seeds = list(dict.fromkeys(int(r.record["seed"] or 0) for r in runs))
     items = [
@@ -65,52 +63,66 @@ def _facts(d: ReportData, generated: str) -> str:
 RUNS_COLUMNS = [
     col("model"),
     col("run"),
-    column("text", "weights", "Weights hash"),
-    col("suite"),
-    column("text", "suite_version", "Version"),
+    column("text", "suite", "Suite", tip="benchmark and suite version"),
     column(
         "text",
         "protocol",
         "Protocol",
         tip="how the model saw the images: the benchmark's official protocol "
         "unless marked (override)",
+        css="wide",
     ),
-    column("text", "data", "Data root"),
+    column("text", "data", "Data root", css="path"),
     column("text", "fingerprint", "Data fingerprint"),
     column("text", "label_space", "Label space"),
+    column("text", "weights", "Weights hash"),
     col("seed"),
     col("images", key="n_samples"),
     column("count", "n_skipped", "Skipped"),
     column("text", "status", "Status"),
-    column("text", "started", "Started (UTC)"),
-    column("text", "finished", "Finished (UTC)"),
+    column(
+        "text",
+        "time",
+        "Ran (UTC)",
+        tip="started, then finished (the time alone on the same day)",
+        css="date",
+    ),
 ]
+
+
+def _ran(rec: dict) -> str:
+    """``2026-11-28 18:09–18:12``: when the run started and finished (the date, then the
+    times on a second line where the column is narrow)."""
+    start = str(rec.get("started_at") or "")[:16]
+    end = rec.get("finished_at")
+    if is_missing(end) or not end:
+        return start
+    end = str(end)[:16]
+    return f"{start}\u2013{end[11:] if end[:10] == start[:10] else end}"
 
 
 def _runs_table(p: Page, runs: list[RunView]) -> None:
     rows = []
     for r in runs:
         rec = r.record
+        version = rec.get("suite_version")
         rows.append(
             {
                 "label": r.label,
                 "run": r.short,
                 "model": rec["model_spec"],
-                "weights": (rec.get("weights_hash") or "")[:12],
-                "suite": rec["suite"] or "clean only",
-                "suite_version": rec.get("suite_version"),
+                "weights": (rec.get("weights_hash") or "")[:8],
+                "suite": benchmark_key(rec)
+                + ("" if is_missing(version) or not version else f" v{version}"),
                 "protocol": run_protocol(rec),
                 "data": rec["data_root"],
-                "fingerprint": (rec.get("data_fingerprint") or "")[:12],
+                "fingerprint": (rec.get("data_fingerprint") or "")[:8],
                 "label_space": rec.get("label_space"),
                 "seed": rec.get("seed"),
                 "n_samples": rec.get("n_samples"),
                 "n_skipped": rec.get("n_skipped"),
                 "status": rec.get("status"),
-                "started": str(rec.get("started_at") or "")[:19],
-                "finished": str(rec.get("finished_at") or "")[:19]
-                if not pd.isna(rec.get("finished_at"))
-                else "",
+                "time": _ran(rec),
             }
         )
     p.table(
@@ -163,31 +175,71 @@ def run_protocol(rec: dict) -> str:
 
 
 def _run_summary(p: Page, d: ReportData) -> None:
-    """The first table: ``robustlab results --summary``, one row per run."""
-    rows = d.summary.to_dict("records")
+    """The first table: ``robustlab results --summary``, one row per run, with the
+    intervals of its clean and pooled shifted top-1 and a definition of every number."""
+    from robustlab.workflows.report.headline import CLEAN_DEFINED
+
+    rows = []
+    for r in d.summary.to_dict("records"):
+        entry = d.pooled.get(str(r.get("run_full")), {})
+        rows.append(
+            {
+                **r,
+                "suite": benchmark_key(d.run(r["run_full"]).record),
+                "clean_ci": _ci(entry, "clean"),
+                "shifted_ci": _ci(entry, "shifted"),
+            }
+        )
     has = {
         k: any(not is_missing(r.get(k)) for r in rows)
-        for k in ("mce", "s_robust", "s_partial", "bg_gap")
+        for k in ("mce", "s_robust", "s_partial", "bg_gap", "shifted_top1")
     }
+    ci = f"{100 * d.confidence:.0f} % CI"
     cols = [
         col("model"),
         col("suite"),
         col("run", key="run_id"),
-        column("text", "data", "Data"),
         col("images", key="images"),
         col("clean_top1"),
-        col("shifted_top1"),
+        column("text", "clean_ci", f"Clean {ci}"),
     ]
+    defined = [
+        "Images: distinct images the run scored",
+        f"Clean top-1 %: {CLEAN_DEFINED}",
+        f"{ci}: {100 * d.confidence:.0f} % percentile bootstrap interval over images "
+        f"({d.n_resamples} resamples)",
+    ]
+    if has["shifted_top1"]:
+        cols += [col("shifted_top1"), column("text", "shifted_ci", f"Pooled shifted {ci}")]
+        defined += [
+            f"Shifted top-1 %: {SHIFTED_TOP1}",
+            f"Pooled shifted {ci}: the interval of the share of all shifted predictions "
+            "that are right (images resampled; the same number as Shifted top-1 when every "
+            "cell scored the same images)",
+        ]
     if has["mce"]:
         cols += [col("mce"), col("rel_mce"), column("text", "baseline", "CE baseline")]
+        defined.append(
+            "mCE %: ImageNet-C's mean over corruptions of the error summed over severities, "
+            "divided by the CE baseline's; Rel. mCE % the same for the drop from clean error"
+        )
     if has["s_robust"]:
         cols.append(col("s_robust"))
+        defined.append("S_robust: XIMAGENET-12's robustness score")
     if has["s_partial"]:
         cols.append(
             col("s_partial", tip="1 - sigma2_cross: EX2 needs models trained on each scenario")
         )
+        defined.append(
+            "S partial (EX1): XIMAGENET-12's robustness score as far as stored predictions "
+            "allow, 1 - sigma2_cross (variance of top-1 across its scenarios); the full "
+            "score also needs models trained on each scenario (EX2)"
+        )
     if has["bg_gap"]:
         cols.append(col("bg_gap"))
+        defined.append(
+            "BG-gap %: ImageNet-9's top-1 on mixed_same minus top-1 on mixed_rand, same images"
+        )
     cols += [
         col("seed"),
         column(
@@ -215,15 +267,51 @@ def _run_summary(p: Page, d: ReportData) -> None:
                 tip="test-time defence the model ran behind (--preprocess, --tta)",
             )
         )
+    notes = ["; ".join(defined) + "."]
+    notes += _clean_differs(d, rows)
     p.table(
         Table(
             "run-summary",
             cols,
             rows,
-            caption="One row per run (the same numbers as `robustlab results --summary`)",
-            notes=[f"Shifted top-1 %: {SHIFTED_TOP1}."],
+            caption="One row per run (the same numbers as `robustlab results --summary`, "
+            "plus intervals)",
+            notes=notes,
         )
     )
+
+
+def _ci(entry: dict, key: str) -> str:
+    lo, hi = entry.get(f"{key}_lo"), entry.get(f"{key}_hi")
+    if is_missing(lo) or is_missing(hi):
+        return ""
+    return f"{100 * lo:.1f}\u2013{100 * hi:.1f}"
+
+
+def _clean_differs(d: ReportData, rows: list[dict]) -> list[str]:
+    """A note for each data root whose runs got different clean top-1 under different
+    protocols (ImageNet-E squashes the whole photo where the others crop its centre), so
+    that 100 % beside 83 % on the same photos is explained where it is seen."""
+    by_root: dict[str, list[dict]] = {}
+    for r in rows:
+        if not is_missing(r.get("clean_top1")):
+            root = str(d.run(r["run_full"]).record.get("data_root"))
+            by_root.setdefault(root, []).append(r)
+    notes = []
+    for group in by_root.values():
+        values = {round(float(r["clean_top1"]), 6) for r in group}
+        protocols = {str(r.get("protocol")) for r in group}
+        if len(values) > 1 and len(protocols) > 1:
+            seen = "; ".join(
+                f"{r['label']} on {r['suite']}: {100 * float(r['clean_top1']):.1f} % "
+                f"({r.get('protocol')})"
+                for r in group
+            )
+            notes.append(
+                "Clean top-1 differs between runs on the same photos because each run "
+                f"frames them by its benchmark's protocol (column Protocol): {seen}."
+            )
+    return notes
 
 
 # ---------------------------------------------------------------------------- leaderboard
@@ -288,7 +376,7 @@ def _leaderboard_groups(d: ReportData) -> dict[frozenset, list[dict]]:
             {
                 "label": r.label,
                 "run": r.short,
-                "suite": r.record["suite"] or "clean only",
+                "suite": benchmark_key(r.record),
                 "cells": len(cells),
                 "n": one.get("images"),
                 "clean": one.get("clean_top1"),

@@ -8,6 +8,8 @@ depends on telling colours apart.
 
 from __future__ import annotations
 
+import textwrap
+
 import io
 import math
 from collections.abc import Sequence
@@ -249,7 +251,8 @@ def class_drop_heatmap(
         row_name, col_name = class_name, (lambda v: str(v).replace("_", " "))
     values = 100 * table.to_numpy(float)
     n_r, n_c = values.shape
-    fig = _figure(min(MAX_WIDTH_IN, 2.8 + 0.55 * n_c), min(30.0, 1.4 + 0.3 * n_r))
+    width = min(MAX_WIDTH_IN, 2.8 + 0.55 * n_c)
+    fig = _figure(width, min(30.0, 1.4 + 0.3 * n_r))
     ax = fig.add_subplot()
     lim = max(1.0, float(np.nanmax(np.abs(values))) if values.size else 1.0)
     im = ax.imshow(values, cmap="PuOr_r", vmin=-lim, vmax=lim, aspect="auto")
@@ -273,7 +276,9 @@ def class_drop_heatmap(
                     ).set_in_layout(False)  # inside the axes: the layout need not measure it
     cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
     cb.set_label("drop in top-1 (points; > 0 worse than clean)", fontsize=8)
-    ax.set_title(title, fontsize=10)
+    # over the whole figure, wrapped to its width: over the axes alone a long title ran
+    # into the colour bar of a narrow heatmap (ImageNet-E's few edits)
+    fig.suptitle(textwrap.fill(title, max(24, int(width * 11))), fontsize=10)
     fig.tight_layout()
     return to_png(fig), note
 

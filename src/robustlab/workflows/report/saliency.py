@@ -12,6 +12,7 @@ model's prediction, the image where models disagree most about where to look).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -212,11 +213,35 @@ CORRELATION_COLUMNS = [
 ]
 
 
-def add_section(p, store, run_ids, rng: np.random.Generator, n_resamples: int, notes: list) -> None:
-    """Append the saliency section to the report page ``p`` when ``store`` has saliency runs."""
+def report_saliency_runs(store, run_ids, models) -> pd.DataFrame:
+    """The saliency runs a report shows: those ``run_ids`` name; when it names none (a
+    selection of evaluation runs, as the demo's report makes), the saliency runs of the
+    report's ``models`` (specs), or every stored one if none is of those models. So the
+    section is there whenever saliency runs are stored."""
+    every = saliency_runs(store)
+    if run_ids is None or every.empty:
+        return every
+    named = saliency_runs(store, run_ids)
+    if not named.empty:
+        return named
+    mine = every[every["model_spec"].isin(list(models))].reset_index(drop=True)
+    return mine if not mine.empty else every
+
+
+def add_section(
+    p,
+    store,
+    run_ids,
+    rng: np.random.Generator,
+    n_resamples: int,
+    notes: list,
+    models: Sequence[str] = (),
+) -> None:
+    """Append the saliency section to the report page ``p`` when ``store`` has saliency
+    runs (:func:`report_saliency_runs`: which)."""
     from robustlab.saliency.analysis import model_table, run_label
 
-    runs = saliency_runs(store, run_ids)
+    runs = report_saliency_runs(store, run_ids, models)
     if runs.empty:
         return
     rows = store.saliency(list(runs["run_id"]), maps=True)
@@ -320,4 +345,11 @@ def _overlays(p, runs: pd.DataFrame, rows: pd.DataFrame, labels: dict, notes: li
     )
 
 
-__all__ = ["add_section", "choose_images", "overlay_grid", "saliency_runs", "scatter"]
+__all__ = [
+    "add_section",
+    "choose_images",
+    "overlay_grid",
+    "report_saliency_runs",
+    "saliency_runs",
+    "scatter",
+]
