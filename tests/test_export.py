@@ -306,3 +306,59 @@ def test_an_imagenet_d_synth_folder_exports_with_its_prompts_and_numbers(
     for row in raw:
         assert row["image"]["bytes"] == (synth / row["source_id"]).read_bytes()
         assert json.loads(row["attributes"])["prompt"]  # the prompt each image was drawn from
+
+
+def _decide(server, annotator: str, index: int, decision: str) -> None:
+    """One decision as the review page sends it: POST /api/decide with the token."""
+    import urllib.request
+
+    body = {"annotator": annotator, "index": index, "decision": decision}
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/api/decide",
+        data=json.dumps(body).encode(),
+        headers={"X-Review-Token": server.token, "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+
+
+@pytest.mark.slow  # about 30 s on 2 cores: mine, a review through its HTTP API, two evaluations
+def test_a_reviewed_subset_exports_each_verdict_and_only_the_kept_files(
+    imagenet_c, hf_cache, tmp_path, capsys
+):
+    from robustlab.store.reviews import ReviewStore
+    from robustlab.workflows.imagenet_d.review import load_review_set
+    from robustlab.workflows.imagenet_d.review.server import ReviewServer
+
+    out, _ = imagenet_c
+    hard, db, final = tmp_path / "hard", tmp_path / "r.duckdb", tmp_path / "final.csv"
+    argv = ["mine", "--data", str(out), "--surrogates", "lite0", "--out", str(hard)]
+    _run([*argv, "--db", str(db), "--workers", "0"], capsys)
+    rs = load_review_set(hard, predictions=hard / "hard.csv")
+    ids = [it.id for it in rs.items]
+    assert len(ids) >= 2
+    server = ReviewServer(rs, ReviewStore(db), annotator="alice").start()
+    try:
+        for who in ("alice", "bob"):
+            for i in range(len(ids)):
+                _decide(server, who, i, "reject" if i == 0 else "accept")
+    finally:
+        server.shutdown()
+    review = ["review", "--data", str(hard), "--db", str(db), "--export", str(final)]
+    assert main(review) == 0, capsys.readouterr().err
+    dest = tmp_path / "hf"
+    argv = ["export", "--data", str(hard), "--labels", str(final), "--format", "hf"]
+    _run([*argv, "--out", str(dest)], capsys)
+    ds = datasets.load_dataset(str(dest), split="test", cache_dir=hf_cache).remove_columns("image")
+    assert len(ds) == len(ids) - 1  # the rejected file is no part of the set
+    for row in ds:
+        verdict = json.loads(row["review"])
+        assert (verdict["n_accept"], verdict["n_reject"], verdict["support"]) == ("2", "0", "2")
+    origin = robustlab.evaluate(
+        "lite0", data=str(hard), labels_csv=str(final), db=str(tmp_path / "o.duckdb"),
+        workers=0, progress=False,
+    )  # fmt: skip
+    got = _evaluate(dest, tmp_path / "e.duckdb")[0]
+    keys = ["shift", "level", "n", "top1", "top5"]
+    assert got[keys].to_dict("records") == origin[keys].to_dict("records")

@@ -264,23 +264,33 @@ class ParquetShard(_Shard):
             self.writer = pq.ParquetWriter(
                 self.tmp, self.schema, compression=compression, write_statistics=False
             )
-        self.pending: list[dict] = []
+        self.pending: dict[str, list] = {c: [] for c in ("bytes", "path", *COLUMNS)}
 
     def add(self, row: Row, data: bytes) -> None:
-        self.pending.append({"image": {"bytes": data, "path": row.path}, **row.columns()})
+        self.pending["bytes"].append(data)
+        self.pending["path"].append(row.path)
+        for c, v in row.columns().items():
+            self.pending[c].append(v)
         self.rows += 1
-        if len(self.pending) >= ROW_GROUP:
+        if len(self.pending["bytes"]) >= ROW_GROUP:
             self._flush()
 
     def _flush(self) -> None:
+        """One row group, built column by column (no Python dict per row)."""
         import pyarrow as pa
 
-        if not self.pending:
+        got = self.pending
+        if not got["bytes"]:
             return
-        table = pa.Table.from_pylist(self.pending, schema=self.schema)
+        image = pa.StructArray.from_arrays(
+            [pa.array(got["bytes"], pa.binary()), pa.array(got["path"], pa.string())],
+            fields=list(self.schema.field("image").type),
+        )
+        arrays = [image] + [pa.array(got[c], self.schema.field(c).type) for c in COLUMNS]
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
         with environment_errors(f"cannot write {self.tmp}"):
             self.writer.write_table(table, row_group_size=ROW_GROUP)
-        self.pending = []
+        self.pending = {c: [] for c in got}
 
     def close(self) -> int:
         """Write what is pending, close, and move the shard into place; its size."""

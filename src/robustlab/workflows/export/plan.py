@@ -21,8 +21,11 @@ with the folder's own reason, as in an evaluation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +93,11 @@ class ExportPlan:
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, shift, level, why
     provenance: dict = field(default_factory=dict)  # for the card and the record
 
+    @functools.cached_property
+    def protocol_values(self) -> dict:
+        """The protocol as JSON values (every row carries it)."""
+        return dataclasses.asdict(self.protocol)
+
 
 def plan_export(root: Path, labels_csv: Path | None = None) -> ExportPlan:
     """The export of folder ``root`` (a ``generate``, ``synth`` or ``mine`` output).
@@ -133,8 +141,7 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
     from robustlab.data.labels import get_label_space
     from robustlab.data.sources import discover
     from robustlab.output_hashes import recorded_digests, records_hashes
-    from robustlab.paths import outside
-    from robustlab.pipeline import cell_path
+    from robustlab.pipeline import relative_output
     from robustlab.suites import VIEW_FIELDS
     from robustlab.workflows.evaluate.generated import generated_inputs, generated_skips
     from robustlab.workflows.generate import ATTRIBUTES_CSV, read_attributes_csv
@@ -175,8 +182,11 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
         protocol=protocol,
         provenance=_provenance(manifest, "generate"),
     )
+    links = _LinkRule(root)
+    base = str(root)
     for s in samples:
         label = _label(s, space)
+        tail = relative_output(s, gen_protocol).as_posix()
         recorded = made.get(s.id) or [None, None, None]
         plan.items.append(
             Item(
@@ -192,9 +202,10 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
             )  # fmt: skip
         )
         for sh, lv, params in cells:
-            path = cell_path(root, s, sh, lv, gen_protocol)
+            rel = f"{sh}/{lv}/{tail}"  # pipeline.cell_path, as a string: one Path per file
+            path = Path(os.path.join(base, rel))
             why = None
-            if outside(root, path):
+            if links.outside(path):
                 why = "the generated file is a link out of the generated folder"
             elif not path.is_file():
                 why = skips.get((s.id, sh, lv)) or skips.get((s.id, None, None))
@@ -208,7 +219,6 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
             if why is not None:
                 plan.skipped.append((s.id, sh, lv, why))
                 continue
-            rel = path.relative_to(root).as_posix()
             plan.items.append(
                 Item(
                     s.id,
@@ -225,6 +235,54 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
                 )  # fmt: skip
             )
     return plan
+
+
+class _LinkRule:
+    """:func:`robustlab.paths.outside` for the many files of a generated folder, with one
+    ``lstat`` per file: a plain file lies where its folder does, and a folder that is no
+    link where its parent does (each folder looked at once); a link, ``.`` or ``..`` is
+    resolved in full."""
+
+    def __init__(self, root: Path):
+        from robustlab.paths import real
+
+        self.root = root
+        self.real_root = real(root)
+        self.folders: dict[str, bool] = {os.fspath(root): True}
+
+    def _resolved_inside(self, path: str) -> bool:
+        from robustlab.paths import real
+
+        target = real(path)
+        return target == self.real_root or target.is_relative_to(self.real_root)
+
+    def _folder_inside(self, folder: str) -> bool:
+        if folder in self.folders:
+            return self.folders[folder]
+        parent, name = os.path.split(folder)
+        if name in ("", ".", "..") or parent == folder:
+            inside = self._resolved_inside(folder)
+        else:
+            try:
+                link = stat.S_ISLNK(os.lstat(folder).st_mode)
+            except OSError:
+                link = True  # resolved in full below
+            inside = self._resolved_inside(folder) if link else self._folder_inside(parent)
+        self.folders[folder] = inside
+        return inside
+
+    def outside(self, path: Path) -> bool:
+        from robustlab.paths import outside
+
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return False  # missing: the reader's own reason
+        except OSError:
+            return outside(self.root, path)
+        if not stat.S_ISREG(mode) or os.path.basename(path) in ("", ".", ".."):
+            return outside(self.root, path)  # a link (followed if it stays inside), a folder
+        return not self._folder_inside(os.path.dirname(path))
 
 
 def _provenance(manifest: dict, command: str) -> dict:

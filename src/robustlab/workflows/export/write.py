@@ -92,9 +92,7 @@ def export_id(plan: ExportPlan, fmt: str, shards: list[ShardPlan]) -> str:
 
 
 def _protocol(plan: ExportPlan) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(plan.protocol)
+    return plan.protocol_values
 
 
 def fill_hashes(plan: ExportPlan) -> None:
