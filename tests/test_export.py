@@ -183,6 +183,29 @@ def test_a_cell_file_changed_after_generate_is_left_out_by_its_recorded_hash(
     assert any("not what generate wrote" in why for _, why in table.attrs["skipped"])
 
 
+def test_a_cell_file_linked_out_of_the_folder_is_left_out_by_the_link_rule(
+    imagenet_c, tmp_path, capsys
+):
+    out, _ = imagenet_c
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    victim = sorted(copy.glob("gaussian_noise/1/*/*"))[0]
+    outside = tmp_path / "elsewhere.JPEG"
+    shutil.copyfile(victim, outside)  # the very bytes generate wrote, but out of the folder
+    victim.unlink()
+    victim.symlink_to(outside)
+    inside = sorted(copy.glob("contrast/1/*"))[0]  # a class folder linked within: followed
+    inside.rename(copy / "moved")
+    inside.symlink_to(copy / "moved", target_is_directory=True)
+    dest = tmp_path / "export"
+    _run(["export", "--data", str(copy), "--format", "webdataset", "--out", str(dest)], capsys)
+    record = json.loads((dest / "robustlab-export.json").read_text())
+    (skip,) = record["skipped"]
+    assert (skip["shift"], skip["level"]) == ("gaussian_noise", "1")
+    assert "link out of the generated folder" in skip["reason"]
+    assert record["rows"] == 15 - 1
+
+
 def test_a_corrupted_shard_image_is_skipped_by_its_hash_not_scored(exports, tmp_path):
     folder = tmp_path / "wds"
     shutil.copytree(exports["webdataset"], folder)
