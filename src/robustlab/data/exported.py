@@ -418,16 +418,20 @@ def _candidates(root: Path) -> dict[str, str]:
         folders += [root / str(s) for s in splits]
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    kinds = {".parquet": "hf", ".arrow": "arrow", ".tar": "webdataset"}
     found: dict[str, str] = {}
     for folder in folders:
+        first: dict[str, str] = {}  # the first name of each kind (no sort of every name)
         try:
-            names = sorted(e.name for e in os.scandir(folder) if e.is_file())
+            for e in os.scandir(folder):
+                kind = kinds.get(os.path.splitext(e.name)[1])
+                if kind and not e.name.startswith(".") and e.is_file():
+                    first[kind] = min(first.get(kind, e.name), e.name)
         except OSError:
             continue
-        for kind, suffix in (("hf", ".parquet"), ("arrow", ".arrow"), ("webdataset", ".tar")):
-            first = next((n for n in names if n.endswith(suffix) and not n.startswith(".")), None)
-            if first is not None and kind not in found:
-                found[kind] = str((folder / first).relative_to(root))
+        for kind in ("hf", "arrow", "webdataset"):  # one order, whatever scandir's
+            if kind in first:
+                found.setdefault(kind, str((folder / first[kind]).relative_to(root)))
     return found
 
 
@@ -458,8 +462,11 @@ def _is_robustlab_shard(path: Path, kind: str) -> bool:
             with pa.memory_map(str(path)) as src:
                 names = set(pa.ipc.open_stream(src).schema.names)
         else:
+            # A sample's .json follows its image: the first members say it, and a large
+            # tar of something else (a downloaded release beside the photos) is not read
+            # through to its end.
             with tarfile.open(path) as tar:
-                for member in tar:
+                for _, member in zip(range(4), tar):
                     if member.name.endswith(".json"):
                         fh = tar.extractfile(member)
                         names = set(json.loads(fh.read()) if fh else {})
