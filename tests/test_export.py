@@ -159,6 +159,21 @@ def test_evaluate_reads_both_formats_and_a_saved_copy_with_the_folders_numbers(
     (run,) = Store(tmp_path / "save_to_disk.duckdb").runs().to_dict("records")
     assert run["config"]["source"] == "exported"
     assert run["config"]["exported"]["kind"] == "arrow"
+    # The report's grid shows the pixels the folder's own run showed, from each format.
+    from robustlab.workflows.report.grid import render_cells
+
+    out, (table, preds) = imagenet_c
+    (first,) = Store(out.parent / "origin.duckdb").runs().to_dict("records")
+    sid = preds["sample_id"].iloc[0]
+    keys = [(s, str(lv)) for s, lv in zip(table["shift"], table["level"])]
+    want, errors = render_cells(first, sid, keys)
+    assert not errors and len(want) == 5
+    for name in (*exports, "save_to_disk"):
+        (run,) = Store(tmp_path / f"{name}.duckdb").runs().to_dict("records")
+        got, errors = render_cells(run, sid, keys)
+        assert not errors and list(got) == list(want), name
+        for k in keys:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=f"{name} {k}")
 
 
 def test_a_cell_file_changed_after_generate_is_left_out_by_its_recorded_hash(
