@@ -39,6 +39,7 @@ ALLOWED = {
     "--method": "how the command works: masking method or training method",
     "--mode": "how the command works: linear/full training or VLM scoring",
     "--export": "what the command exports: Parquet tables or reviewed files",
+    "--format": "the output's format: results' table, export's shards (the issue's spelling)",
     "--force": "which output it may replace",
     "--baseline": "the same CE baseline; the help says where each command falls back",
     "--precision": "the same fp32/bf16/fp16; synth casts the pipeline, others autocast",

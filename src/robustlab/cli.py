@@ -38,13 +38,24 @@ COMMANDS = [
     "saliency",
     "synth",
     "mine",
+    "export",
     "review",
     "vlm",
 ]
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
-RESUMABLE = {"evaluate", "generate", "train", "segment", "saliency", "synth", "mine", "vlm"}
+RESUMABLE = {
+    "evaluate",
+    "generate",
+    "train",
+    "segment",
+    "saliency",
+    "synth",
+    "mine",
+    "vlm",
+    "export",
+}
 
 
 # Exit status of an unexpected exception (a bug): EX_SOFTWARE of sysexits.h, distinct from

@@ -42,6 +42,7 @@ COMMAND_OUTPUTS: dict[str, dict[str, tuple[str, str]]] = {
     "saliency": {"db": ("--db", "db")},
     "synth": {"out": ("--out", "owned")},
     "mine": {"out": ("--out", "owned"), "db": ("--db", "db")},
+    "export": {"out": ("--out", "owned")},
     "review": {"export": ("--export", "csv"), "db": ("--db", "db")},
     "vlm": {"db": ("--db", "db")},
 }
@@ -102,6 +103,7 @@ OWNED_RECORDS: dict[str, Any] = {
     "generate": is_generated_folder,
     "synth": _record_format(MANIFEST, "robustlab-synth/"),
     "mine": _has_files("mining.json"),
+    "export": _record_format("robustlab-export.json", "robustlab-export/"),
     "masks": _has_files("masks_quality.json"),
     "demo": _has_files(".demo-state.json"),
     "data icons": _has_files("metadata.csv", "ATTRIBUTION.md"),

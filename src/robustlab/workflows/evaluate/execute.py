@@ -44,6 +44,10 @@ def run_request(request: EvaluateRequest):
         store = Store(request.db)
         summary = execute(plan, store, ex, batch_size=spec.batch_size, device=spec.device)
     store_generated_attributes(store, plan)
+    if plan.record.config.get("source") == "exported":
+        from robustlab.workflows.evaluate.exported import store_exported_attributes
+
+        store_exported_attributes(store, plan)
     table = run_table(store, summary.run_id, skipped=summary.skipped)
     table.attrs.update(
         {

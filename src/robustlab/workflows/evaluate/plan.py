@@ -57,9 +57,21 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
     """
     from robustlab.data.imagenet_e import is_archive
 
+    from robustlab.data.exported import open_export
+
     root, want = request.data.folder, request.cells
     shift_path = request.execution.shift_path
     device = "cpu" if request.execution.backend == "ray" else request.model.device
+    exported = open_export(root)
+    if exported is not None:  # robustlab export's shards (or a save_to_disk copy)
+        if shift_path:
+            raise InputError(
+                f"{root} holds exported images already; --shift-device applies shifts on the fly",
+                hint="leave out --shift-device",
+            )
+        from robustlab.workflows.evaluate.exported import exported_plan
+
+        return exported_plan(request, root, exported, device=device)
     if shift_path and (is_archive(root) or read_generated(root) is not None):
         raise InputError(
             f"{root} holds shifted images already; --shift-device applies shifts on the fly",

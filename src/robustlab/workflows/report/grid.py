@@ -153,6 +153,10 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
         return _render_published_cells(root, config, sample_id, cells)
     if config.get("source") == "mined":
         return _render_mined_cells(root, config, sample_id, cells)
+    if config.get("source") == "exported":
+        from robustlab.workflows.evaluate.exported import render_exported_cells
+
+        return render_exported_cells(root, config, sample_id, cells)
     try:
         samples = discover(root, labels_csv=config.get("labels_csv"), masks=config.get("masks"))
     except (OSError, ValueError) as exc:
