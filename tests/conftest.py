@@ -288,18 +288,37 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _uses_a_module_fixture(item) -> bool:
+    """Whether ``item`` asks for a module-scoped fixture (its module's or a conftest's)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Every test that uses the session's Ray instance runs on one xdist worker
     (``--dist loadgroup`` in pyproject's addopts): a Ray instance costs seconds to start and
     keeps daemons busy, so two workers each starting one would pay that twice on a 2-core
-    machine. The Ray group goes to the front of the queue (xdist hands out work in
-    collection order), so the longest piece of work starts first. Without xdist the marks
-    and the order change nothing a test can see."""
+    machine. The Ray group goes to the front of the collection, so the longest piece of work
+    starts first where xdist hands out work in that order (from 3.7 it hands out the groups
+    with the most tests first).
+
+    Likewise the tests of one module that share a module-scoped fixture (evaluated photos,
+    a saved checkpoint, loaded models) form one group named after the module, unless they
+    carry a group already: handed out test by test, each worker that got some of them
+    built the fixture again (and again whenever another module's tests came in between).
+    The marks go on first (``tryfirst``): xdist's own hook turns them into the ``@group``
+    suffix of the test ids by which it distributes work, and a mark added after it
+    groups nothing. Without xdist the marks and the order change nothing a test can see."""
     first = []
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
             first.append(item)
+        elif _uses_a_module_fixture(item) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     chosen = {id(i) for i in first}
     items[:] = first + [i for i in items if id(i) not in chosen]
 

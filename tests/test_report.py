@@ -87,6 +87,14 @@ def world(samples_dir, tmp_path_factory, models):
     }
 
 
+@pytest.fixture(scope="module")
+def plain_report(world, tmp_path_factory):
+    """The report of ``world``'s database without a baseline or grid, built once for the
+    tests that read it."""
+    out = tmp_path_factory.mktemp("plain") / "r.html"
+    return out, build_report(world["db"], out, grid=False, n_resamples=50)
+
+
 # ---------------------------------------------------------------------------- HTML parsing
 class _Tables(HTMLParser):
     """Collects every <table id=...>: header texts and rows of (text, data-sort)."""
@@ -285,16 +293,16 @@ def test_grid_shows_exactly_what_the_model_saw(world, models):
     assert grid.count("<img ") == len(keys)
 
 
-def test_no_baseline_shows_errors_and_says_why(world, tmp_path):
-    res = build_report(world["db"], tmp_path / "r.html", grid=False, n_resamples=50)
-    page = (tmp_path / "r.html").read_text()
+def test_no_baseline_shows_errors_and_says_why(world, plain_report):
+    out, res = plain_report
+    page = out.read_text()
     assert "ce-table" not in res.tables and "corruption-errors" in res.tables
     assert "No mCE for" in page
     assert page.count("full ImageNet validation set") == len(world["runs"])  # once per run
     assert "grid-0" not in page and any("--no-grid" in n for n in res.notes)
 
 
-def test_family_plot_pools_only_runs_with_the_same_cells(world, models, tmp_path):
+def test_family_plot_pools_only_runs_with_the_same_cells(world, models, plain_report, tmp_path):
     """A run over one corruption must not be pooled next to runs over three (issue 13)."""
     db = tmp_path / "r.duckdb"
     shutil.copy(world["db"], db)
@@ -321,7 +329,7 @@ def test_family_plot_pools_only_runs_with_the_same_cells(world, models, tmp_path
         note,
     ), note
     # the original pair shares its cells: nothing left out
-    plain = build_report(world["db"], tmp_path / "p.html", grid=False, n_resamples=50)
+    _, plain = plain_report
     assert not [n for n in plain.notes if n.startswith("family plot")]
 
 

@@ -3,6 +3,7 @@ grad-cam library called directly, the stored run (resume, CLI) and the analysis.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,11 @@ from robustlab.saliency.metrics import (
     relevance_mass,
 )
 
-pytest.importorskip("pytorch_grad_cam", reason="pip install 'robustlab[saliency]'")
+# find_spec, not importorskip: importing the grad-cam library costs seconds of CPU (torch's
+# compiler stack), which every xdist worker would pay while collecting; the worker that
+# runs these tests imports it when they need it.
+if importlib.util.find_spec("pytorch_grad_cam") is None:
+    pytest.skip("pip install 'robustlab[saliency]'", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

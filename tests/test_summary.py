@@ -65,6 +65,26 @@ def world(tmp_path_factory):
     return {"root": root, "db": db, "runs": runs, "data": data}
 
 
+@pytest.fixture(scope="module")
+def report_lite1(world, tmp_path_factory):
+    """The report of the module's database with lite1 as the baseline, grid included: built
+    once for the tests that read its first table and lay it out in Chromium."""
+    from robustlab.workflows.report import build_report
+
+    out = tmp_path_factory.mktemp("report-lite1") / "r.html"
+    return out, build_report(world["db"], out, baseline="lite1", n_resamples=20)
+
+
+@pytest.fixture(scope="module")
+def report_plain(world, tmp_path_factory):
+    """The report of the module's database without a baseline or grid, built once for the
+    tests of its leaderboard and regression tables."""
+    from robustlab.workflows.report import build_report
+
+    out = tmp_path_factory.mktemp("report-plain") / "r.html"
+    return out, build_report(world["db"], out, grid=False, n_resamples=20)
+
+
 def _summary_cli(db, *extra) -> pd.DataFrame:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
@@ -190,14 +210,11 @@ def test_summary_of_an_empty_selection_is_a_clear_error(world, capsys):
     assert "no runs match" in err and "Traceback" not in err
 
 
-def test_report_first_table_is_the_summary(world, tmp_path):
+def test_report_first_table_is_the_summary(world, report_lite1):
     """The report opens with the same numbers `results --summary` prints."""
     from test_report import as_records, tables_of
 
-    from robustlab.workflows.report import build_report
-
-    out = tmp_path / "r.html"
-    res = build_report(world["db"], out, baseline="lite1", grid=False, n_resamples=20)
+    out, res = report_lite1
     assert res.tables[0] == "run-summary"
     shown = {r["Run"]["text"]: r for r in as_records(tables_of(out.read_text())["run-summary"])}
     table = _summary_cli(world["db"], "--baseline", "lite1")
@@ -257,19 +274,17 @@ def test_compare_two_real_runs_cell_by_cell(world):
         assert row["diff_lo"] <= row["diff"] <= row["diff_hi"]
 
 
-def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
+def test_report_layout_in_chromium_at_1280_and_1920(report_lite1):
     """No horizontal page overflow; every plot fits the content column at its natural size
     (never shrunk below its text size, never scrolling); at 1920 no table scrolls sideways
     either (at 1280 a table may still scroll inside its own box); long tables scroll
     vertically in their own box; alt text on every image, one scenario table per suite."""
     from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
 
-    from robustlab.workflows.report import build_report
     from robustlab.workflows.report.plots import MIN_TEXT_PT, text_px
 
     sync_playwright = sync_playwright_or_skip()
-    out = tmp_path / "r.html"
-    res = build_report(world["db"], out, baseline="lite1", n_resamples=20)
+    out, res = report_lite1
     assert {"scenarios-ximagenet12", "scenarios-imagenet9"} <= set(res.tables)
     assert text_px(MIN_TEXT_PT) >= 10
     sideways = (
@@ -310,17 +325,15 @@ def test_report_layout_in_chromium_at_1280_and_1920(world, tmp_path):
             browser.close()
 
 
-def test_leaderboard_ranks_only_runs_over_the_same_cells(world, tmp_path):
+def test_leaderboard_ranks_only_runs_over_the_same_cells(world, report_plain):
     """lite0 and lite1 over the same 4 ImageNet-C cells are ranked; the XIMAGENET-12 and
     ImageNet-9 runs (other cells) are listed apart with their cell counts, unranked. The
     leaderboard's "Shifted top-1 %" is the summary's, whose definition both state."""
     from test_report import as_records, tables_of
 
-    from robustlab.workflows.report import build_report
     from robustlab.workflows.report.columns import SHIFTED_TOP1
 
-    out = tmp_path / "r.html"
-    build_report(world["db"], out, grid=False, n_resamples=20)
+    out, _ = report_plain
     page = out.read_text()
     tabs = tables_of(page)
     summary = {r["Run"]["text"]: r for r in as_records(tabs["run-summary"])}
@@ -358,15 +371,12 @@ def test_leaderboard_ranks_only_runs_over_the_same_cells(world, tmp_path):
     assert page.index(shown) < page.index('id="leaderboard"')
 
 
-def test_fits_with_fewer_images_than_terms_show_no_p_values(world, tmp_path):
+def test_fits_with_fewer_images_than_terms_show_no_p_values(report_plain):
     """4 photos explain a Model x Shift x Class fit of many more terms: the regression
     tables keep the estimates and say why there is no inference, with no p or stars."""
     from test_report import tables_of
 
-    from robustlab.workflows.report import build_report
-
-    out = tmp_path / "r.html"
-    res = build_report(world["db"], out, grid=False, n_resamples=20)
+    out, res = report_plain
     page = out.read_text()
     tabs = tables_of(page)
     fits = [t for t in ("regression", "regression-logit") if t in res.tables]
