@@ -641,3 +641,35 @@ def test_a_synth_folder_is_known_drawn_by_random_weights_from_its_manifest(tmp_p
     assert drawn_by_random(tmp_path / "noise") == str(tiny)
     assert drawn_by_random(tmp_path / "photos") is None
     assert drawn_by_random(tmp_path / "tiny") is None  # no manifest
+
+
+def test_random_bg_variants_have_a_heat_map_column_each(world, models, tmp_path):
+    """The per-class heat map showed random_bg's add and paste in one column while the
+    scenario table shows them apart: the per-class counts are now read per cell, named
+    variants get a column each, and what the regression reads is still pooled per shift."""
+    from robustlab.store.aggregates import pool_levels
+    from robustlab.workflows.report import gather
+
+    masks = _ellipse_masks(world["data"], tmp_path / "masks")
+    db = tmp_path / "rbg.duckdb"
+    robustlab.evaluate(
+        models["lite0"],
+        world["data"],
+        suite="ximagenet12",
+        shifts=["random_bg", "blur_bg"],
+        masks=masks,
+        db=db,
+        workers=0,
+        progress=False,
+    )
+    d = gather(db, n_resamples=20, regression=False)
+    assert set(d.class_drops["shift"]) == {"random_bg add", "random_bg paste", "blur_bg"}
+    store = Store(db)
+    _, classes = store.cell_and_class_counts(list(store.runs()["run_id"]))
+    per_level = classes[classes["shift"] == "random_bg"]
+    assert set(per_level["level"]) == {"add", "paste"}
+    pooled = pool_levels(classes)
+    rbg = pooled[pooled["shift"] == "random_bg"]
+    # one row per class, holding both variants' predictions
+    assert not rbg.duplicated(["run_id", "label"]).any()
+    assert rbg["n"].sum() == per_level["n"].sum() == 2 * store.count(d.runs[0].run_id) // 4

@@ -88,25 +88,31 @@ class AggregateQueries(Database):
     def cell_and_class_counts(self, run_ids: Iterable[str]):
         """Counts per cell and per class of the same runs, in one pass over their rows
         (GROUPING SETS): ``(cells, classes)``. ``cells`` is :meth:`cell_table`; ``classes``
-        has one row per run, shift (levels pooled), label and class name: ``run_id``,
-        ``shift``, ``label``, ``class_name``, ``n``, ``n_correct``, ``n_correct5`` (a
-        missing label stays missing; the caller decides whether it counts), sorted."""
+        has one row per run, cell (shift and level), label and class name: ``run_id``,
+        ``shift``, ``level``, ``label``, ``class_name``, ``n``, ``n_correct``,
+        ``n_correct5`` (a missing label stays missing; the caller decides whether it
+        counts), sorted. A caller that pools a shift's levels sums them
+        (:func:`pool_levels`); the report keeps named variants (random_bg's add and
+        paste) apart."""
         from robustlab.metrics.accuracy import add_rates, sort_cells
 
         where, params = in_clause("run_id", run_ids)
         with self.connect(read_only=True) as con:
             both = con.execute(
-                "SELECT grouping(level) = 0 AS per_cell, run_id, shift, level, label, "
+                "SELECT grouping(label) = 1 AS per_cell, run_id, shift, level, label, "
                 "class_name, count(*) AS n, sum(correct::INTEGER) AS n_correct, "
                 f"sum(correct5::INTEGER) AS n_correct5 FROM predictions {where} "
-                "GROUP BY GROUPING SETS ((run_id, shift, level), (run_id, shift, label, class_name))",
+                "GROUP BY GROUPING SETS ((run_id, shift, level), "
+                "(run_id, shift, level, label, class_name))",
                 params,
             ).df()
         per_cell = both["per_cell"].astype(bool)
         cols = ["n", "n_correct", "n_correct5"]
         cells = both.loc[per_cell, ["run_id", "shift", "level", *cols]].reset_index(drop=True)
-        classes = both.loc[~per_cell, ["run_id", "shift", "label", "class_name", *cols]]
-        classes = classes.sort_values(["run_id", "shift", "label", "class_name"], kind="stable")
+        classes = both.loc[~per_cell, ["run_id", "shift", "level", "label", "class_name", *cols]]
+        classes = classes.sort_values(
+            ["run_id", "shift", "level", "label", "class_name"], kind="stable"
+        )
         return sort_cells(add_rates(cells)), classes.reset_index(drop=True)
 
     def clean_of_cells(self, run_ids: Iterable[str]):
@@ -186,3 +192,14 @@ class AggregateQueries(Database):
         images = images.sort_values("sample_id", kind="stable")
         per_image = images[["d_shifted", "n_shifted"]].to_numpy(np.float64).reshape(-1, 2)
         return cells, per_image
+
+
+def pool_levels(classes):
+    """Per-class counts with each shift's levels summed: one row per run, shift, label and
+    class name (what the regression fits read), sorted as before levels were kept."""
+    keys = ["run_id", "shift", "label", "class_name"]
+    return (
+        classes.groupby(keys, sort=True, dropna=False)[["n", "n_correct", "n_correct5"]]
+        .sum()
+        .reset_index()
+    )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.report import plots
 from robustlab.workflows.report.gather import ReportData, family, is_corruption, run_namer
 from robustlab.workflows.report.page import Page
@@ -128,7 +127,7 @@ def _class_drops(p: Page, d: ReportData) -> None:
             f"fig-class-drop-{i}",
             png,
             f"{r.label} (run {r.short}): accuracy drop per class and shift, levels pooled"
-            + _pooled_variants(d, r.run_id)
+            + _variants(g)
             + (f"; {note}" if note else "")
             + ".",
             "heatmap of per-class accuracy drops, classes by shifts",
@@ -136,26 +135,13 @@ def _class_drops(p: Page, d: ReportData) -> None:
     p.add("</div>")
 
 
-def _pooled_variants(d: ReportData, run_id: str) -> str:
-    """Caption words for the scenarios whose levels are variants (random_bg's add and
-    paste) that the scenario tables show apart and the per-class counts pool."""
-    cells = d.cells[(d.cells["run_full"] == run_id) & (d.cells["shift"] != CLEAN_SHIFT)]
-    parts = [
-        f"{shift}'s levels {', '.join(map(str, g['level']))}"
-        for shift, g in cells.groupby("shift", sort=True)
-        if len(g) > 1 and not is_corruption(str(shift)) and _named(g["level"])
-    ]
-    if not parts:
+def _variants(drops: pd.DataFrame) -> str:
+    """Caption words for the columns that are one variant of a shift (random_bg add and
+    paste: gather.variant_columns), shown apart as in the scenario tables."""
+    split = sorted({s for s in drops["shift"].astype(str) if " " in s})
+    if not split:
         return ""
-    return (
-        f" ({'; '.join(parts)} in one column here, apart in the tables above: the per-class "
-        "counts are read per shift)"
-    )
-
-
-def _named(levels: pd.Series) -> bool:
-    """Levels that are names (add, paste), not numbers (severities, edit sizes)."""
-    return not pd.to_numeric(levels.astype(str), errors="coerce").notna().all()
+    return f" (variants apart, as in the tables above: {', '.join(split)})"
 
 
 def _intervals(p: Page, d: ReportData) -> None:

@@ -24,7 +24,7 @@ import pandas as pd
 from robustlab.errors import InputError
 from robustlab.metrics.attributes import attribute_effects
 from robustlab.store import CLEAN_SHIFT, Store
-from robustlab.store.aggregates import ImageCounts
+from robustlab.store.aggregates import ImageCounts, pool_levels
 from robustlab.store.schema import HOLDOUT_SUITE
 from robustlab.workflows.report.benchmark_data import (
     edit_curves,
@@ -256,7 +256,9 @@ def gather(
     class_drops = _class_drops(classes, notes)
     reg = logit = None
     if regression:
-        fit_data = FitData.from_store(store, counts, classes, {k: v.ids for k, v in images.items()})
+        fit_data = FitData.from_store(
+            store, counts, pool_levels(classes), {k: v.ids for k, v in images.items()}
+        )
         reg, logit = _regression(fit_data, runs, notes)
     return ReportData(
         db=store.path,
@@ -493,12 +495,29 @@ def _scenes(
     return scenarios, robustness, bg
 
 
+def variant_columns(classes: pd.DataFrame) -> pd.Series:
+    """The heat map's column of each per-class row: the shift, its levels pooled, except
+    for a shift whose levels are named variants (random_bg's add and paste, a direction's
+    ``random``), which the scenario tables show apart: ``"random_bg add"``."""
+    levels = classes["level"].astype(str)
+    named = {
+        shift
+        for shift, lv in levels.groupby(classes["shift"], sort=False)
+        if shift != CLEAN_SHIFT
+        and lv.nunique() > 1
+        and pd.to_numeric(lv, errors="coerce").isna().any()
+    }
+    split = classes["shift"].isin(named)
+    return classes["shift"].where(~split, classes["shift"].astype(str) + " " + levels)
+
+
 def _class_drops(classes: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """Per-class drop from clean, pooled over the levels of each shift (from the
-    database's counts per run, shift and class)."""
+    """Per-class drop from clean, per heat-map column (:func:`variant_columns`: a shift's
+    levels pooled, named variants apart), from the database's counts per run, cell and
+    class."""
     from robustlab.metrics.accuracy import accuracy_drop, add_rates
 
-    labelled = classes.dropna(subset=["label"])
+    labelled = classes.dropna(subset=["label"]).assign(shift=variant_columns)
     if not (labelled["shift"] != CLEAN_SHIFT).any():
         return pd.DataFrame()
     pc = add_rates(

@@ -236,7 +236,10 @@ def class_drop_heatmap(
     from robustlab.metrics.accuracy import shift_order
 
     rank = shift_order()
-    table = table[sorted(table.columns, key=lambda c: (rank.get(c, len(rank)), c))]
+    # a named variant ("random_bg add") sits with its shift
+    table = table[
+        sorted(table.columns, key=lambda c: (rank.get(str(c).split(" ")[0], len(rank)), c))
+    ]
     note = ""
     if len(table) > max_classes:
         keep = table.mean(axis=1).sort_values(ascending=False).index[:max_classes]
