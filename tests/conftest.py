@@ -316,6 +316,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
+            # a Ray cluster's start, daemons and shutdown cost 270 s of one worker's wall
+            # time on 2 cores, the default run's tail: -m ray runs them (and CI does)
+            item.add_marker(pytest.mark.ray)
+            item.add_marker(pytest.mark.slow)
             first.append(item)
         elif _uses_a_module_fixture(item) and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
