@@ -61,23 +61,10 @@ from pathlib import Path
 
 import numpy as np
 
-CORRUPTIONS = (
-    "gaussian_noise",
-    "shot_noise",
-    "impulse_noise",
-    "defocus_blur",
-    "glass_blur",
-    "motion_blur",
-    "zoom_blur",
-    "snow",
-    "frost",
-    "fog",
-    "brightness",
-    "contrast",
-    "elastic_transform",
-    "pixelate",
-    "jpeg_compression",
-)
+from robustlab.shifts.corruptions import list_corruptions
+
+# ImageNet-C's 15 corruptions, from the registry (the light import: no torch)
+CORRUPTIONS = tuple(list_corruptions("common"))
 CELLS = [("clean", "0")] + [(c, str(s)) for c in CORRUPTIONS for s in range(1, 6)]
 # (model spec, seed, clean top-1, error ratio to AlexNet on the corrupted cells)
 MODELS = [
