@@ -80,12 +80,22 @@ def main() -> None:
     ap.add_argument("--shift-jpeg", default="cpu", choices=("device", "cpu"))
     ap.add_argument("--model", default="lite0", help="model spec (default lite0)")
     ap.add_argument(
+        "--shift-group",
+        type=int,
+        default=0,
+        help="photos shifted together on the shift device (default: the device type's)",
+    )
+    ap.add_argument(
         "--random-weights",
         action="store_true",
         help="timm architecture with random weights (no download)",
     )
     args = ap.parse_args()
     skip = {s for s in args.skip.split(",") if s}
+    if args.shift_group:
+        from robustlab.run import device_shifts
+
+        device_shifts.DEFAULT_GROUPS.update(cpu=args.shift_group, cuda=args.shift_group)
 
     import torch
 
@@ -126,6 +136,7 @@ def main() -> None:
         "batch_size": args.batch_size,
         "model": args.model,
         "shift_device": args.shift_device,
+        "shift_group": args.shift_group or None,
     }
 
     # Warm-up: compiles (and caches) every numba kernel in this process before workers
@@ -229,11 +240,17 @@ def shift_rates(plan, args, sync) -> dict:
     import torch
 
     from robustlab.pipeline import as_stored
-    from robustlab.run.device_shifts import DEFAULT_GROUP
+
+    try:
+        from robustlab.run.device_shifts import DEFAULT_GROUPS
+
+        group = DEFAULT_GROUPS[torch.device(args.shift_device).type]
+    except ImportError:  # a baseline checkout from before the groups by device type
+        from robustlab.run.device_shifts import DEFAULT_GROUP as group  # type: ignore[attr-defined]
     from robustlab.shifts.batched import apply, jpeg_roundtrip
 
     protocol = plan.images.protocol
-    samples = plan.samples[:DEFAULT_GROUP]
+    samples = plan.samples[:group]
     imgs = np.stack([plan.images.base(s).rgb for s in samples])
     x = torch.from_numpy(imgs).permute(0, 3, 1, 2).contiguous().to(args.shift_device)
     ids = [s.id for s in samples]

@@ -14,7 +14,12 @@
 # batched-shift tests on CUDA tensors, the fidelity run of torch_shifts.py (one process per
 # random corruption) and precision.py, side by side; D) torch.compile. About 7 minutes
 # (the first run, 2026-11-28, in another order, reached the end of C in 560 s).
+# S) the --shift-device cuda path alone: this checkout (default group, and 64 photos per
+# group) against the checkout in .gpu/old/src (a baseline, when there is one), lite0 and
+# ViT-B/16. PHASES picks and orders them (default "A B C D"; the third session: "S C").
 set -u
+PHASES=${PHASES:-A B C D}
+want() { [[ " $PHASES " == *" $1 "* ]]; }
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
@@ -35,6 +40,22 @@ mkdir -p $P
 cp -l tests/fixtures/shared-mini/imagenet-samples/*.JPEG $P/ && cp -l .gpu/photos376/*.JPEG $P/ && cp .gpu/labels500.csv $P/labels.csv
 echo "photos: $(ls $P/*.JPEG | wc -l)"
 
+if want S; then
+  stamp "S: --shift-device cuda, this checkout against .gpu/old/src"
+  for args in "--label lite0-gpu-shifts" "--label lite0-gpu-shifts-group64 --shift-group 64" \
+    "--label vit-gpu-shifts --model timm:vit_base_patch16_224 --random-weights --n 300"; do
+    # shellcheck disable=SC2086
+    timeout 150 python3 benchmarks/evaluate_gpu.py --photos $P --n 400 --workers 15 --batch-size 256 \
+      --device cuda --skip workers --shift-device cuda $args 2>&1 | grep -v "^\s*$" | tail -3 | tee -a "$OUT/evaluate.jsonl"
+  done
+  if [ -d .gpu/old/src ]; then
+    PYTHONPATH=$PWD/.gpu/old/src:$SITE timeout 150 python3 benchmarks/evaluate_gpu.py --photos $P --n 400 \
+      --workers 15 --batch-size 256 --device cuda --skip workers --shift-device cuda \
+      --label old-lite0-gpu-shifts 2>&1 | grep -v "^\s*$" | tail -3 | tee -a "$OUT/evaluate.jsonl"
+  fi
+fi
+
+if want A; then
 stamp "A: kernels (8 processes) | models.py forward pass"
 python3 - <<'EOF' >"$OUT/kernels.txt" 2>&1 &
 import time
@@ -59,7 +80,9 @@ KPID=$!
 timeout 60 python3 benchmarks/models.py --photos $P --device cuda --batch 256 --batches 2 --repeats 20 --precisions fp32,bf16,fp16,fp32 >"$OUT/models.txt" 2>&1
 cat "$OUT/models.txt"
 wait $KPID; cat "$OUT/kernels.txt"
+fi
 
+if want B; then
 stamp "B: evaluate_gpu (alone)"
 for args in "--label lite0-exact" "--label lite0-gpu-shifts --shift-device cuda" \
   "--label vit-exact --model timm:vit_base_patch16_224 --random-weights --skip workers --n 300" \
@@ -67,6 +90,9 @@ for args in "--label lite0-exact" "--label lite0-gpu-shifts --shift-device cuda"
   # shellcheck disable=SC2086
   timeout 120 python3 benchmarks/evaluate_gpu.py --photos $P --n 600 --workers 15 --batch-size 256 --device cuda $args 2>&1 | grep -v "^\s*$" | tail -3 | tee -a "$OUT/evaluate.jsonl"
 done
+fi
+
+if want C; then
 stamp "C: CUDA tests | torch_shifts x10 | precision"
 mkdir -p /tmp/ts
 # Waited for by their ids: a bare `wait` would also wait for the `tee` of the log above
@@ -88,22 +114,25 @@ mkdir -p /tmp/ts-nvjpeg
 timeout 250 python3 benchmarks/torch_shifts.py --photos $P --n 500 --draws 4 --chunk 50 --jpeg device \
   --compare null,torch --corruptions impulse_noise --device cuda --threads 1 --json /tmp/ts-nvjpeg/impulse_noise.json >/tmp/ts-nvjpeg/impulse_noise.log 2>&1 &
 PIDS+=($!)
-(timeout 150 python3 benchmarks/precision.py --photos-dir $P --photos 500 --device cuda --workers 2 --precisions fp32,bf16,fp16 >"$OUT/precision.txt" 2>&1; echo "precision rc $?" >>"$OUT/precision.txt") &
-PIDS+=($!)
+[ "${PRECISION:-1}" = 1 ] && (timeout 150 python3 benchmarks/precision.py --photos-dir $P --photos 500 --device cuda --workers 2 --precisions fp32,bf16,fp16 >"$OUT/precision.txt" 2>&1; echo "precision rc $?" >>"$OUT/precision.txt") &
+[ "${PRECISION:-1}" = 1 ] && PIDS+=($!)
 ROBUSTLAB_TEST_SHIFT_DEVICE=cuda timeout 200 python3 -m pytest -q -n 4 -p no:cacheprovider -o addopts="" -m "not slow" --dist loadgroup \
   tests/test_batched_matched.py tests/test_batched_shifts.py tests/test_batched_noise.py \
   tests/test_batched_elastic.py tests/test_batched_scenes.py tests/test_evaluate_shift_device.py \
   "tests/test_holdout.py::test_a_gpu_trains_on_the_cpus_batches_and_draws" >"$OUT/pytest.txt" 2>&1
 echo "pytest rc $?"; tail -40 "$OUT/pytest.txt"
 wait "${PIDS[@]}"
-cat "$OUT/precision.txt"
+[ "${PRECISION:-1}" = 1 ] && cat "$OUT/precision.txt"
 python3 benchmarks/torch_shifts.py --from-json /tmp/ts/*.json >"$OUT/torch_shifts.txt" 2>&1
 python3 benchmarks/torch_shifts.py --from-json /tmp/ts-nvjpeg/*.json >"$OUT/torch_shifts_nvjpeg.txt" 2>&1
 for f in /tmp/ts/*.log /tmp/ts-nvjpeg/*.log; do echo "== $f"; tail -n 4 "$f"; done >"$OUT/ts_logs.txt"
 python3 -c "import json, glob; json.dump({f: json.load(open(f)) for f in glob.glob('/tmp/ts*/*.json')}, open('$OUT/ts_all.json', 'w'))"
 grep -h "^# .*cells\|pooled impulse" "$OUT/torch_shifts.txt" "$OUT/torch_shifts_nvjpeg.txt"
+fi
 
+if want D; then
 stamp "D: torch.compile (models.py --compile)"
 timeout 100 python3 benchmarks/models.py --photos $P --device cuda --batch 256 --batches 2 --repeats 20 --precisions fp32,bf16 --compile >"$OUT/compile.txt" 2>&1
 echo "compile rc $?"; cat "$OUT/compile.txt"
+fi
 stamp "done"

@@ -343,6 +343,24 @@ def test_cpu_jpeg_round_trip_is_the_protocols(prepared):
     assert np.array_equal(out, ref)
 
 
+def test_cpu_jpeg_round_trip_in_a_forked_child(prepared):
+    """The codec threads are per process: a child forked after the parent used them makes
+    its own (a pool's threads do not survive a fork; reusing it would hang)."""
+    import multiprocessing
+
+    imgs, _ = prepared
+    x = as_batch(imgs[:3])
+    ref = as_images(jpeg_roundtrip(x, 85, "cpu"))  # the parent's pool exists now
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        out = pool.apply_async(_child_round_trip, (x.cpu().numpy(),)).get(timeout=60)
+    assert np.array_equal(as_images(torch.from_numpy(out)), ref)
+
+
+def _child_round_trip(x: np.ndarray) -> np.ndarray:
+    # numpy both ways: torch's shared-memory tensor pickling is not what is tested here
+    return jpeg_roundtrip(torch.from_numpy(x), 85, "cpu").numpy()
+
+
 def test_bad_batches_are_refused():
     x = on_device(torch.zeros((2, 3, 40, 40), dtype=torch.uint8))
     with pytest.raises(ValueError, match="uint8"):

@@ -21,7 +21,6 @@ thread), which moves a pixel across a seeding threshold rarely
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -35,9 +34,9 @@ R = TypeVar("R")
 
 def default_threads() -> int:
     """One masking thread per CPU this process may use (affinity masks respected)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
+    from robustlab.processes import available_cpus
+
+    return available_cpus()
 
 
 def _one_library_thread() -> None:

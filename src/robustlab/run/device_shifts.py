@@ -27,6 +27,7 @@ so such a run has its own identity (:func:`describe` goes into the run id and th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,10 @@ from robustlab.errors import CellSkipped, EnvironmentProblem, InputError
 from robustlab.run.tasks import TaskDataset, degenerate_notes
 from robustlab.store.schema import CLEAN_SHIFT
 
-DEFAULT_GROUP = 64
+# Photos shifted together, by device type: on CUDA a shift's cost is mostly kernel
+# launches (glass_blur's chained copies: about 60 launches per image row), paid once per
+# group, so larger groups are faster there (benchmarks/README.md, "GPU checks").
+DEFAULT_GROUPS = {"cpu": 64, "cuda": 256}
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,15 @@ class ShiftDevice:
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         jpeg: ``cpu`` (default: libjpeg, also for CUDA batches: the protocol's bytes) or
             ``device`` (the device's codec: nvJPEG on CUDA, measurably not the protocol's).
-        group: Tasks (photos) whose cells are shifted together; larger groups mean fewer,
-            larger tensor operations and more device memory (a group holds its photos'
-            cells, about 150 KB each at 224x224).
+        group: Tasks (photos) whose cells are shifted together (default by device type,
+            :data:`DEFAULT_GROUPS`); larger groups mean fewer, larger tensor operations and
+            more device memory (a group holds its photos' cells, about 150 KB each at
+            224x224: 256 photos x 76 cells, about 2.9 GB). The pixels do not depend on it.
     """
 
     device: str
     jpeg: str = "cpu"
-    group: int = DEFAULT_GROUP
+    group: int | None = None
 
     def __post_init__(self):
         from robustlab.shifts.batched import codec_name
@@ -68,6 +73,8 @@ class ShiftDevice:
             codec_name(dev, self.jpeg)
         except ValueError as exc:
             raise InputError(str(exc)) from None
+        if self.group is None:
+            object.__setattr__(self, "group", DEFAULT_GROUPS[dev.type])
         if int(self.group) < 1:
             raise InputError(f"shift group must be at least 1, got {self.group}")
 
@@ -208,21 +215,28 @@ class DeviceShifts:
         for item in items:
             group.append(item)
             n_images += item[1] is not None
-            if n_images >= self.settings.group:
+            if n_images >= int(self.settings.group or 1):
                 yield from self._shift(group)
                 group, n_images = [], 0
         if group:
             yield from self._shift(group)
 
-    def _finish(self, x: torch.Tensor, shifted: bool) -> torch.Tensor:
-        """Protocol JPEG round trip (shifted cells only, as ``pipeline.as_stored``) and the
-        model's resize."""
+    def _stored(self, x: torch.Tensor, shifted: bool) -> Future:
+        """The protocol's JPEG round trip (shifted cells only, as ``pipeline.as_stored``),
+        started now: on libjpeg the host codes it while the device shifts the next cell."""
         from robustlab.pipeline import _format
-        from robustlab.shifts.batched import jpeg_roundtrip
-        from robustlab.shifts.batched._ops import PIL_FILTERS, pil_resize
+        from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
 
         if shifted and _format(self.protocol) == "jpeg":
-            x = jpeg_roundtrip(x, int(self.protocol.jpeg_quality), self.settings.jpeg)
+            return jpeg_roundtrip_async(x, int(self.protocol.jpeg_quality), self.settings.jpeg)
+        done: Future = Future()
+        done.set_result(x)
+        return done
+
+    def _resize(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's resize (Pillow's coefficients on the device)."""
+        from robustlab.shifts.batched._ops import PIL_FILTERS, pil_resize
+
         size = _model_size(self.preprocessing, *x.shape[-2:])
         if size == tuple(x.shape[-2:]):
             return x
@@ -278,25 +292,30 @@ class DeviceShifts:
                         errors[pos].append((j, f"{shift}/{level}: {why}"))
                         continue
                 cells.setdefault((kind, shift, level, *img.shape[-2:]), []).append((pos, j))
-        rows: dict[tuple[int, int], torch.Tensor] = {}
+        # Every cell's round trip is started before any is awaited, so the host's codec
+        # threads work while the device shifts the cells after it.
+        started: list[tuple[list[tuple[int, int]], Future]] = []
         for (kind, shift, level, _, _), members in cells.items():
             if kind == "clean":
-                out = self._finish(torch.stack([clean[pos] for pos, _ in members]), shifted=False)
+                x = torch.stack([clean[pos] for pos, _ in members])
+                started.append((members, self._stored(x, shifted=False)))
             elif kind == "exact":  # made (and stored) by the worker: only the model's resize
                 x = torch.stack([exact[key] for key in members]).to(self.device)
-                out = self._finish(x, shifted=False)
+                started.append((members, self._stored(x, shifted=False)))
             else:
                 ids = [
                     self.samples[self.tasks[group[pos][0]].sample_index].id for pos, _ in members
                 ]
                 try:
-                    out = self._finish(
-                        self._batch(shift, level, members, ids, clean, scene), shifted=True
-                    )
+                    x = self._batch(shift, level, members, ids, clean, scene)
                 except CellSkipped as exc:  # a per-cell skip, as on the exact path
                     for pos, j in members:
                         errors[pos].append((j, f"{shift}/{level}: {exc}"))
                     continue
+                started.append((members, self._stored(x, shifted=True)))
+        rows: dict[tuple[int, int], torch.Tensor] = {}
+        for members, stored in started:
+            out = self._resize(stored.result())
             for r, key in enumerate(members):
                 rows[key] = out[r]
         for pos, (index, tensor, _, measured) in enumerate(group):

@@ -27,14 +27,9 @@ import signal
 import sys
 import threading
 
+from robustlab.processes import available_cpus
+
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def available_cpus() -> int:
-    """CPUs this process may use (respects affinity masks and container limits)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 def default_workers(model_device: str | None = None) -> int:

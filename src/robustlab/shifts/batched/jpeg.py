@@ -8,9 +8,19 @@ nvJPEG for both directions, whose DCT and chroma upsampling are its own: close, 
 identical (benchmarks/torch_shifts.py --device cuda measures the difference). ``codec``
 ``"cpu"`` keeps the round trip on the CPU (libjpeg) for CUDA batches too. (torchvision 0.29
 marks its image codecs deprecated in favour of TorchCodec; they still work.)
+
+libjpeg codes one image per call, so the images of a batch are spread over a thread pool
+(torchvision's codecs release the GIL; each image's bytes do not depend on the thread):
+on a 16-core GPU machine the host round trip is otherwise the batched path's bottleneck.
+:func:`jpeg_roundtrip_async` returns at once, so the device can shift the next cell while
+the host codes this one.
 """
 
 from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -26,14 +36,63 @@ def codec_name(device, codec: str = "device") -> str:
 
 def jpeg_roundtrip(x: torch.Tensor, quality: int, codec: str = "device") -> torch.Tensor:
     """``decode(encode(x, quality))`` of every image of an (N, 3, H, W) uint8 batch."""
+    return jpeg_roundtrip_async(x, quality, codec).result()
+
+
+def jpeg_roundtrip_async(x: torch.Tensor, quality: int, codec: str = "device") -> Future:
+    """:func:`jpeg_roundtrip` started now; ``.result()`` is the batch on ``x.device``.
+
+    libjpeg: the batch is copied to the host (waiting for the device's pending work on
+    it), and its images are coded by the pool while the caller goes on. nvJPEG: computed
+    before returning (it runs on the device anyway).
+    """
     from torchvision.io import decode_jpeg, encode_jpeg
 
+    done: Future = Future()
     if codec_name(x.device, codec) == "nvjpeg":
         data = encode_jpeg(list(x.contiguous()), quality=int(quality))
         # the encoded bytes (a few KB each) must be host tensors for the decoder
-        return torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device))
-    host = x.cpu()
-    out = torch.stack(
-        [decode_jpeg(encode_jpeg(img.contiguous(), quality=int(quality))) for img in host]
-    )
-    return out.to(x.device)
+        done.set_result(torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device)))
+        return done
+    host, device, q = x.cpu(), x.device, int(quality)
+
+    def one(img: torch.Tensor) -> torch.Tensor:
+        return decode_jpeg(encode_jpeg(img.contiguous(), quality=q))
+
+    pool = _pool()
+    parts = [pool.submit(one, img) for img in host]
+    left = [len(parts)]
+    lock = threading.Lock()
+
+    def gathered(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        try:
+            done.set_result(torch.stack([p.result() for p in parts]).to(device))
+        except BaseException as exc:  # a codec error reaches the caller's .result()
+            done.set_exception(exc)
+
+    if not parts:
+        done.set_result(x.clone())
+        return done
+    for p in parts:
+        p.add_done_callback(gathered)
+    return done
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's codec threads, one per usable core (made again after a fork: a
+    pool's threads do not survive into a child)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            from robustlab.processes import available_cpus
+
+            _POOL = (os.getpid(), ThreadPoolExecutor(available_cpus(), "robustlab-jpeg"))
+        return _POOL[1]
