@@ -15,7 +15,7 @@
 # random corruption) and precision.py, side by side; D) torch.compile. About 7 minutes
 # (the first run, 2026-11-28, in another order, reached the end of C in 560 s).
 # S) the --shift-device cuda path alone: this checkout (default group, and 64 photos per
-# group) against the checkout in .gpu/old/src (a baseline, when there is one), lite0 and
+# group) against .gpu/old-src.tar.xz (a baseline's src/, when there is one), lite0 and
 # ViT-B/16. PHASES picks and orders them (default "A B C D"; the third session: "S C").
 set -u
 PHASES=${PHASES:-A B C D}
@@ -41,15 +41,17 @@ cp -l tests/fixtures/shared-mini/imagenet-samples/*.JPEG $P/ && cp -l .gpu/photo
 echo "photos: $(ls $P/*.JPEG | wc -l)"
 
 if want S; then
-  stamp "S: --shift-device cuda, this checkout against .gpu/old/src"
+  stamp "S: --shift-device cuda, this checkout against a baseline"
   for args in "--label lite0-gpu-shifts" "--label lite0-gpu-shifts-group64 --shift-group 64" \
     "--label vit-gpu-shifts --model timm:vit_base_patch16_224 --random-weights --n 300"; do
     # shellcheck disable=SC2086
     timeout 150 python3 benchmarks/evaluate_gpu.py --photos $P --n 400 --workers 15 --batch-size 256 \
       --device cuda --skip workers --shift-device cuda $args 2>&1 | grep -v "^\s*$" | tail -3 | tee -a "$OUT/evaluate.jsonl"
   done
-  if [ -d .gpu/old/src ]; then
-    PYTHONPATH=$PWD/.gpu/old/src:$SITE timeout 150 python3 benchmarks/evaluate_gpu.py --photos $P --n 400 \
+  if [ -f .gpu/old-src.tar.xz ]; then  # src/ of the baseline commit, without the assets
+    mkdir -p /tmp/old && tar xJf .gpu/old-src.tar.xz -C /tmp/old
+    cp -r src/robustlab/data/assets /tmp/old/src/robustlab/data/
+    PYTHONPATH=/tmp/old/src:$SITE timeout 150 python3 benchmarks/evaluate_gpu.py --photos $P --n 400 \
       --workers 15 --batch-size 256 --device cuda --skip workers --shift-device cuda \
       --label old-lite0-gpu-shifts 2>&1 | grep -v "^\s*$" | tail -3 | tee -a "$OUT/evaluate.jsonl"
   fi
