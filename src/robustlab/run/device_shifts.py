@@ -27,14 +27,17 @@ so such a run has its own identity (:func:`describe` goes into the run id and th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from robustlab.errors import CellSkipped, EnvironmentProblem, InputError
 from robustlab.run.tasks import TaskDataset, degenerate_notes
 from robustlab.store.schema import CLEAN_SHIFT
+
+if TYPE_CHECKING:
+    from robustlab.shifts.batched.jpeg import RoundTrip
 
 # Photos shifted together, by device type: on CUDA a shift's cost is mostly kernel
 # launches (glass_blur's chained copies: about 60 launches per image row), paid once per
@@ -221,17 +224,15 @@ class DeviceShifts:
         if group:
             yield from self._shift(group)
 
-    def _stored(self, x: torch.Tensor, shifted: bool) -> Future:
+    def _stored(self, x: torch.Tensor, shifted: bool) -> RoundTrip:
         """The protocol's JPEG round trip (shifted cells only, as ``pipeline.as_stored``),
         started now: on libjpeg the host codes it while the device shifts the next cell."""
         from robustlab.pipeline import _format
-        from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
+        from robustlab.shifts.batched.jpeg import RoundTrip, jpeg_roundtrip_async
 
         if shifted and _format(self.protocol) == "jpeg":
             return jpeg_roundtrip_async(x, int(self.protocol.jpeg_quality), self.settings.jpeg)
-        done: Future = Future()
-        done.set_result(x)
-        return done
+        return RoundTrip.done(x)
 
     def _resize(self, x: torch.Tensor) -> torch.Tensor:
         """The model's resize (Pillow's coefficients on the device)."""
@@ -294,7 +295,7 @@ class DeviceShifts:
                 cells.setdefault((kind, shift, level, *img.shape[-2:]), []).append((pos, j))
         # Every cell's round trip is started before any is awaited, so the host's codec
         # threads work while the device shifts the cells after it.
-        started: list[tuple[list[tuple[int, int]], Future]] = []
+        started: list[tuple[list[tuple[int, int]], RoundTrip]] = []
         for (kind, shift, level, _, _), members in cells.items():
             if kind == "clean":
                 x = torch.stack([clean[pos] for pos, _ in members])

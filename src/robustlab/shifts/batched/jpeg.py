@@ -39,7 +39,30 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, codec: str = "device") -> torc
     return jpeg_roundtrip_async(x, quality, codec).result()
 
 
-def jpeg_roundtrip_async(x: torch.Tensor, quality: int, codec: str = "device") -> Future:
+class RoundTrip:
+    """A batch's round trip under way: :meth:`result` waits for it.
+
+    The codec threads only see host tensors; the copy back to the device happens in the
+    thread that asks for the result, so every device operation stays in the caller's
+    thread (and on its CUDA stream).
+    """
+
+    def __init__(self, device: torch.device, parts: list[Future] | None = None, value=None):
+        self.device, self.parts, self.value = device, parts, value
+
+    @classmethod
+    def done(cls, x: torch.Tensor) -> RoundTrip:
+        """A batch that needs no coding (already final)."""
+        return cls(x.device, value=x)
+
+    def result(self) -> torch.Tensor:
+        if self.value is None:
+            self.value = torch.stack([p.result() for p in self.parts or []]).to(self.device)
+            self.parts = None
+        return self.value
+
+
+def jpeg_roundtrip_async(x: torch.Tensor, quality: int, codec: str = "device") -> RoundTrip:
     """:func:`jpeg_roundtrip` started now; ``.result()`` is the batch on ``x.device``.
 
     libjpeg: the batch is copied to the host (waiting for the device's pending work on
@@ -48,38 +71,19 @@ def jpeg_roundtrip_async(x: torch.Tensor, quality: int, codec: str = "device") -
     """
     from torchvision.io import decode_jpeg, encode_jpeg
 
-    done: Future = Future()
     if codec_name(x.device, codec) == "nvjpeg":
         data = encode_jpeg(list(x.contiguous()), quality=int(quality))
         # the encoded bytes (a few KB each) must be host tensors for the decoder
-        done.set_result(torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device)))
-        return done
-    host, device, q = x.cpu(), x.device, int(quality)
+        return RoundTrip.done(torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device)))
+    if not len(x):
+        return RoundTrip.done(x.clone())
+    host, q = x.cpu(), int(quality)
 
     def one(img: torch.Tensor) -> torch.Tensor:
         return decode_jpeg(encode_jpeg(img.contiguous(), quality=q))
 
     pool = _pool()
-    parts = [pool.submit(one, img) for img in host]
-    left = [len(parts)]
-    lock = threading.Lock()
-
-    def gathered(_: Future) -> None:
-        with lock:
-            left[0] -= 1
-            if left[0]:
-                return
-        try:
-            done.set_result(torch.stack([p.result() for p in parts]).to(device))
-        except BaseException as exc:  # a codec error reaches the caller's .result()
-            done.set_exception(exc)
-
-    if not parts:
-        done.set_result(x.clone())
-        return done
-    for p in parts:
-        p.add_done_callback(gathered)
-    return done
+    return RoundTrip(x.device, parts=[pool.submit(one, img) for img in host])
 
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
