@@ -42,6 +42,7 @@ echo "photos: $(ls $P/*.JPEG | wc -l)"
 
 if want S; then
   stamp "S: --shift-device cuda, this checkout against a baseline"
+  timeout 90 python3 benchmarks/jpeg_host.py --seconds 4 | tee "$OUT/jpeg_host.txt"
   for args in "--label lite0-gpu-shifts" "--label lite0-gpu-shifts-group64 --shift-group 64" \
     "--label vit-gpu-shifts --model timm:vit_base_patch16_224 --random-weights --n 300"; do
     # shellcheck disable=SC2086

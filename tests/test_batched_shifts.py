@@ -343,22 +343,34 @@ def test_cpu_jpeg_round_trip_is_the_protocols(prepared):
     assert np.array_equal(out, ref)
 
 
-def test_cpu_jpeg_round_trip_in_a_forked_child(prepared):
-    """The codec threads are per process: a child forked after the parent used them makes
-    its own (a pool's threads do not survive a fork; reusing it would hang)."""
+def test_cpu_jpeg_round_trip_in_codec_processes(prepared):
+    """The codec processes give the batch the calling thread gives (chunks back in order),
+    and a child forked after the parent started them starts its own (a pool belongs to the
+    process that made it; reusing the parent's would hang)."""
     import multiprocessing
 
+    from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
+
     imgs, _ = prepared
-    x = as_batch(imgs[:3])
-    ref = as_images(jpeg_roundtrip(x, 85, "cpu"))  # the parent's pool exists now
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        out = pool.apply_async(_child_round_trip, (x.cpu().numpy(),)).get(timeout=60)
-    assert np.array_equal(as_images(torch.from_numpy(out)), ref)
+    x = as_batch(np.concatenate([imgs] * 3))  # more images than chunks: order matters
+    here = as_images(jpeg_roundtrip_async(x, 85, "cpu", pool_min=10**6).result())
+    pooled = as_images(jpeg_roundtrip_async(x, 85, "cpu", pool_min=1).result())
+    assert np.array_equal(pooled, here)
+    ctx = multiprocessing.get_context("fork")
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=_child_round_trip, args=(x.cpu().numpy(), theirs))
+    child.start()
+    assert ours.poll(120), "the forked child's round trip hangs"
+    out = ours.recv()
+    child.join(30)
+    assert np.array_equal(as_images(torch.from_numpy(out)), here)
 
 
-def _child_round_trip(x: np.ndarray) -> np.ndarray:
+def _child_round_trip(x: np.ndarray, conn) -> None:
     # numpy both ways: torch's shared-memory tensor pickling is not what is tested here
-    return jpeg_roundtrip(torch.from_numpy(x), 85, "cpu").numpy()
+    from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
+
+    conn.send(jpeg_roundtrip_async(torch.from_numpy(x), 85, "cpu", pool_min=1).result().numpy())
 
 
 def test_bad_batches_are_refused():

@@ -309,27 +309,19 @@ def as_stored(img, protocol) -> np.ndarray:
     PNG is lossless, so it returns a copy without the round trip. JPEG takes a shorter
     road to the same pixels, since this runs once per cell of every on-the-fly
     evaluation (it was about a third of a worker's time): OpenCV's encoder and decoder
-    straight on numpy arrays, without Pillow's image objects and buffers (about 25 %
-    less time per 224x224 cell). Both libraries drive libjpeg(-turbo) with the same
-    settings here (the standard quantisation tables scaled by the quality, 4:2:0 chroma,
-    the integer DCT, fancy upsampling, the library's own RGB <-> YCbCr), as
-    ``jpeg_compression`` relies on too. The encoder does not optimise its Huffman tables;
-    that changes the file's size, not the decoded pixels. The result is byte for byte
-    ``decode(encode(img))``: tests/test_pipeline.py checks it on photos, corruptions, noise,
-    flat images and odd sizes, so a wheel whose bundled codec diverges is caught.
+    straight on numpy arrays (:func:`robustlab.data.jpeg.roundtrip`), without Pillow's
+    image objects and buffers (about 25 % less time per 224x224 cell). Both libraries
+    drive libjpeg(-turbo) with the same settings here, as ``jpeg_compression`` relies on
+    too. The result is byte for byte ``decode(encode(img))``: tests/test_pipeline.py
+    checks it on photos, corruptions, noise, flat images and odd sizes, so a wheel whose
+    bundled codec diverges is caught.
     """
+    from robustlab.data.jpeg import roundtrip
+
     x = _encodable(img)
     if _format(protocol) == "png":
         return x.copy()
-    x = _jpeg_input(x)
-    import cv2
-
-    bgr = cv2.cvtColor(x, cv2.COLOR_RGB2BGR)
-    ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(protocol.jpeg_quality)])
-    decoded = cv2.imdecode(data, cv2.IMREAD_COLOR) if ok else None
-    if decoded is None:  # not reachable for HxWx3 uint8, but never return garbage silently
-        raise RuntimeError(f"the JPEG round trip failed for an image of shape {x.shape}")
-    return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
+    return roundtrip(_jpeg_input(x), int(protocol.jpeg_quality))
 
 
 def output_suffix(sample, protocol) -> str:

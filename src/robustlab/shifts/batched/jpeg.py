@@ -1,30 +1,39 @@
-"""JPEG round trip of a uint8 batch with torchvision's codecs.
+"""JPEG round trip of a uint8 batch: libjpeg on the host (the protocol's), or nvJPEG.
 
-On the CPU torchvision drives libjpeg(-turbo) with the same settings Pillow and OpenCV use
-here (standard tables scaled by quality, 4:2:0, integer DCT, fancy upsampling): measured
-bit-identical to ``pipeline.as_stored`` at quality 85 and to the exact
-``jpeg_compression`` (tests/test_batched_shifts.py checks it). On CUDA torchvision uses
-nvJPEG for both directions, whose DCT and chroma upsampling are its own: close, not
-identical (benchmarks/torch_shifts.py --device cuda measures the difference). ``codec``
-``"cpu"`` keeps the round trip on the CPU (libjpeg) for CUDA batches too. (torchvision 0.29
-marks its image codecs deprecated in favour of TorchCodec; they still work.)
+On the CPU the round trip is :func:`robustlab.data.jpeg.roundtrip`, the very function
+behind ``pipeline.as_stored`` (so the exact ``jpeg_compression`` and the protocol's stored
+pixels, bit for bit: tests/test_batched_shifts.py checks it). On CUDA torchvision can use
+nvJPEG for both directions (``codec="device"``), whose DCT and chroma upsampling are its
+own: close, not identical (1.99 levels mean absolute difference at quality 85, and 4.4
+points of impulse_noise's error on an H200: benchmarks/README.md), so ``"cpu"`` (libjpeg on
+the host) is the default for CUDA batches too.
 
-libjpeg codes one image per call, so the images of a batch are spread over a thread pool
-(torchvision's codecs release the GIL; each image's bytes do not depend on the thread):
-on a 16-core GPU machine the host round trip is otherwise the batched path's bottleneck.
-:func:`jpeg_roundtrip_async` returns at once, so the device can shift the next cell while
-the host codes this one.
+Large batches are coded by a pool of codec processes, started on first use (spawned: they
+import only numpy and OpenCV) and kept for the life of the process; a batch travels in
+shared memory, coded in place. Not threads: a codec
+call releases the GIL while it codes, but must take it back to return, and the thread
+that shifts the next cell runs Python nearly all the time (kernel launches), so threads
+waited for the GIL more than they coded (measured on 2 cores: 484 round trips/s with the
+calling thread idle, 55 with it running Python; on the H200 16 threads gave 1.3-2x one).
+:func:`jpeg_roundtrip_async` returns at once, so the device shifts the next cell while the
+processes code this one.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
+import numpy as np
 import torch
 
 CODECS = ("device", "cpu")
+
+# Batches smaller than this are coded in the calling thread: a few images are not worth
+# the trip to another process (and the test suite's small batches start no pool).
+POOL_MIN = 32
+CHUNK = 64
 
 
 def codec_name(device, codec: str = "device") -> str:
@@ -42,13 +51,18 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, codec: str = "device") -> torc
 class RoundTrip:
     """A batch's round trip under way: :meth:`result` waits for it.
 
-    The codec threads only see host tensors; the copy back to the device happens in the
-    thread that asks for the result, so every device operation stays in the caller's
-    thread (and on its CUDA stream).
+    The result is copied back to the device in the thread that asks for it, so every
+    device operation stays in the caller's thread (and on its CUDA stream).
     """
 
-    def __init__(self, device: torch.device, parts: list[Future] | None = None, value=None):
-        self.device, self.parts, self.value = device, parts, value
+    def __init__(self, device: torch.device, value=None, parts=(), block=None, shape=()):
+        self.device, self.value, self.parts, self.block, self.shape = (
+            device,
+            value,
+            list(parts),
+            block,
+            shape,
+        )
 
     @classmethod
     def done(cls, x: torch.Tensor) -> RoundTrip:
@@ -57,46 +71,82 @@ class RoundTrip:
 
     def result(self) -> torch.Tensor:
         if self.value is None:
-            self.value = torch.stack([p.result() for p in self.parts or []]).to(self.device)
-            self.parts = None
+            try:
+                for part in self.parts:
+                    part.result()
+                host = np.ndarray(self.shape, np.uint8, buffer=self.block.buf).copy()
+            finally:
+                self.parts = []
+                self.block.close()
+                self.block.unlink()
+            self.value = torch.from_numpy(host).to(self.device)
         return self.value
 
 
-def jpeg_roundtrip_async(x: torch.Tensor, quality: int, codec: str = "device") -> RoundTrip:
+def jpeg_roundtrip_async(
+    x: torch.Tensor, quality: int, codec: str = "device", *, pool_min: int = POOL_MIN
+) -> RoundTrip:
     """:func:`jpeg_roundtrip` started now; ``.result()`` is the batch on ``x.device``.
 
     libjpeg: the batch is copied to the host (waiting for the device's pending work on
-    it), and its images are coded by the pool while the caller goes on. nvJPEG: computed
-    before returning (it runs on the device anyway).
+    it); from ``pool_min`` images on, chunks of it go to the codec processes while the
+    caller goes on, below that (or where this process may start no codec processes:
+    :func:`_pool`) it is coded here and now. nvJPEG: computed before returning (it runs
+    on the device anyway).
     """
-    from torchvision.io import decode_jpeg, encode_jpeg
+    from robustlab.data.jpeg import roundtrip_chw
 
     if codec_name(x.device, codec) == "nvjpeg":
+        from torchvision.io import decode_jpeg, encode_jpeg
+
         data = encode_jpeg(list(x.contiguous()), quality=int(quality))
         # the encoded bytes (a few KB each) must be host tensors for the decoder
         return RoundTrip.done(torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device)))
-    if not len(x):
-        return RoundTrip.done(x.clone())
-    host, q = x.cpu(), int(quality)
+    host, q = x.contiguous().cpu().numpy(), int(quality)
+    found = None if len(host) < max(1, pool_min) else _pool()
+    if found is None:
+        return RoundTrip.done(torch.from_numpy(roundtrip_chw(host, q)).to(x.device))
+    from multiprocessing.shared_memory import SharedMemory
 
-    def one(img: torch.Tensor) -> torch.Tensor:
-        return decode_jpeg(encode_jpeg(img.contiguous(), quality=q))
+    from robustlab.data.jpeg import roundtrip_shared
 
-    pool = _pool()
-    return RoundTrip(x.device, parts=[pool.submit(one, img) for img in host])
+    pool, n = found
+    block = SharedMemory(create=True, size=host.nbytes)
+    np.ndarray(host.shape, np.uint8, buffer=block.buf)[:] = host
+    # about one chunk per process, at least CHUNK images: each chunk costs the caller's
+    # process two GIL hand-overs (sending it, taking its result), whatever its size
+    step = max(CHUNK, -(-len(host) // n))
+    parts = [
+        pool.submit(roundtrip_shared, block.name, host.shape, i, min(i + step, len(host)), q)
+        for i in range(0, len(host), step)
+    ]
+    return RoundTrip(x.device, parts=parts, block=block, shape=host.shape)
 
 
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL: tuple[int, ProcessPoolExecutor, int] | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def _pool() -> ThreadPoolExecutor:
-    """This process's codec threads, one per usable core (made again after a fork: a
-    pool's threads do not survive into a child)."""
+def _pool() -> tuple[ProcessPoolExecutor, int] | None:
+    """This process's codec processes, one per usable core, and their number; None where
+    this process may not start them: a daemonic one (a multiprocessing pool's worker may
+    have no children), or a fork of a process that had them (their locks and threads were
+    copied mid-use: a pool started there can hang)."""
     global _POOL
+    import multiprocessing
+
     with _POOL_LOCK:
-        if _POOL is None or _POOL[0] != os.getpid():
+        if _POOL is not None and _POOL[0] != os.getpid():
+            return None
+        if multiprocessing.current_process().daemon:
+            return None
+        if _POOL is None:
+            from robustlab.data.jpeg import init_codec_process
             from robustlab.processes import available_cpus
 
-            _POOL = (os.getpid(), ThreadPoolExecutor(available_cpus(), "robustlab-jpeg"))
-        return _POOL[1]
+            n = available_cpus()
+            pool = ProcessPoolExecutor(
+                n, mp_context=multiprocessing.get_context("spawn"), initializer=init_codec_process
+            )
+            _POOL = (os.getpid(), pool, n)
+        return _POOL[1], _POOL[2]
