@@ -207,7 +207,8 @@ def tiny(samples_dir, tmp_path_factory):
 def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0, tiny, tmp_path):
     from robustlab.workflows.evaluate import evaluate
     from robustlab.store import Store
-    from robustlab.store.queries import find_baseline_run, results_table
+    from robustlab.store.queries import find_baseline_run
+    from robustlab.workflows.results import results_table
 
     db = tmp_path / "r.duckdb"
     kw = {"db": db, "workers": 0, "progress": False}  # the clean photos

@@ -75,7 +75,7 @@ def test_release_read_as_downloaded_gives_the_folders_numbers(cifar, tmp_path):
     assert len(npy) == 2 and npy.equals(gen)
     # ImageNet-C's AlexNet errors never score a preset's cells (other constants and sizes)
     from robustlab.store import Store
-    from robustlab.store.queries import summary_rows
+    from robustlab.workflows.results import summary_rows
 
     store = Store(db)
     for run in store.runs().to_dict("records"):

@@ -1,7 +1,7 @@
 """Everything the report shows, read from the results database and computed by the metrics
 module (never by hand here).
 
-The per-cell and CE / mCE numbers come from :func:`robustlab.store.queries.results_table`,
+The per-cell and CE / mCE numbers come from :func:`robustlab.workflows.results.results_table`,
 the same function ``robustlab results`` prints, so the two always agree. The rest
 (bootstrap intervals, per-family and per-class accuracy, scenario accuracies, robustness
 score, BG-gap, regression) are the functions of :mod:`robustlab.metrics` applied to counts
@@ -23,6 +23,7 @@ import pandas as pd
 
 from robustlab.errors import InputError
 from robustlab.metrics.attributes import attribute_effects
+from robustlab.metrics.mce import is_corruption
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.store.aggregates import ImageCounts, pool_levels
 from robustlab.store.schema import HOLDOUT_SUITE
@@ -116,13 +117,6 @@ class ReportData:
     @property
     def labels(self) -> dict[str, str]:
         return {r.run_id: r.label for r in self.runs}
-
-
-def is_corruption(shift: str) -> bool:
-    """The same test ``robustlab results`` uses to decide which shifts get CE rows."""
-    from robustlab.store.queries import _is_corruption
-
-    return shift != CLEAN_SHIFT and _is_corruption(shift)
 
 
 def _is_ximagenet12(shift: str) -> bool:
@@ -309,7 +303,7 @@ def _results(
     all is the user's mistake (as in ``robustlab results``); one that fits only some runs
     (several data sets in one database) leaves a note.
     """
-    from robustlab.store.queries import results_table
+    from robustlab.workflows.results import results_table
 
     parts, kept, failed = [], [], []
     for r in runs:
@@ -430,7 +424,7 @@ def _summary(
     store: Store, runs: list[RunView], counts: pd.DataFrame, images: dict[str, int], mce_rows: dict
 ) -> pd.DataFrame:
     """The per-run summary, with the function ``robustlab results --summary`` uses."""
-    from robustlab.store.queries import run_summaries
+    from robustlab.workflows.results import run_summaries
 
     rows = run_summaries(store, [r.record for r in runs], mce_rows, counts, images)
     return pd.DataFrame(
