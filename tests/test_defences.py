@@ -220,14 +220,14 @@ def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0
         ("tta", None, "ten-crop"),
         ("both", "clahe", "ten-crop"),
     ]:
-        df = evaluate(lite0, tiny, preprocess=pre, tta=tta, **kw)
-        assert df.attrs["n_written"] == 3 and not df.attrs["resumed"]
-        ids[name] = df.attrs["run_id"]
+        res = evaluate(lite0, tiny, preprocess=pre, tta=tta, **kw)
+        assert res.n_written == 3 and not res.resumed
+        ids[name] = res.run_id
     assert len(set(ids.values())) == 5
     again = evaluate(lite0, tiny, preprocess="clahe", **kw)
-    assert again.attrs["run_id"] == ids["clahe"] and again.attrs["resumed"]
-    assert again.attrs["n_written"] == 0
-    assert evaluate(lite0, tiny, **kw).attrs["run_id"] == ids["plain"]
+    assert again.run_id == ids["clahe"] and again.resumed
+    assert again.n_written == 0
+    assert evaluate(lite0, tiny, **kw).run_id == ids["plain"]
     store = Store(db)
     runs = store.runs().set_index("run_id")
     assert "defence" not in runs.loc[ids["plain"], "config"]
