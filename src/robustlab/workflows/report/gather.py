@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ from robustlab.workflows.report.benchmark_data import (
 )
 from robustlab.workflows.report.fits import FitData, _regression
 from robustlab.workflows.report.runs import RunView
+
+if TYPE_CHECKING:
+    from robustlab.metrics.regression import RegressionResult
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +100,8 @@ class ReportData:
     robustness: dict[str, Any]
     bg_gap: pd.DataFrame
     class_drops: pd.DataFrame
-    regression: Any = None
-    logit: Any = None
+    regression: RegressionResult | None = None
+    logit: RegressionResult | None = None
     edits: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_effects: pd.DataFrame = field(default_factory=pd.DataFrame)

@@ -168,21 +168,22 @@ def run_results(request: ResultsRequest) -> ResultsResult:
     store.require()
     filters = {"run_ids": request.runs, "models": request.models, "suites": request.suites}
     view = request.view
-    if view == "export":
+    if request.export is not None:
         ids = None
         if request.runs or request.models or request.suites:
             ids = list(select_runs(store, **filters)["run_id"])
         paths = store.export_parquet(request.export, ids, force=request.force)
-        return ResultsResult(view, paths=[Path(p) for p in paths])
+        return ResultsResult("export", paths=[Path(p) for p in paths])
     if view == "compare":
         assert request.compare is not None  # the view says so
-        table, notes = compare_table(
-            store, *request.compare, seed=request.bootstrap_seed, n_resamples=request.resamples
+        return ResultsResult(
+            view,
+            *compare_table(
+                store, *request.compare, seed=request.bootstrap_seed, n_resamples=request.resamples
+            ),
         )
-        return ResultsResult(view, table, notes)
     if view == "summary":
-        table, notes = summary_table(store, baseline=request.baseline, **filters)
-        return ResultsResult(view, table, notes)
+        return ResultsResult(view, *summary_table(store, baseline=request.baseline, **filters))
     notes: list[str] = []
     if view == "cells":
         table, notes = results_table(store, baseline=request.baseline, **filters)
