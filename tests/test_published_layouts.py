@@ -248,8 +248,8 @@ def ximagenet_12(tmp_path_factory):
 def test_ximagenet_12_cells_labels_and_counts_in_the_db(ximagenet_12, tmp_path):
     assert detect(ximagenet_12) is LAYOUTS["ximagenet12"]
     db = tmp_path / "r.duckdb"
-    df = evaluate_here(ximagenet_12, db).table
-    got = {(r.shift, str(r.level)): r.n for r in df.itertuples()}
+    df = evaluate_here(ximagenet_12, db)
+    got = {(r.shift, str(r.level)): r.n for r in df.table.itertuples()}
     assert got == {
         ("clean", "0"): 3,
         ("blur_bg", "default"): 2,  # the hen is missing there
