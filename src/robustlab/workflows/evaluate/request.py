@@ -279,7 +279,7 @@ class EvaluateRequest:
     cells: CellSpec
     model: ModelSpec
     execution: ExecutionSpec
-    db: str | Path = DEFAULT_DB  # the results database file (created on the first write)
+    db: Any = DEFAULT_DB  # the results database file (created on the first write)
 
     def __post_init__(self):
         ex, m = self.execution, self.model
