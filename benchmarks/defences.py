@@ -194,7 +194,7 @@ def main(argv=None) -> int:
             break
         preprocess, tta = CONFIGS[name]
         start = time.perf_counter()
-        df = robustlab.evaluate(
+        res = robustlab.evaluate(
             args.model,
             data,
             suite="imagenet-c",
@@ -207,8 +207,8 @@ def main(argv=None) -> int:
             progress=False,
         )
         seconds[name] = time.perf_counter() - start
-        run_ids[name] = df.attrs["run_id"]
-        print(f"{name}: run {df.attrs['run_id']} in {seconds[name]:.0f} s", file=sys.stderr)
+        run_ids[name] = res.run_id
+        print(f"{name}: run {res.run_id} in {seconds[name]:.0f} s", file=sys.stderr)
     tables = common_cells(Store(db), run_ids)
     base = tables["plain"]
     n = int(base.loc[base["shift"] == "clean", "n"].iloc[0])

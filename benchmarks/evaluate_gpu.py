@@ -215,7 +215,7 @@ def main() -> None:
         batch_size=args.batch_size,
         progress=False,
         **shift_kw,
-    )
+    ).table
     secs = time.perf_counter() - t0
     out.update(
         evaluate_s=round(secs, 2),

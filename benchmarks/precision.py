@@ -85,7 +85,7 @@ def main() -> int:
     results = {}
     for p in precisions:
         t0 = time.perf_counter()
-        df = robustlab.evaluate(
+        res = robustlab.evaluate(
             args.model,
             data,
             db=db,
@@ -97,9 +97,9 @@ def main() -> int:
             compile=args.compile,
         )
         seconds = time.perf_counter() - t0
-        print(f"{p}: {throughput_line(df.attrs['throughput'])}", file=sys.stderr)
-        preds = Store(db).predictions([df.attrs["run_id"]]).set_index("sample_id").sort_index()
-        results[p] = (preds, df.attrs["throughput"], seconds)
+        print(f"{p}: {throughput_line(res.throughput)}", file=sys.stderr)
+        preds = Store(db).predictions([res.run_id]).set_index("sample_id").sort_index()
+        results[p] = (preds, res.throughput, seconds)
 
     base = results[precisions[0]][0]
     print(

@@ -239,11 +239,13 @@ def make_jobs(args, work: Path, data: Path, cores: int) -> list[Job]:
                 out: dict = {}
                 seconds = _timed(
                     lambda: out.update(
-                        df=robustlab.evaluate(model, data, suite="imagenet-c", db=db, **kw, **extra)
+                        run=robustlab.evaluate(
+                            model, data, suite="imagenet-c", db=db, **kw, **extra
+                        )
                     )
                 )
                 db.unlink()
-                return args.images * (1 + n_cells) / seconds, out["df"].attrs.get("stages")
+                return args.images * (1 + n_cells) / seconds, out["run"].stages
 
             jobs.append(Job(f"evaluate {name}", "predictions/s", run_evaluate))
 

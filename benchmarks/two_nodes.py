@@ -189,12 +189,12 @@ def main() -> None:
         res: dict = {}
         seconds = _timed(
             lambda: res.update(
-                df=robustlab.evaluate(model, data, suite="imagenet-c", db=db, backend="ray", **kw)
+                run=robustlab.evaluate(model, data, suite="imagenet-c", db=db, backend="ray", **kw)
             )
         )
         rows.setdefault(tag[0], Store(db).predictions())  # each set-up's first rows
         db.unlink()
-        return args.images * (1 + n_cells) / seconds, res["df"].attrs.get("stages")
+        return args.images * (1 + n_cells) / seconds, res["run"].stages
 
     jobs = {"generate": (run_generate, "images/s"), "evaluate": (run_evaluate, "predictions/s")}
     results: dict[tuple[str, str], list[float]] = {}

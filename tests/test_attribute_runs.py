@@ -101,8 +101,8 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
         model, out, shifts=SHIFTS, db=db, label_space="demo", workers=0, progress=False
     )
     store = Store(db)
-    a_fly = store.attributes([fly.attrs["run_id"]])
-    a_disk = store.attributes([from_disk.attrs["run_id"]])
+    a_fly = store.attributes([fly.run_id])
+    a_disk = store.attributes([from_disk.run_id])
     csv_rows = _csv(out / ATTRIBUTES_CSV)
     assert len(a_fly) == len(a_disk) == len(csv_rows) > 0
     key = ["sample_id", "shift", "level"]
@@ -111,9 +111,9 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     # On the fly and from the generated folder: the same pixels, so the same measurements.
     for col in ("object_rate", "box_x", "box_y", "hf_after"):
         np.testing.assert_allclose(a_fly[col].astype(float), a_disk[col].astype(float), rtol=1e-6)
-    joined = store.predictions_with_attributes([fly.attrs["run_id"]])
+    joined = store.predictions_with_attributes([fly.run_id])
     assert len(joined) == len(a_fly) and joined["correct"].dtype == bool
-    run = store.get_run(fly.attrs["run_id"])
+    run = store.get_run(fly.run_id)
     assert run["config"]["hole_fill"]["backend"] == "patchmatch"
     # Resuming the run with another fill backend would mix two backends' backgrounds.
     with pytest.raises(InputChangedError, match="drawn by the hole-fill backend patchmatch"):
@@ -122,7 +122,7 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
             evaluate(model, data, **on_the_fly)
     # Rerunning stores nothing twice.
     evaluate(model, data, **on_the_fly)
-    assert len(store.attributes([fly.attrs["run_id"]])) == len(a_fly)
+    assert len(store.attributes([fly.run_id])) == len(a_fly)
     assert "attributes.parquet" in {p.name for p in store.export_parquet(tmp_path / "pq")}
 
     # The report's ImageNet-E section: per-level accuracy and drop (from the stored cells),
@@ -130,8 +130,8 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     from robustlab.workflows.report import build_report
     from robustlab.workflows.report.gather import gather
 
-    d = gather(db, run_ids=[fly.attrs["run_id"]], n_resamples=50)
-    cells = store.cell_table([fly.attrs["run_id"]]).set_index(["shift", "level"])
+    d = gather(db, run_ids=[fly.run_id], n_resamples=50)
+    cells = store.cell_table([fly.run_id]).set_index(["shift", "level"])
     clean = float(cells.loc[("clean", "0"), "top1"])
     assert set(zip(d.edits["shift"], d.edits["level"])) == {
         ("obj_size", "0.10"),
@@ -144,7 +144,7 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
         assert e.drop == pytest.approx(clean - e.top1)
     assert set(d.edit_curves["attribute"]) == {"object_rate", "hf_after"}
     assert d.edit_curves.groupby("attribute")["n"].sum().eq(len(joined)).all()
-    assert fly.attrs["run_id"] not in d.scenarios
+    assert fly.run_id not in d.scenarios
     # The logistic fits on the measured attributes are those of the metric on the same rows.
     from robustlab.metrics.attributes import attribute_effects
 
@@ -152,7 +152,7 @@ def test_evaluate_stores_measured_attributes(generated, demo_data, tmp_path):
     assert len(d.edit_effects) == len(want) > 0
     assert list(d.edit_effects["coef"].fillna(0)) == pytest.approx(list(want["coef"].fillna(0)))
     res = build_report(
-        db, tmp_path / "report.html", run_ids=[fly.attrs["run_id"]], grid=False, n_resamples=50
+        db, tmp_path / "report.html", run_ids=[fly.run_id], grid=False, n_resamples=50
     )
     assert {"edit-accuracy", "edit-drop"} <= set(res.tables)
     assert ("edit-effects" in res.tables) == bool((want["note"] == "").any())

@@ -207,7 +207,8 @@ def tiny(samples_dir, tmp_path_factory):
 def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0, tiny, tmp_path):
     from robustlab.workflows.evaluate import evaluate
     from robustlab.store import Store
-    from robustlab.store.queries import find_baseline_run, results_table
+    from robustlab.store.queries import find_baseline_run
+    from robustlab.workflows.results import results_table
 
     db = tmp_path / "r.duckdb"
     kw = {"db": db, "workers": 0, "progress": False}  # the clean photos
@@ -219,14 +220,14 @@ def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0
         ("tta", None, "ten-crop"),
         ("both", "clahe", "ten-crop"),
     ]:
-        df = evaluate(lite0, tiny, preprocess=pre, tta=tta, **kw)
-        assert df.attrs["n_written"] == 3 and not df.attrs["resumed"]
-        ids[name] = df.attrs["run_id"]
+        res = evaluate(lite0, tiny, preprocess=pre, tta=tta, **kw)
+        assert res.n_written == 3 and not res.resumed
+        ids[name] = res.run_id
     assert len(set(ids.values())) == 5
     again = evaluate(lite0, tiny, preprocess="clahe", **kw)
-    assert again.attrs["run_id"] == ids["clahe"] and again.attrs["resumed"]
-    assert again.attrs["n_written"] == 0
-    assert evaluate(lite0, tiny, **kw).attrs["run_id"] == ids["plain"]
+    assert again.run_id == ids["clahe"] and again.resumed
+    assert again.n_written == 0
+    assert evaluate(lite0, tiny, **kw).run_id == ids["plain"]
     store = Store(db)
     runs = store.runs().set_index("run_id")
     assert "defence" not in runs.loc[ids["plain"], "config"]

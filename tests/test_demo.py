@@ -387,9 +387,9 @@ def test_known_skips_are_recorded_and_not_retried(tmp_path, caplog):
         assert "skipping cat/chelsea.png: only_bg_t/default" in caplog.text
         caplog.clear()
         second = evaluate("lite0", data, **kw)
-    assert second.attrs["run_id"] == first.attrs["run_id"] and second.attrs["resumed"]
+    assert second.run_id == first.run_id and second.resumed
     assert "skipping" not in caplog.text and "1 known skips not retried" in caplog.text
-    run = Store(tmp_path / DB_NAME).get_run(first.attrs["run_id"])
+    run = Store(tmp_path / DB_NAME).get_run(first.run_id)
     assert run["n_skipped"] == 1
     assert [r[1] for r in run["skipped"]] == [
         "only_bg_t/default: the object box covers the whole image: no background texture to tile"

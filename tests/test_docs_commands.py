@@ -444,10 +444,10 @@ def test_readme_python_runs_in_process_and_as_plain_script(in_tmp):
     assert "__main__" not in code
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 (the README, run as written)
-    df = namespace["df"]
+    df = namespace["run"].table
     # one row per cell: clean + 15 corruptions x 5 severities, each over the four photos
     assert len(df) == 76 and set(df["n"]) == {4}
-    assert df.attrs["run_id"]
+    assert namespace["run"].run_id
 
     # the same code as a plain script (no __main__ guard) with the default worker
     # processes, in a fresh folder (a new database, so the workers do run): a worker
@@ -456,7 +456,7 @@ def test_readme_python_runs_in_process_and_as_plain_script(in_tmp):
     script.mkdir()
     shutil.copytree(in_tmp / "val", script / "val")
     shutil.copy(in_tmp / "photo.jpg", script)
-    (script / "example.py").write_text(code + '\nprint("ROWS", len(df))\n')
+    (script / "example.py").write_text(code + '\nprint("ROWS", len(run.table))\n')
     done = subprocess.run(
         [sys.executable, "example.py"],
         capture_output=True,

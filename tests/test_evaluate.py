@@ -69,7 +69,7 @@ def lite0():
 @pytest.fixture(scope="module")
 def first_run(photos, lite0, tmp_path_factory):
     db = tmp_path_factory.mktemp("db") / "r.duckdb"
-    df = robustlab.evaluate(
+    res = robustlab.evaluate(
         lite0,
         photos,
         suite="imagenet-c",
@@ -81,11 +81,12 @@ def first_run(photos, lite0, tmp_path_factory):
         batch_size=6,
         progress=False,
     )
-    return df, db
+    return res, db
 
 
 def test_one_row_per_cell_and_predictions_stored(first_run, lite0, photos):
-    df, db = first_run
+    first, db = first_run
+    df = first.table
     cells = [("clean", "0")] + [(c, str(lv)) for c in CORRUPTIONS for lv in LEVELS]
     assert list(zip(df["shift"], df["level"])) == cells
     assert (df["n"] == N_PHOTOS).all() and (df["model"] == "lite0").all()
@@ -93,8 +94,8 @@ def test_one_row_per_cell_and_predictions_stored(first_run, lite0, photos):
     assert df.loc[df["shift"] == "clean", "top1"].item() >= 0.5
     assert ((df["top5"] >= df["top1"]) & (df["error"] == 1 - df["top1"])).all()
     store = Store(db)
-    assert store.count(df.attrs["run_id"]) == N_PHOTOS * len(cells)
-    run = store.get_run(df.attrs["run_id"])
+    assert store.count(first.run_id) == N_PHOTOS * len(cells)
+    run = store.get_run(first.run_id)
     assert run["status"] == "finished" and run["n_samples"] == N_PHOTOS and run["n_skipped"] == 0
     assert run["model_spec"] == "lite0" and run["weights_hash"] == lite0.weights_hash
     assert run["seed"] == 0 and run["suite"] == "imagenet-c" and run["label_space"] == "imagenet1k"
@@ -102,7 +103,7 @@ def test_one_row_per_cell_and_predictions_stored(first_run, lite0, photos):
     assert run["config"]["source"] == "on-the-fly" and run["config"]["labels_csv"].endswith(
         "labels.csv"
     )
-    preds = store.predictions([df.attrs["run_id"]])
+    preds = store.predictions([first.run_id])
     clean = preds[preds["shift"] == "clean"]
     with open(photos / "labels.csv", newline="") as fh:
         index = {r["file"]: int(r["index"]) for r in csv.DictReader(fh)}
@@ -117,8 +118,8 @@ def test_one_row_per_cell_and_predictions_stored(first_run, lite0, photos):
 
 
 def test_rerun_skips_stored_keys_and_worker_count_does_not_matter(first_run, photos, lite0):
-    df, db = first_run
-    before = Store(db).predictions([df.attrs["run_id"]])
+    first, db = first_run
+    before = Store(db).predictions([first.run_id])
     again = robustlab.evaluate(
         lite0,
         photos,
@@ -131,12 +132,12 @@ def test_rerun_skips_stored_keys_and_worker_count_does_not_matter(first_run, pho
         batch_size=5,
         progress=False,
     )
-    assert again.attrs["run_id"] == df.attrs["run_id"] and again.attrs["n_written"] == 0
+    assert again.run_id == first.run_id and again.n_written == 0
     # Simulate a crash that lost some rows, then resume with a different worker count.
     with Store(db).connect() as con:
         con.execute(
             "DELETE FROM predictions WHERE run_id = ? AND (sample_id LIKE 'n015%' OR shift = ?)",
-            [df.attrs["run_id"], CORRUPTIONS[-1]],
+            [first.run_id, CORRUPTIONS[-1]],
         )
     resumed = robustlab.evaluate(
         lite0,
@@ -150,15 +151,15 @@ def test_rerun_skips_stored_keys_and_worker_count_does_not_matter(first_run, pho
         batch_size=7,
         progress=False,
     )
-    assert 0 < resumed.attrs["n_written"] < len(before)
-    after = Store(db).predictions([df.attrs["run_id"]])
+    assert 0 < resumed.n_written < len(before)
+    after = Store(db).predictions([first.run_id])
     pd.testing.assert_frame_equal(before, after)
 
 
 def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, tmp_path):
     from robustlab.workflows.generate import generate
 
-    df, db = first_run
+    first, db = first_run
     out = tmp_path / "gen"
     generate(
         "imagenet-c",
@@ -180,17 +181,19 @@ def test_generated_folder_gives_identical_predictions(first_run, photos, lite0, 
         batch_size=6,
         progress=False,
     )
-    assert gen.attrs["run_id"] != df.attrs["run_id"]
+    assert gen.run_id != first.run_id
     store = Store(db)
-    a = store.predictions([df.attrs["run_id"]]).drop(columns="run_id")
-    b = store.predictions([gen.attrs["run_id"]]).drop(columns="run_id")
+    a = store.predictions([first.run_id]).drop(columns="run_id")
+    b = store.predictions([gen.run_id]).drop(columns="run_id")
     pd.testing.assert_frame_equal(a, b)
     with pytest.raises(ValueError, match="generated with seed 0, not 1"):
         robustlab.evaluate(lite0, out, db=db, seed=1, progress=False)
     # Nothing asked for: the cells the folder holds, the same run (nothing new to compute).
     held = robustlab.evaluate(lite0, out, db=db, workers=0, progress=False)
-    assert held.attrs["run_id"] == gen.attrs["run_id"]
-    assert list(zip(held["shift"], held["level"])) == list(zip(gen["shift"], gen["level"]))
+    assert held.run_id == gen.run_id
+    assert list(zip(held.table["shift"], held.table["level"])) == list(
+        zip(gen.table["shift"], gen.table["level"])
+    )
 
 
 def test_a_generated_folder_is_evaluated_on_the_cells_it_holds(samples_dir, tmp_path, capsys):
@@ -229,9 +232,9 @@ def test_a_folder_generated_with_a_limit_is_evaluated_on_what_it_holds(samples_d
         "imagenet-c", photos, out, shifts=["contrast"], levels="1", limit=2, workers=0,
         progress=False,
     )  # fmt: skip
-    df = robustlab.evaluate("lite0", out, db=tmp_path / "r.duckdb", workers=0, progress=False)
-    assert list(zip(df["shift"], df["n"])) == [("clean", 2), ("contrast", 2)]
-    run = Store(tmp_path / "r.duckdb").get_run(df.attrs["run_id"])
+    res = robustlab.evaluate("lite0", out, db=tmp_path / "r.duckdb", workers=0, progress=False)
+    assert list(zip(res.table["shift"], res.table["n"])) == [("clean", 2), ("contrast", 2)]
+    run = Store(tmp_path / "r.duckdb").get_run(res.run_id)
     assert run["n_samples"] == 2 and not run["skipped"]
 
 
@@ -258,8 +261,8 @@ def test_a_generated_folder_carries_its_skip_reasons_into_the_run(tmp_path):
     df = robustlab.evaluate(
         "lite0", out, db=tmp_path / "r.duckdb", label_space="demo", workers=0, progress=False
     )
-    assert list(zip(df["shift"], df["n"])) == [("clean", 2), ("obj_direction", 1)]
-    run = Store(tmp_path / "r.duckdb").get_run(df.attrs["run_id"])
+    assert list(zip(df.table["shift"], df.table["n"])) == [("clean", 2), ("obj_direction", 1)]
+    run = Store(tmp_path / "r.duckdb").get_run(df.run_id)
     assert [list(x) for x in run["skipped"]] == [["cat/chelsea.png", f"obj_direction/90: {reason}"]]
 
 
@@ -271,7 +274,7 @@ def test_a_batch_size_below_one_is_refused_before_the_database(photos, lite0, tm
 
 
 def test_other_seed_is_another_run(first_run, photos, lite0):
-    df, db = first_run
+    first, db = first_run
     other = robustlab.evaluate(
         lite0,
         photos,
@@ -284,11 +287,11 @@ def test_other_seed_is_another_run(first_run, photos, lite0):
         batch_size=8,
         progress=False,
     )
-    assert other.attrs["run_id"] != df.attrs["run_id"]
+    assert other.run_id != first.run_id
     store = Store(db)
     key = ["sample_id", "shift", "level"]
-    a = store.predictions([df.attrs["run_id"]]).set_index(key)
-    b = store.predictions([other.attrs["run_id"]]).set_index(key)
+    a = store.predictions([first.run_id]).set_index(key)
+    b = store.predictions([other.run_id]).set_index(key)
     clean = "clean" == b.index.get_level_values("shift")
     assert (a.loc[b.index[clean], "top5_ids"].map(list) == b.loc[clean, "top5_ids"].map(list)).all()
     noisy = b.index[~clean]
@@ -325,7 +328,7 @@ def test_unreadable_images_are_skipped_counted_and_listed(samples_dir, lite0, tm
     (data / "broken.JPEG").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
     (data / "labels.csv").write_text("\n".join([*rows, "broken.JPEG,0,n01440764,tench"]) + "\n")
     db = tmp_path / "r.duckdb"
-    df = robustlab.evaluate(
+    res = robustlab.evaluate(
         lite0,
         data,
         suite="imagenet-c",
@@ -336,8 +339,8 @@ def test_unreadable_images_are_skipped_counted_and_listed(samples_dir, lite0, tm
         batch_size=4,
         progress=False,
     )
-    assert (df["n"] == 3).all()
-    run = Store(db).get_run(df.attrs["run_id"])
+    assert (res.table["n"] == 3).all()
+    run = Store(db).get_run(res.run_id)
     assert run["n_skipped"] == 1 and run["skipped"][0][0] == "broken.JPEG"
     assert run["status"] == "finished" and run["n_samples"] == 4
 
@@ -393,8 +396,8 @@ def test_ce_rows_against_a_stored_baseline(photos, tmp_path, capsys):
     kw = dict(
         suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS, db=db, workers=1, progress=False
     )
-    a = robustlab.evaluate("lite0", photos, **kw)
-    b = robustlab.evaluate("lite1", photos, **kw)
+    a = robustlab.evaluate("lite0", photos, **kw).table
+    b = robustlab.evaluate("lite1", photos, **kw).table
     assert (
         cli(
             [
@@ -501,7 +504,7 @@ def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, mon
         return executors.iterate_local(dataset, **kw)
 
     monkeypatch.setitem(executors.EXECUTORS, "counting", counting)
-    df, db = first_run
+    first, db = first_run
     kw = {
         "suite": "imagenet-c",
         "shifts": CORRUPTIONS,
@@ -512,15 +515,13 @@ def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, mon
         "progress": False,
     }
     again = robustlab.evaluate(lite0, photos, workers=2, **kw)
-    assert calls == [] and again.attrs["n_written"] == 0
-    assert Store(db).get_run(df.attrs["run_id"])["status"] == "finished"
+    assert calls == [] and again.n_written == 0
+    assert Store(db).get_run(first.run_id)["status"] == "finished"
     # The same path with something left does ask the executor (the counter is live).
     with Store(db).connect() as con:
-        con.execute(
-            "DELETE FROM predictions WHERE run_id = ? AND shift = 'clean'", [df.attrs["run_id"]]
-        )
+        con.execute("DELETE FROM predictions WHERE run_id = ? AND shift = 'clean'", [first.run_id])
     resumed = robustlab.evaluate(lite0, photos, workers=0, **kw)
-    assert calls == [(N_PHOTOS, 0)] and resumed.attrs["n_written"] == N_PHOTOS
+    assert calls == [(N_PHOTOS, 0)] and resumed.n_written == N_PHOTOS
 
 
 def test_resuming_ai_bg_with_another_inpainter_is_refused(tmp_path):

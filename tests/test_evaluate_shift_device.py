@@ -52,21 +52,21 @@ def runs(photos, lite0, tmp_path_factory):
 
 def test_rows_are_stored_under_a_run_of_their_own(runs):
     exact, ours, db = runs
-    assert exact.attrs["run_id"] != ours.attrs["run_id"]
-    assert list(ours["n"]) == [N_PHOTOS] * (1 + len(SHIFTS))
+    assert exact.run_id != ours.run_id
+    assert list(ours.table["n"]) == [N_PHOTOS] * (1 + len(SHIFTS))
     store = Store(db)
-    record = store.get_run(ours.attrs["run_id"])
+    record = store.get_run(ours.run_id)
     shift_path = record["config"]["shift_path"]
     assert shift_path["path"] == "torch" and shift_path["device"] == SHIFT_DEVICE
     assert shift_path["jpeg"] == "libjpeg"
-    assert "shift_path" not in store.get_run(exact.attrs["run_id"])["config"]
-    preds = store.predictions([exact.attrs["run_id"], ours.attrs["run_id"]])
+    assert "shift_path" not in store.get_run(exact.run_id)["config"]
+    preds = store.predictions([exact.run_id, ours.run_id])
     assert len(preds) == 2 * N_PHOTOS * (1 + len(SHIFTS))
     # The clean cell is the same pixels on both paths, and so is contrast (deterministic,
     # the same arithmetic up to rare rounding flips).
     for shift in ("clean", "contrast"):
         cell = preds[preds["shift"] == shift].sort_values("sample_id")
-        a, b = (cell[cell["run_id"] == r] for r in (exact.attrs["run_id"], ours.attrs["run_id"]))
+        a, b = (cell[cell["run_id"] == r] for r in (exact.run_id, ours.run_id))
         assert [list(x) for x in a["top5_ids"]] == [list(x) for x in b["top5_ids"]], shift
 
 
@@ -84,8 +84,8 @@ def test_rerun_resumes_the_torch_run_only(runs, photos, lite0):
         shift_jpeg="cpu",
         progress=False,
     )
-    assert again.attrs["run_id"] == ours.attrs["run_id"]
-    assert again.attrs["resumed"] and again.attrs["n_written"] == 0
+    assert again.run_id == ours.run_id
+    assert again.resumed and again.n_written == 0
 
 
 def test_summary_labels_the_torch_path(runs):
@@ -95,8 +95,8 @@ def test_summary_labels_the_torch_path(runs):
         assert cli(["results", "--db", str(db), "--summary", "--format", "csv"]) == 0
     table = pd.read_csv(io.StringIO(out.getvalue()), dtype={"run_id": str})
     paths = dict(zip(table["run_id"], table["path"]))
-    assert paths[exact.attrs["run_id"][:8]] == "on-the-fly"
-    assert paths[ours.attrs["run_id"][:8]] == f"on-the-fly, torch:{SHIFT_DEVICE}"
+    assert paths[exact.run_id[:8]] == "on-the-fly"
+    assert paths[ours.run_id[:8]] == f"on-the-fly, torch:{SHIFT_DEVICE}"
 
 
 def test_cli_flag_runs_the_torch_path(photos, tmp_path, capsys):
@@ -189,16 +189,18 @@ def test_scene_suites_run_batched_with_their_masks(photos, masks, lite0, tmp_pat
     kw = dict(suite=suite, shifts=shifts, masks=masks, db=db, batch_size=8, progress=False)
     exact = robustlab.evaluate(lite0, photos, workers=0, **kw)
     ours = robustlab.evaluate(lite0, photos, workers=1, shift_device=SHIFT_DEVICE, **kw)
-    assert exact.attrs["run_id"] != ours.attrs["run_id"]
-    assert list(ours["shift"]) == list(exact["shift"])
-    assert list(ours["n"]) == list(exact["n"])
-    assert (exact.set_index("shift")["n"].drop(["mixed_rand"], errors="ignore") == N_PHOTOS).all()
-    assert sorted(map(tuple, ours.attrs["skipped"])) == sorted(map(tuple, exact.attrs["skipped"]))
+    assert exact.run_id != ours.run_id
+    assert list(ours.table["shift"]) == list(exact.table["shift"])
+    assert list(ours.table["n"]) == list(exact.table["n"])
+    assert (
+        exact.table.set_index("shift")["n"].drop(["mixed_rand"], errors="ignore") == N_PHOTOS
+    ).all()
+    assert sorted(map(tuple, ours.skipped)) == sorted(map(tuple, exact.skipped))
     store = Store(db)
-    assert store.get_run(ours.attrs["run_id"])["config"]["shift_path"]["device"] == SHIFT_DEVICE
-    preds = store.predictions([exact.attrs["run_id"], ours.attrs["run_id"]])
+    assert store.get_run(ours.run_id)["config"]["shift_path"]["device"] == SHIFT_DEVICE
+    preds = store.predictions([exact.run_id, ours.run_id])
     same = [s for s in shifts if s not in ("color_g",)] + ["clean"]
     for shift in same:  # the same pixels, so the same predictions
         cell = preds[preds["shift"] == shift].sort_values(["level", "sample_id"])
-        a, b = (cell[cell["run_id"] == r] for r in (exact.attrs["run_id"], ours.attrs["run_id"]))
+        a, b = (cell[cell["run_id"] == r] for r in (exact.run_id, ours.run_id))
         assert [list(x) for x in a["top5_ids"]] == [list(x) for x in b["top5_ids"]], shift

@@ -39,12 +39,18 @@ def _run(argv, capsys=None) -> None:
 
 def _evaluate(data: Path, db: Path):
     """A lite0 run on ``data``: (per-cell table, predictions sorted by cell and sample)."""
-    table = robustlab.evaluate("lite0", data=str(data), db=str(db), workers=0, progress=False)
-    run_id = table.attrs["run_id"]
+    res = robustlab.evaluate("lite0", data=str(data), db=str(db), workers=0, progress=False)
+    run_id = res.run_id
     cols = ["sample_id", "shift", "level", "label", "correct", "top5_ids", "top5_probs"]
     preds = Store(db).predictions([run_id], columns=cols)
     preds = preds.sort_values(["shift", "level", "sample_id"]).reset_index(drop=True)
-    return table, preds
+    return res.table, preds
+
+
+def _skipped(db: Path, table) -> list:
+    """The ``[sample, reason]`` skips of the run behind an evaluate table (its record)."""
+    (run_id,) = set(table["run_id"])
+    return Store(db).get_run(run_id)["skipped"]
 
 
 def _same(origin, other) -> None:
@@ -196,7 +202,8 @@ def test_a_cell_file_changed_after_generate_is_left_out_by_its_recorded_hash(
     assert "not what generate wrote" in skip["reason"]
     table, _ = _evaluate(dest, tmp_path / "r.duckdb")
     assert table.set_index(["shift", "level"]).loc[("contrast", "5"), "n"] == 2
-    assert any("not what generate wrote" in why for _, why in table.attrs["skipped"])
+    skipped = _skipped(tmp_path / "r.duckdb", table)
+    assert any("not what generate wrote" in why for _, why in skipped)
 
 
 def test_a_cell_file_linked_out_of_the_folder_is_left_out_by_the_link_rule(
@@ -235,7 +242,7 @@ def test_a_corrupted_shard_image_is_skipped_by_its_hash_not_scored(exports, tmp_
     blob[offset + size // 2] ^= 0xFF  # one flipped byte inside the JPEG
     path.write_bytes(bytes(blob))
     table, _ = _evaluate(folder, tmp_path / "r.duckdb")
-    assert any("not what export wrote" in why for _, why in table.attrs["skipped"])
+    assert any("not what export wrote" in why for _, why in _skipped(tmp_path / "r.duckdb", table))
 
 
 def test_a_killed_export_resumes_into_the_same_shards(imagenet_c, exports, tmp_path):
@@ -400,7 +407,7 @@ def test_a_reviewed_subset_exports_each_verdict_and_only_the_kept_files(
     origin = robustlab.evaluate(
         "lite0", data=str(hard), labels_csv=str(final), db=str(tmp_path / "o.duckdb"),
         workers=0, progress=False,
-    )  # fmt: skip
+    ).table  # fmt: skip
     got = _evaluate(dest, tmp_path / "e.duckdb")[0]
     keys = ["shift", "level", "n", "top1", "top5"]
     assert got[keys].to_dict("records") == origin[keys].to_dict("records")

@@ -635,3 +635,35 @@ def test_the_stored_record_is_the_one_holdout_runs_always_had(shapes_folder, tmp
         "n_skipped": 0,
         "skipped": [],
     }
+
+
+def test_robustlab_holdout_stores_what_the_command_does(shapes_folder, tmp_path, capsys):
+    """``robustlab.holdout`` is the command's workflow: the same run id, the same stored
+    predictions and the numbers the command prints."""
+    import robustlab
+
+    by_cli, by_api = tmp_path / "cli.duckdb", tmp_path / "api.duckdb"
+    flags = ["--epochs", "1", "--width", "4", "--holdout", "style=red", "--no-progress"]
+    args = ["holdout", "--data", str(shapes_folder), "--classes", "circle,square", *flags]
+    assert main([*args, "--db", str(by_cli), "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    done = robustlab.holdout(
+        shapes_folder,
+        classes=["circle", "square"],
+        epochs=1,
+        width=4,
+        holdout="style=red",
+        db=by_api,
+        out=tmp_path / "b",
+        progress=False,
+    )
+    res = done.result
+    assert done.classes == ["circle", "square"] and not res.reused
+    assert f"held-out top-1 {100 * res.held_top1:.1f} % (n={res.n_held}); run {res.run_id}" in out
+    assert Store(by_cli).runs()["run_id"].tolist() == [res.run_id]
+    a, b = Store(by_cli).predictions(), Store(by_api).predictions()
+    cols = ["sample_id", "shift", "level", "label", "correct"]
+    pd.testing.assert_frame_equal(a[cols], b[cols])  # trained alike: the same seed and batches
+    assert np.allclose(np.stack(a["top5_probs"]), np.stack(b["top5_probs"]), atol=1e-5)
+    with pytest.raises(TypeError, match="did you mean epochs"):
+        robustlab.holdout(shapes_folder, epoch=1)

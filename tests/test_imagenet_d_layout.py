@@ -81,7 +81,7 @@ def test_evaluate_and_report_per_subset(tmp_path):
     df = evaluate(
         "lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0, progress=False
     )
-    rid = df.attrs["run_id"]
+    rid = df.run_id
     preds = Store(db).predictions([rid]).set_index("sample_id")
     d = gather(db, run_ids=[rid], n_resamples=20)
     t = d.imagenet_d.set_index("subset")
@@ -109,7 +109,7 @@ def test_report_shows_mining_and_review_statistics(tmp_path):
     db = tmp_path / "r.duckdb"
     rid = evaluate(
         "lite0", root, label_space="imagenet-d", device="cpu", db=db, workers=0, progress=False
-    ).attrs["run_id"]
+    ).run_id
     store = Store(db)
     kept = pd.DataFrame(
         {

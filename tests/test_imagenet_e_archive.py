@@ -54,11 +54,11 @@ def test_layout_is_detected_and_read(archive, tmp_path):
 def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
     db = tmp_path / "r.duckdb"
     df = evaluate("lite0", archive, db=db, workers=0, progress=False)
-    cells = {(r.shift, r.level): r.n for r in df.itertuples()}
+    cells = {(r.shift, r.level): r.n for r in df.table.itertuples()}
     # rp lacks one file: that cell is a counted skip, not a substitute.
     assert cells == {("clean", "0"): 3, ("size", "0.05"): 3, ("rp", "default"): 2}
-    assert any("rp/default" in s[1] for s in df.attrs["skipped"])
-    pred = Store(db).predictions([df.attrs["run_id"]])
+    assert any("rp/default" in s[1] for s in df.skipped)
+    pred = Store(db).predictions([df.run_id])
     clean = pred[pred["shift"] == "clean"].set_index("sample_id")
     same = pred[pred["shift"] == "size"].set_index("sample_id")
     # The size folder holds byte copies of ori/: the model saw exactly those files.
@@ -67,7 +67,7 @@ def test_each_level_folder_is_evaluated_as_a_cell(archive, tmp_path):
             np.stack(same.loc[sid, ["top5_ids"]].to_numpy()),
             np.stack(clean.loc[sid, ["top5_ids"]].to_numpy()),
         )
-    run = Store(db).get_run(df.attrs["run_id"])
+    run = Store(db).get_run(df.run_id)
     assert (
         run["suite"] == "imagenet-e-archive"
         and run["config"]["folders"]["size/0.05"] == "size_0.05"

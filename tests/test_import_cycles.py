@@ -220,12 +220,12 @@ def test_the_check_sees_function_level_imports():
     modules = _modules()
     name = "robustlab.commands.results"
     found = _imports_of(name, modules[name], modules)
-    lazy = [i for i in found if i.target == "robustlab.store.queries"]
+    lazy = [i for i in found if i.target == "robustlab.workflows.results"]
     assert lazy and all(i.line > 1 for i in lazy)
     text = modules[name].read_text(encoding="utf-8").splitlines()
-    assert "robustlab.store.queries" in text[lazy[0].line - 1] or "store.queries" in "".join(
-        text[lazy[0].line - 1 : lazy[0].line + 3]
-    )
+    assert "robustlab.workflows.results" in text[
+        lazy[0].line - 1
+    ] or "workflows.results" in "".join(text[lazy[0].line - 1 : lazy[0].line + 3])
 
 
 def test_robustlab_evaluate_is_only_the_function():

@@ -310,16 +310,16 @@ def test_evaluate_over_a_hostile_folder_skips_each_bad_file_and_scores_the_rest(
     data, good, bad = _hostile_folder(tmp_path / "data")
     model = load_model("lite0", device="cpu")
     db = tmp_path / "r.duckdb"
-    df = robustlab.evaluate(model, data, db=db, workers=0, progress=False, batch_size=4)
-    assert int(df["n"].iloc[0]) == len(good)
+    res = robustlab.evaluate(model, data, db=db, workers=0, progress=False, batch_size=4)
+    assert int(res.table["n"].iloc[0]) == len(good)
 
-    run = Store(db).get_run(df.attrs["run_id"])
+    run = Store(db).get_run(res.run_id)
     reasons = {sid: why for sid, why in run["skipped"]}
     assert set(reasons) == set(bad) and run["n_skipped"] == len(bad)
     for sid, start in bad.items():
         assert reasons[sid].startswith(start), (sid, reasons[sid])
 
-    stored = Store(db).predictions([df.attrs["run_id"]])
+    stored = Store(db).predictions([res.run_id])
     assert sorted(stored["sample_id"]) == sorted(good)
     batch = torch.stack(
         [

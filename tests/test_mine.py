@@ -387,6 +387,6 @@ def test_the_report_shows_a_hard_subsets_cells_as_they_were_scored(pool, tmp_pat
 
     db = tmp_path / "r.duckdb"
     df = evaluate("lite0", pool["root"] / "hard", db=db, workers=0, progress=False)
-    res = build_report(db, tmp_path / "report.html", run_ids=[df.attrs["run_id"]], n_resamples=20)
+    res = build_report(db, tmp_path / "report.html", run_ids=[df.run_id], n_resamples=20)
     assert res.grids >= 1, res.notes
     assert not [n for n in res.notes if "image grid" in n and "skipped" in n], res.notes

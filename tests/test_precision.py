@@ -113,8 +113,8 @@ def test_bf16_moves_top1_by_at_most_two_tenths_on_the_500_photos(full_samples_di
     kw = dict(db=db, device="cpu", workers=1, progress=False)
     fp32 = robustlab.evaluate("lite0", data, **kw)
     bf16 = robustlab.evaluate("lite0", data, precision="bf16", **kw)
-    assert fp32.attrs["run_id"] != bf16.attrs["run_id"]
-    assert abs(float(bf16["top1"].iloc[0] - fp32["top1"].iloc[0])) <= 0.002 + 1e-9
+    assert fp32.run_id != bf16.run_id
+    assert abs(float(bf16.table["top1"].iloc[0] - fp32.table["top1"].iloc[0])) <= 0.002 + 1e-9
 
 
 def test_precision_joins_the_run_id_and_fp32_keeps_its_old_one(lite0, samples_dir, tmp_path):
@@ -170,10 +170,10 @@ def test_a_bf16_run_is_its_own_labelled_run_with_throughput(samples_dir, tmp_pat
     db = tmp_path / "r.duckdb"
     fp32 = robustlab.evaluate("lite0", data, db=db, **KW)
     bf16 = robustlab.evaluate("lite0", data, db=db, precision="bf16", **KW)
-    assert bf16.attrs["run_id"] != fp32.attrs["run_id"]
-    assert list(bf16["model"]) == ["lite0 @bf16"] and list(fp32["model"]) == ["lite0"]
-    assert bf16.attrs["n_written"] == 6 and not bf16.attrs["resumed"]
-    tp = bf16.attrs["throughput"]
+    assert bf16.run_id != fp32.run_id
+    assert list(bf16.table["model"]) == ["lite0 @bf16"] and list(fp32.table["model"]) == ["lite0"]
+    assert bf16.n_written == 6 and not bf16.resumed
+    tp = bf16.throughput
     assert tp["predictions"] == 6 and tp["device"] == "cpu"
     assert tp["per_s"] == pytest.approx(6 / tp["wall_s"], rel=0.05)
     # busy comes from the unrounded times and is rounded to 0.001; predict_s and wall_s
@@ -182,14 +182,14 @@ def test_a_bf16_run_is_its_own_labelled_run_with_throughput(samples_dir, tmp_pat
         tp["predict_s"] / tp["wall_s"], abs=0.0005 + 0.002 / tp["wall_s"]
     )
     again = robustlab.evaluate("lite0", data, db=db, precision="bf16", **KW)
-    assert again.attrs["resumed"] and again.attrs["n_written"] == 0
-    assert again.attrs["throughput"]["predictions"] == 0
+    assert again.resumed and again.n_written == 0
+    assert again.throughput["predictions"] == 0
     store = Store(db)
     rows = {}
-    for rid in (fp32.attrs["run_id"], bf16.attrs["run_id"]):
+    for rid in (fp32.run_id, bf16.run_id):
         run = store.get_run(rid)
         rows[rid] = summarise_run(run, store.predictions([rid]))["precision"]
-    assert rows == {fp32.attrs["run_id"]: "float32", bf16.attrs["run_id"]: "bfloat16 (autocast)"}
+    assert rows == {fp32.run_id: "float32", bf16.run_id: "bfloat16 (autocast)"}
 
 
 def test_cli_precision_flag_and_throughput_line(samples_dir, tmp_path):
@@ -276,13 +276,13 @@ def test_compiled_model_predicts_like_the_plain_one_in_a_run_of_its_own(tmp_path
     db = tmp_path / "r.duckdb"
     plain = robustlab.evaluate(model, data, db=db, **KW)
     compiled = robustlab.evaluate(model, data, db=db, compile=True, **KW)
-    assert compiled.attrs["run_id"] != plain.attrs["run_id"]
-    assert list(compiled["model"]) == ["timm:test_resnet @compiled"]
+    assert compiled.run_id != plain.run_id
+    assert list(compiled.table["model"]) == ["timm:test_resnet @compiled"]
     store = Store(db)
-    a = store.predictions([plain.attrs["run_id"]])
-    b = store.predictions([compiled.attrs["run_id"]])
+    a = store.predictions([plain.run_id])
+    b = store.predictions([compiled.run_id])
     assert [list(v) for v in a["top5_ids"]] == [list(v) for v in b["top5_ids"]]
-    run = store.get_run(compiled.attrs["run_id"])
+    run = store.get_run(compiled.run_id)
     assert run["config"]["inputs"]["compile"] == "inductor"
 
 

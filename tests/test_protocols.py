@@ -261,8 +261,8 @@ def test_imagenet_e_drop_is_paired_with_clean_on_the_same_images(tmp_path):
     (root / "labels.txt").write_text("".join(f"{s}\t{lab}\n" for s, _, lab in chosen))
     db = tmp_path / "r.duckdb"
     df = evaluate("lite0", root, device="cpu", db=db, workers=0, progress=False)
-    rid = df.attrs["run_id"]
-    assert df.attrs["protocol"].startswith("imagenet-e-archive")
+    rid = df.run_id
+    assert df.protocol.startswith("imagenet-e-archive")
     run = Store(db).get_run(rid)
     assert run["preprocessing"]["protocol"]["view_crop"] == 224
     preds = Store(db).predictions([rid])

@@ -43,10 +43,10 @@ def evaluate_here(root, db, **kw):
     return evaluate("lite0", root, db=db, workers=0, progress=False, device="cpu", **kw)
 
 
-def stored(db, df):
+def stored(db, res):
     """(run row, predictions) of the run ``evaluate`` returned."""
     store = Store(db)
-    rid = df.attrs["run_id"]
+    rid = res.run_id
     return store.get_run(rid), store.predictions([rid])
 
 
@@ -93,15 +93,15 @@ def test_imagenet_c_is_detected_and_read(imagenet_c):
 
 def test_imagenet_c_cells_labels_and_counts_in_the_db(imagenet_c, tmp_path):
     db = tmp_path / "r.duckdb"
-    df = evaluate_here(imagenet_c, db)
-    got = {(r.shift, str(r.level)): r.n for r in df.itertuples()}
+    res = evaluate_here(imagenet_c, db)
+    got = {(r.shift, str(r.level)): r.n for r in res.table.itertuples()}
     # No clean cell: ImageNet-C publishes none. The gecko is missing from contrast/5.
     assert got == {("gaussian_noise", "1"): 3, ("gaussian_noise", "3"): 3, ("contrast", "5"): 2}
-    run, pred = stored(db, df)
+    run, pred = stored(db, res)
     assert run["suite"] == "imagenet-c-published" and run["label_space"] == "imagenet1k"
     assert run["config"]["published"]["layout"] == "imagenet-c"
     # No clean cell: the baseline checks count the images and classes of all cells.
-    assert Store(db).run_stats(df.attrs["run_id"]) == {"n_samples": 3, "n_classes": 3}
+    assert Store(db).run_stats(res.run_id) == {"n_samples": 3, "n_classes": 3}
     labels = pred.drop_duplicates("sample_id").set_index("sample_id")["label"].to_dict()
     assert labels == {f"{w}/{n}": i for n, w, i, _ in PHOTOS_USED}
     skipped = {tuple(x) for x in run["skipped"]}
@@ -116,7 +116,7 @@ def test_imagenet_c_cells_labels_and_counts_in_the_db(imagenet_c, tmp_path):
         )
     # --suite may name the benchmark's own suite; another suite would shift the set again.
     again = evaluate_here(imagenet_c, db, suite="imagenet-c", shifts=["contrast"])
-    assert list(again["shift"]) == ["contrast"] and again.attrs["run_id"] != df.attrs["run_id"]
+    assert list(again.table["shift"]) == ["contrast"] and again.run_id != res.run_id
     with pytest.raises(InputError, match="published ImageNet-C layout"):
         evaluate_here(imagenet_c, db, suite="imagenet9")
     with pytest.raises(InputError, match="has no 'fog' folders"):
@@ -166,7 +166,7 @@ def test_imagenet_9_cells_labels_and_counts_in_the_db(imagenet_9, tmp_path):
     assert detect(imagenet_9) is LAYOUTS["imagenet9"]
     db = tmp_path / "r.duckdb"
     df = evaluate_here(imagenet_9, db)
-    got = {(r.shift, str(r.level)): r.n for r in df.itertuples()}
+    got = {(r.shift, str(r.level)): r.n for r in df.table.itertuples()}
     assert got == {
         ("clean", "0"): 3,
         ("only_fg", "default"): 3,
@@ -195,7 +195,7 @@ def test_imagenet_9_cells_labels_and_counts_in_the_db(imagenet_9, tmp_path):
     from robustlab.workflows.report import build_report
     from robustlab.workflows.report.gather import gather
 
-    d = gather(db, run_ids=[df.attrs["run_id"]], n_resamples=20)
+    d = gather(db, run_ids=[df.run_id], n_resamples=20)
     same = pred[pred["shift"] == "mixed_same"]["correct"].mean()
     rand = pred[pred["shift"] == "mixed_rand"]["correct"].mean()
     assert d.bg_gap["bg_gap"].iloc[0] == pytest.approx(same - rand)
@@ -249,7 +249,7 @@ def test_ximagenet_12_cells_labels_and_counts_in_the_db(ximagenet_12, tmp_path):
     assert detect(ximagenet_12) is LAYOUTS["ximagenet12"]
     db = tmp_path / "r.duckdb"
     df = evaluate_here(ximagenet_12, db)
-    got = {(r.shift, str(r.level)): r.n for r in df.itertuples()}
+    got = {(r.shift, str(r.level)): r.n for r in df.table.itertuples()}
     assert got == {
         ("clean", "0"): 3,
         ("blur_bg", "default"): 2,  # the hen is missing there

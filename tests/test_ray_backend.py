@@ -74,7 +74,7 @@ def lite0():
 @pytest.fixture(scope="module")
 def local_run(photos, lite0, tmp_path_factory):
     db = tmp_path_factory.mktemp("db") / "local.duckdb"
-    df = robustlab.evaluate(
+    res = robustlab.evaluate(
         lite0,
         photos,
         suite="imagenet-c",
@@ -85,7 +85,7 @@ def local_run(photos, lite0, tmp_path_factory):
         batch_size=4,
         progress=False,
     )
-    return df.attrs["run_id"], db, Store(db).predictions()
+    return res.run_id, db, Store(db).predictions()
 
 
 def test_generate_on_ray_writes_the_local_bytes_and_resumes_across_backends(
@@ -135,7 +135,7 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     keep = local_rows["sample_id"].iloc[0]
     with Store(db).connect() as con:  # all but one image's clean row: what a crash left
         con.execute("DELETE FROM predictions WHERE NOT (shift = 'clean' AND sample_id = ?)", [keep])
-    df = robustlab.evaluate(
+    res = robustlab.evaluate(
         "lite0",
         photos,
         suite="imagenet-c",
@@ -147,10 +147,10 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
         backend="ray",
         device=device,
     )
-    assert df.attrs["run_id"] == run_id and df.attrs["resumed"]
-    assert df.attrs["n_written"] == len(local_rows) - 1
+    assert res.run_id == run_id and res.resumed
+    assert res.n_written == len(local_rows) - 1
     pd.testing.assert_frame_equal(Store(db).predictions(), local_rows)
-    stages = df.attrs["stages"]
+    stages = res.stages
     assert stages["prepare"]["items"] == N_PHOTOS
     assert stages["model"]["items"] == len(local_rows) - 1
     # The actor's model runs on the CPU (the declared GPU is not a CUDA device): it gets the
@@ -210,13 +210,13 @@ def test_kept_model_actors_serve_later_jobs_without_starting_again(
         assert actors._KEPT is not None
         (hosts,) = actors._KEPT.values()
     assert actors._KEPT is None
-    assert first.attrs["stages"]["actor start"]["items"] == 1
-    assert "actor start" not in second.attrs["stages"]
-    assert second.attrs["stages"]["model"]["items"] == len(local_rows)
-    assert second.attrs["stages"]["prepare"]["items"] == N_PHOTOS
+    assert first.stages["actor start"]["items"] == 1
+    assert "actor start" not in second.stages
+    assert second.stages["model"]["items"] == len(local_rows)
+    assert second.stages["prepare"]["items"] == N_PHOTOS
     # On the node's 2 CPUs the kept actor computes two batches at once, one thread each.
-    assert second.attrs["stages"]["model"]["threads"] == 2
-    assert second.attrs["stages"]["model"]["lanes"] == (2 if device == "cpu" else 1)
+    assert second.stages["model"]["threads"] == 2
+    assert second.stages["model"]["lanes"] == (2 if device == "cpu" else 1)
     for db in ("a.duckdb", "b.duckdb"):
         pd.testing.assert_frame_equal(Store(tmp_path / db).predictions(), local_rows)
     with pytest.raises(ray.exceptions.RayActorError):

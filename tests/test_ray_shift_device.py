@@ -40,9 +40,9 @@ def photos(samples_dir, tmp_path_factory):
 def local_run(photos, tmp_path_factory):
     """The local ``--shift-device cpu`` run: (run id, database, its stored rows, record)."""
     db = tmp_path_factory.mktemp("db") / "local.duckdb"
-    df = robustlab.evaluate("lite0", photos, db=db, workers=0, shift_device="cpu", **KW)
+    res = robustlab.evaluate("lite0", photos, db=db, workers=0, shift_device="cpu", **KW)
     store = Store(db)
-    return df.attrs["run_id"], db, store.predictions(), store.get_run(df.attrs["run_id"])
+    return res.run_id, db, store.predictions(), store.get_run(res.run_id)
 
 
 def _rows(db, run_id) -> pd.DataFrame:
@@ -67,7 +67,7 @@ def test_ray_finishes_a_partial_local_shift_device_run_with_its_rows(
         )
     kept = len(Store(db).predictions())
     exact = robustlab.evaluate("lite0", photos, db=db, workers=0, **KW)
-    assert exact.attrs["run_id"] != run_id and not exact.attrs["resumed"]
+    assert exact.run_id != run_id and not exact.resumed
     args = ["evaluate", "lite0", "--data", str(photos), "--labels", str(photos / "labels.csv")]
     args += ["--suite", "imagenet-c", "--db", str(db), "--batch-size", "4", "--no-progress"]
     args += [f"--shift={s}" for s in SHIFTS] + [f"--level={lv}" for lv in LEVELS]
@@ -81,8 +81,8 @@ def test_ray_finishes_a_partial_local_shift_device_run_with_its_rows(
     assert record["config"]["shift_path"]["device"] == "cpu"
     assert record["status"] == "finished" and record["n_samples"] == N_PHOTOS
     # The exact run kept its own rows: nothing resumed into it or from it.
-    assert len(_rows(db, exact.attrs["run_id"])) == N_ROWS
-    assert "shift_path" not in Store(db).get_run(exact.attrs["run_id"])["config"]
+    assert len(_rows(db, exact.run_id)) == N_ROWS
+    assert "shift_path" not in Store(db).get_run(exact.run_id)["config"]
 
 
 @pytest.mark.slow
@@ -103,8 +103,8 @@ def test_ray_shifts_mask_scenes_as_the_local_run(ray_cluster, photos, tmp_path):
     kw.update(masks=masks, shift_device="cpu")
     local = robustlab.evaluate("lite0", photos, db=tmp_path / "l.duckdb", workers=0, **kw)
     on_ray = robustlab.evaluate("lite0", photos, db=tmp_path / "r.duckdb", backend="ray", **kw)
-    assert on_ray.attrs["run_id"] == local.attrs["run_id"]
-    assert sorted(map(tuple, on_ray.attrs["skipped"])) == sorted(map(tuple, local.attrs["skipped"]))
+    assert on_ray.run_id == local.run_id
+    assert sorted(map(tuple, on_ray.skipped)) == sorted(map(tuple, local.skipped))
     pd.testing.assert_frame_equal(
         Store(tmp_path / "r.duckdb").predictions(), Store(tmp_path / "l.duckdb").predictions()
     )

@@ -65,8 +65,8 @@ def test_release_read_as_downloaded_gives_the_folders_numbers(cifar, tmp_path):
     assert detect(cifar / "rel") is LAYOUTS["cifar-10-c"]
     db = tmp_path / "r.duckdb"
     kw = dict(db=db, shifts="frost", levels="1,5", workers=0, progress=False)
-    on_npy = robustlab.evaluate("lite0", data=cifar / "rel", **kw)
-    on_gen = robustlab.evaluate("lite0", data=cifar / "gen", **kw)
+    on_npy = robustlab.evaluate("lite0", data=cifar / "rel", **kw).table
+    on_gen = robustlab.evaluate("lite0", data=cifar / "gen", **kw).table
     assert set(on_npy["suite"]) == {"cifar-10-c-published"}
     key = ["shift", "level", "n", "top1", "top5"]
     npy = on_npy.assign(level=on_npy["level"].astype(str))[key].reset_index(drop=True)
@@ -75,7 +75,7 @@ def test_release_read_as_downloaded_gives_the_folders_numbers(cifar, tmp_path):
     assert len(npy) == 2 and npy.equals(gen)
     # ImageNet-C's AlexNet errors never score a preset's cells (other constants and sizes)
     from robustlab.store import Store
-    from robustlab.store.queries import summary_rows
+    from robustlab.workflows.results import summary_rows
 
     store = Store(db)
     for run in store.runs().to_dict("records"):
@@ -140,7 +140,7 @@ def test_labels_outside_the_space_are_skipped(tmp_path):
     skips with the reason, the others are evaluated."""
     root = _release(tmp_path, n=4)
     np.save(root / "labels.npy", np.tile(np.array([1, 50, 3, 99]), 5).astype(np.uint8))
-    df = robustlab.evaluate(
+    res = robustlab.evaluate(
         "lite0",
         data=root,
         db=tmp_path / "x.duckdb",
@@ -149,8 +149,8 @@ def test_labels_outside_the_space_are_skipped(tmp_path):
         workers=0,
         progress=False,
     )
-    assert df["n"].tolist() == [2]
-    reasons = [why for _, why in df.attrs["skipped"]]
+    assert res.table["n"].tolist() == [2]
+    reasons = [why for _, why in res.skipped]
     assert any("label 50 is not a class of 'cifar10'" in r for r in reasons)
 
 
@@ -180,8 +180,8 @@ def test_tiny_imagenet_c_folders_read_as_downloaded(tiny, tmp_path):
     f = next((tiny / "pub").rglob("*.JPEG"))
     assert f.relative_to(tiny / "pub").parts[0] == "contrast"
     db = tmp_path / "t.duckdb"
-    pub = robustlab.evaluate("lite0", data=tiny / "pub", db=db, workers=0, progress=False)
-    gen = robustlab.evaluate("lite0", data=tiny / "gen", db=db, workers=0, progress=False)
+    pub = robustlab.evaluate("lite0", data=tiny / "pub", db=db, workers=0, progress=False).table
+    gen = robustlab.evaluate("lite0", data=tiny / "gen", db=db, workers=0, progress=False).table
     assert set(pub["suite"]) == {"tiny-imagenet-c-published"}
     gen = gen[gen["shift"] != "clean"]
     key = ["shift", "n", "top1", "top5"]

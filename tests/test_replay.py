@@ -105,10 +105,10 @@ def test_the_old_database_resumes_every_run_with_its_id(copy, lite0):
         for label, run in RECORD["runs"].items()
     }
     for label, run in RECORD["runs"].items():
-        df = _evaluate(lite0, copy, db, run)
-        assert df.attrs["run_id"] == run["run_id"], label
-        assert df.attrs["n_written"] == 0, f"{label}: cells computed again"
-        assert len(df) == run["cells"], label
+        res = _evaluate(lite0, copy, db, run)
+        assert res.run_id == run["run_id"], label
+        assert res.n_written == 0, f"{label}: cells computed again"
+        assert len(res.table) == run["cells"], label
     for label, run in RECORD["runs"].items():
         row, preds = before[label]
         pd.testing.assert_frame_equal(store.predictions([run["run_id"]]), preds)
@@ -129,9 +129,9 @@ def test_a_fresh_database_gets_the_same_id_record_and_rows(label, copy, lite0, t
     and the stored predictions (probabilities to 1e-5: another CPU may round otherwise)."""
     run, db = RECORD["runs"][label], tmp_path / "fresh.duckdb"
     old, new = Store(copy / "replay.duckdb"), Store(db)
-    df = _evaluate(lite0, copy, db, run)
+    res = _evaluate(lite0, copy, db, run)
     rid = run["run_id"]
-    assert df.attrs["run_id"] == rid
+    assert res.run_id == rid
     assert _run_row(new, rid) == _run_row(old, rid, RECORD["root"], str(copy))
     a, b = old.predictions([rid]), new.predictions([rid])
     assert len(a) == len(b) > 0

@@ -63,7 +63,7 @@ def world(samples_dir, tmp_path_factory, models):
     db = root / "results.duckdb"
     runs = {}
     for spec, model in models.items():
-        df = robustlab.evaluate(
+        res = robustlab.evaluate(
             model,
             data,
             suite="imagenet-c",
@@ -73,7 +73,7 @@ def world(samples_dir, tmp_path_factory, models):
             workers=0,
             progress=False,
         )
-        runs[spec] = df.attrs["run_id"]
+        runs[spec] = res.run_id
     out = root / "report.html"
     result = build_report(db, out, baseline="lite1", n_resamples=200)
     return {

@@ -36,7 +36,7 @@ def world(samples_dir, tmp_path_factory):
     lite0 = load_model("lite0", device="cpu")
     runs = {}
     for suite, shifts in (("imagenet-c", ["contrast"]), ("ximagenet12", ["random_bg", "blur_bg"])):
-        df = evaluate(
+        res = evaluate(
             lite0,
             data,
             masks=masks,
@@ -47,7 +47,7 @@ def world(samples_dir, tmp_path_factory):
             workers=0,
             progress=False,
         )
-        runs[suite] = df.attrs["run_id"]
+        runs[suite] = res.run_id
     ckpt = save_tiny_text2image(root / "tiny" / "text2image")
     drawn = root / "imagenet-d"
     synth(
@@ -61,8 +61,8 @@ def world(samples_dir, tmp_path_factory):
         height=32,
         width=32,
     )
-    df = evaluate(lite0, drawn, label_space="imagenet-d", db=db, workers=0, progress=False)
-    runs["imagenet-d"] = df.attrs["run_id"]
+    res = evaluate(lite0, drawn, label_space="imagenet-d", db=db, workers=0, progress=False)
+    runs["imagenet-d"] = res.run_id
     saliency(lite0, data, masks=masks, shifts=["color_grey"], method="gradcam", db=db, workers=0)
     out = root / "report.html"
     result = build_report(db, out, n_resamples=100)

@@ -48,7 +48,7 @@ def test_examples_prefer_masks_covering_10_to_60_percent(samples_dir, tmp_path):
         m[top : top + int(h * side), left : left + int(w * side)] = 255
         Image.fromarray(m).save(path)
     db = tmp_path / "r.duckdb"
-    df = robustlab.evaluate(
+    res = robustlab.evaluate(
         "lite0",
         data,
         suite="ximagenet12",
@@ -59,8 +59,8 @@ def test_examples_prefer_masks_covering_10_to_60_percent(samples_dir, tmp_path):
         progress=False,
     )
     store = Store(db)
-    record = store.get_run(df.attrs["run_id"])
-    ids = sorted(store.predictions([df.attrs["run_id"]])["sample_id"].unique())
+    record = store.get_run(res.run_id)
+    ids = sorted(store.predictions([res.run_id])["sample_id"].unique())
     measured = mask_shares(record, ids)
     good = set()
     for (sid, share), want in zip(sorted(measured.items()), shares):
@@ -68,12 +68,12 @@ def test_examples_prefer_masks_covering_10_to_60_percent(samples_dir, tmp_path):
         if 0.10 <= want <= 0.60:
             good.add(sid)
     assert len(measured) == 4 and len(good) == 2
-    picked = pick_samples(store, [df.attrs["run_id"]], k=2, record=record)
+    picked = pick_samples(store, [res.run_id], k=2, record=record)
     assert set(picked) == good
     # without the record (no mask information) the choice falls back to the predictions, among
     # the samples stored in every cell (the 85 % mask fills the centre crop: blur_bg skipped it)
-    preds = store.predictions([df.attrs["run_id"]])
+    preds = store.predictions([res.run_id])
     complete = preds.groupby("sample_id").size()
-    assert set(pick_samples(store, [df.attrs["run_id"]], k=4)) == set(
+    assert set(pick_samples(store, [res.run_id], k=4)) == set(
         complete[complete == complete.max()].index
     )

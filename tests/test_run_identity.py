@@ -57,12 +57,12 @@ def test_other_masks_are_another_run_and_both_keep_their_numbers(demo, lite0, tm
     db = tmp_path / "r.duckdb"
     kw = dict(suite="imagenet9", shifts=["only_fg"], **KW)
     a = robustlab.evaluate(lite0, data, db=db, masks=masks_a, **kw)
-    ra = a.attrs["run_id"]
+    ra = a.run_id
     before = _predictions(db, ra)
     with caplog.at_level(logging.WARNING, logger="robustlab.workflows.evaluate"):
         b = robustlab.evaluate(lite0, data, db=db, masks=masks_b, **kw)
-    rb = b.attrs["run_id"]
-    assert ra != rb and not b.attrs["resumed"]
+    rb = b.run_id
+    assert ra != rb and not b.resumed
     line = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
     assert len(line) == 1 and ra in line[0] and rb in line[0]
     assert f"masks folder {masks_a.resolve()} -> {masks_b.resolve()}" in line[0]
@@ -76,7 +76,7 @@ def test_other_masks_are_another_run_and_both_keep_their_numbers(demo, lite0, tm
     assert after[0].equals(before[0])
     np.testing.assert_array_equal(after[1], before[1])
     fresh = robustlab.evaluate(lite0, data, db=tmp_path / "fresh.duckdb", masks=masks_b, **kw)
-    assert fresh.attrs["run_id"] == rb
+    assert fresh.run_id == rb
     got, ref = _predictions(db, rb), _predictions(tmp_path / "fresh.duckdb", rb)
     assert got[0].equals(ref[0])
     np.testing.assert_array_equal(got[1], ref[1])
@@ -111,15 +111,15 @@ def test_a_photo_replaced_by_one_of_the_same_size_is_a_new_run(bmp_folder, lite0
     assert victim.stat().st_size == st.st_size and victim.stat().st_mtime_ns == st.st_mtime_ns
 
     second = robustlab.evaluate(lite0, bmp_folder, db=db, **KW)
-    assert second.attrs["run_id"] != first.attrs["run_id"] and not second.attrs["resumed"]
+    assert second.run_id != first.run_id and not second.resumed
     fresh = robustlab.evaluate(lite0, bmp_folder, db=tmp_path / "fresh.duckdb", **KW)
-    assert fresh.attrs["run_id"] == second.attrs["run_id"]
+    assert fresh.run_id == second.run_id
     new, ref = (
-        _predictions(db, second.attrs["run_id"]),
-        _predictions(tmp_path / "fresh.duckdb", fresh.attrs["run_id"]),
+        _predictions(db, second.run_id),
+        _predictions(tmp_path / "fresh.duckdb", fresh.run_id),
     )
     np.testing.assert_array_equal(new[1], ref[1])
-    old = _predictions(db, first.attrs["run_id"])
+    old = _predictions(db, first.run_id)
     vid = victim.relative_to(bmp_folder).as_posix()
     row = (old[0]["sample_id"] == vid).to_numpy()
     assert not np.array_equal(old[1][row], new[1][row])  # the old run kept its own numbers
@@ -211,8 +211,8 @@ def test_a_generated_folder_made_again_with_other_masks_is_a_new_run(demo, lite0
     generate("imagenet9", data, out, shifts=["only_fg"], masks=masks_b, workers=0, progress=False)
     with caplog.at_level(logging.WARNING, logger="robustlab.workflows.evaluate"):
         second = robustlab.evaluate(lite0, out, db=db, **kw)
-    assert second.attrs["run_id"] != first.attrs["run_id"] and not second.attrs["resumed"]
+    assert second.run_id != first.run_id and not second.resumed
     assert "generated folder" in caplog.text and "masks folder" in caplog.text
     fg = lambda df: df.set_index("shift").loc["only_fg", "top1"]  # noqa: E731
     fresh = robustlab.evaluate(lite0, out, db=tmp_path / "fresh.duckdb", **kw)
-    assert fresh.attrs["run_id"] == second.attrs["run_id"] and fg(fresh) == fg(second)
+    assert fresh.run_id == second.run_id and fg(fresh.table) == fg(second.table)

@@ -155,7 +155,7 @@ def test_random_weights_and_bad_rows_are_refused(masked_photos, tmp_path):
 
 
 def test_old_database_without_the_table_keeps_working(tmp_path):
-    from robustlab.store.queries import results_table, segmentation_table
+    from robustlab.workflows.results import results_table, segmentation_table
 
     db = tmp_path / "old.duckdb"
     con = duckdb.connect(str(db))

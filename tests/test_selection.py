@@ -131,7 +131,7 @@ def test_the_workflows_choose_the_same_cells(samples_dir, tmp_path):
             db=tmp_path / "r.duckdb",
             workers=0,
             progress=False,
-        )
+        ).table
         got = [(s, int(lv)) for s, lv in zip(df["shift"], df["level"]) if s != "clean"]
         assert got == want, source
 

@@ -28,7 +28,7 @@ from robustlab.cli import main as cli
 from robustlab.metrics.compare import compare_runs
 from robustlab.metrics.summary import summarise_run
 from robustlab.store import Store
-from robustlab.store.queries import compare_table, summary_table
+from robustlab.workflows.results import compare_table, summary_table
 
 pytestmark = pytest.mark.xdist_group("store_scale")
 

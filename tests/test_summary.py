@@ -55,13 +55,13 @@ def world(tmp_path_factory):
     for spec, model in models.items():
         runs[(spec, "imagenet-c")] = robustlab.evaluate(
             model, data, suite="imagenet-c", shifts=CORRUPTIONS, levels=LEVELS, **common
-        ).attrs["run_id"]
+        ).run_id
     runs[("lite0", "ximagenet12")] = robustlab.evaluate(
         models["lite0"], data, suite="ximagenet12", shifts=SCENARIOS, **common
-    ).attrs["run_id"]
+    ).run_id
     runs[("lite0", "imagenet9")] = robustlab.evaluate(
         models["lite0"], data, suite="imagenet9", shifts=["mixed_same", "mixed_rand"], **common
-    ).attrs["run_id"]
+    ).run_id
     return {"root": root, "db": db, "runs": runs, "data": data}
 
 

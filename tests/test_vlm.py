@@ -628,3 +628,37 @@ def test_vlm_keywords_go_to_their_spec_and_bad_settings_fail_before_any_answer(t
     with pytest.raises(InputError, match="--temperature must be above 0"):
         evaluate_vlm(vlm, [], store, temperature=0)
     assert VLMAsking(mode="likelihood", temperature=0).temperature == 0  # unused there
+
+
+def test_robustlab_vlm_asks_and_stores_what_the_command_does(tiny, imagenet_d, tmp_path, capsys):
+    """``robustlab.vlm`` is the command's workflow: the same run id, the same answers in
+    the database, the same per-subset summary the command prints."""
+    import robustlab
+
+    folder, _ = tiny
+    by_cli, by_api = tmp_path / "cli.duckdb", tmp_path / "api.duckdb"
+    flags = ["--data", str(imagenet_d), "--device", "cpu", "--seed", "3", "--limit", "3"]
+    args = ["vlm", "--model", f"vlm:{folder}", *flags, "--max-new-tokens", "4"]
+    assert main([*args, "--db", str(by_cli), "--subsets", "background", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    res = robustlab.vlm(
+        f"vlm:{folder}",
+        data=imagenet_d,
+        device="cpu",
+        seed=3,
+        limit=3,
+        max_new_tokens=4,
+        subsets="background",
+        db=by_api,
+        progress=False,
+    )
+    assert f"vlm run {res.run_id} (new, original, template {res.prompt_format})" in out
+    assert res.n_new == 3 and not res.resumed and not res.skipped
+    cols = ["subset", "image_id", "options", "answer", "chosen", "correct", "dropped", "seed"]
+    a, b = answers(Store(by_cli))[cols], answers(Store(by_api))[cols]
+    assert Store(by_cli).runs()["run_id"].tolist() == [res.run_id]
+    assert a.astype(str).values.tolist() == b.astype(str).values.tolist()
+    (row,) = res.summary.itertuples()
+    assert f"{row.subset:<12} {row.n:>6} {row.right:>6} {row.wrong:>6}" in out
+    with pytest.raises(TypeError, match="did you mean"):
+        robustlab.vlm(f"vlm:{folder}", dta=imagenet_d)

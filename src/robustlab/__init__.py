@@ -6,8 +6,11 @@ imported on first use)::
     import robustlab
     robustlab.corrupt(image, "fog", 3, seed=0)                     # one image, one corruption
     robustlab.generate("imagenet-c", "val/", "imagenet-c/")         # robustlab generate
-    table = robustlab.evaluate("lite0", "val/", suite="imagenet-c") # robustlab evaluate
+    run = robustlab.evaluate("lite0", "val/", suite="imagenet-c")   # robustlab evaluate
+    robustlab.results("robustlab.duckdb").table                     # robustlab results
     robustlab.report("robustlab.duckdb", "report.html")             # robustlab report
+    robustlab.holdout("icons/", holdout="style=openmoji")           # robustlab holdout
+    robustlab.vlm("vlm:llava/", data="ImageNet-D/")                  # robustlab vlm
     robustlab.list_shifts(), robustlab.list_suites(), robustlab.list_models()
     model = robustlab.load_model("lite0")
 """
@@ -19,12 +22,15 @@ __all__ = [
     "corrupt",
     "evaluate",
     "generate",
+    "holdout",
     "list_corruptions",
     "list_models",
     "list_shifts",
     "list_suites",
     "load_model",
     "report",
+    "results",
+    "vlm",
 ]
 
 # Imported on first use, so that ``import robustlab`` (and ``robustlab --help``) imports no
@@ -39,6 +45,9 @@ _LAZY = {
     "evaluate": ("robustlab.workflows.evaluate", "evaluate"),
     "generate": ("robustlab.workflows.generate", "generate"),
     "report": ("robustlab.workflows.report", "build_report"),
+    "results": ("robustlab.workflows.results", "results"),
+    "holdout": ("robustlab.workflows.train.holdout.workflow", "holdout"),
+    "vlm": ("robustlab.workflows.imagenet_d.vlm.workflow", "vlm"),
 }
 
 

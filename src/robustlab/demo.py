@@ -460,7 +460,7 @@ def _evaluate_plan(
         for note in dropped:
             _say(f"    left out: {note}")
         t = time.perf_counter()
-        table = evaluate(
+        res = evaluate(
             model,
             data,
             suite=suite_name,
@@ -472,13 +472,10 @@ def _evaluate_plan(
             workers=workers,
             progress=progress,
         )
-        run_ids.append(table.attrs["run_id"])
-        n_written += int(table.attrs.get("n_written", 0))
-        resumed = " (resumed)" if table.attrs.get("resumed") else ""
-        _say(
-            f"    {table.attrs.get('n_written', 0)} predictions written{resumed} "
-            f"in {time.perf_counter() - t:.1f} s"
-        )
+        run_ids.append(res.run_id)
+        n_written += res.n_written
+        resumed = " (resumed)" if res.resumed else ""
+        _say(f"    {res.n_written} predictions written{resumed} in {time.perf_counter() - t:.1f} s")
     return run_ids, n_written
 
 

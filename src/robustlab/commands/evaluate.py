@@ -99,27 +99,28 @@ def run(args) -> int:
     from robustlab.workflows.evaluate import EvaluateRequest, run_request
 
     Store(args.db).check()  # a damaged --db fails now, not after the model has loaded
-    df = run_request(EvaluateRequest.from_args(args))
+    res = run_request(EvaluateRequest.from_args(args))
+    df = res.table
     show = df[["model", "suite", "shift", "level", "n", "top1", "top5", "error"]]
     sys.stdout.write(format_table(show, "table"))
-    skipped = df.attrs.get("skipped") or []
+    skipped = res.skipped
     if skipped:
         print(
             f"skipped {len({s[0] for s in skipped})} image(s); first: {skipped[0][0]}: "
             f"{skipped[0][1]} (all listed in the run record)",
             file=sys.stderr,
         )
-    if df.attrs.get("stages"):
+    if res.stages:
         from robustlab.run.ray.pipeline import stages_line
 
-        print(stages_line(df.attrs["stages"]), file=sys.stderr)
-    if df.attrs.get("throughput"):
+        print(stages_line(res.stages), file=sys.stderr)
+    if res.throughput:
         from robustlab.run.progress import throughput_line
 
-        print(throughput_line(df.attrs["throughput"]), file=sys.stderr)
-    if df.attrs.get("protocol"):
-        print(f"protocol {df.attrs['protocol']}", file=sys.stderr)
-    print(f"run {df.attrs['run_id']} stored in {df.attrs['db']}", file=sys.stderr)
+        print(throughput_line(res.throughput), file=sys.stderr)
+    if res.protocol:
+        print(f"protocol {res.protocol}", file=sys.stderr)
+    print(f"run {res.run_id} stored in {res.db}", file=sys.stderr)
     if df.empty or int(df["n"].sum()) == 0:
         # A run without a single prediction has no number to report: say so, as generate does.
         why = f"; first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""

@@ -95,54 +95,16 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import sys
+    from robustlab.workflows.keywords import specs_from_args
+    from robustlab.workflows.train.holdout.workflow import PARTS, run_protocol
 
-    from robustlab.errors import InputError
-    from robustlab.store import Store
-    from robustlab.workflows.train.holdout import HoldoutConfig, make_split, read_set, run_holdout
-
-    Store(args.db).check()
-    config = HoldoutConfig(
-        arch=args.arch,
-        width=args.width,
-        image_size=args.image_size,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        augment=not args.no_augment,
-        seed=args.seed,
-    )
-    data = read_set(args.data, layout=args.layout, metadata=args.metadata)
-    if args.classes:
-        unknown = sorted(set(args.classes) - set(data.meta["class"]))
-        if unknown:
-            raise InputError(f"no class {unknown[0]!r} in {args.data}")
-        data.meta = data.meta[data.meta["class"].isin(args.classes)].reset_index(drop=True)
-    split = make_split(
-        data.meta,
-        holdout=args.holdout,
-        holdout_subtypes=args.holdout_subtypes,
-        versions=args.holdout_versions,
-        seed=args.seed,
-        test_fraction=args.test_fraction,
-    )
-
-    def progress(epoch, loss):
-        print(f"epoch {epoch}/{config.epochs}: loss {loss:.3f}", file=sys.stderr)
-
-    res = run_holdout(
-        data,
-        split,
-        config,
-        db=args.db,
-        out=args.out,
-        progress=None if args.no_progress else progress,
-        device=args.device,
-    )
+    specs = specs_from_args("holdout", args, PARTS, augment=not args.no_augment)
+    done = run_protocol(**specs)
+    res = done.result
     state = "reused stored run" if res.reused else f"checkpoint {res.checkpoint}"
     print(
-        f"held out {split.label}: trained on {len(split.train)} images of "
-        f"{len(data.classes)} classes ({state})"
+        f"held out {res.split.label}: trained on {len(res.split.train)} images of "
+        f"{len(done.classes)} classes ({state})"
     )
     print(
         f"in-distribution top-1 {100 * res.seen_top1:.1f} % (n={res.n_seen}); "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import check_resamples, add_runs, add_bootstrap, add_db
+from robustlab.commands._args import add_runs, add_bootstrap, add_db
 
 import sys
 
@@ -67,64 +67,20 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from robustlab.commands._tables import format_table
-    from robustlab.store import Store
-    from robustlab.store.queries import results_table, select_runs
+    from robustlab.workflows.keywords import specs_from_args
+    from robustlab.workflows.results import ResultsRequest, run_results
 
-    check_resamples(args)
-    store = Store(args.db)
-    store.require()
-    if args.export:
-        ids = None
-        if args.runs or args.model or args.suite:
-            ids = list(
-                select_runs(store, run_ids=args.runs, models=args.model, suites=args.suite)[
-                    "run_id"
-                ]
-            )
-        paths = store.export_parquet(args.export, ids, force=args.force)
-        for p in paths:
+    request = specs_from_args("results", args, {"request": ResultsRequest})
+    res = run_results(request["request"])
+    if res.view == "export":
+        for p in res.paths:
             print(p)
         return 0
-    if args.compare:
-        from robustlab.store.queries import compare_table
-
-        table, notes = compare_table(
-            store, *args.compare, seed=args.bootstrap_seed, n_resamples=args.resamples
-        )
-        return _emit(format_table(table, args.format), notes, args)
-    if args.summary:
-        from robustlab.store.queries import summary_table
-
-        table, notes = summary_table(
-            store, run_ids=args.runs, models=args.model, suites=args.suite, baseline=args.baseline
-        )
-        return _emit(format_table(table, args.format), notes, args)
-    table, notes = (
-        ([], [])
-        if args.segmentation
-        else results_table(
-            store, run_ids=args.runs, models=args.model, suites=args.suite, baseline=args.baseline
-        )
-    )
-    if args.segmentation or len(table) == 0:
+    if res.view == "segmentation":
         from robustlab.commands.segment import format_segmentation
-        from robustlab.store.queries import segmentation_table
 
-        seg, seg_notes = segmentation_table(
-            store,
-            run_ids=args.runs,
-            models=args.model,
-            suites=args.suite,
-            require=args.segmentation,
-        )
-        if args.segmentation or len(seg):
-            table, notes = seg, [n for n in notes if "segmentation run(s)" not in n] + seg_notes
-            text = format_segmentation(table, args.format)
-        else:
-            text = format_table(table, args.format)
-    else:
-        text = format_table(table, args.format)
-    return _emit(text, notes, args)
+        return _emit(format_segmentation(res.table, args.format), res.notes, args)
+    return _emit(format_table(res.table, args.format), res.notes, args)
 
 
 def _emit(text: str, notes, args) -> int:

@@ -108,7 +108,7 @@ def request(args):
 
 def run(args) -> int:
     from robustlab.store import Store
-    from robustlab.store.queries import segmentation_table
+    from robustlab.workflows.results import segmentation_table
     from robustlab.workflows.segment import run_segment
 
     Store(args.db).check()  # a damaged --db fails now, not after the model has loaded

@@ -81,65 +81,15 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _items(args, store):
-    """The items to ask about, the source that identifies the run, and the data root.
-
-    Subsets and ``--limit`` only choose which items to ask now; they are not part of the
-    source, so asking about one subset and then all of them continues one run.
-    """
-    from pathlib import Path
-
-    from robustlab.errors import InputError
-    from robustlab.workflows.imagenet_d.vlm.questions import items_from_clip_run, read_question_csvs
+def run(args) -> int:
+    from robustlab.workflows.imagenet_d.vlm.workflow import PARTS, run_vlm
+    from robustlab.workflows.keywords import specs_from_args
 
     subsets = [s.strip() for s in args.subsets.split(",") if s.strip()] if args.subsets else None
-    if args.clip_run:
-        items = [it for rid in args.clip_run for it in items_from_clip_run(store, rid)]
-        if subsets:
-            items = [it for it in items if it.subset in subsets]
-        return items, {"clip_runs": sorted(args.clip_run)}, None
-    if not args.data:
-        raise InputError(
-            "pass --data ROOT (the ImageNet-D folder with questions/) or --clip-run RUN_ID"
-        )
-    root = Path(args.data).expanduser().resolve()
-    # None: the folder's own questions/, read under the link rule (questions.py).
-    questions = Path(args.questions).expanduser().resolve() if args.questions else None
-    items = read_question_csvs(root, questions, subsets)
-    source = {"data": str(root), "questions": str(questions or root / "questions")}
-    return items, source, str(root)
-
-
-def run(args) -> int:
-    from robustlab.store import Store
-    from robustlab.workflows.imagenet_d.vlm.model import load_vlm
-    from robustlab.workflows.imagenet_d.vlm.run import VLMAsking, VLMData, ask_all
-
-    asking = VLMAsking(
-        mode=args.mode,
-        seed=args.seed,
-        shuffle=args.shuffle,
-        temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
-        rule=args.scoring,
-    )
-    store = Store(args.db)
-    store.check()
-    items, source, root = _items(args, store)
-    if args.limit is not None:
-        items = items[: args.limit]
-    vlm = load_vlm(args.model, device=args.device, prompt_format=args.template)
-    res = ask_all(
-        vlm,
-        items,
-        store,
-        asking,
-        VLMData(source=source, data_root=root),
-        progress=not args.no_progress,
-    )
+    res = run_vlm(**specs_from_args("vlm", args, PARTS, subsets=subsets, rule=args.scoring))
     print(
         f"vlm run {res.run_id} ({'resumed' if res.resumed else 'new'}, {args.mode}, "
-        f"template {vlm.prompt_format}"
+        f"template {res.prompt_format}"
         f"{', shuffled' if args.shuffle else ''}): {res.n_new} new answers"
         + (f", {len(res.skipped)} unreadable images skipped" if res.skipped else "")
     )

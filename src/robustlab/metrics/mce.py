@@ -43,6 +43,22 @@ def alexnet_table() -> pd.DataFrame:
     return df
 
 
+def is_corruption(shift: str) -> bool:
+    """Whether CE is defined for ``shift``: a corruption of ImageNet-C's family (its 15,
+    its 4 extras, a row of the AlexNet table), never the clean cell. ``results`` gives such
+    shifts CE rows and ``report`` groups them as corruptions by this one test."""
+    if shift == CLEAN:
+        return False
+    if shift in set(alexnet_table()["corruption"]):
+        return True
+    try:
+        from robustlab.shifts.corruptions import list_corruptions
+
+        return shift in list_corruptions("all")
+    except ValueError:
+        return False
+
+
 def alexnet_cells() -> pd.DataFrame:
     """The AlexNet errors as a cell table: shift, level ('0' for clean, '1'..'5'), error."""
     rows = []

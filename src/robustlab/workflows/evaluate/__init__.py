@@ -9,18 +9,20 @@ The data flow: :class:`EvaluateRequest` (four frozen specs, validated once:
 :mod:`.request`) → :func:`make_plan` (a :class:`~robustlab.run.plan.RunPlan`: :mod:`.plan` for
 source and generated folders, :mod:`.archive` for the ImageNet-E archive, :mod:`.published`
 for the published layouts, one :func:`~.record.build_plan` for all) → :func:`execute`
-(:mod:`.execute`, the local or the Ray executor) → :func:`run_table`.
+(:mod:`.execute`, the local or the Ray executor) → an :class:`EvaluateResult` (:mod:`.result`).
 
 Example:
     >>> import robustlab
-    >>> df = robustlab.evaluate("lite0", "photos/", suite="imagenet-c",
-    ...                         shifts=["gaussian_noise"], levels=[1, 3])  # doctest: +SKIP
-    >>> df[["shift", "level", "n", "top1"]]  # top1 is a fraction in [0, 1]  # doctest: +SKIP
+    >>> run = robustlab.evaluate("lite0", "photos/", suite="imagenet-c",
+    ...                          shifts=["gaussian_noise"], levels=[1, 3])  # doctest: +SKIP
+    >>> run.table[["shift", "level", "n", "top1"]]  # top1: a fraction in [0, 1]  # doctest: +SKIP
+    >>> run.run_id, run.resumed, run.throughput  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from robustlab.workflows.evaluate.execute import execute, run_request, run_table
+from robustlab.workflows.evaluate.execute import execute, run_request
+from robustlab.workflows.evaluate.result import EvaluateResult, run_table
 from robustlab.workflows.evaluate.generated import read_generated
 from robustlab.workflows.evaluate.plan import make_plan
 from robustlab.workflows.evaluate.request import (
@@ -37,6 +39,7 @@ __all__ = [
     "CellSpec",
     "DataSpec",
     "EvaluateRequest",
+    "EvaluateResult",
     "ExecutionSpec",
     "ModelSpec",
     "evaluate",
@@ -49,7 +52,7 @@ __all__ = [
 ]
 
 
-def evaluate(model, data, **options):
+def evaluate(model, data, **options) -> EvaluateResult:
     """Evaluate ``model`` on the clean images in ``data`` and on every cell of ``suite``.
 
     Shifts are applied on the fly with :mod:`robustlab.pipeline` (nothing is written to
@@ -68,13 +71,14 @@ def evaluate(model, data, **options):
             {options}
 
     Returns:
-        A DataFrame with one row per cell of this run: model, suite, shift, level, n,
-        top1, top5, error, as fractions in [0, 1] (``robustlab evaluate`` and
-        ``robustlab results`` print them as percentages, in columns headed ``top1 %``;
-        ``results --format csv/json`` keep the fractions) (``.attrs`` holds ``run_id``,
-        ``skipped``, ``db``, and ``throughput``: this call's predictions, wall and predict
-        seconds, rate and the share of the wall time the model was busy, see
-        :func:`robustlab.run.progress.throughput_line`).
+        An :class:`EvaluateResult`: ``table``, a DataFrame with one row per cell of this
+        run (model, suite, shift, level, n, top1, top5, error, as fractions in [0, 1];
+        ``robustlab evaluate`` and ``robustlab results`` print them as percentages, in
+        columns headed ``top1 %``; ``results --format csv/json`` keep the fractions), and
+        ``run_id``, ``db``, ``skipped``, ``n_written``, ``resumed``, ``stages``,
+        ``throughput`` (this call's predictions, wall and predict seconds, rate and the
+        share of the wall time the model was busy, see
+        :func:`robustlab.run.progress.throughput_line`) and ``protocol``.
 
     Raises:
         TypeError: an unknown keyword (the message names the closest one).

@@ -1,6 +1,7 @@
 """Running an evaluation: :func:`run_request` plans a request and executes the plan into its
 database (the body of :func:`robustlab.evaluate`), :func:`execute` runs any plan with the
-local or the Ray executor, :func:`run_table` reads a stored run's per-cell results back.
+local or the Ray executor, :func:`run_table` reads a stored run's per-cell results back
+(the table of the :class:`~robustlab.workflows.evaluate.result.EvaluateResult`).
 """
 
 from __future__ import annotations
@@ -9,18 +10,19 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from robustlab.errors import InputError, StoreError
+from robustlab.errors import InputError
 from robustlab.run.plan import RunPlan
 from robustlab.store import Store
+from robustlab.workflows.evaluate.result import EvaluateResult
 from robustlab.workflows.evaluate.resume import check_same_resources, note_earlier_runs
 
 if TYPE_CHECKING:
     from robustlab.workflows.evaluate.request import EvaluateRequest, ExecutionSpec
 
 
-def run_request(request: EvaluateRequest):
-    """Plan ``request`` and execute it into its database; the table
-    :func:`robustlab.evaluate` returns (see there)."""
+def run_request(request: EvaluateRequest) -> EvaluateResult:
+    """Plan ``request`` and execute it into its database; what :func:`robustlab.evaluate`
+    returns (see there)."""
     from robustlab.workflows.evaluate.plan import make_plan
 
     ex, spec = request.execution, request.model
@@ -48,17 +50,8 @@ def run_request(request: EvaluateRequest):
         from robustlab.workflows.evaluate.exported import store_exported_attributes
 
         store_exported_attributes(store, plan)
-    table = run_table(store, summary.run_id, skipped=summary.skipped)
-    table.attrs.update(
-        {
-            "n_written": summary.n_written,
-            "resumed": summary.resumed,
-            "stages": summary.stages,
-            "throughput": summary.throughput,
-            "protocol": (plan.record.config.get("protocol") or {}).get("label"),
-        }
-    )
-    return table
+    protocol = (plan.record.config.get("protocol") or {}).get("label")
+    return EvaluateResult.of_run(store, summary, protocol)
 
 
 def run_options(execution: ExecutionSpec, model, *, batch_size=None, device=None):
@@ -155,23 +148,3 @@ def store_generated_attributes(store: Store, plan: RunPlan) -> None:
         if (r.get("shift"), str(r.get("level"))) in cells and r.get("sample_id") in ids
     ]
     store.write_attributes(plan.record.run_id, rows)
-
-
-def run_table(store: Store, run_id: str, skipped=None):
-    """Per-cell results of one stored run, as ``evaluate`` returns them."""
-    run = store.get_run(run_id)
-    if run is None:
-        raise StoreError(f"run {run_id} is not in {store.path}")
-    cells = store.cell_table([run_id])
-    from robustlab.store.naming import model_label
-
-    cells.insert(1, "model", model_label(run["model_spec"], run.get("config")))
-    cells.insert(2, "suite", run["suite"])
-    cells.attrs.update(
-        {
-            "run_id": run_id,
-            "db": str(store.path),
-            "skipped": run["skipped"] if skipped is None else skipped,
-        }
-    )
-    return cells

@@ -19,7 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types of the fields only
+    from collections.abc import Sequence
+
+    from robustlab.data.labels import LabelSpace
+    from robustlab.models.base import Model
+    from robustlab.models.inference import Inference
+    from robustlab.run.device_shifts import ShiftDevice
+    from robustlab.suites import Protocol, Suite
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.seeding import check_seed
@@ -61,9 +70,9 @@ class DataSpec:
     """
 
     folder: Path = field(metadata={"keyword": "data"})
-    labels_csv: Any = None
-    masks: Any = None
-    label_space: Any = None
+    labels_csv: str | Path | None = None
+    masks: str | Path | None = None
+    label_space: str | LabelSpace | None = None
 
     def __post_init__(self):
         root = Path(self.folder).expanduser()
@@ -93,11 +102,11 @@ class CellSpec:
             ``key=value`` pairs (``view=model``). A run of its own (another run id).
     """
 
-    suite: Any = None
-    shifts: Any = None
-    levels: Any = None
+    suite: str | Path | Suite | None = None
+    shifts: str | Sequence[str] | None = None
+    levels: str | Sequence[int | str] | None = None
     seed: int | None = None
-    protocol: Any = None
+    protocol: str | Protocol | None = None
 
     def __post_init__(self):
         if self.seed is not None:
@@ -126,15 +135,15 @@ class ModelSpec:
         inference, defences: Parsed from the fields above while validating.
     """
 
-    spec: Any = field(metadata={"keyword": "model"})
-    weights: Any = None
+    spec: str | Model = field(metadata={"keyword": "model"})
+    weights: str | Path | None = None
     device: str | None = None
     batch_size: int | None = None
     preprocess: Any = None
     tta: Any = None
     precision: str | None = None
     compile: bool = False
-    inference: Any = field(init=False, default=None, repr=False, compare=False)
+    inference: Inference | None = field(init=False, default=None, repr=False, compare=False)
     defences: dict = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
@@ -205,7 +214,7 @@ class ExecutionSpec:
     shift_device: str | None = None
     shift_jpeg: str = "cpu"
     lanes: int | None = None
-    shift_settings: Any = field(init=False, default=None, repr=False, compare=False)
+    shift_settings: ShiftDevice | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self):
         from robustlab.run.executors import check_backend

@@ -28,10 +28,14 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT
+
+if TYPE_CHECKING:
+    from robustlab.data.labels import LabelSpace
+    from robustlab.suites import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +90,9 @@ class ExportPlan:
     origin: str  # "generated", "synth" or "mined"
     suite: str | None
     suite_version: str | None
-    label_space: Any  # the LabelSpace
+    label_space: LabelSpace
     seed: int | None
-    protocol: Any  # how evaluate sees the files (frame and view)
+    protocol: Protocol  # how evaluate sees the files (frame and view)
     items: list[Item] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, shift, level, why
     provenance: dict = field(default_factory=dict)  # for the card and the record

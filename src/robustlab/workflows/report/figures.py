@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from robustlab.workflows.report import plots
-from robustlab.workflows.report.gather import ReportData, family, is_corruption, run_namer
+from robustlab.metrics.mce import is_corruption
+from robustlab.workflows.report.gather import ReportData, family, run_namer
 from robustlab.workflows.report.page import Page
 
 

@@ -1,7 +1,7 @@
 """Everything the report shows, read from the results database and computed by the metrics
 module (never by hand here).
 
-The per-cell and CE / mCE numbers come from :func:`robustlab.store.queries.results_table`,
+The per-cell and CE / mCE numbers come from :func:`robustlab.workflows.results.results_table`,
 the same function ``robustlab results`` prints, so the two always agree. The rest
 (bootstrap intervals, per-family and per-class accuracy, scenario accuracies, robustness
 score, BG-gap, regression) are the functions of :mod:`robustlab.metrics` applied to counts
@@ -16,13 +16,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError
 from robustlab.metrics.attributes import attribute_effects
+from robustlab.metrics.mce import is_corruption
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.store.aggregates import ImageCounts, pool_levels
 from robustlab.store.schema import HOLDOUT_SUITE
@@ -37,6 +38,9 @@ from robustlab.workflows.report.benchmark_data import (
 )
 from robustlab.workflows.report.fits import FitData, _regression
 from robustlab.workflows.report.runs import RunView
+
+if TYPE_CHECKING:
+    from robustlab.metrics.regression import RegressionResult
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +100,8 @@ class ReportData:
     robustness: dict[str, Any]
     bg_gap: pd.DataFrame
     class_drops: pd.DataFrame
-    regression: Any = None
-    logit: Any = None
+    regression: RegressionResult | None = None
+    logit: RegressionResult | None = None
     edits: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     edit_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -116,13 +120,6 @@ class ReportData:
     @property
     def labels(self) -> dict[str, str]:
         return {r.run_id: r.label for r in self.runs}
-
-
-def is_corruption(shift: str) -> bool:
-    """The same test ``robustlab results`` uses to decide which shifts get CE rows."""
-    from robustlab.store.queries import _is_corruption
-
-    return shift != CLEAN_SHIFT and _is_corruption(shift)
 
 
 def _is_ximagenet12(shift: str) -> bool:
@@ -309,7 +306,7 @@ def _results(
     all is the user's mistake (as in ``robustlab results``); one that fits only some runs
     (several data sets in one database) leaves a note.
     """
-    from robustlab.store.queries import results_table
+    from robustlab.workflows.results import results_table
 
     parts, kept, failed = [], [], []
     for r in runs:
@@ -430,7 +427,7 @@ def _summary(
     store: Store, runs: list[RunView], counts: pd.DataFrame, images: dict[str, int], mce_rows: dict
 ) -> pd.DataFrame:
     """The per-run summary, with the function ``robustlab results --summary`` uses."""
-    from robustlab.store.queries import run_summaries
+    from robustlab.workflows.results import run_summaries
 
     rows = run_summaries(store, [r.record for r in runs], mce_rows, counts, images)
     return pd.DataFrame(

@@ -185,20 +185,18 @@ def run_methods(request, methods: Sequence, *, split=None) -> MethodResult:
     request = request.with_suite(s)
     if split is None:
         split = shared_split(request)
-    base_table = evaluate_split(request, split, union)
-    base_cells = base_table.assign(error=1.0 - base_table["top1"])
-    base_row, base_ce = _scores(
-        "base", None, base_table, base_cells, base_table.attrs["run_id"], None
-    )
+    base = evaluate_split(request, split, union)
+    base_cells = base.table.assign(error=1.0 - base.table["top1"])
+    base_row, base_ce = _scores("base", None, base.table, base_cells, base.run_id, None)
     rows, ces, trainings = [base_row], [base_ce], {}
     clean = ((CLEAN_SHIFT, 0),)
     jobs = [
         Job(method_label(m), clean, tuple(cells), method=m) for m, cells in zip(methods, per_method)
     ]
-    for job, tr, table in run_jobs(request, split, jobs, trainings):
+    for job, tr, tested in run_jobs(request, split, jobs, trainings):
         mine = _base_on(base_cells, job.test_cells)
         row, ce = _scores(
-            job.name, job.method, table, mine, table.attrs["run_id"], str(tr.checkpoint)
+            job.name, job.method, tested.table, mine, tested.run_id, str(tr.checkpoint)
         )
         rows.append(row)
         ces.append(ce)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -30,6 +30,10 @@ from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.train.finetune import TrainResult, finetune
 from robustlab.workflows.train.request import TrainRequest, check_choice
 from robustlab.workflows.train.splits import Split, split_samples
+
+if TYPE_CHECKING:
+    from robustlab.metrics.scenes import RobustnessScore
+    from robustlab.workflows.evaluate.result import EvaluateResult
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +317,7 @@ def evaluate_on_split(
     *,
     train: TrainResult | None = None,
     **options: Any,
-) -> pd.DataFrame:
+) -> EvaluateResult:
     """Evaluate the checkpoint on the test ids of ``split`` and store it as a run.
 
     The run is the ordinary runner's, restricted to the test images; its id also covers the
@@ -324,7 +328,8 @@ def evaluate_on_split(
     ``weights`` (the checkpoint is).
 
     Returns:
-        The run's per-cell table (as :func:`robustlab.evaluate` returns).
+        The run (an :class:`~robustlab.workflows.evaluate.result.EvaluateResult`, as
+        :func:`robustlab.evaluate` returns).
     """
     if "weights" in options:
         raise TypeError("evaluate_on_split() got multiple values for 'weights' (the checkpoint)")
@@ -339,11 +344,11 @@ def evaluate_split(
     test_cells: Sequence[tuple[str, Any]],
     *,
     train: TrainResult | None = None,
-) -> pd.DataFrame:
+) -> EvaluateResult:
     """:func:`evaluate_on_split` of a typed request (the model from its ``weights``)."""
     from robustlab.run.lifeline import default_workers
     from robustlab.run.runner import RunOptions, Runner
-    from robustlab.workflows.evaluate import run_table
+    from robustlab.workflows.evaluate import EvaluateResult
 
     run = request.execution
     model = _load(request, request.model.weights, batch_size=run.batch_size)
@@ -359,7 +364,7 @@ def evaluate_split(
     )
     store = Store(run.db)
     summary = Runner(model, samples, labels, cells, plan.images, store, record, options).run()
-    return run_table(store, summary.run_id, skipped=summary.skipped)
+    return EvaluateResult.of_run(store, summary)
 
 
 def _split_record(base, split: Split, samples, labels, cells, train: TrainResult | None):
@@ -401,7 +406,7 @@ class Job:
 
 def run_jobs(
     request: TrainRequest, split: Split, jobs: Iterable[Job], trainings: dict[str, TrainResult]
-) -> Iterator[tuple[Job, TrainResult, pd.DataFrame]]:
+) -> Iterator[tuple[Job, TrainResult, EvaluateResult]]:
     """Train and test each job in turn (the one loop of :func:`run_protocol` and
     :func:`robustlab.workflows.train.methods.run_method`), filling ``trainings`` by name."""
     for job in jobs:
@@ -425,7 +430,7 @@ class ProtocolResult:
     """
 
     runs: pd.DataFrame
-    score: Any
+    score: RobustnessScore | None
     trainings: dict[str, TrainResult] = field(default_factory=dict)
     split: Split | None = None
 
@@ -491,14 +496,14 @@ def run_protocols(request: TrainRequest, protocol: str = "both") -> ProtocolResu
         jobs += [Job(_cell_name(*c), (c,), (c,), group="ex2") for c in scenario_cells]
     rows: list[dict[str, Any]] = []
     trainings: dict[str, TrainResult] = {}
-    for job, tr, table in run_jobs(request, split, jobs, trainings):
-        rows += _protocol_rows(job.group, job.name, tr, table)
+    for job, tr, tested in run_jobs(request, split, jobs, trainings):
+        rows += _protocol_rows(job.group, job.name, tr, tested)
     runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
     score = scenario_score(runs, [_cell_name(a, b) for a, b in scenario_cells])
     return ProtocolResult(runs, score, trainings, split)
 
 
-def _protocol_rows(proto: str, name: str, tr: TrainResult, table: pd.DataFrame) -> list[dict]:
+def _protocol_rows(proto: str, name: str, tr: TrainResult, tested: EvaluateResult) -> list[dict]:
     """One :attr:`ProtocolResult.runs` row per cell of a test run."""
     return [
         {
@@ -507,12 +512,12 @@ def _protocol_rows(proto: str, name: str, tr: TrainResult, table: pd.DataFrame) 
             "tested_on": _cell_name(r["shift"], r["level"]),
             "shift": r["shift"],
             "level": r["level"],
-            "run_id": table.attrs["run_id"],
+            "run_id": tested.run_id,
             "checkpoint": str(tr.checkpoint),
             "n": int(r["n"]),
             "top1": float(r["top1"]),
         }
-        for _, r in table.iterrows()
+        for _, r in tested.table.iterrows()
     ]
 
 

@@ -14,13 +14,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import InputError
 from robustlab.seeding import check_seed
 from robustlab.store import DEFAULT_DB
 from robustlab.workflows.keywords import route_keywords
 from robustlab.workflows.train.finetune import TrainConfig
+
+if TYPE_CHECKING:
+    from robustlab.data.labels import LabelSpace
+    from robustlab.suites import Suite
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,8 @@ class TrainModel:
 
     model_spec: str
     config: TrainConfig = field(default_factory=TrainConfig)
-    weights: Any = None
-    preprocess: Any = None
+    weights: str | Path | None = None
+    preprocess: Any = None  # a defence spec ("clahe"), then its parsed object
 
     def __post_init__(self):
         from robustlab.defences import get_preprocess
@@ -54,10 +59,10 @@ class TrainData:
         seed: The seed rule's seed of the shifted images (training draws use the config's).
     """
 
-    data: Any
-    masks: Any = None
-    labels_csv: Any = None
-    label_space: Any = None
+    data: str | Path
+    masks: str | Path | None = None
+    labels_csv: str | Path | None = None
+    label_space: str | LabelSpace | None = None
     test_fraction: float = 0.3
     split_seed: int = 0
     seed: int = 0
@@ -72,7 +77,7 @@ class TrainCells:
     """The cells trained and tested on: a suite (name or :class:`robustlab.suites.Suite`),
     optionally narrowed to ``shifts`` and ``levels``."""
 
-    suite: Any = "ximagenet12"
+    suite: str | Suite = "ximagenet12"
     shifts: Sequence[str] | None = None
     levels: Sequence[Any] | None = None
 
@@ -82,9 +87,9 @@ class TrainExecution:
     """Where the work goes and how it runs: checkpoint folder, results database, device,
     evaluation batch size and loader workers, progress lines on stderr."""
 
-    out: Any = "checkpoints"
-    db: Any = DEFAULT_DB
-    device: Any = None
+    out: str | Path = "checkpoints"
+    db: str | Path = DEFAULT_DB
+    device: str | None = None
     batch_size: int | None = None
     workers: int | None = 0
     progress: bool = False

@@ -31,7 +31,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,6 +47,9 @@ from robustlab.workflows.imagenet_d.mine.request import (
     MineInputs,
     MineRule,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ class MiningResult:
     mining_id: str
     run_ids: list[str]
     surrogates: list[str]
-    table: Any
+    table: pd.DataFrame
     k: int
     n: int
     out: Path | None = None
@@ -212,7 +215,7 @@ def _evaluate_surrogates(
                 precision=precision,
                 compile=compile,
             )
-            run_ids.append(t.attrs["run_id"])
+            run_ids.append(t.run_id)
     return run_ids
 
 

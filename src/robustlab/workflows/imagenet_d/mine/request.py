@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import InputError
 from robustlab.store import DEFAULT_DB
+
+if TYPE_CHECKING:
+    from robustlab.data.labels import LabelSpace
 
 DEFAULT_SURROGATES = ("lite0", "lite1", "lite2")
 
@@ -83,11 +87,11 @@ class MineInputs:
         shifts, levels: Restrict a generated folder's cells (passed to evaluate).
     """
 
-    label_space: Any = None
-    labels_csv: Any = None
+    label_space: str | LabelSpace | None = None
+    labels_csv: str | Path | None = None
     include_clean: bool | None = None
-    shifts: Any = None
-    levels: Any = None
+    shifts: Sequence[str] | None = None
+    levels: Sequence[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,10 +108,10 @@ class MineExecution:
             cluster); the mining itself is a query on the driver.
     """
 
-    db: Any = DEFAULT_DB
-    out: Any = None
+    db: str | Path = DEFAULT_DB
+    out: str | Path | None = None
     copy: bool = False
-    device: Any = None
+    device: str | None = None
     batch_size: int | None = None
     workers: int | None = None
     progress: bool | None = None

@@ -9,8 +9,9 @@ templates), :class:`SynthDiffusion` how each is drawn (both are the folder's ide
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputError
@@ -45,7 +46,7 @@ class SynthGrid:
     nuisances: Sequence[str] = VOCABULARIES
     per_pair: int = 1
     seed: int = 0
-    templates: Any = None
+    templates: Mapping[str, str] | str | Path | None = None
     max_nuisances: int | None = None
     limit: int | None = None
 

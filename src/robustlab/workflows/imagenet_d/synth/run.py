@@ -152,7 +152,7 @@ class SynthPlan:
         grid_spec, sampler: As asked (recorded in the run's entry, sampler for the load).
     """
 
-    checkpoint: Any
+    checkpoint: str | Path
     ckpt: dict[str, Any]
     grid: list[PromptItem]
     classes: list[int]

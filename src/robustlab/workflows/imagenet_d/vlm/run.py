@@ -29,11 +29,16 @@ BATCH = 16  # answers per database write
 
 @dataclass
 class VLMResult:
+    """One run's answers: its id, whether it was stored already, the answers this call
+    added, the per-subset summary (a DataFrame), the images skipped with their reason, and
+    the conversation template the model was asked with."""
+
     run_id: str
     resumed: bool
     n_new: int
     summary: object  # DataFrame, one row per subset
     skipped: list = field(default_factory=list)
+    prompt_format: str = ""
 
 
 # How vlm runs were always spelled (an id prefix, json.dumps' separators, the data folder
@@ -228,7 +233,7 @@ def ask_all(
         if lines is not None:
             lines.close()
         store.finish_run(run_id, status=status, n_samples=len(done) + n_new, skipped=skipped)
-    return VLMResult(run_id, resumed, n_new, summary(store, run_id), skipped)
+    return VLMResult(run_id, resumed, n_new, summary(store, run_id), skipped, vlm.prompt_format)
 
 
 def _open(item: Item, data_root: str | None, skipped: list):
