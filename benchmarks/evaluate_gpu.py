@@ -206,7 +206,7 @@ def main() -> None:
     timed_write = Timer(Store.write_predictions)
     Store.write_predictions = lambda self, *a, **k: timed_write(self, *a, **k)
     t0 = time.perf_counter()
-    df = robustlab.evaluate(
+    done = robustlab.evaluate(
         model,
         data,
         suite="imagenet-c",
@@ -215,7 +215,8 @@ def main() -> None:
         batch_size=args.batch_size,
         progress=False,
         **shift_kw,
-    ).table
+    )
+    df = getattr(done, "table", done)  # an EvaluateResult; a DataFrame before it existed
     secs = time.perf_counter() - t0
     out.update(
         evaluate_s=round(secs, 2),
