@@ -18,9 +18,10 @@ import robustlab
 
 ROOT = Path(robustlab.__file__).parent
 
-# Module prefix -> layer, from the top (5) down (1). A module's layer is that of its longest
-# matching prefix; an import may stay in its layer or go down, never up.
-LAYERS: dict[str, int] = {
+# Module prefix -> layer, from the top (5) down (1); the components (2) in ordered
+# sub-layers, 2.1 to 2.7. A module's layer is that of its longest matching prefix; an
+# import may stay in its layer or sub-layer or go down, never up.
+LAYERS: dict[str, float] = {
     # 5 entry points: the CLI and its commands, the package's face, the demo
     "robustlab": 5,
     "robustlab.cli": 5,
@@ -30,28 +31,42 @@ LAYERS: dict[str, int] = {
     "robustlab.workflows": 4,
     # 3 execution: plans become work units on local pools or Ray
     "robustlab.run": 3,
-    # 2 components: pixels, models, data, storage, numbers
-    "robustlab.shifts": 2,
-    "robustlab.models": 2,
-    "robustlab.defences": 2,
-    "robustlab.data": 2,
-    "robustlab.masks": 2,
-    "robustlab.pipeline": 2,
-    "robustlab.suites": 2,
-    "robustlab.store": 2,
-    "robustlab.metrics": 2,
-    "robustlab.manifest": 2,
-    "robustlab.outputs": 2,
-    "robustlab.output_hashes": 2,  # the hashes of generate's files, recorded and checked
-    "robustlab.paths": 2,
-    "robustlab.run.content_hash": 2,  # hashing of input files, used by shifts and runs
-    "robustlab.saliency": 2,  # attribution maps and their foreground-reliance numbers
+    # 2.7 store: the database, its predictions, aggregates and reviews
+    "robustlab.store": 2.7,
+    # 2.6 numbers: metrics, and the attribution maps with their foreground-reliance numbers
+    "robustlab.metrics": 2.6,
+    "robustlab.saliency": 2.6,
+    # 2.5 datasets: readers of folders and published layouts (they find mask files and
+    # name the registry's shifts)
+    "robustlab.data.sources": 2.5,
+    "robustlab.data.published": 2.5,
+    "robustlab.data.release_npy": 2.5,
+    "robustlab.data.imagenet_e": 2.5,
+    # 2.4 pixels: masks, shifts and their registry, the pipeline that applies them, suites
+    "robustlab.masks": 2.4,
+    "robustlab.shifts": 2.4,
+    "robustlab.pipeline": 2.4,
+    "robustlab.suites": 2.4,
+    # 2.3 models: adapters, defences, and run naming (a run's label: model + defence)
+    "robustlab.models": 2.3,
+    "robustlab.defences": 2.3,
+    "robustlab.store.naming": 2.3,
+    # 2.2 images: decoding, the JPEG round trip, label spaces, the embedded data
+    "robustlab.data": 2.2,
+    # 2.1 records and files: paths and their safety rules, outputs, manifests, hashes, the
+    # store's schema (column names every layer above uses)
+    "robustlab.paths": 2.1,
+    "robustlab.outputs": 2.1,
+    "robustlab.output_hashes": 2.1,  # the hashes of generate's files, recorded and checked
+    "robustlab.manifest": 2.1,
+    "robustlab.run.content_hash": 2.1,  # hashing of input files, used by shifts and runs
+    "robustlab.store.schema": 2.1,
     # 1 core: needs nothing of robustlab
     "robustlab.errors": 1,
     "robustlab.seeding": 1,
     "robustlab.envcheck": 1,  # the torch/torchvision pairing check, asked by models and cli
     "robustlab.locks": 1,  # the one inter-process file lock (database, manifests)
-    "robustlab.processes": 1,  # whether a recorded pid still runs
+    "robustlab.processes": 1,  # whether a recorded pid still runs; usable cores
     "robustlab.version": 1,  # __version__, recorded by every layer
 }
 
@@ -165,7 +180,7 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def layer(module: str) -> int:
+def layer(module: str) -> float:
     """The layer of ``module``: that of its longest prefix in :data:`LAYERS`."""
     parts = module.split(".")
     for n in range(len(parts), 0, -1):

@@ -28,7 +28,7 @@ import contextlib
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +94,18 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def identity_changes(prev: dict, new: dict) -> list[str]:
+def identity_changes(
+    prev: dict, new: dict, resources: Mapping[str, str] | None = None
+) -> list[str]:
     """What differs between a folder's manifest ``prev`` and this run's identity ``new``.
 
     ``new`` has the manifest's shape: ``seed``, ``suite``, ``protocol``, ``data.masks``,
     ``cells`` (dict ``"shift/level"`` -> record) and ``samples``. Only what both sides
     record is compared: a folder made without masks may gain mask-needing cells later, and
-    images or cells that only one side has are additions, not changes.
+    images or cells that only one side has are additions, not changes. ``resources`` maps
+    the cell fields that record a configured tool's checkpoint to the tool's name
+    (``shifts.registry.resource_nouns()``: the manifest, a record, sits below the shifts
+    and does not ask their registry itself).
 
     Returns:
         One short phrase per difference (``"seed 0 -> 7"``), empty when compatible.
@@ -129,12 +134,10 @@ def identity_changes(prev: dict, new: dict) -> list[str]:
         if now["params"] != c.get("params"):
             out.append(f"parameters of {key} {_short(c.get('params'))} -> {_short(now['params'])}")
         # Checkpoints of configured tools and the hole-fill backend, recorded per cell.
-        from robustlab.shifts.registry import described_resources, get_resource
-
-        for field in described_resources():
+        for field, noun in (resources or {}).items():
             was, now_value = c.get(field), now.get(field)
             if was and now_value and was != now_value:
-                out.append(f"{get_resource(field).noun} of {key} {was} -> {now_value}")
+                out.append(f"{noun} of {key} {was} -> {now_value}")
         if c.get("donors") and now.get("donors") and c["donors"] != now["donors"]:
             out.append(f"donor pool of {key} (images added, removed or changed)")
     out.extend(_content_changes(prev, new))

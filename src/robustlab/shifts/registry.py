@@ -424,6 +424,12 @@ def described_resources() -> list[str]:
     return [k for k in _in_family_order(_RESOURCES) if _RESOURCES[k].describe is not None]
 
 
+def resource_nouns() -> dict[str, str]:
+    """Each described resource's record field and the tool's name (``"inpainter"``...),
+    for the manifest's comparison of a folder's cells (:func:`manifest.identity_changes`)."""
+    return {key: get_resource(key).noun for key in described_resources()}
+
+
 def _in_family_order(resources: dict[str, Resource]) -> list[str]:
     """Resource keys in the order a fresh process registers them (family by family, as
     :data:`FAMILY_MODULES` loads them), whichever family module happened to be imported

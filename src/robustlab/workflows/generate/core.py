@@ -225,7 +225,9 @@ def _begin(folder, plan: GeneratePlan, result: GenerateResult, run: FolderRun) -
 
     def merge(prev: dict | None) -> dict:
         found.append(prev)
-        changes = identity_changes(prev, plan.identity) if prev else []
+        from robustlab.shifts.registry import resource_nouns
+
+        changes = identity_changes(prev, plan.identity, resource_nouns()) if prev else []
         refuse_changes(folder.location, changes, made="was generated with other inputs", hint=HINT)
         return merge_manifest(prev, result, plan.identity, run, plan.samples, final=False)
 
