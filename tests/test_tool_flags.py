@@ -21,7 +21,7 @@ from robustlab.workflows.generate import MANIFEST
 pytestmark = pytest.mark.xdist_group("tool_flags")
 
 PHOTOS = ["rocket/rocket.jpg", "cat/chelsea.png"]
-TOOL_COMMANDS = ("evaluate", "generate")
+TOOL_COMMANDS = ("evaluate", "generate", "segment", "saliency")
 
 
 @pytest.fixture(autouse=True)
@@ -153,11 +153,7 @@ def test_the_python_keywords_are_the_flags(demo_data, lite0, monkeypatch):
 def test_inpainter_flag_is_recorded_like_the_variable(demo_data, lite0, tmp_path, monkeypatch):
     from robustlab.errors import MissingResourceError
 
-    # What a plan reads of a checkpoint folder: its model_index.json (no weights loaded).
-    ckpt = tmp_path / "sd-inpaint"
-    ckpt.mkdir()
-    index = {"_class_name": "StableDiffusionInpaintPipeline", "scheduler": ["diffusers", "PNDM"]}
-    (ckpt / "model_index.json").write_text(json.dumps(index))
+    ckpt = _inpainter_folder(tmp_path / "sd-inpaint")
     data, masks = demo_data
     argv = ["--data", str(data), "--masks", str(masks), "--suite", "ximagenet12"]
     argv += ["--shift", "ai_bg"]
@@ -176,7 +172,47 @@ def test_inpainter_flag_is_recorded_like_the_variable(demo_data, lite0, tmp_path
     assert by_flag.images.settings.inpainter == str(ckpt.resolve())
 
 
-@pytest.mark.parametrize("command", TOOL_COMMANDS)
+def _inpainter_folder(path: Path) -> Path:
+    """What a plan reads of a checkpoint folder: its model_index.json (no weights loaded)."""
+    path.mkdir()
+    index = {"_class_name": "StableDiffusionInpaintPipeline", "scheduler": ["diffusers", "PNDM"]}
+    (path / "model_index.json").write_text(json.dumps(index))
+    return path
+
+
+def test_masked_runs_draw_and_record_with_the_requests_tools(demo_data, tmp_path, monkeypatch):
+    """segment and saliency: the cells their workers draw and the record's description."""
+    from robustlab.workflows._masked import (
+        MaskedCells,
+        MaskedData,
+        cell_images,
+        masked_record,
+        select,
+    )
+    from robustlab.workflows.tools import ToolSpec
+
+    ckpt = _inpainter_folder(tmp_path / "sd-inpaint")
+    data, masks = demo_data
+    cells = MaskedCells(suite="ximagenet12", shifts=["ai_bg", "blur_bg"])
+    monkeypatch.setenv("ROBUSTLAB_INPAINTER", str(tmp_path / "elsewhere"))
+    sel = select(MaskedData(data, masks), cells, ToolSpec(inpainter=ckpt, inpainter_device="cpu"))
+    assert sorted(n for n, _ in sel.cells) == ["ai_bg", "blur_bg", "clean"]
+    assert cell_images(sel, 0).settings == sel.tools
+    assert sel.tools.inpainter == str(ckpt.resolve())
+    record = masked_record(
+        "saliency", sel, MaskedData(data, masks), 0, model={}, preprocessing={}, config={}
+    )
+    assert record.config["inpainter"]["path"] == str(ckpt.resolve())
+    assert record.config["inpainter"]["device"] == "cpu"
+    plain = select(MaskedData(data, masks), cells)  # the environment's: no usable inpainter
+    assert [n for n, _ in plain.cells] == ["clean", "blur_bg"]
+    record = masked_record(
+        "saliency", plain, MaskedData(data, masks), 0, model={}, preprocessing={}, config={}
+    )
+    assert "inpainter" not in record.config  # the default settings record what they did
+
+
+@pytest.mark.parametrize("command", ("evaluate", "generate"))
 def test_a_bad_checkpoint_flag_is_one_line(command, demo_data, tmp_path, capsys):
     data, _ = demo_data
     head = ["evaluate", "lite0"] if command == "evaluate" else ["generate", "imagenet-e"]
