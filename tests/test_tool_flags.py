@@ -21,7 +21,7 @@ from robustlab.workflows.generate import MANIFEST
 pytestmark = pytest.mark.xdist_group("tool_flags")
 
 PHOTOS = ["rocket/rocket.jpg", "cat/chelsea.png"]
-TOOL_COMMANDS = ("evaluate", "generate", "segment", "saliency")
+TOOL_COMMANDS = ("evaluate", "generate", "segment", "saliency", "train")
 
 
 @pytest.fixture(autouse=True)
@@ -210,6 +210,24 @@ def test_masked_runs_draw_and_record_with_the_requests_tools(demo_data, tmp_path
         "saliency", plain, MaskedData(data, masks), 0, model={}, preprocessing={}, config={}
     )
     assert "inpainter" not in record.config  # the default settings record what they did
+
+
+def test_train_takes_the_flags_and_the_keywords(demo_data, monkeypatch):
+    """train draws its scenario cells through evaluate's plan, with its request's tools."""
+    from robustlab.commands.train_methods import train_request
+    from robustlab.workflows.train.request import TrainRequest
+
+    data, masks = demo_data
+    monkeypatch.setenv("ROBUSTLAB_EDIT_FILL", "telea")
+    args = build_parser().parse_args(
+        ["train", "lite0", "--data", str(data), "--masks", str(masks), "--edit-fill", "ns"]
+    )
+    by_flag = train_request(args)
+    by_keyword = TrainRequest.from_keywords("run_protocol", "lite0", data, {"edit_fill": "ns"})
+    assert by_flag.tools == by_keyword.tools
+    assert by_flag.tools.settings.edit_fill == "ns" == by_keyword.tools.settings.edit_fill
+    default = TrainRequest.from_keywords("run_protocol", "lite0", data, {})
+    assert default.tools.settings.edit_fill == "telea"  # the variable, as before
 
 
 @pytest.mark.parametrize("command", ("evaluate", "generate"))
