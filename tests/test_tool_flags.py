@@ -262,3 +262,14 @@ def test_a_bad_backend_is_one_line_from_the_flag_or_the_variable(
         "use one of patch, telea, ns, diffusers"
     )
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_a_checkpoint_flag_is_an_input_no_output_may_enter(demo_data, tmp_path, capsys):
+    """The safety rule for inputs holds for the tools' folders named on the command line."""
+    data, masks = demo_data
+    ckpt = _inpainter_folder(tmp_path / "sd-inpaint")
+    argv = ["generate", "ximagenet12", "--data", str(data), "--masks", str(masks)]
+    assert main([*argv, "--inpainter", str(ckpt), "--out", str(ckpt / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--inpainter" in err and "--out" in err
+    assert not (ckpt / "out").exists()
