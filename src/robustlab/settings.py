@@ -107,10 +107,6 @@ class ToolSettings:
         """The settings of the environment alone (what a tool called without any uses)."""
         return cls().resolved(environ)
 
-    def given(self) -> dict[str, str]:
-        """``{field: value}`` of the fields that hold a value."""
-        return {name: value for name in VARIABLES if (value := getattr(self, name))}
-
     def source(self, name: str) -> str:
         """How messages name where field ``name``'s value came from: ``VAR=value``."""
         return f"{VARIABLES[name]}={getattr(self, name)}"
