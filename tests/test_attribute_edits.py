@@ -289,7 +289,7 @@ def test_hole_fill_backends(synthetic, monkeypatch):
     _, attrs = _edit(x, m, "obj_direction", "90")
     assert attrs["fill"] == "opencv-ns"
     monkeypatch.setenv(fillmod.ENV_FILL, "tfill")
-    with pytest.raises(ValueError, match="unknown hole-fill backend"):
+    with pytest.raises(ValueError, match="ROBUSTLAB_EDIT_FILL: unknown value .tfill."):
         _edit(x, m, "obj_direction", "90")
     monkeypatch.setenv(fillmod.ENV_FILL, "diffusers")
     monkeypatch.delenv("ROBUSTLAB_INPAINTER", raising=False)

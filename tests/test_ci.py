@@ -69,8 +69,9 @@ def test_ci_installs_the_system_packages_the_readme_names():
 # What a README "Use" line needs beyond the base install, by what the line runs.
 NEEDS = (
     (
-        r"robustlab synth |robustlab data tiny-checkpoints|ROBUSTLAB_INPAINTER=|"
-        r"ROBUSTLAB_BG_DIFFUSION=|ROBUSTLAB_EDIT_FILL=diffusers",
+        r"robustlab synth |robustlab data tiny-checkpoints|--inpainter |--bg-diffusion |"
+        r"--edit-fill diffusers|ROBUSTLAB_INPAINTER=|ROBUSTLAB_BG_DIFFUSION=|"
+        r"ROBUSTLAB_EDIT_FILL=diffusers",
         "[models]",
     ),
     (r"robustlab data icons", "[icons]"),

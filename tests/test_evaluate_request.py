@@ -22,6 +22,7 @@ from robustlab.workflows.evaluate import (
     keywords,
 )
 from robustlab.workflows.evaluate.execute import run_options
+from robustlab.workflows.evaluate.request import ToolSpec
 
 
 @pytest.fixture
@@ -65,13 +66,14 @@ def test_every_field_is_one_keyword_of_one_spec():
     known = keywords()
     owned = [
         f.metadata.get("keyword", f.name)
-        for spec in (DataSpec, CellSpec, ModelSpec, ExecutionSpec)
+        for spec in (DataSpec, CellSpec, ModelSpec, ExecutionSpec, ToolSpec)
         for f in dataclasses.fields(spec)
         if f.init
     ]
     assert len(owned) == len(set(owned)) == len(known) - 1  # and db, the request's own
     assert known["model"] == ("model", "spec") and known["data"] == ("data", "folder")
     assert known["db"] == (None, "db") and known["shift_jpeg"] == ("execution", "shift_jpeg")
+    assert known["edit_fill"] == ("tools", "edit_fill")  # the tools' settings (robustlab.settings)
     # robustlab.evaluate's docstring lists them all, from the same table
     doc = robustlab.evaluate.__doc__ or ""
     assert all(k in doc for k in known)

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.shifts import process_config
 from robustlab.shifts.generative.adm import (
     OPENAI_256_UNCOND,
     ADMConfig,
@@ -352,8 +351,7 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     )
     unet.save_pretrained(tmp_path / "ckpt")
     monkeypatch.setattr(guided_bg, "_CACHE", {})
-    monkeypatch.setattr(process_config, "_CONFIGURED", {})  # this test's configuration only
-    guided_bg.configure_bg_diffusion(tmp_path / "ckpt", device="cpu")
+    monkeypatch.delenv("ROBUSTLAB_BG_DIFFUSION", raising=False)  # the keywords' checkpoint only
     img, keep = _scene(64, 64)
     for root, arr in (("data", img), ("masks", keep.astype(np.uint8) * 255)):
         (tmp_path / root / "n01440764").mkdir(parents=True)
@@ -367,6 +365,8 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
         masks=tmp_path / "masks",
         progress=False,
         workers=0,
+        bg_diffusion=tmp_path / "ckpt",
+        bg_diffusion_device="cpu",
     )
     assert res.written == 1 and res.failed == 0
     manifest = json.loads(res.manifest_path.read_text())

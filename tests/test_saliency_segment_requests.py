@@ -90,7 +90,8 @@ def test_the_cli_builds_the_request_the_keywords_build():
     from robustlab.commands.saliency import request
 
     argv = ["saliency", "lite0", "--data", "val/", "--masks", "m/", "--shift", "blur_bg"]
-    args = build_parser().parse_args([*argv, "--seed", "2", "--workers", "0", "--limit", "3"])
+    argv += ["--seed", "2", "--workers", "0", "--limit", "3", "--edit-fill", "ns"]
+    args = build_parser().parse_args(argv)
     assert request(args) == SaliencyRequest.build(
         "lite0",
         "val/",
@@ -100,7 +101,9 @@ def test_the_cli_builds_the_request_the_keywords_build():
         workers=0,
         limit=3,
         progress=True,
+        edit_fill="ns",
     )
+    assert request(args).tools.settings.edit_fill == "ns"
 
 
 def test_the_cli_spells_the_library_defaults():

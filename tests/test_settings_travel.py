@@ -2,11 +2,12 @@
 describes, whatever its own environment says.
 
 The attribute edits' hole-fill backend is the setting under test (``telea`` and ``ns`` are
-both OpenCV, no weights): the driver plans with ``ns`` (configured in its process only),
-and each worker's environment says ``telea``. Settings used to reach workers through
-``os.environ``, so a worker whose environment disagreed (a Ray worker started before the
-driver configured anything, a worker on another node) filled holes with its own backend
-while the manifest said ``ns``.
+both OpenCV, no weights): the driver plans with ``ns`` (the request's ``edit_fill``, in no
+environment), and each worker's environment says ``telea``. Settings used to reach workers
+through ``os.environ``, so a worker whose environment disagreed (a Ray worker started
+before the driver configured anything, a worker on another node) filled holes with its own
+backend while the manifest said ``ns``. Now the resolved settings are part of the work
+(generate's job, ``CellImages.settings``) and every tool is handed them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from robustlab.workflows.generate import worker as generate_worker
 from robustlab.demo import materialise
 from robustlab.workflows.generate import MANIFEST, generate
 from robustlab.manifest import LOCK
-from robustlab.shifts import process_config
+from robustlab.settings import ToolSettings
 from robustlab.shifts.attributes import fill
 
 PHOTOS = ["rocket/rocket.jpg", "cat/chelsea.png"]
@@ -63,11 +64,9 @@ def references(demo_data, tmp_path_factory) -> dict[str, dict[str, bytes]]:
     found = {}
     for backend in ("telea", "ns"):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(process_config, "_CONFIGURED", {})
             mp.delenv(fill.ENV_FILL, raising=False)
-            fill.configure_hole_fill(backend)
             out = tmp_path_factory.mktemp(backend) / "out"
-            res = _generate(demo_data, out, workers=0)
+            res = _generate(demo_data, out, workers=0, edit_fill=backend)
             assert res.written == len(PHOTOS) and not res.failures
             found[backend] = _files(out)
     assert found["telea"].keys() == found["ns"].keys()
@@ -77,20 +76,17 @@ def references(demo_data, tmp_path_factory) -> dict[str, dict[str, bytes]]:
 
 
 @pytest.fixture
-def driver_plans_ns(monkeypatch):
-    """The driver's own configuration (this process only); nothing in any environment."""
-    monkeypatch.setattr(process_config, "_CONFIGURED", {})
+def no_backend_in_the_environment(monkeypatch):
+    """The driver's request names ``ns``; nothing in any environment."""
     monkeypatch.delenv(fill.ENV_FILL, raising=False)
-    fill.configure_hole_fill("ns")
-    assert fill.ENV_FILL not in os.environ
 
 
 def test_pool_workers_fill_with_the_tasks_backend_not_their_environment(
-    demo_data, references, driver_plans_ns, tmp_path, monkeypatch
+    demo_data, references, no_backend_in_the_environment, tmp_path, monkeypatch
 ):
     monkeypatch.setattr(generate_worker, "init_worker", _init_worker_whose_environment_says_telea)
     out = tmp_path / "pool"
-    res = _generate(demo_data, out, workers=2)
+    res = _generate(demo_data, out, workers=2, edit_fill="ns")
     assert res.written == len(PHOTOS) and not res.failures
     assert json.loads((out / MANIFEST).read_text())["hole_fill"]["backend"] == "opencv-ns"
     assert _files(out) == references["ns"]
@@ -102,10 +98,10 @@ def _hwc(img):
     return torch.from_numpy(img.copy())
 
 
-def _cells(demo_data, workers: int) -> list:
+def _cells(demo_data, workers: int, settings: ToolSettings) -> list:
     """The evaluation's work unit (TaskDataset over CellImages) for every photo, computed
     here (workers=0) or in a real process pool whose workers inherit an environment that
-    names no backend (so ``telea``, the default, if they read their own)."""
+    names no backend (so ``patch``, the default, if they read their own)."""
     from robustlab.data.sources import discover
     from robustlab.run.executors import iterate_local
     from robustlab.run.tasks import CellImages, Task, TaskDataset
@@ -115,7 +111,7 @@ def _cells(demo_data, workers: int) -> list:
     data, masks = demo_data
     samples = discover(data, masks=masks)
     protocol = get_suite("imagenet-e").protocol
-    images = CellImages(protocol, 0, with_mask=True)  # planned: takes the settings here
+    images = CellImages(protocol, 0, with_mask=True, settings=settings)  # as a plan makes it
     cells = tuple((s, get_shift(s).levels[0]) for s in SHIFTS)
     tasks = [Task(i, cells) for i in range(len(samples))]
     items = list(iterate_local(TaskDataset(samples, tasks, images, _hwc), workers=workers))
@@ -124,22 +120,22 @@ def _cells(demo_data, workers: int) -> list:
 
 
 def test_evaluation_workers_compute_cells_with_the_planned_backend(
-    demo_data, driver_plans_ns, monkeypatch
+    demo_data, no_backend_in_the_environment
 ):
-    here = _cells(demo_data, workers=0)
-    assert _cells(demo_data, workers=2) == here
-    monkeypatch.setattr(process_config, "_CONFIGURED", {})
-    assert _cells(demo_data, workers=0) != here  # telea, so the comparison can fail
+    ns = ToolSettings(edit_fill="ns")
+    here = _cells(demo_data, workers=0, settings=ns)
+    assert _cells(demo_data, workers=2, settings=ns) == here
+    assert _cells(demo_data, workers=0, settings=ToolSettings()) != here  # can fail
 
 
 @pytest.mark.slow
 def test_ray_workers_started_before_the_driver_configured(
-    ray_cluster, demo_data, references, driver_plans_ns, tmp_path
+    ray_cluster, demo_data, references, no_backend_in_the_environment, tmp_path
 ):
-    """The session's Ray workers were started before this test configured ``ns``, with an
-    environment that has no backend (so ``telea``, the default, if they read their own)."""
+    """The session's Ray workers were started before this test asked for ``ns``, with an
+    environment that has no backend (so ``patch``, the default, if they read their own)."""
     out = tmp_path / "ray"
-    res = _generate(demo_data, out, backend="ray")
+    res = _generate(demo_data, out, backend="ray", edit_fill="ns")
     assert res.written == len(PHOTOS) and not res.failures
     assert json.loads((out / MANIFEST).read_text())["hole_fill"]["backend"] == "opencv-ns"
     assert _files(out) == references["ns"]

@@ -36,6 +36,7 @@ from PIL import Image
 from robustlab.data.images import MIN_SIDE, ImageError, array_to_rgb, read_image
 from robustlab.errors import InputError
 from robustlab.seeding import derive_seed, make_rng
+from robustlab.settings import ToolSettings
 from robustlab.shifts.registry import Shift, get_shift, resource_context
 
 # Pillow filters by the names a Protocol may use.
@@ -452,8 +453,10 @@ def shift_context(
     donors=None,
     *,
     max_pixels: int | None = None,
+    settings: ToolSettings | None = None,
 ) -> dict[str, Any]:
-    """The ``ctx`` for one cell: the sample's mask and box, and a donor when needed.
+    """The ``ctx`` for one cell: the sample's mask and box, the tools the shift uses, and a
+    donor when needed.
 
     Args:
         sample: The sample being shifted.
@@ -465,6 +468,8 @@ def shift_context(
         donors: The data set's :class:`robustlab.shifts.scenes.DonorPool` (or the list of
             all its samples) for shifts with a ``donor_rule``; the donor is drawn from
             :func:`donor_seed`.
+        settings: The run's tool settings (the inpainter, the hole-fill backend...), the
+            ones its record describes; None: the environment's.
 
     Raises:
         ValueError / ImageError: a needed mask, donor or configured resource (see
@@ -479,8 +484,8 @@ def shift_context(
         ctx["mask"] = prepared.mask
     if prepared.bbox is not None:
         ctx["bbox"] = prepared.bbox
-    # Configured tools the shift needs (the ai_bg inpainter), loaded once per process.
-    ctx.update(resource_context(sh))
+    # The run's tools the shift uses (the ai_bg inpainter), loaded once per process.
+    ctx.update(resource_context(sh, settings))
     rule = sh.extra.get("donor_rule")
     if rule or sh.needs & DONOR_KEYS:
         from robustlab.shifts.scenes import DonorPool

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from robustlab.settings import DTYPES, EDIT_FILL_BACKENDS, VARIABLES, flag
+
 
 def max_workers() -> int:
     """The most ``--workers`` any command starts: 4 per CPU, at least 64.
@@ -425,3 +427,60 @@ def add_batch_size(p, *, default: int | None = None, what: str = "images per for
 def add_limit(p, *, what: str = "images") -> None:
     """``--limit``: only the first N of what the command reads, sorted by id."""
     p.add_argument("--limit", type=count, default=None, help=f"only the first N {what}")
+
+
+# One line of help per tool setting; the default is the environment variable of the same
+# setting (robustlab.settings.VARIABLES), read when the run is planned.
+_TOOL_HELP = {
+    "inpainter": (
+        "ai_bg's diffusers inpainting checkpoint folder (also the diffusers hole fill's)",
+        "none: ai_bg is skipped",
+    ),
+    "inpainter_device": ("device of the inpainter: cpu, cuda, cuda:1", "cuda when available"),
+    "inpainter_dtype": ("compute dtype of the inpainter", "float16 on a GPU, else float32"),
+    "bg_diffusion": (
+        "bg_complexity's guided-diffusion .pt file or diffusers UNet2DModel folder",
+        "none: bg_complexity is skipped",
+    ),
+    "bg_diffusion_device": ("device of the background diffusion model", "cuda when available"),
+    "bg_diffusion_dtype": (
+        "compute dtype of the background diffusion model",
+        "float16 on a GPU, else float32",
+    ),
+    "bg_adv_model": (
+        "model spec of bg_complexity_adv's classifier (e.g. torchvision:resnet50)",
+        "none: bg_complexity_adv is skipped",
+    ),
+    "edit_fill": ("hole fill of the ImageNet-E attribute edits", "patch"),
+}
+_TOOL_METAVAR = {
+    "inpainter": "FOLDER",
+    "inpainter_device": "DEVICE",
+    "bg_diffusion": "CHECKPOINT",
+    "bg_diffusion_device": "DEVICE",
+    "bg_adv_model": "MODEL",
+}
+
+
+def add_tools(p) -> None:
+    """The optional tools' settings (:class:`robustlab.settings.ToolSettings`), one flag per
+    field: they decide pixels, so the run record and a generated folder's manifest describe
+    them. Each left out is its ``ROBUSTLAB_*`` environment variable."""
+    g = p.add_argument_group(
+        "optional tools",
+        "settings of the tools some shifts use (they decide pixels and are "
+        "recorded with the run); each defaults to its ROBUSTLAB_* environment variable",
+    )
+    choices = {
+        "inpainter_dtype": DTYPES,
+        "bg_diffusion_dtype": DTYPES,
+        "edit_fill": EDIT_FILL_BACKENDS,
+    }
+    for name, var in VARIABLES.items():
+        g.add_argument(
+            flag(name),
+            default=None,
+            choices=choices.get(name),
+            metavar=_TOOL_METAVAR.get(name),
+            help=f"{_TOOL_HELP[name][0]} (default: ${var}, else {_TOOL_HELP[name][1]})",
+        )

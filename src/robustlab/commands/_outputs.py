@@ -56,6 +56,8 @@ INPUT_ARGS = {
     "weights": "--weights",
     "seg_weights": "--seg-weights",
     "checkpoint": "--checkpoint",
+    "inpainter": "--inpainter",  # the optional tools' checkpoints (commands/_args.add_tools)
+    "bg_diffusion": "--bg-diffusion",
     "predictions": "--predictions",
     "metadata": "--metadata",
     "questions": "--questions",

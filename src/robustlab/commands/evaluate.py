@@ -15,6 +15,7 @@ from robustlab.commands._args import (
     add_masks,
     add_no_progress,
     add_seed,
+    add_tools,
     add_weights,
     add_workers,
 )
@@ -50,6 +51,7 @@ def add_parser(sub) -> None:
     add_device(p)
     add_batch_size(p)
     add_defence_args(p)
+    add_tools(p)
     add_inference_args(p)
     add_workers(p)
     p.add_argument(

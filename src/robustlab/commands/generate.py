@@ -12,6 +12,7 @@ from robustlab.commands._args import (
     add_masks,
     add_no_progress,
     add_seed,
+    add_tools,
     add_unlabelled,
     add_workers,
     count,
@@ -60,6 +61,7 @@ def add_parser(sub) -> None:
         help="no resize or crop; sources under 32x32 are skipped",
     )
     add_seed(p)
+    add_tools(p)
     add_into_existing(p)
     add_workers(p)
     p.add_argument(
@@ -79,7 +81,14 @@ def run(args) -> int:
     )
     from robustlab.workflows.keywords import specs_from_args
 
-    parts = {"cells": GenerateCells, "inputs": GenerateInputs, "execution": GenerateExecution}
+    from robustlab.workflows.tools import ToolSpec
+
+    parts = {
+        "cells": GenerateCells,
+        "inputs": GenerateInputs,
+        "execution": GenerateExecution,
+        "tools": ToolSpec,
+    }
     res = generate(args.suite, args.data, args.out, **specs_from_args("generate", args, parts))
     # Two rates, each naming its unit: source photos read (each gives one file per cell)
     # and files written by this call.

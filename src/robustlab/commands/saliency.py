@@ -25,6 +25,7 @@ from robustlab.commands._args import (
     add_masks,
     add_no_progress,
     add_seed,
+    add_tools,
     add_weights,
     add_workers,
 )
@@ -66,6 +67,7 @@ def add_parser(sub) -> None:
         help="class to explain: the model's top-1 or the true label (default: predicted)",
     )
     add_seed(p)
+    add_tools(p)
     add_cell_filters(p)
     add_labels(p)
     add_label_space(p, default="imagenet1k")
@@ -106,6 +108,7 @@ def request(args):
     """The :class:`robustlab.workflows.saliency.SaliencyRequest` of the parsed flags."""
     from robustlab.workflows._masked import MaskedCells, MaskedData
     from robustlab.workflows.saliency import SaliencyExecution, SaliencyModel, SaliencyRequest
+    from robustlab.workflows.tools import ToolSpec
 
     from robustlab.workflows.keywords import specs_from_args
 
@@ -114,6 +117,7 @@ def request(args):
         "data": MaskedData,
         "cells": MaskedCells,
         "run": SaliencyExecution,
+        "tools": ToolSpec,
     }
     return SaliencyRequest(**specs_from_args("saliency", args, parts))
 

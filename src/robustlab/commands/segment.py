@@ -23,6 +23,7 @@ from robustlab.commands._args import (
     add_masks,
     add_no_progress,
     add_seed,
+    add_tools,
     add_weights,
 )
 from robustlab.errors import InputError
@@ -58,6 +59,7 @@ def add_parser(sub) -> None:
         "--background", type=int, default=0, help="index of the background class (default: 0)"
     )
     add_seed(p)
+    add_tools(p)
     add_cell_filters(p)
     add_labels(p)
     add_device(p)
@@ -94,7 +96,9 @@ def request(args):
 
     if args.weights == "random":
         raise InputError("--weights needs a checkpoint file; random weights cannot be stored")
-    parts = {"data": MaskedData, "cells": MaskedCells, "run": MaskedExecution}
+    from robustlab.workflows.tools import ToolSpec
+
+    parts = {"data": MaskedData, "cells": MaskedCells, "run": MaskedExecution, "tools": ToolSpec}
     specs = specs_from_args("segment", args, parts)
     model = load_segmentation_model(
         args.model,

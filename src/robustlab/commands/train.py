@@ -15,6 +15,7 @@ from robustlab.commands._args import (
     add_masks,
     add_no_progress,
     add_seed,
+    add_tools,
     seed,
     add_workers,
 )
@@ -89,6 +90,7 @@ def add_parser(sub) -> None:
         "--split-seed", type=seed, default=0, help="seed of the train/test split (default 0)"
     )
     add_seed(p)
+    add_tools(p)
     p.add_argument("--out", default="checkpoints", help="checkpoint folder (default ./checkpoints)")
     add_db(p)
     add_labels(p)

@@ -141,11 +141,14 @@ def train_request(args, *, preprocess=None):
     )
     from robustlab.workflows.keywords import specs_from_args
 
+    from robustlab.workflows.tools import ToolSpec
+
     parts = {
         "model": TrainModel,
         "data": TrainData,
         "cells": TrainCells,
         "execution": TrainExecution,
+        "tools": ToolSpec,
     }
     specs = specs_from_args(
         "train", args, parts, model_spec=args.model, config=config, preprocess=preprocess

@@ -22,7 +22,7 @@ import numpy as np
 
 from robustlab.errors import CellSkipped
 from robustlab.paths import file_inside, outside, why_not_inside
-from robustlab.shifts.process_config import process_settings, task_settings
+from robustlab.settings import ToolSettings
 from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,11 @@ class CellImages:
             (:class:`robustlab.output_hashes.Digests`): a file whose bytes differ, or
             that has none, is skipped with the reason, never scored as its cell.
 
-    The tools' settings this process plans with (``process_config.process_settings``) are
-    taken at construction, in the driver, and every cell is computed with them wherever
-    this object is unpickled: a worker's own environment never changes a pixel.
+        settings: The run's tool settings (:class:`~robustlab.settings.
+            ToolSettings`, resolved by the planner: the ones its record describes); every
+            cell is computed with them wherever this object is unpickled, so a worker's own
+            environment never changes a pixel. None: the environment of the process that
+            builds this object.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class CellImages:
         with_mask: bool = False,
         generated_skips: dict[tuple[str, str | None, str | None], str] | None = None,
         expected=None,
+        settings: ToolSettings | None = None,
     ):
         self.protocol = protocol
         self.expected = expected
@@ -82,7 +85,7 @@ class CellImages:
         self.seed = int(seed)
         self.generated_root = Path(generated_root) if generated_root is not None else None
         self.with_mask = with_mask
-        self.settings = process_settings()
+        self.settings = settings if settings is not None else ToolSettings.from_environment()
         self.donors = None
         if donors is not None:
             from robustlab.shifts.scenes import DonorPool
@@ -131,12 +134,18 @@ class CellImages:
             ctx = None
             if sh.needs or prepared.mask is not None or sh.extra.get("donor_rule"):
                 ctx = pipeline.shift_context(
-                    sample, prepared, sh, level, self.seed, self.protocol, self.donors
+                    sample,
+                    prepared,
+                    sh,
+                    level,
+                    self.seed,
+                    self.protocol,
+                    self.donors,
+                    settings=self.settings,
                 )
             if attributes is not None:
                 ctx = {**(ctx or {}), "attributes": attributes}
-            with task_settings(self.settings):
-                shifted = pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx)
+            shifted = pipeline.apply_shift(prepared.rgb, sample.id, sh, level, self.seed, ctx)
             img = pipeline.as_stored(shifted, self.protocol)
         return img[..., :3] if img.shape[2] == 4 else img
 

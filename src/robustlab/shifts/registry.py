@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import CellSkipped, InputError, MissingResourceError, unknown_name
+from robustlab.settings import ToolSettings
 
 ShiftFn = Callable[..., np.ndarray]
 
@@ -330,21 +331,25 @@ FAMILY_MODULES = (
 class Resource:
     """A tool from the user's configuration, not from the sample, that pixels depend on.
 
+    Every callable takes the run's :class:`~robustlab.settings.ToolSettings`
+    (resolved by the planner and shipped with the work), never a process-wide setting.
+
     Two kinds. A *loaded* resource is a context entry: some shifts need a heavy, optional
     tool (a diffusion inpainter for ``ai_bg``), name its key in ``needs``, and the module
     providing the tool registers how to tell whether it is configured (cheap, no loading)
-    and how to load it (once per process). A *recorded* resource has neither: the shifts
-    read a process-wide setting themselves (the attribute edits' hole-fill backend), so
-    only its description is recorded, and ``used_by`` says which shifts depend on it.
+    and how to load it (once per process). A *recorded* resource has no ``check``: it is
+    always there (the attribute edits' hole-fill backend, ``patch`` by default), ``used_by``
+    says which shifts depend on it, its description is recorded, and its ``load`` (if any)
+    gives those shifts ``ctx[key]``.
 
     Attributes:
         key: The ``ctx`` / run-config key, e.g. ``"inpainter"``.
-        check: ``() -> None`` when configured, else a one-line hint on how to configure it
-            (None: a recorded resource).
-        load: ``() -> value`` put into ``ctx[key]`` (None: a recorded resource).
-        describe: ``() -> dict`` naming the configured tool (path, ``fingerprint``...)
-            without loading it; recorded in runs and manifests, because the pixels a
-            shift draws depend on it. None: nothing to record.
+        check: ``(settings) -> None`` when configured, else a one-line hint on how to
+            configure it (None: a recorded resource).
+        load: ``(settings) -> value`` put into ``ctx[key]``.
+        describe: ``(settings) -> dict`` naming the configured tool (path,
+            ``fingerprint``...) without loading it; recorded in runs and manifests, because
+            the pixels a shift draws depend on it. None: nothing to record.
         what: How messages name the resource (empty: its key).
         name_field: The description's field that names the configured tool in messages.
         used_by: Which shifts' pixels depend on it (None: those naming ``key`` in ``needs``).
@@ -356,9 +361,9 @@ class Resource:
     """
 
     key: str
-    check: Callable[[], str | None] | None = None
-    load: Callable[[], Any] | None = None
-    describe: Callable[[], dict] | None = None
+    check: Callable[[ToolSettings], str | None] | None = None
+    load: Callable[[ToolSettings], Any] | None = None
+    describe: Callable[[ToolSettings], dict] | None = None
     what: str = ""
     name_field: str = "path"
     used_by: Callable[[Shift], bool] | None = None
@@ -390,9 +395,9 @@ _RESOURCES: dict[str, Resource] = {}
 def register_resource(
     key: str,
     *,
-    check: Callable[[], str | None] | None = None,
-    load: Callable[[], Any] | None = None,
-    describe: Callable[[], dict] | None = None,
+    check: Callable[[ToolSettings], str | None] | None = None,
+    load: Callable[[ToolSettings], Any] | None = None,
+    describe: Callable[[ToolSettings], dict] | None = None,
     what: str = "",
     name_field: str = "path",
     used_by: Callable[[Shift], bool] | None = None,
@@ -400,11 +405,11 @@ def register_resource(
 ) -> None:
     """Declare how the context key ``key`` is checked, filled and described from configuration.
 
-    A loaded resource gives ``check`` and ``load``; a recorded one neither, but
+    A loaded resource gives ``check`` and ``load``; a recorded one no ``check``, but
     ``describe`` and ``used_by`` (see :class:`Resource`).
     """
-    if (check is None) != (load is None):
-        raise TypeError(f"resource {key!r}: give both check and load, or neither")
+    if check is not None and load is None:
+        raise TypeError(f"resource {key!r}: a checked resource needs load")
     if check is None and (describe is None or used_by is None):
         raise TypeError(f"recorded resource {key!r} needs describe and used_by")
     _RESOURCES[key] = Resource(
@@ -462,10 +467,20 @@ def recorded_resources(shifts: Iterable[Shift]) -> list[str]:
     ]
 
 
-def describe_resources(shifts: Iterable[Shift]) -> dict[str, dict]:
-    """``{key: description}`` of the self-describing resources ``shifts`` depend on."""
+def _tools(settings: ToolSettings | None) -> ToolSettings:
+    """The run's settings; None (a caller that plans nothing, e.g. a notebook): the
+    environment's."""
+    return settings if settings is not None else ToolSettings.from_environment()
+
+
+def describe_resources(
+    shifts: Iterable[Shift], settings: ToolSettings | None = None
+) -> dict[str, dict]:
+    """``{key: description}`` of the self-describing resources ``shifts`` depend on, as
+    ``settings`` configure them."""
+    tools = _tools(settings)
     return {
-        k: describe()
+        k: describe(tools)
         for k in recorded_resources(shifts)
         if (describe := _RESOURCES[k].describe) is not None
     }
@@ -477,31 +492,37 @@ def needs_resource(shift: Shift) -> bool:
     return any(k in _RESOURCES for k in shift.needs)
 
 
-def missing_resource(shift: Shift) -> str | None:
-    """Why ``shift`` cannot run here (a resource it needs is not configured), or None."""
+def missing_resource(shift: Shift, settings: ToolSettings | None = None) -> str | None:
+    """Why ``shift`` cannot run with ``settings`` (a resource it needs is not configured),
+    or None."""
     _ensure_loaded()
+    tools = _tools(settings)
     for key in sorted(shift.needs):
         res = _RESOURCES.get(key)
-        hint = res.check() if res is not None and res.check is not None else None
+        hint = res.check(tools) if res is not None and res.check is not None else None
         if hint:
             return f"{shift.name}: no usable {key} ({hint})"
     return None
 
 
-def resource_context(shift: Shift) -> dict[str, Any]:
-    """The configured resources ``shift`` needs, loaded (``{}`` for most shifts)."""
+def resource_context(shift: Shift, settings: ToolSettings | None = None) -> dict[str, Any]:
+    """The resources ``shift`` uses, as ``settings`` configure them, loaded (``{}`` for
+    most shifts)."""
     _ensure_loaded()
+    tools = _tools(settings)
     return {
-        k: load()
-        for k in sorted(shift.needs)
-        if k in _RESOURCES and (load := _RESOURCES[k].load) is not None
+        k: load(tools)
+        for k, res in sorted(_RESOURCES.items())
+        if (load := res.load) is not None and res.uses(shift)
     }
 
 
-def available_shifts(names: Iterable[str], *, log=None) -> list[str]:
-    """``names`` without the shifts whose resources are not configured, each dropped one
-    logged as a warning with the hint; so a suite such as ``ximagenet12`` runs everywhere
-    and gains ``ai_bg`` once an inpainter is configured.
+def available_shifts(
+    names: Iterable[str], settings: ToolSettings | None = None, *, log=None
+) -> list[str]:
+    """``names`` without the shifts whose resources ``settings`` do not configure, each
+    dropped one logged as a warning with the hint; so a suite such as ``ximagenet12`` runs
+    everywhere and gains ``ai_bg`` once an inpainter is configured.
 
     Raises:
         MissingResourceError: every requested shift is unavailable (the first hint says why).
@@ -509,10 +530,11 @@ def available_shifts(names: Iterable[str], *, log=None) -> list[str]:
     import logging
 
     log = log or logging.getLogger("robustlab")
+    tools = _tools(settings)
     names = list(names)
     kept, reasons = [], []
     for n in names:
-        why = missing_resource(get_shift(n))
+        why = missing_resource(get_shift(n), tools)
         if why:
             reasons.append(why)
             log.warning("skipping %s", why)

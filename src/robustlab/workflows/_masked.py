@@ -6,8 +6,10 @@ output with each cell's object mask. Everything but the model's part is the same
 here once so the two cannot drift apart:
 
 - the request's parts: :class:`MaskedData` (images, masks, labels, limit),
-  :class:`MaskedCells` (suite, shifts, levels, seed) and :class:`MaskedExecution`
-  (database, batch size, progress), frozen and checked when built;
+  :class:`MaskedCells` (suite, shifts, levels, seed), :class:`MaskedExecution`
+  (database, batch size, progress) and the optional tools' settings
+  (:class:`~robustlab.workflows.tools.ToolSpec`: ``ai_bg``'s inpainter), frozen and
+  checked when built;
   :func:`robustlab.workflows.keywords.build_specs` builds them from the keyword arguments of the Python functions;
 - :func:`select`: the cells (the one selection grammar, clean first) and the samples that
   have a mask;
@@ -37,6 +39,9 @@ from robustlab.store.schema import CLEAN_SHIFT
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+    from robustlab.settings import ToolSettings
+    from robustlab.workflows.tools import ToolSpec
 
     from robustlab.store import RunRecord, Store
     from robustlab.suites import Suite
@@ -118,7 +123,8 @@ class MaskedExecution:
 class Selection:
     """What a masked run covers: the suite restricted to the chosen scenarios, its cells
     (clean first, levels as the suite gives them), every discovered sample (the donor
-    pool), the samples with masks (after ``limit``) and what was left out, with reasons."""
+    pool), the samples with masks (after ``limit``) and what was left out, with reasons;
+    ``tools``: the resolved tool settings the cells are drawn with."""
 
     suite: Suite
     cells: list[tuple[str, Any]]
@@ -127,6 +133,7 @@ class Selection:
     skipped: list[tuple[str, str]]
     root: Path
     mask_root: Path
+    tools: ToolSettings
 
     @property
     def keys(self) -> list[tuple[str, str]]:
@@ -134,8 +141,11 @@ class Selection:
         return [(sh, str(lv)) for sh, lv in self.cells]
 
 
-def select_cells(cells: MaskedCells) -> tuple[Suite, list[tuple[str, Any]]]:
-    """The suite restricted to the chosen scenarios and its cells, the clean one first."""
+def select_cells(
+    cells: MaskedCells, tools: ToolSettings | None = None
+) -> tuple[Suite, list[tuple[str, Any]]]:
+    """The suite restricted to the chosen scenarios and its cells, the clean one first
+    (a shift whose tool ``tools`` do not configure is left out, logged)."""
     from robustlab.shifts.registry import available_shifts
     from robustlab.suites import get_suite
 
@@ -143,17 +153,20 @@ def select_cells(cells: MaskedCells) -> tuple[Suite, list[tuple[str, Any]]]:
     if cells.shifts is not None and list(cells.shifts) == [CLEAN_SHIFT]:
         return s, [(CLEAN_SHIFT, 0)]
     wanted = [n for n in cells.shifts or () if n != CLEAN_SHIFT]
-    names = available_shifts(s.match(wanted or None), log=log)
+    names = available_shifts(s.match(wanted or None), tools, log=log)
     s = s.select(names, cells.levels or None).suite
     return s, [(CLEAN_SHIFT, 0), *s.cells()]
 
 
-def select(data: MaskedData, cells: MaskedCells) -> Selection:
-    """The cells and the samples with masks of a masked run (nothing decoded yet)."""
+def select(data: MaskedData, cells: MaskedCells, tools: ToolSpec | None = None) -> Selection:
+    """The cells and the samples with masks of a masked run (nothing decoded yet), drawn
+    with ``tools``' settings (None: the environment's)."""
     from robustlab.data.sources import discover, no_mask_reason
+    from robustlab.settings import ToolSettings
 
     root, mask_root = data.roots()
-    suite, chosen = select_cells(cells)
+    settings = tools.settings if tools is not None else ToolSettings.from_environment()
+    suite, chosen = select_cells(cells, settings)
     samples = discover(root, labels_csv=data.labels_csv, masks=mask_root)
     skipped: list[tuple[str, str]] = [tuple(x) for x in getattr(samples, "skipped", [])]
     skipped += [(x.id, no_mask_reason(x)) for x in samples if x.mask_path is None]
@@ -162,7 +175,7 @@ def select(data: MaskedData, cells: MaskedCells) -> Selection:
         usable = usable[: int(data.limit)]
     if not usable:
         raise InputError(f"no images with masks in {root}", hint="check --masks")
-    return Selection(suite, chosen, samples, usable, skipped, root, mask_root)
+    return Selection(suite, chosen, samples, usable, skipped, root, mask_root, settings)
 
 
 def masked_record(
@@ -179,9 +192,11 @@ def masked_record(
     """The run record of a masked run: its id hashes the task, the model's part of the
     identity (``model``: spec, weights hash and what else decides its output), the suite,
     robustlab's version, the seed, the protocol, and the content of the images and of the
-    masks (the masks are the truth: a replaced one is another run)."""
+    masks (the masks are the truth: a replaced one is another run). Its config describes
+    the tools the cells were drawn with (``ai_bg``'s inpainter), as an evaluation's does."""
     from robustlab.version import __version__
     from robustlab.run.identity import make_record, masked_fingerprints
+    from robustlab.shifts.registry import describe_resources, get_shift
 
     fingerprint, mask_fingerprint = masked_fingerprints(sel.usable)
     protocol = sel.suite.protocol.describe()
@@ -209,6 +224,10 @@ def masked_record(
             "labels_csv": str(data.labels_csv) if data.labels_csv else None,
             "cells": [list(c) for c in sel.keys],
             "limit": data.limit,
+            **describe_resources(
+                [get_shift(n) for n in dict.fromkeys(n for n, _ in sel.cells) if n != CLEAN_SHIFT],
+                sel.tools,
+            ),
             **config,
         },
         n_samples=len(sel.usable),
@@ -226,7 +245,11 @@ def cell_images(sel: Selection, seed: int):
         get_shift(n).extra.get("donor_rule") for n, _ in sel.cells if n != CLEAN_SHIFT
     )
     return CellImages(
-        sel.suite.protocol, seed, donors=list(sel.samples) if needs_donors else None, with_mask=True
+        sel.suite.protocol,
+        seed,
+        donors=list(sel.samples) if needs_donors else None,
+        with_mask=True,
+        settings=sel.tools,
     )
 
 

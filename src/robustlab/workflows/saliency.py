@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -37,6 +37,7 @@ from robustlab.errors import InputError
 from robustlab.saliency.methods import DEFAULT_METHOD, METHODS
 from robustlab.store.schema import SALIENCY_MAP_SIDE, SALIENCY_TASK
 from robustlab.workflows.keywords import build_specs
+from robustlab.workflows.tools import ToolSpec
 from robustlab.workflows._masked import (
     MaskedCells,
     MaskedData,
@@ -193,6 +194,7 @@ class SaliencyRequest:
     data: MaskedData
     cells: MaskedCells = MaskedCells()
     run: SaliencyExecution = SaliencyExecution()
+    tools: ToolSpec = field(default_factory=ToolSpec)  # the optional tools (ai_bg's inpainter)
 
     @classmethod
     def build(cls, model, data, **options: Any) -> SaliencyRequest:
@@ -206,6 +208,7 @@ class SaliencyRequest:
                 "data": MaskedData,
                 "cells": MaskedCells,
                 "run": SaliencyExecution,
+                "tools": ToolSpec,
             },
         )
         return cls(**parts)
@@ -347,7 +350,7 @@ def run_saliency(req: SaliencyRequest) -> SaliencyResult:
     from robustlab.workflows.evaluate.labels import labels_for
 
     require_library(req.model.method)
-    sel = select(req.data, req.cells)
+    sel = select(req.data, req.cells, req.tools)
     gone = sorted({sh for sh, _ in sel.keys if target_rule(sh) is None})
     store = Store(req.run.db)
     store.check()  # a damaged database fails now, not after the model has loaded

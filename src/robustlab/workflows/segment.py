@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ import pandas as pd
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.workflows.keywords import build_specs
+from robustlab.workflows.tools import ToolSpec
 from robustlab.workflows._masked import (
     MaskedCells,
     MaskedData,
@@ -215,6 +216,7 @@ class SegmentRequest:
     data: MaskedData
     cells: MaskedCells = MaskedCells()
     run: MaskedExecution = MaskedExecution()
+    tools: ToolSpec = field(default_factory=ToolSpec)  # the optional tools (ai_bg's inpainter)
 
     def __post_init__(self) -> None:
         if self.model.weights_hash in (None, "random"):
@@ -230,7 +232,7 @@ class SegmentRequest:
         parts = build_specs(
             "segment_to_store",
             {"data": data, **options},
-            {"data": MaskedData, "cells": MaskedCells, "run": MaskedExecution},
+            {"data": MaskedData, "cells": MaskedCells, "run": MaskedExecution, "tools": ToolSpec},
         )
         return cls(model, **parts)
 
@@ -335,11 +337,11 @@ def evaluate_segmentation(
     parts = build_specs(
         "evaluate_segmentation",
         {"data": data, **options},
-        {"data": MaskedData, "cells": MaskedCells},
+        {"data": MaskedData, "cells": MaskedCells, "tools": ToolSpec},
     )
     if int(batch_size) < 1:
         raise InputError(f"batch size must be at least 1, got {batch_size}")
-    sel = select(parts["data"], parts["cells"])
+    sel = select(parts["data"], parts["cells"], parts["tools"])
     seed = parts["cells"].seed
     rows, skipped = _score(model, sel, seed, int(batch_size), done, sink)
     skipped = sel.skipped + skipped
@@ -390,7 +392,7 @@ def run_segment(req: SegmentRequest) -> SegmentationResult:
     from robustlab.store.schema import SEGMENTATION_TASK
 
     model, seed = req.model, req.cells.seed
-    sel = select(req.data, req.cells)
+    sel = select(req.data, req.cells, req.tools)
     # By content (cached), not by size: a replaced photo or mask is another run.
     record = masked_record(
         SEGMENTATION_TASK,

@@ -29,7 +29,7 @@ from robustlab.shifts.attributes._common import (
     largest_box,
     object_rate,
 )
-from robustlab.shifts.attributes.fill import configure_hole_fill, describe_hole_fill
+from robustlab.shifts.attributes.fill import describe_hole_fill, hole_fill_context
 from robustlab.shifts.registry import register_resource
 from robustlab.store.schema import ATTRIBUTE_VALUE_COLUMNS
 
@@ -44,10 +44,12 @@ def needs_hole_fill(shift) -> bool:
 
 
 # The fill backend is a recorded resource: runs and manifests hold its description, and a
-# resumed run or folder refuses another backend, exactly as for ai_bg's inpainter.
+# resumed run or folder refuses another backend, exactly as for ai_bg's inpainter; the
+# edits find the run's backend in ctx["hole_fill"].
 register_resource(
     "hole_fill",
-    describe=describe_hole_fill,
+    load=hole_fill_context,
+    describe=lambda settings: describe_hole_fill(settings=settings),
     what="hole-fill backend",
     name_field="backend",
     used_by=needs_hole_fill,
@@ -62,7 +64,6 @@ __all__ = [
     "hf_complexity",
     "largest_box",
     "object_rate",
-    "configure_hole_fill",
     "describe_hole_fill",
     "needs_hole_fill",
 ]

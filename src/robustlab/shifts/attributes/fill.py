@@ -2,7 +2,7 @@
 
 Moving, shrinking or rotating an object uncovers the pixels it used to hide. ImageNet-E
 filled that region with TFill (a learned inpainting model) before pasting the edited object
-back. Here the backend is chosen once per process, like the ``ai_bg`` inpainter:
+back. Here the backend is one of the run's tool settings, like the ``ai_bg`` inpainter:
 
 - ``patch`` (default): an exemplar fill (multi-scale PatchMatch completion,
   :mod:`.patchfill`) that copies patches of the photo's own background into the hole.
@@ -15,15 +15,17 @@ back. Here the backend is chosen once per process, like the ``ai_bg`` inpainter:
   streaks that converge where the object was, a silhouette a classifier can use (see
   docs/imagenet_e.md for the comparison); kept as an option and for old folders;
 - ``diffusers``: the local diffusers inpainting checkpoint configured for ``ai_bg``
-  (``ROBUSTLAB_INPAINTER``, see :mod:`robustlab.shifts.generative.inpaint`), seeded by one draw
+  (``--inpainter`` / ``ROBUSTLAB_INPAINTER``, see :mod:`robustlab.shifts.generative.inpaint`), seeded by one draw
   from the cell's generator (the seed rule), drawn after the edit's own draws.
 
 The weights-free fills are cached per (image, hole, backend) so the size, position and
 direction edits of one image fill it once.
 
-Configuration: ``ROBUSTLAB_EDIT_FILL`` = ``patch`` | ``telea`` | ``ns`` | ``diffusers`` (read
-by the planning process, then carried by each task to the workers), or
-:func:`configure_hole_fill`; a ``ctx["hole_fill"]`` given directly wins.
+Configuration: the run's :class:`~robustlab.settings.ToolSettings`
+``edit_fill`` = ``patch`` | ``telea`` | ``ns`` | ``diffusers`` (``--edit-fill``, default
+``$ROBUSTLAB_EDIT_FILL``; resolved by the planning process, then put in each cell's
+``ctx["hole_fill"]`` by the workers, :func:`hole_fill_context`); a ``ctx["hole_fill"]``
+given directly (a name or an inpainter) is what fills, and without one the environment's.
 :func:`describe_hole_fill` is the record that ``generate`` writes to its manifest and
 ``evaluate`` to the run config, with a fingerprint that changes whenever the filled pixels
 could: a folder or run made with one backend never resumes under another.
@@ -46,11 +48,11 @@ import numpy as np
 from robustlab.errors import CellSkipped
 from robustlab.seeding import randint
 from robustlab.shifts.attributes.patchfill import patch_fill
-from robustlab.shifts.process_config import set_process_config, setting
+from robustlab.settings import EDIT_FILL_BACKENDS, VARIABLES, ToolSettings
 
-ENV_FILL = "ROBUSTLAB_EDIT_FILL"
+ENV_FILL = VARIABLES["edit_fill"]
 DEFAULT_BACKEND = "patch"
-BACKENDS = ("patch", "telea", "ns", "diffusers")
+BACKENDS = EDIT_FILL_BACKENDS
 # Parameters as data: every backend's settings, recorded in describe_hole_fill().
 # patch: see robustlab.shifts.attributes.patchfill.patch_fill (em/sweeps: coarsest level,
 # middle levels, full resolution); chosen on the demo photos for no visible seams within
@@ -85,24 +87,28 @@ _cache: OrderedDict[bytes, tuple[np.ndarray, str]] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def backend_name(value: str | None = None) -> str:
-    """The configured backend (``value``, else ``$ROBUSTLAB_EDIT_FILL``, else ``patch``).
+def backend_name(value: str | None = None, settings: ToolSettings | None = None) -> str:
+    """The backend: ``value``, else the ``settings``' ``edit_fill`` (for None settings, the
+    environment's), else ``patch``.
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones).
+        InputError: an unknown name (a ValueError; the message lists the known ones).
     """
-    name = value if value is not None else setting(ENV_FILL) or DEFAULT_BACKEND
-    name = str(name).strip().lower()
-    if name not in BACKENDS:
-        raise ValueError(
-            f"unknown hole-fill backend {name!r} ({ENV_FILL}); use one of {', '.join(BACKENDS)}"
-        )
-    return name
+    if value is None:
+        tools = settings if settings is not None else ToolSettings.from_environment()
+        return tools.edit_fill or DEFAULT_BACKEND
+    return ToolSettings(edit_fill=str(value)).edit_fill or DEFAULT_BACKEND
 
 
-def configure_hole_fill(backend: str) -> None:
-    """Use ``backend`` for the attribute edits in this process and the workers it starts."""
-    set_process_config({ENV_FILL: backend_name(backend)})
+def hole_fill_context(settings: ToolSettings):
+    """What a cell's ``ctx["hole_fill"]`` holds for ``settings``: the backend's name, or
+    for ``diffusers`` the run's inpainter, loaded (once per process)."""
+    name = backend_name(settings=settings)
+    if name != "diffusers":
+        return name
+    from robustlab.shifts.generative.inpaint import get_inpainter
+
+    return get_inpainter(settings=settings)
 
 
 def hole_mask(mask: np.ndarray, dilate: int) -> np.ndarray:
@@ -207,7 +213,9 @@ def fill_background(image: np.ndarray, mask: np.ndarray, rng, ctx) -> tuple[np.n
     return np.asarray(out, dtype=np.uint8), "diffusers"
 
 
-def describe_hole_fill(backend: str | None = None) -> dict[str, Any]:
+def describe_hole_fill(
+    backend: str | None = None, settings: ToolSettings | None = None
+) -> dict[str, Any]:
     """JSON-able record of the configured backend, with a 16-hex-digit ``fingerprint``.
 
     Weights-free backends: their settings and the OpenCV version (its inpainting code shapes
@@ -218,13 +226,13 @@ def describe_hole_fill(backend: str | None = None) -> dict[str, Any]:
     Raises:
         ValueError: unknown backend, or ``diffusers`` without a configured checkpoint.
     """
-    name = backend_name(backend)
+    name = backend_name(backend, settings)
     label = {"diffusers": "diffusers", "patch": "patchmatch"}.get(name, f"opencv-{name}")
     rec: dict[str, Any] = {"backend": label, **SETTINGS[name]}
     if name == "diffusers":
         from robustlab.shifts.generative.inpaint import describe_inpainter
 
-        rec["inpainter"] = describe_inpainter()
+        rec["inpainter"] = describe_inpainter(settings=settings)
     else:
         rec["opencv"] = cv2.__version__
     if name == "patch":
@@ -243,7 +251,7 @@ __all__ = [
     "BACKENDS",
     "SETTINGS",
     "backend_name",
-    "configure_hole_fill",
+    "hole_fill_context",
     "hole_mask",
     "fill_background",
     "describe_hole_fill",

@@ -28,13 +28,14 @@ from the cell's generator (the seed rule), so a cell is reproducible on one mach
 the noise is the same on every device. The image is processed at the model's size (256)
 and resized back; the exact original object pixels are pasted at the end.
 
-Configuration, like ``ai_bg``'s inpainter (read by the planning process, then carried by each task):
-``ROBUSTLAB_BG_DIFFUSION`` = a guided-diffusion ``.pt`` file (OpenAI 256x256 unconditional
-architecture) or a diffusers ``UNet2DModel`` folder; ``ROBUSTLAB_BG_DIFFUSION_DEVICE``
-(default cuda when available) and ``ROBUSTLAB_BG_DIFFUSION_DTYPE`` (``float32``, or
-``float16``/``bfloat16`` autocast; default float16 on a GPU); ``ROBUSTLAB_BG_ADV_MODEL`` =
-the model spec of the adversarial level's classifier (e.g. ``torchvision:resnet50``).
-:func:`configure_bg_diffusion` sets them from Python.
+Configuration, like ``ai_bg``'s inpainter: the run's
+:class:`~robustlab.settings.ToolSettings` (resolved by the planning process,
+then carried by each task): ``bg_diffusion`` (``--bg-diffusion``, default
+``$ROBUSTLAB_BG_DIFFUSION``) = a guided-diffusion ``.pt`` file (OpenAI 256x256 unconditional
+architecture) or a diffusers ``UNet2DModel`` folder; ``bg_diffusion_device`` (default cuda
+when available) and ``bg_diffusion_dtype`` (``float32``, or ``float16``/``bfloat16``
+autocast; default float16 on a GPU); ``bg_adv_model`` = the model spec of the adversarial
+level's classifier (e.g. ``torchvision:resnet50``).
 """
 
 from __future__ import annotations
@@ -46,12 +47,7 @@ from typing import Any
 
 from robustlab.errors import CellSkipped, RobustlabError
 from robustlab.seeding import randint
-from robustlab.shifts.process_config import (
-    setting,
-    checked_path,
-    path_setting_problem,
-    set_process_config,
-)
+from robustlab.settings import ToolSettings, checked_path, path_setting_problem
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.scenes._common import check_image, check_mask
 from robustlab.shifts.generative.guided_sampler import (
@@ -119,24 +115,33 @@ def _problem(path) -> str | None:
     return f"{p} does not exist"
 
 
-def _settings(path, device, dtype):
+def _tools(settings: ToolSettings | None) -> ToolSettings:
+    return settings if settings is not None else ToolSettings.from_environment()
+
+
+def _settings(path, device, dtype, settings: ToolSettings | None):
     from robustlab.errors import MissingResourceError
     from robustlab.models.devices import auto_device
 
-    path = path if path is not None else setting(ENV_PATH)
+    tools = _tools(settings)
+    path = path if path is not None else tools.bg_diffusion
     if not path:
         raise MissingResourceError("no background-diffusion checkpoint configured", hint=_hint())
-    device = auto_device(device or setting(ENV_DEVICE) or None)
+    device = auto_device(device or tools.bg_diffusion_device)
     default = "float16" if device.startswith("cuda") else "float32"
-    dtype = dtype or setting(ENV_DTYPE) or default
+    dtype = dtype or tools.bg_diffusion_dtype or default
     return Path(path).expanduser().resolve(), device, dtype
 
 
 def get_bg_diffusion(
-    path=None, *, device: str | None = None, dtype: str | None = None
+    path=None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    settings: ToolSettings | None = None,
 ) -> GuidedBackground:
-    """The :class:`GuidedBackground` of ``path`` (default ``$ROBUSTLAB_BG_DIFFUSION``), loaded
-    once per process.
+    """The :class:`GuidedBackground` of ``path`` (default: the ``settings``' ``bg_diffusion``,
+    for None ``$ROBUSTLAB_BG_DIFFUSION``), loaded once per process.
 
     Raises:
         MissingResourceError: nothing configured or nothing at the path.
@@ -144,7 +149,7 @@ def get_bg_diffusion(
     """
     from robustlab.shifts.generative.adm import load_denoiser
 
-    root, device, dtype = _settings(path, device, dtype)
+    root, device, dtype = _settings(path, device, dtype, settings)
     key = (str(root), device, dtype)
     with _CACHE_LOCK:
         if key in _FAILED:  # a checkpoint that does not load fails every sample at once
@@ -159,7 +164,11 @@ def get_bg_diffusion(
 
 
 def describe_bg_diffusion(
-    path=None, *, device: str | None = None, dtype: str | None = None
+    path=None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    settings: ToolSettings | None = None,
 ) -> dict[str, Any]:
     """The configured checkpoint's record (path, kind, fingerprint, device, dtype) without
     loading it, for manifests and run records (a loaded one describes itself)."""
@@ -167,7 +176,7 @@ def describe_bg_diffusion(
     from robustlab.shifts.generative.adm import fingerprint
     from robustlab.shifts.generative.tiny import warn_if_random
 
-    root, device, dtype = _settings(path, device, dtype)
+    root, device, dtype = _settings(path, device, dtype, settings)
     warn_if_random(root)  # a run planned with a tiny-checkpoints folder says so
     with _CACHE_LOCK:
         loaded = _CACHE.get((str(root), device, dtype))
@@ -185,72 +194,79 @@ def describe_bg_diffusion(
     }
 
 
-def get_adv_guide(spec: str | None = None, *, device: str | None = None) -> ClassifierGuide:
-    """The adversarial level's classifier (default ``$ROBUSTLAB_BG_ADV_MODEL``), on the
-    diffusion model's device, loaded once per process."""
+def get_adv_guide(
+    spec: str | None = None, *, device: str | None = None, settings: ToolSettings | None = None
+) -> ClassifierGuide:
+    """The adversarial level's classifier (default: the ``settings``' ``bg_adv_model``, for
+    None ``$ROBUSTLAB_BG_ADV_MODEL``), on the diffusion model's device, loaded once per
+    process."""
     from robustlab.errors import MissingResourceError
     from robustlab.models import load_model
     from robustlab.models.devices import auto_device
 
-    spec = spec or setting(ENV_ADV)
+    tools = _tools(settings)
+    spec = spec or tools.bg_adv_model
     if not spec:
         raise MissingResourceError(
             "no classifier configured for the adversarial level", hint=_adv_hint()
         )
-    device = auto_device(device or setting(ENV_DEVICE) or None)
+    device = auto_device(device or tools.bg_diffusion_device)
     with _CACHE_LOCK:
         if (spec, device) not in _ADV:
             _ADV[(spec, device)] = ClassifierGuide(load_model(spec, device=device))
         return _ADV[(spec, device)]
 
 
-def configure_bg_diffusion(
-    path, *, device: str | None = None, dtype: str | None = None, adv_model: str | None = None
-) -> None:
-    """Use the checkpoint at ``path`` (and ``adv_model`` for the adversarial level) in this
-    process and the workers it starts; checks the path first.
+def checked_bg_diffusion(path) -> str:
+    """The absolute path of a checkpoint the user named (``--bg-diffusion``), once it is
+    usable (cheap: no weights read).
 
     Raises:
-        InputError: ``path`` is not a usable checkpoint file or folder.
+        InputError: not a torch checkpoint file or a UNet2DModel folder (one line).
     """
-    set_process_config(
-        {
-            ENV_PATH: checked_path(path, _problem, what="background diffusion", hint=_hint()),
-            ENV_DEVICE: device,
-            ENV_DTYPE: dtype,
-            ENV_ADV: adv_model,
-        }
-    )
+    return checked_path(path, _problem, what="background diffusion", hint=_hint())
 
 
 def _hint() -> str:
     return (
-        f"set {ENV_PATH} to OpenAI's 256x256_diffusion_uncond.pt (openai/guided-diffusion) "
-        "or a diffusers UNet2DModel folder"
+        f"pass --bg-diffusion (or set {ENV_PATH}) to OpenAI's 256x256_diffusion_uncond.pt "
+        "(openai/guided-diffusion) or a diffusers UNet2DModel folder"
     )
 
 
 def _adv_hint() -> str:
-    return f"set {ENV_ADV} to a robustlab model spec (e.g. torchvision:resnet50)"
+    return (
+        f"pass --bg-adv-model (or set {ENV_ADV}) to a robustlab model spec "
+        "(e.g. torchvision:resnet50)"
+    )
 
 
-def _check() -> str | None:
-    return path_setting_problem(ENV_PATH, _problem, _hint())
+def _check(settings: ToolSettings) -> str | None:
+    return path_setting_problem(settings, "bg_diffusion", _problem, _hint())
 
 
-def _check_adv() -> str | None:
-    return None if setting(ENV_ADV) else _adv_hint()
+def _check_adv(settings: ToolSettings) -> str | None:
+    return None if settings.bg_adv_model else _adv_hint()
 
 
-register_resource(
-    "bg_diffusion", check=_check, load=get_bg_diffusion, describe=describe_bg_diffusion
-)
-register_resource(
-    "bg_adv_model",
-    check=_check_adv,
-    load=get_adv_guide,
-    describe=lambda: {"spec": setting(ENV_ADV)},
-)
+def _load(settings: ToolSettings) -> GuidedBackground:
+    return get_bg_diffusion(settings=settings)
+
+
+def _describe(settings: ToolSettings) -> dict[str, Any]:
+    return describe_bg_diffusion(settings=settings)
+
+
+def _load_adv(settings: ToolSettings) -> ClassifierGuide:
+    return get_adv_guide(settings=settings)
+
+
+def _describe_adv(settings: ToolSettings) -> dict[str, Any]:
+    return {"spec": settings.bg_adv_model}
+
+
+register_resource("bg_diffusion", check=_check, load=_load, describe=_describe)
+register_resource("bg_adv_model", check=_check_adv, load=_load_adv, describe=_describe_adv)
 
 
 def _sampler(ctx) -> GuidedBackground:
@@ -319,7 +335,7 @@ __all__ = [
     "get_bg_diffusion",
     "describe_bg_diffusion",
     "get_adv_guide",
-    "configure_bg_diffusion",
+    "checked_bg_diffusion",
     "bg_complexity",
     "bg_complexity_adv",
     "BG_COMPLEXITY",

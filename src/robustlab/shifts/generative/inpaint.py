@@ -18,10 +18,11 @@ What the shift guarantees:
 - the image is processed at ``work_size`` (shorter side, both sides rounded to the VAE's
   multiple; inpainting models are trained near 512 or 1024 pixels) and resized back.
 
-Configuration (read by the planning process, then carried by each task to the workers): ``ROBUSTLAB_INPAINTER`` = the
-checkpoint folder, optional ``ROBUSTLAB_INPAINTER_DEVICE`` (``cpu``, ``cuda``...; default
-cuda when available) and ``ROBUSTLAB_INPAINTER_DTYPE`` (``float32``/``float16``; default
-float16 on a GPU, float32 on the CPU). :func:`configure_inpainter` sets them from Python.
+Configuration: the :class:`~robustlab.settings.ToolSettings` of the run
+(resolved by the planning process, then carried by each task to the workers): ``inpainter``
+= the checkpoint folder (``--inpainter``, default ``$ROBUSTLAB_INPAINTER``), optional
+``inpainter_device`` (``cpu``, ``cuda``...; default cuda when available) and
+``inpainter_dtype`` (``float32``/``float16``; default float16 on a GPU, float32 on the CPU).
 A ``ctx["inpainter"]`` given directly (an :class:`Inpainter` or a folder path) wins.
 """
 
@@ -38,12 +39,7 @@ import numpy as np
 
 from robustlab.errors import CellSkipped, InputError, MissingResourceError
 from robustlab.seeding import randint
-from robustlab.shifts.process_config import (
-    setting,
-    checked_path,
-    path_setting_problem,
-    set_process_config,
-)
+from robustlab.settings import ToolSettings, checked_path, path_setting_problem
 from robustlab.shifts.registry import register_resource, register_shift
 from robustlab.shifts.generative._diffusers import load_auto_pipeline, pipeline_dtype
 from robustlab.shifts.scenes._common import check_image, check_mask
@@ -211,31 +207,38 @@ _CACHE: dict[tuple[str, str | None, str | None], Inpainter] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _settings(path, device, dtype) -> tuple[Path, str, str | None]:
-    """(checkpoint folder, device, dtype): the arguments given, else the configured ones
-    (:func:`configure_inpainter`, the environment); device resolved, dtype None = the
-    device's default.
+def _settings(path, device, dtype, settings: ToolSettings | None) -> tuple[Path, str, str | None]:
+    """(checkpoint folder, device, dtype): the arguments given, else the run's ``settings``
+    (None: the environment's); device resolved, dtype None = the device's default.
 
     Raises:
         MissingResourceError: no checkpoint given or configured.
     """
     from robustlab.models.devices import auto_device
 
-    path = path if path is not None else setting(ENV_PATH)
+    tools = settings if settings is not None else ToolSettings.from_environment()
+    path = path if path is not None else tools.inpainter
     if not path:
         raise MissingResourceError(_hint())
-    device = auto_device(device or setting(ENV_DEVICE) or None)
-    return Path(path).expanduser().resolve(), device, dtype or setting(ENV_DTYPE) or None
+    device = auto_device(device or tools.inpainter_device)
+    return Path(path).expanduser().resolve(), device, dtype or tools.inpainter_dtype
 
 
-def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = None) -> Inpainter:
-    """The :class:`Inpainter` for ``path`` (default ``$ROBUSTLAB_INPAINTER``), loaded once per process.
+def get_inpainter(
+    path=None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    settings: ToolSettings | None = None,
+) -> Inpainter:
+    """The :class:`Inpainter` for ``path`` (default: the ``settings``' ``inpainter``, for
+    None ``$ROBUSTLAB_INPAINTER``), loaded once per process.
 
     Raises:
         MissingResourceError: nothing configured.
         InputError: the folder is not a usable checkpoint.
     """
-    root, device, dtype = _settings(path, device, dtype)
+    root, device, dtype = _settings(path, device, dtype, settings)
     key = (str(root), device, dtype)
     with _CACHE_LOCK:
         if key not in _CACHE:
@@ -244,7 +247,11 @@ def get_inpainter(path=None, *, device: str | None = None, dtype: str | None = N
 
 
 def describe_inpainter(
-    path=None, *, device: str | None = None, dtype: str | None = None
+    path=None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    settings: ToolSettings | None = None,
 ) -> dict[str, Any]:
     """:meth:`Inpainter.describe` of the configured checkpoint, for manifests and run records.
 
@@ -257,7 +264,7 @@ def describe_inpainter(
         MissingResourceError: nothing configured.
         InputError: the folder is not a usable checkpoint.
     """
-    root, device, dtype = _settings(path, device, dtype)
+    root, device, dtype = _settings(path, device, dtype, settings)
     problem = _problem(root)
     if problem:
         raise InputError(f"inpainter: {problem}")
@@ -283,30 +290,36 @@ def describe_inpainter(
     }
 
 
-def configure_inpainter(path, *, device: str | None = None, dtype: str | None = None) -> None:
-    """Use the checkpoint at ``path`` for ``ai_bg`` in the runs this process plans (their
-    workers get the setting with their tasks), after checking the folder."""
-    set_process_config(
-        {
-            ENV_PATH: checked_path(path, _problem, what="inpainter"),
-            ENV_DEVICE: device,
-            ENV_DTYPE: dtype,
-        }
-    )
+def checked_inpainter(path) -> str:
+    """The absolute path of a checkpoint folder the user named (``--inpainter``), once it
+    is usable.
+
+    Raises:
+        InputError: not a folder, or no ``model_index.json`` in it (one line).
+    """
+    return checked_path(path, _problem, what="inpainter", hint=_hint())
 
 
 def _hint() -> str:
     return (
-        f"set {ENV_PATH} to a local diffusers inpainting checkpoint folder (e.g. a saved "
-        "StableDiffusionInpaintPipeline or SDXL inpainting model)"
+        f"pass --inpainter (or set {ENV_PATH}) to a local diffusers inpainting checkpoint "
+        "folder (e.g. a saved StableDiffusionInpaintPipeline or SDXL inpainting model)"
     )
 
 
-def _check() -> str | None:
-    return path_setting_problem(ENV_PATH, _problem, _hint())
+def _check(settings: ToolSettings) -> str | None:
+    return path_setting_problem(settings, "inpainter", _problem, _hint())
 
 
-register_resource("inpainter", check=_check, load=get_inpainter, describe=describe_inpainter)
+def _load(settings: ToolSettings) -> Inpainter:
+    return get_inpainter(settings=settings)
+
+
+def _describe(settings: ToolSettings) -> dict[str, Any]:
+    return describe_inpainter(settings=settings)
+
+
+register_resource("inpainter", check=_check, load=_load, describe=_describe)
 
 
 @register_shift(
@@ -337,7 +350,7 @@ __all__ = [
     "Inpainter",
     "get_inpainter",
     "describe_inpainter",
-    "configure_inpainter",
+    "checked_inpainter",
     "checkpoint_fingerprint",
     "ai_bg",
     "AI_BG",

@@ -144,10 +144,11 @@ class Source:
         return "generated" if self.manifest is not None else "on-the-fly"
 
 
-def resolve_suite(suite, shifts, levels, available=None, held=None):
+def resolve_suite(suite, shifts, levels, available=None, held=None, tools=None):
     """(suite restricted to the cells asked for, its protocol, the cells with the clean
     one first). ``available``: a generated folder's cells; ``held``: nothing was asked
-    for, so every shift the folder holds at its own levels (:func:`held_levels`)."""
+    for, so every shift the folder holds at its own levels (:func:`held_levels`);
+    ``tools``: the run's resolved tool settings (None: the environment's)."""
     from robustlab.shifts.registry import available_shifts, get_shift, needs_resource
     from robustlab.suites import Protocol, get_suite
 
@@ -161,7 +162,7 @@ def resolve_suite(suite, shifts, levels, available=None, held=None):
         return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
     names = s.match(shifts or None)  # the selection grammar: names, families, globs, groups
     if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
-        kept = available_shifts(names, log=log)
+        kept = available_shifts(names, tools, log=log)
     else:  # a generated folder: such shifts count when their files were generated
         kept = [
             n
@@ -199,7 +200,9 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
             # flags the manifest could tell.
             held = held_levels(available)
     on_disk = available if manifest is not None else None
-    suite_obj, protocol, cells = resolve_suite(suite, shifts, levels, on_disk, held)
+    suite_obj, protocol, cells = resolve_suite(
+        suite, shifts, levels, on_disk, held, request.tools.settings
+    )
     if manifest is not None:
         # The files fix the frame; how a model sees them is the suite's rule.
         protocol = dataclasses.replace(
@@ -326,6 +329,7 @@ def source_plan(
         with_mask=any("mask" in sh.needs for sh in shift_objs),
         generated_skips=generated_skips(src.manifest) if src.manifest is not None else None,
         expected=digests,
+        settings=request.tools.settings,
     )
 
     def record(model, defence):
@@ -347,6 +351,7 @@ def source_plan(
             shift_objs,
             shift_path,
             layout,
+            request.tools.settings,
         )
 
     return build_plan(
@@ -362,7 +367,7 @@ def source_plan(
     )
 
 
-def _described(record, src: Source, shift_objs, shift_path, layout):
+def _described(record, src: Source, shift_objs, shift_path, layout, tools):
     """``record`` with what describes a source run's pixels but is not its identity."""
     from robustlab.shifts.registry import describe_resources, recorded_resources
 
@@ -373,7 +378,7 @@ def _described(record, src: Source, shift_objs, shift_path, layout):
         for key in recorded_resources(shift_objs):
             record.config[key] = src.manifest.get(key)
     else:
-        record.config.update(describe_resources(shift_objs))
+        record.config.update(describe_resources(shift_objs, tools))
     if shift_path:
         record.config["shift_path"] = shift_path
     if layout is not None:  # ImageNet-D's published tree, recognised (not part of the id)

@@ -34,6 +34,7 @@ from robustlab.errors import InputError, MissingResourceError
 from robustlab.seeding import check_seed
 from robustlab.store import DEFAULT_DB
 from robustlab.workflows.keywords import build_specs, owners, specs_from_args
+from robustlab.workflows.tools import ToolSpec
 
 __all__ = [
     "CellSpec",
@@ -41,6 +42,7 @@ __all__ = [
     "EvaluateRequest",
     "ExecutionSpec",
     "ModelSpec",
+    "ToolSpec",
     "keywords",
 ]
 
@@ -253,6 +255,7 @@ PARTS: dict[str, type] = {
     "cells": CellSpec,
     "model": ModelSpec,
     "execution": ExecutionSpec,
+    "tools": ToolSpec,  # the optional tools' settings (inpainter, hole fill...): pixels
 }
 
 
@@ -268,7 +271,7 @@ def keywords() -> dict[str, tuple[str | None, str]]:
 
 @dataclass(frozen=True)
 class EvaluateRequest:
-    """One evaluation run as asked for: its four specs and the results database.
+    """One evaluation run as asked for: its specs and the results database.
 
     Build it with :meth:`build` (the keywords of :func:`robustlab.evaluate`) or
     :meth:`from_args` (``robustlab evaluate``'s parsed arguments); :func:`make_plan` turns it
@@ -280,6 +283,7 @@ class EvaluateRequest:
     model: ModelSpec
     execution: ExecutionSpec
     db: Any = DEFAULT_DB  # the results database file (created on the first write)
+    tools: ToolSpec = field(default_factory=ToolSpec)  # resolved once, shipped with the work
 
     def __post_init__(self):
         ex, m = self.execution, self.model

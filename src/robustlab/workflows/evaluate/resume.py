@@ -67,8 +67,8 @@ def check_same_resources(store: Store, record) -> None:
     The tools (ai_bg's inpainter and bg_complexity's diffusion checkpoints, the attribute
     edits' hole-fill backend: every self-describing resource of the registry) are not part
     of the run id (a run may gain such cells later), so without this check a rerun with a
-    different ``ROBUSTLAB_INPAINTER``, ``ROBUSTLAB_BG_DIFFUSION`` or ``ROBUSTLAB_EDIT_FILL``
-    would mix two tools' images in one run.
+    different ``--inpainter``, ``--bg-diffusion`` or ``--edit-fill`` (or their
+    ``ROBUSTLAB_*`` variables) would mix two tools' images in one run.
     """
     from robustlab.shifts.registry import described_resources, get_resource, list_shifts
 
@@ -89,5 +89,5 @@ def check_same_resources(store: Store, record) -> None:
                 f"run {record.run_id} already holds {shifts} images drawn by the {res.noun} "
                 f"{res.label(old)} (fingerprint {old['fingerprint']}); the configured one is "
                 f"{res.label(new)} ({new['fingerprint']})",
-                hint=f"use another --db or --seed, or configure the run's {res.noun} again",
+                hint=f"use another --db or --seed, or give the run's {res.noun} again",
             )

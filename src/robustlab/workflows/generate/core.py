@@ -16,7 +16,6 @@ from robustlab.paths import check_out_folder
 from robustlab.run.folder_record import RUNNING, FolderRun, refuse_changes, update_record
 from robustlab.run.lifeline import default_workers
 from robustlab.shifts.kernels import ensure_compiled_for
-from robustlab.shifts.process_config import process_settings
 from robustlab.suites import Suite
 from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.generate.attributes import (
@@ -38,6 +37,7 @@ from robustlab.workflows.generate.request import (
     GenerateExecution,
     GenerateInputs,
 )
+from robustlab.workflows.tools import ToolSpec
 from robustlab.workflows.generate.worker import (
     Job,
     SampleOutcome,
@@ -58,6 +58,7 @@ def generate(
     cells: GenerateCells | None = None,
     inputs: GenerateInputs | None = None,
     execution: GenerateExecution | None = None,
+    tools: ToolSpec | None = None,
     **options: Any,
 ) -> GenerateResult:
     """Generate a suite's cells for every image under ``data`` into ``out``.
@@ -78,7 +79,11 @@ def generate(
             ``backend="ray"`` the files are the same byte for byte and the folder's
             identity does not name the backend, so a run started on one resumes on the
             other; ``out`` must then be a path every node sees, or a URL.
-        options: Any field of the three specs by name (``seed=3, workers=0``), for the
+        tools: The optional tools' settings (:class:`~robustlab.workflows.tools.ToolSpec`:
+            ``inpainter``, ``inpainter_device``, ``inpainter_dtype``, ``bg_diffusion``,
+            ``bg_diffusion_device``, ``bg_diffusion_dtype``, ``bg_adv_model``,
+            ``edit_fill``); each left out is its ``ROBUSTLAB_*`` environment variable.
+        options: Any field of the four specs by name (``seed=3, workers=0``), for the
             spec not passed.
 
     Returns:
@@ -95,10 +100,16 @@ def generate(
     specs = build_specs(
         "generate",
         options,
-        {"cells": GenerateCells, "inputs": GenerateInputs, "execution": GenerateExecution},
-        {"cells": cells, "inputs": inputs, "execution": execution},
+        {
+            "cells": GenerateCells,
+            "inputs": GenerateInputs,
+            "execution": GenerateExecution,
+            "tools": ToolSpec,
+        },
+        {"cells": cells, "inputs": inputs, "execution": execution, "tools": tools},
     )
     cells, inputs, execution = specs["cells"], specs["inputs"], specs["execution"]
+    tools = specs["tools"]
     folder = _open_out(out, execution)
     if isinstance(folder, LocalFolder):  # never mixed into another folder's files
         check_out_folder(
@@ -120,10 +131,16 @@ def generate(
             with ray_session(execution.address, cpus) as resources:
                 plan_placement(resources, model=False)
                 return generate(
-                    suite, data, folder, cells=cells, inputs=inputs, execution=execution
+                    suite,
+                    data,
+                    folder,
+                    cells=cells,
+                    inputs=inputs,
+                    execution=execution,
+                    tools=tools,
                 )
     started = time.perf_counter()
-    plan = plan_generate(suite, data, folder, cells, inputs)
+    plan = plan_generate(suite, data, folder, cells, inputs, tools.settings)
     return _run(plan, folder, cells, inputs, execution, started)
 
 
@@ -182,7 +199,7 @@ def _run(
         int(inputs.max_pixels),
         plan.need_mask,
         plan.donors,
-        process_settings(),
+        plan.settings,
     )
     log.info(
         "generating %d cells x %d images into %s with %d worker(s)",

@@ -20,6 +20,7 @@ from robustlab.outputs import LocalFolder, UrlFolder
 from robustlab.paths import Folder, check_outputs
 from robustlab.pipeline import DONOR_KEYS, cell_path
 from robustlab.run.folder_record import jsonable
+from robustlab.settings import ToolSettings
 from robustlab.shifts.registry import (
     available_shifts,
     describe_resources,
@@ -48,6 +49,8 @@ class GeneratePlan:
         donors: The background-donor pool (None when no shift draws donors).
         resources: Configured tools the cells' pixels depend on (inpainter, ...).
         identity: The folder's identity (seed, suite, protocol, data, cells, samples).
+        settings: The resolved tool settings ``resources`` describe: the workers' job
+            carries them.
     """
 
     suite: Suite
@@ -61,6 +64,7 @@ class GeneratePlan:
     donors: Any
     resources: dict[str, Any]
     identity: dict[str, Any]
+    settings: ToolSettings
 
 
 def plan_generate(
@@ -69,10 +73,13 @@ def plan_generate(
     folder: LocalFolder | UrlFolder,
     cells: GenerateCells,
     inputs: GenerateInputs,
+    tools: ToolSettings | None = None,
 ) -> GeneratePlan:
     """Check the request against the suite, the sources and the output folder, and
-    resolve it (see :class:`GeneratePlan`); raises InputError on anything wrong."""
-    suite_obj, names, levels = _select(suite, cells)
+    resolve it (see :class:`GeneratePlan`); raises InputError on anything wrong.
+    ``tools``: the resolved tool settings (None: the environment's)."""
+    tools = tools if tools is not None else ToolSettings.from_environment()
+    suite_obj, names, levels = _select(suite, cells, tools)
     protocol = _protocol(suite_obj.protocol, cells)
     shift_objs = {n: get_shift(n, preset=protocol.preset) for n in names}
     data_root = Path(data).expanduser()
@@ -80,7 +87,7 @@ def plan_generate(
         _check_local_out(folder.root, data_root, inputs)
     need_mask = _check_needs(shift_objs, protocol, inputs)
     samples, skipped, donors = _sources(data_root, inputs, shift_objs, need_mask, protocol)
-    resources = describe_resources(shift_objs.values())
+    resources = describe_resources(shift_objs.values(), tools)
     cell_list = tuple(suite_obj.cells())
     records = _cell_records(cell_list, shift_objs, resources)
     content = _content_record(samples, donors)
@@ -118,14 +125,17 @@ def plan_generate(
         donors,
         resources,
         identity,
+        tools,
     )
 
 
-def _select(suite: str | Suite, cells: GenerateCells) -> tuple[Suite, list[str], list | None]:
+def _select(
+    suite: str | Suite, cells: GenerateCells, tools: ToolSettings
+) -> tuple[Suite, list[str], list | None]:
     """The suite narrowed to the cells asked for, the shift names and the level list."""
     suite_obj = suite if isinstance(suite, Suite) else get_suite(str(suite))
     # Shifts needing an unconfigured tool (ai_bg without an inpainter) are skipped, logged.
-    names = available_shifts(suite_obj.match(cells.shifts), log=log)
+    names = available_shifts(suite_obj.match(cells.shifts), tools, log=log)
     levels = cells.levels
     # None or an empty list: every level; a blank string is refused as naming none.
     level_list = parse_levels(levels) if isinstance(levels, str) or levels else None

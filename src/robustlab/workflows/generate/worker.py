@@ -8,7 +8,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +28,7 @@ from robustlab.pipeline import (
     shift_context,
 )
 from robustlab.run.lifeline import die_with_parent, worker_context
-from robustlab.shifts.process_config import task_settings
+from robustlab.settings import ToolSettings
 from robustlab.suites import Protocol
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,9 @@ class Job:
     max_pixels: int
     need_mask: bool
     donors: Any = None  # DonorPool or None
-    # The tools' settings the run was planned with (process_config.process_settings):
+    # The tools' settings the run was planned with (resolved, described in the manifest):
     # workers compute with these, never with their own environment.
-    settings: Mapping[str, str] | None = None
+    settings: ToolSettings = field(default_factory=ToolSettings)
 
 
 _JOB: Job | None = None
@@ -90,8 +90,7 @@ def process_sample(sample: Sample, job: Job | None = None) -> SampleOutcome:
     settings the job carries."""
     job = job or _JOB
     assert job is not None, "worker not initialised"
-    with task_settings(job.settings):
-        return _process_sample(sample, job)
+    return _process_sample(sample, job)
 
 
 def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
@@ -130,6 +129,7 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
                 job.protocol,
                 job.donors,
                 max_pixels=job.max_pixels,
+                settings=job.settings,
             )
             attrs: dict = {}
             ctx["attributes"] = attrs

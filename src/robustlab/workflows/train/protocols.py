@@ -49,24 +49,26 @@ def _cell_name(shift: str, level) -> str:
     return f"{shift}:{level}"
 
 
-def _plan(model, data, *, suite, cells, masks, labels_csv, label_space, seed):
+def _plan(model, data, *, suite, cells, masks, labels_csv, label_space, seed, tools=None):
     """``make_plan`` covering the shifts of ``cells`` (clean only: no suite); callers keep
-    the cells they want from ``plan.cells``."""
+    the cells they want from ``plan.cells``. ``tools``: the request's tool settings (a
+    :class:`~robustlab.workflows.tools.ToolSpec`; None: the environment's)."""
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
 
     shifts = list(dict.fromkeys(s for s, _ in cells if s != CLEAN_SHIFT))
-    return make_plan(
-        EvaluateRequest.build(
-            model,
-            data,
-            suite=suite if shifts else None,
-            seed=seed,
-            shifts=shifts or None,
-            masks=masks,
-            labels_csv=labels_csv,
-            label_space=label_space,
-        )
+    request = EvaluateRequest.build(
+        model,
+        data,
+        suite=suite if shifts else None,
+        seed=seed,
+        shifts=shifts or None,
+        masks=masks,
+        labels_csv=labels_csv,
+        label_space=label_space,
     )
+    if tools is not None:  # the training request's own, resolved when it was built
+        request = dataclasses.replace(request, tools=tools)
+    return make_plan(request)
 
 
 def _usable(samples, labels, masks):
@@ -136,6 +138,7 @@ def _plan_cells(request: TrainRequest, model, cells):
         labels_csv=d.labels_csv,
         label_space=d.label_space,
         seed=d.seed,
+        tools=request.tools,
     )
 
 
@@ -483,7 +486,7 @@ def run_protocols(request: TrainRequest, protocol: str = "both") -> ProtocolResu
     check_choice("protocol", protocol, PROTOCOLS)
     c = request.cells
     s = get_suite(c.suite) if isinstance(c.suite, (str, Path)) else c.suite
-    names = available_shifts(s.match(c.shifts or None), log=log)
+    names = available_shifts(s.match(c.shifts or None), request.tools.settings, log=log)
     s = s.select(names, c.levels or None).suite
     request = request.with_suite(s)
     scenario_cells = [tuple(cell) for cell in s.cells()]

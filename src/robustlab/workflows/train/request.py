@@ -21,6 +21,7 @@ from robustlab.errors import InputError
 from robustlab.seeding import check_seed
 from robustlab.store import DEFAULT_DB
 from robustlab.workflows.keywords import route_keywords
+from robustlab.workflows.tools import ToolSpec
 from robustlab.workflows.train.finetune import TrainConfig
 
 if TYPE_CHECKING:
@@ -98,12 +99,14 @@ class TrainExecution:
 @dataclass(frozen=True)
 class TrainRequest:
     """One experiment's request: :class:`TrainModel`, :class:`TrainData`,
-    :class:`TrainCells` and :class:`TrainExecution`."""
+    :class:`TrainCells`, :class:`TrainExecution` and the optional tools' settings the
+    scenario cells are drawn with (:class:`~robustlab.workflows.tools.ToolSpec`)."""
 
     model: TrainModel
     data: TrainData
     cells: TrainCells = field(default_factory=TrainCells)
     execution: TrainExecution = field(default_factory=TrainExecution)
+    tools: ToolSpec = field(default_factory=ToolSpec)
 
     @classmethod
     def from_keywords(
@@ -124,6 +127,7 @@ class TrainRequest:
                 "data": TrainData,
                 "cells": TrainCells,
                 "execution": TrainExecution,
+                "tools": ToolSpec,
             },
         )
         return cls(
@@ -131,6 +135,7 @@ class TrainRequest:
             data=TrainData(data, **parts["data"]),
             cells=TrainCells(**parts["cells"]),
             execution=TrainExecution(**parts["execution"]),
+            tools=ToolSpec(**parts["tools"]),
         )
 
     def with_suite(self, suite: Any) -> TrainRequest:
