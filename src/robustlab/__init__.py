@@ -8,6 +8,7 @@ imported on first use)::
     robustlab.generate("imagenet-c", "val/", "imagenet-c/")         # robustlab generate
     table = robustlab.evaluate("lite0", "val/", suite="imagenet-c") # robustlab evaluate
     robustlab.report("robustlab.duckdb", "report.html")             # robustlab report
+    robustlab.card("lite0", "val/", "card/", masks="masks/")        # robustlab card
     robustlab.list_shifts(), robustlab.list_suites(), robustlab.list_models()
     model = robustlab.load_model("lite0")
 """
@@ -16,6 +17,7 @@ from robustlab.version import __version__
 
 __all__ = [
     "__version__",
+    "card",
     "corrupt",
     "evaluate",
     "generate",
@@ -39,6 +41,7 @@ _LAZY = {
     "evaluate": ("robustlab.workflows.evaluate", "evaluate"),
     "generate": ("robustlab.workflows.generate", "generate"),
     "report": ("robustlab.workflows.report", "build_report"),
+    "card": ("robustlab.workflows.card", "card"),
 }
 
 

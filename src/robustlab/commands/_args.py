@@ -253,7 +253,7 @@ def add_seed(p) -> None:
     )
 
 
-def add_bootstrap(p) -> None:
+def add_bootstrap(p, *, legacy_seed: bool = True) -> None:
     """``--bootstrap-seed`` and ``--resamples``: the bootstrap of confidence intervals
     (:func:`check_resamples` checks the count, as one error line).
 
@@ -265,9 +265,10 @@ def add_bootstrap(p) -> None:
         default=0,
         help="seed of the bootstrap confidence intervals (default: 0)",
     )
-    p.add_argument(
-        "--seed", action=Deprecated, dest="bootstrap_seed", type=seed, new="--bootstrap-seed"
-    )
+    if legacy_seed:  # not where --seed is the command's global seed (card)
+        p.add_argument(
+            "--seed", action=Deprecated, dest="bootstrap_seed", type=seed, new="--bootstrap-seed"
+        )
     p.add_argument(
         "--resamples",
         type=int,

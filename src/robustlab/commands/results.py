@@ -61,6 +61,13 @@ def add_parser(sub) -> None:
         help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
         "images, B - A and its paired bootstrap interval",
     )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="the published numbers (the papers' tables and official repositories, a source "
+        "and what it was measured on per value) of the benchmarks of the selected runs, or "
+        "of every benchmark without a database",
+    )
     add_bootstrap(p)
     p.set_defaults(func=run)
 
@@ -72,6 +79,8 @@ def run(args) -> int:
 
     check_resamples(args)
     store = Store(args.db)
+    if args.reference:
+        return _emit(format_table(_reference(store, args), args.format), [], args)
     store.require()
     if args.export:
         ids = None
@@ -125,6 +134,22 @@ def run(args) -> int:
     else:
         text = format_table(table, args.format)
     return _emit(text, notes, args)
+
+
+def _reference(store, args):
+    """The published rows of the selected runs' benchmarks (all without a database)."""
+    from robustlab.metrics.reference import reference_rows
+
+    if not store.exists():
+        return reference_rows(args.suite)
+    from robustlab.store.queries import select_runs
+
+    runs = select_runs(store, run_ids=args.runs, models=args.model, suites=args.suite)
+    keys = {
+        "imagenet-d" if not s and space == "imagenet-d" else s
+        for s, space in zip(runs["suite"], runs["label_space"])
+    }
+    return reference_rows(sorted(k for k in keys if k))
 
 
 def _emit(text: str, notes, args) -> int:
