@@ -22,7 +22,7 @@ pytestmark = pytest.mark.xdist_group("card")
 # scene suites and ImageNet-E are skipped, and say so).
 TINY = ("fog",)
 # The slow card: two corruptions and a few scenarios and edits on three photos with masks.
-SHIFTS = ("gaussian_noise", "fog", "blur_bg", "segmented", "mixed_rand", "only_fg", "obj_size")
+SHIFTS = ("gaussian_noise", "fog", "blur_bg", "segmented", "mixed_same", "mixed_rand", "obj_size")
 
 
 def _twice(root, data, **options):
@@ -45,7 +45,7 @@ def made(tmp_path_factory, samples_dir):
 @pytest.fixture(scope="module")
 def masked(tmp_path_factory, samples_dir):
     root = tmp_path_factory.mktemp("card-masked")
-    data, masks = make_masked_folder(samples_dir, root / "in", 3, 0.02)
+    data, masks = make_masked_folder(samples_dir, root / "in", 5, 0.02)
     return _twice(root, data, masks=masks, shifts=SHIFTS)
 
 
@@ -129,9 +129,12 @@ def test_every_benchmark_the_masks_allow(masked):
     head = text.split("## Headline")[1].split("## Published")[0]
     for title in ("ImageNet-C", "XIMAGENET-12", "ImageNet-9", "ImageNet-E"):
         assert f"| {title} |" in head
-    # one photo per class: no donor for mixed_same, so no BG-gap, said where it would be
-    assert "mixed_same: needs a second photo of the same class" in text
-    assert "| ImageNet-9 | BG-gap (mixed_same - mixed_rand, paired images) | n/a points" in head
+    # four fish and a hen: ImageNet-9 scores superclasses, so mixed_same finds donors
+    # among the fish and the card has a BG-gap
+    assert "| ImageNet-9 | BG-gap (mixed_same - mixed_rand, paired images) | n/a" not in head
+    assert "| ImageNet-9 | BG-gap (mixed_same - mixed_rand, paired images) |" in head
+    labels = (masked["root"] / "out-inputs" / "imagenet9-labels.csv").read_text().splitlines()
+    assert labels[0] == "file,class" and {r.split(",")[1] for r in labels[1:]} == {"fish", "bird"}
     _, results = model_index_to_eval_results(
         yaml.safe_load((out / "model-index.yaml").read_text())["model-index"]
     )
@@ -181,7 +184,7 @@ def test_cli_card_writes_the_report_once(masked):
     import subprocess
     import sys
 
-    root = made["root"]
+    root = masked["root"]
     cmd = [
         sys.executable,
         "-m",
@@ -189,7 +192,7 @@ def test_cli_card_writes_the_report_once(masked):
         "card",
         "lite0",
         "--data",
-        str(made["data"]),
+        str(masked["data"]),
         "--masks",
         str(root / "in" / "masks"),
         "--out",
@@ -284,3 +287,53 @@ def test_ce_against_a_baseline_run_on_the_same_images(made, tmp_path):
     assert np.isfinite(want["mce"])
     assert got["value"] == pytest.approx(100 * want["mce"])
     assert got["lo"] <= got["value"] <= got["hi"]
+
+
+def test_results_reference_shows_the_published_rows_of_the_stored_benchmarks(made, capsys):
+    from robustlab.cli import main
+
+    assert (
+        main(["results", "--db", str(made["root"] / "r.duckdb"), "--reference", "--format", "csv"])
+        == 0
+    )
+    rows = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    assert set(rows["benchmark"]) == {"imagenet-c"}  # the database holds ImageNet-C runs only
+    r50 = rows[(rows["model"] == "ResNet-50") & (rows["metric"] == "mce")].iloc[0]
+    assert r50["value"] == 76.7 and "50,000" in r50["measured_on"] and r50["source"]
+    sub = rows[rows["model"] == "Standard_R50"]
+    assert set(sub["measured_on"]) == {
+        "RobustBench's fixed 5,000-image subset of ImageNet-C (15 x 5)"
+    }
+    assert rows["source"].notna().all()
+
+
+def test_imagenet_d_set_is_scored_per_subset(made, tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "ImageNet-D"
+    for rel in (
+        "background/alarm_clock/a.png",
+        "background/backpack/b.png",
+        "texture/backpack/c.png",
+    ):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (64, 80, 3), dtype=np.uint8)).save(root / rel)
+    result = card(
+        "lite0",
+        made["data"],
+        tmp_path / "o",
+        db=made["root"] / "r.duckdb",
+        imagenet_d=root,
+        shifts=TINY,
+        n_resamples=50,
+        workers=0,
+        progress=False,
+        report=False,
+    )
+    assert "imagenet-d" not in result.skipped
+    d = {n["metric"]: n for n in result.numbers if n["benchmark"] == "imagenet-d"}
+    assert set(d) == {"acc:background", "acc:texture", "acc:all"}
+    assert (d["acc:background"]["n_images"], d["acc:all"]["n_images"]) == (2, 3)
+    csv = pd.read_csv(tmp_path / "o" / "cells" / "imagenet-d" / "background" / "0.csv")
+    assert len(csv) == 2

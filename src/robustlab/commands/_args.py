@@ -277,6 +277,16 @@ def add_bootstrap(p, *, legacy_seed: bool = True) -> None:
     )
 
 
+def add_reference(p) -> None:
+    """``--reference``: the published numbers beside a user's own (results, report)."""
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="show the published numbers (the papers' tables and official repositories, "
+        "a source and what it was measured on per value) of the selected runs' benchmarks",
+    )
+
+
 def add_workers(p) -> None:
     """``--workers``: worker processes, one default everywhere
     (:func:`robustlab.run.lifeline.default_workers`: the cores the main process leaves

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import check_resamples, add_runs, add_bootstrap, add_db
+from robustlab.commands._args import (
+    add_bootstrap,
+    add_db,
+    add_reference,
+    add_runs,
+    check_resamples,
+)
 
 import sys
 
@@ -61,13 +67,7 @@ def add_parser(sub) -> None:
         help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
         "images, B - A and its paired bootstrap interval",
     )
-    p.add_argument(
-        "--reference",
-        action="store_true",
-        help="the published numbers (the papers' tables and official repositories, a source "
-        "and what it was measured on per value) of the benchmarks of the selected runs, or "
-        "of every benchmark without a database",
-    )
+    add_reference(p)
     add_bootstrap(p)
     p.set_defaults(func=run)
 
@@ -137,7 +137,8 @@ def run(args) -> int:
 
 
 def _reference(store, args):
-    """The published rows of the selected runs' benchmarks (all without a database)."""
+    """The published rows of the selected runs' benchmarks (``--suite``'s, or all of
+    them, without a database)."""
     from robustlab.metrics.reference import reference_rows
 
     if not store.exists():

@@ -241,7 +241,18 @@ def imagenet9(ctx: Context, run_id: str) -> list[Number]:
     images predicted in both (paired)."""
     bench, clean = "imagenet9", f"{CLEAN}/0"
     ic = ctx.cells(run_id)
-    out = [accuracy(ctx, ic, bench, clean, "original_acc", "original top-1", headline=True)]
+    out = [
+        accuracy(
+            ctx,
+            ic,
+            bench,
+            clean,
+            "original_acc",
+            "original top-1",
+            headline=True,
+            note="the photos of ImageNet-9's 370 classes, scored on its 9 superclasses",
+        )
+    ]
     same, rand = "mixed_same/default", "mixed_rand/default"
     if same in ic.columns and rand in ic.columns:
         ic.pair("pair:same", same, rand)

@@ -81,9 +81,14 @@ def check_request(req: CardRequest) -> None:
             "--imagenet-d": req.imagenet_d,
             "--labels": req.labels_csv,
         },
-        {"--out": Folder(req.out, owned=True), "--db": Database(req.database)},
+        {
+            "--out": Folder(req.out, owned=True),
+            "--db": Database(req.database),
+            "--out's inputs folder": Folder(req.inputs, owned=True),
+        },
     )
     check_out_folder(req.out, command="card", flag="--out", allow_flag=None)
+    check_out_folder(req.inputs, command="card", flag="--out's inputs folder", allow_flag=None)
 
 
 def build_card(req: CardRequest):

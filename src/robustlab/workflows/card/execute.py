@@ -46,7 +46,9 @@ def evaluate_step(req: CardRequest, step: Step, masks: Path | None) -> StepRun:
             options["levels"] = list(req.levels)
         if step.suite != "imagenet-c":
             options["masks"] = masks
-        if req.labels_csv is not None:
+        if step.labels is not None:
+            options["labels_csv"] = write_labels(req.inputs / f"{step.suite}-labels.csv", step)
+        elif req.labels_csv is not None:
             options["labels_csv"] = req.labels_csv
     else:
         options["label_space"] = "imagenet-d"
@@ -55,6 +57,29 @@ def evaluate_step(req: CardRequest, step: Step, masks: Path | None) -> StepRun:
     return StepRun(
         step, str(table.attrs["run_id"]), int(table.attrs.get("n_written", 0)), len(skipped)
     )
+
+
+def write_labels(path: Path, step: Step) -> Path:
+    """The step's labels CSV (``file,class``), rewritten only when its rows changed, so
+    the run it labels keeps its identity."""
+    import csv
+    import io
+
+    from robustlab.errors import environment_errors
+    from robustlab.outputs import atomic_write
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["file", "class"])
+    writer.writerows(step.labels or ())
+    text = buf.getvalue()
+    if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        from robustlab.paths import claim_out_folder
+
+        claim_out_folder(path.parent, command="card")
+        with environment_errors(f"cannot write {path}"):
+            atomic_write(path, text.encode())
+    return path
 
 
 def make_masks(req: CardRequest, out: Path) -> None:
@@ -77,7 +102,10 @@ def run_steps(req: CardRequest, plan: CardPlan) -> list[StepRun]:
     from robustlab.workflows.card.plan import TITLES
 
     if req.auto_masks and plan.masks is not None:
+        from robustlab.paths import claim_out_folder
+
         _say(f"[masks] GrabCut masks for the scene suites and ImageNet-E into {plan.masks}")
+        claim_out_folder(req.inputs, command="card")
         make_masks(req, plan.masks)
     done = []
     for i, step in enumerate(plan.steps, 1):

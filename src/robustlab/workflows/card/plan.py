@@ -34,6 +34,8 @@ class Step:
         suite: The suite (None: ImageNet-D's folder, clean cells only).
         shifts: The suite's shifts the card runs (None: all of them).
         role: ``model`` or ``baseline``.
+        labels: ``(file, class)`` rows of the labels CSV the step reads (ImageNet-9: the
+            photos of its 370 classes, labelled with their superclass), None: the data's own.
     """
 
     benchmark: str
@@ -42,6 +44,7 @@ class Step:
     suite: str | None
     shifts: tuple[str, ...] | None = None
     role: str = "model"
+    labels: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,11 @@ class CardPlan:
     masks: Path | None = None
 
 
-def _runnable(suite: str, pairs: bool) -> tuple[list[str], list[str]]:
-    """A suite's shifts the card runs: those that need no generative model and, without
-    two photos of one class (``pairs``), none that takes its donor from the same class
-    (every image would be a counted skip); the others with the reason."""
+def _runnable(suite: str, classes: list) -> tuple[list[str], list[str]]:
+    """A suite's shifts the card runs: those that need no generative model and whose
+    donor rule the photos' ``classes`` can serve (a donor of the same class needs two
+    photos of one class, one of another class two classes; otherwise every image would be
+    a counted skip); the others with the reason."""
     from robustlab.shifts.registry import get_shift, needs_resource
     from robustlab.suites import get_suite
 
@@ -69,24 +73,40 @@ def _runnable(suite: str, pairs: bool) -> tuple[list[str], list[str]]:
                 f"{name}: needs a generative model (run `robustlab evaluate --suite {suite}` "
                 "with it configured)"
             )
-        elif shift.extra.get("donor_rule") == "same" and not pairs:
+        elif shift.extra.get("donor_rule") == "same" and not _has_pairs(classes):
             dropped.append(
                 f"{name}: needs a second photo of the same class as its donor; every class "
                 "here has one photo"
             )
+        elif shift.extra.get("donor_rule") in ("random", "next") and len(set(classes)) < 2:
+            dropped.append(f"{name}: needs a donor of another class; the photos have one class")
         else:
             kept.append(name)
     return kept, dropped
 
 
-def _has_pairs(req: CardRequest) -> bool:
-    """Whether some class of the data has two photos or more."""
+def _has_pairs(classes) -> bool:
+    """Whether some class has two photos or more."""
     from collections import Counter
 
-    from robustlab.data.sources import discover
+    return any(n > 1 for n in Counter(classes).values())
 
-    samples = discover(req.data, labels_csv=req.labels_csv)
-    return any(n > 1 for n in Counter(s.class_name for s in samples).values())
+
+def imagenet9_labels(samples) -> tuple[tuple[str, str], ...]:
+    """``(file, superclass)`` of the photos whose class is one of ImageNet-9's: that
+    benchmark scores 9 superclasses (a prediction counts when its ImageNet class maps to
+    the photo's), and a photo of another class has no label there."""
+    from robustlab.data.labels import get_label_space
+    from robustlab.errors import InputError
+
+    space = get_label_space("imagenet9")
+    rows = []
+    for smp in samples:
+        try:
+            rows.append((smp.id, space.classes[space.index_of(smp.class_name)]))
+        except (InputError, KeyError, ValueError):
+            continue
+    return tuple(rows)
 
 
 def _selected(suite: str, shifts: list[str], req: CardRequest) -> list[str]:
@@ -120,7 +140,9 @@ def _step(req: CardRequest, suite: str, kept: list[str], skipped: dict[str, str]
 
 def plan_card(req: CardRequest) -> CardPlan:
     """The card's steps from what the request gives (no model is loaded here)."""
-    masks = req.masks if req.masks is not None else (req.out / "masks" if req.auto_masks else None)
+    masks = (
+        req.masks if req.masks is not None else (req.inputs / "masks" if req.auto_masks else None)
+    )
     from robustlab.suites import get_suite
 
     skipped: dict[str, str] = {}
@@ -131,17 +153,26 @@ def plan_card(req: CardRequest) -> CardPlan:
         steps.append(first)
         if req.baseline:
             steps.append(replace(first, model=req.baseline, role="baseline"))
-    pairs = masks is not None and _has_pairs(req)
+    samples = []
+    if masks is not None:
+        from robustlab.data.sources import discover
+
+        samples = list(discover(req.data, labels_csv=req.labels_csv))
+    in9 = imagenet9_labels(samples)
     for suite in MASKED:
         if masks is None:
             skipped[suite] = "needs foreground masks: pass --masks DIR, or --auto-masks"
             continue
-        kept, dropped = _runnable(suite, pairs)
+        if suite == "imagenet9" and not in9:
+            skipped[suite] = "no photo is of one of ImageNet-9's 370 ImageNet classes"
+            continue
+        classes = [c for _, c in in9] if suite == "imagenet9" else [s.class_name for s in samples]
+        kept, dropped = _runnable(suite, classes)
         if dropped:
             left_out[suite] = dropped
         step = _step(req, suite, kept, skipped)
         if step is not None:
-            steps.append(step)
+            steps.append(replace(step, labels=in9) if suite == "imagenet9" else step)
     if req.imagenet_d is None:
         skipped["imagenet-d"] = (
             "needs an ImageNet-D set: pass --imagenet-d DIR (the published download, or "

@@ -17,9 +17,9 @@ class CardRequest:
         model: Model spec (``lite0``, ``timm:resnet50``, ...).
         data: Folder of labelled source photos (ImageFolder tree, or flat + ``labels.csv``).
         out: Folder for the card's files (card.md, card.json, model-index.yaml, cells/,
-            report.html, and masks/ with ``auto_masks``).
+            report.html); the masks and labels it makes go to :attr:`inputs`.
         masks: Foreground masks for the scene suites and the ImageNet-E edits.
-        auto_masks: Make masks with GrabCut into ``out/masks`` when none are given.
+        auto_masks: Make masks with GrabCut into ``<out>-inputs/masks`` when none are given.
         imagenet_d: An ImageNet-D set (``<subset>/<class>/<file>``): a published download
             or a ``synth``/``mine``/``review`` output.
         db: Results database (default ``./robustlab.duckdb``, evaluate's); runs already
@@ -84,6 +84,13 @@ class CardRequest:
             raise InputError(f"--resamples must be at least 1, not {self.n_resamples}")
         check_seed(self.seed)
         check_seed(self.bootstrap_seed)
+
+    @property
+    def inputs(self) -> Path:
+        """``<out>-inputs/``: what the card makes to be read as input (``--auto-masks``'
+        masks, ImageNet-9's labels CSV). Apart from ``out``, since a run records the
+        inputs it read, and no output folder of a command may hold its inputs."""
+        return self.out.parent / f"{self.out.name}-inputs"
 
     @property
     def database(self) -> Path:
