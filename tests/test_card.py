@@ -337,3 +337,26 @@ def test_imagenet_d_set_is_scored_per_subset(made, tmp_path):
     assert (d["acc:background"]["n_images"], d["acc:all"]["n_images"]) == (2, 3)
     csv = pd.read_csv(tmp_path / "o" / "cells" / "imagenet-d" / "background" / "0.csv")
     assert len(csv) == 2
+
+
+def test_published_rows_without_a_card_have_no_yours_column():
+    from robustlab.workflows.report.card import reference_table
+    from robustlab.workflows.report.page import Page
+
+    p = Page()
+    reference_table(p, ["imagenet9"])
+    html = "".join(p.parts)
+    assert p.tables == ["published"] and "Yours" not in html
+    assert html.count(">MadryLab/backgrounds_challenge README</td>") == 16  # 4 models x 4
+
+
+@pytest.mark.slow
+def test_report_reference_adds_the_published_rows(made, tmp_path):
+    from robustlab.workflows.report import build_report
+
+    db = made["root"] / "r.duckdb"
+    build_report(db, tmp_path / "plain.html", grid=False, n_resamples=50)
+    build_report(db, tmp_path / "ref.html", grid=False, n_resamples=50, reference=True)
+    plain, ref = ((tmp_path / n).read_text() for n in ("plain.html", "ref.html"))
+    assert 'id="published"' not in plain and 'id="sec-card"' not in plain
+    assert 'id="sec-published"' in ref and "seed 004 Table 1; hendrycks/robustness README" in ref

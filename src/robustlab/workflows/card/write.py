@@ -255,13 +255,17 @@ def card_md(card: dict, reference: pd.DataFrame) -> str:
 
 
 # A published metric the card measures only in part, and the card's key for that part.
-_PARTIAL = {("ximagenet12", "robustness_score"): ("robustness_score_ex1", "EX1 part, at most")}
+_PARTIAL = {
+    ("ximagenet12", "robustness_score"): ("robustness_score_ex1", "EX1 part (S_robust is below)"),
+    # the reference's random_bg adds the object onto the donor (addWeighted): level "add"
+    ("ximagenet12", "acc:random_bg"): ("acc:random_bg/add", "level add"),
+}
 _PER_CORRUPTION = ("ce:", "relative_ce:", "error:")
 
 
 def _yours(n: Number | None, ran: bool, tail: str = "") -> str:
     if n is None or n.value is None:
-        return "not measured here (see the notes)" if ran else "benchmark skipped"
+        return "not measured here (see the headline note)" if ran else "benchmark skipped"
     head = f"{tail}: " if tail else ""
     return f"{head}{fmt(n.value, n.unit)} (95 % CI {interval(n)}, {n.n_images} images)"
 
