@@ -259,6 +259,7 @@ def test_mce_is_against_alexnet_only_on_what_alexnet_was_measured_on():
     assert mode == "baseline" and "normalised by lite1 on the same images" in why
 
 
+@pytest.mark.slow
 def test_ce_against_a_baseline_run_on_the_same_images(made, tmp_path):
     from robustlab.metrics.mce import corruption_errors, mce
 
@@ -307,6 +308,7 @@ def test_results_reference_shows_the_published_rows_of_the_stored_benchmarks(mad
     assert rows["source"].notna().all()
 
 
+@pytest.mark.slow
 def test_imagenet_d_set_is_scored_per_subset(made, tmp_path):
     from PIL import Image
 

@@ -70,9 +70,7 @@ def imagenet_c(ctx: Context, run_id: str, baseline_run: tuple[str, str] | None) 
         baseline_run[0] if baseline_run else None,
     )
     ic = ctx.cells(run_id)
-    corr = [
-        c for c in list_corruptions("common") if f"{c}/1" in ic.columns or f"{c}/5" in ic.columns
-    ]
+    corr = [c for c in list_corruptions("common") if any(k.startswith(f"{c}/") for k in ic.columns)]
     levels = {c: [k for k in ic.columns if k.startswith(f"{c}/")] for c in corr}
     clean = f"{CLEAN}/0"
     out = [

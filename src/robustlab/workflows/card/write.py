@@ -156,7 +156,10 @@ def model_index(card: dict) -> str:
         "# paste under `model-index:` of a model card's YAML header",
     ]
     body = yaml.safe_dump(
-        {"model-index": [{"name": card["model"], "results": results}]}, sort_keys=False
+        {"model-index": [{"name": card["model"], "results": results}]},
+        sort_keys=False,
+        allow_unicode=True,
+        width=1000,
     )
     return "\n".join(head) + "\n" + body
 
