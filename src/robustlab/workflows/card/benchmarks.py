@@ -184,10 +184,12 @@ def _ce_numbers(ctx, ic, bench, names, pos, corr, levels, base_err, why, suffix=
             note=why,
         ),
     ]
+    # the published per-corruption CE is AlexNet's; another normaliser gets another key
+    key = "ce" if not suffix else "ce_vs_baseline"
     for c in corr:
         out.append(
             ctx.number(
-                ic, bench, f"ce:{c}", f"{c}: CE{suffix}", names, lambda a, c=c: ce(a, c, False)
+                ic, bench, f"{key}:{c}", f"{c}: CE{suffix}", names, lambda a, c=c: ce(a, c, False)
             )
         )
     return out
