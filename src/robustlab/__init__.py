@@ -11,6 +11,7 @@ imported on first use)::
     robustlab.report("robustlab.duckdb", "report.html")             # robustlab report
     robustlab.holdout("icons/", holdout="style=openmoji")           # robustlab holdout
     robustlab.vlm("vlm:llava/", data="ImageNet-D/")                  # robustlab vlm
+    robustlab.card("lite0", "val/", "card/", masks="masks/")        # robustlab card
     robustlab.list_shifts(), robustlab.list_suites(), robustlab.list_models()
     model = robustlab.load_model("lite0")
 """
@@ -19,6 +20,7 @@ from robustlab.version import __version__
 
 __all__ = [
     "__version__",
+    "card",
     "corrupt",
     "evaluate",
     "generate",
@@ -48,6 +50,7 @@ _LAZY = {
     "results": ("robustlab.workflows.results", "results"),
     "holdout": ("robustlab.workflows.train.holdout.workflow", "holdout"),
     "vlm": ("robustlab.workflows.imagenet_d.vlm.workflow", "vlm"),
+    "card": ("robustlab.workflows.card", "card"),
 }
 
 

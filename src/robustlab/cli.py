@@ -41,11 +41,13 @@ COMMANDS = [
     "export",
     "review",
     "vlm",
+    "card",
 ]
 
 # Long-running commands that resume: SIGTERM (a scheduler's or `kill`'s stop) ends them the
 # way Ctrl-C does, so the run is recorded as interrupted instead of staying "running".
 RESUMABLE = {
+    "card",
     "evaluate",
     "generate",
     "train",

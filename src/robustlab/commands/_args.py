@@ -255,7 +255,7 @@ def add_seed(p) -> None:
     )
 
 
-def add_bootstrap(p) -> None:
+def add_bootstrap(p, *, legacy_seed: bool = True) -> None:
     """``--bootstrap-seed`` and ``--resamples``: the bootstrap of confidence intervals
     (:func:`check_resamples` checks the count, as one error line).
 
@@ -267,14 +267,25 @@ def add_bootstrap(p) -> None:
         default=0,
         help="seed of the bootstrap confidence intervals (default: 0)",
     )
-    p.add_argument(
-        "--seed", action=Deprecated, dest="bootstrap_seed", type=seed, new="--bootstrap-seed"
-    )
+    if legacy_seed:  # not where --seed is the command's global seed (card)
+        p.add_argument(
+            "--seed", action=Deprecated, dest="bootstrap_seed", type=seed, new="--bootstrap-seed"
+        )
     p.add_argument(
         "--resamples",
         type=int,
         default=RESAMPLES,
         help=f"bootstrap resamples per confidence interval (default: {RESAMPLES})",
+    )
+
+
+def add_reference(p) -> None:
+    """``--reference``: the published numbers beside a user's own (results, report)."""
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="show the published numbers (the papers' tables and official repositories, "
+        "a source and what it was measured on per value) of the selected runs' benchmarks",
     )
 
 

@@ -45,6 +45,7 @@ COMMAND_OUTPUTS: dict[str, dict[str, tuple[str, str]]] = {
     "export": {"out": ("--out", "owned")},
     "review": {"export": ("--export", "csv"), "db": ("--db", "db")},
     "vlm": {"db": ("--db", "db")},
+    "card": {"out": ("--out", "owned"), "db": ("--db", "db")},
 }
 # Attributes that name something a command reads, in any command that has them.
 INPUT_ARGS = {
@@ -52,6 +53,7 @@ INPUT_ARGS = {
     "labels": "--labels",
     "labels_csv": "--labels",
     "masks": "--masks",
+    "imagenet_d": "--imagenet-d",
     "bboxes": "--bboxes",
     "weights": "--weights",
     "seg_weights": "--seg-weights",
@@ -111,7 +113,7 @@ OWNED_RECORDS: dict[str, Any] = {
     "data icons": _has_files("metadata.csv", "ATTRIBUTION.md"),
     "data tiny-checkpoints": _has_files("README.md", "text2image/ROBUSTLAB_RANDOM_WEIGHTS.json"),
 }
-NO_INTO_EXISTING = {"demo", "mine"}  # never into another folder (mine checks its record)
+NO_INTO_EXISTING = {"demo", "mine", "card"}  # never into another folder (mine checks its record)
 
 # Kind of the file ``results --output`` writes, by --format.
 TABLE_KINDS = {"table": "table", "csv": "csv", "json": "json", "markdown": "markdown"}

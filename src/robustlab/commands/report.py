@@ -8,6 +8,7 @@ from robustlab.commands._args import (
     add_bootstrap,
     add_db,
     add_no_progress,
+    add_reference,
 )
 
 
@@ -40,6 +41,7 @@ def add_parser(sub) -> None:
         help="sample id to show in the image grid (default: chosen automatically)",
     )
     add_bootstrap(p)
+    add_reference(p)
     p.add_argument("--title", default=None, help="page title")
     p.add_argument(
         "--force",
@@ -70,6 +72,7 @@ def run(args) -> int:
             title=args.title,
             progress=not args.no_progress,
             force=args.force,
+            reference=args.reference,
         )
     )
     for note in result.notes:

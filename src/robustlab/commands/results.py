@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robustlab.commands._args import add_runs, add_bootstrap, add_db
+from robustlab.commands._args import add_bootstrap, add_db, add_reference, add_runs
 
 import sys
 
@@ -61,6 +61,7 @@ def add_parser(sub) -> None:
         help="two runs (ids or prefixes) cell by cell: top-1 of each on their shared "
         "images, B - A and its paired bootstrap interval",
     )
+    add_reference(p)
     add_bootstrap(p)
     p.set_defaults(func=run)
 
@@ -70,6 +71,10 @@ def run(args) -> int:
     from robustlab.workflows.keywords import specs_from_args
     from robustlab.workflows.results import ResultsRequest, run_results
 
+    if args.reference:  # the published rows only: no request, maybe no database
+        from robustlab.store import Store
+
+        return _emit(format_table(_reference(Store(args.db), args), args.format), [], args)
     request = specs_from_args("results", args, {"request": ResultsRequest})
     res = run_results(request["request"])
     if res.view == "export":
@@ -81,6 +86,23 @@ def run(args) -> int:
 
         return _emit(format_segmentation(res.table, args.format), res.notes, args)
     return _emit(format_table(res.table, args.format), res.notes, args)
+
+
+def _reference(store, args):
+    """The published rows of the selected runs' benchmarks (``--suite``'s, or all of
+    them, without a database)."""
+    from robustlab.metrics.reference import reference_rows
+
+    if not store.exists():
+        return reference_rows(args.suite)
+    from robustlab.store.queries import select_runs
+
+    runs = select_runs(store, run_ids=args.runs, models=args.model, suites=args.suite)
+    keys = {
+        "imagenet-d" if not s and space == "imagenet-d" else s
+        for s, space in zip(runs["suite"], runs["label_space"])
+    }
+    return reference_rows(sorted(k for k in keys if k))
 
 
 def _emit(text: str, notes, args) -> int:

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,8 @@ class ReportRequest:
         title: Page title (None: "robustlab report").
         progress: One stderr line as each stage starts (the CLI's default).
         force: Replace ``out`` even when it is not an HTML page (never the database).
+        reference: Add the published numbers of the runs' benchmarks (package data).
+        card: A card's record (``robustlab card``): its section goes first.
     """
 
     db: str | Path
@@ -54,6 +57,8 @@ class ReportRequest:
     title: str | None = None
     progress: bool = False
     force: bool = False
+    reference: bool = False
+    card: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.run_ids is not None:
@@ -150,6 +155,10 @@ def _tables(
     from robustlab.workflows.report.hard_images import mining_and_review
     from robustlab.workflows.report.saliency import add_section as saliency
 
+    if req.card is not None:
+        from robustlab.workflows.report.card import card_section
+
+        card_section(p, req.card)
     overview.summary(p, d, generated)
     if len(d.runs) > 1:
         overview.leaderboard(p, d)
@@ -162,6 +171,17 @@ def _tables(
     models = list(dict.fromkeys(str(r.record.get("model_spec")) for r in d.runs))
     saliency(p, Store(req.db), run_ids, rng, req.n_resamples, notes, models)
     mining_and_review(p, d, req.seed)
+    if req.reference and req.card is None:
+        from robustlab.workflows.report.card import reference_table
+        from robustlab.workflows.report.headline import benchmark_key
+
+        p.section(
+            "published",
+            "Published numbers",
+            "The papers' and official repositories' numbers for the benchmarks of these runs, "
+            "each with its source and what it was measured on.",
+        )
+        reference_table(p, list(dict.fromkeys(benchmark_key(r.record) for r in d.runs)))
 
 
 def _pictures(p: Page, d: ReportData, req: ReportRequest, stages, notes: list[str]) -> int:
