@@ -192,15 +192,21 @@ def test_a_bf16_run_is_its_own_labelled_run_with_throughput(samples_dir, tmp_pat
     assert rows == {fp32.run_id: "float32", bf16.run_id: "bfloat16 (autocast)"}
 
 
-def test_cli_precision_flag_and_throughput_line(samples_dir, tmp_path):
+def test_cli_precision_flag_and_throughput_line(samples_dir, tmp_path, capsys):
+    """The run through the command's main in this process (a new interpreter would import
+    torch again for seconds of CPU); the refused flag through ``python -m robustlab.cli``,
+    which stops in the argument parser before any heavy import."""
+    from robustlab.cli import main
+
     data = _folder(samples_dir, tmp_path / "p", 3)
-    cmd = [sys.executable, "-m", "robustlab.cli", "evaluate", "lite0", "--data", str(data)]
-    cmd += ["--db", str(tmp_path / "r.duckdb"), "--workers", "0", "--device", "cpu"]
-    done = subprocess.run([*cmd, "--precision", "bf16"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert "lite0 @bf16" in done.stdout
-    line = [ln for ln in done.stderr.splitlines() if ln.startswith("throughput: 3 predictions")]
-    assert len(line) == 1 and "predictions/s, model busy" in line[0], done.stderr
+    argv = ["evaluate", "lite0", "--data", str(data)]
+    argv += ["--db", str(tmp_path / "r.duckdb"), "--workers", "0", "--device", "cpu"]
+    assert main([*argv, "--precision", "bf16"]) == 0
+    out, err = capsys.readouterr()
+    assert "lite0 @bf16" in out
+    line = [ln for ln in err.splitlines() if ln.startswith("throughput: 3 predictions")]
+    assert len(line) == 1 and "predictions/s, model busy" in line[0], err
+    cmd = [sys.executable, "-m", "robustlab.cli", *argv]
     bad = subprocess.run([*cmd, "--precision", "fp8"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice: 'fp8'" in bad.stderr
     assert "Traceback" not in bad.stderr

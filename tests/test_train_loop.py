@@ -156,6 +156,9 @@ GOLDEN: dict = {
 }
 
 
+# Every method in linear mode and plain training in full mode run by default; the two
+# method-in-full-mode pairs (back-propagation through the whole network, 6 CPU s each) are
+# slow: what they add is the pairing, each half of which a default case checks.
 @pytest.mark.parametrize(
     "mode, method",
     [
@@ -163,8 +166,8 @@ GOLDEN: dict = {
         ("linear", "stability"),
         ("linear", "aug"),
         ("full", "plain"),
-        ("full", "stability"),
-        ("full", "aug"),
+        pytest.param("full", "stability", marks=pytest.mark.slow),
+        pytest.param("full", "aug", marks=pytest.mark.slow),
     ],
 )
 def test_the_unified_loop_reproduces_the_old_loops(
