@@ -170,23 +170,23 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     return out
 
 
+def _number_row(n) -> list[str]:
+    """A number's cells in the card's tables: benchmark, metric, value, interval, images."""
+    return [
+        TITLES[n.benchmark],
+        n.label,
+        f"{fmt(n.value, n.unit)} {n.unit}",
+        interval(n),
+        str(n.n_images),
+    ]
+
+
 def card_md(card: dict, reference: pd.DataFrame) -> str:
     """The card as Markdown: headline rows, published rows beside them, what was skipped,
     the details and the provenance."""
     numbers = [Number(**n) for n in card["numbers"]]
     lines = [f"# Robustness card: {card['model']}", "", card["footnote"], ""]
-    rows = [
-        [
-            TITLES[n.benchmark],
-            n.label,
-            f"{fmt(n.value, n.unit)} {n.unit}",
-            interval(n),
-            str(n.n_images),
-            n.note,
-        ]
-        for n in numbers
-        if n.headline
-    ]
+    rows = [[*_number_row(n), n.note] for n in numbers if n.headline]
     lines += ["## Headline", ""]
     lines += _table(rows, ["benchmark", "metric", "value", "95 % CI", "images", "note"])
     lines += ["", "## Published numbers beside yours", ""]
@@ -208,17 +208,7 @@ def card_md(card: dict, reference: pd.DataFrame) -> str:
             for note in notes
         ]
     lines += ["", "## Details", ""]
-    rows = [
-        [
-            TITLES[n.benchmark],
-            n.label,
-            f"{fmt(n.value, n.unit)} {n.unit}",
-            interval(n),
-            str(n.n_images),
-        ]
-        for n in numbers
-        if not n.headline
-    ]
+    rows = [_number_row(n) for n in numbers if not n.headline]
     lines += _table(rows, ["benchmark", "metric", "value", "95 % CI", "images"])
     lines += ["", "## Provenance", ""]
     rows = [
