@@ -12,6 +12,7 @@ Python gives for a function's own, with the closest names.
 from __future__ import annotations
 
 import dataclasses
+from os import PathLike
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -80,6 +81,14 @@ def build_specs(
         else:
             out[part] = given[part]
     return out
+
+
+def as_names(value) -> tuple[str, ...] | None:
+    """A spec field's list of names as a tuple (one name alone is one name, not its
+    letters; None stays None)."""
+    if value is None:
+        return None
+    return (str(value),) if isinstance(value, (str, PathLike)) else tuple(str(v) for v in value)
 
 
 def unexpected(caller: str, key: str, known: Iterable[str]) -> str:

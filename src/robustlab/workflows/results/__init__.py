@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from robustlab.errors import InputError
 from robustlab.seeding import check_seed
 from robustlab.store.connection import DEFAULT_DB
+from robustlab.workflows.keywords import as_names
 from robustlab.workflows.results.tables import (
     RESULT_COLUMNS,
     SEGMENTATION_RESULT_COLUMNS,
@@ -52,13 +53,6 @@ __all__ = [
 VIEWS = ("cells", "segmentation", "summary", "compare", "export")
 
 
-def _names(value) -> tuple[str, ...] | None:
-    """A repeatable filter as a tuple (one name alone is one name, not its letters)."""
-    if value is None:
-        return None
-    return (str(value),) if isinstance(value, (str, Path)) else tuple(str(v) for v in value)
-
-
 @dataclass(frozen=True)
 class ResultsRequest:
     """Which stored runs, and what to compute from them (validated when built).
@@ -80,9 +74,9 @@ class ResultsRequest:
     """
 
     db: str | Path = DEFAULT_DB
-    runs: tuple[str, ...] | None = field(default=None, metadata={"arg": ("runs", _names)})
-    models: tuple[str, ...] | None = field(default=None, metadata={"arg": ("model", _names)})
-    suites: tuple[str, ...] | None = field(default=None, metadata={"arg": ("suite", _names)})
+    runs: tuple[str, ...] | None = field(default=None, metadata={"arg": ("runs", as_names)})
+    models: tuple[str, ...] | None = field(default=None, metadata={"arg": ("model", as_names)})
+    suites: tuple[str, ...] | None = field(default=None, metadata={"arg": ("suite", as_names)})
     baseline: str | None = None
     segmentation: bool = False
     summary: bool = False
@@ -94,9 +88,9 @@ class ResultsRequest:
 
     def __post_init__(self):
         for name in ("runs", "models", "suites"):
-            object.__setattr__(self, name, _names(getattr(self, name)))
+            object.__setattr__(self, name, as_names(getattr(self, name)))
         if self.compare is not None:
-            pair = _names(self.compare) or ()
+            pair = as_names(self.compare) or ()
             if len(pair) != 2:
                 raise InputError(f"compare takes two run ids, got {len(pair)}")
             object.__setattr__(self, "compare", pair)

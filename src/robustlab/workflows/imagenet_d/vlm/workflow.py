@@ -17,13 +17,7 @@ from pathlib import Path
 from robustlab.errors import InputError
 from robustlab.store.connection import DEFAULT_DB
 from robustlab.workflows.imagenet_d.vlm.run import VLMAsking, VLMData, VLMResult, ask_all
-
-
-def _names(value) -> tuple[str, ...] | None:
-    """A list of names as a tuple (one name alone is one name, not its letters)."""
-    if value is None:
-        return None
-    return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
+from robustlab.workflows.keywords import as_names
 
 
 @dataclass(frozen=True)
@@ -36,13 +30,15 @@ class VLMQuestions:
 
     data: str | Path | None = None
     questions: str | Path | None = None
-    clip_runs: tuple[str, ...] | None = field(default=None, metadata={"arg": ("clip_run", _names)})
+    clip_runs: tuple[str, ...] | None = field(
+        default=None, metadata={"arg": ("clip_run", as_names)}
+    )
     subsets: tuple[str, ...] | None = None
     limit: int | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "clip_runs", _names(self.clip_runs))
-        object.__setattr__(self, "subsets", _names(self.subsets))
+        object.__setattr__(self, "clip_runs", as_names(self.clip_runs))
+        object.__setattr__(self, "subsets", as_names(self.subsets))
         if self.limit is not None and self.limit < 1:
             raise InputError(f"limit must be at least 1, got {self.limit}")
 

@@ -20,13 +20,7 @@ from robustlab.workflows.train.holdout.readers import read_set
 from robustlab.workflows.train.holdout.run import HoldoutResult, run_holdout
 from robustlab.workflows.train.holdout.splits import make_split
 from robustlab.workflows.train.holdout.training import HoldoutConfig
-
-
-def _names(value) -> tuple[str, ...] | None:
-    """A list of names as a tuple (one name alone is one name, not its letters)."""
-    if value is None:
-        return None
-    return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
+from robustlab.workflows.keywords import as_names
 
 
 @dataclass(frozen=True)
@@ -41,7 +35,7 @@ class HoldoutData:
     classes: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "classes", _names(self.classes))
+        object.__setattr__(self, "classes", as_names(self.classes))
 
 
 @dataclass(frozen=True)
@@ -58,7 +52,7 @@ class HoldoutProtocol:
 
     def __post_init__(self):
         if self.holdout_subtypes is not None and not isinstance(self.holdout_subtypes, int):
-            object.__setattr__(self, "holdout_subtypes", _names(self.holdout_subtypes))
+            object.__setattr__(self, "holdout_subtypes", as_names(self.holdout_subtypes))
 
 
 @dataclass(frozen=True)
