@@ -8,12 +8,12 @@ own: close, not identical (1.99 levels mean absolute difference at quality 85, a
 points of impulse_noise's error on an H200: benchmarks/README.md), so ``"cpu"`` (libjpeg on
 the host) is the default for CUDA batches too.
 
-Large batches are coded by a pool of codec processes, started on first use (spawned: they
-import only numpy and OpenCV) and kept for the life of the process; a batch travels in
-shared memory, coded in place. Not threads: a codec
-call releases the GIL while it codes, but must take it back to return, and the thread
-that shifts the next cell runs Python nearly all the time (kernel launches), so threads
-waited for the GIL more than they coded (measured on 2 cores: 484 round trips/s with the
+Large batches are coded by a pool of codec processes (one per usable core, at most
+:data:`MAX_PROCESSES`), started on first use (spawned: they import only numpy and OpenCV)
+and kept for the life of the process; a batch travels in shared memory, coded in place.
+Not threads: a codec call releases the GIL while it codes, but must take it back to
+return, and the thread that shifts the next cell runs Python nearly all the time (kernel
+launches), so threads waited for the GIL more than they coded (measured on 2 cores: 484 round trips/s with the
 calling thread idle, 55 with it running Python; on the H200 16 threads gave 1.3-2x one).
 :func:`jpeg_roundtrip_async` returns at once, so the device shifts the next cell while the
 processes code this one.
@@ -34,6 +34,8 @@ CODECS = ("device", "cpu")
 # the trip to another process (and the test suite's small batches start no pool).
 POOL_MIN = 32
 CHUNK = 64
+# Each codec process holds numpy and OpenCV (about 50 MB): a many-core host gets no more.
+MAX_PROCESSES = 32
 
 
 def codec_name(device, codec: str = "device") -> str:
@@ -144,7 +146,7 @@ def _pool() -> tuple[ProcessPoolExecutor, int] | None:
             from robustlab.data.jpeg import init_codec_process
             from robustlab.processes import available_cpus
 
-            n = available_cpus()
+            n = min(available_cpus(), MAX_PROCESSES)
             pool = ProcessPoolExecutor(
                 n, mp_context=multiprocessing.get_context("spawn"), initializer=init_codec_process
             )
