@@ -9,8 +9,9 @@ round trips per second and each way's ratio to the first:
 * ``threads``: a thread pool, one thread per core (the first version of the overlap:
   a codec call releases the GIL while it codes but must take it back to return, so its
   threads queue behind the busy caller);
-* ``processes``: :func:`robustlab.shifts.batched.jpeg.jpeg_roundtrip_async`'s codec
-  processes (what the batched path uses).
+* ``processes``: :func:`robustlab.shifts.batched.jpeg.jpeg_roundtrip_async` with the
+  codec processes of :func:`robustlab.run.codec_pool.codec_pool` (what the shift device
+  uses).
 
 Usage:
     PYTHONPATH=src python benchmarks/jpeg_host.py [--batch 256] [--seconds 6]
@@ -49,6 +50,7 @@ def spin(stop: threading.Event) -> None:
 def rate(way: str, x: torch.Tensor, seconds: float, busy: bool) -> float:
     from robustlab.data.jpeg import roundtrip_chw
     from robustlab.processes import available_cpus
+    from robustlab.run.codec_pool import codec_pool
     from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
 
     host = x.numpy()
@@ -60,7 +62,7 @@ def rate(way: str, x: torch.Tensor, seconds: float, busy: bool) -> float:
         elif threads is not None:
             list(threads.map(lambda img: roundtrip_chw(img[None], 85), host))
         else:
-            jpeg_roundtrip_async(x, 85, "cpu").result()
+            jpeg_roundtrip_async(x, 85, "cpu", pool=codec_pool()).result()
 
     once()  # warm: pools started, codecs loaded
     stop = threading.Event()

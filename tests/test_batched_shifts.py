@@ -349,12 +349,15 @@ def test_cpu_jpeg_round_trip_in_codec_processes(prepared):
     process that made it; reusing the parent's would hang)."""
     import multiprocessing
 
+    from robustlab.run.codec_pool import codec_pool
     from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
 
     imgs, _ = prepared
     x = as_batch(np.concatenate([imgs] * 3))  # more images than chunks: order matters
-    here = as_images(jpeg_roundtrip_async(x, 85, "cpu", pool_min=10**6).result())
-    pooled = as_images(jpeg_roundtrip_async(x, 85, "cpu", pool_min=1).result())
+    here = as_images(jpeg_roundtrip_async(x, 85, "cpu").result())
+    pool = codec_pool()
+    assert pool is not None
+    pooled = as_images(jpeg_roundtrip_async(x, 85, "cpu", pool=pool, pool_min=1).result())
     assert np.array_equal(pooled, here)
     ctx = multiprocessing.get_context("fork")
     ours, theirs = ctx.Pipe()
@@ -368,9 +371,13 @@ def test_cpu_jpeg_round_trip_in_codec_processes(prepared):
 
 def _child_round_trip(x: np.ndarray, conn) -> None:
     # numpy both ways: torch's shared-memory tensor pickling is not what is tested here
+    from robustlab.run.codec_pool import codec_pool
     from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
 
-    conn.send(jpeg_roundtrip_async(torch.from_numpy(x), 85, "cpu", pool_min=1).result().numpy())
+    pool = codec_pool()  # None: a fork of a process with codec processes starts none
+    conn.send(
+        jpeg_roundtrip_async(torch.from_numpy(x), 85, "cpu", pool=pool, pool_min=1).result().numpy()
+    )
 
 
 def test_bad_batches_are_refused():

@@ -231,7 +231,11 @@ class DeviceShifts:
         from robustlab.shifts.batched.jpeg import RoundTrip, jpeg_roundtrip_async
 
         if shifted and _format(self.protocol) == "jpeg":
-            return jpeg_roundtrip_async(x, int(self.protocol.jpeg_quality), self.settings.jpeg)
+            from robustlab.run.codec_pool import codec_pool
+
+            return jpeg_roundtrip_async(
+                x, int(self.protocol.jpeg_quality), self.settings.jpeg, pool=codec_pool()
+            )
         return RoundTrip.done(x)
 
     def _resize(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,34 +8,30 @@ own: close, not identical (1.99 levels mean absolute difference at quality 85, a
 points of impulse_noise's error on an H200: benchmarks/README.md), so ``"cpu"`` (libjpeg on
 the host) is the default for CUDA batches too.
 
-Large batches are coded by a pool of codec processes (one per usable core, at most
-:data:`MAX_PROCESSES`), started on first use (spawned: they import only numpy and OpenCV)
-and kept for the life of the process; a batch travels in shared memory, coded in place.
-Not threads: a codec call releases the GIL while it codes, but must take it back to
+A caller that keeps shifting while the host codes (the shift device,
+:mod:`robustlab.run.device_shifts`) passes a pool of codec processes
+(:func:`robustlab.run.codec_pool.codec_pool`); a batch then travels to them in shared
+memory and is coded in place, and :func:`jpeg_roundtrip_async` returns at once. Processes,
+not threads: a codec call releases the GIL while it codes, but must take it back to
 return, and the thread that shifts the next cell runs Python nearly all the time (kernel
-launches), so threads waited for the GIL more than they coded (measured on 2 cores: 484 round trips/s with the
-calling thread idle, 55 with it running Python; on the H200 16 threads gave 1.3-2x one).
-:func:`jpeg_roundtrip_async` returns at once, so the device shifts the next cell while the
-processes code this one.
+launches), so threads waited for the GIL more than they coded (measured on 2 cores: 484
+round trips/s with the calling thread idle, 55 with it running Python; on the H200 16
+threads gave 1.3-2x one). Without a pool the batch is coded in the calling thread.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor
 
 import numpy as np
 import torch
 
 CODECS = ("device", "cpu")
 
-# Batches smaller than this are coded in the calling thread: a few images are not worth
-# the trip to another process (and the test suite's small batches start no pool).
+# Batches smaller than this are coded in the calling thread even with a pool: a few
+# images are not worth the trip to another process.
 POOL_MIN = 32
 CHUNK = 64
-# Each codec process holds numpy and OpenCV (about 50 MB): a many-core host gets no more.
-MAX_PROCESSES = 32
 
 
 def codec_name(device, codec: str = "device") -> str:
@@ -86,15 +82,20 @@ class RoundTrip:
 
 
 def jpeg_roundtrip_async(
-    x: torch.Tensor, quality: int, codec: str = "device", *, pool_min: int = POOL_MIN
+    x: torch.Tensor,
+    quality: int,
+    codec: str = "device",
+    *,
+    pool: tuple[Executor, int] | None = None,
+    pool_min: int = POOL_MIN,
 ) -> RoundTrip:
     """:func:`jpeg_roundtrip` started now; ``.result()`` is the batch on ``x.device``.
 
     libjpeg: the batch is copied to the host (waiting for the device's pending work on
-    it); from ``pool_min`` images on, chunks of it go to the codec processes while the
-    caller goes on, below that (or where this process may start no codec processes:
-    :func:`_pool`) it is coded here and now. nvJPEG: computed before returning (it runs
-    on the device anyway).
+    it); with ``pool`` (an executor of codec processes and their number) and from
+    ``pool_min`` images on, chunks of it go to the processes while the caller goes on,
+    else it is coded here and now. nvJPEG: computed before returning (it runs on the
+    device anyway).
     """
     from robustlab.data.jpeg import roundtrip_chw
 
@@ -105,50 +106,20 @@ def jpeg_roundtrip_async(
         # the encoded bytes (a few KB each) must be host tensors for the decoder
         return RoundTrip.done(torch.stack(decode_jpeg([d.cpu() for d in data], device=x.device)))
     host, q = x.contiguous().cpu().numpy(), int(quality)
-    found = None if len(host) < max(1, pool_min) else _pool()
-    if found is None:
+    if pool is None or len(host) < max(1, pool_min):
         return RoundTrip.done(torch.from_numpy(roundtrip_chw(host, q)).to(x.device))
     from multiprocessing.shared_memory import SharedMemory
 
     from robustlab.data.jpeg import roundtrip_shared
 
-    pool, n = found
+    executor, n = pool
     block = SharedMemory(create=True, size=host.nbytes)
     np.ndarray(host.shape, np.uint8, buffer=block.buf)[:] = host
     # about one chunk per process, at least CHUNK images: each chunk costs the caller's
     # process two GIL hand-overs (sending it, taking its result), whatever its size
     step = max(CHUNK, -(-len(host) // n))
     parts = [
-        pool.submit(roundtrip_shared, block.name, host.shape, i, min(i + step, len(host)), q)
+        executor.submit(roundtrip_shared, block.name, host.shape, i, min(i + step, len(host)), q)
         for i in range(0, len(host), step)
     ]
     return RoundTrip(x.device, parts=parts, block=block, shape=host.shape)
-
-
-_POOL: tuple[int, ProcessPoolExecutor, int] | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> tuple[ProcessPoolExecutor, int] | None:
-    """This process's codec processes, one per usable core, and their number; None where
-    this process may not start them: a daemonic one (a multiprocessing pool's worker may
-    have no children), or a fork of a process that had them (their locks and threads were
-    copied mid-use: a pool started there can hang)."""
-    global _POOL
-    import multiprocessing
-
-    with _POOL_LOCK:
-        if _POOL is not None and _POOL[0] != os.getpid():
-            return None
-        if multiprocessing.current_process().daemon:
-            return None
-        if _POOL is None:
-            from robustlab.data.jpeg import init_codec_process
-            from robustlab.processes import available_cpus
-
-            n = min(available_cpus(), MAX_PROCESSES)
-            pool = ProcessPoolExecutor(
-                n, mp_context=multiprocessing.get_context("spawn"), initializer=init_codec_process
-            )
-            _POOL = (os.getpid(), pool, n)
-        return _POOL[1], _POOL[2]
