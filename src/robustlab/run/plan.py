@@ -1,8 +1,9 @@
 """``RunPlan``: what an evaluation run needs, decided before the database is touched.
 
-Every planner of :mod:`robustlab.workflows.evaluate` (source folders on the fly, generated
-folders, the ImageNet-E archive, published layouts) returns one, and every consumer reads
-the same fields: ``evaluate`` hands it to the runner (local or Ray), the training
+Every evaluation plan is one: each planner of :mod:`robustlab.workflows.evaluate` (source
+folders on the fly, generated folders, the ImageNet-E archive, published layouts, mined
+subsets, exports) returns what it decided as data, and ``make_plan`` turns that and the
+loaded model into a ``RunPlan``; every consumer reads the same fields: ``evaluate`` hands it to the runner (local or Ray), the training
 protocols (:mod:`robustlab.workflows.train.protocols`) take its samples, cells and images for their
 splits. A typed, frozen value instead of a dict with the same keys: a misspelt field is
 an ``AttributeError`` at the line that misspells it (and a mypy error before that), and a

@@ -6,9 +6,11 @@ checked before the database is touched (unknown model or suite, missing weights,
 folder, a label outside the label space), so a run that fails to start writes nothing.
 
 The data flow: :class:`EvaluateRequest` (four frozen specs, validated once:
-:mod:`.request`) → :func:`make_plan` (a :class:`~robustlab.run.plan.RunPlan`: :mod:`.plan` for
-source and generated folders, :mod:`.archive` for the ImageNet-E archive, :mod:`.published`
-for the published layouts, one :func:`~.record.build_plan` for all) → :func:`execute`
+:mod:`.request`) → :func:`make_plan` (a :class:`~robustlab.run.plan.RunPlan`: the folder's
+planner returns a frozen :class:`~.record.PlannedRun`, data and no callback: :mod:`.plan`
+for source and generated folders, :mod:`.archive` for the ImageNet-E archive,
+:mod:`.published` for the published layouts, :mod:`.mined` and :mod:`.exported`; one
+:func:`~.record.build_plan` loads the model and makes the record for all) → :func:`execute`
 (:mod:`.execute`, the local or the Ray executor) → an :class:`EvaluateResult` (:mod:`.result`).
 
 Example:

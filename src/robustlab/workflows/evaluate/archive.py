@@ -3,16 +3,16 @@ each level folder is a cell, its files are the pixels."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import InputError
-from robustlab.run.plan import RunPlan
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.labels import labels_for
 from robustlab.workflows.evaluate.record import (
+    PlannedRun,
     base_identity,
-    build_plan,
     describe_model,
     files_fingerprint,
     label_space,
@@ -21,12 +21,13 @@ from robustlab.workflows.evaluate.record import (
 )
 
 if TYPE_CHECKING:
+    from robustlab.store import RunRecord
     from robustlab.workflows.evaluate.request import EvaluateRequest
 
 ARCHIVE_SUITE = "imagenet-e-archive"
 
 
-def archive_plan(request: EvaluateRequest, root: Path, *, device: str | None) -> RunPlan:
+def archive_plan(request: EvaluateRequest, root: Path) -> PlannedRun:
     """:func:`~robustlab.workflows.evaluate.plan.make_plan` for the published ImageNet-E archive.
 
     The request's ``protocol`` may override only the view (the archive's files are the
@@ -54,20 +55,13 @@ def archive_plan(request: EvaluateRequest, root: Path, *, device: str | None) ->
     paths = [[s.path, *(images.path(s, sh, lv) for sh, lv in shifted)] for s in samples]
     fingerprint = files_fingerprint(samples, labels, paths)
 
-    def record(model, defence):
-        return archive_record(
-            model, defence, root, archive, cells, space, images.protocol, override, fingerprint
-        )
-
-    return build_plan(
-        request.model,
-        device=device,
-        space=space,
+    return PlannedRun(
         samples=samples,
+        images=images,
+        space=space,
         labels=labels,
         cells=cells,
-        images=images,
-        record=record,
+        identity=ArchiveIdentity(root, archive, override, fingerprint),
     )
 
 
@@ -87,47 +81,59 @@ def _view(override):
     return chosen
 
 
-def archive_record(model, defence, root, archive, cells, space, protocol, override, fingerprint):
-    """The archive run's record; its identity never held a precision unless autocast is on,
-    nor cells (they extend the run), so ids of earlier archive runs stay."""
-    from robustlab.run.identity import inference_identity, make_record, model_precision
+@dataclass(frozen=True)
+class ArchiveIdentity:
+    """What an archive run's record is made of besides the plan and the model: the
+    archive, the user's view override and the fingerprint of its files."""
 
-    preprocessing = {
-        "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
-        "protocol": protocol.describe(),
-    }
-    identity = base_identity(
-        model,
-        suite=ARCHIVE_SUITE,
-        suite_version="1",
-        fingerprint=fingerprint,
-        space=space,
-        seed=0,
-        preprocessing=preprocessing,
-        source=ARCHIVE_SUITE,
-    )
-    if defence:
-        identity["defence"] = defence
-    # This identity never held a precision: only autocast adds one (fp32 ids unchanged).
-    precision = model_precision(model)
-    if getattr(getattr(model, "inference", None), "dtype", None) is not None:
-        identity["precision"] = precision
-    identity.update(inference_identity(model))
-    return make_record(
-        identity,
-        data_root=root,
-        config={
-            "source": ARCHIVE_SUITE,
-            "archive_root": str(root.resolve()),
-            "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
-            "model": describe_model(model),
-            "cells": [[s, str(lv)] for s, lv in cells],
-            **({"defence": defence} if defence else {}),
-            "protocol": protocol_record(protocol, override),
-            "precision": precision,
-            **inference_identity(model),
-            "discover_skipped": [list(x) for x in archive.skipped],
-        },
-        n_samples=len(archive.samples),
-        skipped=archive.skipped,  # counted like a source folder's
-    )
+    root: Path
+    archive: Any
+    override: Any
+    fingerprint: str
+
+    def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
+        """The archive run's record; its identity never held a precision unless autocast
+        is on, nor cells (they extend the run), so ids of earlier archive runs stay."""
+        from robustlab.run.identity import inference_identity, make_record, model_precision
+
+        root, archive, override = self.root, self.archive, self.override
+        protocol, space, cells = run.protocol, run.space, run.cells
+        preprocessing = {
+            "model": preprocessing_record(getattr(model, "undefended", model).preprocessing),
+            "protocol": protocol.describe(),
+        }
+        identity = base_identity(
+            model,
+            suite=ARCHIVE_SUITE,
+            suite_version="1",
+            fingerprint=self.fingerprint,
+            space=space,
+            seed=0,
+            preprocessing=preprocessing,
+            source=ARCHIVE_SUITE,
+        )
+        if defence:
+            identity["defence"] = defence
+        # This identity never held a precision: only autocast adds one (fp32 ids unchanged).
+        precision = model_precision(model)
+        if getattr(getattr(model, "inference", None), "dtype", None) is not None:
+            identity["precision"] = precision
+        identity.update(inference_identity(model))
+        return make_record(
+            identity,
+            data_root=root,
+            config={
+                "source": ARCHIVE_SUITE,
+                "archive_root": str(root.resolve()),
+                "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
+                "model": describe_model(model),
+                "cells": [[s, str(lv)] for s, lv in cells],
+                **({"defence": defence} if defence else {}),
+                "protocol": protocol_record(protocol, override),
+                "precision": precision,
+                **inference_identity(model),
+                "discover_skipped": [list(x) for x in archive.skipped],
+            },
+            n_samples=len(archive.samples),
+            skipped=archive.skipped,  # counted like a source folder's
+        )

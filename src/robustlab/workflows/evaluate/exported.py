@@ -27,8 +27,8 @@ from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import generated_hint, held_levels
 from robustlab.workflows.evaluate.labels import labels_for
 from robustlab.workflows.evaluate.record import (
+    PlannedRun,
     base_identity,
-    build_plan,
     describe_model,
     label_space,
     protocol_record,
@@ -36,6 +36,7 @@ from robustlab.workflows.evaluate.record import (
 
 if TYPE_CHECKING:
     from robustlab.data.exported import ExportedSet
+    from robustlab.store import RunRecord
     from robustlab.workflows.evaluate.request import EvaluateRequest
 
 SOURCE = "exported"
@@ -110,9 +111,7 @@ def _cells(rows, request: EvaluateRequest, root):
     return suite, [*clean, *suite.cells()]
 
 
-def exported_plan(
-    request: EvaluateRequest, root: Path, export: ExportedSet, *, device: str | None
-) -> RunPlan:
+def exported_plan(request: EvaluateRequest, root: Path, export: ExportedSet) -> PlannedRun:
     """:func:`~robustlab.workflows.evaluate.plan.make_plan` for an exported set.
 
     Raises:
@@ -159,23 +158,13 @@ def exported_plan(
     }
     images = ExportImages(ShardReader(root, export.kind, export.shards), index, protocol, skips)
     fingerprint = _fingerprint(samples, labels, index)
-    first = rows[0]
-
-    def record(model, defence):
-        return _record(
-            model, defence, root, export, first, suite, cells, space, protocol, fingerprint,
-            request.cells.protocol, samples,
-        )  # fmt: skip
-
-    return build_plan(
-        request.model,
-        device=device,
-        space=space,
+    return PlannedRun(
         samples=samples,
+        images=images,
+        space=space,
         labels=labels,
         cells=cells,
-        images=images,
-        record=record,
+        identity=ExportedIdentity(root, export, rows[0], fingerprint, request.cells.protocol),
         suite=suite,
     )
 
@@ -193,56 +182,72 @@ def _fingerprint(samples, labels, index) -> str:
     )
 
 
-def _record(
-    model, defence, root, export, first, suite, cells, space, protocol, fingerprint, override,
-    samples,
-):  # fmt: skip
-    from robustlab.run.identity import (
-        fields_of,
-        inference_identity,
-        make_record,
-        model_precision,
-    )
+@dataclasses.dataclass(frozen=True)
+class ExportedIdentity:
+    """What an exported set's run record is made of besides the plan and the model.
 
-    identity = base_identity(
-        model,
-        suite=suite.name if suite is not None else first.suite,
-        suite_version=first.robustlab.get("suite_version"),
-        fingerprint=fingerprint,
-        space=space,
-        seed=int(first.seed or 0),
-        preprocessing={
-            "model": fields_of(getattr(model, "undefended", model).preprocessing),
-            "protocol": protocol.describe(),
-        },
-        source=SOURCE,
-    )
-    identity["precision"] = model_precision(model)
-    if defence:
-        identity["defence"] = defence
-    identity.update(inference_identity(model))
-    rec = export.record or {}
-    return make_record(
-        identity,
-        data_root=root,
-        config={
-            "source": SOURCE,
-            "exported": {
-                "kind": export.kind,
-                "export_id": rec.get("export_id"),
-                "origin": first.robustlab.get("origin"),
-                "data": rec.get("data"),
+    Attributes:
+        root: The set's folder.
+        export: The :class:`robustlab.data.exported.ExportedSet` read from it.
+        first: Its first row (every row names the same suite, seed and origin).
+        fingerprint: Every row by its recorded content hash (:func:`_fingerprint`).
+        override: The user's ``--protocol`` (None: the rows' own).
+    """
+
+    root: Path
+    export: ExportedSet
+    first: Any
+    fingerprint: str
+    override: Any
+
+    def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
+        from robustlab.run.identity import (
+            fields_of,
+            inference_identity,
+            make_record,
+            model_precision,
+        )
+
+        first, suite, protocol = self.first, run.suite, run.protocol
+        identity = base_identity(
+            model,
+            suite=suite.name if suite is not None else first.suite,
+            suite_version=first.robustlab.get("suite_version"),
+            fingerprint=self.fingerprint,
+            space=run.space,
+            seed=int(first.seed or 0),
+            preprocessing={
+                "model": fields_of(getattr(model, "undefended", model).preprocessing),
+                "protocol": protocol.describe(),
             },
-            "model": describe_model(model),
-            "cells": [[s, str(lv)] for s, lv in cells],
-            "protocol": protocol_record(protocol, override),
-            **({"defence": defence} if defence else {}),
-            "precision": identity["precision"],
-            **inference_identity(model),
-        },
-        n_samples=len(samples),
-        skipped=samples.skipped,
-    )
+            source=SOURCE,
+        )
+        identity["precision"] = model_precision(model)
+        if defence:
+            identity["defence"] = defence
+        identity.update(inference_identity(model))
+        rec = self.export.record or {}
+        return make_record(
+            identity,
+            data_root=self.root,
+            config={
+                "source": SOURCE,
+                "exported": {
+                    "kind": self.export.kind,
+                    "export_id": rec.get("export_id"),
+                    "origin": first.robustlab.get("origin"),
+                    "data": rec.get("data"),
+                },
+                "model": describe_model(model),
+                "cells": [[s, str(lv)] for s, lv in run.cells],
+                "protocol": protocol_record(protocol, self.override),
+                **({"defence": defence} if defence else {}),
+                "precision": identity["precision"],
+                **inference_identity(model),
+            },
+            n_samples=len(run.samples),
+            skipped=run.samples.skipped,
+        )
 
 
 class ExportImages(CellImages):

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import CellSkipped, InputError
-from robustlab.run.plan import RunPlan
 from robustlab.run.tasks import PublishedImages
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.labels import labels_for
 from robustlab.workflows.evaluate.record import (
+    PlannedRun,
     base_identity,
-    build_plan,
     describe_model,
     files_fingerprint,
     label_space,
@@ -32,6 +31,7 @@ from robustlab.workflows.evaluate.record import (
 )
 
 if TYPE_CHECKING:
+    from robustlab.store import RunRecord
     from robustlab.workflows.evaluate.request import EvaluateRequest
 
 RECORD = "mining.json"
@@ -61,9 +61,7 @@ def cell_of(file_id: str) -> tuple[str, str, Any]:
     return file_id, CLEAN_SHIFT, 0
 
 
-def mined_plan(
-    request: EvaluateRequest, root: Path, mining: dict, *, device: str | None
-) -> RunPlan | None:
+def mined_plan(request: EvaluateRequest, root: Path, mining: dict) -> PlannedRun | None:
     """:func:`~robustlab.workflows.evaluate.plan.make_plan` for a hard subset of shifted
     cells (None: its files are all clean candidates, a labelled folder like any other).
 
@@ -102,18 +100,13 @@ def mined_plan(
     paths = [[images.path(s, sh, lv) for sh, lv in cells] for s in samples]
     fingerprint = files_fingerprint(samples, labels, paths)
 
-    def record(model, defence):
-        return _record(model, defence, root, mining, samples, cells, space, protocol, fingerprint)
-
-    return build_plan(
-        request.model,
-        device=device,
-        space=space,
+    return PlannedRun(
         samples=samples,
+        images=images,
+        space=space,
         labels=labels,
         cells=cells,
-        images=images,
-        record=record,
+        identity=MinedIdentity(root, mining, fingerprint),
     )
 
 
@@ -198,49 +191,62 @@ class MinedImages(PublishedImages):
         return super().cell(sample, prepared, shift, level, attributes)
 
 
-def _record(model, defence, root, mining, samples, cells, space, protocol, fingerprint):
-    """A mined subset run's record: its identity names the cells and hashes every listed
-    file with its label (a relabelled or dropped file is another run)."""
-    from robustlab.run.identity import (
-        fields_of,
-        inference_identity,
-        make_record,
-        model_precision,
-    )
+@dataclasses.dataclass(frozen=True)
+class MinedIdentity:
+    """What a mined subset run's record is made of besides the plan and the model: the
+    subset's folder, its ``mining.json`` and the fingerprint of its listed files."""
 
-    identity = base_identity(
-        model,
-        suite=mining.get("suite"),
-        suite_version=mining.get("suite_version"),
-        fingerprint=fingerprint,
-        space=space,
-        seed=0,
-        preprocessing={
-            "model": fields_of(getattr(model, "undefended", model).preprocessing),
-            "protocol": protocol.describe(),
-        },
-        source="mined",
-    )
-    identity["cells"] = [[s, str(lv)] for s, lv in cells]
-    identity["precision"] = model_precision(model)
-    if defence:
-        identity["defence"] = defence
-    identity.update(inference_identity(model))
-    labels_csv = str(samples.labels_csv) if samples.labels_csv else None
-    return make_record(
-        identity,
-        data_root=root,
-        config={
-            "source": "mined",
-            "mined": {"mining_id": mining.get("mining_id"), "surrogates": mining.get("surrogates")},
-            "labels_csv": labels_csv,
-            "model": describe_model(model),
-            "cells": [[s, str(lv)] for s, lv in cells],
-            "protocol": protocol_record(protocol, None),
-            **({"defence": defence} if defence else {}),
-            "precision": identity["precision"],
-            **inference_identity(model),
-        },
-        n_samples=len(samples),
-        skipped=samples.skipped,
-    )
+    root: Path
+    mining: dict
+    fingerprint: str
+
+    def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
+        """Its identity names the cells and hashes every listed file with its label (a
+        relabelled or dropped file is another run)."""
+        from robustlab.run.identity import (
+            fields_of,
+            inference_identity,
+            make_record,
+            model_precision,
+        )
+
+        mining, samples, cells, protocol = self.mining, run.samples, run.cells, run.protocol
+        identity = base_identity(
+            model,
+            suite=mining.get("suite"),
+            suite_version=mining.get("suite_version"),
+            fingerprint=self.fingerprint,
+            space=run.space,
+            seed=0,
+            preprocessing={
+                "model": fields_of(getattr(model, "undefended", model).preprocessing),
+                "protocol": protocol.describe(),
+            },
+            source="mined",
+        )
+        identity["cells"] = [[s, str(lv)] for s, lv in cells]
+        identity["precision"] = model_precision(model)
+        if defence:
+            identity["defence"] = defence
+        identity.update(inference_identity(model))
+        labels_csv = str(samples.labels_csv) if samples.labels_csv else None
+        return make_record(
+            identity,
+            data_root=self.root,
+            config={
+                "source": "mined",
+                "mined": {
+                    "mining_id": mining.get("mining_id"),
+                    "surrogates": mining.get("surrogates"),
+                },
+                "labels_csv": labels_csv,
+                "model": describe_model(model),
+                "cells": [[s, str(lv)] for s, lv in cells],
+                "protocol": protocol_record(protocol, None),
+                **({"defence": defence} if defence else {}),
+                "precision": identity["precision"],
+                **inference_identity(model),
+            },
+            n_samples=len(samples),
+            skipped=samples.skipped,
+        )

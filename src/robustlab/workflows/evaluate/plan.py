@@ -30,6 +30,7 @@ from robustlab.workflows.evaluate.mined import mined_plan, read_mining
 from robustlab.workflows.evaluate.model import note_trained_preprocess
 from robustlab.workflows.evaluate.published import published_layout
 from robustlab.workflows.evaluate.record import (
+    PlannedRun,
     base_identity,
     build_plan,
     describe_model,
@@ -39,6 +40,11 @@ from robustlab.workflows.evaluate.record import (
 )
 
 if TYPE_CHECKING:
+    from robustlab.data.published import Layout
+    from robustlab.output_hashes import Digests
+    from robustlab.settings import ToolSettings
+    from robustlab.shifts.registry import Shift
+    from robustlab.store import RunRecord
     from robustlab.workflows.evaluate.request import EvaluateRequest
 
 log = logging.getLogger(__name__)
@@ -46,14 +52,29 @@ log = logging.getLogger(__name__)
 
 def make_plan(request: EvaluateRequest) -> RunPlan:
     """Validate everything the request's folder decides and build what the run needs,
-    without touching the database.
+    without touching the database: the folder's planner says what will be read, labelled
+    and computed (:func:`planned_run`), then the model is loaded and the run's record made
+    (:func:`~robustlab.workflows.evaluate.record.build_plan`). On Ray the driver's model
+    only names the run and scores the predictions: it is loaded on the CPU, the actors
+    load it on the device asked for.
+    """
+    device = "cpu" if request.execution.backend == "ray" else request.model.device
+    planned = planned_run(request)
+    plan = build_plan(planned, request.model, device=device)
+    if isinstance(planned.identity, SourceIdentity):  # a checkpoint of robustlab train
+        note_trained_preprocess(request.model.weights, getattr(plan.model, "defence", None))
+    return plan
 
-    The folder decides the planner: the ImageNet-E archive
-    (:func:`~robustlab.workflows.evaluate.archive.archive_plan`), a published layout
-    (:func:`~robustlab.workflows.evaluate.published.published_plan`), else source images on
-    the fly or a generated folder (:func:`source_plan`); each returns the same
-    :class:`RunPlan`. On Ray the driver's model only names the run and scores the
-    predictions: it is loaded on the CPU, the actors load it on the device asked for.
+
+def planned_run(request: EvaluateRequest) -> PlannedRun:
+    """What a run on the request's folder reads, labels and computes, before any model is
+    loaded. The folder decides the planner: an exported set
+    (:func:`~robustlab.workflows.evaluate.exported.exported_plan`), the ImageNet-E archive
+    (:func:`~robustlab.workflows.evaluate.archive.archive_plan`), a mined subset of
+    shifted cells (:func:`~robustlab.workflows.evaluate.mined.mined_plan`), a published
+    layout (:func:`~robustlab.workflows.evaluate.published.published_plan`), else source
+    images on the fly or a generated folder (:func:`source_plan`); each returns a
+    :class:`~robustlab.workflows.evaluate.record.PlannedRun`.
     """
     from robustlab.data.imagenet_e import is_archive
 
@@ -61,7 +82,6 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
 
     root, want = request.data.folder, request.cells
     shift_path = request.execution.shift_path
-    device = "cpu" if request.execution.backend == "ray" else request.model.device
     exported = open_export(root)
     if exported is not None:  # robustlab export's shards (or a save_to_disk copy)
         if shift_path:
@@ -71,7 +91,7 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
             )
         from robustlab.workflows.evaluate.exported import exported_plan
 
-        return exported_plan(request, root, exported, device=device)
+        return exported_plan(request, root, exported)
     if shift_path and (is_archive(root) or read_generated(root) is not None):
         raise InputError(
             f"{root} holds shifted images already; --shift-device applies shifts on the fly",
@@ -93,13 +113,13 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
             )
         from robustlab.workflows.evaluate.archive import archive_plan
 
-        return archive_plan(request, root, device=device)
+        return archive_plan(request, root)
     manifest = read_generated(root)
     mining = read_mining(root) if manifest is None else None
     if mining is not None:  # a hard subset of shifted cells is read as those cells
-        plan = mined_plan(request, root, mining, device=device)
-        if plan is not None:
-            return plan
+        planned = mined_plan(request, root, mining)
+        if planned is not None:
+            return planned
     # A labels CSV says what the samples are and their classes: the folder is then read as
     # a labelled folder, never as a published layout.
     published = manifest is None and request.data.labels_csv is None
@@ -118,12 +138,12 @@ def make_plan(request: EvaluateRequest) -> RunPlan:
             )
         from robustlab.workflows.evaluate.published import published_plan
 
-        return published_plan(request, root, layout, device=device)
+        return published_plan(request, root, layout)
     source = read_source(root, manifest, request)
-    return source_plan(request, source, device=device, label_space=space, layout=layout)
+    return source_plan(request, source, label_space=space, layout=layout)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Source:
     """A source folder, or a generated folder read back to its source: what the cells of a
     run on it are and where its images come from."""
@@ -288,9 +308,7 @@ def source_samples(src: Source, shift_objs, label_space):
     return samples, labels_for(samples, space, generated_from), space
 
 
-def source_plan(
-    request: EvaluateRequest, src: Source, *, device: str | None, label_space, layout
-) -> RunPlan:
+def source_plan(request: EvaluateRequest, src: Source, *, label_space, layout) -> PlannedRun:
     """:func:`make_plan` for source images (shifts computed on the fly) or a generated folder
     (shifted cells read from its files, the clean cell from its source); ``label_space``:
     the one asked for, or ImageNet-D's for its recognised tree (``layout``)."""
@@ -332,152 +350,165 @@ def source_plan(
         settings=request.tools.settings,
     )
 
-    def record(model, defence):
-        note_trained_preprocess(request.model.weights, defence)
-        return _described(
-            source_record(
-                model,
-                defence,
-                src,
-                samples,
-                labels,
-                space,
-                protocol,
-                override,
-                shift_path,
-                digests,
-            ),
-            src,
-            shift_objs,
-            shift_path,
-            layout,
-            request.tools.settings,
-        )
-
-    return build_plan(
-        request.model,
-        device=device,
-        space=space,
+    return PlannedRun(
         samples=samples,
+        images=images,
+        space=space,
         labels=labels,
         cells=src.cells,
-        images=images,
-        record=record,
+        identity=SourceIdentity(
+            src=src,
+            shifts=tuple(shift_objs),
+            override=override,
+            shift_path=shift_path,
+            digests=digests,
+            layout=layout,
+            tools=request.tools.settings,
+        ),
         suite=src.suite,
     )
 
 
-def _described(record, src: Source, shift_objs, shift_path, layout, tools):
-    """``record`` with what describes a source run's pixels but is not its identity."""
-    from robustlab.shifts.registry import describe_resources, recorded_resources
+@dataclass(frozen=True)
+class SourceIdentity:
+    """What the record of a run on a source or generated folder is made of besides the
+    plan and the model.
 
-    # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion model,
-    # the attribute edits' hole-fill backend) depend on it: on the fly the configured one
-    # draws them (described here), from a generated folder the one its manifest names.
-    if src.manifest is not None:
-        for key in recorded_resources(shift_objs):
-            record.config[key] = src.manifest.get(key)
-    else:
-        record.config.update(describe_resources(shift_objs, tools))
-    if shift_path:
-        record.config["shift_path"] = shift_path
-    if layout is not None:  # ImageNet-D's published tree, recognised (not part of the id)
-        record.config["published"] = {"layout": layout.name, "benchmark": layout.title}
-    return record
+    Attributes:
+        src: The folder read back (:class:`Source`).
+        shifts: The registered shifts of its cells.
+        override: The user's ``--protocol`` (None: the benchmark's own).
+        shift_path: The batched shift path's record (None: the exact one).
+        digests: A generated folder's expected cell file hashes (None on the fly).
+        layout: ImageNet-D's published tree, when recognised (described, not identity).
+        tools: The run's tool settings (None: the environment's).
+    """
 
+    src: Source
+    shifts: tuple[Shift, ...]
+    override: Any
+    shift_path: dict | None
+    digests: Digests | None
+    layout: Layout | None
+    tools: ToolSettings | None
 
-def source_inputs(model, defence, src: Source, samples, labels, protocol, shift_path):
-    """(the parts of a source run's inputs, kept apart for :func:`note_earlier_runs`; the
-    data fingerprint): what decides the pixels and labels, by content, so a replaced photo
-    or mask, another masks folder or a regenerated folder is another run, never a resumed
-    one."""
-    from robustlab.manifest import generated_identity
-    from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import (
-        data_fingerprint,
-        inference_identity,
-        input_parts,
-        model_precision,
-        run_id,
-    )
-
-    digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
-    image_hashes, mask_hashes = digests[0::2], digests[1::2]
-    fingerprint = data_fingerprint(
-        (s.id, s.class_name, lab, ih, mh)
-        for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes)
-    )
-    manifest = src.manifest
-    inputs = input_parts(samples, labels, image_hashes, mask_hashes)
-    inputs.update(
-        masks_dir=str(Path(src.masks).expanduser().resolve()) if src.masks else None,
-        seed=src.seed,
-        protocol=protocol.describe(),
-        preprocessing=preprocessing_record(getattr(model, "undefended", model).preprocessing),
-        precision=model_precision(model),
-        compile=inference_identity(model).get("compile"),
-        source=src.kind,
-        defence=defence,
-        generated=run_id(generated_identity(manifest)) if manifest is not None else None,
-    )
-    if shift_path:
-        from robustlab.store.naming import shift_path_label
-
-        inputs["shift_path"] = shift_path_label(shift_path)
-    return inputs, fingerprint
-
-
-def source_record(
-    model, defence, src: Source, samples, labels, space, protocol, override, shift_path, digests
-):
-    """The run record of a source or generated folder: its identity (model, the content of
-    every image and mask, labels, seed, protocol, source kind, optional keys only when
-    used, so runs without them keep their ids) and description."""
-    from robustlab.run.identity import inference_identity, make_record
-
-    inputs, fingerprint = source_inputs(model, defence, src, samples, labels, protocol, shift_path)
-    preprocessing = {"model": inputs["preprocessing"], "protocol": inputs["protocol"]}
-    masks_dir = inputs["masks_dir"]
-    identity = base_identity(
-        model,
-        suite=src.suite.name if src.suite else None,
-        suite_version=src.suite.version if src.suite else None,
-        fingerprint=fingerprint,
-        space=space,
-        seed=src.seed,
-        preprocessing=preprocessing,
-        source=src.kind,
-    )
-    identity.update(masks=masks_dir, precision=inputs["precision"], generated=inputs["generated"])
-    if defence:  # absent for a plain model, so plain runs keep the ids they always had
-        identity["defence"] = defence
-    identity.update(inference_identity(model))  # likewise: only for a compiled model
-    if digests is not None:  # a generated folder's cells are read from its files
-        identity["generated_files"] = inputs["generated_files"] = generated_files_fingerprint(
-            samples, src.available, digests
+    def inputs(self, run: PlannedRun, model, defence: dict | None) -> tuple[dict, str]:
+        """(the parts of a source run's inputs, kept apart for :func:`note_earlier_runs`;
+        the data fingerprint): what decides the pixels and labels, by content, so a
+        replaced photo or mask, another masks folder or a regenerated folder is another
+        run, never a resumed one."""
+        from robustlab.manifest import generated_identity
+        from robustlab.run.content_hash import hash_files
+        from robustlab.run.identity import (
+            data_fingerprint,
+            inference_identity,
+            input_parts,
+            model_precision,
+            run_id,
         )
-    if shift_path:  # only then: exact runs keep the ids they always had
-        identity["shift_path"] = shift_path
-    labels_csv = str(getattr(samples, "labels_csv", None) or src.labels_csv or "") or None
-    return make_record(
-        identity,
-        data_root=src.root,
-        config={
-            "source": src.kind,
-            "generated_root": str(src.generated_root or ""),
-            "labels_csv": labels_csv,
-            "masks": masks_dir,
-            "inputs": inputs,
-            "model": describe_model(model),
-            **({"defence": defence} if defence else {}),
-            "cells": [[s, str(lv)] for s, lv in src.cells],
-            "protocol": protocol_record(protocol, override),
-        },
-        n_samples=len(samples),
-        # Files left out while listing the folder (stray files, CSV rows without a file,
-        # loops, bad names): the runner adds them to the run's skip record.
-        skipped=getattr(samples, "skipped", []),
-    )
+
+        src, samples, labels = self.src, run.samples, run.labels
+        digests = hash_files([p for s in samples for p in (s.path, s.mask_path)])
+        image_hashes, mask_hashes = digests[0::2], digests[1::2]
+        fingerprint = data_fingerprint(
+            (s.id, s.class_name, lab, ih, mh)
+            for s, lab, ih, mh in zip(samples, labels, image_hashes, mask_hashes)
+        )
+        manifest = src.manifest
+        inputs = input_parts(samples, labels, image_hashes, mask_hashes)
+        inputs.update(
+            masks_dir=str(Path(src.masks).expanduser().resolve()) if src.masks else None,
+            seed=src.seed,
+            protocol=run.protocol.describe(),
+            preprocessing=preprocessing_record(getattr(model, "undefended", model).preprocessing),
+            precision=model_precision(model),
+            compile=inference_identity(model).get("compile"),
+            source=src.kind,
+            defence=defence,
+            generated=run_id(generated_identity(manifest)) if manifest is not None else None,
+        )
+        if self.shift_path:
+            from robustlab.store.naming import shift_path_label
+
+            inputs["shift_path"] = shift_path_label(self.shift_path)
+        return inputs, fingerprint
+
+    def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
+        """The run record of a source or generated folder: its identity (model, the
+        content of every image and mask, labels, seed, protocol, source kind, optional
+        keys only when used, so runs without them keep their ids) and description."""
+        from robustlab.run.identity import inference_identity, make_record
+
+        src, samples, protocol, shift_path = self.src, run.samples, run.protocol, self.shift_path
+        inputs, fingerprint = self.inputs(run, model, defence)
+        preprocessing = {"model": inputs["preprocessing"], "protocol": inputs["protocol"]}
+        masks_dir = inputs["masks_dir"]
+        identity = base_identity(
+            model,
+            suite=src.suite.name if src.suite else None,
+            suite_version=src.suite.version if src.suite else None,
+            fingerprint=fingerprint,
+            space=run.space,
+            seed=src.seed,
+            preprocessing=preprocessing,
+            source=src.kind,
+        )
+        identity.update(
+            masks=masks_dir, precision=inputs["precision"], generated=inputs["generated"]
+        )
+        if defence:  # absent for a plain model, so plain runs keep the ids they always had
+            identity["defence"] = defence
+        identity.update(inference_identity(model))  # likewise: only for a compiled model
+        if self.digests is not None:  # a generated folder's cells are read from its files
+            identity["generated_files"] = inputs["generated_files"] = generated_files_fingerprint(
+                samples, src.available, self.digests
+            )
+        if shift_path:  # only then: exact runs keep the ids they always had
+            identity["shift_path"] = shift_path
+        labels_csv = str(getattr(samples, "labels_csv", None) or src.labels_csv or "") or None
+        record = make_record(
+            identity,
+            data_root=src.root,
+            config={
+                "source": src.kind,
+                "generated_root": str(src.generated_root or ""),
+                "labels_csv": labels_csv,
+                "masks": masks_dir,
+                "inputs": inputs,
+                "model": describe_model(model),
+                **({"defence": defence} if defence else {}),
+                "cells": [[s, str(lv)] for s, lv in src.cells],
+                "protocol": protocol_record(protocol, self.override),
+            },
+            n_samples=len(samples),
+            # Files left out while listing the folder (stray files, CSV rows without a
+            # file, loops, bad names): the runner adds them to the run's skip record.
+            skipped=getattr(samples, "skipped", []),
+        )
+        self.describe(record)
+        return record
+
+    def describe(self, record: RunRecord) -> None:
+        """Add to ``record`` what describes a source run's pixels but is not its identity."""
+        from robustlab.shifts.registry import describe_resources, recorded_resources
+
+        # Pixels drawn by a configured tool (ai_bg's inpainter, bg_complexity's diffusion
+        # model, the attribute edits' hole-fill backend) depend on it: on the fly the
+        # configured one draws them (described here), from a generated folder the one its
+        # manifest names.
+        src = self.src
+        if src.manifest is not None:
+            for key in recorded_resources(self.shifts):
+                record.config[key] = src.manifest.get(key)
+        else:
+            record.config.update(describe_resources(self.shifts, self.tools))
+        if self.shift_path:
+            record.config["shift_path"] = self.shift_path
+        if self.layout is not None:  # ImageNet-D's published tree, recognised (not the id)
+            record.config["published"] = {
+                "layout": self.layout.name,
+                "benchmark": self.layout.title,
+            }
 
 
 # Benchmarks without shifts whose official protocol is not ImageNet-C's, by label space.

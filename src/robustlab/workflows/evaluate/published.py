@@ -4,25 +4,26 @@ each cell folder is a cell, its files are the pixels, the layout names the label
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import InputError
-from robustlab.run.plan import RunPlan
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.record import (
+    PlannedRun,
     base_identity,
-    build_plan,
     describe_model,
     files_fingerprint,
     label_space,
 )
 
 if TYPE_CHECKING:
+    from robustlab.store import RunRecord
     from robustlab.workflows.evaluate.request import EvaluateRequest
 
 
-def published_plan(request: EvaluateRequest, root: Path, layout, *, device: str | None) -> RunPlan:
+def published_plan(request: EvaluateRequest, root: Path, layout) -> PlannedRun:
     """:func:`~robustlab.workflows.evaluate.plan.make_plan` for a published benchmark folder.
 
     Samples whose class folder is not a class of the label space are left out with that
@@ -34,7 +35,7 @@ def published_plan(request: EvaluateRequest, root: Path, layout, *, device: str 
     from robustlab.suites import Protocol, select_cells
 
     if layout.name == "cifar-10-c":
-        return npy_plan(request, root, layout, device=device)
+        return npy_plan(request, root, layout)
     want = request.cells
     pub = read_published(root, layout)
     cells: list[tuple[str, Any]] = list(
@@ -71,34 +72,17 @@ def published_plan(request: EvaluateRequest, root: Path, layout, *, device: str 
     paths = [[pub.file(s.id, f) for f in wanted] for s in samples]
     fingerprint = files_fingerprint(samples, labels, paths)
 
-    def record(model, defence):
-        return published_record(
-            model,
-            defence,
-            root,
-            layout,
-            pub,
-            cells,
-            space,
-            images.protocol,
-            fingerprint,
-            len(samples),
-            skipped,
-        )
-
-    return build_plan(
-        request.model,
-        device=device,
-        space=space,
+    return PlannedRun(
         samples=samples,
+        images=images,
+        space=space,
         labels=labels,
         cells=cells,
-        images=images,
-        record=record,
+        identity=PublishedIdentity(root, layout, pub.clean, pub.folders, fingerprint, skipped),
     )
 
 
-def npy_plan(request: EvaluateRequest, root: Path, layout, *, device: str | None) -> RunPlan:
+def npy_plan(request: EvaluateRequest, root: Path, layout) -> PlannedRun:
     """The plan of a run on a CIFAR-10-C style release (:mod:`robustlab.data.release_npy`):
     sample ``k`` is the k-th image of every ``<corruption>.npy``, its label the k-th of
     ``labels.npy``; the cells are the corruptions' severities (no clean cell). A label
@@ -151,100 +135,89 @@ def npy_plan(request: EvaluateRequest, root: Path, layout, *, device: str | None
         + [(s.id, lab) for s, lab in zip(samples, labels)]
     )
     folders = {(c, lv): f"{files[c]}[{lv}]" for c, lv in cells}
-    pub = _NpyListing(folders)
-
-    def record(model, defence):
-        return published_record(
-            model,
-            defence,
-            root,
-            layout,
-            pub,
-            cells,
-            space,
-            images.protocol,
-            fingerprint,
-            len(samples),
-            skipped,
-        )
-
-    return build_plan(
-        request.model,
-        device=device,
-        space=space,
+    return PlannedRun(
         samples=samples,
+        images=images,
+        space=space,
         labels=labels,
         cells=cells,
-        images=images,
-        record=record,
+        identity=PublishedIdentity(root, layout, None, folders, fingerprint, skipped),
     )
 
 
-class _NpyListing:
-    """What a run record states of a release folder's cells (``published_record``'s
-    ``pub``): no clean cell; each cell's file and severity block."""
+@dataclass(frozen=True)
+class PublishedIdentity:
+    """What a published layout run's record is made of besides the plan and the model.
 
-    clean = None
+    Attributes:
+        root: The folder as downloaded.
+        layout: Its :class:`robustlab.data.published.Layout`.
+        clean: The folder of its clean images (None: the layout has none).
+        folders: ``(shift, level) -> folder`` (a release file's ``file[severity]``).
+        fingerprint: The content of every file of every evaluated cell.
+        skipped: Folders and files that are not part of the layout, and samples of
+            other classes: the runner adds them to the run's skip record.
+    """
 
-    def __init__(self, folders: dict):
-        self.folders = folders
+    root: Path
+    layout: Any
+    clean: str | None
+    folders: dict[tuple[str, Any], str]
+    fingerprint: str
+    skipped: list
 
+    def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
+        """Its identity names the evaluated cells (their files are hashed into the
+        fingerprint) and the precision."""
+        from robustlab.run.identity import (
+            fields_of,
+            inference_identity,
+            make_record,
+            model_precision,
+        )
 
-def published_record(
-    model, defence, root, layout, pub, cells, space, protocol, fingerprint, n_samples, skipped
-):
-    """A published layout run's record: its identity names the evaluated cells (their
-    files are hashed into the fingerprint) and the precision."""
-    from robustlab.run.identity import (
-        fields_of,
-        inference_identity,
-        make_record,
-        model_precision,
-    )
-
-    preprocessing = {
-        "model": fields_of(getattr(model, "undefended", model).preprocessing),
-        "protocol": protocol.describe(),
-    }
-    identity = base_identity(
-        model,
-        suite=layout.suite,
-        suite_version="1",
-        fingerprint=fingerprint,
-        space=space,
-        seed=0,
-        preprocessing=preprocessing,
-        source=layout.suite,
-    )
-    identity["cells"] = [[s, str(lv)] for s, lv in cells]
-    identity["precision"] = model_precision(model)
-    if defence:
-        identity["defence"] = defence
-    identity.update(inference_identity(model))
-    return make_record(
-        identity,
-        data_root=root,
-        config={
-            "source": "published",
-            "published": {
-                "layout": layout.name,
-                "benchmark": layout.title,
-                "benchmark_suite": layout.benchmark_suite,
-                "layout_source": layout.source,
-                "clean": pub.clean,
-                "folders": {f"{s}/{lv}": f for (s, lv), f in pub.folders.items()},
+        layout, cells = self.layout, run.cells
+        preprocessing = {
+            "model": fields_of(getattr(model, "undefended", model).preprocessing),
+            "protocol": run.protocol.describe(),
+        }
+        identity = base_identity(
+            model,
+            suite=layout.suite,
+            suite_version="1",
+            fingerprint=self.fingerprint,
+            space=run.space,
+            seed=0,
+            preprocessing=preprocessing,
+            source=layout.suite,
+        )
+        identity["cells"] = [[s, str(lv)] for s, lv in cells]
+        identity["precision"] = model_precision(model)
+        if defence:
+            identity["defence"] = defence
+        identity.update(inference_identity(model))
+        return make_record(
+            identity,
+            data_root=self.root,
+            config={
+                "source": "published",
+                "published": {
+                    "layout": layout.name,
+                    "benchmark": layout.title,
+                    "benchmark_suite": layout.benchmark_suite,
+                    "layout_source": layout.source,
+                    "clean": self.clean,
+                    "folders": {f"{s}/{lv}": f for (s, lv), f in self.folders.items()},
+                },
+                "model": describe_model(model),
+                "cells": [[s, str(lv)] for s, lv in cells],
+                **({"defence": defence} if defence else {}),
+                "precision": identity["precision"],
+                **inference_identity(model),
             },
-            "model": describe_model(model),
-            "cells": [[s, str(lv)] for s, lv in cells],
-            **({"defence": defence} if defence else {}),
-            "precision": identity["precision"],
-            **inference_identity(model),
-        },
-        n_samples=n_samples,
-        # Folders and files that are not part of the layout, and samples of other classes:
-        # the runner adds them to the run's skip record.
-        skipped=skipped,
-    )
+            n_samples=len(run.samples),
+            skipped=self.skipped,
+        )
 
 
 def published_layout(root: Path, suite, shift_path=None):

@@ -1,47 +1,81 @@
 """The parts every evaluation plan shares, whatever its folder: the base of the run
 identity, the stored descriptions of the model, its preprocessing and the protocol, the
-fingerprint of files that are the pixels, and :func:`build_plan`, the one place a
-:class:`~robustlab.run.plan.RunPlan` is put together from its parts.
+fingerprint of files that are the pixels; :class:`PlannedRun`, what every planner returns
+(what will be read, labelled and computed, and the facts its identity is made of), and
+:func:`build_plan`, the one place a :class:`~robustlab.run.plan.RunPlan` is put together
+from it and the loaded model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
+import typing
 from typing import TYPE_CHECKING, Any
 
 from robustlab.run.plan import RunPlan
 
 if TYPE_CHECKING:
+    from robustlab.data.labels import LabelSpace
+    from robustlab.run.tasks import CellImages
     from robustlab.store import RunRecord
+    from robustlab.suites import Protocol, Suite
     from robustlab.workflows.evaluate.request import ModelSpec
 
 
-def build_plan(
-    spec: ModelSpec,
-    *,
-    device: str | None,
-    space,
-    samples,
-    labels: list[int],
-    cells: list[tuple[str, Any]],
-    images,
-    record: Callable[[Any, dict | None], RunRecord],
-    suite=None,
-) -> RunPlan:
+class RecordInputs(typing.Protocol):
+    """What a planner knows of a run's record before the model is loaded: each layout has
+    its own (a frozen dataclass of its folder's facts), and turns itself, with the plan's
+    data and the loaded model behind its defences, into the stored record."""
+
+    def record(self, run: PlannedRun, model: Any, defence: dict | None) -> RunRecord: ...
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """What a planner decides, before the model is loaded: the data of a run, not a
+    callback. :func:`build_plan` turns it, with the loaded model, into the
+    :class:`~robustlab.run.plan.RunPlan`.
+
+    Attributes:
+        samples: What is read: the images, sorted by id.
+        images: Where each cell's pixels come from (its ``protocol`` is the run's).
+        space: The label space the samples are labelled in.
+        labels: Label index per sample, in ``space``.
+        cells: What is computed: ``(shift, level)`` per cell, the clean one first where
+            the run has one.
+        suite: The suite of a run on source images, a generated folder or an export;
+            None for the published layouts, the archive and a mined subset.
+        identity: The folder's facts its record is made of (:class:`RecordInputs`).
+    """
+
+    samples: Any
+    images: CellImages
+    space: LabelSpace
+    labels: list[int]
+    cells: list[tuple[str, Any]]
+    identity: RecordInputs
+    suite: Suite | None = None
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.images.protocol
+
+
+def build_plan(planned: PlannedRun, spec: ModelSpec, *, device: str | None) -> RunPlan:
     """The plan of a run whose samples, labels, cells and images are decided: the model is
-    loaded (only now, so a label error fails before a model load) and ``record(model,
-    defence)`` gives the run's record. The protocol is the images' own."""
-    model, defence = load(spec, space, device=device)
+    loaded (only now, so a label error fails before a model load) and the run's record
+    made from ``planned.identity``. The protocol is the images' own."""
+    model, defence = load(spec, planned.space, device=device)
     return RunPlan(
         model=model,
-        samples=samples,
-        labels=labels,
-        cells=cells,
-        protocol=images.protocol,
-        suite=suite,
-        record=record(model, defence),
-        images=images,
-        label_space=space,
+        samples=planned.samples,
+        labels=planned.labels,
+        cells=planned.cells,
+        protocol=planned.protocol,
+        suite=planned.suite,
+        record=planned.identity.record(planned, model, defence),
+        images=planned.images,
+        label_space=planned.space,
     )
 
 
