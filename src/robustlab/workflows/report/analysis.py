@@ -13,7 +13,7 @@ import numpy as np
 
 from robustlab.workflows.report.columns import col, column
 from robustlab.workflows.report.gather import ReportData
-from robustlab.workflows.report.html import Table, esc
+from robustlab.workflows.report.html import Table, note
 from robustlab.workflows.report.page import Page
 
 STARS = "signif.: **** p<0.0001, *** <0.001, ** <0.01, * <0.05, ns"
@@ -104,9 +104,10 @@ def regression(p: Page, d: ReportData, tmp: Path) -> None:
 
         names = ", ".join(d.labels[rid] for rid in p.flagged if rid in d.labels)
         p.add(
-            f'<p class="note">{esc(RANDOM_MARK)}: the fits below include {esc(names)}, whose '
-            "images were drawn by a random-weight checkpoint (noise); read the terms with "
-            "that in mind.</p>"
+            note(
+                f"{RANDOM_MARK}: the fits below include {names}, whose images were drawn by "
+                "a random-weight checkpoint (noise); read the terms with that in mind."
+            )
         )
     withheld = withheld_inference(reg)
     p.table(
@@ -119,7 +120,7 @@ def regression(p: Page, d: ReportData, tmp: Path) -> None:
         )
     )
     if d.logit is not None:
-        p.add('<p class="note">' + esc(WHICH_TO_READ) + "</p>")
+        p.add(note(WHICH_TO_READ))
         _logit_table(p, d.logit)
     _diagnostics(p, reg, tmp)
 
@@ -146,17 +147,19 @@ def _logit_table(p: Page, logit) -> None:
 def _diagnostics(p: Page, reg, tmp: Path) -> None:
     """Residuals against fitted values and the residuals' QQ plot, side by side."""
     paths = reg.plots(tmp, "regression")
-    p.add('<div class="plots">')
-    p.figure(
-        "fig-regression-residuals",
-        paths["residuals"].read_bytes(),
-        "Regression residuals vs fitted values",
-        "scatter of residuals against fitted accuracy",
+    p.plots(
+        [
+            (
+                "fig-regression-residuals",
+                paths["residuals"].read_bytes(),
+                "Regression residuals vs fitted values",
+                "scatter of residuals against fitted accuracy",
+            ),
+            (
+                "fig-regression-qq",
+                paths["qq"].read_bytes(),
+                "Normal QQ plot of the regression residuals",
+                "QQ plot of residual quantiles against normal quantiles",
+            ),
+        ]
     )
-    p.figure(
-        "fig-regression-qq",
-        paths["qq"].read_bytes(),
-        "Normal QQ plot of the regression residuals",
-        "QQ plot of residual quantiles against normal quantiles",
-    )
-    p.add("</div>")

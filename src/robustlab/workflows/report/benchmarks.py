@@ -13,7 +13,8 @@ from robustlab.workflows.report.columns import col, column, model_run
 from robustlab.workflows.report.benchmark_data import EDIT_ATTRIBUTES
 from robustlab.workflows.report.gather import ReportData, family
 from robustlab.workflows.report.runs import RunView
-from robustlab.workflows.report.html import Column, Table, esc, notes_list
+from robustlab.workflows.report.html import Column, Table, note
+from robustlab.workflows.report.render import render
 from robustlab.workflows.report.page import Page
 
 # Marks gather's note on why a run has no CE/mCE (shown once, under the corruption tables).
@@ -142,10 +143,7 @@ def _missing_mce(p: Page, d: ReportData) -> None:
         "mCE needs a baseline measured on the same images: pass a model evaluated on "
         "these images with --baseline MODEL"
     ]
-    p.add(
-        f'<p class="note"><strong>No mCE for {esc(", ".join(r.label for r in missing))}'
-        "</strong> (the table above shows the errors themselves):</p>" + notes_list(why)
-    )
+    p.add(render("no_mce.html", models=", ".join(r.label for r in missing), notes=why))
 
 
 # ---------------------------------------------------------------------------- scenarios
@@ -382,8 +380,7 @@ def _unpaired_note(p: Page, d: ReportData) -> None:
     if unpaired.empty:
         return
     p.add(
-        '<p class="note">'
-        + esc(
+        note(
             "Levels with fewer images than clean (drop over their own images): "
             + "; ".join(
                 f"{e.label} {e.shift} {e.level}: {e.n} of {e.n_clean} "
@@ -391,7 +388,6 @@ def _unpaired_note(p: Page, d: ReportData) -> None:
                 for e in unpaired.itertuples()
             )
         )
-        + "</p>"
     )
 
 

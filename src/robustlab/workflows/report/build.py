@@ -21,7 +21,7 @@ import numpy as np
 from robustlab.errors import InputError, closest
 from robustlab.workflows.report.benchmarks import MCE_NOTE
 from robustlab.workflows.report.gather import ReportData, gather
-from robustlab.workflows.report.html import esc, notes_list, page
+from robustlab.workflows.report.html import notes_list, page
 from robustlab.workflows.report.page import Page, ReportResult
 
 
@@ -206,16 +206,12 @@ def _pictures(p: Page, d: ReportData, req: ReportRequest, stages, notes: list[st
 
 def _document(p: Page, d: ReportData, title: str, generated: str) -> str:
     """The whole HTML page: title, contents and the sections."""
-    toc = (
-        '<nav class="toc" aria-label="Contents"><ul>'
-        + "".join(f'<li><a href="#{esc(s)}">{esc(t)}</a></li>' for s, t in p.toc)
-        + "</ul></nav>"
+    from robustlab.workflows.report.render import render
+
+    head = render(
+        "header.html", title=title, n_runs=len(d.runs), db=d.db, generated=generated, toc=p.toc
     )
-    head = (
-        f'<header class="top"><h1>{esc(title)}</h1><p class="meta">{len(d.runs)} run(s) from '
-        f"{esc(d.db)}; generated {esc(generated)}</p>{toc}</header>"
-    )
-    return page(title, head + "".join(p.parts))
+    return page(title, head + p.body())
 
 
 __all__ = ["ReportRequest", "ReportResult", "build_report", "report_request"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from robustlab.workflows.report.columns import column
 from robustlab.workflows.report.headline import BENCHMARKS
-from robustlab.workflows.report.html import Table
+from robustlab.workflows.report.html import Table, note
 from robustlab.workflows.report.page import Page
 
 
@@ -61,14 +61,8 @@ def card_section(p: Page, card: Mapping) -> None:
         f"{BENCHMARKS.get(b, b)}: {why}" for b, why in dict(card.get("skipped") or {}).items()
     ]
     if skipped:
-        p.add('<p class="note">Skipped: ' + "; ".join(_esc(s) for s in skipped) + ".</p>")
+        p.add(note("Skipped: " + "; ".join(skipped) + "."))
     reference_table(p, list(BENCHMARKS), card["numbers"])
-
-
-def _esc(s: str) -> str:
-    from robustlab.workflows.report.html import esc
-
-    return esc(s)
 
 
 def reference_table(p: Page, benchmarks: list[str], numbers: list[Mapping] | None = None) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.report.gather import ReportData
-from robustlab.workflows.report.html import CORRECT_MARK, WRONG_MARK, data_uri, esc, notes_list
+from robustlab.workflows.report.html import CORRECT_MARK, WRONG_MARK, data_uri, notes_list
 from robustlab.workflows.report.headline import RANDOM_MARK, RANDOM_NOTE
 from robustlab.workflows.report.page import Page
+from robustlab.workflows.report.render import render
 
 INTRO = (
     "Informative samples of different classes (the cells where models disagree, a "
@@ -20,7 +21,7 @@ INTRO = (
 
 def grids_section(p: Page, d: ReportData, sample_id: str | None, notes: list[str]) -> int:
     """Add the example grids (the first open, the others folded); returns how many."""
-    from robustlab.workflows.report.grid import PNG_LIMIT, build_grids
+    from robustlab.workflows.report.grid import build_grids
 
     grids, grid_notes = build_grids(d, sample_id=sample_id)
     notes.extend(grid_notes)
@@ -28,63 +29,65 @@ def grids_section(p: Page, d: ReportData, sample_id: str | None, notes: list[str
     if not grids:
         p.add(notes_list(grid_notes or ["no image grid: no sample to show"]))
         return 0
-    for gi, g in enumerate(grids):
-        n_img = sum(len(c) for _, c in g.rows)
-        lossless = n_img <= PNG_LIMIT
-        head = f"<h3>{esc(g.sample_id)}: true class {esc(g.true_class)}</h3>"
-        if gi == 1:
-            # the first sample open, the others one click away (each is a screen or more)
-            p.add(f'<details class="more"><summary>{len(grids) - 1} more sample(s)</summary>')
-        p.add(
-            head + f'<p class="note">Runs: {esc(", ".join(g.runs))}; data root {esc(g.data_root)}; '
-            f"seed {g.seed}; pictures embedded as {'PNG (exact pixels)' if lossless else 'JPEG q90'}.</p>"
+    flagged = {d.labels[rid] for rid in p.flagged if rid in d.labels}
+    p.add(
+        render(
+            "grids.html",
+            grids=[_grid_view(g, flagged) for g in grids],
+            correct_mark=CORRECT_MARK,
+            wrong_mark=WRONG_MARK,
+            random_mark=RANDOM_MARK,
         )
-        flagged = {d.labels[rid] for rid in p.flagged if rid in d.labels}
-        marked = flagged & {pr.label for _, cells in g.rows for c in cells for pr in c.predictions}
-        p.add(
-            _grid_table(g, gi, lossless, marked)
-            + notes_list([*g.notes, *([RANDOM_NOTE] if marked else [])])
-        )
-    if len(grids) > 1:
-        p.add("</details>")
+    )
     return len(grids)
 
 
-def _grid_table(g, gi: int, lossless: bool, flagged: set[str]) -> str:
-    """One sample's grid: a row per shift, a picture per level with the predictions (a
-    run in ``flagged`` marked as on random-weight images)."""
+def _grid_view(g, flagged: set[str]) -> dict:
+    """One sample's grid as the template lays it out: a row per shift (its label, its
+    pictures, the blank cells that square it), a run in ``flagged`` marked as on
+    random-weight images."""
+    from robustlab.workflows.report.grid import PNG_LIMIT
+
+    lossless = sum(len(c) for _, c in g.rows) <= PNG_LIMIT
+    marked = flagged & {pr.label for _, cells in g.rows for c in cells for pr in c.predictions}
     width = max(len(c) for _, c in g.rows)
-    out = [f'<div class="table-wrap"><table class="grid" id="grid-{gi}"><tbody>']
-    for row_label, cells in g.rows:
-        out.append(f'<tr><th scope="row">{esc(row_label)}</th>')
-        for c in cells:
-            out.append(_grid_cell(g.sample_id, c, lossless, flagged))
-        out.append("<td></td>" * (width - len(cells)) + "</tr>")
-    out.append("</tbody></table></div>")
-    return "".join(out)
+    return {
+        "sample_id": g.sample_id,
+        "true_class": g.true_class,
+        "runs": ", ".join(g.runs),
+        "data_root": g.data_root,
+        "seed": g.seed,
+        "embedded": "PNG (exact pixels)" if lossless else "JPEG q90",
+        "rows": [
+            (
+                label,
+                [_cell_view(g.sample_id, c, lossless, marked) for c in cells],
+                width - len(cells),
+            )
+            for label, cells in g.rows
+        ],
+        "notes": [*g.notes, *([RANDOM_NOTE] if marked else [])],
+    }
 
 
-def _grid_cell(sample_id: str, c, lossless: bool, flagged: set[str]) -> str:
+def _cell_view(sample_id: str, c, lossless: bool, flagged: set[str]) -> dict:
+    """One picture (a ``data:`` URI, or why it was not rendered) and its predictions."""
     from robustlab.workflows.report.grid import encode_thumb
 
-    cap = c.caption or ("clean" if c.shift == CLEAN_SHIFT else f"level {c.level}")
-    if c.image is not None:
-        data, mime = encode_thumb(c.image, lossless)
-        img = (
-            f'<img src="{data_uri(data, mime)}" alt="{esc(sample_id)} '
-            f'{esc(c.shift)} level {esc(c.level)}">'
-        )
-    else:
-        img = f'<p class="note">not rendered: {esc(c.error)}</p>'
-    preds = "".join(
-        f'<span class="pred {"ok" if pr.correct else "bad"}"><span class="mark" '
-        f'aria-label="{"correct" if pr.correct else "wrong"}">'
-        f"{CORRECT_MARK if pr.correct else WRONG_MARK}</span>{esc(pr.label)}"
-        f"{' ' + esc(RANDOM_MARK) if pr.label in flagged else ''}: "
-        f"{esc(pr.top1)} ({100 * pr.prob:.0f} %)</span>"
-        for pr in c.predictions
-    )
-    return (
-        f'<td><figure class="thumb">{img}<figcaption><strong>{esc(cap)}</strong>'
-        f"{preds}</figcaption></figure></td>"
-    )
+    src = data_uri(*encode_thumb(c.image, lossless)) if c.image is not None else ""
+    return {
+        "src": src,
+        "alt": f"{sample_id} {c.shift} level {c.level}",
+        "error": c.error,
+        "caption": c.caption or ("clean" if c.shift == CLEAN_SHIFT else f"level {c.level}"),
+        "predictions": [
+            {
+                "correct": pr.correct,
+                "label": pr.label,
+                "flagged": pr.label in flagged,
+                "top1": pr.top1,
+                "percent": f"{100 * pr.prob:.0f}",
+            }
+            for pr in c.predictions
+        ],
+    }

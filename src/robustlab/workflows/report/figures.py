@@ -10,7 +10,7 @@ import pandas as pd
 from robustlab.workflows.report import plots
 from robustlab.metrics.mce import is_corruption
 from robustlab.workflows.report.gather import ReportData, family, run_namer
-from robustlab.workflows.report.page import Page
+from robustlab.workflows.report.page import Page, Plot
 
 
 def runs_sharing_cells(cells, shifts) -> tuple[list[str], list[str]]:
@@ -116,7 +116,7 @@ def _scenario_bars(p: Page, d: ReportData) -> None:
 
 
 def _class_drops(p: Page, d: ReportData) -> None:
-    p.add('<div class="plots">')  # side by side where the window is wide enough
+    heatmaps: list[Plot] = []
     for i, r in enumerate(d.runs):
         g = d.class_drops[d.class_drops["run_id"] == r.run_id]
         if g.empty:
@@ -124,16 +124,18 @@ def _class_drops(p: Page, d: ReportData) -> None:
         png, note = plots.class_drop_heatmap(
             g, run_namer(r.record), f"{r.label}: drop from clean top-1 per class (points)"
         )
-        p.figure(
-            f"fig-class-drop-{i}",
-            png,
-            f"{r.label} (run {r.short}): accuracy drop per class and shift, levels pooled"
-            + _variants(g)
-            + (f"; {note}" if note else "")
-            + ".",
-            "heatmap of per-class accuracy drops, classes by shifts",
+        heatmaps.append(
+            (
+                f"fig-class-drop-{i}",
+                png,
+                f"{r.label} (run {r.short}): accuracy drop per class and shift, levels pooled"
+                + _variants(g)
+                + (f"; {note}" if note else "")
+                + ".",
+                "heatmap of per-class accuracy drops, classes by shifts",
+            )
         )
-    p.add("</div>")
+    p.plots(heatmaps)
 
 
 def _variants(drops: pd.DataFrame) -> str:

@@ -3,10 +3,13 @@ transfer to held-out models, hard examples) and what people decided in review.""
 
 from __future__ import annotations
 
+from markupsafe import Markup
+
 from robustlab.workflows.report.columns import column
 from robustlab.workflows.report.gather import ReportData
-from robustlab.workflows.report.html import WRONG_MARK, Table, data_uri, esc, notes_list
+from robustlab.workflows.report.html import WRONG_MARK, Table, data_uri, notes_list
 from robustlab.workflows.report.page import Page
+from robustlab.workflows.report.render import render
 
 MINING_COLUMNS = [
     column("text", "mining_id", "Mining"),
@@ -78,7 +81,9 @@ def _mining_analysis(p: Page, d: ReportData, seed: int) -> None:
 
     for v in mining_views(d, seed=seed):
         i = v.mining_id
-        p.add(f"<h3>Mining {esc(v.mining_id)}: {esc(', '.join(v.surrogates))}</h3>")
+        p.add(
+            render("mining_heading.html", mining_id=v.mining_id, surrogates=", ".join(v.surrogates))
+        )
         p.figure(
             f"fig-mining-curve-{i}",
             curve_plot(v),
@@ -110,27 +115,12 @@ def _mining_analysis(p: Page, d: ReportData, seed: int) -> None:
             p.add(notes_list(v.notes))
 
 
-def _hard_examples(examples: list[dict], i: str) -> str:
+def _hard_examples(examples: list[dict], i: str) -> Markup:
     """The kept images as thumbnails, each with every surrogate's wrong guess."""
     from robustlab.workflows.report.mining import thumbnail
 
-    cells = []
+    shown = []
     for ex in examples:
         thumb = thumbnail(ex["path"]) if ex["readable"] else None
-        img = (
-            f'<img src="{data_uri(*thumb)}" alt="hard image {esc(ex["sample_id"])} '
-            f'{esc(ex["cell"])}">'
-            if thumb
-            else f'<p class="note">not readable: {esc(ex["path"])}</p>'
-        )
-        guesses = "".join(
-            f'<span class="pred bad"><span class="mark" aria-label="wrong">'
-            f"{WRONG_MARK}</span>{esc(s)}: {esc(g)}</span>"
-            for s, g in ex["guesses"]
-        )
-        cells.append(
-            f'<figure class="thumb">{img}<figcaption><strong>'
-            f"{esc(ex['class_name'])}</strong> {esc(ex['cell'])}{guesses}"
-            "</figcaption></figure>"
-        )
-    return f'<div class="hard-examples" id="mining-examples-{i}">' + "".join(cells) + "</div>"
+        shown.append({**ex, "src": data_uri(*thumb) if thumb else ""})
+    return render("hard_examples.html", id=i, examples=shown, wrong_mark=WRONG_MARK)

@@ -10,10 +10,16 @@ further down (or only on the terminal); here they are said first, from the numbe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from robustlab.store.schema import HOLDOUT_SUITE
 from robustlab.workflows.report.gather import ReportData
-from robustlab.workflows.report.html import esc, is_missing
+from robustlab.workflows.report.html import is_missing
+from robustlab.workflows.report.render import render
 from robustlab.workflows.report.runs import RunView
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 # How the report names each benchmark (the suite names are the CLI's).
 BENCHMARKS = {
@@ -114,7 +120,7 @@ def _run_part(d: ReportData, r: RunView, images: dict[str, int]) -> str:
     return head + (f" ({n} distinct images)" if n else "")
 
 
-def headline(d: ReportData, flagged: dict[str, str]) -> str:
+def headline(d: ReportData, flagged: dict[str, str]) -> Markup:
     """HTML: one line per benchmark (its runs' numbers), then what the numbers mean."""
     images = {}
     if not d.summary.empty and "images" in d.summary:
@@ -123,18 +129,11 @@ def headline(d: ReportData, flagged: dict[str, str]) -> str:
             for k, v in zip(d.summary["run_full"], d.summary["images"])
             if not is_missing(v)
         }
-    groups: dict[str, list[RunView]] = {}
+    groups: dict[str, list[dict]] = {}
     for r in d.runs:
-        groups.setdefault(benchmark_title(r.record), []).append(r)
-    lines = []
-    for title, runs in groups.items():
-        parts = []
-        for r in runs:
-            mark = (
-                f' <strong class="flag">{esc(RANDOM_MARK)}</strong>' if r.run_id in flagged else ""
-            )
-            parts.append(esc(_run_part(d, r, images)) + mark)
-        lines.append(f"<li><strong>{esc(title)}</strong>: {' | '.join(parts)}</li>")
+        groups.setdefault(benchmark_title(r.record), []).append(
+            {"text": _run_part(d, r, images), "flagged": r.run_id in flagged}
+        )
     notes = [CLEAN_DEFINED, SHIFTED_DEFINED]
     if d.n_resamples:
         notes.append(
@@ -143,11 +142,8 @@ def headline(d: ReportData, flagged: dict[str, str]) -> str:
         )
     if flagged:
         notes.append(RANDOM_NOTE)
-    return (
-        '<ul class="headline" id="headline">'
-        + "".join(lines)
-        + "</ul>"
-        + f'<p class="note">{esc("; ".join(notes))}.</p>'
+    return render(
+        "headline.html", lines=list(groups.items()), mark=RANDOM_MARK, note="; ".join(notes)
     )
 
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+from markupsafe import Markup
 
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.report.columns import SHIFTED_TOP1, col, column
 from robustlab.workflows.report.gather import ReportData
 from robustlab.workflows.report.headline import benchmark_key, benchmark_title
 from robustlab.workflows.report.runs import RunView
-from robustlab.workflows.report.html import Column, Table, esc, is_missing
+from robustlab.workflows.report.html import Column, Table, is_missing
 from robustlab.workflows.report.page import Page
+from robustlab.workflows.report.render import render
 
 
 # ---------------------------------------------------------------------------- summary
@@ -30,7 +32,7 @@ def summary(p: Page, d: ReportData, generated: str) -> None:
         p.add(_run_details(r))
 
 
-def _facts(d: ReportData, generated: str) -> str:
+def _facts(d: ReportData, generated: str) -> Markup:
     """The key-value list at the top: models, suites, data, seeds, intervals."""
     from robustlab.version import __version__
 
@@ -53,11 +55,7 @@ def _facts(d: ReportData, generated: str) -> str:
         ),
         ("Generated", f"{generated} by robustlab {__version__}"),
     ]
-    return (
-        '<dl class="kv">'
-        + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
-        + "</dl>"
-    )
+    return render("facts.html", items=items)
 
 
 RUNS_COLUMNS = [
@@ -136,7 +134,7 @@ def _runs_table(p: Page, runs: list[RunView]) -> None:
     )
 
 
-def _run_details(r: RunView) -> str:
+def _run_details(r: RunView) -> Markup:
     """A run's preprocessing, versions, configuration and skipped inputs, folded away."""
     rec = r.record
     detail = {
@@ -145,19 +143,16 @@ def _run_details(r: RunView) -> str:
         "config": {k: v for k, v in (rec.get("config") or {}).items() if k != "cells"},
     }
     skipped = rec.get("skipped") or []
-    body = esc(json.dumps(detail, indent=1, sort_keys=True, default=str))
-    extra = ""
-    if skipped:
-        shown = "".join(
-            f"<li>{esc(s[0] if isinstance(s, list) else s)}: "
-            f"{esc(s[1] if isinstance(s, list) and len(s) > 1 else '')}</li>"
+    return render(
+        "run_details.html",
+        label=r.label,
+        short=r.short,
+        detail=json.dumps(detail, indent=1, sort_keys=True, default=str),
+        skipped=[
+            (s[0] if isinstance(s, list) else s, s[1] if isinstance(s, list) and len(s) > 1 else "")
             for s in skipped[:20]
-        )
-        more = f"<li>... and {len(skipped) - 20} more</li>" if len(skipped) > 20 else ""
-        extra = f"<p>Skipped inputs:</p><ul>{shown}{more}</ul>"
-    return (
-        f"<details><summary>{esc(r.label)} (run {esc(r.short)}): preprocessing, "
-        f"versions, configuration</summary>{extra}<pre>{body}</pre></details>"
+        ],
+        more=max(0, len(skipped) - 20),
     )
 
 

@@ -6,7 +6,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from robustlab.workflows.report.html import Table, esc, figure, render_table
+from markupsafe import Markup
+
+from robustlab.workflows.report.html import Table, figure, render_table
+from robustlab.workflows.report.render import escape, render
+
+# A plot of the page: id, picture (PNG bytes), caption, alt text.
+Plot = tuple[str, bytes, str, str]
 
 
 @dataclass
@@ -29,13 +35,17 @@ class ReportResult:
 
 
 class Page:
-    """Collects sections and remembers which tables and figures went in."""
+    """Collects sections and remembers which tables and figures went in.
+
+    Its parts are rendered fragments (``Markup``, from the templates): a plain string
+    handed to :meth:`add` is a type error, and would be escaped, never passed through.
+    """
 
     def __init__(self, flagged: dict[str, str] | None = None, labels: dict[str, str] | None = None):
         """``flagged``: run id -> why its numbers mean nothing (images drawn by random
         weights); ``labels``: run id -> the name tables show for it. A flagged run is marked
         in every table it appears in."""
-        self.parts: list[str] = []
+        self.parts: list[Markup] = []
         self.toc: list[tuple[str, str]] = []
         self.tables: list[str] = []
         self.figures: list[str] = []
@@ -44,15 +54,15 @@ class Page:
         self._flag_ids = set(self.flagged)
 
     def section(self, sid: str, title: str, intro: str = "") -> None:
-        # "sec-": a section and its table often share a name (cells, leaderboard, ...),
-        # and an id must be unique in the page
         self.toc.append((f"sec-{sid}", title))
-        self.parts.append(f'<h2 id="sec-{esc(sid)}">{esc(title)}</h2>')
-        if intro:
-            self.parts.append(f'<p class="note">{esc(intro)}</p>')
+        self.parts.append(render("section.html", sid=sid, title=title, intro=intro))
 
-    def add(self, html_text: str) -> None:
-        self.parts.append(html_text)
+    def add(self, fragment: Markup) -> None:
+        self.parts.append(fragment)
+
+    def body(self) -> Markup:
+        """The sections, in order (a part that is no ``Markup`` escaped)."""
+        return Markup("").join(escape(part) for part in self.parts)
 
     def table(self, t: Table) -> None:
         self.tables.append(t.id)
@@ -82,3 +92,8 @@ class Page:
     def figure(self, fig_id: str, png: bytes, caption: str, alt: str) -> None:
         self.figures.append(fig_id)
         self.parts.append(figure(fig_id, png, caption, alt))
+
+    def plots(self, plots: list[Plot]) -> None:
+        """Figures side by side where the window is wide enough."""
+        self.figures.extend(fig_id for fig_id, *_ in plots)
+        self.parts.append(render("plots.html", figures=[figure(*f) for f in plots]))
