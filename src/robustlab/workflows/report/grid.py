@@ -210,6 +210,18 @@ def _published_listing(root: Path, name: str):
     return read_published(root, LAYOUTS[name])
 
 
+def _cells(images, sample, base, cells) -> tuple[dict, dict]:
+    """Each ``(shift, level)`` cell of ``sample`` read back by ``images`` (a stored
+    layout's reader), and the reason for each that cannot be."""
+    out, errors = {}, {}
+    for shift, level in cells:
+        try:
+            out[(shift, level)] = images.cell(sample, base, shift, level)
+        except (OSError, ValueError) as exc:
+            errors[(shift, level)] = str(getattr(exc, "reason", exc))
+    return out, errors
+
+
 def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
     """:func:`render_cells` for a run on a published benchmark folder: its files as read."""
     from robustlab.data.published import LAYOUTS
@@ -231,13 +243,7 @@ def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
     protocol = Protocol(**{"format": "png", **layout.protocol})
     images = PublishedImages(root, pub.folders, pub.clean, pub.names, protocol)
     base = images.base(sample)
-    out, errors = {}, {}
-    for shift, level in cells:
-        try:
-            out[(shift, level)] = images.cell(sample, base, shift, level)
-        except (OSError, ValueError) as exc:
-            errors[(shift, level)] = str(getattr(exc, "reason", exc))
-    return out, errors
+    return _cells(images, sample, base, cells)
 
 
 def _render_npy_cells(root: Path, layout, sample_id: str, cells):
@@ -256,13 +262,7 @@ def _render_npy_cells(root: Path, layout, sample_id: str, cells):
     protocol = Protocol(**{"format": "png", **layout.protocol})
     images = NpyImages(root, {c: f.file for c, f in rel.files.items()}, rel.n, protocol)
     sample = Sample(id=sample_id, path=root / "labels.npy", class_name=None)
-    out, errors = {}, {}
-    for shift, level in cells:
-        try:
-            out[(shift, level)] = images.cell(sample, None, shift, level)
-        except (OSError, ValueError) as exc:
-            errors[(shift, level)] = str(getattr(exc, "reason", exc))
-    return out, errors
+    return _cells(images, sample, None, cells)
 
 
 def _generated_digests(root: str):
@@ -308,13 +308,7 @@ def _render_mined_cells(root: Path, config: dict, sample_id: str, cells):
     sample = next(s for s in listed if cell_of(s.id)[0] == sample_id)
     sample = dataclasses.replace(sample, id=sample_id, path=root / sample_id)
     base = images.base(sample)
-    out, errors = {}, {}
-    for shift, level in cells:
-        try:
-            out[(shift, level)] = images.cell(sample, base, shift, level)
-        except (OSError, ValueError) as exc:
-            errors[(shift, level)] = str(getattr(exc, "reason", exc))
-    return out, errors
+    return _cells(images, sample, base, cells)
 
 
 def _render_archive_cells(root: Path, sample_id: str, cells: list[tuple[str, str]]):
@@ -334,13 +328,7 @@ def _render_archive_cells(root: Path, sample_id: str, cells: list[tuple[str, str
         base = images.base(sample)
     except Exception as exc:  # noqa: BLE001 - an unreadable source only costs the grid
         raise ValueError(f"cannot read {sample_id}: {getattr(exc, 'reason', exc)}") from None
-    out, errors = {}, {}
-    for shift, level in cells:
-        try:
-            out[(shift, level)] = images.cell(sample, base, shift, level)
-        except (OSError, ValueError) as exc:
-            errors[(shift, level)] = str(getattr(exc, "reason", exc))
-    return out, errors
+    return _cells(images, sample, base, cells)
 
 
 def pick_sample(store: Store, run_ids: list[str]) -> str | None:
