@@ -39,7 +39,7 @@ def init_codec_process() -> None:
 
 def roundtrip_shared(name: str, shape: tuple[int, ...], start: int, stop: int, quality: int) -> int:
     """:func:`roundtrip` of images ``start:stop`` of the (N, 3, H, W) uint8 batch in shared
-    memory block ``name``, in place (each image is read whole before it is written).
+    memory block ``name``, in place.
 
     The batch travels in shared memory, not through the pool's pipes: pickling a 256-image
     batch both ways cost more than coding it (0.41 s for 128 images on 2 cores).
@@ -49,9 +49,7 @@ def roundtrip_shared(name: str, shape: tuple[int, ...], start: int, stop: int, q
     block = SharedMemory(name)
     try:
         batch = np.ndarray(shape, np.uint8, buffer=block.buf)
-        for i in range(start, stop):
-            img = np.ascontiguousarray(batch[i].transpose(1, 2, 0))
-            batch[i] = roundtrip(img, quality).transpose(2, 0, 1)
+        batch[start:stop] = roundtrip_chw(batch[start:stop], quality)
         del batch
     finally:
         block.close()

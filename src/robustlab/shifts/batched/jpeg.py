@@ -54,13 +54,8 @@ class RoundTrip:
     """
 
     def __init__(self, device: torch.device, value=None, parts=(), block=None, shape=()):
-        self.device, self.value, self.parts, self.block, self.shape = (
-            device,
-            value,
-            list(parts),
-            block,
-            shape,
-        )
+        self.device, self.value, self.block, self.shape = device, value, block, shape
+        self.parts = list(parts)
 
     @classmethod
     def done(cls, x: torch.Tensor) -> RoundTrip:
