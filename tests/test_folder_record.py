@@ -14,7 +14,7 @@ import pytest
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.manifest import MANIFEST
-from robustlab.outputs import LocalFolder
+from robustlab.files.outputs import LocalFolder
 from robustlab.run.folder_record import (
     COMPLETE,
     INTERRUPTED,
@@ -28,7 +28,7 @@ from robustlab.run.folder_record import (
 from robustlab.workflows.generate import GenerateCells, GenerateExecution, GenerateInputs, generate
 from robustlab.workflows.imagenet_d.mine import MineRule, mine
 from robustlab.workflows.imagenet_d.synth import SynthDiffusion, SynthGrid, synth
-from robustlab.output_hashes import HASHES
+from robustlab.files.hashes import HASHES
 
 
 def _dead_pid() -> int:

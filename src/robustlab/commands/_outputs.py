@@ -1,7 +1,7 @@
 """The CLI's output check: what each command writes and reads, checked before it works.
 
 The table names CLI flags, so it lives with the commands; the rule it applies (an output
-never clobbers or mixes with an input, by real path) is :func:`robustlab.paths.check_outputs`.
+never clobbers or mixes with an input, by real path) is :func:`robustlab.files.safety.check_outputs`.
 ``stored_inputs`` reads a database, which the path rules below the store must not do.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.manifest import MANIFEST, is_generated_folder
-from robustlab.paths import (
+from robustlab.files.safety import (
     Database,
     Folder,
     check_out_folder,
@@ -100,8 +100,8 @@ def _has_files(*names: str):
 
 
 # How each command that fills a folder ("owned") recognises one it made: its owner mark
-# (robustlab.paths.OWNER_MARK) or these records. Any other non-empty folder is refused
-# (robustlab.paths.check_out_folder) unless the command takes --into-existing and it was
+# (robustlab.files.safety.OWNER_MARK) or these records. Any other non-empty folder is refused
+# (robustlab.files.safety.check_out_folder) unless the command takes --into-existing and it was
 # given; the demo takes no such flag (it writes only into a folder it created).
 OWNED_RECORDS: dict[str, Any] = {
     "generate": is_generated_folder,
@@ -171,7 +171,7 @@ def check_args(command: str, args: Any) -> None:
 
 
 def check_owned(command: str, args: Any, flag: str, folder: Any) -> None:
-    """:func:`robustlab.paths.check_out_folder` for a folder ``command`` fills: refused
+    """:func:`robustlab.files.safety.check_out_folder` for a folder ``command`` fills: refused
     when it holds files the command did not write, unless ``--into-existing``."""
     name = f"{command} {args.kind}" if command == "data" else command
     check_out_folder(

@@ -41,7 +41,7 @@ from typing import Any
 
 from robustlab.errors import InputChangedError
 from robustlab.manifest import MANIFEST, mark_dead_runs, this_process
-from robustlab.outputs import LocalFolder, UrlFolder
+from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.run.identity import run_id
 
 RUNNING, COMPLETE, INTERRUPTED = "running", "complete", "interrupted"

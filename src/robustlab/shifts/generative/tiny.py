@@ -23,7 +23,7 @@ from pathlib import Path
 
 from robustlab.errors import MissingResourceError, environment_errors
 from robustlab.manifest import MANIFEST
-from robustlab.paths import claim_out_folder
+from robustlab.files.safety import claim_out_folder
 from robustlab.shifts.generative._diffusers import quiet_loading
 
 log = logging.getLogger(__name__)

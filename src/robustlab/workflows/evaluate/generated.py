@@ -18,7 +18,7 @@ def read_generated(root: Path) -> dict | None:
     """The manifest of a folder written by ``robustlab generate``, or None for a source folder."""
     import json
 
-    from robustlab.paths import named_file
+    from robustlab.files.safety import named_file
 
     found = named_file(root, MANIFEST, what="the generated folder's manifest")
     if found is None:
@@ -139,7 +139,7 @@ def _level_order(level: str):
 
 def expected_digests(root: Path, manifest: dict, samples, available, protocol):
     """The content hash each cell file of a generated folder must have (a
-    :class:`robustlab.output_hashes.Digests` over every cell the manifest lists): the hash
+    :class:`robustlab.files.hashes.Digests` over every cell the manifest lists): the hash
     generate recorded as it wrote the file, read from the folder's journals, so planning
     reads no image file; the run checks each file against it as it reads it.
 
@@ -147,7 +147,7 @@ def expected_digests(root: Path, manifest: dict, samples, available, protocol):
     here, as before (through the content-hash cache), and the run checks each file
     against what it held when the run was planned.
     """
-    from robustlab.output_hashes import Digests, recorded_digests, records_hashes
+    from robustlab.files.hashes import Digests, recorded_digests, records_hashes
 
     cells = sorted(c for c in available if c[0] != CLEAN_SHIFT)
     if records_hashes(manifest):

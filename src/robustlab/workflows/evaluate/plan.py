@@ -41,7 +41,7 @@ from robustlab.workflows.evaluate.record import (
 
 if TYPE_CHECKING:
     from robustlab.data.published import Layout
-    from robustlab.output_hashes import Digests
+    from robustlab.files.hashes import Digests
     from robustlab.settings import ToolSettings
     from robustlab.shifts.registry import Shift
     from robustlab.store import RunRecord

@@ -144,7 +144,7 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
     """A ``generate`` folder: sources as evaluate lists them, then each listed cell file."""
     from robustlab.data.labels import get_label_space
     from robustlab.data.sources import discover
-    from robustlab.output_hashes import recorded_digests, records_hashes
+    from robustlab.files.hashes import recorded_digests, records_hashes
     from robustlab.pipeline import relative_output
     from robustlab.suites import VIEW_FIELDS
     from robustlab.workflows.evaluate.generated import generated_inputs, generated_skips
@@ -242,20 +242,20 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
 
 
 class _LinkRule:
-    """:func:`robustlab.paths.outside` for the many files of a generated folder, with one
+    """:func:`robustlab.files.safety.outside` for the many files of a generated folder, with one
     ``lstat`` per file: a plain file lies where its folder does, and a folder that is no
     link where its parent does (each folder looked at once); a link, ``.`` or ``..`` is
     resolved in full."""
 
     def __init__(self, root: Path):
-        from robustlab.paths import real
+        from robustlab.files.safety import real
 
         self.root = root
         self.real_root = real(root)
         self.folders: dict[str, bool] = {os.fspath(root): True}
 
     def _resolved_inside(self, path: str) -> bool:
-        from robustlab.paths import real
+        from robustlab.files.safety import real
 
         target = real(path)
         return target == self.real_root or target.is_relative_to(self.real_root)
@@ -276,7 +276,7 @@ class _LinkRule:
         return inside
 
     def outside(self, path: Path) -> bool:
-        from robustlab.paths import outside
+        from robustlab.files.safety import outside
 
         try:
             mode = os.lstat(path).st_mode
@@ -310,7 +310,7 @@ SYNTH_FORMAT = "robustlab-synth/"
 
 
 def _synth_manifest(root: Path) -> dict | None:
-    from robustlab.paths import named_file
+    from robustlab.files.safety import named_file
 
     found = named_file(root, "manifest.json", what="the synth folder's manifest")
     if found is None:

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robustlab.errors import InputError
-from robustlab.outputs import atomic_write
-from robustlab.paths import refuse_write_through
+from robustlab.files.outputs import atomic_write
+from robustlab.files.safety import refuse_write_through
 from robustlab.run.folder_record import identity_hash, json_bytes, read_record, refuse_changes
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.keywords import build_specs
@@ -364,7 +364,7 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
     and ``mining.json`` (the folder's record: which mining it holds).
 
     Hard links, not symbolic ones: the subset is itself an input, and readers follow no
-    symbolic link out of a data folder (:mod:`robustlab.paths`); a hard link is a regular
+    symbolic link out of a data folder (:mod:`robustlab.files.safety`); a hard link is a regular
     file inside it that costs no space. Across file systems (no hard link possible) the
     image is copied.
     """

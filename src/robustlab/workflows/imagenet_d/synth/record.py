@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from robustlab.errors import InputChangedError, InputError
-from robustlab.outputs import atomic_write
+from robustlab.files.outputs import atomic_write
 from robustlab.run.folder_record import (
     FolderRun,
     count_files,

@@ -239,12 +239,12 @@ def _save_state(state: EpochState, parts: dict, generators: dict, losses: list[f
 
 def save_whole(obj: Any, path: Path, *, what: str) -> None:
     """``torch.save(obj)`` at ``path``, written whole or not at all
-    (:func:`robustlab.outputs.atomic_write`); a file system error is one line naming
+    (:func:`robustlab.files.outputs.atomic_write`); a file system error is one line naming
     ``what`` and the path."""
     import torch
 
     from robustlab.errors import environment_errors
-    from robustlab.outputs import atomic_write
+    from robustlab.files.outputs import atomic_write
 
     buf = io.BytesIO()
     torch.save(obj, buf)

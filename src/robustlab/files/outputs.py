@@ -34,7 +34,7 @@ import re
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,17 +70,24 @@ def atomic_write(path: Path, data: bytes) -> None:
     ``os.replace`` is an atomic rename); a crash before the rename leaves only the temp
     file, which :func:`remove_temp_files` cleans and :func:`discover` ignores.
     """
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A hidden temp path beside ``path`` for a writer that needs a file name of its own
+    (``torch.save``, PIL, DuckDB's ``COPY``, a memory map, a file copy): renamed over
+    ``path`` when the block ends, removed when it raises, so ``path`` is never half
+    written. The one temp-file rule of every robustlab writer (:func:`temp_name`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(_temp_name(path.name))
+    tmp = path.with_name(temp_name(path.name))
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
         raise
 
 
@@ -88,7 +95,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 NAME_MAX = 255
 
 
-def _temp_name(name: str) -> str:
+def temp_name(name: str) -> str:
     """``.<name>.<pid>.rltmp``; a name too long for that (a legal 250-byte file name
     grows past NAME_MAX with the prefix and suffix, and its write failed with "File name
     too long") keeps only a digest of itself: the temp name only has to be unique per
@@ -99,7 +106,8 @@ def _temp_name(name: str) -> str:
     return f".{name}{tail}"
 
 
-def _is_stale_temp(name: str) -> bool:
+def is_stale_temp(name: str) -> bool:
+    """Whether ``name`` is a temp file (:func:`temp_name`) whose writer no longer runs."""
     return name.startswith(".") and name.endswith(TEMP_SUFFIX) and not _writer_alive(name)
 
 
@@ -116,7 +124,7 @@ def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
             continue
         for dirpath, _, files in os.walk(base):
             for f in files:
-                if _is_stale_temp(f):
+                if is_stale_temp(f):
                     try:
                         os.unlink(os.path.join(dirpath, f))
                         n += 1
@@ -253,7 +261,7 @@ class UrlFolder:
             self._call("cannot write to", self.fs.pipe_file, path, data)
             return
         parent, name = posixpath.split(path)
-        tmp = posixpath.join(parent, _temp_name(name))
+        tmp = posixpath.join(parent, temp_name(name))
         self._call("cannot write to", self.fs.makedirs, parent, exist_ok=True)
         try:
             self._call("cannot write to", self.fs.pipe_file, tmp, data)
@@ -314,7 +322,7 @@ class UrlFolder:
         n = 0
         for name in shift_names:
             for path in self._find(name):
-                if _is_stale_temp(posixpath.basename(path)):
+                if is_stale_temp(posixpath.basename(path)):
                     with contextlib.suppress(OSError):
                         self.fs.rm_file(path)
                         n += 1
