@@ -15,13 +15,13 @@ import pytest
 from robustlab.errors import InputChangedError, InputError
 from robustlab.manifest import MANIFEST
 from robustlab.files.outputs import LocalFolder
+from robustlab.manifest import json_bytes
 from robustlab.run.folder_record import (
     COMPLETE,
     INTERRUPTED,
     RUNNING,
     FolderRun,
     count_files,
-    json_bytes,
     refuse_changes,
     update_record,
 )

@@ -18,7 +18,7 @@ from robustlab.cli import main
 from robustlab.errors import InputChangedError
 from robustlab.workflows.generate import generate
 from robustlab.manifest import LOCK, MANIFEST
-from robustlab.files.outputs import TEMP_SUFFIX
+from robustlab.files.atomic import TEMP_SUFFIX
 from robustlab.files.hashes import HASHES
 
 SHIFT = "gaussian_noise"

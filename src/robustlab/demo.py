@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.files.outputs import atomic_path, atomic_write
+from robustlab.files.atomic import atomic_path, atomic_write
 from robustlab.files.safety import check_out_folder, claim_out_folder
 
 DEMO_LABEL_SPACE = "demo"

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from robustlab.manifest import MANIFEST, is_generated_folder
+from robustlab.manifest import MANIFEST, SYNTH_PREFIX, is_generated_folder, record_format
 from robustlab.files.safety import (
     Database,
     Folder,
@@ -82,13 +82,7 @@ def _record_format(name: str, prefix: str):
     ``prefix`` (generate's and synth's manifest, written before their first file)."""
 
     def made(folder: Path) -> bool:
-        import json
-
-        try:
-            record = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(record, dict) and str(record.get("format", "")).startswith(prefix)
+        return record_format(folder / name).startswith(prefix)
 
     return made
 
@@ -105,7 +99,7 @@ def _has_files(*names: str):
 # given; the demo takes no such flag (it writes only into a folder it created).
 OWNED_RECORDS: dict[str, Any] = {
     "generate": is_generated_folder,
-    "synth": _record_format(MANIFEST, "robustlab-synth/"),
+    "synth": _record_format(MANIFEST, SYNTH_PREFIX),
     "mine": _has_files("mining.json"),
     "export": _record_format("robustlab-export.json", "robustlab-export/"),
     "masks": _has_files("masks_quality.json"),
@@ -221,7 +215,7 @@ def _generated_inputs(what: str, folder: str) -> dict[str, str]:
     from robustlab.errors import RobustlabError
 
     try:
-        from robustlab.workflows.evaluate import read_generated
+        from robustlab.manifest import read_generated
 
         manifest = read_generated(Path(folder)) or {}
     except (RobustlabError, OSError):

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from robustlab.errors import CellSkipped, InputError, MissingResourceError, environment_errors
-from robustlab.files.outputs import atomic_path
+from robustlab.files.atomic import atomic_path
 from robustlab.files.safety import claim_out_folder
 
 log = logging.getLogger(__name__)

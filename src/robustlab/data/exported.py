@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from robustlab.errors import InputError, environment_errors
-from robustlab.files.outputs import is_stale_temp, temp_name
+from robustlab.files.atomic import is_stale_temp, temp_name
 
 FORMAT = "robustlab-export/1"
 RECORD = "robustlab-export.json"  # the export's own record (provenance, shards, skips)

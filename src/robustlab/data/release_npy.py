@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from robustlab.errors import InputError
-from robustlab.files.outputs import atomic_path
+from robustlab.files.atomic import atomic_path
 
 LABELS = "labels.npy"
 SEVERITIES = (1, 2, 3, 4, 5)

@@ -11,8 +11,11 @@ imports none of them, so ``--help`` stays light):
   ``write_output``), no folder is written into by surprise (``check_out_folder``,
   ``claim_out_folder``), and links never leave the data root (``walk_files``,
   ``file_inside``, ``named_file``, ``why_not_inside``, ``refuse_write_through``).
-- :mod:`robustlab.files.outputs`: atomic writes (``atomic_write``: a temp file renamed into
-  place) and generate's output folder, local or any fsspec URL (``open_folder``).
+- :mod:`robustlab.files.atomic`: atomic writes (``atomic_write``, ``atomic_path``: a temp
+  file beside the target renamed into place; ``temp_name``, ``remove_temp_files``), the one
+  temp-file rule of every writer.
+- :mod:`robustlab.files.outputs`: generate's output folder, local or any fsspec URL
+  (``open_folder``: ``LocalFolder``, ``UrlFolder``), with its manifest and lock.
 - :mod:`robustlab.files.hashes`: the content hash of every file generate writes, recorded
   as it is written and checked by every reader.
 

@@ -80,7 +80,7 @@ class Database:
 
 
 def _is_url(path: Any) -> bool:
-    from robustlab.files.outputs import is_url
+    from robustlab.files.atomic import is_url
 
     return is_url(path)
 
@@ -237,7 +237,7 @@ def write_output(path: Any, data: bytes | str, *, kind: str, flag: str, force: b
     Returns:
         The path written (as given, ``~`` expanded).
     """
-    from robustlab.files.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     check_replaceable(path, kind=kind, flag=flag, force=force)
     given = Path(os.path.expanduser(os.fspath(path)))
@@ -321,7 +321,7 @@ def claim_out_folder(path: Any, *, command: str) -> Path:
     with environment_errors(f"cannot create {path}"):
         folder.mkdir(parents=True, exist_ok=True)
         if folder_owner(folder) is None:
-            from robustlab.files.outputs import atomic_write
+            from robustlab.files.atomic import atomic_write
 
             mark = {"format": OWNER_FORMAT, "command": command}
             atomic_write(folder / OWNER_MARK, json.dumps(mark).encode())

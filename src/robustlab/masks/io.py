@@ -114,7 +114,7 @@ def save_mask(path: str | Path, mask: np.ndarray) -> Path:
     folder cannot make ``robustlab masks`` overwrite a file elsewhere."""
     import io
 
-    from robustlab.files.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     path = Path(path)
     buf = io.BytesIO()

@@ -310,7 +310,7 @@ class PredictionsTable(Database):
                     and con.execute(f"SELECT count(*) FROM {extra} {where}", params).fetchone()[0]
                 ):
                     tables.append(extra)
-            from robustlab.files.outputs import atomic_path
+            from robustlab.files.atomic import atomic_path
             from robustlab.files.safety import check_outputs, check_replaceable
 
             for table in tables:

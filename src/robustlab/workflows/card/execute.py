@@ -63,7 +63,7 @@ def write_labels(path: Path, step: Step) -> Path:
     import io
 
     from robustlab.errors import environment_errors
-    from robustlab.files.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

@@ -8,29 +8,9 @@ import logging
 from pathlib import Path
 
 from robustlab.errors import InputChangedError, InputError
-from robustlab.manifest import MANIFEST
 from robustlab.store import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
-
-
-def read_generated(root: Path) -> dict | None:
-    """The manifest of a folder written by ``robustlab generate``, or None for a source folder."""
-    import json
-
-    from robustlab.files.safety import named_file
-
-    found = named_file(root, MANIFEST, what="the generated folder's manifest")
-    if found is None:
-        return None
-    path = found
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    if not str(manifest.get("format", "")).startswith("robustlab-generate/"):
-        return None
-    return manifest
 
 
 def generated_inputs(root: Path, manifest: dict, suite, seed, labels_csv, masks):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 import stat
@@ -109,7 +108,7 @@ def plan_export(root: Path, labels_csv: Path | None = None) -> ExportPlan:
     Raises:
         InputError: the folder is none of those, or cannot be read as evaluate reads it.
     """
-    from robustlab.workflows.evaluate.generated import read_generated
+    from robustlab.manifest import read_generated, read_synth
     from robustlab.workflows.evaluate.mined import read_mining
 
     root = Path(root).expanduser()
@@ -121,7 +120,7 @@ def plan_export(root: Path, labels_csv: Path | None = None) -> ExportPlan:
     mining = read_mining(root)
     if mining is not None:
         return _mined(root, mining, labels_csv)
-    synth = _synth_manifest(root)
+    synth = read_synth(root)
     if synth is not None:
         return _synth(root, synth, labels_csv)
     raise InputError(
@@ -304,23 +303,6 @@ def _provenance(manifest: dict, command: str) -> dict:
         if isinstance(r, dict)
     ]
     return keep
-
-
-SYNTH_FORMAT = "robustlab-synth/"
-
-
-def _synth_manifest(root: Path) -> dict | None:
-    from robustlab.files.safety import named_file
-
-    found = named_file(root, "manifest.json", what="the synth folder's manifest")
-    if found is None:
-        return None
-    try:
-        manifest = json.loads(found.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {found}: {exc}") from None
-    ok = isinstance(manifest, dict) and str(manifest.get("format", "")).startswith(SYNTH_FORMAT)
-    return manifest if ok else None
 
 
 def _clean_protocol(space):

@@ -159,7 +159,7 @@ class Record:
         self.body = body
 
     def save(self) -> None:
-        from robustlab.files.outputs import atomic_write
+        from robustlab.files.atomic import atomic_write
 
         with environment_errors(f"cannot write {self.path}"):
             atomic_write(self.path, json.dumps(self.body, indent=1, default=str).encode())

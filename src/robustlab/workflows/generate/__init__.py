@@ -40,7 +40,7 @@ upscaled, as the reference pipeline does. Without a resize (``keep_size``) a sou
 """
 
 from robustlab.manifest import MANIFEST
-from robustlab.files.outputs import TEMP_SUFFIX, atomic_write, remove_temp_files
+from robustlab.files.atomic import TEMP_SUFFIX, atomic_write, remove_temp_files
 from robustlab.workflows.generate.attributes import (
     ATTRIBUTES_CSV,
     merge_attributes_csv,

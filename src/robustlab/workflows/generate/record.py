@@ -14,7 +14,8 @@ from pathlib import Path
 from robustlab.data.sources import Sample
 from robustlab.manifest import FORMAT
 from robustlab.files.hashes import KEY, RECORD
-from robustlab.files.outputs import TEMP_SUFFIX, LocalFolder, UrlFolder
+from robustlab.files.atomic import TEMP_SUFFIX
+from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.run.folder_record import FolderRun, count_files, library_versions, now
 from robustlab.shifts.registry import described_resources
 

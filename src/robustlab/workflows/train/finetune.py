@@ -336,7 +336,7 @@ def _save(net, ckpt: Path, record: dict, extra: dict) -> tuple[Path, dict]:
 
     from robustlab.models.weights import weights_hash
 
-    from robustlab.files.outputs import atomic_path
+    from robustlab.files.atomic import atomic_path
 
     state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     with atomic_path(ckpt) as tmp:

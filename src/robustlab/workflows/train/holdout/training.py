@@ -244,7 +244,7 @@ def save_whole(obj: Any, path: Path, *, what: str) -> None:
     import torch
 
     from robustlab.errors import environment_errors
-    from robustlab.files.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     buf = io.BytesIO()
     torch.save(obj, buf)
