@@ -147,7 +147,7 @@ def evaluate_vlm(vlm, items: list[Item], store, *, progress: bool = False, **opt
     """Answer every item not yet answered in this run, storing answers as they come.
 
     Args:
-        vlm: A loaded :class:`~robustlab.workflows.imagenet_d.vlm.model.VLM`.
+        vlm: A loaded :class:`~robustlab.models.vlm.VLM`.
         items: What to ask (:mod:`robustlab.workflows.imagenet_d.vlm.questions`).
         store: The results :class:`~robustlab.store.Store`.
         progress: Print a progress line on stderr now and then (items answered).
