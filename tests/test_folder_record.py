@@ -131,7 +131,7 @@ def test_each_spec_checks_its_values_once_as_one_line_errors():
 
 
 def test_specs_and_keywords_make_the_same_folder(tmp_path):
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
 
     data, _ = materialise(tmp_path / "demo", ["cat/chelsea.png"])
     kw = dict(shifts=["contrast"], levels=[2], seed=4)

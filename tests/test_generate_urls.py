@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from robustlab import cli
-from robustlab.demo import materialise
+from robustlab.workflows.demo import materialise
 from robustlab.errors import (
     EnvironmentProblem,
     InputChangedError,

@@ -22,11 +22,10 @@ ROOT = Path(robustlab.__file__).parent
 # sub-layers, 2.1 to 2.7. A module's layer is that of its longest matching prefix; an
 # import may stay in its layer or sub-layer or go down, never up.
 LAYERS: dict[str, float] = {
-    # 5 entry points: the CLI and its commands, the package's face, the demo
+    # 5 entry points: the CLI and its commands, the package's face
     "robustlab": 5,
     "robustlab.cli": 5,
     "robustlab.commands": 5,
-    "robustlab.demo": 5,
     # 4 workflows: one user-visible job each, built from the layers below
     "robustlab.workflows": 4,
     # 3 execution: plans become work units on local pools or Ray

@@ -53,7 +53,7 @@ def test_demo_never_writes_into_a_dataset(tmp_path, capsys):
 
 
 def test_the_demo_api_refuses_too_and_resumes_in_its_own_folder(tmp_path):
-    from robustlab.demo import STATE_NAME, run_demo
+    from robustlab.workflows.demo import STATE_NAME, run_demo
     from robustlab.errors import InputError
     from robustlab.files.safety import OWNER_MARK
 

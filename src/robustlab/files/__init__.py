@@ -10,7 +10,8 @@ imports none of them, so ``--help`` stays light):
   of another kind is replaced only with ``--force`` (``check_replaceable``,
   ``write_output``), no folder is written into by surprise (``check_out_folder``,
   ``claim_out_folder``), and links never leave the data root (``walk_files``,
-  ``file_inside``, ``named_file``, ``why_not_inside``, ``refuse_write_through``).
+  ``file_inside``, ``named_file``, ``LinkRule``, ``why_not_inside``,
+  ``refuse_write_through``).
 - :mod:`robustlab.files.atomic`: atomic writes (``atomic_write``, ``atomic_path``: a temp
   file beside the target renamed into place; ``temp_name``, ``remove_temp_files``), the one
   temp-file rule of every writer.

@@ -24,12 +24,12 @@ import dataclasses
 import functools
 import logging
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import InputError
+from robustlab.files.safety import LinkRule
 from robustlab.store import CLEAN_SHIFT
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
         protocol=protocol,
         provenance=_provenance(manifest, "generate"),
     )
-    links = _LinkRule(root)
+    links = LinkRule(root)
     base = str(root)
     for s in samples:
         label = _label(s, space)
@@ -238,54 +238,6 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
                 )  # fmt: skip
             )
     return plan
-
-
-class _LinkRule:
-    """:func:`robustlab.files.safety.outside` for the many files of a generated folder, with one
-    ``lstat`` per file: a plain file lies where its folder does, and a folder that is no
-    link where its parent does (each folder looked at once); a link, ``.`` or ``..`` is
-    resolved in full."""
-
-    def __init__(self, root: Path):
-        from robustlab.files.safety import real
-
-        self.root = root
-        self.real_root = real(root)
-        self.folders: dict[str, bool] = {os.fspath(root): True}
-
-    def _resolved_inside(self, path: str) -> bool:
-        from robustlab.files.safety import real
-
-        target = real(path)
-        return target == self.real_root or target.is_relative_to(self.real_root)
-
-    def _folder_inside(self, folder: str) -> bool:
-        if folder in self.folders:
-            return self.folders[folder]
-        parent, name = os.path.split(folder)
-        if name in ("", ".", "..") or parent == folder:
-            inside = self._resolved_inside(folder)
-        else:
-            try:
-                link = stat.S_ISLNK(os.lstat(folder).st_mode)
-            except OSError:
-                link = True  # resolved in full below
-            inside = self._resolved_inside(folder) if link else self._folder_inside(parent)
-        self.folders[folder] = inside
-        return inside
-
-    def outside(self, path: Path) -> bool:
-        from robustlab.files.safety import outside
-
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return False  # missing: the reader's own reason
-        except OSError:
-            return outside(self.root, path)
-        if not stat.S_ISREG(mode) or os.path.basename(path) in ("", ".", ".."):
-            return outside(self.root, path)  # a link (followed if it stays inside), a folder
-        return not self._folder_inside(os.path.dirname(path))
 
 
 def _provenance(manifest: dict, command: str) -> dict:
