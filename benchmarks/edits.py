@@ -34,7 +34,7 @@ TARGET_S = 0.5
 
 def demo_images():
     from robustlab.data.sources import Sample
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
     from robustlab.pipeline import load_prepared
     from robustlab.suites import IMAGENET_E_PROTOCOL
 

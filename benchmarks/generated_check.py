@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--photos", type=int, default=40)
     ap.add_argument("--shifts", default="common")
     args = ap.parse_args()
-    from robustlab.output_hashes import digest
+    from robustlab.files.hashes import digest
     from robustlab.pipeline import decode
     from robustlab.workflows.generate import generate
 

@@ -46,7 +46,7 @@ def _import_light():
             mod.__path__ = [str(SRC / "robustlab" / rel)]
             sys.modules[name] = mod
     return (
-        importlib.import_module("robustlab.shifts.generative.adm"),
+        importlib.import_module("robustlab.models.adm"),
         importlib.import_module("robustlab.shifts.generative.guided_sampler"),
     )
 

@@ -122,7 +122,7 @@ def official_prompts(mirror: Path) -> dict:
     """{template: [prompt per QUESTIONS]} from the official conversation.py."""
     import json
 
-    from robustlab.workflows.imagenet_d.vlm.model import CONVERSATIONS
+    from robustlab.models.vlm import CONVERSATIONS
 
     blob = _git(mirror, "rev-parse", f"HEAD:{CONVERSATION}").decode().strip()
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,7 +232,7 @@ def main() -> None:
             print(f"    {gt} / {d}")
     import json
 
-    from robustlab.workflows.imagenet_d.vlm.model import CONVERSATIONS
+    from robustlab.models.vlm import CONVERSATIONS
 
     prompts = official_prompts(args.mirror)
     PROMPTS.write_text(json.dumps(prompts, indent=1) + "\n")

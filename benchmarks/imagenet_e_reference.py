@@ -191,7 +191,7 @@ json.dump(out, open("official.json", "w"))
 
 def cases() -> list[dict]:
     """Input frames: (name, source, 256x256 RGB, 256x256 0/255 mask)."""
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
 
     photos = {p.id: p for p in demo_photos()}
     out = []

@@ -32,7 +32,7 @@ def main() -> None:
     from scipy import ndimage
 
     from robustlab.data.images import load_image
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
     from robustlab.masks import MaskerParams, class_activation_map, grabcut_mask, save_mask
 
     params = MaskerParams(**PARAMS)

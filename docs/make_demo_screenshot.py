@@ -32,7 +32,7 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from robustlab.demo import REPORT_NAME, run_demo
+    from robustlab.workflows.demo import REPORT_NAME, run_demo
 
     run_demo(args.demo_out)
     report = Path(args.demo_out).resolve() / REPORT_NAME

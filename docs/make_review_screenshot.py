@@ -61,7 +61,7 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
     from robustlab.workflows.imagenet_d.review import load_review_set
     from robustlab.workflows.imagenet_d.review.server import ReviewServer
     from robustlab.store.reviews import ReviewStore

@@ -20,7 +20,7 @@ from robustlab.suites import IMAGENET_E_PROTOCOL, get_suite
 @pytest.fixture(scope="module")
 def demo():
     """The six demo photos (real photos with checked-in masks) on ImageNet-E's 256x256 frame."""
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
 
     out = {}
     for ph in demo_photos():

@@ -11,7 +11,7 @@ import pytest
 
 from robustlab.errors import InputChangedError
 
-from robustlab.demo import materialise
+from robustlab.workflows.demo import materialise
 from robustlab.workflows.evaluate import evaluate
 from robustlab.workflows.generate import ATTRIBUTES_CSV, MANIFEST, generate
 from robustlab.store import Store

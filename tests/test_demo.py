@@ -19,7 +19,14 @@ import pytest
 from robustlab.cli import main as cli
 from robustlab.data.images import load_image
 from robustlab.data.labels import get_label_space
-from robustlab.demo import DB_NAME, REPORT_NAME, demo_photos, materialise, plan_demo, run_demo
+from robustlab.workflows.demo import (
+    DB_NAME,
+    REPORT_NAME,
+    demo_photos,
+    materialise,
+    plan_demo,
+    run_demo,
+)
 from robustlab.masks import load_mask
 from robustlab.store import CLEAN_SHIFT, Store
 
@@ -446,7 +453,7 @@ def test_demo_runs_without_the_test_extras(tmp_path):
             (fake / entry.name).symlink_to(entry)
     code = f"""
 import sys
-from robustlab.demo import run_demo
+from robustlab.workflows.demo import run_demo
 sys.exit(run_demo({str(tmp_path / "d")!r}, photos={FAST_PHOTOS[:1]!r}, corruptions=["contrast"],
                   levels=[1], scenarios=["obj_position"], workers=0, progress=False))
 """

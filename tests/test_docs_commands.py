@@ -44,7 +44,7 @@ import pytest
 from PIL import Image
 
 from robustlab.data.labels import get_label_space
-from robustlab.demo import demo_photos
+from robustlab.workflows.demo import demo_photos
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -244,7 +244,7 @@ def test_a_generated_folder_carries_its_skip_reasons_into_the_run(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
     from robustlab.workflows.generate import generate
 
     data, masks = materialise(tmp_path / "demo", ["rocket/rocket.jpg", "cat/chelsea.png"])

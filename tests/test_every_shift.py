@@ -65,7 +65,7 @@ def photos():
     first (a scene that tiles or moves the object needs background around it):
     ``(rgb, mask uint8 0/255, bbox, class_name)`` each."""
     from robustlab.data.sources import Sample
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
     from robustlab.pipeline import load_prepared
     from robustlab.suites import Protocol
 

@@ -61,7 +61,7 @@ def normalised(raw: bytes, tmp: Path) -> str:
 
 
 def _generate(tmp: Path) -> dict[str, bytes]:
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
     from robustlab.workflows.generate import generate
 
     data, _ = materialise(tmp / "demo")
@@ -96,7 +96,7 @@ def _synth(tmp: Path) -> dict[str, bytes]:
 
 
 def _mine(tmp: Path) -> dict[str, bytes]:
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
     from robustlab.workflows.imagenet_d.mine import mine
 
     data, _ = materialise(tmp / "demo-mine")

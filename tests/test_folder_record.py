@@ -14,21 +14,21 @@ import pytest
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.manifest import MANIFEST
-from robustlab.outputs import LocalFolder
+from robustlab.files.outputs import LocalFolder
+from robustlab.manifest import json_bytes
 from robustlab.run.folder_record import (
     COMPLETE,
     INTERRUPTED,
     RUNNING,
     FolderRun,
     count_files,
-    json_bytes,
     refuse_changes,
     update_record,
 )
 from robustlab.workflows.generate import GenerateCells, GenerateExecution, GenerateInputs, generate
 from robustlab.workflows.imagenet_d.mine import MineRule, mine
 from robustlab.workflows.imagenet_d.synth import SynthDiffusion, SynthGrid, synth
-from robustlab.output_hashes import HASHES
+from robustlab.files.hashes import HASHES
 
 
 def _dead_pid() -> int:
@@ -131,7 +131,7 @@ def test_each_spec_checks_its_values_once_as_one_line_errors():
 
 
 def test_specs_and_keywords_make_the_same_folder(tmp_path):
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
 
     data, _ = materialise(tmp_path / "demo", ["cat/chelsea.png"])
     kw = dict(shifts=["contrast"], levels=[2], seed=4)

@@ -24,7 +24,7 @@ from robustlab.manifest import LOCK
 from robustlab.pipeline import apply_shift, as_stored, cell_path, decode, encode, prepare
 from robustlab.shifts import list_shifts
 from robustlab.suites import IMAGENET_C_PROTOCOL
-from robustlab.output_hashes import HASHES
+from robustlab.files.hashes import HASHES
 
 PHOTOS = ["n01440764_tench.JPEG", "n03388043_fountain.JPEG", "n04243546_slot.JPEG"]
 # Up to two of whatever ImageNet-C corruptions are registered: the engine must not care.

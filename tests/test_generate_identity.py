@@ -18,8 +18,8 @@ from robustlab.cli import main
 from robustlab.errors import InputChangedError
 from robustlab.workflows.generate import generate
 from robustlab.manifest import LOCK, MANIFEST
-from robustlab.outputs import TEMP_SUFFIX
-from robustlab.output_hashes import HASHES
+from robustlab.files.atomic import TEMP_SUFFIX
+from robustlab.files.hashes import HASHES
 
 SHIFT = "gaussian_noise"
 

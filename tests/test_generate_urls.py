@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from robustlab import cli
-from robustlab.demo import materialise
+from robustlab.workflows.demo import materialise
 from robustlab.errors import (
     EnvironmentProblem,
     InputChangedError,
@@ -37,8 +37,8 @@ from robustlab.errors import (
 )
 from robustlab.workflows.generate import MANIFEST, TEMP_SUFFIX, generate
 from robustlab.manifest import LOCK
-from robustlab.outputs import UrlFolder, open_folder
-from robustlab.output_hashes import HASHES
+from robustlab.files.outputs import UrlFolder, open_folder
+from robustlab.files.hashes import HASHES
 
 SHIFTS = ["gaussian_noise", "brightness"]  # random and deterministic; neither compiles numba
 LEVELS = [1, 3]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.shifts.generative.adm import (
+from robustlab.models.adm import (
     OPENAI_256_UNCOND,
     ADMConfig,
     ADMUNet,
@@ -336,7 +336,7 @@ def test_generate_records_the_checkpoint_fingerprint(monkeypatch, tmp_path):
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.workflows.generate import generate
     from robustlab.shifts.generative import guided_bg
-    from robustlab.shifts.generative.adm import fingerprint
+    from robustlab.models.adm import fingerprint
 
     torch.manual_seed(0)
     unet = UNet2DModel(

@@ -16,7 +16,7 @@ from robustlab.cli import main
 from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.train import holdout as ho
-from robustlab.workflows.train import networks as nw
+from robustlab.models import networks as nw
 
 SHAPES = ("circle", "square", "cross")
 STYLES = {"red": ((220, 30, 30), None), "blue": ((30, 60, 220), None), "outline": (None, (0, 0, 0))}

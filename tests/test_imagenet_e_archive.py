@@ -17,7 +17,7 @@ from robustlab.store import Store
 def archive(tmp_path_factory):
     """A tiny archive: three demo photos in ori/, an identical copy folder, a flipped
     folder missing one file, and labels.txt (ImageNet indices; one name without suffix)."""
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
 
     root = tmp_path_factory.mktemp("imagenet-e")
     photos = {p.id: p for p in demo_photos()}

@@ -49,7 +49,7 @@ def _sha(a: np.ndarray) -> str:
 @pytest.fixture(scope="module")
 def frames():
     """case -> (256x256 RGB frame made by robustlab's ImageNet-E protocol, HxW bool mask)."""
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
 
     photos = {p.id: p for p in demo_photos()}
     out = {}

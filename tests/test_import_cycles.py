@@ -22,11 +22,10 @@ ROOT = Path(robustlab.__file__).parent
 # sub-layers, 2.1 to 2.7. A module's layer is that of its longest matching prefix; an
 # import may stay in its layer or sub-layer or go down, never up.
 LAYERS: dict[str, float] = {
-    # 5 entry points: the CLI and its commands, the package's face, the demo
+    # 5 entry points: the CLI and its commands, the package's face
     "robustlab": 5,
     "robustlab.cli": 5,
     "robustlab.commands": 5,
-    "robustlab.demo": 5,
     # 4 workflows: one user-visible job each, built from the layers below
     "robustlab.workflows": 4,
     # 3 execution: plans become work units on local pools or Ray
@@ -53,11 +52,9 @@ LAYERS: dict[str, float] = {
     "robustlab.store.naming": 2.3,
     # 2.2 images: decoding, the JPEG round trip, label spaces, the embedded data
     "robustlab.data": 2.2,
-    # 2.1 records and files: paths and their safety rules, outputs, manifests, hashes, the
+    # 2.1 records and files: the files package (outputs, their safety rules, hashes), manifests, the
     # store's schema (column names every layer above uses)
-    "robustlab.paths": 2.1,
-    "robustlab.outputs": 2.1,
-    "robustlab.output_hashes": 2.1,  # the hashes of generate's files, recorded and checked
+    "robustlab.files": 2.1,  # outputs and their safety, atomic writes, generate's file hashes
     "robustlab.manifest": 2.1,
     "robustlab.run.content_hash": 2.1,  # hashing of input files, used by shifts and runs
     "robustlab.store.schema": 2.1,

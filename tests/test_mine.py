@@ -32,7 +32,7 @@ SURROGATES = ("lite0", "lite1", "lite2")
 def pool(tmp_path_factory):
     """The 6 demo photos and their contrast / gaussian-noise severity-5 cells
     (a generated folder: 12 candidates), mined once with all three surrogates."""
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
     from robustlab.workflows.generate import generate
 
     root = tmp_path_factory.mktemp("mine")

@@ -8,7 +8,7 @@ import torch
 
 from robustlab.errors import InputError
 from robustlab.workflows.train import holdout as ho
-from robustlab.workflows.train import networks as nw
+from robustlab.models import networks as nw
 
 
 def _branches(n=6, seed=0):

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from robustlab.demo import DEMO_LABEL_SPACE, materialise
+from robustlab.workflows.demo import DEMO_LABEL_SPACE, materialise
 from robustlab.run.progress import CellProgress, LineProgress
 
 

@@ -22,7 +22,7 @@ from robustlab.suites import (
 
 def _photos():
     """Demo photos (real photos, various sizes) plus a non-square crop of one."""
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
 
     out = [np.asarray(Image.open(p.source).convert("RGB")) for p in demo_photos()[:3]]
     out.append(out[0][:, : max(40, out[0].shape[1] * 2 // 3)].copy())
@@ -242,7 +242,7 @@ def test_a_bad_protocol_is_a_one_line_user_error(tmp_path, capsys):
 def test_imagenet_e_drop_is_paired_with_clean_on_the_same_images(tmp_path):
     """A level folder missing a file is compared with the clean accuracy of the images it
     holds, and the run records ImageNet-E's view."""
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
     from robustlab.workflows.evaluate import evaluate
     from robustlab.workflows.report.gather import gather
     from robustlab.store import Store
@@ -320,7 +320,7 @@ def test_model_protocol_is_the_hf_image_processor_of_its_config(name, kwargs):
 def test_a_generated_folder_keeps_its_frame_and_takes_a_view_override(tmp_path):
     import shutil
 
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.workflows.generate import generate
 

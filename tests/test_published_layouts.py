@@ -344,7 +344,7 @@ def test_cli_another_suite_on_a_published_folder_is_one_line(imagenet_9, tmp_pat
 
 
 def test_cell_folder_links_leaving_the_root_are_skipped_with_the_reason(imagenet_c, tmp_path):
-    """The link rule (robustlab.paths) holds for published layouts too: a severity folder
+    """The link rule (robustlab.files.safety) holds for published layouts too: a severity folder
     or a corruption folder that links out of the data root is listed, never read."""
     root = tmp_path / "imagenet-c"
     shutil.copytree(imagenet_c, root)

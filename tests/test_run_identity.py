@@ -33,7 +33,7 @@ def lite0():
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """The demo photos (data, masks) plus a second masks folder: every mask inverted."""
-    from robustlab.demo import materialise
+    from robustlab.workflows.demo import materialise
 
     root = tmp_path_factory.mktemp("demo")
     data, masks_a = materialise(root, photos=3)
@@ -87,7 +87,7 @@ def test_other_masks_are_another_run_and_both_keep_their_numbers(demo, lite0, tm
 @pytest.fixture
 def bmp_folder(tmp_path) -> Path:
     """Three demo photos as 160x120 BMPs (uncompressed: equal dimensions, equal byte size)."""
-    from robustlab.demo import demo_photos
+    from robustlab.workflows.demo import demo_photos
 
     root = tmp_path / "bmp"
     for p in demo_photos()[:3]:

@@ -196,7 +196,7 @@ def test_stored_gradcam_equals_the_library_called_directly(masked_photos, lite0,
     from robustlab.data.sources import discover
     from robustlab.run.tasks import CellImages
     from robustlab.workflows.saliency import saliency
-    from robustlab.workflows.saliency import input_mask, read_thumbnail, thumbnail
+    from robustlab.saliency.maps import input_mask, read_thumbnail, thumbnail
     from robustlab.store import Store
     from robustlab.suites import get_suite
 

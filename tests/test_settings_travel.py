@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from robustlab.workflows.generate import worker as generate_worker
-from robustlab.demo import materialise
+from robustlab.workflows.demo import materialise
 from robustlab.workflows.generate import MANIFEST, generate
 from robustlab.manifest import LOCK
 from robustlab.settings import ToolSettings

@@ -19,7 +19,7 @@ from PIL import Image, ImageOps
 
 import robustlab
 from robustlab.cli import main as cli
-from robustlab.demo import DEMO_LABEL_SPACE, materialise
+from robustlab.workflows.demo import DEMO_LABEL_SPACE, materialise
 from robustlab.store import Store
 
 # One xdist worker runs this module: its module-scoped `world` costs seconds, and

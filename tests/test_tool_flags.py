@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from robustlab.cli import build_parser, main
-from robustlab.demo import materialise
+from robustlab.workflows.demo import materialise
 from robustlab.settings import VARIABLES, flag
 from robustlab.workflows.generate import MANIFEST
 

@@ -15,7 +15,7 @@ from robustlab.errors import InputError, MissingResourceError
 from robustlab.store import Store
 from robustlab.store.schema import RunRecord
 from robustlab.store.vlm import answers, summary, write_answers
-from robustlab.workflows.imagenet_d.vlm.model import load_vlm
+from robustlab.models.vlm import load_vlm
 from robustlab.workflows.imagenet_d.vlm.questions import (
     Item,
     distractor,
@@ -166,7 +166,7 @@ def test_the_question_is_the_published_one_truth_first(tiny):
 def test_every_template_writes_the_prompt_of_the_official_conversation_py():
     """Prompts built by ImageNet-D's own LLaVA/llava/conversation.py (the fixture, made by
     benchmarks/imagenet_d_reference.py) for each template robustlab offers."""
-    from robustlab.workflows.imagenet_d.vlm.model import CONVERSATIONS
+    from robustlab.models.vlm import CONVERSATIONS
 
     ref = json.loads((Path(__file__).parent / "fixtures" / "imagenet_d_prompts.json").read_text())
     assert set(ref["prompts"]) == set(CONVERSATIONS)
@@ -176,7 +176,7 @@ def test_every_template_writes_the_prompt_of_the_official_conversation_py():
 
 
 def test_official_template_follows_the_model_family_and_name():
-    from robustlab.workflows.imagenet_d.vlm.model import official_conversation
+    from robustlab.models.vlm import official_conversation
 
     assert official_conversation("llava-1.5-7b-hf", "llava") == "llava_v1"
     assert official_conversation("llava-v1.5-13b", "llava") == "llava_v1"
@@ -193,7 +193,7 @@ def test_sampling_distribution_is_transformers_temperature_then_top_k_then_top_p
         TopPLogitsWarper,
     )
 
-    from robustlab.workflows.imagenet_d.vlm.model import _SampleWith
+    from robustlab.models.vlm import _SampleWith
 
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(4, 300, generator=g) * 3

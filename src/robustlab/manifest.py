@@ -20,24 +20,36 @@ other images' cells as a background donor, which no per-sample regeneration woul
 
 Every read-merge-write of the manifest happens under an exclusive ``flock`` on
 ``<out>/.manifest.lock``, so two generates into one folder keep both runs in ``runs``.
+
+This module is the manifest's one home: its name (:data:`MANIFEST`), its writer
+(:func:`write_manifest`, the bytes of :func:`json_bytes`, the format every folder record
+of generate, synth and mine has) and its readers (:func:`load_manifest` for a rerun,
+:func:`read_generated` / :func:`read_synth` for a folder being read as data, behind the
+safety rule of :func:`robustlab.files.safety.named_file`; :func:`read_record` and
+:func:`record_format` for a lenient look). Workflows say what a manifest holds; none of
+them names the file or spells its JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from robustlab.errors import InputError
+from robustlab.files.safety import named_file
 from robustlab.processes import process_alive
 
 MANIFEST = "manifest.json"
 LOCK = ".manifest.lock"
 FORMAT = "robustlab-generate/1"
+GENERATE_PREFIX = "robustlab-generate/"  # the format of a folder generate wrote
+SYNTH_PREFIX = "robustlab-synth/"  # the format of a folder synth wrote
 HINT = "use a new --out folder (or delete this one) to generate with other settings"
 
 
@@ -70,11 +82,83 @@ def load_manifest(path: Path) -> dict | None:
 def is_generated_folder(root: Path) -> bool:
     """Whether folder ``root`` holds a manifest written by ``generate`` (its first file):
     the folder is generate's own, so a rerun may resume there."""
+    return record_format(Path(root) / MANIFEST).startswith(GENERATE_PREFIX)
+
+
+def read_record(path: Path) -> dict | None:
+    """A folder record (a manifest, ``mining.json``...) read leniently: None when absent;
+    ``{}`` when unreadable, which matches no identity and so is refused by the caller's
+    comparison."""
+    if not path.is_file():
+        return None
     try:
-        data = json.loads((Path(root) / MANIFEST).read_bytes())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and str(data.get("format", "")).startswith("robustlab-generate/")
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record_format(path: Path) -> str:
+    """The ``format`` a folder record at ``path`` declares (``""``: none, or unreadable)."""
+    return str((read_record(path) or {}).get("format", ""))
+
+
+def read_manifest(root: Path, prefix: str, *, what: str) -> dict | None:
+    """The manifest of folder ``root`` when its ``format`` starts with ``prefix``; None for
+    a folder without one or with another tool's. Found by its fixed name under the rule of
+    :func:`robustlab.files.safety.named_file` (a link out of ``root`` is refused in one
+    line, never followed); a manifest that is not JSON is an InputError naming it."""
+    found = named_file(root, MANIFEST, what=what)
+    if found is None:
+        return None
+    try:
+        data = json.loads(found.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {found}: {exc}") from None
+    ok = isinstance(data, dict) and str(data.get("format", "")).startswith(prefix)
+    return data if ok else None
+
+
+def read_generated(root: Path) -> dict | None:
+    """The manifest of a folder written by ``robustlab generate``, or None for a source folder."""
+    return read_manifest(root, GENERATE_PREFIX, what="the generated folder's manifest")
+
+
+def read_synth(root: Path) -> dict | None:
+    """The manifest of a folder written by ``robustlab synth``, or None for any other."""
+    return read_manifest(root, SYNTH_PREFIX, what="the synth folder's manifest")
+
+
+def jsonable(x: Any) -> Any:
+    """Parameters as JSON: dataclasses, tuples, numpy scalars and arrays included."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return jsonable(dataclasses.asdict(x))
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+def json_bytes(data: dict) -> bytes:
+    """A folder record's bytes: ``json.dumps(..., indent=2)`` plus a newline, values through
+    :func:`jsonable` (the format every written folder has)."""
+    return (json.dumps(jsonable(data), indent=2) + "\n").encode()
+
+
+class _Folder(Protocol):
+    def write(self, rel: str, data: bytes) -> None: ...
+
+
+def write_manifest(folder: _Folder, data: dict) -> None:
+    """Write ``data`` as ``folder``'s manifest (atomically: ``LocalFolder``/``UrlFolder``
+    write through a temp file or one PUT). Call it under the folder's lock, with what was
+    merged into the manifest on disk now (:func:`robustlab.run.folder_record.update_record`)."""
+    folder.write(MANIFEST, json_bytes(data))
 
 
 def parse_manifest(text: bytes | str, where: Path | str) -> dict | None:
@@ -207,7 +291,17 @@ def generated_identity(manifest: dict) -> dict:
 __all__ = [
     "MANIFEST",
     "FORMAT",
+    "GENERATE_PREFIX",
+    "SYNTH_PREFIX",
     "is_generated_folder",
+    "json_bytes",
+    "jsonable",
+    "read_generated",
+    "read_manifest",
+    "read_record",
+    "read_synth",
+    "record_format",
+    "write_manifest",
     "manifest_lock",
     "load_manifest",
     "parse_manifest",

@@ -53,9 +53,9 @@ def test_demo_never_writes_into_a_dataset(tmp_path, capsys):
 
 
 def test_the_demo_api_refuses_too_and_resumes_in_its_own_folder(tmp_path):
-    from robustlab.demo import STATE_NAME, run_demo
+    from robustlab.workflows.demo import STATE_NAME, run_demo
     from robustlab.errors import InputError
-    from robustlab.paths import OWNER_MARK
+    from robustlab.files.safety import OWNER_MARK
 
     dataset = _dataset(tmp_path / "my_dataset")
     before = _listing(dataset)
@@ -145,7 +145,7 @@ def test_mine_refuses_another_folder_before_any_surrogate_runs(tmp_path, capsys)
 
 
 def test_hidden_files_alone_do_not_make_a_folder_foreign(tmp_path):
-    from robustlab.paths import check_out_folder
+    from robustlab.files.safety import check_out_folder
 
     folder = tmp_path / "fresh"
     folder.mkdir()

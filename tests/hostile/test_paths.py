@@ -309,7 +309,7 @@ def test_every_command_on_the_hostile_tree_fails_cleanly_or_succeeds(
 def test_check_outputs_relations(hostile, tmp_path):
     """Which overlaps are refused, by real path; each refusal names both flags."""
     from robustlab.errors import InputError
-    from robustlab.paths import Database, Folder, check_outputs
+    from robustlab.files.safety import Database, Folder, check_outputs
 
     data, world = hostile["data"], hostile["world"]
     alias = tmp_path / "alias"
@@ -341,7 +341,7 @@ def test_check_outputs_relations(hostile, tmp_path):
 
 
 def test_file_kinds_are_told_by_content_and_name(hostile, tmp_path):
-    from robustlab.paths import is_kind
+    from robustlab.files.safety import is_kind
 
     page = tmp_path / "a.html"
     page.write_text("  <!DOCTYPE html><html></html>")

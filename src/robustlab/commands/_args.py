@@ -323,7 +323,7 @@ def add_labels(p) -> None:
 
 def add_into_existing(p) -> None:
     """``--into-existing``: fill an output folder that already holds other files (refused
-    by default, :func:`robustlab.paths.check_out_folder`: the output would mix with them)."""
+    by default, :func:`robustlab.files.safety.check_out_folder`: the output would mix with them)."""
     p.add_argument(
         "--into-existing",
         action="store_true",

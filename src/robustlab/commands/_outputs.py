@@ -1,7 +1,7 @@
 """The CLI's output check: what each command writes and reads, checked before it works.
 
 The table names CLI flags, so it lives with the commands; the rule it applies (an output
-never clobbers or mixes with an input, by real path) is :func:`robustlab.paths.check_outputs`.
+never clobbers or mixes with an input, by real path) is :func:`robustlab.files.safety.check_outputs`.
 ``stored_inputs`` reads a database, which the path rules below the store must not do.
 """
 
@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from robustlab.manifest import MANIFEST, is_generated_folder
-from robustlab.paths import (
+from robustlab.manifest import MANIFEST, SYNTH_PREFIX, is_generated_folder, record_format
+from robustlab.files.safety import (
     Database,
     Folder,
     check_out_folder,
@@ -82,13 +82,7 @@ def _record_format(name: str, prefix: str):
     ``prefix`` (generate's and synth's manifest, written before their first file)."""
 
     def made(folder: Path) -> bool:
-        import json
-
-        try:
-            record = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(record, dict) and str(record.get("format", "")).startswith(prefix)
+        return record_format(folder / name).startswith(prefix)
 
     return made
 
@@ -100,12 +94,12 @@ def _has_files(*names: str):
 
 
 # How each command that fills a folder ("owned") recognises one it made: its owner mark
-# (robustlab.paths.OWNER_MARK) or these records. Any other non-empty folder is refused
-# (robustlab.paths.check_out_folder) unless the command takes --into-existing and it was
+# (robustlab.files.safety.OWNER_MARK) or these records. Any other non-empty folder is refused
+# (robustlab.files.safety.check_out_folder) unless the command takes --into-existing and it was
 # given; the demo takes no such flag (it writes only into a folder it created).
 OWNED_RECORDS: dict[str, Any] = {
     "generate": is_generated_folder,
-    "synth": _record_format(MANIFEST, "robustlab-synth/"),
+    "synth": _record_format(MANIFEST, SYNTH_PREFIX),
     "mine": _has_files("mining.json"),
     "export": _record_format("robustlab-export.json", "robustlab-export/"),
     "masks": _has_files("masks_quality.json"),
@@ -171,7 +165,7 @@ def check_args(command: str, args: Any) -> None:
 
 
 def check_owned(command: str, args: Any, flag: str, folder: Any) -> None:
-    """:func:`robustlab.paths.check_out_folder` for a folder ``command`` fills: refused
+    """:func:`robustlab.files.safety.check_out_folder` for a folder ``command`` fills: refused
     when it holds files the command did not write, unless ``--into-existing``."""
     name = f"{command} {args.kind}" if command == "data" else command
     check_out_folder(
@@ -221,7 +215,7 @@ def _generated_inputs(what: str, folder: str) -> dict[str, str]:
     from robustlab.errors import RobustlabError
 
     try:
-        from robustlab.workflows.evaluate import read_generated
+        from robustlab.manifest import read_generated
 
         manifest = read_generated(Path(folder)) or {}
     except (RobustlabError, OSError):

@@ -1,4 +1,4 @@
-"""``robustlab demo``: the whole pipeline on the embedded demo set (see robustlab.demo)."""
+"""``robustlab demo``: the whole pipeline on the embedded demo set (see robustlab.workflows.demo)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from robustlab.demo import run_demo
+    from robustlab.workflows.demo import run_demo
 
     return run_demo(args.out)

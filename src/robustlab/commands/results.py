@@ -109,7 +109,7 @@ def _emit(text: str, notes, args) -> int:
     """Write the table to ``--output`` (or stdout) and the notes to stderr."""
     if args.output:
         from robustlab.commands._outputs import TABLE_KINDS
-        from robustlab.paths import write_output
+        from robustlab.files.safety import write_output
 
         kind = TABLE_KINDS.get(args.format, "table")
         write_output(args.output, text, kind=kind, flag="--output", force=args.force)

@@ -32,7 +32,7 @@ from robustlab.commands._args import (
 
 
 def add_parser(sub) -> None:
-    from robustlab.saliency.methods import DEFAULT_METHOD, METHODS
+    from robustlab.saliency.methods import DEFAULT_METHOD, METHODS, TARGETS
 
     p = sub.add_parser(
         "saliency",
@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--target",
         default="predicted",
-        choices=("predicted", "label"),
+        choices=TARGETS,
         help="class to explain: the model's top-1 or the true label (default: predicted)",
     )
     add_seed(p)
@@ -123,20 +123,16 @@ def request(args):
 
 
 def run(args) -> int:
-    from robustlab.saliency.analysis import correlations, model_table
-    from robustlab.store import Store
-    from robustlab.workflows.saliency import run_saliency
+    from robustlab.workflows.saliency import run_saliency, stored_comparison
 
     res = run_saliency(request(args))
     show = res.summary.drop(columns=["run_id"])
     sys.stdout.write(format_saliency(show))
-    store = Store(args.db)
-    runs = store.runs()
-    ids = [r.run_id for r in runs.itertuples() if (r.config or {}).get("task") == "saliency"]
-    if len(ids) > 1:
-        models = model_table(store.saliency(ids), runs)
+    compared = stored_comparison(args.db)
+    if compared is not None:
+        models, corr = compared
         sys.stdout.write("\n" + format_saliency(models.drop(columns=["run_id"])))
-        sys.stdout.write("\n" + format_saliency(correlations(models)))
+        sys.stdout.write("\n" + format_saliency(corr))
     layer = (res.record["saliency"].get("layer") or {}).get("name")
     print(
         f"{res.record['saliency']['method']} ({res.record['saliency']['library']} "

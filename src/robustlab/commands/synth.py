@@ -134,11 +134,13 @@ def run(args) -> int:
         width=args.size,
         dtype=args.dtype or DTYPES.get(args.precision),
     )
+    from robustlab.manifest import MANIFEST
+
     res = synth(args.out, args.checkpoint, **specs)
     print(
         f"{res.out}: {res.written} written, {res.existing} already there, "
         f"{len(res.failures)} failed ({res.planned} planned; {_timing(res)}); "
-        f"manifest: {res.out / 'manifest.json'}"
+        f"manifest: {res.out / MANIFEST}"
     )
     if res.stages:
         from robustlab.run.ray.pipeline import stages_line

@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from robustlab.errors import CellSkipped, InputError, MissingResourceError, environment_errors
-from robustlab.paths import claim_out_folder
+from robustlab.files.atomic import atomic_path
+from robustlab.files.safety import claim_out_folder
 
 log = logging.getLogger(__name__)
 
@@ -522,9 +523,8 @@ def render_checked(r: Renderer, e: Emoji, size: int) -> np.ndarray:
 def _save_png(rgb: np.ndarray, path: Path) -> None:
     from PIL import Image
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    Image.fromarray(rgb).save(tmp, format="PNG", optimize=False)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        Image.fromarray(rgb).save(tmp, format="PNG", optimize=False)
 
 
 def _attribution(renderers: Sequence[Renderer], counts: dict[str, int], size: int) -> str:

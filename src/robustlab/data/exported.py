@@ -13,7 +13,7 @@ metadata in both formats (:data:`COLUMNS`): a Parquet column each, or one JSON f
 WebDataset sample beside the image (``<key>.jpg`` / ``<key>.png`` and ``<key>.json``). The
 image is the stored file's bytes as they are (never decoded, never re-encoded: the pixels
 are the folder's), and ``content_hash`` its BLAKE2b-128 (the digest ``generate`` records,
-:mod:`robustlab.output_hashes`), which every reader checks as it reads the bytes.
+:mod:`robustlab.files.hashes`), which every reader checks as it reads the bytes.
 
 ``robustlab`` (a JSON object per row) says how ``evaluate`` reads the row back: ``read``
 (``source``: a source photo, prepared by the protocol as evaluate prepares a source;
@@ -24,7 +24,7 @@ columns, not a file beside them.
 
 Readers (:func:`open_export`) take the three shapes: a folder written by ``robustlab
 export`` in either format, and a Hugging Face dataset saved with ``save_to_disk`` (Arrow
-stream files). Shards are listed with :func:`robustlab.paths.walk_files` (the link rule),
+stream files). Shards are listed with :func:`robustlab.files.safety.walk_files` (the link rule),
 and only metadata is read to index them: an image's bytes are read when its cell is
 evaluated (:class:`ShardReader`: a tar member by offset, a Parquet row group, a
 memory-mapped Arrow file).
@@ -41,12 +41,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from robustlab.errors import InputError, environment_errors
+from robustlab.files.atomic import is_stale_temp, temp_name
 
 FORMAT = "robustlab-export/1"
 RECORD = "robustlab-export.json"  # the export's own record (provenance, shards, skips)
 SPLIT = "test"
 HF_DIR = "data"
-TEMP_SUFFIX = ".rltmp"
 # Rows per Parquet row group: what a reader decodes to get one image (datasets' own
 # choice for image datasets); about 2 MB of ImageNet-C JPEGs.
 ROW_GROUP = 100
@@ -216,7 +216,7 @@ def parquet_schema(class_names: Sequence[str] | None):
 def temp_path(path: Path) -> Path:
     """``.<name>.<pid>.rltmp`` beside ``path``: hidden, so neither ``load_dataset`` nor a
     shard glob takes a half-written shard; renamed over ``path`` when complete."""
-    return path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    return path.with_name(temp_name(path.name))
 
 
 class _Shard:
@@ -382,10 +382,7 @@ def remove_stale_temps(out: Path) -> int:
         if not folder.is_dir():
             continue
         for p in folder.iterdir():
-            if not (p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX)):
-                continue
-            pid = p.name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[-1]
-            if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            if not is_stale_temp(p.name):
                 continue
             try:
                 p.unlink()
@@ -393,16 +390,6 @@ def remove_stale_temps(out: Path) -> int:
             except OSError:
                 pass
     return n
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 # --------------------------------------------------------------------------- reading
@@ -432,7 +419,7 @@ class ExportedSet:
 
 
 def _listing(root: Path) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
-    from robustlab.paths import walk_files
+    from robustlab.files.safety import walk_files
 
     files, skipped = walk_files(root)
     by_suffix: dict[str, list[str]] = {}
@@ -471,7 +458,7 @@ def _candidates(root: Path) -> dict[str, str]:
 def detect(root: Path) -> str | None:
     """``hf``, ``arrow`` or ``webdataset`` when ``root`` holds an exported set (its shards
     carry robustlab's columns), else None. Reads one shard's schema or first member."""
-    from robustlab.paths import file_inside
+    from robustlab.files.safety import file_inside
 
     root = Path(root)
     if not root.is_dir():
@@ -541,7 +528,7 @@ def open_export(root: Path) -> ExportedSet | None:
                 f"cannot read the exported shard {root / rel}: {exc}",
                 hint="export again into a new --out",
             ) from None
-    from robustlab.paths import named_file
+    from robustlab.files.safety import named_file
 
     found = named_file(root, RECORD, what="the export's record")
     if found is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from robustlab.data.sources import Sample
 from robustlab.errors import InputError
-from robustlab.paths import (
+from robustlab.files.safety import (
     OUTSIDE,
     dirs_inside,
     file_inside,
@@ -40,7 +40,7 @@ LABEL_PLACES = (LABELS, f"{CLEAN_DIR}/{LABELS}")
 def labels_file(root: Path) -> Path | None:
     """``labels.txt`` of an archive at ``root`` (root first, then ``ori/``), or None.
 
-    The link rule of :mod:`robustlab.paths`: a ``labels.txt`` that is a link out of the
+    The link rule of :mod:`robustlab.files.safety`: a ``labels.txt`` that is a link out of the
     archive is not its labels file (it would score the run with another file's lines)."""
     for rel in LABEL_PLACES:
         found = file_inside(root, rel)
@@ -88,7 +88,7 @@ class Archive:
 def read_archive(root) -> Archive:
     """Read ``labels.txt`` and the folder list of an ImageNet-E archive.
 
-    Every file is looked up under the link rule of :mod:`robustlab.paths`: ``labels.txt``,
+    Every file is looked up under the link rule of :mod:`robustlab.files.safety`: ``labels.txt``,
     ``ori/`` and the images must lie inside the archive (links inside it are fine).
 
     Raises:

@@ -54,7 +54,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from robustlab.data.sources import Sample, discover
-from robustlab.paths import OUTSIDE, dirs_inside, link_target
+from robustlab.files.safety import OUTSIDE, dirs_inside, link_target
 from robustlab.errors import InputError
 
 # ImageNet-9 (bg_challenge): variant folder -> shift name (None: the clean cell).
@@ -306,7 +306,7 @@ CORRUPTION_TREES = {"imagenet-c": None, "tiny-imagenet-c": 64, "imagenet-c-299":
 
 def _first_file(root: Path) -> Path | None:
     """One image file of an ImageNet-C-style tree (the first in name order), by the link rule."""
-    from robustlab.paths import file_inside
+    from robustlab.files.safety import file_inside
 
     names = _corruptions()
     tops = [root] if root.name in names else [d for d in _subdirs(root) if d.name in names]
@@ -400,7 +400,7 @@ def detect(root) -> Layout | None:
 # ------------------------------------------------------------------------- reading
 def _stray_files(path: Path, rel: str | None) -> list[tuple[str, str]]:
     """Files lying beside the cell folders (a README, an archive), and folder links that
-    leave ``path`` (the link rule of :mod:`robustlab.paths`): listed, never inputs."""
+    leave ``path`` (the link rule of :mod:`robustlab.files.safety`): listed, never inputs."""
     try:
         entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
     except OSError:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from robustlab.errors import InputError
+from robustlab.files.atomic import atomic_path
 
 LABELS = "labels.npy"
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -67,7 +68,7 @@ def _corruptions() -> list[str]:
 
 def _regular(root: Path, name: str) -> Path | None:
     """``root/name`` when it is a regular file whose real path stays inside ``root``."""
-    from robustlab.paths import file_inside
+    from robustlab.files.safety import file_inside
 
     return file_inside(root, name)
 
@@ -135,7 +136,7 @@ def open_release(root) -> NpyRelease:
     Raises:
         InputError: ``labels.npy`` is unreadable, or no corruption file is usable.
     """
-    from robustlab.paths import walk_files
+    from robustlab.files.safety import walk_files
 
     root = Path(root)
     labels = _labels(root)
@@ -212,24 +213,17 @@ def write_release(
     written = []
     for shift in shifts:
         final = root / f"{shift}.npy"
-        tmp = root / f".{shift}.npy.{os.getpid()}.tmp"
-        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(5 * n, *shape))
-        try:
+        with atomic_path(final) as tmp:
+            arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(5 * n, *shape))
             for s in SEVERITIES:
                 for k in range(n):
                     arr[(s - 1) * n + k] = image(shift, s, k)
             arr.flush()
             del arr
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
         written.append(final.name)
     lab = np.tile(np.asarray(labels, dtype=np.int64), 5)
     lab = lab.astype(np.uint8) if lab.size and 0 <= lab.min() and lab.max() < 256 else lab
-    tmp = root / f".{LABELS}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
+    with atomic_path(root / LABELS) as tmp, open(tmp, "wb") as fh:
         np.save(fh, lab)
-    os.replace(tmp, root / LABELS)
     written.append(LABELS)
     return written

@@ -14,7 +14,7 @@ Two layouts are understood:
   one of ``wnid``, ``class``, ``label``, ``index``. A ``labels.csv`` inside ``root`` is used
   automatically. Without any CSV, a flat folder gives samples whose class is unknown.
 
-Links follow the one rule of :mod:`robustlab.paths`: a symbolic link (to a file or a
+Links follow the one rule of :mod:`robustlab.files.safety`: a symbolic link (to a file or a
 folder) is followed only when its target lies inside the data folder, and each real folder
 is entered once; a link out of the folder (to ``..``, ``/``, ``/proc/self``), a loop or a
 second path to a listed folder is reported in ``skipped`` instead of pulling unrelated
@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.masks.io import find_mask, shared_stems
 from robustlab.data.labels_csv import read_label_rows
-from robustlab.paths import named_file, printable_name, walk_files
+from robustlab.files.safety import named_file, printable_name, walk_files
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from robustlab.masks.auto import AutoMasker
 from robustlab.masks.io import find_mask, load_mask, mask_name, save_mask, shared_stems
 from robustlab.masks.parallel import in_order
 from robustlab.masks.quality import QualityThresholds, mask_record, thresholds_dict
-from robustlab.paths import claim_out_folder, file_inside, refuse_write_through
+from robustlab.files.safety import claim_out_folder, file_inside, refuse_write_through
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def mask_file(out: Path, sample_id: str) -> Path:
 def _cached(out: Path, sample, siblings) -> Path | None:
     """The mask already in ``out`` for ``sample``; None when there is none or when only an
     older stem-named mask exists that two images could claim (a new one is made then). A
-    mask behind a link out of ``out`` is none (the link rule of :mod:`robustlab.paths`)."""
+    mask behind a link out of ``out`` is none (the link rule of :mod:`robustlab.files.safety`)."""
     try:
         found = find_mask(lambda rel: file_inside(out, rel) is not None, sample.id, siblings)
     except InputError:
@@ -100,7 +100,7 @@ def build_masks(
     if cam_class not in ("top1", "label"):
         raise InputError(f"cam_class must be 'top1' or 'label', not {cam_class!r}")
     # The owner mark first: an interrupted run's folder is still recognised as a masks
-    # folder (robustlab.paths.check_out_folder), before masks_quality.json is written.
+    # folder (robustlab.files.safety.check_out_folder), before masks_quality.json is written.
     out = claim_out_folder(out, command="masks")
     records, skipped = [], []
     siblings = shared_stems(s.id for s in samples)

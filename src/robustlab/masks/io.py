@@ -109,12 +109,12 @@ def load_mask(path: str | Path, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
 def save_mask(path: str | Path, mask: np.ndarray) -> Path:
     """Write ``mask`` as an 8-bit 0/255 PNG (creating folders), whole or not at all.
 
-    Through a temp file renamed into place (:func:`robustlab.outputs.atomic_write`): a
+    Through a temp file renamed into place (:func:`robustlab.files.outputs.atomic_write`): a
     symbolic link at ``path`` is replaced, never written through, so a link in a masks
     folder cannot make ``robustlab masks`` overwrite a file elsewhere."""
     import io
 
-    from robustlab.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     path = Path(path)
     buf = io.BytesIO()
@@ -186,7 +186,7 @@ def mask_path_for(
     masks_root: str | Path, sample_id: str, siblings: list[str] | tuple = ()
 ) -> Path | None:
     """The mask file of ``sample_id`` under ``masks_root`` (:func:`find_mask`), if any."""
-    from robustlab.paths import file_inside
+    from robustlab.files.safety import file_inside
 
     root = Path(masks_root)
     found = find_mask(lambda rel: file_inside(root, rel) is not None, sample_id, siblings)

@@ -145,11 +145,11 @@ def compare_mask_sets(pred_dir: str | Path, true_dir: str | Path):
 
     from robustlab.masks.io import load_mask
 
-    from robustlab.paths import file_inside, walk_files
+    from robustlab.files.safety import file_inside, walk_files
 
     pred_dir, true_dir = Path(pred_dir), Path(true_dir)
     rows = []
-    # Both folders under robustlab.paths' link rule: no link out of either is read.
+    # Both folders under robustlab.files.safety' link rule: no link out of either is read.
     for rel in (r.as_posix() for r in sorted(walk_files(pred_dir)[0]) if r.suffix == ".png"):
         p = pred_dir / rel
         t = file_inside(true_dir, rel)

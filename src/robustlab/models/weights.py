@@ -193,3 +193,20 @@ def load_strict(module, sd: dict, what: str) -> None:
     if why:
         raise InputError(f"weights do not fit {what}: {why}")
     module.load_state_dict(sd, strict=True)
+
+
+def checkpoint_fingerprint(path) -> str:
+    """16 hex digits identifying a checkpoint folder without reading gigabytes of weights:
+    the SHA-256 of every JSON/text config plus the name and size of every other file."""
+    root = Path(path).expanduser()
+    h = hashlib.sha256()
+    for f in sorted(x for x in root.rglob("*") if x.is_file()):
+        rel = f.relative_to(root).as_posix()
+        if rel.startswith(".") or "/." in rel:
+            continue
+        h.update(rel.encode() + b"\0")
+        if f.suffix in (".json", ".txt"):
+            h.update(f.read_bytes())
+        else:
+            h.update(str(f.stat().st_size).encode())
+    return h.hexdigest()[:16]

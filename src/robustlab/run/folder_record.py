@@ -21,16 +21,14 @@ they live here once:
   into what is there *now* (:func:`update_record`), so two runs into one folder keep both
   entries.
 
-The JSON is ``json.dumps(..., indent=2)`` plus a newline, values through :func:`jsonable`
-(:func:`json_bytes`): the byte format every existing folder has.
+The record's name, bytes and readers are :mod:`robustlab.manifest`'s (``json_bytes``: the
+byte format every existing folder has; ``write_manifest``, ``read_record``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
-import json
 import os
 import platform
 import time
@@ -40,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputChangedError
-from robustlab.manifest import MANIFEST, mark_dead_runs, this_process
-from robustlab.outputs import LocalFolder, UrlFolder
+from robustlab.manifest import mark_dead_runs, this_process, write_manifest
+from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.run.identity import run_id
 
 RUNNING, COMPLETE, INTERRUPTED = "running", "complete", "interrupted"
@@ -60,26 +58,6 @@ LIBRARIES = {
 def now() -> str:
     """UTC time to the second, the timestamps of every folder record."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def jsonable(x: Any) -> Any:
-    """Parameters as JSON: dataclasses, tuples, numpy scalars and arrays included."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return jsonable(dataclasses.asdict(x))
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return repr(x)
-
-
-def json_bytes(data: dict) -> bytes:
-    """A folder record's bytes (the format every written folder has)."""
-    return (json.dumps(jsonable(data), indent=2) + "\n").encode()
 
 
 def library_versions(extra: Iterable[str] = ()) -> dict[str, str | None]:
@@ -126,25 +104,13 @@ def refuse_changes(where: Path | str, changes: Sequence[str], *, made: str, hint
         raise InputChangedError(f"{where} {made}: " + "; ".join(changes), hint=hint)
 
 
-def read_record(path: Path) -> dict | None:
-    """A folder record read leniently (None when absent; ``{}`` when unreadable, which
-    matches no identity and so is refused by the caller's comparison)."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def update_record(folder: LocalFolder | UrlFolder, merge: Callable[[dict | None], dict]) -> dict:
     """Read the folder's ``manifest.json`` under its lock, merge, write it back; returns
     what was written. ``merge`` gets the record on disk *now* (None: none yet) and runs
     under the lock, so it may also write the folder's other index files."""
     with folder.lock():
         data = merge(folder.load_manifest())
-        folder.write(MANIFEST, json_bytes(data))
+        write_manifest(folder, data)
     return data
 
 
@@ -226,11 +192,8 @@ __all__ = [
     "FolderRun",
     "count_files",
     "identity_hash",
-    "json_bytes",
-    "jsonable",
     "library_versions",
     "now",
-    "read_record",
     "refuse_changes",
     "update_record",
 ]

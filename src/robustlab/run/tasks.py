@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import CellSkipped
-from robustlab.paths import file_inside, outside, why_not_inside
+from robustlab.files.safety import file_inside, outside, why_not_inside
 from robustlab.settings import ToolSettings
 from robustlab.store.schema import CLEAN_SHIFT
 
@@ -58,7 +58,7 @@ class CellImages:
             skipped inputs). Such a missing file is that skip, with that reason, not a
             "generated file missing" (which a rerun retries, the user may restore it).
         expected: For a generated folder, the content hash each cell file must have
-            (:class:`robustlab.output_hashes.Digests`): a file whose bytes differ, or
+            (:class:`robustlab.files.hashes.Digests`): a file whose bytes differ, or
             that has none, is skipped with the reason, never scored as its cell.
 
         settings: The run's tool settings (:class:`~robustlab.settings.
@@ -115,7 +115,7 @@ class CellImages:
             return prepared.rgb
         if self.generated_root is not None:
             path = pipeline.cell_path(self.generated_root, sample, shift, level, self.protocol)
-            if outside(self.generated_root, path):  # robustlab.paths' link rule
+            if outside(self.generated_root, path):  # robustlab.files.safety' link rule
                 raise CellSkipped("the generated file is a link out of the generated folder")
             try:
                 data = Path(path).read_bytes()
@@ -151,7 +151,7 @@ class CellImages:
 
     def _check_content(self, sample_id: str, shift: str, level: Any, data: bytes) -> None:
         """Skip a generated file whose bytes are not the ones generate wrote."""
-        from robustlab.output_hashes import digest
+        from robustlab.files.hashes import digest
 
         want = self.expected.get(sample_id, shift, level)
         if want is None:
@@ -249,7 +249,7 @@ class ArchiveImages(CellImages):
         if folder is None:
             return None
         for candidate in self._candidates(sample, folder):
-            # robustlab.paths' link rule: never a file a link leads to outside the archive
+            # robustlab.files.safety' link rule: never a file a link leads to outside the archive
             path = file_inside(self.root, candidate)
             if path is not None:
                 return path

@@ -3,11 +3,16 @@ object, and does it still when the background changes?
 
 - :mod:`.attribution`: saliency maps from ``grad-cam`` (CAM methods, the target layer
   found automatically) and Captum (gradient methods).
+- :mod:`.methods`: the methods and targets as data (no heavy import, for ``--help``).
+- :mod:`.explain`: one batch explained: prediction, class explained, map, numbers.
+- :mod:`.maps`: the stored thumbnail of a map, and the object mask on the model's pixels.
 - :mod:`.metrics`: relevance mass, pointing game and area-normalised share per image.
 - :mod:`.analysis`: per-cell intervals, per-model numbers, correlation across models.
 
-The stored, resumable run (``robustlab saliency``) is the workflow
-:func:`robustlab.workflows.saliency.saliency`; this package holds its components.
+Every saliency computation lives here. The stored, resumable run (``robustlab saliency``)
+is the workflow :func:`robustlab.workflows.saliency.saliency`, which only selects cells,
+batches them and stores rows; the report's section (``workflows/report/saliency.py``) and
+the command only read, draw and print.
 
 The libraries are an optional extra: ``pip install 'robustlab[saliency]'``.
 """

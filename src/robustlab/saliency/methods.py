@@ -14,5 +14,7 @@ METHODS: dict[str, tuple[str, str, bool]] = {
     "integrated_gradients": ("captum", "IntegratedGradients", False),
 }
 DEFAULT_METHOD = "gradcam"
+# What a map explains: the model's top-1 class or the true label.
+TARGETS = ("predicted", "label")
 
-__all__ = ["DEFAULT_METHOD", "METHODS"]
+__all__ = ["DEFAULT_METHOD", "METHODS", "TARGETS"]

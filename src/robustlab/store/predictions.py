@@ -289,7 +289,7 @@ class PredictionsTable(Database):
         The copy is done by DuckDB itself (streaming), so exporting a large database does
         not load it into Python memory. Each file is copied to a temp name and renamed into
         place; an existing file of that name that is not Parquet (or is this database) is
-        never replaced, unless ``force`` (:mod:`robustlab.paths`).
+        never replaced, unless ``force`` (:mod:`robustlab.files.safety`).
         """
         self.require()
         out = Path(out_dir)
@@ -310,7 +310,8 @@ class PredictionsTable(Database):
                     and con.execute(f"SELECT count(*) FROM {extra} {where}", params).fetchone()[0]
                 ):
                     tables.append(extra)
-            from robustlab.paths import check_outputs, check_replaceable
+            from robustlab.files.atomic import atomic_path
+            from robustlab.files.safety import check_outputs, check_replaceable
 
             for table in tables:
                 dest = out / f"{table}.parquet"
@@ -323,12 +324,7 @@ class PredictionsTable(Database):
                 # COPY does not take prepared parameters; inline the (quoted) run ids.
                 for p in params:
                     sql = sql.replace("?", quote(p), 1)
-                target = Path(os.path.realpath(dest))
-                tmp = target.with_name(f".{target.name}.{os.getpid()}.rltmp")
-                try:
+                with atomic_path(Path(os.path.realpath(dest))) as tmp:
                     con.execute(f"COPY ({sql}) TO {quote(str(tmp))} (FORMAT PARQUET)")
-                    os.replace(tmp, target)
-                finally:
-                    tmp.unlink(missing_ok=True)
                 paths.append(dest)
         return paths

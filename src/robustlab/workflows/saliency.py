@@ -24,7 +24,6 @@ before any image is decoded.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +33,9 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError
-from robustlab.saliency.methods import DEFAULT_METHOD, METHODS
-from robustlab.store.schema import SALIENCY_MAP_SIDE, SALIENCY_TASK
+from robustlab.saliency.maps import input_mask
+from robustlab.saliency.methods import DEFAULT_METHOD, METHODS, TARGETS
+from robustlab.store.schema import SALIENCY_TASK
 from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.tools import ToolSpec
 from robustlab.workflows._masked import (
@@ -55,31 +55,6 @@ if TYPE_CHECKING:
     from robustlab.run.tasks import TaskDataset
 
 log = logging.getLogger(__name__)
-
-TARGETS = ("predicted", "label")
-
-
-def input_mask(mask: np.ndarray, preprocessing) -> np.ndarray:
-    """An HxW bool mask through the model's resize and crop (bilinear, then >= half):
-    the mask of the pixels the model sees."""
-    prep = dataclasses.replace(preprocessing, interpolation="bilinear")
-    m = np.repeat(np.asarray(mask, bool)[..., None].astype(np.uint8) * 255, 3, axis=2)
-    return prep.resize_crop(m)[..., 0] >= 128
-
-
-def thumbnail(saliency_map: np.ndarray, side: int = SALIENCY_MAP_SIDE) -> bytes:
-    """The map's positive part at ``side`` x ``side``, uint8 scaled to its maximum."""
-    import cv2
-
-    pos = np.clip(np.asarray(saliency_map, np.float32), 0, None)
-    small = cv2.resize(pos, (side, side), interpolation=cv2.INTER_AREA)
-    peak = float(small.max())
-    scaled = small / peak * 255.0 if peak > 0 else small
-    return np.round(scaled).astype(np.uint8).tobytes()
-
-
-def read_thumbnail(data: bytes, side: int = SALIENCY_MAP_SIDE) -> np.ndarray:
-    return np.frombuffer(bytes(data), np.uint8).reshape(side, side)
 
 
 class SaliencyDataset:
@@ -214,53 +189,17 @@ class SaliencyRequest:
         return cls(**parts)
 
 
-def _targets(model, pred_cols, labels, target: str):
-    """Output columns of the network to explain, per image."""
-    import torch
-
-    if target == "predicted":
-        cols = torch.as_tensor(pred_cols).long()
-    else:
-        if model.head == "mapping":
-            raise InputError(
-                f"--target label needs one output per class; label space "
-                f"{model.label_space.name!r} maps a class to several ImageNet classes",
-                hint="use --target predicted",
-            )
-        cols = torch.as_tensor(labels).long()
-    if model._columns is not None:  # subset head: a label-space index -> network column
-        cols = model._columns.cpu()[cols]
-    return cols
-
-
 def _batch_rows(model, attributor, target: str, pending: list) -> pd.DataFrame:
-    """The stored rows of one batch of ``(meta, input, mask)``: prediction, explained
-    class, correctness, the foreground numbers and the map's thumbnail."""
+    """The stored rows of one batch of ``(meta, input, mask)``: each cell's ``meta`` beside
+    what :func:`robustlab.saliency.explain.explain_batch` computes for it."""
     import torch
 
-    from robustlab.saliency.metrics import foreground_metrics
+    from robustlab.saliency.explain import explain_batch
 
     x = torch.stack([p[1] for p in pending])
     m = torch.stack([p[2] for p in pending]).numpy()
-    lab = [p[0]["label"] for p in pending]
-    _, ids = model.predict_topk(x, k=1)
-    top1, _ = model.correct(ids, lab)
-    xf = model.preprocessing.normalize(x.to(model.input_device()))
-    maps = attributor(xf, _targets(model, ids[:, 0], lab, target))
-    nums = foreground_metrics(maps, m)
-    rows = []
-    for j, (meta, _, _) in enumerate(pending):
-        rows.append(
-            {
-                **meta,
-                "pred": int(ids[j, 0]),
-                "target": int(_targets(model, ids[j : j + 1, 0], [lab[j]], target)[0]),
-                "correct": bool(top1[j]),
-                **{k: float(v[j]) for k, v in nums.items()},
-                "map": thumbnail(maps[j]),
-            }
-        )
-    return pd.DataFrame(rows)
+    got = explain_batch(model, attributor, target, x, m, [p[0]["label"] for p in pending])
+    return pd.DataFrame([{**meta, **row} for (meta, _, _), row in zip(pending, got)])
 
 
 def _explain(dataset, labels, explain, run: StoredRun, batch_size: int, workers: int):
@@ -398,15 +337,28 @@ def run_saliency(req: SaliencyRequest) -> SaliencyResult:
     return SaliencyResult(rows, summary, skipped, out)
 
 
+def stored_comparison(db) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """Every saliency run stored in ``db`` side by side: the per-model table
+    (:func:`robustlab.saliency.analysis.model_table`) and the correlations across models;
+    None while the database holds fewer than two saliency runs."""
+    from robustlab.saliency.analysis import correlations, model_table
+    from robustlab.store import Store
+
+    store = Store(db)
+    runs = store.runs()
+    ids = [r.run_id for r in runs.itertuples() if (r.config or {}).get("task") == SALIENCY_TASK]
+    if len(ids) < 2:
+        return None
+    models = model_table(store.saliency(ids), runs)
+    return models, correlations(models)
+
+
 __all__ = [
     "saliency",
     "run_saliency",
+    "stored_comparison",
     "SaliencyRequest",
     "SaliencyModel",
     "SaliencyExecution",
     "SaliencyResult",
-    "input_mask",
-    "thumbnail",
-    "read_thumbnail",
-    "TARGETS",
 ]

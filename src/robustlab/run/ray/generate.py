@@ -59,7 +59,7 @@ def generate_on_ray(
         samples: Sources to generate (the local backend's list).
         job: :class:`robustlab.workflows.generate._Job` (output folder, cells, protocol, seed...). The
             output folder must be a path every node sees (the same local disk or a shared
-            file system) or an fsspec URL (:mod:`robustlab.outputs`: its filesystem and
+            file system) or an fsspec URL (:mod:`robustlab.files.outputs`: its filesystem and
             options travel with the job).
         collect: Called on the driver with each :class:`~robustlab.workflows.generate.SampleOutcome`.
         process: ``process(sample, job)``, the local backend's work unit (run on workers).

@@ -105,7 +105,7 @@ def _problem(path) -> str | None:
         return None
     if p.is_dir():
         from robustlab.errors import InputError
-        from robustlab.shifts.generative.adm import unet_folder
+        from robustlab.models.adm import unet_folder
 
         try:
             unet_folder(p)
@@ -147,7 +147,7 @@ def get_bg_diffusion(
         MissingResourceError: nothing configured or nothing at the path.
         InputError: not a guided-diffusion state dict or UNet2DModel folder (one line).
     """
-    from robustlab.shifts.generative.adm import load_denoiser
+    from robustlab.models.adm import load_denoiser
 
     root, device, dtype = _settings(path, device, dtype, settings)
     key = (str(root), device, dtype)
@@ -173,7 +173,7 @@ def describe_bg_diffusion(
     """The configured checkpoint's record (path, kind, fingerprint, device, dtype) without
     loading it, for manifests and run records (a loaded one describes itself)."""
     from robustlab.errors import InputError
-    from robustlab.shifts.generative.adm import fingerprint
+    from robustlab.models.adm import fingerprint
     from robustlab.shifts.generative.tiny import warn_if_random
 
     root, device, dtype = _settings(path, device, dtype, settings)

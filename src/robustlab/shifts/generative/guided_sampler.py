@@ -194,7 +194,7 @@ def _fit(rgb: np.ndarray, s: int) -> np.ndarray:
 
 
 class GuidedBackground:
-    """The guided sampler on a :class:`robustlab.shifts.generative.adm.Denoiser`.
+    """The guided sampler on a :class:`robustlab.models.adm.Denoiser`.
 
     Args:
         denoiser: The model (ADM or diffusers UNet2DModel).

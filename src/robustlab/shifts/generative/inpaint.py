@@ -28,7 +28,6 @@ A ``ctx["inpainter"]`` given directly (an :class:`Inpainter` or a folder path) w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -38,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import CellSkipped, InputError, MissingResourceError
+from robustlab.models.weights import checkpoint_fingerprint
 from robustlab.seeding import randint
 from robustlab.settings import ToolSettings, checked_path, path_setting_problem
 from robustlab.shifts.registry import register_resource, register_shift
@@ -69,23 +69,6 @@ def _problem(path) -> str | None:
     if not (p / "model_index.json").is_file():
         return f"{p} has no model_index.json (save a diffusers inpainting pipeline there)"
     return None
-
-
-def checkpoint_fingerprint(path) -> str:
-    """16 hex digits identifying a checkpoint folder without reading gigabytes of weights:
-    the SHA-256 of every JSON/text config plus the name and size of every other file."""
-    root = Path(path).expanduser()
-    h = hashlib.sha256()
-    for f in sorted(x for x in root.rglob("*") if x.is_file()):
-        rel = f.relative_to(root).as_posix()
-        if rel.startswith(".") or "/." in rel:
-            continue
-        h.update(rel.encode() + b"\0")
-        if f.suffix in (".json", ".txt"):
-            h.update(f.read_bytes())
-        else:
-            h.update(str(f.stat().st_size).encode())
-    return h.hexdigest()[:16]
 
 
 class Inpainter:
@@ -351,7 +334,6 @@ __all__ = [
     "get_inpainter",
     "describe_inpainter",
     "checked_inpainter",
-    "checkpoint_fingerprint",
     "ai_bg",
     "AI_BG",
     "PROMPT",

@@ -27,7 +27,7 @@ import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.shifts.generative._diffusers import load_auto_pipeline, pipeline_dtype
-from robustlab.shifts.generative.inpaint import checkpoint_fingerprint
+from robustlab.models.weights import checkpoint_fingerprint
 
 # Short sampler names -> diffusers scheduler classes (None: the checkpoint's own).
 SCHEDULERS = {

@@ -22,8 +22,8 @@ import threading
 from pathlib import Path
 
 from robustlab.errors import MissingResourceError, environment_errors
-from robustlab.manifest import MANIFEST
-from robustlab.paths import claim_out_folder
+from robustlab.manifest import MANIFEST, SYNTH_PREFIX, read_record
+from robustlab.files.safety import claim_out_folder
 from robustlab.shifts.generative._diffusers import quiet_loading
 
 log = logging.getLogger(__name__)
@@ -280,14 +280,12 @@ def drawn_by_random(data_root) -> str | None:
     """The random-weight checkpoint that drew ``data_root``, when it is a ``robustlab
     synth`` folder whose manifest names one (the report flags runs on it); else None."""
     root = Path(data_root).expanduser()
+    manifest = read_record(root / MANIFEST) or {}
+    if not str(manifest.get("format", "")).startswith(SYNTH_PREFIX):
+        return None
     try:
-        manifest = json.loads((root / MANIFEST).read_text())
-        path = (
-            manifest["checkpoint"]["path"]
-            if manifest["format"].startswith("robustlab-synth/")
-            else None
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        path = manifest["checkpoint"]["path"]
+    except (KeyError, TypeError):
         return None
     return str(path) if path and is_random(path) else None
 

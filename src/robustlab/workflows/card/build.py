@@ -72,7 +72,7 @@ def _same_card(out: Path, card: dict) -> bool:
 def check_request(req: CardRequest) -> None:
     """Outputs never clobber inputs, and the card fills only a folder it made (the CLI
     checks the same before parsing is done; the Python API arrives here directly)."""
-    from robustlab.paths import Database, Folder, check_out_folder, check_outputs
+    from robustlab.files.safety import Database, Folder, check_out_folder, check_outputs
 
     check_outputs(
         {
@@ -94,7 +94,7 @@ def check_request(req: CardRequest) -> None:
 def build_card(req: CardRequest):
     """:func:`robustlab.workflows.card.card` for a built request."""
     from robustlab.metrics.reference import reference_rows
-    from robustlab.paths import claim_out_folder
+    from robustlab.files.safety import claim_out_folder
     from robustlab.version import __version__
     from robustlab.workflows.card.result import CardResult
     from robustlab.workflows.card.write import number_dicts, write_all, write_cells

@@ -63,7 +63,7 @@ def write_labels(path: Path, step: Step) -> Path:
     import io
 
     from robustlab.errors import environment_errors
-    from robustlab.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -71,7 +71,7 @@ def write_labels(path: Path, step: Step) -> Path:
     writer.writerows(step.labels or ())
     text = buf.getvalue()
     if not (path.is_file() and path.read_text(encoding="utf-8") == text):
-        from robustlab.paths import claim_out_folder
+        from robustlab.files.safety import claim_out_folder
 
         claim_out_folder(path.parent, command="card")
         with environment_errors(f"cannot write {path}"):
@@ -99,7 +99,7 @@ def run_steps(req: CardRequest, plan: CardPlan) -> list[StepRun]:
     from robustlab.workflows.card.plan import TITLES
 
     if req.auto_masks and plan.masks is not None:
-        from robustlab.paths import claim_out_folder
+        from robustlab.files.safety import claim_out_folder
 
         _say(f"[masks] GrabCut masks for the scene suites and ImageNet-E into {plan.masks}")
         claim_out_folder(req.inputs, command="card")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from robustlab.errors import environment_errors
-from robustlab.outputs import atomic_write
+from robustlab.files.atomic import atomic_write
 from robustlab.workflows.card.numbers import Number
 from robustlab.workflows.card.plan import TITLES
 

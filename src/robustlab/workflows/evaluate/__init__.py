@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from robustlab.workflows.evaluate.execute import execute, run_request
 from robustlab.workflows.evaluate.result import EvaluateResult, run_table
-from robustlab.workflows.evaluate.generated import read_generated
 from robustlab.workflows.evaluate.plan import make_plan
 from robustlab.workflows.evaluate.request import (
     PARTS,
@@ -48,7 +47,6 @@ __all__ = [
     "execute",
     "keywords",
     "make_plan",
-    "read_generated",
     "run_request",
     "run_table",
 ]

@@ -271,7 +271,7 @@ class ExportImages(CellImages):
         return CellSkipped(why or "no image for this cell in the exported set")
 
     def _bytes(self, entry) -> bytes:
-        from robustlab.output_hashes import digest
+        from robustlab.files.hashes import digest
 
         shard, where, want, _ = entry
         try:

@@ -8,29 +8,9 @@ import logging
 from pathlib import Path
 
 from robustlab.errors import InputChangedError, InputError
-from robustlab.manifest import MANIFEST
 from robustlab.store import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
-
-
-def read_generated(root: Path) -> dict | None:
-    """The manifest of a folder written by ``robustlab generate``, or None for a source folder."""
-    import json
-
-    from robustlab.paths import named_file
-
-    found = named_file(root, MANIFEST, what="the generated folder's manifest")
-    if found is None:
-        return None
-    path = found
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    if not str(manifest.get("format", "")).startswith("robustlab-generate/"):
-        return None
-    return manifest
 
 
 def generated_inputs(root: Path, manifest: dict, suite, seed, labels_csv, masks):
@@ -139,7 +119,7 @@ def _level_order(level: str):
 
 def expected_digests(root: Path, manifest: dict, samples, available, protocol):
     """The content hash each cell file of a generated folder must have (a
-    :class:`robustlab.output_hashes.Digests` over every cell the manifest lists): the hash
+    :class:`robustlab.files.hashes.Digests` over every cell the manifest lists): the hash
     generate recorded as it wrote the file, read from the folder's journals, so planning
     reads no image file; the run checks each file against it as it reads it.
 
@@ -147,7 +127,7 @@ def expected_digests(root: Path, manifest: dict, samples, available, protocol):
     here, as before (through the content-hash cache), and the run checks each file
     against what it held when the run was planned.
     """
-    from robustlab.output_hashes import Digests, recorded_digests, records_hashes
+    from robustlab.files.hashes import Digests, recorded_digests, records_hashes
 
     cells = sorted(c for c in available if c[0] != CLEAN_SHIFT)
     if records_hashes(manifest):

@@ -39,7 +39,7 @@ RECORD = "mining.json"
 
 def read_mining(root: Path) -> dict | None:
     """The record of a hard subset ``mine`` wrote into ``root``, or None."""
-    from robustlab.run.folder_record import read_record
+    from robustlab.manifest import read_record
 
     record = read_record(root / RECORD)
     return record if record and record.get("mining_id") else None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from robustlab.data.sources import SampleList
 from robustlab.errors import InputError
+from robustlab.manifest import read_generated
 from robustlab.run.plan import RunPlan
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import (
@@ -23,7 +24,6 @@ from robustlab.workflows.evaluate.generated import (
     generated_inputs,
     generated_skips,
     held_levels,
-    read_generated,
 )
 from robustlab.workflows.evaluate.labels import labels_for, subset_classes
 from robustlab.workflows.evaluate.mined import mined_plan, read_mining
@@ -41,7 +41,7 @@ from robustlab.workflows.evaluate.record import (
 
 if TYPE_CHECKING:
     from robustlab.data.published import Layout
-    from robustlab.output_hashes import Digests
+    from robustlab.files.hashes import Digests
     from robustlab.settings import ToolSettings
     from robustlab.shifts.registry import Shift
     from robustlab.store import RunRecord

@@ -65,7 +65,7 @@ def export(
         InputError: ``data`` is no folder robustlab wrote, or an option is out of range.
         InputChangedError: ``out`` holds an export of other content.
     """
-    from robustlab.paths import claim_out_folder
+    from robustlab.files.safety import claim_out_folder
 
     if format not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")

@@ -35,7 +35,7 @@ COLUMN_TEXT = {
 def write_card(out: Path, plan: ExportPlan, record: dict) -> None:
     """Write ``out/README.md`` atomically."""
     from robustlab.errors import environment_errors
-    from robustlab.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     with environment_errors(f"cannot write {out / 'README.md'}"):
         atomic_write(out / "README.md", card_text(plan, record).encode())

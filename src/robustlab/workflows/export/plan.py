@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustlab.errors import InputError
+from robustlab.files.safety import LinkRule
 from robustlab.store import CLEAN_SHIFT
 
 if TYPE_CHECKING:
@@ -109,7 +108,7 @@ def plan_export(root: Path, labels_csv: Path | None = None) -> ExportPlan:
     Raises:
         InputError: the folder is none of those, or cannot be read as evaluate reads it.
     """
-    from robustlab.workflows.evaluate.generated import read_generated
+    from robustlab.manifest import read_generated, read_synth
     from robustlab.workflows.evaluate.mined import read_mining
 
     root = Path(root).expanduser()
@@ -121,7 +120,7 @@ def plan_export(root: Path, labels_csv: Path | None = None) -> ExportPlan:
     mining = read_mining(root)
     if mining is not None:
         return _mined(root, mining, labels_csv)
-    synth = _synth_manifest(root)
+    synth = read_synth(root)
     if synth is not None:
         return _synth(root, synth, labels_csv)
     raise InputError(
@@ -144,7 +143,7 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
     """A ``generate`` folder: sources as evaluate lists them, then each listed cell file."""
     from robustlab.data.labels import get_label_space
     from robustlab.data.sources import discover
-    from robustlab.output_hashes import recorded_digests, records_hashes
+    from robustlab.files.hashes import recorded_digests, records_hashes
     from robustlab.pipeline import relative_output
     from robustlab.suites import VIEW_FIELDS
     from robustlab.workflows.evaluate.generated import generated_inputs, generated_skips
@@ -186,7 +185,7 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
         protocol=protocol,
         provenance=_provenance(manifest, "generate"),
     )
-    links = _LinkRule(root)
+    links = LinkRule(root)
     base = str(root)
     for s in samples:
         label = _label(s, space)
@@ -241,54 +240,6 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
     return plan
 
 
-class _LinkRule:
-    """:func:`robustlab.paths.outside` for the many files of a generated folder, with one
-    ``lstat`` per file: a plain file lies where its folder does, and a folder that is no
-    link where its parent does (each folder looked at once); a link, ``.`` or ``..`` is
-    resolved in full."""
-
-    def __init__(self, root: Path):
-        from robustlab.paths import real
-
-        self.root = root
-        self.real_root = real(root)
-        self.folders: dict[str, bool] = {os.fspath(root): True}
-
-    def _resolved_inside(self, path: str) -> bool:
-        from robustlab.paths import real
-
-        target = real(path)
-        return target == self.real_root or target.is_relative_to(self.real_root)
-
-    def _folder_inside(self, folder: str) -> bool:
-        if folder in self.folders:
-            return self.folders[folder]
-        parent, name = os.path.split(folder)
-        if name in ("", ".", "..") or parent == folder:
-            inside = self._resolved_inside(folder)
-        else:
-            try:
-                link = stat.S_ISLNK(os.lstat(folder).st_mode)
-            except OSError:
-                link = True  # resolved in full below
-            inside = self._resolved_inside(folder) if link else self._folder_inside(parent)
-        self.folders[folder] = inside
-        return inside
-
-    def outside(self, path: Path) -> bool:
-        from robustlab.paths import outside
-
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return False  # missing: the reader's own reason
-        except OSError:
-            return outside(self.root, path)
-        if not stat.S_ISREG(mode) or os.path.basename(path) in ("", ".", ".."):
-            return outside(self.root, path)  # a link (followed if it stays inside), a folder
-        return not self._folder_inside(os.path.dirname(path))
-
-
 def _provenance(manifest: dict, command: str) -> dict:
     """What the card and the record say of where the set came from: the folder's
     manifest, less its per-image lists."""
@@ -304,23 +255,6 @@ def _provenance(manifest: dict, command: str) -> dict:
         if isinstance(r, dict)
     ]
     return keep
-
-
-SYNTH_FORMAT = "robustlab-synth/"
-
-
-def _synth_manifest(root: Path) -> dict | None:
-    from robustlab.paths import named_file
-
-    found = named_file(root, "manifest.json", what="the synth folder's manifest")
-    if found is None:
-        return None
-    try:
-        manifest = json.loads(found.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {found}: {exc}") from None
-    ok = isinstance(manifest, dict) and str(manifest.get("format", "")).startswith(SYNTH_FORMAT)
-    return manifest if ok else None
 
 
 def _clean_protocol(space):

@@ -135,7 +135,7 @@ def row_of(plan: ExportPlan, it: Item, digest: str) -> Row:
 def read_checked(it: Item) -> tuple[bytes | None, str]:
     """(the file's bytes, their hash), or (None, why) for a file that cannot be read or is
     not what the folder recorded."""
-    from robustlab.output_hashes import digest
+    from robustlab.files.hashes import digest
 
     try:
         data = it.path.read_bytes()
@@ -159,7 +159,7 @@ class Record:
         self.body = body
 
     def save(self) -> None:
-        from robustlab.outputs import atomic_write
+        from robustlab.files.atomic import atomic_write
 
         with environment_errors(f"cannot write {self.path}"):
             atomic_write(self.path, json.dumps(self.body, indent=1, default=str).encode())

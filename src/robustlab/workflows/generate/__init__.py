@@ -15,7 +15,7 @@ How it stays correct when things go wrong:
   into place with ``os.replace``; a killed run leaves only temp files, never a
   half-written image. A rerun removes the temp files and skips cells whose file exists.
   ``out`` may also be an fsspec URL (``s3://bucket/prefix``): object stores get one atomic
-  PUT per file, other filesystems the temp-and-move (:mod:`robustlab.outputs`).
+  PUT per file, other filesystems the temp-and-move (:mod:`robustlab.files.outputs`).
 - **Bad input never stops a run.** A source that cannot be decoded or prepared is
   skipped with its reason; a cell that this input cannot make (the shift raised
   :class:`~robustlab.errors.CellSkipped`) is counted as failed with its reason; a worker
@@ -40,7 +40,7 @@ upscaled, as the reference pipeline does. Without a resize (``keep_size``) a sou
 """
 
 from robustlab.manifest import MANIFEST
-from robustlab.outputs import TEMP_SUFFIX, atomic_write, remove_temp_files
+from robustlab.files.atomic import TEMP_SUFFIX, atomic_write, remove_temp_files
 from robustlab.workflows.generate.attributes import (
     ATTRIBUTES_CSV,
     merge_attributes_csv,

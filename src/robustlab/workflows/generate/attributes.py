@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from robustlab.outputs import atomic_write
+from robustlab.files.atomic import atomic_write
 from robustlab.store.schema import ATTRIBUTE_VALUE_COLUMNS
 
 ATTRIBUTES_CSV = "attributes.csv"

@@ -1,7 +1,7 @@
 """A rerun of ``generate`` checks the files it finds before it counts them as done.
 
 A file counts as done only when its bytes are the ones a run of this folder wrote (the
-hash recorded in its journal, :mod:`robustlab.output_hashes`). One that differs (replaced
+hash recorded in its journal, :mod:`robustlab.files.hashes`). One that differs (replaced
 by hand or by a tool, under the same name and modification time) or that no journal
 records (written by a run killed before its hash was recorded), or that is a link, is
 removed here so that the run draws it again: its seed gives the bytes the first run wrote.
@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from robustlab.output_hashes import Journal, recorded_digests, records_hashes
-from robustlab.outputs import LocalFolder, UrlFolder
+from robustlab.files.hashes import Journal, recorded_digests, records_hashes
+from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.pipeline import cell_path
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from typing import Any
 
 from robustlab.errors import InputError
 from robustlab.manifest import HINT, MANIFEST, identity_changes, is_generated_folder
-from robustlab.outputs import LocalFolder, UrlFolder, open_folder
-from robustlab.paths import check_out_folder
+from robustlab.files.outputs import LocalFolder, UrlFolder, open_folder
+from robustlab.files.safety import check_out_folder
 from robustlab.run.folder_record import RUNNING, FolderRun, refuse_changes, update_record
 from robustlab.run.lifeline import default_workers
 from robustlab.shifts.kernels import ensure_compiled_for
@@ -24,7 +24,7 @@ from robustlab.workflows.generate.attributes import (
     parse_attributes_csv,
 )
 from robustlab.workflows.generate.plan import GeneratePlan, plan_generate
-from robustlab.output_hashes import Journal
+from robustlab.files.hashes import Journal
 from robustlab.workflows.generate.check import check_written
 from robustlab.workflows.generate.record import (
     GenerateResult,

@@ -16,10 +16,10 @@ from typing import Any
 
 from robustlab.data.sources import Sample, discover, no_mask_reason
 from robustlab.errors import InputError
-from robustlab.outputs import LocalFolder, UrlFolder
-from robustlab.paths import Folder, check_outputs
+from robustlab.files.outputs import LocalFolder, UrlFolder
+from robustlab.files.safety import Folder, check_outputs
 from robustlab.pipeline import DONOR_KEYS, cell_path
-from robustlab.run.folder_record import jsonable
+from robustlab.manifest import jsonable
 from robustlab.settings import ToolSettings
 from robustlab.shifts.registry import (
     available_shifts,

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from robustlab.data.sources import Sample
 from robustlab.manifest import FORMAT
-from robustlab.output_hashes import KEY, RECORD
-from robustlab.outputs import TEMP_SUFFIX, LocalFolder, UrlFolder
+from robustlab.files.hashes import KEY, RECORD
+from robustlab.files.atomic import TEMP_SUFFIX
+from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.run.folder_record import FolderRun, count_files, library_versions, now
 from robustlab.shifts.registry import described_resources
 
@@ -113,7 +114,7 @@ def merge_manifest(
         "protocol": identity["protocol"],
         "data": identity["data"],
         "layout": "<out>/<shift>/<level>/<class>/<file>",
-        # Each run's hashes of the files it wrote (robustlab.output_hashes).
+        # Each run's hashes of the files it wrote (robustlab.files.hashes).
         KEY: RECORD,
         "cells": list(all_cells.values()),
         "counts": counts,

@@ -30,7 +30,7 @@ def write_release_arrays(plan, folder) -> list[str]:
     release: not a local folder, not every severity of a shift, or no image with a label).
     """
     from robustlab.data.labels import get_label_space
-    from robustlab.outputs import LocalFolder
+    from robustlab.files.outputs import LocalFolder
 
     if plan.protocol.preset not in RELEASE_NPY_PRESETS:
         return []

@@ -76,7 +76,7 @@ class GenerateExecution:
         progress: A tqdm progress bar on stderr.
         storage_options: Options of a URL's fsspec filesystem; never written anywhere.
         into_existing: Write into a local ``out`` that holds files ``generate`` did not
-            write (refused otherwise: :func:`robustlab.paths.check_out_folder`).
+            write (refused otherwise: :func:`robustlab.files.safety.check_out_folder`).
     """
 
     workers: int | None = None

@@ -16,9 +16,9 @@ from typing import Any
 from robustlab.data.images import ImageError
 from robustlab.data.sources import Sample
 from robustlab.errors import CellSkipped, environment_problem
-from robustlab.output_hashes import digest
-from robustlab.outputs import LocalFolder, UrlFolder
-from robustlab.paths import refuse_write_through
+from robustlab.files.hashes import digest
+from robustlab.files.outputs import LocalFolder, UrlFolder
+from robustlab.files.safety import refuse_write_through
 from robustlab.pipeline import (
     apply_shift,
     cell_path,

@@ -110,7 +110,7 @@ def build_report(
 
 
 def _build(req: ReportRequest) -> ReportResult:
-    from robustlab.paths import check_outputs, check_replaceable, write_output
+    from robustlab.files.safety import check_outputs, check_replaceable, write_output
     from robustlab.run.progress import StageLines
 
     out = Path(req.out)

@@ -269,8 +269,8 @@ def _generated_digests(root: str):
     """The hashes generate recorded for a generated folder's files (the grid shows a file
     only when it is what generate wrote, as the run scored it); None for a folder from
     before hashes were recorded (its files are shown as they are)."""
-    from robustlab.output_hashes import records_hashes
-    from robustlab.workflows.evaluate.generated import read_generated
+    from robustlab.files.hashes import records_hashes
+    from robustlab.manifest import read_generated
 
     manifest = read_generated(Path(root))
     if manifest is None or not records_hashes(manifest):
@@ -281,8 +281,8 @@ def _generated_digests(root: str):
 @functools.lru_cache(maxsize=4)
 def _recorded(root: str, updated_at: str):
     """Read once per report and state of the folder: a grid renders several samples."""
-    from robustlab.output_hashes import recorded_digests
-    from robustlab.workflows.evaluate.generated import read_generated
+    from robustlab.files.hashes import recorded_digests
+    from robustlab.manifest import read_generated
 
     manifest = read_generated(Path(root)) or {}
     cells = [(c.get("shift"), str(c.get("level"))) for c in manifest.get("cells") or []]

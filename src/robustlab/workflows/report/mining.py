@@ -111,7 +111,7 @@ def _examples(
 
     ``roots``: the folders the mining read (its candidates, the surrogate runs' data and
     generated folders); an example's ``path`` is kept only when it is a file inside one
-    of them (the link rule of :mod:`robustlab.paths`), so a database naming any other
+    of them (the link rule of :mod:`robustlab.files.safety`), so a database naming any other
     file never puts that file's pixels in a report."""
     if images.empty:
         return []
@@ -143,7 +143,7 @@ def _examples(
 
 def _inside_any(path: Any, roots: list) -> bool:
     """Whether ``path`` is an existing regular file inside one of ``roots`` (real paths)."""
-    from robustlab.paths import outside
+    from robustlab.files.safety import outside
 
     if not path or not os.path.lexists(str(path)):
         return False

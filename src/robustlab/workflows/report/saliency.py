@@ -81,7 +81,7 @@ def _cell_view(run: dict, sample_id: str, shift: str, level: str):
     from robustlab.models.preprocess import Preprocessing
     from robustlab.workflows._masked import target_mask
     from robustlab.run.tasks import CellImages
-    from robustlab.workflows.saliency import input_mask
+    from robustlab.saliency.maps import input_mask
     from robustlab.suites import Protocol
 
     cfg = run["config"]
@@ -118,7 +118,7 @@ def overlay_grid(runs: pd.DataFrame, rows: pd.DataFrame, chosen, labels: dict) -
     import cv2
 
     from robustlab.workflows.report.plots import _figure, to_png
-    from robustlab.workflows.saliency import read_thumbnail
+    from robustlab.saliency.maps import read_thumbnail
 
     records = {r["run_id"]: r for r in runs.to_dict("records")}
     ids = list(records)

@@ -336,11 +336,11 @@ def _save(net, ckpt: Path, record: dict, extra: dict) -> tuple[Path, dict]:
 
     from robustlab.models.weights import weights_hash
 
-    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    from robustlab.files.atomic import atomic_path
+
     state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-    tmp = ckpt.with_name(f".{ckpt.name}.tmp")
-    torch.save(state, tmp)
-    tmp.replace(ckpt)
+    with atomic_path(ckpt) as tmp:
+        torch.save(state, tmp)
     record = {**record, "checkpoint": str(ckpt), "weights_hash": weights_hash(ckpt), **extra}
     ckpt.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
     return ckpt, record

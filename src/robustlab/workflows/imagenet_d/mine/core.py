@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robustlab.errors import InputError
-from robustlab.outputs import atomic_write
-from robustlab.paths import refuse_write_through
-from robustlab.run.folder_record import identity_hash, json_bytes, read_record, refuse_changes
+from robustlab.files.atomic import atomic_write
+from robustlab.files.safety import refuse_write_through
+from robustlab.manifest import json_bytes, read_record
+from robustlab.run.folder_record import identity_hash, refuse_changes
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.imagenet_d.mine.request import (
@@ -155,7 +156,7 @@ def mine(
         {"rule": rule, "inputs": inputs, "execution": execution},
     )
     rule, inputs, execution = specs["rule"], specs["inputs"], specs["execution"]
-    from robustlab.workflows.evaluate import read_generated
+    from robustlab.manifest import read_generated
 
     root = Path(data).expanduser()
     generated = root.is_dir() and read_generated(root) is not None
@@ -299,7 +300,7 @@ def _column(spec: str) -> str:
 def _locator(run):
     """Function (sample_id, shift, level) -> the image file a run's cell was read from."""
     from robustlab.data.sources import discover
-    from robustlab.workflows.evaluate import read_generated
+    from robustlab.manifest import read_generated
     from robustlab.pipeline import cell_path
     from robustlab.suites import Protocol
 
@@ -364,7 +365,7 @@ def _write_subset(out: Path, result: MiningResult, names: list[str], runs, copy:
     and ``mining.json`` (the folder's record: which mining it holds).
 
     Hard links, not symbolic ones: the subset is itself an input, and readers follow no
-    symbolic link out of a data folder (:mod:`robustlab.paths`); a hard link is a regular
+    symbolic link out of a data folder (:mod:`robustlab.files.safety`); a hard link is a regular
     file inside it that costs no space. Across file systems (no hard link possible) the
     image is copied.
     """

@@ -9,7 +9,7 @@ Security model, for a server that only ever listens on the reviewer's own machin
   the review set; the page's own script and style are a fixed table. Flask's static-file
   route is switched off, so no URL maps onto the file system.
 - An image is sent only when it is, at the moment of the request, a regular file whose
-  real path lies inside the data folder (:func:`robustlab.paths.file_inside`; a link
+  real path lies inside the data folder (:func:`robustlab.files.safety.file_inside`; a link
   swapped in after the set was read leads nowhere) and Pillow decodes it as an image; it is
   sent with the media type of its decoded format, never of its name.
 - Responses forbid framing, sniffing and referrers (the token is in the URL), and a content
@@ -30,7 +30,7 @@ import PIL.Image
 from flask import Flask, abort, jsonify, make_response, render_template, request, send_file
 
 from robustlab.errors import InputError, StoreError
-from robustlab.paths import file_inside, real
+from robustlab.files.safety import file_inside, real
 from robustlab.workflows.imagenet_d.review.items import ReviewSet
 from robustlab.store.reviews import DECISIONS, ReviewStore, check_annotator
 

@@ -160,13 +160,13 @@ def _category(decision, *, item_label: str) -> str:
 def write_csv(final: FinalSet, out, *, force: bool = False) -> Path:
     """Write the kept images (see :data:`CSV_COLUMNS`) and return the path.
 
-    Through :func:`robustlab.paths.write_output`: never over a file that is not a CSV
+    Through :func:`robustlab.files.safety.write_output`: never over a file that is not a CSV
     unless ``force``, and renamed into place (the CLI first checks ``out`` against the
     data folder, the predictions CSV and the database).
     """
     import io
 
-    from robustlab.paths import write_output
+    from robustlab.files.safety import write_output
 
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")

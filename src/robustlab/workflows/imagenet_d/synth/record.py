@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from robustlab.errors import InputChangedError, InputError
-from robustlab.outputs import atomic_write
+from robustlab.files.atomic import atomic_write
+from robustlab.manifest import SYNTH_PREFIX
 from robustlab.run.folder_record import (
     FolderRun,
     count_files,
@@ -24,7 +25,7 @@ from robustlab.run.folder_record import (
 )
 from robustlab.workflows.imagenet_d.synth.prompts import PromptItem
 
-FORMAT = "robustlab-synth/1"
+FORMAT = f"{SYNTH_PREFIX}1"
 PROMPTS = "prompts.csv"
 LABELS = "labels.csv"
 PROMPT_COLUMNS = ("file", "class", "subset", "nuisance", "k", "prompt", "seed")

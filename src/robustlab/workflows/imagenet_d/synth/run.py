@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputError
-from robustlab.outputs import LocalFolder, atomic_write, remove_temp_files
-from robustlab.run.folder_record import RUNNING, FolderRun, jsonable, update_record
+from robustlab.files.atomic import atomic_write, remove_temp_files
+from robustlab.files.outputs import LocalFolder
+from robustlab.manifest import jsonable
+from robustlab.run.folder_record import RUNNING, FolderRun, update_record
 from robustlab.shifts.generative.text2image import SCHEDULERS, TextToImage, describe_checkpoint
 from robustlab.shifts.generative.tiny import warn_if_random
 from robustlab.workflows.keywords import build_specs

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.paths import file_inside, link_out
+from robustlab.files.safety import file_inside, link_out
 from robustlab.seeding import derive_seed
 
 QUESTION = (
@@ -81,7 +81,7 @@ def read_question_csvs(root, questions=None, subsets=None) -> list[Item]:
         raise InputError(
             f"{src}: {leaving}", hint="copy the questions into the folder, or pass --questions"
         )
-    if src.is_dir():  # robustlab.paths' link rule: no CSV linked in from outside
+    if src.is_dir():  # robustlab.files.safety' link rule: no CSV linked in from outside
         files = sorted(f for f in src.glob("*.csv") if file_inside(src, f.name) is not None)
     elif src.is_file():
         files = [src]

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 
 from robustlab.errors import InputError
-from robustlab.paths import outside
+from robustlab.files.safety import outside
 from robustlab.run.identity import RecordStyle, make_record, spaced_json
 from robustlab.seeding import check_seed, derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
@@ -147,7 +147,7 @@ def evaluate_vlm(vlm, items: list[Item], store, *, progress: bool = False, **opt
     """Answer every item not yet answered in this run, storing answers as they come.
 
     Args:
-        vlm: A loaded :class:`~robustlab.workflows.imagenet_d.vlm.model.VLM`.
+        vlm: A loaded :class:`~robustlab.models.vlm.VLM`.
         items: What to ask (:mod:`robustlab.workflows.imagenet_d.vlm.questions`).
         store: The results :class:`~robustlab.store.Store`.
         progress: Print a progress line on stderr now and then (items answered).
@@ -243,7 +243,7 @@ def _open(item: Item, data_root: str | None, skipped: list):
     from robustlab.data.images import ImageError, read_image
 
     if data_root is not None and outside(data_root, item.path):
-        # robustlab.paths' link rule: a question CSV's ../ path or a link out of the data
+        # robustlab.files.safety' link rule: a question CSV's ../ path or a link out of the data
         # folder is never read.
         skipped.append([item.image_id, "not a file inside the data folder"])
         log.warning("skipping %s: not a file inside %s", item.image_id, data_root)

@@ -95,7 +95,7 @@ def run_vlm(
 ) -> VLMResult:
     """Read the items, load the model, ask (what ``robustlab vlm`` calls)."""
     from robustlab.store import Store
-    from robustlab.workflows.imagenet_d.vlm.model import load_vlm
+    from robustlab.models.vlm import load_vlm
 
     store = Store(outputs.db)
     store.check()

@@ -23,7 +23,7 @@ Besides the held-out test, a seeded, class-stratified share of the training pool
 aside as an in-distribution test (or the set's own ``split == test`` rows): "how well does
 the network do on what it was trained for" beside "on what was held out". A small network is
 trained from scratch at 32 x 32 (a small CNN, the paper's ResNeXt / Shake-Shake ResNeXt /
-DenseNet / MSDNet-style pairs of :mod:`robustlab.workflows.train.networks`, or a timm ResNet with a
+DenseNet / MSDNet-style pairs of :mod:`robustlab.models.networks`, or a timm ResNet with a
 3x3 stride-1 stem), and
 every protocol is stored as one run (predictions of both tests; shift ``clean`` for the
 in-distribution test, shift ``holdout`` with the protocol as level), so ``robustlab results``

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.paths import named_file
+from robustlab.files.safety import named_file
 
 log = logging.getLogger(__name__)
 
@@ -143,13 +143,13 @@ def read_folder(root: str | Path, metadata: str | Path | None = None) -> Labelle
 
 
 def _check_files(root: Path, csv: Path, files: Sequence[str]) -> None:
-    """Every row's file exists and is a regular file inside ``root`` (robustlab.paths' link
+    """Every row's file exists and is a regular file inside ``root`` (robustlab.files.safety' link
     rule: no absolute path, no ``..``, no link out of the folder), else one line naming
     how many rows fail and one of them. Refused rather than skipped: a training set that
     silently lost rows would be another protocol."""
     import os
 
-    from robustlab.paths import file_inside
+    from robustlab.files.safety import file_inside
 
     absent, elsewhere = [], []
     for f in files:
@@ -245,10 +245,10 @@ def _icons50_folder(root: Path) -> LabelledSet:
     import re
 
     from robustlab.data.sources import IMAGE_EXTENSIONS
-    from robustlab.paths import walk_files
+    from robustlab.files.safety import walk_files
 
     rows, skipped = [], 0
-    for rel in sorted(walk_files(root)[0]):  # robustlab.paths' link rule
+    for rel in sorted(walk_files(root)[0]):  # robustlab.files.safety' link rule
         if len(rel.parts) < 2 or rel.suffix.lower() not in IMAGE_EXTENSIONS:
             continue
         words = set(re.findall(r"emoji-one|[a-z0-9]+", rel.as_posix().lower()))

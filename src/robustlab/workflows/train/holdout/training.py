@@ -28,10 +28,10 @@ class HoldoutConfig:
 
     Attributes:
         arch: ``small-cnn``, ``resnext``, ``shake-resnext``, ``densenet``, ``msdnet`` (see
-            :mod:`robustlab.workflows.train.networks`) or ``timm:NAME`` (a ResNet gets a 3x3 stride-1
+            :mod:`robustlab.models.networks`) or ``timm:NAME`` (a ResNet gets a 3x3 stride-1
             stem, no max-pool, as CIFAR-sized ResNets have).
         width: Base width of the network: the small CNN's first-stage channels, and the
-            size knob of the others (:func:`robustlab.workflows.train.networks.network_params`).
+            size knob of the others (:func:`robustlab.models.networks.network_params`).
         image_size: Square input side.
         epochs, batch_size, lr, weight_decay: AdamW with a cosine schedule.
         augment: Random shifts of up to 2 px and horizontal flips (ICONS-50's training used
@@ -57,7 +57,7 @@ class HoldoutConfig:
             raise InputError(f"image size must be 16 or more, got {self.image_size}")
         if not self.lr > 0:
             raise InputError(f"learning rate must be positive, got {self.lr}")
-        from robustlab.workflows.train.networks import OWN_ARCHS
+        from robustlab.models.networks import OWN_ARCHS
 
         if self.arch not in OWN_ARCHS and not self.arch.startswith("timm:"):
             raise InputError(
@@ -68,7 +68,7 @@ class HoldoutConfig:
     def network(self) -> dict[str, Any] | None:
         """The architecture's hyper-parameters (None for small-cnn and timm models, whose
         ``width``/name say it all and whose run ids predate this field)."""
-        from robustlab.workflows.train.networks import PARAM_ARCHS, network_params
+        from robustlab.models.networks import PARAM_ARCHS, network_params
 
         if self.arch not in PARAM_ARCHS:
             return None
@@ -80,7 +80,7 @@ def build_network(config: HoldoutConfig, n_classes: int):
     coefficient generator is seeded here from ``config.seed``)."""
     from torch import nn
 
-    from robustlab.workflows.train import networks
+    from robustlab.models import networks
 
     if config.arch in networks.OWN_ARCHS:
         seed = derive_seed(config.seed, "network", "shake-shake", config.arch) % 2**63
@@ -239,12 +239,12 @@ def _save_state(state: EpochState, parts: dict, generators: dict, losses: list[f
 
 def save_whole(obj: Any, path: Path, *, what: str) -> None:
     """``torch.save(obj)`` at ``path``, written whole or not at all
-    (:func:`robustlab.outputs.atomic_write`); a file system error is one line naming
+    (:func:`robustlab.files.outputs.atomic_write`); a file system error is one line naming
     ``what`` and the path."""
     import torch
 
     from robustlab.errors import environment_errors
-    from robustlab.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     buf = io.BytesIO()
     torch.save(obj, buf)

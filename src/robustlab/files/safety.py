@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -80,7 +81,7 @@ class Database:
 
 
 def _is_url(path: Any) -> bool:
-    from robustlab.outputs import is_url
+    from robustlab.files.atomic import is_url
 
     return is_url(path)
 
@@ -237,7 +238,7 @@ def write_output(path: Any, data: bytes | str, *, kind: str, flag: str, force: b
     Returns:
         The path written (as given, ``~`` expanded).
     """
-    from robustlab.outputs import atomic_write
+    from robustlab.files.atomic import atomic_write
 
     check_replaceable(path, kind=kind, flag=flag, force=force)
     given = Path(os.path.expanduser(os.fspath(path)))
@@ -321,7 +322,7 @@ def claim_out_folder(path: Any, *, command: str) -> Path:
     with environment_errors(f"cannot create {path}"):
         folder.mkdir(parents=True, exist_ok=True)
         if folder_owner(folder) is None:
-            from robustlab.outputs import atomic_write
+            from robustlab.files.atomic import atomic_write
 
             mark = {"format": OWNER_FORMAT, "command": command}
             atomic_write(folder / OWNER_MARK, json.dumps(mark).encode())
@@ -578,6 +579,48 @@ def outside(root: Any, path: Any) -> bool:
     return not (_inside(target, real(root)) and target.is_file())
 
 
+class LinkRule:
+    """:func:`outside` for the many files of one folder (export reads a generated one), with one
+    ``lstat`` per file: a plain file lies where its folder does, and a folder that is no
+    link where its parent does (each folder looked at once); a link, ``.`` or ``..`` is
+    resolved in full."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.real_root = real(root)
+        self.folders: dict[str, bool] = {os.fspath(root): True}
+
+    def _resolved_inside(self, path: str) -> bool:
+        target = real(path)
+        return target == self.real_root or target.is_relative_to(self.real_root)
+
+    def _folder_inside(self, folder: str) -> bool:
+        if folder in self.folders:
+            return self.folders[folder]
+        parent, name = os.path.split(folder)
+        if name in ("", ".", "..") or parent == folder:
+            inside = self._resolved_inside(folder)
+        else:
+            try:
+                link = stat.S_ISLNK(os.lstat(folder).st_mode)
+            except OSError:
+                link = True  # resolved in full below
+            inside = self._resolved_inside(folder) if link else self._folder_inside(parent)
+        self.folders[folder] = inside
+        return inside
+
+    def outside(self, path: Path) -> bool:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return False  # missing: the reader's own reason
+        except OSError:
+            return outside(self.root, path)
+        if not stat.S_ISREG(mode) or os.path.basename(path) in ("", ".", ".."):
+            return outside(self.root, path)  # a link (followed if it stays inside), a folder
+        return not self._folder_inside(os.path.dirname(path))
+
+
 def dirs_inside(root: Any) -> Iterable[Path]:
     """The visible folders directly under ``root`` that the link rule lets a reader enter
     (a linked folder only when it resolves inside ``root``), sorted by name."""
@@ -595,6 +638,7 @@ __all__ = [
     "OWNER_MARK",
     "Database",
     "Folder",
+    "LinkRule",
     "check_out_folder",
     "check_outputs",
     "claim_out_folder",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import environment_problem
-from robustlab.outputs import LocalFolder, UrlFolder
+from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.run.content_hash import DIGEST_SIZE
 
 log = logging.getLogger(__name__)

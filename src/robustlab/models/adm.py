@@ -359,7 +359,7 @@ def fingerprint(path) -> str:
     file sizes (as the inpainter's)."""
     p = Path(path).expanduser().resolve()
     if p.is_dir():
-        from robustlab.shifts.generative.inpaint import checkpoint_fingerprint
+        from robustlab.models.weights import checkpoint_fingerprint
 
         return checkpoint_fingerprint(p)
     st = p.stat()

@@ -31,7 +31,8 @@ from importlib import resources
 from pathlib import Path
 
 from robustlab.errors import InputError, MissingResourceError
-from robustlab.paths import check_out_folder, claim_out_folder
+from robustlab.files.atomic import atomic_path, atomic_write
+from robustlab.files.safety import check_out_folder, claim_out_folder
 
 DEMO_LABEL_SPACE = "demo"
 DEMO_MODEL = "lite0"
@@ -154,10 +155,8 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
     """Copy ``src`` to ``dst`` unless ``dst`` already holds the same bytes (keeps resume exact)."""
     if dst.is_file() and dst.stat().st_size == src.stat().st_size and _digest(dst) == _digest(src):
         return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.rltmp")
-    shutil.copyfile(src, tmp)
-    tmp.replace(dst)
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 def materialise(out, photos=None) -> tuple[Path, Path]:
@@ -325,9 +324,7 @@ def _read_state(out: Path) -> dict:
 
 
 def _write_state(out: Path, state: dict) -> None:
-    tmp = out / f".{STATE_NAME}.rltmp"
-    tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
-    tmp.replace(out / STATE_NAME)
+    atomic_write(out / STATE_NAME, json.dumps(state, indent=1).encode("utf-8"))
 
 
 def run_demo(

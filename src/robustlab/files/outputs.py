@@ -26,11 +26,8 @@ instance roles) are found by each node's own SDK, as usual.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import pickle
 import posixpath
-import re
 import socket
 import threading
 import uuid
@@ -45,92 +42,20 @@ from robustlab.errors import (
     RobustlabError,
 )
 from robustlab.manifest import MANIFEST, load_manifest, manifest_lock, parse_manifest
-from robustlab.processes import process_alive
+from robustlab.files.atomic import (
+    atomic_write,
+    is_stale_temp,
+    is_url,
+    remove_temp_files,
+    temp_name,
+)
 
-TEMP_SUFFIX = ".rltmp"
 # Object stores where a single PUT is atomic: no temp object and no move needed.
 ATOMIC_PUT = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
 # Filesystems that live inside one process: worker processes would each see their own.
 PROCESS_LOCAL = frozenset({"memory"})
 PROBE = ".robustlab-write-check"
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://|::")
 _LOCAL_PREFIXES = ("file://", "local://")
-
-
-def is_url(out: Any) -> bool:
-    """Whether ``out`` names an fsspec URL (``proto://...`` or a chained ``a::b://``)."""
-    return isinstance(out, str) and bool(_URL.search(out))
-
-
-# --------------------------------------------------------------------------- local
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that the file is either absent or complete.
-
-    The bytes go to a hidden temp file in the same folder (same file system, so
-    ``os.replace`` is an atomic rename); a crash before the rename leaves only the temp
-    file, which :func:`remove_temp_files` cleans and :func:`discover` ignores.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(_temp_name(path.name))
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-
-
-# Longest file name (bytes) most file systems take (ext4, xfs, btrfs: NAME_MAX).
-NAME_MAX = 255
-
-
-def _temp_name(name: str) -> str:
-    """``.<name>.<pid>.rltmp``; a name too long for that (a legal 250-byte file name
-    grows past NAME_MAX with the prefix and suffix, and its write failed with "File name
-    too long") keeps only a digest of itself: the temp name only has to be unique per
-    final name and per writer, and to carry the pid for :func:`_writer_alive`."""
-    tail = f".{os.getpid()}{TEMP_SUFFIX}"
-    if len(os.fsencode(name)) + 1 + len(tail) > NAME_MAX:
-        name = hashlib.sha256(os.fsencode(name)).hexdigest()[:32]
-    return f".{name}{tail}"
-
-
-def _is_stale_temp(name: str) -> bool:
-    return name.startswith(".") and name.endswith(TEMP_SUFFIX) and not _writer_alive(name)
-
-
-def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
-    """Delete the temp files an interrupted run left under the given shift folders.
-
-    A temp file's name carries the writer's pid (:func:`atomic_write`); one whose writer
-    is still alive belongs to a concurrent run into the same folder and is left alone.
-    """
-    n = 0
-    for name in shift_names:
-        base = out / name
-        if not base.is_dir():
-            continue
-        for dirpath, _, files in os.walk(base):
-            for f in files:
-                if _is_stale_temp(f):
-                    try:
-                        os.unlink(os.path.join(dirpath, f))
-                        n += 1
-                    except OSError:
-                        pass
-    return n
-
-
-def _writer_alive(temp_name: str) -> bool:
-    """Whether the process named in ``.<file>.<pid>.rltmp`` still runs (not this one)."""
-    pid = temp_name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[-1]
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    return process_alive(int(pid))
 
 
 class LocalFolder:
@@ -253,7 +178,7 @@ class UrlFolder:
             self._call("cannot write to", self.fs.pipe_file, path, data)
             return
         parent, name = posixpath.split(path)
-        tmp = posixpath.join(parent, _temp_name(name))
+        tmp = posixpath.join(parent, temp_name(name))
         self._call("cannot write to", self.fs.makedirs, parent, exist_ok=True)
         try:
             self._call("cannot write to", self.fs.pipe_file, tmp, data)
@@ -314,7 +239,7 @@ class UrlFolder:
         n = 0
         for name in shift_names:
             for path in self._find(name):
-                if _is_stale_temp(posixpath.basename(path)):
+                if is_stale_temp(posixpath.basename(path)):
                     with contextlib.suppress(OSError):
                         self.fs.rm_file(path)
                         n += 1
@@ -451,13 +376,4 @@ def _missing_package(url: str, exc: ImportError) -> tuple[str, str]:
     return chain[0] if chain else "url", exc.name or "the filesystem package"
 
 
-__all__ = [
-    "ATOMIC_PUT",
-    "LocalFolder",
-    "TEMP_SUFFIX",
-    "UrlFolder",
-    "atomic_write",
-    "is_url",
-    "open_folder",
-    "remove_temp_files",
-]
+__all__ = ["ATOMIC_PUT", "LocalFolder", "UrlFolder", "open_folder"]
