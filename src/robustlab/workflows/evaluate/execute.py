@@ -10,6 +10,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import as_cells
 from robustlab.errors import InputError
 from robustlab.run.plan import RunPlan
 from robustlab.store import Store
@@ -140,7 +141,7 @@ def store_generated_attributes(store: Store, plan: RunPlan) -> None:
         return
     from robustlab.workflows.generate import ATTRIBUTES_CSV, read_attributes_csv
 
-    cells = {(s, str(lv)) for s, lv in plan.cells}
+    cells = {c.stored for c in as_cells(plan.cells)}
     ids = {s.id for s in plan.samples}
     rows = [
         {k: v for k, v in r.items() if k != "file"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from robustlab.cells import level_key
 from robustlab.errors import InputChangedError, InputError
 from robustlab.manifest import MANIFEST
 from robustlab.store import CLEAN_SHIFT
@@ -63,7 +64,7 @@ def generated_inputs(root: Path, manifest: dict, suite, seed, labels_csv, masks)
             f"the source images of {root} ({source}) are not there; the clean "
             "cell is read from them"
         )
-    available = {(c["shift"], str(c["level"])) for c in manifest.get("cells", [])}
+    available = {(c["shift"], level_key(c["level"])) for c in manifest.get("cells", [])}
     return (
         (suite if suite is not None else get_suite(str(m_suite))),
         protocol,
@@ -99,13 +100,13 @@ def held_levels(available) -> dict[str, list]:
     held: dict[str, set[str]] = {}
     for s, lv in available:
         if s != CLEAN_SHIFT:
-            held.setdefault(s, set()).add(str(lv))
+            held.setdefault(s, set()).add(level_key(lv))
     out: dict[str, list] = {}
     for s in sorted(held):
         own = list(get_shift(s).levels)
-        out[s] = [x for x in own if str(x) in held[s]]
+        out[s] = [x for x in own if level_key(x) in held[s]]
         out[s] += sorted(
-            (lv for lv in held[s] if lv not in {str(x) for x in own}), key=_level_order
+            (lv for lv in held[s] if lv not in {level_key(x) for x in own}), key=_level_order
         )
     return out
 
@@ -116,7 +117,7 @@ def generated_hint(available) -> str:
     levels: dict[str, set[str]] = {}
     for sh, lv in available:
         if sh != CLEAN_SHIFT:
-            levels.setdefault(sh, set()).add(str(lv))
+            levels.setdefault(sh, set()).add(level_key(lv))
     groups: dict[tuple[str, ...], list[str]] = {}
     for sh in sorted(levels):
         groups.setdefault(tuple(sorted(levels[sh], key=_level_order)), []).append(sh)

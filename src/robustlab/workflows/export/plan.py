@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import level_key
 from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT
 
@@ -467,7 +468,7 @@ def _mined(root: Path, mining: dict, labels_csv) -> ExportPlan:
                     f.class_name,
                     label,
                     sh,
-                    str(lv),
+                    level_key(lv),
                     Path(f.path),
                     f.id,
                     None,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from robustlab.cells import Cell
 from robustlab.errors import InputError
 from robustlab.outputs import atomic_write
 from robustlab.paths import refuse_write_through
@@ -339,7 +340,7 @@ def _published_locator(data_root: Path, published: dict):
     folders = {tuple(k.split("/", 1)): f for k, f in published["folders"].items()}
 
     def locate(sid, shift, level):
-        folder = published["clean"] if shift == CLEAN_SHIFT else folders[(shift, str(level))]
+        folder = published["clean"] if shift == CLEAN_SHIFT else folders[Cell(shift, level).stored]
         path = pub.file(sid, folder)
         if path is None:
             raise InputError(f"{data_root / folder} no longer holds {sid}")
