@@ -98,7 +98,8 @@ def test_no_module_spells_a_level_itself():
     """Levels are turned into text by :mod:`robustlab.cells` only: a new ``str(level)``
     elsewhere is a second spelling that could drift from the stored one."""
     root = Path(robustlab.__file__).parent
-    pattern = re.compile(r"str\((?:level|lv|lvl|[a-z_]+\.level|[a-z_]+\[\"level\"\]|cell\[1\])\)")
+    level = r"level|lv|lvl|cell\[1\]|[a-z_]+\.level|[a-z_]+\[\"level\"\]|[a-z_]+\.get\(\"level\"\)"
+    pattern = re.compile(rf"str\((?:{level})\)")
     found = [
         f"{path.relative_to(root)}:{n}"
         for path in sorted(root.rglob("*.py"))

@@ -320,7 +320,7 @@ def masked_cells(
                 continue
             img = images.cell(sample, base, shift, level)
         except (CellSkipped, ImageError, OSError) as exc:
-            errors.append((f"{shift}/{level}", getattr(exc, "reason", None) or str(exc)))
+            errors.append((Cell(shift, level).folder, getattr(exc, "reason", None) or str(exc)))
             continue
         out.append((shift, level, img, truth))
     return out, errors

@@ -126,7 +126,7 @@ class ArchiveIdentity:
             config={
                 "source": ARCHIVE_SUITE,
                 "archive_root": str(root.resolve()),
-                "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
+                "folders": {Cell(*c).folder: f for c, f in archive.folders.items()},
                 "model": describe_model(model),
                 "cells": cells_record(cells),
                 **({"defence": defence} if defence else {}),

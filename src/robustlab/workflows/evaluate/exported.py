@@ -20,7 +20,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from robustlab.cells import as_cells, cells_record, level_key
+from robustlab.cells import Cell, as_cells, cells_record, level_key
 from robustlab.errors import CellSkipped, InputError
 from robustlab.run.plan import RunPlan
 from robustlab.run.tasks import CellImages
@@ -153,7 +153,7 @@ def exported_plan(request: EvaluateRequest, root: Path, export: ExportedSet) -> 
     )
     labels = labels_for(samples, space)
     skips = {
-        (str(d.get("id")), str(d.get("shift")), str(d.get("level"))): str(d.get("reason"))
+        (str(d.get("id")), str(d.get("shift")), level_key(d.get("level"))): str(d.get("reason"))
         for d in (export.record or {}).get("skipped") or []
         if isinstance(d, dict)
     }
@@ -177,7 +177,7 @@ def _fingerprint(samples, labels, index) -> str:
 
     by_sample: dict[str, list] = {}
     for (sid, sh, lv), (_, _, digest, read) in sorted(index.items()):
-        by_sample.setdefault(sid, []).append(f"{sh}/{lv}:{read}:{digest}")
+        by_sample.setdefault(sid, []).append(f"{Cell(sh, lv).folder}:{read}:{digest}")
     return data_fingerprint(
         (s.id, s.class_name, lab, *by_sample.get(s.id, ())) for s, lab in zip(samples, labels)
     )

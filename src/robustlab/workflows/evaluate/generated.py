@@ -86,7 +86,7 @@ def generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], 
             out[(str(d["id"]), None, None)] = str(d["reason"])
     for d in manifest.get("failures") or []:
         if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
-            out[(str(d["id"]), str(d.get("shift")), str(d.get("level")))] = str(d["reason"])
+            out[(str(d["id"]), str(d.get("shift")), level_key(d.get("level")))] = str(d["reason"])
     return out
 
 

@@ -208,7 +208,7 @@ class PublishedIdentity:
                     "benchmark_suite": layout.benchmark_suite,
                     "layout_source": layout.source,
                     "clean": self.clean,
-                    "folders": {f"{s}/{lv}": f for (s, lv), f in self.folders.items()},
+                    "folders": {Cell(*c).folder: f for c, f in self.folders.items()},
                 },
                 "model": describe_model(model),
                 "cells": cells_record(cells),

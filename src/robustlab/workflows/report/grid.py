@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from robustlab.cells import level_key, level_named
+from robustlab.cells import Cell, level_key, level_named
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.workflows.report.gather import ReportData, class_namer, run_namer
 from robustlab.workflows.report.runs import RunView
@@ -286,7 +286,7 @@ def _recorded(root: str, updated_at: str):
     from robustlab.workflows.evaluate.generated import read_generated
 
     manifest = read_generated(Path(root)) or {}
-    cells = [(c.get("shift"), str(c.get("level"))) for c in manifest.get("cells") or []]
+    cells = [(c.get("shift"), level_key(c.get("level"))) for c in manifest.get("cells") or []]
     return recorded_digests(Path(root), manifest, cells)
 
 
@@ -602,7 +602,7 @@ def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cell
         )
         for label, cells_ in layout_rows(keys)
     ]
-    grid_notes = [f"{s}/{lv}: not rendered: {why}" for (s, lv), why in errors.items()]
+    grid_notes = [f"{Cell(*c).folder}: not rendered: {why}" for c, why in errors.items()]
     return Grid(
         sid,
         true_name,

@@ -249,7 +249,7 @@ def _decide(
 
 def _cells(table) -> list[str]:
     """The ``shift/level`` cells of the candidates, sorted (part of the mining's id)."""
-    return sorted({f"{s}/{lv}" for s, lv in zip(table["shift"], table["level"])})
+    return sorted({Cell(s, lv).folder for s, lv in zip(table["shift"], table["level"])})
 
 
 def _record(
@@ -443,7 +443,7 @@ def _link_kept(out: Path, kept, copy: bool) -> list[str]:
     for sid, shift, level, src in zip(
         kept["sample_id"], kept["shift"], kept["level"], kept["path"]
     ):
-        rel = sid if shift == CLEAN_SHIFT else f"{shift}/{level}/{sid}"
+        rel = sid if shift == CLEAN_SHIFT else f"{Cell(shift, level).folder}/{sid}"
         dest = out / rel
         refuse_write_through(out, posixpath.dirname(rel), "--out")
         dest.parent.mkdir(parents=True, exist_ok=True)
