@@ -77,6 +77,9 @@ def test_cells_pickle_and_tasks_hold_cells():
     task = pickle.loads(pickle.dumps(Task(0, (("gaussian_noise", 3), ("obj_size", "0.10")))))
     assert all(type(c) is Cell for c in task.cells)
     assert [c.stored for c in task.cells] == [("gaussian_noise", "3"), ("obj_size", "0.10")]
+    # a group that already holds cells is shared by the tasks, not copied per task
+    group = as_cells([("gaussian_noise", 3), ("obj_size", "0.10")])
+    assert Task(1, group).cells is group and as_cells(group) is group
 
 
 def test_selections_give_cells_and_records_spell_their_keys():
