@@ -66,6 +66,7 @@ LAYERS: dict[str, float] = {
     "robustlab.processes": 1,  # whether a recorded pid still runs; usable cores
     "robustlab.version": 1,  # __version__, recorded by every layer
     "robustlab.settings": 1,  # the optional tools' settings, their environment defaults read once
+    "robustlab.cells": 1,  # the one (shift, level) cell type and the level's text form
 }
 
 # Upward imports that are known and not yet removed, each with why it is there. An entry

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from robustlab.cells import level_key
 from robustlab.data.images import MIN_SIDE, ImageError, array_to_rgb, read_image
 from robustlab.errors import InputError
 from robustlab.seeding import derive_seed, make_rng
@@ -354,7 +355,7 @@ def relative_output(sample, protocol) -> PurePosixPath:
 def cell_path(out_root, sample, shift, level, protocol) -> Path:
     """``<out>/<shift>/<level>/<class>/<stem>.<ext>``: where one generated cell lives."""
     name = shift.name if isinstance(shift, Shift) else str(shift)
-    return Path(out_root) / name / str(level) / relative_output(sample, protocol)
+    return Path(out_root) / name / level_key(level) / relative_output(sample, protocol)
 
 
 @dataclass

@@ -12,10 +12,11 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 
+from robustlab.cells import Cell, level_key
 from robustlab.errors import InputError, closest, unknown_name
 from robustlab.shifts.registry import PRESETS, get_shift, list_shifts
 
@@ -271,13 +272,6 @@ def parse_protocol(spec: str | Protocol, base: Protocol | None = None) -> Protoc
     return dataclasses.replace(out, **changes)
 
 
-class Cell(NamedTuple):
-    """One (shift, level) cell; a plain tuple to code that unpacks or compares it."""
-
-    shift: str
-    level: Any
-
-
 @dataclass(frozen=True)
 class Selection:
     """What :meth:`Suite.select` chose: the cells, in report order, and the suite
@@ -397,10 +391,9 @@ def select_cells(
     text) :func:`parse_levels` names. None chooses everything."""
     names = list(dict.fromkeys(sh for sh, _ in cells))
     chosen = set(match_shifts(names, shifts, where=where, absent="{where} has no {pat!r} folders"))
-    wanted = None if levels is None else {str(lv) for lv in parse_levels(levels) or []}
-    return [
-        Cell(sh, lv) for sh, lv in cells if sh in chosen and (wanted is None or str(lv) in wanted)
-    ]
+    wanted = None if levels is None else {level_key(lv) for lv in parse_levels(levels) or []}
+    chosen_cells = (Cell(*c) for c in cells)
+    return [c for c in chosen_cells if c.shift in chosen and (wanted is None or c.key in wanted)]
 
 
 def parse_levels(text: str | Sequence | None) -> list | None:
@@ -500,15 +493,15 @@ class Suite:
                 allowed = get_shift(n).levels
                 # A named level that reads as a number ("90" of obj_direction) is that
                 # name: the grammar parses it as 90, the table says "90".
-                own = {str(a): a for a in allowed}
-                mine = [x if x in allowed else own.get(str(x), x) for x in level_list]
+                own = {level_key(a): a for a in allowed}
+                mine = [x if x in allowed else own.get(level_key(x), x) for x in level_list]
                 bad = [x for x in mine if x not in allowed]
                 if bad:
                     raise InputError(
                         f"{n} has no level {bad[0]!r}; levels are {list(allowed)}",
                         hint=(
                             f"did you mean {' or '.join(close)}?"
-                            if (close := closest(bad[0], [str(x) for x in allowed]))
+                            if (close := closest(bad[0], [level_key(x) for x in allowed]))
                             else None
                         ),
                     )

@@ -10,7 +10,9 @@ def add_parser(sub) -> None:
 
 
 def _fmt_levels(levels) -> str:
-    return ",".join(str(level) for level in levels)
+    from robustlab.cells import level_key
+
+    return ",".join(level_key(level) for level in levels)
 
 
 def run(args) -> int:

@@ -111,6 +111,7 @@ def request(args):
 
 
 def run(args) -> int:
+    from robustlab.cells import level_key
     from robustlab.store import Store
     from robustlab.workflows.results import segmentation_table
     from robustlab.workflows.segment import run_segment
@@ -119,8 +120,8 @@ def run(args) -> int:
     res = run_segment(request(args))
     rid = res.record["run_id"]
     table, _ = segmentation_table(Store(args.db), run_ids=[rid], require=True)
-    wanted = set(zip(res.summary["shift"], res.summary["level"].astype(str)))
-    table = table[[(s, str(lv)) in wanted for s, lv in zip(table["shift"], table["level"])]]
+    wanted = set(zip(res.summary["shift"], res.summary["level"].map(level_key)))
+    table = table[[(s, level_key(lv)) in wanted for s, lv in zip(table["shift"], table["level"])]]
     sys.stdout.write(format_segmentation(table.drop(columns=["run_id"]), "table"))
     if res.skipped:
         print(

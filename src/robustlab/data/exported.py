@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from robustlab.cells import level_key
 from robustlab.errors import InputError, environment_errors
 from robustlab.files.atomic import is_stale_temp, temp_name
 
@@ -157,7 +158,7 @@ def row_from(meta: dict, path: str | None = None) -> Row:
             class_name=None if values.get("class_name") is None else str(values["class_name"]),
             label=int(values["label"]) if values.get("label") is not None else -1,
             shift=str(values["shift"]),
-            level=str(values["level"]),
+            level=level_key(values["level"]),
             seed=None if seed is None else int(seed),
             suite=None if values.get("suite") is None else str(values["suite"]),
             label_space=str(values["label_space"]),

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from robustlab.cells import Cell
 from robustlab.data.sources import Sample, discover
 from robustlab.files.safety import OUTSIDE, dirs_inside, link_target
 from robustlab.errors import InputError
@@ -251,7 +252,7 @@ class Published:
     layout: Layout
     root: Path
     samples: list[Sample]
-    cells: list[tuple[str, Any]]
+    cells: list[Cell]
     folders: dict[tuple[str, Any], str]
     clean: str | None
     names: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -544,7 +545,7 @@ def read_published(root, layout: Layout) -> Published:
             f"no images found in the {layout.title} folders of {root}",
             hint=f"the layout is {layout.source}",
         )
-    cells = sorted(folders, key=_cell_order(layout))
+    cells = [Cell(*c) for c in sorted(folders, key=_cell_order(layout))]
     skipped.sort()
     return Published(layout, root, samples, cells, folders, clean, names, present, skipped)
 
@@ -558,7 +559,7 @@ def _cell_order(layout: Layout):
         "ximagenet12": ("ximagenet12",),
     }.get(layout.name, ("imagenet-c", "imagenet-c-extra"))
     rank = {s.name: i for i, s in enumerate(s for t in tags for s in list_shifts(tag=t))}
-    return lambda cell: (rank.get(cell[0], len(rank)), cell[0], str(cell[1]))
+    return lambda cell: (rank.get(cell[0], len(rank)), *Cell(*cell).stored)
 
 
 __all__ = [

@@ -30,8 +30,10 @@ SEVERITIES = (1, 2, 3, 4, 5)
 
 
 @dataclass(frozen=True)
-class NpyCell:
-    """One corruption file as its header describes it."""
+class NpyFile:
+    """One corruption file as its header describes it: the five severities of one
+    corruption, row blocks of one array; a file of five cells, not a cell (those are
+    :class:`robustlab.cells.Cell`)."""
 
     name: str
     file: str
@@ -52,7 +54,7 @@ class NpyRelease:
 
     root: Path
     labels: np.ndarray
-    files: dict[str, NpyCell]
+    files: dict[str, NpyFile]
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -142,7 +144,7 @@ def open_release(root) -> NpyRelease:
     labels = _labels(root)
     n = len(labels)
     names = set(_corruptions())
-    files: dict[str, NpyCell] = {}
+    files: dict[str, NpyFile] = {}
     skipped: list[tuple[str, str]] = []
     listed, refused = walk_files(root)
     skipped.extend(refused)
@@ -164,7 +166,7 @@ def open_release(root) -> NpyRelease:
         elif shape[0] != 5 * n:
             skipped.append((rel, f"holds {shape[0]:,} images; labels.npy says 5 x {n:,}"))
         else:
-            files[stem] = NpyCell(stem, rel, shape[0], (shape[1], shape[2], shape[3]))
+            files[stem] = NpyFile(stem, rel, shape[0], (shape[1], shape[2], shape[3]))
     if not files:
         raise InputError(
             f"{root}: no usable <corruption>.npy beside labels.npy",

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from robustlab.cells import level_key
 from robustlab.errors import environment_problem
 from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.run.content_hash import DIGEST_SIZE
@@ -75,7 +76,7 @@ class Journal:
 
     def add(self, sample_id: str, entries: Iterable[tuple[str, str, str]]) -> None:
         """Record ``(shift, level, digest)`` of files written for one sample."""
-        lines = [json.dumps([sample_id, sh, str(lv), d]) + "\n" for sh, lv, d in entries]
+        lines = [json.dumps([sample_id, sh, level_key(lv), d]) + "\n" for sh, lv, d in entries]
         if not lines:
             return
         if self._fh is not None:
@@ -112,11 +113,11 @@ class Digests:
     of 50,000 photos x 75 cells needs 60 MB, wherever the object is sent."""
 
     def __init__(self, cells: Sequence[tuple[str, Any]]):
-        self.slots = {(str(sh), str(lv)): i for i, (sh, lv) in enumerate(cells)}
+        self.slots = {(str(sh), level_key(lv)): i for i, (sh, lv) in enumerate(cells)}
         self.rows: dict[str, bytearray] = {}
 
     def set(self, sample_id: str, shift: str, level: Any, hexdigest: str) -> None:
-        slot = self.slots.get((str(shift), str(level)))
+        slot = self.slots.get((str(shift), level_key(level)))
         if slot is None or len(hexdigest) != 2 * DIGEST_SIZE:
             return
         row = self.rows.get(sample_id)
@@ -125,7 +126,7 @@ class Digests:
         row[slot * DIGEST_SIZE : (slot + 1) * DIGEST_SIZE] = bytes.fromhex(hexdigest)
 
     def get(self, sample_id: str, shift: str, level: Any) -> str | None:
-        slot = self.slots.get((str(shift), str(level)))
+        slot = self.slots.get((str(shift), level_key(level)))
         row = self.rows.get(sample_id)
         if slot is None or row is None:
             return None
@@ -154,7 +155,7 @@ def recorded_digests(
                 sid, sh, lv, d = json.loads(line)
             except (ValueError, TypeError):
                 continue  # a line cut by a kill -9 mid-write: that file is drawn again
-            out.set(str(sid), str(sh), str(lv), str(d))
+            out.set(str(sid), str(sh), lv, str(d))
     return out
 
 

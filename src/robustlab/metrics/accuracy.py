@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from robustlab.cells import level_key
 from robustlab.metrics.mce import alexnet_table
 from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 
@@ -57,7 +58,7 @@ def shift_order() -> dict[str, int]:
 
 
 def _level_sort_key(level) -> tuple:
-    text = str(level)
+    text = level_key(level)
     try:
         return (0, float(text), "")
     except ValueError:

@@ -7,8 +7,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from robustlab.run.tasks import Cell, Task
-from robustlab.store import Store, level_key
+from robustlab.cells import Cell, as_cells
+from robustlab.run.tasks import Task
+from robustlab.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ def plan_tasks(
         all requested cells stored are looked up key by key, so resuming a large run reads
         one count per sample, not every stored key.
     """
-    keys = [(shift, level_key(level)) for shift, level in cells]
+    cells = as_cells(cells)
+    keys = [cell.stored for cell in cells]
     counts = store.done_counts(run_id, keys)
     partial = [s.id for s in samples if 0 < counts.get(s.id, 0) < len(keys)]
     done_keys = store.done_keys(run_id, partial, keys) if partial else set()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from robustlab.cells import Cell
 from robustlab.errors import CellSkipped, EnvironmentProblem, InputError
 from robustlab.run.tasks import TaskDataset, degenerate_notes
 from robustlab.store.schema import CLEAN_SHIFT
@@ -149,14 +150,14 @@ class CleanTaskDataset(TaskDataset):
         if failed is not None:
             return failed
         errors, measured, exact = degenerate_notes(base), [], {}
-        for j, (shift, level) in enumerate(task.cells):
-            if shift == CLEAN_SHIFT or has_batched(shift):
+        for j, cell in enumerate(task.cells):
+            if cell.shift == CLEAN_SHIFT or has_batched(cell.shift):
                 continue
             attrs: dict = {}
             try:
-                exact[j] = _tensor(self.images.cell(sample, base, shift, level, attrs))
+                exact[j] = _tensor(self.images.cell(sample, base, cell.shift, cell.level, attrs))
             except (OSError, CellSkipped, ImageError) as exc:  # skips; others are bugs
-                errors.append((j, f"{shift}/{level}: {exc}"))
+                errors.append((j, f"{cell.folder}: {exc}"))
                 continue
             if attrs:
                 measured.append((j, attrs))
@@ -294,7 +295,7 @@ class DeviceShifts:
                     kind = "batched"
                     why = problem(shift, scene[pos], img.shape[-2:])
                     if why:  # the exact scene's skip reason for this photo
-                        errors[pos].append((j, f"{shift}/{level}: {why}"))
+                        errors[pos].append((j, f"{Cell(shift, level).folder}: {why}"))
                         continue
                 cells.setdefault((kind, shift, level, *img.shape[-2:]), []).append((pos, j))
         # Every cell's round trip is started before any is awaited, so the host's codec
@@ -315,7 +316,7 @@ class DeviceShifts:
                     x = self._batch(shift, level, members, ids, clean, scene)
                 except CellSkipped as exc:  # a per-cell skip, as on the exact path
                     for pos, j in members:
-                        errors[pos].append((j, f"{shift}/{level}: {exc}"))
+                        errors[pos].append((j, f"{Cell(shift, level).folder}: {exc}"))
                     continue
                 started.append((members, self._stored(x, shifted=True)))
         rows: dict[tuple[int, int], torch.Tensor] = {}

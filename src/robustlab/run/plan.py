@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from robustlab.cells import Cell
     from robustlab.data.labels import LabelSpace
     from robustlab.data.sources import Sample
     from robustlab.run.tasks import CellImages
@@ -35,7 +36,7 @@ class RunPlan:
         samples: The images, sorted by id (a source folder's sample list keeps its
             ``skipped`` and ``labels_csv`` attributes).
         labels: Label index per sample, in ``label_space``.
-        cells: ``(shift, level)`` per cell, the clean cell first where the run has one.
+        cells: Its cells, the clean cell first where the run has one.
         protocol: How the images are framed and how the model sees them.
         suite: The suite of a run on source images or a generated folder; None for the
             published layouts and the archive (their folders are the cells).
@@ -49,7 +50,7 @@ class RunPlan:
     model: Any
     samples: list[Sample]
     labels: list[int]
-    cells: list[tuple[str, Any]]
+    cells: list[Cell]
     protocol: Protocol
     suite: Suite | None
     record: RunRecord

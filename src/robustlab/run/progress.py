@@ -133,10 +133,10 @@ class CellProgress:
     """tqdm bars keyed by cell; ``update(keys)`` advances the bars of stored rows.
 
     Args:
-        totals: Cell -> images to do.
+        totals: A cell's `(shift, key)` (:attr:`robustlab.cells.Cell.stored`) -> images to do.
         enabled: Show progress at all.
         max_bars: Above this many cells the levels of a shift share a bar.
-        done: Cell -> images already stored (a resumed run).
+        done: The same keys -> images already stored (a resumed run).
         terminal: Bars on a terminal, periodic lines otherwise (default: whether stderr
             is a terminal).
         what: Prefix of the progress lines.

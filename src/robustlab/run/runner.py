@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.cells import Cell, as_cells
 from robustlab.errors import InputError
 from robustlab.run.bookkeeping import RunSummary, after_failure, plan_tasks, throughput
 from robustlab.run.lanes import ForwardLanes, default_lanes, forward_lanes
 from robustlab.run.local_workers import surviving_worker_deaths
 from robustlab.run.progress import CellProgress, throughput_line
-from robustlab.run.tasks import NOTE, Cell, CellImages, Task, TaskDataset, model_input
+from robustlab.run.tasks import NOTE, CellImages, Task, TaskDataset, model_input
 from robustlab.run.writer import PredictionWriter
-from robustlab.store import RunRecord, Store, level_key
+from robustlab.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class Runner:
         self.model = model
         self.samples = samples
         self.labels = np.asarray(labels, dtype=np.int64)
-        self.cells = list(cells)
+        self.cells = list(as_cells(cells))
         self.images = images
         self.store = store
         self.record = record
@@ -141,7 +142,7 @@ class Runner:
     def run(self) -> RunSummary:
         started = time.perf_counter()
         tasks, done_per_cell, skipped, summary = self._plan()
-        totals = {(s, level_key(lv)): len(self.samples) for s, lv in self.cells}
+        totals = {cell.stored: len(self.samples) for cell in self.cells}
         progress = CellProgress(totals, enabled=self.options.progress, done=done_per_cell)
         status = "failed"
         writer = None
@@ -308,13 +309,13 @@ class Runner:
         for task in tasks:
             sid = str(self.samples[task.sample_index].id)
             todo = []
-            for shift, level in task.cells:
-                reason = known.get((sid, f"{shift}/{level}"))
+            for cell in task.cells:
+                reason = known.get((sid, cell.folder))
                 if reason is None:
-                    todo.append((shift, level))
+                    todo.append(cell)
                     continue
                 skipped[(sid, reason)] = None
-                done_per_cell[(shift, level_key(level))] += 1
+                done_per_cell[cell.stored] += 1
                 dropped += 1
             if todo:
                 kept.append(Task(task.sample_index, tuple(todo)))
@@ -417,9 +418,9 @@ class Runner:
         """Record a task's measured attributes and skipped cells; the cells that worked."""
         sample = self.samples[task.sample_index]
         for cell_index, attrs in measured:
-            shift, level = task.cells[cell_index]
+            cell = task.cells[cell_index]
             self._attributes.append(
-                {"sample_id": sample.id, "shift": shift, "level": level_key(level), **attrs}
+                {"sample_id": sample.id, "shift": cell.shift, "level": cell.key, **attrs}
             )
         failed = set()
         for cell_index, reason in errors:
@@ -433,7 +434,7 @@ class Runner:
             else:
                 failed.add(cell_index)
         # A skipped cell is finished work: the bars and lines still reach 100 %.
-        progress.update((task.cells[j][0], level_key(task.cells[j][1])) for j in sorted(failed))
+        progress.update(task.cells[j].stored for j in sorted(failed))
         return [j for j in range(len(task.cells)) if j not in failed]
 
     def _flush(self, pending: list, limit: int, writer: PredictionWriter) -> int:
@@ -489,8 +490,8 @@ class Runner:
         cells = [task.cells[j] for task, j in rows]
         return {
             "sample_id": [self.samples[i].id for i in sample_idx],
-            "shift": [c[0] for c in cells],
-            "level": [level_key(c[1]) for c in cells],
+            "shift": [c.shift for c in cells],
+            "level": [c.key for c in cells],
             "label": self.labels[sample_idx].tolist(),
             "class_name": [self.samples[i].class_name for i in sample_idx],
             "top5_ids": _to_numpy(ids).astype(np.int32),

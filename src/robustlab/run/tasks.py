@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.cells import Cell, as_cells, level_key
 from robustlab.errors import CellSkipped
 from robustlab.files.safety import file_inside, outside, why_not_inside
 from robustlab.settings import ToolSettings
@@ -27,13 +28,17 @@ from robustlab.store.schema import CLEAN_SHIFT
 
 log = logging.getLogger(__name__)
 
-Cell = tuple[str, Any]  # (shift name, level as the registry defines it)
-
 
 @dataclass(frozen=True)
 class Task:
+    """One sample (its index in the run's samples) and a group of its cells; the cells
+    are :class:`~robustlab.cells.Cell` values, whatever pairs they were given as."""
+
     sample_index: int
     cells: tuple[Cell, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "cells", as_cells(self.cells))
 
 
 class CellImages:
@@ -121,7 +126,7 @@ class CellImages:
                 data = Path(path).read_bytes()
             except FileNotFoundError:
                 why = self.generated_skips.get(
-                    (str(sample.id), shift, str(level))
+                    (str(sample.id), shift, level_key(level))
                 ) or self.generated_skips.get((str(sample.id), None, None))
                 if why is None:
                     raise
@@ -227,9 +232,10 @@ class ArchiveImages(CellImages):
 
         if shift == CLEAN_SHIFT:
             return prepared.rgb
-        folder = self.folders.get((shift, str(level)))
+        cell = Cell(shift, level)
+        folder = self.folders.get(cell.stored)
         if folder is None:
-            raise CellSkipped(f"{shift}/{level}: the archive has no folder for this cell")
+            raise CellSkipped(f"{cell.folder}: the archive has no folder for this cell")
         path = self.path(sample, shift, level)
         if path is None:
             raise CellSkipped(self.missing(sample, folder))
@@ -245,7 +251,7 @@ class ArchiveImages(CellImages):
 
     def path(self, sample, shift: str, level: Any) -> Path | None:
         """The archive file of one shifted cell (any of the names the archive uses), or None."""
-        folder = self.folders.get((shift, str(level)))
+        folder = self.folders.get(Cell(shift, level).stored)
         if folder is None:
             return None
         for candidate in self._candidates(sample, folder):
@@ -298,7 +304,7 @@ class PublishedImages(CellImages):
 
         super().__init__(protocol or Protocol(resize=None, crop=None, format="png"), 0)
         self.root = Path(root)
-        self.folders = {(s, str(lv)): f for (s, lv), f in folders.items()}
+        self.folders = {Cell(*cell).stored: f for cell, f in folders.items()}
         self.clean = clean
         self.names = dict(names or {})
 
@@ -329,7 +335,7 @@ class PublishedImages(CellImages):
             return prepared.rgb
         path = self.path(sample, shift, level)
         if path is None:
-            folder = self.folders.get((shift, str(level)))
+            folder = self.folders.get(Cell(shift, level).stored)
             if folder is None:
                 raise CellSkipped("the data folder has no folder for this cell")
             rel = f"{folder}/{self.names.get((folder, sample.id), sample.id)}"
@@ -347,7 +353,7 @@ class PublishedImages(CellImages):
 
     def path(self, sample, shift: str, level: Any) -> Path | None:
         """The file of one cell of a sample, or None when its folder lacks it."""
-        folder = self.clean if shift == CLEAN_SHIFT else self.folders.get((shift, str(level)))
+        folder = self.clean if shift == CLEAN_SHIFT else self.folders.get(Cell(shift, level).stored)
         if folder is None:
             return None
         # The link rule: only a regular file whose real path stays inside the data folder.
@@ -452,15 +458,15 @@ class TaskDataset:
         if failed is not None:
             return failed
         tensors, errors, measured = [], degenerate_notes(base), []
-        for j, (shift, level) in enumerate(task.cells):
+        for j, cell in enumerate(task.cells):
             attrs: dict = {}
             try:
-                img = self.images.cell(sample, base, shift, level, attrs)
+                img = self.images.cell(sample, base, cell.shift, cell.level, attrs)
             except FileNotFoundError:
-                errors.append((j, f"{shift}/{level}: generated file missing"))
+                errors.append((j, f"{cell.folder}: generated file missing"))
                 continue
             except (OSError, CellSkipped, ImageError) as exc:  # skips; others are bugs
-                errors.append((j, f"{shift}/{level}: {exc}"))
+                errors.append((j, f"{cell.folder}: {exc}"))
                 continue
             t = self.transform(img)
             tensors.append(t if isinstance(t, torch.Tensor) else torch.as_tensor(t))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from robustlab.cells import level_key
 from robustlab.store.schema import CLEAN_SHIFT
 
 # Below this many models a correlation is shown but labelled as descriptive only.
@@ -67,7 +68,7 @@ def cell_summary(
             {
                 "run_id": rid,
                 "shift": shift,
-                "level": str(level),
+                "level": level_key(level),
                 "n": len(g),
                 "fg_share": float(share.mean()) if len(share) else float("nan"),
                 "fg_share_lo": float(lo),

@@ -3,7 +3,7 @@
 from robustlab.store.connection import DEFAULT_DB
 from robustlab.store.db import Store
 from robustlab.locks import LockTimeout
-from robustlab.store.schema import CLEAN_LEVEL, CLEAN_SHIFT, RunRecord, level_key
+from robustlab.store.schema import CLEAN_CELL, CLEAN_LEVEL, CLEAN_SHIFT, RunRecord
 
 __all__ = [
     "Store",
@@ -11,6 +11,6 @@ __all__ = [
     "DEFAULT_DB",
     "LockTimeout",
     "CLEAN_SHIFT",
+    "CLEAN_CELL",
     "CLEAN_LEVEL",
-    "level_key",
 ]

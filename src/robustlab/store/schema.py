@@ -28,11 +28,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from robustlab.cells import Cell
+
 SCHEMA_VERSION = 1
 
-# Clean predictions are stored with this (shift, level).
+# Clean predictions are stored with this (shift, level); CLEAN_LEVEL is CLEAN_CELL.key.
 CLEAN_SHIFT = "clean"
 CLEAN_LEVEL = "0"
+CLEAN_CELL = Cell(CLEAN_SHIFT, 0)
 
 DDL = [
     """
@@ -262,8 +265,3 @@ class RunRecord:
             json.dumps(d[c], sort_keys=True, default=str) if c in _JSON_COLUMNS else d[c]
             for c in RUN_COLUMNS
         ]
-
-
-def level_key(level: Any) -> str:
-    """Levels are stored as text: severities '1'..'5', scenarios by name, clean '0'."""
-    return str(level)

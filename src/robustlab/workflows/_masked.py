@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import Cell, as_cells
 from robustlab.errors import CellSkipped, InputError, MissingResourceError
 from robustlab.seeding import check_seed
-from robustlab.store.schema import CLEAN_SHIFT
+from robustlab.store.schema import CLEAN_CELL, CLEAN_SHIFT
 
 if TYPE_CHECKING:
     import numpy as np
@@ -127,7 +128,7 @@ class Selection:
     ``tools``: the resolved tool settings the cells are drawn with."""
 
     suite: Suite
-    cells: list[tuple[str, Any]]
+    cells: list[Cell]
     samples: Sequence[Any]
     usable: list[Any]
     skipped: list[tuple[str, str]]
@@ -138,12 +139,10 @@ class Selection:
     @property
     def keys(self) -> list[tuple[str, str]]:
         """The cells as stored: (shift, level as text)."""
-        return [(sh, str(lv)) for sh, lv in self.cells]
+        return [c.stored for c in as_cells(self.cells)]
 
 
-def select_cells(
-    cells: MaskedCells, tools: ToolSettings | None = None
-) -> tuple[Suite, list[tuple[str, Any]]]:
+def select_cells(cells: MaskedCells, tools: ToolSettings | None = None) -> tuple[Suite, list[Cell]]:
     """The suite restricted to the chosen scenarios and its cells, the clean one first
     (a shift whose tool ``tools`` do not configure is left out, logged)."""
     from robustlab.shifts.registry import available_shifts
@@ -151,11 +150,11 @@ def select_cells(
 
     s = get_suite(str(cells.suite)) if isinstance(cells.suite, (str, Path)) else cells.suite
     if cells.shifts is not None and list(cells.shifts) == [CLEAN_SHIFT]:
-        return s, [(CLEAN_SHIFT, 0)]
+        return s, [CLEAN_CELL]
     wanted = [n for n in cells.shifts or () if n != CLEAN_SHIFT]
     names = available_shifts(s.match(wanted or None), tools, log=log)
     s = s.select(names, cells.levels or None).suite
-    return s, [(CLEAN_SHIFT, 0), *s.cells()]
+    return s, [CLEAN_CELL, *s.cells()]
 
 
 def select(data: MaskedData, cells: MaskedCells, tools: ToolSpec | None = None) -> Selection:
@@ -321,7 +320,7 @@ def masked_cells(
                 continue
             img = images.cell(sample, base, shift, level)
         except (CellSkipped, ImageError, OSError) as exc:
-            errors.append((f"{shift}/{level}", getattr(exc, "reason", None) or str(exc)))
+            errors.append((Cell(shift, level).folder, getattr(exc, "reason", None) or str(exc)))
             continue
         out.append((shift, level, img, truth))
     return out, errors

@@ -506,7 +506,7 @@ def _cells_text(suite_name: str, shifts, cells) -> str:
     ``ximagenet12``: 12 scenarios, one of them at two levels, 13 cells)."""
     levels: dict[str, list[str]] = {}
     for c in cells:
-        levels.setdefault(c.shift, []).append(str(c.level))
+        levels.setdefault(c.shift, []).append(c.key)
     what = _what(suite_name, len(shifts))
     counts = {len(v) for v in levels.values()}
     if len(counts) == 1 and counts != {1}:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from robustlab.cells import Cell
 from robustlab.errors import InputError
 from robustlab.saliency.maps import input_mask
 from robustlab.saliency.methods import DEFAULT_METHOD, METHODS, TARGETS
@@ -79,7 +80,7 @@ class SaliencyDataset:
         prep = self.preprocessing
         inputs = torch.stack([prep.to_uint8(img) for _, _, img, _ in got])
         masks = torch.stack([torch.from_numpy(input_mask(t, prep)) for _, _, _, t in got])
-        return i, inputs, masks, [(sh, str(lv)) for sh, lv, _, _ in got], errors
+        return i, inputs, masks, [Cell(sh, lv).stored for sh, lv, _, _ in got], errors
 
 
 @dataclass

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from robustlab.cells import as_cells, level_key
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.tools import ToolSpec
@@ -274,7 +275,7 @@ def _score(
         rows.extend(new)
 
     for sample in sel.usable:
-        todo = [(sh, lv) for sh, lv in sel.cells if (sample.id, sh, str(lv)) not in done]
+        todo = [c for c in as_cells(sel.cells) if (sample.id, *c.stored) not in done]
         if not todo:
             continue
         got, errors = masked_cells(images, sample, todo, seed)
@@ -283,7 +284,7 @@ def _score(
             log.warning("skipping %s %s: %s", sample.id, where or "", reason)
         for shift, level, img, truth in got:
             key = {"sample_id": sample.id, "class_name": sample.class_name}
-            batch.append(({**key, "shift": shift, "level": str(level)}, img, truth))
+            batch.append(({**key, "shift": shift, "level": level_key(level)}, img, truth))
             if len(batch) >= batch_size:
                 flush()
     flush()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from robustlab.cells import Cell
 from robustlab.store import Store
 from robustlab.store.schema import CLEAN_SHIFT as CLEAN
 from robustlab.workflows.card.numbers import ImageCells, Number, normaliser
@@ -100,7 +101,7 @@ def imagenet_c(ctx: Context, run_id: str, baseline_run: tuple[str, str] | None) 
     pos = {k: i for i, k in enumerate(names)}
     if mode == "alexnet":
         ref = alexnet_cells()
-        base = {f"{s}/{lv}": e for s, lv, e in zip(ref["shift"], ref["level"], ref["error"])}
+        base = {Cell(s, lv).folder: e for s, lv, e in zip(ref["shift"], ref["level"], ref["error"])}
         out += _ce_numbers(ctx, ic, bench, names, pos, corr, levels, lambda a, k: base[k], why)
     elif mode == "baseline" and baseline_run is not None:
         names += [f"base:{k}" for k in names]

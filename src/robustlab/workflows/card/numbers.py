@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from robustlab.cells import Cell, level_key
+
 
 @dataclass(frozen=True)
 class Number:
@@ -147,8 +149,9 @@ def normaliser(cells: pd.DataFrame, n_classes: int, baseline: str | None) -> tup
     from robustlab.errors import InputError
 
     common = list_corruptions("common")
-    have = {(str(s), str(lv)) for s, lv in zip(cells["shift"], cells["level"])}
-    missing = [f"{c}/{s}" for c in common for s in range(1, 6) if (c, str(s)) not in have]
+    have = {(str(s), level_key(lv)) for s, lv in zip(cells["shift"], cells["level"])}
+    wanted = [Cell(c, s) for c in common for s in range(1, 6)]
+    missing = [cell.folder for cell in wanted if cell.stored not in have]
     why = ""
     if missing:
         why = (

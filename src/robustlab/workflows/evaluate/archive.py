@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import Cell, cells_record
 from robustlab.errors import InputError
-from robustlab.store import CLEAN_SHIFT
+from robustlab.store import CLEAN_CELL, CLEAN_SHIFT
 from robustlab.workflows.evaluate.labels import labels_for
 from robustlab.workflows.evaluate.record import (
     PlannedRun,
@@ -38,14 +39,14 @@ def archive_plan(request: EvaluateRequest, root: Path) -> PlannedRun:
 
     want, override = request.cells, request.cells.protocol
     archive = read_archive(root)
-    cells: list[tuple[str, Any]] = list(
+    cells: list[Cell] = list(
         select_cells(
             list(archive.cells), want.shifts or None, want.levels or None, where="the archive"
         )
     )
     if not cells:
         raise InputError(f"{root}: no level folder matches the requested shifts/levels")
-    cells = [(CLEAN_SHIFT, 0), *cells]
+    cells = [CLEAN_CELL, *cells]
     samples = archive.samples
     space = label_space(request.data.label_space or "imagenet1k")
     labels = labels_for(samples, space)
@@ -125,9 +126,9 @@ class ArchiveIdentity:
             config={
                 "source": ARCHIVE_SUITE,
                 "archive_root": str(root.resolve()),
-                "folders": {f"{s}/{lv}": f for (s, lv), f in archive.folders.items()},
+                "folders": {Cell(*c).folder: f for c, f in archive.folders.items()},
                 "model": describe_model(model),
-                "cells": [[s, str(lv)] for s, lv in cells],
+                "cells": cells_record(cells),
                 **({"defence": defence} if defence else {}),
                 "protocol": protocol_record(protocol, override),
                 "precision": precision,

@@ -10,6 +10,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import as_cells, level_key
 from robustlab.errors import InputError
 from robustlab.run.plan import RunPlan
 from robustlab.store import Store
@@ -140,11 +141,11 @@ def store_generated_attributes(store: Store, plan: RunPlan) -> None:
         return
     from robustlab.workflows.generate import ATTRIBUTES_CSV, read_attributes_csv
 
-    cells = {(s, str(lv)) for s, lv in plan.cells}
+    cells = {c.stored for c in as_cells(plan.cells)}
     ids = {s.id for s in plan.samples}
     rows = [
         {k: v for k, v in r.items() if k != "file"}
         for r in read_attributes_csv(Path(root) / ATTRIBUTES_CSV)
-        if (r.get("shift"), str(r.get("level"))) in cells and r.get("sample_id") in ids
+        if (r.get("shift"), level_key(r.get("level"))) in cells and r.get("sample_id") in ids
     ]
     store.write_attributes(plan.record.run_id, rows)

@@ -20,10 +20,11 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import Cell, as_cells, cells_record, level_key
 from robustlab.errors import CellSkipped, InputError
 from robustlab.run.plan import RunPlan
 from robustlab.run.tasks import CellImages
-from robustlab.store import CLEAN_SHIFT
+from robustlab.store import CLEAN_CELL, CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import generated_hint, held_levels
 from robustlab.workflows.evaluate.labels import labels_for
 from robustlab.workflows.evaluate.record import (
@@ -83,7 +84,7 @@ def _cells(rows, request: EvaluateRequest, root):
     want = request.cells
     suite_name = _one(rows, "suite", lambda r: r.suite)
     available = {(r.shift, r.level) for r in rows if r.shift != CLEAN_SHIFT}
-    clean = [(CLEAN_SHIFT, 0)] if any(r.shift == CLEAN_SHIFT for r in rows) else []
+    clean = [CLEAN_CELL] if any(r.shift == CLEAN_SHIFT for r in rows) else []
     if want.suite is not None and str(getattr(want.suite, "name", want.suite)) != suite_name:
         raise InputError(
             f"{root} is an export of suite {suite_name!r}: its rows are the cells",
@@ -98,7 +99,7 @@ def _cells(rows, request: EvaluateRequest, root):
     suite = get_suite(suite_name)
     if want.shifts or want.levels:
         suite = suite.select(want.shifts or None, want.levels or None).suite
-        missing = [f"{s}/{lv}" for s, lv in suite.cells() if (s, str(lv)) not in available]
+        missing = [c.folder for c in suite.cells() if c.stored not in available]
         if missing:
             raise InputError(
                 f"{root} holds no images for {', '.join(missing[:6])}"
@@ -152,7 +153,7 @@ def exported_plan(request: EvaluateRequest, root: Path, export: ExportedSet) -> 
     )
     labels = labels_for(samples, space)
     skips = {
-        (str(d.get("id")), str(d.get("shift")), str(d.get("level"))): str(d.get("reason"))
+        (str(d.get("id")), str(d.get("shift")), level_key(d.get("level"))): str(d.get("reason"))
         for d in (export.record or {}).get("skipped") or []
         if isinstance(d, dict)
     }
@@ -176,7 +177,7 @@ def _fingerprint(samples, labels, index) -> str:
 
     by_sample: dict[str, list] = {}
     for (sid, sh, lv), (_, _, digest, read) in sorted(index.items()):
-        by_sample.setdefault(sid, []).append(f"{sh}/{lv}:{read}:{digest}")
+        by_sample.setdefault(sid, []).append(f"{Cell(sh, lv).folder}:{read}:{digest}")
     return data_fingerprint(
         (s.id, s.class_name, lab, *by_sample.get(s.id, ())) for s, lab in zip(samples, labels)
     )
@@ -239,7 +240,7 @@ class ExportedIdentity:
                     "data": rec.get("data"),
                 },
                 "model": describe_model(model),
-                "cells": [[s, str(lv)] for s, lv in run.cells],
+                "cells": cells_record(run.cells),
                 "protocol": protocol_record(protocol, self.override),
                 **({"defence": defence} if defence else {}),
                 "precision": identity["precision"],
@@ -267,7 +268,7 @@ class ExportImages(CellImages):
         self.skips = dict(skips or {})
 
     def _missing(self, sample, shift: str, level: Any) -> CellSkipped:
-        why = self.skips.get((sample.id, shift, str(level)))
+        why = self.skips.get((sample.id, shift, level_key(level)))
         return CellSkipped(why or "no image for this cell in the exported set")
 
     def _bytes(self, entry) -> bytes:
@@ -322,7 +323,7 @@ class ExportImages(CellImages):
             if isinstance(prepared, Exception):
                 raise prepared
             return prepared.rgb
-        entry = self.index.get((sample.id, shift, str(level)))
+        entry = self.index.get((sample.id, shift, level_key(level)))
         if entry is None:
             raise self._missing(sample, shift, level)
         data = self._bytes(entry)
@@ -339,7 +340,7 @@ def store_exported_attributes(store, plan: RunPlan) -> None:
     export = open_export(Path(root)) if root else None
     if export is None:
         return
-    cells = {(s, str(lv)) for s, lv in plan.cells if s != CLEAN_SHIFT}
+    cells = {c.stored for c in as_cells(plan.cells) if c.shift != CLEAN_SHIFT}
     ids = {s.id for s in plan.samples}
     rows = [
         {"sample_id": r.source_id, "shift": r.shift, "level": r.level, **r.attributes}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from robustlab.cells import level_key
 from robustlab.errors import InputChangedError, InputError
 from robustlab.store import CLEAN_SHIFT
 
@@ -43,7 +44,7 @@ def generated_inputs(root: Path, manifest: dict, suite, seed, labels_csv, masks)
             f"the source images of {root} ({source}) are not there; the clean "
             "cell is read from them"
         )
-    available = {(c["shift"], str(c["level"])) for c in manifest.get("cells", [])}
+    available = {(c["shift"], level_key(c["level"])) for c in manifest.get("cells", [])}
     return (
         (suite if suite is not None else get_suite(str(m_suite))),
         protocol,
@@ -65,7 +66,7 @@ def generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], 
             out[(str(d["id"]), None, None)] = str(d["reason"])
     for d in manifest.get("failures") or []:
         if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
-            out[(str(d["id"]), str(d.get("shift")), str(d.get("level")))] = str(d["reason"])
+            out[(str(d["id"]), str(d.get("shift")), level_key(d.get("level")))] = str(d["reason"])
     return out
 
 
@@ -79,13 +80,13 @@ def held_levels(available) -> dict[str, list]:
     held: dict[str, set[str]] = {}
     for s, lv in available:
         if s != CLEAN_SHIFT:
-            held.setdefault(s, set()).add(str(lv))
+            held.setdefault(s, set()).add(level_key(lv))
     out: dict[str, list] = {}
     for s in sorted(held):
         own = list(get_shift(s).levels)
-        out[s] = [x for x in own if str(x) in held[s]]
+        out[s] = [x for x in own if level_key(x) in held[s]]
         out[s] += sorted(
-            (lv for lv in held[s] if lv not in {str(x) for x in own}), key=_level_order
+            (lv for lv in held[s] if lv not in {level_key(x) for x in own}), key=_level_order
         )
     return out
 
@@ -96,7 +97,7 @@ def generated_hint(available) -> str:
     levels: dict[str, set[str]] = {}
     for sh, lv in available:
         if sh != CLEAN_SHIFT:
-            levels.setdefault(sh, set()).add(str(lv))
+            levels.setdefault(sh, set()).add(level_key(lv))
     groups: dict[tuple[str, ...], list[str]] = {}
     for sh in sorted(levels):
         groups.setdefault(tuple(sorted(levels[sh], key=_level_order)), []).append(sh)

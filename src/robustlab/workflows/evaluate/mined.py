@@ -17,6 +17,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import Cell, as_cells, cells_record, level_key
 from robustlab.errors import CellSkipped, InputError
 from robustlab.run.tasks import PublishedImages
 from robustlab.store import CLEAN_SHIFT
@@ -53,7 +54,7 @@ def cell_of(file_id: str) -> tuple[str, str, Any]:
     parts = file_id.split("/", 2)
     if len(parts) == 3:
         try:
-            levels = {str(lv): lv for lv in get_shift(parts[0]).levels}
+            levels = {level_key(lv): lv for lv in get_shift(parts[0]).levels}
         except (InputError, KeyError, ValueError):
             levels = {}
         if parts[1] in levels:
@@ -141,7 +142,7 @@ def _source_sample(root: Path, sid: str, files: list, csv_name: str):
     return Sample(id=sid, path=root / sid, class_name=first.class_name, label=first.label)
 
 
-def _cells(present: set[tuple[str, str, str]], mining: dict) -> list[tuple[str, Any]]:
+def _cells(present: set[tuple[str, str, str]], mining: dict) -> list[Cell]:
     """The cells the subset holds: clean first (when it holds clean candidates), then the
     shifts in the mined suite's order, each at its own levels in its table's order."""
     from robustlab.shifts.registry import get_shift
@@ -156,9 +157,10 @@ def _cells(present: set[tuple[str, str, str]], mining: dict) -> list[tuple[str, 
         {sh for sh, _ in held if sh != CLEAN_SHIFT},
         key=lambda n: (order.index(n) if n in order else len(order), n),
     )
-    cells: list[tuple[str, Any]] = [(CLEAN_SHIFT, 0)] if (CLEAN_SHIFT, "0") in held else []
+    clean = Cell(CLEAN_SHIFT, 0)
+    cells: list[Cell] = [clean] if clean.stored in held else []
     for sh in shifts:
-        cells += [(sh, lv) for lv in get_shift(sh).levels if (sh, str(lv)) in held]
+        cells += [c for c in (Cell(sh, lv) for lv in get_shift(sh).levels) if c.stored in held]
     return cells
 
 
@@ -175,18 +177,18 @@ class MinedImages(PublishedImages):
     """
 
     def __init__(self, root, cells, present, protocol):
-        folders = {(sh, str(lv)): f"{sh}/{lv}" for sh, lv in cells if sh != CLEAN_SHIFT}
+        folders = {c.stored: c.folder for c in as_cells(cells) if c.shift != CLEAN_SHIFT}
         clean = "." if any(sh == CLEAN_SHIFT for sh, _ in cells) else None
         super().__init__(Path(root).resolve(), folders, clean, None, protocol)
         self.present = set(present)
 
     def path(self, sample, shift: str, level: Any) -> Path | None:
-        if (sample.id, shift, str(level)) not in self.present:
+        if (sample.id, shift, level_key(level)) not in self.present:
             return None
         return super().path(sample, shift, level)
 
     def cell(self, sample, prepared, shift: str, level: Any, attributes: dict | None = None):
-        if (sample.id, shift, str(level)) not in self.present:
+        if (sample.id, shift, level_key(level)) not in self.present:
             raise CellSkipped("not in the mined subset (not kept, or not listed in its labels CSV)")
         return super().cell(sample, prepared, shift, level, attributes)
 
@@ -224,7 +226,7 @@ class MinedIdentity:
             },
             source="mined",
         )
-        identity["cells"] = [[s, str(lv)] for s, lv in cells]
+        identity["cells"] = cells_record(cells)
         identity["precision"] = model_precision(model)
         if defence:
             identity["defence"] = defence
@@ -241,7 +243,7 @@ class MinedIdentity:
                 },
                 "labels_csv": labels_csv,
                 "model": describe_model(model),
-                "cells": [[s, str(lv)] for s, lv in cells],
+                "cells": cells_record(cells),
                 "protocol": protocol_record(protocol, None),
                 **({"defence": defence} if defence else {}),
                 "precision": identity["precision"],

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import Cell, as_cells, cells_record
 from robustlab.data.sources import SampleList
 from robustlab.errors import InputError
 from robustlab.manifest import read_generated
 from robustlab.run.plan import RunPlan
-from robustlab.store import CLEAN_SHIFT
+from robustlab.store import CLEAN_CELL, CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import (
     expected_digests,
     generated_files_fingerprint,
@@ -151,7 +152,7 @@ class Source:
     root: Path  # the source images (a generated folder's source)
     suite: Any  # the Suite, or None for a clean run
     protocol: Any
-    cells: list[tuple[str, Any]]
+    cells: list[Cell]
     seed: int
     labels_csv: Any
     masks: Any
@@ -175,11 +176,11 @@ def resolve_suite(suite, shifts, levels, available=None, held=None, tools=None):
     if suite is None:
         if shifts:
             raise InputError("--shift needs --suite (which suite's cells to pick from)")
-        return None, Protocol(), [(CLEAN_SHIFT, 0)]
+        return None, Protocol(), [CLEAN_CELL]
     s = get_suite(suite) if isinstance(suite, (str, Path)) else suite
     if held is not None:
         s = s.select_levels(held).suite
-        return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
+        return s, s.protocol, [CLEAN_CELL, *s.cells()]
     names = s.match(shifts or None)  # the selection grammar: names, families, globs, groups
     if available is None:  # on the fly: skip shifts whose tool (an inpainter) is not configured
         kept = available_shifts(names, tools, log=log)
@@ -193,7 +194,7 @@ def resolve_suite(suite, shifts, levels, available=None, held=None, tools=None):
             raise InputError(f"no generated images for {', '.join(names)} in this folder")
     if shifts or levels or kept != list(s.shifts):
         s = s.select(kept, levels or None).suite
-    return s, s.protocol, [(CLEAN_SHIFT, 0), *s.cells()]
+    return s, s.protocol, [CLEAN_CELL, *s.cells()]
 
 
 def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
@@ -229,7 +230,9 @@ def read_source(root: Path, manifest, request: EvaluateRequest) -> Source:
             gen_protocol, **{k: getattr(protocol, k) for k in VIEW_FIELDS}
         )
         missing = [
-            f"{s}/{lv}" for s, lv in cells if s != CLEAN_SHIFT and (s, str(lv)) not in available
+            c.folder
+            for c in as_cells(cells)
+            if c.shift != CLEAN_SHIFT and c.stored not in available
         ]
         if missing:
             raise InputError(
@@ -477,7 +480,7 @@ class SourceIdentity:
                 "inputs": inputs,
                 "model": describe_model(model),
                 **({"defence": defence} if defence else {}),
-                "cells": [[s, str(lv)] for s, lv in src.cells],
+                "cells": cells_record(src.cells),
                 "protocol": protocol_record(protocol, self.override),
             },
             n_samples=len(samples),

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import Cell, cells_record
 from robustlab.errors import InputError
-from robustlab.store import CLEAN_SHIFT
+from robustlab.store import CLEAN_CELL, CLEAN_SHIFT
 from robustlab.workflows.evaluate.record import (
     PlannedRun,
     base_identity,
@@ -38,7 +39,7 @@ def published_plan(request: EvaluateRequest, root: Path, layout) -> PlannedRun:
         return npy_plan(request, root, layout)
     want = request.cells
     pub = read_published(root, layout)
-    cells: list[tuple[str, Any]] = list(
+    cells: list[Cell] = list(
         select_cells(
             list(pub.cells),
             want.shifts or None,
@@ -47,7 +48,7 @@ def published_plan(request: EvaluateRequest, root: Path, layout) -> PlannedRun:
         )
     )
     if pub.clean is not None:
-        cells = [(CLEAN_SHIFT, 0), *cells]
+        cells = [CLEAN_CELL, *cells]
     if not cells:
         raise InputError(f"{root}: no {layout.title} folder matches the requested shifts/levels")
     space = label_space(request.data.label_space or layout.label_space)
@@ -97,7 +98,7 @@ def npy_plan(request: EvaluateRequest, root: Path, layout) -> PlannedRun:
     want = request.cells
     rel = open_release(root)
     all_cells = [(c, s) for c in rel.files for s in (1, 2, 3, 4, 5)]
-    cells: list[tuple[str, Any]] = list(
+    cells: list[Cell] = list(
         select_cells(
             all_cells, want.shifts or None, want.levels or None, where=f"{root} ({layout.title})"
         )
@@ -191,7 +192,7 @@ class PublishedIdentity:
             preprocessing=preprocessing,
             source=layout.suite,
         )
-        identity["cells"] = [[s, str(lv)] for s, lv in cells]
+        identity["cells"] = cells_record(cells)
         identity["precision"] = model_precision(model)
         if defence:
             identity["defence"] = defence
@@ -207,10 +208,10 @@ class PublishedIdentity:
                     "benchmark_suite": layout.benchmark_suite,
                     "layout_source": layout.source,
                     "clean": self.clean,
-                    "folders": {f"{s}/{lv}": f for (s, lv), f in self.folders.items()},
+                    "folders": {Cell(*c).folder: f for c, f in self.folders.items()},
                 },
                 "model": describe_model(model),
-                "cells": [[s, str(lv)] for s, lv in cells],
+                "cells": cells_record(cells),
                 **({"defence": defence} if defence else {}),
                 "precision": identity["precision"],
                 **inference_identity(model),

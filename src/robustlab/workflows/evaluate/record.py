@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from robustlab.run.plan import RunPlan
 
 if TYPE_CHECKING:
+    from robustlab.cells import Cell
     from robustlab.data.labels import LabelSpace
     from robustlab.run.tasks import CellImages
     from robustlab.store import RunRecord
@@ -41,7 +42,7 @@ class PlannedRun:
         images: Where each cell's pixels come from (its ``protocol`` is the run's).
         space: The label space the samples are labelled in.
         labels: Label index per sample, in ``space``.
-        cells: What is computed: ``(shift, level)`` per cell, the clean one first where
+        cells: What is computed: its cells, the clean one first where
             the run has one.
         suite: The suite of a run on source images, a generated folder or an export;
             None for the published layouts, the archive and a mined subset.
@@ -52,7 +53,7 @@ class PlannedRun:
     images: CellImages
     space: LabelSpace
     labels: list[int]
-    cells: list[tuple[str, Any]]
+    cells: list[Cell]
     identity: RecordInputs
     suite: Suite | None = None
 

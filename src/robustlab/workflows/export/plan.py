@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustlab.cells import Cell, level_key
 from robustlab.errors import InputError
 from robustlab.files.safety import LinkRule
 from robustlab.store import CLEAN_SHIFT
@@ -162,7 +163,7 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
     if made:  # a folder made with --limit holds its first N sources only
         samples = [s for s in samples if s.id in made]
     cells = [
-        (str(c.get("shift")), str(c.get("level")), c.get("params"))
+        (*Cell(str(c.get("shift")), c.get("level")).stored, c.get("params"))
         for c in manifest.get("cells") or []
     ]
     digests = None
@@ -170,7 +171,7 @@ def _generated(root: Path, manifest: dict, labels_csv) -> ExportPlan:
         digests = recorded_digests(root, manifest, [(sh, lv) for sh, lv, _ in cells])
     skips = generated_skips(manifest)
     attributes = {
-        (r.get("sample_id"), r.get("shift"), str(r.get("level"))): {
+        (r.get("sample_id"), r.get("shift"), level_key(r.get("level"))): {
             k: v for k, v in r.items() if k not in ("file", "sample_id", "shift", "level")
         }
         for r in read_attributes_csv(root / ATTRIBUTES_CSV)
@@ -401,7 +402,7 @@ def _mined(root: Path, mining: dict, labels_csv) -> ExportPlan:
                     f.class_name,
                     label,
                     sh,
-                    str(lv),
+                    level_key(lv),
                     Path(f.path),
                     f.id,
                     None,

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from robustlab.cells import level_key
 from robustlab.files.hashes import Journal, recorded_digests, records_hashes
 from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.pipeline import cell_path
@@ -109,7 +110,7 @@ def _adopt(folder, files: list, on_disk: list, journal: Journal) -> None:
     """Record the hashes of an earlier version's files as they are (none was recorded)."""
     adopted: dict[str, list[tuple[str, str, str]]] = {}
     for (sid, shift, level, _), now in zip(files, on_disk):
-        adopted.setdefault(sid, []).append((shift, str(level), str(now)))
+        adopted.setdefault(sid, []).append((shift, level_key(level), str(now)))
     for sid, entries in adopted.items():
         journal.add(sid, entries)
     if files:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robustlab.cells import Cell
 from robustlab.data.sources import Sample, discover, no_mask_reason
 from robustlab.errors import InputError
 from robustlab.files.outputs import LocalFolder, UrlFolder
@@ -41,7 +42,7 @@ class GeneratePlan:
         suite: The suite narrowed to the selected cells.
         names: Selected shift names (those needing an unconfigured tool left out).
         levels: The levels asked for (None: every level), as the run's record states them.
-        cells: (shift, level) of every cell.
+        cells: Every cell, in the suite's order.
         protocol: The files' frame (size, crop, format).
         samples: Sources to generate, in id order.
         skipped: ``(id, reason)`` of sources left out while listing.
@@ -56,7 +57,7 @@ class GeneratePlan:
     suite: Suite
     names: list[str]
     levels: list | None
-    cells: tuple[tuple[str, Any], ...]
+    cells: tuple[Cell, ...]
     protocol: Protocol
     samples: list[Sample]
     skipped: list[tuple[str, str]]
@@ -93,9 +94,9 @@ def plan_generate(
     content = _content_record(samples, donors)
     if donors is not None:  # a donor cell's pixels depend on the whole pool, not one image
         pool = _donor_pool_fingerprint(donors, content)
-        for n, lv in cell_list:
-            if _draws_donors(shift_objs[n]):
-                records[f"{n}/{lv}"]["donors"] = pool
+        for cell in cell_list:
+            if _draws_donors(shift_objs[cell.shift]):
+                records[cell.folder]["donors"] = pool
     identity = {
         "seed": int(cells.seed),
         "suite": {
@@ -233,12 +234,13 @@ def _sources(
     return unique, skipped, donors
 
 
-def _cell_records(cells, shift_objs: dict, resources: dict) -> dict[str, dict]:
+def _cell_records(cells: tuple[Cell, ...], shift_objs: dict, resources: dict) -> dict[str, dict]:
     """``"shift/level"`` -> what decides the cell's pixels. A cell drawn by a configured
     tool (ai_bg's inpainter, bg_complexity's diffusion model, the attribute edits'
     hole-fill backend) names the tool, so a folder never mixes two."""
     records = {}
-    for n, lv in cells:
+    for cell in cells:
+        n, lv = cell
         rec = {
             "shift": n,
             "level": lv,
@@ -250,7 +252,7 @@ def _cell_records(cells, shift_objs: dict, resources: dict) -> dict[str, dict]:
             res = get_resource(key)
             if res.uses(shift_objs[n]):
                 rec[key] = res.cell_value(described)
-        records[f"{n}/{lv}"] = rec
+        records[cell.folder] = rec
     return records
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from robustlab.cells import level_key
 from robustlab.data.sources import Sample
 from robustlab.manifest import FORMAT
 from robustlab.files.hashes import KEY, RECORD
@@ -142,7 +143,7 @@ def _outcomes(prev: dict) -> tuple[dict, dict, dict]:
     skipped = {d["id"]: d["reason"] for d in prev.get("skipped_inputs", [])}
     converted = {d["id"]: d["note"] for d in prev.get("converted", [])}
     failures = {
-        (d.get("id"), d.get("shift"), str(d.get("level"))): d.get("reason")
+        (d.get("id"), d.get("shift"), level_key(d.get("level"))): d.get("reason")
         for d in prev.get("failures", [])
     }
     return skipped, converted, failures

@@ -13,6 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from robustlab.cells import Cell
 from robustlab.data.images import ImageError
 from robustlab.data.sources import Sample
 from robustlab.errors import CellSkipped, environment_problem
@@ -56,7 +57,7 @@ class Job:
     """What every worker needs, sent once per process (not once per image)."""
 
     out: LocalFolder | UrlFolder
-    cells: tuple[tuple[str, Any], ...]
+    cells: tuple[Cell, ...]
     protocol: Protocol
     seed: int
     max_pixels: int
@@ -97,12 +98,12 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
     res = SampleOutcome(sample.id)
     out = job.out
     todo = []
-    for name, level in job.cells:
-        path = cell_path("", sample, name, level, job.protocol).as_posix()
+    for cell in job.cells:
+        path = cell_path("", sample, cell.shift, cell.level, job.protocol).as_posix()
         if out.exists(path):
             res.existing += 1
         else:
-            todo.append((name, level, path))
+            todo.append((cell, path))
     if not todo:
         return res  # finished earlier: not even decoded
     try:
@@ -116,7 +117,8 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
         res.skip_reason = f"unreadable: {type(exc).__name__}: {exc}"
         return res
     res.note = prep.note
-    for name, level, path in todo:
+    for cell, path in todo:
+        name, level = cell
         if isinstance(out, LocalFolder):  # the link rule for writers: never through a link out
             refuse_write_through(out.root, posixpath.dirname(path), "--out")
         try:
@@ -138,26 +140,26 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
             data = encode(img, job.protocol)
             out.write(path, data)
             res.written += 1
-            res.hashes.append((name, str(level), digest(data)))
+            res.hashes.append((name, cell.key, digest(data)))
             if attrs:
                 res.attributes.append(
                     {
                         "file": path,
                         "sample_id": sample.id,
                         "shift": name,
-                        "level": str(level),
+                        "level": cell.key,
                         **attrs,
                     }
                 )
         except (CellSkipped, ImageError) as exc:  # this input cannot make this cell
-            log.info("%s %s/%s skipped: %s", sample.id, name, level, exc)
-            res.failures.append((name, str(level), str(exc)))
+            log.info("%s %s skipped: %s", sample.id, cell.folder, exc)
+            res.failures.append((name, cell.key, str(exc)))
         except OSError as exc:
             problem = environment_problem(exc, f"cannot write {out.location_of(path)}")
             if problem is not exc:  # a full disk fails every cell after it: stop the run
                 raise problem from None
-            log.warning("%s %s/%s failed: %s: %s", sample.id, name, level, type(exc).__name__, exc)
-            res.failures.append((name, str(level), f"{type(exc).__name__}: {exc}"))
+            log.warning("%s %s failed: %s: %s", sample.id, cell.folder, type(exc).__name__, exc)
+            res.failures.append((name, cell.key, f"{type(exc).__name__}: {exc}"))
         # Any other exception is a bug in a shift or in robustlab: it fails the run with
         # its traceback (the cells written so far stay, so the rerun resumes).
     return res

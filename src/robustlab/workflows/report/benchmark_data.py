@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from robustlab.cells import level_key
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.store.schema import HOLDOUT_SHIFT, HOLDOUT_SUITE
 from robustlab.workflows.report.runs import RunView
@@ -54,7 +55,7 @@ def edit_tables(
         {}
         if paired is None
         else {
-            (r.run_id, r.shift, str(r.level)): (int(r.n_paired), int(r.n_clean_correct))
+            (r.run_id, r.shift, level_key(r.level)): (int(r.n_paired), int(r.n_clean_correct))
             for r in paired.itertuples(index=False)
         }
     )
@@ -69,14 +70,14 @@ def edit_tables(
             if is_edit(row.shift, suite):
                 same = base
                 if paired is not None:
-                    n, k = pairs.get((r.run_id, row.shift, str(row.level)), (0, 0))
+                    n, k = pairs.get((r.run_id, row.shift, level_key(row.level)), (0, 0))
                     same = k / n if n else np.nan
                 rows.append(
                     {
                         "run_full": r.run_id,
                         "label": r.label,
                         "shift": row.shift,
-                        "level": str(row.level),
+                        "level": level_key(row.level),
                         "n": int(row.n),
                         "top1": float(row.top1),
                         "top1_lo": getattr(row, "top1_lo", np.nan),

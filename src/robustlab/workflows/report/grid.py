@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.cells import Cell, level_key, level_named
 from robustlab.errors import InputError, MissingResourceError
 from robustlab.workflows.report.gather import ReportData, class_namer, run_namer
 from robustlab.workflows.report.runs import RunView
@@ -94,9 +95,9 @@ def registry_level(shift: str, level: str):
     """The registry's level object whose text form is the stored ``level``."""
     from robustlab.shifts.registry import get_shift
 
-    for lv in get_shift(shift).levels:
-        if str(lv) == str(level):
-            return lv
+    found = level_named(level_key(level), get_shift(shift).levels)
+    if found is not None:
+        return found
     raise InputError(f"{shift} has no level {level!r} any more")
 
 
@@ -285,7 +286,7 @@ def _recorded(root: str, updated_at: str):
     from robustlab.manifest import read_generated
 
     manifest = read_generated(Path(root)) or {}
-    cells = [(c.get("shift"), str(c.get("level"))) for c in manifest.get("cells") or []]
+    cells = [(c.get("shift"), level_key(c.get("level"))) for c in manifest.get("cells") or []]
     return recorded_digests(Path(root), manifest, cells)
 
 
@@ -299,7 +300,7 @@ def _render_mined_cells(root: Path, config: dict, sample_id: str, cells):
         listed = discover(root, labels_csv=config.get("labels_csv"))
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot list the mined subset {root}: {exc}") from None
-    present = {(sid, sh, str(lv)) for sid, sh, lv in (cell_of(s.id) for s in listed)}
+    present = {(sid, sh, level_key(lv)) for sid, sh, lv in (cell_of(s.id) for s in listed)}
     if not any(sid == sample_id for sid, _, _ in present):
         raise InputError(f"data root {root} no longer holds sample {sample_id}")
     fields = {f.name for f in dataclasses.fields(Protocol)}
@@ -562,7 +563,7 @@ def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cell
     if preds.empty:
         return None, f"image grid for {names}: sample {sid!r} has no predictions in these runs"
     cells = sort_cells(preds[["shift", "level"]].drop_duplicates())
-    keys = [(str(s), str(lv)) for s, lv in zip(cells["shift"], cells["level"])]
+    keys = [(str(s), level_key(lv)) for s, lv in zip(cells["shift"], cells["level"])]
     try:
         images, errors = render_cells(runs[0].record, sid, keys)
     except (ValueError, MissingResourceError) as exc:  # e.g. ai_bg without its inpainter
@@ -576,7 +577,7 @@ def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cell
         ids_ = [int(v) for v in rec.top5_ids] if rec.top5_ids is not None else []
         namer = _namer_for(run, ids_)
         probs = list(rec.top5_probs) if rec.top5_probs is not None else []
-        by_key.setdefault((rec.shift, str(rec.level)), []).append(
+        by_key.setdefault((rec.shift, level_key(rec.level)), []).append(
             Prediction(
                 run.label,
                 namer(ids_[0]) if ids_ else "?",
@@ -601,7 +602,7 @@ def _grid_for(store: Store, runs: list[RunView], sid: str, names: str, sort_cell
         )
         for label, cells_ in layout_rows(keys)
     ]
-    grid_notes = [f"{s}/{lv}: not rendered: {why}" for (s, lv), why in errors.items()]
+    grid_notes = [f"{Cell(*c).folder}: not rendered: {why}" for c, why in errors.items()]
     return Grid(
         sid,
         true_name,

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from robustlab.cells import level_key
 from robustlab.workflows.report.columns import col, column
 from robustlab.workflows.report.html import Table
 from robustlab.store.schema import CLEAN_SHIFT, SALIENCY_TASK
@@ -50,7 +51,7 @@ def choose_images(rows: pd.DataFrame, k: int = GRID_ROWS) -> list[tuple[str, str
         c = clean.loc[(r.run_id, r.sample_id)] if (r.run_id, r.sample_id) in clean.index else None
         if c is not None and bool(c["correct"]) and not bool(r.correct):
             fall = float(c["fg_share"]) - float(r.fg_share) if pd.notna(r.fg_share) else 0.0
-            flips.append((-fall, r.sample_id, r.shift, str(r.level)))
+            flips.append((-fall, r.sample_id, r.shift, level_key(r.level)))
     for _, sid, sh, lv in sorted(flips):
         if len(chosen) >= (k + 1) // 2:
             break
@@ -67,10 +68,10 @@ def choose_images(rows: pd.DataFrame, k: int = GRID_ROWS) -> list[tuple[str, str
             if len(chosen) >= k or val <= 0:
                 break
             if all(c[0] != sid for c in chosen):
-                chosen.append((sid, sh, str(lv), "models disagree"))
+                chosen.append((sid, sh, level_key(lv), "models disagree"))
     if not chosen and not rows.empty:
         first = rows.sort_values(key).iloc[0]
-        chosen.append((first.sample_id, first["shift"], str(first.level), "first image"))
+        chosen.append((first.sample_id, first["shift"], level_key(first.level), "first image"))
     return chosen[:k]
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from robustlab.cells import cells_record
 from robustlab.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -314,7 +315,7 @@ def finetune(
         "base_weights_hash": model.weights_hash,
         "label_space": model.label_space.name,
         "config": config.describe(),
-        "cells": [[s, str(lv)] for s, lv in cells],
+        "cells": cells_record(cells),
         "n_train_images": len(samples),
         "n_train_items": len(items),
         "losses": losses,

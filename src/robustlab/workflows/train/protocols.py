@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from robustlab.cells import as_cells, cells_record
 from robustlab.errors import InputError
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.train.finetune import TrainResult, finetune
@@ -211,8 +212,8 @@ def fine_tune_on(
     model = _load(request, request.model.weights)
     plan = _plan_cells(request, model, train_cells)
     samples, labels = _split_part(request, plan, split.train, "training")
-    wanted = {(a, str(b)) for a, b in train_cells}
-    cells = [(s, lv) for s, lv in plan.cells if (s, str(lv)) in wanted]
+    wanted = {c.stored for c in as_cells(train_cells)}
+    cells = [c for c in as_cells(plan.cells) if c.stored in wanted]
     if len(cells) != len(wanted):
         raise InputError(f"unknown training cell(s) among {sorted(wanted)}")
     key = _checkpoint_key(request, model, plan, cells, split, method)
@@ -262,7 +263,7 @@ def _checkpoint_key(request: TrainRequest, model, plan, cells, split: Split, met
         "weights_hash": model.weights_hash,
         "label_space": model.label_space.name,
         "config": request.model.config.describe(),
-        "cells": [[s, str(lv)] for s, lv in cells],
+        "cells": cells_record(cells),
         "split": split.fingerprint,
         "seed": int(request.data.seed),
         "data": plan.record.data_fingerprint,
@@ -357,8 +358,8 @@ def evaluate_split(
     model = _load(request, request.model.weights, batch_size=run.batch_size)
     plan = _plan_cells(request, model, test_cells)
     samples, labels = _split_part(request, plan, split.test, "test")
-    wanted = {(s, str(lv)) for s, lv in test_cells} | {(CLEAN_SHIFT, "0")}
-    cells = [(s, lv) for s, lv in plan.cells if (s, str(lv)) in wanted]
+    wanted = {c.stored for c in as_cells([*test_cells, (CLEAN_SHIFT, 0)])}
+    cells = [c for c in as_cells(plan.cells) if c.stored in wanted]
     record = _split_record(plan.record, split, samples, labels, cells, train)
     options = RunOptions(
         batch_size=int(run.batch_size or model.batch_size or 32),
@@ -389,7 +390,7 @@ def _split_record(base, split: Split, samples, labels, cells, train: TrainResult
             **base.config,
             "split": {**split.describe(), "part": "test"},
             "fine_tuned": fine_tuned,
-            "cells": [[s, str(lv)] for s, lv in cells],
+            "cells": cells_record(cells),
         },
     )
 

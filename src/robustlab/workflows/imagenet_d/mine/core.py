@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from robustlab.cells import Cell
 from robustlab.errors import InputError
 from robustlab.files.atomic import atomic_write
 from robustlab.files.safety import refuse_write_through
@@ -249,7 +250,7 @@ def _decide(
 
 def _cells(table) -> list[str]:
     """The ``shift/level`` cells of the candidates, sorted (part of the mining's id)."""
-    return sorted({f"{s}/{lv}" for s, lv in zip(table["shift"], table["level"])})
+    return sorted({Cell(s, lv).folder for s, lv in zip(table["shift"], table["level"])})
 
 
 def _record(
@@ -340,7 +341,7 @@ def _published_locator(data_root: Path, published: dict):
     folders = {tuple(k.split("/", 1)): f for k, f in published["folders"].items()}
 
     def locate(sid, shift, level):
-        folder = published["clean"] if shift == CLEAN_SHIFT else folders[(shift, str(level))]
+        folder = published["clean"] if shift == CLEAN_SHIFT else folders[Cell(shift, level).stored]
         path = pub.file(sid, folder)
         if path is None:
             raise InputError(f"{data_root / folder} no longer holds {sid}")
@@ -443,7 +444,7 @@ def _link_kept(out: Path, kept, copy: bool) -> list[str]:
     for sid, shift, level, src in zip(
         kept["sample_id"], kept["shift"], kept["level"], kept["path"]
     ):
-        rel = sid if shift == CLEAN_SHIFT else f"{shift}/{level}/{sid}"
+        rel = sid if shift == CLEAN_SHIFT else f"{Cell(shift, level).folder}/{sid}"
         dest = out / rel
         refuse_write_through(out, posixpath.dirname(rel), "--out")
         dest.parent.mkdir(parents=True, exist_ok=True)
