@@ -97,3 +97,49 @@ def _bash_lines_raw(section: str) -> list[str]:
     """The section's bash lines, comments kept."""
     blocks = re.findall(r"^```bash\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
     return [ln for b in blocks for ln in b.splitlines() if ln.strip()]
+
+
+def test_xdist_groups_take_effect_with_the_installed_pytest(tmp_path):
+    """``--dist loadgroup`` (pyproject's addopts) must really group: with a pytest whose node
+    ids xdist cannot suffix (9.2 beside xdist 3.8) the tests of one group are handed to
+    different workers and each builds the module's fixture again, silently: the suite
+    passes, only slower. Two tests that share a module fixture run under two workers here;
+    the fixture must be built once and both ids must carry the group."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\n"
+        "@pytest.fixture(scope='module')\n"
+        "def built():\n"
+        "    with open(os.environ['BUILT_LOG'], 'a') as fh:\n"
+        "        fh.write(os.environ.get('PYTEST_XDIST_WORKER', '-') + '\\n')\n"
+        "pytestmark = pytest.mark.xdist_group('one')\n"
+        + "".join(f"def test_{i}(built):\n    pass\n" for i in range(6))
+    )
+    log = tmp_path / "built.log"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            str(tmp_path / "test_grouped.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "BUILT_LOG": str(log)},
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "test_grouped.py::test_0@one" in proc.stdout, proc.stdout[-2000:]
+    assert log.read_text().count("\n") == 1, f"fixture built by {log.read_text().split()}"
