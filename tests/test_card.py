@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from PIL import Image
 
 from conftest import make_masked_folder
 from robustlab.store import Store
@@ -364,3 +365,38 @@ def test_report_reference_adds_the_published_rows(made, tmp_path):
     plain, ref = ((tmp_path / n).read_text() for n in ("plain.html", "ref.html"))
     assert 'id="published"' not in plain and 'id="sec-card"' not in plain
     assert 'id="sec-published"' in ref and "seed 004 Table 1; hendrycks/robustness README" in ref
+
+
+def test_auto_masks_make_the_scene_benchmark_run_and_a_second_card_makes_none(
+    tmp_path, samples_dir
+):
+    """``--auto-masks`` on photos without masks: GrabCut masks are written into
+    ``<out>-inputs/masks``, one per photo; XIMAGENET-12 then runs on them instead of being
+    skipped, and a second card keeps those masks (same bytes, same times) and computes
+    nothing."""
+    data = make_masked_folder(samples_dir, tmp_path / "in", 2, 0.02)[0]
+    kw = dict(
+        db=tmp_path / "r.duckdb",
+        n_resamples=50,
+        workers=0,
+        progress=False,
+        report=False,
+        auto_masks=True,
+        shifts=("blur_bg",),
+    )
+    first = card("lite0", data, tmp_path / "out", **kw)
+    masks = sorted((tmp_path / "out-inputs" / "masks").rglob("*.png"))
+    photos = sorted(p for p in data.rglob("*") if p.suffix.lower() in (".jpeg", ".jpg", ".png"))
+    assert len(masks) == len(photos) == 2
+    stamps = {m: (m.stat().st_mtime_ns, m.read_bytes()) for m in masks}
+    for m in masks:
+        mask = np.asarray(Image.open(m))
+        assert 0 < (mask > 0).mean() < 1  # an object, not an empty or a full mask
+    runs = Store(tmp_path / "r.duckdb").runs()
+    assert "ximagenet12" in set(runs["suite"])
+    text = (tmp_path / "out" / "card.md").read_text()
+    assert "| XIMAGENET-12 |" in text.split("## Headline")[1]
+    assert "XIMAGENET-12: needs foreground masks" not in text
+    second = card("lite0", data, tmp_path / "out", **kw)
+    assert second.n_computed == 0 and second.run_ids == first.run_ids
+    assert {m: (m.stat().st_mtime_ns, m.read_bytes()) for m in masks} == stamps
