@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from robustlab.data.sources import is_image_name  # noqa: E402
-from robustlab.run.content_hash import ContentHasher  # noqa: E402
+from robustlab.records.content_hash import ContentHasher  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "imagenet-samples"
 

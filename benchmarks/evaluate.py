@@ -78,11 +78,11 @@ def speed(
     import robustlab
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
-    from robustlab.run.executors import iterate_local
-    from robustlab.run.lanes import default_lanes, forward_lanes
-    from robustlab.run.lifeline import default_workers
-    from robustlab.run.runner import _ModelTransform
-    from robustlab.run.tasks import TaskDataset, Task
+    from robustlab.execution.executors import iterate_local
+    from robustlab.execution.lanes import default_lanes, forward_lanes
+    from robustlab.execution.lifeline import default_workers
+    from robustlab.execution.runner import _ModelTransform
+    from robustlab.execution.tasks import TaskDataset, Task
 
     shifts = available_cheap()
     if not shifts:

@@ -93,7 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     skip = {s for s in args.skip.split(",") if s}
     if args.shift_group:
-        from robustlab.run import device_shifts
+        from robustlab.execution import device_shifts
 
         device_shifts.DEFAULT_GROUPS.update(cpu=args.shift_group, cuda=args.shift_group)
 
@@ -102,10 +102,10 @@ def main() -> None:
     import robustlab
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
-    from robustlab.run.executors import iterate_local
-    from robustlab.run.bookkeeping import plan_tasks
-    from robustlab.run.runner import RunOptions, _ModelTransform
-    from robustlab.run.tasks import TaskDataset
+    from robustlab.execution.executors import iterate_local
+    from robustlab.execution.bookkeeping import plan_tasks
+    from robustlab.execution.runner import RunOptions, _ModelTransform
+    from robustlab.execution.tasks import TaskDataset
     from robustlab.store import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="rl-gpu-"))
@@ -184,7 +184,7 @@ def main() -> None:
         )
         ds = TaskDataset(samples, tasks, plan.images, transform)
         if args.shift_device:  # the workers only decode: each photo counts as its cells
-            from robustlab.run.device_shifts import CleanTaskDataset
+            from robustlab.execution.device_shifts import CleanTaskDataset
 
             ds = CleanTaskDataset(samples, tasks, plan.images, None)
         t0 = time.perf_counter()
@@ -243,11 +243,11 @@ def shift_rates(plan, args, sync) -> dict:
     from robustlab.pipeline import as_stored
 
     try:
-        from robustlab.run.device_shifts import DEFAULT_GROUPS
+        from robustlab.execution.device_shifts import DEFAULT_GROUPS
 
         group = DEFAULT_GROUPS[torch.device(args.shift_device).type]
     except ImportError:  # a baseline checkout from before the groups by device type
-        from robustlab.run.device_shifts import DEFAULT_GROUP as group  # type: ignore[attr-defined]
+        from robustlab.execution.device_shifts import DEFAULT_GROUP as group  # type: ignore[attr-defined]
     from robustlab.shifts.batched import apply, jpeg_roundtrip
 
     protocol = plan.images.protocol

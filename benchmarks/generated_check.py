@@ -39,7 +39,7 @@ PHOTOS = ROOT / "tests" / "fixtures" / "shared-mini" / "imagenet-samples"
 
 def _fresh_cache() -> None:
     """Forget every content hash (the cache folder also marks the kernels compiled)."""
-    from robustlab.run.content_hash import CACHE_FILE, cache_dir
+    from robustlab.records.content_hash import CACHE_FILE, cache_dir
 
     (cache_dir() / CACHE_FILE).unlink(missing_ok=True)
 

@@ -10,7 +10,7 @@ round trips per second and each way's ratio to the first:
   a codec call releases the GIL while it codes but must take it back to return, so its
   threads queue behind the busy caller);
 * ``processes``: :func:`robustlab.shifts.batched.jpeg.jpeg_roundtrip_async` with the
-  codec processes of :func:`robustlab.run.codec_pool.codec_pool` (what the shift device
+  codec processes of :func:`robustlab.execution.codec_pool.codec_pool` (what the shift device
   uses).
 
 Usage:
@@ -50,7 +50,7 @@ def spin(stop: threading.Event) -> None:
 def rate(way: str, x: torch.Tensor, seconds: float, busy: bool) -> float:
     from robustlab.data.jpeg import roundtrip_chw
     from robustlab.processes import available_cpus
-    from robustlab.run.codec_pool import codec_pool
+    from robustlab.execution.codec_pool import codec_pool
     from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
 
     host = x.numpy()

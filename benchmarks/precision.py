@@ -69,7 +69,7 @@ def main() -> int:
     import torch
 
     import robustlab
-    from robustlab.run.progress import throughput_line
+    from robustlab.execution.progress import throughput_line
     from robustlab.store import Store
 
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]

@@ -22,7 +22,7 @@ The jobs (local settings: what a user on C cores gets):
   ``resnet50``: timm's ResNet-50 with random weights saved here, seed 0: a model whose
   forward pass dwarfs the decode and shift work, no download) on the clean photos and the
   cells; local: evaluate's default (the model on the CPU: the images prepared in this
-  process between its batches, ``robustlab.run.lifeline.default_workers``), the model
+  process between its batches, ``robustlab.execution.lifeline.default_workers``), the model
   loaded once (Ray loads it on its actor each job). Predictions/s.
 * ``synth``: the tiny random-weight diffusers pipeline of the tests
   (``tests/conftest.py::save_tiny_text2image``) drawing ``--synth-images`` images; local:
@@ -54,9 +54,9 @@ from evaluate import make_folder
 
 import robustlab
 from robustlab.workflows.generate import generate
-from robustlab.run.ray.actors import keep_model_actors
-from robustlab.run.ray.pipeline import stages_line
-from robustlab.run.ray.session import LOCAL_SYSTEM_CONFIG
+from robustlab.execution.ray.actors import keep_model_actors
+from robustlab.execution.ray.pipeline import stages_line
+from robustlab.execution.ray.session import LOCAL_SYSTEM_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,7 +159,7 @@ def start_ray(ray, cpus: int, temp_dir: str) -> tuple[float, float, float]:
             log_to_driver=False,
             logging_level=logging.ERROR,
             _temp_dir=temp_dir,
-            # what robustlab's own Ray instance gets (run.ray.session.ray_session)
+            # what robustlab's own Ray instance gets (execution.ray.session.ray_session)
             _system_config=dict(LOCAL_SYSTEM_CONFIG),
         )
     )
@@ -346,7 +346,7 @@ def main() -> None:
                 flush=True,
             )
             # --keep-actors: Ray's model actors live across the jobs, as the local backend's
-            # loaded model does (robustlab.run.ray.keep_model_actors: the cold run builds
+            # loaded model does (robustlab.execution.ray.keep_model_actors: the cold run builds
             # each model once, the warm runs reuse it); without it, every Ray job starts
             # its own model actors.
             kept = keep_model_actors() if args.keep_actors else contextlib.nullcontext()

@@ -310,8 +310,8 @@ def resume_child(db: str, run_id: str) -> None:
     """The body of the ``resume`` measurement (runs in its own process)."""
     from robustlab.data.sources import Sample
     from robustlab.models import load_model
-    from robustlab.run.plan import RunPlan
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.plan import RunPlan
+    from robustlab.execution.tasks import CellImages
     from robustlab.store import RunRecord, Store
     from robustlab.suites import get_suite
     from robustlab.workflows.evaluate.execute import execute, run_table

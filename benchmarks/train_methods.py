@@ -36,7 +36,7 @@ def photo_split(data: Path, n_train: int, n_test: int, seed: int):
     import numpy as np
 
     from robustlab.data.sources import discover
-    from robustlab.run.identity import data_fingerprint
+    from robustlab.records.identity import data_fingerprint
     from robustlab.workflows.train import Split
 
     ids = sorted(s.id for s in discover(data))

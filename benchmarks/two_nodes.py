@@ -41,7 +41,7 @@ from evaluate import make_folder
 
 import robustlab
 from robustlab.workflows.generate import generate
-from robustlab.run.ray.pipeline import stages_line
+from robustlab.execution.ray.pipeline import stages_line
 from robustlab.store import Store
 
 # Ray's `ray start --head` turns on token authentication (~/.ray/auth_token); the second node

@@ -7,7 +7,7 @@ What is measured is what each DataLoader worker of ``robustlab evaluate --suite
 imagenet-c`` does (exact path, no ``--shift-device``): decode and prepare a photo, make
 its 75 corrupted cells and the clean one, put every cell through the model transform
 (lite0's, uint8) and hand the task's tensor to the main process. It runs through
-``robustlab.run.executors.iterate_local`` with one worker, so the hand-over between
+``robustlab.execution.executors.iterate_local`` with one worker, so the hand-over between
 processes is included; the worker's start-up is not (the clock starts when the first task
 arrives).
 
@@ -82,10 +82,10 @@ def child(photos: Path, suite: str) -> dict:
     import robustlab
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
     from robustlab.models import load_model
-    from robustlab.run.executors import iterate_local
-    from robustlab.run.bookkeeping import plan_tasks
-    from robustlab.run.runner import RunOptions, _ModelTransform
-    from robustlab.run.tasks import TaskDataset
+    from robustlab.execution.executors import iterate_local
+    from robustlab.execution.bookkeeping import plan_tasks
+    from robustlab.execution.runner import RunOptions, _ModelTransform
+    from robustlab.execution.tasks import TaskDataset
     from robustlab.store import Store
 
     model = load_model("lite0", device="cpu")

@@ -216,8 +216,8 @@ def _folder(tmp_path, samples_dir, masks: list[str]):
 
 def test_masks_travel_with_the_photos_and_bad_ones_skip_like_the_exact_path(tmp_path, samples_dir):
     from robustlab.models.preprocess import Preprocessing
-    from robustlab.run.device_shifts import DeviceShifts, ShiftDevice
-    from robustlab.run.tasks import CellImages, Task, TaskDataset
+    from robustlab.execution.device_shifts import DeviceShifts, ShiftDevice
+    from robustlab.execution.tasks import CellImages, Task, TaskDataset
 
     samples = _folder(tmp_path, samples_dir, ["blob", "empty", "full", "none"])
     cells = (("clean", 0), ("blur_bg", "default"), ("only_bg_t", "default"), ("random_bg", "add"))

@@ -349,7 +349,7 @@ def test_cpu_jpeg_round_trip_in_codec_processes(prepared):
     process that made it; reusing the parent's would hang)."""
     import multiprocessing
 
-    from robustlab.run.codec_pool import codec_pool
+    from robustlab.execution.codec_pool import codec_pool
     from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
 
     imgs, _ = prepared
@@ -371,7 +371,7 @@ def test_cpu_jpeg_round_trip_in_codec_processes(prepared):
 
 def _child_round_trip(x: np.ndarray, conn) -> None:
     # numpy both ways: torch's shared-memory tensor pickling is not what is tested here
-    from robustlab.run.codec_pool import codec_pool
+    from robustlab.execution.codec_pool import codec_pool
     from robustlab.shifts.batched.jpeg import jpeg_roundtrip_async
 
     pool = codec_pool()  # None: a fork of a process with codec processes starts none
@@ -395,7 +395,7 @@ def test_bad_batches_are_refused():
 
 def _shifter(tasks, samples, *, group: int, size: int = 64):
     from robustlab.models.preprocess import Preprocessing
-    from robustlab.run.device_shifts import DeviceShifts, ShiftDevice
+    from robustlab.execution.device_shifts import DeviceShifts, ShiftDevice
 
     pre = Preprocessing(
         input_size=size, crop_pct=0.875, interpolation="bicubic", mean=(0.5,) * 3, std=(0.5,) * 3
@@ -411,7 +411,7 @@ def _payload(x: torch.Tensor) -> dict:
 def test_device_shifts_yield_every_task_in_order_with_its_cells(prepared):
     from types import SimpleNamespace
 
-    from robustlab.run.tasks import Task
+    from robustlab.execution.tasks import Task
 
     imgs, ids = prepared
     samples = [SimpleNamespace(id=i) for i in ids]
@@ -440,7 +440,7 @@ def test_device_shifts_yield_every_task_in_order_with_its_cells(prepared):
 def test_device_shifts_resize_like_the_models_transform(prepared):
     from types import SimpleNamespace
 
-    from robustlab.run.tasks import Task
+    from robustlab.execution.tasks import Task
 
     imgs, ids = prepared
     samples = [SimpleNamespace(id=i) for i in ids[:2]]

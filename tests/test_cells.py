@@ -12,7 +12,7 @@ import robustlab
 from robustlab.cells import Cell, as_cells, cells_record, level_key, level_named
 from robustlab.data.sources import Sample
 from robustlab.pipeline import cell_path
-from robustlab.run.tasks import Task
+from robustlab.execution.tasks import Task
 from robustlab.shifts.registry import get_shift, list_shifts
 from robustlab.store import CLEAN_CELL, CLEAN_LEVEL, CLEAN_SHIFT
 from robustlab.suites import get_suite, select_cells

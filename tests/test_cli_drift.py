@@ -235,7 +235,7 @@ def test_no_progress_in_every_command_that_reports_progress(command):
     ids=lambda c: c[0],
 )
 def test_workers_has_one_default(command):
-    """None everywhere: CPU cores - 1 (robustlab.run.lifeline.default_workers)."""
+    """None everywhere: CPU cores - 1 (robustlab.execution.lifeline.default_workers)."""
     assert build_parser().parse_args(command).workers is None
 
 

@@ -258,7 +258,7 @@ def test_defences_are_part_of_the_run_identity_and_never_resume_each_other(lite0
 
 
 def test_earlier_run_note_names_the_defence_and_nothing_else():
-    from robustlab.run.identity import input_changes
+    from robustlab.records.identity import input_changes
 
     prep = {"input_size": 224, "mean": (0.5, 0.5, 0.5)}
     old = {"preprocessing": {"input_size": 224, "mean": [0.5, 0.5, 0.5]}, "defence": None}

@@ -495,7 +495,7 @@ def test_sigterm_is_recorded_as_interrupted_and_resumes(samples_dir, tmp_path):
 
 def test_rerun_of_a_finished_run_starts_no_workers(first_run, photos, lite0, monkeypatch):
     """Nothing left to do: the executor (and its worker processes) is never started."""
-    from robustlab.run import executors
+    from robustlab.execution import executors
 
     calls = []
 

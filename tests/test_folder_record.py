@@ -1,4 +1,4 @@
-"""robustlab.run.folder_record (a folder run's entry, status, counts and merge) and the
+"""robustlab.records.folder_record (a folder run's entry, status, counts and merge) and the
 request specs of generate, synth and mine (keywords routed to the spec that owns them)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from robustlab.errors import InputChangedError, InputError
-from robustlab.manifest import MANIFEST
+from robustlab.records.manifest import MANIFEST
 from robustlab.files.outputs import LocalFolder
-from robustlab.manifest import json_bytes
-from robustlab.run.folder_record import (
+from robustlab.records.manifest import json_bytes
+from robustlab.records.folder_record import (
     COMPLETE,
     INTERRUPTED,
     RUNNING,

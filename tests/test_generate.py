@@ -20,7 +20,7 @@ from robustlab.data.images import load_image
 from robustlab.data.sources import discover
 from robustlab.errors import MissingResourceError
 from robustlab.workflows.generate import MANIFEST, TEMP_SUFFIX, generate
-from robustlab.manifest import LOCK
+from robustlab.records.manifest import LOCK
 from robustlab.pipeline import apply_shift, as_stored, cell_path, decode, encode, prepare
 from robustlab.shifts import list_shifts
 from robustlab.suites import IMAGENET_C_PROTOCOL

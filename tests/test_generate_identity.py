@@ -17,7 +17,7 @@ from PIL import Image
 from robustlab.cli import main
 from robustlab.errors import InputChangedError
 from robustlab.workflows.generate import generate
-from robustlab.manifest import LOCK, MANIFEST
+from robustlab.records.manifest import LOCK, MANIFEST
 from robustlab.files.atomic import TEMP_SUFFIX
 from robustlab.files.hashes import HASHES
 

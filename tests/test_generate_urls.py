@@ -36,7 +36,7 @@ from robustlab.errors import (
     MissingResourceError,
 )
 from robustlab.workflows.generate import MANIFEST, TEMP_SUFFIX, generate
-from robustlab.manifest import LOCK
+from robustlab.records.manifest import LOCK
 from robustlab.files.outputs import UrlFolder, open_folder
 from robustlab.files.hashes import HASHES
 

@@ -481,7 +481,7 @@ def test_small_cnn_run_id_is_the_identity_it_had_before_the_network_module(shape
     the new architectures add one), so the run id is the hash it always was."""
     from dataclasses import asdict
 
-    from robustlab.run.identity import run_id
+    from robustlab.records.identity import run_id
 
     ds = ho.read_folder(shapes_folder)
     sp = ho.split_column(ds.meta, "style=outline", seed=0)
@@ -571,13 +571,13 @@ def test_cli_classes_option(shapes_folder, tmp_path, capsys):
 
 def test_the_stored_record_is_the_one_holdout_runs_always_had(shapes_folder, tmp_path):
     """A holdout run's id and stored row, spelled out as the workflow wrote them before it
-    went through ``run.identity.make_record``: the data folder as read (a link is not
+    went through ``records.identity.make_record``: the data folder as read (a link is not
     resolved), the split's seed, the training config with its timings and losses."""
     from dataclasses import asdict
 
     from robustlab.models.devices import auto_device
     from robustlab.models.weights import weights_hash
-    from robustlab.run.identity import run_id, versions
+    from robustlab.records.identity import run_id, versions
 
     link = tmp_path / "via-link"
     link.symlink_to(shapes_folder)

@@ -29,7 +29,7 @@ from robustlab.shifts.attributes.direction import rotate
 from robustlab.shifts.attributes.position import object_layer, place, position_levels
 from robustlab.shifts.attributes.size import box_and_rate, mask_u8, rescale
 from robustlab.errors import InputError
-from robustlab.manifest import identity_changes
+from robustlab.records.manifest import identity_changes
 from robustlab.suites import IMAGENET_E_PROTOCOL, Protocol, get_suite
 
 REF = Path(__file__).parent / "fixtures" / "imagenet_e_reference"

@@ -29,9 +29,13 @@ LAYERS: dict[str, float] = {
     # 4 workflows: one user-visible job each, built from the layers below
     "robustlab.workflows": 4,
     # 3 execution: plans become work units on local pools or Ray
-    "robustlab.run": 3,
-    # 2.7 store: the database, its predictions, aggregates and reviews
+    "robustlab.execution": 3,
+    # 2.7 store: the database, its predictions, aggregates and reviews; the run records built
+    # for it (identity: run ids and make_record, which returns a store.RunRecord; folder_record,
+    # which names runs by identity.run_id)
     "robustlab.store": 2.7,
+    "robustlab.records.identity": 2.7,
+    "robustlab.records.folder_record": 2.7,
     # 2.6 numbers: metrics, and the attribution maps with their foreground-reliance numbers
     "robustlab.metrics": 2.6,
     "robustlab.saliency": 2.6,
@@ -55,8 +59,9 @@ LAYERS: dict[str, float] = {
     # 2.1 records and files: the files package (outputs, their safety rules, hashes), manifests, the
     # store's schema (column names every layer above uses)
     "robustlab.files": 2.1,  # outputs and their safety, atomic writes, generate's file hashes
-    "robustlab.manifest": 2.1,
-    "robustlab.run.content_hash": 2.1,  # hashing of input files, used by shifts and runs
+    # records: manifest (a folder's name, writer, readers) and content_hash (hashing of input
+    # files, used by shifts and runs); identity and folder_record sit at 2.7, above
+    "robustlab.records": 2.1,
     "robustlab.store.schema": 2.1,
     # 1 core: needs nothing of robustlab
     "robustlab.errors": 1,

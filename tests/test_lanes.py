@@ -14,9 +14,9 @@ import torch
 
 from conftest import StopAfter, assert_same_predictions
 from robustlab.models import load_model
-from robustlab.run.lanes import default_lanes, forward_lanes, lane_threads
-from robustlab.run.runner import RunOptions, Runner, _ModelTransform
-from robustlab.run.tasks import CellImages
+from robustlab.execution.lanes import default_lanes, forward_lanes, lane_threads
+from robustlab.execution.runner import RunOptions, Runner, _ModelTransform
+from robustlab.execution.tasks import CellImages
 from robustlab.store import RunRecord, Store
 from robustlab.suites import Protocol
 
@@ -219,7 +219,7 @@ def test_ctrl_c_stores_the_batches_the_lanes_had_started(
 
 
 def test_the_ray_stages_line_names_the_lanes():
-    from robustlab.run.ray.pipeline import StageTimes
+    from robustlab.execution.ray.pipeline import StageTimes
 
     times = StageTimes()
     times.add("prepare", 4, 1.0)

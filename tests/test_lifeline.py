@@ -155,7 +155,7 @@ def test_die_with_parent_kills_an_orphan(tmp_path):
     script = tmp_path / "tree.py"
     script.write_text(
         "import os, sys, time\n"
-        "from robustlab.run.lifeline import die_with_parent\n"
+        "from robustlab.execution.lifeline import die_with_parent\n"
         "for ask in (True, False):\n"
         "    if os.fork() == 0:\n"
         "        if ask:\n"
@@ -194,8 +194,8 @@ def test_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(
         "import concurrent.futures as cf, math\n"
-        "from robustlab.run.executors import iterate_local\n"
-        "from robustlab.run.lifeline import worker_context\n"
+        "from robustlab.execution.executors import iterate_local\n"
+        "from robustlab.execution.lifeline import worker_context\n"
         "print('SCRIPT RAN', flush=True)\n"
         "items = list(iterate_local(list(range(6)), workers=2))\n"
         "with cf.ProcessPoolExecutor(2, mp_context=worker_context()) as pool:\n"
@@ -222,7 +222,7 @@ def test_default_workers_leave_the_cores_of_a_cpu_model_to_it(monkeypatch):
     CPU (generate, a GPU model), only the cores beyond torch's threads with one."""
     import torch
 
-    from robustlab.run import lifeline
+    from robustlab.execution import lifeline
 
     monkeypatch.setattr(lifeline, "available_cpus", lambda: 8)
     assert lifeline.default_workers() == 7
@@ -241,7 +241,7 @@ def test_evaluate_of_a_cpu_model_prepares_images_in_the_main_process():
     import torch
 
     from robustlab.models import load_model
-    from robustlab.run.lifeline import available_cpus
+    from robustlab.execution.lifeline import available_cpus
     from robustlab.workflows.evaluate.execute import run_options
     from robustlab.workflows.evaluate.request import ExecutionSpec
 

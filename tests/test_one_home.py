@@ -20,8 +20,8 @@ ROOT = Path(robustlab.__file__).parent
 
 # A spelling -> the module (relative to the package) that owns it.
 HOMES = {
-    "manifest.json": "manifest.py",
-    ".manifest.lock": "manifest.py",
+    "manifest.json": "records/manifest.py",
+    ".manifest.lock": "records/manifest.py",
     ".rltmp": "files/atomic.py",
 }
 

@@ -21,7 +21,7 @@ import robustlab
 from robustlab.errors import EnvironmentProblem, InputError
 from robustlab.models import load_model
 from robustlab.models.inference import Inference, check_autocast, end_layers, get_inference
-from robustlab.run.identity import run_id
+from robustlab.records.identity import run_id
 from robustlab.store import Store
 
 KW = dict(workers=0, batch_size=8, progress=False)
@@ -49,8 +49,8 @@ def lite0():
 def _clean_pixels(model, folder: Path):
     """The uint8 batch evaluate feeds the model for the clean cell, and the labels."""
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
-    from robustlab.run.runner import _ModelTransform
-    from robustlab.run.tasks import Task, TaskDataset
+    from robustlab.execution.runner import _ModelTransform
+    from robustlab.execution.tasks import Task, TaskDataset
 
     plan = make_plan(EvaluateRequest.build(model, folder))
     tasks = [Task(i, tuple(plan.cells)) for i in range(len(plan.samples))]
@@ -297,7 +297,7 @@ def test_ray_actors_load_the_drivers_precision(lite0):
     gets the driver's precision too (else a bf16 run id would hold fp32 predictions)."""
     import torch
 
-    from robustlab.run.ray.predictor import Predictor
+    from robustlab.execution.ray.predictor import Predictor
 
     # this process's own torch thread count, so building the actor here changes nothing
     threads = torch.get_num_threads()

@@ -13,10 +13,10 @@ from PIL import Image
 from conftest import StopAfter
 from robustlab.data.sources import discover
 from robustlab.models import load_model
-from robustlab.run.bookkeeping import plan_tasks
-from robustlab.run.runner import RunOptions, Runner, _ModelTransform
-from robustlab.run.writer import PredictionWriter
-from robustlab.run.tasks import CellImages
+from robustlab.execution.bookkeeping import plan_tasks
+from robustlab.execution.runner import RunOptions, Runner, _ModelTransform
+from robustlab.execution.writer import PredictionWriter
+from robustlab.execution.tasks import CellImages
 from robustlab.store import RunRecord, Store
 from robustlab.suites import Protocol
 

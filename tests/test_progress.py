@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from robustlab.workflows.demo import DEMO_LABEL_SPACE, materialise
-from robustlab.run.progress import CellProgress, LineProgress
+from robustlab.execution.progress import CellProgress, LineProgress
 
 
 class _Clock:

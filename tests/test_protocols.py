@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from robustlab.errors import InputError
-from robustlab.run.tasks import model_input
+from robustlab.execution.tasks import model_input
 from robustlab.suites import (
     ARCHIVE_PROTOCOL,
     IMAGENET_C_PROTOCOL,
@@ -184,8 +184,8 @@ def _imagenet_d_tree(root):
 
 def test_imagenet_d_runs_use_the_models_own_transform_and_an_override_is_its_own_run(tmp_path):
     from robustlab.workflows.evaluate import EvaluateRequest, make_plan
-    from robustlab.run.runner import _ModelTransform
-    from robustlab.run.tasks import Task, TaskDataset
+    from robustlab.execution.runner import _ModelTransform
+    from robustlab.execution.tasks import Task, TaskDataset
 
     root = _imagenet_d_tree(tmp_path / "ImageNet-D")
     plan = make_plan(EvaluateRequest.build("lite0", root, label_space="imagenet-d", device="cpu"))

@@ -27,8 +27,8 @@ from conftest import kill_after_first_file
 import robustlab
 from robustlab.errors import EnvironmentProblem, InputError, MissingResourceError
 from robustlab.workflows.generate import TEMP_SUFFIX, generate
-from robustlab.run.ray.placement import plan_placement
-from robustlab.run.ray.session import check_address
+from robustlab.execution.ray.placement import plan_placement
+from robustlab.execution.ray.session import check_address
 from robustlab.store import Store
 
 SHIFTS = ["gaussian_noise", "brightness"]  # random and deterministic; neither compiles numba
@@ -156,7 +156,7 @@ def test_evaluate_on_ray_stores_the_local_rows_and_finishes_a_local_run(
     # The actor's model runs on the CPU (the declared GPU is not a CUDA device): it gets the
     # node's 2 CPUs as torch threads, as the local backend's model, not Ray's one.
     assert stages["model"]["threads"] == 2
-    # ... computing two batches at once, one thread each (robustlab.run.lanes), when the
+    # ... computing two batches at once, one thread each (robustlab.execution.lanes), when the
     # driver knew the model was on the CPU (the declared GPU looks like one to the driver).
     assert stages["model"]["lanes"] == (2 if device == "cpu" else 1)
     # The one model actor's start-up (building lite0), a fixed cost of every Ray job.
@@ -193,7 +193,7 @@ def test_kept_model_actors_serve_later_jobs_without_starting_again(
     stage: ``prepare`` is still counted per task, by the actor)."""
     import ray
 
-    from robustlab.run.ray import actors
+    from robustlab.execution.ray import actors
 
     _, _, local_rows = local_run
     kw = dict(
@@ -757,7 +757,7 @@ def test_own_ray_instance_runs_its_workers_at_the_callers_priority():
     pytest.importorskip("ray.data")
     code = (
         "import os, ray\n"
-        "from robustlab.run.ray.session import ray_session\n"
+        "from robustlab.execution.ray.session import ray_session\n"
         "with ray_session(cpus=1):\n"
         "    task = ray.remote(lambda: os.nice(0))\n"
         "    print(os.nice(0), ray.get(task.remote()))\n"

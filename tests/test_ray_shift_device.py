@@ -21,7 +21,7 @@ from test_ray_backend import _cli, _photos
 import robustlab
 from robustlab.cli import main as cli
 from robustlab.errors import EnvironmentProblem, InputError, MissingResourceError
-from robustlab.run.ray.placement import plan_placement
+from robustlab.execution.ray.placement import plan_placement
 from robustlab.store import Store
 
 SHIFTS = ["gaussian_noise", "contrast"]  # torch draws per image, and deterministic

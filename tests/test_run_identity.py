@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import robustlab
-from robustlab.run.content_hash import CACHE_FILE, ContentHasher, hash_bytes_of
+from robustlab.records.content_hash import CACHE_FILE, ContentHasher, hash_bytes_of
 from robustlab.store import Store
 
 KW = dict(label_space="demo", seed=0, workers=0, batch_size=8, progress=False)
@@ -189,7 +189,7 @@ def test_an_unusable_cache_only_costs_reading(tmp_path, caplog):
 
 
 def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
-    from robustlab.run.content_hash import cache_dir
+    from robustlab.records.content_hash import cache_dir
 
     monkeypatch.delenv("ROBUSTLAB_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

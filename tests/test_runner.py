@@ -9,11 +9,11 @@ import torch
 
 from robustlab import pipeline
 from robustlab.data.sources import discover
-from robustlab.run.executors import get_executor, iterate_local
-from robustlab.run.progress import CellProgress
-from robustlab.run.bookkeeping import plan_tasks
-from robustlab.run.local_workers import local_prefetch
-from robustlab.run.tasks import CellImages, Task, TaskDataset
+from robustlab.execution.executors import get_executor, iterate_local
+from robustlab.execution.progress import CellProgress
+from robustlab.execution.bookkeeping import plan_tasks
+from robustlab.execution.local_workers import local_prefetch
+from robustlab.execution.tasks import CellImages, Task, TaskDataset
 from robustlab.store import RunRecord, Store
 from robustlab.suites import Protocol
 
@@ -153,7 +153,7 @@ def _hwc_views(shape, n, seed=0):
 
 @pytest.mark.parametrize("shape", [(224, 224, 3), (37, 61, 3), (40, 33, 4), (32, 45, 2)])
 def test_pack_is_torch_stack_of_the_cells(shape):
-    from robustlab.run.tasks import pack
+    from robustlab.execution.tasks import pack
 
     cells = _hwc_views(shape, 5)
     out = pack(cells)
@@ -164,7 +164,7 @@ def test_pack_is_torch_stack_of_the_cells(shape):
 def test_pack_in_a_worker_allocates_shared_memory(monkeypatch):
     """In a DataLoader worker the stack goes straight into shared memory (no copy when it
     is sent to the main process); elsewhere it is ordinary memory."""
-    from robustlab.run.tasks import pack
+    from robustlab.execution.tasks import pack
 
     cells = _hwc_views((50, 70, 3), 4, seed=1)
     assert not pack(cells).is_shared()
@@ -174,7 +174,7 @@ def test_pack_in_a_worker_allocates_shared_memory(monkeypatch):
 
 
 def test_pack_leaves_other_tensors_to_torch_stack():
-    from robustlab.run.tasks import pack
+    from robustlab.execution.tasks import pack
 
     rng = np.random.default_rng(2)
     hwc = [torch.from_numpy(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)) for _ in range(3)]
@@ -198,7 +198,7 @@ def test_a_broken_hand_over_from_a_worker_counts_as_its_death():
     import socket
     from multiprocessing.connection import Client
 
-    from robustlab.run.local_workers import worker_died
+    from robustlab.execution.local_workers import worker_died
 
     with socket.socket() as s:  # a port nobody listens on: a real refused connection
         s.bind(("127.0.0.1", 0))

@@ -194,7 +194,7 @@ def test_stored_gradcam_equals_the_library_called_directly(masked_photos, lite0,
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
     from robustlab.data.sources import discover
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.tasks import CellImages
     from robustlab.workflows.saliency import saliency
     from robustlab.saliency.maps import input_mask, read_thumbnail, thumbnail
     from robustlab.store import Store
@@ -347,7 +347,7 @@ def test_a_model_trained_on_backgrounds_looks_less_at_the_object(samples_dir, tm
     are the fixture's ellipses). Linear probe (the features stay lite0's), so the shift
     comes from what the classifier now weighs: background channels."""
     from robustlab.data.sources import discover
-    from robustlab.run.identity import data_fingerprint
+    from robustlab.records.identity import data_fingerprint
     from robustlab.workflows.saliency import saliency
     from robustlab.workflows.train.finetune import TrainConfig
     from robustlab.workflows.train.protocols import train_on_cells

@@ -21,7 +21,7 @@ import pytest
 from robustlab.workflows.generate import worker as generate_worker
 from robustlab.workflows.demo import materialise
 from robustlab.workflows.generate import MANIFEST, generate
-from robustlab.manifest import LOCK
+from robustlab.records.manifest import LOCK
 from robustlab.settings import ToolSettings
 from robustlab.shifts.attributes import fill
 
@@ -103,8 +103,8 @@ def _cells(demo_data, workers: int, settings: ToolSettings) -> list:
     here (workers=0) or in a real process pool whose workers inherit an environment that
     names no backend (so ``patch``, the default, if they read their own)."""
     from robustlab.data.sources import discover
-    from robustlab.run.executors import iterate_local
-    from robustlab.run.tasks import CellImages, Task, TaskDataset
+    from robustlab.execution.executors import iterate_local
+    from robustlab.execution.tasks import CellImages, Task, TaskDataset
     from robustlab.shifts.registry import get_shift
     from robustlab.suites import get_suite
 

@@ -16,7 +16,7 @@ import pytest
 from robustlab import cli
 from robustlab.errors import CellSkipped, InputError
 from robustlab.workflows.generate import MANIFEST, generate
-from robustlab.manifest import LOCK
+from robustlab.records.manifest import LOCK
 from robustlab.shifts import registry
 
 PHOTOS = ["n01440764_tench.JPEG", "n03388043_fountain.JPEG", "n04243546_slot.JPEG"]
@@ -132,7 +132,7 @@ def test_the_evaluations_work_unit_counts_a_skip_and_raises_a_bug(photos, monkey
     """The runner's TaskDataset: a CellSkipped is the cell's reason, any other exception
     leaves the worker (the runner then fails the run; stored rows stay for the rerun)."""
     from robustlab.data.sources import discover
-    from robustlab.run.tasks import CellImages, Task, TaskDataset
+    from robustlab.execution.tasks import CellImages, Task, TaskDataset
     from robustlab.suites import Protocol
 
     samples = discover(photos)

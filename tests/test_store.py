@@ -13,7 +13,7 @@ import pytest
 
 from robustlab.errors import MissingResourceError
 from robustlab.metrics.accuracy import cell_table
-from robustlab.manifest import this_process
+from robustlab.records.manifest import this_process
 from robustlab.store import RunRecord, Store
 
 

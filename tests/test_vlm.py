@@ -567,7 +567,7 @@ def test_bad_model_folders_are_one_line_errors(tmp_path, capsys):
 
 def test_the_stored_record_is_the_one_vlm_runs_always_had(tiny, imagenet_d, tmp_path):
     """A vlm run's id and stored row, spelled out as the workflow wrote them before it went
-    through ``run.identity.make_record``: the ``vlm-`` prefix over ``json.dumps`` with its
+    through ``records.identity.make_record``: the ``vlm-`` prefix over ``json.dumps`` with its
     default separators, the data folder as given (a link is not resolved), no package
     versions and no preprocessing, so every stored vlm run resumes under its id."""
     import hashlib

@@ -6,7 +6,7 @@ short connect-work-close transaction taken under an exclusive OS lock on a sidec
 ``<db>.lock`` (removed again by whoever releases it, so none is left behind). Waiting
 processes retry with exponential backoff instead of failing, so two ``robustlab evaluate``
 processes writing to the same file interleave their batches. A generated folder's manifest
-is read, merged and written under the same lock (:func:`robustlab.manifest.manifest_lock`).
+is read, merged and written under the same lock (:func:`robustlab.records.manifest.manifest_lock`).
 
 Why not the ``filelock`` package: it leaves its lock file behind (a ``<db>.lock`` beside a
 shared database, which a read-only results folder cannot even hold), and removing the file

@@ -12,7 +12,7 @@ worker that started before the run was planned, or on another node. So:
   environment variable of :data:`VARIABLES`, the documented default and the only place
   robustlab reads them, then describes the tools from that value into the run record and
   puts the same value in the work it ships (generate's job, the evaluation's
-  :class:`~robustlab.run.tasks.CellImages`);
+  :class:`~robustlab.execution.tasks.CellImages`);
 * a worker hands that value to every tool it loads (``shift_context``); it reads nothing
   else, neither its own environment nor a process-wide setting.
 

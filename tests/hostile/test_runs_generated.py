@@ -177,7 +177,7 @@ def test_planning_an_evaluation_reads_no_generated_file(tmp_path, capsys):
     import os
     import sqlite3
 
-    from robustlab.run.content_hash import CACHE_FILE, cache_dir
+    from robustlab.records.content_hash import CACHE_FILE, cache_dir
 
     data = h.flat_folder(tmp_path / "data", 2)
     gen = tmp_path / "gen"
@@ -231,7 +231,7 @@ def test_ray_model_stage_predicts_each_size_on_its_own():
     import torch
 
     from robustlab.models import load_model
-    from robustlab.run.ray.predictor import Predictor
+    from robustlab.execution.ray.predictor import Predictor
 
     model = load_model("lite0", device="cpu")
     rgb = np.asarray(Image.open(h.MINI / h.photo_rows(1)[0]["file"]).convert("RGB"))

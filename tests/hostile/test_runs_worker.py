@@ -92,9 +92,9 @@ def test_a_task_that_kills_every_worker_stops_the_run_in_one_line():
     from types import SimpleNamespace
 
     from robustlab.errors import EnvironmentProblem
-    from robustlab.run.local_workers import WORKER_DEATHS, surviving_worker_deaths
-    from robustlab.run.runner import RunOptions
-    from robustlab.run.tasks import Task
+    from robustlab.execution.local_workers import WORKER_DEATHS, surviving_worker_deaths
+    from robustlab.execution.runner import RunOptions
+    from robustlab.execution.tasks import Task
 
     n, at = 6, 3
     samples = [SimpleNamespace(id=f"img{i}.jpg") for i in range(n)]

@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
     """
     import gc, os, signal, time
     from multiprocessing import resource_tracker
-    from robustlab.run.lifeline import worker_context
+    from robustlab.execution.lifeline import worker_context
 
     ctx = worker_context()
     held = [ctx.Lock() for _ in range(3)]

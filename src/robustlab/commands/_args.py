@@ -291,7 +291,7 @@ def add_reference(p) -> None:
 
 def add_workers(p) -> None:
     """``--workers``: worker processes, one default everywhere
-    (:func:`robustlab.run.lifeline.default_workers`: the cores the main process leaves
+    (:func:`robustlab.execution.lifeline.default_workers`: the cores the main process leaves
     free)."""
     p.add_argument(
         "--workers",

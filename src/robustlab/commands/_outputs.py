@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from robustlab.manifest import MANIFEST, SYNTH_PREFIX, is_generated_folder, record_format
+from robustlab.records.manifest import MANIFEST, SYNTH_PREFIX, is_generated_folder, record_format
 from robustlab.files.safety import (
     Database,
     Folder,
@@ -215,7 +215,7 @@ def _generated_inputs(what: str, folder: str) -> dict[str, str]:
     from robustlab.errors import RobustlabError
 
     try:
-        from robustlab.manifest import read_generated
+        from robustlab.records.manifest import read_generated
 
         manifest = read_generated(Path(folder)) or {}
     except (RobustlabError, OSError):

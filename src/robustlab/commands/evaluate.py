@@ -113,11 +113,11 @@ def run(args) -> int:
             file=sys.stderr,
         )
     if res.stages:
-        from robustlab.run.ray.pipeline import stages_line
+        from robustlab.execution.ray.pipeline import stages_line
 
         print(stages_line(res.stages), file=sys.stderr)
     if res.throughput:
-        from robustlab.run.progress import throughput_line
+        from robustlab.execution.progress import throughput_line
 
         print(throughput_line(res.throughput), file=sys.stderr)
     if res.protocol:

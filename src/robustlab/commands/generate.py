@@ -102,7 +102,7 @@ def run(args) -> int:
         f"{photos:.3g} source photos/s, {files:.3g} files/s); manifest: {res.manifest_path}"
     )
     if res.stages:
-        from robustlab.run.ray.pipeline import stages_line
+        from robustlab.execution.ray.pipeline import stages_line
 
         print(stages_line(res.stages))
     for sid, reason in res.skipped_inputs[:10]:

@@ -92,7 +92,7 @@ def run(args) -> int:
     if args.method in ("grabcut", "cam-grabcut"):
         print(_seeding_line(args.method, samples, args.bboxes), flush=True)
     params = MaskerParams(max_side=args.max_side, iterations=args.iterations)
-    from robustlab.run.progress import LineProgress
+    from robustlab.execution.progress import LineProgress
 
     lines = None if args.no_progress else LineProgress(len(samples), what="masks", unit="img")
     summary = build_masks(

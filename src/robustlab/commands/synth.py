@@ -134,7 +134,7 @@ def run(args) -> int:
         width=args.size,
         dtype=args.dtype or DTYPES.get(args.precision),
     )
-    from robustlab.manifest import MANIFEST
+    from robustlab.records.manifest import MANIFEST
 
     res = synth(args.out, args.checkpoint, **specs)
     print(
@@ -143,7 +143,7 @@ def run(args) -> int:
         f"manifest: {res.out / MANIFEST}"
     )
     if res.stages:
-        from robustlab.run.ray.pipeline import stages_line
+        from robustlab.execution.ray.pipeline import stages_line
 
         print(stages_line(res.stages))
     for file, reason in res.failures[:10]:

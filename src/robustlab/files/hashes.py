@@ -4,7 +4,7 @@ Why: a generated folder's manifest says how its files were made, not what they h
 A file replaced afterwards (by hand, by a tool, by a copy into the folder), even under its
 name and modification time, must never be scored as the shift its path names. So each
 worker hashes the bytes it writes (BLAKE2b, 128 bits: the digest of
-:mod:`robustlab.run.content_hash`, so a file's recorded hash equals the hash of the file
+:mod:`robustlab.records.content_hash`, so a file's recorded hash equals the hash of the file
 while it is untouched), the driver appends them to the run's journal as each image's cells
 come back, and whoever reads the folder later compares:
 
@@ -32,7 +32,7 @@ from typing import Any
 from robustlab.cells import level_key
 from robustlab.errors import environment_problem
 from robustlab.files.outputs import LocalFolder, UrlFolder
-from robustlab.run.content_hash import DIGEST_SIZE
+from robustlab.records.content_hash import DIGEST_SIZE
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from robustlab.errors import (
     MissingResourceError,
     RobustlabError,
 )
-from robustlab.manifest import MANIFEST, load_manifest, manifest_lock, parse_manifest
+from robustlab.records.manifest import MANIFEST, load_manifest, manifest_lock, parse_manifest
 from robustlab.files.atomic import (
     atomic_write,
     is_stale_temp,

@@ -15,7 +15,7 @@ comparable number: every published figure is an fp32 one.
 ``--compile`` wraps the forward pass in ``torch.compile`` (inductor). Fused kernels may
 round differently, so a compiled run, like a low-precision one, is a run of its own: both
 join the run identity, and only when they are not the default, so every fp32, uncompiled
-run keeps the id it always had (:func:`robustlab.run.identity.inference_identity`).
+run keeps the id it always had (:func:`robustlab.records.identity.inference_identity`).
 
 Only adapters whose backend is a torch module can do either; an ONNX model refuses
 anything but the default in one line rather than silently computing in fp32.

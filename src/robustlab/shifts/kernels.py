@@ -40,7 +40,7 @@ def marker_path() -> Path:
     import numba
 
     from robustlab.version import __version__
-    from robustlab.run.content_hash import cache_dir
+    from robustlab.records.content_hash import cache_dir
 
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{__version__}|{numba.__version__}|{platform.python_version()}".encode())

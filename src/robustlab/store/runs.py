@@ -24,7 +24,7 @@ class RunsTable(Database):
             True when the run id was new, False when this resumes an earlier run (whose
             ``started_at`` is kept).
         """
-        from robustlab.manifest import this_process
+        from robustlab.records.manifest import this_process
 
         record.started_at = record.started_at or utcnow()
         # Who runs it, so that a later run can tell a killed one (kill -9, the OOM killer).
@@ -135,7 +135,7 @@ def _mark_dead_runs(con, run_id: str) -> None:
     """Runs other than ``run_id`` still ``running`` although the process that started them
     on this host is gone (``kill -9``, power loss, the OOM killer) are marked ``killed``, as
     generate and synth mark theirs: a run never stays ``running`` for ever."""
-    from robustlab.manifest import mark_dead_runs
+    from robustlab.records.manifest import mark_dead_runs
 
     rows = con.execute(
         "SELECT run_id, config FROM runs WHERE status = 'running' AND run_id <> ?", [run_id]

@@ -14,7 +14,7 @@ here once so the two cannot drift apart:
 - :func:`select`: the cells (the one selection grammar, clean first) and the samples that
   have a mask;
 - :func:`masked_record`: the run's identity (the model's part is the workflow's) through
-  :func:`robustlab.run.identity.make_record`;
+  :func:`robustlab.records.identity.make_record`;
 - :func:`target_rule` and :func:`target_mask`: which mask is a cell's truth (a table kept
   as data on the shifts: the object stays, is moved, or is gone);
 - :func:`cell_images` and :func:`masked_cells`: each cell's pixels and its true mask, with
@@ -194,7 +194,7 @@ def masked_record(
     masks (the masks are the truth: a replaced one is another run). Its config describes
     the tools the cells were drawn with (``ai_bg``'s inpainter), as an evaluation's does."""
     from robustlab.version import __version__
-    from robustlab.run.identity import make_record, masked_fingerprints
+    from robustlab.records.identity import make_record, masked_fingerprints
     from robustlab.shifts.registry import describe_resources, get_shift
 
     fingerprint, mask_fingerprint = masked_fingerprints(sel.usable)
@@ -234,10 +234,10 @@ def masked_record(
 
 
 def cell_images(sel: Selection, seed: int):
-    """The :class:`robustlab.run.tasks.CellImages` of a masked run. Donors come from the
+    """The :class:`robustlab.execution.tasks.CellImages` of a masked run. Donors come from the
     whole data set (DonorPool's rule), not from the first ``limit`` masked samples, so the
     cells are the pixels ``generate`` and ``evaluate`` make."""
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.tasks import CellImages
     from robustlab.shifts.registry import get_shift
 
     needs_donors = any(
@@ -349,7 +349,7 @@ class StoredRun:
         self.n_written = 0
         self._lines = None
         if progress is not None:
-            from robustlab.run.progress import LineProgress
+            from robustlab.execution.progress import LineProgress
 
             total, what, unit, done = progress
             self._lines = LineProgress(total, what=what, unit=unit, done=done)

@@ -264,7 +264,7 @@ def _demo_inputs(plan, chosen, report: bool) -> str:
     """
     import robustlab
     from robustlab.models.lite import package_weights
-    from robustlab.run.identity import canonical_json, versions
+    from robustlab.records.identity import canonical_json, versions
 
     h = hashlib.blake2b(digest_size=16)
     parts: dict = {
@@ -295,7 +295,7 @@ def _demo_inputs(plan, chosen, report: bool) -> str:
 def _db_state(db: Path) -> str | None:
     """Digest of the database's content as the report sees it: every run row (without its
     start and finish times, which a resume rewrites) and the row count of every table."""
-    from robustlab.run.identity import canonical_json
+    from robustlab.records.identity import canonical_json
     from robustlab.store import Store
 
     if not db.is_file():

@@ -4,7 +4,7 @@ XIMAGENET-12 (its Figure 4) shows saliency maps of ResNet-50 and VGG-16 and conc
 models with more robust backbones look at the object, not at the background. This runs a
 saliency method (:mod:`robustlab.saliency.attribution`) on each clean image and each
 scenario cell of a mask suite (the same pixels ``evaluate`` and ``generate`` make, through
-:class:`robustlab.run.tasks.CellImages`), compares the map with the cell's object mask
+:class:`robustlab.execution.tasks.CellImages`), compares the map with the cell's object mask
 (:mod:`robustlab.saliency.metrics`) and stores one row per image and cell in the results
 database, with the model's prediction, so the same rows give the accuracies of the
 robustness score and the BG-gap (:mod:`robustlab.saliency.analysis`).
@@ -53,13 +53,13 @@ from robustlab.workflows._masked import (
 )
 
 if TYPE_CHECKING:
-    from robustlab.run.tasks import TaskDataset
+    from robustlab.execution.tasks import TaskDataset
 
 log = logging.getLogger(__name__)
 
 
 class SaliencyDataset:
-    """Map-style dataset for :func:`robustlab.run.executors.iterate_local`: item ``i`` is
+    """Map-style dataset for :func:`robustlab.execution.executors.iterate_local`: item ``i`` is
     ``(i, uint8 K x 3 x H x W model inputs, K x H x W masks, [(shift, level)], errors)``
     for the cells of sample ``i`` still to do. Unreadable images and skipped cells come
     back as reasons (:func:`robustlab.workflows._masked.masked_cells`)."""
@@ -156,7 +156,7 @@ class SaliencyModel:
 class SaliencyExecution(MaskedExecution):
     """:class:`MaskedExecution` (``batch_size`` None: the model's), and ``workers``:
     processes that decode and shift ahead of the model (None: one per core the
-    model leaves free, :func:`~robustlab.run.lifeline.default_workers`; 0: in this process)."""
+    model leaves free, :func:`~robustlab.execution.lifeline.default_workers`; 0: in this process)."""
 
     workers: int | None = None
 
@@ -206,7 +206,7 @@ def _batch_rows(model, attributor, target: str, pending: list) -> pd.DataFrame:
 def _explain(dataset, labels, explain, run: StoredRun, batch_size: int, workers: int):
     """Feed the dataset's cells to ``explain`` (a batch of ``(meta, input, mask)`` -> rows)
     ``batch_size`` at a time, each batch stored as it finishes; the skips, with reasons."""
-    from robustlab.run.executors import iterate_local
+    from robustlab.execution.executors import iterate_local
 
     skipped: list[tuple[str, str]] = []
     pending: list[tuple[dict, Any, Any]] = []
@@ -283,7 +283,7 @@ def saliency(model, data, **options: Any) -> SaliencyResult:
 def run_saliency(req: SaliencyRequest) -> SaliencyResult:
     """Run a :class:`SaliencyRequest` (what :func:`saliency` and ``robustlab saliency``
     call): a rerun resumes, stored (sample, shift, level) keys skipped before decoding."""
-    from robustlab.run.lifeline import default_workers
+    from robustlab.execution.lifeline import default_workers
     from robustlab.saliency.analysis import cell_summary
     from robustlab.saliency.attribution import require_library
     from robustlab.store import Store

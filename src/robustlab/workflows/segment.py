@@ -8,7 +8,7 @@ object mask. Per-image counts (tp, fp, fn, tn) are kept, so
 :func:`robustlab.metrics.segmentation.summarize` can score any grouping (per scenario,
 per class) from accumulated pixels.
 
-The scenario images are made by the same :class:`robustlab.run.tasks.CellImages` as
+The scenario images are made by the same :class:`robustlab.execution.tasks.CellImages` as
 classifier runs (same seed rule, same pixels as a generated folder), through the run
 scaffolding segment shares with ``saliency`` (:mod:`robustlab.workflows._masked`: request
 parts, cell and sample selection, run identity, resume, storing). Which mask is the truth

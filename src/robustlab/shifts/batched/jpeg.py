@@ -9,8 +9,8 @@ points of impulse_noise's error on an H200: benchmarks/README.md), so ``"cpu"`` 
 the host) is the default for CUDA batches too.
 
 A caller that keeps shifting while the host codes (the shift device,
-:mod:`robustlab.run.device_shifts`) passes a pool of codec processes
-(:func:`robustlab.run.codec_pool.codec_pool`); a batch then travels to them in shared
+:mod:`robustlab.execution.device_shifts`) passes a pool of codec processes
+(:func:`robustlab.execution.codec_pool.codec_pool`); a batch then travels to them in shared
 memory and is coded in place, and :func:`jpeg_roundtrip_async` returns at once. Processes,
 not threads: a codec call releases the GIL while it codes, but must take it back to
 return, and the thread that shifts the next cell runs Python nearly all the time (kernel

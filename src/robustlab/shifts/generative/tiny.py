@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from robustlab.errors import MissingResourceError, environment_errors
-from robustlab.manifest import MANIFEST, SYNTH_PREFIX, read_record
+from robustlab.records.manifest import MANIFEST, SYNTH_PREFIX, read_record
 from robustlab.files.safety import claim_out_folder
 from robustlab.shifts.generative._diffusers import quiet_loading
 

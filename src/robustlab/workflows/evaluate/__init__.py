@@ -6,7 +6,7 @@ checked before the database is touched (unknown model or suite, missing weights,
 folder, a label outside the label space), so a run that fails to start writes nothing.
 
 The data flow: :class:`EvaluateRequest` (four frozen specs, validated once:
-:mod:`.request`) → :func:`make_plan` (a :class:`~robustlab.run.plan.RunPlan`: the folder's
+:mod:`.request`) → :func:`make_plan` (a :class:`~robustlab.execution.plan.RunPlan`: the folder's
 planner returns a frozen :class:`~.record.PlannedRun`, data and no callback: :mod:`.plan`
 for source and generated folders, :mod:`.archive` for the ImageNet-E archive,
 :mod:`.published` for the published layouts, :mod:`.mined` and :mod:`.exported`; one
@@ -78,7 +78,7 @@ def evaluate(model, data, **options) -> EvaluateResult:
         ``run_id``, ``db``, ``skipped``, ``n_written``, ``resumed``, ``stages``,
         ``throughput`` (this call's predictions, wall and predict seconds, rate and the
         share of the wall time the model was busy, see
-        :func:`robustlab.run.progress.throughput_line`) and ``protocol``.
+        :func:`robustlab.execution.progress.throughput_line`) and ``protocol``.
 
     Raises:
         TypeError: an unknown keyword (the message names the closest one).

@@ -34,7 +34,7 @@ def archive_plan(request: EvaluateRequest, root: Path) -> PlannedRun:
     The request's ``protocol`` may override only the view (the archive's files are the
     frame); its suite and seed do not apply."""
     from robustlab.data.imagenet_e import read_archive
-    from robustlab.run.tasks import ArchiveImages
+    from robustlab.execution.tasks import ArchiveImages
     from robustlab.suites import select_cells
 
     want, override = request.cells, request.cells.protocol
@@ -95,7 +95,7 @@ class ArchiveIdentity:
     def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
         """The archive run's record; its identity never held a precision unless autocast
         is on, nor cells (they extend the run), so ids of earlier archive runs stay."""
-        from robustlab.run.identity import inference_identity, make_record, model_precision
+        from robustlab.records.identity import inference_identity, make_record, model_precision
 
         root, archive, override = self.root, self.archive, self.override
         protocol, space, cells = run.protocol, run.space, run.cells

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from robustlab.cells import as_cells, level_key
 from robustlab.errors import InputError
-from robustlab.run.plan import RunPlan
+from robustlab.execution.plan import RunPlan
 from robustlab.store import Store
 from robustlab.workflows.evaluate.result import EvaluateResult
 from robustlab.workflows.evaluate.resume import check_same_resources, note_earlier_runs
@@ -29,8 +29,8 @@ def run_request(request: EvaluateRequest) -> EvaluateResult:
     ex, spec = request.execution, request.model
     session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if ex.backend == "ray":
-        from robustlab.run.ray.placement import plan_placement
-        from robustlab.run.ray.session import ray_session
+        from robustlab.execution.ray.placement import plan_placement
+        from robustlab.execution.ray.session import ray_session
 
         # Connected, and the cluster's resources checked, before the images are hashed and
         # the model loaded: a cluster that cannot run the job says so at once.
@@ -56,15 +56,15 @@ def run_request(request: EvaluateRequest) -> EvaluateResult:
 
 
 def run_options(execution: ExecutionSpec, model, *, batch_size=None, device=None):
-    """How a plan is executed (:class:`robustlab.run.runner.RunOptions`: every execution
+    """How a plan is executed (:class:`robustlab.execution.runner.RunOptions`: every execution
     field of that name, so a new one passes through), with evaluate's defaults: the
     model's batch size, one worker per core the model leaves free
-    (:func:`~robustlab.run.lifeline.default_workers`; none on Ray: its actors), progress on.
+    (:func:`~robustlab.execution.lifeline.default_workers`; none on Ray: its actors), progress on.
     Never part of the run identity."""
     import dataclasses
 
-    from robustlab.run.lifeline import default_workers
-    from robustlab.run.runner import RunOptions
+    from robustlab.execution.lifeline import default_workers
+    from robustlab.execution.runner import RunOptions
 
     names = {f.name for f in dataclasses.fields(RunOptions)}
     values = {
@@ -98,7 +98,7 @@ def execute(
     which consume the same plan; ``batch_size`` and ``device``: the model spec's) and
     return the runner's summary. Refuses a resume with another configured tool first, and says when an earlier
     run over the same folder had other inputs."""
-    from robustlab.run.runner import Runner
+    from robustlab.execution.runner import Runner
     from robustlab.shifts.kernels import ensure_compiled_for
 
     options = run_options(execution, plan.model, batch_size=batch_size, device=device)

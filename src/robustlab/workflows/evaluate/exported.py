@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from robustlab.cells import Cell, as_cells, cells_record, level_key
 from robustlab.errors import CellSkipped, InputError
-from robustlab.run.plan import RunPlan
-from robustlab.run.tasks import CellImages
+from robustlab.execution.plan import RunPlan
+from robustlab.execution.tasks import CellImages
 from robustlab.store import CLEAN_CELL, CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import generated_hint, held_levels
 from robustlab.workflows.evaluate.labels import labels_for
@@ -173,7 +173,7 @@ def exported_plan(request: EvaluateRequest, root: Path, export: ExportedSet) -> 
 def _fingerprint(samples, labels, index) -> str:
     """Every row of the set by content (its recorded hash), per sample: a re-export of
     other images is another run; asking for more of its cells extends the same one."""
-    from robustlab.run.identity import data_fingerprint
+    from robustlab.records.identity import data_fingerprint
 
     by_sample: dict[str, list] = {}
     for (sid, sh, lv), (_, _, digest, read) in sorted(index.items()):
@@ -202,7 +202,7 @@ class ExportedIdentity:
     override: Any
 
     def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
-        from robustlab.run.identity import (
+        from robustlab.records.identity import (
             fields_of,
             inference_identity,
             make_record,

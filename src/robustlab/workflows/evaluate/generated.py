@@ -59,7 +59,7 @@ def generated_inputs(root: Path, manifest: dict, suite, seed, labels_csv, masks)
 def generated_skips(manifest: dict) -> dict[tuple[str, str | None, str | None], str]:
     """Why the generate runs of a folder wrote no file for a cell (its manifest's
     ``failures``) or for a whole source (``skipped_inputs``): the reasons a run on the
-    folder records for those cells (:class:`robustlab.run.tasks.CellImages`)."""
+    folder records for those cells (:class:`robustlab.execution.tasks.CellImages`)."""
     out: dict[tuple[str, str | None, str | None], str] = {}
     for d in manifest.get("skipped_inputs") or []:
         if isinstance(d, dict) and d.get("id") is not None and d.get("reason"):
@@ -134,7 +134,7 @@ def expected_digests(root: Path, manifest: dict, samples, available, protocol):
     if records_hashes(manifest):
         return recorded_digests(root, manifest, cells)
     from robustlab.pipeline import cell_path
-    from robustlab.run.content_hash import hash_files
+    from robustlab.records.content_hash import hash_files
 
     keys = [(s, sh, lv) for s in samples for sh, lv in cells]
     digests = Digests(cells)
@@ -157,8 +157,8 @@ def generated_files_fingerprint(samples, available, digests) -> str:
     ``missing``. The hashes are the recorded ones: a file replaced after generate wrote it
     does not change the run (it is never scored: the run skips it as it reads it).
     """
-    from robustlab.run.content_hash import MISSING
-    from robustlab.run.identity import data_fingerprint
+    from robustlab.records.content_hash import MISSING
+    from robustlab.records.identity import data_fingerprint
 
     cells = sorted(c for c in available if c[0] != CLEAN_SHIFT)
     return data_fingerprint(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from robustlab.cells import Cell, as_cells, cells_record, level_key
 from robustlab.errors import CellSkipped, InputError
-from robustlab.run.tasks import PublishedImages
+from robustlab.execution.tasks import PublishedImages
 from robustlab.store import CLEAN_SHIFT
 from robustlab.workflows.evaluate.labels import labels_for
 from robustlab.workflows.evaluate.record import (
@@ -40,7 +40,7 @@ RECORD = "mining.json"
 
 def read_mining(root: Path) -> dict | None:
     """The record of a hard subset ``mine`` wrote into ``root``, or None."""
-    from robustlab.manifest import read_record
+    from robustlab.records.manifest import read_record
 
     record = read_record(root / RECORD)
     return record if record and record.get("mining_id") else None
@@ -205,7 +205,7 @@ class MinedIdentity:
     def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
         """Its identity names the cells and hashes every listed file with its label (a
         relabelled or dropped file is another run)."""
-        from robustlab.run.identity import (
+        from robustlab.records.identity import (
             fields_of,
             inference_identity,
             make_record,

@@ -77,7 +77,7 @@ def note_trained_preprocess(weights, defence: dict | None) -> str | None:
     if not isinstance(record, dict) or "base_model" not in record or "preprocess" not in record:
         return None
     from robustlab.defences import defence_label
-    from robustlab.run.identity import canonical_json
+    from robustlab.records.identity import canonical_json
 
     trained = record.get("preprocess")
     used = (defence or {}).get("preprocess")

@@ -1,6 +1,6 @@
 """Planning an evaluation: :func:`make_plan` turns an
 :class:`~robustlab.workflows.evaluate.request.EvaluateRequest` into a
-:class:`~robustlab.run.plan.RunPlan` without touching the database, and plans the runs on
+:class:`~robustlab.execution.plan.RunPlan` without touching the database, and plans the runs on
 source folders (shifts computed on the fly) and on folders written by ``robustlab
 generate``; the ImageNet-E archive and the published layouts have their own modules.
 """
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from robustlab.cells import Cell, as_cells, cells_record
 from robustlab.data.sources import SampleList
 from robustlab.errors import InputError
-from robustlab.manifest import read_generated
-from robustlab.run.plan import RunPlan
+from robustlab.records.manifest import read_generated
+from robustlab.execution.plan import RunPlan
 from robustlab.store import CLEAN_CELL, CLEAN_SHIFT
 from robustlab.workflows.evaluate.generated import (
     expected_digests,
@@ -315,7 +315,7 @@ def source_plan(request: EvaluateRequest, src: Source, *, label_space, layout) -
     """:func:`make_plan` for source images (shifts computed on the fly) or a generated folder
     (shifted cells read from its files, the clean cell from its source); ``label_space``:
     the one asked for, or ImageNet-D's for its recognised tree (``layout``)."""
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.tasks import CellImages
     from robustlab.shifts.registry import get_shift
 
     shift_path, override = request.execution.shift_path, request.cells.protocol
@@ -323,7 +323,7 @@ def source_plan(request: EvaluateRequest, src: Source, *, label_space, layout) -
     for sh in shift_objs:  # the suite's preset must have a table for each of its shifts
         sh.preset(getattr(src.protocol, "preset", None))
     if shift_path:
-        from robustlab.run.device_shifts import check_shifts
+        from robustlab.execution.device_shifts import check_shifts
 
         check_shifts(sh.name for sh in shift_objs)
     samples, labels, space = source_samples(src, shift_objs, label_space)
@@ -400,9 +400,9 @@ class SourceIdentity:
         the data fingerprint): what decides the pixels and labels, by content, so a
         replaced photo or mask, another masks folder or a regenerated folder is another
         run, never a resumed one."""
-        from robustlab.manifest import generated_identity
-        from robustlab.run.content_hash import hash_files
-        from robustlab.run.identity import (
+        from robustlab.records.manifest import generated_identity
+        from robustlab.records.content_hash import hash_files
+        from robustlab.records.identity import (
             data_fingerprint,
             inference_identity,
             input_parts,
@@ -440,7 +440,7 @@ class SourceIdentity:
         """The run record of a source or generated folder: its identity (model, the
         content of every image and mask, labels, seed, protocol, source kind, optional
         keys only when used, so runs without them keep their ids) and description."""
-        from robustlab.run.identity import inference_identity, make_record
+        from robustlab.records.identity import inference_identity, make_record
 
         src, samples, protocol, shift_path = self.src, run.samples, run.protocol, self.shift_path
         inputs, fingerprint = self.inputs(run, model, defence)

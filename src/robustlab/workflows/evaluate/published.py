@@ -32,7 +32,7 @@ def published_plan(request: EvaluateRequest, root: Path, layout) -> PlannedRun:
     label error); samples missing from a cell folder are counted skips of that cell.
     """
     from robustlab.data.published import read_published
-    from robustlab.run.tasks import PublishedImages
+    from robustlab.execution.tasks import PublishedImages
     from robustlab.suites import Protocol, select_cells
 
     if layout.name == "cifar-10-c":
@@ -90,9 +90,9 @@ def npy_plan(request: EvaluateRequest, root: Path, layout) -> PlannedRun:
     outside the label space is a counted skip of that sample."""
     from robustlab.data.release_npy import open_release
     from robustlab.data.sources import Sample
-    from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import data_fingerprint
-    from robustlab.run.tasks import NpyImages
+    from robustlab.records.content_hash import hash_files
+    from robustlab.records.identity import data_fingerprint
+    from robustlab.execution.tasks import NpyImages
     from robustlab.suites import Protocol, select_cells
 
     want = request.cells
@@ -170,7 +170,7 @@ class PublishedIdentity:
     def record(self, run: PlannedRun, model, defence: dict | None) -> RunRecord:
         """Its identity names the evaluated cells (their files are hashed into the
         fingerprint) and the precision."""
-        from robustlab.run.identity import (
+        from robustlab.records.identity import (
             fields_of,
             inference_identity,
             make_record,

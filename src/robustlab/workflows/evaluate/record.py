@@ -2,7 +2,7 @@
 identity, the stored descriptions of the model, its preprocessing and the protocol, the
 fingerprint of files that are the pixels; :class:`PlannedRun`, what every planner returns
 (what will be read, labelled and computed, and the facts its identity is made of), and
-:func:`build_plan`, the one place a :class:`~robustlab.run.plan.RunPlan` is put together
+:func:`build_plan`, the one place a :class:`~robustlab.execution.plan.RunPlan` is put together
 from it and the loaded model.
 """
 
@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import typing
 from typing import TYPE_CHECKING, Any
 
-from robustlab.run.plan import RunPlan
+from robustlab.execution.plan import RunPlan
 
 if TYPE_CHECKING:
     from robustlab.cells import Cell
     from robustlab.data.labels import LabelSpace
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.tasks import CellImages
     from robustlab.store import RunRecord
     from robustlab.suites import Protocol, Suite
     from robustlab.workflows.evaluate.request import ModelSpec
@@ -35,7 +35,7 @@ class RecordInputs(typing.Protocol):
 class PlannedRun:
     """What a planner decides, before the model is loaded: the data of a run, not a
     callback. :func:`build_plan` turns it, with the loaded model, into the
-    :class:`~robustlab.run.plan.RunPlan`.
+    :class:`~robustlab.execution.plan.RunPlan`.
 
     Attributes:
         samples: What is read: the images, sorted by id.
@@ -132,7 +132,7 @@ def label_space(name_or_space):
 def preprocessing_record(pre) -> dict:
     """The model's preprocessing in the run identity: its ``describe()`` (which leaves
     fields added later out at their defaults), else its fields."""
-    from robustlab.run.identity import fields_of
+    from robustlab.records.identity import fields_of
 
     return pre.describe() if hasattr(pre, "describe") else fields_of(pre)
 
@@ -159,8 +159,8 @@ def describe_model(model) -> dict[str, Any]:
 def files_fingerprint(samples, labels, paths) -> str:
     """Fingerprint of a layout whose files are the pixels: per sample its id, class, label
     and the content hash of each of its files (``paths``: one row of files per sample)."""
-    from robustlab.run.content_hash import hash_files
-    from robustlab.run.identity import data_fingerprint
+    from robustlab.records.content_hash import hash_files
+    from robustlab.records.identity import data_fingerprint
 
     digests = iter(hash_files([p for row in paths for p in row]))
     return data_fingerprint(

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # types of the fields only
     from robustlab.data.labels import LabelSpace
     from robustlab.models.base import Model
     from robustlab.models.inference import Inference
-    from robustlab.run.device_shifts import ShiftDevice
+    from robustlab.execution.device_shifts import ShiftDevice
     from robustlab.suites import Protocol, Suite
 
 from robustlab.errors import InputError, MissingResourceError
@@ -168,15 +168,15 @@ class ExecutionSpec:
 
     Attributes:
         workers: DataLoader worker processes (default: one per CPU core the model leaves
-            free, :func:`~robustlab.run.lifeline.default_workers`: CPU cores - 1 for a model
+            free, :func:`~robustlab.execution.lifeline.default_workers`: CPU cores - 1 for a model
             on a GPU, none for a model on the CPU, whose forward pass uses every core;
             0: the images are prepared in the main process between batches); with
             ``backend="ray"`` and no ``address``, the CPUs of the Ray instance started on
             this machine (default: all).
         prefetch, cells_per_task: Execution details (never change results; see
-            :class:`robustlab.run.runner.RunOptions`).
+            :class:`robustlab.execution.runner.RunOptions`).
         backend: ``"local"`` (worker processes on this machine) or ``"ray"`` (a Ray
-            cluster, :mod:`robustlab.run.ray`): the same predictions and the same
+            cluster, :mod:`robustlab.execution.ray`): the same predictions and the same
             run id, so a run started on one may be finished on the other.
         address: The Ray cluster's ``HOST:PORT`` (``ray start --head`` prints it; None: a
             Ray instance on this machine). Only with ``backend="ray"``.
@@ -196,13 +196,13 @@ class ExecutionSpec:
             trip. nvJPEG is not the protocol's codec: on an H200 it moved pixels by 1.99 on
             average and lowered impulse_noise's error by 4.4 points (benchmarks/README.md,
             "GPU checks"), so it is an opt-in.
-        shift_settings: The :class:`~robustlab.run.device_shifts.ShiftDevice` built while
+        shift_settings: The :class:`~robustlab.execution.device_shifts.ShiftDevice` built while
             validating (None: the exact path).
         lanes: Batches a model on the CPU computes at once, each on its share of torch's
             threads (default: two when torch has two threads or more; 1: one batch at a
             time on every thread). The same batches, so the same top-5 classes, with
             probabilities equal up to float rounding, as with another torch thread count
-            (:mod:`robustlab.run.lanes`).
+            (:mod:`robustlab.execution.lanes`).
     """
 
     workers: int | None = None
@@ -219,7 +219,7 @@ class ExecutionSpec:
     shift_settings: ShiftDevice | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        from robustlab.run.executors import check_backend
+        from robustlab.execution.executors import check_backend
 
         check_backend(self.backend, self.address)
         n = self.lanes
@@ -236,7 +236,7 @@ class ExecutionSpec:
             )
         if self.shift_device is None:
             return
-        from robustlab.run.device_shifts import ShiftDevice
+        from robustlab.execution.device_shifts import ShiftDevice
 
         settings = ShiftDevice(str(self.shift_device), jpeg=self.shift_jpeg)
         if self.backend != "ray":  # on Ray: the model actors' devices (plan_placement)
@@ -275,7 +275,7 @@ class EvaluateRequest:
 
     Build it with :meth:`build` (the keywords of :func:`robustlab.evaluate`) or
     :meth:`from_args` (``robustlab evaluate``'s parsed arguments); :func:`make_plan` turns it
-    into a :class:`~robustlab.run.plan.RunPlan`, :func:`execute` runs that.
+    into a :class:`~robustlab.execution.plan.RunPlan`, :func:`execute` runs that.
     """
 
     data: DataSpec

@@ -31,7 +31,7 @@ class EvaluateResult:
         stages: With the Ray backend, worker time and rate per pipeline stage.
         throughput: This call's predictions, wall and predict seconds, rate and the share
             of the wall time the model was busy
-            (:func:`robustlab.run.progress.throughput_line` prints it).
+            (:func:`robustlab.execution.progress.throughput_line` prints it).
         protocol: The label of the suite's protocol, where it has one.
     """
 
@@ -48,7 +48,7 @@ class EvaluateResult:
     @classmethod
     def of_run(cls, store: Store, summary, protocol: str | None = None) -> EvaluateResult:
         """The result of a run the runner just executed (its
-        :class:`~robustlab.run.bookkeeping.RunSummary`), its table read back from ``store``."""
+        :class:`~robustlab.execution.bookkeeping.RunSummary`), its table read back from ``store``."""
         return cls(
             table=run_table(store, summary.run_id),
             run_id=summary.run_id,

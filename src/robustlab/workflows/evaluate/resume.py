@@ -21,7 +21,7 @@ def note_earlier_runs(store: Store, record) -> str | None:
     their own run ids; what must never happen is the user reading the old numbers as the new
     ones, so the line names both run ids and the differences. Returns the line (or None).
     """
-    from robustlab.run.identity import input_changes
+    from robustlab.records.identity import input_changes
 
     new = record.config.get("inputs")
     if not new or not store.exists() or store.get_run(record.run_id) is not None:

@@ -109,7 +109,7 @@ def plan_export(root: Path, labels_csv: Path | None = None) -> ExportPlan:
     Raises:
         InputError: the folder is none of those, or cannot be read as evaluate reads it.
     """
-    from robustlab.manifest import read_generated, read_synth
+    from robustlab.records.manifest import read_generated, read_synth
     from robustlab.workflows.evaluate.mined import read_mining
 
     root = Path(root).expanduser()

@@ -80,7 +80,7 @@ def plan_shards(items: list[Item], fmt: str, max_bytes: int, max_images: int | N
 
 def export_id(plan: ExportPlan, fmt: str, shards: list[ShardPlan]) -> str:
     """The identity of an export: its format, shards and every item by content."""
-    from robustlab.run.identity import data_fingerprint
+    from robustlab.records.identity import data_fingerprint
 
     head: list[tuple] = [(fmt, FORMAT, json.dumps(_protocol(plan), sort_keys=True))]
     head += [(s.file, s.start, s.stop) for s in shards]
@@ -100,7 +100,7 @@ def fill_hashes(plan: ExportPlan) -> None:
     (through the content-hash cache), so the export's identity is its content."""
     import dataclasses
 
-    from robustlab.run.content_hash import MISSING, hash_files
+    from robustlab.records.content_hash import MISSING, hash_files
 
     todo = [i for i, it in enumerate(plan.items) if it.expected is None]
     if not todo:

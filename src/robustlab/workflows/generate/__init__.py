@@ -24,13 +24,13 @@ How it stays correct when things go wrong:
   the rerun resumes from the files written.
 - **One identity per folder.** The manifest, with what decides the pixels, is written
   before the first file; a rerun under other settings or from changed sources is refused
-  (:mod:`robustlab.manifest`), so a killed run never resumes under another seed.
+  (:mod:`robustlab.records.manifest`), so a killed run never resumes under another seed.
 
 The package: :mod:`~robustlab.workflows.generate.request` (the three frozen specs of a
 call), :mod:`~robustlab.workflows.generate.plan` (cells, sources and the folder's identity,
 decided before the folder is touched), :mod:`~robustlab.workflows.generate.worker` (the
 work unit and its pools), :mod:`~robustlab.workflows.generate.record` (the manifest's
-merge; the rules of every folder record are :mod:`robustlab.run.folder_record`'s),
+merge; the rules of every folder record are :mod:`robustlab.records.folder_record`'s),
 :mod:`~robustlab.workflows.generate.attributes` (``attributes.csv``) and
 :mod:`~robustlab.workflows.generate.core` (:func:`generate`, which runs them in order).
 
@@ -39,7 +39,7 @@ upscaled, as the reference pipeline does. Without a resize (``keep_size``) a sou
 32x32, or below the crop size, is skipped with the reason ``too small: ...``.
 """
 
-from robustlab.manifest import MANIFEST
+from robustlab.records.manifest import MANIFEST
 from robustlab.files.atomic import TEMP_SUFFIX, atomic_write, remove_temp_files
 from robustlab.workflows.generate.attributes import (
     ATTRIBUTES_CSV,

@@ -5,7 +5,7 @@ hash recorded in its journal, :mod:`robustlab.files.hashes`). One that differs (
 by hand or by a tool, under the same name and modification time) or that no journal
 records (written by a run killed before its hash was recorded), or that is a link, is
 removed here so that the run draws it again: its seed gives the bytes the first run wrote.
-The hashes are read through the content-hash cache (:mod:`robustlab.run.content_hash`),
+The hashes are read through the content-hash cache (:mod:`robustlab.records.content_hash`),
 so a rerun reads each file once, and later reruns only the files changed since.
 
 A folder generated before robustlab recorded hashes has none to compare with: its files
@@ -50,7 +50,7 @@ def check_written(
         return []
     if isinstance(folder, UrlFolder):
         return _unrecorded_objects(plan, folder, prev)
-    from robustlab.run.content_hash import hash_files
+    from robustlab.records.content_hash import hash_files
 
     found = list(_found(plan, folder.root))
     stale = [path for *_, path, link in found if link]  # never generate's own file

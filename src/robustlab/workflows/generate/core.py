@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputError
-from robustlab.manifest import HINT, MANIFEST, identity_changes, is_generated_folder
+from robustlab.records.manifest import HINT, MANIFEST, identity_changes, is_generated_folder
 from robustlab.files.outputs import LocalFolder, UrlFolder, open_folder
 from robustlab.files.safety import check_out_folder
-from robustlab.run.folder_record import RUNNING, FolderRun, refuse_changes, update_record
-from robustlab.run.lifeline import default_workers
+from robustlab.records.folder_record import RUNNING, FolderRun, refuse_changes, update_record
+from robustlab.execution.lifeline import default_workers
 from robustlab.shifts.kernels import ensure_compiled_for
 from robustlab.suites import Suite
 from robustlab.workflows.keywords import build_specs
@@ -120,8 +120,8 @@ def generate(
             allow_other=execution.into_existing,
         )
     if execution.backend == "ray":
-        from robustlab.run.ray.placement import plan_placement
-        from robustlab.run.ray.session import ray_running, ray_session
+        from robustlab.execution.ray.placement import plan_placement
+        from robustlab.execution.ray.session import ray_running, ray_session
 
         if not ray_running():
             # Connect (or start Ray here) and check the cluster before any source is read
@@ -306,7 +306,7 @@ def _execute(
     if not todo:
         log.info("every file is already in %s", folder)
     elif execution.backend == "ray":
-        from robustlab.run.ray.generate import generate_on_ray
+        from robustlab.execution.ray.generate import generate_on_ray
 
         workers = execution.workers
         times = generate_on_ray(

@@ -20,7 +20,7 @@ from robustlab.errors import InputError
 from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.files.safety import Folder, check_outputs
 from robustlab.pipeline import DONOR_KEYS, cell_path
-from robustlab.manifest import jsonable
+from robustlab.records.manifest import jsonable
 from robustlab.settings import ToolSettings
 from robustlab.shifts.registry import (
     available_shifts,
@@ -259,7 +259,7 @@ def _cell_records(cells: tuple[Cell, ...], shift_objs: dict, resources: dict) ->
 def _content_record(samples: list[Sample], donors) -> dict[str, list]:
     """``id -> [class, image hash, mask hash]`` of every source whose bytes can reach a file:
     the images to generate and, for donor shifts, every background donor."""
-    from robustlab.run.content_hash import hash_files
+    from robustlab.records.content_hash import hash_files
 
     used = {s.id: s for s in samples}
     if donors is not None:
@@ -272,7 +272,7 @@ def _content_record(samples: list[Sample], donors) -> dict[str, list]:
 def _donor_pool_fingerprint(donors, content: dict[str, list]) -> str:
     """BLAKE2b of the donor pool (ids, classes, image and mask hashes): an image added to
     or removed from the pool changes which donor every sample draws."""
-    from robustlab.run.identity import data_fingerprint
+    from robustlab.records.identity import data_fingerprint
 
     ids = sorted(d.id for d in donors.samples)
     return data_fingerprint((i, *content[i]) for i in ids)

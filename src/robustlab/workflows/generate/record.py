@@ -1,7 +1,7 @@
 """A generated folder's ``manifest.json``: this run's outcome merged into the record on disk.
 
 The rules every folder record follows (identity first, one entry per run, counts from
-disk, merged under the lock) are :mod:`robustlab.run.folder_record`'s; this module says
+disk, merged under the lock) are :mod:`robustlab.records.folder_record`'s; this module says
 what a generated folder's manifest holds.
 """
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 from robustlab.cells import level_key
 from robustlab.data.sources import Sample
-from robustlab.manifest import FORMAT
+from robustlab.records.manifest import FORMAT
 from robustlab.files.hashes import KEY, RECORD
 from robustlab.files.atomic import TEMP_SUFFIX
 from robustlab.files.outputs import LocalFolder, UrlFolder
-from robustlab.run.folder_record import FolderRun, count_files, library_versions, now
+from robustlab.records.folder_record import FolderRun, count_files, library_versions, now
 from robustlab.shifts.registry import described_resources
 
 

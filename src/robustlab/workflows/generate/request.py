@@ -87,7 +87,7 @@ class GenerateExecution:
     into_existing: bool = False
 
     def __post_init__(self) -> None:
-        from robustlab.run.executors import check_backend
+        from robustlab.execution.executors import check_backend
 
         check_backend(self.backend, self.address)
         workers = self.workers

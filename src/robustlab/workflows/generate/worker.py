@@ -1,6 +1,6 @@
 """``generate``'s work unit and its pools: one source image in, every missing cell of it
 written (:func:`process_sample`), run in this process, on a process pool that survives
-crashed workers (:func:`run_pool`), or on Ray (:mod:`robustlab.run.ray.generate` calls
+crashed workers (:func:`run_pool`), or on Ray (:mod:`robustlab.execution.ray.generate` calls
 the same function)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from robustlab.pipeline import (
     resolve_shift,
     shift_context,
 )
-from robustlab.run.lifeline import die_with_parent, worker_context
+from robustlab.execution.lifeline import die_with_parent, worker_context
 from robustlab.settings import ToolSettings
 from robustlab.suites import Protocol
 

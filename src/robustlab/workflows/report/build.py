@@ -111,7 +111,7 @@ def build_report(
 
 def _build(req: ReportRequest) -> ReportResult:
     from robustlab.files.safety import check_outputs, check_replaceable, write_output
-    from robustlab.run.progress import StageLines
+    from robustlab.execution.progress import StageLines
 
     out = Path(req.out)
     if out.exists() and out.is_dir():

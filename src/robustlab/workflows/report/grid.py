@@ -2,7 +2,7 @@
 top prediction.
 
 The pictures are re-rendered, not stored: the run record holds the data root, the seed and
-the protocol, and :class:`robustlab.run.tasks.CellImages` (the class the runner itself
+the protocol, and :class:`robustlab.execution.tasks.CellImages` (the class the runner itself
 uses, built on :mod:`robustlab.pipeline`) turns them back into exactly the pixels the model
 saw. When the data root cannot be read any more the grid is skipped with a note.
 """
@@ -140,7 +140,7 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
         InputError: the data root is not readable or no longer holds the sample.
     """
     from robustlab.data.sources import discover
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.tasks import CellImages
     from robustlab.shifts.registry import get_shift
 
     root = Path(str(record.get("data_root") or ""))
@@ -226,7 +226,7 @@ def _cells(images, sample, base, cells) -> tuple[dict, dict]:
 def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
     """:func:`render_cells` for a run on a published benchmark folder: its files as read."""
     from robustlab.data.published import LAYOUTS
-    from robustlab.run.tasks import PublishedImages
+    from robustlab.execution.tasks import PublishedImages
     from robustlab.suites import Protocol
 
     layout = LAYOUTS.get(str((config.get("published") or {}).get("layout")))
@@ -251,7 +251,7 @@ def _render_npy_cells(root: Path, layout, sample_id: str, cells):
     """:func:`render_cells` for a run on a CIFAR-10-C style release: its arrays' rows."""
     from robustlab.data.release_npy import open_release
     from robustlab.data.sources import Sample
-    from robustlab.run.tasks import NpyImages
+    from robustlab.execution.tasks import NpyImages
     from robustlab.suites import Protocol
 
     try:
@@ -271,7 +271,7 @@ def _generated_digests(root: str):
     only when it is what generate wrote, as the run scored it); None for a folder from
     before hashes were recorded (its files are shown as they are)."""
     from robustlab.files.hashes import records_hashes
-    from robustlab.manifest import read_generated
+    from robustlab.records.manifest import read_generated
 
     manifest = read_generated(Path(root))
     if manifest is None or not records_hashes(manifest):
@@ -283,7 +283,7 @@ def _generated_digests(root: str):
 def _recorded(root: str, updated_at: str):
     """Read once per report and state of the folder: a grid renders several samples."""
     from robustlab.files.hashes import recorded_digests
-    from robustlab.manifest import read_generated
+    from robustlab.records.manifest import read_generated
 
     manifest = read_generated(Path(root)) or {}
     cells = [(c.get("shift"), level_key(c.get("level"))) for c in manifest.get("cells") or []]
@@ -315,7 +315,7 @@ def _render_mined_cells(root: Path, config: dict, sample_id: str, cells):
 def _render_archive_cells(root: Path, sample_id: str, cells: list[tuple[str, str]]):
     """:func:`render_cells` for a run on the published ImageNet-E archive: its files as they are."""
     from robustlab.data.imagenet_e import read_archive
-    from robustlab.run.tasks import ArchiveImages
+    from robustlab.execution.tasks import ArchiveImages
 
     try:
         archive = read_archive(root)

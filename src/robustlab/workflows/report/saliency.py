@@ -81,7 +81,7 @@ def _cell_view(run: dict, sample_id: str, shift: str, level: str):
     from robustlab.data.sources import discover
     from robustlab.models.preprocess import Preprocessing
     from robustlab.workflows._masked import target_mask
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.tasks import CellImages
     from robustlab.saliency.maps import input_mask
     from robustlab.suites import Protocol
 

@@ -13,7 +13,7 @@ scales to a GPU unchanged.
   Batch-norm statistics stay frozen (their running means are kept): with the small batches
   these budgets allow, re-estimating them would hurt more than help.
 
-Training images are made by the same :class:`robustlab.run.tasks.CellImages` the
+Training images are made by the same :class:`robustlab.execution.tasks.CellImages` the
 evaluation uses, so "trained on blur_bg" means the very pixels ``robustlab generate``
 writes for blur_bg. Batches are drawn by a ``torch.Generator`` seeded from the config, and
 dropout runs under a forked, seeded global RNG: the same config gives the same weights on
@@ -265,7 +265,7 @@ def finetune(
         model: A loaded torch :class:`robustlab.models.Model` (its network is changed).
         samples: Training samples; ``labels`` their label-space indices.
         cells: Training cells, e.g. ``[("clean", 0)]`` or ``[("blur_bg", "default")]``.
-        images: A :class:`robustlab.run.tasks.CellImages` (protocol, seed, masks, donors).
+        images: A :class:`robustlab.execution.tasks.CellImages` (protocol, seed, masks, donors).
         config: :class:`TrainConfig`.
         checkpoint: Where the state dict goes (``.pth``); a ``.json`` record goes beside it.
         extra_record: More provenance to store in the record (split, data, base model).

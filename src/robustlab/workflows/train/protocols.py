@@ -278,7 +278,7 @@ def _checkpoint_key(request: TrainRequest, model, plan, cells, split: Split, met
 
 
 def _checkpoint_name(request: TrainRequest, model, cells, key, method) -> str:
-    from robustlab.run.identity import run_id as hash_id
+    from robustlab.records.identity import run_id as hash_id
 
     return "-".join(
         [
@@ -298,7 +298,7 @@ def _step_lines(request: TrainRequest, steps: int, names: str):
     if not request.execution.progress:
         yield None
         return
-    from robustlab.run.progress import LineProgress
+    from robustlab.execution.progress import LineProgress
 
     lines = LineProgress(steps, unit="step", what="train on " + names)
 
@@ -350,8 +350,8 @@ def evaluate_split(
     train: TrainResult | None = None,
 ) -> EvaluateResult:
     """:func:`evaluate_on_split` of a typed request (the model from its ``weights``)."""
-    from robustlab.run.lifeline import default_workers
-    from robustlab.run.runner import RunOptions, Runner
+    from robustlab.execution.lifeline import default_workers
+    from robustlab.execution.runner import RunOptions, Runner
     from robustlab.workflows.evaluate import EvaluateResult
 
     run = request.execution
@@ -373,9 +373,9 @@ def evaluate_split(
 
 def _split_record(base, split: Split, samples, labels, cells, train: TrainResult | None):
     """The stored record of a test-split run: the plan's record (built by
-    :func:`robustlab.run.identity.make_record`) narrowed to the test images, its id also
+    :func:`robustlab.records.identity.make_record`) narrowed to the test images, its id also
     covering the split and the test images' fingerprint."""
-    from robustlab.run.identity import data_fingerprint, run_id
+    from robustlab.records.identity import data_fingerprint, run_id
 
     fingerprint = data_fingerprint((s.id, s.class_name, lab) for s, lab in zip(samples, labels))
     fine_tuned = None

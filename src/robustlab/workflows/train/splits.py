@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from robustlab.errors import InputError
-from robustlab.run.identity import data_fingerprint
+from robustlab.records.identity import data_fingerprint
 from robustlab.seeding import derive_seed, make_rng
 
 

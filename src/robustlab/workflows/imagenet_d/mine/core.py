@@ -39,8 +39,8 @@ from robustlab.cells import Cell
 from robustlab.errors import InputError
 from robustlab.files.atomic import atomic_write
 from robustlab.files.safety import refuse_write_through
-from robustlab.manifest import json_bytes, read_record
-from robustlab.run.folder_record import identity_hash, refuse_changes
+from robustlab.records.manifest import json_bytes, read_record
+from robustlab.records.folder_record import identity_hash, refuse_changes
 from robustlab.store import CLEAN_SHIFT, Store
 from robustlab.workflows.keywords import build_specs
 from robustlab.workflows.imagenet_d.mine.request import (
@@ -157,7 +157,7 @@ def mine(
         {"rule": rule, "inputs": inputs, "execution": execution},
     )
     rule, inputs, execution = specs["rule"], specs["inputs"], specs["execution"]
-    from robustlab.manifest import read_generated
+    from robustlab.records.manifest import read_generated
 
     root = Path(data).expanduser()
     generated = root.is_dir() and read_generated(root) is not None
@@ -193,7 +193,7 @@ def _evaluate_surrogates(
     # would otherwise start a Ray instance (without --address) and a model actor of its own.
     kept: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if backend == "ray":
-        from robustlab.run.ray.actors import keep_model_actors
+        from robustlab.execution.ray.actors import keep_model_actors
 
         kept = keep_model_actors(address, int(workers) if workers else None)
     with kept:
@@ -301,7 +301,7 @@ def _column(spec: str) -> str:
 def _locator(run):
     """Function (sample_id, shift, level) -> the image file a run's cell was read from."""
     from robustlab.data.sources import discover
-    from robustlab.manifest import read_generated
+    from robustlab.records.manifest import read_generated
     from robustlab.pipeline import cell_path
     from robustlab.suites import Protocol
 

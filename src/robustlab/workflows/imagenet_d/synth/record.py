@@ -2,7 +2,7 @@
 runs), ``prompts.csv`` (the whole grid) and ``labels.csv`` (the images that exist).
 
 The rules every folder record follows (identity first, one entry per run, counts from
-disk, merged under the lock) are :mod:`robustlab.run.folder_record`'s; this module says
+disk, merged under the lock) are :mod:`robustlab.records.folder_record`'s; this module says
 what a synth folder's records hold.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.files.atomic import atomic_write
-from robustlab.manifest import SYNTH_PREFIX
-from robustlab.run.folder_record import (
+from robustlab.records.manifest import SYNTH_PREFIX
+from robustlab.records.folder_record import (
     FolderRun,
     count_files,
     library_versions,

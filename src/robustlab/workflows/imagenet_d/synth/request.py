@@ -118,7 +118,7 @@ class SynthExecution:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        from robustlab.run.executors import check_backend
+        from robustlab.execution.executors import check_backend
 
         check_backend(self.backend, self.address)
         if self.backend == "ray" and self.pipeline is not None:

@@ -32,8 +32,8 @@ from typing import Any
 from robustlab.errors import InputError
 from robustlab.files.atomic import atomic_write, remove_temp_files
 from robustlab.files.outputs import LocalFolder
-from robustlab.manifest import jsonable
-from robustlab.run.folder_record import RUNNING, FolderRun, update_record
+from robustlab.records.manifest import jsonable
+from robustlab.records.folder_record import RUNNING, FolderRun, update_record
 from robustlab.shifts.generative.text2image import SCHEDULERS, TextToImage, describe_checkpoint
 from robustlab.shifts.generative.tiny import warn_if_random
 from robustlab.workflows.keywords import build_specs
@@ -44,7 +44,7 @@ from robustlab.workflows.imagenet_d.synth.prompts import (
     load_vocabulary,
     select_classes,
 )
-from robustlab.manifest import MANIFEST
+from robustlab.records.manifest import MANIFEST
 from robustlab.workflows.imagenet_d.synth.record import (
     FORMAT,
     LABELS,
@@ -112,7 +112,7 @@ def synth(
         execution: Where the pipeline runs (:class:`SynthExecution`: ``batch_size``,
             ``device``, ``dtype``, ``pipeline``, ``backend``, ``address``, ``progress``).
             ``backend="ray"`` draws the same files byte for byte with one pipeline per GPU
-            of a Ray cluster (:func:`robustlab.run.ray.synth.synth_on_ray`); ``out`` and
+            of a Ray cluster (:func:`robustlab.execution.ray.synth.synth_on_ray`); ``out`` and
             ``checkpoint`` must then be paths every node sees.
         options: Any field of the three specs by name (``seed=3, steps=2``), for the spec
             not passed.
@@ -238,8 +238,8 @@ def _run(plan: SynthPlan, out_root: Path, execution: SynthExecution, started: fl
     with contextlib.ExitStack() as stack:
         placement = None
         if execution.backend == "ray" and todo:  # nothing left to draw: no cluster to start
-            from robustlab.run.ray.placement import plan_placement
-            from robustlab.run.ray.session import node_cpus, ray_session
+            from robustlab.execution.ray.placement import plan_placement
+            from robustlab.execution.ray.session import node_cpus, ray_session
 
             # Connected and the cluster's resources checked before anything is written.
             resources = stack.enter_context(ray_session(execution.address))
@@ -435,7 +435,7 @@ def _draw_on_ray(
 ) -> None:
     """The grid's missing images drawn by pipelines on Ray's workers, which write the files;
     this process only tallies them and keeps the manifest."""
-    from robustlab.run.ray.synth import synth_on_ray
+    from robustlab.execution.ray.synth import synth_on_ray
 
     batch = int(job["batch_size"] or (8 if placement.model_gpus else 1))
     run_record.update(batch_size=batch, workers=placement.actors)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from robustlab.errors import InputError
 from robustlab.files.safety import outside
-from robustlab.run.identity import RecordStyle, make_record, spaced_json
+from robustlab.records.identity import RecordStyle, make_record, spaced_json
 from robustlab.seeding import check_seed, derive_seed
 from robustlab.store.vlm import VLM_TASK, answered, summary, write_answers
 
@@ -163,7 +163,7 @@ def evaluate_vlm(vlm, items: list[Item], store, *, progress: bool = False, **opt
 
 
 def run_record(vlm, asking: VLMAsking, data: VLMData):
-    """The run's stored record, through :func:`robustlab.run.identity.make_record`: its id
+    """The run's stored record, through :func:`robustlab.records.identity.make_record`: its id
     hashes the model's fingerprint and everything that decides an answer and its verdict
     (another template, sampling filter or scoring rule is another run, never a resumed
     one)."""
@@ -210,7 +210,7 @@ def ask_all(
     n_new, status = 0, "failed"
     lines = None
     if progress:
-        from robustlab.run.progress import LineProgress
+        from robustlab.execution.progress import LineProgress
 
         lines = LineProgress(len(items), what="vlm", unit="item", done=len(items) - len(todo))
     try:

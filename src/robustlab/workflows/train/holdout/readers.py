@@ -76,8 +76,8 @@ class LabelledSet:
         """Hash of the rows' metadata and of the pixels' bytes: each image file's content
         hash (folder layouts), or the content hashes of the files holding every image, so
         that a changed image is a new run, never a reused or resumed one."""
-        from robustlab.run.content_hash import hash_files
-        from robustlab.run.identity import data_fingerprint
+        from robustlab.records.content_hash import hash_files
+        from robustlab.records.identity import data_fingerprint
 
         cols = [c for c in ("id", *META_COLUMNS) if c in self.meta.columns]
         rows = list(self.meta[cols].astype(str).itertuples(index=False, name=None))

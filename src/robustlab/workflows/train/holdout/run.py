@@ -77,7 +77,7 @@ def run_holdout(
     identity (the same batches and draws on every device, see :func:`train_network`).
     """
     from robustlab.models.devices import auto_device
-    from robustlab.run.identity import run_id as hash_id
+    from robustlab.records.identity import run_id as hash_id
     from robustlab.store import CLEAN_LEVEL, CLEAN_SHIFT, Store
 
     device = auto_device(device)
@@ -188,9 +188,9 @@ def _save_checkpoint(net, ckpt: Path) -> Path:
 
 
 def _record(identity, data: LabelledSet, split: HoldoutSplit, config, ckpt: Path, train):
-    """The run's stored record, through :func:`robustlab.run.identity.make_record`."""
+    """The run's stored record, through :func:`robustlab.records.identity.make_record`."""
     from robustlab.models.weights import weights_hash
-    from robustlab.run.identity import RecordStyle, make_record
+    from robustlab.records.identity import RecordStyle, make_record
     from robustlab.store import CLEAN_LEVEL, CLEAN_SHIFT
 
     network = {"network": config.network} if config.network is not None else {}

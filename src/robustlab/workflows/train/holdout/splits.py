@@ -42,7 +42,7 @@ class HoldoutSplit:
     seed: int
 
     def fingerprint(self, meta: pd.DataFrame) -> str:
-        from robustlab.run.identity import data_fingerprint
+        from robustlab.records.identity import data_fingerprint
 
         ids = meta["id"].to_numpy()
         return data_fingerprint(

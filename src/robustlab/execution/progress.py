@@ -210,7 +210,7 @@ def throughput_line(numbers: dict) -> str:
     predictions/s, model busy 64 % of the wall time (cpu)``.
 
     Args:
-        numbers: :func:`robustlab.run.bookkeeping.throughput`'s dict (``predictions``,
+        numbers: :func:`robustlab.execution.bookkeeping.throughput`'s dict (``predictions``,
             ``wall_s``, ``per_s``, ``busy``, ``device``); busy None (the model ran on Ray
             actors, whose time the stages line gives) leaves that part out.
     """

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from robustlab.errors import InputError
-from robustlab.run.ray.pipeline import (
+from robustlab.execution.ray.pipeline import (
     StageTimes,
     StartReport,
     data_context,
@@ -19,7 +19,7 @@ from robustlab.run.ray.pipeline import (
     objects,
     worker_errors_as_ours,
 )
-from robustlab.run.ray.placement import Placement
+from robustlab.execution.ray.placement import Placement
 
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Imported only by the multiprocessing forkserver (see :func:`robustlab.run.lifeline.worker_context`).
+"""Imported only by the multiprocessing forkserver (see :func:`robustlab.execution.lifeline.worker_context`).
 
 Workers fork from the forkserver, so whatever it has loaded they start with. Importing
 torch and robustlab and loading every compiled (numba) corruption kernel here, once per

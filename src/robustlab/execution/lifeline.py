@@ -5,9 +5,9 @@ shutdown, and worker processes used to live on: a DataLoader worker holding 690 
 minutes, generate workers still writing images. Two links make the kernel end them:
 
 * the workers' parent is not robustlab itself but the multiprocessing *forkserver* (a
-  clean process that forks the workers, see :mod:`robustlab.run.executors`), which
+  clean process that forks the workers, see :mod:`robustlab.execution.executors`), which
   would otherwise outlive robustlab for as long as any worker holds its pipe open. The
-  forkserver imports :mod:`robustlab.run._forkserver_lifeline` when it starts, which
+  forkserver imports :mod:`robustlab.execution._forkserver_lifeline` when it starts, which
   asks for ``SIGKILL`` when robustlab dies (Linux ``PR_SET_PDEATHSIG``);
 * every process the forkserver forks asks the same about the forkserver, right after
   the fork (before it imports anything), and the pools' initialisers ask again, which
@@ -139,17 +139,17 @@ def worker_context():
     forkserver is asked to tie itself to this process when it starts; only from the main
     thread, because the kernel's parent-death signal follows the *thread* that started it.
     """
-    from robustlab.run.tracker import keep_tracker_whole
+    from robustlab.execution.tracker import keep_tracker_whole
 
-    keep_tracker_whole()  # a killed resource tracker costs no tracebacks (run/tracker.py)
+    keep_tracker_whole()  # a killed resource tracker costs no tracebacks (execution/tracker.py)
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return _SpawnContext()
     context = _ForkServerContext()
     if threading.current_thread() is threading.main_thread():
         # The lifeline first (a worker must die with robustlab from its first
-        # instruction), then the warm-up (see robustlab.run._forkserver_warm).
+        # instruction), then the warm-up (see robustlab.execution._forkserver_warm).
         context.set_forkserver_preload(
-            ["robustlab.run._forkserver_lifeline", "robustlab.run._forkserver_warm"]
+            ["robustlab.execution._forkserver_lifeline", "robustlab.execution._forkserver_warm"]
         )
     return context
 

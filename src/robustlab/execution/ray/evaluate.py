@@ -7,9 +7,9 @@ import logging
 import time
 from collections.abc import Iterator
 
-from robustlab.run.lanes import default_lanes
-from robustlab.run.ray import actors
-from robustlab.run.ray.pipeline import (
+from robustlab.execution.lanes import default_lanes
+from robustlab.execution.ray import actors
+from robustlab.execution.ray.pipeline import (
     StageTimes,
     data_context,
     index_blocks,
@@ -18,9 +18,9 @@ from robustlab.run.ray.pipeline import (
     task_size,
     worker_errors_as_ours,
 )
-from robustlab.run.ray.placement import plan_placement
-from robustlab.run.ray.predictor import Predictor, prepare_tasks
-from robustlab.run.ray.session import node_cpus, ray_session
+from robustlab.execution.ray.placement import plan_placement
+from robustlab.execution.ray.predictor import Predictor, prepare_tasks
+from robustlab.execution.ray.session import node_cpus, ray_session
 
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ def predict_on_ray(
     """Run a task dataset through the CPU stage and the model on a Ray cluster.
 
     Args:
-        dataset: :class:`~robustlab.run.tasks.TaskDataset` of the tasks still to do
-            (with ``shifter``: its :meth:`~robustlab.run.device_shifts.DeviceShifts.dataset`).
+        dataset: :class:`~robustlab.execution.tasks.TaskDataset` of the tasks still to do
+            (with ``shifter``: its :meth:`~robustlab.execution.device_shifts.DeviceShifts.dataset`).
         model: The driver's loaded model (its spec, weights and label space are rebuilt
             on each actor).
         batch_size: Images per forward pass.
@@ -80,10 +80,10 @@ def predict_on_ray(
         address, cpus: See :func:`ray_session`.
         device: The device asked for (None: a GPU when the cluster has one).
         times: Filled with each stage's worker time.
-        shifter: :class:`~robustlab.run.device_shifts.DeviceShifts` for ``--shift-device``
+        shifter: :class:`~robustlab.execution.device_shifts.DeviceShifts` for ``--shift-device``
             (the model actors apply the shifts), None for the exact path.
         lanes: Batches a model actor on the CPU computes at once
-            (:mod:`robustlab.run.lanes`; None: as the local backend decides, with the
+            (:mod:`robustlab.execution.lanes`; None: as the local backend decides, with the
             actor's threads).
 
     Yields:
@@ -112,14 +112,14 @@ def predict_on_ray(
         )
         tasks_per_batch = max(1, round(batch_size / max(1.0, cells_per_task)))
         # A kept model actor on the CPU prepares its own tasks between its forward passes,
-        # as the local backend's main process does (robustlab.run.lifeline.default_workers):
+        # as the local backend's main process does (robustlab.execution.lifeline.default_workers):
         # CPU tasks beside a forward pass on every core of the node cost about twice their
         # CPU time (mine on 2 cores: x0.63 of local with them, x0.93 without). A fresh actor
         # pool keeps the CPU stage: it prepares the first tasks while the actor builds its
         # model (3-4 s), which hid more than it cost (lite0: x0.84 with it, x0.74 without).
         kept = actors.keeping() and shifter is None
         fused = kept and placement.model_gpus == 0
-        # A model on the CPU computes two batches at once, as locally (robustlab.run.lanes).
+        # A model on the CPU computes two batches at once, as locally (robustlab.execution.lanes).
         on_cpu = placement.model_gpus == 0 and shifter is None
         lanes = default_lanes(model, lanes, threads=placement.model_threads) if on_cpu else 1
         with data_context(), worker_errors_as_ours():
@@ -165,7 +165,7 @@ def predict_on_ray(
 def _predictor_args(
     model, device, batch_size: int, topk: int, placement, shifter, lanes: int = 1
 ) -> tuple:
-    """The arguments each model actor (:class:`~robustlab.run.ray.predictor.Predictor`)
+    """The arguments each model actor (:class:`~robustlab.execution.ray.predictor.Predictor`)
     is built from: what rebuilds the driver's model where the actor runs, not the model."""
     settings = None if shifter is None else shifter.settings
     return (

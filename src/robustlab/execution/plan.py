@@ -10,7 +10,7 @@ an ``AttributeError`` at the line that misspells it (and a mypy error before tha
 new field is added here once rather than in four dict literals.
 
 The run's identity and stored description live in ``record`` (built by
-:func:`robustlab.run.identity.make_record`); the plan adds what executing it needs.
+:func:`robustlab.records.identity.make_record`); the plan adds what executing it needs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from robustlab.cells import Cell
     from robustlab.data.labels import LabelSpace
     from robustlab.data.sources import Sample
-    from robustlab.run.tasks import CellImages
+    from robustlab.execution.tasks import CellImages
     from robustlab.store import RunRecord
     from robustlab.suites import Protocol, Suite
 

@@ -1,7 +1,7 @@
 """The record of a workflow that writes a folder (generate, synth, mine): its identity,
 its status and the bookkeeping around every run into it.
 
-A database run has its record in DuckDB (:func:`robustlab.run.identity.make_record`); a
+A database run has its record in DuckDB (:func:`robustlab.records.identity.make_record`); a
 folder's record is a JSON file inside the folder (``manifest.json`` for generate and synth,
 ``mining.json`` for a mined subset), and the rules are the same for every such folder, so
 they live here once:
@@ -14,14 +14,14 @@ they live here once:
 - **One entry per run, with its status.** :class:`FolderRun` is a run's entry in the
   ``runs`` list: ``running`` when written, then ``complete`` or ``interrupted``
   (:meth:`FolderRun.track`), ``killed`` when a later run finds its process gone
-  (:func:`robustlab.manifest.mark_dead_runs`). A run merged twice replaces its own entry.
+  (:func:`robustlab.records.manifest.mark_dead_runs`). A run merged twice replaces its own entry.
 - **Counts from disk.** ``written`` is what the folder holds when the run ends
   (:func:`count_files`), not a sum of what processes reported.
 - **Merged, not overwritten.** Each update re-reads the record under the lock and merges
   into what is there *now* (:func:`update_record`), so two runs into one folder keep both
   entries.
 
-The record's name, bytes and readers are :mod:`robustlab.manifest`'s (``json_bytes``: the
+The record's name, bytes and readers are :mod:`robustlab.records.manifest`'s (``json_bytes``: the
 byte format every existing folder has; ``write_manifest``, ``read_record``).
 """
 
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from robustlab.errors import InputChangedError
-from robustlab.manifest import mark_dead_runs, this_process, write_manifest
+from robustlab.records.manifest import mark_dead_runs, this_process, write_manifest
 from robustlab.files.outputs import LocalFolder, UrlFolder
-from robustlab.run.identity import run_id
+from robustlab.records.identity import run_id
 
 RUNNING, COMPLETE, INTERRUPTED = "running", "complete", "interrupted"
 

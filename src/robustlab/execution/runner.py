@@ -3,8 +3,8 @@
 Memory stays flat as the dataset grows: the sample list is the only per-image state
 (a path and a label each); images live only inside the bounded DataLoader prefetch queue
 and the current batch; predictions go to the database as they come, in one transaction
-every :data:`~robustlab.run.writer.WRITE_INTERVAL_S` seconds at most
-(:class:`~robustlab.run.writer.PredictionWriter`). Ctrl-C stores
+every :data:`~robustlab.execution.writer.WRITE_INTERVAL_S` seconds at most
+(:class:`~robustlab.execution.writer.PredictionWriter`). Ctrl-C stores
 every predicted row; a crash loses at most the rows not yet written (the predictions of
 the last interval, the current batch and the prefetched tasks), and a rerun skips every
 (sample, shift, level) already stored for the same run id.
@@ -22,12 +22,12 @@ import numpy as np
 
 from robustlab.cells import Cell, as_cells
 from robustlab.errors import InputError
-from robustlab.run.bookkeeping import RunSummary, after_failure, plan_tasks, throughput
-from robustlab.run.lanes import ForwardLanes, default_lanes, forward_lanes
-from robustlab.run.local_workers import surviving_worker_deaths
-from robustlab.run.progress import CellProgress, throughput_line
-from robustlab.run.tasks import NOTE, CellImages, Task, TaskDataset, model_input
-from robustlab.run.writer import PredictionWriter
+from robustlab.execution.bookkeeping import RunSummary, after_failure, plan_tasks, throughput
+from robustlab.execution.lanes import ForwardLanes, default_lanes, forward_lanes
+from robustlab.execution.local_workers import surviving_worker_deaths
+from robustlab.execution.progress import CellProgress, throughput_line
+from robustlab.execution.tasks import NOTE, CellImages, Task, TaskDataset, model_input
+from robustlab.execution.writer import PredictionWriter
 from robustlab.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
@@ -44,23 +44,23 @@ class RunOptions:
         workers: DataLoader worker processes (0: in the main process).
         prefetch: Tasks each worker prepares ahead, at least (the local backend raises
             it until the workers hold a batch ahead:
-            :func:`robustlab.run.local_workers.local_prefetch`).
+            :func:`robustlab.execution.local_workers.local_prefetch`).
         cells_per_task: Cells produced per decoded image in one task (0: all of a
             sample's cells in one task). One task per sample keeps task costs even, so
             in-order delivery never waits behind a slow task; a bound only matters for
             suites whose cells do not fit in a worker's memory at once.
         backend: ``local`` (a DataLoader over worker processes, the model in this
-            process) or ``ray`` (:mod:`robustlab.run.ray`).
+            process) or ``ray`` (:mod:`robustlab.execution.ray`).
         address: Ray cluster to use (``HOST:PORT``); None starts a Ray instance here with
             ``workers`` CPUs (0: all).
         device: The device asked for (Ray places the model on a GPU when it may).
         progress: Show per-cell progress bars.
-        shift_device: A :class:`robustlab.run.device_shifts.ShiftDevice`: workers only
+        shift_device: A :class:`robustlab.execution.device_shifts.ShiftDevice`: workers only
             decode, and the corruptions run batched on that device (on Ray: in each model
             actor, on its device). Other pixels than the exact path, so the caller gives
             such a run its own identity. None: the exact path.
         lanes: Batches a CPU model computes at once, each on its share of torch's
-            threads (:mod:`robustlab.run.lanes`); None: two for a torch model on the
+            threads (:mod:`robustlab.execution.lanes`); None: two for a torch model on the
             CPU with two threads or more, else one. The same batches, so the same
             top-5 classes; probabilities equal up to float rounding, as with another
             torch thread count.
@@ -105,7 +105,7 @@ class Runner:
         record: The run row (its ``run_id`` decides what counts as already done).
         options: Execution options.
         transform: Image -> tensor (default: the model's uint8 pixels as the protocol's
-            view says, :func:`robustlab.run.tasks.model_input`).
+            view says, :func:`robustlab.execution.tasks.model_input`).
     """
 
     def __init__(
@@ -208,11 +208,11 @@ class Runner:
 
     def _dataset(self, tasks: list[Task]):
         """The task dataset the workers draw from, and the run's
-        :class:`~robustlab.run.device_shifts.DeviceShifts` (None on the exact path)."""
+        :class:`~robustlab.execution.device_shifts.DeviceShifts` (None on the exact path)."""
         dataset = TaskDataset(self.samples, tasks, self.images, self.transform)
         shifter = None
         if self.options.shift_device is not None:
-            from robustlab.run.device_shifts import DeviceShifts
+            from robustlab.execution.device_shifts import DeviceShifts
 
             shifter = DeviceShifts(
                 self.model.preprocessing,
@@ -252,7 +252,7 @@ class Runner:
     def _finish(self, summary, status, failure, writer, progress, skipped, started) -> None:
         """The end of a run, whatever ended it: store the rows already predicted, close the
         bars, fill the summary and record the run's status. A cleanup error after a failure
-        is logged (:func:`~robustlab.run.bookkeeping.after_failure`), never raised over it."""
+        is logged (:func:`~robustlab.execution.bookkeeping.after_failure`), never raised over it."""
         run_id = summary.run_id
         if writer is not None:
             # Rows already predicted are written even on Ctrl-C or an error elsewhere.
@@ -332,7 +332,7 @@ class Runner:
         shifter=None,
     ) -> None:
         """Workers prepare the pixels, this process runs the model in ``batch_size`` batches
-        (after ``shifter``, a :class:`~robustlab.run.device_shifts.DeviceShifts`, applied
+        (after ``shifter``, a :class:`~robustlab.execution.device_shifts.DeviceShifts`, applied
         the corruptions on its device, when the run uses torch shifts)."""
         device = self.model.input_device()
         on_gpu = device.startswith("cuda")
@@ -374,8 +374,8 @@ class Runner:
         """Ray workers prepare the pixels and run the model (the model actors apply
         ``shifter``'s batched shifts first, when the run uses torch shifts); this process
         stores the rows."""
-        from robustlab.run.ray.evaluate import predict_on_ray
-        from robustlab.run.ray.pipeline import StageTimes
+        from robustlab.execution.ray.evaluate import predict_on_ray
+        from robustlab.execution.ray.pipeline import StageTimes
 
         times = StageTimes()
         cells = sum(len(t.cells) for t in tasks) / max(1, len(tasks))
@@ -503,7 +503,7 @@ class Runner:
 
 class _ModelTransform:
     """Picklable ``img -> uint8 CxHxW tensor`` of what the model sees: the protocol's view
-    (:func:`robustlab.run.tasks.model_input`).
+    (:func:`robustlab.execution.tasks.model_input`).
 
     Workers send uint8 pixels; :meth:`Model.predict` normalises them on the model's device
     (bit-identical to ``model.transform``), a quarter of the bytes of float32 to move

@@ -103,7 +103,7 @@ def masked_fingerprints(samples) -> tuple[str, str]:
     workflows that score a model against masks (saliency, segmentation): the image one
     holds id, class and hash, the mask one id and hash, so a replaced mask is another run
     while the images' fingerprint stays comparable across masks folders."""
-    from robustlab.run.content_hash import hash_files
+    from robustlab.records.content_hash import hash_files
 
     image_hashes = hash_files([x.path for x in samples])
     mask_hashes = hash_files([x.mask_path for x in samples])

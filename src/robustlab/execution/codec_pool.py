@@ -2,7 +2,7 @@
 
 :func:`robustlab.shifts.batched.jpeg.jpeg_roundtrip_async` codes a batch in these
 processes while the thread that shifts goes on (processes, not threads: see there). They
-start from :func:`robustlab.run.lifeline.worker_context`, like every robustlab worker: a
+start from :func:`robustlab.execution.lifeline.worker_context`, like every robustlab worker: a
 forkserver (or spawn) that never re-runs the user's main script and dies with robustlab.
 """
 
@@ -36,7 +36,7 @@ def codec_pool() -> tuple[Executor, int] | None:
         if _POOL is None:
             from robustlab.data.jpeg import init_codec_process
             from robustlab.processes import available_cpus
-            from robustlab.run.lifeline import worker_context
+            from robustlab.execution.lifeline import worker_context
 
             n = min(available_cpus(), MAX_PROCESSES)
             pool = ProcessPoolExecutor(

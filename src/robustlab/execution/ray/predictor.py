@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 from robustlab.errors import EnvironmentProblem, InputError, RobustlabError
-from robustlab.run.lanes import LaneThreads, release_free_memory
-from robustlab.run.ray.pipeline import StartReport, model_threads, objects
+from robustlab.execution.lanes import LaneThreads, release_free_memory
+from robustlab.execution.ray.pipeline import StartReport, model_threads, objects
 
 
 class Predictor:
@@ -20,11 +20,11 @@ class Predictor:
     through the object store, and a CUDA model cannot move between processes) and checks
     its weights hash against the driver's, so every node scores with the same weights.
 
-    With ``shifter`` (the driver's :class:`~robustlab.run.device_shifts.DeviceShifts`) the
+    With ``shifter`` (the driver's :class:`~robustlab.execution.device_shifts.DeviceShifts`) the
     CPU stage shipped clean photos: the actor applies the batched shifts, the JPEG round
     trip and the model's resize on its device first, after checking that its machine
     makes the pixels the run was named for (``shift_path``, the driver's
-    :meth:`~robustlab.run.device_shifts.ShiftDevice.describe`).
+    :meth:`~robustlab.execution.device_shifts.ShiftDevice.describe`).
     """
 
     def __init__(
@@ -165,7 +165,7 @@ class Predictor:
             "probs": objects(row_probs),
             "ids": objects(row_ids),
             "n_images": n_images,
-            # The actor's threads: each lane's, times the lanes (robustlab.run.lanes).
+            # The actor's threads: each lane's, times the lanes (robustlab.execution.lanes).
             "threads": np.full(n_tasks, torch.get_num_threads() * lanes),
             "lanes": np.full(n_tasks, lanes),
             "start_s": self.start.column(n_tasks),
@@ -178,7 +178,7 @@ class Predictor:
 def prepare_tasks(batch: dict, dataset) -> dict:
     """Decode, prepare, shift and preprocess each task of ``batch["index"]`` (the local
     backend's :meth:`TaskDataset.__getitem__`); with a shift device only decode and prepare
-    (:class:`~robustlab.run.device_shifts.CleanTaskDataset`, whose payload dict travels as
+    (:class:`~robustlab.execution.device_shifts.CleanTaskDataset`, whose payload dict travels as
     it is). The model stage's input: pixels, errors, measured attributes, seconds per task."""
     pixels, errors, measured, seconds = [], [], [], []
     for i in batch["index"]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from robustlab.cells import Cell, as_cells
-from robustlab.run.tasks import Task
+from robustlab.execution.tasks import Task
 from robustlab.store import Store
 
 log = logging.getLogger(__name__)

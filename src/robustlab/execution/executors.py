@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from robustlab.errors import InputError
-from robustlab.run.lifeline import die_with_parent, worker_context
-from robustlab.run.tasks import TaskDataset, worker_init
+from robustlab.execution.lifeline import die_with_parent, worker_context
+from robustlab.execution.tasks import TaskDataset, worker_init
 
 
 def _identity(item):
@@ -78,7 +78,7 @@ def check_backend(name: str, address: str | None = None) -> None:
     """Refuse an unknown backend, a missing Ray install or an ``address`` without Ray before
     any work starts (a model load, a hash of every image)."""
     if name == "ray":
-        from robustlab.run.ray.session import check_address, require_ray
+        from robustlab.execution.ray.session import check_address, require_ray
 
         require_ray()
         if address:

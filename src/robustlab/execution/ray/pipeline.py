@@ -35,7 +35,7 @@ def one_thread(torch: bool) -> None:
         return
     _THREADS_SET.add(torch)
     if torch:
-        from robustlab.run.tasks import worker_init
+        from robustlab.execution.tasks import worker_init
 
         worker_init(0)
         return
@@ -86,7 +86,7 @@ def worker_errors_as_ours():
 class StageTimes:
     """Worker time per pipeline stage, for the throughput summary (and the torch threads
     of a model stage's actors, which decide its speed on a CPU, with the lanes they are
-    shared among, :mod:`robustlab.run.lanes`: a lane's time counts as a worker's)."""
+    shared among, :mod:`robustlab.execution.lanes`: a lane's time counts as a worker's)."""
 
     items: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)

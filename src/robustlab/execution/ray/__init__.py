@@ -4,7 +4,7 @@ Why it can give exactly the local backend's output: every cell draws from
 ``derive_seed(seed, sample_id, shift, level)``, so where and in which order a cell is made
 does not matter, and this package runs the local backend's own functions on the workers
 (:func:`robustlab.workflows.generate.process_sample` for a generated image, the runner's
-:class:`~robustlab.run.tasks.TaskDataset` for the pixels the model sees, the model's
+:class:`~robustlab.execution.tasks.TaskDataset` for the pixels the model sees, the model's
 ``predict_topk`` for the forward pass). Only the driver writes: the DuckDB store has one
 writer, and the manifest one author.
 
@@ -23,9 +23,9 @@ The work is a Ray Data pipeline (Ray's streaming engine, no scheduler of our own
   actors kept across jobs (:func:`.actors.keep_model_actors`, ``mine``) on the CPU
   prepare their own tasks between forward passes instead of a CPU stage beside them, as
   the local backend's main process does. With ``--shift-device`` the CPU tasks only
-  decode and prepare (:class:`~robustlab.run.device_shifts.CleanTaskDataset`), and each
+  decode and prepare (:class:`~robustlab.execution.device_shifts.CleanTaskDataset`), and each
   actor applies the batched shifts, the JPEG round trip and the model's resize on its own
-  device with the local runner's :class:`~robustlab.run.device_shifts.DeviceShifts`
+  device with the local runner's :class:`~robustlab.execution.device_shifts.DeviceShifts`
   before predicting: per-image seed-rule generators make the pixels independent of which
   tasks share an actor's batch, so the rows are the local ``--shift-device`` run's.
 * ``synth``: chunks of prompts (the local backend's batches) -> an actor pool of diffusion

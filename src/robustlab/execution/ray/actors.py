@@ -6,9 +6,9 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from robustlab.run.ray.placement import Placement
-from robustlab.run.ray.predictor import Predictor, prepared
-from robustlab.run.ray.session import ray_session
+from robustlab.execution.ray.placement import Placement
+from robustlab.execution.ray.predictor import Predictor, prepared
+from robustlab.execution.ray.session import ray_session
 
 # Placement -> the model actors of the open :func:`keep_model_actors` block (None: no block).
 _KEPT: dict[tuple, list] | None = None
@@ -52,7 +52,7 @@ class _ModelHost:
     per distinct set of its arguments, built by the first batch that needs it and kept.
 
     Started with Ray's ``max_concurrency`` set to the predictors' lanes (a model on the
-    CPU, :mod:`robustlab.run.lanes`), it takes that many batches at once: one thread at a
+    CPU, :mod:`robustlab.execution.lanes`), it takes that many batches at once: one thread at a
     time builds a predictor or prepares its tasks, as the local backend's main process
     does, while the others' forward passes run, each on its share of the threads.
     """
@@ -67,7 +67,7 @@ class _ModelHost:
         of its arguments (in a list, so Ray fetches them only when the predictor is new).
         ``dataset``: empty, or the reference of the job's task dataset when the batch
         holds task indices to prepare here first (a model on the CPU: no CPU stage runs
-        beside it, see :func:`robustlab.run.ray.evaluate.predict_on_ray`)."""
+        beside it, see :func:`robustlab.execution.ray.evaluate.predict_on_ray`)."""
         import ray
 
         with self._lock:

@@ -13,7 +13,7 @@ and prepare: each task ships one :class:`CleanTaskDataset` payload, a dict of
   path (donors, configured tools and the protocol's storage included).
 
 The main process (on ``--backend ray``: each model actor, on its own device, see
-:mod:`robustlab.run.ray`) gathers a group of tasks, applies each (shift, level) to
+:mod:`robustlab.execution.ray`) gathers a group of tasks, applies each (shift, level) to
 all their images at once with :mod:`robustlab.shifts.batched` on the device (the masks and
 boxes travel with the images), does the protocol's JPEG round trip and the model's resize
 there, and hands the model the same ``(index, tensor, errors, measured)`` items it gets
@@ -34,7 +34,7 @@ import torch
 
 from robustlab.cells import Cell
 from robustlab.errors import CellSkipped, EnvironmentProblem, InputError
-from robustlab.run.tasks import TaskDataset, degenerate_notes
+from robustlab.execution.tasks import TaskDataset, degenerate_notes
 from robustlab.store.schema import CLEAN_SHIFT
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ class DeviceShifts:
         from robustlab.shifts.batched.jpeg import RoundTrip, jpeg_roundtrip_async
 
         if shifted and _format(self.protocol) == "jpeg":
-            from robustlab.run.codec_pool import codec_pool
+            from robustlab.execution.codec_pool import codec_pool
 
             return jpeg_roundtrip_async(
                 x, int(self.protocol.jpeg_quality), self.settings.jpeg, pool=codec_pool()

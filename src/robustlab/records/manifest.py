@@ -10,7 +10,7 @@ settings from the same source bytes. So the manifest is written *before* the fir
   fingerprint (``inpainter``); for background-donor shifts, a fingerprint of the donor pool
   (``donors``: another image in the pool changes which donor each sample draws),
 - per source image (``samples``): ``[class, image hash, mask hash]`` (BLAKE2b of the file
-  bytes; see :mod:`robustlab.run.content_hash`).
+  bytes; see :mod:`robustlab.records.content_hash`).
 
 A rerun compares itself with that record (:func:`identity_changes`) and refuses with an
 :class:`~robustlab.errors.InputChangedError` naming what changed (``seed 0 -> 7``); more
@@ -157,7 +157,7 @@ class _Folder(Protocol):
 def write_manifest(folder: _Folder, data: dict) -> None:
     """Write ``data`` as ``folder``'s manifest (atomically: ``LocalFolder``/``UrlFolder``
     write through a temp file or one PUT). Call it under the folder's lock, with what was
-    merged into the manifest on disk now (:func:`robustlab.run.folder_record.update_record`)."""
+    merged into the manifest on disk now (:func:`robustlab.records.folder_record.update_record`)."""
     folder.write(MANIFEST, json_bytes(data))
 
 

@@ -8,9 +8,9 @@ import math
 from collections.abc import Iterator, Sequence
 
 from robustlab.errors import EnvironmentProblem
-from robustlab.run.bookkeeping import one_line
-from robustlab.run.executors import get_executor
-from robustlab.run.tasks import Task
+from robustlab.execution.bookkeeping import one_line
+from robustlab.execution.executors import get_executor
+from robustlab.execution.tasks import Task
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import RobustlabError
-from robustlab.run.ray.pipeline import (
+from robustlab.execution.ray.pipeline import (
     StageTimes,
     data_context,
     index_blocks,
@@ -20,8 +20,8 @@ from robustlab.run.ray.pipeline import (
     task_size,
     worker_errors_as_ours,
 )
-from robustlab.run.ray.placement import plan_placement
-from robustlab.run.ray.session import ray_session
+from robustlab.execution.ray.placement import plan_placement
+from robustlab.execution.ray.session import ray_session
 
 
 def _write_cells(batch: dict, *, samples: Sequence, job, process_sample: Callable) -> dict:

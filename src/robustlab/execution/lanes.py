@@ -91,7 +91,7 @@ def default_lanes(model, asked: int | None = None, *, threads: int | None = None
 class LaneThreads:
     """Each thread that calls :meth:`apply` computes on its own share of ``threads``
     torch threads: for lanes whose threads another framework owns (a Ray actor with
-    ``max_concurrency``, :mod:`robustlab.run.ray.predictor`). A thread's share is fixed
+    ``max_concurrency``, :mod:`robustlab.execution.ray.predictor`). A thread's share is fixed
     at its first call and set again whenever something else changed it (building a
     model sets every thread's count)."""
 
