@@ -41,11 +41,12 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from robustlab.suites import Suite
+
     from robustlab.settings import ToolSettings
     from robustlab.workflows.tools import ToolSpec
 
     from robustlab.store import RunRecord, Store
-    from robustlab.suites import Suite
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class MaskedCells:
     selection grammar of :meth:`robustlab.suites.Suite.select`; ``shifts=["clean"]``:
     the clean images only), made with the global ``seed`` (the cells ``evaluate`` sees)."""
 
-    suite: Any = "ximagenet12"
+    suite: str | Suite = "ximagenet12"  # a name, or a Suite object
     shifts: Sequence[str] | None = None
     levels: Sequence[Any] | str | None = None
     seed: int = 0

@@ -54,6 +54,7 @@ from robustlab.workflows._masked import (
 
 if TYPE_CHECKING:
     from robustlab.execution.tasks import TaskDataset
+    from robustlab.models.base import Model
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class SaliencyModel:
         label_space, weights, device: As for ``robustlab evaluate`` (for a spec).
     """
 
-    model: Any
+    model: str | Model
     method: str = DEFAULT_METHOD
     target_layer: str | None = None
     target: str = "predicted"

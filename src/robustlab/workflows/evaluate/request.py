@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types of the fields only
     from collections.abc import Sequence
+
+    from robustlab.defences.pixels import Clahe, NLMeans
+    from robustlab.defences.tta import TenCrop
 
     from robustlab.data.labels import LabelSpace
     from robustlab.models.base import Model
@@ -141,8 +144,9 @@ class ModelSpec:
     weights: str | Path | None = None
     device: str | None = None
     batch_size: int | None = None
-    preprocess: Any = None
-    tta: Any = None
+    # a spec ("clahe", "nlmeans:h_factor=0.8"), then its parsed defence
+    preprocess: str | Clahe | NLMeans | None = None
+    tta: str | TenCrop | None = None  # a spec ("ten-crop"), then its parsed object
     precision: str | None = None
     compile: bool = False
     inference: Inference | None = field(init=False, default=None, repr=False, compare=False)
@@ -282,7 +286,7 @@ class EvaluateRequest:
     cells: CellSpec
     model: ModelSpec
     execution: ExecutionSpec
-    db: Any = DEFAULT_DB  # the results database file (created on the first write)
+    db: str | Path = DEFAULT_DB  # the results database file (created on the first write)
     tools: ToolSpec = field(default_factory=ToolSpec)  # resolved once, shipped with the work
 
     def __post_init__(self):

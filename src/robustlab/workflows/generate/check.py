@@ -24,18 +24,21 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robustlab.cells import level_key
 from robustlab.files.hashes import Journal, recorded_digests, records_hashes
 from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.pipeline import cell_path
 
+if TYPE_CHECKING:  # a field's type only
+    from robustlab.workflows.generate.plan import GeneratePlan
+
 log = logging.getLogger(__name__)
 
 
 def check_written(
-    plan: Any, folder: LocalFolder | UrlFolder, prev: dict | None, journal: Journal
+    plan: GeneratePlan, folder: LocalFolder | UrlFolder, prev: dict | None, journal: Journal
 ) -> list[str]:
     """Remove the planned cells' files that are not what generate wrote; returns their
     paths (relative to the folder), which this run draws again.

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robustlab.cells import Cell
 from robustlab.data.sources import Sample, discover, no_mask_reason
@@ -30,6 +30,9 @@ from robustlab.shifts.registry import (
 )
 from robustlab.suites import Protocol, Suite, get_suite, parse_levels
 from robustlab.workflows.generate.request import GenerateCells, GenerateInputs
+
+if TYPE_CHECKING:  # a field's type only
+    from robustlab.shifts.scenes import DonorPool
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ class GeneratePlan:
     samples: list[Sample]
     skipped: list[tuple[str, str]]
     need_mask: bool
-    donors: Any
+    donors: DonorPool | None
     resources: dict[str, Any]
     identity: dict[str, Any]
     settings: ToolSettings

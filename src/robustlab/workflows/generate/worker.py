@@ -11,7 +11,7 @@ import posixpath
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robustlab.cells import Cell
 from robustlab.data.images import ImageError
@@ -31,6 +31,9 @@ from robustlab.pipeline import (
 from robustlab.execution.lifeline import die_with_parent, worker_context
 from robustlab.settings import ToolSettings
 from robustlab.suites import Protocol
+
+if TYPE_CHECKING:  # a field's type only
+    from robustlab.shifts.scenes import DonorPool
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ class Job:
     seed: int
     max_pixels: int
     need_mask: bool
-    donors: Any = None  # DonorPool or None
+    donors: DonorPool | None = None
     # The tools' settings the run was planned with (resolved, described in the manifest):
     # workers compute with these, never with their own environment.
     settings: ToolSettings = field(default_factory=ToolSettings)

@@ -26,6 +26,7 @@ from robustlab.workflows.train.finetune import TrainConfig
 
 if TYPE_CHECKING:
     from robustlab.data.labels import LabelSpace
+    from robustlab.defences.pixels import Clahe, NLMeans
     from robustlab.suites import Suite
 
 
@@ -40,7 +41,7 @@ class TrainModel:
     model_spec: str
     config: TrainConfig = field(default_factory=TrainConfig)
     weights: str | Path | None = None
-    preprocess: Any = None  # a defence spec ("clahe"), then its parsed object
+    preprocess: str | Clahe | NLMeans | None = None  # a defence spec, then its parsed object
 
     def __post_init__(self):
         from robustlab.defences import get_preprocess
