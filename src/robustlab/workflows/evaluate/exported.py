@@ -351,38 +351,4 @@ def store_exported_attributes(store, plan: RunPlan) -> None:
         store.write_attributes(plan.record.run_id, rows)
 
 
-def render_exported_cells(root: Path, config: dict, sample_id: str, cells):
-    """The report grid's pixels of one sample of a run on an exported set."""
-    from robustlab.data.exported import ShardReader, open_export
-    from robustlab.data.sources import Sample
-    from robustlab.suites import Protocol
-
-    export = open_export(root)
-    if export is None:
-        raise InputError(f"{root} no longer holds an exported set")
-    index = {
-        (r.source_id, r.shift, r.level): (shard, where, r.content_hash, r.read)
-        for r, (shard, where) in zip(export.rows, export.where)
-    }
-    row = next((r for r in export.rows if r.source_id == sample_id), None)
-    if row is None:
-        raise InputError(f"{root} no longer holds sample {sample_id}")
-    fields = {f.name for f in dataclasses.fields(Protocol)}
-    stored = config.get("protocol") or {}
-    protocol = Protocol(**{k: v for k, v in stored.items() if k in fields})
-    images = ExportImages(ShardReader(root, export.kind, export.shards), index, protocol)
-    sample = Sample(id=sample_id, path=root / sample_id, class_name=row.class_name)
-    out, errors = {}, {}
-    try:
-        base = images.base(sample)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {sample_id}: {getattr(exc, 'reason', exc)}") from None
-    for shift, level in cells:
-        try:
-            out[(shift, level)] = images.cell(sample, base, shift, level)
-        except (OSError, ValueError) as exc:
-            errors[(shift, level)] = str(getattr(exc, "reason", exc))
-    return out, errors
-
-
-__all__ = ["ExportImages", "exported_plan", "render_exported_cells", "store_exported_attributes"]
+__all__ = ["ExportImages", "exported_plan", "store_exported_attributes"]

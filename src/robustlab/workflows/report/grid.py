@@ -155,9 +155,7 @@ def render_cells(record: dict[str, Any], sample_id: str, cells: list[tuple[str, 
     if config.get("source") == "mined":
         return _render_mined_cells(root, config, sample_id, cells)
     if config.get("source") == "exported":
-        from robustlab.workflows.evaluate.exported import render_exported_cells
-
-        return render_exported_cells(root, config, sample_id, cells)
+        return _render_exported_cells(root, config, sample_id, cells)
     try:
         samples = discover(root, labels_csv=config.get("labels_csv"), masks=config.get("masks"))
     except (OSError, ValueError) as exc:
@@ -221,6 +219,35 @@ def _cells(images, sample, base, cells) -> tuple[dict, dict]:
         except (OSError, ValueError) as exc:
             errors[(shift, level)] = str(getattr(exc, "reason", exc))
     return out, errors
+
+
+def _render_exported_cells(root: Path, config: dict, sample_id: str, cells):
+    """The report grid's pixels of one sample of a run on an exported set."""
+    from robustlab.data.exported import ShardReader, open_export
+    from robustlab.data.sources import Sample
+    from robustlab.suites import Protocol
+    from robustlab.workflows.evaluate.exported import ExportImages
+
+    export = open_export(root)
+    if export is None:
+        raise InputError(f"{root} no longer holds an exported set")
+    index = {
+        (r.source_id, r.shift, r.level): (shard, where, r.content_hash, r.read)
+        for r, (shard, where) in zip(export.rows, export.where)
+    }
+    row = next((r for r in export.rows if r.source_id == sample_id), None)
+    if row is None:
+        raise InputError(f"{root} no longer holds sample {sample_id}")
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    stored = config.get("protocol") or {}
+    protocol = Protocol(**{k: v for k, v in stored.items() if k in fields})
+    images = ExportImages(ShardReader(root, export.kind, export.shards), index, protocol)
+    sample = Sample(id=sample_id, path=root / sample_id, class_name=row.class_name)
+    try:
+        base = images.base(sample)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {sample_id}: {getattr(exc, 'reason', exc)}") from None
+    return _cells(images, sample, base, cells)
 
 
 def _render_published_cells(root: Path, config: dict, sample_id: str, cells):
