@@ -2,8 +2,9 @@
 
 DuckDB allows a single read-write process per file. To let several ``robustlab evaluate``
 processes (and a ``robustlab results`` reader) share one workspace file, every operation
-opens a connection under an exclusive OS lock (:mod:`robustlab.locks`), does its work
-in one transaction and closes again, typically in tens of milliseconds. Nothing is created
+attaches the file under an exclusive OS lock (:mod:`robustlab.locks`), does its work in one
+transaction and detaches it again, typically in a few milliseconds (the attaching is
+:mod:`robustlab.store.engine`'s). Nothing is created
 on disk until the first write, so a run that fails validation leaves no file. The tables'
 operations are in :mod:`robustlab.store.runs`, :mod:`robustlab.store.predictions` and
 :mod:`robustlab.store.maps`; :class:`robustlab.store.Store` has them all.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -30,6 +32,7 @@ from robustlab.errors import (
     environment_problem,
 )
 from robustlab.locks import backoff_delays, file_lock
+from robustlab.store.engine import attach
 from robustlab.store.schema import (
     DDL,
     SCHEMA_VERSION,
@@ -134,30 +137,37 @@ class Database:
                 hint="pass a --db in a folder you can write to",
             ):
                 stack.enter_context(file_lock(self.lock_path, self.timeout, required=not read_only))
-            con = self._open(duckdb, read_only)
+            con, release = self._open(duckdb, read_only)
+            failed = False
             try:
                 if read_only:
-                    self._check_robustlab_db(con)
+                    self._check_unless_unchanged(con)
                 elif not self._initialised:
                     self._create_schema(con)
                 yield con
-            except duckdb.Error as exc:
-                raise self._translate(exc) from exc
+            except BaseException as exc:
+                failed = True
+                if isinstance(exc, duckdb.Error):
+                    raise self._translate(exc) from exc
+                raise
             finally:
-                con.close()
+                # Detaching checkpoints the write-ahead log into the file, which can fail
+                # too (a full disk): that is the error to report, unless one already is.
+                try:
+                    release()
+                except duckdb.Error as exc:
+                    if not failed:
+                        raise self._translate(exc) from exc
+                    log.debug("detaching %s after an error failed too", self.path, exc_info=True)
 
     def _open(self, duckdb, read_only: bool):
+        """A cursor on the file attached to this process's DuckDB instance, and the function
+        that ends it (:func:`robustlab.store.engine.attach`)."""
         self._check_header()
         deadline = time.monotonic() + self.timeout
         for delay in backoff_delays(0.01, 1.0):
             try:
-                con = duckdb.connect(
-                    str(self.path), read_only=read_only, config={"threads": self.threads}
-                )
-                # No progress bar: DuckDB draws one on the terminal for a query over 2 s
-                # (the report's reads of many full runs), in the middle of robustlab's output.
-                con.execute("SET enable_progress_bar = false").fetchall()
-                return con
+                return attach(duckdb, self.path, read_only=read_only, threads=self.threads)
             except duckdb.Error as exc:
                 busy = isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
                 if not busy:
@@ -228,6 +238,19 @@ class Database:
             )
         return exc
 
+    def _check_unless_unchanged(self, con) -> None:
+        """:meth:`_check_robustlab_db`, skipped when the file (and its write-ahead log) is
+        the one that passed it last in this process: same inode, size and modification
+        time. The check's catalogue queries cost about 11 ms, more than the read they
+        guard, and a report makes hundreds of reads of an unchanged file."""
+        key = str(self.path.resolve())
+        seen = _file_identity(self.path)
+        if seen is not None and _PASSED.get(key) == seen:
+            return
+        self._check_robustlab_db(con)
+        if seen is not None:
+            _PASSED[key] = seen
+
     def _check_robustlab_db(self, con, *, empty_ok: bool = False) -> None:
         """Refuse another program's DuckDB file, another schema version's, and a truncated
         one (DuckDB opens a file cut short after its catalogue and fails only on the first
@@ -276,7 +299,10 @@ class Database:
             return  # replaying the write-ahead log adds blocks the file does not hold yet
         # Blocks in use must all be in the file (free ones may lie past its end), so a file
         # shorter than them is certainly cut; a shorter cut fails on its first read instead.
-        row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchall()
+        row = con.execute(
+            "SELECT block_size, used_blocks FROM pragma_database_size() "
+            "WHERE database_name = current_database()"
+        ).fetchall()
         if row:
             expected = int(row[0][0]) * int(row[0][1])
             size = self.path.stat().st_size
@@ -338,6 +364,26 @@ class Database:
             ).df()
 
 
+# Databases that passed the read check in this process: real path -> file identity then.
+_PASSED: dict[str, tuple] = {}
+
+
+def _file_identity(path: Path) -> tuple | None:
+    """What changes whenever the file or its write-ahead log does (None: cannot tell)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    try:
+        wal = os.stat(f"{path}.wal")
+        log_part: tuple = (wal.st_ino, wal.st_size, wal.st_mtime_ns)
+    except FileNotFoundError:
+        log_part = ()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, log_part)
+
+
 @functools.cache
 def _expected_columns() -> dict[str, frozenset[str]]:
     """Each table of :data:`DDL` and its columns, read from an in-memory database built by
@@ -357,14 +403,19 @@ def _expected_columns() -> dict[str, frozenset[str]]:
     return {t: frozenset(c) for t, c in out.items()}
 
 
-def has_table(con, name: str) -> bool:
+def table_names(con) -> set[str]:
+    """The tables of the database ``con`` has open (not those of another database this
+    process has attached at the same moment)."""
     # fetchall: an unfinished result would block con.register() on this connection.
-    return (
-        con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-        ).fetchall()[0][0]
-        > 0
-    )
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_catalog = current_database()"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def has_table(con, name: str) -> bool:
+    return name in table_names(con)
 
 
 def quote(text: str) -> str:

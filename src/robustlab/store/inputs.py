@@ -15,6 +15,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from robustlab.store.connection import table_names
+
 # Keys of a record's ``config`` (at any depth) whose string values, or lists of them, name
 # something the run read: its folders (data, generated, masks, a published archive), its
 # labels and boxes CSVs, the weights or checkpoint its model loaded, a review's predictions,
@@ -51,8 +53,7 @@ def recorded_inputs(store) -> list[tuple[str, str]]:
     if not store.exists():
         return []
     with store.connect(read_only=True) as con:
-        tables = con.execute("SELECT table_name FROM information_schema.tables").fetchall()
-        present = {r[0] for r in tables}
+        present = table_names(con)
         for table, (key, path_columns, json_columns) in TABLES.items():
             if table not in present:
                 continue

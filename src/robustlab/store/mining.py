@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from robustlab.store.connection import has_table
+
 MINING_DDL = [
     """
     CREATE TABLE IF NOT EXISTS mining_runs (
@@ -133,12 +135,7 @@ def write_mining(store, record: dict[str, Any], kept) -> None:
 
 
 def _has(con, table: str) -> bool:
-    return (
-        con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-        ).fetchone()[0]
-        > 0
-    )
+    return has_table(con, table)
 
 
 def mining_runs(store):

@@ -10,6 +10,8 @@ read as having no VLM answers.
 
 from __future__ import annotations
 
+from robustlab.store.connection import has_table
+
 VLM_TASK = "vlm"
 VLM_DDL = """
     CREATE TABLE IF NOT EXISTS vlm_answers (
@@ -45,12 +47,7 @@ VLM_COLUMNS = (
 
 
 def _has(con) -> bool:
-    return (
-        con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'vlm_answers'"
-        ).fetchall()[0][0]
-        > 0
-    )
+    return has_table(con, "vlm_answers")
 
 
 def write_answers(store, rows: list[dict]) -> int:

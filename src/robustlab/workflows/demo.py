@@ -296,6 +296,7 @@ def _db_state(db: Path) -> str | None:
     """Digest of the database's content as the report sees it: every run row (without its
     start and finish times, which a resume rewrites) and the row count of every table."""
     from robustlab.records.identity import canonical_json
+    from robustlab.store.connection import table_names
     from robustlab.store import Store
 
     if not db.is_file():
@@ -304,12 +305,7 @@ def _db_state(db: Path) -> str | None:
         runs = con.execute(
             "SELECT * EXCLUDE (started_at, finished_at) FROM runs ORDER BY run_id"
         ).fetchall()
-        tables = [
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.tables ORDER BY table_name"
-            ).fetchall()
-        ]
+        tables = sorted(table_names(con))
         counts = [(t, con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in tables]
     blob = canonical_json({"runs": runs, "counts": counts})
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
