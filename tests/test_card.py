@@ -400,3 +400,19 @@ def test_auto_masks_make_the_scene_benchmark_run_and_a_second_card_makes_none(
     second = card("lite0", data, tmp_path / "out", **kw)
     assert second.n_computed == 0 and second.run_ids == first.run_ids
     assert {m: (m.stat().st_mtime_ns, m.read_bytes()) for m in masks} == stamps
+
+
+def test_results_reference_with_an_imagenet_d_run_beside_a_suite_run(tmp_path, capsys):
+    """An ImageNet-D run has no suite (NULL, which pandas reads as NaN beside a suite name):
+    `results --reference` used to stop with an internal error sorting NaN with a name."""
+    from robustlab.cli import main
+    from robustlab.store import RunRecord
+
+    store = Store(tmp_path / "r.duckdb")
+    common = dict(model_spec="lite0", seed=0, preprocessing={}, versions={}, config={})
+    store.start_run(RunRecord(run_id="c1", suite="imagenet-c", label_space="imagenet", **common))
+    store.start_run(RunRecord(run_id="d1", suite=None, label_space="imagenet-d", **common))
+    argv = ["results", "--db", str(store.path), "--reference", "--format", "csv"]
+    assert main(argv) == 0, capsys.readouterr().err
+    rows = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    assert set(rows["benchmark"]) == {"imagenet-c"}  # no published rows for ImageNet-D here

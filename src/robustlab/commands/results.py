@@ -98,11 +98,13 @@ def _reference(store, args):
     from robustlab.store.queries import select_runs
 
     runs = select_runs(store, run_ids=args.runs, models=args.model, suites=args.suite)
+    # A run without a suite (ImageNet-D's, read from its folder) has None or, once pandas
+    # has a float in the column, NaN there: both are "no suite", neither sorts with a name.
     keys = {
-        "imagenet-d" if not s and space == "imagenet-d" else s
+        "imagenet-d" if not isinstance(s, str) and space == "imagenet-d" else s
         for s, space in zip(runs["suite"], runs["label_space"])
     }
-    return reference_rows(sorted(k for k in keys if k))
+    return reference_rows(sorted(k for k in keys if isinstance(k, str) and k))
 
 
 def _emit(text: str, notes, args) -> int:
