@@ -222,21 +222,40 @@ _WIDTHS_JS = """() => ({
 })"""
 
 
-def report_widths(html: Path, widths=(1280, 1920)) -> dict[int, dict]:
+@pytest.fixture(scope="session")
+def _chromium_session():
+    """One Playwright driver and one headless Chromium per test process, started by the
+    first browser test (starting both costs about 3 s, and a run has a dozen such tests)."""
+    sync_playwright = sync_playwright_or_skip()
+    with sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        except Exception as exc:  # noqa: BLE001 - any launch failure means no browser here
+            pytest.skip(f"cannot launch Chromium: {str(exc).splitlines()[0]}")
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def browser(_chromium_session):
+    """The process's Chromium, with every page and context a test opened closed after it
+    (so each test starts from a browser with nothing open: no shared cookies or storage)."""
+    yield _chromium_session
+    for ctx in list(_chromium_session.contexts):
+        ctx.close()
+
+
+def report_widths(browser, html: Path, widths=(1280, 1920)) -> dict[int, dict]:
     """``{window width: {tables, page, window}}`` of the page ``html`` as Chromium lays it
     out at each window width (the report's tables must fit a 1280 px window: issue 37)."""
-    sync_playwright = sync_playwright_or_skip()
     got = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            for width in widths:
-                page = browser.new_page(viewport={"width": width, "height": 900})
-                page.goto(html.resolve().as_uri(), wait_until="load")
-                got[width] = page.evaluate(_WIDTHS_JS)
-                page.close()
-        finally:
-            browser.close()
+    for width in widths:
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.goto(html.resolve().as_uri(), wait_until="load")
+        got[width] = page.evaluate(_WIDTHS_JS)
+        page.close()
     return got
 
 

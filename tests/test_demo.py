@@ -492,14 +492,11 @@ def test_full_demo_end_to_end(tmp_path):
     _check_numbers_agree(out)
 
 
-def test_fast_demo_report_fits_1280_and_1920_in_chromium(fast_demo):
+def test_fast_demo_report_fits_1280_and_1920_in_chromium(fast_demo, browser):
     """The demo's report (every section: corruptions, scenarios, edits, regression, grids):
     no sideways page scroll at 1280 or 1920, no plot scrolling inside its box, no table
     either at 1920; every plot at its natural size. On 2 photos the regression shows no
     p-values, only why."""
-    from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
-
-    sync_playwright = sync_playwright_or_skip()
     report = fast_demo["out"] / REPORT_NAME
     page_text = report.read_text(encoding="utf-8")
     assert "fewer independent observations than terms" in page_text
@@ -507,23 +504,18 @@ def test_fast_demo_report_fits_1280_and_1920_in_chromium(fast_demo):
         "Array.from(document.querySelectorAll(SEL))"
         ".filter(b => b.scrollWidth > b.clientWidth + 1).length"
     )
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            for width in (1280, 1920):
-                page = browser.new_page(viewport={"width": width, "height": 900})
-                page.goto(report.resolve().as_uri(), wait_until="load")
-                assert page.evaluate(
-                    "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
-                )
-                assert page.evaluate(sideways.replace("SEL", "'figure.plot'")) == 0
-                if width == 1920:
-                    assert page.evaluate(sideways.replace("SEL", "'.table-wrap'")) == 0
-                scales = page.evaluate(
-                    "Array.from(document.querySelectorAll('figure.plot img'))"
-                    ".map(i => i.clientWidth / i.naturalWidth)"
-                )
-                assert scales and min(scales) >= 0.999
-                page.close()
-        finally:
-            browser.close()
+    for width in (1280, 1920):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.goto(report.resolve().as_uri(), wait_until="load")
+        assert page.evaluate(
+            "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+        )
+        assert page.evaluate(sideways.replace("SEL", "'figure.plot'")) == 0
+        if width == 1920:
+            assert page.evaluate(sideways.replace("SEL", "'.table-wrap'")) == 0
+        scales = page.evaluate(
+            "Array.from(document.querySelectorAll('figure.plot img'))"
+            ".map(i => i.clientWidth / i.naturalWidth)"
+        )
+        assert scales and min(scales) >= 0.999
+        page.close()

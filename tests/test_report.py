@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, report_widths, sync_playwright_or_skip, too_wide
+from conftest import report_widths, too_wide
 
 import robustlab
 from robustlab.cli import main as cli
@@ -419,86 +419,80 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
 # ---------------------------------------------------------------------------- browser
 
 
-def test_every_table_fits_a_1280_and_a_1920_window(world):
+def test_every_table_fits_a_1280_and_a_1920_window(world, browser):
     """No table wider than its box (no sideways scrolling inside it), no page wider than
     the window (issue 37: the runs table was 1,399 px in a 1,240 px box at 1280)."""
-    for width, layout in report_widths(world["out"]).items():
+    for width, layout in report_widths(browser, world["out"]).items():
         assert layout["window"] == width and len(layout["tables"]) >= 5
         assert too_wide(layout) == [], width
 
 
-def test_report_in_a_real_browser(world, tmp_path):
-    sync_playwright = sync_playwright_or_skip()
+def test_report_in_a_real_browser(world, tmp_path, browser):
     res = world["result"]
     problems, requests = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 860})
-            page.on(
-                "console",
-                lambda m: problems.append(m.text) if m.type in ("error", "warning") else None,
-            )
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(world["out"].resolve().as_uri(), wait_until="load")
-            assert problems == []
-            assert all(u.startswith(("file:", "data:")) for u in requests), requests
-            # every table and every plot is there, and every image decoded
-            for t in res.tables:
-                assert page.locator(f"table#{t}").count() == 1, t
-            for f in res.figures:
-                assert page.locator(f"figure#{f} img").count() == 1, f
-            n_plots = page.locator("figure.plot img").count()
-            assert n_plots == len(res.figures)
-            broken = page.evaluate(
-                "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length"
-            )
-            assert broken == 0
-            assert page.locator("img").count() == n_plots + page.locator("table.grid img").count()
+    page = browser.new_page(viewport={"width": 1366, "height": 860})
+    page.on(
+        "console",
+        lambda m: problems.append(m.text) if m.type in ("error", "warning") else None,
+    )
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(world["out"].resolve().as_uri(), wait_until="load")
+    assert problems == []
+    assert all(u.startswith(("file:", "data:")) for u in requests), requests
+    # every table and every plot is there, and every image decoded
+    for t in res.tables:
+        assert page.locator(f"table#{t}").count() == 1, t
+    for f in res.figures:
+        assert page.locator(f"figure#{f} img").count() == 1, f
+    n_plots = page.locator("figure.plot img").count()
+    assert n_plots == len(res.figures)
+    broken = page.evaluate(
+        "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length"
+    )
+    assert broken == 0
+    assert page.locator("img").count() == n_plots + page.locator("table.grid img").count()
 
-            # clicking a header sorts the table (ascending, then descending)
-            def column(name):
-                idx = page.evaluate(
-                    "([t, n]) => Array.from(document.querySelectorAll(`table#${t} thead th`))"
-                    ".findIndex(th => th.textContent.trim().startsWith(n))",
-                    ["cells", name],
-                )
-                assert idx >= 0
-                vals = page.evaluate(
-                    "([t, i]) => Array.from(document.querySelectorAll(`table#${t} tbody tr`))"
-                    ".map(r => r.cells[i].getAttribute('data-sort'))",
-                    ["cells", idx],
-                )
-                return idx, [float(v) if v else None for v in vals]
+    # clicking a header sorts the table (ascending, then descending)
+    def column(name):
+        idx = page.evaluate(
+            "([t, n]) => Array.from(document.querySelectorAll(`table#${t} thead th`))"
+            ".findIndex(th => th.textContent.trim().startsWith(n))",
+            ["cells", name],
+        )
+        assert idx >= 0
+        vals = page.evaluate(
+            "([t, i]) => Array.from(document.querySelectorAll(`table#${t} tbody tr`))"
+            ".map(r => r.cells[i].getAttribute('data-sort'))",
+            ["cells", idx],
+        )
+        return idx, [float(v) if v else None for v in vals]
 
-            idx, before = column("top1 %")
-            header = page.locator("table#cells thead th").nth(idx)
-            header.locator("button").click()
-            _, up = column("top1 %")
-            nums = [v for v in up if v is not None]
-            assert nums == sorted(nums) and up[len(nums) :] == [None] * (len(up) - len(nums))
-            assert header.get_attribute("aria-sort") == "ascending"
-            header.locator("button").click()
-            _, down = column("top1 %")
-            nums = [v for v in down if v is not None]
-            assert nums == sorted(nums, reverse=True)
-            assert header.get_attribute("aria-sort") == "descending"
-            assert sorted(v for v in before if v is not None) == sorted(nums)
-            # text columns sort too
-            board = page.locator("table#leaderboard thead th").nth(0)
-            board.locator("button").click()
-            names = page.evaluate(
-                "Array.from(document.querySelectorAll('table#leaderboard tbody tr'))"
-                ".map(r => r.cells[0].textContent)"
-            )
-            assert names == sorted(names)
-            assert problems == []
-            shot = tmp_path / "report.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000
-        finally:
-            browser.close()
+    idx, before = column("top1 %")
+    header = page.locator("table#cells thead th").nth(idx)
+    header.locator("button").click()
+    _, up = column("top1 %")
+    nums = [v for v in up if v is not None]
+    assert nums == sorted(nums) and up[len(nums) :] == [None] * (len(up) - len(nums))
+    assert header.get_attribute("aria-sort") == "ascending"
+    header.locator("button").click()
+    _, down = column("top1 %")
+    nums = [v for v in down if v is not None]
+    assert nums == sorted(nums, reverse=True)
+    assert header.get_attribute("aria-sort") == "descending"
+    assert sorted(v for v in before if v is not None) == sorted(nums)
+    # text columns sort too
+    board = page.locator("table#leaderboard thead th").nth(0)
+    board.locator("button").click()
+    names = page.evaluate(
+        "Array.from(document.querySelectorAll('table#leaderboard tbody tr'))"
+        ".map(r => r.cells[0].textContent)"
+    )
+    assert names == sorted(names)
+    assert problems == []
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
 
 
 # ---------------------------------------------------------------------------- scenarios

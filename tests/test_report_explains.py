@@ -135,8 +135,8 @@ def test_saliency_section_and_no_nan(world):
     assert "nan" not in {w.lower() for w in words}
 
 
-def test_every_table_fits_its_box_and_the_window_at_1280_and_1920(world):
-    for width, layout in report_widths(world["out"]).items():
+def test_every_table_fits_its_box_and_the_window_at_1280_and_1920(world, browser):
+    for width, layout in report_widths(browser, world["out"]).items():
         assert layout["window"] == width
         assert too_wide(layout) == [], width
         assert len(layout["tables"]) >= 8

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 from PIL import Image, ImageDraw
 
 from robustlab.cli import main as cli
@@ -527,18 +526,6 @@ def test_bad_api_requests_are_refused(server):
 
 
 # ---------------------------------------------------------------------------- browser
-
-
-@pytest.fixture
-def browser():
-    sync_playwright = sync_playwright_or_skip()
-    with sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        except Exception as exc:  # noqa: BLE001 - any launch failure means no browser here
-            pytest.skip(f"cannot launch Chromium: {str(exc).splitlines()[0]}")
-        yield b
-        b.close()
 
 
 def open_page(browser, url, problems):

@@ -274,16 +274,13 @@ def test_compare_two_real_runs_cell_by_cell(world):
         assert row["diff_lo"] <= row["diff"] <= row["diff_hi"]
 
 
-def test_report_layout_in_chromium_at_1280_and_1920(report_lite1):
+def test_report_layout_in_chromium_at_1280_and_1920(report_lite1, browser):
     """No horizontal page overflow; every plot fits the content column at its natural size
     (never shrunk below its text size, never scrolling); at 1920 no table scrolls sideways
     either (at 1280 a table may still scroll inside its own box); long tables scroll
     vertically in their own box; alt text on every image, one scenario table per suite."""
-    from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
-
     from robustlab.workflows.report.plots import MIN_TEXT_PT, text_px
 
-    sync_playwright = sync_playwright_or_skip()
     out, res = report_lite1
     assert {"scenarios-ximagenet12", "scenarios-imagenet9"} <= set(res.tables)
     assert text_px(MIN_TEXT_PT) >= 10
@@ -292,37 +289,32 @@ def test_report_layout_in_chromium_at_1280_and_1920(report_lite1):
         ".filter(b => b.scrollWidth > b.clientWidth + 1)"
         ".map(b => (b.id || b.querySelector('[id]').id) + ' ' + b.scrollWidth)"
     )
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            for width in (1280, 1920):
-                page = browser.new_page(viewport={"width": width, "height": 900})
-                page.goto(out.resolve().as_uri(), wait_until="load")
-                overflow = page.evaluate(
-                    "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-                )
-                assert overflow <= 0, (width, overflow)
-                # plots are shown at natural size (never shrunk below their text size)
-                scales = page.evaluate(
-                    "Array.from(document.querySelectorAll('figure.plot img'))"
-                    ".map(i => i.clientWidth / i.naturalWidth)"
-                )
-                assert scales and min(scales) >= 0.999, scales
-                assert page.evaluate(sideways.replace("SEL", "'figure.plot'")) == []
-                if width == 1920:
-                    assert page.evaluate(sideways.replace("SEL", "'.table-wrap'")) == []
-                # the long cells table scrolls in its own box, its header kept in view
-                box = page.evaluate(
-                    "(() => { const w = document.getElementById('cells').parentElement;"
-                    " return [w.clientHeight, w.scrollHeight]; })()"
-                )
-                assert box[0] < min(600, box[1]), box
-                assert page.evaluate("Array.from(document.images).filter(i => !i.alt).length") == 0
-                ids = page.evaluate("Array.from(document.querySelectorAll('[id]')).map(e => e.id)")
-                assert len(ids) == len(set(ids))  # every id once (tables and sections)
-                page.close()
-        finally:
-            browser.close()
+    for width in (1280, 1920):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.goto(out.resolve().as_uri(), wait_until="load")
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, (width, overflow)
+        # plots are shown at natural size (never shrunk below their text size)
+        scales = page.evaluate(
+            "Array.from(document.querySelectorAll('figure.plot img'))"
+            ".map(i => i.clientWidth / i.naturalWidth)"
+        )
+        assert scales and min(scales) >= 0.999, scales
+        assert page.evaluate(sideways.replace("SEL", "'figure.plot'")) == []
+        if width == 1920:
+            assert page.evaluate(sideways.replace("SEL", "'.table-wrap'")) == []
+        # the long cells table scrolls in its own box, its header kept in view
+        box = page.evaluate(
+            "(() => { const w = document.getElementById('cells').parentElement;"
+            " return [w.clientHeight, w.scrollHeight]; })()"
+        )
+        assert box[0] < min(600, box[1]), box
+        assert page.evaluate("Array.from(document.images).filter(i => !i.alt).length") == 0
+        ids = page.evaluate("Array.from(document.querySelectorAll('[id]')).map(e => e.id)")
+        assert len(ids) == len(set(ids))  # every id once (tables and sections)
+        page.close()
 
 
 def test_leaderboard_ranks_only_runs_over_the_same_cells(world, report_plain):
@@ -436,16 +428,13 @@ def test_plots_never_draw_text_below_the_minimum():
     assert sizes["tiny"] == MIN_TEXT_PT and sizes["title"] == 12
 
 
-def test_wide_plot_fits_and_wide_table_scrolls_in_its_own_box_at_1280(tmp_path):
+def test_wide_plot_fits_and_wide_table_scrolls_in_its_own_box_at_1280(tmp_path, browser):
     """A 12-scenario x 2-run bar chart (2,500 px wide when its bars stood side by side) and a
     40-column table: the page itself never scrolls sideways, the plot fits at its natural
     size (so its text stays at least 10 px), the table scrolls inside its own box."""
-    from conftest import CHROMIUM_ARGS, sync_playwright_or_skip
-
     from robustlab.workflows.report import plots
     from robustlab.workflows.report.html import Column, Table, figure, page, render_table
 
-    sync_playwright = sync_playwright_or_skip()
     names = [f"scenario_{i}" for i in range(12)]
     scen = pd.DataFrame(
         [
@@ -464,27 +453,20 @@ def test_wide_plot_fits_and_wide_table_scrolls_in_its_own_box_at_1280(tmp_path):
         ),
         encoding="utf-8",
     )
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            pg = browser.new_page(viewport={"width": 1280, "height": 900})
-            pg.goto(out.resolve().as_uri(), wait_until="load")
-            assert (
-                pg.evaluate(
-                    "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-                )
-                <= 0
-            )
-            img = pg.evaluate(
-                "(() => { const i = document.querySelector('figure.plot img');"
-                " return [i.clientWidth, i.naturalWidth]; })()"
-            )
-            assert img[1] <= 1200 and img[0] == pytest.approx(img[1])
-            boxes = pg.evaluate(
-                "Array.from(document.querySelectorAll('figure.plot, .table-wrap'))"
-                ".map(b => [b.scrollWidth > b.clientWidth,"
-                " b.getBoundingClientRect().right <= 1280])"
-            )
-            assert boxes == [[False, True], [True, True]]
-        finally:
-            browser.close()
+    pg = browser.new_page(viewport={"width": 1280, "height": 900})
+    pg.goto(out.resolve().as_uri(), wait_until="load")
+    assert (
+        pg.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        <= 0
+    )
+    img = pg.evaluate(
+        "(() => { const i = document.querySelector('figure.plot img');"
+        " return [i.clientWidth, i.naturalWidth]; })()"
+    )
+    assert img[1] <= 1200 and img[0] == pytest.approx(img[1])
+    boxes = pg.evaluate(
+        "Array.from(document.querySelectorAll('figure.plot, .table-wrap'))"
+        ".map(b => [b.scrollWidth > b.clientWidth,"
+        " b.getBoundingClientRect().right <= 1280])"
+    )
+    assert boxes == [[False, True], [True, True]]
