@@ -343,6 +343,7 @@ def test_cpu_jpeg_round_trip_is_the_protocols(prepared):
     assert np.array_equal(out, ref)
 
 
+@pytest.mark.long
 def test_cpu_jpeg_round_trip_in_codec_processes(prepared):
     """The codec processes give the batch the calling thread gives (chunks back in order),
     and a child forked after the parent started them starts its own (a pool belongs to the

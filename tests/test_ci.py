@@ -8,6 +8,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / ".ci" / "run"
 
@@ -99,6 +101,7 @@ def _bash_lines_raw(section: str) -> list[str]:
     return [ln for b in blocks for ln in b.splitlines() if ln.strip()]
 
 
+@pytest.mark.long
 def test_xdist_groups_take_effect_with_the_installed_pytest(tmp_path):
     """``--dist loadgroup`` (pyproject's addopts) must really group: with a pytest whose node
     ids xdist cannot suffix (9.2 beside xdist 3.8) the tests of one group are handed to

@@ -266,6 +266,7 @@ def test_earlier_run_note_names_the_defence_and_nothing_else():
     assert input_changes(old, new) == ["defence none -> clahe"]
 
 
+@pytest.mark.long
 def test_cli_evaluate_with_defences_then_summary_and_report(
     tiny, tmp_path, capsys, caplog, monkeypatch
 ):

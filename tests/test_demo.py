@@ -492,6 +492,7 @@ def test_full_demo_end_to_end(tmp_path):
     _check_numbers_agree(out)
 
 
+@pytest.mark.long
 def test_fast_demo_report_fits_1280_and_1920_in_chromium(fast_demo, browser):
     """The demo's report (every section: corruptions, scenarios, edits, regression, grids):
     no sideways page scroll at 1280 or 1920, no plot scrolling inside its box, no table

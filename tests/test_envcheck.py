@@ -52,11 +52,13 @@ def _run(code_or_args, path: Path, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.long
 def test_the_overlay_reproduces_the_users_failure(broken_torchvision, tmp_path):
     r = _run(["-c", "import torchvision"], broken_torchvision, tmp_path)
     assert r.returncode != 0 and "torchvision::nms does not exist" in r.stderr
 
 
+@pytest.mark.long
 def test_cli_says_one_line_with_both_versions_and_the_fix(broken_torchvision, tmp_path):
     """The demo checks the pair first: one line, nothing printed or created before it."""
     r = _run(["-m", "robustlab.cli", "demo", "--out", "demo"], broken_torchvision, tmp_path)
@@ -70,6 +72,7 @@ def test_cli_says_one_line_with_both_versions_and_the_fix(broken_torchvision, tm
     assert r.stdout == "" and not (tmp_path / "demo").exists()
 
 
+@pytest.mark.long
 def test_python_api_raises_environment_problem(broken_torchvision, tmp_path):
     code = (
         "from robustlab.errors import EnvironmentProblem\n"

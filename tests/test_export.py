@@ -245,6 +245,7 @@ def test_a_corrupted_shard_image_is_skipped_by_its_hash_not_scored(exports, tmp_
     assert any("not what export wrote" in why for _, why in _skipped(tmp_path / "r.duckdb", table))
 
 
+@pytest.mark.long
 def test_a_killed_export_resumes_into_the_same_shards(imagenet_c, exports, tmp_path):
     out, _ = imagenet_c
     dest = tmp_path / "killed"

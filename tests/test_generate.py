@@ -189,6 +189,7 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
         generate("imagenet-c", three, out, shifts=CORRUPTIONS, fmt="png", progress=False, workers=0)
 
 
+@pytest.mark.long
 def test_killed_run_leaves_no_partial_files_and_resumes(samples_dir, tmp_path):
     names = sorted(p.name for p in samples_dir.glob("*.JPEG"))[:40]
     data = _flat_copy(samples_dir, tmp_path / "d", names)

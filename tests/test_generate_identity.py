@@ -74,6 +74,7 @@ def _kill_after_first_file(cmd: list[str], out: Path) -> None:
     kill_after_first_file(cmd, out, "*.jpg")
 
 
+@pytest.mark.long
 def test_killed_generate_refuses_another_seed_and_resumes_the_same(tmp_path, capsys):
     data = make_folder(tmp_path / "data", 40)
     out = tmp_path / "out"
@@ -162,6 +163,7 @@ def test_a_source_changed_since_generation_is_refused(tmp_path):
     assert _files(out) == before
 
 
+@pytest.mark.long
 def test_concurrent_generates_keep_both_runs_in_the_history(tmp_path):
     data = make_folder(tmp_path / "data", 30)
     out = tmp_path / "out"

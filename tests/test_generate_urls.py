@@ -187,6 +187,7 @@ def bucket(s3) -> str:
     return name
 
 
+@pytest.mark.long
 def test_s3_worker_processes_same_bytes_resume_and_refusal(photos, local_files, s3, bucket):
     options, fs = s3
     url = f"s3://{bucket}/imagenet-c"
@@ -274,6 +275,7 @@ def _cli_env(options: dict) -> dict:
     }
 
 
+@pytest.mark.long
 def test_s3_cli_takes_the_endpoint_from_fsspec_config(
     photos, local_files, s3, bucket, monkeypatch, capsys
 ):

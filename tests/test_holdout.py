@@ -304,6 +304,7 @@ def test_protocol_run_is_stored_reused_and_reported(shapes_folder, tmp_path):
     assert page.tables == ["surface-variation"] and "versions:one-per-icon" in html
 
 
+@pytest.mark.long
 def test_a_killed_training_resumes_at_its_last_epoch_with_the_same_numbers(
     shapes_folder, tmp_path, caplog
 ):

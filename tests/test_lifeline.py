@@ -187,6 +187,7 @@ def test_die_with_parent_kills_an_orphan(tmp_path):
             proc.kill()
 
 
+@pytest.mark.long
 def test_workers_do_not_rerun_an_unguarded_main_script(tmp_path):
     """A plain script with no ``__main__`` guard: robustlab's DataLoader workers and a pool
     on :func:`worker_context` run without re-running the script (which used to start the

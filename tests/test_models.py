@@ -38,6 +38,7 @@ def _accuracy(name: str, samples_dir) -> float:
     return acc
 
 
+@pytest.mark.long
 def test_lite0_accuracy_on_the_compact_photos():
     """The default run checks the claim on the repository's 120 scaled-down photos (one per
     class of the shared set's first 120), so it costs seconds with or without ../shared; the

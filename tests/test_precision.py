@@ -257,6 +257,7 @@ def _tiny(tmp_path):
     return load_model("timm:test_resnet", weights=ckpt, device="cpu", batch_size=4)
 
 
+@pytest.mark.long
 def test_a_failing_torch_compile_is_one_line(tmp_path, monkeypatch):
     """No usable C compiler: the compile that evaluate forces before any work fails with
     one EnvironmentProblem line, not inductor's page of traceback."""

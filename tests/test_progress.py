@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from robustlab.workflows.demo import DEMO_LABEL_SPACE, materialise
 from robustlab.execution.progress import CellProgress, LineProgress
 
@@ -70,6 +72,7 @@ def test_cell_progress_in_line_mode_counts_skipped_cells():
     assert err.getvalue().splitlines()[-1].startswith("evaluate: 4/4 (100 %)")
 
 
+@pytest.mark.long
 def test_evaluate_cli_prints_progress_lines_to_a_pipe_and_skips_reach_100(tmp_path):
     """Two demo photos of different classes: mixed_same has no same-class donor, so every
     one of its cells is skipped; the last progress line still says 6/6 (100 %)."""

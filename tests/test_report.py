@@ -419,6 +419,7 @@ def test_run_selection_and_bad_input(world, tmp_path, capsys):
 # ---------------------------------------------------------------------------- browser
 
 
+@pytest.mark.long
 def test_every_table_fits_a_1280_and_a_1920_window(world, browser):
     """No table wider than its box (no sideways scrolling inside it), no page wider than
     the window (issue 37: the runs table was 1,399 px in a 1,240 px box at 1280)."""

@@ -135,6 +135,7 @@ def test_saliency_section_and_no_nan(world):
     assert "nan" not in {w.lower() for w in words}
 
 
+@pytest.mark.long
 def test_every_table_fits_its_box_and_the_window_at_1280_and_1920(world, browser):
     for width, layout in report_widths(browser, world["out"]).items():
         assert layout["window"] == width

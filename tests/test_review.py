@@ -632,6 +632,7 @@ def test_keyboard_review_with_reload_undo_and_relabel(server, browser, world):
     assert problems == []
 
 
+@pytest.mark.long
 def test_two_annotators_at_once_and_the_exported_set(server, browser, world, capsys):
     ids, store, rs = world["ids"], server.store, server.review_set
     problems = []
@@ -784,6 +785,7 @@ def test_command_bad_input_is_one_line(world, capsys):
         assert len(lines) == 1 and text in lines[0], err
 
 
+@pytest.mark.long
 def test_a_mined_set_reads_as_words_fits_1280_and_small_photos_fill_the_pane(tmp_path, browser):
     """hard.csv as ``robustlab mine`` writes it: each surrogate's guess is a class name
     marked right or wrong (no ``lite0_top1 = 239``), the cell is a fact in words; a long

@@ -138,6 +138,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 def test_two_processes_write_concurrently_without_losing_rows(tmp_path):
     db = tmp_path / "shared.duckdb"
     script = tmp_path / "writer.py"

@@ -274,6 +274,7 @@ def test_compare_two_real_runs_cell_by_cell(world):
         assert row["diff_lo"] <= row["diff"] <= row["diff_hi"]
 
 
+@pytest.mark.long
 def test_report_layout_in_chromium_at_1280_and_1920(report_lite1, browser):
     """No horizontal page overflow; every plot fits the content column at its natural size
     (never shrunk below its text size, never scrolling); at 1920 no table scrolls sideways
@@ -428,6 +429,7 @@ def test_plots_never_draw_text_below_the_minimum():
     assert sizes["tiny"] == MIN_TEXT_PT and sizes["title"] == 12
 
 
+@pytest.mark.long
 def test_wide_plot_fits_and_wide_table_scrolls_in_its_own_box_at_1280(tmp_path, browser):
     """A 12-scenario x 2-run bar chart (2,500 px wide when its bars stood side by side) and a
     40-column table: the page itself never scrolls sideways, the plot fits at its natural

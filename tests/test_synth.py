@@ -277,6 +277,7 @@ def test_a_failing_prompt_is_a_counted_skip(tmp_path, checkpoint, backend):
     assert json.loads((out / "manifest.json").read_text())["failures"] == []
 
 
+@pytest.mark.long
 def test_bad_checkpoint_folders_are_one_line_errors(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"  # apart from --out: an output inside an input is refused first
     ckpt.mkdir()

@@ -113,6 +113,7 @@ def test_killed_synth_is_marked_and_counted_from_disk(tmp_path):
     assert [r["status"] for r in m["runs"]] == ["killed", "complete"]  # on main: "running"
 
 
+@pytest.mark.long
 def test_killed_evaluate_is_marked_killed_by_the_next_run(tmp_path, capsys):
     data = h.flat_folder(tmp_path / "data", 6)
     db = tmp_path / "r.duckdb"
