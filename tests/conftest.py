@@ -305,6 +305,33 @@ def pytest_configure(config):
     to its default in those commands (an exec resets a handled signal)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _compile_kernels_in_the_background(config)
+
+
+def _compile_kernels_in_the_background(config) -> None:
+    """In xdist's controller (which runs no tests): compile the corruptions' numba kernels
+    once, in a process of its own, while the workers collect. On a fresh clone nothing is
+    compiled yet, and each worker compiled every kernel its first ImageNet-C test needed,
+    both at about the same time: 23 CPU-s each, twice, on the critical path of the run. The
+    workers then load the cached code (numba's own cache, as any later run does); a kernel
+    needed before its cache is written is compiled by the worker as before."""
+    import subprocess
+    import sys
+
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("numprocesses", None):
+        return
+    code = "from robustlab.shifts.kernels import warm; warm()"
+    config._robustlab_warm = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def pytest_unconfigure(config):
+    proc = getattr(config, "_robustlab_warm", None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+    if proc is not None:
+        proc.wait()
 
 
 def _uses_a_module_fixture(item) -> bool:

@@ -369,6 +369,7 @@ def test_clahe_fine_tuning_trains_on_clahe_pixels(crops, tmp_path):
     assert train_on_cells("lite0", crops, [("clean", 0)], split, preprocess="clahe", **kw).reused
 
 
+@pytest.mark.long
 def test_cli_train_clahe_evaluates_behind_clahe_and_evaluate_warns_without_it(
     crops, tmp_path, caplog
 ):

@@ -166,6 +166,7 @@ def test_mapping_label_space_is_refused(crops, split, tmp_path):
         finetune(model, [], [], [("clean", 0)], None, TrainConfig(), tmp_path / "x.pth")
 
 
+@pytest.mark.long
 def test_cli_protocols_store_runs_and_score(crops, tmp_path, capsys):
     from robustlab.cli import main
     from robustlab.store import Store

@@ -270,6 +270,7 @@ def test_test_cells_default_to_the_held_out_families():
     assert test_cells_for(aug, s, ["fog"], [2]) == [("fog", 2)]
 
 
+@pytest.mark.long
 def test_cli_stability_grid_and_augmentation_store_runs_with_their_method(photos, tmp_path, capsys):
     from robustlab.cli import main
     from robustlab.store import Store
