@@ -309,8 +309,8 @@ def pytest_configure(config):
 
 
 def _compile_kernels_in_the_background(config) -> None:
-    """In xdist's controller (which runs no tests): compile the corruptions' numba kernels
-    once, in a process of its own, while the workers collect. On a fresh clone nothing is
+    """In xdist's controller (which runs no tests): compile the corruptions' and ImageNet-E's
+    numba kernels once, in a process of its own, while the workers collect. On a fresh clone nothing is
     compiled yet, and each worker compiled every kernel its first ImageNet-C test needed,
     both at about the same time: 23 CPU-s each, twice, on the critical path of the run. The
     workers then load the cached code (numba's own cache, as any later run does); a kernel
@@ -320,7 +320,14 @@ def _compile_kernels_in_the_background(config) -> None:
 
     if os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("numprocesses", None):
         return
-    code = "from robustlab.shifts.kernels import warm; warm()"
+    code = (
+        "import numpy as np\n"
+        "from robustlab.shifts.kernels import warm\n"
+        "from robustlab.shifts.attributes.patchfill import patch_fill\n"
+        "warm()\n"
+        "hole = np.zeros((48, 48), bool); hole[16:32, 16:32] = True\n"
+        "patch_fill(np.full((48, 48, 3), 128, np.uint8), hole)  # ImageNet-E's fill\n"
+    )
     config._robustlab_warm = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

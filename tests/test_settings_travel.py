@@ -81,6 +81,7 @@ def no_backend_in_the_environment(monkeypatch):
     monkeypatch.delenv(fill.ENV_FILL, raising=False)
 
 
+@pytest.mark.long
 def test_pool_workers_fill_with_the_tasks_backend_not_their_environment(
     demo_data, references, no_backend_in_the_environment, tmp_path, monkeypatch
 ):
