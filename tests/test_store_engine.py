@@ -14,25 +14,17 @@ import threading
 
 import duckdb
 import pytest
+from test_store import _run
 
 from robustlab.errors import StoreError
-from robustlab.store import RunRecord, Store
+from robustlab.store import Store
 from robustlab.store.connection import table_names
 from robustlab.store.engine import _attached
 
 
 def _store_with_a_run(path, run_id="r1") -> Store:
     store = Store(path)
-    record = RunRecord(
-        run_id=run_id,
-        model_spec="lite0",
-        suite="imagenet-c",
-        seed=0,
-        preprocessing={"input_size": 224},
-        versions={"robustlab": "x"},
-        config={"batch_size": 8},
-    )
-    store.start_run(record)
+    _run(store, run_id)
     return store
 
 
