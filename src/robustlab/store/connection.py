@@ -418,10 +418,6 @@ def has_table(con, name: str) -> bool:
     return name in table_names(con)
 
 
-def quote(text: str) -> str:
-    return "'" + str(text).replace("'", "''") + "'"
-
-
 def in_clause(column: str, values: Iterable[str] | None) -> tuple[str, list]:
     if values is None:
         return "", []

@@ -79,7 +79,7 @@ def attach(duckdb, path: Path, *, read_only: bool, threads: int = 1) -> tuple[ob
             if entry is None:
                 alias = f"robustlab_db{next(_aliases)}"
                 mode = " (READ_ONLY)" if read_only else ""
-                cur.execute(f"ATTACH {_quote(str(path))} AS {alias}{mode}")
+                cur.execute(f"ATTACH {quote(path)} AS {alias}{mode}")
                 entry = _attached[key] = [alias, read_only, 0]
             elif entry[1] and not read_only:
                 raise StoreError(
@@ -120,5 +120,6 @@ def _release(duckdb, base, cur, key: str, entry: list) -> None:
                 base.execute(f"DETACH {entry[0]}")
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+def quote(text) -> str:
+    """``text`` as an SQL string literal (a file path, a run id)."""
+    return "'" + str(text).replace("'", "''") + "'"

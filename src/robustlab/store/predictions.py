@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from robustlab.errors import InputError, environment_errors
-from robustlab.store.connection import Database, has_table, in_clause, quote
+from robustlab.store.connection import Database, has_table, in_clause
+from robustlab.store.engine import quote
 from robustlab.store.schema import (
     ATTRIBUTE_COLUMNS,
     ATTRIBUTE_VALUE_COLUMNS,
