@@ -123,7 +123,7 @@ def separable(x: torch.Tensor, taps: np.ndarray, mode: str) -> torch.Tensor:
     """
     n, c, h, w = x.shape
     r = (len(taps) - 1) // 2
-    k = torch.as_tensor(np.asarray(taps), dtype=x.dtype, device=x.device)
+    k = torch.as_tensor(np.array(taps), dtype=x.dtype, device=x.device)  # taps may be read-only
     flat = x.reshape(n * c, 1, h, w)
     flat = F.conv2d(pad(flat, r, 0, mode), k.view(1, 1, -1, 1))
     flat = F.conv2d(pad(flat, 0, r, mode), k.view(1, 1, 1, -1))

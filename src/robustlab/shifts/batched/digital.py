@@ -79,7 +79,7 @@ def _reflect_gain(n: int, sigma: float, truncate: float) -> np.ndarray:
     2n points; the kernel wrapped on that circle has the real spectrum
     ``w0 + 2 sum_d w_d cos(pi k d / n)``.
     """
-    from robustlab.shifts.corruptions.elastic_transform import gaussian_weights
+    from robustlab.shifts.corruptions._gauss import gaussian_weights
 
     wts = gaussian_weights(sigma, truncate)
     r = (len(wts) - 1) // 2
@@ -98,7 +98,8 @@ def gaussian_reflect(field: torch.Tensor, sigma: float, truncate: float = 3.0) -
     the exact path's order, so the result is bit-identical; larger ones go through the FFT
     of the mirrored field (the exact path's DCT or direct sums to ~1e-16).
     """
-    from robustlab.shifts.corruptions.elastic_transform import _DCT_MIN_RADIUS, gaussian_weights
+    from robustlab.shifts.corruptions._gauss import gaussian_weights
+    from robustlab.shifts.corruptions.elastic_transform import _DCT_MIN_RADIUS
 
     if int(truncate * float(sigma) + 0.5) <= _DCT_MIN_RADIUS:
         wts = gaussian_weights(sigma, truncate).tolist()

@@ -122,9 +122,19 @@ def _pass_rows(src, dst, first, count, weights):
             o[j] = min(acc[j] >> np.int64(_PRECISION_BITS), 255)
 
 
-def box_resize(x: np.ndarray, width: int, height: int, out: np.ndarray | None = None) -> np.ndarray:
+def box_resize(
+    x: np.ndarray,
+    width: int,
+    height: int,
+    out: np.ndarray | None = None,
+    work: str = "box.tmp",
+) -> np.ndarray:
     """``np.asarray(Image.fromarray(x).resize((width, height), Image.BOX))`` for an HxWxC
-    uint8 array, the same bytes; ``out`` (height x width x C uint8) is filled when given."""
+    uint8 array, the same bytes; ``out`` (height x width x C uint8) is filled when given.
+
+    ``work`` names the intermediate's scratch buffer: a caller that resizes twice per
+    call (pixelate: down, then up) gives each resize its own name, so that neither
+    finds the other's shape there and allocates afresh every time."""
     x = np.ascontiguousarray(x, dtype=np.uint8)
     h, w, ch = x.shape
     if out is None:
@@ -133,7 +143,7 @@ def box_resize(x: np.ndarray, width: int, height: int, out: np.ndarray | None = 
     # the horizontal pass reads only the input rows the vertical one uses, as Pillow's
     top = int(rows[0][0])
     bottom = int(rows[0][-1] + rows[1][-1])
-    tmp = scratch("box.tmp", (bottom - top, width, ch), np.uint8)
+    tmp = scratch(work, (bottom - top, width, ch), np.uint8)
     _pass_cols(
         x[top:bottom].reshape(bottom - top, w * ch),
         tmp.reshape(bottom - top, width * ch),

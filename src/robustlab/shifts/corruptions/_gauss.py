@@ -14,6 +14,8 @@ walking memory contiguously (about 2x faster than scipy on 224x224x3).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -24,13 +26,21 @@ def gaussian_weights(sigma: float, truncate: float = 4.0) -> np.ndarray:
     """The 1-D kernel scipy's ``gaussian_filter1d`` uses: radius ``int(truncate*sigma+.5)``.
 
     Computed with the same numpy expressions (``exp(-0.5 / sigma**2 * k**2)`` normalised
-    by numpy's sum), so the weights are the same doubles.
+    by numpy's sum), so the weights are the same doubles. Read-only and shared: cached
+    per (sigma, truncate), since building them (five numpy calls, about 5 us) was a tenth
+    of a 32x32 glass blur, which asks for them twice per image.
     """
-    sigma = float(sigma)
+    return _weights(float(sigma), float(truncate))
+
+
+@functools.lru_cache(maxsize=128)
+def _weights(sigma: float, truncate: float) -> np.ndarray:
     radius = int(truncate * sigma + 0.5)
     k = np.arange(-radius, radius + 1)
     phi = np.exp(-0.5 / (sigma * sigma) * k**2)
-    return phi / phi.sum()
+    phi = phi / phi.sum()
+    phi.setflags(write=False)
+    return phi
 
 
 @njit(cache=True, nogil=True)

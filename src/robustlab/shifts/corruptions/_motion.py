@@ -94,13 +94,28 @@ def _weights(radius: float, sigma: float) -> np.ndarray:
 def _offsets(width, px, py, norm):
     """``(ceil(i * py / norm - 0.5), ceil(i * px / norm - 0.5))`` for each tap ``i``: the
     same double operations as the Python expressions (no fused multiply-add), one call
-    instead of two list comprehensions."""
+    instead of two list comprehensions. Also returns the edge padding the taps need,
+    ``(top, bottom, left, right)``, which took four numpy reductions (a tenth of a 32x32
+    motion blur)."""
     dx = np.empty(width, np.int64)
     dy = np.empty(width, np.int64)
     for i in range(width):
         dx[i] = np.int64(math.ceil(np.float64(i) * py / norm - 0.5))
         dy[i] = np.int64(math.ceil(np.float64(i) * px / norm - 0.5))
-    return dx, dy
+    pads = (max(0, -dy.min()), max(0, dy.max()), max(0, -dx.min()), max(0, dx.max()))
+    return dx, dy, pads
+
+
+def _kernel(radius: float, sigma: float, angle: float):
+    """:func:`motion_kernel` plus the padding ``(top, bottom, left, right)`` of its taps."""
+    weights = _weights(float(radius), float(sigma))
+    width = len(weights)
+    rad = math.pi * angle / 180.0
+    px = width * math.sin(rad)
+    py = width * math.cos(rad)
+    norm = math.hypot(px, py)
+    dx, dy, pads = _offsets(width, px, py, norm)
+    return weights, dx, dy, pads
 
 
 def motion_kernel(radius: float, sigma: float, angle: float):
@@ -115,13 +130,7 @@ def motion_kernel(radius: float, sigma: float, angle: float):
         ``weights`` (float64, sums to 1, tap 0 first; read-only, shared between calls),
         ``dx`` and ``dy`` (int64 pixel offsets of each tap from the output pixel).
     """
-    weights = _weights(float(radius), float(sigma))
-    width = len(weights)
-    rad = math.pi * angle / 180.0
-    px = width * math.sin(rad)
-    py = width * math.cos(rad)
-    norm = math.hypot(px, py)
-    dx, dy = _offsets(width, px, py, norm)
+    weights, dx, dy, _ = _kernel(radius, sigma, angle)
     return weights, dx, dy
 
 
@@ -186,11 +195,9 @@ def motion_blur_uint8(img: np.ndarray, radius: float, sigma: float, angle: float
         raise ValueError(
             f"motion_blur_uint8 needs a uint8 HxW or HxWxC array, got {img.dtype} {img.shape}"
         )
-    weights, dx, dy = motion_kernel(radius, sigma, angle)
+    weights, dx, dy, (top, bottom, left, right) = _kernel(radius, sigma, angle)
     src = img if img.ndim == 3 else img[:, :, None]
     height, width, channels = src.shape
-    top, bottom = max(0, -int(dy.min())), max(0, int(dy.max()))
-    left, right = max(0, -int(dx.min())), max(0, int(dx.max()))
     padded = np.empty((height + top + bottom, width + left + right, channels), np.uint8)
     _pad_edge(np.ascontiguousarray(src), top, left, padded)
     out = np.empty((height, width * channels), np.uint8)

@@ -54,6 +54,7 @@ from numba import njit
 
 from robustlab.seeding import is_legacy
 from robustlab.shifts.corruptions._draws import uniform
+from robustlab.shifts.corruptions._gauss import gaussian_weights
 from robustlab.shifts.corruptions._scratch import scratch
 from robustlab.shifts.registry import register_shift
 
@@ -135,14 +136,6 @@ def _warp_affine(src, levels, m, wtab, out):
                 t = t + levels[src[r1, c0, k]] * wt[2]
                 t = t + levels[src[r1, c1, k]] * wt[3]
                 out[y, x, k] = t
-
-
-def gaussian_weights(sigma: float, truncate: float) -> np.ndarray:
-    """scipy's 1-D Gaussian kernel: radius ``int(truncate * sigma + 0.5)``, normalised."""
-    radius = int(truncate * float(sigma) + 0.5)
-    k = np.arange(-radius, radius + 1)
-    phi = np.exp(-0.5 / (float(sigma) * float(sigma)) * k**2)
-    return phi / phi.sum()
 
 
 @njit(cache=True, nogil=True)
@@ -387,11 +380,17 @@ def _displace(img, dx, dy, out):
                 o[k] = np.uint8(v)
 
 
+@functools.lru_cache(maxsize=64)
 def affine_points(h: int, w: int) -> np.ndarray:
-    """The reference's triangle (float32, OpenCV (x, y) order), centred on the image."""
+    """The reference's triangle (float32, OpenCV (x, y) order), centred on the image.
+
+    Read-only, cached per size (building it is a dozen small numpy calls, about 5 us).
+    """
     center = np.float32([w, h]) // 2
     s = min(h, w) // 3
-    return np.float32([center + s, [center[0] + s, center[1] - s], center - s])
+    pts = np.float32([center + s, [center[0] + s, center[1] - s], center - s])
+    pts.setflags(write=False)
+    return pts
 
 
 def draw(rng, h: int, w: int, affine: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

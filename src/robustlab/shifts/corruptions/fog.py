@@ -22,6 +22,7 @@ the common generalisation; the image takes the map's top-left corner.
 
 from __future__ import annotations
 
+import functools
 import numpy as np
 from numba import njit
 
@@ -60,19 +61,37 @@ def draw(rng, size: int, decay: float) -> tuple[np.ndarray, np.ndarray]:
         from ``uniform(-wibble, wibble)``), and the wibble of each level. The batched
         version replays them (:mod:`robustlab.shifts.batched.weather`).
     """
-    steps = levels(size, decay)
     # the reference's 3 draws per level follow each other with nothing in between, so
     # one array of raw uniforms, scaled per draw, holds the same values in the same
     # order (rng.uniform is low + (high - low) * u; see _draws)
-    counts = [3 * (size // step) ** 2 for step, _ in steps]
-    u = random(rng, sum(counts))
+    counts, wibbles = _plan(int(size), float(decay))
+    u = random(rng, int(counts.sum()))
+    _scale_levels(u, counts, wibbles)
+    return u, wibbles
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(size: int, decay: float) -> tuple[np.ndarray, np.ndarray]:
+    """Draws per level (``3 n^2``) and the wibbles of :func:`levels`, read-only, per map."""
+    steps = levels(size, decay)
+    counts = np.array([3 * (size // step) ** 2 for step, _ in steps], np.int64)
+    wibbles = np.array([wibble for _, wibble in steps])
+    for a in (counts, wibbles):
+        a.setflags(write=False)
+    return counts, wibbles
+
+
+@njit(cache=True, nogil=True)
+def _scale_levels(u, counts, wibbles):
+    """``u = u * (w - -w) + -w`` per level's segment, in place: the two rounded double
+    operations of ``uniform(-w, w)``, in one call instead of two numpy calls per level."""
     pos = 0
-    for (_, wibble), n in zip(steps, counts):
-        seg = u[pos : pos + n]
-        seg *= wibble - -wibble
-        seg += -wibble
-        pos += n
-    return u, np.array([wibble for _, wibble in steps])
+    for level in range(counts.shape[0]):
+        w = wibbles[level]
+        span = w - -w
+        for i in range(pos, pos + counts[level]):
+            u[i] = u[i] * span + -w
+        pos += counts[level]
 
 
 @njit(cache=True, nogil=True)

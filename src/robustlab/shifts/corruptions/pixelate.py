@@ -41,5 +41,5 @@ def pixelate(x, scale, rng, ctx):
     """Blocky image: PIL BOX resize to ``scale`` of each side and back."""
     h, w, ch = x.shape
     sw, sh = max(1, int(w * scale)), max(1, int(h * scale))
-    small = box_resize(x, sw, sh, scratch("pixelate.small", (sh, sw, ch), np.uint8))
-    return box_resize(small, w, h)
+    small = box_resize(x, sw, sh, scratch("pixelate.small", (sh, sw, ch), np.uint8), "box.down")
+    return box_resize(small, w, h, work="box.up")

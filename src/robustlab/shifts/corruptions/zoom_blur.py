@@ -13,6 +13,8 @@ only handles squares). Deterministic: no random draws.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -48,6 +50,13 @@ PRESETS = {
 }
 
 
+@functools.lru_cache(maxsize=64)
+def _factors(stop: float, step: float) -> tuple[float, ...]:
+    """The reference's ``np.arange(1, stop, step)`` as a tuple of Python floats (the same
+    doubles), made once per severity rather than on every call."""
+    return tuple(float(z) for z in np.arange(1, stop, step))
+
+
 @register_shift(
     "zoom_blur",
     monotone=True,
@@ -60,8 +69,7 @@ PRESETS = {
 )
 def zoom_blur(x, params, rng, ctx):
     """Blur by averaging the image with center zooms by factors 1 .. stop (step apart)."""
-    stop, step = params
-    factors = np.arange(1, stop, step)
+    factors = _factors(*params)
     x = np.asarray(x)
     img = lookup(x, _SCALE, scratch("zoom_blur.img", x.shape, np.float32))
     acc = clipped_zoom_sum(img, factors)
