@@ -9,8 +9,10 @@ logits, as is usual for low-precision inference. bfloat16 keeps 8 significant bi
 logit of 10 is only known to 0.06: two close classes would swap or tie in the stored
 top-5, and the normalised input levels of ImageNet's mean/std are 0.017 apart, close to
 bfloat16's own steps. On lite0 and the 500 shared photos this took the top-1 change from
--0.6 to -0.2 points (benchmarks/README.md, "precision.py"). ``fp32`` (the default) is the
-comparable number: every published figure is an fp32 one.
+-0.6 to -0.2 points on an AVX-512 CPU; how a bf16 convolution rounds depends on the CPU's
+kernels, and with AMX tiles (newer Xeons) the same run moves -0.6 points, with AVX2 only
+-0.4 (benchmarks/README.md, "precision.py"). ``fp32`` (the default) is the comparable
+number: every published figure is an fp32 one.
 
 ``--compile`` wraps the forward pass in ``torch.compile`` (inductor). Fused kernels may
 round differently, so a compiled run, like a low-precision one, is a run of its own: both
