@@ -260,6 +260,26 @@ def test_mce_is_against_alexnet_only_on_what_alexnet_was_measured_on():
     assert mode == "baseline" and "normalised by lite1 on the same images" in why
 
 
+def test_the_per_corruption_table_names_the_normaliser_of_each_ce():
+    """ResNet-50's published CE is AlexNet-normalised: the card's own CE stands beside it
+    bare only when it is AlexNet's too; a baseline's CE says which baseline."""
+    from robustlab.metrics.reference import reference_table
+    from robustlab.workflows.card.numbers import Number
+    from robustlab.workflows.card.write import corruption_rows
+
+    def rows(*numbers):
+        got, header = corruption_rows(list(numbers), reference_table())
+        assert header[-1] == "yours: CE %"
+        return {r[0]: r for r in got}
+
+    err = Number("imagenet-c", "error:fog", "fog: mean top-1 error", 40.0, 30.0, 50.0, 500)
+    alex = Number("imagenet-c", "ce:fog", "fog: CE", 61.0, 58.0, 64.0, 50_000)
+    base = Number("imagenet-c", "ce_vs_baseline:fog", "fog: CE vs lite1", 98.0, 89.4, 107.8, 500)
+    assert rows(err, alex)["fog"][-1] == "61.0 (95 % CI 58.0–64.0, 50000 images)"
+    assert rows(err, base)["fog"][-1] == "vs lite1: 98.0 (95 % CI 89.4–107.8, 500 images)"
+    assert rows(err)["fog"][-1] == "" and rows(err)["fog"][2] == "66"
+
+
 @pytest.mark.slow
 def test_ce_against_a_baseline_run_on_the_same_images(made, tmp_path):
     from robustlab.metrics.mce import corruption_errors, mce
@@ -291,6 +311,15 @@ def test_ce_against_a_baseline_run_on_the_same_images(made, tmp_path):
     assert np.isfinite(want["mce"])
     assert got["value"] == pytest.approx(100 * want["mce"])
     assert got["lo"] <= got["value"] <= got["hi"]
+    # the per-corruption table names the normaliser beside ResNet-50's AlexNet-based CE
+    fog = numbers["ce_vs_baseline:fog"]
+    row = next(
+        line
+        for line in (tmp_path / "o" / "card.md").read_text().splitlines()
+        if line.startswith("| fog |")
+    )
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[-1].startswith(f"vs lite1: {fog['value']:.1f} (95 % CI {fog['lo']:.1f}")
 
 
 def test_results_reference_shows_the_published_rows_of_the_stored_benchmarks(made, capsys):

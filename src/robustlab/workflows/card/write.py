@@ -294,7 +294,9 @@ def corruption_rows(
     numbers: list[Number], reference: pd.DataFrame
 ) -> tuple[list[list[str]], list[str]]:
     """ImageNet-C per corruption: AlexNet's error and ResNet-50's CE and relative CE as
-    published, beside the card's mean error and (when normalised) CE."""
+    published, beside the card's mean error and CE: AlexNet's when the run covers what
+    AlexNet was measured on, else the CE against the baseline run on the same images,
+    named in the cell (never a bare number beside the AlexNet-normalised column)."""
     from robustlab.shifts.corruptions import list_corruptions
 
     mine = {n.metric: n for n in numbers if n.benchmark == "imagenet-c"}
@@ -306,6 +308,13 @@ def corruption_rows(
     rows = []
     for c in list_corruptions("common"):
         err, ce = mine.get(f"error:{c}"), mine.get(f"ce:{c}")
+        against = mine.get(f"ce_vs_baseline:{c}")
+        if ce is not None:
+            ce_cell = _yours(ce, True)
+        elif against is not None:  # its label is "<corruption>: CE vs <baseline>"
+            ce_cell = _yours(against, True, against.label.partition(": CE ")[2])
+        else:
+            ce_cell = ""
         rows.append(
             [
                 c,
@@ -313,7 +322,7 @@ def corruption_rows(
                 ref.get(("ResNet-50", f"ce:{c}"), ""),
                 ref.get(("ResNet-50", f"relative_ce:{c}"), ""),
                 "" if err is None else _yours(err, True),
-                "" if ce is None else _yours(ce, True),
+                ce_cell,
             ]
         )
     header = [
