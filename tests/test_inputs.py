@@ -76,6 +76,34 @@ def test_mask_of_another_size_is_a_counted_skip_in_the_pipeline(tmp_path):
         load_prepared(s, Protocol(), with_mask=True)
 
 
+def test_a_mask_that_the_crop_cuts_away_is_skipped_with_that_reason(tmp_path):
+    """A wide photo whose mask lies only near its ends (GrabCut found the two ends of a
+    slide rule in the shared photos): the 224 px centre crop keeps none of it. The mask
+    scenes skip the cell saying so, not "mask is empty", and the clean cell is scored."""
+    from robustlab.errors import CellSkipped
+    from robustlab.pipeline import shift_context
+
+    data, masks = tmp_path / "data", tmp_path / "masks"
+    _img(data / "cat" / "a.png", size=(400, 120))
+    ends = np.zeros((120, 400), np.uint8)
+    ends[20:100, 10:50] = 255
+    ends[20:100, 350:390] = 255
+    Image.fromarray(ends).save(_img(masks / "cat" / "x.png").parent / "a.png")
+    (s,) = discover(data, masks=masks)
+    prepared = load_prepared(s, Protocol(), with_mask=True)
+    assert prepared.mask.shape == (224, 224) and not prepared.mask.any()
+    assert "6400 foreground pixels all lie outside the protocol's 224x224 frame" in (
+        prepared.mask_note
+    )
+    with pytest.raises(CellSkipped, match="6400 foreground pixels all lie outside"):
+        shift_context(s, prepared, "blur_bg", "default", 0, Protocol())
+    # a shift that does not need the mask is not stopped by it
+    assert shift_context(s, prepared, "gaussian_noise", 1, 0, Protocol())["mask"] is prepared.mask
+    # a mask the crop keeps something of has no note
+    Image.fromarray(np.full((120, 400), 255, np.uint8)).save(masks / "cat" / "a.png")
+    assert load_prepared(s, Protocol(), with_mask=True).mask_note == ""
+
+
 # ----------------------------------------------------------------- case 5: same stem
 def test_images_with_the_same_stem_keep_their_own_masks(tmp_path):
     data, masks = tmp_path / "data", tmp_path / "masks"

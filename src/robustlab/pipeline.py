@@ -35,7 +35,7 @@ from PIL import Image
 
 from robustlab.cells import level_key
 from robustlab.data.images import MIN_SIDE, ImageError, array_to_rgb, read_image
-from robustlab.errors import InputError
+from robustlab.errors import CellSkipped, InputError
 from robustlab.seeding import derive_seed, make_rng
 from robustlab.settings import ToolSettings
 from robustlab.shifts.registry import Shift, get_shift, resource_context
@@ -369,6 +369,10 @@ class Prepared:
         mode: Pillow mode of the source file (``"RGB"``, ``"CMYK"``, ``"L"``, ...).
         note: What conversion happened, e.g. ``"converted from CMYK"``, and any
             ``degenerate`` note; empty when none.
+        mask_note: Why the prepared mask cannot serve a shift although the source mask
+            has foreground (the protocol's crop leaves none of it); empty otherwise. A
+            shift that needs the mask is skipped with this reason rather than "mask is
+            empty", which would send the user to a mask that is not empty.
         degenerate: Why the source is usable but degenerate, empty when it is not: a side
             under ``MIN_SIDE`` (32 px, :mod:`robustlab.data.images`; the least a shift
             runs on without a resize) is upscaled by the protocol's resize and evaluated,
@@ -382,6 +386,7 @@ class Prepared:
     mode: str = "RGB"
     note: str = ""
     degenerate: str = ""
+    mask_note: str = ""
 
 
 def load_prepared(
@@ -413,6 +418,7 @@ def load_prepared(
         notes.append(degenerate)
     rgb = prepare(d.rgb, protocol)
     mask = None
+    mask_note = ""
     if with_mask:
         if sample.mask_path is None:
             note = getattr(sample, "mask_note", None)
@@ -429,10 +435,15 @@ def load_prepared(
                 f"{d.rgb.shape[1]}x{d.rgb.shape[0]}"
             )
         mask = prepare_mask(mk, protocol)
+        if not mask.any() and mk.any():
+            mask_note = (
+                f"the mask's {int(np.count_nonzero(mk))} foreground pixels all lie outside "
+                f"the protocol's {mask.shape[1]}x{mask.shape[0]} frame of the image"
+            )
     bbox = None
     if sample.bbox is not None:
         bbox = prepare_bbox(sample.bbox, (d.rgb.shape[1], d.rgb.shape[0]), protocol)
-    return Prepared(rgb, mask, bbox, d.mode, "; ".join(notes), degenerate)
+    return Prepared(rgb, mask, bbox, d.mode, "; ".join(notes), degenerate, mask_note)
 
 
 def donor_seed(seed: int, sample_id: str, shift_name: str, level) -> int:
@@ -482,6 +493,8 @@ def shift_context(
     if getattr(sample, "class_name", None) is not None:
         ctx["class_name"] = sample.class_name
     if prepared.mask is not None:
+        if prepared.mask_note and "mask" in sh.needs:
+            raise CellSkipped(prepared.mask_note)
         ctx["mask"] = prepared.mask
     if prepared.bbox is not None:
         ctx["bbox"] = prepared.bbox
