@@ -57,3 +57,52 @@ def test_paired_drop_interval_is_scipys_paired_bootstrap():
         lambda a, b, axis: np.mean(a, axis=axis) - np.mean(b, axis=axis),
     )
     assert unpaired[1] - unpaired[0] > 1.2 * (ours[1] - ours[0])
+
+
+def _cells(columns: dict[str, np.ndarray]):
+    """A card's ImageCells with one column per entry (every image predicted in each)."""
+    import pandas as pd
+
+    from robustlab.workflows.card.numbers import ImageCells
+
+    ic = ImageCells()
+    for name, correct in columns.items():
+        rows = pd.DataFrame(
+            {"sample_id": [f"i{j}" for j in range(len(correct))], "cell": name, "correct": correct}
+        )
+        ic.add("", rows, lambda r: r["cell"])
+    return ic
+
+
+def test_card_intervals_are_scipys_percentile_bootstrap():
+    """The card resamples all its columns at once: a paired difference of two columns
+    and a single accuracy have scipy's percentile intervals."""
+    rng = np.random.default_rng(7)
+    clean = rng.random(300) < 0.85
+    shifted = clean & (rng.random(300) < 0.7)
+    ic = _cells({"clean": clean, "shifted": shifted})
+    gen = np.random.default_rng(0)
+    value, lo, hi = ic.estimate(["clean", "shifted"], lambda a: a[:, 0] - a[:, 1], gen, N_RESAMPLES)
+    assert value == pytest.approx(clean.mean() - shifted.mean())
+    ref = _scipy(
+        (clean.astype(float), shifted.astype(float)),
+        lambda a, b, axis: np.mean(a, axis=axis) - np.mean(b, axis=axis),
+        paired=True,
+    )
+    assert (lo, hi) == pytest.approx(ref, abs=TOL), ((lo, hi), ref)
+    _, lo1, hi1 = ic.estimate(["shifted"], lambda a: a[:, 0], gen, N_RESAMPLES)
+    ref1 = _scipy((shifted.astype(float),), lambda a, axis: np.mean(a, axis=axis))
+    assert (lo1, hi1) == pytest.approx(ref1, abs=TOL), ((lo1, hi1), ref1)
+
+
+def test_card_numbers_share_their_resamples_even_after_a_column_is_added():
+    rng = np.random.default_rng(3)
+    ic = _cells({"a": rng.random(200) < 0.6, "b": rng.random(200) < 0.4})
+    ic.estimate(["a"], lambda a: a[:, 0], np.random.default_rng(0), 500)
+    pos, before = ic._resampled(["a", "b"], 500)
+    ic.pair("a|b", "a", "b")  # a derived column: the resamples are remade from the same seed
+    pos2, after = ic._resampled(["a", "b", "a|b"], 500)
+    np.testing.assert_array_equal(after[:, pos2["a"]], before[:, pos["a"]])
+    np.testing.assert_array_equal(after[:, pos2["a|b"]], before[:, pos["a"]])  # same images
+    # every resample draws as many images as there are, with replacement
+    assert np.isfinite(after).all() and not np.allclose(after[:, pos2["a"]], after[0, pos2["a"]])

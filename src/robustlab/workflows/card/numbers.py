@@ -2,8 +2,9 @@
 
 Every number is a function of per-image outcomes, so one interval rule serves all of
 them: resample the images (a multinomial weight per image, the same weights for every
-cell and for a baseline run on the same images, so paired quantities stay paired),
-recompute the metric from the weighted counts, take the percentile interval. mCE, the
+cell and for a baseline run on the same images, so paired quantities stay paired, and the
+same resamples for every number of a benchmark), recompute the metric from the weighted
+counts, take the percentile interval. mCE, the
 robustness score and the BG-gap are ratios and differences of cell accuracies; a cell's
 count over a few hundred images moves them by points, which the interval shows.
 
@@ -56,25 +57,48 @@ class Number:
 class ImageCells:
     """Outcomes per image (rows) and column (a run's cell, or a derived pairing) of one or
     more runs, aligned on the image ids: ``correct`` counts and ``n`` (1 where the image
-    was predicted in that column)."""
+    was predicted in that column).
+
+    Every number of one ``ImageCells`` is bootstrapped over the same resamples of its
+    images (:meth:`estimate`): the resampled accuracies of all its columns are computed
+    once, in one pass of weight draws, and each number's statistic reads its columns from
+    them. At ImageNet-C's full size (50,000 images, 76 cells, twice with a baseline) a
+    pass of 2,000 resamples per number took 11 to 23 s, some 10 minutes per card; one pass
+    for all of them takes seconds, and the card's numbers stay jointly consistent (a
+    difference of two numbers is resampled as one).
+    """
 
     def __init__(self) -> None:
         self.samples: list[str] = []
         self._row: dict[str, int] = {}
         self.columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._dense: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._seed: int | None = None
+        self._boot: tuple[int, dict[str, int], np.ndarray] | None = None
 
     def add(self, prefix: str, rows: pd.DataFrame, key: Callable[[pd.DataFrame], pd.Series]):
-        """Add one column per distinct ``key(rows)`` (rows: ``sample_id``, ``correct``)."""
-        for s in rows["sample_id"].astype(str):
-            if s not in self._row:
-                self._row[s] = len(self.samples)
-                self.samples.append(s)
-        names = key(rows).astype(str)
-        idx = rows["sample_id"].astype(str).map(self._row).to_numpy()
+        """Add one column per distinct ``key(rows)`` (rows: ``sample_id``, ``correct``).
+
+        Images keep the order in which they were first seen; columns the order of their
+        first row. Vectorised (factorised ids and names): 3.8 M rows of a full ImageNet-C
+        run took 18 s through a Python loop and one mask per name.
+        """
+        ids = rows["sample_id"].astype(str).to_numpy()
+        codes, uniques = pd.factorize(ids)
+        new = [u for u in uniques if u not in self._row]
+        for u in new:
+            self._row[u] = len(self.samples)
+            self.samples.append(u)
+        idx = np.array([self._row[u] for u in uniques], dtype=np.int64)[codes]
+        names = key(rows).astype(str).to_numpy()
+        name_codes, name_uniques = pd.factorize(names)
         correct = rows["correct"].astype(bool).to_numpy()
-        for name in dict.fromkeys(names):
-            sel = (names == name).to_numpy()
+        order = np.argsort(name_codes, kind="stable")
+        bounds = np.searchsorted(name_codes[order], np.arange(len(name_uniques) + 1))
+        for j, name in enumerate(name_uniques):
+            sel = order[bounds[j] : bounds[j + 1]]
             self.columns[f"{prefix}{name}"] = (idx[sel], correct[sel])
+        self._dense.clear()
 
     def pair(self, name: str, a: str, b: str) -> None:
         """Column ``name``: column ``a`` on the images that also have column ``b``."""
@@ -84,14 +108,18 @@ class ImageCells:
         self.columns[name] = (rows, ca[0][rows] > 0)
 
     def matrix(self, names: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Dense (correct, n) vectors over all images, one pair per column name."""
+        """Dense (correct, n) vectors over all images, one pair per column name (kept:
+        every number asks for its columns twice, and many share them)."""
         out = []
         for name in names:
-            idx, correct = self.columns[name]
-            c, n = np.zeros(len(self.samples)), np.zeros(len(self.samples))
-            np.add.at(c, idx, correct.astype(float))
-            np.add.at(n, idx, 1.0)
-            out.append((c, n))
+            hit = self._dense.get(name)
+            if hit is None or len(hit[0]) != len(self.samples):
+                idx, correct = self.columns[name]
+                c, n = np.zeros(len(self.samples)), np.zeros(len(self.samples))
+                np.add.at(c, idx, correct.astype(float))
+                np.add.at(n, idx, 1.0)
+                hit = self._dense[name] = (c, n)
+            out.append(hit)
         return out
 
     def n_images(self, names: list[str]) -> int:
@@ -107,25 +135,57 @@ class ImageCells:
         confidence: float = 0.95,
     ) -> tuple[float | None, float | None, float | None]:
         """``stat`` of the columns' accuracies (an R x k matrix -> R values): the value on
-        the images as they are and its percentile bootstrap interval over images."""
+        the images as they are and its percentile bootstrap interval over images.
+
+        The resamples are this object's (:meth:`_resampled`): ``rng`` is drawn from once,
+        for their seed, by the first number that needs them."""
         cols = self.matrix(names)
         c = np.stack([x for x, _ in cols], axis=1)
         n = np.stack([y for _, y in cols], axis=1)
         value = float(stat(_acc(np.ones((1, len(self.samples))), c, n))[0])
         if not np.isfinite(value):
             return None, None, None
-        m = len(self.samples)
-        draws: list[np.ndarray] = []
-        chunk, done = max(1, 2_000_000 // max(m, 1)), 0  # bounds the weight matrix's memory
-        while done < n_resamples:
-            size = min(chunk, n_resamples - done)
-            w = rng.multinomial(m, np.full(m, 1.0 / m), size=size).astype(float)
-            draws.append(stat(_acc(w, c, n)))
-            done += size
-        dist = np.concatenate(draws)
+        if self._seed is None:
+            self._seed = int(rng.integers(2**63))
+        pos, acc = self._resampled(names, n_resamples)
+        dist = stat(acc[:, [pos[k] for k in names]])
         a = (1.0 - confidence) / 2.0
         lo, hi = np.nanquantile(dist, [a, 1.0 - a])
         return value, float(lo), float(hi)
+
+    def _resampled(self, names: list[str], n_resamples: int) -> tuple[dict[str, int], np.ndarray]:
+        """Accuracy of every column under each of ``n_resamples`` resamples of the images
+        (R x columns), made once and remade (with the same resamples, from the same seed)
+        only when a column was added since.
+
+        A resample draws ``m`` images with replacement: the weight of an image is how often
+        it was drawn (multinomial with equal probabilities, drawn as counts of ``m``
+        uniform picks), in chunks that bound the weight matrix's memory.
+        """
+        boot = self._boot
+        if boot is not None and boot[0] == n_resamples and all(k in boot[1] for k in names):
+            return boot[1], boot[2]
+        order = list(self.columns)
+        cols = self.matrix(order)
+        m = len(self.samples)
+        # counts times weights, summed: whole numbers below 2**24 are exact in float32, so
+        # the products run at float32's speed and give float64's sums
+        exact = np.float32 if m < 2**24 // 4 else np.float64
+        cn = np.stack([x for x, _ in cols] + [y for _, y in cols], axis=1).astype(exact)
+        k = len(order)
+        gen = np.random.default_rng(self._seed)
+        chunk, done, parts = max(1, 2_000_000 // max(m, 1)), 0, []
+        while done < n_resamples:
+            size = min(chunk, n_resamples - done)
+            picks = gen.integers(0, m, size=(size, m)) + m * np.arange(size)[:, None]
+            w = np.bincount(picks.ravel(), minlength=size * m).reshape(size, m).astype(exact)
+            sums = (w @ cn).astype(np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                parts.append(sums[:, :k] / sums[:, k:])
+            done += size
+        pos = {k: i for i, k in enumerate(order)}
+        self._boot = (n_resamples, pos, np.concatenate(parts))
+        return pos, self._boot[2]
 
 
 def _acc(w: np.ndarray, c: np.ndarray, n: np.ndarray) -> np.ndarray:
