@@ -170,16 +170,16 @@ class ImageCells:
         m = len(self.samples)
         # counts times weights, summed: whole numbers below 2**24 are exact in float32, so
         # the products run at float32's speed and give float64's sums
-        exact = np.float32 if m < 2**24 // 4 else np.float64
-        cn = np.stack([x for x, _ in cols] + [y for _, y in cols], axis=1).astype(exact)
+        exact = np.dtype(np.float32 if m < 2**24 // 4 else np.float64)
+        cn: np.ndarray = np.stack([x for x, _ in cols] + [y for _, y in cols], axis=1).astype(exact)
         k = len(order)
         gen = np.random.default_rng(self._seed)
         chunk, done, parts = max(1, 2_000_000 // max(m, 1)), 0, []
         while done < n_resamples:
             size = min(chunk, n_resamples - done)
             picks = gen.integers(0, m, size=(size, m)) + m * np.arange(size)[:, None]
-            w = np.bincount(picks.ravel(), minlength=size * m).reshape(size, m).astype(exact)
-            sums = (w @ cn).astype(np.float64)
+            w: np.ndarray = np.bincount(picks.ravel(), minlength=size * m)
+            sums = (w.reshape(size, m).astype(exact) @ cn).astype(np.float64)
             with np.errstate(invalid="ignore", divide="ignore"):
                 parts.append(sums[:, :k] / sums[:, k:])
             done += size
