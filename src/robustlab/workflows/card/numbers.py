@@ -98,7 +98,9 @@ class ImageCells:
         for j, name in enumerate(name_uniques):
             sel = order[bounds[j] : bounds[j + 1]]
             self.columns[f"{prefix}{name}"] = (idx[sel], correct[sel])
+        # more images or new columns: dense vectors and resamples are remade over all of them
         self._dense.clear()
+        self._boot = None
 
     def pair(self, name: str, a: str, b: str) -> None:
         """Column ``name``: column ``a`` on the images that also have column ``b``."""
@@ -113,7 +115,7 @@ class ImageCells:
         out = []
         for name in names:
             hit = self._dense.get(name)
-            if hit is None or len(hit[0]) != len(self.samples):
+            if hit is None:
                 idx, correct = self.columns[name]
                 c, n = np.zeros(len(self.samples)), np.zeros(len(self.samples))
                 np.add.at(c, idx, correct.astype(float))
