@@ -292,7 +292,7 @@ def clipped_zoom_sum(img: np.ndarray, zoom_factors) -> np.ndarray:
     """
     img = np.ascontiguousarray(img)
     factors = zoom_factors if type(zoom_factors) is tuple else tuple(map(float, zoom_factors))
-    _check(img, min(factors, default=1.0))  # the smallest factor decides; one check per call
+    _check(img, next((z for z in factors if not z >= 1.0), 1.0))  # the first bad factor, if any
     h, w, ch = img.shape
     shape = (h, w * ch)
     out = np.zeros_like(img)

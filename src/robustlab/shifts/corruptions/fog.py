@@ -23,6 +23,7 @@ the common generalisation; the image takes the map's top-left corner.
 from __future__ import annotations
 
 import functools
+
 import numpy as np
 from numba import njit
 
