@@ -169,14 +169,24 @@ def test_hash_cache_answers_without_reading_and_notices_changes(tmp_path):
         assert h.stats.read == 1 and again[0] == hash_bytes_of(paths[1]) != first[1]
 
 
-def test_a_file_hashed_right_after_a_change_is_not_trusted_later(tmp_path):
+def test_a_file_hashed_right_after_a_change_is_not_trusted_later(tmp_path, monkeypatch):
     """Racily clean: a file changed in the same timestamp tick it was hashed in could keep
-    its signature, so such an entry is checked again on the next lookup."""
+    its signature, so such an entry is checked again on the next lookup. The moment of
+    hashing is set here (just after, then well after the file's ctime), so the outcome
+    does not depend on how fast a loaded machine gets from writing to hashing."""
+    import types
+
+    from robustlab.records import content_hash
+
     (p,) = _write_files(tmp_path / "files", 1)
-    with ContentHasher(tmp_path / "cache") as h:
-        h.hash_files([p])
-        h.hash_files([p])
-        assert h.stats.read == 1
+    ctime = p.stat().st_ctime_ns
+    for hashed_at, reread in ((ctime + 1, 1), (ctime + content_hash.RACY_NS + 1, 0)):
+        clock = types.SimpleNamespace(time_ns=lambda at=hashed_at: at)
+        monkeypatch.setattr(content_hash, "time", clock)
+        with ContentHasher(tmp_path / f"cache{reread}") as h:
+            h.hash_files([p])
+            h.hash_files([p])
+            assert h.stats.read == reread, hashed_at - ctime
 
 
 def test_an_unusable_cache_only_costs_reading(tmp_path, caplog):
