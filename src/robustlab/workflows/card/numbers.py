@@ -170,9 +170,10 @@ class ImageCells:
         order = list(self.columns)
         cols = self.matrix(order)
         m = len(self.samples)
-        # counts times weights, summed: whole numbers below 2**24 are exact in float32, so
-        # the products run at float32's speed and give float64's sums
-        exact = np.dtype(np.float32 if m < 2**24 // 4 else np.float64)
+        # counts times weights, summed: a column's sum is a whole number of at most m (the
+        # weights of a resample add up to m), exact in float32 up to 2**24, so the products
+        # run at float32's speed and give float64's sums
+        exact = np.dtype(np.float32 if m <= 2**24 else np.float64)
         cn: np.ndarray = np.stack([x for x, _ in cols] + [y for _, y in cols], axis=1).astype(exact)
         k = len(order)
         gen = np.random.default_rng(self._seed)
