@@ -57,8 +57,8 @@ def test_last_line_outside_is_zero_like_scipy():
     "stop,step", [(1.11, 0.01), (1.16, 0.01), (1.21, 0.02), (1.26, 0.02), (1.31, 0.03)]
 )
 def test_sum_matches_sequential_float32_adds(shape, stop, step):
-    # every factor list of zoom_blur through the one-call sum (stacked tables, runs of
-    # contiguous columns), on sizes with and without a last line outside the image
+    # every factor list of zoom_blur through the one-call sum (stacked tables, joint runs
+    # read straight from the image), on sizes with and without a last line outside the image
     img = np.random.default_rng(sum(shape)).random(shape).astype(np.float32)
     factors = np.arange(1, stop, step)
     expected = np.zeros_like(img)
