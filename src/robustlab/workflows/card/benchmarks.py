@@ -22,17 +22,21 @@ class Context:
     def __init__(self, store: Store, rng: np.random.Generator, n_resamples: int) -> None:
         self.store, self.rng, self.n_resamples = store, rng, n_resamples
 
-    def cells(self, run_id: str) -> ImageCells:
+    def cells(self, run_id: str, table: pd.DataFrame | None = None) -> ImageCells:
         ic = ImageCells()
-        self.add_run(ic, "", run_id)
+        self.add_run(ic, "", run_id, table)
         return ic
 
-    def add_run(self, ic: ImageCells, prefix: str, run_id: str) -> None:
+    def add_run(
+        self, ic: ImageCells, prefix: str, run_id: str, table: pd.DataFrame | None = None
+    ) -> None:
         """Add a run's cells to ``ic``, read one shift at a time (in the order one query
         sorted by shift would give them, so the images keep the same order): a full
         ImageNet-C run is 3.8 M rows, whose string columns alone took about 1 GB read
-        at once."""
-        shifts = sorted({str(s) for s in self.store.cell_table([run_id])["shift"]})
+        at once. ``table``: the run's cell table when the caller has read it already."""
+        if table is None:
+            table = self.store.cell_table([run_id])
+        shifts = sorted({str(s) for s in table["shift"]})
         for shift in shifts:
             rows = self.store.predictions([run_id], columns=_COLS, shifts=[shift])
             ic.add(prefix, rows, _cell_key)
@@ -79,7 +83,7 @@ def imagenet_c(ctx: Context, run_id: str, baseline_run: tuple[str, str] | None) 
         ctx.store.run_stats(run_id)["n_classes"],
         baseline_run[0] if baseline_run else None,
     )
-    ic = ctx.cells(run_id)
+    ic = ctx.cells(run_id, table)
     corr = [c for c in list_corruptions("common") if any(k.startswith(f"{c}/") for k in ic.columns)]
     levels = {c: [k for k in ic.columns if k.startswith(f"{c}/")] for c in corr}
     clean = f"{CLEAN}/0"
