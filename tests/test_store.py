@@ -110,6 +110,37 @@ def test_sql_cell_table_matches_pandas(tmp_path):
     assert sql["top1"].tolist() == [0.75, 0.75] and sql["n"].tolist() == [4, 4]
 
 
+def test_shift_outcomes_are_the_predictions_rows_in_their_order(tmp_path):
+    # the card's fast read: the rows of predictions(shifts=[...]) in the same order (level,
+    # then id, both as text: "10" before "2", byte order of UTF-8 for accents), though
+    # sorted outside SQL; other shifts and runs are left out
+    store = Store(tmp_path / "r.duckdb")
+    _run(store)
+    _run(store, "r2")
+    ids = ["b/\u00e9.jpg", "a/Z.jpg", "a/z.jpg", "a/\u00e4.jpg", "b/e.jpg", "a/10.jpg", "a/2.jpg"]
+    rng = np.random.default_rng(3)
+    for level in ["2", "10", "1"]:
+        for half in (ids[:4], ids[4:]):  # several batches: several Arrow chunks
+            store.write_predictions(
+                "r1",
+                _batch(
+                    list(rng.permutation(half)), level=level, correct=rng.random(len(half)) < 0.5
+                ),
+            )
+    store.write_predictions("r1", _batch(ids[:3], shift="clean", level="0"))
+    store.write_predictions("r2", _batch(ids[:2], level="5"))
+    want = store.predictions(
+        ["r1"], columns=["sample_id", "shift", "level", "correct"], shifts=["gaussian_noise"]
+    )
+    got = store.shift_outcomes("r1", "gaussian_noise")
+    assert len(got) == len(want) == 21
+    pd.testing.assert_frame_equal(
+        got.astype({c: str for c in ("sample_id", "shift", "level")}), want, check_dtype=False
+    )
+    assert got["level"].astype(str).tolist()[:7] == ["1"] * 7 and got["level"].iloc[7] == "10"
+    assert store.shift_outcomes("r1", "motion_blur").empty
+
+
 def test_parquet_export(tmp_path):
     store = Store(tmp_path / "r.duckdb")
     _run(store)

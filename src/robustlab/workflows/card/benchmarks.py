@@ -38,8 +38,7 @@ class Context:
             table = self.store.cell_table([run_id])
         shifts = sorted({str(s) for s in table["shift"]})
         for shift in shifts:
-            rows = self.store.predictions([run_id], columns=_COLS, shifts=[shift])
-            ic.add(prefix, rows, _cell_key)
+            ic.add(prefix, self.store.shift_outcomes(run_id, shift), _cell_key)
 
     def number(self, ic: ImageCells, bench: str, metric: str, label: str, names, stat, **kw):
         value, lo, hi = ic.estimate(list(names), stat, self.rng, self.n_resamples)
@@ -57,7 +56,9 @@ class Context:
 
 
 def _cell_key(rows: pd.DataFrame) -> pd.Series:
-    return rows["shift"].astype(str) + "/" + rows["level"].astype(str)
+    """``shift/level`` per row (one shift per read: the levels' categories renamed)."""
+    (shift,) = rows["shift"].cat.categories
+    return rows["level"].cat.rename_categories(lambda level: f"{shift}/{level}")
 
 
 def _mean(acc: np.ndarray) -> np.ndarray:
