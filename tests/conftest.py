@@ -50,6 +50,19 @@ def as_batch(imgs):
     return on_device(x.contiguous())
 
 
+def skip_unless_opencv_fuses() -> None:
+    """Skip unless OpenCV computes its float grey as the reference's did: through IPP on a
+    CPU with FMA (IPP's SSE4.2 code, or no IPP, rounds otherwise; ``OPENCV_IPP`` can
+    force either). Tests that compare a grey formula with the library itself need it."""
+    import cv2
+
+    cpu = Path("/proc/cpuinfo")
+    flags = cpu.read_text().split() if cpu.exists() else []
+    forced = os.environ.get("OPENCV_IPP", "").lower()
+    if not cv2.ipp.useIPP() or "fma" not in flags or forced in ("sse42", "disabled", "ssse3"):
+        pytest.skip("OpenCV here does not compute its float grey with fused multiply-adds")
+
+
 def as_images(x) -> np.ndarray:
     """An (N, 3, H, W) batch on any device as (N, H, W, 3) numpy images."""
     return x.permute(0, 2, 3, 1).cpu().numpy()

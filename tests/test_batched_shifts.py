@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import as_batch, as_images, on_device
+from conftest import as_batch, as_images, on_device, skip_unless_opencv_fuses
 from PIL import Image
 
 from robustlab.pipeline import apply_shift, as_stored, load_prepared
@@ -307,8 +307,7 @@ def test_snow_grey_is_opencvs_bit_for_bit():
 
     from robustlab.shifts.batched.weather import _grey
 
-    if not cv2.ipp.useIPP():
-        pytest.skip("OpenCV without IPP rounds its grey differently (the exact path's too)")
+    skip_unless_opencv_fuses()  # else OpenCV rounds its grey otherwise (the exact path does not)
     img = np.random.default_rng(9).integers(0, 256, (1, 200, 200, 3)).astype(np.float32) / 255
     ours = _grey(as_batch(img))[0, 0].cpu().numpy()
     assert np.array_equal(ours, cv2.cvtColor(img[0], cv2.COLOR_RGB2GRAY))

@@ -11,7 +11,8 @@ The reference, step by step (and here in the same order, with the same dtypes):
    :mod:`._motion` reproduces that ImageMagick blur byte for byte, so the PNG round trip is
    just the uint8 array.
 3. The image (float32 in [0, 1]) becomes ``blend * x + (1 - blend) * max(x, 1.5 * grey(x) + 0.5)``
-   in float32, with OpenCV's RGB-to-grey weights.
+   in float32, with OpenCV's RGB-to-grey (:func:`_grey`: its weights and its fused
+   multiply-adds, which OpenCV itself only computes that way on some CPUs).
 4. Output: ``clip(x + snow + snow rotated by 180 degrees, 0, 1) * 255`` in float64.
 
 Steps 3 and 4 run as one numba loop that does the same float32/float64 operations as the
@@ -24,10 +25,10 @@ width, so any size works (``clipped_zoom`` treats the two axes separately).
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 from numba import njit
 
+from robustlab.shifts.corruptions._fma import fma32
 from robustlab.shifts.corruptions._motion import motion_blur_uint8
 from robustlab.shifts.corruptions._zoom import clipped_zoom
 from robustlab.shifts.registry import register_shift
@@ -58,6 +59,23 @@ def _compose(x, grey, flakes, blend, rest):
                 y = (np.float64(washed) + snow) + mirrored
                 y = min(max(y, 0.0), 1.0) * 255.0
                 out[i, j, c] = np.uint8(y)
+    return out
+
+
+_KR, _KG, _KB = np.float32(0.299), np.float32(0.587), np.float32(0.114)
+
+
+@njit(cache=True, nogil=True)
+def _grey(x, out):
+    """The reference's ``cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)`` of HxWx3 float32, as OpenCV
+    computes it with IPP on a CPU with FMA: ``fma(b, 0.114, fma(r, 0.299, g * 0.587))`` in
+    float32 (other orders differ in the last bit at 14 to 30 % of the pixels). Written out
+    because OpenCV's own result depends on the CPU: with IPP's SSE4.2 code, or without
+    IPP, 19 % of the values differed, and with them snow's pixels (3 values of one
+    reference photo at severity 1)."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = fma32(x[i, j, 2], _KB, fma32(x[i, j, 0], _KR, x[i, j, 1] * _KG))
     return out
 
 
@@ -138,5 +156,5 @@ def snow(x, params, rng, ctx):
     layer = clipped_zoom(layer[..., np.newaxis], zoom)[..., 0]
     layer8 = _threshold_uint8(layer, threshold, np.empty(layer.shape, np.uint8))
     flakes = motion_blur_uint8(layer8, radius, sigma, angle)
-    grey = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)
+    grey = _grey(x, np.empty((height, width), np.float32))
     return _compose(x, grey, flakes, np.float32(blend), np.float32(1 - blend))
