@@ -482,3 +482,19 @@ def test_masked_and_donor_scenarios(three, tmp_path):
         progress=False,
     )
     assert _files(tmp_path / "again") == before
+
+
+def test_the_folders_checked_for_links_stay_with_the_process_that_checked(tmp_path):
+    """The link rule is checked once per cell folder and run in each process; what one
+    process found is never sent to another (a worker, a Ray node), which checks anew."""
+    import pickle
+
+    from robustlab.cells import Cell
+    from robustlab.files.outputs import LocalFolder
+    from robustlab.workflows.generate.worker import Job
+
+    job = Job(LocalFolder(tmp_path), (Cell("contrast", 1),), IMAGENET_C_PROTOCOL, 0, 10**8, False)
+    job.safe_folders.add("contrast/1/n01440764")
+    sent = pickle.loads(pickle.dumps(job))
+    assert sent.safe_folders == set() and job.safe_folders == {"contrast/1/n01440764"}
+    assert sent.cells == job.cells and sent.out.root == job.out.root
