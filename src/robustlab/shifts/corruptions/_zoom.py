@@ -83,42 +83,44 @@ def _axis_table(n: int, zoom_factor: float):
     return i0, i1, w0, w1, inside
 
 
-def _runs(idx: np.ndarray) -> np.ndarray:
-    """``idx`` as runs of consecutive source offsets: rows ``(start, source start, length)``.
+def _runs(*offsets: np.ndarray) -> np.ndarray:
+    """Stretches where every one of ``offsets`` (equally long source offsets) advances by
+    one: rows ``(start, each array's source start, length)``.
 
     A zoom by a factor >= 1 repeats a source column now and then and otherwise walks
     the row in order, so the gather ``row[idx]`` is a few contiguous copies: about 4 to
     100 pixels each for the factors zoom_blur uses.
     """
-    cut = np.flatnonzero(np.diff(idx) != 1) + 1
+    cut = np.flatnonzero(np.any([np.diff(g) != 1 for g in offsets], axis=0)) + 1
     starts = np.concatenate([[0], cut])
-    ends = np.concatenate([cut, [len(idx)]])
-    return np.stack([starts, idx[starts], ends - starts], 1).astype(np.int64)
+    ends = np.concatenate([cut, [len(offsets[0])]])
+    return np.stack([starts, *(g[starts] for g in offsets), ends - starts], 1).astype(np.int64)
 
 
-@functools.lru_cache(maxsize=1024)
-def _column_table(n: int, zoom_factor: float, channels: int):
-    """:func:`_axis_table` of the columns, expanded to ``n * channels`` interleaved values.
-
-    Returns ``(runs0, runs1, w0, w1, kept)``: the source offsets ``col * channels +
-    channel`` of the two corners of each value as :func:`_runs`, the weights per value,
-    and how many values are inside (a prefix: the positions grow along the axis, so only
-    trailing columns can fall outside).
-    """
+def _expanded(n: int, zoom_factor: float, channels: int):
+    """:func:`_axis_table` of the columns, expanded to ``n * channels`` interleaved values:
+    ``(g0, g1, w0, w1, kept)``, the source offsets ``col * channels + channel`` of the two
+    corners of each value, their weights, and how many values are inside (a prefix: the
+    positions grow along the axis, so only trailing columns can fall outside)."""
     c0, c1, w0, w1, inside = _axis_table(n, zoom_factor)
     kept = int(inside.sum())
     if not inside[:kept].all():  # cannot happen: cc grows with k
         raise RuntimeError(f"zoom: the inside columns of ({n}, {zoom_factor}) are not a prefix")
     chan = np.arange(channels)
-    out = (
-        _runs((c0[:, None] * channels + chan).ravel()),
-        _runs((c1[:, None] * channels + chan).ravel()),
-        np.repeat(w0, channels),
-        np.repeat(w1, channels),
-    )
+    g0 = (c0[:, None] * channels + chan).ravel()
+    g1 = (c1[:, None] * channels + chan).ravel()
+    return g0, g1, np.repeat(w0, channels), np.repeat(w1, channels), kept * channels
+
+
+@functools.lru_cache(maxsize=1024)
+def _column_table(n: int, zoom_factor: float, channels: int):
+    """:func:`_expanded` with each corner's offsets as :func:`_runs`: ``(runs0, runs1, w0,
+    w1, kept)``, read-only (the single zoom's gather)."""
+    g0, g1, w0, w1, kept = _expanded(n, zoom_factor, channels)
+    out = (_runs(g0), _runs(g1), w0, w1)
     for a in out:
         a.setflags(write=False)
-    return (*out, kept * channels)
+    return (*out, kept)
 
 
 @njit(cache=True, nogil=True)
@@ -182,9 +184,9 @@ def _zoom_sum_rows(img, out, line, identity, r0, r1, rw0, rw1, rin, runs, nruns,
 
     ``img`` and ``out`` are (H, W*C) views. Per factor (one row of each stacked table):
     the row tables of :func:`_axis_table`, the column weights expanded to W*C values and
-    the first ``nruns[f]`` joint runs of :func:`_joint_runs` (output start, start of each
-    corner's source columns, length; they cover the inside values only, so outside
-    columns and rows add nothing). Each value is scipy's sum (see :func:`_zoom_rows`)
+    the first ``nruns[f]`` joint runs of both corners (:func:`_runs`: output start, start
+    of each corner's source columns, length; they cover the inside values only, so
+    outside columns and rows add nothing). Each value is scipy's sum (see :func:`_zoom_rows`)
     stored in ``out``'s dtype (``line``, a buffer of that dtype, does the rounding) and
     then added to ``out`` in that dtype, exactly like ``out += clipped_zoom(img, f)``. An
     ``identity`` factor (1.0) adds ``img`` itself, as numpy's ``out += img`` does.
@@ -228,15 +230,6 @@ def _zoom_sum_rows(img, out, line, identity, r0, r1, rw0, rw1, rin, runs, nruns,
                     orow[k] += line[k]
 
 
-def _joint_runs(g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
-    """Stretches where both corners' source offsets advance by one: rows ``(output
-    start, g0 start, g1 start, length)``."""
-    cut = np.flatnonzero((np.diff(g0) != 1) | (np.diff(g1) != 1)) + 1
-    starts = np.concatenate([[0], cut])
-    ends = np.concatenate([cut, [len(g0)]])
-    return np.stack([starts, g0[starts], g1[starts], ends - starts], 1).astype(np.int64)
-
-
 @functools.lru_cache(maxsize=64)
 def _sum_tables(h: int, w: int, channels: int, factors: tuple[float, ...]):
     """What :func:`_zoom_sum_rows` needs for these factors, one row per factor: which
@@ -244,16 +237,12 @@ def _sum_tables(h: int, w: int, channels: int, factors: tuple[float, ...]):
     joint runs of the inside values (padded to the longest list) and their count, and
     the column weights expanded to ``w * channels`` values."""
     rows = [_axis_table(h, z) for z in factors]
-    chan = np.arange(channels)
     runs, w0s, w1s = [], [], []
     for z in factors:
-        c0, c1, w0, w1, inside = _axis_table(w, z)
-        kept = int(inside.sum()) * channels  # a prefix: cc grows along the axis
-        g0 = (c0[:, None] * channels + chan).ravel()[:kept]
-        g1 = (c1[:, None] * channels + chan).ravel()[:kept]
-        runs.append(_joint_runs(g0, g1) if kept else np.zeros((0, 4), np.int64))
-        w0s.append(np.repeat(w0, channels))
-        w1s.append(np.repeat(w1, channels))
+        g0, g1, w0, w1, kept = _expanded(w, z, channels)
+        runs.append(_runs(g0[:kept], g1[:kept]) if kept else np.zeros((0, 4), np.int64))
+        w0s.append(w0)
+        w1s.append(w1)
     padded = np.zeros((len(factors), max(len(r) for r in runs), 4), np.int64)
     for f, r in enumerate(runs):
         padded[f, : len(r)] = r
