@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FULL
+from conftest import SHARED
 from PIL import Image
 
 from robustlab.data.sources import Sample
@@ -61,8 +61,8 @@ def frames():
             s = Sample(ph.id, ph.source, ph.class_name, mask_path=ph.mask)
             p = load_prepared(s, IMAGENET_E_PROTOCOL, with_mask=True)
             out[case] = (p.rgb, p.mask > 0)
-        elif FULL.is_dir():  # the full shared data: the compact copy's photos are scaled down
-            path = FULL / rel
+        elif (SHARED / rel).is_file():  # the compact copy keeps this photo byte for byte
+            path = SHARED / rel
             with Image.open(path) as im:
                 rgb = prepare(np.asarray(im.convert("RGB")), IMAGENET_E_PROTOCOL)
             out[case] = (rgb, _png(f"{case}__frame_mask.png") > 0)
