@@ -56,6 +56,13 @@ def add_parser(sub) -> None:
         "--format", action=Deprecated, dest="fmt", choices=["jpeg", "png"], new="--image-format"
     )
     p.add_argument(
+        "--layout",
+        choices=["folders", "npy"],
+        default="folders",
+        help="folders: a file per cell (cifar-c adds the release's .npy arrays); npy "
+        "(cifar-c only): the CIFAR-10-C arrays alone, written directly, no file per cell",
+    )
+    p.add_argument(
         "--keep-size",
         action="store_true",
         help="no resize or crop; sources under 32x32 are skipped",

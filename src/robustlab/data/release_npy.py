@@ -212,6 +212,17 @@ def write_release(
     Returns:
         The names of the files written.
     """
+    return [*write_arrays(root, shifts, n, image, shape), write_labels(root, labels)]
+
+
+def write_arrays(
+    root: Path,
+    shifts: Sequence[str],
+    n: int,
+    image: Callable[[str, int, int], np.ndarray],
+    shape: tuple[int, int, int],
+) -> list[str]:
+    """Write ``<shift>.npy`` for each shift (see :func:`write_release`); returns their names."""
     written = []
     for shift in shifts:
         final = root / f"{shift}.npy"
@@ -223,9 +234,13 @@ def write_release(
             arr.flush()
             del arr
         written.append(final.name)
+    return written
+
+
+def write_labels(root: Path, labels: Sequence[int]) -> str:
+    """Write ``labels.npy``: the labels once per severity (uint8 when they fit, as released)."""
     lab = np.tile(np.asarray(labels, dtype=np.int64), 5)
     lab = lab.astype(np.uint8) if lab.size and 0 <= lab.min() and lab.max() < 256 else lab
     with atomic_path(root / LABELS) as tmp, open(tmp, "wb") as fh:
         np.save(fh, lab)
-    written.append(LABELS)
-    return written
+    return LABELS

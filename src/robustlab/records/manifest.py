@@ -206,6 +206,10 @@ def identity_changes(
         for key in sorted(set(pp) | set(new["protocol"])):
             if pp.get(key) != new["protocol"].get(key):
                 out.append(f"protocol {key} {pp.get(key)} -> {new['protocol'].get(key)}")
+    # A file per cell, or (generate --layout npy) the release arrays alone.
+    pl, nl = prev.get("cell_layout", "folders"), new.get("cell_layout", "folders")
+    if pl != nl:
+        out.append(f"cell layout {pl} -> {nl}")
     pm, nm = (prev.get("data") or {}).get("masks"), new["data"].get("masks")
     # Older manifests recorded --masks as typed: a relative path is not comparable.
     if pm and nm and Path(pm).is_absolute() and pm != nm:

@@ -116,6 +116,8 @@ def planned_run(request: EvaluateRequest) -> PlannedRun:
 
         return archive_plan(request, root)
     manifest = read_generated(root)
+    if manifest is not None and manifest.get("cell_layout") == "npy":
+        return _generated_arrays(request, root)
     mining = read_mining(root) if manifest is None else None
     if mining is not None:  # a hard subset of shifted cells is read as those cells
         planned = mined_plan(request, root, mining)
@@ -142,6 +144,27 @@ def planned_run(request: EvaluateRequest) -> PlannedRun:
         return published_plan(request, root, layout)
     source = read_source(root, manifest, request)
     return source_plan(request, source, label_space=space, layout=layout)
+
+
+def _generated_arrays(request: EvaluateRequest, root: Path) -> PlannedRun:
+    """A folder of ``generate cifar-c --layout npy``: its arrays are read as the released
+    CIFAR-10-C is (the cells; ``labels.npy`` labels the rows)."""
+    from robustlab.workflows.evaluate.published import published_plan
+
+    if request.data.labels_csv is not None:
+        raise InputError(
+            f"{root} holds CIFAR-10-C arrays: their labels.npy gives the labels, "
+            f"--labels {request.data.labels_csv} would not be used",
+            hint="leave out --labels",
+        )
+    layout = published_layout(root, request.cells.suite)
+    if layout is None or layout.name != "cifar-10-c":
+        raise InputError(
+            f"{root} has no finished .npy arrays yet (generate --layout npy was interrupted "
+            "or is running)",
+            hint="rerun the same generate command: it resumes and writes them",
+        )
+    return published_plan(request, root, layout)
 
 
 @dataclass(frozen=True)

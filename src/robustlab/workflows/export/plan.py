@@ -116,6 +116,12 @@ def plan_export(root: Path, labels_csv: Path | None = None) -> ExportPlan:
     if not root.is_dir():
         raise InputError(f"--data {root} is not a folder")
     manifest = read_generated(root)
+    if manifest is not None and manifest.get("cell_layout") == "npy":
+        raise InputError(
+            f"{root} holds CIFAR-10-C's .npy arrays (generate --layout npy), not image files",
+            hint="the arrays are the release format already; export a --layout folders "
+            "generate for Parquet or WebDataset shards",
+        )
     if manifest is not None:
         return _generated(root, manifest, labels_csv)
     mining = read_mining(root)

@@ -3,6 +3,7 @@ the outcome (the steps are described in :mod:`robustlab.workflows.generate`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -31,7 +32,8 @@ from robustlab.workflows.generate.record import (
     cell_files_on_disk,
     merge_manifest,
 )
-from robustlab.workflows.generate.release import write_release_arrays
+from robustlab.workflows.generate.release import release_labels, write_release_arrays
+from robustlab.workflows.generate.release_rows import PartialRelease
 from robustlab.workflows.generate.request import (
     GenerateCells,
     GenerateExecution,
@@ -110,6 +112,11 @@ def generate(
     )
     cells, inputs, execution = specs["cells"], specs["inputs"], specs["execution"]
     tools = specs["tools"]
+    if cells.layout == "npy" and execution.backend == "ray":
+        raise InputError(
+            "--layout npy writes memory-mapped arrays on this machine; Ray's nodes cannot",
+            hint="use the local backend, or --layout folders on Ray",
+        )
     folder = _open_out(out, execution)
     if isinstance(folder, LocalFolder):  # never mixed into another folder's files
         check_out_folder(
@@ -189,8 +196,16 @@ def _run(
     )
     prev = _begin(folder, plan, result, run)  # a folder nobody can write to fails here
     journal = Journal(folder, run.id)
-    result.redrawn = check_written(plan, folder, prev, journal)
+    if plan.layout != "npy":
+        result.redrawn = check_written(plan, folder, prev, journal)
     ensure_compiled_for(plan.names, progress=bool(execution.progress))
+    bar = _progress_bar(plan, execution)
+    collect = _collector(result, bar, journal)
+    partial, todo = None, plan.samples
+    if plan.layout == "npy":  # the cells go straight into the release arrays
+        partial, todo = _open_release(plan, folder, prev, result, collect)
+        if partial is not None:
+            collect = _marking(collect, partial, len(plan.cells))
     job = Job(
         folder,
         plan.cells,
@@ -200,6 +215,7 @@ def _run(
         plan.need_mask,
         plan.donors,
         plan.settings,
+        release=partial.target() if partial is not None else None,
     )
     log.info(
         "generating %d cells x %d images into %s with %d worker(s)",
@@ -208,24 +224,92 @@ def _run(
         folder,
         n_workers,
     )
-    bar = _progress_bar(plan, execution)
-    collect = _collector(result, bar, journal)
 
     def finish(status: str) -> None:
         try:
+            if partial is not None:  # the photos collected so far count as done
+                with contextlib.suppress(OSError):
+                    partial.sync()
             journal.close()  # before the manifest that names it
         finally:
             _finish(folder, plan, result, run, status, started)
 
     try:
         with run.track(finish):
-            _execute(plan, folder, job, execution, n_workers, collect, result, run)
+            _execute(plan, folder, job, execution, n_workers, collect, result, run, todo)
+            if partial is not None:  # finished: the arrays into place before the manifest
+                result.release = {
+                    "shifts": partial.shifts,
+                    "rows": partial.finish(release_labels(plan), _stale_shifts(prev, partial)),
+                }
     finally:
         if bar is not None:
             bar.close()
-    # A preset released as arrays (CIFAR-10-C) gets that layout too, from the files.
-    write_release_arrays(plan, folder)
+    if partial is not None:
+        partial.remove()  # the manifest names the finished arrays now
+    elif plan.layout != "npy":
+        # A preset released as arrays (CIFAR-10-C) gets that layout too, from the files.
+        write_release_arrays(plan, folder)
     return result
+
+
+def _open_release(
+    plan: GeneratePlan, folder, prev: dict | None, result: GenerateResult, collect
+) -> tuple[PartialRelease | None, list]:
+    """``--layout npy``: the partial arrays to write into and the photos still to draw;
+    (None, []) when the finished arrays hold every photo already. Photos done are
+    collected as existing."""
+    from robustlab.workflows.generate.release_rows import is_complete, release_shape
+
+    ids = [s.id for s in plan.samples]
+    prev = prev or {}
+    earlier = prev.get("release") or {}
+    skipped = {d.get("id") for d in prev.get("skipped_inputs", [])}
+    skipped |= {d.get("id") for d in prev.get("failures", [])}
+    if is_complete(folder.root, earlier, ids, plan.names, skipped):
+        log.info("the release arrays in %s hold every photo already", folder)
+        rows = set(earlier["rows"])
+        for sid in ids:
+            if sid in rows:
+                collect(SampleOutcome(sid, existing=len(plan.cells)))
+        # The photos left out stay left out, with their reasons (same sources, same outcome).
+        wanted = set(ids) - rows
+        result.skipped_inputs += [
+            (d["id"], d["reason"]) for d in prev.get("skipped_inputs", []) if d["id"] in wanted
+        ]
+        result.failures += [
+            (d["id"], d["shift"], d["level"], d["reason"])
+            for d in prev.get("failures", [])
+            if d["id"] in wanted
+        ]
+        result.release = earlier
+        return None, []
+    partial = PartialRelease(folder.root, ids, plan.names, release_shape(plan.protocol))
+    partial.open(earlier)
+    todo = []
+    for s in plan.samples:
+        if s.id in partial.done:
+            collect(SampleOutcome(s.id, existing=len(plan.cells)))
+        else:
+            todo.append(s)
+    return partial, todo
+
+
+def _marking(collect, partial: PartialRelease, n_cells: int):
+    """The tally, then a photo whose every cell is in its rows is recorded as done."""
+
+    def mark(o: SampleOutcome) -> None:
+        collect(o)
+        if o.written == n_cells and not o.failures and not o.skip_reason:
+            partial.mark(o.id)
+
+    return mark
+
+
+def _stale_shifts(prev: dict | None, partial: PartialRelease) -> list[str]:
+    """Shifts of the folder's earlier release that this one leaves out."""
+    earlier = ((prev or {}).get("release") or {}).get("shifts") or []
+    return [s for s in earlier if s not in partial.shifts]
 
 
 def _worker_count(workers: int | None, n_samples: int) -> int:
@@ -297,10 +381,10 @@ def _execute(
     collect,
     result: GenerateResult,
     run: FolderRun,
+    todo: list,
 ) -> None:
-    """Every sample with a missing cell through :func:`process_sample`: on Ray, in this
-    process (``workers=0``) or on a process pool."""
-    todo = plan.samples
+    """Every sample of ``todo`` with a missing cell through :func:`process_sample`: on Ray,
+    in this process (``workers=0``) or on a process pool."""
     if isinstance(folder, UrlFolder):
         todo = unfinished(folder, plan.samples, plan.cells, plan.protocol, plan.names, collect)
     if not todo:
@@ -348,7 +432,11 @@ def _finish(
 
     def merge(current: dict | None) -> dict:
         keys = {f"{c.get('shift')}/{c.get('level')}" for c in (current or {}).get("cells", [])}
-        on_disk = cell_files_on_disk(folder, sorted(keys | set(plan.identity["cells"])))
+        if plan.layout == "npy":  # the images in the finished arrays
+            release = result.release or (current or {}).get("release") or {}
+            on_disk = len(release.get("rows") or ()) * 5 * len(release.get("shifts") or ())
+        else:
+            on_disk = cell_files_on_disk(folder, sorted(keys | set(plan.identity["cells"])))
         if result.attributes:
             old = folder.read(ATTRIBUTES_CSV)
             rows = parse_attributes_csv(old.decode()) if old else []

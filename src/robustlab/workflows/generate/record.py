@@ -20,6 +20,8 @@ from robustlab.files.outputs import LocalFolder, UrlFolder
 from robustlab.records.folder_record import FolderRun, count_files, library_versions, now
 from robustlab.shifts.registry import described_resources
 
+NPY_LAYOUT = "<out>/<shift>.npy (5 x N images in severity order) + labels.npy"
+
 
 @dataclass
 class GenerateResult:
@@ -39,6 +41,8 @@ class GenerateResult:
         failures: ``(id, shift, level, reason)`` per failed cell.
         seconds: Wall time.
         stages: With the Ray backend, worker time and rate per pipeline stage.
+        release: With ``layout="npy"``, the finished arrays' record: their ``shifts`` and
+            ``rows`` (the photo id of each row, in order).
     """
 
     out: Path | str
@@ -55,6 +59,7 @@ class GenerateResult:
     attributes: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     stages: dict = field(default_factory=dict)  # the Ray backend's per-stage throughput
+    release: dict | None = None
 
 
 def cell_files_on_disk(folder: LocalFolder | UrlFolder | Path, cell_keys: Sequence[str]) -> int:
@@ -105,6 +110,8 @@ def merge_manifest(
     all_cells.update(identity["cells"])
     content = dict(prev.get("samples") or {})
     content.update(identity["samples"])
+    npy = identity.get("cell_layout") == "npy"
+    release = {"release": result.release or prev.get("release")} if npy else {}
     return {
         "format": FORMAT,
         "status": run.status,
@@ -114,7 +121,9 @@ def merge_manifest(
         "suite": identity["suite"],
         "protocol": identity["protocol"],
         "data": identity["data"],
-        "layout": "<out>/<shift>/<level>/<class>/<file>",
+        "layout": NPY_LAYOUT if npy else "<out>/<shift>/<level>/<class>/<file>",
+        **({"cell_layout": "npy"} if npy else {}),
+        **release,
         # Each run's hashes of the files it wrote (robustlab.files.hashes).
         KEY: RECORD,
         "cells": list(all_cells.values()),

@@ -23,13 +23,32 @@ log = logging.getLogger(__name__)
 RELEASE_NPY_PRESETS = ("cifar-c",)
 
 
+def release_labels(plan) -> dict[str, int]:
+    """Photo id -> its integer label in the suite's label space, for every planned photo
+    that has one (a photo without is logged and left out of the arrays)."""
+    from robustlab.data.labels import get_label_space
+
+    space = get_label_space(plan.suite.label_space)
+    out = {}
+    for s in plan.samples:
+        try:
+            out[s.id] = int(s.label if s.label is not None else space.index_of(s.class_name))
+        except (KeyError, ValueError):
+            log.info(
+                "%s: left out of the .npy layout (class %r not in %s)",
+                s.id,
+                s.class_name,
+                space.name,
+            )
+    return out
+
+
 def write_release_arrays(plan, folder) -> list[str]:
     """Write the ``.npy`` layout of a finished ``cifar-c`` generate into its folder.
 
     Returns the files written (none, with a warning line, when the folder cannot hold a
     release: not a local folder, not every severity of a shift, or no image with a label).
     """
-    from robustlab.data.labels import get_label_space
     from robustlab.files.outputs import LocalFolder
 
     if plan.protocol.preset not in RELEASE_NPY_PRESETS:
@@ -41,8 +60,8 @@ def write_release_arrays(plan, folder) -> list[str]:
     if not shifts:
         log.warning("no .npy release layout: it needs all five severities of a corruption")
         return []
-    space = get_label_space(plan.suite.label_space)
     root = folder.root
+    known = release_labels(plan)
     rows, labels = [], []
     for s in plan.samples:
         paths = {
@@ -51,20 +70,12 @@ def write_release_arrays(plan, folder) -> list[str]:
         if not all(p.is_file() for p in paths.values()):
             log.info("%s: left out of the .npy layout (a cell file is missing)", s.id)
             continue
-        try:
-            label = s.label if s.label is not None else space.index_of(s.class_name)
-        except (KeyError, ValueError):
-            log.info(
-                "%s: left out of the .npy layout (class %r not in %s)",
-                s.id,
-                s.class_name,
-                space.name,
-            )
+        if s.id not in known:
             continue
         rows.append(paths)
-        labels.append(int(label))
+        labels.append(known[s.id])
     if not rows:
-        log.warning("no .npy release layout: no generated image has a %s label", space.name)
+        log.warning("no .npy release layout: no generated image has a label")
         return []
     shape = decode(rows[0][(shifts[0], 1)].read_bytes()).shape
 

@@ -35,6 +35,7 @@ from robustlab.suites import Protocol
 
 if TYPE_CHECKING:  # a field's type only
     from robustlab.shifts.scenes import DonorPool
+    from robustlab.workflows.generate.release_rows import ReleaseRows
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class Job:
     # link rule is checked once per folder (its lstat walk cost 0.12 ms per 32 px file,
     # a ninth of the file's time), not once per file. Never sent to another process.
     safe_folders: set[str] = field(default_factory=set, compare=False, repr=False)
+    # ``--layout npy``: the cells go into these rows of the release arrays, not files
+    # (the driver sends only photos not done yet).
+    release: ReleaseRows | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "safe_folders": set()}
@@ -108,14 +112,17 @@ def process_sample(sample: Sample, job: Job | None = None) -> SampleOutcome:
 def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
     res = SampleOutcome(sample.id)
     out = job.out
-    todo = []
-    rel = relative_output(sample, job.protocol).as_posix()  # the same under every cell
-    for cell in job.cells:
-        path = f"{cell.folder}/{rel}"  # cell_path("", ...), without a Path per cell
-        if out.exists(path):
-            res.existing += 1
-        else:
-            todo.append((cell, path))
+    todo: list[tuple[Cell, str | None]] = []
+    if job.release is not None:  # rows of the release arrays, no file per cell
+        todo = [(cell, None) for cell in job.cells]
+    else:
+        rel = relative_output(sample, job.protocol).as_posix()  # the same under every cell
+        for cell in job.cells:
+            file = f"{cell.folder}/{rel}"  # cell_path("", ...), without a Path per cell
+            if out.exists(file):
+                res.existing += 1
+            else:
+                todo.append((cell, file))
     if not todo:
         return res  # finished earlier: not even decoded
     try:
@@ -131,8 +138,8 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
     res.note = prep.note
     for cell, path in todo:
         name, level = cell
-        folder = posixpath.dirname(path)
-        if isinstance(out, LocalFolder) and folder not in job.safe_folders:
+        folder = posixpath.dirname(path or "")
+        if path and isinstance(out, LocalFolder) and folder not in job.safe_folders:
             # the link rule for writers: never through a link out
             refuse_write_through(out.root, folder, "--out")
             job.safe_folders.add(folder)
@@ -152,6 +159,11 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
             ctx["attributes"] = attrs
             shift = resolve_shift(name, job.protocol.preset)
             img = apply_shift(prep.rgb, sample.id, shift, level, job.seed, ctx)
+            if path is None:
+                assert job.release is not None
+                job.release.write(sample.id, name, level, img)
+                res.written += 1
+                continue
             data = encode(img, job.protocol)
             out.write(path, data)
             res.written += 1
@@ -170,7 +182,8 @@ def _process_sample(sample: Sample, job: Job) -> SampleOutcome:
             log.info("%s %s skipped: %s", sample.id, cell.folder, exc)
             res.failures.append((name, cell.key, str(exc)))
         except OSError as exc:
-            problem = environment_problem(exc, f"cannot write {out.location_of(path)}")
+            where = out.location_of(path) if path else out
+            problem = environment_problem(exc, f"cannot write {where}")
             if problem is not exc:  # a full disk fails every cell after it: stop the run
                 raise problem from None
             log.warning("%s %s failed: %s: %s", sample.id, cell.folder, type(exc).__name__, exc)

@@ -1,0 +1,200 @@
+"""``generate cifar-c --layout npy``: the cells straight into CIFAR-10-C's arrays, no file
+per cell; the same bytes as the folder layout's arrays, resumable, and read back by
+``evaluate`` as the release is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import robustlab
+from robustlab.errors import InputError, InputChangedError
+from robustlab.workflows.generate import core as generate_core
+from robustlab.workflows.generate import generate
+from robustlab.workflows.generate import release_rows
+
+pytestmark = pytest.mark.xdist_group("release_layouts")
+
+PHOTOS = Path(__file__).parent / "fixtures" / "shared-mini" / "imagenet-samples"
+# Real photos filed under CIFAR-10 classes (cifar10 label space).
+CIFAR = {
+    "bird": ["n01514859_hen.JPEG", "n01532829_house_finch.JPEG"],
+    "dog": ["n02087046_toy_terrier.JPEG", "n02085782_Japanese_spaniel.JPEG"],
+    "frog": ["n01641577_bullfrog.JPEG"],
+}
+SHIFTS = "gaussian_noise,frost"
+ARRAYS = ("gaussian_noise.npy", "frost.npy", "labels.npy")
+KW = dict(shifts=SHIFTS, workers=0, progress=False)
+
+
+def _data(root: Path) -> Path:
+    for cls, files in CIFAR.items():
+        (root / cls).mkdir(parents=True)
+        for f in files:
+            shutil.copy(PHOTOS / f, root / cls / f)
+    return root
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The same photos generated in both layouts."""
+    root = tmp_path_factory.mktemp("rows")
+    data = _data(root / "data")
+    folders = generate("cifar-c", data, root / "folders", **KW)
+    npy = generate("cifar-c", data, root / "npy", layout="npy", **KW)
+    return root, folders, npy
+
+
+def _same_arrays(a: Path, b: Path) -> None:
+    for name in ARRAYS:
+        x, y = np.load(a / name), np.load(b / name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+
+
+def test_the_arrays_are_the_folder_layouts_byte_for_byte(made):
+    root, folders, npy = made
+    _same_arrays(root / "folders", root / "npy")
+    assert np.load(root / "npy" / "frost.npy").shape == (25, 32, 32, 3)
+    assert folders.written == npy.written == 5 * 10
+    # no cell file, no partial state left: the arrays, labels and the records
+    names = {p.name for p in (root / "npy").iterdir()}
+    assert names == {*ARRAYS, "manifest.json", ".hashes"}
+    m = json.loads((root / "npy" / "manifest.json").read_text())
+    assert m["cell_layout"] == "npy" and m["layout"].startswith("<out>/<shift>.npy")
+    assert m["release"]["shifts"] == ["gaussian_noise", "frost"]
+    assert m["release"]["rows"] == sorted(f"{c}/{f}" for c, fs in CIFAR.items() for f in fs)
+    assert m["counts"]["written"] == 50 and m["runs"][-1]["status"] == "complete"
+
+
+def test_a_rerun_of_a_finished_folder_draws_nothing(made, tmp_path):
+    root, _, _ = made
+    out = tmp_path / "npy"
+    shutil.copytree(root / "npy", out)
+    before = {n: (out / n).stat().st_mtime_ns for n in ARRAYS}
+    again = generate("cifar-c", root / "data", out, layout="npy", **KW)
+    assert (again.written, again.skipped_existing) == (0, 50)
+    assert {n: (out / n).stat().st_mtime_ns for n in ARRAYS} == before
+
+
+def test_evaluate_reads_the_arrays_with_the_folders_numbers(made, tmp_path):
+    root, _, _ = made
+    kw = dict(db=tmp_path / "r.duckdb", shifts="frost", levels="1,5", workers=0, progress=False)
+    on_npy = robustlab.evaluate("lite0", data=root / "npy", **kw).table
+    on_gen = robustlab.evaluate("lite0", data=root / "folders", **kw).table
+    key = ["shift", "level", "n", "top1", "top5"]
+    npy = on_npy.assign(level=on_npy["level"].astype(str))[key].reset_index(drop=True)
+    gen = on_gen[on_gen["shift"] != "clean"]
+    gen = gen.assign(level=gen["level"].astype(str))[key].reset_index(drop=True)
+    assert len(npy) == 2 and npy.equals(gen)
+    with pytest.raises(InputError, match="labels.npy gives the labels"):
+        robustlab.evaluate("lite0", data=root / "npy", labels_csv=tmp_path / "x.csv", **kw)
+
+
+def test_an_interrupted_run_resumes_without_drawing_twice(made, tmp_path, monkeypatch):
+    root, _, _ = made
+    real = generate_core.process_sample
+    calls = []
+
+    def dies_on_the_third(sample, job=None):
+        calls.append(sample.id)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(sample, job)
+
+    monkeypatch.setattr(generate_core, "process_sample", dies_on_the_third)
+    out = tmp_path / "npy"
+    with pytest.raises(KeyboardInterrupt):
+        generate("cifar-c", root / "data", out, layout="npy", **KW)
+    assert not (out / "frost.npy").exists()  # nothing that looks finished
+    done = (out / release_rows.PARTIAL / release_rows.DONE).read_text().split()
+    assert done == calls[:2]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["runs"][-1]["status"] == "interrupted"
+    monkeypatch.setattr(generate_core, "process_sample", real)
+    with pytest.raises(InputError, match="no finished .npy arrays"):
+        robustlab.evaluate("lite0", data=out, db=tmp_path / "r.duckdb", progress=False)
+    again = generate("cifar-c", root / "data", out, layout="npy", **KW)
+    assert (again.written, again.skipped_existing) == (30, 20)
+    _same_arrays(root / "folders", out)
+    assert not (out / release_rows.PARTIAL).exists()
+
+
+def test_more_photos_later_copies_the_rows_already_made(made, tmp_path):
+    root, _, _ = made
+    out = tmp_path / "npy"
+    first = generate("cifar-c", root / "data", out, layout="npy", limit=2, **KW)
+    assert first.written == 20 and np.load(out / "frost.npy").shape == (10, 32, 32, 3)
+    rest = generate("cifar-c", root / "data", out, layout="npy", **KW)
+    assert (rest.written, rest.skipped_existing) == (30, 20)
+    _same_arrays(root / "folders", out)
+
+
+def test_a_photo_that_cannot_be_read_is_left_out_of_every_array(made, tmp_path):
+    root, _, _ = made
+    data = tmp_path / "data"
+    shutil.copytree(root / "data", data)
+    (data / "dog" / "broken.JPEG").write_bytes(b"\xff\xd8 not a jpeg")
+    out = tmp_path / "npy"
+    res = generate("cifar-c", data, out, layout="npy", **KW)
+    assert [sid for sid, _ in res.skipped_inputs] == ["dog/broken.JPEG"]
+    _same_arrays(root / "folders", out)  # the compacted rows: the readable photos only
+    m = json.loads((out / "manifest.json").read_text())
+    assert "dog/broken.JPEG" not in m["release"]["rows"]
+    again = generate("cifar-c", data, out, layout="npy", **KW)
+    assert again.written == 0 and [sid for sid, _ in again.skipped_inputs] == ["dog/broken.JPEG"]
+    m = json.loads((out / "manifest.json").read_text())
+    assert [d["id"] for d in m["skipped_inputs"]] == ["dog/broken.JPEG"]
+
+
+def test_worker_processes_write_the_same_rows(made, tmp_path):
+    root, _, _ = made
+    out = tmp_path / "npy"
+    generate("cifar-c", root / "data", out, layout="npy", shifts=SHIFTS, workers=2, progress=False)
+    _same_arrays(root / "folders", out)
+
+
+@pytest.mark.parametrize(
+    "suite, kw, match",
+    [
+        ("imagenet-c", {}, "released as folders"),
+        ("cifar-c", {"levels": "1-3"}, "all five severities"),
+        ("cifar-c", {"keep_size": True}, "one image size"),
+        ("cifar-c", {"fmt": "png"}, "--image-format does not apply"),
+        ("cifar-c", {"backend": "ray"}, "Ray's nodes cannot"),
+    ],
+)
+def test_requests_the_arrays_cannot_hold_are_refused_before_any_work(
+    made, tmp_path, suite, kw, match
+):
+    root, _, _ = made
+    with pytest.raises(InputError, match=match):
+        generate(suite, root / "data", tmp_path / "out", layout="npy", **{**KW, **kw})
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_unknown_layout_and_a_url_are_refused(made, tmp_path):
+    root, _, _ = made
+    with pytest.raises(InputError, match="unknown layout"):
+        generate("cifar-c", root / "data", tmp_path / "o", layout="zip", **KW)
+    with pytest.raises(InputError, match="local folder"):
+        generate("cifar-c", root / "data", "memory://rows/o", layout="npy", **KW)
+
+
+def test_a_folder_keeps_its_layout(made, tmp_path):
+    root, _, _ = made
+    out = tmp_path / "f"
+    shutil.copytree(root / "folders", out)
+    with pytest.raises(InputChangedError, match="cell layout folders -> npy"):
+        generate("cifar-c", root / "data", out, layout="npy", **KW)
+
+
+def test_export_says_the_arrays_are_the_release_already(made, tmp_path):
+    from robustlab.workflows.export import export
+
+    root, _, _ = made
+    with pytest.raises(InputError, match="CIFAR-10-C's .npy arrays"):
+        export(root / "npy", tmp_path / "x", format="hf")
