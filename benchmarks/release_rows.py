@@ -1,5 +1,5 @@
-"""``generate cifar-c`` end to end: ``--layout npy`` (the arrays, written directly) against
-``--layout folders`` (a PNG per cell, then the arrays from them), in one run.
+"""``generate cifar-c`` end to end: ``--out-layout npy`` (the arrays, written directly) against
+``--out-layout folders`` (a PNG per cell, then the arrays from them), in one run.
 
 The inputs are CIFAR-sized: the shared-mini photos squashed to 32x32 as make_cifar_c.py's
 preparation does, saved as PNG (as a CIFAR-10 test set exported to folders is), repeated
@@ -62,7 +62,7 @@ def _one(layout: str, data: Path, out: Path, workers: int) -> tuple[float, float
     from robustlab.workflows.generate import generate
 
     wall, cpu = time.perf_counter(), _cpu()
-    res = generate("cifar-c", data, out, layout=layout, workers=workers, progress=False)
+    res = generate("cifar-c", data, out, out_layout=layout, workers=workers, progress=False)
     wall, cpu = time.perf_counter() - wall, _cpu() - cpu
     files = sum(1 for _ in out.rglob("*") if _.is_file())
     assert res.failed == 0 and not res.skipped_inputs, res

@@ -1,4 +1,4 @@
-"""``generate cifar-c --layout npy``: the cells straight into CIFAR-10-C's arrays, no file
+"""``generate cifar-c --out-layout npy``: the cells straight into CIFAR-10-C's arrays, no file
 per cell; the same bytes as the folder layout's arrays, resumable, and read back by
 ``evaluate`` as the release is."""
 
@@ -45,7 +45,7 @@ def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("rows")
     data = _data(root / "data")
     folders = generate("cifar-c", data, root / "folders", **KW)
-    npy = generate("cifar-c", data, root / "npy", layout="npy", **KW)
+    npy = generate("cifar-c", data, root / "npy", out_layout="npy", **KW)
     return root, folders, npy
 
 
@@ -75,7 +75,7 @@ def test_a_rerun_of_a_finished_folder_draws_nothing(made, tmp_path):
     out = tmp_path / "npy"
     shutil.copytree(root / "npy", out)
     before = {n: (out / n).stat().st_mtime_ns for n in ARRAYS}
-    again = generate("cifar-c", root / "data", out, layout="npy", **KW)
+    again = generate("cifar-c", root / "data", out, out_layout="npy", **KW)
     assert (again.written, again.skipped_existing) == (0, 50)
     assert {n: (out / n).stat().st_mtime_ns for n in ARRAYS} == before
 
@@ -108,7 +108,7 @@ def test_an_interrupted_run_resumes_without_drawing_twice(made, tmp_path, monkey
     monkeypatch.setattr(generate_core, "process_sample", dies_on_the_third)
     out = tmp_path / "npy"
     with pytest.raises(KeyboardInterrupt):
-        generate("cifar-c", root / "data", out, layout="npy", **KW)
+        generate("cifar-c", root / "data", out, out_layout="npy", **KW)
     assert not (out / "frost.npy").exists()  # nothing that looks finished
     done = (out / release_rows.PARTIAL / release_rows.DONE).read_text().split()
     assert done == calls[:2]
@@ -117,7 +117,7 @@ def test_an_interrupted_run_resumes_without_drawing_twice(made, tmp_path, monkey
     monkeypatch.setattr(generate_core, "process_sample", real)
     with pytest.raises(InputError, match="no finished .npy arrays"):
         robustlab.evaluate("lite0", data=out, db=tmp_path / "r.duckdb", progress=False)
-    again = generate("cifar-c", root / "data", out, layout="npy", **KW)
+    again = generate("cifar-c", root / "data", out, out_layout="npy", **KW)
     assert (again.written, again.skipped_existing) == (30, 20)
     _same_arrays(root / "folders", out)
     assert not (out / release_rows.PARTIAL).exists()
@@ -126,9 +126,9 @@ def test_an_interrupted_run_resumes_without_drawing_twice(made, tmp_path, monkey
 def test_more_photos_later_copies_the_rows_already_made(made, tmp_path):
     root, _, _ = made
     out = tmp_path / "npy"
-    first = generate("cifar-c", root / "data", out, layout="npy", limit=2, **KW)
+    first = generate("cifar-c", root / "data", out, out_layout="npy", limit=2, **KW)
     assert first.written == 20 and np.load(out / "frost.npy").shape == (10, 32, 32, 3)
-    rest = generate("cifar-c", root / "data", out, layout="npy", **KW)
+    rest = generate("cifar-c", root / "data", out, out_layout="npy", **KW)
     assert (rest.written, rest.skipped_existing) == (30, 20)
     _same_arrays(root / "folders", out)
 
@@ -139,12 +139,12 @@ def test_a_photo_that_cannot_be_read_is_left_out_of_every_array(made, tmp_path):
     shutil.copytree(root / "data", data)
     (data / "dog" / "broken.JPEG").write_bytes(b"\xff\xd8 not a jpeg")
     out = tmp_path / "npy"
-    res = generate("cifar-c", data, out, layout="npy", **KW)
+    res = generate("cifar-c", data, out, out_layout="npy", **KW)
     assert [sid for sid, _ in res.skipped_inputs] == ["dog/broken.JPEG"]
     _same_arrays(root / "folders", out)  # the compacted rows: the readable photos only
     m = json.loads((out / "manifest.json").read_text())
     assert "dog/broken.JPEG" not in m["release"]["rows"]
-    again = generate("cifar-c", data, out, layout="npy", **KW)
+    again = generate("cifar-c", data, out, out_layout="npy", **KW)
     assert again.written == 0 and [sid for sid, _ in again.skipped_inputs] == ["dog/broken.JPEG"]
     m = json.loads((out / "manifest.json").read_text())
     assert [d["id"] for d in m["skipped_inputs"]] == ["dog/broken.JPEG"]
@@ -153,7 +153,9 @@ def test_a_photo_that_cannot_be_read_is_left_out_of_every_array(made, tmp_path):
 def test_worker_processes_write_the_same_rows(made, tmp_path):
     root, _, _ = made
     out = tmp_path / "npy"
-    generate("cifar-c", root / "data", out, layout="npy", shifts=SHIFTS, workers=2, progress=False)
+    generate(
+        "cifar-c", root / "data", out, out_layout="npy", shifts=SHIFTS, workers=2, progress=False
+    )
     _same_arrays(root / "folders", out)
 
 
@@ -172,16 +174,16 @@ def test_requests_the_arrays_cannot_hold_are_refused_before_any_work(
 ):
     root, _, _ = made
     with pytest.raises(InputError, match=match):
-        generate(suite, root / "data", tmp_path / "out", layout="npy", **{**KW, **kw})
+        generate(suite, root / "data", tmp_path / "out", out_layout="npy", **{**KW, **kw})
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_unknown_layout_and_a_url_are_refused(made, tmp_path):
     root, _, _ = made
-    with pytest.raises(InputError, match="unknown layout"):
-        generate("cifar-c", root / "data", tmp_path / "o", layout="zip", **KW)
+    with pytest.raises(InputError, match="unknown out_layout"):
+        generate("cifar-c", root / "data", tmp_path / "o", out_layout="zip", **KW)
     with pytest.raises(InputError, match="local folder"):
-        generate("cifar-c", root / "data", "memory://rows/o", layout="npy", **KW)
+        generate("cifar-c", root / "data", "memory://rows/o", out_layout="npy", **KW)
 
 
 def test_a_folder_keeps_its_layout(made, tmp_path):
@@ -189,7 +191,7 @@ def test_a_folder_keeps_its_layout(made, tmp_path):
     out = tmp_path / "f"
     shutil.copytree(root / "folders", out)
     with pytest.raises(InputChangedError, match="cell layout folders -> npy"):
-        generate("cifar-c", root / "data", out, layout="npy", **KW)
+        generate("cifar-c", root / "data", out, out_layout="npy", **KW)
 
 
 def test_export_says_the_arrays_are_the_release_already(made, tmp_path):
@@ -198,3 +200,15 @@ def test_export_says_the_arrays_are_the_release_already(made, tmp_path):
     root, _, _ = made
     with pytest.raises(InputError, match="CIFAR-10-C's .npy arrays"):
         export(root / "npy", tmp_path / "x", format="hf")
+
+
+def test_the_command_line_flag(made, tmp_path, capsys):
+    from robustlab.cli import main
+
+    root, _, _ = made
+    out = tmp_path / "c"
+    argv = ["generate", "cifar-c", "--data", str(root / "data"), "--out", str(out)]
+    assert main([*argv, "--shift", "frost", "--out-layout", "npy", "--workers", "0"]) == 0
+    assert ": 25 written," in capsys.readouterr().out  # one shift x 5 photos x 5 severities
+    assert np.array_equal(np.load(out / "frost.npy"), np.load(root / "folders" / "frost.npy"))
+    assert not (out / "frost").exists()

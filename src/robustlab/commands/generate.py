@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
         "--format", action=Deprecated, dest="fmt", choices=["jpeg", "png"], new="--image-format"
     )
     p.add_argument(
-        "--layout",
+        "--out-layout",
         choices=["folders", "npy"],
         default="folders",
         help="folders: a file per cell (cifar-c adds the release's .npy arrays); npy "

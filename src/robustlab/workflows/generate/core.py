@@ -112,10 +112,10 @@ def generate(
     )
     cells, inputs, execution = specs["cells"], specs["inputs"], specs["execution"]
     tools = specs["tools"]
-    if cells.layout == "npy" and execution.backend == "ray":
+    if cells.out_layout == "npy" and execution.backend == "ray":
         raise InputError(
-            "--layout npy writes memory-mapped arrays on this machine; Ray's nodes cannot",
-            hint="use the local backend, or --layout folders on Ray",
+            "--out-layout npy writes memory-mapped arrays on this machine; Ray's nodes cannot",
+            hint="use the local backend, or --out-layout folders on Ray",
         )
     folder = _open_out(out, execution)
     if isinstance(folder, LocalFolder):  # never mixed into another folder's files
@@ -256,7 +256,7 @@ def _run(
 def _open_release(
     plan: GeneratePlan, folder, prev: dict | None, result: GenerateResult, collect
 ) -> tuple[PartialRelease | None, list]:
-    """``--layout npy``: the partial arrays to write into and the photos still to draw;
+    """``--out-layout npy``: the partial arrays to write into and the photos still to draw;
     (None, []) when the finished arrays hold every photo already. Photos done are
     collected as existing."""
     from robustlab.workflows.generate.release_rows import is_complete, release_shape

@@ -69,7 +69,7 @@ class GeneratePlan:
     resources: dict[str, Any]
     identity: dict[str, Any]
     settings: ToolSettings
-    layout: str = "folders"  # or "npy": the release arrays only (GenerateCells.layout)
+    layout: str = "folders"  # or "npy": the release arrays only (GenerateCells.out_layout)
 
 
 def plan_generate(
@@ -86,7 +86,7 @@ def plan_generate(
     tools = tools if tools is not None else ToolSettings.from_environment()
     suite_obj, names, levels = _select(suite, cells, tools)
     protocol = _protocol(suite_obj.protocol, cells)
-    if cells.layout == "npy":  # before any source is read
+    if cells.out_layout == "npy":  # before any source is read
         _check_npy_layout(folder, protocol, cells, tuple(suite_obj.cells()), names)
     shift_objs = {n: get_shift(n, preset=protocol.preset) for n in names}
     data_root = Path(data).expanduser()
@@ -120,8 +120,8 @@ def plan_generate(
         "cells": records,
         "samples": content,
     }
-    if cells.layout != "folders":  # a folder of cell files keeps the identity it always had
-        identity["cell_layout"] = cells.layout
+    if cells.out_layout != "folders":  # a folder of cell files keeps the identity it always had
+        identity["cell_layout"] = cells.out_layout
     return GeneratePlan(
         suite_obj,
         names,
@@ -135,7 +135,7 @@ def plan_generate(
         resources,
         identity,
         tools,
-        cells.layout,
+        cells.out_layout,
     )
 
 
@@ -153,33 +153,33 @@ def _select(
 
 
 def _check_npy_layout(folder, protocol: Protocol, cells: GenerateCells, cell_list, names) -> None:
-    """``--layout npy`` writes the CIFAR-10-C arrays: a preset released as arrays, every
+    """``--out-layout npy`` writes the CIFAR-10-C arrays: a preset released as arrays, every
     severity of each shift, one image size, a local folder (the rows are memory maps)."""
     from robustlab.workflows.generate.release import RELEASE_NPY_PRESETS
     from robustlab.workflows.generate.release_rows import release_shape
 
     if protocol.preset not in RELEASE_NPY_PRESETS:
         raise InputError(
-            f"--layout npy writes the CIFAR-10-C arrays; suite preset {protocol.preset!r} "
+            f"--out-layout npy writes the CIFAR-10-C arrays; suite preset {protocol.preset!r} "
             "is released as folders",
-            hint=f"use it with {', '.join(RELEASE_NPY_PRESETS)}, or leave out --layout",
+            hint=f"use it with {', '.join(RELEASE_NPY_PRESETS)}, or leave out --out-layout",
         )
     if cells.fmt:
         raise InputError(
-            "--image-format does not apply to --layout npy (the arrays hold the pixels)",
+            "--image-format does not apply to --out-layout npy (the arrays hold the pixels)",
             hint="leave out --image-format",
         )
     if not isinstance(folder, LocalFolder):
         raise InputError(
-            f"--layout npy writes to a local folder (memory-mapped arrays), not {folder}",
+            f"--out-layout npy writes to a local folder (memory-mapped arrays), not {folder}",
             hint="generate into a local folder and copy the .npy files",
         )
     release_shape(protocol)  # raises for --keep-size
     for n in names:
-        got = sorted(str(lv) for sh, lv in cell_list if sh == n)
+        got = sorted(c.key for c in cell_list if c.shift == n)
         if got != ["1", "2", "3", "4", "5"]:
             raise InputError(
-                f"--layout npy needs all five severities of each shift; {n} has {', '.join(got)}",
+                f"--out-layout npy needs all five severities of each shift; {n} has {', '.join(got)}",
                 hint="leave out --levels",
             )
 

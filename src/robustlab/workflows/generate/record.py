@@ -41,7 +41,7 @@ class GenerateResult:
         failures: ``(id, shift, level, reason)`` per failed cell.
         seconds: Wall time.
         stages: With the Ray backend, worker time and rate per pipeline stage.
-        release: With ``layout="npy"``, the finished arrays' record: their ``shifts`` and
+        release: With ``out_layout="npy"``, the finished arrays' record: their ``shifts`` and
             ``rows`` (the photo id of each row, in order).
     """
 

@@ -1,4 +1,4 @@
-"""``generate cifar-c --layout npy``: the cells go straight into the release's arrays.
+"""``generate cifar-c --out-layout npy``: the cells go straight into the release's arrays.
 
 Why: CIFAR-10-C is used as its ``.npy`` arrays (RobustBench loads them), and writing a
 PNG file per cell first costs about 1.1 ms per file at 32x32 (Pillow's encoder and the
@@ -93,7 +93,7 @@ def release_shape(protocol) -> tuple[int, int, int]:
     if protocol.crop:
         return (int(protocol.crop), int(protocol.crop), 3)
     raise InputError(
-        "--layout npy needs a protocol with one image size (a square frame or a crop)",
+        "--out-layout npy needs a protocol with one image size (a square frame or a crop)",
         hint="leave out --keep-size",
     )
 

@@ -32,7 +32,7 @@ class GenerateCells:
         seed: Global seed of the seed rule.
         fmt: Output format override (``"png"`` or ``"jpeg"``).
         keep_size: No resize and no crop: shifts run on the source size.
-        layout: ``"folders"`` (a file per cell; ``cifar-c`` adds the release's ``.npy``
+        out_layout: ``"folders"`` (a file per cell; ``cifar-c`` adds the release's ``.npy``
             arrays) or ``"npy"`` (``cifar-c`` only: the arrays alone, written directly,
             :mod:`robustlab.workflows.generate.release_rows`). Same pixels either way;
             part of the folder's identity, since the two hold different files.
@@ -43,13 +43,13 @@ class GenerateCells:
     seed: int = 0
     fmt: str | None = None
     keep_size: bool = False
-    layout: str = "folders"
+    out_layout: str = "folders"
 
     def __post_init__(self) -> None:
         check_seed(self.seed)  # the one seed rule (robustlab.seeding)
-        if self.layout not in LAYOUTS:
+        if self.out_layout not in LAYOUTS:
             raise InputError(
-                f"unknown layout {self.layout!r}; use {' or '.join(LAYOUTS)}",
+                f"unknown out_layout {self.out_layout!r}; use {' or '.join(LAYOUTS)}",
                 hint="npy writes only the CIFAR-10-C arrays (suite cifar-c)",
             )
 

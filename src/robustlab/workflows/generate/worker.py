@@ -75,7 +75,7 @@ class Job:
     # link rule is checked once per folder (its lstat walk cost 0.12 ms per 32 px file,
     # a ninth of the file's time), not once per file. Never sent to another process.
     safe_folders: set[str] = field(default_factory=set, compare=False, repr=False)
-    # ``--layout npy``: the cells go into these rows of the release arrays, not files
+    # ``--out-layout npy``: the cells go into these rows of the release arrays, not files
     # (the driver sends only photos not done yet).
     release: ReleaseRows | None = None
 
