@@ -69,6 +69,8 @@ UNRUNNABLE: dict[str, dict[str, str]] = {
         "robustlab evaluate lite0 --data ImageNet-E/": "needs the published ImageNet-E archive",
         "robustlab generate cifar-c --data cifar10-test/ --out cifar-10-c/": "needs CIFAR-10's "
         "test images in class folders; tests/test_release_layouts.py runs it on photos",
+        "robustlab generate cifar-c --data cifar10-test/ --out c10c/ --out-layout npy": "needs "
+        "CIFAR-10's test images in class folders; tests/test_release_rows.py runs it on photos",
         "robustlab evaluate onnx:cifar10.onnx --data CIFAR-10-C/": "needs the downloaded "
         "CIFAR-10-C and the user's CIFAR-10 model; tests/test_release_layouts.py reads the "
         "layout with lite0",

@@ -66,6 +66,7 @@ LAYERS: dict[str, float] = {
     # 1 core: needs nothing of robustlab
     "robustlab.errors": 1,
     "robustlab.seeding": 1,
+    "robustlab._seed_words": 1,  # the seed rule's PCG64 state, compiled (seeding asks it)
     "robustlab.envcheck": 1,  # the torch/torchvision pairing check, asked by models and cli
     "robustlab.locks": 1,  # the one inter-process file lock (database, manifests)
     "robustlab.processes": 1,  # whether a recorded pid still runs; usable cores

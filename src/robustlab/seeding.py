@@ -68,9 +68,12 @@ def make_rng(seed: int | np.random.Generator | np.random.RandomState | None):
     if seed is None:
         return np.random.default_rng()
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return np.random.Generator(
-            np.random.PCG64(np.random.SeedSequence(int(seed) & (2**128 - 1)))
-        )
+        value = int(seed) & (2**128 - 1)
+        if value <= 0xFFFFFFFFFFFFFFFF:  # every derived seed: numpy's state, built faster
+            from robustlab._seed_words import pcg64
+
+            return pcg64(value)
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(value)))
     raise ValueError(
         f"seed must be an int, a numpy Generator or a numpy RandomState, not {type(seed).__name__}"
     )

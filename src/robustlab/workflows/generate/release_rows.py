@@ -82,7 +82,8 @@ class ReleaseRows:
         mm = self._maps.get(shift)
         if mm is None:
             mm = np.load(self.folder / f"{shift}.npy", mmap_mode="r+", allow_pickle=False)
-            self._maps[shift] = mm
+            mm = self._maps[shift] = mm.view(np.ndarray)  # the map, without memmap's
+            # per-index bookkeeping (a third of a row write)
         mm[(int(level) - 1) * self.n + self.index[sample_id]] = img
 
 
