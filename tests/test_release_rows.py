@@ -212,3 +212,66 @@ def test_the_command_line_flag(made, tmp_path, capsys):
     assert ": 25 written," in capsys.readouterr().out  # one shift x 5 photos x 5 severities
     assert np.array_equal(np.load(out / "frost.npy"), np.load(root / "folders" / "frost.npy"))
     assert not (out / "frost").exists()
+
+
+@pytest.mark.long
+def test_a_killed_run_resumes_from_the_rows_it_recorded(tmp_path):
+    """SIGKILL of the whole ``generate`` process once ``done.txt`` records its first batch:
+    the rerun keeps those photos, draws the rest, and the arrays equal an unkilled run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from PIL import Image
+
+    from robustlab.data.images import read_image
+    from robustlab.pipeline import prepare
+    from robustlab.suites import PROTOCOLS
+
+    data = tmp_path / "data"
+    small = {}
+    for cls, files in CIFAR.items():
+        for f in files:
+            small[(cls, f)] = prepare(read_image(PHOTOS / f).rgb, PROTOCOLS["cifar-c"])
+    n = 2 * release_rows.SYNC_EVERY + 40
+    keys = sorted(small)
+    for i in range(n):
+        cls, f = keys[i % len(keys)]
+        (data / cls).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(small[(cls, f)]).save(data / cls / f"{i:04d}_{Path(f).stem}.png")
+    argv = ["generate", "cifar-c", "--data", str(data), "--out-layout", "npy", "--workers", "0"]
+    import robustlab as pkg
+
+    env = {**os.environ, "PYTHONPATH": str(Path(pkg.__file__).resolve().parents[1])}
+    out = tmp_path / "killed"
+    done = out / release_rows.PARTIAL / release_rows.DONE
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robustlab.cli", *argv, "--out", str(out), "--no-progress"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if done.is_file() and done.read_text().count("\n") >= release_rows.SYNC_EVERY:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    recorded = done.read_text().split()
+    assert release_rows.SYNC_EVERY <= len(recorded) < n
+    assert not (out / "frost.npy").exists()
+    again = generate("cifar-c", data, out, out_layout="npy", workers=0, progress=False)
+    assert again.skipped_existing == 95 * len(recorded)
+    assert again.written == 95 * (n - len(recorded))
+    whole = generate(
+        "cifar-c", data, tmp_path / "whole", out_layout="npy", workers=0, progress=False
+    )
+    assert whole.written == 95 * n
+    for f in sorted((tmp_path / "whole").glob("*.npy")):
+        assert np.array_equal(np.load(out / f.name), np.load(f)), f.name
