@@ -275,3 +275,31 @@ def test_a_killed_run_resumes_from_the_rows_it_recorded(tmp_path):
     assert whole.written == 95 * n
     for f in sorted((tmp_path / "whole").glob("*.npy")):
         assert np.array_equal(np.load(out / f.name), np.load(f)), f.name
+
+
+def test_a_run_killed_while_moving_the_arrays_finishes_the_move(made, tmp_path, monkeypatch):
+    """Killed after the first array was moved into place: the rerun draws nothing, moves
+    the rest and records the release."""
+    import os as _os
+
+    root, _, _ = made
+    out = tmp_path / "npy"
+    real = _os.replace
+    moved = []
+
+    def dies_after_one(src, dst):
+        if Path(src).parent.name == release_rows.PARTIAL and moved:
+            raise KeyboardInterrupt
+        real(src, dst)
+        if Path(src).parent.name == release_rows.PARTIAL:
+            moved.append(Path(dst).name)
+
+    monkeypatch.setattr(release_rows.os, "replace", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        generate("cifar-c", root / "data", out, out_layout="npy", **KW)
+    monkeypatch.setattr(release_rows.os, "replace", real)
+    assert moved == ["gaussian_noise.npy"] and not (out / "frost.npy").exists()
+    again = generate("cifar-c", root / "data", out, out_layout="npy", **KW)
+    assert (again.written, again.skipped_existing) == (0, 50)
+    _same_arrays(root / "folders", out)
+    assert json.loads((out / "manifest.json").read_text())["release"]["rows"]

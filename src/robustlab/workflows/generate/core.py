@@ -33,7 +33,7 @@ from robustlab.workflows.generate.record import (
     merge_manifest,
 )
 from robustlab.workflows.generate.release import release_labels, write_release_arrays
-from robustlab.workflows.generate.release_rows import PartialRelease
+from robustlab.workflows.generate.release_rows import marking, open_rows, stale_shifts
 from robustlab.workflows.generate.request import (
     GenerateCells,
     GenerateExecution,
@@ -203,9 +203,9 @@ def _run(
     collect = _collector(result, bar, journal)
     partial, todo = None, plan.samples
     if plan.layout == "npy":  # the cells go straight into the release arrays
-        partial, todo = _open_release(plan, folder, prev, result, collect)
+        partial, todo = open_rows(plan, folder.root, prev, result, collect)
         if partial is not None:
-            collect = _marking(collect, partial, len(plan.cells))
+            collect = marking(collect, partial, len(plan.cells))
     job = Job(
         folder,
         plan.cells,
@@ -240,7 +240,7 @@ def _run(
             if partial is not None:  # finished: the arrays into place before the manifest
                 result.release = {
                     "shifts": partial.shifts,
-                    "rows": partial.finish(release_labels(plan), _stale_shifts(prev, partial)),
+                    "rows": partial.finish(release_labels(plan), stale_shifts(prev, partial)),
                 }
     finally:
         if bar is not None:
@@ -251,65 +251,6 @@ def _run(
         # A preset released as arrays (CIFAR-10-C) gets that layout too, from the files.
         write_release_arrays(plan, folder)
     return result
-
-
-def _open_release(
-    plan: GeneratePlan, folder, prev: dict | None, result: GenerateResult, collect
-) -> tuple[PartialRelease | None, list]:
-    """``--out-layout npy``: the partial arrays to write into and the photos still to draw;
-    (None, []) when the finished arrays hold every photo already. Photos done are
-    collected as existing."""
-    from robustlab.workflows.generate.release_rows import is_complete, release_shape
-
-    ids = [s.id for s in plan.samples]
-    prev = prev or {}
-    earlier = prev.get("release") or {}
-    skipped = {d.get("id") for d in prev.get("skipped_inputs", [])}
-    skipped |= {d.get("id") for d in prev.get("failures", [])}
-    if is_complete(folder.root, earlier, ids, plan.names, skipped):
-        log.info("the release arrays in %s hold every photo already", folder)
-        rows = set(earlier["rows"])
-        for sid in ids:
-            if sid in rows:
-                collect(SampleOutcome(sid, existing=len(plan.cells)))
-        # The photos left out stay left out, with their reasons (same sources, same outcome).
-        wanted = set(ids) - rows
-        result.skipped_inputs += [
-            (d["id"], d["reason"]) for d in prev.get("skipped_inputs", []) if d["id"] in wanted
-        ]
-        result.failures += [
-            (d["id"], d["shift"], d["level"], d["reason"])
-            for d in prev.get("failures", [])
-            if d["id"] in wanted
-        ]
-        result.release = earlier
-        return None, []
-    partial = PartialRelease(folder.root, ids, plan.names, release_shape(plan.protocol))
-    partial.open(earlier)
-    todo = []
-    for s in plan.samples:
-        if s.id in partial.done:
-            collect(SampleOutcome(s.id, existing=len(plan.cells)))
-        else:
-            todo.append(s)
-    return partial, todo
-
-
-def _marking(collect, partial: PartialRelease, n_cells: int):
-    """The tally, then a photo whose every cell is in its rows is recorded as done."""
-
-    def mark(o: SampleOutcome) -> None:
-        collect(o)
-        if o.written == n_cells and not o.failures and not o.skip_reason:
-            partial.mark(o.id)
-
-    return mark
-
-
-def _stale_shifts(prev: dict | None, partial: PartialRelease) -> list[str]:
-    """Shifts of the folder's earlier release that this one leaves out."""
-    earlier = ((prev or {}).get("release") or {}).get("shifts") or []
-    return [s for s in earlier if s not in partial.shifts]
 
 
 def _worker_count(workers: int | None, n_samples: int) -> int:

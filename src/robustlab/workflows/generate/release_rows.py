@@ -37,12 +37,18 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from robustlab.data.release_npy import LABELS, SEVERITIES, read_header, write_arrays, write_labels
 from robustlab.data.images import ImageError
 from robustlab.errors import InputError
+from robustlab.workflows.generate.worker import SampleOutcome
+
+if TYPE_CHECKING:  # types only
+    from robustlab.workflows.generate.plan import GeneratePlan
+    from robustlab.workflows.generate.record import GenerateResult
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +133,19 @@ class PartialRelease:
             found = json.loads(plan_file.read_text())
         except (OSError, ValueError):
             found = None
-        if found == self._plan() and all(self._usable(s) for s in self.shifts):
+        if found == self._plan():
             done = (self.folder / DONE).read_text() if (self.folder / DONE).is_file() else ""
             wanted = set(self.ids)
             self.done = {line for line in done.splitlines() if line in wanted}
-            log.info("resuming the release arrays: %d of %d photos done", len(self.done), self.n)
-            return
+            # A run killed while moving the finished arrays into place left some moved:
+            # those count when every photo was done and the moved file has this shape.
+            gone = [s for s in self.shifts if not self._usable(s)]
+            if not gone or (self.done == wanted and all(self._placed(s) for s in gone)):
+                log.info(
+                    "resuming the release arrays: %d of %d photos done", len(self.done), self.n
+                )
+                return
+            self.done = set()
         if self.folder.exists():
             log.info("the partial release arrays were made for other photos or shifts: restarted")
             shutil.rmtree(self.folder)
@@ -153,6 +166,14 @@ class PartialRelease:
         """The partial file of ``shift`` is there with this plan's shape."""
         try:
             shape, dtype, _ = read_header(self.folder / f"{shift}.npy")
+        except (OSError, ValueError):
+            return False
+        return dtype == np.uint8 and shape == (5 * self.n, *self.shape)
+
+    def _placed(self, shift: str) -> bool:
+        """The finished ``<shift>.npy`` is there with this plan's shape (moved by finish)."""
+        try:
+            shape, dtype, _ = read_header(self.root / f"{shift}.npy")
         except (OSError, ValueError):
             return False
         return dtype == np.uint8 and shape == (5 * self.n, *self.shape)
@@ -221,7 +242,8 @@ class PartialRelease:
         write_labels(self.root, [labels[sid] for sid in ids])
         if len(rows) == self.n:  # every photo: the partial arrays are the release
             for shift in self.shifts:
-                os.replace(self.folder / f"{shift}.npy", self.root / f"{shift}.npy")
+                if (self.folder / f"{shift}.npy").is_file():  # else moved by a killed finish
+                    os.replace(self.folder / f"{shift}.npy", self.root / f"{shift}.npy")
         else:
             maps = {
                 s: np.load(self.folder / f"{s}.npy", mmap_mode="r", allow_pickle=False)
@@ -245,6 +267,63 @@ class PartialRelease:
     def remove(self) -> None:
         """Delete the partial state (after the manifest names the finished release)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def open_rows(
+    plan: GeneratePlan, root: Path, prev: dict | None, result: GenerateResult, collect
+) -> tuple[PartialRelease | None, list]:
+    """``--out-layout npy``: the partial arrays to write into and the photos still to draw;
+    (None, []) when the finished arrays hold every photo already. Photos done are
+    collected as existing."""
+    ids = [s.id for s in plan.samples]
+    prev = prev or {}
+    earlier = prev.get("release") or {}
+    skipped = {d.get("id") for d in prev.get("skipped_inputs", [])}
+    skipped |= {d.get("id") for d in prev.get("failures", [])}
+    if is_complete(root, earlier, ids, plan.names, skipped):
+        log.info("the release arrays in %s hold every photo already", root)
+        rows = set(earlier["rows"])
+        for sid in ids:
+            if sid in rows:
+                collect(SampleOutcome(sid, existing=len(plan.cells)))
+        # The photos left out stay left out, with their reasons (same sources, same outcome).
+        wanted = set(ids) - rows
+        result.skipped_inputs += [
+            (d["id"], d["reason"]) for d in prev.get("skipped_inputs", []) if d["id"] in wanted
+        ]
+        result.failures += [
+            (d["id"], d["shift"], d["level"], d["reason"])
+            for d in prev.get("failures", [])
+            if d["id"] in wanted
+        ]
+        result.release = earlier
+        return None, []
+    partial = PartialRelease(root, ids, plan.names, release_shape(plan.protocol))
+    partial.open(earlier)
+    todo = []
+    for s in plan.samples:
+        if s.id in partial.done:
+            collect(SampleOutcome(s.id, existing=len(plan.cells)))
+        else:
+            todo.append(s)
+    return partial, todo
+
+
+def marking(collect, partial: PartialRelease, n_cells: int):
+    """The tally, then a photo whose every cell is in its rows is recorded as done."""
+
+    def mark(o: SampleOutcome) -> None:
+        collect(o)
+        if o.written == n_cells and not o.failures and not o.skip_reason:
+            partial.mark(o.id)
+
+    return mark
+
+
+def stale_shifts(prev: dict | None, partial: PartialRelease) -> list[str]:
+    """Shifts of the folder's earlier release that this one leaves out."""
+    earlier = ((prev or {}).get("release") or {}).get("shifts") or []
+    return [s for s in earlier if s not in partial.shifts]
 
 
 def is_complete(root: Path, previous: dict | None, ids: Sequence[str], shifts, skipped) -> bool:
