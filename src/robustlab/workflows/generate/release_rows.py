@@ -30,6 +30,7 @@ file system that every writer maps (a Ray cluster's nodes or an object store do 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -62,16 +63,24 @@ SYNC_EVERY = 256
 @dataclass
 class ReleaseRows:
     """Where a worker writes a photo's cells: row ``(level - 1) * n + index[id]`` of the
-    partial ``<shift>.npy``. Sent to each worker once; the memory maps are opened there on
-    first use and never pickled."""
+    partial ``<shift>.npy``, one ``pwrite`` per cell. Not a memory map: a map keeps every
+    page it touched in the writer's resident set (3.1 GB at the end of a 10,000-photo run,
+    the whole output), where written pages stay in the page cache, which the kernel
+    reclaims once they are on disk. Sent to each worker once; the files are opened there
+    on first use and never pickled."""
 
     folder: Path
     index: dict[str, int]
     shape: tuple[int, int, int]
-    _maps: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    _files: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_maps": {}}
+        return {**self.__dict__, "_files": {}}
+
+    def __del__(self) -> None:
+        for fd, _ in self._files.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     @property
     def n(self) -> int:
@@ -85,12 +94,16 @@ class ReleaseRows:
                 f"a {img.dtype} {'x'.join(map(str, img.shape))} image; the release's rows "
                 f"are uint8 {'x'.join(map(str, self.shape))}"
             )
-        mm = self._maps.get(shift)
-        if mm is None:
-            mm = np.load(self.folder / f"{shift}.npy", mmap_mode="r+", allow_pickle=False)
-            mm = self._maps[shift] = mm.view(np.ndarray)  # the map, without memmap's
-            # per-index bookkeeping (a third of a row write)
-        mm[(int(level) - 1) * self.n + self.index[sample_id]] = img
+        opened = self._files.get(shift)
+        if opened is None:
+            path = self.folder / f"{shift}.npy"
+            _, _, offset = read_header(path)
+            opened = self._files[shift] = (os.open(path, os.O_WRONLY), offset)
+        fd, offset = opened
+        row = (int(level) - 1) * self.n + self.index[sample_id]
+        data = np.ascontiguousarray(img).data
+        if os.pwrite(fd, data, offset + row * data.nbytes) != data.nbytes:
+            raise OSError(f"short write to {self.folder / shift}.npy")
 
 
 def release_shape(protocol) -> tuple[int, int, int]:
