@@ -203,6 +203,7 @@ def _run(
     collect = _collector(result, bar, journal)
     partial, todo = None, plan.samples
     if plan.layout == "npy":  # the cells go straight into the release arrays
+        assert isinstance(folder, LocalFolder)  # the plan refused any other
         partial, todo = open_rows(plan, folder.root, prev, result, collect)
         if partial is not None:
             collect = marking(collect, partial, len(plan.cells))

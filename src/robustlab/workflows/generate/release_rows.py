@@ -177,16 +177,15 @@ class PartialRelease:
 
     def _usable(self, shift: str) -> bool:
         """The partial file of ``shift`` is there with this plan's shape."""
-        try:
-            shape, dtype, _ = read_header(self.folder / f"{shift}.npy")
-        except (OSError, ValueError):
-            return False
-        return dtype == np.uint8 and shape == (5 * self.n, *self.shape)
+        return self._fits(self.folder / f"{shift}.npy")
 
     def _placed(self, shift: str) -> bool:
         """The finished ``<shift>.npy`` is there with this plan's shape (moved by finish)."""
+        return self._fits(self.root / f"{shift}.npy")
+
+    def _fits(self, path: Path) -> bool:
         try:
-            shape, dtype, _ = read_header(self.root / f"{shift}.npy")
+            shape, dtype, _ = read_header(path)
         except (OSError, ValueError):
             return False
         return dtype == np.uint8 and shape == (5 * self.n, *self.shape)
@@ -352,7 +351,7 @@ def is_complete(root: Path, previous: dict | None, ids: Sequence[str], shifts, s
     if any(sid not in rows and sid not in skipped for sid in ids):
         return False
     n = len(previous["rows"])
-    for shift in [*shifts]:
+    for shift in shifts:
         try:
             shape, _, _ = read_header(root / f"{shift}.npy")
         except (OSError, ValueError):
