@@ -303,3 +303,26 @@ def test_a_run_killed_while_moving_the_arrays_finishes_the_move(made, tmp_path, 
     assert (again.written, again.skipped_existing) == (0, 50)
     _same_arrays(root / "folders", out)
     assert json.loads((out / "manifest.json").read_text())["release"]["rows"]
+
+
+def test_photos_without_a_label_are_skipped_before_they_are_drawn(made, tmp_path):
+    root, _, _ = made
+    data = tmp_path / "data"
+    shutil.copytree(root / "data", data)
+    (data / "tench").mkdir()
+    shutil.copy(PHOTOS / "n01440764_tench.JPEG", data / "tench")
+    out = tmp_path / "npy"
+    res = generate("cifar-c", data, out, out_layout="npy", **KW)
+    assert res.written == 50  # the tench is not drawn
+    assert [sid for sid, why in res.skipped_inputs if "labels.npy needs one" in why] == [
+        "tench/n01440764_tench.JPEG"
+    ]
+    _same_arrays(root / "folders", out)
+    again = generate("cifar-c", data, out, out_layout="npy", **KW)
+    assert again.written == 0 and len(again.skipped_inputs) == 1
+    only = tmp_path / "only"
+    (only / "tench").mkdir(parents=True)
+    shutil.copy(PHOTOS / "n01440764_tench.JPEG", only / "tench")
+    with pytest.raises(InputError, match="labels.npy needs one per row"):
+        generate("cifar-c", only, tmp_path / "o2", out_layout="npy", **KW)
+    assert not (tmp_path / "o2").exists()

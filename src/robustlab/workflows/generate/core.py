@@ -32,7 +32,7 @@ from robustlab.workflows.generate.record import (
     cell_files_on_disk,
     merge_manifest,
 )
-from robustlab.workflows.generate.release import release_labels, write_release_arrays
+from robustlab.workflows.generate.release import write_release_arrays
 from robustlab.workflows.generate.release_rows import marking, open_rows, stale_shifts
 from robustlab.workflows.generate.request import (
     GenerateCells,
@@ -241,7 +241,7 @@ def _run(
             if partial is not None:  # finished: the arrays into place before the manifest
                 result.release = {
                     "shifts": partial.shifts,
-                    "rows": partial.finish(release_labels(plan), stale_shifts(prev, partial)),
+                    "rows": partial.finish(partial.labels, stale_shifts(prev, partial)),
                 }
     finally:
         if bar is not None:

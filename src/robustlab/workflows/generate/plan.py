@@ -94,6 +94,8 @@ def plan_generate(
         _check_local_out(folder.root, data_root, inputs)
     need_mask = _check_needs(shift_objs, protocol, inputs)
     samples, skipped, donors = _sources(data_root, inputs, shift_objs, need_mask, protocol)
+    if cells.out_layout == "npy":
+        _check_npy_labels(samples, suite_obj.label_space, data_root)
     resources = describe_resources(shift_objs.values(), tools)
     cell_list = tuple(suite_obj.cells())
     records = _cell_records(cell_list, shift_objs, resources)
@@ -182,6 +184,19 @@ def _check_npy_layout(folder, protocol: Protocol, cells: GenerateCells, cell_lis
                 f"--out-layout npy needs all five severities of each shift; {n} has {', '.join(got)}",
                 hint="leave out --levels",
             )
+
+
+def _check_npy_labels(samples: list[Sample], label_space: str, data_root: Path) -> None:
+    """The arrays' ``labels.npy`` needs a label per row: refuse a folder where no photo
+    has one before anything is drawn (a photo without is a counted skip)."""
+    from robustlab.workflows.generate.release import release_labels
+
+    if not release_labels(samples, label_space):
+        raise InputError(
+            f"no photo of {data_root} has a {label_space} label, and labels.npy needs one per row",
+            hint="file the photos under the label space's class folders, or pass --labels "
+            "CSV with integer labels (CIFAR-100: 0-99)",
+        )
 
 
 def _protocol(protocol: Protocol, cells: GenerateCells) -> Protocol:

@@ -23,14 +23,15 @@ log = logging.getLogger(__name__)
 RELEASE_NPY_PRESETS = ("cifar-c",)
 
 
-def release_labels(plan) -> dict[str, int]:
-    """Photo id -> its integer label in the suite's label space, for every planned photo
-    that has one (a photo without is logged and left out of the arrays)."""
+def release_labels(samples, label_space: str) -> dict[str, int]:
+    """Photo id -> its integer label in ``label_space`` (a labels CSV's integer, else the
+    class folder's index), for every photo that has one: ``labels.npy`` needs one per row,
+    so a photo without is left out of the arrays (logged)."""
     from robustlab.data.labels import get_label_space
 
-    space = get_label_space(plan.suite.label_space)
+    space = get_label_space(label_space)
     out = {}
-    for s in plan.samples:
+    for s in samples:
         try:
             out[s.id] = int(s.label if s.label is not None else space.index_of(s.class_name))
         except (KeyError, ValueError):
@@ -61,7 +62,7 @@ def write_release_arrays(plan, folder) -> list[str]:
         log.warning("no .npy release layout: it needs all five severities of a corruption")
         return []
     root = folder.root
-    known = release_labels(plan)
+    known = release_labels(plan.samples, plan.suite.label_space)
     rows, labels = [], []
     for s in plan.samples:
         paths = {

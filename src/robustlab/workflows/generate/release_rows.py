@@ -129,6 +129,7 @@ class PartialRelease:
         h, w, c = (int(v) for v in shape)
         self.shape = (h, w, c)
         self.done: set[str] = set()
+        self.labels: dict[str, int] = {}  # photo id -> its label in labels.npy
         self._pending: list[str] = []
 
     @property
@@ -287,7 +288,13 @@ def open_rows(
     """``--out-layout npy``: the partial arrays to write into and the photos still to draw;
     (None, []) when the finished arrays hold every photo already. Photos done are
     collected as existing."""
-    ids = [s.id for s in plan.samples]
+    from robustlab.workflows.generate.release import release_labels
+
+    labels = release_labels(plan.samples, plan.suite.label_space)
+    for s in plan.samples:  # never drawn: a row of the arrays needs its label
+        if s.id not in labels:
+            collect(SampleOutcome(s.id, skip_reason=no_label(s, plan.suite.label_space)))
+    ids = [s.id for s in plan.samples if s.id in labels]
     prev = prev or {}
     earlier = prev.get("release") or {}
     skipped = {d.get("id") for d in prev.get("skipped_inputs", [])}
@@ -311,14 +318,23 @@ def open_rows(
         result.release = earlier
         return None, []
     partial = PartialRelease(root, ids, plan.names, release_shape(plan.protocol))
+    partial.labels = labels
     partial.open(earlier)
     todo = []
     for s in plan.samples:
         if s.id in partial.done:
             collect(SampleOutcome(s.id, existing=len(plan.cells)))
-        else:
+        elif s.id in labels:
             todo.append(s)
     return partial, todo
+
+
+def no_label(sample, label_space: str) -> str:
+    """Why a photo is not drawn into the arrays: no label for ``labels.npy``."""
+    return (
+        f"class {sample.class_name!r} is not in {label_space} and no labels CSV gives an "
+        "integer label: labels.npy needs one per row"
+    )
 
 
 def marking(collect, partial: PartialRelease, n_cells: int):
