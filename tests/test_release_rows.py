@@ -17,7 +17,7 @@ from robustlab.workflows.generate import core as generate_core
 from robustlab.workflows.generate import generate
 from robustlab.workflows.generate import release_rows
 
-pytestmark = pytest.mark.xdist_group("release_layouts")
+pytestmark = pytest.mark.xdist_group("release_rows")
 
 PHOTOS = Path(__file__).parent / "fixtures" / "shared-mini" / "imagenet-samples"
 # Real photos filed under CIFAR-10 classes (cifar10 label space).

@@ -32,8 +32,12 @@ from robustlab.workflows.generate.record import (
     cell_files_on_disk,
     merge_manifest,
 )
-from robustlab.workflows.generate.release import write_release_arrays
-from robustlab.workflows.generate.release_rows import marking, open_rows, stale_shifts
+from robustlab.workflows.generate.release import (
+    marking,
+    open_rows,
+    stale_shifts,
+    write_release_arrays,
+)
 from robustlab.workflows.generate.request import (
     GenerateCells,
     GenerateExecution,

@@ -38,18 +38,12 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from robustlab.data.release_npy import LABELS, SEVERITIES, read_header, write_arrays, write_labels
 from robustlab.data.images import ImageError
 from robustlab.errors import InputError
-from robustlab.workflows.generate.worker import SampleOutcome
-
-if TYPE_CHECKING:  # types only
-    from robustlab.workflows.generate.plan import GeneratePlan
-    from robustlab.workflows.generate.record import GenerateResult
 
 log = logging.getLogger(__name__)
 
@@ -280,78 +274,6 @@ class PartialRelease:
     def remove(self) -> None:
         """Delete the partial state (after the manifest names the finished release)."""
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def open_rows(
-    plan: GeneratePlan, root: Path, prev: dict | None, result: GenerateResult, collect
-) -> tuple[PartialRelease | None, list]:
-    """``--out-layout npy``: the partial arrays to write into and the photos still to draw;
-    (None, []) when the finished arrays hold every photo already. Photos done are
-    collected as existing."""
-    from robustlab.workflows.generate.release import release_labels
-
-    labels = release_labels(plan.samples, plan.suite.label_space)
-    for s in plan.samples:  # never drawn: a row of the arrays needs its label
-        if s.id not in labels:
-            collect(SampleOutcome(s.id, skip_reason=no_label(s, plan.suite.label_space)))
-    ids = [s.id for s in plan.samples if s.id in labels]
-    prev = prev or {}
-    earlier = prev.get("release") or {}
-    skipped = {d.get("id") for d in prev.get("skipped_inputs", [])}
-    skipped |= {d.get("id") for d in prev.get("failures", [])}
-    if is_complete(root, earlier, ids, plan.names, skipped):
-        log.info("the release arrays in %s hold every photo already", root)
-        rows = set(earlier["rows"])
-        for sid in ids:
-            if sid in rows:
-                collect(SampleOutcome(sid, existing=len(plan.cells)))
-        # The photos left out stay left out, with their reasons (same sources, same outcome).
-        wanted = set(ids) - rows
-        result.skipped_inputs += [
-            (d["id"], d["reason"]) for d in prev.get("skipped_inputs", []) if d["id"] in wanted
-        ]
-        result.failures += [
-            (d["id"], d["shift"], d["level"], d["reason"])
-            for d in prev.get("failures", [])
-            if d["id"] in wanted
-        ]
-        result.release = earlier
-        return None, []
-    partial = PartialRelease(root, ids, plan.names, release_shape(plan.protocol))
-    partial.labels = labels
-    partial.open(earlier)
-    todo = []
-    for s in plan.samples:
-        if s.id in partial.done:
-            collect(SampleOutcome(s.id, existing=len(plan.cells)))
-        elif s.id in labels:
-            todo.append(s)
-    return partial, todo
-
-
-def no_label(sample, label_space: str) -> str:
-    """Why a photo is not drawn into the arrays: no label for ``labels.npy``."""
-    return (
-        f"class {sample.class_name!r} is not in {label_space} and no labels CSV gives an "
-        "integer label: labels.npy needs one per row"
-    )
-
-
-def marking(collect, partial: PartialRelease, n_cells: int):
-    """The tally, then a photo whose every cell is in its rows is recorded as done."""
-
-    def mark(o: SampleOutcome) -> None:
-        collect(o)
-        if o.written == n_cells and not o.failures and not o.skip_reason:
-            partial.mark(o.id)
-
-    return mark
-
-
-def stale_shifts(prev: dict | None, partial: PartialRelease) -> list[str]:
-    """Shifts of the folder's earlier release that this one leaves out."""
-    earlier = ((prev or {}).get("release") or {}).get("shifts") or []
-    return [s for s in earlier if s not in partial.shifts]
 
 
 def is_complete(root: Path, previous: dict | None, ids: Sequence[str], shifts, skipped) -> bool:
