@@ -252,16 +252,17 @@ class PartialRelease:
                 if (self.folder / f"{shift}.npy").is_file():  # else moved by a killed finish
                     os.replace(self.folder / f"{shift}.npy", self.root / f"{shift}.npy")
         else:
-            maps = {
-                s: np.load(self.folder / f"{s}.npy", mmap_mode="r", allow_pickle=False)
-                for s in self.shifts
-            }
+            current: dict[str, np.ndarray] = {}  # one shift's map at a time (resident pages)
 
             def image(shift: str, severity: int, k: int) -> np.ndarray:
-                return maps[shift][(severity - 1) * self.n + rows[k]]
+                if shift not in current:
+                    current.clear()
+                    path = self.folder / f"{shift}.npy"
+                    current[shift] = np.load(path, mmap_mode="r", allow_pickle=False)
+                return current[shift][(severity - 1) * self.n + rows[k]]
 
             write_arrays(self.root, self.shifts, len(rows), image, self.shape)
-            del maps
+            current.clear()
         for shift in stale:
             if shift not in self.shifts and (self.root / f"{shift}.npy").is_file():
                 (self.root / f"{shift}.npy").unlink()
