@@ -102,11 +102,13 @@ def run(args) -> int:
     photos = res.samples / res.seconds if res.seconds > 0 else 0.0
     files = res.written / res.seconds if res.seconds > 0 else 0.0
     redrawn = f" ({len(res.redrawn)} redrawn: not what generate wrote)" if res.redrawn else ""
+    # --out-layout npy writes cells into the release arrays: they are rows, not files.
+    unit, where = ("cells", " into the .npy arrays") if res.release else ("files", "")
     print(
-        f"{res.out}: {res.written} written{redrawn}, {res.skipped_existing} already there, "
-        f"{res.failed} failed, {len(res.skipped_inputs)} inputs skipped "
+        f"{res.out}: {res.written} written{where}{redrawn}, {res.skipped_existing} already "
+        f"there, {res.failed} failed, {len(res.skipped_inputs)} inputs skipped "
         f"({res.samples} source photos x {res.cells} cells, {res.seconds:.1f} s: "
-        f"{photos:.3g} source photos/s, {files:.3g} files/s); manifest: {res.manifest_path}"
+        f"{photos:.3g} source photos/s, {files:.3g} {unit}/s); manifest: {res.manifest_path}"
     )
     if res.stages:
         from robustlab.execution.ray.pipeline import stages_line
