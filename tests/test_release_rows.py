@@ -327,3 +327,13 @@ def test_photos_without_a_label_are_skipped_before_they_are_drawn(made, tmp_path
     with pytest.raises(InputError, match="labels.npy needs one per row"):
         generate("cifar-c", only, tmp_path / "o2", out_layout="npy", **KW)
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_leftover_partial_folder_of_a_finished_release_is_removed(made, tmp_path):
+    root, _, _ = made
+    out = tmp_path / "npy"
+    shutil.copytree(root / "npy", out)
+    (out / release_rows.PARTIAL).mkdir()
+    (out / release_rows.PARTIAL / release_rows.PLAN).write_text("{}")
+    again = generate("cifar-c", root / "data", out, out_layout="npy", **KW)
+    assert again.written == 0 and not (out / release_rows.PARTIAL).exists()

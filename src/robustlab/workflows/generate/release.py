@@ -120,6 +120,8 @@ def open_rows(
     skipped |= {d.get("id") for d in prev.get("failures", [])}
     if is_complete(root, earlier, ids, plan.names, skipped):
         log.info("the release arrays in %s hold every photo already", root)
+        # a run killed after its manifest named the arrays, before it removed its partial
+        PartialRelease(root, ids, plan.names, release_shape(plan.protocol)).remove()
         rows = set(earlier["rows"])
         for sid in ids:
             if sid in rows:
