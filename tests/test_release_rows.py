@@ -337,3 +337,13 @@ def test_a_leftover_partial_folder_of_a_finished_release_is_removed(made, tmp_pa
     (out / release_rows.PARTIAL / release_rows.PLAN).write_text("{}")
     again = generate("cifar-c", root / "data", out, out_layout="npy", **KW)
     assert again.written == 0 and not (out / release_rows.PARTIAL).exists()
+
+
+def test_no_photo_made_writes_no_arrays(tmp_path):
+    data = tmp_path / "data" / "bird"
+    data.mkdir(parents=True)
+    (data / "broken.png").write_bytes(b"\x89PNG not really")
+    out = tmp_path / "npy"
+    res = generate("cifar-c", tmp_path / "data", out, out_layout="npy", **KW)
+    assert res.written == 0 and [sid for sid, _ in res.skipped_inputs] == ["bird/broken.png"]
+    assert not list(out.glob("*.npy"))

@@ -158,7 +158,7 @@ class PartialRelease:
             log.info("the partial release arrays were made for other photos or shifts: restarted")
             shutil.rmtree(self.folder)
         self.folder.mkdir(parents=True)
-        for shift in self.shifts:  # a new file each: never truncate one that a final links
+        for shift in self.shifts:  # zero-filled (sparse) files of the plan's full size
             np.lib.format.open_memmap(
                 self.folder / f"{shift}.npy",
                 mode="w+",
@@ -246,6 +246,9 @@ class PartialRelease:
         self.sync()
         rows = [i for i, sid in enumerate(self.ids) if sid in self.done and sid in labels]
         ids = [self.ids[i] for i in rows]
+        if not ids:  # as the folder layout does: no release of no image
+            log.warning("no photo made all its cells: no .npy arrays written")
+            return ids
         write_labels(self.root, [labels[sid] for sid in ids])
         if len(rows) == self.n:  # every photo: the partial arrays are the release
             for shift in self.shifts:
