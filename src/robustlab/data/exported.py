@@ -42,7 +42,7 @@ from typing import Any
 
 from robustlab.cells import level_key
 from robustlab.errors import InputError, environment_errors
-from robustlab.files.atomic import is_stale_temp, temp_name
+from robustlab.files.atomic import fsync_path, is_stale_temp, temp_name
 
 FORMAT = "robustlab-export/1"
 RECORD = "robustlab-export.json"  # the export's own record (provenance, shards, skips)
@@ -230,11 +230,7 @@ class _Shard:
 
     def _finish(self) -> int:
         with environment_errors(f"cannot write {self.path}"):
-            fd = os.open(self.tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # complete on disk before its name says so
-            finally:
-                os.close(fd)
+            fsync_path(self.tmp)  # complete on disk before its name says so
             os.replace(self.tmp, self.path)
             return self.path.stat().st_size
 

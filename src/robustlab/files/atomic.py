@@ -61,6 +61,25 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise
 
 
+def fsync_path(path: Path, *, folder: bool = False) -> None:
+    """Flush ``path``'s written bytes to disk (a file someone is about to name complete),
+    or, with ``folder=True``, a folder's entries (the renames into it), where a folder
+    cannot be opened or synced on this file system that is not an error."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if folder:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not folder:
+            raise
+    finally:
+        os.close(fd)
+
+
 # Longest file name (bytes) most file systems take (ext4, xfs, btrfs: NAME_MAX).
 NAME_MAX = 255
 

@@ -44,6 +44,7 @@ import numpy as np
 from robustlab.data.release_npy import LABELS, SEVERITIES, read_header, write_arrays, write_labels
 from robustlab.data.images import ImageError
 from robustlab.errors import InputError
+from robustlab.files.atomic import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class PartialRelease:
         (self.folder / DONE).write_text("")
         self._adopt(previous)
         plan_file.write_text(json.dumps(self._plan()))
-        _fsync_dir(self.folder)
+        fsync_path(self.folder, folder=True)
 
     def _usable(self, shift: str) -> bool:
         """The partial file of ``shift`` is there with this plan's shape."""
@@ -227,11 +228,7 @@ class PartialRelease:
         if not self._pending:
             return
         for shift in self.shifts:
-            fd = os.open(self.folder / f"{shift}.npy", os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.folder / f"{shift}.npy")
         with open(self.folder / DONE, "a") as fh:
             fh.write("".join(f"{sid}\n" for sid in self._pending))
             fh.flush()
@@ -272,7 +269,7 @@ class PartialRelease:
                 log.warning(
                     "%s.npy removed: its rows were an earlier release's photos, not these", shift
                 )
-        _fsync_dir(self.root)
+        fsync_path(self.root, folder=True)
         return ids
 
     def remove(self) -> None:
@@ -301,17 +298,3 @@ def is_complete(root: Path, previous: dict | None, ids: Sequence[str], shifts, s
         if shape[0] != 5 * n:
             return False
     return (root / LABELS).is_file()
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the renames in ``path`` durable (a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
