@@ -245,7 +245,7 @@ def _run(
             if partial is not None:  # finished: the arrays into place before the manifest
                 result.release = {
                     "shifts": partial.shifts,
-                    "rows": partial.finish(partial.labels, stale_shifts(prev, partial)),
+                    "rows": partial.finish(stale_shifts(prev, partial)),
                 }
     finally:
         if bar is not None:

@@ -70,6 +70,8 @@ class GeneratePlan:
     identity: dict[str, Any]
     settings: ToolSettings
     layout: str = "folders"  # or "npy": the release arrays only (GenerateCells.out_layout)
+    # With the npy layout: photo id -> its label in labels.npy, for each photo that has one.
+    labels: dict[str, int] | None = None
 
 
 def plan_generate(
@@ -94,8 +96,9 @@ def plan_generate(
         _check_local_out(folder.root, data_root, inputs)
     need_mask = _check_needs(shift_objs, protocol, inputs)
     samples, skipped, donors = _sources(data_root, inputs, shift_objs, need_mask, protocol)
+    labels = None
     if cells.out_layout == "npy":
-        _check_npy_labels(samples, suite_obj.label_space, data_root)
+        labels = _npy_labels(samples, suite_obj.label_space, data_root)
     resources = describe_resources(shift_objs.values(), tools)
     cell_list = tuple(suite_obj.cells())
     records = _cell_records(cell_list, shift_objs, resources)
@@ -138,6 +141,7 @@ def plan_generate(
         identity,
         tools,
         cells.out_layout,
+        labels,
     )
 
 
@@ -186,17 +190,19 @@ def _check_npy_layout(folder, protocol: Protocol, cells: GenerateCells, cell_lis
             )
 
 
-def _check_npy_labels(samples: list[Sample], label_space: str, data_root: Path) -> None:
-    """The arrays' ``labels.npy`` needs a label per row: refuse a folder where no photo
-    has one before anything is drawn (a photo without is a counted skip)."""
+def _npy_labels(samples: list[Sample], label_space: str, data_root: Path) -> dict[str, int]:
+    """The labels of ``labels.npy``'s rows (photo id -> label); a folder where no photo
+    has one is refused before anything is drawn (a photo without is a counted skip)."""
     from robustlab.workflows.generate.release import release_labels
 
-    if not release_labels(samples, label_space):
+    labels = release_labels(samples, label_space)
+    if not labels:
         raise InputError(
             f"no photo of {data_root} has a {label_space} label, and labels.npy needs one per row",
             hint="file the photos under the label space's class folders, or pass --labels "
             "CSV with integer labels (CIFAR-100: 0-99)",
         )
+    return labels
 
 
 def _protocol(protocol: Protocol, cells: GenerateCells) -> Protocol:

@@ -22,7 +22,12 @@ import numpy as np
 
 from robustlab.data.release_npy import SEVERITIES, write_release
 from robustlab.pipeline import cell_path, decode
-from robustlab.workflows.generate.release_rows import PartialRelease, is_complete, release_shape
+from robustlab.workflows.generate.release_rows import (
+    PartialRelease,
+    is_complete,
+    release_shape,
+    remove_partial,
+)
 from robustlab.workflows.generate.worker import SampleOutcome
 
 log = logging.getLogger(__name__)
@@ -109,7 +114,7 @@ def open_rows(
     """``--out-layout npy``: the partial arrays to write into and the photos still to draw;
     (None, []) when the finished arrays hold every photo already. Photos done are
     collected as existing."""
-    labels = release_labels(plan.samples, plan.suite.label_space)
+    labels = plan.labels  # computed by the plan, which refused a folder without any
     for s in plan.samples:  # never drawn: a row of the arrays needs its label
         if s.id not in labels:
             collect(SampleOutcome(s.id, skip_reason=no_label(s, plan.suite.label_space)))
@@ -121,7 +126,7 @@ def open_rows(
     if is_complete(root, earlier, ids, plan.names, skipped):
         log.info("the release arrays in %s hold every photo already", root)
         # a run killed after its manifest named the arrays, before it removed its partial
-        PartialRelease(root, ids, plan.names, release_shape(plan.protocol)).remove()
+        remove_partial(root)
         rows = set(earlier["rows"])
         for sid in ids:
             if sid in rows:
@@ -138,8 +143,7 @@ def open_rows(
         ]
         result.release = earlier
         return None, []
-    partial = PartialRelease(root, ids, plan.names, release_shape(plan.protocol))
-    partial.labels = labels
+    partial = PartialRelease(root, ids, plan.names, release_shape(plan.protocol), labels)
     partial.open(earlier)
     todo = []
     for s in plan.samples:

@@ -116,7 +116,14 @@ def release_shape(protocol) -> tuple[int, int, int]:
 class PartialRelease:
     """The driver's side: the partial arrays, which photos are done, and the final move."""
 
-    def __init__(self, root: Path, ids: Sequence[str], shifts: Sequence[str], shape):
+    def __init__(
+        self,
+        root: Path,
+        ids: Sequence[str],
+        shifts: Sequence[str],
+        shape,
+        labels: dict[str, int],
+    ):
         self.root = Path(root)
         self.folder = self.root / PARTIAL
         self.ids = list(ids)
@@ -124,7 +131,7 @@ class PartialRelease:
         h, w, c = (int(v) for v in shape)
         self.shape = (h, w, c)
         self.done: set[str] = set()
-        self.labels: dict[str, int] = {}  # photo id -> its label in labels.npy
+        self.labels = labels  # photo id -> its label in labels.npy
         self._pending: list[str] = []
 
     @property
@@ -236,11 +243,12 @@ class PartialRelease:
         self.done.update(self._pending)
         self._pending.clear()
 
-    def finish(self, labels: dict[str, int], stale: Iterable[str] = ()) -> list[str]:
+    def finish(self, stale: Iterable[str] = ()) -> list[str]:
         """Move the arrays into place: the rows of the photos done with a label, in id
         order, and ``labels.npy``. Returns the photo ids of the rows. ``stale``: shifts of
         an earlier release of this folder left out now (their rows would not match)."""
         self.sync()
+        labels = self.labels
         rows = [i for i, sid in enumerate(self.ids) if sid in self.done and sid in labels]
         ids = [self.ids[i] for i in rows]
         if not ids:  # as the folder layout does: no release of no image
@@ -274,7 +282,12 @@ class PartialRelease:
 
     def remove(self) -> None:
         """Delete the partial state (after the manifest names the finished release)."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_partial(self.root)
+
+
+def remove_partial(root: Path) -> None:
+    """Delete the partial state under ``root``, if any."""
+    shutil.rmtree(Path(root) / PARTIAL, ignore_errors=True)
 
 
 def is_complete(root: Path, previous: dict | None, ids: Sequence[str], shifts, skipped) -> bool:
