@@ -202,8 +202,14 @@ def test_a_running_writers_temp_files_are_left_alone(tmp_path):
     ).stdout.strip()
     dead = cell / f".y.jpg.{dead_pid}.rltmp"
     dead.write_bytes(b"left by a killed run")
-    assert remove_temp_files(tmp_path, [SHIFT]) == 1
-    assert live.exists() and not dead.exists()
+    # at the top of the folder: the manifest's and the release arrays' temp files
+    top_live = tmp_path / f".frost.npy.{os.getppid()}.rltmp"
+    top_dead = tmp_path / f".frost.npy.{dead_pid}.rltmp"
+    top_live.write_bytes(b"in flight")
+    top_dead.write_bytes(b"left by a run killed while writing the arrays")
+    assert remove_temp_files(tmp_path, [SHIFT]) == 2
+    assert live.exists() and top_live.exists()
+    assert not dead.exists() and not top_dead.exists()
 
 
 def _masks_for(data: Path, masks: Path) -> Path:

@@ -347,3 +347,76 @@ def test_no_photo_made_writes_no_arrays(tmp_path):
     res = generate("cifar-c", tmp_path / "data", out, out_layout="npy", **KW)
     assert res.written == 0 and [sid for sid, _ in res.skipped_inputs] == ["bird/broken.png"]
     assert not list(out.glob("*.npy"))
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (a killed writer's, in a temp file's name)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(proc.stdout)
+
+
+def test_a_run_killed_while_compacting_the_arrays_finishes_on_rerun(made, tmp_path, monkeypatch):
+    """A photo that cannot be read leaves its rows out, so the finish copies the done rows
+    into new arrays instead of renaming. Interrupted after the first array (and with the
+    temp file a hard kill would leave beside it), the rerun draws nothing, writes every
+    array whole and removes the dead writer's temp file."""
+    root, _, _ = made
+    data = tmp_path / "data"
+    shutil.copytree(root / "data", data)
+    (data / "bird" / "broken.png").write_bytes(b"\x89PNG not really")
+    out = tmp_path / "npy"
+    real = release_rows.write_arrays
+
+    def dies_after_one(folder, shifts, n, image, shape):
+        real(folder, shifts[:1], n, image, shape)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release_rows, "write_arrays", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        generate("cifar-c", data, out, out_layout="npy", **KW)
+    monkeypatch.setattr(release_rows, "write_arrays", real)
+    assert (out / "gaussian_noise.npy").is_file() and not (out / "frost.npy").exists()
+    left = out / f".frost.npy.{_dead_pid()}.rltmp"  # what SIGKILL mid-copy leaves
+    left.write_bytes(b"half an array")
+    again = generate("cifar-c", data, out, out_layout="npy", **KW)
+    assert (again.written, again.skipped_existing) == (0, 50)
+    assert [sid for sid, _ in again.skipped_inputs] == ["bird/broken.png"]
+    _same_arrays(root / "folders", out)  # the five readable photos, in id order
+    assert not left.exists() and not (out / release_rows.PARTIAL).exists()
+    rows = json.loads((out / "manifest.json").read_text())["release"]["rows"]
+    assert len(rows) == 5 and "bird/broken.png" not in rows
+
+
+def test_a_run_killed_before_its_manifest_names_the_arrays_records_them(
+    made, tmp_path, monkeypatch
+):
+    """Every array moved into place, then interrupted before the manifest recorded the
+    release: the rerun draws nothing, records the release and removes the partial state."""
+    root, _, _ = made
+    out = tmp_path / "npy"
+    real = generate_core._finish
+
+    def dies_before_the_manifest(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate_core, "_finish", dies_before_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        generate("cifar-c", root / "data", out, out_layout="npy", **KW)
+    monkeypatch.setattr(generate_core, "_finish", real)
+    assert all((out / name).is_file() for name in ARRAYS)
+    assert not json.loads((out / "manifest.json").read_text()).get("release")
+    assert (out / release_rows.PARTIAL / release_rows.PLAN).is_file()
+    again = generate("cifar-c", root / "data", out, out_layout="npy", **KW)
+    assert (again.written, again.skipped_existing) == (0, 50)
+    _same_arrays(root / "folders", out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["release"]["rows"]) == 5
+    assert not (out / release_rows.PARTIAL).exists()

@@ -101,24 +101,31 @@ def is_stale_temp(name: str) -> bool:
 
 
 def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
-    """Delete the temp files an interrupted run left under the given shift folders.
+    """Delete the temp files an interrupted run left under the given shift folders and
+    beside them at the top of ``out`` (the manifest's, and the release arrays': a run
+    killed while writing CIFAR-10-C's ``<corruption>.npy`` left up to 150 MB per file).
 
     A temp file's name carries the writer's pid (:func:`atomic_write`); one whose writer
     is still alive belongs to a concurrent run into the same folder and is left alone.
     """
     n = 0
+    try:
+        top = [e.name for e in os.scandir(out) if e.is_file(follow_symlinks=False)]
+    except OSError:
+        top = []
+    places = [(str(out), top)]
     for name in shift_names:
         base = out / name
-        if not base.is_dir():
-            continue
-        for dirpath, _, files in os.walk(base):
-            for f in files:
-                if is_stale_temp(f):
-                    try:
-                        os.unlink(os.path.join(dirpath, f))
-                        n += 1
-                    except OSError:
-                        pass
+        if base.is_dir():
+            places += [(dirpath, files) for dirpath, _, files in os.walk(base)]
+    for dirpath, files in places:
+        for f in files:
+            if is_stale_temp(f):
+                try:
+                    os.unlink(os.path.join(dirpath, f))
+                    n += 1
+                except OSError:
+                    pass
     return n
 
 

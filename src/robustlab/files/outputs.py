@@ -232,17 +232,24 @@ class UrlFolder:
             return []
 
     def remove_temp_files(self, shift_names: Sequence[str]) -> int:
-        """Temp files of dead writers under the shift folders (none on object stores,
-        which are written without temp objects, so nothing is listed there)."""
+        """Temp files of dead writers under the shift folders and at the top of the root
+        (none on object stores, which are written without temp objects, so nothing is
+        listed there)."""
         if self.atomic_put:
             return 0
-        n = 0
+        self.fs.invalidate_cache(self._path(""))
+        try:
+            paths = list(self._call("cannot list", self.fs.ls, self._path(""), detail=False))
+        except FileNotFoundError:
+            paths = []
         for name in shift_names:
-            for path in self._find(name):
-                if is_stale_temp(posixpath.basename(path)):
-                    with contextlib.suppress(OSError):
-                        self.fs.rm_file(path)
-                        n += 1
+            paths += self._find(name)
+        n = 0
+        for path in paths:
+            if is_stale_temp(posixpath.basename(path)):
+                with contextlib.suppress(OSError):
+                    self.fs.rm_file(path)
+                    n += 1
         return n
 
     def check_writable(self) -> None:
