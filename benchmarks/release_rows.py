@@ -9,6 +9,10 @@ wall and process CPU time per photo (this process and its workers), files writte
 the ratio folders / npy. The arrays of both layouts are compared byte for byte.
 
     PYTHONPATH=src python benchmarks/release_rows.py [--images 1000] [--workers 0] [--repeats 3]
+
+With ``--scaling N`` only the npy layout runs, in one process (``--workers 0``) against
+``N`` worker processes, alternating; printed: wall per photo of each and the speed-up,
+the arrays again compared byte for byte.
 """
 
 from __future__ import annotations
@@ -75,10 +79,13 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tmp", type=Path, default=None, help="where the folders go")
+    ap.add_argument("--scaling", type=int, default=0, help="npy only: 0 workers against N")
     args = ap.parse_args(argv)
     from robustlab.shifts.kernels import ensure_compiled_for
 
     ensure_compiled_for(["gaussian_noise"], progress=False)
+    if args.scaling:
+        return _scaling(args)
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         data = Path(tmp) / "data"
         _inputs(data, args.images)
@@ -108,6 +115,33 @@ def main(argv=None) -> int:
             f"  folders / npy: wall x{med['folders'][0] / med['npy'][0]:.1f},"
             f" CPU x{med['folders'][1] / med['npy'][1]:.1f}; the arrays are equal byte for byte"
         )
+    return 0
+
+
+def _scaling(args) -> int:
+    """The npy layout in one process against ``args.scaling`` worker processes."""
+    counts = (0, args.scaling)
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        data = Path(tmp) / "data"
+        _inputs(data, args.images)
+        walls: dict[int, list[float]] = {w: [] for w in counts}
+        for r in range(args.repeats):
+            for w in counts if r % 2 == 0 else counts[::-1]:
+                walls[w].append(_one("npy", data, Path(tmp) / f"w{w}-{r}", w)[0])
+            for f in sorted((Path(tmp) / f"w0-{r}").glob("*.npy")):
+                other = np.load(Path(tmp) / f"w{args.scaling}-{r}" / f.name)
+                assert np.array_equal(np.load(f), other), f.name
+            for w in counts:
+                shutil.rmtree(Path(tmp) / f"w{w}-{r}")
+        n = args.images
+        print(f"cifar-c --out-layout npy, {n} photos of 32x32, 95 cells each:")
+        med = {w: statistics.median(walls[w]) for w in counts}
+        for w in counts:
+            print(
+                f"  --workers {w}: wall {med[w]:7.2f} s ({1e3 * med[w] / n:6.2f} ms/photo)"
+                f"  (runs: {', '.join(f'{t:.1f}' for t in walls[w])} s)"
+            )
+        print(f"  speed-up x{med[0] / med[args.scaling]:.2f}; the arrays are equal byte for byte")
     return 0
 
 
