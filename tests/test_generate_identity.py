@@ -207,8 +207,10 @@ def test_a_running_writers_temp_files_are_left_alone(tmp_path):
     top_dead = tmp_path / f".frost.npy.{dead_pid}.rltmp"
     top_live.write_bytes(b"in flight")
     top_dead.write_bytes(b"left by a run killed while writing the arrays")
+    manifest_tmp = tmp_path / f".manifest.json.{dead_pid}.rltmp"  # written under its lock
+    manifest_tmp.write_bytes(b"{")
     assert remove_temp_files(tmp_path, [SHIFT]) == 2
-    assert live.exists() and top_live.exists()
+    assert live.exists() and top_live.exists() and manifest_tmp.exists()
     assert not dead.exists() and not top_dead.exists()
 
 

@@ -100,11 +100,14 @@ def test_memory_url_same_bytes_manifest_and_resume(photos, local_files):
     fs.rm_file(f"{root}/{victim}")
     stale = f"{root}/{parent}/.{name}.999999999{TEMP_SUFFIX}"
     fs.pipe_file(stale, b"half an image")
-    stale_top = f"{root}/.{MANIFEST}.999999999{TEMP_SUFFIX}"  # beside the manifest
-    fs.pipe_file(stale_top, b"half a manifest")
+    stale_top = f"{root}/.labels.npy.999999999{TEMP_SUFFIX}"  # an array's, at the top
+    fs.pipe_file(stale_top, b"half an array")
+    manifest_tmp = f"{root}/.{MANIFEST}.999999999{TEMP_SUFFIX}"  # left: written under a lock
+    fs.pipe_file(manifest_tmp, b"half a manifest")
     again = generate("imagenet-c", photos, url, **kw)
     assert (again.written, again.skipped_existing) == (1, len(local_files) - 1)
     assert not fs.exists(stale) and not fs.exists(stale_top)
+    fs.rm_file(manifest_tmp)
     assert _url_files(fs, root) == local_files
     manifest = json.loads(fs.cat_file(f"{root}/{MANIFEST}"))
     assert [r["status"] for r in manifest["runs"]] == ["complete", "complete"]

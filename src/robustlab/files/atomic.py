@@ -100,17 +100,25 @@ def is_stale_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(TEMP_SUFFIX) and not _writer_alive(name)
 
 
+def is_stale_array_temp(name: str) -> bool:
+    """Whether ``name`` is the temp file of a ``.npy`` array (the release layout's
+    ``<corruption>.npy``, ``labels.npy``) whose writer no longer runs."""
+    return is_stale_temp(name) and name[1 : -len(TEMP_SUFFIX)].rsplit(".", 1)[0].endswith(".npy")
+
+
 def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
-    """Delete the temp files an interrupted run left under the given shift folders and
-    beside them at the top of ``out`` (the manifest's, and the release arrays': a run
-    killed while writing CIFAR-10-C's ``<corruption>.npy`` left up to 150 MB per file).
+    """Delete the temp files an interrupted run left under the given shift folders, and
+    the release arrays' at the top of ``out`` (a run killed while writing CIFAR-10-C's
+    ``<corruption>.npy`` left up to 150 MB per file there). The manifest's own temp file
+    is left: it is a few KB, and the manifest is written under its lock, which a sweep
+    outside that lock must not race.
 
     A temp file's name carries the writer's pid (:func:`atomic_write`); one whose writer
     is still alive belongs to a concurrent run into the same folder and is left alone.
     """
     n = 0
     try:
-        top = [e.name for e in os.scandir(out) if e.is_file(follow_symlinks=False)]
+        top = [e.name for e in os.scandir(out) if is_stale_array_temp(e.name)]
     except OSError:
         top = []
     places = [(str(out), top)]

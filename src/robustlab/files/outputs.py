@@ -44,6 +44,7 @@ from robustlab.errors import (
 from robustlab.records.manifest import MANIFEST, load_manifest, manifest_lock, parse_manifest
 from robustlab.files.atomic import (
     atomic_write,
+    is_stale_array_temp,
     is_stale_temp,
     is_url,
     remove_temp_files,
@@ -232,16 +233,17 @@ class UrlFolder:
             return []
 
     def remove_temp_files(self, shift_names: Sequence[str]) -> int:
-        """Temp files of dead writers under the shift folders and at the top of the root
-        (none on object stores, which are written without temp objects, so nothing is
-        listed there)."""
+        """Temp files of dead writers under the shift folders, and the release arrays'
+        at the top of the root (:func:`robustlab.files.atomic.remove_temp_files`); none
+        on object stores, which are written without temp objects."""
         if self.atomic_put:
             return 0
         self.fs.invalidate_cache(self._path(""))
         try:
-            paths = list(self._call("cannot list", self.fs.ls, self._path(""), detail=False))
+            top = list(self._call("cannot list", self.fs.ls, self._path(""), detail=False))
         except FileNotFoundError:
-            paths = []
+            top = []
+        paths = [p for p in top if is_stale_array_temp(posixpath.basename(p))]
         for name in shift_names:
             paths += self._find(name)
         n = 0
