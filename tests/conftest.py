@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +178,14 @@ def save_tiny_text2image(path: Path) -> Path:
     from robustlab.shifts.generative.tiny import save_text2image
 
     return save_text2image(path)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended: what a killed writer leaves in its temp file's
+    name or its run record."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def kill_after_first_file(cmd: list[str], out: Path, pattern: str, timeout: float = 120) -> None:

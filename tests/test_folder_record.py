@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import dead_pid
 
 from robustlab.errors import InputChangedError, InputError
 from robustlab.records.manifest import MANIFEST
@@ -29,12 +28,6 @@ from robustlab.workflows.generate import GenerateCells, GenerateExecution, Gener
 from robustlab.workflows.imagenet_d.mine import MineRule, mine
 from robustlab.workflows.imagenet_d.synth import SynthDiffusion, SynthGrid, synth
 from robustlab.files.hashes import HASHES
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
 
 
 # ----------------------------------------------------------------------------- the record
@@ -59,7 +52,7 @@ def test_runs_keep_others_mark_dead_ones_killed_and_replace_their_own_entry():
     host = socket.gethostname()
     run = FolderRun(status=RUNNING)
     alive = {"id": "a", "status": RUNNING, "host": host, "pid": os.getpid()}
-    dead = {"id": "b", "status": RUNNING, "host": host, "pid": _dead_pid()}
+    dead = {"id": "b", "status": RUNNING, "host": host, "pid": dead_pid()}
     first = run.runs([alive, dead])
     assert [(r["id"], r["status"]) for r in first] == [
         ("a", RUNNING),

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import kill_after_first_file
+from conftest import dead_pid, kill_after_first_file
 from PIL import Image
 
 from robustlab.cli import main
@@ -149,12 +148,7 @@ def test_resume_writes_only_what_is_missing(generated, three, tmp_path):
     for p in removed:
         p.unlink()
     # What a killed run leaves behind: a temp file next to a missing cell.
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()  # a dead pid
+    gone = dead_pid()
     stale = removed[0].with_name(f".{removed[0].name}.{gone}{TEMP_SUFFIX}")
     stale.write_bytes(b"half a jpeg")
     kept = {p: p.stat().st_mtime_ns for p in files if p not in removed}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import kill_after_first_file
+from conftest import dead_pid, kill_after_first_file
 from PIL import Image
 
 from robustlab.cli import main
@@ -194,20 +194,15 @@ def test_a_running_writers_temp_files_are_left_alone(tmp_path):
     cell.mkdir(parents=True)
     live = cell / f".x.jpg.{os.getppid()}.rltmp"
     live.write_bytes(b"in flight")
-    dead_pid = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    dead = cell / f".y.jpg.{dead_pid}.rltmp"
+    gone = dead_pid()
+    dead = cell / f".y.jpg.{gone}.rltmp"
     dead.write_bytes(b"left by a killed run")
     # at the top of the folder: the manifest's and the release arrays' temp files
     top_live = tmp_path / f".frost.npy.{os.getppid()}.rltmp"
-    top_dead = tmp_path / f".frost.npy.{dead_pid}.rltmp"
+    top_dead = tmp_path / f".frost.npy.{gone}.rltmp"
     top_live.write_bytes(b"in flight")
     top_dead.write_bytes(b"left by a run killed while writing the arrays")
-    manifest_tmp = tmp_path / f".manifest.json.{dead_pid}.rltmp"  # written under its lock
+    manifest_tmp = tmp_path / f".manifest.json.{gone}.rltmp"  # written under its lock
     manifest_tmp.write_bytes(b"{")
     assert remove_temp_files(tmp_path, [SHIFT]) == 2
     assert live.exists() and top_live.exists() and manifest_tmp.exists()

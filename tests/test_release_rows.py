@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import dead_pid
 
 import robustlab
 from robustlab.errors import InputError, InputChangedError
@@ -349,20 +350,6 @@ def test_no_photo_made_writes_no_arrays(tmp_path):
     assert not list(out.glob("*.npy"))
 
 
-def _dead_pid() -> int:
-    """The pid of a process that has ended (a killed writer's, in a temp file's name)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return int(proc.stdout)
-
-
 def test_a_run_killed_while_compacting_the_arrays_finishes_on_rerun(made, tmp_path, monkeypatch):
     """A photo that cannot be read leaves its rows out, so the finish copies the done rows
     into new arrays instead of renaming. Interrupted after the first array (and with the
@@ -384,7 +371,7 @@ def test_a_run_killed_while_compacting_the_arrays_finishes_on_rerun(made, tmp_pa
         generate("cifar-c", data, out, out_layout="npy", **KW)
     monkeypatch.setattr(release_rows, "write_arrays", real)
     assert (out / "gaussian_noise.npy").is_file() and not (out / "frost.npy").exists()
-    left = out / f".frost.npy.{_dead_pid()}.rltmp"  # what SIGKILL mid-copy leaves
+    left = out / f".frost.npy.{dead_pid()}.rltmp"  # what SIGKILL mid-copy leaves
     left.write_bytes(b"half an array")
     again = generate("cifar-c", data, out, out_layout="npy", **KW)
     assert (again.written, again.skipped_existing) == (0, 50)

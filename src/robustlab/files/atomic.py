@@ -116,24 +116,22 @@ def remove_temp_files(out: Path, shift_names: Sequence[str]) -> int:
     A temp file's name carries the writer's pid (:func:`atomic_write`); one whose writer
     is still alive belongs to a concurrent run into the same folder and is left alone.
     """
-    n = 0
     try:
-        top = [e.name for e in os.scandir(out) if is_stale_array_temp(e.name)]
+        stale = [e.path for e in os.scandir(out) if is_stale_array_temp(e.name)]
     except OSError:
-        top = []
-    places = [(str(out), top)]
+        stale = []
     for name in shift_names:
         base = out / name
         if base.is_dir():
-            places += [(dirpath, files) for dirpath, _, files in os.walk(base)]
-    for dirpath, files in places:
-        for f in files:
-            if is_stale_temp(f):
-                try:
-                    os.unlink(os.path.join(dirpath, f))
-                    n += 1
-                except OSError:
-                    pass
+            for dirpath, _, files in os.walk(base):
+                stale += [os.path.join(dirpath, f) for f in files if is_stale_temp(f)]
+    n = 0
+    for path in stale:
+        try:
+            os.unlink(path)
+            n += 1
+        except OSError:
+            pass
     return n
 
 

@@ -243,15 +243,14 @@ class UrlFolder:
             top = list(self._call("cannot list", self.fs.ls, self._path(""), detail=False))
         except FileNotFoundError:
             top = []
-        paths = [p for p in top if is_stale_array_temp(posixpath.basename(p))]
+        stale = [p for p in top if is_stale_array_temp(posixpath.basename(p))]
         for name in shift_names:
-            paths += self._find(name)
+            stale += [p for p in self._find(name) if is_stale_temp(posixpath.basename(p))]
         n = 0
-        for path in paths:
-            if is_stale_temp(posixpath.basename(path)):
-                with contextlib.suppress(OSError):
-                    self.fs.rm_file(path)
-                    n += 1
+        for path in stale:
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(path)
+                n += 1
         return n
 
     def check_writable(self) -> None:
